@@ -1,0 +1,14 @@
+#pragma once
+// The public API of ascender in one include.
+//   #include "ascender.h"
+//   asc::Tensor x = asc::randn({2, 3}, {.requires_grad = true});
+//   asc::sum(asc::tanh(x)).backward();
+#include "autograd/checkpoint.h"
+#include "autograd/function.h"
+#include "autograd/gradcheck.h"
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "core/format.h"
+#include "core/generator.h"
+#include "core/tensor.h"
+#include "ops/ops.h"

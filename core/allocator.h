@@ -1,0 +1,24 @@
+#pragma once
+// Storage memory comes from an Allocator chosen by device. The CPU allocator is built in; the CUDA backend
+// registers its own (cudaMalloc now, a caching allocator later) when it is compiled in and a GPU is present.
+#include <cstddef>
+
+#include "core/device.h"
+
+namespace asc {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  // Copies between two buffers of this allocator's device.
+  virtual void copy(void* dst, const void* src, size_t nbytes) = 0;
+};
+
+// The allocator for `device`; throws asc::Error when that device type has no backend in this build/machine.
+Allocator* allocator_for(Device device);
+// Installs the allocator for a device type (called by the CUDA backend at start-up).
+void register_allocator(Device::Type type, Allocator* alloc);
+
+}  // namespace asc

@@ -1,0 +1,12 @@
+// CUDA queries in a build without the CUDA backend: nothing is available.
+#ifndef ASC_HAVE_CUDA
+#include "core/error.h"
+#include "cuda/cuda.h"
+
+namespace asc::cuda {
+bool is_available() { return false; }
+int device_count() { return 0; }
+std::string device_name(int index) { ASC_THROW("cuda::device_name: this build has no CUDA backend"); }
+MemoryStats memory_stats() { return {}; }
+}  // namespace asc::cuda
+#endif

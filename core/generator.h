@@ -1,0 +1,59 @@
+#pragma once
+// A seeded counter-based random generator (Philox4x32-10, Salmon et al. 2011). A random op of n elements
+// reads counters [offset, offset + blocks) and advances offset; element i's value depends only on (seed,
+// offset, i), so the CUDA backend can reproduce the CPU stream exactly, thread by thread.
+//
+//   asc::Generator gen(42);
+//   Tensor a = asc::rand({4}, {}, &gen);         // U[0,1)
+//   asc::manual_seed(0);                          // reseeds the default generator
+#include <array>
+#include <cstdint>
+
+namespace asc {
+
+// One Philox4x32-10 block: 4 random 32-bit words for (key = seed, counter).
+std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t counter, uint64_t subsequence = 0);
+
+// 24-bit-mantissa uniform in [0, 1) from one word (float), 53-bit from two words (double).
+inline float uint_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+inline double uint_to_unit_double(uint32_t hi, uint32_t lo) {
+  uint64_t v = (static_cast<uint64_t>(hi) << 21) ^ (lo >> 11);
+  return static_cast<double>(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
+}
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0x5eed) : seed_(seed) {}
+  void manual_seed(uint64_t seed) {
+    seed_ = seed;
+    offset_ = 0;
+  }
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  void set_offset(uint64_t off) { offset_ = off; }
+  // Reserves `blocks` Philox blocks for one op and returns the first counter.
+  uint64_t reserve(uint64_t blocks) {
+    uint64_t o = offset_;
+    offset_ += blocks;
+    return o;
+  }
+  // The full state (seed, offset) for checkpoints and gradient checkpointing.
+  struct State {
+    uint64_t seed, offset;
+  };
+  State state() const { return {seed_, offset_}; }
+  void set_state(State s) {
+    seed_ = s.seed;
+    offset_ = s.offset;
+  }
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+// The process-wide default generator (used when an op is given none).
+Generator& default_generator();
+void manual_seed(uint64_t seed);
+
+}  // namespace asc

@@ -1,0 +1,33 @@
+#pragma once
+// Storage: one reference-counted buffer on one device. Tensors (and all their views) share it through a
+// shared_ptr. The version counter is bumped by every in-place write; autograd compares it with the version it
+// saved to detect "a tensor needed for backward was modified in place".
+#include <cstddef>
+#include <cstdint>
+
+#include "core/allocator.h"
+
+namespace asc {
+
+class Storage {
+ public:
+  Storage(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  Allocator* alloc_ = nullptr;
+  uint64_t version_ = 0;
+};
+
+}  // namespace asc

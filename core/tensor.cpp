@@ -1,0 +1,513 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "autograd/node.h"
+#include "core/format.h"
+#include "core/generator.h"
+#include "ops/dispatch.h"
+#include "ops/elementwise.h"
+#include "ops/reduce.h"
+
+namespace asc {
+
+// ---- construction and metadata ----------------------------------------------------------------------------------
+
+Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
+  for (auto s : shape) ASC_CHECK(s >= 0, "empty: negative dimension in shape {}", shape);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(numel_of(shape)) * dtype_size(opts.dtype), opts.device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = opts.dtype;
+  Tensor t(std::move(impl));
+  if (opts.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = dim() - 1; i >= 0; --i) {
+    if (impl_->shape[i] == 1) continue;
+    if (impl_->strides[i] != expected) return false;
+    expected *= impl_->shape[i];
+  }
+  return true;
+}
+
+Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.impl()->storage;
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+// ---- views ------------------------------------------------------------------------------------------------------
+
+namespace {
+
+// A view op: `v` shares x's storage; backward maps the view's gradient back to x's shape.
+Tensor record_view(const char* name, const Tensor& x, Tensor v, std::function<Tensor(const Tensor&)> back) {
+  if (autograd::needs_grad(x))
+    autograd::record(name, {x}, {v}, [back = std::move(back)](const TensorList& g) -> TensorList { return {back(g[0])}; });
+  return v;
+}
+
+Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
+  Shape out = shape;
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      ASC_CHECK(infer < 0, "{}: only one dimension can be -1 in {}", op, shape);
+      infer = i;
+    } else {
+      ASC_CHECK(out[i] >= 0, "{}: invalid dimension {} in {}", op, out[i], shape);
+      known *= out[i];
+    }
+  }
+  if (infer >= 0) {
+    ASC_CHECK(known != 0 && numel % known == 0, "{}: shape {} is invalid for a tensor of {} elements", op, shape, numel);
+    out[infer] = numel / known;
+  }
+  ASC_CHECK(numel_of(out) == numel, "{}: shape {} is invalid for a tensor of {} elements", op, shape, numel);
+  return out;
+}
+
+// Strides for viewing (old_shape, old_strides) as new_shape without copying, if possible (dims are grouped into
+// chunks that are each contiguous in memory).
+std::optional<Strides> view_strides(const Shape& os, const Strides& ost, const Shape& ns) {
+  Strides out = Dims::filled(ns.size(), 0);
+  if (numel_of(os) == 0 || os.empty()) return contiguous_strides(ns);
+  int view_d = ns.size() - 1;
+  int64_t chunk_base_stride = ost.size() ? ost.back() : 1;
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int tensor_d = os.size() - 1; tensor_d >= 0; --tensor_d) {
+    tensor_numel *= os[tensor_d];
+    if (tensor_d == 0 || (os[tensor_d - 1] != 1 && ost[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || ns[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= ns[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (tensor_d > 0) {
+        chunk_base_stride = ost[tensor_d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+Tensor Tensor::view(const Shape& shape) const {
+  Shape ns = infer_shape(shape, numel(), "view");
+  auto st = view_strides(this->shape(), strides(), ns);
+  ASC_CHECK(st.has_value(), "view: cannot view a tensor of shape {} with strides {} as {}; use reshape()",
+            this->shape(), strides(), ns);
+  Shape old = this->shape();
+  return record_view("view", *this, make_view(*this, ns, *st, offset()), [old](const Tensor& g) { return g.reshape(old); });
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  Shape ns = infer_shape(shape, numel(), "reshape");
+  if (view_strides(this->shape(), strides(), ns)) return view(ns);
+  return contiguous().view(ns);
+}
+
+Tensor Tensor::flatten(int64_t start, int64_t end) const {
+  if (dim() == 0) return reshape({1});
+  int s = wrap_dim(start, dim(), "flatten"), e = wrap_dim(end, dim(), "flatten");
+  ASC_CHECK(s <= e, "flatten: start dim {} is after end dim {}", start, end);
+  Shape ns;
+  for (int i = 0; i < s; ++i) ns.push_back(size(i));
+  int64_t m = 1;
+  for (int i = s; i <= e; ++i) m *= size(i);
+  ns.push_back(m);
+  for (int i = e + 1; i < dim(); ++i) ns.push_back(size(i));
+  return reshape(ns);
+}
+
+Tensor Tensor::permute(const Dims& order) const {
+  ASC_CHECK(order.size() == dim(), "permute: order {} has {} entries for a tensor of {} dimensions", order,
+            order.size(), dim());
+  Shape ns;
+  Strides st;
+  Dims inverse = Dims::filled(dim(), -1);
+  for (int i = 0; i < dim(); ++i) {
+    int d = wrap_dim(order[i], dim(), "permute");
+    ASC_CHECK(inverse[d] == -1, "permute: dimension {} repeated in {}", d, order);
+    inverse[d] = i;
+    ns.push_back(size(d));
+    st.push_back(stride(d));
+  }
+  return record_view("permute", *this, make_view(*this, ns, st, offset()),
+                     [inverse](const Tensor& g) { return g.permute(inverse); });
+}
+
+Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  Dims order;
+  for (int i = 0; i < dim(); ++i) order.push_back(i);
+  int x = wrap_dim(a, dim(), "transpose"), y = wrap_dim(b, dim(), "transpose");
+  std::swap(order[x], order[y]);
+  return permute(order);
+}
+
+Tensor Tensor::t() const {
+  ASC_CHECK(dim() >= 2, "t: expected at least 2 dimensions, got shape {}", shape());
+  return transpose(-2, -1);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  int dd = wrap_dim(d, dim(), "slice");
+  ASC_CHECK(step > 0, "slice: step must be positive, got {}", step);
+  int64_t n = size(dd);
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  Shape ns = shape();
+  Strides st = strides();
+  ns[dd] = (end - start + step - 1) / step;
+  st[dd] *= step;
+  Shape old = shape();
+  return record_view("slice", *this, make_view(*this, ns, st, offset() + start * stride(dd)),
+                     [old, dd, start, end, step](const Tensor& g) {
+                       Tensor full = zeros(old, g.options());
+                       full.slice(dd, start, end, step).copy_(g);
+                       return full;
+                     });
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  int dd = wrap_dim(d, dim(), "narrow");
+  ASC_CHECK(start >= 0 && length >= 0 && start + length <= size(dd),
+            "narrow: range [{}, {}) is out of bounds for dimension {} of size {} (shape {})", start, start + length, dd,
+            size(dd), shape());
+  return slice(dd, start, start + length);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  int dd = wrap_dim(d, dim(), "select");
+  int64_t n = size(dd);
+  ASC_CHECK(index >= -n && index < n, "select: index {} is out of range for dimension {} of size {} (shape {})",
+            index, dd, n, shape());
+  if (index < 0) index += n;
+  return narrow(dd, index, 1).squeeze(dd);
+}
+
+Tensor Tensor::squeeze(std::optional<int64_t> d) const {
+  Shape ns;
+  Strides st;
+  if (d) {
+    int dd = wrap_dim(*d, dim(), "squeeze");
+    ns = shape();
+    st = strides();
+    if (dim() > 0 && ns[dd] == 1) {
+      ns.erase(dd);
+      st.erase(dd);
+    }
+  } else {
+    for (int i = 0; i < dim(); ++i)
+      if (size(i) != 1) {
+        ns.push_back(size(i));
+        st.push_back(stride(i));
+      }
+  }
+  Shape old = shape();
+  return record_view("squeeze", *this, make_view(*this, ns, st, offset()), [old](const Tensor& g) { return g.reshape(old); });
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  int dd = wrap_dim(d, dim() + 1, "unsqueeze");
+  Shape ns = shape();
+  Strides st = strides();
+  int64_t s = dd < dim() ? stride(dd) * size(dd) : 1;
+  ns.insert(dd, 1);
+  st.insert(dd, s);
+  Shape old = shape();
+  return record_view("unsqueeze", *this, make_view(*this, ns, st, offset()), [old](const Tensor& g) { return g.reshape(old); });
+}
+
+Tensor Tensor::expand(const Shape& shape_in) const {
+  ASC_CHECK(shape_in.size() >= dim(), "expand: target shape {} has fewer dimensions than the tensor's {}", shape_in,
+            shape());
+  Shape ns = shape_in;
+  int lead = ns.size() - dim();
+  for (int i = 0; i < ns.size(); ++i) {
+    if (i >= lead && ns[i] == -1) ns[i] = size(i - lead);
+    ASC_CHECK(ns[i] >= 0, "expand: invalid target shape {}", shape_in);
+    if (i >= lead)
+      ASC_CHECK(size(i - lead) == ns[i] || size(i - lead) == 1,
+                "expand: the size of dimension {} ({}) must match the target {} or be 1 (shape {})", i - lead,
+                size(i - lead), ns[i], shape());
+  }
+  Strides st = broadcast_strides(shape(), strides(), ns);
+  Shape old = shape();
+  return record_view("expand", *this, make_view(*this, ns, st, offset()), [old](const Tensor& g) { return sum_to(g, old); });
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::clone() const {
+  Tensor out = Tensor::empty(shape(), options());
+  ASC_KERNEL(device(), "clone", copy, *this, out);
+  if (autograd::needs_grad(*this))
+    autograd::record("clone", {*this}, {out}, [](const TensorList& g) -> TensorList { return {g[0]}; });
+  return out;
+}
+
+Tensor Tensor::to(DType dt) const {
+  if (dt == dtype()) return *this;
+  Tensor out = Tensor::empty(shape(), {dt, device()});
+  ASC_KERNEL(device(), "to", copy, *this, out);
+  if (is_floating(dt) && autograd::needs_grad(*this)) {
+    DType src = dtype();
+    autograd::record("to(dtype)", {*this}, {out}, [src](const TensorList& g) -> TensorList { return {g[0].to(src)}; });
+  }
+  return out;
+}
+
+Tensor Tensor::to(Device dev) const {
+  if (dev == device()) return *this;
+  Tensor src = contiguous();
+  Tensor out = Tensor::empty(shape(), {dtype(), dev});
+  // Host <-> device transfers go through the destination's (or source's) allocator copy; the CUDA backend's
+  // allocator implements cross-device copies.
+  Allocator* a = allocator_for(dev.is_cpu() ? device() : dev);
+  a->copy(out.raw_data(), src.raw_data(), static_cast<size_t>(numel()) * element_size());
+  if (autograd::needs_grad(*this)) {
+    Device back = device();
+    autograd::record("to(device)", {*this}, {out}, [back](const TensorList& g) -> TensorList { return {g[0].to(back)}; });
+  }
+  return out;
+}
+
+// ---- in-place ---------------------------------------------------------------------------------------------------
+
+namespace {
+void check_inplace(const Tensor& t, const char* op) {
+  ASC_CHECK(t.defined(), "{}: undefined tensor", op);
+  ASC_CHECK(!(GradMode::is_enabled() && t.requires_grad()),
+            "{}: in-place modification of a tensor that requires grad (shape {}) is not supported while grad mode is "
+            "on; use the out-of-place op, or NoGradGuard for parameter updates",
+            op, t.shape());
+}
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  check_same_device("copy_", {this, &src});
+  ASC_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(),
+            "copy_: source of shape {} cannot be broadcast to destination shape {}", src.shape(), shape());
+  // If src overlaps this tensor's memory, read from a private copy.
+  Tensor s = shares_storage(src) ? src.detach().clone() : src;
+  ASC_KERNEL(device(), "copy_", copy, s, *this);
+  impl_->storage->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  check_inplace(*this, "fill_");
+  ASC_KERNEL(device(), "fill_", fill, *this, value);
+  impl_->storage->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  check_inplace(*this, "add_");
+  Tensor r = alpha == 1.0 ? asc::add(*this, other) : asc::add(*this, asc::mul(other, alpha));
+  ASC_CHECK(r.shape() == shape(), "add_: result shape {} differs from the destination shape {}", r.shape(), shape());
+  return copy_(r);
+}
+
+Tensor& Tensor::mul_(double value) {
+  check_inplace(*this, "mul_");
+  return copy_(asc::mul(*this, value));
+}
+
+// ---- host access ------------------------------------------------------------------------------------------------
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = cpu().contiguous();
+  std::vector<T> out(static_cast<size_t>(numel()));
+  ASC_DISPATCH_ALL(dtype(), "to_vector", [&] {
+    const scalar_t* p = c.data_ptr<scalar_t>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
+  });
+  return out;
+}
+
+template <class T>
+T Tensor::item() const {
+  ASC_CHECK(numel() == 1, "item: expected a one-element tensor, got shape {}", shape());
+  return to_vector<T>()[0];
+}
+
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<bool> Tensor::to_vector<bool>() const;
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+template int64_t Tensor::item<int64_t>() const;
+template bool Tensor::item<bool>() const;
+
+std::string to_string(const Tensor& t, int max_per_dim) {
+  if (!t.defined()) return "tensor(undefined)";
+  std::vector<double> v = t.to_vector<double>();
+  std::string s = "tensor(";
+  Strides st = contiguous_strides(t.shape());
+  const bool fl = is_floating(t.dtype());
+  std::function<void(int, int64_t)> rec = [&](int d, int64_t base) {
+    if (d == t.dim()) {
+      double x = v[static_cast<size_t>(base)];
+      if (t.dtype() == kBool) s += x != 0 ? "true" : "false";
+      else if (fl) s += fmt::format("{:.4f}", x);
+      else s += fmt::format("{}", static_cast<int64_t>(x));
+      return;
+    }
+    s += "[";
+    int64_t n = t.size(d);
+    for (int64_t i = 0; i < n; ++i) {
+      if (n > max_per_dim && i == max_per_dim / 2) {
+        s += "..., ";
+        i = n - max_per_dim / 2;
+      }
+      rec(d + 1, base + i * st[d]);
+      if (i + 1 < n) s += d + 1 == t.dim() ? ", " : ",\n" + std::string(static_cast<size_t>(d + 8), ' ');
+    }
+    s += "]";
+  };
+  rec(0, 0);
+  s += fmt::format(", shape={}, dtype={}", t.shape(), t.dtype());
+  if (!t.device().is_cpu()) s += fmt::format(", device={}", t.device());
+  if (t.grad_fn()) s += fmt::format(", grad_fn={}", t.grad_fn()->name());
+  else if (t.requires_grad()) s += ", requires_grad=true";
+  return s + ")";
+}
+
+// ---- creation ---------------------------------------------------------------------------------------------------
+
+Tensor empty(const Shape& shape, TensorOptions opts) { return Tensor::empty(shape, opts); }
+
+Tensor full(const Shape& shape, double value, TensorOptions opts) {
+  bool rg = opts.requires_grad;
+  opts.requires_grad = false;
+  Tensor t = Tensor::empty(shape, opts);
+  ASC_KERNEL(opts.device, "full", fill, t, value);
+  if (rg) t.set_requires_grad(true);
+  return t;
+}
+Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0.0, opts); }
+Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
+Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, t.options()); }
+Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
+
+Tensor arange(double start, double end, double step, TensorOptions opts) {
+  ASC_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end), "arange: invalid range [{}, {}) step {}", start,
+            end, step);
+  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = start + static_cast<double>(i) * step;
+  return tensor(std::span<const double>(v), {n}, opts);
+}
+Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, static_cast<double>(end), 1.0, opts); }
+
+Tensor eye(int64_t n, TensorOptions opts) {
+  ASC_CHECK(n >= 0, "eye: negative size {}", n);
+  std::vector<double> v(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i * n + i)] = 1.0;
+  return tensor(std::span<const double>(v), {n, n}, opts);
+}
+
+namespace {
+template <class Fill>
+Tensor random_tensor(const char* op, const Shape& shape, TensorOptions opts, Generator* gen, uint64_t per_block,
+                     Fill fill) {
+  bool rg = opts.requires_grad;
+  opts.requires_grad = false;
+  Tensor t = Tensor::empty(shape, opts);
+  Generator& g = gen ? *gen : default_generator();
+  uint64_t n = static_cast<uint64_t>(t.numel());
+  uint64_t offset = g.reserve((n + per_block - 1) / per_block);
+  fill(t, g.seed(), offset);
+  if (rg) t.set_requires_grad(true);
+  return t;
+}
+}  // namespace
+
+Tensor rand(const Shape& shape, TensorOptions opts, Generator* gen) {
+  check_floating("rand", Tensor::empty({}, {opts.dtype}));
+  uint64_t per = opts.dtype == kFloat64 ? 2 : 4;
+  return random_tensor("rand", shape, opts, gen, per, [&](Tensor& t, uint64_t seed, uint64_t off) {
+    ASC_KERNEL(t.device(), "rand", uniform, t, seed, off, 0.0, 1.0);
+  });
+}
+
+Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
+  check_floating("randn", Tensor::empty({}, {opts.dtype}));
+  return random_tensor("randn", shape, opts, gen, 2, [&](Tensor& t, uint64_t seed, uint64_t off) {
+    ASC_KERNEL(t.device(), "randn", normal, t, seed, off, 0.0, 1.0);
+  });
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts, Generator* gen) {
+  ASC_CHECK(low < high, "randint: empty range [{}, {})", low, high);
+  ASC_CHECK(opts.dtype == kInt64, "randint: dtype must be int64, got {}", opts.dtype);
+  return random_tensor("randint", shape, opts, gen, 2, [&](Tensor& t, uint64_t seed, uint64_t off) {
+    ASC_KERNEL(t.device(), "randint", randint, t, seed, off, low, high);
+  });
+}
+
+namespace {
+template <class T>
+Tensor from_host(const T* data, size_t n, const Shape& shape, TensorOptions opts) {
+  ASC_CHECK(static_cast<int64_t>(n) == numel_of(shape), "tensor: {} values given for shape {} ({} elements)", n, shape,
+            numel_of(shape));
+  bool rg = opts.requires_grad;
+  Tensor host = Tensor::empty(shape, {opts.dtype, Device::cpu()});
+  ASC_DISPATCH_ALL(opts.dtype, "tensor", [&] {
+    scalar_t* p = host.data_ptr<scalar_t>();
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(data[i]);
+  });
+  Tensor t = host.to(opts.device);
+  if (rg) t.set_requires_grad(true);
+  return t;
+}
+}  // namespace
+
+Tensor tensor(std::span<const double> values, const Shape& shape, TensorOptions opts) {
+  return from_host(values.data(), values.size(), shape, opts);
+}
+Tensor tensor(std::initializer_list<double> values, const Shape& shape, TensorOptions opts) {
+  return from_host(values.begin(), values.size(), shape, opts);
+}
+Tensor tensor(std::initializer_list<double> values, TensorOptions opts) {
+  return from_host(values.begin(), values.size(), {static_cast<int64_t>(values.size())}, opts);
+}
+Tensor tensor(const std::vector<float>& values, const Shape& shape, TensorOptions opts) {
+  return from_host(values.data(), values.size(), shape, opts);
+}
+Tensor tensor(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
+  return from_host(values.data(), values.size(), shape, opts);
+}
+Tensor tensor(const std::vector<int64_t>& values, const Shape& shape, TensorOptions opts) {
+  return from_host(values.data(), values.size(), shape, opts);
+}
+
+}  // namespace asc

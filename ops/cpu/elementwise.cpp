@@ -1,0 +1,289 @@
+// CPU elementwise kernels: one strided loop per arity, instantiated per op functor and dtype, so the inner loop
+// is a straight-line expression the compiler vectorises when all operands are contiguous.
+#include <cmath>
+#include <cstring>
+
+#include "core/generator.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/loops.h"
+
+namespace asc::cpu {
+namespace {
+
+using math::Binary;
+using math::Unary;
+using math::UnaryParams;
+
+template <Unary U, class T>
+void unary_impl(const UnaryParams& p, const Tensor& x, Tensor& out) {
+  const T* xp = x.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  for_each_strided<2>(x.shape(), {out.strides(), x.strides()}, [&](auto off, int64_t n, auto st) {
+    T* o = op + off[0];
+    const T* a = xp + off[1];
+    if (st[0] == 1 && st[1] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = math::unary_fwd<U, T>(a[i], p);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = math::unary_fwd<U, T>(a[i * st[1]], p);
+    }
+  });
+}
+
+template <Unary U, class T>
+void unary_backward_impl(const UnaryParams& p, const Tensor& g, const Tensor& x, const Tensor& y, Tensor& gx) {
+  const T* gp = g.data_ptr<T>();
+  const T* xp = x.data_ptr<T>();
+  const T* yp = y.data_ptr<T>();
+  T* op = gx.data_ptr<T>();
+  for_each_strided<4>(x.shape(), {gx.strides(), g.strides(), x.strides(), y.strides()},
+                      [&](auto off, int64_t n, auto st) {
+                        T* o = op + off[0];
+                        const T *gg = gp + off[1], *xx = xp + off[2], *yy = yp + off[3];
+                        if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {
+                          for (int64_t i = 0; i < n; ++i) o[i] = gg[i] * math::unary_grad<U, T>(xx[i], yy[i], p);
+                        } else {
+                          for (int64_t i = 0; i < n; ++i)
+                            o[i * st[0]] = gg[i * st[1]] * math::unary_grad<U, T>(xx[i * st[2]], yy[i * st[3]], p);
+                        }
+                      });
+}
+
+// Calls f.template operator()<U>() with U the compile-time value of `op`.
+template <class F>
+void visit_unary(Unary op, F&& f) {
+  switch (op) {
+#define ASC_U(name) \
+  case Unary::name: return f.template operator()<Unary::name>();
+    ASC_U(Neg) ASC_U(Exp) ASC_U(Log) ASC_U(Sqrt) ASC_U(Rsqrt) ASC_U(Abs) ASC_U(Relu) ASC_U(Gelu) ASC_U(GeluTanh)
+    ASC_U(Silu) ASC_U(Sigmoid) ASC_U(Tanh) ASC_U(Softplus) ASC_U(Clamp) ASC_U(AddScalar) ASC_U(MulScalar)
+    ASC_U(RSubScalar) ASC_U(RDivScalar) ASC_U(PowScalar)
+#undef ASC_U
+  }
+}
+
+template <Binary B, class T>
+void binary_impl(const Tensor& a, const Tensor& b, Tensor& out) {
+  using R = decltype(math::binary_fwd<B, T>(T{}, T{}));
+  const Shape& shape = out.shape();
+  const T* ap = a.data_ptr<T>();
+  const T* bp = b.data_ptr<T>();
+  R* op = out.data_ptr<R>();
+  Strides sa = broadcast_strides(a.shape(), a.strides(), shape), sb = broadcast_strides(b.shape(), b.strides(), shape);
+  for_each_strided<3>(shape, {out.strides(), sa, sb}, [&](auto off, int64_t n, auto st) {
+    R* o = op + off[0];
+    const T *x = ap + off[1], *y = bp + off[2];
+    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = math::binary_fwd<B, T>(x[i], y[i]);
+    } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {  // tensor op broadcast scalar/row
+      const T yv = *y;
+      for (int64_t i = 0; i < n; ++i) o[i] = math::binary_fwd<B, T>(x[i], yv);
+    } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
+      const T xv = *x;
+      for (int64_t i = 0; i < n; ++i) o[i] = math::binary_fwd<B, T>(xv, y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = math::binary_fwd<B, T>(x[i * st[1]], y[i * st[2]]);
+    }
+  });
+}
+
+template <class F>
+void visit_binary(Binary op, F&& f) {
+  switch (op) {
+#define ASC_B(name) \
+  case Binary::name: return f.template operator()<Binary::name>();
+    ASC_B(Add) ASC_B(Sub) ASC_B(Mul) ASC_B(Div) ASC_B(Pow) ASC_B(Max) ASC_B(Min) ASC_B(Eq) ASC_B(Ne) ASC_B(Lt)
+    ASC_B(Le) ASC_B(Gt) ASC_B(Ge) ASC_B(And) ASC_B(Or)
+#undef ASC_B
+  }
+}
+
+template <class S, class D>
+void copy_impl(const Tensor& src, Tensor& dst) {
+  const S* sp = static_cast<const S*>(src.raw_data());
+  D* dp = static_cast<D*>(dst.raw_data());
+  Strides ss = broadcast_strides(src.shape(), src.strides(), dst.shape());
+  for_each_strided<2>(dst.shape(), {dst.strides(), ss}, [&](auto off, int64_t n, auto st) {
+    D* o = dp + off[0];
+    const S* s = sp + off[1];
+    if (st[0] == 1 && st[1] == 1) {
+      if constexpr (std::is_same_v<S, D>) std::memcpy(o, s, n * sizeof(D));
+      else for (int64_t i = 0; i < n; ++i) o[i] = static_cast<D>(s[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = static_cast<D>(s[i * st[1]]);
+    }
+  });
+}
+
+}  // namespace
+
+void unary(Unary op, const UnaryParams& p, const Tensor& x, Tensor& out) {
+  ASC_DISPATCH_FLOAT(x.dtype(), "unary", [&] {
+    visit_unary(op, [&]<Unary U>() { unary_impl<U, scalar_t>(p, x, out); });
+  });
+}
+
+void unary_backward(Unary op, const UnaryParams& p, const Tensor& g, const Tensor& x, const Tensor& y, Tensor& gx) {
+  ASC_DISPATCH_FLOAT(x.dtype(), "unary_backward", [&] {
+    visit_unary(op, [&]<Unary U>() { unary_backward_impl<U, scalar_t>(p, g, x, y, gx); });
+  });
+}
+
+void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
+  ASC_DISPATCH_ALL(a.dtype(), "binary", [&] {
+    visit_binary(op, [&]<Binary B>() {
+      if constexpr (std::is_same_v<scalar_t, bool> && !math::is_comparison(B) && B != Binary::Max &&
+                    B != Binary::Min) {
+        // Arithmetic on bools is promoted to int64 by the op layer; only logic reaches here.
+        ASC_THROW("binary: op not defined for bool tensors");
+      } else {
+        binary_impl<B, scalar_t>(a, b, out);
+      }
+    });
+  });
+}
+
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
+  ASC_DISPATCH_ALL(out.dtype(), "where", [&] {
+    const Shape& shape = out.shape();
+    const bool* cp = cond.data_ptr<bool>();
+    const scalar_t* ap = a.data_ptr<scalar_t>();
+    const scalar_t* bp = b.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    Strides sc = broadcast_strides(cond.shape(), cond.strides(), shape);
+    Strides sa = broadcast_strides(a.shape(), a.strides(), shape);
+    Strides sb = broadcast_strides(b.shape(), b.strides(), shape);
+    for_each_strided<4>(shape, {out.strides(), sc, sa, sb}, [&](auto off, int64_t n, auto st) {
+      for (int64_t i = 0; i < n; ++i)
+        op[off[0] + i * st[0]] = cp[off[1] + i * st[1]] ? ap[off[2] + i * st[2]] : bp[off[3] + i * st[3]];
+    });
+  });
+}
+
+void copy(const Tensor& src, Tensor& dst) {
+  ASC_DISPATCH_ALL(src.dtype(), "copy", [&] {
+    using S = scalar_t;
+    ASC_DISPATCH_ALL(dst.dtype(), "copy", [&] { copy_impl<S, scalar_t>(src, dst); });
+  });
+}
+
+void fill(Tensor& dst, double value) {
+  ASC_DISPATCH_ALL(dst.dtype(), "fill", [&] {
+    scalar_t* p = dst.data_ptr<scalar_t>();
+    const scalar_t v = static_cast<scalar_t>(value);
+    for_each_strided<1>(dst.shape(), {dst.strides()}, [&](auto off, int64_t n, auto st) {
+      for (int64_t i = 0; i < n; ++i) p[off[0] + i * st[0]] = v;
+    });
+  });
+}
+
+void isnan(const Tensor& x, Tensor& out) {
+  ASC_DISPATCH_FLOAT(x.dtype(), "isnan", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    bool* op = out.data_ptr<bool>();
+    for_each_strided<2>(x.shape(), {out.strides(), x.strides()}, [&](auto off, int64_t n, auto st) {
+      for (int64_t i = 0; i < n; ++i) op[off[0] + i * st[0]] = std::isnan(xp[off[1] + i * st[1]]);
+    });
+  });
+}
+
+template <class scalar_t>
+void sum_impl(const Tensor& x, Tensor& out) {
+  // Accumulate in double (float64 sums of float32 data keep long reductions accurate), walking x in memory
+  // order with the output broadcast (stride 0) over the reduced dims.
+  using acc_t = std::conditional_t<std::is_same_v<scalar_t, int64_t>, int64_t, double>;
+  const int64_t m = out.numel();
+  std::vector<acc_t> acc(static_cast<size_t>(m), acc_t(0));
+  Strides so = broadcast_strides(out.shape(), contiguous_strides(out.shape()), x.shape());
+  const scalar_t* xp = x.data_ptr<scalar_t>();
+  acc_t* ap = acc.data();
+  if (m == 1) {
+    // Full reduction: each run sums into a local, then adds atomically (runs may be on different threads).
+    for_each_strided<2>(x.shape(), {so, x.strides()}, [&](auto off, int64_t n, auto st) {
+      acc_t s = 0;
+      const scalar_t* a = xp + off[1];
+      if (st[1] == 1)
+        for (int64_t i = 0; i < n; ++i) s += a[i];
+      else
+        for (int64_t i = 0; i < n; ++i) s += a[i * st[1]];
+#ifdef ASC_HAVE_OPENMP
+#pragma omp atomic
+#endif
+      ap[0] += s;
+    });
+  } else {
+    // Reductions into a broadcast output run serially: rows may hit the same output element.
+    for_each_strided<2>(
+        x.shape(), {so, x.strides()},
+        [&](auto off, int64_t n, auto st) {
+          acc_t* o = ap + off[0];
+          const scalar_t* a = xp + off[1];
+          if (st[0] == 0) {
+            acc_t s = 0;
+            for (int64_t i = 0; i < n; ++i) s += a[i * st[1]];
+            *o += s;
+          } else {
+            for (int64_t i = 0; i < n; ++i) o[i * st[0]] += a[i * st[1]];
+          }
+        },
+        /*parallel=*/false);
+  }
+  scalar_t* op = out.data_ptr<scalar_t>();
+  for (int64_t i = 0; i < m; ++i) op[i] = static_cast<scalar_t>(acc[static_cast<size_t>(i)]);
+}
+
+void sum(const Tensor& x, Tensor& out) {
+  ASC_DISPATCH_NUMERIC(x.dtype(), "sum", [&] { sum_impl<scalar_t>(x, out); });
+}
+
+void uniform(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
+  ASC_DISPATCH_FLOAT(out.dtype(), "rand", [&] {
+    scalar_t* p = out.data_ptr<scalar_t>();
+    const int64_t n = out.numel();
+    // float: element i uses lane i % 4 of block offset + i / 4. double: lanes (2(i%2), 2(i%2)+1) of block
+    // offset + i / 2.
+    parallel_for(n, 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        double u;
+        if constexpr (std::is_same_v<scalar_t, float>) {
+          auto r = philox4x32(seed, offset + static_cast<uint64_t>(i / 4));
+          u = uint_to_unit_float(r[i % 4]);
+        } else {
+          auto r = philox4x32(seed, offset + static_cast<uint64_t>(i / 2));
+          u = uint_to_unit_double(r[2 * (i % 2)], r[2 * (i % 2) + 1]);
+        }
+        p[i] = static_cast<scalar_t>(lo + (hi - lo) * u);
+      }
+    });
+  });
+}
+
+void normal(Tensor& out, uint64_t seed, uint64_t offset, double mean, double stddev) {
+  ASC_DISPATCH_FLOAT(out.dtype(), "randn", [&] {
+    scalar_t* p = out.data_ptr<scalar_t>();
+    const int64_t n = out.numel();
+    // Box-Muller: the pair (2j, 2j+1) uses block offset + j; lanes 0/1 give (u1, u2).
+    parallel_for(n, 32, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        auto r = philox4x32(seed, offset + static_cast<uint64_t>(i / 2));
+        double u1 = uint_to_unit_double(r[0], r[1]), u2 = uint_to_unit_double(r[2], r[3]);
+        double rad = std::sqrt(-2.0 * std::log(1.0 - u1));  // 1 - u1 in (0, 1]: never log(0)
+        double th = 2.0 * M_PI * u2;
+        double z = (i % 2 == 0) ? rad * std::cos(th) : rad * std::sin(th);
+        p[i] = static_cast<scalar_t>(mean + stddev * z);
+      }
+    });
+  });
+}
+
+void randint(Tensor& out, uint64_t seed, uint64_t offset, int64_t low, int64_t high) {
+  int64_t* p = out.data_ptr<int64_t>();
+  const uint64_t range = static_cast<uint64_t>(high - low);
+  const int64_t n = out.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    auto r = philox4x32(seed, offset + static_cast<uint64_t>(i / 2));
+    uint64_t v = (static_cast<uint64_t>(r[2 * (i % 2)]) << 32) | r[2 * (i % 2) + 1];
+    p[i] = low + static_cast<int64_t>(v % range);  // bias <= range / 2^64: negligible
+  }
+}
+
+}  // namespace asc::cpu

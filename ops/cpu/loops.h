@@ -1,0 +1,142 @@
+#pragma once
+// Strided iteration for CPU kernels. `for_each_strided<N>` walks a shape with N operands, each with its own
+// element strides (0 on broadcast dims), after merging dimensions that are contiguous for every operand. The
+// callback handles one innermost run:
+//
+//   inner(ptrs, n, steps)   // ptrs[k]: element offset of operand k at the run's start; steps[k]: its stride
+//
+// When every step is 1 the callback can use a plain contiguous loop the compiler vectorises; that is the
+// common case (contiguous tensors collapse to one run of numel elements).
+#include <array>
+#include <cstdint>
+
+#include "core/shape.h"
+
+#ifdef ASC_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+namespace asc::cpu {
+
+// Below this many elements a parallel region costs more than it saves.
+inline constexpr int64_t kParallelGrain = 32768;
+
+template <int N>
+struct StridedLayout {
+  Shape shape;                     // coalesced
+  std::array<Strides, N> strides;  // coalesced, per operand
+};
+
+template <int N>
+StridedLayout<N> coalesce(const Shape& shape, const std::array<Strides, N>& strides) {
+  StridedLayout<N> out;
+  // Drop size-1 dims, then merge dim i into i+1 when every operand has stride[i] == stride[i+1] * size[i+1].
+  for (int d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    int last = out.shape.size() - 1;
+    bool merge = last >= 0;
+    for (int k = 0; k < N && merge; ++k) merge = out.strides[k][last] == strides[k][d] * shape[d];
+    if (merge) {
+      out.shape[last] *= shape[d];
+      for (int k = 0; k < N; ++k) out.strides[k][last] = strides[k][d];
+    } else {
+      out.shape.push_back(shape[d]);
+      for (int k = 0; k < N; ++k) out.strides[k].push_back(strides[k][d]);
+    }
+  }
+  if (out.shape.empty()) {  // a scalar, or all dims of size 1
+    out.shape.push_back(1);
+    for (int k = 0; k < N; ++k) out.strides[k].push_back(0);
+  }
+  return out;
+}
+
+// Calls inner(offsets, n, steps) over the rows [row_begin, row_end) of the coalesced layout, where a "row" is one
+// run of the innermost dimension.
+template <int N, class F>
+void for_rows(const StridedLayout<N>& L, int64_t row_begin, int64_t row_end, F& inner) {
+  const int nd = L.shape.size();
+  const int64_t n = L.shape[nd - 1];
+  std::array<int64_t, N> steps;
+  for (int k = 0; k < N; ++k) steps[k] = L.strides[k][nd - 1];
+  // Decompose row_begin into an index over the outer dims.
+  int64_t idx[kMaxDims] = {};
+  int64_t r = row_begin;
+  for (int d = nd - 2; d >= 0; --d) {
+    idx[d] = r % L.shape[d];
+    r /= L.shape[d];
+  }
+  std::array<int64_t, N> off{};
+  for (int k = 0; k < N; ++k)
+    for (int d = 0; d < nd - 1; ++d) off[k] += idx[d] * L.strides[k][d];
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    inner(off, n, steps);
+    // Odometer increment over the outer dims.
+    for (int d = nd - 2; d >= 0; --d) {
+      if (++idx[d] < L.shape[d]) {
+        for (int k = 0; k < N; ++k) off[k] += L.strides[k][d];
+        break;
+      }
+      idx[d] = 0;
+      for (int k = 0; k < N; ++k) off[k] -= (L.shape[d] - 1) * L.strides[k][d];
+    }
+  }
+}
+
+// Serial or OpenMP-parallel over rows. `parallel` must be false when operands alias in a way that makes rows
+// depend on each other (reductions into a broadcast output).
+template <int N, class F>
+void for_each_strided(const Shape& shape, const std::array<Strides, N>& strides, F&& inner, bool parallel = true) {
+  if (numel_of(shape) == 0) return;
+  StridedLayout<N> L = coalesce<N>(shape, strides);
+  const int64_t n = L.shape[L.shape.size() - 1];
+  const int64_t rows = numel_of(L.shape) / n;
+#ifdef ASC_HAVE_OPENMP
+  if (parallel && rows * n >= kParallelGrain && omp_get_max_threads() > 1) {
+    if (rows == 1) {  // one long run: split it into chunks
+      const int64_t chunks = omp_get_max_threads();
+      const int64_t len = (n + chunks - 1) / chunks;
+      std::array<int64_t, N> steps;
+      for (int k = 0; k < N; ++k) steps[k] = L.strides[k][0];
+#pragma omp parallel for schedule(static)
+      for (int64_t c = 0; c < chunks; ++c) {
+        int64_t b = c * len, e = std::min(n, b + len);
+        if (b >= e) continue;
+        std::array<int64_t, N> off;
+        for (int k = 0; k < N; ++k) off[k] = b * steps[k];
+        inner(off, e - b, steps);
+      }
+      return;
+    }
+#pragma omp parallel
+    {
+      int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      int64_t per = (rows + nt - 1) / nt;
+      int64_t b = t * per, e = std::min(rows, b + per);
+      if (b < e) for_rows<N>(L, b, e, inner);
+    }
+    return;
+  }
+#endif
+  for_rows<N>(L, 0, rows, inner);
+}
+
+// Runs fn(begin, end) over [0, n) split across threads when n * cost_per_item is large enough.
+template <class F>
+void parallel_for(int64_t n, int64_t cost_per_item, F&& fn) {
+#ifdef ASC_HAVE_OPENMP
+  if (n > 1 && n * cost_per_item >= kParallelGrain && omp_get_max_threads() > 1) {
+#pragma omp parallel
+    {
+      int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      int64_t per = (n + nt - 1) / nt;
+      int64_t b = t * per, e = std::min(n, b + per);
+      if (b < e) fn(b, e);
+    }
+    return;
+  }
+#endif
+  if (n > 0) fn(int64_t{0}, n);
+}
+
+}  // namespace asc::cpu

@@ -1,0 +1,103 @@
+// CPU matmul: OpenBLAS GEMM when available (operands passed with their own leading dimensions and a
+// transpose flag, so transposed views cost no copy), else a cache-blocked kernel of our own.
+#include <algorithm>
+#include <vector>
+
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/loops.h"
+
+#ifdef ASC_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+namespace asc::cpu {
+namespace {
+
+// A 2-D matrix operand as GEMM sees it: row-major with leading dimension ld, optionally transposed.
+struct GemmOperand {
+  bool trans = false;
+  int64_t ld = 0;
+  bool ok = false;  // false: strides are not GEMM-compatible, a contiguous copy is needed
+};
+
+GemmOperand gemm_layout(int64_t rows, int64_t cols, int64_t s_row, int64_t s_col) {
+  if (s_col == 1 && (s_row >= std::max<int64_t>(cols, 1) || rows == 1)) return {false, std::max(s_row, cols), true};
+  if (s_row == 1 && (s_col >= std::max<int64_t>(rows, 1) || cols == 1)) return {true, std::max(s_col, rows), true};
+  return {};
+}
+
+// Reference blocked kernel: C[M,N] = A[M,K] B[K,N], all with arbitrary strides. Blocks of 64 keep the working
+// set in L1/L2; the inner j loop is contiguous in C and B when they are row-major, so it vectorises.
+template <class T>
+void gemm_fallback(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B, int64_t sbk,
+                   int64_t sbn, T* C, int64_t scm, int64_t scn) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * scm + j * scn] = T(0);
+  constexpr int64_t kb = 64;
+  for (int64_t k0 = 0; k0 < K; k0 += kb)
+    for (int64_t i0 = 0; i0 < M; i0 += kb)
+      for (int64_t j0 = 0; j0 < N; j0 += kb) {
+        int64_t k1 = std::min(K, k0 + kb), i1 = std::min(M, i0 + kb), j1 = std::min(N, j0 + kb);
+        for (int64_t i = i0; i < i1; ++i)
+          for (int64_t k = k0; k < k1; ++k) {
+            const T a = A[i * sam + k * sak];
+            T* c = C + i * scm;
+            const T* b = B + k * sbk;
+            if (scn == 1 && sbn == 1)
+              for (int64_t j = j0; j < j1; ++j) c[j] += a * b[j];
+            else
+              for (int64_t j = j0; j < j1; ++j) c[j * scn] += a * b[j * sbn];
+          }
+      }
+}
+
+template <class T>
+void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B, int64_t sbk,
+          int64_t sbn, T* C, int64_t ldc) {
+#ifdef ASC_HAVE_CBLAS
+  GemmOperand ga = gemm_layout(M, K, sam, sak), gb = gemm_layout(K, N, sbk, sbn);
+  if (ga.ok && gb.ok && M > 0 && N > 0) {
+    if (K == 0) {
+      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
+      return;
+    }
+    auto ta = ga.trans ? CblasTrans : CblasNoTrans, tb = gb.trans ? CblasTrans : CblasNoTrans;
+    if constexpr (std::is_same_v<T, float>)
+      cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, ga.ld, B, gb.ld, 0.0f, C, ldc);
+    else
+      cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, ga.ld, B, gb.ld, 0.0, C, ldc);
+    return;
+  }
+#endif
+  gemm_fallback<T>(M, N, K, A, sam, sak, B, sbk, sbn, C, ldc, 1);
+}
+
+}  // namespace
+
+void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
+  // a: (M, K) or (Bt, M, K); b: (K, N) or (Bt, K, N) (batch stride may be 0); out: contiguous (.., M, N).
+  ASC_DISPATCH_FLOAT(a.dtype(), "matmul", [&] {
+    const bool batched = a.dim() == 3;
+    const int64_t Bt = batched ? a.size(0) : 1;
+    const int d = batched ? 1 : 0;
+    const int64_t M = a.size(d), K = a.size(d + 1), N = b.size(d + 1);
+    const int64_t sab = batched ? a.stride(0) : 0, sbb = batched ? b.stride(0) : 0;
+    const scalar_t* A = a.data_ptr<scalar_t>();
+    const scalar_t* B = b.data_ptr<scalar_t>();
+    scalar_t* C = out.data_ptr<scalar_t>();
+    auto one = [&](int64_t i) {
+      gemm<scalar_t>(M, N, K, A + i * sab, a.stride(d), a.stride(d + 1), B + i * sbb, b.stride(d), b.stride(d + 1),
+                     C + i * M * N, N);
+    };
+#ifdef ASC_HAVE_CBLAS
+    // OpenBLAS threads each GEMM itself; small batched products are cheaper spread over batch instead.
+    for (int64_t i = 0; i < Bt; ++i) one(i);
+#else
+    parallel_for(Bt, M * N * K, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) one(i);
+    });
+#endif
+  });
+}
+
+}  // namespace asc::cpu

@@ -1,0 +1,29 @@
+#pragma once
+// Indexing, joining and splitting. Index tensors are int64; every index is bounds-checked (an out-of-range
+// index is an asc::Error naming the op, the index and the dimension size, never a wild read).
+//
+//   Tensor rows = asc::index_select(x, 0, asc::tensor(std::vector<int64_t>{2, 0}, {2}));
+//   Tensor y = asc::cat({a, b}, -1);
+#include "core/tensor.h"
+
+namespace asc {
+
+// x.select along `dim` at each of `index` (1-D int64): out.shape[dim] = index.numel().
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// out[i][j][k] = x[index[i][j][k]][j][k] for dim 0 (and so on): index has x's rank; out has index's shape.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// out = x, then out[index[i][j]][j] += src[i][j] (dim 0); index and src share a shape. Differentiable in x, src.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// Joins along an existing dim (cat) or a new one (stack). All inputs share dtype, device, and other sizes.
+Tensor cat(const TensorList& xs, int64_t dim);
+Tensor stack(const TensorList& xs, int64_t dim);
+// Views of consecutive pieces of `size` along dim (the last may be smaller) / of `chunks` nearly equal pieces.
+TensorList split(const Tensor& x, int64_t size, int64_t dim);
+TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim);
+// (..., ) int64 -> (..., num_classes) of dtype `dtype` (default float32). Not differentiable.
+Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype = kFloat32);
+// weight (V, D), index (...) int64 -> (..., D). Gradient accumulates into the rows of weight used;
+// rows equal to padding_idx (if >= 0) get no gradient.
+Tensor embedding(const Tensor& weight, const Tensor& index, int64_t padding_idx = -1);
+
+}  // namespace asc

@@ -1,0 +1,79 @@
+#include "ops/linalg.h"
+
+#include "autograd/node.h"
+#include "ops/dispatch.h"
+#include "ops/elementwise.h"
+
+namespace asc {
+
+namespace {
+
+// (..., M, K) @ (..., K, N) for operands of at least 2 dims, batch dims broadcast. No autograd.
+Tensor matmul_nd(const Tensor& a, const Tensor& b) {
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Shape ba(std::span<const int64_t>(a.shape().data(), a.dim() - 2));
+  Shape bb(std::span<const int64_t>(b.shape().data(), b.dim() - 2));
+  Shape batch = broadcast_shapes(ba, bb, "matmul");
+  const int64_t nb = numel_of(batch);
+  Shape out_shape = batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out = Tensor::empty(out_shape, a.options());
+  if (batch.empty()) {
+    ASC_KERNEL(a.device(), "matmul", matmul, a, b, out);
+    return out;
+  }
+  // Collapse the batch dims to one: a view when the operand's batch dims are mergeable (always for expand of a
+  // contiguous tensor's leading dims), else a contiguous copy.
+  auto as3 = [&](const Tensor& t, int64_t rows, int64_t cols) {
+    Shape full = batch;
+    full.push_back(rows);
+    full.push_back(cols);
+    Tensor e = t.expand(full);
+    Tensor v = e.dim() == 3 ? e : e.reshape({nb, rows, cols});
+    return v;
+  };
+  Tensor a3 = as3(a, M, K), b3 = as3(b, K, N);
+  Tensor o3 = out.view({nb, M, N});
+  ASC_KERNEL(a.device(), "matmul", matmul, a3, b3, o3);
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  check_defined("matmul", a_in, "first input");
+  check_defined("matmul", b_in, "second input");
+  check_same_device("matmul", {&a_in, &b_in});
+  ASC_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: both operands need at least 1 dimension, got {} and {}",
+            a_in.shape(), b_in.shape());
+  ASC_CHECK(is_floating(a_in.dtype()) && a_in.dtype() == b_in.dtype(),
+            "matmul: operands must share a floating dtype, got {} and {}", a_in.dtype(), b_in.dtype());
+  const bool a_vec = a_in.dim() == 1, b_vec = b_in.dim() == 1;
+  Tensor a = a_vec ? a_in.unsqueeze(0) : a_in;  // (K) -> (1, K)
+  Tensor b = b_vec ? b_in.unsqueeze(-1) : b_in;  // (K) -> (K, 1)
+  ASC_CHECK(a.size(-1) == b.size(-2), "matmul: inner dimensions differ: {} @ {} ({} vs {})", a_in.shape(),
+            b_in.shape(), a.size(-1), b.size(-2));
+  Tensor out;
+  {
+    NoGradGuard ng;  // the views above are recorded by autograd on their own; the product node is recorded below
+    out = matmul_nd(a.detach(), b.detach());
+  }
+  if (autograd::needs_grad(a, b)) {
+    bool ga = a.requires_grad(), gb = b.requires_grad();
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("matmul", {a, b}, {out},
+                     [=, as = autograd::SavedTensor(a, "matmul"), bs = autograd::SavedTensor(b, "matmul")](
+                         const TensorList& g) -> TensorList {
+                       // dA = dC B^T (summed over broadcast batch dims), dB = A^T dC.
+                       Tensor da = ga ? sum_to(matmul_nd(g[0], bs.get().transpose(-1, -2)), sa) : Tensor();
+                       Tensor db = gb ? sum_to(matmul_nd(as.get().transpose(-1, -2), g[0]), sb) : Tensor();
+                       return {da, db};
+                     });
+  }
+  if (a_vec) out = out.squeeze(-2);
+  if (b_vec) out = out.squeeze(-1);
+  return out;
+}
+
+}  // namespace asc

@@ -1,0 +1,116 @@
+#pragma once
+// Per-element math of the elementwise ops, written once for every backend: each functor has the forward value
+// and, for differentiable unary ops, the derivative dy/dx given x and y. CUDA kernels include this header too
+// (ASC_HD expands to __host__ __device__ there).
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define ASC_HD __host__ __device__ __forceinline__
+#else
+#define ASC_HD inline
+#endif
+
+namespace asc::math {
+
+enum class Unary : uint8_t {
+  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh, Softplus, Clamp,
+  AddScalar, MulScalar, RSubScalar, RDivScalar, PowScalar,
+};
+
+// Parameters of a unary op: scalar operand (a), bounds (lo/hi), softplus beta/threshold (a/b).
+struct UnaryParams {
+  double a = 0, b = 0, lo = -INFINITY, hi = INFINITY;
+};
+
+template <class T>
+ASC_HD T sigmoid(T x) {
+  return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
+}
+
+// Forward value of unary op U.
+template <Unary U, class T>
+ASC_HD T unary_fwd(T x, const UnaryParams& p) {
+  constexpr T kInvSqrt2 = T(0.70710678118654752440), kInvSqrt2Pi = T(0.39894228040143267794);
+  constexpr T kSqrt2OverPi = T(0.79788456080286535588), kC = T(0.044715);
+  (void)kInvSqrt2Pi;
+  if constexpr (U == Unary::Neg) return -x;
+  else if constexpr (U == Unary::Exp) return std::exp(x);
+  else if constexpr (U == Unary::Log) return std::log(x);
+  else if constexpr (U == Unary::Sqrt) return std::sqrt(x);
+  else if constexpr (U == Unary::Rsqrt) return T(1) / std::sqrt(x);
+  else if constexpr (U == Unary::Abs) return std::abs(x);
+  else if constexpr (U == Unary::Relu) return x > T(0) ? x : T(0);
+  else if constexpr (U == Unary::Gelu) return T(0.5) * x * (T(1) + std::erf(x * kInvSqrt2));
+  else if constexpr (U == Unary::GeluTanh) return T(0.5) * x * (T(1) + std::tanh(kSqrt2OverPi * (x + kC * x * x * x)));
+  else if constexpr (U == Unary::Silu) return x * sigmoid(x);
+  else if constexpr (U == Unary::Sigmoid) return sigmoid(x);
+  else if constexpr (U == Unary::Tanh) return std::tanh(x);
+  else if constexpr (U == Unary::Softplus) {
+    T bx = T(p.a) * x;
+    return bx > T(p.b) ? x : std::log1p(std::exp(bx)) / T(p.a);
+  } else if constexpr (U == Unary::Clamp) return x < T(p.lo) ? T(p.lo) : (x > T(p.hi) ? T(p.hi) : x);
+  else if constexpr (U == Unary::AddScalar) return x + T(p.a);
+  else if constexpr (U == Unary::MulScalar) return x * T(p.a);
+  else if constexpr (U == Unary::RSubScalar) return T(p.a) - x;
+  else if constexpr (U == Unary::RDivScalar) return T(p.a) / x;
+  else if constexpr (U == Unary::PowScalar) return std::pow(x, T(p.a));
+}
+
+// Derivative dy/dx of unary op U at x (with y = forward value).
+template <Unary U, class T>
+ASC_HD T unary_grad(T x, T y, const UnaryParams& p) {
+  constexpr T kInvSqrt2 = T(0.70710678118654752440), kInvSqrt2Pi = T(0.39894228040143267794);
+  constexpr T kSqrt2OverPi = T(0.79788456080286535588), kC = T(0.044715);
+  if constexpr (U == Unary::Neg) return T(-1);
+  else if constexpr (U == Unary::Exp) return y;
+  else if constexpr (U == Unary::Log) return T(1) / x;
+  else if constexpr (U == Unary::Sqrt) return T(0.5) / y;
+  else if constexpr (U == Unary::Rsqrt) return T(-0.5) * y * y * y;
+  else if constexpr (U == Unary::Abs) return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+  else if constexpr (U == Unary::Relu) return x > T(0) ? T(1) : T(0);
+  else if constexpr (U == Unary::Gelu)
+    return T(0.5) * (T(1) + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(T(-0.5) * x * x);
+  else if constexpr (U == Unary::GeluTanh) {
+    T u = kSqrt2OverPi * (x + kC * x * x * x), t = std::tanh(u);
+    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kSqrt2OverPi * (T(1) + T(3) * kC * x * x);
+  } else if constexpr (U == Unary::Silu) {
+    T s = sigmoid(x);
+    return s * (T(1) + x * (T(1) - s));
+  } else if constexpr (U == Unary::Sigmoid) return y * (T(1) - y);
+  else if constexpr (U == Unary::Tanh) return T(1) - y * y;
+  else if constexpr (U == Unary::Softplus) {
+    T bx = T(p.a) * x;
+    return bx > T(p.b) ? T(1) : sigmoid(bx);
+  } else if constexpr (U == Unary::Clamp) return (x >= T(p.lo) && x <= T(p.hi)) ? T(1) : T(0);
+  else if constexpr (U == Unary::AddScalar) return T(1);
+  else if constexpr (U == Unary::MulScalar) return T(p.a);
+  else if constexpr (U == Unary::RSubScalar) return T(-1);
+  else if constexpr (U == Unary::RDivScalar) return -y / x;
+  else if constexpr (U == Unary::PowScalar) return T(p.a) * std::pow(x, T(p.a) - T(1));
+}
+
+enum class Binary : uint8_t { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+
+template <Binary B, class T>
+ASC_HD auto binary_fwd(T a, T b) {
+  if constexpr (B == Binary::Add) return a + b;
+  else if constexpr (B == Binary::Sub) return a - b;
+  else if constexpr (B == Binary::Mul) return a * b;
+  else if constexpr (B == Binary::Div) return a / b;
+  else if constexpr (B == Binary::Pow) return static_cast<T>(std::pow(a, b));
+  else if constexpr (B == Binary::Max) return a > b ? a : b;
+  else if constexpr (B == Binary::Min) return a < b ? a : b;
+  else if constexpr (B == Binary::Eq) return a == b;
+  else if constexpr (B == Binary::Ne) return a != b;
+  else if constexpr (B == Binary::Lt) return a < b;
+  else if constexpr (B == Binary::Le) return a <= b;
+  else if constexpr (B == Binary::Gt) return a > b;
+  else if constexpr (B == Binary::Ge) return a >= b;
+  else if constexpr (B == Binary::And) return static_cast<bool>(a) && static_cast<bool>(b);
+  else if constexpr (B == Binary::Or) return static_cast<bool>(a) || static_cast<bool>(b);
+}
+
+constexpr bool is_comparison(Binary b) { return b >= Binary::Eq; }
+
+}  // namespace asc::math

@@ -1,0 +1,42 @@
+#pragma once
+// Neural-network functional ops (the building blocks of nn/ layers).
+//
+//   Tensor p = asc::softmax(scores, -1, mask);   // mask: bool, true = keep; fully masked rows give zeros
+//   Tensor loss = asc::cross_entropy(logits, targets, {.ignore_index = -100, .label_smoothing = 0.1});
+#include <optional>
+
+#include "core/generator.h"
+#include "core/tensor.h"
+
+namespace asc {
+
+// Softmax / log-softmax along `dim`. `mask` (bool, broadcastable to x; true = keep) excludes entries: they get
+// probability 0 (log-prob -inf). A row with no kept entry gives all zeros and a zero gradient, never NaN.
+Tensor softmax(const Tensor& x, int64_t dim, const Tensor& mask = {});
+// For fully masked rows log_softmax returns 0 (not -inf), so that losses built on it stay finite.
+Tensor log_softmax(const Tensor& x, int64_t dim, const Tensor& mask = {});
+
+enum class Reduction { None, Mean, Sum };
+
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;   // targets equal to this contribute nothing (and are not counted in the mean)
+  double label_smoothing = 0.0;  // in [0, 1]: target distribution (1 - s) one-hot + s / C uniform
+  Reduction reduction = Reduction::Mean;
+};
+// logits (N, C) or (N, C, d...) with targets (N) / (N, d...) int64 in [0, C) (or ignore_index).
+// Mean over non-ignored targets; all ignored gives 0.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions opts = {});
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// Normalises over the trailing dims `normalized_shape`; weight/bias (that shape) optional. Population variance.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+// x / sqrt(mean(x^2) + eps) * weight over the trailing dims.
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, double eps = 1e-6);
+// Zeroes each element with probability p and scales the rest by 1 / (1 - p), when training. The mask is drawn
+// from `gen` (default generator when null): same seed, same mask.
+Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);
+// x (..., in) @ weight^T (out, in) + bias (out).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+}  // namespace asc

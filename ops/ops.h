@@ -1,0 +1,8 @@
+#pragma once
+// Every op of the framework. Include "ascender.h" for the whole public API.
+#include "ops/elementwise.h"
+#include "ops/geometry.h"
+#include "ops/index.h"
+#include "ops/linalg.h"
+#include "ops/nn_functional.h"
+#include "ops/reduce.h"

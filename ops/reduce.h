@@ -1,0 +1,40 @@
+#pragma once
+// Reductions over any set of axes (negative axes count from the end; an empty `dims` list means all axes),
+// with keepdim. All differentiable except the index outputs.
+//
+//   Tensor m = asc::mean(x, {-1}, /*keepdim=*/true);      // (B, T, 1)
+//   auto [v, i] = asc::max(x, 1);                         // values and int64 indices along dim 1
+#include "core/tensor.h"
+
+namespace asc {
+
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;  // int64
+};
+
+Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+// Variance with `correction` (0: population, 1: unbiased / Bessel). Error when N - correction <= 0.
+Tensor var(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor std(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
+// Max / min along one dim with the (first) index of the extreme; error on an empty dimension.
+// Gradient flows to the selected element.
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
+// Max / min over axes (all when empty); ties split the gradient equally among the maxima.
+Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+// log(sum(exp(x))) computed stably (max-shifted); rows of all -inf give -inf.
+Tensor logsumexp(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+// p-norm (p = 2 by default; p = 1, any p >= 1, and p = inf supported). Gradient of the 2-norm at 0 is 0.
+Tensor norm(const Tensor& x, double p = 2.0, const Dims& dims = {}, bool keepdim = false);
+
+// Helpers for op implementers: the wrapped, sorted, de-duplicated axes (all when `dims` is empty), and the
+// output shape with those axes kept as size 1 or removed.
+Dims reduction_axes(const Dims& dims, int ndim, const char* op);
+Shape reduced_shape(const Shape& shape, const Dims& axes, bool keepdim);
+
+}  // namespace asc

@@ -1,0 +1,81 @@
+#pragma once
+// Shared test helpers: random inputs, naive reference comparisons, gradcheck wrappers, error expectations.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ascender.h"
+
+namespace asc::testing {
+
+inline Tensor randn64(const Shape& s, bool requires_grad = false, uint64_t seed = 7) {
+  Generator g(seed);
+  Tensor t = randn(s, {.dtype = kFloat64}, &g);
+  if (requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+inline Tensor randn32(const Shape& s, uint64_t seed = 7) {
+  Generator g(seed);
+  return randn(s, {.dtype = kFloat32}, &g);
+}
+
+// Element-wise |a - b| <= atol + rtol |b| over row-major contents; reports the first mismatch.
+inline void check_close(const Tensor& actual, const std::vector<double>& expected, double atol = 1e-6,
+                        double rtol = 1e-5) {
+  std::vector<double> a = actual.to_vector<double>();
+  REQUIRE(a.size() == expected.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    bool ok = (std::isnan(a[i]) && std::isnan(expected[i])) ||
+              (std::isinf(a[i]) && a[i] == expected[i]) ||
+              std::abs(a[i] - expected[i]) <= atol + rtol * std::abs(expected[i]);
+    if (!ok) {
+      FAIL_CHECK("element " << i << ": got " << a[i] << ", expected " << expected[i]);
+      return;
+    }
+  }
+}
+
+inline void check_close(const Tensor& actual, const Tensor& expected, double atol = 1e-6, double rtol = 1e-5) {
+  REQUIRE_MESSAGE(actual.shape() == expected.shape(),
+                  fmt::format("shape {} vs expected {}", actual.shape(), expected.shape()));
+  check_close(actual, expected.to_vector<double>(), atol, rtol);
+}
+
+// gradcheck with a doctest failure message naming the mismatch.
+inline void check_grad(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs,
+                       autograd::GradcheckOptions opts = {}) {
+  auto r = autograd::gradcheck(fn, inputs, opts);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+// Runs `fn`, expects asc::Error whose message contains every fragment.
+template <class F>
+void check_error(F&& fn, std::initializer_list<const char*> fragments) {
+  try {
+    fn();
+    FAIL_CHECK("expected asc::Error containing '" << *fragments.begin() << "', nothing was thrown");
+  } catch (const asc::Error& e) {
+    std::string msg = e.what();
+    for (const char* f : fragments) CHECK_MESSAGE(msg.find(f) != std::string::npos, "message: " << msg << " lacks: " << f);
+  }
+}
+
+// Row-major multi-index helpers for naive reference loops.
+inline std::vector<int64_t> unravel(int64_t flat, const Shape& s) {
+  std::vector<int64_t> idx(static_cast<size_t>(s.size()));
+  for (int d = s.size() - 1; d >= 0; --d) {
+    idx[static_cast<size_t>(d)] = flat % s[d];
+    flat /= s[d];
+  }
+  return idx;
+}
+inline int64_t ravel(const std::vector<int64_t>& idx, const Shape& s) {
+  int64_t f = 0;
+  for (int d = 0; d < s.size(); ++d) f = f * s[d] + idx[static_cast<size_t>(d)];
+  return f;
+}
+
+}  // namespace asc::testing
