@@ -11,4 +11,5 @@
 #include "core/format.h"
 #include "core/generator.h"
 #include "core/tensor.h"
+#include "cuda/cuda.h"
 #include "ops/ops.h"

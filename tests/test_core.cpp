@@ -1,0 +1,186 @@
+// Tensor core: storage sharing, views, creation ops, the generator, dtype promotion, printing, errors.
+#include "testing.h"
+
+using namespace asc;
+using namespace asc::testing;
+
+TEST_CASE("philox4x32-10 matches the Random123 known-answer vectors") {
+  auto a = philox4x32(0, 0, 0);
+  CHECK(a == std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
+  auto b = philox4x32(~0ull, ~0ull, ~0ull);
+  CHECK(b == std::array<uint32_t, 4>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu});
+  auto c = philox4x32(0x299f31d0a4093822ull, 0x85a308d3243f6a88ull, 0x0370734413198a2eull);
+  CHECK(c == std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
+}
+
+TEST_CASE("generator: reproducible, advancing, independent of how the draw is split") {
+  Generator g1(42), g2(42);
+  auto x = rand({1000}, {}, &g1).to_vector<float>();
+  auto y = rand({1000}, {}, &g2).to_vector<float>();
+  CHECK(x == y);
+  auto z = rand({1000}, {}, &g1).to_vector<float>();
+  CHECK(x != z);
+  // element i depends only on (seed, offset, i): a draw of 8 equals the first 8 of a draw of 1000
+  Generator g3(42);
+  auto w = rand({8}, {}, &g3).to_vector<float>();
+  CHECK(std::equal(w.begin(), w.end(), x.begin()));
+  double mean = 0, m2 = 0;
+  for (float v : x) {
+    CHECK(v >= 0.0f);
+    CHECK(v < 1.0f);
+    mean += v;
+  }
+  mean /= 1000;
+  CHECK(std::abs(mean - 0.5) < 0.05);
+  Generator g4(7);
+  auto n = randn({20000}, {.dtype = kFloat64}, &g4).to_vector<double>();
+  mean = 0;
+  for (double v : n) mean += v;
+  mean /= n.size();
+  for (double v : n) m2 += (v - mean) * (v - mean);
+  CHECK(std::abs(mean) < 0.03);
+  CHECK(std::abs(m2 / n.size() - 1.0) < 0.05);
+  auto r = randint(3, 9, {5000}, {.dtype = kInt64}, &g4).to_vector<int64_t>();
+  int counts[6] = {};
+  for (auto v : r) {
+    REQUIRE(v >= 3);
+    REQUIRE(v < 9);
+    counts[v - 3]++;
+  }
+  for (int c : counts) CHECK(c > 700);
+  manual_seed(5);
+  auto d1 = randn({4}).to_vector<float>();
+  manual_seed(5);
+  CHECK(randn({4}).to_vector<float>() == d1);
+}
+
+TEST_CASE("creation ops") {
+  check_close(zeros({2, 2}), {0, 0, 0, 0});
+  check_close(ones({3}), {1, 1, 1});
+  check_close(full({2}, 2.5), {2.5, 2.5});
+  check_close(arange(5), {0, 1, 2, 3, 4});
+  CHECK(arange(5).dtype() == kInt64);
+  check_close(arange(1.0, 2.0, 0.25, {.dtype = kFloat64}), {1, 1.25, 1.5, 1.75});
+  check_close(eye(3), {1, 0, 0, 0, 1, 0, 0, 0, 1});
+  Tensor t = tensor({1, 2, 3, 4, 5, 6}, {2, 3}, {.dtype = kFloat64});
+  CHECK(t.shape() == Shape{2, 3});
+  CHECK(t.dtype() == kFloat64);
+  CHECK(tensor(std::vector<int64_t>{4, 5}, {2}).to_vector<int64_t>() == std::vector<int64_t>{4, 5});
+  CHECK(scalar_tensor(3.0).dim() == 0);
+  CHECK(scalar_tensor(3.0).item<double>() == 3.0);
+  CHECK(zeros({0, 3}).numel() == 0);
+  check_error([] { tensor({1, 2, 3}, {2, 2}); }, {"tensor", "3 values", "[2, 2]"});
+  check_error([] { zeros({2, -1}); }, {"negative dimension"});
+  check_error([] { arange(0.0, 1.0, 0.0); }, {"arange"});
+  check_error([] { randint(5, 5, {2}); }, {"randint", "empty range"});
+  check_error([] { rand({2}, {.dtype = kInt64}); }, {"rand", "int64"});
+}
+
+TEST_CASE("views share storage and follow strides") {
+  Tensor x = arange(0.0, 24.0, 1.0, {.dtype = kFloat64}).reshape({2, 3, 4});
+  CHECK(x.is_contiguous());
+  Tensor p = x.permute({2, 0, 1});
+  CHECK(p.shape() == Shape{4, 2, 3});
+  CHECK(!p.is_contiguous());
+  CHECK(p.shares_storage(x));
+  // naive check of permute
+  auto pv = p.to_vector<double>();
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 2; ++b)
+      for (int c = 0; c < 3; ++c) CHECK(pv[(a * 2 + b) * 3 + c] == b * 12 + c * 4 + a);
+  Tensor tr = x.transpose(0, 2);
+  CHECK(tr.shape() == Shape{4, 3, 2});
+  CHECK(tr.contiguous().is_contiguous());
+  CHECK(tr.contiguous().to_vector<double>()[1] == 12);
+  Tensor s = x.slice(2, 1, 4, 2);  // columns 1, 3
+  CHECK(s.shape() == Shape{2, 3, 2});
+  check_close(s.select(0, 1).select(0, 2), {21, 23});
+  Tensor n = x.narrow(1, 1, 2);
+  CHECK(n.shape() == Shape{2, 2, 4});
+  CHECK(n.to_vector<double>()[0] == 4);
+  CHECK(x.unsqueeze(1).shape() == Shape{2, 1, 3, 4});
+  CHECK(x.unsqueeze(-1).shape() == Shape{2, 3, 4, 1});
+  CHECK(x.unsqueeze(1).squeeze().shape() == Shape{2, 3, 4});
+  CHECK(x.reshape({6, -1}).shape() == Shape{6, 4});
+  CHECK(x.flatten(1).shape() == Shape{2, 12});
+  Tensor e = tensor({1, 2, 3}, {3, 1}).expand({3, 4});
+  CHECK(e.stride(1) == 0);
+  check_close(e, {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
+  // reshape of a non-viewable layout copies; view refuses
+  Tensor tt = x.transpose(1, 2);
+  CHECK(tt.reshape({2, 12}).to_vector<double>()[1] == 4);
+  check_error([&] { tt.view({2, 12}); }, {"view", "reshape"});
+  // writes through a view are visible in the base
+  Tensor base = zeros({2, 3});
+  base.select(1, 1).fill_(7);
+  check_close(base, {0, 7, 0, 0, 7, 0});
+  check_error([&] { x.reshape({5, 5}); }, {"reshape", "[5, 5]", "24"});
+  check_error([&] { x.permute({0, 0, 1}); }, {"permute", "repeated"});
+  check_error([&] { x.narrow(1, 2, 2); }, {"narrow", "out of bounds"});
+  check_error([&] { x.select(0, 2); }, {"select", "index 2"});
+  check_error([&] { x.transpose(0, 3); }, {"transpose", "dimension 3 out of range"});
+  check_error([&] { tensor({1, 2}, {2}).expand({3}); }, {"expand"});
+}
+
+TEST_CASE("dtype conversion and promotion") {
+  Tensor i = tensor(std::vector<int64_t>{1, 2, 3}, {3});
+  Tensor f = tensor({0.5, 0.5, 0.5}, {3});
+  Tensor s = i + f;
+  CHECK(s.dtype() == kFloat32);
+  check_close(s, {1.5, 2.5, 3.5});
+  Tensor d = f.to(kFloat64) * i;
+  CHECK(d.dtype() == kFloat64);
+  CHECK((i + i).dtype() == kInt64);
+  Tensor b = gt(f, 0.0);
+  CHECK(b.dtype() == kBool);
+  CHECK(sum(b).item<int64_t>() == 3);
+  check_close(tensor({1.7, -1.7}, {2}).to(kInt64), {1, -1});
+}
+
+TEST_CASE("in-place ops bump the version and are refused on tensors that require grad") {
+  Tensor x = zeros({3});
+  uint64_t v0 = x.impl()->storage->version();
+  x.add_(ones({3}));
+  CHECK(x.impl()->storage->version() == v0 + 1);
+  x.mul_(3.0);
+  check_close(x, {3, 3, 3});
+  x.copy_(tensor({1, 2, 3}, {3}));
+  check_close(x, {1, 2, 3});
+  Tensor w = ones({2}, {.requires_grad = true});
+  check_error([&] { w.add_(ones({2})); }, {"add_", "requires grad"});
+  {
+    NoGradGuard ng;
+    w.add_(ones({2}));  // parameter updates are allowed without grad mode
+  }
+  check_close(w, {2, 2});
+  check_error([&] { x.copy_(ones({4})); }, {"copy_", "[4]", "[3]"});
+  // overlapping copy reads the source before writing
+  Tensor r = arange(0.0, 4.0, 1.0, {.dtype = kFloat64});
+  r.slice(0, 1, 4).copy_(r.slice(0, 0, 3));
+  check_close(r, {0, 0, 1, 2});
+}
+
+TEST_CASE("formatting") {
+  Tensor x = tensor({1, 2, 3, 4}, {2, 2});
+  std::string s = fmt::format("{}", x);
+  CHECK(s.find("[[1.0000, 2.0000]") != std::string::npos);
+  CHECK(s.find("shape=[2, 2]") != std::string::npos);
+  CHECK(fmt::format("{}", Shape{2, 3}) == "[2, 3]");
+  CHECK(fmt::format("{}", kBFloat16) == "bfloat16");
+  CHECK(fmt::format("{}", Device::cuda(1)) == "cuda:1");
+  CHECK(fmt::format("{}", Tensor()) == "tensor(undefined)");
+  Tensor big = arange(100);
+  CHECK(fmt::format("{}", big).find("...") != std::string::npos);
+}
+
+TEST_CASE("device errors are clear when no CUDA device exists") {
+  if (cuda::is_available()) return;  // covered by the CUDA parity suite on GPU machines
+  check_error([] { zeros({2}, {.device = Device::cuda()}); }, {"cuda:0", "no CUDA device"});
+  check_error([] { ones({2}).to(Device::cuda()); }, {"cuda:0"});
+}
+
+TEST_CASE("shape errors name the op and the shapes") {
+  check_error([] { tensor({1, 2, 3}, {3}) + tensor({1, 2}, {2}); }, {"add", "[3]", "[2]", "broadcastable"});
+  check_error([] { Dims d; for (int i = 0; i < 9; ++i) d.push_back(1); }, {"at most 8"});
+  check_error([] { ones({2}).item<float>(); }, {"item", "[2]"});
+}

@@ -1,0 +1,74 @@
+// matmul: 1-D/2-D/batched/broadcast shapes and transposed operands vs naive loops, gradients, errors.
+#include "testing.h"
+
+using namespace asc;
+using namespace asc::testing;
+
+namespace {
+// Naive (.., M, K) @ (.., K, N) with batch broadcasting, all in double.
+std::vector<double> naive_matmul(const Tensor& a, const Tensor& b) {
+  Shape ba(std::span<const int64_t>(a.shape().data(), a.dim() - 2));
+  Shape bb(std::span<const int64_t>(b.shape().data(), b.dim() - 2));
+  Shape batch = broadcast_shapes(ba, bb, "naive");
+  int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Shape fa = batch, fb = batch;
+  fa.push_back(M), fa.push_back(K), fb.push_back(K), fb.push_back(N);
+  auto av = a.expand(fa).contiguous().to_vector<double>(), bv = b.expand(fb).contiguous().to_vector<double>();
+  std::vector<double> out;
+  for (int64_t t = 0; t < numel_of(batch); ++t)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += av[(t * M + i) * K + k] * bv[(t * K + k) * N + j];
+        out.push_back(s);
+      }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("matmul forward vs naive") {
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{3, 4}, {4, 5}}, {{2, 3, 4}, {2, 4, 5}}, {{2, 3, 4}, {4, 5}}, {{3, 4}, {2, 4, 5}},
+      {{2, 1, 3, 4}, {3, 4, 2}}, {{1, 1}, {1, 1}}, {{64, 33}, {33, 70}}};
+  for (auto& [sa, sb] : cases) {
+    CAPTURE(sa);
+    Tensor a = randn64(sa, false, 1), b = randn64(sb, false, 2);
+    check_close(matmul(a, b), naive_matmul(a, b), 1e-10, 1e-10);
+    check_close(matmul(a.to(kFloat32), b.to(kFloat32)), naive_matmul(a, b), 1e-4, 1e-4);
+  }
+  // transposed and sliced operands (BLAS gets them without copies; results must agree)
+  Tensor a = randn64({5, 4}, false, 3), b = randn64({6, 5}, false, 4);
+  check_close(matmul(a.t(), b.t()), naive_matmul(a.t().contiguous(), b.t().contiguous()), 1e-10, 1e-10);
+  Tensor s = randn64({4, 12}, false, 5).slice(1, 0, 12, 2);  // (4, 6), column stride 2
+  check_close(matmul(s, b), naive_matmul(s.contiguous(), b), 1e-10, 1e-10);
+  // 1-D operands
+  Tensor v = randn64({4}, false, 6), m = randn64({4, 3}, false, 7);
+  Tensor vm = matmul(v, m);
+  CHECK(vm.shape() == Shape{3});
+  check_close(vm, naive_matmul(v.unsqueeze(0), m), 1e-10, 1e-10);
+  Tensor mv = matmul(m.t(), v);
+  CHECK(mv.shape() == Shape{3});
+  Tensor dot = matmul(v, v);
+  CHECK(dot.dim() == 0);
+  CHECK(dot.item<double>() == doctest::Approx(sum(v * v).item<double>()));
+  // K = 0 gives zeros
+  check_close(matmul(zeros({2, 0}), zeros({0, 3})), {0, 0, 0, 0, 0, 0});
+}
+
+TEST_CASE("matmul gradcheck, including broadcast batch and transposed inputs") {
+  check_grad([](const TensorList& in) { return TensorList{matmul(in[0], in[1])}; },
+             {randn64({3, 4}, true, 1), randn64({4, 2}, true, 2)});
+  check_grad([](const TensorList& in) { return TensorList{matmul(in[0], in[1])}; },
+             {randn64({2, 3, 4}, true, 3), randn64({4, 2}, true, 4)});
+  check_grad([](const TensorList& in) { return TensorList{matmul(in[0].transpose(-1, -2), in[1])}; },
+             {randn64({2, 4, 3}, true, 5), randn64({2, 1, 4, 2}, true, 6)});
+  check_grad([](const TensorList& in) { return TensorList{matmul(in[0], in[1])}; },
+             {randn64({4}, true, 7), randn64({4, 3}, true, 8)});
+}
+
+TEST_CASE("matmul errors") {
+  check_error([] { matmul(ones({2, 3}), ones({4, 2})); }, {"matmul", "inner dimensions", "[2, 3]", "[4, 2]"});
+  check_error([] { matmul(ones({2, 3}), ones({3, 2}, {.dtype = kFloat64})); }, {"matmul", "float32", "float64"});
+  check_error([] { matmul(ones({2, 2, 3}), ones({3, 3, 2})); }, {"matmul", "broadcastable"});
+  check_error([] { matmul(scalar_tensor(1.0), ones({2})); }, {"matmul", "at least 1 dimension"});
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# README command (2): set up, build and run the whole test suite.
+#   bash tools/run_tests.sh              # Release build (CUDA backend compiled when nvcc exists) + ctest
+#   bash tools/run_tests.sh --sanitize   # the same suite under AddressSanitizer + UBSan (CPU build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+preset=release
+[ "${1:-}" = "--sanitize" ] && preset=asan
+jobs=$(nproc)
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "$jobs"
+ctest --preset "$preset" -j "$jobs"
