@@ -2,7 +2,6 @@
 // exactly once, after all gradients flowing into it have been summed (Kahn's topological order).
 #include <algorithm>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "autograd/node.h"
 #include "core/format.h"
@@ -116,103 +115,108 @@ namespace {
 
 void accumulate(Tensor& slot, const Tensor& g) { slot = slot.defined() ? slot + g : g; }
 
+}  // namespace
+
+// One backward pass. Per-node state (dependency count, gradient buffer, visited flag) lives in the nodes and is
+// reset when the pass ends, also when it ends by an exception.
 struct GraphTask {
-  std::unordered_map<Node*, int> dependencies;
-  std::unordered_map<Node*, TensorList> buffers;
-  // autograd::grad(): capture gradients arriving at these (node, input_nr) edges instead of accumulating.
+  using Slot = Node::PassSlot;
+  std::vector<std::shared_ptr<Node>> nodes;  // every reachable node; also keeps them alive during the pass
+  std::unordered_map<Node*, Slot> nested;    // slots of nodes owned by an enclosing pass
+  // autograd::grad(): capture gradients arriving at these (node, output_nr) instead of accumulating into leaves.
   std::unordered_map<Node*, std::vector<std::pair<uint32_t, size_t>>> captures;
   TensorList captured;
   bool accumulate_leaves = true;
+
+  ~GraphTask() {
+    for (auto& n : nodes)
+      if (n->pass_owner_ == this) {
+        n->pass_owner_ = nullptr;
+        n->pass_slot_ = Slot{};
+      }
+  }
+
+  Slot& slot(Node* n) { return n->pass_owner_ == this ? n->pass_slot_ : nested[n]; }
+  bool visited(Node* n) const { return n->pass_owner_ == this || nested.count(n) > 0; }
+
+  void visit(const std::shared_ptr<Node>& n) {
+    if (n->pass_owner_ == nullptr) n->pass_owner_ = this;
+    slot(n.get()).buffer.resize(n->num_outputs());
+    nodes.push_back(n);
+  }
+
+  void run(const std::vector<Edge>& roots, const TensorList& grad_roots, bool retain_graph) {
+    // 1. Count, for every reachable node, how many edges point at it.
+    for (const Edge& e : roots)
+      if (e.fn && !visited(e.fn.get())) visit(e.fn);
+    for (size_t i = 0; i < nodes.size(); ++i) {  // `nodes` grows while we walk it: a breadth-first traversal
+      Node* n = nodes[i].get();
+      for (const Edge& e : n->next_edges()) {
+        if (!e.fn) continue;
+        if (!visited(e.fn.get())) visit(e.fn);
+        slot(e.fn.get()).dependencies += 1;
+      }
+    }
+    // 2. Seed the roots' buffers; roots nothing else points at are ready.
+    for (size_t i = 0; i < roots.size(); ++i)
+      if (roots[i].fn) accumulate(slot(roots[i].fn.get()).buffer[roots[i].input_nr], grad_roots[i]);
+    std::vector<Node*> ready;
+    for (const Edge& e : roots)
+      if (e.fn && slot(e.fn.get()).dependencies == 0 && std::find(ready.begin(), ready.end(), e.fn.get()) == ready.end())
+        ready.push_back(e.fn.get());
+
+    // 3. Run nodes whose incoming gradients are complete.
+    NoGradGuard no_grad;  // backward formulas build no graph (no double backward)
+    while (!ready.empty()) {
+      Node* node = ready.back();
+      ready.pop_back();
+      TensorList grads = std::move(slot(node).buffer);
+      slot(node).buffer.clear();
+
+      bool any = false;
+      for (auto& g : grads) any |= g.defined();
+      for (auto& [nr, hook] : node->pre_hooks())
+        if (grads[nr].defined()) {
+          Tensor r = hook(grads[nr]);
+          if (r.defined()) grads[nr] = r;
+        }
+      if (!captures.empty())
+        if (auto it = captures.find(node); it != captures.end())
+          for (auto [nr, slot] : it->second)
+            if (grads[nr].defined()) accumulate(captured[slot], grads[nr]);
+
+      TensorList input_grads;
+      if (any && !(node->is_accumulate_grad() && !accumulate_leaves)) {
+        for (size_t i = 0; i < grads.size(); ++i)
+          if (!grads[i].defined()) {
+            const OutputMeta& m = node->outputs()[i];
+            grads[i] = zeros(m.shape, {.dtype = m.dtype, .device = m.device});
+          }
+        input_grads = node->apply(grads);
+      }
+      if (!retain_graph) node->release();
+
+      const auto& edges = node->next_edges();
+      ASC_CHECK(input_grads.empty() || input_grads.size() == edges.size(),
+                "backward of '{}': returned {} gradients for {} inputs", node->name(), input_grads.size(),
+                edges.size());
+      for (size_t i = 0; i < edges.size(); ++i) {
+        const Edge& e = edges[i];
+        if (!e.fn) continue;
+        if (i < input_grads.size() && input_grads[i].defined()) {
+          const OutputMeta& m = e.fn->outputs()[e.input_nr];
+          ASC_CHECK(input_grads[i].shape() == m.shape,
+                    "backward of '{}': gradient for input {} has shape {}, expected {}", node->name(), i,
+                    input_grads[i].shape(), m.shape);
+          accumulate(slot(e.fn.get()).buffer[e.input_nr], input_grads[i]);
+        }
+        if (--slot(e.fn.get()).dependencies == 0) ready.push_back(e.fn.get());
+      }
+    }
+  }
 };
 
-void run(GraphTask& task, const std::vector<Edge>& roots, const TensorList& grad_roots, bool retain_graph) {
-  // 1. Count, for every reachable node, how many edges point at it.
-  std::vector<Node*> stack;
-  std::unordered_set<Node*> seen;
-  std::vector<std::shared_ptr<Node>> keep_alive;  // nodes stay alive while the task runs
-  for (const Edge& e : roots)
-    if (e.fn && seen.insert(e.fn.get()).second) {
-      stack.push_back(e.fn.get());
-      keep_alive.push_back(e.fn);
-    }
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (const Edge& e : n->next_edges()) {
-      if (!e.fn) continue;
-      task.dependencies[e.fn.get()] += 1;
-      if (seen.insert(e.fn.get()).second) {
-        stack.push_back(e.fn.get());
-        keep_alive.push_back(e.fn);
-      }
-    }
-  }
-
-  // 2. Seed the roots' buffers.
-  std::vector<Node*> ready;
-  for (size_t i = 0; i < roots.size(); ++i) {
-    Node* n = roots[i].fn.get();
-    if (!n) continue;
-    auto& buf = task.buffers[n];
-    buf.resize(n->num_outputs());
-    accumulate(buf[roots[i].input_nr], grad_roots[i]);
-  }
-  for (const Edge& e : roots)
-    if (e.fn && task.dependencies[e.fn.get()] == 0 &&
-        std::find(ready.begin(), ready.end(), e.fn.get()) == ready.end())
-      ready.push_back(e.fn.get());
-
-  // 3. Run nodes whose inputs are complete.
-  NoGradGuard no_grad;  // backward formulas build no graph (no double backward)
-  while (!ready.empty()) {
-    Node* node = ready.back();
-    ready.pop_back();
-    TensorList grads = std::move(task.buffers[node]);
-    task.buffers.erase(node);
-    grads.resize(node->num_outputs());
-
-    bool any = false;
-    for (auto& g : grads) any |= g.defined();
-    for (auto& [nr, hook] : node->pre_hooks())
-      if (grads[nr].defined()) {
-        Tensor r = hook(grads[nr]);
-        if (r.defined()) grads[nr] = r;
-      }
-    if (auto it = task.captures.find(node); it != task.captures.end())
-      for (auto [nr, slot] : it->second)
-        if (grads[nr].defined()) accumulate(task.captured[slot], grads[nr]);
-
-    bool is_leaf_sink = dynamic_cast<AccumulateGrad*>(node) != nullptr;
-    TensorList input_grads;
-    if (any && !(is_leaf_sink && !task.accumulate_leaves)) {
-      for (size_t i = 0; i < grads.size(); ++i)
-        if (!grads[i].defined()) {
-          const OutputMeta& m = node->outputs()[i];
-          grads[i] = zeros(m.shape, {.dtype = m.dtype, .device = m.device});
-        }
-      input_grads = node->apply(grads);
-    }
-    if (!retain_graph) node->release();
-
-    const auto& edges = node->next_edges();
-    ASC_CHECK(input_grads.empty() || input_grads.size() == edges.size(),
-              "backward of '{}': returned {} gradients for {} inputs", node->name(), input_grads.size(), edges.size());
-    for (size_t i = 0; i < edges.size(); ++i) {
-      const Edge& e = edges[i];
-      if (!e.fn) continue;
-      if (i < input_grads.size() && input_grads[i].defined()) {
-        const OutputMeta& m = e.fn->outputs()[e.input_nr];
-        ASC_CHECK(input_grads[i].shape() == m.shape,
-                  "backward of '{}': gradient for input {} has shape {}, expected {}", node->name(), i,
-                  input_grads[i].shape(), m.shape);
-        auto& buf = task.buffers[e.fn.get()];
-        buf.resize(e.fn->num_outputs());
-        accumulate(buf[e.input_nr], input_grads[i]);
-      }
-      if (--task.dependencies[e.fn.get()] == 0) ready.push_back(e.fn.get());
-    }
-  }
-}
+namespace {
 
 std::vector<Edge> root_edges(const TensorList& roots, const TensorList& grad_roots, TensorList& seeds) {
   ASC_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(),
@@ -247,7 +251,7 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
   TensorList seeds;
   auto edges = root_edges(roots, grad_roots, seeds);
   GraphTask task;
-  run(task, edges, seeds, retain_graph);
+  task.run(edges, seeds, retain_graph);
 }
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
@@ -262,8 +266,7 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs, const Tenso
     Edge e = gradient_edge(inputs[i]);
     task.captures[e.fn.get()].push_back({e.input_nr, i});
   }
-  // Roots that are themselves inputs get their seed directly.
-  run(task, edges, seeds, retain_graph);
+  task.run(edges, seeds, retain_graph);
   for (size_t i = 0; i < inputs.size(); ++i)
     if (!task.captured[i].defined()) task.captured[i] = zeros_like(inputs[i]);
   return task.captured;

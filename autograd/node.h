@@ -64,11 +64,25 @@ class Node {
   void add_pre_hook(uint32_t output_nr, GradHook hook) { pre_hooks_.push_back({output_nr, std::move(hook)}); }
   const std::vector<std::pair<uint32_t, GradHook>>& pre_hooks() const { return pre_hooks_; }
 
+  virtual bool is_accumulate_grad() const { return false; }
+
  protected:
   std::string name_;
   std::vector<Edge> next_edges_;
   std::vector<OutputMeta> outputs_;
   std::vector<std::pair<uint32_t, GradHook>> pre_hooks_;
+
+ private:
+  // Bookkeeping of the backward pass visiting this node, kept here rather than in a hash map because the
+  // engine's per-node cost is most of the cost of small ops. A nested pass (checkpointing runs backward inside
+  // backward) that meets a node owned by the outer pass keeps its slot in a side table instead.
+  friend struct GraphTask;
+  struct PassSlot {
+    int dependencies = 0;
+    TensorList buffer;
+  };
+  struct GraphTask* pass_owner_ = nullptr;  // the pass using pass_slot_; a nested pass uses a side table
+  PassSlot pass_slot_;
 };
 
 // The node of a recorded op: its backward is a closure; release() destroys the closure and with it every
@@ -90,6 +104,7 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf);
   TensorList apply(const TensorList& grad_outputs) override;
   std::vector<GradHook>& hooks() { return hooks_; }
+  bool is_accumulate_grad() const override { return true; }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;  // weak: the leaf owns this node, not the other way round

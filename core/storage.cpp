@@ -9,17 +9,55 @@
 namespace asc {
 namespace {
 
-// 64-byte aligned host memory (one cache line; lets the compiler use aligned vector loads).
+// 64-byte aligned host memory (one cache line; lets the compiler use aligned vector loads). Blocks up to 4 KiB
+// are recycled through a small per-thread cache: small temporaries are created and freed at a high rate
+// (autograd, per-op outputs) and malloc/free dominate their cost. Sanitizer builds skip the cache so that
+// use-after-free stays detectable.
 class CpuAllocator final : public Allocator {
+  static constexpr size_t kLine = 64, kMaxCached = 4096, kClasses = kMaxCached / kLine, kPerClass = 16;
+  struct Cache {
+    void* blocks[kClasses][kPerClass];
+    int count[kClasses] = {};
+    ~Cache() {
+      for (size_t c = 0; c < kClasses; ++c)
+        for (int i = 0; i < count[c]; ++i) std::free(blocks[c][i]);
+    }
+  };
+  static Cache& cache() {
+    thread_local Cache c;
+    return c;
+  }
+#if defined(ASC_SANITIZE_BUILD)
+  static constexpr bool kUseCache = false;
+#else
+  static constexpr bool kUseCache = true;
+#endif
+
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
-    size_t rounded = (nbytes + 63) & ~size_t(63);
-    void* p = std::aligned_alloc(64, rounded);
+    size_t rounded = (nbytes + kLine - 1) & ~(kLine - 1);
+    if (kUseCache && rounded <= kMaxCached) {
+      Cache& c = cache();
+      size_t cls = rounded / kLine - 1;
+      if (c.count[cls] > 0) return c.blocks[cls][--c.count[cls]];
+    }
+    void* p = std::aligned_alloc(kLine, rounded);
     ASC_CHECK(p != nullptr, "cpu allocator: out of memory allocating {} bytes", nbytes);
     return p;
   }
-  void deallocate(void* ptr, size_t) override { std::free(ptr); }
+  void deallocate(void* ptr, size_t nbytes) override {
+    size_t rounded = (nbytes + kLine - 1) & ~(kLine - 1);
+    if (kUseCache && rounded <= kMaxCached) {
+      Cache& c = cache();
+      size_t cls = rounded / kLine - 1;
+      if (c.count[cls] < static_cast<int>(kPerClass)) {
+        c.blocks[cls][c.count[cls]++] = ptr;
+        return;
+      }
+    }
+    std::free(ptr);
+  }
   void copy(void* dst, const void* src, size_t nbytes) override {
     if (nbytes) std::memcpy(dst, src, nbytes);
   }

@@ -25,14 +25,18 @@ Tensor unary_op(const char* name, Unary op, const Tensor& x, UnaryParams p = {})
   Tensor y = Tensor::empty(xin.shape(), xin.options());
   ASC_KERNEL(xin.device(), name, unary, op, p, xin, y);
   if (autograd::needs_grad(xin)) {
-    // The derivative reads x and/or y; both are saved (no copy: they share storage).
-    autograd::record(name, {xin}, {y},
-                     [name, op, p, xs = SavedTensor(xin, name), ys = SavedTensor(y, name)](const TensorList& g) -> TensorList {
-                       const Tensor& xv = xs.get();
-                       Tensor gx = Tensor::empty(xv.shape(), xv.options());
-                       ASC_KERNEL(xv.device(), name, unary_backward, op, p, g[0], xv, ys.get(), gx);
-                       return {gx};
-                     });
+    // Save only what the derivative reads (both share storage with x / y: no copies).
+    SavedTensor xs = math::unary_grad_uses_x(op) ? SavedTensor(xin, name) : SavedTensor();
+    SavedTensor ys = math::unary_grad_uses_y(op) ? SavedTensor(y, name) : SavedTensor();
+    autograd::record(name, {xin}, {y}, [name, op, p, xs, ys](const TensorList& g) -> TensorList {
+      const Tensor& gy = g[0];
+      // The kernel reads x and y only where the derivative needs them; unused slots get g as a stand-in.
+      const Tensor& xv = xs.defined() ? xs.get() : gy;
+      const Tensor& yv = ys.defined() ? ys.get() : gy;
+      Tensor gx = Tensor::empty(gy.shape(), gy.options());
+      ASC_KERNEL(gy.device(), name, unary_backward, op, p, gy, xv, yv, gx);
+      return {gx};
+    });
   }
   return y;
 }
@@ -115,9 +119,15 @@ Tensor binary_kernel(const char* name, Binary op, const Tensor& a, const Tensor&
   return out;
 }
 
-// Arithmetic binary op: bool operands are promoted to int64 (as in PyTorch); gradients go through `backward`.
+// Which operands an arithmetic op's backward reads.
+struct Saves {
+  bool a = false, b = false, out = false;
+};
+
+// Arithmetic binary op: bool operands are promoted to int64 (as in PyTorch); gradients go through `backward`,
+// which receives the saved a, b and output (undefined SavedTensors where `saves` says they are not needed).
 template <class Backward>
-Tensor arith(const char* name, Binary op, Tensor a, Tensor b, Backward backward, bool float_only = false) {
+Tensor arith(const char* name, Binary op, Tensor a, Tensor b, Saves saves, Backward backward, bool float_only = false) {
   Shape shape = prepare_binary(name, a, b, float_only);
   if (a.dtype() == kBool) {
     a = a.to(kInt64);
@@ -127,12 +137,13 @@ Tensor arith(const char* name, Binary op, Tensor a, Tensor b, Backward backward,
   if (autograd::needs_grad(a, b)) {
     Shape sa = a.shape(), sb = b.shape();
     bool ga = a.requires_grad(), gb = b.requires_grad();
-    autograd::record(name, {a, b}, {out},
-                     [=, as = SavedTensor(a, name), bs = SavedTensor(b, name), os = SavedTensor(out, name)](
-                         const TensorList& g) -> TensorList {
-                       auto [da, db] = backward(g[0], as, bs, os, ga, gb);
-                       return {da.defined() ? sum_to(da, sa) : Tensor(), db.defined() ? sum_to(db, sb) : Tensor()};
-                     });
+    SavedTensor as = saves.a ? SavedTensor(a, name) : SavedTensor();
+    SavedTensor bs = saves.b ? SavedTensor(b, name) : SavedTensor();
+    SavedTensor os = saves.out ? SavedTensor(out, name) : SavedTensor();
+    autograd::record(name, {a, b}, {out}, [=](const TensorList& g) -> TensorList {
+      auto [da, db] = backward(g[0], as, bs, os, ga, gb);
+      return {da.defined() ? sum_to(da, sa) : Tensor(), db.defined() ? sum_to(db, sb) : Tensor()};
+    });
   }
   return out;
 }
@@ -142,19 +153,19 @@ using GradPair = std::pair<Tensor, Tensor>;
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return arith("add", Binary::Add, a, b, [](const Tensor& g, auto&, auto&, auto&, bool ga, bool gb) {
+  return arith("add", Binary::Add, a, b, {}, [](const Tensor& g, auto&, auto&, auto&, bool ga, bool gb) {
     return GradPair{ga ? g : Tensor(), gb ? g : Tensor()};
   });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return arith("sub", Binary::Sub, a, b, [](const Tensor& g, auto&, auto&, auto&, bool ga, bool gb) {
+  return arith("sub", Binary::Sub, a, b, {}, [](const Tensor& g, auto&, auto&, auto&, bool ga, bool gb) {
     return GradPair{ga ? g : Tensor(), gb ? neg(g) : Tensor()};
   });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return arith("mul", Binary::Mul, a, b,
+  return arith("mul", Binary::Mul, a, b, {.a = b.requires_grad(), .b = a.requires_grad()},
                [](const Tensor& g, const SavedTensor& as, const SavedTensor& bs, auto&, bool ga, bool gb) {
                  return GradPair{ga ? mul(g, bs.get()) : Tensor(), gb ? mul(g, as.get()) : Tensor()};
                });
@@ -162,7 +173,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 Tensor div(const Tensor& a, const Tensor& b) {
   return arith(
-      "div", Binary::Div, a, b,
+      "div", Binary::Div, a, b, {.b = true, .out = b.requires_grad()},
       [](const Tensor& g, const SavedTensor& as, const SavedTensor& bs, const SavedTensor& os, bool ga, bool gb) {
         Tensor gdiv = div(g, bs.get());  // d(a/b)/da = 1/b ; d(a/b)/db = -(a/b)/b
         return GradPair{ga ? gdiv : Tensor(), gb ? neg(mul(gdiv, os.get())) : Tensor()};
@@ -172,7 +183,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 Tensor pow(const Tensor& a, const Tensor& b) {
   return arith(
-      "pow", Binary::Pow, a, b,
+      "pow", Binary::Pow, a, b, {.a = true, .b = true, .out = true},
       [](const Tensor& g, const SavedTensor& as, const SavedTensor& bs, const SavedTensor& os, bool ga, bool gb) {
         const Tensor &x = as.get(), &e = bs.get();
         Tensor da = ga ? mul(g, mul(e, pow(x, sub(e, 1.0)))) : Tensor();
@@ -195,14 +206,14 @@ GradPair extremum_grad(const Tensor& g, const Tensor& a, const Tensor& b, bool i
 }  // namespace
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  return arith("maximum", Binary::Max, a, b,
+  return arith("maximum", Binary::Max, a, b, {.a = true, .b = true},
                [](const Tensor& g, const SavedTensor& as, const SavedTensor& bs, auto&, bool ga, bool gb) {
                  return extremum_grad(g, as.get(), bs.get(), true, ga, gb);
                });
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  return arith("minimum", Binary::Min, a, b,
+  return arith("minimum", Binary::Min, a, b, {.a = true, .b = true},
                [](const Tensor& g, const SavedTensor& as, const SavedTensor& bs, auto&, bool ga, bool gb) {
                  return extremum_grad(g, as.get(), bs.get(), false, ga, gb);
                });

@@ -28,6 +28,26 @@ ASC_HD T sigmoid(T x) {
   return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
 }
 
+// What the derivative of each unary op reads, so autograd saves only that.
+constexpr bool unary_grad_uses_x(Unary u) {
+  switch (u) {
+    case Unary::Neg: case Unary::AddScalar: case Unary::MulScalar: case Unary::RSubScalar:
+    case Unary::Exp: case Unary::Sqrt: case Unary::Rsqrt: case Unary::Sigmoid: case Unary::Tanh:
+      return false;
+    default:
+      return true;
+  }
+}
+constexpr bool unary_grad_uses_y(Unary u) {
+  switch (u) {
+    case Unary::Exp: case Unary::Sqrt: case Unary::Rsqrt: case Unary::Sigmoid: case Unary::Tanh:
+    case Unary::RDivScalar:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Forward value of unary op U.
 template <Unary U, class T>
 ASC_HD T unary_fwd(T x, const UnaryParams& p) {
