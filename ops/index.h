@@ -8,11 +8,12 @@
 
 namespace asc {
 
-// x.select along `dim` at each of `index` (1-D int64): out.shape[dim] = index.numel().
+// x.select along `dim` at each of `index` (1-D, or 0-D, int64): out.shape[dim] = index.numel().
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // out[i][j][k] = x[index[i][j][k]][j][k] for dim 0 (and so on): index has x's rank; out has index's shape.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
-// out = x, then out[index[i][j]][j] += src[i][j] (dim 0); index and src share a shape. Differentiable in x, src.
+// out = x, then out[index[i][j]][j] += src[i][j] (dim 0); index and src must have exactly the same shape (PyTorch
+// also allows a larger src; here that is an error). Differentiable in x, src.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 // Joins along an existing dim (cat) or a new one (stack). All inputs share dtype, device, and other sizes.
 Tensor cat(const TensorList& xs, int64_t dim);
@@ -23,7 +24,8 @@ TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim);
 // (..., ) int64 -> (..., num_classes) of dtype `dtype` (default float32). Not differentiable.
 Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype = kFloat32);
 // weight (V, D), index (...) int64 -> (..., D). Gradient accumulates into the rows of weight used;
-// rows equal to padding_idx (if >= 0) get no gradient.
+// rows equal to padding_idx (if >= 0) get no gradient (the forward still reads them). padding_idx is -1 (none)
+// or in [0, V); other negative values are an error (no wrap-around).
 Tensor embedding(const Tensor& weight, const Tensor& index, int64_t padding_idx = -1);
 
 }  // namespace asc
