@@ -44,6 +44,37 @@ int64_t reduced_count(const Tensor& x, const Dims& axes) {
 // Non-floating inputs of the floating-only reductions are computed in float32 (as mean does).
 Tensor as_floating(const Tensor& x) { return is_floating(x.dtype()) ? x : x.to(kFloat32); }
 
+// Runs the max/min kernel of x over `axes` (sorted, unique, each of size > 0) into `values` / `indices` (x's shape
+// with the axes kept as size 1, contiguous; indices may be undefined). A contiguous input whose reduced axes
+// are consecutive is read in place as (outer, n, inner); anything else is first copied into (rows, n).
+void run_max_min(const Tensor& x, const Dims& axes, bool is_max, Tensor& values, Tensor& indices, const char* op) {
+  NoGradGuard ng;
+  bool consecutive = !axes.empty() && x.is_contiguous();
+  for (int k = 1; k < axes.size() && consecutive; ++k) consecutive = axes[k] == axes[k - 1] + 1;
+  if (consecutive) {
+    int64_t outer = 1, n = 1, inner = 1;
+    for (int i = 0; i < x.dim(); ++i) {
+      if (i < axes[0]) outer *= x.size(i);
+      else if (i <= axes[axes.size() - 1]) n *= x.size(i);
+      else inner *= x.size(i);
+    }
+    Tensor vflat = values.view({outer * inner});
+    Tensor iflat = indices.defined() ? indices.view({outer * inner}) : Tensor();
+    if (inner == 1) {
+      ASC_KERNEL(x.device(), op, max_min_lastdim, x.view({outer, n}), is_max, vflat, iflat);
+    } else {
+      Tensor v2 = values.view({outer, inner});
+      Tensor i2 = indices.defined() ? indices.view({outer, inner}) : Tensor();
+      ASC_KERNEL(x.device(), op, max_min_middim, x.view({outer, n, inner}), is_max, v2, i2);
+    }
+    return;
+  }
+  Tensor rows = as_rows(x, axes);  // (rows, n)
+  Tensor vflat = values.view({rows.size(0)});
+  Tensor iflat = indices.defined() ? indices.view({rows.size(0)}) : Tensor();
+  ASC_KERNEL(x.device(), op, max_min_lastdim, rows, is_max, vflat, iflat);
+}
+
 struct MaxMinResult {
   Tensor values, indices;  // both with the keepdim shape
 };
@@ -54,13 +85,10 @@ MaxMinResult max_min_forward(const Tensor& x, int d, bool is_max, bool want_indi
   ASC_CHECK(x.size(d) > 0, "{}: cannot reduce over dimension {} of size 0 (shape {})", op, d, x.shape());
   Dims axes{d};
   Shape kept = reduced_shape(x.shape(), axes, true);
-  Tensor rows = as_rows(x, axes);  // (rows, n)
   MaxMinResult r;
   r.values = Tensor::empty(kept, x.options());
   if (want_indices) r.indices = Tensor::empty(kept, {.dtype = kInt64, .device = x.device()});
-  Tensor vflat = r.values.view({rows.size(0)});
-  Tensor iflat = want_indices ? r.indices.view({rows.size(0)}) : Tensor();
-  ASC_KERNEL(x.device(), op, max_min_lastdim, rows, is_max, vflat, iflat);
+  run_max_min(x, axes, is_max, r.values, r.indices, op);
   return r;
 }
 
@@ -105,10 +133,8 @@ Tensor amax_amin(const Tensor& x, const Dims& dims, bool keepdim, bool is_max, c
   for (auto a : axes)
     ASC_CHECK(x.size(a) > 0, "{}: cannot reduce over dimension {} of size 0 (shape {})", op, a, x.shape());
   Shape kept = reduced_shape(x.shape(), axes, true);
-  Tensor rows = as_rows(x, axes);  // (rows, n)
-  Tensor kept_out = Tensor::empty(kept, x.options());
-  Tensor vflat = kept_out.view({rows.size(0)}), none;
-  ASC_KERNEL(x.device(), op, max_min_lastdim, rows, is_max, vflat, none);
+  Tensor kept_out = Tensor::empty(kept, x.options()), none;
+  run_max_min(x, axes, is_max, kept_out, none, op);
   Tensor out = keepdim ? kept_out : kept_out.view(reduced_shape(x.shape(), axes, false));
   if (is_floating(x.dtype()) && autograd::needs_grad(x)) {
     autograd::record(op, {x}, {out},

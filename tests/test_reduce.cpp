@@ -99,7 +99,8 @@ std::vector<Tensor> forward_inputs() {
   return xs;
 }
 
-const std::vector<std::vector<int64_t>> kDimSets = {{}, {0}, {1}, {-1}, {0, 2}, {-3, -1}, {2, 0, 1}};
+// {1, 0}: consecutive axes of a contiguous input (read in place as (outer, n, inner)); {0, 2}: not consecutive.
+const std::vector<std::vector<int64_t>> kDimSets = {{}, {0}, {1}, {-1}, {0, 2}, {-3, -1}, {2, 0, 1}, {1, 0}};
 
 }  // namespace
 
@@ -271,6 +272,13 @@ TEST_CASE("max and min along a dim: values and first indices vs naive") {
   CHECK(std::isnan(max(xn, 0).values.item<double>()));
   CHECK(max(xn, 0).indices.item<int64_t>() == 1);
   CHECK(argmin(xn, 0).item<int64_t>() == 1);
+  // The same along a non-last dim (the (outer, n, inner) kernel): column 0 has a NaN at row 2, column 1 none.
+  Tensor xm = tensor({1.0, 4.0, 7.0, 2.0, nan, 9.0, nan, 0.0}, {4, 2}, {.dtype = kFloat64});
+  auto [mv, mi] = max(xm, 0);
+  CHECK(std::isnan(mv.to_vector<double>()[0]));
+  CHECK(mv.to_vector<double>()[1] == 9.0);
+  check_close(mi, {2, 2}, 0, 0);
+  check_close(argmin(xm, 0), {2, 3}, 0, 0);
 }
 
 TEST_CASE("max and min: gradient to the selected element") {
@@ -446,4 +454,19 @@ TEST_CASE("norm: errors") {
   check_error([&] { norm(x, std::nan("")); }, {"norm", "p must be >= 1"});
   check_error([&] { norm(x, 2.0, {3}); }, {"norm", "dimension 3 out of range"});
   check_error([&] { norm(x, 2.0, {1, -1}); }, {"norm", "dimension 1 appears more than once"});
+}
+
+// ---- large inputs (row-parallel kernels) -------------------------------------------------------------------------
+
+TEST_CASE("max, amax, logsumexp on inputs large enough for the parallel path") {
+  Tensor x = randn32({300, 257}, 91);  // 77k elements: above the parallel grain
+  for (int64_t d : {0, 1}) {
+    auto [v, i] = max(x, d);
+    check_close(v, naive(x, {d}, nmax), 0, 0);
+    check_close(i, naive(x, {d}, nargmax), 0, 0);
+    check_close(argmin(x, d), naive(x, {d}, nargmin), 0, 0);
+    check_close(logsumexp(x, {d}), naive(x, {d}, nlse), 1e-5, 1e-5);
+  }
+  check_close(amin(x), {nmin(x.to_vector<double>())}, 0, 0);
+  check_close(logsumexp(x), {nlse(x.to_vector<double>())}, 1e-5, 1e-5);
 }

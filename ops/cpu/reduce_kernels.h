@@ -13,6 +13,10 @@ namespace asc::cpu {
 // x's dtype; indices: (rows,) int64, or an undefined Tensor when only the values are wanted.
 void max_min_lastdim(const Tensor& x, bool is_max, Tensor& values, Tensor& indices);
 
+// The same over the MIDDLE dimension of a contiguous (outer, n, inner) tensor: values/indices are (outer, inner)
+// contiguous. Used when the reduced axes are consecutive in a contiguous input (no transposing copy).
+void max_min_middim(const Tensor& x, bool is_max, Tensor& values, Tensor& indices);
+
 // out[r] = log(sum_j exp(x[r, j])), max-shifted. A row whose max is -inf (all -inf, or n == 0) gives -inf, a
 // row containing +inf gives +inf, a row containing NaN gives NaN. x: (rows, n) contiguous float; out: (rows,).
 void logsumexp_lastdim(const Tensor& x, Tensor& out);
