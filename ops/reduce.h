@@ -15,19 +15,22 @@ struct ValuesIndices {
 
 Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+// var, std, logsumexp and norm compute integer inputs in float32 (as mean does).
 // Variance with `correction` (0: population, 1: unbiased / Bessel). Error when N - correction <= 0.
 Tensor var(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
 Tensor std(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
-// Max / min along one dim with the (first) index of the extreme; error on an empty dimension.
+// Max / min along one dim with the (first) index of the extreme; error on an empty dimension. NaN counts as the
+// extreme (the first NaN is selected), as in PyTorch.
 // Gradient flows to the selected element.
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
-// Max / min over axes (all when empty); ties split the gradient equally among the maxima.
+// Max / min over axes (all when empty); ties split the gradient equally among the maxima. Error on an empty axis.
 Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
-// log(sum(exp(x))) computed stably (max-shifted); rows of all -inf give -inf.
+// log(sum(exp(x))) computed stably (max-shifted); rows of all -inf (or empty rows) give -inf with gradient 0; a
+// row containing +inf gives +inf, its gradient split equally among the +inf entries.
 Tensor logsumexp(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 // p-norm (p = 2 by default; p = 1, any p >= 1, and p = inf supported). Gradient of the 2-norm at 0 is 0.
 Tensor norm(const Tensor& x, double p = 2.0, const Dims& dims = {}, bool keepdim = false);
