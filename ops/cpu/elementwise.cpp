@@ -97,11 +97,39 @@ void visit_binary(Binary op, F&& f) {
   }
 }
 
+// Copy where the destination runs along the source's slow axis (a transpose: dst inner stride 1, src inner
+// stride large, and the reverse one level up). Walking the destination in order would read the source one
+// cache line per element; 32 x 32 tiles keep both sides in cache.
+template <class S, class D>
+bool copy_transposed(const S* sp, D* dp, const StridedLayout<2>& L) {
+  const int nd = L.shape.size();
+  if (nd < 2 || nd > 3) return false;
+  const int64_t R = L.shape[nd - 2], C = L.shape[nd - 1];
+  const int64_t dr = L.strides[0][nd - 2], dc = L.strides[0][nd - 1];
+  const int64_t sr = L.strides[1][nd - 2], sc = L.strides[1][nd - 1];
+  if (dc != 1 || sr != 1 || sc == 1 || R < 16 || C < 16) return false;
+  const int64_t B = nd == 3 ? L.shape[0] : 1;
+  const int64_t db = nd == 3 ? L.strides[0][0] : 0, sb = nd == 3 ? L.strides[1][0] : 0;
+  constexpr int64_t T = 32;
+  parallel_for(B * ((R + T - 1) / T), T * C, [&](int64_t b0, int64_t b1) {
+    for (int64_t task = b0; task < b1; ++task) {
+      int64_t b = task / ((R + T - 1) / T), r0 = (task % ((R + T - 1) / T)) * T;
+      const S* s = sp + b * sb;
+      D* d = dp + b * db;
+      for (int64_t c0 = 0; c0 < C; c0 += T)
+        for (int64_t r = r0; r < std::min(R, r0 + T); ++r)
+          for (int64_t c = c0; c < std::min(C, c0 + T); ++c) d[r * dr + c] = static_cast<D>(s[r + c * sc]);
+    }
+  });
+  return true;
+}
+
 template <class S, class D>
 void copy_impl(const Tensor& src, Tensor& dst) {
   const S* sp = static_cast<const S*>(src.raw_data());
   D* dp = static_cast<D*>(dst.raw_data());
   Strides ss = broadcast_strides(src.shape(), src.strides(), dst.shape());
+  if (dst.numel() >= 1024 && copy_transposed<S, D>(sp, dp, coalesce<2>(dst.shape(), {dst.strides(), ss}))) return;
   for_each_strided<2>(dst.shape(), {dst.strides(), ss}, [&](auto off, int64_t n, auto st) {
     D* o = dp + off[0];
     const S* s = sp + off[1];
