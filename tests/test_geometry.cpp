@@ -209,7 +209,7 @@ TEST_CASE("topk: exclude_diagonal and masks (broadcast), against the naive selec
     check_close(vm, refm.values, 0, 0);
     CHECK(im.to_vector<int64_t>() == refm.indices);
 
-    // A (6, 1)... no: a per-column mask of shape (6) broadcast to every row.
+    // A per-column mask of shape (6) broadcast to every row.
     Tensor colmask = bool_mask({1, 0, 1, 1, 0, 1}, {6});
     auto [vc, ic] = topk(x, 4, {.mask = colmask});
     NaiveTopk refc = naive_topk(xv, 6, 4, true, expand_values(colmask.to(kFloat64), {2, 6, 6}), 0);
@@ -250,7 +250,7 @@ TEST_CASE("topk: bad inputs") {
   check_error([&] { topk(x, 4, {.exclude_diagonal = true}); }, {"topk", "k = 4", "3 selectable", "[2, 4, 4]"});
   check_error([&] { topk(randn64({3, 4}), 1, {.exclude_diagonal = true}); }, {"topk", "square", "[3, 4]"});
   check_error([&] { topk(randn64({4}), 1, {.exclude_diagonal = true}); }, {"topk", "square", "[4]"});
-  // The mask leaves only 2 entries in every row of column pattern; with the diagonal also excluded, row 0 has 1.
+  // The column mask leaves 2 entries per row; with the diagonal also excluded, row 0 keeps only 1.
   Tensor mask = bool_mask({1, 1, 0, 0}, {4});
   check_error([&] { topk(x, 3, {.mask = mask}); }, {"topk", "k = 3", "2 selectable", "row 0", "[2, 4, 4]"});
   check_error([&] { topk(x, 2, {.exclude_diagonal = true, .mask = mask}); }, {"topk", "k = 2", "1 selectable", "row 0"});
@@ -328,14 +328,12 @@ TEST_CASE("cosine_similarity_matrix: forward vs naive (zero row uses eps), gradc
     std::vector<double> xv = randn64({4, 3}, false, 3).to_vector<double>();
     std::fill(xv.begin() + 3, xv.begin() + 6, 0.0);
     Tensor X0 = tensor(xv, {4, 3}).to(dt);
-    Tensor Yt = randn64({3, 2, 5}, false, 4).to(dt).transpose(-1, -2);  // (3, 5, 2)... use d = 3 below
     Tensor Y3 = randn64({2, 3, 5}, false, 4).to(dt).transpose(-1, -2);  // (2, 5, 3), non-contiguous
     Tensor C = cosine_similarity_matrix(X0, Y3, 0.5);
     CHECK(C.shape() == Shape{2, 4, 5});
     check_close(C, naive_cosine(expand_values(X0, {2, 4, 3}), Y3.contiguous().to_vector<double>(), 2, 4, 5, 3, 0.5), tol,
                 tol);
     for (double c : C.to_vector<double>()) CHECK(std::isfinite(c));
-    (void)Yt;
   }
   check_grad([](const TensorList& in) { return TensorList{cosine_similarity_matrix(in[0], in[1])}; },
              {randn64({2, 4, 3}, true, 5), randn64({2, 3, 3}, true, 6)});
