@@ -192,9 +192,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
   }
   x2 = x2.contiguous().reshape({R, C});
   Tensor loss = Tensor::empty({R}, logits.options());
-  Tensor lse = Tensor::empty({R}, logits.options());
+  Tensor stats = Tensor::empty({R, 2}, logits.options());
   ASC_KERNEL(logits.device(), name, cross_entropy_forward, x2, t1, opts.ignore_index, opts.label_smoothing, loss,
-             lse);
+             stats);
   Tensor out;
   {
     NoGradGuard ng;
@@ -212,11 +212,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
     Shape lshape = logits.shape();
     autograd::record(name, {logits}, {out},
                      [=, xs = SavedTensor(x2, name), ts = SavedTensor(t1, name),
-                      ls = SavedTensor(lse, name)](const TensorList& g) -> TensorList {
+                      ss = SavedTensor(stats, name)](const TensorList& g) -> TensorList {
                        Tensor gl = red == Reduction::None ? g[0].reshape({R}) : g[0].reshape({1}).expand({R});
                        const Tensor& xv = xs.get();
                        Tensor gx2 = Tensor::empty({R, C}, xv.options());
-                       ASC_KERNEL(xv.device(), name, cross_entropy_backward, gl, scale, xv, ts.get(), ls.get(), ignore,
+                       ASC_KERNEL(xv.device(), name, cross_entropy_backward, gl, scale, xv, ts.get(), ss.get(), ignore,
                                   smoothing, gx2);
                        if (lshape.size() <= 2) return {gx2.view(lshape)};
                        // (N, d..., C) -> (N, C, d...)

@@ -282,6 +282,25 @@ TEST_CASE("cross_entropy forward vs naive: (N, C) and (N, C, d1, d2), ignore_ind
   check_close(l1, {ref[1]}, 1e-12, 1e-12);
 }
 
+TEST_CASE("cross_entropy: large float32 logits keep their precision (loss and gradient)") {
+  Tensor x = (randn64({4, 6}, false, 56) * 3.0 + 1000.0).to(kFloat32);
+  x.set_requires_grad(true);
+  std::vector<int64_t> tv{0, 5, 2, 3};
+  Tensor t = tensor(tv, {4});
+  int64_t count = 0;
+  auto xv = vec(x);
+  auto ref = naive_ce(xv, x.shape(), tv, -100, 0.1, count);
+  Tensor l = cross_entropy(x, t, {.label_smoothing = 0.1, .reduction = Reduction::None});
+  check_close(l, ref, 2e-6, 2e-6);
+  sum(l).backward();
+  std::vector<double> gref(24);
+  for (int r = 0; r < 4; ++r) {
+    auto p = naive_softmax(std::vector<double>(xv.begin() + r * 6, xv.begin() + r * 6 + 6), {6}, 0, {}, false);
+    for (int c = 0; c < 6; ++c) gref[r * 6 + c] = p[c] - 0.1 / 6 - (c == tv[r] ? 0.9 : 0.0);
+  }
+  check_close(x.grad(), gref, 1e-6, 1e-5);
+}
+
 TEST_CASE("cross_entropy: all targets ignored gives 0 with zero gradient") {
   Tensor x = randn64({3, 4}, true, 61);
   Tensor t = tensor(std::vector<int64_t>{-100, -100, -100}, {3});

@@ -330,19 +330,19 @@ void layer_norm_backward_impl(const Tensor& g, const Tensor& x, const Tensor& we
 
 template <class T>
 void cross_entropy_forward_impl(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
-                                Tensor& loss, Tensor& lse) {
+                                Tensor& loss, Tensor& stats) {
   const int64_t rows = logits.size(0), C = logits.size(1);
   const T* xp = logits.data_ptr<T>();
   const int64_t* tp = target.data_ptr<int64_t>();
   T* lp = loss.data_ptr<T>();
-  T* sp = lse.data_ptr<T>();
+  T* sp = stats.data_ptr<T>();
   const T s = static_cast<T>(smoothing), s_over_c = static_cast<T>(smoothing / static_cast<double>(C));
   parallel_for(rows, C * 6, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t t = tp[r];
       if (t == ignore_index) {
         lp[r] = 0;
-        sp[r] = 0;
+        sp[2 * r] = sp[2 * r + 1] = 0;
         continue;
       }
       const T* xr = xp + r * C;
@@ -350,29 +350,31 @@ void cross_entropy_forward_impl(const Tensor& logits, const Tensor& target, int6
       T sum = 0;
       ASC_SIMD_REDUCE(+, sum)
       for (int64_t j = 0; j < C; ++j) sum += exp_nonpos(xr[j] - m);
-      const T l = m + std::log(sum);
-      T out = l - (T(1) - s) * xr[t];
+      const T ls = std::log(sum);
+      // lse - sum_j q_j x_j with sum_j q_j = 1, written with shifted logits (x - m) so large logits lose nothing.
+      T out = ls - (T(1) - s) * (xr[t] - m);
       if (smoothing != 0) {
         T sx = 0;
         ASC_SIMD_REDUCE(+, sx)
-        for (int64_t j = 0; j < C; ++j) sx += xr[j];
+        for (int64_t j = 0; j < C; ++j) sx += xr[j] - m;
         out -= s_over_c * sx;
       }
       lp[r] = out;
-      sp[r] = l;
+      sp[2 * r] = m;
+      sp[2 * r + 1] = ls;
     }
   });
 }
 
 template <class T>
 void cross_entropy_backward_impl(const Tensor& gloss, double scale, const Tensor& logits, const Tensor& target,
-                                 const Tensor& lse, int64_t ignore_index, double smoothing, Tensor& gx) {
+                                 const Tensor& stats, int64_t ignore_index, double smoothing, Tensor& gx) {
   const int64_t rows = logits.size(0), C = logits.size(1);
   const T* gp = gloss.data_ptr<T>();
   const int64_t gstride = gloss.dim() == 0 ? 0 : gloss.stride(0);
   const T* xp = logits.data_ptr<T>();
   const int64_t* tp = target.data_ptr<int64_t>();
-  const T* sp = lse.data_ptr<T>();
+  const T* sp = stats.data_ptr<T>();
   T* op = gx.data_ptr<T>();
   const T s = static_cast<T>(smoothing), s_over_c = static_cast<T>(smoothing / static_cast<double>(C));
   parallel_for(rows, C * 4, [&](int64_t b, int64_t e) {
@@ -385,8 +387,8 @@ void cross_entropy_backward_impl(const Tensor& gloss, double scale, const Tensor
       }
       const T* xr = xp + r * C;
       const T coef = static_cast<T>(scale) * gp[r * gstride];
-      const T l = sp[r];
-      for (int64_t j = 0; j < C; ++j) o[j] = coef * (exp_nonpos(xr[j] - l) - s_over_c);
+      const T m = sp[2 * r], ls = sp[2 * r + 1];
+      for (int64_t j = 0; j < C; ++j) o[j] = coef * (exp_nonpos((xr[j] - m) - ls) - s_over_c);
       o[t] -= coef * (T(1) - s);
     }
   });
@@ -417,16 +419,16 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
 }
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
-                           Tensor& loss, Tensor& lse) {
+                           Tensor& loss, Tensor& stats) {
   ASC_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
-    cross_entropy_forward_impl<scalar_t>(logits, target, ignore_index, smoothing, loss, lse);
+    cross_entropy_forward_impl<scalar_t>(logits, target, ignore_index, smoothing, loss, stats);
   });
 }
 
 void cross_entropy_backward(const Tensor& gloss, double scale, const Tensor& logits, const Tensor& target,
-                            const Tensor& lse, int64_t ignore_index, double smoothing, Tensor& gx) {
+                            const Tensor& stats, int64_t ignore_index, double smoothing, Tensor& gx) {
   ASC_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", [&] {
-    cross_entropy_backward_impl<scalar_t>(gloss, scale, logits, target, lse, ignore_index, smoothing, gx);
+    cross_entropy_backward_impl<scalar_t>(gloss, scale, logits, target, stats, ignore_index, smoothing, gx);
   });
 }
 

@@ -29,12 +29,12 @@ void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight,
 
 // Cross entropy per row of logits (rows, C) (contiguous) with int64 targets (rows) (contiguous, already checked to
 // be in [0, C) or == ignore_index). loss (rows): lse - (1 - s) x_t - (s / C) sum_j x_j, 0 for ignored rows;
-// lse (rows): the row's log-sum-exp (0 for ignored rows).
+// stats (rows, 2): the row's max m and log(sum_j exp(x_j - m)) (so lse = m + that), 0 for ignored rows.
 void cross_entropy_forward(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
-                           Tensor& loss, Tensor& lse);
+                           Tensor& loss, Tensor& stats);
 // gx (rows, C) = scale * gloss[r] * (softmax(x_r) - (1 - s) onehot(t_r) - s / C), 0 for ignored rows. gloss is (rows)
 // with any stride (0 for a broadcast scalar).
 void cross_entropy_backward(const Tensor& gloss, double scale, const Tensor& logits, const Tensor& target,
-                            const Tensor& lse, int64_t ignore_index, double smoothing, Tensor& gx);
+                            const Tensor& stats, int64_t ignore_index, double smoothing, Tensor& gx);
 
 }  // namespace asc::cpu
