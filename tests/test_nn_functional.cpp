@@ -61,6 +61,9 @@ std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }
 
 Tensor randn_dt(const Shape& s, DType dt, uint64_t seed) { return dt == kFloat64 ? randn64(s, false, seed) : randn32(s, seed); }
 
+// asc::log (the name `log` is shadowed by bool flags in some tests).
+Tensor log_fn_guard(const Tensor& t) { return asc::log(t); }
+
 }  // namespace
 
 // ---- softmax / log_softmax -------------------------------------------------------------------------------------
@@ -534,4 +537,64 @@ TEST_CASE("linear vs naive, gradcheck, errors") {
   check_error([&] { linear(x, randn64({4})); }, {"linear", "weight", "[4]"});
   check_error([&] { linear(x, randn64({5, 4}), randn64({4})); }, {"linear", "bias", "[4]"});
   check_error([&] { linear(x, randn32({5, 4})); }, {"linear", "float32", "float64"});
+}
+
+// ---- large inputs: the row-parallel paths, forward and backward, against composites of elementwise ops ----------
+
+TEST_CASE("large inputs (parallel kernels) match composite autograd references") {
+  const int64_t R = 96, N = 384;  // R * N * cost is above the parallel grain
+  Tensor g = randn64({R, N}, false, 161);
+  // softmax / log_softmax vs exp / sum / div / log
+  for (bool log : {false, true}) {
+    CAPTURE(log);
+    Tensor x = randn64({R, N}, true, 162), xr = x.detach().clone().set_requires_grad(true);
+    Tensor y = log ? log_softmax(x, 1) : softmax(x, 1);
+    Tensor e = exp(xr), z = sum(e, {1}, true);
+    Tensor yr = log ? sub(xr, log_fn_guard(z)) : div(e, z);
+    check_close(y, yr, 1e-12, 1e-10);
+    sum(y * g).backward();
+    sum(yr * g).backward();
+    check_close(x.grad(), xr.grad(), 1e-12, 1e-9);
+  }
+  // layer_norm / rms_norm with weight and bias vs mean / sub / mul / sqrt
+  for (bool rms : {false, true}) {
+    CAPTURE(rms);
+    Tensor x = randn64({R, N}, true, 163), w = randn64({N}, true, 164), b = randn64({N}, true, 165);
+    Tensor xr = x.detach().clone().set_requires_grad(true), wr = w.detach().clone().set_requires_grad(true),
+           br = b.detach().clone().set_requires_grad(true);
+    Tensor y = rms ? rms_norm(x, {N}, w, 1e-5) : layer_norm(x, {N}, w, b, 1e-5);
+    Tensor c = rms ? xr : sub(xr, mean(xr, {1}, true));
+    Tensor yr = mul(div(c, sqrt(add(mean(mul(c, c), {1}, true), 1e-5))), wr);
+    if (!rms) yr = add(yr, br);
+    check_close(y, yr, 1e-12, 1e-10);
+    sum(y * g).backward();
+    sum(yr * g).backward();
+    check_close(x.grad(), xr.grad(), 1e-11, 1e-8);
+    check_close(w.grad(), wr.grad(), 1e-11, 1e-8);
+    if (!rms) check_close(b.grad(), br.grad(), 1e-11, 1e-8);
+  }
+  // cross_entropy (mean, smoothing, some ignored) vs log_softmax-free composite
+  {
+    Tensor x = randn64({R, N}, true, 166), xr = x.detach().clone().set_requires_grad(true);
+    Generator gen(167);
+    std::vector<int64_t> tv = randint(0, N, {R}, {.dtype = kInt64}, &gen).to_vector<int64_t>();
+    for (int i = 0; i < R; i += 7) tv[i] = -100;
+    Tensor t = tensor(tv, {R});
+    const double s = 0.05;
+    Tensor l = cross_entropy(x, t, {.label_smoothing = s});
+    // q as a dense tensor, zero rows for ignored targets; loss = -sum q * (x - lse) / count
+    std::vector<double> q(static_cast<size_t>(R * N), 0.0);
+    int64_t count = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      if (tv[r] == -100) continue;
+      ++count;
+      for (int64_t c = 0; c < N; ++c) q[r * N + c] = s / N + (c == tv[r] ? 1.0 - s : 0.0);
+    }
+    Tensor lse = log_fn_guard(sum(exp(xr), {1}, true));
+    Tensor lr = div(neg(sum(mul(tensor(q, {R, N}), sub(xr, lse)))), static_cast<double>(count));
+    check_close(l, lr, 1e-12, 1e-10);
+    l.backward();
+    lr.backward();
+    check_close(x.grad(), xr.grad(), 1e-13, 1e-9);
+  }
 }

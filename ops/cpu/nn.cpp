@@ -1,6 +1,7 @@
 // CPU kernels of the nn functional ops: fused, numerically stable (max-shifted) row-wise loops over a contiguous
 // (rows, n) layout, rows in parallel. Inner loops are written so GCC vectorises them (OpenMP simd reductions and a
 // branch-free exp for arguments <= 0, which is all softmax / log-softmax / cross-entropy need).
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -21,6 +22,15 @@
 #define ASC_SIMD_REDUCE2(OP, V1, V2)
 #endif
 
+// Float comparisons "may trap" under GCC's default -ftrapping-math, which stops if-conversion of the selects in
+// exp_nonpos / the masked loops and so their vectorisation. The kernels never read FP exception flags. Functions
+// defined outside this region (std::max, std::bit_cast, ...) are not inlined into it (mismatched options), so the
+// hot loops use only builtins and plain expressions.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 namespace asc::cpu {
 namespace {
 
@@ -30,10 +40,10 @@ namespace {
 // (truncation ~4e-18 relative).
 inline float exp_nonpos(float x) {
   constexpr float lo = -87.0f;
-  const float xc = x < lo ? lo : x;
+  const float xc = x < lo ? lo : x;  // NaN stays NaN
   const float t = xc * 1.44269504088896341f + 12582912.0f;  // + 1.5 * 2^23 rounds to an integer
   const float nf = t - 12582912.0f;
-  const uint32_t n = std::bit_cast<uint32_t>(t) - 0x4B400000u;  // that integer, two's complement
+  const uint32_t n = __builtin_bit_cast(uint32_t, t) - 0x4B400000u;  // that integer, two's complement
   const float r = xc - nf * 0.693359375f - nf * -2.12194440e-4f;
   const float z = r * r;
   float p = 1.9875691500E-4f;
@@ -43,9 +53,8 @@ inline float exp_nonpos(float x) {
   p = p * r + 1.6666665459E-1f;
   p = p * r + 5.0000001201E-1f;
   p = p * z + r + 1.0f;
-  const float scale = std::bit_cast<float>((n + 127u) << 23);
-  const float res = p * scale;
-  return x < lo ? 0.0f : res;
+  const float scale = __builtin_bit_cast(float, (n + 127u) << 23);
+  return p * scale * (x < lo ? 0.0f : 1.0f);  // -inf -> 0; NaN -> NaN
 }
 
 inline double exp_nonpos(double x) {
@@ -53,7 +62,7 @@ inline double exp_nonpos(double x) {
   const double xc = x < lo ? lo : x;
   const double t = xc * 1.4426950408889634074 + 6755399441055744.0;  // + 1.5 * 2^52
   const double nf = t - 6755399441055744.0;
-  const uint64_t n = std::bit_cast<uint64_t>(t) - 0x4338000000000000ull;
+  const uint64_t n = __builtin_bit_cast(uint64_t, t) - 0x4338000000000000ull;
   const double r = xc - nf * 6.93145751953125E-1 - nf * 1.42860682030941723212E-6;
   double p = 1.0 / 6227020800.0;  // 1/13!
   p = p * r + 1.0 / 479001600.0;
@@ -69,9 +78,8 @@ inline double exp_nonpos(double x) {
   p = p * r + 0.5;
   p = p * r + 1.0;
   p = p * r + 1.0;
-  const double scale = std::bit_cast<double>((n + 1023ull) << 52);
-  const double res = p * scale;
-  return x < lo ? 0.0 : res;
+  const double scale = __builtin_bit_cast(double, (n + 1023ull) << 52);
+  return p * scale * (x < lo ? 0.0 : 1.0);
 }
 
 template <class T>
@@ -91,12 +99,15 @@ inline T row_max(const T* x, int64_t n) {
   return m;
 }
 
+// Masks are read as bytes (bool is 0/1), and every load is unconditional: a load only on one side of a select
+// would need a masked load, which baseline x86-64 lacks, and the loop would stay scalar.
 template <class T>
-inline T row_max_masked(const T* x, const bool* keep, int64_t n) {
+inline T row_max_masked(const T* x, const uint8_t* keep, int64_t n) {
   T m = kNegInf<T>;
   ASC_SIMD_REDUCE(max, m)
   for (int64_t j = 0; j < n; ++j) {
-    T v = keep[j] ? x[j] : kNegInf<T>;
+    const T xv = x[j];
+    const T v = keep[j] ? xv : kNegInf<T>;
     m = v > m ? v : m;
   }
   return m;
@@ -107,12 +118,12 @@ void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor&
   int64_t rows, n;
   rows_of(x, rows, n);
   const T* xp = x.data_ptr<T>();
-  const bool* mp = mask.defined() ? mask.data_ptr<bool>() : nullptr;
+  const uint8_t* mp = mask.defined() ? reinterpret_cast<const uint8_t*>(mask.data_ptr<bool>()) : nullptr;
   T* yp = y.data_ptr<T>();
   parallel_for(rows, n * 8, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* xr = xp + r * n;
-      const bool* kr = mp ? mp + r * n : nullptr;
+      const uint8_t* kr = mp ? mp + r * n : nullptr;
       T* yr = yp + r * n;
       const T m = kr ? row_max_masked(xr, kr, n) : row_max(xr, n);
       if (m == kNegInf<T>) {  // nothing kept (or every kept entry is -inf): a dead row
@@ -124,7 +135,8 @@ void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor&
         if (kr) {
           ASC_SIMD_REDUCE(+, s)
           for (int64_t j = 0; j < n; ++j) {
-            T v = exp_nonpos(kr[j] ? xr[j] - m : kNegInf<T>);
+            const T xv = xr[j] - m;
+            const T v = exp_nonpos(kr[j] ? xv : kNegInf<T>);
             yr[j] = v;
             s += v;
           }
@@ -141,14 +153,20 @@ void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor&
       } else {
         if (kr) {
           ASC_SIMD_REDUCE(+, s)
-          for (int64_t j = 0; j < n; ++j) s += exp_nonpos(kr[j] ? xr[j] - m : kNegInf<T>);
+          for (int64_t j = 0; j < n; ++j) {
+            const T xv = xr[j] - m;
+            s += exp_nonpos(kr[j] ? xv : kNegInf<T>);
+          }
         } else {
           ASC_SIMD_REDUCE(+, s)
           for (int64_t j = 0; j < n; ++j) s += exp_nonpos(xr[j] - m);
         }
         const T ls = std::log(s);  // y = (x - m) - log(s): more accurate than x - lse for large |x|
         if (kr) {
-          for (int64_t j = 0; j < n; ++j) yr[j] = kr[j] ? (xr[j] - m) - ls : kNegInf<T>;
+          for (int64_t j = 0; j < n; ++j) {
+            const T v = (xr[j] - m) - ls;
+            yr[j] = kr[j] ? v : kNegInf<T>;
+          }
         } else {
           for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - m) - ls;
         }
@@ -163,13 +181,13 @@ void softmax_backward_impl(const Tensor& g, const Tensor& y, const Tensor& mask,
   rows_of(y, rows, n);
   const T* gp = g.data_ptr<T>();
   const T* yp = y.data_ptr<T>();
-  const bool* mp = mask.defined() ? mask.data_ptr<bool>() : nullptr;
+  const uint8_t* mp = mask.defined() ? reinterpret_cast<const uint8_t*>(mask.data_ptr<bool>()) : nullptr;
   T* op = gx.data_ptr<T>();
   parallel_for(rows, n * 6, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* gr = gp + r * n;
       const T* yr = yp + r * n;
-      const bool* kr = mp ? mp + r * n : nullptr;
+      const uint8_t* kr = mp ? mp + r * n : nullptr;
       T* o = op + r * n;
       if (!log) {
         // Masked entries and dead rows have y == 0, so they get 0 without looking at the mask.
@@ -180,32 +198,35 @@ void softmax_backward_impl(const Tensor& g, const Tensor& y, const Tensor& mask,
         continue;
       }
       // log_softmax: sum g over kept entries. A dead row (forward wrote 0 everywhere) is recognised by having no
-      // kept entry, or >= 2 kept entries that are all exactly 0 -- impossible for a live row, whose exp(y) sum
-      // to 1 (a single kept entry gives g - g = 0 either way).
-      T S = 0;
-      int64_t kept = 0, nonzero = 0;
+      // kept entry, or >= 2 kept entries that are all exactly 0 (their sum is 0: all y <= 0, so no cancellation) --
+      // impossible for a live row, whose exp(y) sum to 1. A single kept entry gives g - g = 0 either way.
+      T S = 0, ysum = 0;
+      int64_t kept = n;
       if (kr) {
+        kept = 0;
+        for (int64_t j = 0; j < n; ++j) kept += kr[j];
+        ASC_SIMD_REDUCE2(+, S, ysum)
         for (int64_t j = 0; j < n; ++j) {
-          if (kr[j]) {
-            S += gr[j];
-            ++kept;
-            nonzero += yr[j] != 0;
-          }
+          const T gv = gr[j], yv = yr[j];
+          S += kr[j] ? gv : T(0);
+          ysum += kr[j] ? yv : T(0);
         }
       } else {
-        ASC_SIMD_REDUCE2(+, S, nonzero)
+        ASC_SIMD_REDUCE2(+, S, ysum)
         for (int64_t j = 0; j < n; ++j) {
           S += gr[j];
-          nonzero += yr[j] != 0 ? 1 : 0;
+          ysum += yr[j];
         }
-        kept = n;
       }
-      if (kept == 0 || (kept >= 2 && nonzero == 0)) {
+      if (kept == 0 || (kept >= 2 && ysum == 0)) {
         std::memset(o, 0, sizeof(T) * n);
         continue;
       }
       if (kr) {
-        for (int64_t j = 0; j < n; ++j) o[j] = kr[j] ? gr[j] - exp_nonpos(yr[j]) * S : T(0);
+        for (int64_t j = 0; j < n; ++j) {
+          const T v = gr[j] - exp_nonpos(yr[j]) * S;
+          o[j] = kr[j] ? v : T(0);
+        }
       } else {
         for (int64_t j = 0; j < n; ++j) o[j] = gr[j] - exp_nonpos(yr[j]) * S;
       }
@@ -433,3 +454,7 @@ void cross_entropy_backward(const Tensor& gloss, double scale, const Tensor& log
 }
 
 }  // namespace asc::cpu
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
