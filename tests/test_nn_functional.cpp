@@ -598,3 +598,28 @@ TEST_CASE("large inputs (parallel kernels) match composite autograd references")
     check_close(x.grad(), xr.grad(), 1e-13, 1e-9);
   }
 }
+
+TEST_CASE("NaN propagates; empty inputs work") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor x = tensor({1.0, nan, 2.0, 0.5, 1.5, -1.0}, {2, 3}, {.dtype = dt});
+    for (bool log : {false, true}) {
+      auto y = vec(log ? log_softmax(x, 1) : softmax(x, 1));
+      for (int j = 0; j < 3; ++j) CHECK(std::isnan(y[j]));
+      for (int j = 3; j < 6; ++j) CHECK(std::isfinite(y[j]));
+    }
+    auto l = vec(cross_entropy(x, tensor(std::vector<int64_t>{0, 1}, {2}), {.reduction = Reduction::None}));
+    CHECK(std::isnan(l[0]));
+    CHECK(std::isfinite(l[1]));
+    CHECK(std::isnan(vec(layer_norm(x, {3}))[0]));
+  }
+  CHECK(softmax(randn64({0, 3}), 1).shape() == Shape{0, 3});
+  CHECK(log_softmax(randn64({3, 0}), 1).shape() == Shape{3, 0});
+  CHECK(layer_norm(randn64({0, 4}), {4}).shape() == Shape{0, 4});
+  CHECK(rms_norm(randn64({0, 4}), {4}).shape() == Shape{0, 4});
+  Tensor x0 = randn64({0, 4}, true, 171);
+  Tensor l0 = cross_entropy(x0, tensor(std::vector<int64_t>{}, {0}));
+  CHECK(l0.item<double>() == 0.0);
+  l0.backward();
+  CHECK(x0.grad().shape() == Shape{0, 4});
+}
