@@ -11,7 +11,8 @@
 namespace asc {
 
 // Softmax / log-softmax along `dim`. `mask` (bool, broadcastable to x; true = keep) excludes entries: they get
-// probability 0 (log-prob -inf). A row with no kept entry gives all zeros and a zero gradient, never NaN.
+// probability 0 (log-prob -inf). A row with no kept entry gives all zeros and a zero gradient, never NaN; a row
+// whose kept entries are all -inf counts as fully masked. Over a non-last dim the result is still contiguous.
 Tensor softmax(const Tensor& x, int64_t dim, const Tensor& mask = {});
 // For fully masked rows log_softmax returns 0 (not -inf), so that losses built on it stay finite.
 Tensor log_softmax(const Tensor& x, int64_t dim, const Tensor& mask = {});
@@ -34,7 +35,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 // x / sqrt(mean(x^2) + eps) * weight over the trailing dims.
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, double eps = 1e-6);
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p), when training. The mask is drawn
-// from `gen` (default generator when null): same seed, same mask.
+// from `gen` (default generator when null): same seed, same mask. Element i is kept when
+// rand(x.shape(), {x.dtype(), x.device()}, gen)[i] >= p. p = 1 gives zeros; p = 0 or !training returns x itself.
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);
 // x (..., in) @ weight^T (out, in) + bias (out).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});

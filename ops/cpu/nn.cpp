@@ -1,0 +1,460 @@
+// CPU kernels of the nn functional ops: fused, numerically stable (max-shifted) row-wise loops over a contiguous
+// (rows, n) layout, rows in parallel. Inner loops are written so GCC vectorises them (OpenMP simd reductions and a
+// branch-free exp for arguments <= 0, which is all softmax / log-softmax / cross-entropy need).
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/cpu/loops.h"
+#include "ops/cpu/nn_kernels.h"
+
+#ifdef ASC_HAVE_OPENMP
+#define ASC_NN_PRAGMA_(x) _Pragma(#x)
+#define ASC_SIMD_REDUCE(OP, VAR) ASC_NN_PRAGMA_(omp simd reduction(OP : VAR))
+#define ASC_SIMD_REDUCE2(OP, V1, V2) ASC_NN_PRAGMA_(omp simd reduction(OP : V1, V2))
+#else
+#define ASC_SIMD_REDUCE(OP, VAR)
+#define ASC_SIMD_REDUCE2(OP, V1, V2)
+#endif
+
+// Float comparisons "may trap" under GCC's default -ftrapping-math, which stops if-conversion of the selects in
+// exp_nonpos / the masked loops and so their vectorisation. The kernels never read FP exception flags. Functions
+// defined outside this region (std::max, std::bit_cast, ...) are not inlined into it (mismatched options), so the
+// hot loops use only builtins and plain expressions.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+namespace asc::cpu {
+namespace {
+
+// exp(x) for x <= 0 (also -inf -> 0, NaN -> NaN), branch-free so loops over it vectorise. Below the normal range
+// of the type it returns 0 (the callers add it to a sum that is >= 1, so this loses nothing).
+// float: Cephes expf range reduction and polynomial (about 1 ulp). double: degree-13 Taylor on |r| <= ln2/2
+// (truncation ~4e-18 relative).
+inline float exp_nonpos(float x) {
+  constexpr float lo = -87.0f;
+  const float xc = x < lo ? lo : x;  // NaN stays NaN
+  const float t = xc * 1.44269504088896341f + 12582912.0f;  // + 1.5 * 2^23 rounds to an integer
+  const float nf = t - 12582912.0f;
+  const uint32_t n = __builtin_bit_cast(uint32_t, t) - 0x4B400000u;  // that integer, two's complement
+  const float r = xc - nf * 0.693359375f - nf * -2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * z + r + 1.0f;
+  const float scale = __builtin_bit_cast(float, (n + 127u) << 23);
+  return p * scale * (x < lo ? 0.0f : 1.0f);  // -inf -> 0; NaN -> NaN
+}
+
+inline double exp_nonpos(double x) {
+  constexpr double lo = -707.0;
+  const double xc = x < lo ? lo : x;
+  const double t = xc * 1.4426950408889634074 + 6755399441055744.0;  // + 1.5 * 2^52
+  const double nf = t - 6755399441055744.0;
+  const uint64_t n = __builtin_bit_cast(uint64_t, t) - 0x4338000000000000ull;
+  const double r = xc - nf * 6.93145751953125E-1 - nf * 1.42860682030941723212E-6;
+  double p = 1.0 / 6227020800.0;  // 1/13!
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  const double scale = __builtin_bit_cast(double, (n + 1023ull) << 52);
+  return p * scale * (x < lo ? 0.0 : 1.0);
+}
+
+template <class T>
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+// Row count and length of a contiguous tensor reduced over its last dim.
+inline void rows_of(const Tensor& x, int64_t& rows, int64_t& n) {
+  n = x.dim() == 0 ? 1 : x.size(-1);
+  rows = n == 0 ? 0 : x.numel() / n;
+}
+
+template <class T>
+inline T row_max(const T* x, int64_t n) {
+  T m = kNegInf<T>;
+  ASC_SIMD_REDUCE(max, m)
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// Masks are read as bytes (bool is 0/1), and every load is unconditional: a load only on one side of a select
+// would need a masked load, which baseline x86-64 lacks, and the loop would stay scalar.
+template <class T>
+inline T row_max_masked(const T* x, const uint8_t* keep, int64_t n) {
+  T m = kNegInf<T>;
+  ASC_SIMD_REDUCE(max, m)
+  for (int64_t j = 0; j < n; ++j) {
+    const T xv = x[j];
+    const T v = keep[j] ? xv : kNegInf<T>;
+    m = v > m ? v : m;
+  }
+  return m;
+}
+
+template <class T>
+void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor& y) {
+  int64_t rows, n;
+  rows_of(x, rows, n);
+  const T* xp = x.data_ptr<T>();
+  const uint8_t* mp = mask.defined() ? reinterpret_cast<const uint8_t*>(mask.data_ptr<bool>()) : nullptr;
+  T* yp = y.data_ptr<T>();
+  parallel_for(rows, n * 8, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* xr = xp + r * n;
+      const uint8_t* kr = mp ? mp + r * n : nullptr;
+      T* yr = yp + r * n;
+      const T m = kr ? row_max_masked(xr, kr, n) : row_max(xr, n);
+      if (m == kNegInf<T>) {  // nothing kept (or every kept entry is -inf): a dead row
+        std::memset(yr, 0, sizeof(T) * n);
+        continue;
+      }
+      T s = 0;
+      if (!log) {
+        if (kr) {
+          ASC_SIMD_REDUCE(+, s)
+          for (int64_t j = 0; j < n; ++j) {
+            const T xv = xr[j] - m;
+            const T v = exp_nonpos(kr[j] ? xv : kNegInf<T>);
+            yr[j] = v;
+            s += v;
+          }
+        } else {
+          ASC_SIMD_REDUCE(+, s)
+          for (int64_t j = 0; j < n; ++j) {
+            T v = exp_nonpos(xr[j] - m);
+            yr[j] = v;
+            s += v;
+          }
+        }
+        const T inv = T(1) / s;
+        for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
+      } else {
+        if (kr) {
+          ASC_SIMD_REDUCE(+, s)
+          for (int64_t j = 0; j < n; ++j) {
+            const T xv = xr[j] - m;
+            s += exp_nonpos(kr[j] ? xv : kNegInf<T>);
+          }
+        } else {
+          ASC_SIMD_REDUCE(+, s)
+          for (int64_t j = 0; j < n; ++j) s += exp_nonpos(xr[j] - m);
+        }
+        const T ls = std::log(s);  // y = (x - m) - log(s): more accurate than x - lse for large |x|
+        if (kr) {
+          for (int64_t j = 0; j < n; ++j) {
+            const T v = (xr[j] - m) - ls;
+            yr[j] = kr[j] ? v : kNegInf<T>;
+          }
+        } else {
+          for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - m) - ls;
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void softmax_backward_impl(const Tensor& g, const Tensor& y, const Tensor& mask, bool log, Tensor& gx) {
+  int64_t rows, n;
+  rows_of(y, rows, n);
+  const T* gp = g.data_ptr<T>();
+  const T* yp = y.data_ptr<T>();
+  const uint8_t* mp = mask.defined() ? reinterpret_cast<const uint8_t*>(mask.data_ptr<bool>()) : nullptr;
+  T* op = gx.data_ptr<T>();
+  parallel_for(rows, n * 6, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* gr = gp + r * n;
+      const T* yr = yp + r * n;
+      const uint8_t* kr = mp ? mp + r * n : nullptr;
+      T* o = op + r * n;
+      if (!log) {
+        // Masked entries and dead rows have y == 0, so they get 0 without looking at the mask.
+        T dot = 0;
+        ASC_SIMD_REDUCE(+, dot)
+        for (int64_t j = 0; j < n; ++j) dot += gr[j] * yr[j];
+        for (int64_t j = 0; j < n; ++j) o[j] = yr[j] * (gr[j] - dot);
+        continue;
+      }
+      // log_softmax: sum g over kept entries. A dead row (forward wrote 0 everywhere) is recognised by having no
+      // kept entry, or >= 2 kept entries that are all exactly 0 (their sum is 0: all y <= 0, so no cancellation) --
+      // impossible for a live row, whose exp(y) sum to 1. A single kept entry gives g - g = 0 either way.
+      T S = 0, ysum = 0;
+      int64_t kept = n;
+      if (kr) {
+        kept = 0;
+        for (int64_t j = 0; j < n; ++j) kept += kr[j];
+        ASC_SIMD_REDUCE2(+, S, ysum)
+        for (int64_t j = 0; j < n; ++j) {
+          const T gv = gr[j], yv = yr[j];
+          S += kr[j] ? gv : T(0);
+          ysum += kr[j] ? yv : T(0);
+        }
+      } else {
+        ASC_SIMD_REDUCE2(+, S, ysum)
+        for (int64_t j = 0; j < n; ++j) {
+          S += gr[j];
+          ysum += yr[j];
+        }
+      }
+      if (kept == 0 || (kept >= 2 && ysum == 0)) {
+        std::memset(o, 0, sizeof(T) * n);
+        continue;
+      }
+      if (kr) {
+        for (int64_t j = 0; j < n; ++j) {
+          const T v = gr[j] - exp_nonpos(yr[j]) * S;
+          o[j] = kr[j] ? v : T(0);
+        }
+      } else {
+        for (int64_t j = 0; j < n; ++j) o[j] = gr[j] - exp_nonpos(yr[j]) * S;
+      }
+    }
+  });
+}
+
+template <class T>
+void layer_norm_forward_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms,
+                             Tensor& y, Tensor& mean, Tensor& rstd) {
+  int64_t rows, n;
+  rows_of(x, rows, n);
+  const T* xp = x.data_ptr<T>();
+  const T* wp = weight.defined() ? weight.data_ptr<T>() : nullptr;
+  const T* bp = (!rms && bias.defined()) ? bias.data_ptr<T>() : nullptr;
+  T* yp = y.data_ptr<T>();
+  T* meanp = mean.defined() ? mean.data_ptr<T>() : nullptr;
+  T* rstdp = rstd.data_ptr<T>();
+  const T inv_n = T(1) / static_cast<T>(n);
+  const T teps = static_cast<T>(eps);
+  parallel_for(rows, n * 4, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* xr = xp + r * n;
+      T* yr = yp + r * n;
+      T mu = 0, ss = 0;
+      if (!rms) {
+        ASC_SIMD_REDUCE(+, mu)
+        for (int64_t j = 0; j < n; ++j) mu += xr[j];
+        mu *= inv_n;
+      }
+      ASC_SIMD_REDUCE(+, ss)
+      for (int64_t j = 0; j < n; ++j) {
+        T d = xr[j] - mu;
+        ss += d * d;
+      }
+      const T rs = T(1) / std::sqrt(ss * inv_n + teps);
+      if (meanp) meanp[r] = mu;
+      rstdp[r] = rs;
+      if (wp && bp) {
+        for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mu) * rs * wp[j] + bp[j];
+      } else if (wp) {
+        for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mu) * rs * wp[j];
+      } else if (bp) {
+        for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mu) * rs + bp[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mu) * rs;
+      }
+    }
+  });
+}
+
+template <class T>
+void layer_norm_backward_impl(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                              const Tensor& rstd, bool rms, Tensor& gx, Tensor& gw, Tensor& gb) {
+  int64_t rows, n;
+  rows_of(x, rows, n);
+  const T* gp = g.data_ptr<T>();
+  const T* xp = x.data_ptr<T>();
+  const T* wp = weight.defined() ? weight.data_ptr<T>() : nullptr;
+  const T* meanp = mean.defined() ? mean.data_ptr<T>() : nullptr;
+  const T* rstdp = rstd.data_ptr<T>();
+  T* gxp = gx.defined() ? gx.data_ptr<T>() : nullptr;
+  const bool want_w = gw.defined(), want_b = gb.defined();
+  std::vector<double> acc_w(want_w ? n : 0, 0.0), acc_b(want_b ? n : 0, 0.0);
+  std::mutex acc_mutex;
+  const T inv_n = T(1) / static_cast<T>(n);
+  parallel_for(rows, n * 8, [&](int64_t b, int64_t e) {
+    std::vector<T> lw(want_w ? n : 0, T(0)), lb(want_b ? n : 0, T(0));
+    for (int64_t r = b; r < e; ++r) {
+      const T* gr = gp + r * n;
+      const T* xr = xp + r * n;
+      const T mu = meanp ? meanp[r] : T(0);
+      const T rs = rstdp[r];
+      if (want_w) {
+        T* w = lw.data();
+        for (int64_t j = 0; j < n; ++j) w[j] += gr[j] * (xr[j] - mu) * rs;
+      }
+      if (want_b) {
+        T* bb = lb.data();
+        for (int64_t j = 0; j < n; ++j) bb[j] += gr[j];
+      }
+      if (!gxp) continue;
+      // gh = g * w; gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)) (rms: without the mean(gh) term).
+      T sum_gh = 0, sum_ghx = 0;
+      if (wp) {
+        ASC_SIMD_REDUCE2(+, sum_gh, sum_ghx)
+        for (int64_t j = 0; j < n; ++j) {
+          T gh = gr[j] * wp[j];
+          sum_gh += gh;
+          sum_ghx += gh * (xr[j] - mu) * rs;
+        }
+      } else {
+        ASC_SIMD_REDUCE2(+, sum_gh, sum_ghx)
+        for (int64_t j = 0; j < n; ++j) {
+          sum_gh += gr[j];
+          sum_ghx += gr[j] * (xr[j] - mu) * rs;
+        }
+      }
+      const T a = rms ? T(0) : sum_gh * inv_n, c = sum_ghx * inv_n;
+      T* o = gxp + r * n;
+      if (wp) {
+        for (int64_t j = 0; j < n; ++j) o[j] = rs * (gr[j] * wp[j] - a - (xr[j] - mu) * rs * c);
+      } else {
+        for (int64_t j = 0; j < n; ++j) o[j] = rs * (gr[j] - a - (xr[j] - mu) * rs * c);
+      }
+    }
+    if (want_w || want_b) {
+      std::lock_guard<std::mutex> lock(acc_mutex);
+      for (int64_t j = 0; j < (want_w ? n : 0); ++j) acc_w[j] += lw[j];
+      for (int64_t j = 0; j < (want_b ? n : 0); ++j) acc_b[j] += lb[j];
+    }
+  });
+  if (want_w) {
+    T* o = gw.data_ptr<T>();
+    for (int64_t j = 0; j < n; ++j) o[j] = static_cast<T>(acc_w[j]);
+  }
+  if (want_b) {
+    T* o = gb.data_ptr<T>();
+    for (int64_t j = 0; j < n; ++j) o[j] = static_cast<T>(acc_b[j]);
+  }
+}
+
+template <class T>
+void cross_entropy_forward_impl(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+                                Tensor& loss, Tensor& stats) {
+  const int64_t rows = logits.size(0), C = logits.size(1);
+  const T* xp = logits.data_ptr<T>();
+  const int64_t* tp = target.data_ptr<int64_t>();
+  T* lp = loss.data_ptr<T>();
+  T* sp = stats.data_ptr<T>();
+  const T s = static_cast<T>(smoothing), s_over_c = static_cast<T>(smoothing / static_cast<double>(C));
+  parallel_for(rows, C * 6, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t t = tp[r];
+      if (t == ignore_index) {
+        lp[r] = 0;
+        sp[2 * r] = sp[2 * r + 1] = 0;
+        continue;
+      }
+      const T* xr = xp + r * C;
+      const T m = row_max(xr, C);
+      T sum = 0;
+      ASC_SIMD_REDUCE(+, sum)
+      for (int64_t j = 0; j < C; ++j) sum += exp_nonpos(xr[j] - m);
+      const T ls = std::log(sum);
+      // lse - sum_j q_j x_j with sum_j q_j = 1, written with shifted logits (x - m) so large logits lose nothing.
+      T out = ls - (T(1) - s) * (xr[t] - m);
+      if (smoothing != 0) {
+        T sx = 0;
+        ASC_SIMD_REDUCE(+, sx)
+        for (int64_t j = 0; j < C; ++j) sx += xr[j] - m;
+        out -= s_over_c * sx;
+      }
+      lp[r] = out;
+      sp[2 * r] = m;
+      sp[2 * r + 1] = ls;
+    }
+  });
+}
+
+template <class T>
+void cross_entropy_backward_impl(const Tensor& gloss, double scale, const Tensor& logits, const Tensor& target,
+                                 const Tensor& stats, int64_t ignore_index, double smoothing, Tensor& gx) {
+  const int64_t rows = logits.size(0), C = logits.size(1);
+  const T* gp = gloss.data_ptr<T>();
+  const int64_t gstride = gloss.dim() == 0 ? 0 : gloss.stride(0);
+  const T* xp = logits.data_ptr<T>();
+  const int64_t* tp = target.data_ptr<int64_t>();
+  const T* sp = stats.data_ptr<T>();
+  T* op = gx.data_ptr<T>();
+  const T s = static_cast<T>(smoothing), s_over_c = static_cast<T>(smoothing / static_cast<double>(C));
+  parallel_for(rows, C * 4, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      T* o = op + r * C;
+      const int64_t t = tp[r];
+      if (t == ignore_index) {
+        std::memset(o, 0, sizeof(T) * C);
+        continue;
+      }
+      const T* xr = xp + r * C;
+      const T coef = static_cast<T>(scale) * gp[r * gstride];
+      const T m = sp[2 * r], ls = sp[2 * r + 1];
+      for (int64_t j = 0; j < C; ++j) o[j] = coef * (exp_nonpos((xr[j] - m) - ls) - s_over_c);
+      o[t] -= coef * (T(1) - s);
+    }
+  });
+}
+
+}  // namespace
+
+void softmax_forward(const Tensor& x, const Tensor& mask, bool log, Tensor& y) {
+  ASC_DISPATCH_FLOAT(x.dtype(), log ? "log_softmax" : "softmax",
+                     [&] { softmax_forward_impl<scalar_t>(x, mask, log, y); });
+}
+
+void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& mask, bool log, Tensor& gx) {
+  ASC_DISPATCH_FLOAT(y.dtype(), log ? "log_softmax backward" : "softmax backward",
+                     [&] { softmax_backward_impl<scalar_t>(g, y, mask, log, gx); });
+}
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms, Tensor& y,
+                        Tensor& mean, Tensor& rstd) {
+  ASC_DISPATCH_FLOAT(x.dtype(), rms ? "rms_norm" : "layer_norm",
+                     [&] { layer_norm_forward_impl<scalar_t>(x, weight, bias, eps, rms, y, mean, rstd); });
+}
+
+void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, bool rms, Tensor& gx, Tensor& gw, Tensor& gb) {
+  ASC_DISPATCH_FLOAT(x.dtype(), rms ? "rms_norm backward" : "layer_norm backward",
+                     [&] { layer_norm_backward_impl<scalar_t>(g, x, weight, mean, rstd, rms, gx, gw, gb); });
+}
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+                           Tensor& loss, Tensor& stats) {
+  ASC_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
+    cross_entropy_forward_impl<scalar_t>(logits, target, ignore_index, smoothing, loss, stats);
+  });
+}
+
+void cross_entropy_backward(const Tensor& gloss, double scale, const Tensor& logits, const Tensor& target,
+                            const Tensor& stats, int64_t ignore_index, double smoothing, Tensor& gx) {
+  ASC_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", [&] {
+    cross_entropy_backward_impl<scalar_t>(gloss, scale, logits, target, stats, ignore_index, smoothing, gx);
+  });
+}
+
+}  // namespace asc::cpu
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
