@@ -623,3 +623,28 @@ TEST_CASE("NaN propagates; empty inputs work") {
   l0.backward();
   CHECK(x0.grad().shape() == Shape{0, 4});
 }
+
+TEST_CASE("float32 backward kernels agree with float64") {
+  Tensor x64 = randn64({5, 33}, false, 181), g64 = randn64({5, 33}, false, 182), w64 = randn64({33}, false, 183);
+  Tensor mask = gt(randn64({1, 33}, false, 184), -0.5);
+  auto grads = [&](DType dt, int op) {
+    Tensor x = x64.to(dt).detach().clone().set_requires_grad(true);
+    Tensor w = w64.to(dt).detach().clone().set_requires_grad(true);
+    Tensor y;
+    switch (op) {
+      case 0: y = softmax(x, 1, mask); break;
+      case 1: y = where(mask, log_softmax(x, 1, mask), 0.0); break;
+      case 2: y = layer_norm(x, {33}, w, w); break;
+      default: y = rms_norm(x, {33}, w); break;
+    }
+    sum(y * g64.to(dt)).backward();
+    return std::pair<Tensor, Tensor>{x.grad(), op >= 2 ? w.grad() : Tensor()};
+  };
+  for (int op = 0; op < 4; ++op) {
+    CAPTURE(op);
+    auto [gx32, gw32] = grads(kFloat32, op);
+    auto [gx64, gw64] = grads(kFloat64, op);
+    check_close(gx32, gx64, 2e-5, 2e-4);
+    if (op >= 2) check_close(gw32, gw64, 2e-5, 2e-4);
+  }
+}
