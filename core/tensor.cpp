@@ -437,7 +437,7 @@ Tensor eye(int64_t n, TensorOptions opts) {
 
 namespace {
 template <class Fill>
-Tensor random_tensor(const char* op, const Shape& shape, TensorOptions opts, Generator* gen, uint64_t per_block,
+Tensor random_tensor(const Shape& shape, TensorOptions opts, Generator* gen, uint64_t per_block,
                      Fill fill) {
   bool rg = opts.requires_grad;
   opts.requires_grad = false;
@@ -452,16 +452,16 @@ Tensor random_tensor(const char* op, const Shape& shape, TensorOptions opts, Gen
 }  // namespace
 
 Tensor rand(const Shape& shape, TensorOptions opts, Generator* gen) {
-  check_floating("rand", Tensor::empty({}, {opts.dtype}));
+  ASC_CHECK(is_floating(opts.dtype), "rand: expected a floating-point dtype, got {}", opts.dtype);
   uint64_t per = opts.dtype == kFloat64 ? 2 : 4;
-  return random_tensor("rand", shape, opts, gen, per, [&](Tensor& t, uint64_t seed, uint64_t off) {
+  return random_tensor(shape, opts, gen, per, [&](Tensor& t, uint64_t seed, uint64_t off) {
     ASC_KERNEL(t.device(), "rand", uniform, t, seed, off, 0.0, 1.0);
   });
 }
 
 Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
-  check_floating("randn", Tensor::empty({}, {opts.dtype}));
-  return random_tensor("randn", shape, opts, gen, 2, [&](Tensor& t, uint64_t seed, uint64_t off) {
+  ASC_CHECK(is_floating(opts.dtype), "randn: expected a floating-point dtype, got {}", opts.dtype);
+  return random_tensor(shape, opts, gen, 2, [&](Tensor& t, uint64_t seed, uint64_t off) {
     ASC_KERNEL(t.device(), "randn", normal, t, seed, off, 0.0, 1.0);
   });
 }
@@ -469,7 +469,7 @@ Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts, Generator* gen) {
   ASC_CHECK(low < high, "randint: empty range [{}, {})", low, high);
   ASC_CHECK(opts.dtype == kInt64, "randint: dtype must be int64, got {}", opts.dtype);
-  return random_tensor("randint", shape, opts, gen, 2, [&](Tensor& t, uint64_t seed, uint64_t off) {
+  return random_tensor(shape, opts, gen, 2, [&](Tensor& t, uint64_t seed, uint64_t off) {
     ASC_KERNEL(t.device(), "randint", randint, t, seed, off, low, high);
   });
 }
