@@ -294,6 +294,19 @@ Tensor Tensor::to(Device dev) const {
   return out;
 }
 
+void Tensor::set_data(const Tensor& src) {
+  ASC_CHECK(defined() && src.defined(), "set_data: undefined tensor");
+  ASC_CHECK(is_leaf(), "set_data: only leaf tensors can be re-pointed (shape {})", shape());
+  ASC_CHECK(!impl_->requires_grad || is_floating(src.dtype()),
+            "set_data: a tensor that requires grad needs a floating dtype, got {}", src.dtype());
+  impl_->storage = src.impl_->storage;
+  impl_->shape = src.impl_->shape;
+  impl_->strides = src.impl_->strides;
+  impl_->offset = src.impl_->offset;
+  impl_->dtype = src.impl_->dtype;
+  impl_->grad.reset();  // a gradient of the old data would have the wrong device/dtype; hooks stay
+}
+
 // ---- in-place ---------------------------------------------------------------------------------------------------
 
 namespace {

@@ -115,6 +115,10 @@ class Tensor {
   void backward(const Tensor& grad = {}, bool retain_graph = false) const;
   // A new tensor sharing storage, cut from the graph (requires_grad false).
   Tensor detach() const;
+  // Makes this handle (and every other handle to the same impl) refer to `src`'s data, shape and dtype, keeping
+  // its own requires_grad flag and dropping its .grad. How Module::to(device/dtype) moves parameters without
+  // invalidating the Tensor members layers hold. Leaves only; not recorded by autograd.
+  void set_data(const Tensor& src);
   // Calls `hook(grad)` when the gradient w.r.t. this tensor is computed; a defined return value replaces it.
   void register_hook(std::function<Tensor(const Tensor&)> hook);
 
