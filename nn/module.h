@@ -1,0 +1,142 @@
+#pragma once
+// nn::Module — the base of every layer and model: ordered parameters, buffers and child modules with dotted
+// names, train/eval mode, moving to a device or dtype, state dicts, forward hooks and a readable printout.
+//
+//   struct Net : asc::nn::Module {
+//     std::shared_ptr<asc::nn::Linear> fc1, fc2;
+//     Net() : Module("Net") {
+//       fc1 = register_module("fc1", std::make_shared<asc::nn::Linear>(2, 32));
+//       fc2 = register_module("fc2", std::make_shared<asc::nn::Linear>(32, 2));
+//     }
+//     asc::Tensor forward(const asc::Tensor& x) override { return (*fc2)(asc::relu((*fc1)(x))); }
+//   };
+//   auto net = std::make_shared<Net>();
+//   for (auto& [name, p] : net->named_parameters()) fmt::print("{} {}\n", name, p.shape());  // fc1.weight (32, 2) ...
+//   fmt::print("{}\n", net->to_string());
+//
+// Parameters are leaf Tensors with requires_grad; layers keep handles to them as members. Module::to() re-points
+// those same handles (Tensor::set_data), so members, optimizers and hooks stay valid after a move.
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/state_dict.h"
+#include "core/tensor.h"
+
+namespace asc::nn {
+
+// Fluent option setters: `ASC_ARG(int64_t, heads) = 4;` declares a field `heads_` (default 4), a setter
+// `heads(int64_t)` returning *this for chaining, and a getter `heads()`.
+#define ASC_ARG(T, name)                  \
+ public:                                  \
+  auto& name(const T& new_##name) {       \
+    this->name##_ = new_##name;           \
+    return *this;                         \
+  }                                       \
+  const T& name() const { return name##_; } \
+                                          \
+ private:                                 \
+  T name##_
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // ---- forward ------------------------------------------------------------------------------------------------
+  // Single-tensor modules override forward(); call them through operator(), which runs the forward hooks.
+  // Modules with other signatures (attention: q, k, v, masks) define their own forward and wrap it in
+  // call_with_hooks() with their primary input.
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) {
+    return call_with_hooks(x, [this](const Tensor& in) { return forward(in); });
+  }
+
+  // A pre hook may replace the input (return a tensor) or leave it (nullopt); a post hook may replace the output.
+  using PreHook = std::function<std::optional<Tensor>(Module&, const Tensor& input)>;
+  using PostHook = std::function<std::optional<Tensor>(Module&, const Tensor& input, const Tensor& output)>;
+  int add_forward_pre_hook(PreHook hook);
+  int add_forward_post_hook(PostHook hook);
+  void remove_hook(int id);  // error for an unknown id
+
+  // ---- registration ---------------------------------------------------------------------------------------------
+  // Names are unique per module and contain no '.'; a parameter is made a leaf that requires grad (floating
+  // dtypes). Returns the handle to keep as a member.
+  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  // Buffers are state that is not trained by gradients (running statistics, thresholds, masks). Non-persistent
+  // buffers move with to() but are not part of the state dict.
+  Tensor register_buffer(const std::string& name, Tensor t, bool persistent = true);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+  // ---- introspection --------------------------------------------------------------------------------------------
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  std::vector<std::shared_ptr<Module>> children() const;
+  // This module ("") and every descendant, depth first, with dotted names.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
+  // Number of parameter elements (a parameter shared by two modules counts once).
+  int64_t num_parameters(bool trainable_only = false) const;
+
+  const std::string& type_name() const { return type_name_; }
+  // One line of configuration shown in the printout, e.g. "in_features=2, out_features=32, bias=true".
+  virtual std::string extra_repr() const { return ""; }
+  std::string to_string() const;  // the module tree, PyTorch style
+
+  // ---- mode, device, gradients ----------------------------------------------------------------------------------
+  void train(bool on = true);  // recursive
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Moves every parameter and buffer (recursively). to(dtype) converts floating tensors only.
+  void to(Device device);
+  void to(DType dtype);
+  void zero_grad();  // drops every parameter's .grad
+
+  // ---- state --------------------------------------------------------------------------------------------------
+  // Parameters and persistent buffers with dotted names (shared tensors appear under each name).
+  StateDict state_dict() const;
+  // Copies values into the existing tensors (dtype converted, device kept). Everything is validated first — a
+  // missing or (when strict) unexpected key, a shape mismatch, a non-floating source for a floating
+  // parameter — so on error the module is left untouched.
+  void load_state_dict(const StateDict& state, bool strict = true);
+
+ protected:
+  Tensor call_with_hooks(const Tensor& input, const std::function<Tensor(const Tensor&)>& body);
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+
+ private:
+  struct Entry {
+    std::string name;
+    Tensor tensor;
+    bool persistent = true;
+  };
+  void check_new_name(const std::string& name, const char* what) const;
+  void collect(const std::string& prefix, bool params, bool recurse, bool persistent_only,
+               std::vector<std::pair<std::string, Tensor>>& out) const;
+  void print(std::string& out, int indent) const;
+  template <class F>
+  void for_each_tensor(F&& f);  // every parameter and buffer, recursively, each impl once
+
+  std::string type_name_;
+  bool training_ = true;
+  std::vector<Entry> params_;
+  std::vector<Entry> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::map<int, PreHook> pre_hooks_;
+  std::map<int, PostHook> post_hooks_;
+  int next_hook_id_ = 0;
+};
+
+}  // namespace asc::nn
