@@ -37,7 +37,8 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t dim_, int64_t
     : Module("SinusoidalPositionalEncoding"), dim(dim_), max_len(max_len_), base(base_) {
   ASC_CHECK(dim_ > 0 && max_len_ > 0, "SinusoidalPositionalEncoding: dim and max_len must be positive, got {} and {}",
             dim_, max_len_);
-  pe = register_buffer("pe", sinusoidal_encoding(max_len_, dim_, 0, base_), /*persistent=*/false);
+  // Kept in float64 (converted per call to the input dtype, a (T, dim) copy) so float64 models get exact tables.
+  pe = register_buffer("pe", sinusoidal_encoding(max_len_, dim_, 0, base_, kFloat64), /*persistent=*/false);
 }
 
 Tensor SinusoidalPositionalEncoding::forward(const Tensor& x, int64_t offset) {
@@ -134,7 +135,8 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim_, int64_t max_len_, double bas
   ASC_CHECK(head_dim_ > 0 && head_dim_ % 2 == 0, "RotaryEmbedding: head_dim must be positive and even, got {}",
             head_dim_);
   ASC_CHECK(max_len_ > 0, "RotaryEmbedding: max_len must be positive, got {}", max_len_);
-  auto [c, s] = rope_cos_sin(max_len_, head_dim_, 0, base_);
+  // float64 caches, converted per call to the input dtype (a (T, Dh) copy): exact for float64 models too.
+  auto [c, s] = rope_cos_sin(max_len_, head_dim_, 0, base_, kFloat64);
   cos_cache = register_buffer("cos", c, /*persistent=*/false);
   sin_cache = register_buffer("sin", s, /*persistent=*/false);
 }

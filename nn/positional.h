@@ -28,7 +28,8 @@ namespace asc::nn {
 Tensor sinusoidal_encoding(int64_t len, int64_t dim, int64_t offset = 0, double base = 10000.0,
                            DType dtype = kFloat32);
 
-// x + PE[offset : offset + T] for x (..., T, dim). The table (max_len, dim) is a non-persistent buffer "pe".
+// x + PE[offset : offset + T] for x (..., T, dim), in x's dtype. The table (max_len, dim) is a non-persistent
+// float64 buffer "pe".
 class SinusoidalPositionalEncoding : public Module {
  public:
   SinusoidalPositionalEncoding(int64_t dim, int64_t max_len = 4096, double base = 10000.0);
@@ -64,8 +65,8 @@ Tensor apply_rope(const Tensor& x, int64_t offset = 0, double base = 10000.0);
 // The same with precomputed tables cos, sin (T, Dh) for x's T positions (converted to x's dtype when needed).
 Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 
-// RoPE with cos/sin caches (max_len, head_dim) held as non-persistent buffers "cos" and "sin" (so they move with
-// to() and stay out of checkpoints).
+// RoPE with cos/sin caches (max_len, head_dim) held as non-persistent float64 buffers "cos" and "sin" (so they move
+// with to(device) and stay out of checkpoints); each call converts the T rows it uses to x's dtype.
 class RotaryEmbedding : public Module {
  public:
   RotaryEmbedding(int64_t head_dim, int64_t max_len = 4096, double base = 10000.0);
