@@ -54,8 +54,8 @@ class StateDict {
 
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
-  auto begin() const { return items_.begin(); }
-  auto end() const { return items_.end(); }
+  std::vector<Item>::const_iterator begin() const { return items_.begin(); }
+  std::vector<Item>::const_iterator end() const { return items_.end(); }
 
  private:
   std::vector<Item> items_;
