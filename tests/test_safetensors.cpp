@@ -583,3 +583,16 @@ TEST_CASE("safetensors: writes asc_written.safetensors for check_safetensors.py 
   CHECK(h.seed() == 0xFEEDFACECAFEBEEFull);
   CHECK(h.offset() == 12345);
 }
+
+TEST_CASE("safetensors: CUDA tensors are copied to the host when saved") {
+  if (!cuda::is_available()) {
+    MESSAGE("no CUDA device: skipped");
+    return;
+  }
+  Tensor host = tensor(std::vector<double>{1, -2, 3.5, 4}, {2, 2});
+  StateDict sd;
+  sd.set("x", host.to(Device::cuda()));
+  StateDict back = deserialize_safetensors(serialize_safetensors(sd));
+  CHECK(back.at("x").device().is_cpu());
+  CHECK(back.at("x").to_vector<double>() == std::vector<double>{1, -2, 3.5, 4});
+}
