@@ -30,6 +30,7 @@ int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "
 int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to misplace (and a size-0 dim would zero `expected` below)
   int64_t expected = 1;
   for (int i = dim() - 1; i >= 0; --i) {
     if (impl_->shape[i] == 1) continue;
