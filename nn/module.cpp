@@ -32,11 +32,12 @@ void Module::remove_hook(int id) {
 
 Tensor Module::call_with_hooks(const Tensor& input, const std::function<Tensor(const Tensor&)>& body) {
   if (pre_hooks_.empty() && post_hooks_.empty()) return body(input);
+  // Iterate over copies: a hook may add or remove hooks while it runs.
   Tensor in = input;
-  for (auto& [id, h] : pre_hooks_)
+  for (auto& [id, h] : std::map<int, PreHook>(pre_hooks_))
     if (auto r = h(*this, in)) in = *r;
   Tensor out = body(in);
-  for (auto& [id, h] : post_hooks_)
+  for (auto& [id, h] : std::map<int, PostHook>(post_hooks_))
     if (auto r = h(*this, in, out)) out = *r;
   return out;
 }

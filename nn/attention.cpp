@@ -1,0 +1,93 @@
+#include "nn/attention.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/format.h"
+#include "nn/positional.h"
+#include "ops/ops.h"
+
+namespace asc::nn {
+
+Tensor attention_keep_mask(const AttentionArgs& args, int64_t batch, int64_t t_q, int64_t s_k, Device device,
+                           const char* who) {
+  Tensor keep;
+  if (args.key_padding_mask.defined()) {
+    const Tensor& m = args.key_padding_mask;
+    ASC_CHECK(m.dtype() == kBool && m.dim() == 2 && m.size(0) == batch && m.size(1) == s_k,
+              "{}: key_padding_mask must be bool (B, S) = ({}, {}), got {} {}", who, batch, s_k, m.dtype(), m.shape());
+    ASC_CHECK(m.device() == device, "{}: key_padding_mask is on {}, the input on {}", who, m.device(), device);
+    keep = m.view({batch, 1, 1, s_k});
+  }
+  if (args.causal) {
+    // Query t sits at absolute position t + (S - T), so with S == T this is the usual lower triangle.
+    Tensor qpos = arange(0, static_cast<double>(t_q), 1.0, {.dtype = kInt64, .device = device}).view({t_q, 1});
+    Tensor kpos = arange(0, static_cast<double>(s_k), 1.0, {.dtype = kInt64, .device = device}).view({1, s_k});
+    Tensor causal = le(kpos, qpos + static_cast<double>(s_k - t_q)).view({1, 1, t_q, s_k});
+    keep = keep.defined() ? logical_and(keep, causal) : causal;
+  }
+  return keep;
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask,
+                                    const Tensor& bias, double dropout_p, bool training, Tensor* weights) {
+  ASC_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+            "scaled_dot_product_attention: expected q, k, v of rank 4 (B, H, T, Dh), got {}, {}, {}", q.shape(),
+            k.shape(), v.shape());
+  ASC_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3) && k.shape() == v.shape(),
+            "scaled_dot_product_attention: incompatible q {}, k {}, v {}", q.shape(), k.shape(), v.shape());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;  // (B, H, T, S)
+  if (bias.defined()) scores = scores + bias;
+  Tensor probs = softmax(scores, -1, keep_mask);  // masked entries 0; fully masked rows all 0
+  if (weights) *weights = probs.detach();
+  if (training && dropout_p > 0) probs = asc::dropout(probs, dropout_p, true);
+  return matmul(probs, v);  // (B, H, T, Dh)
+}
+
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o)
+    : Attention("MultiHeadAttention"), options(o) {
+  ASC_CHECK(o.d_model() > 0 && o.heads() > 0 && o.d_model() % o.heads() == 0,
+            "MultiHeadAttention: d_model {} must be a positive multiple of heads {}", o.d_model(), o.heads());
+  ASC_CHECK(o.dropout() >= 0 && o.dropout() < 1, "MultiHeadAttention: dropout {} not in [0, 1)", o.dropout());
+  ASC_CHECK(!o.rope() || (o.d_model() / o.heads()) % 2 == 0, "MultiHeadAttention: RoPE needs an even head dim, got {}",
+            o.d_model() / o.heads());
+  auto proj = [&] { return std::make_shared<Linear>(LinearOptions(o.d_model(), o.d_model()).bias(o.bias())); };
+  q_proj = register_module("q_proj", proj());
+  k_proj = register_module("k_proj", proj());
+  v_proj = register_module("v_proj", proj());
+  out_proj = register_module("out_proj", proj());
+}
+
+Tensor MultiHeadAttention::attend(const Tensor& x, const AttentionArgs& args) {
+  const int64_t D = options.d_model(), H = options.heads(), Dh = D / H;
+  ASC_CHECK(x.defined() && x.dim() == 3 && x.size(2) == D, "MultiHeadAttention: expected x (B, T, {}), got {}", D,
+            x.defined() ? x.shape() : Shape{});
+  const Tensor& ctx = args.context.defined() ? args.context : x;
+  ASC_CHECK(ctx.dim() == 3 && ctx.size(0) == x.size(0) && ctx.size(2) == D,
+            "MultiHeadAttention: context must be (B={}, S, {}), got {}", x.size(0), D, ctx.shape());
+  const int64_t B = x.size(0), T = x.size(1), S = ctx.size(1);
+  Tensor keep = attention_keep_mask(args, B, T, S, x.device(), "MultiHeadAttention");
+
+  // (B, T, D) -> (B, H, T, Dh)
+  auto heads = [&](const Tensor& t, int64_t len) { return t.view({B, len, H, Dh}).permute({0, 2, 1, 3}); };
+  Tensor q = heads((*q_proj)(x), T);
+  Tensor k = heads((*k_proj)(ctx), S);
+  Tensor v = heads((*v_proj)(ctx), S);
+  if (options.rope()) {
+    q = apply_rope(q, S - T);  // queries sit at the end of the key sequence
+    k = apply_rope(k, 0);
+  }
+  Tensor w;
+  Tensor y = scaled_dot_product_attention(q, k, v, keep, args.bias, options.dropout(), is_training(),
+                                          args.need_weights ? &w : nullptr);
+  weights_ = w;
+  return (*out_proj)(y.permute({0, 2, 1, 3}).reshape({B, T, D}));  // (B, T, D)
+}
+
+std::string MultiHeadAttention::extra_repr() const {
+  return fmt::format("d_model={}, heads={}, dropout={}, rope={}", options.d_model(), options.heads(),
+                     options.dropout(), options.rope());
+}
+
+}  // namespace asc::nn

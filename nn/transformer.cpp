@@ -1,0 +1,58 @@
+#include "nn/transformer.h"
+
+#include "core/error.h"
+#include "core/format.h"
+#include "ops/ops.h"
+
+namespace asc::nn {
+
+std::shared_ptr<Attention> dense_attention(const TransformerBlockOptions& o) {
+  return std::make_shared<MultiHeadAttention>(
+      MultiHeadAttentionOptions(o.d_model(), o.heads()).dropout(o.dropout()).rope(o.rope()));
+}
+
+TransformerEncoderBlock::TransformerEncoderBlock(const TransformerBlockOptions& o, const AttentionFactory& attention)
+    : TransformerEncoderBlock(o, attention, "TransformerEncoderBlock") {}
+
+TransformerEncoderBlock::TransformerEncoderBlock(const TransformerBlockOptions& o, const AttentionFactory& attention,
+                                                 const char* type_name)
+    : Module(type_name), options(o) {
+  ASC_CHECK(o.d_model() > 0 && o.heads() > 0 && o.ffn() > 0, "{}: d_model {}, heads {} and ffn {} must be positive",
+            type_name, o.d_model(), o.heads(), o.ffn());
+  ASC_CHECK(o.activation() == "gelu" || o.activation() == "relu" || o.activation() == "silu",
+            "{}: unknown activation '{}' (gelu, relu, silu)", type_name, o.activation());
+  ASC_CHECK(attention != nullptr, "{}: empty attention factory", type_name);
+  std::shared_ptr<Attention> a = attention(o);
+  ASC_CHECK(a != nullptr, "{}: the attention factory returned null", type_name);
+  attn = register_module("attn", a);
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  linear1 = register_module("linear1", std::make_shared<Linear>(o.d_model(), o.ffn()));
+  linear2 = register_module("linear2", std::make_shared<Linear>(o.ffn(), o.d_model()));
+  dropout = register_module("dropout", std::make_shared<Dropout>(o.dropout()));
+}
+
+Tensor TransformerEncoderBlock::ffn(const Tensor& x) {
+  Tensor h = (*linear1)(x);
+  const std::string& act = options.activation();
+  h = act == "gelu" ? gelu(h) : act == "relu" ? relu(h) : silu(h);
+  return (*linear2)((*dropout)(h));
+}
+
+Tensor TransformerEncoderBlock::forward(const Tensor& x, const AttentionArgs& args) {
+  ASC_CHECK(x.defined() && x.dim() == 3 && x.size(2) == options.d_model(), "{}: expected x (B, T, {}), got {}",
+            type_name(), options.d_model(), x.defined() ? x.shape() : Shape{});
+  if (options.norm_first()) {
+    Tensor h = x + (*dropout)((*attn)((*norm1)(x), args));
+    return h + (*dropout)(ffn((*norm2)(h)));
+  }
+  Tensor h = (*norm1)(x + (*dropout)((*attn)(x, args)));
+  return (*norm2)(h + (*dropout)(ffn(h)));
+}
+
+std::string TransformerEncoderBlock::extra_repr() const {
+  return fmt::format("d_model={}, heads={}, ffn={}, dropout={}, activation={}, norm_first={}", options.d_model(),
+                     options.heads(), options.ffn(), options.dropout(), options.activation(), options.norm_first());
+}
+
+}  // namespace asc::nn
