@@ -1,0 +1,48 @@
+#include "core/format.h"
+#include "ops/ops.h"
+#include "models/decoder_lm.h"
+
+#include "autograd/grad_mode.h"
+
+namespace asc::models {
+
+DecoderLM::DecoderLM(const DecoderLMOptions& o, const nn::AttentionFactory& attention)
+    : Module("DecoderLM"), options(o) {
+  tok_emb = register_module("tok_emb", std::make_shared<nn::Embedding>(o.vocab(), o.d_model()));
+  auto block = nn::TransformerBlockOptions(o.d_model(), o.heads()).ffn(o.ffn()).dropout(o.dropout()).rope(true);
+  blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
+  for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerDecoderBlock>(block, attention));
+  norm = register_module("norm", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({o.d_model()})));
+  if (!o.tie_embeddings()) head = register_module("head", std::make_shared<nn::Linear>(o.d_model(), o.vocab(), false));
+}
+
+Tensor DecoderLM::forward(const Tensor& tokens) {
+  ASC_CHECK(tokens.dim() == 2, "DecoderLM: expected tokens (B, T), got {}", tokens.shape());
+  Tensor x = (*tok_emb)(tokens);  // (B, T, D); positions enter through RoPE inside attention
+  for (auto& b : *blocks) x = (*std::static_pointer_cast<nn::TransformerDecoderBlock>(b))(x);
+  x = (*norm)(x);
+  return head ? (*head)(x) : linear(x, tok_emb->weight);  // (B, T, vocab)
+}
+
+Tensor DecoderLM::loss(const Tensor& tokens) {
+  ASC_CHECK(tokens.dim() == 2 && tokens.size(1) >= 2, "DecoderLM.loss: expected tokens (B, T >= 2), got {}",
+            tokens.shape());
+  const int64_t T = tokens.size(1);
+  Tensor logits = forward(tokens.narrow(1, 0, T - 1));                     // (B, T-1, V)
+  Tensor target = tokens.narrow(1, 1, T - 1).contiguous();                 // (B, T-1)
+  return cross_entropy(logits.reshape({-1, options.vocab()}), target.reshape({-1}));
+}
+
+Tensor DecoderLM::generate(const Tensor& prompt, int64_t steps) {
+  ASC_CHECK(prompt.dim() == 2 && prompt.size(1) >= 1 && steps >= 0,
+            "DecoderLM.generate: expected a prompt (B, T >= 1) and steps >= 0, got {} and {}", prompt.shape(), steps);
+  NoGradGuard g;
+  Tensor seq = prompt;
+  for (int64_t s = 0; s < steps; ++s) {
+    Tensor last = forward(seq).select(1, seq.size(1) - 1);  // (B, V)
+    seq = cat({seq, argmax(last, -1, /*keepdim=*/true)}, 1);
+  }
+  return seq;
+}
+
+}  // namespace asc::models

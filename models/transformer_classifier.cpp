@@ -1,0 +1,33 @@
+#include "core/format.h"
+#include "ops/ops.h"
+#include "models/transformer_classifier.h"
+
+namespace asc::models {
+
+TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions& o,
+                                             const nn::AttentionFactory& attention)
+    : Module("TransformerClassifier"), options(o) {
+  tok_emb = register_module("tok_emb", std::make_shared<nn::Embedding>(o.vocab(), o.d_model()));
+  pos_emb = register_module("pos_emb", std::make_shared<nn::Embedding>(o.max_len(), o.d_model()));
+  auto block = nn::TransformerBlockOptions(o.d_model(), o.heads()).ffn(o.ffn()).dropout(o.dropout()).norm_first(o.norm_first());
+  blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
+  for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerEncoderBlock>(block, attention));
+  norm = register_module("norm", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({o.d_model()})));
+  head = register_module("head", std::make_shared<nn::Linear>(o.d_model(), o.classes()));
+}
+
+Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& valid) {
+  ASC_CHECK(tokens.dim() == 2 && tokens.size(1) <= options.max_len(),
+            "TransformerClassifier: expected tokens (B, T <= {}), got {}", options.max_len(), tokens.shape());
+  const int64_t T = tokens.size(1);
+  Tensor positions = arange(T, {.dtype = kInt64, .device = tokens.device()});
+  Tensor x = (*tok_emb)(tokens) + (*pos_emb)(positions);  // (B, T, D)
+  for (auto& b : *blocks) x = std::static_pointer_cast<nn::TransformerEncoderBlock>(b)->forward(x, {.key_padding_mask = valid});
+  x = (*norm)(x);
+  if (!valid.defined()) return (*head)(mean(x, {1}));  // (B, D) mean over tokens
+  Tensor w = valid.to(x.dtype()).unsqueeze(-1);        // (B, T, 1) masked mean over real tokens
+  Tensor pooled = sum(x * w, {1}) / clamp(sum(w, {1}), 1.0, std::nullopt);
+  return (*head)(pooled);
+}
+
+}  // namespace asc::models

@@ -1,0 +1,42 @@
+#pragma once
+// A small dense-attention Transformer sequence classifier: the reference for how models are written with the
+// nn API. Tokens (B, T) int64 -> logits (B, classes).
+//
+//   auto model = std::make_shared<asc::models::TransformerClassifier>(
+//       asc::models::TransformerClassifierOptions(/*vocab=*/16, /*max_len=*/32, /*classes=*/2).d_model(64).layers(2));
+//   asc::Tensor logits = model->forward(tokens);              // (B, 2)
+//   asc::Tensor loss = asc::cross_entropy(logits, labels);
+#include "nn/nn.h"
+
+namespace asc::models {
+
+struct TransformerClassifierOptions {
+  TransformerClassifierOptions(int64_t vocab, int64_t max_len, int64_t classes)
+      : vocab_(vocab), max_len_(max_len), classes_(classes) {}
+  ASC_ARG(int64_t, vocab);
+  ASC_ARG(int64_t, max_len);
+  ASC_ARG(int64_t, classes);
+  ASC_ARG(int64_t, d_model) = 128;
+  ASC_ARG(int64_t, heads) = 4;
+  ASC_ARG(int64_t, layers) = 2;
+  ASC_ARG(int64_t, ffn) = 512;
+  ASC_ARG(double, dropout) = 0.1;
+  ASC_ARG(bool, norm_first) = true;
+};
+
+class TransformerClassifier : public nn::Module {
+ public:
+  explicit TransformerClassifier(const TransformerClassifierOptions& options,
+                                 const nn::AttentionFactory& attention = nn::dense_attention);
+  // tokens (B, T) int64 in [0, vocab); valid (B, T) bool (false = padding) or undefined. Returns (B, classes).
+  Tensor forward(const Tensor& tokens, const Tensor& valid);
+  Tensor forward(const Tensor& tokens) override { return forward(tokens, Tensor()); }
+
+  TransformerClassifierOptions options;
+  std::shared_ptr<nn::Embedding> tok_emb, pos_emb;
+  std::shared_ptr<nn::ModuleList> blocks;
+  std::shared_ptr<nn::LayerNorm> norm;
+  std::shared_ptr<nn::Linear> head;
+};
+
+}  // namespace asc::models
