@@ -1,0 +1,197 @@
+// CPU optimizer kernels (see optim/kernels.h). Each update is one loop over contiguous element ranges; masked rows
+// are skipped by splitting the range into runs of consecutive unmasked rows, so the masked path runs the same
+// per-element arithmetic as the unmasked one (bit-identical results on the rows that move).
+#include "optim/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/dtype.h"
+#include "ops/cpu/loops.h"
+
+namespace asc::cpu {
+namespace {
+
+// Calls body(begin, end) over the element ranges of the rows that may move, in parallel when large.
+template <class F>
+void for_moving_ranges(int64_t numel, const Tensor& row_mask, F&& body) {
+  constexpr int64_t kCostPerElement = 8;  // a handful of flops and 2-5 streams per element
+  if (numel == 0) return;
+  if (!row_mask.defined()) {
+    parallel_for(numel, kCostPerElement, [&](int64_t b, int64_t e) { body(b, e); });
+    return;
+  }
+  const int64_t rows = row_mask.numel();
+  const int64_t row_size = numel / rows;
+  const bool* m = row_mask.data_ptr<bool>();
+  parallel_for(rows, row_size * kCostPerElement, [&](int64_t rb, int64_t re) {
+    int64_t r = rb;
+    while (r < re) {
+      if (!m[r]) {
+        ++r;
+        continue;
+      }
+      const int64_t start = r;
+      while (r < re && m[r]) ++r;
+      body(start * row_size, r * row_size);
+    }
+  });
+}
+
+template <class T>
+T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+template <class T, bool kMomentum, bool kNesterov>
+void sgd_impl(const optim::SGDKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& buf_t,
+              const Tensor& row_mask) {
+  T* __restrict p = param.data_ptr<T>();
+  const T* __restrict g = grad.data_ptr<T>();
+  T* __restrict buf = ptr_or_null<T>(buf_t);
+  const T lr = static_cast<T>(a.lr), wd = static_cast<T>(a.weight_decay), mom = static_cast<T>(a.momentum);
+  const T one_minus_damp = static_cast<T>(1.0 - a.dampening);
+  const bool has_wd = a.weight_decay != 0, init = a.init_buf;
+  for_moving_ranges(param.numel(), row_mask, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      T d = g[i];
+      if (has_wd) d = d + wd * p[i];
+      if constexpr (kMomentum) {
+        const T nb = init ? d : buf[i] * mom + one_minus_damp * d;
+        buf[i] = nb;
+        d = kNesterov ? d + mom * nb : nb;
+      }
+      p[i] = p[i] - lr * d;
+    }
+  });
+}
+
+template <class T, bool kAmsgrad, bool kDecoupled>
+void adam_impl(const optim::AdamKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& m_t,
+               const Tensor& v_t, const Tensor& vmax_t, const Tensor& row_mask) {
+  T* __restrict p = param.data_ptr<T>();
+  const T* __restrict g = grad.data_ptr<T>();
+  T* __restrict m = m_t.data_ptr<T>();
+  T* __restrict v = v_t.data_ptr<T>();
+  T* __restrict vmax = ptr_or_null<T>(vmax_t);
+  const T b1 = static_cast<T>(a.beta1), b2 = static_cast<T>(a.beta2);
+  const T one_minus_b1 = static_cast<T>(1.0 - a.beta1), one_minus_b2 = static_cast<T>(1.0 - a.beta2);
+  const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay);
+  const T decay = static_cast<T>(1.0 - a.lr * a.weight_decay);  // AdamW's p *= 1 - lr wd
+  const T neg_step_size = static_cast<T>(-(a.lr / a.bias_correction1));
+  const T bc2_sqrt = static_cast<T>(std::sqrt(a.bias_correction2));
+  const bool has_wd = a.weight_decay != 0;
+  for_moving_ranges(param.numel(), row_mask, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      T gi = g[i];
+      T pi = p[i];
+      if (has_wd) {
+        if constexpr (kDecoupled) pi = pi * decay;
+        else gi = gi + wd * pi;
+      }
+      const T mi = m[i] * b1 + one_minus_b1 * gi;
+      const T vi = v[i] * b2 + one_minus_b2 * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      T vd = vi;
+      if constexpr (kAmsgrad) {
+        vd = std::max(vmax[i], vi);
+        vmax[i] = vd;
+      }
+      const T denom = std::sqrt(vd) / bc2_sqrt + eps;
+      p[i] = pi + neg_step_size * (mi / denom);
+    }
+  });
+}
+
+template <class T, bool kCentered, bool kMomentum>
+void rmsprop_impl(const optim::RMSpropKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& sq_t,
+                  const Tensor& buf_t, const Tensor& ga_t, const Tensor& row_mask) {
+  T* __restrict p = param.data_ptr<T>();
+  const T* __restrict g = grad.data_ptr<T>();
+  T* __restrict sq = sq_t.data_ptr<T>();
+  T* __restrict buf = ptr_or_null<T>(buf_t);
+  T* __restrict ga = ptr_or_null<T>(ga_t);
+  const T alpha = static_cast<T>(a.alpha), one_minus_alpha = static_cast<T>(1.0 - a.alpha);
+  const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay), mom = static_cast<T>(a.momentum);
+  const T lr = static_cast<T>(a.lr);
+  const bool has_wd = a.weight_decay != 0;
+  for_moving_ranges(param.numel(), row_mask, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      T gi = g[i];
+      if (has_wd) gi = gi + wd * p[i];
+      const T si = sq[i] * alpha + one_minus_alpha * gi * gi;
+      sq[i] = si;
+      T avg;
+      if constexpr (kCentered) {
+        const T gai = ga[i] * alpha + one_minus_alpha * gi;
+        ga[i] = gai;
+        avg = std::sqrt(si - gai * gai) + eps;
+      } else {
+        avg = std::sqrt(si) + eps;
+      }
+      if constexpr (kMomentum) {
+        const T nb = buf[i] * mom + gi / avg;
+        buf[i] = nb;
+        p[i] = p[i] - lr * nb;
+      } else {
+        p[i] = p[i] - lr * (gi / avg);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void sgd_update(const optim::SGDKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                const Tensor& row_mask) {
+  ASC_DISPATCH_FLOAT(param.dtype(), "SGD.step", [&] {
+    if (a.momentum == 0) sgd_impl<scalar_t, false, false>(a, param, grad, momentum_buf, row_mask);
+    else if (a.nesterov) sgd_impl<scalar_t, true, true>(a, param, grad, momentum_buf, row_mask);
+    else sgd_impl<scalar_t, true, false>(a, param, grad, momentum_buf, row_mask);
+  });
+}
+
+void adam_update(const optim::AdamKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                 const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq, const Tensor& row_mask) {
+  ASC_DISPATCH_FLOAT(param.dtype(), "Adam.step", [&] {
+    if (a.amsgrad) {
+      if (a.decoupled) adam_impl<scalar_t, true, true>(a, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, row_mask);
+      else adam_impl<scalar_t, true, false>(a, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, row_mask);
+    } else {
+      if (a.decoupled) adam_impl<scalar_t, false, true>(a, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, row_mask);
+      else adam_impl<scalar_t, false, false>(a, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, row_mask);
+    }
+  });
+}
+
+void rmsprop_update(const optim::RMSpropKernelArgs& a, const Tensor& param, const Tensor& grad,
+                    const Tensor& square_avg, const Tensor& momentum_buf, const Tensor& grad_avg,
+                    const Tensor& row_mask) {
+  ASC_DISPATCH_FLOAT(param.dtype(), "RMSprop.step", [&] {
+    const bool mom = a.momentum > 0;
+    if (a.centered) {
+      if (mom) rmsprop_impl<scalar_t, true, true>(a, param, grad, square_avg, momentum_buf, grad_avg, row_mask);
+      else rmsprop_impl<scalar_t, true, false>(a, param, grad, square_avg, momentum_buf, grad_avg, row_mask);
+    } else {
+      if (mom) rmsprop_impl<scalar_t, false, true>(a, param, grad, square_avg, momentum_buf, grad_avg, row_mask);
+      else rmsprop_impl<scalar_t, false, false>(a, param, grad, square_avg, momentum_buf, grad_avg, row_mask);
+    }
+  });
+}
+
+void clamp_inplace(const Tensor& t, double lo, double hi) {
+  ASC_DISPATCH_FLOAT(t.dtype(), "clamp", [&] {
+    scalar_t* __restrict x = t.data_ptr<scalar_t>();
+    const scalar_t l = static_cast<scalar_t>(lo), h = static_cast<scalar_t>(hi);
+    parallel_for(t.numel(), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        scalar_t v = x[i];
+        v = v < l ? l : v;  // comparisons with NaN are false: NaN passes through
+        x[i] = v > h ? h : v;
+      }
+    });
+  });
+}
+
+}  // namespace asc::cpu
