@@ -1,10 +1,15 @@
 // CPU optimizer kernels (see optim/kernels.h). Each update is one loop over contiguous element ranges; masked rows
 // are skipped by splitting the range into runs of consecutive unmasked rows, so the masked path runs the same
 // per-element arithmetic as the unmasked one (bit-identical results on the rows that move).
+// Note: with GCC's default -fmath-errno the sqrt in Adam / RMSprop is a guarded libm call that keeps those loops
+// scalar (SGD and the clamp vectorise); only the -fno-math-errno compile flag changes that (GCC 12 ignores it as a
+// pragma / function attribute). At ~400K float32 parameters the AdamW step is memory-bound (~1.5 ms, one thread),
+// and a quick check with the flag showed no gain there.
 #include "optim/kernels.h"
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "ops/cpu/loops.h"
@@ -38,12 +43,20 @@ void for_moving_ranges(int64_t numel, const Tensor& row_mask, F&& body) {
   });
 }
 
+// Calls f(std::bool_constant<b>{}), turning runtime flags into template arguments so the inner loops have no
+// branches.
+template <class F>
+void with_flag(bool b, F&& f) {
+  if (b) f(std::true_type{});
+  else f(std::false_type{});
+}
+
 template <class T>
 T* ptr_or_null(const Tensor& t) {
   return t.defined() ? t.data_ptr<T>() : nullptr;
 }
 
-template <class T, bool kMomentum, bool kNesterov>
+template <class T, bool kMomentum, bool kNesterov, bool kWd, bool kInit>
 void sgd_impl(const optim::SGDKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& buf_t,
               const Tensor& row_mask) {
   T* __restrict p = param.data_ptr<T>();
@@ -51,13 +64,12 @@ void sgd_impl(const optim::SGDKernelArgs& a, const Tensor& param, const Tensor& 
   T* __restrict buf = ptr_or_null<T>(buf_t);
   const T lr = static_cast<T>(a.lr), wd = static_cast<T>(a.weight_decay), mom = static_cast<T>(a.momentum);
   const T one_minus_damp = static_cast<T>(1.0 - a.dampening);
-  const bool has_wd = a.weight_decay != 0, init = a.init_buf;
   for_moving_ranges(param.numel(), row_mask, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       T d = g[i];
-      if (has_wd) d = d + wd * p[i];
+      if constexpr (kWd) d = d + wd * p[i];
       if constexpr (kMomentum) {
-        const T nb = init ? d : buf[i] * mom + one_minus_damp * d;
+        const T nb = kInit ? d : buf[i] * mom + one_minus_damp * d;
         buf[i] = nb;
         d = kNesterov ? d + mom * nb : nb;
       }
@@ -66,7 +78,7 @@ void sgd_impl(const optim::SGDKernelArgs& a, const Tensor& param, const Tensor& 
   });
 }
 
-template <class T, bool kAmsgrad, bool kDecoupled>
+template <class T, bool kAmsgrad, bool kDecoupled, bool kWd>
 void adam_impl(const optim::AdamKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& m_t,
                const Tensor& v_t, const Tensor& vmax_t, const Tensor& row_mask) {
   T* __restrict p = param.data_ptr<T>();
@@ -80,12 +92,11 @@ void adam_impl(const optim::AdamKernelArgs& a, const Tensor& param, const Tensor
   const T decay = static_cast<T>(1.0 - a.lr * a.weight_decay);  // AdamW's p *= 1 - lr wd
   const T neg_step_size = static_cast<T>(-(a.lr / a.bias_correction1));
   const T bc2_sqrt = static_cast<T>(std::sqrt(a.bias_correction2));
-  const bool has_wd = a.weight_decay != 0;
   for_moving_ranges(param.numel(), row_mask, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       T gi = g[i];
       T pi = p[i];
-      if (has_wd) {
+      if constexpr (kWd) {
         if constexpr (kDecoupled) pi = pi * decay;
         else gi = gi + wd * pi;
       }
@@ -104,7 +115,7 @@ void adam_impl(const optim::AdamKernelArgs& a, const Tensor& param, const Tensor
   });
 }
 
-template <class T, bool kCentered, bool kMomentum>
+template <class T, bool kCentered, bool kMomentum, bool kWd>
 void rmsprop_impl(const optim::RMSpropKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& sq_t,
                   const Tensor& buf_t, const Tensor& ga_t, const Tensor& row_mask) {
   T* __restrict p = param.data_ptr<T>();
@@ -115,11 +126,10 @@ void rmsprop_impl(const optim::RMSpropKernelArgs& a, const Tensor& param, const 
   const T alpha = static_cast<T>(a.alpha), one_minus_alpha = static_cast<T>(1.0 - a.alpha);
   const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay), mom = static_cast<T>(a.momentum);
   const T lr = static_cast<T>(a.lr);
-  const bool has_wd = a.weight_decay != 0;
   for_moving_ranges(param.numel(), row_mask, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       T gi = g[i];
-      if (has_wd) gi = gi + wd * p[i];
+      if constexpr (kWd) gi = gi + wd * p[i];
       const T si = sq[i] * alpha + one_minus_alpha * gi * gi;
       sq[i] = si;
       T avg;
@@ -146,22 +156,28 @@ void rmsprop_impl(const optim::RMSpropKernelArgs& a, const Tensor& param, const 
 void sgd_update(const optim::SGDKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                 const Tensor& row_mask) {
   ASC_DISPATCH_FLOAT(param.dtype(), "SGD.step", [&] {
-    if (a.momentum == 0) sgd_impl<scalar_t, false, false>(a, param, grad, momentum_buf, row_mask);
-    else if (a.nesterov) sgd_impl<scalar_t, true, true>(a, param, grad, momentum_buf, row_mask);
-    else sgd_impl<scalar_t, true, false>(a, param, grad, momentum_buf, row_mask);
+    with_flag(a.momentum != 0, [&](auto mom) {
+      with_flag(a.nesterov && a.momentum != 0, [&](auto nest) {
+        with_flag(a.weight_decay != 0, [&](auto wd) {
+          with_flag(a.init_buf, [&](auto init) {
+            sgd_impl<scalar_t, mom(), nest(), wd(), init()>(a, param, grad, momentum_buf, row_mask);
+          });
+        });
+      });
+    });
   });
 }
 
 void adam_update(const optim::AdamKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                  const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq, const Tensor& row_mask) {
   ASC_DISPATCH_FLOAT(param.dtype(), "Adam.step", [&] {
-    if (a.amsgrad) {
-      if (a.decoupled) adam_impl<scalar_t, true, true>(a, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, row_mask);
-      else adam_impl<scalar_t, true, false>(a, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, row_mask);
-    } else {
-      if (a.decoupled) adam_impl<scalar_t, false, true>(a, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, row_mask);
-      else adam_impl<scalar_t, false, false>(a, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, row_mask);
-    }
+    with_flag(a.amsgrad, [&](auto ams) {
+      with_flag(a.decoupled, [&](auto dec) {
+        with_flag(a.weight_decay != 0, [&](auto wd) {
+          adam_impl<scalar_t, ams(), dec(), wd()>(a, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, row_mask);
+        });
+      });
+    });
   });
 }
 
@@ -169,14 +185,13 @@ void rmsprop_update(const optim::RMSpropKernelArgs& a, const Tensor& param, cons
                     const Tensor& square_avg, const Tensor& momentum_buf, const Tensor& grad_avg,
                     const Tensor& row_mask) {
   ASC_DISPATCH_FLOAT(param.dtype(), "RMSprop.step", [&] {
-    const bool mom = a.momentum > 0;
-    if (a.centered) {
-      if (mom) rmsprop_impl<scalar_t, true, true>(a, param, grad, square_avg, momentum_buf, grad_avg, row_mask);
-      else rmsprop_impl<scalar_t, true, false>(a, param, grad, square_avg, momentum_buf, grad_avg, row_mask);
-    } else {
-      if (mom) rmsprop_impl<scalar_t, false, true>(a, param, grad, square_avg, momentum_buf, grad_avg, row_mask);
-      else rmsprop_impl<scalar_t, false, false>(a, param, grad, square_avg, momentum_buf, grad_avg, row_mask);
-    }
+    with_flag(a.centered, [&](auto cen) {
+      with_flag(a.momentum > 0, [&](auto mom) {
+        with_flag(a.weight_decay != 0, [&](auto wd) {
+          rmsprop_impl<scalar_t, cen(), mom(), wd()>(a, param, grad, square_avg, momentum_buf, grad_avg, row_mask);
+        });
+      });
+    });
   });
 }
 
