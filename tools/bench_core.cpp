@@ -19,6 +19,9 @@
 #ifdef ASC_HAVE_CBLAS
 #include <cblas.h>
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 using namespace asc;
 using Clock = std::chrono::steady_clock;
@@ -65,9 +68,15 @@ int main(int argc, char** argv) {
     double t_ours = 1e30, t_ref = 1e30;
 #ifdef ASC_HAVE_CBLAS
     Tensor cref = empty({n, n});
+    // The reference is OpenBLAS with its own threads (as many as ours); asc::matmul runs OpenBLAS
+    // single-threaded inside its OpenMP threads, so the switch is restored after each reference call.
     auto ref = [&] {
+#ifdef _OPENMP
+      openblas_set_num_threads(omp_get_max_threads());
+#endif
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data_ptr<float>(), n,
                   b.data_ptr<float>(), n, 0.0f, cref.data_ptr<float>(), n);
+      openblas_set_num_threads(1);
     };
     ours();
     ref();

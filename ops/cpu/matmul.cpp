@@ -85,18 +85,29 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
     const scalar_t* A = a.data_ptr<scalar_t>();
     const scalar_t* B = b.data_ptr<scalar_t>();
     scalar_t* C = out.data_ptr<scalar_t>();
-    auto one = [&](int64_t i) {
-      gemm<scalar_t>(M, N, K, A + i * sab, a.stride(d), a.stride(d + 1), B + i * sbb, b.stride(d), b.stride(d + 1),
-                     C + i * M * N, N);
-    };
 #ifdef ASC_HAVE_CBLAS
-    // OpenBLAS threads each GEMM itself; small batched products are cheaper spread over batch instead.
-    for (int64_t i = 0; i < Bt; ++i) one(i);
-#else
-    parallel_for(Bt, M * N * K, [&](int64_t b0, int64_t b1) {
-      for (int64_t i = b0; i < b1; ++i) one(i);
-    });
+    // One thread pool: OpenBLAS runs single-threaded inside our OpenMP threads. Its own pthreads spin-waiting
+    // beside OpenMP's oversubscribed the cores (a third of a training step went to sched_yield and spinning).
+    static const bool blas_single_threaded = [] {
+      openblas_set_num_threads(1);
+      return true;
+    }();
+    (void)blas_single_threaded;
 #endif
+    const int64_t work = M * N * std::max<int64_t>(K, 1);
+    if (Bt >= 4 || M < 2) {  // many products: one (or a few) whole GEMMs per thread
+      parallel_for(Bt, work, [&](int64_t b0, int64_t b1) {
+        for (int64_t i = b0; i < b1; ++i)
+          gemm<scalar_t>(M, N, K, A + i * sab, a.stride(d), a.stride(d + 1), B + i * sbb, b.stride(d),
+                         b.stride(d + 1), C + i * M * N, N);
+      });
+      return;
+    }
+    for (int64_t i = 0; i < Bt; ++i)  // few large products: split each over its rows
+      parallel_for(M, N * std::max<int64_t>(K, 1), [&](int64_t m0, int64_t m1) {
+        gemm<scalar_t>(m1 - m0, N, K, A + i * sab + m0 * a.stride(d), a.stride(d), a.stride(d + 1), B + i * sbb,
+                       b.stride(d), b.stride(d + 1), C + i * M * N + m0 * N, N);
+      });
   });
 }
 
