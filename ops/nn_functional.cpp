@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "autograd/node.h"
+#include "core/generator.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/nn_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
@@ -274,11 +276,14 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   check_floating("dropout", x);
   ASC_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got {}", p);
   if (!training || p == 0.0) return x;
-  // keep where u >= p, u ~ U[0, 1): probability 1 - p; p = 1 keeps nothing.
-  Tensor u = rand(x.shape(), {.dtype = x.dtype(), .device = x.device()}, gen);
-  Tensor keep = ge(u, p);
-  Tensor kept = where(keep, x, 0.0);
-  return p < 1.0 ? mul(kept, 1.0 / (1.0 - p)) : kept;
+  // keep where u >= p, u ~ U[0, 1) drawn exactly as rand(x.shape()) would: probability 1 - p; p = 1 keeps
+  // nothing. One fused pass writes the mask already scaled by 1 / (1 - p); mul's backward gives g * mask.
+  Generator& g = gen ? *gen : default_generator();
+  Tensor mask = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  const uint64_t per = x.dtype() == kFloat64 ? 2 : 4, n = static_cast<uint64_t>(x.numel());
+  const uint64_t offset = g.reserve((n + per - 1) / per);
+  ASC_KERNEL(x.device(), "dropout", dropout_mask, mask, g.seed(), offset, p, p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
+  return mul(x, mask);
 }
 
 // ---- linear ----------------------------------------------------------------------------------------------------

@@ -263,24 +263,44 @@ void sum(const Tensor& x, Tensor& out) {
   ASC_DISPATCH_NUMERIC(x.dtype(), "sum", [&] { sum_impl<scalar_t>(x, out); });
 }
 
+namespace {
+// Calls fn(i, u) for every i in [0, n) with u ~ U[0, 1) from the Philox stream at `offset`. float: element i
+// uses lane i % 4 of block offset + i / 4 (24-bit uniform); double: lanes (2(i%2), 2(i%2)+1) of block
+// offset + i / 2 (53-bit). Each block is computed once for the elements that share it.
+template <class T, class F>
+void for_each_uniform(int64_t n, uint64_t seed, uint64_t offset, F&& fn) {
+  constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
+  const int64_t blocks = (n + per - 1) / per;
+  parallel_for(blocks, 40, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      auto r = philox4x32(seed, offset + static_cast<uint64_t>(blk));
+      const int64_t i0 = blk * per, cnt = std::min(per, n - i0);
+      for (int64_t j = 0; j < cnt; ++j) {
+        if constexpr (per == 4)
+          fn(i0 + j, static_cast<double>(uint_to_unit_float(r[j])));
+        else
+          fn(i0 + j, uint_to_unit_double(r[2 * j], r[2 * j + 1]));
+      }
+    }
+  });
+}
+}  // namespace
+
 void uniform(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
   ASC_DISPATCH_FLOAT(out.dtype(), "rand", [&] {
     scalar_t* p = out.data_ptr<scalar_t>();
-    const int64_t n = out.numel();
-    // float: element i uses lane i % 4 of block offset + i / 4. double: lanes (2(i%2), 2(i%2)+1) of block
-    // offset + i / 2.
-    parallel_for(n, 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        double u;
-        if constexpr (std::is_same_v<scalar_t, float>) {
-          auto r = philox4x32(seed, offset + static_cast<uint64_t>(i / 4));
-          u = uint_to_unit_float(r[i % 4]);
-        } else {
-          auto r = philox4x32(seed, offset + static_cast<uint64_t>(i / 2));
-          u = uint_to_unit_double(r[2 * (i % 2)], r[2 * (i % 2) + 1]);
-        }
-        p[i] = static_cast<scalar_t>(lo + (hi - lo) * u);
-      }
+    for_each_uniform<scalar_t>(out.numel(), seed, offset,
+                               [&](int64_t i, double u) { p[i] = static_cast<scalar_t>(lo + (hi - lo) * u); });
+  });
+}
+
+void dropout_mask(Tensor& out, uint64_t seed, uint64_t offset, double p, double scale) {
+  ASC_DISPATCH_FLOAT(out.dtype(), "dropout", [&] {
+    scalar_t* m = out.data_ptr<scalar_t>();
+    const scalar_t keep = static_cast<scalar_t>(scale);
+    // Same u as rand() would draw for this tensor, so the mask is that of `rand(shape) >= p`.
+    for_each_uniform<scalar_t>(out.numel(), seed, offset, [&](int64_t i, double u) {
+      m[i] = static_cast<scalar_t>(static_cast<scalar_t>(u) >= static_cast<scalar_t>(p) ? keep : scalar_t(0));
     });
   });
 }

@@ -27,6 +27,8 @@ void sum(const Tensor& x, Tensor& out);
 void matmul(const Tensor& a, const Tensor& b, Tensor& out);
 // Random fills from Philox counters [offset, ...): see core/generator.h for the element -> counter map.
 void uniform(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi);
+// out[i] = scale where the uniform that rand() would draw for element i is >= p, else 0.
+void dropout_mask(Tensor& out, uint64_t seed, uint64_t offset, double p, double scale);
 void normal(Tensor& out, uint64_t seed, uint64_t offset, double mean, double stddev);
 void randint(Tensor& out, uint64_t seed, uint64_t offset, int64_t low, int64_t high);
 
