@@ -1,5 +1,5 @@
 #pragma once
-// The public API of ascender in one include.
+// The public API of ascender in one include: tensors, ops, autograd, nn layers, optimizers, checkpoints.
 //   #include "ascender.h"
 //   asc::Tensor x = asc::randn({2, 3}, {.requires_grad = true});
 //   asc::sum(asc::tanh(x)).backward();
@@ -12,4 +12,8 @@
 #include "core/generator.h"
 #include "core/tensor.h"
 #include "cuda/cuda.h"
+#include "nn/nn.h"
+#include "nn/safetensors.h"
+#include "nn/serialize.h"
 #include "ops/ops.h"
+#include "optim/optim.h"

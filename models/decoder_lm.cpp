@@ -13,6 +13,8 @@ DecoderLM::DecoderLM(const DecoderLMOptions& o, const nn::AttentionFactory& atte
   blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
   for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerDecoderBlock>(block, attention));
   norm = register_module("norm", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({o.d_model()})));
+  // Small embedding init (as GPT-2): tied to the output head, N(0, 1) rows would give logits of size sqrt(D).
+  nn::init::normal_(tok_emb->weight, 0.0, 0.02);
   if (!o.tie_embeddings()) head = register_module("head", std::make_shared<nn::Linear>(o.d_model(), o.vocab(), false));
 }
 

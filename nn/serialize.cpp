@@ -1,0 +1,61 @@
+#include "nn/serialize.h"
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "nn/safetensors.h"
+#include "optim/optim.h"
+
+namespace asc {
+
+namespace {
+StateDict clone_all(const StateDict& sd) {
+  StateDict out;
+  NoGradGuard g;
+  for (const auto& [n, t] : sd) out.set(n, t.detach().clone());
+  return out;
+}
+}  // namespace
+
+void save_checkpoint(const std::string& path, const TrainingState& s,
+                     const std::map<std::string, std::string>& metadata) {
+  ASC_CHECK(s.model || s.optimizer || s.scheduler || s.generator, "save_checkpoint: '{}': nothing to save", path);
+  StateDict all;
+  if (s.model) all.merge(s.model->state_dict(), "model.");
+  if (s.optimizer) all.merge(s.optimizer->state_dict(), "optim.");
+  if (s.scheduler) all.merge(s.scheduler->state_dict(), "sched.");
+  if (s.generator) all.merge(generator_state_dict(*s.generator), "rng.");
+  save_safetensors(path, all, metadata);
+}
+
+void load_checkpoint(const std::string& path, const TrainingState& s, std::map<std::string, std::string>* metadata) {
+  ASC_CHECK(s.model || s.optimizer || s.scheduler || s.generator, "load_checkpoint: '{}': nothing to load into", path);
+  StateDict all = load_safetensors(path, metadata);  // a corrupt or truncated file fails here, before any change
+  for (const char* part : {"model.", "optim.", "sched.", "rng."}) {
+    bool wanted = (part[0] == 'm' && s.model) || (part[0] == 'o' && s.optimizer) || (part[0] == 's' && s.scheduler) ||
+                  (part[0] == 'r' && s.generator);
+    ASC_CHECK(!wanted || !all.sub(part).empty(), "load_checkpoint: '{}' has no '{}*' entries", path, part);
+  }
+  // Each part validates before it changes anything; a later part failing rolls the earlier ones back, so the
+  // whole load is all-or-nothing.
+  StateDict model_backup, optim_backup, sched_backup;
+  Generator::State rng_backup{};
+  if (s.model) model_backup = clone_all(s.model->state_dict());
+  if (s.optimizer) optim_backup = clone_all(s.optimizer->state_dict());
+  if (s.scheduler) sched_backup = s.scheduler->state_dict();
+  if (s.generator) rng_backup = s.generator->state();
+  bool model_done = false, optim_done = false, sched_done = false;
+  try {
+    if (s.model) s.model->load_state_dict(all.sub("model.")), model_done = true;
+    if (s.optimizer) s.optimizer->load_state_dict(all.sub("optim.")), optim_done = true;
+    if (s.scheduler) s.scheduler->load_state_dict(all.sub("sched.")), sched_done = true;
+    if (s.generator) load_generator_state(*s.generator, all.sub("rng."));
+  } catch (const Error& e) {
+    if (model_done) s.model->load_state_dict(model_backup);
+    if (optim_done) s.optimizer->load_state_dict(optim_backup);
+    if (sched_done) s.scheduler->load_state_dict(sched_backup);
+    if (s.generator) s.generator->set_state(rng_backup);
+    ASC_THROW("load_checkpoint: '{}': {}", path, e.what());
+  }
+}
+
+}  // namespace asc
