@@ -15,13 +15,6 @@ using namespace asc::optim;
 
 namespace {
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.defined() != b.defined()) return false;
-  if (!a.defined()) return true;
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(), static_cast<size_t>(a.numel()) * a.element_size()) == 0;
-}
 
 bool same_row_bits(const Tensor& a, const Tensor& b, int64_t row) { return same_bits(a.select(0, row), b.select(0, row)); }
 

@@ -159,13 +159,6 @@ Tensor param(DType dt = kFloat64, const std::vector<double>& v = kP0) {
 }
 Tensor grad_at(size_t t, DType dt = kFloat64) { return tensor(kGrads[t], {2, 3}).to(dt); }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.defined() != b.defined()) return false;
-  if (!a.defined()) return true;
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(), static_cast<size_t>(a.numel()) * a.element_size()) == 0;
-}
 
 bool same_state_dict(const StateDict& a, const StateDict& b) {
   if (a.size() != b.size()) return false;

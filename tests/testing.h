@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,15 @@ void check_error(F&& fn, std::initializer_list<const char*> fragments) {
     std::string msg = e.what();
     for (const char* f : fragments) CHECK_MESSAGE(msg.find(f) != std::string::npos, "message: " << msg << " lacks: " << f);
   }
+}
+
+// Bit-for-bit equality (shape, dtype and every byte of the contents); both undefined counts as equal.
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  if (!a.defined()) return true;
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(ca.raw_data(), cb.raw_data(), static_cast<size_t>(a.numel()) * a.element_size()) == 0;
 }
 
 // Row-major multi-index helpers for naive reference loops.
