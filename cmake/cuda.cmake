@@ -21,11 +21,13 @@ if(ASC_WITH_CUDA)
 endif()
 
 if(ASC_HAVE_CUDA)
-  # CMake 3.25 has no CUDA20 dialect entry for nvcc, so the flag is given directly (nvcc >= 12 accepts it).
   file(GLOB ASC_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cpp)
   target_sources(ascender PRIVATE ${ASC_CUDA_SOURCES})
+  # .cu files compile as C++17: under nvcc's C++20 mode fmt's consteval format-string checks fail to evaluate
+  # (and CMake 3.25 knows no CUDA20 dialect). Headers that .cu files include stay C++17-clean; the C++ sources of
+  # cuda/ (*.cpp) are ordinary C++20.
   set_target_properties(ascender PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CUDA_STANDARD 17)
-  target_compile_options(ascender PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 --expt-relaxed-constexpr>)
+  target_compile_options(ascender PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
   target_link_libraries(ascender PUBLIC CUDA::cudart CUDA::cublas)
   target_compile_definitions(ascender PUBLIC ASC_HAVE_CUDA=1)
   message(STATUS "ascender: CUDA backend enabled (archs ${CMAKE_CUDA_ARCHITECTURES})")

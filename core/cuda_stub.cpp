@@ -7,6 +7,9 @@ namespace asc::cuda {
 bool is_available() { return false; }
 int device_count() { return 0; }
 std::string device_name(int index) { ASC_THROW("cuda::device_name: this build has no CUDA backend"); }
+void synchronize() { ASC_THROW("cuda::synchronize: this build has no CUDA backend"); }
+void set_allow_tf32(bool) {}
+bool allow_tf32() { return false; }
 MemoryStats memory_stats() { return {}; }
 }  // namespace asc::cuda
 #endif

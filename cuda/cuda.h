@@ -13,6 +13,12 @@ int device_count();
 // Name of device `index` (e.g. "NVIDIA H100 80GB HBM3"); error when unavailable.
 std::string device_name(int index = 0);
 
+// Waits for all work queued on the current device (error when no device).
+void synchronize();
+// TF32 tensor-core math for float32 matmuls (off by default: results then match float32 GEMM to ~1e-6 rel.).
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
 // Byte counters of the CUDA allocator (device mallocs are counted to show caching working later).
 struct MemoryStats {
   size_t allocated = 0;      // bytes in live tensors

@@ -8,14 +8,8 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "cuda/check.h"
 #include "cuda/cuda.h"
-
-#define ASC_CUDA_CHECK(call)                                                                                   \
-  do {                                                                                                         \
-    cudaError_t asc_err_ = (call);                                                                             \
-    ASC_CHECK(asc_err_ == cudaSuccess, "CUDA error in {}: {} ({})", #call, cudaGetErrorName(asc_err_),          \
-              cudaGetErrorString(asc_err_));                                                                   \
-  } while (0)
 
 namespace asc::cuda {
 namespace {

@@ -1,0 +1,23 @@
+#pragma once
+// Per-device CUDA state for kernels and library calls: the current stream and the cuBLAS handle bound to it.
+// For .cu / .cpp files of cuda/ only (exposes CUDA types); the public API is cuda/cuda.h.
+//
+//   cudaStream_t s = asc::cuda::current_stream();          // of the current device
+//   kernel<<<grid, block, 0, s>>>(...);
+//   cublasHandle_t h = asc::cuda::cublas_handle();         // already set to current_stream()
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+namespace asc::cuda {
+
+// The device every kernel of this thread targets (cudaGetDevice).
+int current_device();
+// The stream kernels of this thread are queued on, for the current device: the legacy default stream unless
+// set_current_stream() chose another one.
+cudaStream_t current_stream();
+void set_current_stream(cudaStream_t stream);
+// One cuBLAS handle per device (created lazily), with its stream set to current_stream() on every call and
+// TF32 tensor-op math enabled when cuda::set_allow_tf32(true).
+cublasHandle_t cublas_handle();
+
+}  // namespace asc::cuda
