@@ -1,0 +1,186 @@
+// GPU benchmark (not a test), run by tools/gpu_check.sh on a machine with an NVIDIA GPU:
+//   ./build/release/tools/bench_gpu [--csv out.csv] [--quick]
+// Rows:
+//   GEMM fp32 / TF32 / bf16 at 4096^3: TFLOP/s of asc::matmul next to a direct cublasGemmEx on the same buffers
+//     (same run, interleaved, best of each) and their ratio (target >= 0.95);
+//   elementwise add (float32, 2^26 elements) and softmax (float32, (65536, 1024)): GB/s against the device's
+//     theoretical memory bandwidth (target >= 70%);
+//   allocator: device mallocs during 100 steady-state training steps of a small MLP (target 0).
+// Without a GPU it says so and exits 0.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ascender.h"
+
+#ifdef ASC_HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "cuda/check.h"
+#include "cuda/context.h"
+#endif
+
+using namespace asc;
+
+namespace {
+
+struct Row {
+  std::string name, metric;
+  double ours, reference, ratio;
+  std::string note;
+};
+
+#ifdef ASC_HAVE_CUDA
+// Seconds per call: best over `reps` batches of `inner` calls, each batch timed with CUDA events.
+double gpu_time(const std::function<void()>& fn, int reps, int inner) {
+  cudaEvent_t e0, e1;
+  ASC_CUDA_CHECK(cudaEventCreate(&e0));
+  ASC_CUDA_CHECK(cudaEventCreate(&e1));
+  fn();  // warm-up
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    ASC_CUDA_CHECK(cudaEventRecord(e0, cuda::current_stream()));
+    for (int i = 0; i < inner; ++i) fn();
+    ASC_CUDA_CHECK(cudaEventRecord(e1, cuda::current_stream()));
+    ASC_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    ASC_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    best = std::min(best, ms / 1e3 / inner);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return best;
+}
+
+double peak_bandwidth_gbs() {
+  int dev = cuda::current_device(), clock_khz = 0, bus_bits = 0;
+  ASC_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev));
+  ASC_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+  return 2.0 * clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;  // double data rate
+}
+
+void gemm_rows(std::vector<Row>& rows, int64_t n, int reps) {
+  struct Variant {
+    const char* name;
+    DType dtype;
+    bool tf32;
+    cudaDataType_t type;
+    cublasComputeType_t compute;
+  };
+  for (Variant v : {Variant{"fp32", kFloat32, false, CUDA_R_32F, CUBLAS_COMPUTE_32F},
+                    Variant{"tf32", kFloat32, true, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32},
+                    Variant{"bf16", kBFloat16, false, CUDA_R_16BF, CUBLAS_COMPUTE_32F}}) {
+    Generator g(1);
+    Tensor a = randn({n, n}, {}, &g).to(Device::cuda()).to(v.dtype);
+    Tensor b = randn({n, n}, {}, &g).to(Device::cuda()).to(v.dtype);
+    Tensor c = empty({n, n}, {v.dtype, Device::cuda()});
+    cuda::set_allow_tf32(v.tf32);
+    auto ours = [&] { c = matmul(a, b); };
+    const float one = 1, zero = 0;
+    auto ref = [&] {  // C^T = B^T A^T in column-major, as asc::matmul does
+      ASC_CUBLAS_CHECK(cublasGemmEx(cuda::cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b.raw_data(), v.type,
+                                    n, a.raw_data(), v.type, n, &zero, c.raw_data(), v.type, n, v.compute,
+                                    CUBLAS_GEMM_DEFAULT));
+    };
+    double t_ours = 1e30, t_ref = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      t_ours = std::min(t_ours, gpu_time(ours, 1, 10));
+      t_ref = std::min(t_ref, gpu_time(ref, 1, 10));
+    }
+    cuda::set_allow_tf32(false);
+    const double tflop = 2.0 * n * n * n / 1e12;
+    rows.push_back({fmt::format("GEMM {} {}^3", v.name, n), "TFLOP/s", tflop / t_ours, tflop / t_ref, t_ref / t_ours,
+                    "ref: direct cublasGemmEx; target ratio >= 0.95"});
+  }
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string csv;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+  }
+  if (!cuda::is_available()) {
+    std::printf("bench_gpu: no CUDA device available (this build %s CUDA); nothing to measure\n",
+#ifdef ASC_HAVE_CUDA
+                "has"
+#else
+                "lacks"
+#endif
+    );
+    return 0;
+  }
+#ifdef ASC_HAVE_CUDA
+  const int reps = quick ? 2 : 5;
+  std::vector<Row> rows;
+  const double bw = peak_bandwidth_gbs();
+  std::printf("device: %s, theoretical memory bandwidth %.0f GB/s\n", cuda::device_name().c_str(), bw);
+
+  gemm_rows(rows, quick ? 2048 : 4096, reps);
+
+  {  // elementwise add: 2 reads + 1 write
+    const int64_t n = int64_t{1} << (quick ? 24 : 26);
+    Tensor x = rand({n}, {.device = Device::cuda()}), y = rand({n}, {.device = Device::cuda()});
+    Tensor z;
+    double t = gpu_time([&] { z = add(x, y); }, reps, 10);
+    double gbs = 3.0 * n * 4 / t / 1e9;
+    rows.push_back({"add fp32 (contiguous)", "GB/s", gbs, bw, gbs / bw, "ref: theoretical bandwidth; target >= 0.70"});
+  }
+  {  // softmax over the last dim: 1 read + 1 write
+    const int64_t r = quick ? 16384 : 65536, c = 1024;
+    Tensor x = randn({r, c}, {.device = Device::cuda()});
+    Tensor y;
+    double t = gpu_time([&] { y = softmax(x, -1); }, reps, 10);
+    double gbs = 2.0 * r * c * 4 / t / 1e9;
+    rows.push_back({"softmax fp32 (65536, 1024)", "GB/s", gbs, bw, gbs / bw, "ref: theoretical bandwidth; target >= 0.70"});
+  }
+  {  // allocator: device mallocs in steady-state training
+    manual_seed(0);
+    auto mlp = std::make_shared<nn::MLP>(nn::MLPOptions({256, 1024, 1024, 10}));
+    mlp->to(Device::cuda());
+    optim::AdamW opt(mlp->parameters(), {.lr = 1e-3});
+    Tensor x = randn({512, 256}, {.device = Device::cuda()});
+    Tensor y = randint(0, 10, {512}, {.dtype = kInt64, .device = Device::cuda()});
+    auto step = [&] {
+      opt.zero_grad();
+      cross_entropy((*mlp)(x), y).backward();
+      opt.step();
+    };
+    for (int i = 0; i < 5; ++i) step();  // warm-up fills the cache
+    cuda::synchronize();
+    uint64_t before = cuda::memory_stats().num_device_mallocs;
+    for (int i = 0; i < 100; ++i) step();
+    cuda::synchronize();
+    uint64_t mallocs = cuda::memory_stats().num_device_mallocs - before;
+    rows.push_back({"allocator: device mallocs in 100 steps", "count", static_cast<double>(mallocs), 0, 0,
+                    "MLP 256-1024-1024-10, AdamW; target 0"});
+  }
+
+  std::printf("\n%-40s %-8s %12s %12s %8s  %s\n", "benchmark", "metric", "ascender", "reference", "ratio", "notes");
+  for (const Row& r : rows)
+    std::printf("%-40s %-8s %12.3f %12.3f %8.3f  %s\n", r.name.c_str(), r.metric.c_str(), r.ours, r.reference, r.ratio,
+                r.note.c_str());
+  if (!csv.empty()) {
+    FILE* f = std::fopen(csv.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "bench_gpu: cannot write %s\n", csv.c_str());
+      return 1;
+    }
+    std::fprintf(f, "benchmark,metric,ascender,reference,ratio,notes\n");
+    for (const Row& r : rows)
+      std::fprintf(f, "\"%s\",%s,%.6g,%.6g,%.6g,\"%s\"\n", r.name.c_str(), r.metric.c_str(), r.ours, r.reference, r.ratio,
+                   r.note.c_str());
+    std::fclose(f);
+  }
+#endif
+  return 0;
+}
