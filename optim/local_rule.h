@@ -63,7 +63,7 @@ class LocalRule {
   virtual std::string name() const { return "LocalRule"; }
   // Per-row "fired" flags of `param` (bool, (param.size(0),)) from the current snapshot; an undefined tensor
   // when the rule holds no snapshot. Only called for parameters registered with set_mask.
-  virtual Tensor fired(const Tensor  virtual Tensor fired(const Tensor& param) const { return {}; } /*param*/) const { return {}; }
+  virtual Tensor fired(const Tensor& /*param*/) const { return {}; }
   // The rule's own in-place update, after the gradient updates (called inside NoGradGuard).
   virtual void apply() = 0;
   // Drops the snapshot at the end of Optimizer::step().
