@@ -9,10 +9,21 @@
 #include <array>
 #include <cstdint>
 
+// philox4x32 and the unit-float conversions run on the host and, compiled by nvcc, on the device (the CUDA random
+// kernels call them per element, giving the CPU stream exactly). Same definition as ops/math.h's ASC_HD. This
+// header stays C++17-clean for that reason.
+#ifndef ASC_HD
+#if defined(__CUDACC__)
+#define ASC_HD __host__ __device__ __forceinline__
+#else
+#define ASC_HD inline
+#endif
+#endif
+
 namespace asc {
 
 // One Philox4x32-10 block: 4 random 32-bit words for (key = seed, counter). Inline: kernels call it per block.
-inline std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t counter, uint64_t subsequence = 0) {
+ASC_HD std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t counter, uint64_t subsequence = 0) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
   uint32_t c2 = static_cast<uint32_t>(subsequence), c3 = static_cast<uint32_t>(subsequence >> 32);
@@ -32,8 +43,8 @@ inline std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t counter, uint6
 }
 
 // 24-bit-mantissa uniform in [0, 1) from one word (float), 53-bit from two words (double).
-inline float uint_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
-inline double uint_to_unit_double(uint32_t hi, uint32_t lo) {
+ASC_HD float uint_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+ASC_HD double uint_to_unit_double(uint32_t hi, uint32_t lo) {
   uint64_t v = (static_cast<uint64_t>(hi) << 21) ^ (lo >> 11);
   return static_cast<double>(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
 }

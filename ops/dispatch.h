@@ -1,26 +1,45 @@
 #pragma once
 // The one place where an op chooses its backend. Every kernel entry point exists with the same signature in
-// namespace asc::cpu (ops/cpu/kernels.h) and, with the CUDA backend, asc::cuda; an op calls
+// namespace asc::cpu (ops/cpu/kernels.h and friends) and, in builds with the CUDA backend (ASC_HAVE_CUDA), in
+// asc::cuda (cuda/kernels.h); an op calls
 //
 //   ASC_KERNEL(x.device(), "exp", unary, op, params, x, out);
 //
-// which runs cpu::unary(...) for CPU tensors. CUDA kernels arrive with the CUDA backend issue; until then a
-// CUDA tensor reaching a CPU-only op gets a clear error instead of a crash.
+// which runs cpu::unary(...) for CPU tensors and cuda::unary(...) for CUDA tensors. In a build without CUDA a
+// CUDA tensor reaching an op gets a clear error instead of a crash (such a tensor cannot normally be created:
+// the CUDA allocator is missing). CUDA entry points not written yet throw "<op>: no CUDA kernel yet".
 #include "core/error.h"
 #include "core/format.h"
 #include "core/tensor.h"
 #include "ops/cpu/kernels.h"
+#ifdef ASC_HAVE_CUDA
+#include "cuda/kernels.h"
+#endif
 
+#ifdef ASC_HAVE_CUDA
+#define ASC_KERNEL(DEVICE, OPNAME, FN, ...)                                                                 \
+  do {                                                                                                     \
+    const ::asc::Device asc_dev_ = (DEVICE);                                                               \
+    if (asc_dev_.is_cpu()) {                                                                               \
+      ::asc::cpu::FN(__VA_ARGS__);                                                                         \
+    } else if (asc_dev_.is_cuda()) {                                                                       \
+      ::asc::cuda::FN(__VA_ARGS__);                                                                        \
+    } else {                                                                                               \
+      ASC_THROW("{}: no kernel for device {} in this build", OPNAME, asc_dev_);                            \
+    }                                                                                                      \
+  } while (0)
+#else
 #define ASC_KERNEL(DEVICE, OPNAME, FN, ...)                                                                 \
   do {                                                                                                     \
     const ::asc::Device asc_dev_ = (DEVICE);                                                               \
     if (asc_dev_.is_cpu()) {                                                                               \
       ::asc::cpu::FN(__VA_ARGS__);                                                                         \
     } else {                                                                                               \
-      ASC_THROW("{}: no kernel for device {} in this build (the CUDA op kernels are not implemented yet)", \
-                OPNAME, asc_dev_);                                                                         \
+      ASC_THROW("{}: no kernel for device {} in this build (built without the CUDA backend)", OPNAME,      \
+                asc_dev_);                                                                                 \
     }                                                                                                      \
   } while (0)
+#endif
 
 namespace asc {
 
