@@ -10,6 +10,9 @@ std::string device_name(int index) { ASC_THROW("cuda::device_name: this build ha
 void synchronize() { ASC_THROW("cuda::synchronize: this build has no CUDA backend"); }
 void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
-MemoryStats memory_stats() { return {}; }
+MemoryStats memory_stats(int) { return {}; }
+void reset_peak_memory_stats(int) {}
+void empty_cache() {}
+void record_stream(const void*, uintptr_t) { ASC_THROW("cuda::record_stream: this build has no CUDA backend"); }
 }  // namespace asc::cuda
 #endif

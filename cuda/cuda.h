@@ -19,12 +19,30 @@ void synchronize();
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
-// Byte counters of the CUDA allocator (device mallocs are counted to show caching working later).
+// Counters of the CUDA caching allocator (cuda/caching_allocator.h), per device. Byte counts are block sizes:
+// requests rounded up to 512 B (a large block also keeps a remainder of up to 1 MiB that was not worth
+// splitting off); "reserved" is the device memory held in segments, live or cached.
 struct MemoryStats {
-  size_t allocated = 0;      // bytes in live tensors
+  size_t allocated = 0;             // bytes in live blocks
   size_t peak_allocated = 0;
-  uint64_t num_device_mallocs = 0;
+  uint64_t num_device_mallocs = 0;  // segments obtained from the device (cudaMalloc calls that succeeded)
+  size_t reserved = 0;              // bytes of segments held (allocated + cached free)
+  size_t peak_reserved = 0;
+  uint64_t num_device_frees = 0;    // segments returned to the device (empty_cache, out-of-memory recovery)
+  uint64_t num_allocs = 0;          // successful allocations
+  uint64_t num_frees = 0;
+  uint64_t num_cache_hits = 0;      // allocations served from cached blocks without a device malloc
+  uint64_t num_oom_retries = 0;     // device mallocs that failed, emptied the cache and were retried
+  uint64_t num_deferred_frees = 0;  // frees deferred because the block was used on other streams
 };
-MemoryStats memory_stats();
+// Statistics of device `device` (-1: the current device); all zero without a CUDA device.
+MemoryStats memory_stats(int device = -1);
+// Peak counters := current values, for device `device` (-1: the current device).
+void reset_peak_memory_stats(int device = -1);
+// Returns the cached, fully free segments of every device to the driver (live tensors are untouched).
+void empty_cache();
+// Marks the CUDA buffer `data` (a tensor's storage data pointer) as used on `stream` (a cudaStream_t cast to
+// uintptr_t) in addition to the stream it was allocated on: freeing it is deferred until that stream is idle.
+void record_stream(const void* data, uintptr_t stream);
 
 }  // namespace asc::cuda

@@ -1,38 +1,123 @@
-// CUDA runtime basics: error translation, device queries and the device allocator registered with core/.
+// CUDA runtime basics: device queries and the device allocator registered with core/ (the caching allocator of
+// cuda/caching_allocator.h over cudaMalloc, one per device).
 // The op kernels themselves arrive with the CUDA backend issue; this file makes sure the CUDA toolchain,
 // the runtime and cuBLAS compile and link in every build where nvcc is present.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <mutex>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "cuda/caching_allocator.h"
 #include "cuda/check.h"
+#include "cuda/context.h"
 #include "cuda/cuda.h"
 
 namespace asc::cuda {
 namespace {
 
-std::mutex g_mu;
-MemoryStats g_stats;
+// The device side of the caching allocator for one device: cudaMalloc / cudaFree / cudaStreamQuery with that
+// device current.
+class CudaDeviceMemory final : public DeviceMemory {
+ public:
+  explicit CudaDeviceMemory(int device) : device_(device) {}
+  void* malloc(size_t nbytes) override {
+    Guard g(device_);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, nbytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear it: the caching allocator frees its cache and retries
+      return nullptr;
+    }
+    ASC_CUDA_CHECK(e);
+    return p;
+  }
+  void free(void* ptr) override {
+    Guard g(device_);
+    ASC_CUDA_CHECK(cudaFree(ptr));
+  }
+  // cudaStreamQuery answers for all work queued on the stream so far: conservative (later work delays the
+  // deferred free too) but never early.
+  bool stream_idle(uintptr_t stream) override {
+    Guard g(device_);
+    cudaError_t e = cudaStreamQuery(reinterpret_cast<cudaStream_t>(stream));
+    if (e == cudaErrorNotReady) return false;
+    ASC_CUDA_CHECK(e);
+    return true;
+  }
+  void synchronize(uintptr_t stream) override {
+    Guard g(device_);
+    ASC_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
+  }
 
+ private:
+  // Makes the allocator's device current for one call, restoring the caller's device after it.
+  struct Guard {
+    int prev = -1;
+    explicit Guard(int device) {
+      if (cudaGetDevice(&prev) == cudaSuccess && prev != device) {
+        ASC_CUDA_CHECK(cudaSetDevice(device));
+      } else {
+        prev = -1;
+      }
+    }
+    ~Guard() {
+      if (prev >= 0) cudaSetDevice(prev);
+    }
+  };
+  int device_;
+};
+
+int query_count();
+
+// One caching allocator per device, created on first use and never destroyed: tensors may outlive static
+// destruction, and returning memory to a driver that is shutting down races it.
+const std::vector<CachingAllocator*>& device_allocators() {
+  static const std::vector<CachingAllocator*> all = [] {
+    std::vector<CachingAllocator*> v;
+    const int n = query_count();
+    for (int d = 0; d < n; ++d)
+      v.push_back(new CachingAllocator(new CudaDeviceMemory(d), "cuda:" + std::to_string(d)));
+    return v;
+  }();
+  return all;
+}
+
+CachingAllocator& allocator_of(int device) {
+  const auto& all = device_allocators();
+  if (device < 0) device = current_device();
+  ASC_CHECK(device < static_cast<int>(all.size()), "cuda: no CUDA device {} ({} available)", device, all.size());
+  return *all[static_cast<size_t>(device)];
+}
+
+// The core/ Allocator of CUDA storages: blocks of the current device's caching allocator, on the thread's
+// current stream.
 class CudaAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
-    void* p = nullptr;
-    ASC_CUDA_CHECK(cudaMalloc(&p, nbytes));
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_stats.allocated += nbytes;
-    g_stats.peak_allocated = std::max(g_stats.peak_allocated, g_stats.allocated);
-    ++g_stats.num_device_mallocs;
-    return p;
+    return allocator_of(-1).malloc(nbytes, reinterpret_cast<uintptr_t>(current_stream()));
   }
+  // Called from Storage's destructor: must not throw. A pointer no device allocator knows is a bug elsewhere;
+  // it is reported, not freed.
   void deallocate(void* ptr, size_t nbytes) override {
-    cudaFree(ptr);  // never throws from a destructor path
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_stats.allocated -= nbytes;
+    if (!ptr) return;
+    try {
+      const auto& all = device_allocators();
+      if (all.size() == 1) return all[0]->free(ptr);  // throws on an unknown pointer
+      for (CachingAllocator* a : all) {
+        if (a->owns(ptr)) {
+          a->free(ptr);
+          return;
+        }
+      }
+      std::fprintf(stderr, "ascender: CUDA deallocate of unknown pointer %p (%zu bytes) ignored\n", ptr, nbytes);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ascender: CUDA deallocate failed: %s\n", e.what());
+    }
   }
   // Host<->device and device<->device copies (unified addressing picks the direction).
   void copy(void* dst, const void* src, size_t nbytes) override {
@@ -72,9 +157,29 @@ std::string device_name(int index) {
   return prop.name;
 }
 
-MemoryStats memory_stats() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_stats;
+MemoryStats memory_stats(int device) {
+  if (!is_available()) return {};
+  return allocator_of(device).stats();
+}
+
+void reset_peak_memory_stats(int device) {
+  if (!is_available()) return;
+  allocator_of(device).reset_peak_stats();
+}
+
+void empty_cache() {
+  for (CachingAllocator* a : device_allocators()) a->empty_cache();
+}
+
+void record_stream(const void* data, uintptr_t stream) {
+  ASC_CHECK(is_available(), "cuda::record_stream: no CUDA device available");
+  for (CachingAllocator* a : device_allocators()) {
+    if (a->owns(data)) {
+      a->record_stream(data, stream);
+      return;
+    }
+  }
+  ASC_THROW("cuda::record_stream: {} is not a live CUDA buffer of this process", data);
 }
 
 // Touches cuBLAS so that the link against it is exercised in CI builds.
