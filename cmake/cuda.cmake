@@ -22,6 +22,7 @@ endif()
 
 if(ASC_HAVE_CUDA)
   file(GLOB ASC_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cpp)
+  list(REMOVE_ITEM ASC_CUDA_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cuda/caching_allocator.cpp)  # in every build
   target_sources(ascender PRIVATE ${ASC_CUDA_SOURCES})
   # .cu files compile as C++17: under nvcc's C++20 mode fmt's consteval format-string checks fail to evaluate
   # (and CMake 3.25 knows no CUDA20 dialect). Headers that .cu files include stay C++17-clean; the C++ sources of

@@ -21,11 +21,6 @@
 #include "cuda/caching_allocator.h"
 #include "cuda/cuda.h"
 
-// The allocator is plain C++ but lives in cuda/, which the library compiles only when nvcc is present; a build
-// without CUDA compiles it into this test so that the policy is tested everywhere.
-#ifndef ASC_HAVE_CUDA
-#include "cuda/caching_allocator.cpp"
-#endif
 
 using asc::cuda::CachingAllocator;
 using asc::cuda::MemoryStats;
