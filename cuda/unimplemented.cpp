@@ -9,31 +9,6 @@
 
 namespace asc::cuda {
 
-// ---- reductions (ops/cpu/reduce_kernels.h) ----
-void max_min_lastdim(const Tensor&, bool, Tensor&, Tensor&) { ASC_CUDA_TODO("max_min_lastdim"); }
-void max_min_middim(const Tensor&, bool, Tensor&, Tensor&) { ASC_CUDA_TODO("max_min_middim"); }
-void logsumexp_lastdim(const Tensor&, Tensor&) { ASC_CUDA_TODO("logsumexp_lastdim"); }
-
-// ---- nn (ops/cpu/nn_kernels.h) ----
-void softmax_forward(const Tensor&, const Tensor&, bool, Tensor&) { ASC_CUDA_TODO("softmax_forward"); }
-void softmax_backward(const Tensor&, const Tensor&, const Tensor&, bool, Tensor&) {
-  ASC_CUDA_TODO("softmax_backward");
-}
-void layer_norm_forward(const Tensor&, const Tensor&, const Tensor&, double, bool, Tensor&, Tensor&, Tensor&) {
-  ASC_CUDA_TODO("layer_norm_forward");
-}
-void layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, Tensor&,
-                         Tensor&, Tensor&) {
-  ASC_CUDA_TODO("layer_norm_backward");
-}
-void cross_entropy_forward(const Tensor&, const Tensor&, int64_t, double, Tensor&, Tensor&) {
-  ASC_CUDA_TODO("cross_entropy_forward");
-}
-void cross_entropy_backward(const Tensor&, double, const Tensor&, const Tensor&, const Tensor&, int64_t, double,
-                            Tensor&) {
-  ASC_CUDA_TODO("cross_entropy_backward");
-}
-
 // ---- geometry (ops/cpu/geometry_kernels.h) ----
 void topk(const Tensor&, const Tensor&, int64_t, bool, int64_t, Tensor&, Tensor&) { ASC_CUDA_TODO("topk"); }
 void topk_count(const Tensor&, int64_t, Tensor&) { ASC_CUDA_TODO("topk_count"); }
