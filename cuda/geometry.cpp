@@ -1,0 +1,135 @@
+// CUDA entry points of the geometry kernels (same signatures and semantics as ops/cpu/geometry_kernels.h): check
+// the tensors, pass raw pointers and sizes to the launchers of cuda/geometry.cu, and turn a failed launch into an
+// asc::Error. The ops hand over contiguous inputs and preallocated contiguous outputs.
+#include <climits>
+
+#include "core/error.h"
+#include "core/format.h"
+#include "core/tensor.h"
+#include "cuda/check.h"
+#include "cuda/context.h"
+#include "cuda/geometry_launch.h"
+#include "ops/geometry.h"
+
+namespace asc::cuda {
+
+// Declared in cuda/kernels.h at merge.
+void topk(const Tensor& x, const Tensor& mask, int64_t k, bool largest, int64_t diag_n, Tensor& values,
+          Tensor& indices);
+void topk_count(const Tensor& mask, int64_t diag_n, Tensor& counts);
+void topk_backward(const Tensor& g, const Tensor& indices, Tensor& gx);
+void normalize_rows(const Tensor& x, double eps, Tensor& y, Tensor& norm);
+void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y, Tensor& sd);
+void apply_surrogate(const Surrogate& s, double width, const Tensor& u, Tensor& out);
+
+namespace {
+
+// t is a contiguous CUDA tensor of float32/float64 (dtype == want when given).
+void check_float(const char* op, const Tensor& t, const char* what) {
+  ASC_CHECK(t.defined() && t.device().is_cuda(), "{} (CUDA): {} must be a CUDA tensor", op, what);
+  ASC_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64, "{} (CUDA): {} must be float32 or float64, got {}", op,
+            what, t.dtype());
+  ASC_CHECK(t.is_contiguous(), "{} (CUDA): {} must be contiguous", op, what);
+}
+
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b, const char* what) {
+  check_float(op, b, what);
+  ASC_CHECK(a.dtype() == b.dtype(), "{} (CUDA): {} has dtype {}, expected {}", op, what, b.dtype(), a.dtype());
+}
+
+// mask undefined, or a contiguous bool CUDA tensor with numel == n.
+const bool* mask_ptr(const char* op, const Tensor& mask, int64_t numel) {
+  if (!mask.defined()) return nullptr;
+  ASC_CHECK(mask.device().is_cuda() && mask.dtype() == kBool && mask.is_contiguous() && mask.numel() == numel,
+            "{} (CUDA): mask must be a contiguous bool CUDA tensor with {} elements (got dtype {}, shape {})", op,
+            numel, mask.dtype(), mask.shape());
+  return static_cast<const bool*>(mask.raw_data());
+}
+
+bool is_f64(const Tensor& t) { return t.dtype() == kFloat64; }
+
+}  // namespace
+
+void topk(const Tensor& x, const Tensor& mask, int64_t k, bool largest, int64_t diag_n, Tensor& values,
+          Tensor& indices) {
+  check_float("topk", x, "input");
+  check_same_dtype("topk", x, values, "values");
+  ASC_CHECK(indices.device().is_cuda() && indices.dtype() == kInt64 && indices.is_contiguous(),
+            "topk (CUDA): indices must be a contiguous int64 CUDA tensor");
+  const int64_t n = x.size(-1);
+  const int64_t R = n == 0 ? 0 : x.numel() / n;
+  ASC_CHECK(n < INT_MAX, "topk (CUDA): rows of {} entries exceed the kernel's int32 column index", n);
+  ASC_CHECK(R < INT_MAX, "topk (CUDA): {} rows exceed the grid's limit", R);
+  ASC_CHECK(values.numel() == R * k && indices.numel() == R * k, "topk (CUDA): outputs must have {} x {} elements",
+            R, k);
+  const bool* mp = mask_ptr("topk", mask, x.numel());
+  ASC_CUDA_CHECK(launch_topk(x.raw_data(), mp, R, n, k, largest, diag_n, values.raw_data(),
+                             static_cast<int64_t*>(indices.raw_data()), is_f64(x), current_stream()));
+}
+
+void topk_count(const Tensor& mask, int64_t diag_n, Tensor& counts) {
+  const int64_t n = mask.size(-1);
+  const int64_t R = n == 0 ? 0 : mask.numel() / n;
+  ASC_CHECK(mask.defined(), "topk (CUDA): topk_count needs a mask");
+  const bool* mp = mask_ptr("topk", mask, mask.numel());
+  ASC_CHECK(counts.device().is_cuda() && counts.dtype() == kInt64 && counts.is_contiguous(),
+            "topk (CUDA): counts must be a contiguous int64 CUDA tensor");
+  if (n == 0) {  // empty rows: every count is 0
+    if (counts.numel() > 0)
+      ASC_CUDA_CHECK(cudaMemsetAsync(counts.raw_data(), 0, counts.numel() * sizeof(int64_t), current_stream()));
+    return;
+  }
+  ASC_CUDA_CHECK(launch_topk_count(mp, R, n, diag_n, static_cast<int64_t*>(counts.raw_data()), current_stream()));
+}
+
+void topk_backward(const Tensor& g, const Tensor& indices, Tensor& gx) {
+  check_float("topk backward", g, "gradient");
+  check_same_dtype("topk backward", g, gx, "gx");
+  ASC_CHECK(indices.device().is_cuda() && indices.dtype() == kInt64 && indices.is_contiguous(),
+            "topk backward (CUDA): indices must be a contiguous int64 CUDA tensor");
+  const int64_t k = g.size(-1), n = gx.size(-1);
+  const int64_t R = k == 0 ? 0 : g.numel() / k;
+  ASC_CUDA_CHECK(launch_topk_backward(g.raw_data(), static_cast<const int64_t*>(indices.raw_data()), R, k, n,
+                                      gx.raw_data(), is_f64(g), current_stream()));
+}
+
+void normalize_rows(const Tensor& x, double eps, Tensor& y, Tensor& norm) {
+  check_float("normalize_rows", x, "input");
+  check_same_dtype("normalize_rows", x, y, "output");
+  check_same_dtype("normalize_rows", x, norm, "norm");
+  const int64_t d = x.size(-1);
+  const int64_t R = d == 0 ? 0 : x.numel() / d;
+  ASC_CUDA_CHECK(launch_normalize_rows(x.raw_data(), R, d, eps, y.raw_data(), norm.raw_data(), is_f64(x),
+                                       current_stream()));
+}
+
+void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y, Tensor& sd) {
+  check_float("row_standardize", x, "input");
+  check_same_dtype("row_standardize", x, y, "output");
+  check_same_dtype("row_standardize", x, sd, "std");
+  const int64_t n = x.size(-1);
+  const int64_t R = n == 0 ? 0 : x.numel() / n;
+  const bool* mp = mask_ptr("row_standardize", mask, x.numel());
+  ASC_CUDA_CHECK(launch_row_standardize(x.raw_data(), mp, R, n, eps, y.raw_data(), sd.raw_data(), is_f64(x),
+                                        current_stream()));
+}
+
+void apply_surrogate(const Surrogate& s, double width, const Tensor& u, Tensor& out) {
+  check_float("hard_gate", u, "u");
+  check_same_dtype("hard_gate", u, out, "output");
+  // Only the built-in surrogates have device code; the registry refuses to re-register their names, so the name
+  // identifies them.
+  SurrogateKind kind;
+  if (s.name == "sigmoid") kind = SurrogateKind::Sigmoid;
+  else if (s.name == "rectangular") kind = SurrogateKind::Rectangular;
+  else if (s.name == "triangular") kind = SurrogateKind::Triangular;
+  else if (s.name == "atan") kind = SurrogateKind::Atan;
+  else
+    ASC_THROW("hard_gate (CUDA): surrogate '{}' is a user-registered host function and has no CUDA kernel; use a "
+              "built-in surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run the op on the CPU",
+              s.name);
+  ASC_CUDA_CHECK(launch_apply_surrogate(kind, width, u.raw_data(), u.numel(), out.raw_data(), is_f64(u),
+                                        current_stream()));
+}
+
+}  // namespace asc::cuda
