@@ -8,19 +8,11 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/kernels.h"
 #include "cuda/geometry_launch.h"
 #include "ops/geometry.h"
 
 namespace asc::cuda {
-
-// Declared in cuda/kernels.h at merge.
-void topk(const Tensor& x, const Tensor& mask, int64_t k, bool largest, int64_t diag_n, Tensor& values,
-          Tensor& indices);
-void topk_count(const Tensor& mask, int64_t diag_n, Tensor& counts);
-void topk_backward(const Tensor& g, const Tensor& indices, Tensor& gx);
-void normalize_rows(const Tensor& x, double eps, Tensor& y, Tensor& norm);
-void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y, Tensor& sd);
-void apply_surrogate(const Surrogate& s, double width, const Tensor& u, Tensor& out);
 
 namespace {
 

@@ -6,17 +6,10 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/kernels.h"
 #include "cuda/index_launch.h"
 
 namespace asc::cuda {
-
-// Declared in cuda/kernels.h at merge.
-void index_minmax(const Tensor& index, int64_t& lo, int64_t& hi);
-void index_select(const Tensor& x, int dim, const Tensor& index, Tensor& out);
-void index_add(Tensor& out, int dim, const Tensor& index, const Tensor& src, int64_t skip);
-void gather(const Tensor& x, int dim, const Tensor& index, Tensor& out);
-void scatter_add(Tensor& out, int dim, const Tensor& index, const Tensor& src);
-void one_hot(const Tensor& index, Tensor& out);
 
 namespace {
 

@@ -7,8 +7,11 @@
 // Where they are defined:
 //   cuda/elementwise.cpp  unary, unary_backward, binary, where, copy, fill, isnan, sum, uniform, dropout_mask,
 //                         normal, randint
-//   cuda/matmul.cpp       matmul
-//   cuda/unimplemented.cpp  every other entry point, as a placeholder that throws "no CUDA kernel yet"
+//   cuda/matmul.cpp       matmul (cuBLAS)
+//   cuda/nn.cpp, cuda/reduce.cpp        softmax, layer/rms norm, cross-entropy; max/min, logsumexp
+//   cuda/index.cpp, cuda/geometry.cpp   indexing; topk, row norms, surrogate gate
+//   cuda/optim.cpp        SGD / Adam / RMSprop updates, clamp
+// Each .cpp validates and calls launchers (cuda/*_launch.h, plain data) implemented in the matching .cu.
 #include <cstdint>
 
 #include "core/tensor.h"

@@ -11,21 +11,10 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/kernels.h"
 #include "cuda/nn_launch.h"
 
 namespace asc::cuda {
-
-// Declared here until cuda/kernels.h lists every CUDA entry point.
-void softmax_forward(const Tensor& x, const Tensor& mask, bool log, Tensor& y);
-void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& mask, bool log, Tensor& gx);
-void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms, Tensor& y,
-                        Tensor& mean, Tensor& rstd);
-void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, bool rms, Tensor& gx, Tensor& gw, Tensor& gb);
-void cross_entropy_forward(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
-                           Tensor& loss, Tensor& stats);
-void cross_entropy_backward(const Tensor& gloss, double scale, const Tensor& logits, const Tensor& target,
-                            const Tensor& stats, int64_t ignore_index, double smoothing, Tensor& gx);
 
 namespace {
 

@@ -6,20 +6,11 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/kernels.h"
 #include "cuda/optim_launch.h"
 #include "optim/kernels.h"
 
 namespace asc::cuda {
-
-// Declared in cuda/kernels.h at merge.
-void sgd_update(const optim::SGDKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                const Tensor& row_mask);
-void adam_update(const optim::AdamKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                 const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq, const Tensor& row_mask);
-void rmsprop_update(const optim::RMSpropKernelArgs& a, const Tensor& param, const Tensor& grad,
-                    const Tensor& square_avg, const Tensor& momentum_buf, const Tensor& grad_avg,
-                    const Tensor& row_mask);
-void clamp_inplace(const Tensor& t, double lo, double hi);
 
 namespace {
 

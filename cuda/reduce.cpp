@@ -10,14 +10,10 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/kernels.h"
 #include "cuda/reduce_launch.h"
 
 namespace asc::cuda {
-
-// Declared here until cuda/kernels.h lists every CUDA entry point.
-void max_min_lastdim(const Tensor& x, bool is_max, Tensor& values, Tensor& indices);
-void max_min_middim(const Tensor& x, bool is_max, Tensor& values, Tensor& indices);
-void logsumexp_lastdim(const Tensor& x, Tensor& out);
 
 namespace {
 
