@@ -8,6 +8,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "core/device.h"
+#include "cuda/check.h"
+
 namespace asc::cuda {
 
 // The device every kernel of this thread targets (cudaGetDevice).
@@ -19,5 +22,27 @@ void set_current_stream(cudaStream_t stream);
 // One cuBLAS handle per device (created lazily), with its stream set to current_stream() on every call and
 // TF32 tensor-op math enabled when cuda::set_allow_tf32(true).
 cublasHandle_t cublas_handle();
+
+// Makes `d` the current device for the scope of a call (kernels launch on the current device); restores the
+// previous one on exit.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(Device d) {
+    int cur = 0;
+    ASC_CUDA_CHECK(cudaGetDevice(&cur));
+    if (cur != d.index) {
+      ASC_CUDA_CHECK(cudaSetDevice(d.index));
+      prev_ = cur;
+    }
+  }
+  ~DeviceGuard() {
+    if (prev_ >= 0) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
 
 }  // namespace asc::cuda

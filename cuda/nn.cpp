@@ -31,27 +31,6 @@ Elem elem_of(const char* op, DType t) {
   }
 }
 
-// Makes `d` the current device for the scope of a call (kernels launch on the current device).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(Device d) {
-    int cur = 0;
-    ASC_CUDA_CHECK(cudaGetDevice(&cur));
-    if (cur != d.index) {
-      ASC_CUDA_CHECK(cudaSetDevice(d.index));
-      prev_ = cur;
-    }
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = -1;
-};
-
 // A defined tensor on `dev` (a CUDA device) with dtype `dt`.
 void check_tensor(const char* op, const char* what, const Tensor& t, Device dev, DType dt) {
   ASC_CHECK(t.defined(), "{} (CUDA): {} is an undefined tensor", op, what);

@@ -34,27 +34,6 @@ Elem elem_of(const char* op, DType t, bool allow_int) {
   }
 }
 
-// Makes `d` the current device for the scope of a call (kernels launch on the current device).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(Device d) {
-    int cur = 0;
-    ASC_CUDA_CHECK(cudaGetDevice(&cur));
-    if (cur != d.index) {
-      ASC_CUDA_CHECK(cudaSetDevice(d.index));
-      prev_ = cur;
-    }
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = -1;
-};
-
 Device cuda_device_of(const char* op, const Tensor& x) {
   ASC_CHECK(x.defined(), "{} (CUDA): input is an undefined tensor", op);
   ASC_CHECK(x.device().is_cuda(), "{} (CUDA): input is on {}, expected a CUDA tensor", op, x.device());

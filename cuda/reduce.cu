@@ -16,38 +16,18 @@
 #include <type_traits>
 
 #include "cuda/reduce_launch.h"
+#include "cuda/row_kernels.cuh"
 
 namespace asc::cuda::reduce_launch {
 namespace {
 
-template <class T> struct AccOf { using type = T; };
-template <> struct AccOf<__nv_bfloat16> { using type = float; };
-template <> struct AccOf<__half> { using type = float; };
-template <class T> using acc_t = typename AccOf<T>::type;
-
-__device__ __forceinline__ float to_acc(float v) { return v; }
-__device__ __forceinline__ double to_acc(double v) { return v; }
-__device__ __forceinline__ int64_t to_acc(int64_t v) { return v; }
-__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
-
-template <class T, class A>
-__device__ __forceinline__ T from_acc(A v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(v));
-  else return static_cast<T>(v);
-}
+using namespace asc::cuda::rows;
 
 template <class A>
 __device__ __forceinline__ bool is_nan(A v) {
   if constexpr (std::is_floating_point_v<A>) return v != v;
   else return false;
 }
-
-__device__ __forceinline__ float dexp(float x) { return expf(x); }
-__device__ __forceinline__ double dexp(double x) { return exp(x); }
-__device__ __forceinline__ float dlog(float x) { return logf(x); }
-__device__ __forceinline__ double dlog(double x) { return log(x); }
 
 // 64-bit values travel through shuffles as long long (int64_t may be `long`).
 template <class A>
@@ -56,34 +36,6 @@ __device__ __forceinline__ A shfl_xor(A v, int o) {
     return static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, static_cast<long long>(v), o));
   else return __shfl_xor_sync(0xffffffffu, v, o);
 }
-
-constexpr int kMaxThreads = 512;
-constexpr int kWarpRows = 8;
-constexpr int64_t kMaxBlocks = 65535;
-
-struct RowLaunch {
-  dim3 grid, block;
-};
-
-RowLaunch row_launch(int64_t rows, int64_t n) {
-  RowLaunch l;
-  if (n <= 256) {
-    l.block = dim3(32, kWarpRows, 1);
-    const int64_t blocks = (rows + kWarpRows - 1) / kWarpRows;
-    l.grid = dim3(static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), 1, 1);
-  } else {
-    int threads = 64;
-    while (threads < kMaxThreads && static_cast<int64_t>(threads) * 8 < n) threads *= 2;
-    l.block = dim3(threads, 1, 1);
-    l.grid = dim3(static_cast<unsigned>(rows < kMaxBlocks ? rows : kMaxBlocks), 1, 1);
-  }
-  return l;
-}
-
-__device__ __forceinline__ int64_t first_row() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-}
-__device__ __forceinline__ int64_t row_step() { return static_cast<int64_t>(gridDim.x) * blockDim.y; }
 
 // ---- max / min over the last dim -------------------------------------------------------------------------------
 
