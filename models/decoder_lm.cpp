@@ -21,7 +21,7 @@ DecoderLM::DecoderLM(const DecoderLMOptions& o, const nn::AttentionFactory& atte
 Tensor DecoderLM::forward(const Tensor& tokens) {
   ASC_CHECK(tokens.dim() == 2, "DecoderLM: expected tokens (B, T), got {}", tokens.shape());
   Tensor x = (*tok_emb)(tokens);  // (B, T, D); positions enter through RoPE inside attention
-  for (auto& b : *blocks) x = (*std::static_pointer_cast<nn::TransformerDecoderBlock>(b))(x);
+  for (auto& b : *blocks) x = (*b)(x);  // each block: causal self-attention + FFN
   x = (*norm)(x);
   return head ? (*head)(x) : linear(x, tok_emb->weight);  // (B, T, vocab)
 }

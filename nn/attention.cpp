@@ -57,6 +57,7 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o)
   k_proj = register_module("k_proj", proj());
   v_proj = register_module("v_proj", proj());
   out_proj = register_module("out_proj", proj());
+  if (o.rope()) rope = register_module("rope", std::make_shared<RotaryEmbedding>(o.d_model() / o.heads(), o.rope_max_len()));
 }
 
 Tensor MultiHeadAttention::attend(const Tensor& x, const AttentionArgs& args) {
@@ -74,9 +75,9 @@ Tensor MultiHeadAttention::attend(const Tensor& x, const AttentionArgs& args) {
   Tensor q = heads((*q_proj)(x), T);
   Tensor k = heads((*k_proj)(ctx), S);
   Tensor v = heads((*v_proj)(ctx), S);
-  if (options.rope()) {
-    q = apply_rope(q, S - T);  // queries sit at the end of the key sequence
-    k = apply_rope(k, 0);
+  if (rope) {
+    q = rope->forward(q, S - T);  // queries sit at the end of the key sequence
+    k = rope->forward(k, 0);
   }
   Tensor w;
   Tensor y = scaled_dot_product_attention(q, k, v, keep, args.bias, options.dropout(), is_training(),

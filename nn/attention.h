@@ -51,7 +51,10 @@ struct MultiHeadAttentionOptions {
   ASC_ARG(double, dropout) = 0.0;  // on the attention probabilities, in training mode
   ASC_ARG(bool, bias) = true;      // biases of the input and output projections
   ASC_ARG(bool, rope) = false;     // rotary position embedding on q and k (positions 0..T-1)
+  ASC_ARG(int64_t, rope_max_len) = 4096;  // positions the cached RoPE tables cover
 };
+
+class RotaryEmbedding;
 
 // Dense scaled-dot-product multi-head attention:
 //   q, k, v = x Wq, ctx Wk, ctx Wv split into H heads of Dh = D / H;
@@ -64,6 +67,7 @@ class MultiHeadAttention : public Attention {
 
   MultiHeadAttentionOptions options;
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;
+  std::shared_ptr<RotaryEmbedding> rope;  // with options.rope(): cos/sin tables cached as (non-persistent) buffers
 };
 
 // The scaled-dot-product core on already projected heads: q (B, H, T, Dh), k and v (B, H, S, Dh); keep_mask

@@ -247,7 +247,10 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     for (const auto& [name, t] : state)
       ASC_CHECK(mine.contains(name), "{}.load_state_dict: unexpected key '{}' (shape {})", type_name_, name,
                 t.shape());
+  // Stage every value in the destination's dtype and on its device (a CPU checkpoint into a CUDA model, float16
+  // into float32) before the first copy, so a conversion that fails leaves the module untouched.
   NoGradGuard g;
+  for (auto& [dst, src] : copies) src = src.to(dst.dtype()).to(dst.device());
   for (auto& [dst, src] : copies) dst.copy_(src);
 }
 

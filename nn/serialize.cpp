@@ -36,23 +36,25 @@ void load_checkpoint(const std::string& path, const TrainingState& s, std::map<s
     ASC_CHECK(!wanted || !all.sub(part).empty(), "load_checkpoint: '{}' has no '{}*' entries", path, part);
   }
   // Each part validates before it changes anything; a later part failing rolls the earlier ones back, so the
-  // whole load is all-or-nothing.
+  // whole load is all-or-nothing. (state_dict() of modules and optimizers returns copies of optimizer state but
+  // handles to parameters, hence the clone of the model's.)
   StateDict model_backup, optim_backup, sched_backup;
   Generator::State rng_backup{};
   if (s.model) model_backup = clone_all(s.model->state_dict());
-  if (s.optimizer) optim_backup = clone_all(s.optimizer->state_dict());
+  if (s.optimizer) optim_backup = s.optimizer->state_dict();
   if (s.scheduler) sched_backup = s.scheduler->state_dict();
   if (s.generator) rng_backup = s.generator->state();
-  bool model_done = false, optim_done = false, sched_done = false;
+  bool model_tried = false, optim_tried = false, sched_tried = false;
   try {
-    if (s.model) s.model->load_state_dict(all.sub("model.")), model_done = true;
-    if (s.optimizer) s.optimizer->load_state_dict(all.sub("optim.")), optim_done = true;
-    if (s.scheduler) s.scheduler->load_state_dict(all.sub("sched.")), sched_done = true;
+    if (s.model) model_tried = true, s.model->load_state_dict(all.sub("model."));
+    if (s.optimizer) optim_tried = true, s.optimizer->load_state_dict(all.sub("optim."));
+    if (s.scheduler) sched_tried = true, s.scheduler->load_state_dict(all.sub("sched."));
     if (s.generator) load_generator_state(*s.generator, all.sub("rng."));
   } catch (const Error& e) {
-    if (model_done) s.model->load_state_dict(model_backup);
-    if (optim_done) s.optimizer->load_state_dict(optim_backup);
-    if (sched_done) s.scheduler->load_state_dict(sched_backup);
+    // Restore every part that was attempted (the failing one included, in case it failed midway).
+    if (model_tried) s.model->load_state_dict(model_backup);
+    if (optim_tried) s.optimizer->load_state_dict(optim_backup);
+    if (sched_tried) s.scheduler->load_state_dict(sched_backup);
     if (s.generator) s.generator->set_state(rng_backup);
     ASC_THROW("load_checkpoint: '{}': {}", path, e.what());
   }

@@ -186,6 +186,10 @@ void Optimizer::step() {
       ASC_CHECK(g.shape() == p.shape() && g.dtype() == p.dtype() && g.device() == p.device(),
                 "{}.step: parameter {} of group {} is {} {} on {} but its .grad is {} {} on {}", name_, i, gi,
                 p.dtype(), p.shape(), p.device(), g.dtype(), g.shape(), g.device());
+      // Module::to() may have re-pointed the parameter since it was added: the fused kernels take float32/float64.
+      ASC_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64,
+                "{}.step: parameter {} of group {} is {}; optimizers update float32/float64 parameters (keep "
+                "float32 master weights for lower-precision models, optim/amp.h)", name_, i, gi, p.dtype());
       Tensor mask;
       for (const auto& rule : rules_) {
         if (!rule->masks(p)) continue;
@@ -201,14 +205,21 @@ void Optimizer::step() {
   }
 
   NoGradGuard no_grad;
+  // After Module::to() re-pointed a parameter, its state follows to the parameter's dtype and device — converted
+  // here, before the first update, so a failing conversion leaves every parameter untouched.
+  std::vector<std::pair<Tensor*, Tensor>> moved;
+  for (auto& w : work) {
+    auto it = state_.find(w.param.impl());
+    if (it == state_.end()) continue;
+    for (auto& b : it->second.bufs)
+      if (b.defined() && (b.dtype() != w.param.dtype() || b.device() != w.param.device()))
+        moved.emplace_back(&b, b.to(w.param.dtype()).to(w.param.device()).contiguous());
+  }
+  for (auto& [buf, converted] : moved) *buf = converted;
   // 2. The fused gradient updates.
   for (auto& w : work) {
     ParamState& st = state_[w.param.impl()];
     if (st.bufs.empty()) st.bufs.resize(state_names_.size());
-    // After Module::to() re-pointed a parameter, keep its state on the parameter's dtype and device.
-    for (auto& b : st.bufs)
-      if (b.defined() && (b.dtype() != w.param.dtype() || b.device() != w.param.device()))
-        b = b.to(w.param.dtype()).to(w.param.device()).contiguous();
     update(groups_[w.group].options, w.param, w.grad, st, w.mask);
     w.param.impl()->storage->bump_version();
   }

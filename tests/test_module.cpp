@@ -317,7 +317,22 @@ TEST_CASE("Module: load_state_dict errors leave every tensor bit-identical; non-
     check_error([&] { dst.load_state_dict(with("mid.leaf.running", zeros({3}, {.dtype = kInt64}), false)); },
                 {"dtype mismatch", "mid.leaf.running"});
   }
+  SUBCASE("a value that cannot be converted to the parameter's dtype fails before the first copy") {
+    // bfloat16 -> float32 has no CPU kernel: the conversion is staged before anything is copied.
+    check_error([&] { dst.load_state_dict(with("mid.leaf.running", Tensor::empty({3}, {.dtype = kBFloat16}), false)); },
+                {"bfloat16"});
+  }
   CHECK(snapshot(dst) == before);
+
+  // float64 values load into float32 parameters, rounded
+  {
+    StateDict f64;
+    for (auto& [n, t] : src.state_dict()) f64.set(n, t.to(kFloat64));
+    Top conv;
+    conv.load_state_dict(f64);
+    CHECK(snapshot(conv) == snapshot(src));
+    CHECK(conv.mid->fc->weight.dtype() == kFloat32);
+  }
 
   // non-strict: a missing key keeps its value, an unexpected key is ignored, the rest is loaded
   StateDict partial = with("mid.fc.bias", Tensor(), true);

@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "ascender.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "models/transformer_classifier.h"
 #include "optim/optim.h"
 
@@ -120,8 +123,11 @@ int main(int argc, char** argv) {
   }
   // Both frameworks get the same thread count (OpenMP loops and OpenBLAS read these at start-up).
   std::string threads = std::to_string(c.threads);
-  setenv("OMP_NUM_THREADS", threads.c_str(), 0);
-  setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 0);
+  setenv("OMP_NUM_THREADS", threads.c_str(), 1);  // for the PyTorch child process
+  setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
+#ifdef _OPENMP
+  omp_set_num_threads(c.threads);  // libgomp read the environment at load time: set ours directly
+#endif
 
   Timing best{1e30, 0, 0, 0};
   double torch_ms = 1e30;

@@ -13,6 +13,16 @@
 namespace asc::cpu {
 namespace {
 
+#ifdef ASC_HAVE_CBLAS
+// One thread pool: OpenBLAS runs single-threaded inside our OpenMP threads (set once, at start-up). Its own
+// pthreads spin-waiting beside OpenMP's oversubscribed the cores (a third of a training step went to sched_yield
+// and spinning).
+const bool g_blas_single_threaded = [] {
+  openblas_set_num_threads(1);
+  return true;
+}();
+#endif
+
 // A 2-D matrix operand as GEMM sees it: row-major with leading dimension ld, optionally transposed.
 struct GemmOperand {
   bool trans = false;
@@ -85,15 +95,6 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
     const scalar_t* A = a.data_ptr<scalar_t>();
     const scalar_t* B = b.data_ptr<scalar_t>();
     scalar_t* C = out.data_ptr<scalar_t>();
-#ifdef ASC_HAVE_CBLAS
-    // One thread pool: OpenBLAS runs single-threaded inside our OpenMP threads. Its own pthreads spin-waiting
-    // beside OpenMP's oversubscribed the cores (a third of a training step went to sched_yield and spinning).
-    static const bool blas_single_threaded = [] {
-      openblas_set_num_threads(1);
-      return true;
-    }();
-    (void)blas_single_threaded;
-#endif
     const int64_t work = M * N * std::max<int64_t>(K, 1);
     if (Bt >= 4 || M < 2) {  // many products: one (or a few) whole GEMMs per thread
       parallel_for(Bt, work, [&](int64_t b0, int64_t b1) {
