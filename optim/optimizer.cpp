@@ -15,6 +15,16 @@
 
 namespace asc::optim {
 
+int64_t parse_state_index(const std::string& s) {
+  if (s.empty() || s.size() > 12 || (s.size() > 1 && s[0] == '0')) return -1;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
 namespace {
 
 std::vector<std::string> split_dots(const std::string& s) {
@@ -27,16 +37,6 @@ std::vector<std::string> split_dots(const std::string& s) {
 }
 
 // Non-negative decimal index, or -1.
-int64_t parse_index(const std::string& s) {
-  if (s.empty() || s.size() > 12) return -1;
-  int64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return -1;
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
-
 // The one value of a one-element tensor of dtype `dt`, else an error naming the entry.
 double scalar_entry(const std::string& opt, const std::string& key, const Tensor& t, DType dt) {
   ASC_CHECK(t.defined() && t.dtype() == dt && t.numel() == 1,
@@ -276,7 +276,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   for (const auto& [key, t] : sd) {
     auto parts = split_dots(key);
     if (parts.size() == 3 && parts[0] == "groups") {
-      int64_t g = parse_index(parts[1]);
+      int64_t g = parse_state_index(parts[1]);
       ASC_CHECK(g >= 0, "{}.load_state_dict: unexpected entry '{}'", who, key);
       ASC_CHECK(static_cast<size_t>(g) < G, "{}.load_state_dict: entry '{}' names group {} but the optimizer has {} groups",
                 who, key, g, G);
@@ -295,7 +295,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
       options[g][k] = scalar_entry(name_, key, t, kFloat64);
       have_option[g][k] = true;
     } else if (parts.size() == 4 && parts[0] == "state") {
-      int64_t g = parse_index(parts[1]), i = parse_index(parts[2]);
+      int64_t g = parse_state_index(parts[1]), i = parse_state_index(parts[2]);
       ASC_CHECK(g >= 0 && i >= 0, "{}.load_state_dict: unexpected entry '{}'", who, key);
       ASC_CHECK(static_cast<size_t>(g) < G && static_cast<size_t>(i) < groups_[g].params.size(),
                 "{}.load_state_dict: entry '{}' names parameter {} of group {}, which the optimizer does not have", who,

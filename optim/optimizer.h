@@ -35,6 +35,10 @@
 
 namespace asc::optim {
 
+// The index in a state-dict key ("groups.3.lr", "base_lrs.12"): canonical decimal (no sign, no leading zeros, at
+// most 12 digits), else -1. Shared by the optimizer and scheduler loaders so "00" can never alias "0".
+int64_t parse_state_index(const std::string& s);
+
 class Optimizer {
  public:
   using Hook = std::function<void(Optimizer&)>;

@@ -57,14 +57,9 @@ void LRScheduler::load_state_dict(const StateDict& sd) {
   size_t found = 0;
   for (const auto& [key, t] : sd) {
     if (key == "last_step") continue;
-    bool ok = key.rfind("base_lrs.", 0) == 0;
-    size_t g = 0;
-    if (ok) {
-      std::string idx = key.substr(9);
-      ok = !idx.empty() && idx.size() < 10 && idx.find_first_not_of("0123456789") == std::string::npos;
-      if (ok) g = std::stoul(idx);
-    }
-    ASC_CHECK(ok, "{}.load_state_dict: unexpected entry '{}'", name_, key);
+    const int64_t idx = key.rfind("base_lrs.", 0) == 0 ? parse_state_index(key.substr(9)) : -1;
+    ASC_CHECK(idx >= 0, "{}.load_state_dict: unexpected entry '{}'", name_, key);
+    const size_t g = static_cast<size_t>(idx);
     ASC_CHECK(g < base.size(), "{}.load_state_dict: entry '{}' names group {} but the optimizer has {} groups", name_,
               key, g, base.size());
     ASC_CHECK(t.dtype() == kFloat64 && t.numel() == 1,

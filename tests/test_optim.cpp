@@ -391,6 +391,9 @@ TEST_CASE("load_state_dict validates everything before changing anything") {
   check_error([&] { B.load_state_dict(without("state.0.0.step")); }, {"missing entry 'state.0.0.step'"});
   check_error([&] { B.load_state_dict(with("state.0.0.bogus", zeros({2, 3}, {.dtype = kFloat64}))); },
               {"unexpected entry 'state.0.0.bogus'"});
+  // A non-canonical index never aliases a real one ("00" is not "0").
+  check_error([&] { B.load_state_dict(with("state.00.0.step", tensor(std::vector<int64_t>{1}, Shape{}))); },
+              {"unexpected entry 'state.00.0.step'"});
   check_error([&] { B.load_state_dict(with("state.0.1.step", tensor(std::vector<int64_t>{1}, Shape{}))); },
               {"state.0.1.step", "parameter 1 of group 0"});
   check_error([&] { B.load_state_dict(with("groups.1.lr", scalar_tensor(0.1, {.dtype = kFloat64}))); },
@@ -579,6 +582,12 @@ TEST_CASE("scheduler state round trip") {
   bad.set("base_lrs.1", scalar_tensor(0.1, {.dtype = kFloat64}));
   bad.set("base_lrs.2", scalar_tensor(0.1, {.dtype = kFloat64}));
   check_error([&] { sb.load_state_dict(bad); }, {"'base_lrs.2'", "2 groups"});
+  // "base_lrs.00" is not group 0: with it standing in for group 1 the load must fail, not pass the count check.
+  StateDict aliased;
+  aliased.set("last_step", tensor(std::vector<int64_t>{2}, Shape{}));
+  aliased.set("base_lrs.0", scalar_tensor(0.1, {.dtype = kFloat64}));
+  aliased.set("base_lrs.00", scalar_tensor(0.1, {.dtype = kFloat64}));
+  check_error([&] { sb.load_state_dict(aliased); }, {"unexpected entry 'base_lrs.00'"});
   StateDict none;
   check_error([&] { sb.load_state_dict(none); }, {"missing entry 'last_step'"});
   CHECK(sb.last_step() == 12);
