@@ -30,41 +30,6 @@ __device__ __forceinline__ A neg_inf() {
   return static_cast<A>(-INFINITY);
 }
 
-// ---- row reductions --------------------------------------------------------------------------------------------
-
-struct SumOp {
-  template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
-};
-// NaN is never taken unless `a` already is one (the CPU row_max ignores NaN the same way: its partials start at -inf).
-struct MaxOp {
-  template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const { return b > a ? b : a; }
-};
-
-template <class A, class Op>
-__device__ __forceinline__ A warp_reduce(A v, Op op) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Reduces v over the threads of this row: the warp (blockDim.x == 32) or the whole block (blockDim.y == 1).
-// Every thread of the row gets the same result. `sh` is 32 shared slots; in block mode every thread of the block
-// must call this (it synchronises twice, the second time so `sh` can be reused at once).
-template <class A, class Op>
-__device__ __forceinline__ A row_reduce(A v, Op op, A* sh) {
-  v = warp_reduce(v, op);
-  if (blockDim.x == 32) return v;
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  A t = sh[0];
-  for (int i = 1; i < nw; ++i) t = op(t, sh[i]);
-  __syncthreads();
-  return t;
-}
-
 // ---- softmax ---------------------------------------------------------------------------------------------------
 
 template <class T>

@@ -52,14 +52,7 @@ void sgd_update(const optim::SGDKernelArgs& a, const Tensor& param, const Tensor
   check_param(op, param);
   const void* g = companion(op, param, grad, "grad");
   void* buf = a.momentum != 0 ? companion(op, param, momentum_buf, "momentum_buffer") : nullptr;
-  SgdLaunchArgs la;
-  la.lr = a.lr;
-  la.momentum = a.momentum;
-  la.dampening = a.dampening;
-  la.weight_decay = a.weight_decay;
-  la.nesterov = a.nesterov;
-  la.init_buf = a.init_buf;
-  ASC_CUDA_CHECK(launch_sgd_update(la, param.raw_data(), g, buf, param.numel(), row_mask_of(op, param, row_mask),
+  ASC_CUDA_CHECK(launch_sgd_update(a, param.raw_data(), g, buf, param.numel(), row_mask_of(op, param, row_mask),
                                    param.dtype() == kFloat64, current_stream()));
 }
 
@@ -71,17 +64,7 @@ void adam_update(const optim::AdamKernelArgs& a, const Tensor& param, const Tens
   void* m = companion(op, param, exp_avg, "exp_avg");
   void* v = companion(op, param, exp_avg_sq, "exp_avg_sq");
   void* vmax = a.amsgrad ? companion(op, param, max_exp_avg_sq, "max_exp_avg_sq") : nullptr;
-  AdamLaunchArgs la;
-  la.lr = a.lr;
-  la.beta1 = a.beta1;
-  la.beta2 = a.beta2;
-  la.eps = a.eps;
-  la.weight_decay = a.weight_decay;
-  la.decoupled = a.decoupled;
-  la.amsgrad = a.amsgrad;
-  la.bias_correction1 = a.bias_correction1;
-  la.bias_correction2 = a.bias_correction2;
-  ASC_CUDA_CHECK(launch_adam_update(la, param.raw_data(), g, m, v, vmax, param.numel(),
+  ASC_CUDA_CHECK(launch_adam_update(a, param.raw_data(), g, m, v, vmax, param.numel(),
                                     row_mask_of(op, param, row_mask), param.dtype() == kFloat64, current_stream()));
 }
 
@@ -94,14 +77,7 @@ void rmsprop_update(const optim::RMSpropKernelArgs& a, const Tensor& param, cons
   void* sq = companion(op, param, square_avg, "square_avg");
   void* buf = a.momentum > 0 ? companion(op, param, momentum_buf, "momentum_buffer") : nullptr;
   void* ga = a.centered ? companion(op, param, grad_avg, "grad_avg") : nullptr;
-  RmspropLaunchArgs la;
-  la.lr = a.lr;
-  la.alpha = a.alpha;
-  la.eps = a.eps;
-  la.weight_decay = a.weight_decay;
-  la.momentum = a.momentum;
-  la.centered = a.centered;
-  ASC_CUDA_CHECK(launch_rmsprop_update(la, param.raw_data(), g, sq, buf, ga, param.numel(),
+  ASC_CUDA_CHECK(launch_rmsprop_update(a, param.raw_data(), g, sq, buf, ga, param.numel(),
                                        row_mask_of(op, param, row_mask), param.dtype() == kFloat64,
                                        current_stream()));
 }

@@ -139,7 +139,7 @@ __global__ void clamp_kernel(T* __restrict__ x, int64_t numel, T lo, T hi) {
 }
 
 template <class T>
-void sgd_as(const SgdLaunchArgs& a, void* param, const void* grad, void* buf, int64_t numel, RowMask mask,
+void sgd_as(const SGDKernelArgs& a, void* param, const void* grad, void* buf, int64_t numel, RowMask mask,
             cudaStream_t s) {
   SgdConsts<T> c;
   c.lr = static_cast<T>(a.lr);
@@ -155,7 +155,7 @@ void sgd_as(const SgdLaunchArgs& a, void* param, const void* grad, void* buf, in
 }
 
 template <class T>
-void adam_as(const AdamLaunchArgs& a, void* param, const void* grad, void* m, void* v, void* vmax, int64_t numel,
+void adam_as(const AdamKernelArgs& a, void* param, const void* grad, void* m, void* v, void* vmax, int64_t numel,
              RowMask mask, cudaStream_t s) {
   AdamConsts<T> c;
   c.b1 = static_cast<T>(a.beta1);
@@ -176,7 +176,7 @@ void adam_as(const AdamLaunchArgs& a, void* param, const void* grad, void* m, vo
 }
 
 template <class T>
-void rmsprop_as(const RmspropLaunchArgs& a, void* param, const void* grad, void* sq, void* buf, void* ga,
+void rmsprop_as(const RMSpropKernelArgs& a, void* param, const void* grad, void* sq, void* buf, void* ga,
                 int64_t numel, RowMask mask, cudaStream_t s) {
   RmspropConsts<T> c;
   c.alpha = static_cast<T>(a.alpha);
@@ -195,7 +195,7 @@ void rmsprop_as(const RmspropLaunchArgs& a, void* param, const void* grad, void*
 
 }  // namespace
 
-cudaError_t launch_sgd_update(const SgdLaunchArgs& a, void* param, const void* grad, void* buf, int64_t numel,
+cudaError_t launch_sgd_update(const SGDKernelArgs& a, void* param, const void* grad, void* buf, int64_t numel,
                               RowMask mask, bool f64, cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
   if (f64) sgd_as<double>(a, param, grad, buf, numel, mask, stream);
@@ -203,7 +203,7 @@ cudaError_t launch_sgd_update(const SgdLaunchArgs& a, void* param, const void* g
   return cudaGetLastError();
 }
 
-cudaError_t launch_adam_update(const AdamLaunchArgs& a, void* param, const void* grad, void* m, void* v, void* vmax,
+cudaError_t launch_adam_update(const AdamKernelArgs& a, void* param, const void* grad, void* m, void* v, void* vmax,
                                int64_t numel, RowMask mask, bool f64, cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
   if (f64) adam_as<double>(a, param, grad, m, v, vmax, numel, mask, stream);
@@ -211,7 +211,7 @@ cudaError_t launch_adam_update(const AdamLaunchArgs& a, void* param, const void*
   return cudaGetLastError();
 }
 
-cudaError_t launch_rmsprop_update(const RmspropLaunchArgs& a, void* param, const void* grad, void* square_avg,
+cudaError_t launch_rmsprop_update(const RMSpropKernelArgs& a, void* param, const void* grad, void* square_avg,
                                   void* buf, void* grad_avg, int64_t numel, RowMask mask, bool f64,
                                   cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;

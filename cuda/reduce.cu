@@ -29,14 +29,6 @@ __device__ __forceinline__ bool is_nan(A v) {
   else return false;
 }
 
-// 64-bit values travel through shuffles as long long (int64_t may be `long`).
-template <class A>
-__device__ __forceinline__ A shfl_xor(A v, int o) {
-  if constexpr (std::is_same_v<A, int64_t>)
-    return static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, static_cast<long long>(v), o));
-  else return __shfl_xor_sync(0xffffffffu, v, o);
-}
-
 // ---- max / min over the last dim -------------------------------------------------------------------------------
 
 // Whether candidate (v, i) beats (w, k): a NaN beats any number, then the larger (max) / smaller (min) value, then
@@ -116,29 +108,6 @@ __global__ void max_min_mid_kernel(const T* __restrict__ x, bool is_max, T* __re
 }
 
 // ---- logsumexp over the last dim ---------------------------------------------------------------------------------
-
-struct SumOp {
-  template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
-};
-struct MaxOp {
-  template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const { return b > a ? b : a; }
-};
-
-template <class A, class Op>
-__device__ __forceinline__ A row_reduce(A v, Op op, A* sh) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
-  if (blockDim.x == 32) return v;
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  A t = sh[0];
-  for (int i = 1; i < nw; ++i) t = op(t, sh[i]);
-  __syncthreads();
-  return t;
-}
 
 template <class T>
 __global__ void __launch_bounds__(kMaxThreads)

@@ -68,4 +68,39 @@ __device__ __forceinline__ int64_t first_row() {
 }
 __device__ __forceinline__ int64_t row_step() { return static_cast<int64_t>(gridDim.x) * blockDim.y; }
 
+// 64-bit values travel through shuffles as long long (int64_t may be `long`).
+template <class A>
+__device__ __forceinline__ A shfl_xor(A v, int o) {
+  if constexpr (std::is_same_v<A, int64_t>)
+    return static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, static_cast<long long>(v), o));
+  else return __shfl_xor_sync(0xffffffffu, v, o);
+}
+
+struct SumOp {
+  template <class A>
+  __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+};
+// NaN is never taken unless `a` already is one (the CPU row max ignores NaN the same way: its partials start at -inf).
+struct MaxOp {
+  template <class A>
+  __device__ __forceinline__ A operator()(A a, A b) const { return b > a ? b : a; }
+};
+
+// Reduces v over the threads of this row: the warp (blockDim.x == 32) or the whole block (blockDim.y == 1).
+// Every thread of the row gets the same result. `sh` is 32 shared slots; in block mode every thread of the block
+// must call this (it synchronises twice, the second time so `sh` can be reused at once).
+template <class A, class Op>
+__device__ __forceinline__ A row_reduce(A v, Op op, A* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
+  if (blockDim.x == 32) return v;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  A t = sh[0];
+  for (int i = 1; i < nw; ++i) t = op(t, sh[i]);
+  __syncthreads();
+  return t;
+}
+
 }  // namespace asc::cuda::rows
