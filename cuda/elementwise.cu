@@ -13,6 +13,7 @@
 
 #include "core/generator.h"
 #include "cuda/elementwise_launch.h"
+#include "cuda/launch_kernel.cuh"
 #include "ops/math.h"
 
 namespace asc::cuda::launch {
@@ -380,10 +381,10 @@ cudaError_t unary(Unary op, const UnaryParams& p, ScalarType t, const void* x, v
     return visit_unary(op, [&](auto u) {
       constexpr Unary U = decltype(u)::value;
       if (dense)
-        unary_kernel<U, T, true><<<blocks_for(L.numel), kThreads, 0, stream>>>(static_cast<const T*>(x),
+        launch_kernel(unary_kernel<U, T, true>, blocks_for(L.numel), kThreads, stream, static_cast<const T*>(x),
                                                                                 static_cast<T*>(out), L, p);
       else
-        unary_kernel<U, T, false><<<blocks_for(L.numel), kThreads, 0, stream>>>(static_cast<const T*>(x),
+        launch_kernel(unary_kernel<U, T, false>, blocks_for(L.numel), kThreads, stream, static_cast<const T*>(x),
                                                                                  static_cast<T*>(out), L, p);
       return cudaGetLastError();
     });
@@ -400,11 +401,9 @@ cudaError_t unary_backward(Unary op, const UnaryParams& p, ScalarType t, const v
       constexpr Unary U = decltype(u)::value;
       auto gp = static_cast<const T*>(g), xp = static_cast<const T*>(x), yp = static_cast<const T*>(y);
       if (dense)
-        unary_backward_kernel<U, T, true>
-            <<<blocks_for(L.numel), kThreads, 0, stream>>>(gp, xp, yp, static_cast<T*>(gx), L, p);
+        launch_kernel(unary_backward_kernel<U, T, true>, blocks_for(L.numel), kThreads, stream, gp, xp, yp, static_cast<T*>(gx), L, p);
       else
-        unary_backward_kernel<U, T, false>
-            <<<blocks_for(L.numel), kThreads, 0, stream>>>(gp, xp, yp, static_cast<T*>(gx), L, p);
+        launch_kernel(unary_backward_kernel<U, T, false>, blocks_for(L.numel), kThreads, stream, gp, xp, yp, static_cast<T*>(gx), L, p);
       return cudaGetLastError();
     });
   });
@@ -425,9 +424,9 @@ cudaError_t binary(Binary op, ScalarType t, const void* a, const void* b, void* 
         using R = std::conditional_t<std::is_same_v<V, bool>, bool, T>;
         auto ap = static_cast<const T*>(a), bp = static_cast<const T*>(b);
         if (dense)
-          binary_kernel<B, T, R, true><<<blocks_for(L.numel), kThreads, 0, stream>>>(ap, bp, static_cast<R*>(out), L);
+          launch_kernel(binary_kernel<B, T, R, true>, blocks_for(L.numel), kThreads, stream, ap, bp, static_cast<R*>(out), L);
         else
-          binary_kernel<B, T, R, false><<<blocks_for(L.numel), kThreads, 0, stream>>>(ap, bp, static_cast<R*>(out), L);
+          launch_kernel(binary_kernel<B, T, R, false>, blocks_for(L.numel), kThreads, stream, ap, bp, static_cast<R*>(out), L);
         return cudaGetLastError();
       }
     });
@@ -439,7 +438,7 @@ cudaError_t where(ScalarType t, const bool* cond, const void* a, const void* b, 
   if (L.numel == 0) return cudaSuccess;
   return visit_all(t, [&](auto tag) {
     using T = decltype(tag);
-    where_kernel<T><<<blocks_for(L.numel), kThreads, 0, stream>>>(cond, static_cast<const T*>(a),
+    launch_kernel(where_kernel<T>, blocks_for(L.numel), kThreads, stream, cond, static_cast<const T*>(a),
                                                                   static_cast<const T*>(b), static_cast<T*>(out), L);
     return cudaGetLastError();
   });
@@ -461,10 +460,10 @@ cudaError_t copy(ScalarType src_t, ScalarType dst_t, const void* src, void* dst,
         }
       }
       if (dense)
-        copy_kernel<S, D, true><<<blocks_for(L.numel), kThreads, 0, stream>>>(static_cast<const S*>(src),
+        launch_kernel(copy_kernel<S, D, true>, blocks_for(L.numel), kThreads, stream, static_cast<const S*>(src),
                                                                              static_cast<D*>(dst), L);
       else
-        copy_kernel<S, D, false><<<blocks_for(L.numel), kThreads, 0, stream>>>(static_cast<const S*>(src),
+        launch_kernel(copy_kernel<S, D, false>, blocks_for(L.numel), kThreads, stream, static_cast<const S*>(src),
                                                                               static_cast<D*>(dst), L);
       return cudaGetLastError();
     });
@@ -479,7 +478,7 @@ cudaError_t fill(ScalarType t, void* dst, double value, const Layout<1>& L, cuda
     if constexpr (std::is_same_v<T, bf16>) v = __double2bfloat16(value);
     else if constexpr (std::is_same_v<T, f16>) v = __double2half(value);
     else v = static_cast<T>(value);
-    fill_kernel<T><<<blocks_for(L.numel), kThreads, 0, stream>>>(static_cast<T*>(dst), v, L);
+    launch_kernel(fill_kernel<T>, blocks_for(L.numel), kThreads, stream, static_cast<T*>(dst), v, L);
     return cudaGetLastError();
   });
 }
@@ -488,7 +487,7 @@ cudaError_t isnan(ScalarType t, const void* x, bool* out, const Layout<2>& L, cu
   if (L.numel == 0) return cudaSuccess;
   return visit_float(t, [&](auto tag) {
     using T = decltype(tag);
-    isnan_kernel<T><<<blocks_for(L.numel), kThreads, 0, stream>>>(static_cast<const T*>(x), out, L);
+    launch_kernel(isnan_kernel<T>, blocks_for(L.numel), kThreads, stream, static_cast<const T*>(x), out, L);
     return cudaGetLastError();
   });
 }
@@ -516,17 +515,16 @@ cudaError_t sum(ScalarType t, const void* x, void* out, const Layout<1>& kept, c
     auto xp = static_cast<const T*>(x);
     auto op = static_cast<T*>(out);
     if (plan.groups == 0) {
-      sum_thread_kernel<T><<<blocks_for(plan.m), kThreads, 0, stream>>>(xp, op, kept, red, plan.r);
+      launch_kernel(sum_thread_kernel<T>, blocks_for(plan.m), kThreads, stream, xp, op, kept, red, plan.r);
       return cudaGetLastError();
     }
     if (plan.groups > 1 && partials == nullptr) return cudaErrorInvalidValue;
     const int64_t nblocks = plan.m * plan.groups;
     if (nblocks > 2147483647) return cudaErrorInvalidConfiguration;
-    sum_block_kernel<T><<<static_cast<unsigned>(nblocks), kThreads, 0, stream>>>(
-        xp, op, static_cast<acc_t<T>*>(partials), kept, red, plan.r, plan.groups);
+    launch_kernel(sum_block_kernel<T>, static_cast<unsigned>(nblocks), kThreads, stream, xp, op, static_cast<acc_t<T>*>(partials), kept, red, plan.r, plan.groups);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || plan.groups == 1) return e;
-    sum_finish_kernel<T><<<blocks_for(plan.m), kThreads, 0, stream>>>(static_cast<const acc_t<T>*>(partials), op,
+    launch_kernel(sum_finish_kernel<T>, blocks_for(plan.m), kThreads, stream, static_cast<const acc_t<T>*>(partials), op,
                                                                      plan.m, plan.groups);
     return cudaGetLastError();
   };
@@ -558,7 +556,7 @@ cudaError_t uniform(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t 
     using T = decltype(tag);
     constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
     const int64_t blocks = (n + per - 1) / per;
-    uniform_kernel<T><<<blocks_for(blocks), kThreads, 0, stream>>>(static_cast<T*>(out), n, blocks, seed, offset, lo,
+    launch_kernel(uniform_kernel<T>, blocks_for(blocks), kThreads, stream, static_cast<T*>(out), n, blocks, seed, offset, lo,
                                                                    hi - lo);
     return cudaGetLastError();
   });
@@ -571,7 +569,7 @@ cudaError_t dropout_mask(ScalarType t, void* out, int64_t n, uint64_t seed, uint
     using T = decltype(tag);
     constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
     const int64_t blocks = (n + per - 1) / per;
-    dropout_kernel<T><<<blocks_for(blocks), kThreads, 0, stream>>>(static_cast<T*>(out), n, blocks, seed, offset, p,
+    launch_kernel(dropout_kernel<T>, blocks_for(blocks), kThreads, stream, static_cast<T*>(out), n, blocks, seed, offset, p,
                                                                    scale);
     return cudaGetLastError();
   });
@@ -582,7 +580,7 @@ cudaError_t normal(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t o
   if (n == 0) return cudaSuccess;
   return visit_f32_f64(t, [&](auto tag) {
     using T = decltype(tag);
-    normal_kernel<T><<<blocks_for((n + 1) / 2), kThreads, 0, stream>>>(static_cast<T*>(out), n, seed, offset, mean,
+    launch_kernel(normal_kernel<T>, blocks_for((n + 1) / 2), kThreads, stream, static_cast<T*>(out), n, seed, offset, mean,
                                                                        stddev);
     return cudaGetLastError();
   });
@@ -591,7 +589,7 @@ cudaError_t normal(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t o
 cudaError_t randint(int64_t* out, int64_t n, uint64_t seed, uint64_t offset, int64_t low, int64_t high,
                     cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  randint_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, n, seed, offset, low,
+  launch_kernel(randint_kernel, blocks_for(n), kThreads, stream, out, n, seed, offset, low,
                                                          static_cast<uint64_t>(high - low));
   return cudaGetLastError();
 }

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/geometry_launch.h"
+#include "cuda/launch_kernel.cuh"
 
 namespace asc::cuda {
 namespace {
@@ -144,7 +145,7 @@ void topk_as(const void* x, const bool* mask, int64_t R, int64_t n, int64_t k, b
              void* values, int64_t* indices, cudaStream_t s) {
   // Enough threads that each scans a few dozen entries; at least one warp, at most kTopkMaxWarps.
   const int threads = n <= 1024 ? 32 : (n <= 4096 ? 64 : kTopkMaxWarps * 32);
-  topk_kernel<T, K><<<static_cast<unsigned>(R), threads, 0, s>>>(static_cast<const T*>(x), mask, n,
+  launch_kernel(topk_kernel<T, K>, static_cast<unsigned>(R), threads, s, static_cast<const T*>(x), mask, n,
                                                                   static_cast<int>(k), largest, diag_n,
                                                                   static_cast<T*>(values), indices);
 }
@@ -277,7 +278,7 @@ cudaError_t launch_topk(const void* x, const bool* mask, int64_t R, int64_t n, i
 cudaError_t launch_topk_count(const bool* mask, int64_t R, int64_t n, int64_t diag_n, int64_t* counts,
                               cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
-  topk_count_kernel<<<warp_rows_grid(R), kRowThreads, 0, stream>>>(mask, R, n, diag_n, counts);
+  launch_kernel(topk_count_kernel, warp_rows_grid(R), kRowThreads, stream, mask, R, n, diag_n, counts);
   return cudaGetLastError();
 }
 
@@ -287,10 +288,10 @@ cudaError_t launch_topk_backward(const void* g, const int64_t* indices, int64_t 
   if (total == 0) return cudaSuccess;
   const unsigned grid = grid_for(total, 256);
   if (f64)
-    topk_backward_kernel<double><<<grid, 256, 0, stream>>>(static_cast<const double*>(g), indices, k, n,
+    launch_kernel(topk_backward_kernel<double>, grid, 256, stream, static_cast<const double*>(g), indices, k, n,
                                                            static_cast<double*>(gx), total);
   else
-    topk_backward_kernel<float><<<grid, 256, 0, stream>>>(static_cast<const float*>(g), indices, k, n,
+    launch_kernel(topk_backward_kernel<float>, grid, 256, stream, static_cast<const float*>(g), indices, k, n,
                                                           static_cast<float*>(gx), total);
   return cudaGetLastError();
 }
@@ -299,11 +300,9 @@ cudaError_t launch_normalize_rows(const void* x, int64_t R, int64_t d, double ep
                                   cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
   if (f64)
-    normalize_rows_kernel<double><<<warp_rows_grid(R), kRowThreads, 0, stream>>>(
-        static_cast<const double*>(x), R, d, eps, static_cast<double*>(y), static_cast<double*>(norm));
+    launch_kernel(normalize_rows_kernel<double>, warp_rows_grid(R), kRowThreads, stream, static_cast<const double*>(x), R, d, eps, static_cast<double*>(y), static_cast<double*>(norm));
   else
-    normalize_rows_kernel<float><<<warp_rows_grid(R), kRowThreads, 0, stream>>>(
-        static_cast<const float*>(x), R, d, eps, static_cast<float*>(y), static_cast<float*>(norm));
+    launch_kernel(normalize_rows_kernel<float>, warp_rows_grid(R), kRowThreads, stream, static_cast<const float*>(x), R, d, eps, static_cast<float*>(y), static_cast<float*>(norm));
   return cudaGetLastError();
 }
 
@@ -311,11 +310,9 @@ cudaError_t launch_row_standardize(const void* x, const bool* mask, int64_t R, i
                                    void* sd, bool f64, cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
   if (f64)
-    row_standardize_kernel<double><<<warp_rows_grid(R), kRowThreads, 0, stream>>>(
-        static_cast<const double*>(x), mask, R, n, eps, static_cast<double*>(y), static_cast<double*>(sd));
+    launch_kernel(row_standardize_kernel<double>, warp_rows_grid(R), kRowThreads, stream, static_cast<const double*>(x), mask, R, n, eps, static_cast<double*>(y), static_cast<double*>(sd));
   else
-    row_standardize_kernel<float><<<warp_rows_grid(R), kRowThreads, 0, stream>>>(
-        static_cast<const float*>(x), mask, R, n, eps, static_cast<float*>(y), static_cast<float*>(sd));
+    launch_kernel(row_standardize_kernel<float>, warp_rows_grid(R), kRowThreads, stream, static_cast<const float*>(x), mask, R, n, eps, static_cast<float*>(y), static_cast<float*>(sd));
   return cudaGetLastError();
 }
 
@@ -324,10 +321,10 @@ cudaError_t launch_apply_surrogate(SurrogateKind kind, double width, const void*
   if (N == 0) return cudaSuccess;
   const unsigned grid = grid_for(N, 256);
   if (f64)
-    surrogate_kernel<double><<<grid, 256, 0, stream>>>(kind, width, static_cast<const double*>(u), N,
+    launch_kernel(surrogate_kernel<double>, grid, 256, stream, kind, width, static_cast<const double*>(u), N,
                                                        static_cast<double*>(out));
   else
-    surrogate_kernel<float><<<grid, 256, 0, stream>>>(kind, width, static_cast<const float*>(u), N,
+    launch_kernel(surrogate_kernel<float>, grid, 256, stream, kind, width, static_cast<const float*>(u), N,
                                                       static_cast<float*>(out));
   return cudaGetLastError();
 }

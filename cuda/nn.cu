@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/launch_kernel.cuh"
 #include "cuda/nn_launch.h"
 #include "cuda/row_kernels.cuh"
 
@@ -402,7 +403,7 @@ cudaError_t softmax_forward(Elem t, const void* x, const uint8_t* mask, bool log
   const RowLaunch l = row_launch(rows, n);
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
-    softmax_fwd_kernel<T><<<l.grid, l.block, 0, stream>>>(static_cast<const T*>(x), mask, log, static_cast<T*>(y),
+    launch_kernel(softmax_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), mask, log, static_cast<T*>(y),
                                                           rows, n);
     return cudaGetLastError();
   });
@@ -414,7 +415,7 @@ cudaError_t softmax_backward(Elem t, const void* g, const void* y, const uint8_t
   const RowLaunch l = row_launch(rows, n);
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
-    softmax_bwd_kernel<T><<<l.grid, l.block, 0, stream>>>(static_cast<const T*>(g), static_cast<const T*>(y), mask,
+    launch_kernel(softmax_bwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(g), static_cast<const T*>(y), mask,
                                                           log, static_cast<T*>(gx), rows, n);
     return cudaGetLastError();
   });
@@ -427,8 +428,7 @@ cudaError_t layer_norm_forward(Elem t, const void* x, const void* weight, const 
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    ln_fwd_kernel<T><<<l.grid, l.block, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(weight), rms ? nullptr : static_cast<const T*>(bias),
+    launch_kernel(ln_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), static_cast<const T*>(weight), rms ? nullptr : static_cast<const T*>(bias),
         static_cast<A>(eps), rms, static_cast<T*>(y), rms ? nullptr : static_cast<T*>(mean), static_cast<T*>(rstd),
         rows, n);
     return cudaGetLastError();
@@ -472,7 +472,7 @@ cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void
     } else {
       float* m_out = reinterpret_cast<float*>(ws);
       float* r_out = m_out + rows;
-      ln_bwd_stats_kernel<T><<<l.grid, l.block, 0, stream>>>(xp, static_cast<const T*>(rstd), rms, m_out, r_out,
+      launch_kernel(ln_bwd_stats_kernel<T>, l.grid, l.block, stream, xp, static_cast<const T*>(rstd), rms, m_out, r_out,
                                                              rows, n);
       const cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) return e;
@@ -480,7 +480,7 @@ cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void
       rstd_a = r_out;
     }
     if (gx) {
-      ln_bwd_gx_kernel<T><<<l.grid, l.block, 0, stream>>>(gp, xp, static_cast<const T*>(weight), mean_a, rstd_a, rms,
+      launch_kernel(ln_bwd_gx_kernel<T>, l.grid, l.block, stream, gp, xp, static_cast<const T*>(weight), mean_a, rstd_a, rms,
                                                           static_cast<T*>(gx), rows, n);
       const cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) return e;
@@ -490,13 +490,12 @@ cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void
       A* part_w = gw ? reinterpret_cast<A*>(ws + plan.part_off) : nullptr;
       A* part_b = gb ? reinterpret_cast<A*>(ws + plan.part_off + (gw ? one : 0)) : nullptr;
       const dim3 grid(static_cast<unsigned>((n + kColTx - 1) / kColTx), static_cast<unsigned>(plan.chunks), 1);
-      ln_bwd_cols_kernel<T><<<grid, dim3(kColTx, kColTy, 1), 0, stream>>>(gp, xp, mean_a, rstd_a, part_w, part_b, rows,
+      launch_kernel(ln_bwd_cols_kernel<T>, grid, dim3(kColTx, kColTy, 1), stream, gp, xp, mean_a, rstd_a, part_w, part_b, rows,
                                                                          n, plan.rows_per_chunk);
       cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) return e;
       const int64_t fb = (n + 255) / 256;
-      ln_bwd_cols_finish_kernel<T><<<static_cast<unsigned>(fb < kMaxBlocks ? fb : kMaxBlocks), 256, 0, stream>>>(
-          part_w, part_b, static_cast<T*>(gw), static_cast<T*>(gb), plan.chunks, n);
+      launch_kernel(ln_bwd_cols_finish_kernel<T>, static_cast<unsigned>(fb < kMaxBlocks ? fb : kMaxBlocks), 256, stream, part_w, part_b, static_cast<T*>(gw), static_cast<T*>(gb), plan.chunks, n);
       e = cudaGetLastError();
       if (e != cudaSuccess) return e;
     }
@@ -512,8 +511,7 @@ cudaError_t cross_entropy_forward(Elem t, const void* logits, const int64_t* tar
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    ce_fwd_kernel<T><<<l.grid, l.block, 0, stream>>>(
-        static_cast<const T*>(logits), target, ignore_index, static_cast<A>(smoothing),
+    launch_kernel(ce_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(logits), target, ignore_index, static_cast<A>(smoothing),
         static_cast<A>(smoothing / static_cast<double>(C)), smoothing != 0, static_cast<T*>(loss),
         static_cast<T*>(stats), rows, C);
     return cudaGetLastError();
@@ -528,8 +526,7 @@ cudaError_t cross_entropy_backward(Elem t, const void* gloss, int64_t gloss_stri
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    ce_bwd_kernel<T><<<l.grid, l.block, 0, stream>>>(
-        static_cast<const T*>(gloss), gloss_stride, static_cast<A>(scale), static_cast<const T*>(logits), target,
+    launch_kernel(ce_bwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(gloss), gloss_stride, static_cast<A>(scale), static_cast<const T*>(logits), target,
         static_cast<const T*>(stats), ignore_index, static_cast<A>(smoothing),
         static_cast<A>(smoothing / static_cast<double>(C)), is16(t), static_cast<T*>(gx), rows, C);
     return cudaGetLastError();

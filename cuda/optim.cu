@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/launch_kernel.cuh"
 #include "cuda/optim_launch.h"
 
 namespace asc::cuda {
@@ -150,7 +151,7 @@ void sgd_as(const SGDKernelArgs& a, void* param, const void* grad, void* buf, in
   c.nesterov = a.nesterov && a.momentum != 0;
   c.weight_decay = a.weight_decay != 0;
   c.init = a.init_buf;
-  sgd_kernel<T><<<grid_for(numel), kThreads, 0, s>>>(c, static_cast<T*>(param), static_cast<const T*>(grad),
+  launch_kernel(sgd_kernel<T>, grid_for(numel), kThreads, s, c, static_cast<T*>(param), static_cast<const T*>(grad),
                                                       static_cast<T*>(buf), numel, mask);
 }
 
@@ -170,7 +171,7 @@ void adam_as(const AdamKernelArgs& a, void* param, const void* grad, void* m, vo
   c.amsgrad = a.amsgrad;
   c.decoupled = a.decoupled;
   c.weight_decay = a.weight_decay != 0;
-  adam_kernel<T><<<grid_for(numel), kThreads, 0, s>>>(c, static_cast<T*>(param), static_cast<const T*>(grad),
+  launch_kernel(adam_kernel<T>, grid_for(numel), kThreads, s, c, static_cast<T*>(param), static_cast<const T*>(grad),
                                                        static_cast<T*>(m), static_cast<T*>(v), static_cast<T*>(vmax),
                                                        numel, mask);
 }
@@ -188,7 +189,7 @@ void rmsprop_as(const RMSpropKernelArgs& a, void* param, const void* grad, void*
   c.centered = a.centered;
   c.momentum = a.momentum > 0;
   c.weight_decay = a.weight_decay != 0;
-  rmsprop_kernel<T><<<grid_for(numel), kThreads, 0, s>>>(c, static_cast<T*>(param), static_cast<const T*>(grad),
+  launch_kernel(rmsprop_kernel<T>, grid_for(numel), kThreads, s, c, static_cast<T*>(param), static_cast<const T*>(grad),
                                                           static_cast<T*>(sq), static_cast<T*>(buf),
                                                           static_cast<T*>(ga), numel, mask);
 }
@@ -223,9 +224,9 @@ cudaError_t launch_rmsprop_update(const RMSpropKernelArgs& a, void* param, const
 cudaError_t launch_clamp_inplace(void* t, int64_t numel, double lo, double hi, bool f64, cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
   if (f64)
-    clamp_kernel<double><<<grid_for(numel), kThreads, 0, stream>>>(static_cast<double*>(t), numel, lo, hi);
+    launch_kernel(clamp_kernel<double>, grid_for(numel), kThreads, stream, static_cast<double*>(t), numel, lo, hi);
   else
-    clamp_kernel<float><<<grid_for(numel), kThreads, 0, stream>>>(static_cast<float*>(t), numel,
+    launch_kernel(clamp_kernel<float>, grid_for(numel), kThreads, stream, static_cast<float*>(t), numel,
                                                                    static_cast<float>(lo), static_cast<float>(hi));
   return cudaGetLastError();
 }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/launch_kernel.cuh"
 #include "cuda/reduce_launch.h"
 #include "cuda/row_kernels.cuh"
 
@@ -161,7 +162,7 @@ cudaError_t max_min_lastdim(Elem t, const void* x, bool is_max, void* values, in
   const RowLaunch l = row_launch(rows, n);
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
-    max_min_last_kernel<T><<<l.grid, l.block, 0, stream>>>(static_cast<const T*>(x), is_max, static_cast<T*>(values),
+    launch_kernel(max_min_last_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), is_max, static_cast<T*>(values),
                                                            indices, rows, n);
     return cudaGetLastError();
   });
@@ -176,7 +177,7 @@ cudaError_t max_min_middim(Elem t, const void* x, bool is_max, void* values, int
   const unsigned grid = static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
-    max_min_mid_kernel<T><<<grid, 256, 0, stream>>>(static_cast<const T*>(x), is_max, static_cast<T*>(values), indices,
+    launch_kernel(max_min_mid_kernel<T>, grid, 256, stream, static_cast<const T*>(x), is_max, static_cast<T*>(values), indices,
                                                     outer, n, inner);
     return cudaGetLastError();
   });
@@ -191,7 +192,7 @@ cudaError_t logsumexp_lastdim(Elem t, const void* x, void* out, int64_t rows, in
     if constexpr (std::is_same_v<T, int64_t>) {
       return cudaErrorInvalidValue;
     } else {
-      logsumexp_kernel<T><<<l.grid, l.block, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(out), rows, n);
+      launch_kernel(logsumexp_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), static_cast<T*>(out), rows, n);
       return cudaGetLastError();
     }
   });

@@ -1,0 +1,738 @@
+// The CUDA emulator's runtime: devices, device memory, streams and events, and the kernel engine that runs every
+// CUDA thread of a launch as a fibre (ucontext), switching only at __syncthreads and warp operations.
+// See cuda/emu/include/cuda_runtime.h for the why and for what is checked.
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda/emu/emulator.h"
+
+struct CUstream_st {
+  int device;
+};
+struct CUevent_st {
+  std::chrono::steady_clock::time_point when;
+  bool recorded;
+};
+
+namespace asc::cuda::emu {
+
+const Builtins* g_builtins = nullptr;
+
+namespace {
+
+// ---- configuration and per-thread state --------------------------------------------------------------------------
+
+constexpr int kMaxDevices = 16;
+constexpr int kMaxThreadsPerBlock = 1024;
+constexpr size_t kMaxSharedBytes = 48 * 1024;
+
+struct Config {
+  int devices = 1;
+  size_t memory = size_t{4096} << 20;
+  bool reverse = false;
+};
+
+const Config& config() {
+  static const Config c = [] {
+    Config r;
+    if (const char* v = std::getenv("ASC_CUDA_EMU_DEVICES")) r.devices = std::clamp(std::atoi(v), 0, kMaxDevices);
+    if (const char* v = std::getenv("ASC_CUDA_EMU_MEMORY_MB")) r.memory = static_cast<size_t>(std::atoll(v)) << 20;
+    if (const char* v = std::getenv("ASC_CUDA_EMU_ORDER")) r.reverse = std::string(v) == "reverse";
+    return r;
+  }();
+  return c;
+}
+
+thread_local int t_device = 0;
+thread_local cudaError_t t_last = cudaSuccess;
+thread_local cudaError_t t_detail_code = cudaSuccess;
+thread_local std::string t_detail;
+
+cudaError_t record(cudaError_t e) {
+  if (e != cudaSuccess) t_last = e;
+  return e;
+}
+
+std::string format(const char* fmt, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
+
+// ---- device memory -------------------------------------------------------------------------------------------------
+// Each allocation is its own mapping: a guard page, the accessible pages, a guard page. The user pointer is placed
+// so that its (256-byte rounded) end meets the back guard page. Fresh memory is filled with 0xFF bytes (NaN in every
+// float type, -1 in integers) so that a kernel reading memory nobody wrote is likely to show it.
+
+struct Region {
+  char* map;
+  size_t map_len;
+  char* access;
+  size_t access_len;
+  char* user;
+  size_t user_len;
+  int device;
+};
+
+const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+std::map<uintptr_t, Region> g_regions;  // by map start
+size_t g_used[kMaxDevices] = {};
+int g_access_depth = 0;
+bool g_in_kernel = false;
+struct sigaction g_prev_segv {};
+
+size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+const Region* region_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = g_regions.upper_bound(a);
+  if (it == g_regions.begin()) return nullptr;
+  --it;
+  const Region& r = it->second;
+  return a < reinterpret_cast<uintptr_t>(r.map) + r.map_len ? &r : nullptr;
+}
+
+bool inside_user(const Region& r, const void* p, size_t n) {
+  const auto a = reinterpret_cast<uintptr_t>(p), u = reinterpret_cast<uintptr_t>(r.user);
+  return a >= u && a - u <= r.user_len && n <= r.user_len - (a - u);
+}
+
+void protect(const Region& r, bool open) {
+  if (mprotect(r.access, r.access_len, open ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
+    std::perror("ascender CUDA emulator: mprotect");
+    std::abort();
+  }
+}
+
+// Names the device allocation a fault hit, then hands the signal to the previous handler (doctest reports the test).
+void on_segv(int sig, siginfo_t* info, void* uctx) {
+  const Region* r = region_of(info->si_addr);
+  if (r) {
+    const auto a = reinterpret_cast<uintptr_t>(info->si_addr);
+    const bool guard = a < reinterpret_cast<uintptr_t>(r->access) ||
+                       a >= reinterpret_cast<uintptr_t>(r->access) + r->access_len;
+    char msg[400];
+    const int n = std::snprintf(
+        msg, sizeof msg,
+        "\nascender CUDA emulator: invalid access to %p: %s of the device allocation %p (%zu bytes, device %d)%s\n",
+        info->si_addr, guard ? "a guard page" : "inside", static_cast<void*>(r->user), r->user_len, r->device,
+        guard ? (g_in_kernel ? " — a kernel ran past the allocation" : " — an access past the allocation")
+              : (g_in_kernel ? "" : " — host code dereferenced a device pointer"));
+    if (n > 0) (void)!write(2, msg, static_cast<size_t>(std::min(n, static_cast<int>(sizeof msg) - 1)));
+  }
+  sigaction(SIGSEGV, &g_prev_segv, nullptr);  // returning re-runs the access under the previous handler
+  (void)sig;
+  (void)uctx;
+}
+
+void install_segv_handler() {
+  static const bool done = [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_prev_segv);
+    return true;
+  }();
+  (void)done;
+}
+
+// ---- streams and events --------------------------------------------------------------------------------------------
+
+std::set<cudaStream_t> g_streams;
+std::set<cudaEvent_t> g_events;
+
+bool valid_stream(cudaStream_t s) {
+  const auto v = reinterpret_cast<uintptr_t>(s);
+  return v <= 2 || g_streams.count(s) > 0;  // 0: legacy default, 1: cudaStreamLegacy, 2: cudaStreamPerThread
+}
+
+// ---- the kernel engine -----------------------------------------------------------------------------------------
+
+enum class St : uint8_t { Ready, AtBlock, AtWarp, Done };
+enum class WarpOp : uint8_t { Shuffle, Sync };
+
+struct Fiber {
+  ucontext_t ctx;
+  Builtins b;
+  St st;
+  WarpOp op;
+  unsigned mask;
+  uint32_t seq;      // warp operations completed
+  uint64_t slot[2];  // shuffle values, double-buffered by seq parity
+  int lin;           // linear thread index in the block
+};
+
+constexpr size_t kStackBytes = 128 * 1024;
+
+struct Engine {
+  std::vector<Fiber> fibers;
+  char* stacks = nullptr;
+  ucontext_t sched{};
+  ucontext_t proto{};
+  bool proto_ready = false;
+  Fiber* cur = nullptr;
+  void (*body)(void*) = nullptr;
+  void* ctx = nullptr;
+  std::string error;
+  int nthreads = 0;
+  bool active = false;
+};
+
+Engine& engine() {
+  static Engine e;
+  return e;
+}
+
+char* stack_of(Engine& E, int i) { return E.stacks + static_cast<size_t>(i) * (kStackBytes + kPage) + kPage; }
+
+void ensure_stacks(Engine& E) {
+  if (E.stacks) return;
+  const size_t len = static_cast<size_t>(kMaxThreadsPerBlock) * (kStackBytes + kPage);
+  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) {
+    std::perror("ascender CUDA emulator: fibre stacks");
+    std::abort();
+  }
+  E.stacks = static_cast<char*>(m);
+  for (int i = 0; i < kMaxThreadsPerBlock; ++i) mprotect(stack_of(E, i) - kPage, kPage, PROT_NONE);  // overflow guard
+  E.fibers.resize(kMaxThreadsPerBlock);
+  getcontext(&E.proto);
+  E.proto_ready = true;
+}
+
+std::string where(const Fiber& f) {
+  return format("thread (%u,%u,%u) of block (%u,%u,%u)", f.b.thread_idx.x, f.b.thread_idx.y, f.b.thread_idx.z,
+                f.b.block_idx.x, f.b.block_idx.y, f.b.block_idx.z);
+}
+
+void yield_to_scheduler() {
+  Engine& E = engine();
+  Fiber* f = E.cur;
+  swapcontext(&f->ctx, &E.sched);
+}
+
+[[noreturn]] void kernel_error(const std::string& msg) {
+  Engine& E = engine();
+  if (E.error.empty()) E.error = msg + " (" + where(*E.cur) + ")";
+  E.cur->st = St::Done;
+  yield_to_scheduler();
+  std::abort();  // never resumed
+}
+
+Fiber& current_fiber(const char* what) {
+  Engine& E = engine();
+  if (!E.cur) {
+    std::fprintf(stderr, "ascender CUDA emulator: %s called outside a kernel\n", what);
+    std::abort();
+  }
+  return *E.cur;
+}
+
+void fiber_main() {
+  Engine& E = engine();
+  std::string err;
+  try {
+    E.body(E.ctx);
+  } catch (const std::exception& ex) {
+    err = std::string("the kernel threw: ") + ex.what();
+  } catch (...) {
+    err = "the kernel threw";
+  }
+  if (!err.empty()) kernel_error(err);
+  E.cur->st = St::Done;
+  yield_to_scheduler();
+  std::abort();
+}
+
+// Lanes of warp w waiting at a warp operation are released once every lane their mask names is waiting at the same
+// operation. Returns whether any lane was released; sets E.error on a mask naming an exited or missing lane.
+bool release_warps(Engine& E) {
+  bool released = false;
+  const int n = E.nthreads;
+  for (int base = 0; base < n; base += 32) {
+    for (int l = 0; l < 32 && base + l < n; ++l) {
+      const Fiber& f = E.fibers[base + l];
+      if (f.st != St::AtWarp) continue;
+      bool ready = true;
+      for (int m = 0; m < 32; ++m) {
+        if (!(f.mask >> m & 1u)) continue;
+        if (base + m >= n) {
+          E.error = format("warp operation with mask 0x%08x names lane %d, which does not exist (blockDim has %d "
+                           "threads)",
+                           f.mask, m, n) +
+                    " (" + where(f) + ")";
+          return false;
+        }
+        const Fiber& g = E.fibers[base + m];
+        if (g.st == St::Done) {
+          E.error = format("warp operation with mask 0x%08x waits for lane %d, which has exited", f.mask, m) + " (" +
+                    where(f) + ")";
+          return false;
+        }
+        if (g.st != St::AtWarp || g.mask != f.mask || g.op != f.op || g.seq != f.seq) ready = false;
+      }
+      if (!ready) continue;
+      for (int m = 0; m < 32; ++m)
+        if (f.mask >> m & 1u) E.fibers[base + m].st = St::Ready;
+      released = true;
+    }
+  }
+  return released;
+}
+
+// Runs one block to completion; false (with E.error) on a fault.
+bool run_block(Engine& E, dim3 grid, dim3 block, uint3 bidx) {
+  const int n = E.nthreads;
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = E.fibers[i];
+    const unsigned x = static_cast<unsigned>(i) % block.x, y = static_cast<unsigned>(i) / block.x % block.y,
+                   z = static_cast<unsigned>(i) / (block.x * block.y);
+    f.b = Builtins{uint3{x, y, z}, bidx, block, grid};
+    f.st = St::Ready;
+    f.seq = 0;
+    f.lin = i;
+    f.ctx = E.proto;
+    f.ctx.uc_stack.ss_sp = stack_of(E, i);
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, fiber_main, 0);
+  }
+  const bool reverse = config().reverse;
+  for (;;) {
+    for (int k = 0; k < n; ++k) {
+      Fiber& f = E.fibers[reverse ? n - 1 - k : k];
+      if (f.st != St::Ready) continue;
+      E.cur = &f;
+      g_builtins = &f.b;
+      swapcontext(&E.sched, &f.ctx);
+      E.cur = nullptr;
+      g_builtins = nullptr;
+      if (!E.error.empty()) return false;
+    }
+    int live = 0, at_block = 0, at_warp = 0, done = 0;
+    for (int i = 0; i < n; ++i) {
+      const St s = E.fibers[i].st;
+      live += s != St::Done;
+      at_block += s == St::AtBlock;
+      at_warp += s == St::AtWarp;
+      done += s == St::Done;
+    }
+    if (live == 0) return true;
+    if (at_warp > 0) {
+      if (release_warps(E)) continue;
+      if (!E.error.empty()) return false;
+    }
+    if (at_block == live) {
+      if (done > 0) {
+        const Fiber* exited = nullptr;
+        for (int i = 0; i < n && !exited; ++i)
+          if (E.fibers[i].st == St::Done) exited = &E.fibers[i];
+        E.error = format("__syncthreads() reached by %d threads while %d threads of the block have exited, e.g. ",
+                         at_block, done) +
+                  where(*exited) + " (undefined behaviour in CUDA: every thread of the block must reach it)";
+        return false;
+      }
+      for (int i = 0; i < n; ++i) E.fibers[i].st = St::Ready;
+      continue;
+    }
+    const Fiber* w = nullptr;
+    for (int i = 0; i < n && !w; ++i)
+      if (E.fibers[i].st == St::AtWarp) w = &E.fibers[i];
+    E.error = format("deadlock: %d threads wait at __syncthreads(), %d at warp operations, %d have exited", at_block,
+                     at_warp, done);
+    if (w) E.error += format("; e.g. a warp operation with mask 0x%08x in ", w->mask) + where(*w);
+    return false;
+  }
+}
+
+}  // namespace
+
+// ---- entry points of the engine (declared in cuda_runtime.h) -------------------------------------------------------
+
+std::recursive_mutex& device_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+DeviceAccess::DeviceAccess() {
+  if (g_access_depth++ == 0)
+    for (const auto& [k, r] : g_regions) protect(r, true);
+}
+DeviceAccess::~DeviceAccess() {
+  if (--g_access_depth == 0)
+    for (const auto& [k, r] : g_regions) protect(r, false);
+}
+
+bool device_range_ok(const void* p, size_t bytes, const char* what, std::string* why) {
+  const Region* r = region_of(p);
+  if (r && inside_user(*r, p, bytes)) return true;
+  if (why) {
+    *why = r ? format("%s [%p, +%zu bytes) runs outside its device allocation [%p, +%zu bytes)", what, p, bytes,
+                      static_cast<void*>(r->user), r->user_len)
+             : format("%s %p is not device memory", what, p);
+  }
+  return false;
+}
+
+cudaError_t fail(cudaError_t error, const std::string& detail) {
+  t_last = error;
+  t_detail_code = error;
+  t_detail = detail;
+  return error;
+}
+
+cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void (*body)(void*),
+                        void* ctx) {
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  Engine& E = engine();
+  if (config().devices == 0) return fail(cudaErrorNoDevice, "no CUDA device (ASC_CUDA_EMU_DEVICES=0)");
+  if (E.active) return fail(cudaErrorNotSupported, "kernel launched from inside a kernel");
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (block.x == 0 || block.y == 0 || block.z == 0 || threads > kMaxThreadsPerBlock || block.x > 1024 ||
+      block.y > 1024 || block.z > 64)
+    return fail(cudaErrorInvalidConfiguration,
+                format("invalid configuration argument: blockDim (%u, %u, %u) (at most 1024 threads, z <= 64)",
+                       block.x, block.y, block.z));
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+    return fail(cudaErrorInvalidConfiguration,
+                format("invalid configuration argument: gridDim (%u, %u, %u)", grid.x, grid.y, grid.z));
+  if (shared_bytes > kMaxSharedBytes)
+    return fail(cudaErrorInvalidValue, format("%zu bytes of dynamic shared memory (at most %zu)", shared_bytes,
+                                              kMaxSharedBytes));
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle, "launch on a stream that does not exist");
+
+  ensure_stacks(E);
+  E.nthreads = static_cast<int>(threads);
+  E.body = body;
+  E.ctx = ctx;
+  E.error.clear();
+  E.active = true;
+  DeviceAccess access;
+  g_in_kernel = true;
+  bool ok = true;
+  uint3 bidx{};
+  for (bidx.z = 0; ok && bidx.z < grid.z; ++bidx.z)
+    for (bidx.y = 0; ok && bidx.y < grid.y; ++bidx.y)
+      for (bidx.x = 0; ok && bidx.x < grid.x; ++bidx.x) ok = run_block(E, grid, block, bidx);
+  g_in_kernel = false;
+  E.active = false;
+  if (ok) return cudaSuccess;
+  const std::string detail =
+      format("kernel fault (gridDim (%u,%u,%u), blockDim (%u,%u,%u)): ", grid.x, grid.y, grid.z, block.x, block.y,
+             block.z) +
+      E.error;
+  std::fprintf(stderr, "ascender CUDA emulator: %s\n", detail.c_str());
+  return fail(cudaErrorLaunchFailure, detail);
+}
+
+void block_barrier() {
+  Fiber& f = current_fiber("__syncthreads");
+  f.st = St::AtBlock;
+  yield_to_scheduler();
+}
+
+void warp_barrier(unsigned mask) {
+  Fiber& f = current_fiber("__syncwarp");
+  const int lane = f.lin & 31;
+  if (!(mask >> lane & 1u)) kernel_error(format("__syncwarp(0x%08x) does not name the calling lane %d", mask, lane));
+  f.mask = mask;
+  f.op = WarpOp::Sync;
+  f.st = St::AtWarp;
+  yield_to_scheduler();
+  ++f.seq;
+}
+
+uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane) {
+  Fiber& f = current_fiber("a warp shuffle");
+  Engine& E = engine();
+  const int lane = f.lin & 31;
+  if (!(mask >> lane & 1u)) kernel_error(format("shuffle with mask 0x%08x does not name the calling lane %d", mask, lane));
+  f.slot[f.seq & 1u] = bits;
+  f.mask = mask;
+  f.op = WarpOp::Shuffle;
+  f.st = St::AtWarp;
+  yield_to_scheduler();
+  uint64_t r = bits;
+  if (src_lane >= 0) {
+    if (!(mask >> src_lane & 1u))
+      kernel_error(format("shuffle reads lane %d, which its mask 0x%08x does not name", src_lane, mask));
+    r = E.fibers[(f.lin & ~31) + src_lane].slot[f.seq & 1u];
+  }
+  ++f.seq;
+  return r;
+}
+
+int lane_id() { return current_fiber("lane_id").lin & 31; }
+
+}  // namespace asc::cuda::emu
+
+// ---- the CUDA runtime API ----------------------------------------------------------------------------------------
+
+using namespace asc::cuda::emu;
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (!count) return record(cudaErrorInvalidValue);
+  *count = config().devices;
+  return config().devices > 0 ? cudaSuccess : record(cudaErrorNoDevice);
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  if (!device) return record(cudaErrorInvalidValue);
+  *device = t_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= config().devices) return record(cudaErrorInvalidDevice);
+  t_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (!prop) return record(cudaErrorInvalidValue);
+  if (device < 0 || device >= config().devices) return record(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof prop->name, "ascender CUDA emulator (CPU)");
+  prop->totalGlobalMem = config().memory;
+  prop->sharedMemPerBlock = kMaxSharedBytes;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = kMaxThreadsPerBlock;
+  prop->maxThreadsDim[0] = 1024, prop->maxThreadsDim[1] = 1024, prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 0x7fffffff, prop->maxGridSize[1] = 65535, prop->maxGridSize[2] = 65535;
+  prop->multiProcessorCount = 1;
+  prop->major = 9, prop->minor = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (!value) return record(cudaErrorInvalidValue);
+  cudaDeviceProp p;
+  if (cudaError_t e = cudaGetDeviceProperties(&p, device); e != cudaSuccess) return e;
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(p.sharedMemPerBlock); break;
+    case cudaDevAttrWarpSize: *value = 32; break;
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+    case cudaDevAttrMemoryClockRate: *value = 1000000; break;  // nominal: the emulator has no memory bandwidth
+    case cudaDevAttrGlobalMemoryBusWidth: *value = 64; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    default: return record(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() { return config().devices > 0 ? cudaSuccess : record(cudaErrorNoDevice); }
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  if (!free_bytes || !total_bytes) return record(cudaErrorInvalidValue);
+  *total_bytes = config().memory;
+  *free_bytes = config().memory - g_used[t_device];
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = t_last;
+  t_last = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() { return t_last; }
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+  }
+  return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  if (error != cudaSuccess && error == t_detail_code && !t_detail.empty()) return t_detail.c_str();
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    default: return cudaGetErrorName(error);
+  }
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t size) {
+  if (!ptr) return record(cudaErrorInvalidValue);
+  *ptr = nullptr;
+  if (config().devices == 0) return record(cudaErrorNoDevice);
+  if (size == 0) return cudaSuccess;
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  install_segv_handler();
+  const int dev = t_device;
+  if (size > config().memory - g_used[dev]) return record(cudaErrorMemoryAllocation);
+  const size_t access_len = round_up(size, kPage), map_len = access_len + 2 * kPage;
+  void* m = mmap(nullptr, map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return record(cudaErrorMemoryAllocation);
+  Region r;
+  r.map = static_cast<char*>(m);
+  r.map_len = map_len;
+  r.access = r.map + kPage;
+  r.access_len = access_len;
+  r.user = r.access + access_len - round_up(size, 256);
+  r.user_len = size;
+  r.device = dev;
+  protect(r, true);
+  std::memset(r.access, 0xFF, r.access_len);
+  if (g_access_depth == 0) protect(r, false);
+  g_regions.emplace(reinterpret_cast<uintptr_t>(r.map), r);
+  g_used[dev] += size;
+  *ptr = r.user;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  const Region* r = region_of(ptr);
+  if (!r || r->user != ptr)
+    return fail(cudaErrorInvalidDevicePointer, format("cudaFree(%p): not a pointer cudaMalloc returned", ptr));
+  g_used[r->device] -= r->user_len;
+  const Region copy = *r;
+  g_regions.erase(reinterpret_cast<uintptr_t>(copy.map));
+  munmap(copy.map, copy.map_len);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  if (!ptr) return record(cudaErrorInvalidValue);
+  *ptr = size ? std::aligned_alloc(256, round_up(size, 256)) : nullptr;
+  return (*ptr || !size) ? cudaSuccess : record(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaFreeHost(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (count == 0) return cudaSuccess;
+  if (!dst || !src) return fail(cudaErrorInvalidValue, "cudaMemcpy with a null pointer");
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  const Region* rd = region_of(dst);
+  const Region* rs = region_of(src);
+  std::string why;
+  if (rd && !device_range_ok(dst, count, "cudaMemcpy destination", &why)) return fail(cudaErrorInvalidValue, why);
+  if (rs && !device_range_ok(src, count, "cudaMemcpy source", &why)) return fail(cudaErrorInvalidValue, why);
+  const bool ok = kind == cudaMemcpyDefault || (kind == cudaMemcpyHostToHost && !rs && !rd) ||
+                  (kind == cudaMemcpyHostToDevice && !rs && rd) || (kind == cudaMemcpyDeviceToHost && rs && !rd) ||
+                  (kind == cudaMemcpyDeviceToDevice && rs && rd);
+  if (!ok)
+    return fail(cudaErrorInvalidMemcpyDirection,
+                format("cudaMemcpy kind %d contradicts the pointers (source on %s, destination on %s)",
+                       static_cast<int>(kind), rs ? "device" : "host", rd ? "device" : "host"));
+  DeviceAccess access;
+  std::memmove(dst, src, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  {
+    std::lock_guard<std::recursive_mutex> lock(device_mutex());
+    if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync on a stream that does not exist");
+  }
+  return cudaMemcpy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t count) {
+  if (count == 0) return cudaSuccess;
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  std::string why;
+  if (!device_range_ok(ptr, count, "cudaMemset destination", &why)) return fail(cudaErrorInvalidValue, why);
+  DeviceAccess access;
+  std::memset(ptr, value, count);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
+  {
+    std::lock_guard<std::recursive_mutex> lock(device_mutex());
+    if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync on a stream that does not exist");
+  }
+  return cudaMemset(ptr, value, count);
+}
+
+// Work runs when it is queued, so every stream is always idle.
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  if (!stream) return record(cudaErrorInvalidValue);
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  *stream = new CUstream_st{t_device};
+  g_streams.insert(*stream);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  if (!g_streams.erase(stream)) return record(cudaErrorInvalidResourceHandle);
+  delete stream;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  return valid_stream(stream) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return cudaStreamQuery(stream); }
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  if (!event) return record(cudaErrorInvalidValue);
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  *event = new CUevent_st{{}, false};
+  g_events.insert(*event);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  if (!g_events.erase(event)) return record(cudaErrorInvalidResourceHandle);
+  delete event;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  if (!g_events.count(event) || !valid_stream(stream)) return record(cudaErrorInvalidResourceHandle);
+  event->when = std::chrono::steady_clock::now();
+  event->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  return g_events.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  if (!ms || !g_events.count(start) || !g_events.count(end)) return record(cudaErrorInvalidResourceHandle);
+  if (!start->recorded || !end->recorded) return record(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  return cudaSuccess;
+}

@@ -1,0 +1,29 @@
+#pragma once
+// The one way kernels of cuda/ are started:
+//
+//   ASC_CUDA_TRY(launch_kernel(softmax_fwd_kernel<float>, grid, block, stream, x, mask, log, y, rows, n));
+//
+// It goes through cudaLaunchKernel (the runtime call behind <<<...>>>), so the same source runs on a GPU and in the
+// CPU emulator of cuda/emu, which implements that call. The arguments are converted to the kernel's parameter types
+// first, as <<<...>>> would. C++17 and CUDA headers only (included from .cu files).
+#include <cuda_runtime.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace asc::cuda {
+
+template <class... P, class... A>
+cudaError_t launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t stream, A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "launch_kernel: the argument count differs from the kernel's");
+  std::tuple<std::decay_t<P>...> params(static_cast<std::decay_t<P>>(std::forward<A>(args))...);
+  return std::apply(
+      [&](auto&... p) {
+        void* ptrs[] = {static_cast<void*>(&p)..., nullptr};
+        return cudaLaunchKernel(kernel, grid, block, ptrs, 0, stream);
+      },
+      params);
+}
+
+}  // namespace asc::cuda
