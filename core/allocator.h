@@ -10,7 +10,8 @@ namespace asc {
 class Allocator {
  public:
   virtual ~Allocator() = default;
-  virtual void* allocate(size_t nbytes) = 0;
+  // nbytes on `device` (the CUDA allocator serves that device's pool, whatever device is current).
+  virtual void* allocate(size_t nbytes, Device device) = 0;
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
   // Copies between two buffers of this allocator's device.
   virtual void copy(void* dst, const void* src, size_t nbytes) = 0;

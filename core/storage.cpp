@@ -36,7 +36,7 @@ class CpuAllocator final : public Allocator {
 #endif
 
  public:
-  void* allocate(size_t nbytes) override {
+  void* allocate(size_t nbytes, Device) override {
     if (nbytes == 0) return nullptr;
     size_t rounded = (nbytes + kLine - 1) & ~(kLine - 1);
     if (kUseCache && rounded <= kMaxCached) {
@@ -89,7 +89,7 @@ Allocator* allocator_for(Device device) {
 void register_allocator(Device::Type type, Allocator* alloc) { g_allocators[static_cast<int>(type)] = alloc; }
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), alloc_(allocator_for(device)) {
-  data_ = alloc_->allocate(nbytes);
+  data_ = alloc_->allocate(nbytes, device);
 }
 
 Storage::~Storage() {

@@ -8,7 +8,8 @@
 
 namespace asc::cuda {
 namespace {
-thread_local cudaStream_t t_stream = nullptr;  // nullptr: the legacy default stream
+constexpr int kMaxDevices = 64;
+thread_local cudaStream_t t_streams[kMaxDevices] = {};  // per device; nullptr: the legacy default stream
 bool g_allow_tf32 = false;
 std::mutex g_handles_mu;
 std::vector<cublasHandle_t> g_handles;  // per device; never destroyed (cuBLAS teardown at exit races the driver)
@@ -20,8 +21,36 @@ int current_device() {
   return d;
 }
 
-cudaStream_t current_stream() { return t_stream; }
-void set_current_stream(cudaStream_t stream) { t_stream = stream; }
+cudaStream_t stream_of(int device) {
+  ASC_CHECK(device >= 0 && device < kMaxDevices, "cuda: device index {} out of range", device);
+  return t_streams[device];
+}
+cudaStream_t current_stream() {
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess) {  // no usable device: the launch that follows reports it, naming its op
+    cudaGetLastError();
+    return nullptr;
+  }
+  return stream_of(d);
+}
+void set_current_stream(cudaStream_t stream) { t_streams[current_device()] = stream; }
+
+DeviceScope::DeviceScope(int index) {
+  int cur = 0;
+  if (cudaGetDevice(&cur) != cudaSuccess) {  // no usable device: the op's own launch reports that, naming the op
+    cudaGetLastError();
+    return;
+  }
+  if (cur != index) {
+    ASC_CHECK(index >= 0 && index < device_count(), "cuda:{}: no such CUDA device ({} available)", index,
+              device_count());
+    ASC_CUDA_CHECK(cudaSetDevice(index));
+    prev_ = cur;
+  }
+}
+DeviceScope::~DeviceScope() {
+  if (prev_ >= 0) cudaSetDevice(prev_);
+}
 
 void synchronize() {
   ASC_CHECK(is_available(), "cuda::synchronize: no CUDA device available");

@@ -16,9 +16,11 @@ namespace asc::cuda {
 // The device every kernel of this thread targets (cudaGetDevice).
 int current_device();
 // The stream kernels of this thread are queued on, for the current device: the legacy default stream unless
-// set_current_stream() chose another one.
+// set_current_stream() chose another one (a stream belongs to one device: each device has its own choice).
 cudaStream_t current_stream();
 void set_current_stream(cudaStream_t stream);
+// This thread's stream for device `device` (current_stream() of that device).
+cudaStream_t stream_of(int device);
 // One cuBLAS handle per device (created lazily), with its stream set to current_stream() on every call and
 // TF32 tensor-op math enabled when cuda::set_allow_tf32(true).
 cublasHandle_t cublas_handle();

@@ -93,13 +93,13 @@ CachingAllocator& allocator_of(int device) {
   return *all[static_cast<size_t>(device)];
 }
 
-// The core/ Allocator of CUDA storages: blocks of the current device's caching allocator, on the thread's
-// current stream.
+// The core/ Allocator of CUDA storages: blocks of the storage device's caching allocator, on the thread's current
+// stream for that device.
 class CudaAllocator final : public Allocator {
  public:
-  void* allocate(size_t nbytes) override {
+  void* allocate(size_t nbytes, Device device) override {
     if (nbytes == 0) return nullptr;
-    return allocator_of(-1).malloc(nbytes, reinterpret_cast<uintptr_t>(current_stream()));
+    return allocator_of(device.index).malloc(nbytes, reinterpret_cast<uintptr_t>(stream_of(device.index)));
   }
   // Called from Storage's destructor: must not throw. A pointer no device allocator knows is a bug elsewhere;
   // it is reported, not freed.

@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "ops/cpu/kernels.h"
 #ifdef ASC_HAVE_CUDA
+#include "cuda/cuda.h"
 #include "cuda/kernels.h"
 #endif
 
@@ -23,6 +24,7 @@
     if (asc_dev_.is_cpu()) {                                                                               \
       ::asc::cpu::FN(__VA_ARGS__);                                                                         \
     } else if (asc_dev_.is_cuda()) {                                                                       \
+      const ::asc::cuda::DeviceScope asc_on_device_(asc_dev_.index);                                       \
       ::asc::cuda::FN(__VA_ARGS__);                                                                        \
     } else {                                                                                               \
       ASC_THROW("{}: no kernel for device {} in this build", OPNAME, asc_dev_);                            \

@@ -30,6 +30,17 @@ bool gpu_required() {
   return v && std::string(v) == "1";
 }
 
+// The device the GPU side runs on: cuda:0, or cuda:N with ASC_PARITY_DEVICE=N (the suite then runs on a device
+// that is not the current one, so every op must switch to its tensors' device; in the CUDA emulator a kernel given
+// another device's memory is an error).
+Device gpu() {
+  static const Device d = [] {
+    const char* v = std::getenv("ASC_PARITY_DEVICE");
+    return Device::cuda(v ? std::atoi(v) : 0);
+  }();
+  return d;
+}
+
 // The guard every GPU case starts with.
 #define ASC_GPU_GUARD()                                                                       \
   do {                                                                                        \
@@ -127,7 +138,7 @@ std::string run_one(const Case& c, DType dt, View view, uint64_t seed, bool cpu_
   for (const In& in : c.inputs) {
     Tensor leaf = make_leaf(in, view, dt, gen);
     const bool grad = c.backward && in.grad && is_float_input(in);
-    Tensor lc = leaf.detach(), lg = cpu_only ? leaf.detach().clone() : leaf.detach().to(Device::cuda());
+    Tensor lc = leaf.detach(), lg = cpu_only ? leaf.detach().clone() : leaf.detach().to(gpu());
     if (grad) {
       lc.set_requires_grad(true);
       lg.set_requires_grad(true);
@@ -155,7 +166,7 @@ std::string run_one(const Case& c, DType dt, View view, uint64_t seed, bool cpu_
   if (out_cpu.size() != out_gpu.size()) return "different number of outputs";
   for (size_t k = 0; k < out_cpu.size(); ++k) {
     if (!out_gpu[k].defined() || !out_cpu[k].defined()) continue;
-    if (!(out_gpu[k].device() == Device::cuda())) return fmt::format("output {} is not on the GPU", k);
+    if (!(out_gpu[k].device() == gpu())) return fmt::format("output {} is not on the GPU", k);
     std::string m = compare(out_gpu[k].cpu(), out_cpu[k], tol);
     if (!m.empty()) return fmt::format("output {}: {}", k, m);
   }
@@ -168,7 +179,7 @@ std::string run_one(const Case& c, DType dt, View view, uint64_t seed, bool cpu_
     Tensor lc = sum(mul(out_cpu[k], cot));
     loss_cpu = loss_cpu.defined() ? add(loss_cpu, lc) : lc;
     try {
-      Tensor lg = sum(mul(out_gpu[k], cot.to(Device::cuda())));
+      Tensor lg = sum(mul(out_gpu[k], cot.to(gpu())));
       loss_gpu = loss_gpu.defined() ? add(loss_gpu, lg) : lg;
     } catch (const Error& e) {
       return fmt::format("loss: {}", e.what());
@@ -210,6 +221,9 @@ void run_family(const char* family, const std::vector<Case>& cases) {
     MESSAGE(fmt::format("no CUDA device: skipped ({}: the CPU side of {} runs checked)", family, n));
     return;
   }
+  if (gpu().index >= asc::cuda::device_count())
+    FAIL("ASC_PARITY_DEVICE=" << gpu().index << " but only " << asc::cuda::device_count() << " CUDA devices exist");
+  const size_t dev0_before = asc::cuda::memory_stats(0).allocated;
   int passed = 0, failed = 0;
   std::map<std::string, std::string> first_failure;  // op -> first error
   uint64_t seed = 1000;
@@ -233,7 +247,9 @@ void run_family(const char* family, const std::vector<Case>& cases) {
       }
     }
   }
-  std::string summary = fmt::format("{}: {} passed, {} failed", family, passed, failed);
+  // Work on another device allocates nothing on cuda:0 (every output and scratch buffer lives with its inputs).
+  if (gpu().index != 0) CHECK(asc::cuda::memory_stats(0).allocated == dev0_before);
+  std::string summary = fmt::format("{}: {} passed, {} failed on {}", family, passed, failed, gpu());
   for (auto& [op, what] : first_failure) summary += fmt::format("\n  missing/wrong: {}", what);
   MESSAGE(summary);
 }
@@ -435,27 +451,27 @@ TEST_CASE("cuda parity: random ops give the CPU's numbers") {
       const Shape s{n};
       {
         Generator a(11), b(11);
-        Tensor c = rand(s, {.dtype = dt}, &a), g = rand(s, {.dtype = dt, .device = Device::cuda()}, &b);
+        Tensor c = rand(s, {.dtype = dt}, &a), g = rand(s, {.dtype = dt, .device = gpu()}, &b);
         CHECK(testing::same_bits(g.cpu(), c));  // bit for bit
         CHECK(a.offset() == b.offset());
       }
       {
         Generator a(12), b(12);
-        Tensor c = randn(s, {.dtype = dt}, &a), g = randn(s, {.dtype = dt, .device = Device::cuda()}, &b);
+        Tensor c = randn(s, {.dtype = dt}, &a), g = randn(s, {.dtype = dt, .device = gpu()}, &b);
         // Box-Muller's log/cos/sin may differ in the last ulp between glibc and CUDA's libdevice.
         CHECK(compare(g.cpu(), c, dt == kFloat64 ? Tol{1e-13, 1e-12} : Tol{1e-6, 1e-6}) == "");
       }
       {
         Generator a(13), b(13);
         Tensor x = ones(s, {.dtype = dt});
-        Tensor c = dropout(x, 0.3, true, &a), g = dropout(x.to(Device::cuda()), 0.3, true, &b);
+        Tensor c = dropout(x, 0.3, true, &a), g = dropout(x.to(gpu()), 0.3, true, &b);
         CHECK(testing::same_bits(g.cpu(), c));
       }
     }
   }
   Generator a(14), b(14);
   Tensor c = randint(-5, 1000, {9, 7}, {.dtype = kInt64}, &a);
-  Tensor g = randint(-5, 1000, {9, 7}, {.dtype = kInt64, .device = Device::cuda()}, &b);
+  Tensor g = randint(-5, 1000, {9, 7}, {.dtype = kInt64, .device = gpu()}, &b);
   CHECK(testing::same_bits(g.cpu(), c));
 }
 
@@ -471,7 +487,7 @@ TEST_CASE("cuda parity: copy between every dtype pair") {
       CAPTURE(dtype_name(from));
       CAPTURE(dtype_name(to));
       Tensor x = base.to(from).t();  // transposed: the strided kernel path
-      Tensor c = x.to(to), g = x.to(Device::cuda()).t().t().to(to);
+      Tensor c = x.to(to), g = x.to(gpu()).t().t().to(to);
       try {
         CHECK(compare(g.cpu(), c, {0, 0}) == "");
       } catch (const Error& e) {
@@ -483,9 +499,9 @@ TEST_CASE("cuda parity: copy between every dtype pair") {
   for (DType half : {kBFloat16, kFloat16}) {
     CAPTURE(dtype_name(half));
     Tensor x = base.to(kFloat32);
-    Tensor g = x.to(Device::cuda()).to(half).to(kFloat32).cpu();
+    Tensor g = x.to(gpu()).to(half).to(kFloat32).cpu();
     CHECK(compare(g, x, half == kBFloat16 ? Tol{1e-2, 1e-2} : Tol{1e-3, 1e-3}) == "");
-    Tensor e = exp(x.to(Device::cuda()).to(half)).to(kFloat32).cpu();
+    Tensor e = exp(x.to(gpu()).to(half)).to(kFloat32).cpu();
     CHECK(compare(e, exp(x), half == kBFloat16 ? Tol{1e-2, 2e-2} : Tol{1e-3, 2e-3}) == "");
   }
 }
@@ -499,12 +515,12 @@ TEST_CASE("cuda parity: optimizer steps") {
     for (DType dt : {kFloat32, kFloat64}) {
       Generator gen(31);
       Tensor p0 = randn({4, 6}, {.dtype = dt}, &gen), g0 = randn({4, 6}, {.dtype = dt}, &gen);
-      Tensor pc = p0.clone().set_requires_grad(true), pg = p0.to(Device::cuda()).set_requires_grad(true);
+      Tensor pc = p0.clone().set_requires_grad(true), pg = p0.to(gpu()).set_requires_grad(true);
       auto oc = make(std::vector<Tensor>{pc}), og = make(std::vector<Tensor>{pg});
       try {
         for (int step = 0; step < 3; ++step) {
           pc.set_grad(mul(g0, double(step + 1)));
-          pg.set_grad(mul(g0, double(step + 1)).to(Device::cuda()));
+          pg.set_grad(mul(g0, double(step + 1)).to(gpu()));
           oc.step();
           og.step();
         }
@@ -520,6 +536,47 @@ TEST_CASE("cuda parity: optimizer steps") {
   run("RMSprop", [](std::vector<Tensor> p) { return optim::RMSprop(p, {.lr = 0.01, .momentum = 0.5, .centered = true}); });
 }
 
+// ---- two devices ----------------------------------------------------------------------------------------------------
+
+TEST_CASE("cuda parity: a model on the second device trains like the CPU one; devices are never mixed") {
+  ASC_GPU_GUARD();
+  if (asc::cuda::device_count() < 2) {
+    MESSAGE("one CUDA device: skipped (the CUDA emulator runs it with ASC_CUDA_EMU_DEVICES=2)");
+    return;
+  }
+  const Device d1 = Device::cuda(1);
+  Generator gen(41);
+  Tensor x = randn({5, 7}, {}, &gen);  // (N, D)
+  Tensor x0 = x.to(Device::cuda(0)), x1 = x0.to(d1);
+  CHECK(x1.device() == d1);
+  CHECK(testing::same_bits(x1.cpu(), x));
+  testing::check_error([&] { (void)add(x0, x1); }, {"different devices"});
+
+  // Three AdamW steps of a small MLP on cuda:1 (cuda:0 stays current) follow the CPU; nothing lands on cuda:0.
+  auto run = [&](Device dev) {
+    manual_seed(3);
+    auto mlp = std::make_shared<nn::MLP>(nn::MLPOptions({7, 16, 3}));
+    mlp->to(dev);
+    optim::AdamW opt(mlp->parameters(), {.lr = 1e-2});
+    Tensor xi = x.to(dev), y = tensor(std::vector<int64_t>{0, 1, 2, 1, 0}, {5}).to(dev);
+    std::vector<double> losses;
+    for (int s = 0; s < 3; ++s) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy((*mlp)(xi), y);
+      loss.backward();
+      opt.step();
+      losses.push_back(loss.item<double>());
+    }
+    return losses;
+  };
+  const size_t dev0_before = asc::cuda::memory_stats(0).allocated;
+  const std::vector<double> cpu = run(Device::cpu()), on1 = run(d1);
+  CHECK(asc::cuda::memory_stats(0).allocated == dev0_before);
+  CHECK(asc::cuda::memory_stats(1).num_allocs > 0);
+  REQUIRE(on1.size() == cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) CHECK(on1[i] == doctest::Approx(cpu[i]).epsilon(1e-5));
+}
+
 // ---- runs everywhere: CUDA tensors in a process without a GPU -----------------------------------------------------
 
 namespace {
@@ -527,7 +584,7 @@ namespace {
 // op layer then dispatches to the CUDA entry points, which must fail with asc::Error (never crash).
 class FakeCudaAllocator final : public Allocator {
  public:
-  void* allocate(size_t n) override { return n ? std::malloc(n) : nullptr; }
+  void* allocate(size_t n, Device) override { return n ? std::malloc(n) : nullptr; }
   void deallocate(void* p, size_t) override { std::free(p); }
   void copy(void* d, const void* s, size_t n) override {
     if (n) std::memcpy(d, s, n);

@@ -60,7 +60,7 @@ void check_error(F&& fn, std::initializer_list<const char*> fragments) {
     FAIL_CHECK("expected asc::Error containing '" << *fragments.begin() << "', nothing was thrown");
   } catch (const asc::Error& e) {
     std::string msg = e.what();
-    for (const char* f : fragments) CHECK_MESSAGE(msg.find(f) != std::string::npos, "message: " << msg << " lacks: " << f);
+    for (const char* f : fragments) CHECK_MESSAGE(msg.find(f) != std::string::npos, "message: " << msg << " lacks: " << std::string(f));
   }
 }
 

@@ -1,5 +1,5 @@
 // The CUDA emulator's runtime: devices, device memory, streams and events, and the kernel engine that runs every
-// CUDA thread of a launch as a fibre (ucontext), switching only at __syncthreads and warp operations.
+// CUDA thread of a launch as a fibre (own stack), switching only at __syncthreads and warp operations.
 // See cuda/emu/include/cuda_runtime.h for the why and for what is checked.
 #include <signal.h>
 #include <sys/mman.h>
@@ -158,13 +158,80 @@ bool valid_stream(cudaStream_t s) {
   return v <= 2 || g_streams.count(s) > 0;  // 0: legacy default, 1: cudaStreamLegacy, 2: cudaStreamPerThread
 }
 
+// ---- fibre contexts ---------------------------------------------------------------------------------------------
+// On x86-64 a switch saves the callee-saved registers on the old stack and swaps stack pointers (a few nanoseconds);
+// elsewhere ucontext, whose swapcontext also saves the signal mask (a system call per switch, ~50x slower).
+
+#if defined(__x86_64__)
+struct Context {
+  void* sp = nullptr;
+};
+}  // namespace
+}  // namespace asc::cuda::emu
+// void asc_emu_switch(void** save_sp, void* load_sp): pushes rbp, rbx, r12-r15, stores rsp to *save_sp, loads
+// load_sp, pops the same registers of the other context and returns into it.
+asm(R"(
+  .text
+  .globl asc_emu_switch
+  .type asc_emu_switch, @function
+asc_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size asc_emu_switch, .-asc_emu_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+extern "C" void asc_emu_switch(void** save_sp, void* load_sp);
+namespace asc::cuda::emu {
+namespace {
+
+// A fresh context whose first switch-in calls entry() (which must never return) on the given stack.
+void make_context(Context& c, char* stack, size_t size, void (*entry)()) {
+  auto top = reinterpret_cast<uintptr_t>(stack + size) & ~uintptr_t{15};
+  auto* slot = reinterpret_cast<uintptr_t*>(top);
+  *--slot = 0;                                      // entry's return address: none (rsp = 8 mod 16 at entry)
+  *--slot = reinterpret_cast<uintptr_t>(entry);     // popped by asc_emu_switch's ret
+  for (int i = 0; i < 6; ++i) *--slot = 0;          // rbp rbx r12-r15
+  c.sp = slot;
+}
+void switch_context(Context& from, Context& to) { asc_emu_switch(&from.sp, to.sp); }
+void init_contexts() {}
+#else
+struct Context {
+  ucontext_t uc;
+};
+ucontext_t g_proto;
+void init_contexts() { getcontext(&g_proto); }
+void make_context(Context& c, char* stack, size_t size, void (*entry)()) {
+  c.uc = g_proto;
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+void switch_context(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
 // ---- the kernel engine -----------------------------------------------------------------------------------------
 
 enum class St : uint8_t { Ready, AtBlock, AtWarp, Done };
 enum class WarpOp : uint8_t { Shuffle, Sync };
 
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   Builtins b;
   St st;
   WarpOp op;
@@ -179,9 +246,7 @@ constexpr size_t kStackBytes = 128 * 1024;
 struct Engine {
   std::vector<Fiber> fibers;
   char* stacks = nullptr;
-  ucontext_t sched{};
-  ucontext_t proto{};
-  bool proto_ready = false;
+  Context sched;
   Fiber* cur = nullptr;
   void (*body)(void*) = nullptr;
   void* ctx = nullptr;
@@ -208,8 +273,7 @@ void ensure_stacks(Engine& E) {
   E.stacks = static_cast<char*>(m);
   for (int i = 0; i < kMaxThreadsPerBlock; ++i) mprotect(stack_of(E, i) - kPage, kPage, PROT_NONE);  // overflow guard
   E.fibers.resize(kMaxThreadsPerBlock);
-  getcontext(&E.proto);
-  E.proto_ready = true;
+  init_contexts();
 }
 
 std::string where(const Fiber& f) {
@@ -220,7 +284,7 @@ std::string where(const Fiber& f) {
 void yield_to_scheduler() {
   Engine& E = engine();
   Fiber* f = E.cur;
-  swapcontext(&f->ctx, &E.sched);
+  switch_context(f->ctx, E.sched);
 }
 
 [[noreturn]] void kernel_error(const std::string& msg) {
@@ -303,11 +367,7 @@ bool run_block(Engine& E, dim3 grid, dim3 block, uint3 bidx) {
     f.st = St::Ready;
     f.seq = 0;
     f.lin = i;
-    f.ctx = E.proto;
-    f.ctx.uc_stack.ss_sp = stack_of(E, i);
-    f.ctx.uc_stack.ss_size = kStackBytes;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, fiber_main, 0);
+    make_context(f.ctx, stack_of(E, i), kStackBytes, fiber_main);
   }
   const bool reverse = config().reverse;
   for (;;) {
@@ -316,7 +376,7 @@ bool run_block(Engine& E, dim3 grid, dim3 block, uint3 bidx) {
       if (f.st != St::Ready) continue;
       E.cur = &f;
       g_builtins = &f.b;
-      swapcontext(&E.sched, &f.ctx);
+      switch_context(E.sched, f.ctx);
       E.cur = nullptr;
       g_builtins = nullptr;
       if (!E.error.empty()) return false;
@@ -394,7 +454,7 @@ cudaError_t fail(cudaError_t error, const std::string& detail) {
 }
 
 cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void (*body)(void*),
-                        void* ctx) {
+                        void* ctx, const void* const* pointers, int count) {
   std::lock_guard<std::recursive_mutex> lock(device_mutex());
   Engine& E = engine();
   if (config().devices == 0) return fail(cudaErrorNoDevice, "no CUDA device (ASC_CUDA_EMU_DEVICES=0)");
@@ -412,6 +472,18 @@ cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t
     return fail(cudaErrorInvalidValue, format("%zu bytes of dynamic shared memory (at most %zu)", shared_bytes,
                                               kMaxSharedBytes));
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle, "launch on a stream that does not exist");
+  for (int i = 0; i < count; ++i) {
+    const void* p = pointers[i];
+    if (!p) continue;
+    const Region* r = region_of(p);
+    if (!r)
+      return fail(cudaErrorIllegalAddress,
+                  format("kernel argument %d (%p) is not device memory (a host pointer, or a freed allocation)", i, p));
+    if (r->device != t_device)
+      return fail(cudaErrorIllegalAddress, format("kernel argument %d (%p) is memory of device %d, but the kernel "
+                                                  "runs on device %d",
+                                                  i, p, r->device, t_device));
+  }
 
   ensure_stacks(E);
   E.nthreads = static_cast<int>(threads);
@@ -490,6 +562,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
 
 cudaError_t cudaGetDevice(int* device) {
   if (!device) return record(cudaErrorInvalidValue);
+  if (config().devices == 0) return record(cudaErrorNoDevice);
   *device = t_device;
   return cudaSuccess;
 }
