@@ -43,8 +43,8 @@ struct Config {
   bool reverse = false;
 };
 
-const Config& config() {
-  static const Config c = [] {
+Config& config() {
+  static Config c = [] {
     Config r;
     if (const char* v = std::getenv("ASC_CUDA_EMU_DEVICES")) r.devices = std::clamp(std::atoi(v), 0, kMaxDevices);
     if (const char* v = std::getenv("ASC_CUDA_EMU_MEMORY_MB")) r.memory = static_cast<size_t>(std::atoll(v)) << 20;
@@ -115,25 +115,26 @@ void protect(const Region& r, bool open) {
   }
 }
 
+std::string describe(const void* address, bool in_kernel) {
+  const Region* r = region_of(address);
+  if (!r) return {};
+  const auto a = reinterpret_cast<uintptr_t>(address);
+  const bool guard =
+      a < reinterpret_cast<uintptr_t>(r->access) || a >= reinterpret_cast<uintptr_t>(r->access) + r->access_len;
+  return format("invalid access to %p: %s the device allocation %p (%zu bytes, device %d)%s", address,
+                guard ? "a guard page of" : "inside", static_cast<void*>(r->user), r->user_len, r->device,
+                guard ? (in_kernel ? ": a kernel ran past the allocation" : ": an access past the allocation")
+                      : (in_kernel ? "" : ": host code dereferenced a device pointer"));
+}
+
 // Names the device allocation a fault hit, then hands the signal to the previous handler (doctest reports the test).
-void on_segv(int sig, siginfo_t* info, void* uctx) {
-  const Region* r = region_of(info->si_addr);
-  if (r) {
-    const auto a = reinterpret_cast<uintptr_t>(info->si_addr);
-    const bool guard = a < reinterpret_cast<uintptr_t>(r->access) ||
-                       a >= reinterpret_cast<uintptr_t>(r->access) + r->access_len;
-    char msg[400];
-    const int n = std::snprintf(
-        msg, sizeof msg,
-        "\nascender CUDA emulator: invalid access to %p: %s of the device allocation %p (%zu bytes, device %d)%s\n",
-        info->si_addr, guard ? "a guard page" : "inside", static_cast<void*>(r->user), r->user_len, r->device,
-        guard ? (g_in_kernel ? " — a kernel ran past the allocation" : " — an access past the allocation")
-              : (g_in_kernel ? "" : " — host code dereferenced a device pointer"));
-    if (n > 0) (void)!write(2, msg, static_cast<size_t>(std::min(n, static_cast<int>(sizeof msg) - 1)));
+void on_segv(int, siginfo_t* info, void*) {
+  const std::string what = describe(info->si_addr, g_in_kernel);
+  if (!what.empty()) {
+    const std::string msg = "\nascender CUDA emulator: " + what + "\n";
+    (void)!write(2, msg.data(), msg.size());
   }
   sigaction(SIGSEGV, &g_prev_segv, nullptr);  // returning re-runs the access under the previous handler
-  (void)sig;
-  (void)uctx;
 }
 
 void install_segv_handler() {
@@ -547,6 +548,16 @@ uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane) {
 }
 
 int lane_id() { return current_fiber("lane_id").lin & 31; }
+
+void set_reverse_thread_order(bool reverse) {
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  config().reverse = reverse;
+}
+
+std::string describe_address(const void* address, bool in_kernel) {
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  return describe(address, in_kernel);
+}
 
 }  // namespace asc::cuda::emu
 

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -174,6 +175,11 @@ void block_barrier();                                         // __syncthreads()
 void warp_barrier(unsigned mask);                             // __syncwarp(mask)
 uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane);  // value of `bits` held by lane src_lane
 int lane_id();
+
+// Test hooks: the order a block's threads run in (the default comes from ASC_CUDA_EMU_ORDER), and what the emulator
+// reports for a faulting address (the text its SIGSEGV handler prints; empty outside device memory).
+void set_reverse_thread_order(bool reverse);
+std::string describe_address(const void* address, bool in_kernel);
 
 // Raw shuffle: the value of `v` held by lane `src` (-1: this lane's own value).
 template <class T>
