@@ -8,7 +8,10 @@
 // the same one the CPU kernel uses, so the selected indices are exactly the CPU's.
 //
 // The row reductions (topk_count, normalize_rows, row_standardize) use one warp per row and accumulate in float64
-// like the CPU kernels.
+// like the CPU kernels. bfloat16 / float16 data is read into float (topk compares in float: the conversion is exact,
+// so the selection is the float one of the same values) and rounded once on output.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,9 +19,25 @@
 
 #include "cuda/geometry_launch.h"
 #include "cuda/launch_kernel.cuh"
+#include "cuda/row_kernels.cuh"
 
 namespace asc::cuda {
 namespace {
+
+using rows::acc_t;    // float for bfloat16 / float16, the type itself otherwise
+using rows::from_acc;
+using rows::to_acc;
+
+// Calls f(S{}) with S the storage type of `elem`.
+template <class F>
+void visit_elem(GeoElem elem, F&& f) {
+  switch (elem) {
+    case GeoElem::F32: f(float{}); break;
+    case GeoElem::F64: f(double{}); break;
+    case GeoElem::BF16: f(__nv_bfloat16{}); break;
+    case GeoElem::F16: f(__half{}); break;
+  }
+}
 
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kRowThreads = 128;  // 4 warps, one row each, for the row reductions
@@ -43,18 +62,19 @@ __device__ __forceinline__ bool better(T va, int ia, T vb, int ib, bool largest)
   return ia < ib;
 }
 
-template <class T, int K>
+template <class S, int K>
 __global__ void __launch_bounds__(kTopkMaxWarps * 32)
-    topk_kernel(const T* __restrict__ x, const bool* __restrict__ mask, int64_t n, int k, bool largest,
-                int64_t diag_n, T* __restrict__ values, int64_t* __restrict__ indices) {
+    topk_kernel(const S* __restrict__ x, const bool* __restrict__ mask, int64_t n, int k, bool largest,
+                int64_t diag_n, S* __restrict__ values, int64_t* __restrict__ indices) {
+  using T = acc_t<S>;  // candidates are compared in T
   __shared__ T s_val[2][kTopkMaxWarps];
   __shared__ int s_idx[2][kTopkMaxWarps];
   const int64_t r = blockIdx.x;
-  const T* row = x + r * n;
+  const S* row = x + r * n;
   const bool* mrow = mask ? mask + r * n : nullptr;
   const int64_t diag = diag_n > 0 ? r % diag_n : -1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  T* vout = values + r * k;
+  S* vout = values + r * k;
   int64_t* iout = indices + r * k;
 
   T thr_v = T(0);  // the last entry output by the previous pass; thr_i < 0: no pass yet
@@ -71,7 +91,7 @@ __global__ void __launch_bounds__(kTopkMaxWarps * 32)
     }
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
       if ((mrow && !mrow[j]) || j == diag) continue;
-      const T v = row[j];
+      const T v = to_acc(row[j]);
       const int jj = static_cast<int>(j);
       if (thr_i >= 0 && !better(thr_v, thr_i, v, jj, largest)) continue;
       if (!better(v, jj, lv[K - 1], li[K - 1], largest)) continue;
@@ -120,7 +140,7 @@ __global__ void __launch_bounds__(kTopkMaxWarps * 32)
           bi = s_idx[buf][w];
         }
       if (threadIdx.x == 0) {
-        vout[produced + t] = bv;
+        vout[produced + t] = from_acc<S>(bv);
         iout[produced + t] = bi;
       }
       if (bi >= 0 && li[0] == bi) {  // the owner (indices are unique across threads) pops its head
@@ -140,14 +160,13 @@ __global__ void __launch_bounds__(kTopkMaxWarps * 32)
   }
 }
 
-template <class T, int K>
+template <class S, int K>
 void topk_as(const void* x, const bool* mask, int64_t R, int64_t n, int64_t k, bool largest, int64_t diag_n,
              void* values, int64_t* indices, cudaStream_t s) {
   // Enough threads that each scans a few dozen entries; at least one warp, at most kTopkMaxWarps.
   const int threads = n <= 1024 ? 32 : (n <= 4096 ? 64 : kTopkMaxWarps * 32);
-  launch_kernel(topk_kernel<T, K>, static_cast<unsigned>(R), threads, s, static_cast<const T*>(x), mask, n,
-                                                                  static_cast<int>(k), largest, diag_n,
-                                                                  static_cast<T*>(values), indices);
+  launch_kernel(topk_kernel<S, K>, static_cast<unsigned>(R), threads, s, static_cast<const S*>(x), mask, n,
+                static_cast<int>(k), largest, diag_n, static_cast<S*>(values), indices);
 }
 
 template <class T>
@@ -208,15 +227,19 @@ __global__ void normalize_rows_kernel(const T* __restrict__ x, int64_t R, int64_
                                       T* __restrict__ norm) {
   const int lane = threadIdx.x & 31;
   ASC_FOR_WARP_ROWS(r, R) {
+    using A = acc_t<T>;
     const T* xr = x + r * d;
     double ss = 0;
-    for (int64_t j = lane; j < d; j += 32) ss += static_cast<double>(xr[j]) * xr[j];
+    for (int64_t j = lane; j < d; j += 32) {
+      const double v = to_acc(xr[j]);
+      ss += v * v;
+    }
     ss = warp_sum(ss);
     const double nr = sqrt(ss);
-    const T inv = static_cast<T>(1.0 / (nr < eps ? eps : nr));  // std::max(nr, eps), NaN-propagating alike
-    if (lane == 0) norm[r] = static_cast<T>(nr);
+    const A inv = static_cast<A>(1.0 / (nr < eps ? eps : nr));  // std::max(nr, eps), NaN-propagating alike
+    if (lane == 0) norm[r] = from_acc<T>(nr);
     T* yr = y + r * d;
-    for (int64_t j = lane; j < d; j += 32) yr[j] = xr[j] * inv;
+    for (int64_t j = lane; j < d; j += 32) yr[j] = from_acc<T>(to_acc(xr[j]) * inv);
   }
 }
 
@@ -232,25 +255,29 @@ __global__ void row_standardize_kernel(const T* __restrict__ x, const bool* __re
     double s = 0;
     for (int64_t j = lane; j < n; j += 32)
       if (!mr || mr[j]) {
-        s += xr[j];
+        s += static_cast<double>(to_acc(xr[j]));
         ++cnt;
       }
     s = warp_sum(s);
     cnt = warp_sum(cnt);
     if (cnt == 0) {
-      for (int64_t j = lane; j < n; j += 32) yr[j] = T(0);
-      if (lane == 0) sd[r] = T(0);
+      for (int64_t j = lane; j < n; j += 32) yr[j] = from_acc<T>(0.0);
+      if (lane == 0) sd[r] = from_acc<T>(0.0);
       continue;
     }
     const double mu = s / static_cast<double>(cnt);
     double ss = 0;
     for (int64_t j = lane; j < n; j += 32)
-      if (!mr || mr[j]) ss += (xr[j] - mu) * (xr[j] - mu);
+      if (!mr || mr[j]) {
+        const double c = static_cast<double>(to_acc(xr[j])) - mu;
+        ss += c * c;
+      }
     ss = warp_sum(ss);
     const double sdv = sqrt(ss / static_cast<double>(cnt));
     const double inv = 1.0 / (sdv + eps);
-    if (lane == 0) sd[r] = static_cast<T>(sdv);
-    for (int64_t j = lane; j < n; j += 32) yr[j] = (!mr || mr[j]) ? static_cast<T>((xr[j] - mu) * inv) : T(0);
+    if (lane == 0) sd[r] = from_acc<T>(sdv);
+    for (int64_t j = lane; j < n; j += 32)
+      yr[j] = from_acc<T>((!mr || mr[j]) ? (static_cast<double>(to_acc(xr[j])) - mu) * inv : 0.0);
   }
 }
 
@@ -259,7 +286,7 @@ __global__ void surrogate_kernel(SurrogateKind kind, double width, const T* __re
                                  T* __restrict__ out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = static_cast<T>(surrogate_derivative(kind, static_cast<double>(u[i]), width));
+    out[i] = from_acc<T>(surrogate_derivative(kind, static_cast<double>(to_acc(u[i])), width));
 }
 
 unsigned warp_rows_grid(int64_t R) { return grid_for(R * 32, kRowThreads); }
@@ -267,11 +294,12 @@ unsigned warp_rows_grid(int64_t R) { return grid_for(R * 32, kRowThreads); }
 }  // namespace
 
 cudaError_t launch_topk(const void* x, const bool* mask, int64_t R, int64_t n, int64_t k, bool largest,
-                        int64_t diag_n, void* values, int64_t* indices, bool f64, cudaStream_t stream) {
+                        int64_t diag_n, void* values, int64_t* indices, GeoElem elem, cudaStream_t stream) {
   if (R == 0 || k == 0) return cudaSuccess;
   if (n >= (int64_t{1} << 31) || k >= (int64_t{1} << 31) || R >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
-  if (f64) topk_dispatch<double>(x, mask, R, n, k, largest, diag_n, values, indices, stream);
-  else topk_dispatch<float>(x, mask, R, n, k, largest, diag_n, values, indices, stream);
+  visit_elem(elem, [&](auto tag) {
+    topk_dispatch<decltype(tag)>(x, mask, R, n, k, largest, diag_n, values, indices, stream);
+  });
   return cudaGetLastError();
 }
 
@@ -283,49 +311,47 @@ cudaError_t launch_topk_count(const bool* mask, int64_t R, int64_t n, int64_t di
 }
 
 cudaError_t launch_topk_backward(const void* g, const int64_t* indices, int64_t R, int64_t k, int64_t n, void* gx,
-                                 bool f64, cudaStream_t stream) {
+                                 GeoElem elem, cudaStream_t stream) {
   const int64_t total = R * k;
   if (total == 0) return cudaSuccess;
-  const unsigned grid = grid_for(total, 256);
-  if (f64)
-    launch_kernel(topk_backward_kernel<double>, grid, 256, stream, static_cast<const double*>(g), indices, k, n,
-                                                           static_cast<double*>(gx), total);
-  else
-    launch_kernel(topk_backward_kernel<float>, grid, 256, stream, static_cast<const float*>(g), indices, k, n,
-                                                          static_cast<float*>(gx), total);
+  visit_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    launch_kernel(topk_backward_kernel<T>, grid_for(total, 256), 256, stream, static_cast<const T*>(g), indices, k,
+                  n, static_cast<T*>(gx), total);
+  });
   return cudaGetLastError();
 }
 
-cudaError_t launch_normalize_rows(const void* x, int64_t R, int64_t d, double eps, void* y, void* norm, bool f64,
+cudaError_t launch_normalize_rows(const void* x, int64_t R, int64_t d, double eps, void* y, void* norm, GeoElem elem,
                                   cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
-  if (f64)
-    launch_kernel(normalize_rows_kernel<double>, warp_rows_grid(R), kRowThreads, stream, static_cast<const double*>(x), R, d, eps, static_cast<double*>(y), static_cast<double*>(norm));
-  else
-    launch_kernel(normalize_rows_kernel<float>, warp_rows_grid(R), kRowThreads, stream, static_cast<const float*>(x), R, d, eps, static_cast<float*>(y), static_cast<float*>(norm));
+  visit_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    launch_kernel(normalize_rows_kernel<T>, warp_rows_grid(R), kRowThreads, stream, static_cast<const T*>(x), R, d,
+                  eps, static_cast<T*>(y), static_cast<T*>(norm));
+  });
   return cudaGetLastError();
 }
 
 cudaError_t launch_row_standardize(const void* x, const bool* mask, int64_t R, int64_t n, double eps, void* y,
-                                   void* sd, bool f64, cudaStream_t stream) {
+                                   void* sd, GeoElem elem, cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
-  if (f64)
-    launch_kernel(row_standardize_kernel<double>, warp_rows_grid(R), kRowThreads, stream, static_cast<const double*>(x), mask, R, n, eps, static_cast<double*>(y), static_cast<double*>(sd));
-  else
-    launch_kernel(row_standardize_kernel<float>, warp_rows_grid(R), kRowThreads, stream, static_cast<const float*>(x), mask, R, n, eps, static_cast<float*>(y), static_cast<float*>(sd));
+  visit_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    launch_kernel(row_standardize_kernel<T>, warp_rows_grid(R), kRowThreads, stream, static_cast<const T*>(x), mask,
+                  R, n, eps, static_cast<T*>(y), static_cast<T*>(sd));
+  });
   return cudaGetLastError();
 }
 
-cudaError_t launch_apply_surrogate(SurrogateKind kind, double width, const void* u, int64_t N, void* out, bool f64,
+cudaError_t launch_apply_surrogate(SurrogateKind kind, double width, const void* u, int64_t N, void* out, GeoElem elem,
                                    cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
-  const unsigned grid = grid_for(N, 256);
-  if (f64)
-    launch_kernel(surrogate_kernel<double>, grid, 256, stream, kind, width, static_cast<const double*>(u), N,
-                                                       static_cast<double*>(out));
-  else
-    launch_kernel(surrogate_kernel<float>, grid, 256, stream, kind, width, static_cast<const float*>(u), N,
-                                                      static_cast<float*>(out));
+  visit_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    launch_kernel(surrogate_kernel<T>, grid_for(N, 256), 256, stream, kind, width, static_cast<const T*>(u), N,
+                  static_cast<T*>(out));
+  });
   return cudaGetLastError();
 }
 

@@ -23,9 +23,12 @@ using autograd::SavedTensor;
 
 namespace {
 
+// float32 / float64 everywhere; bfloat16 / float16 too on CUDA (the CPU has no 16-bit kernels).
 void check_float(const char* op, const Tensor& t, const char* what) {
-  ASC_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64, "{}: {} must be float32 or float64, got {}", op, what,
-            t.dtype());
+  const bool half = t.dtype() == kBFloat16 || t.dtype() == kFloat16;
+  ASC_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || (half && t.device().is_cuda()),
+            "{}: {} must be float32 or float64 (or bfloat16 / float16 on CUDA), got {} on {}", op, what, t.dtype(),
+            t.device());
 }
 
 // A bool mask broadcast to `shape`, materialised contiguous (the kernels read it row by row).
@@ -217,9 +220,11 @@ Tensor row_standardize(const Tensor& x, const Tensor& mask_in, double eps) {
                        Tensor mgx = div(sum(mul(gv, xcv), {-1}, true), cnt);
                        Tensor live = gt(sdv, 0.0);
                        Tensor coef = where(live, div(mgx, mul(where(live, sdv, 1.0), s)), 0.0);
-                       Tensor dx = div(sub(sub(gv, mg), mul(xcv, coef)), s);
-                       if (vm.defined()) dx = mul(dx, vm);
-                       return {dx};
+                       // Masked before the division by s: an invalid entry (or a row with one valid entry) would
+                       // otherwise divide a nonzero by s = eps, which overflows float16 before being zeroed.
+                       Tensor num = sub(sub(gv, mg), mul(xcv, coef));
+                       if (vm.defined()) num = mul(num, vm);
+                       return {div(num, s)};
                      });
   }
   return y;

@@ -204,6 +204,80 @@ std::string run_one(const Case& c, DType dt, View view, uint64_t seed, bool cpu_
   return "";
 }
 
+// One (case, 16-bit dtype, view) on the GPU against the CPU in float32 on the very same 16-bit-rounded inputs and
+// cotangents (the CPU has no 16-bit kernels): the GPU rounds its outputs (and, in composite ops, intermediates)
+// to 16 bits, hence the wider tolerance. Returns "" on success.
+std::string run_one_half(const Case& c, DType half, View view, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<Tensor> leaves_cpu, leaves_gpu;
+  TensorList args_cpu, args_gpu;
+  for (const In& in : c.inputs) {
+    Tensor leaf = make_leaf(in, view, kFloat32, gen);
+    const bool fl = is_float_input(in), grad = c.backward && in.grad && fl;
+    Tensor lg = fl ? leaf.to(gpu()).to(half).detach() : leaf.to(gpu());
+    Tensor lc = fl ? lg.to(kFloat32).cpu().detach() : leaf;
+    if (grad) {
+      lc.set_requires_grad(true);
+      lg.set_requires_grad(true);
+    }
+    leaves_cpu.push_back(lc);
+    leaves_gpu.push_back(lg);
+    args_cpu.push_back(view_of(lc, in, view));
+    args_gpu.push_back(view_of(lg, in, view));
+  }
+  TensorList out_cpu = c.fn(args_cpu), out_gpu;
+  try {
+    out_gpu = c.fn(args_gpu);
+  } catch (const Error& e) {
+    return fmt::format("forward: {}", e.what());
+  }
+  // 8 (bfloat16) / 11 (float16) significant bits, a few roundings deep, and sums that cancel: about 8 units of the
+  // last place, relative to the terms rather than the result.
+  const Tol tol = half == kBFloat16 ? Tol{3e-2, 3e-2} : Tol{6e-3, 6e-3};
+  bool float_input = false;
+  for (const In& in : c.inputs) float_input = float_input || is_float_input(in);
+  auto back = [](const Tensor& t) { return is_floating(t.dtype()) ? t.to(kFloat32).cpu() : t.cpu(); };
+  if (out_cpu.size() != out_gpu.size()) return "different number of outputs";
+  for (size_t k = 0; k < out_cpu.size(); ++k) {
+    if (!out_gpu[k].defined() || !out_cpu[k].defined()) continue;
+    if (float_input && is_floating(out_cpu[k].dtype()) && out_gpu[k].dtype() != half)
+      return fmt::format("output {} is {}, not {}", k, out_gpu[k].dtype(), half);
+    std::string m = compare(back(out_gpu[k]), out_cpu[k], tol);
+    if (!m.empty()) return fmt::format("output {}: {}", k, m);
+  }
+  if (!c.backward) return "";
+  Tensor loss_cpu, loss_gpu;
+  for (size_t k = 0; k < out_cpu.size(); ++k) {
+    if (!out_cpu[k].defined() || !out_cpu[k].requires_grad()) continue;
+    Tensor cot_g = randn(out_cpu[k].shape(), {}, &gen).to(gpu()).to(half);
+    Tensor lc = sum(mul(out_cpu[k], cot_g.to(kFloat32).cpu()));
+    loss_cpu = loss_cpu.defined() ? add(loss_cpu, lc) : lc;
+    try {
+      Tensor lg = sum(mul(out_gpu[k], cot_g));
+      loss_gpu = loss_gpu.defined() ? add(loss_gpu, lg) : lg;
+    } catch (const Error& e) {
+      return fmt::format("loss: {}", e.what());
+    }
+  }
+  if (!loss_cpu.defined()) return "";
+  loss_cpu.backward();
+  try {
+    loss_gpu.backward();
+  } catch (const Error& e) {
+    return fmt::format("backward: {}", e.what());
+  }
+  for (size_t i = 0; i < leaves_cpu.size(); ++i) {
+    if (!leaves_cpu[i].requires_grad()) continue;
+    Tensor gc = leaves_cpu[i].grad(), gg = leaves_gpu[i].grad();
+    if (!gc.defined() && !gg.defined()) continue;
+    if (!gg.defined()) return fmt::format("input {}: no gradient on the GPU", i);
+    if (!gc.defined()) return fmt::format("input {}: gradient on the GPU only", i);
+    std::string m = compare(back(gg), gc, tol);
+    if (!m.empty()) return fmt::format("grad of input {}: {}", i, m);
+  }
+  return "";
+}
+
 // Runs every case of a family in float32 and float64 and every view; reports each failure and a summary.
 // Without a GPU only the CPU half runs (so the table itself is checked on every machine), then it reports the skip.
 void run_family(const char* family, const std::vector<Case>& cases) {
@@ -247,9 +321,32 @@ void run_family(const char* family, const std::vector<Case>& cases) {
       }
     }
   }
+  // The same table in bfloat16 and float16.
+  int half_passed = 0, half_failed = 0;
+  for (const Case& c : cases) {
+    for (DType half : {kBFloat16, kFloat16}) {
+      for (View v : c.views) {
+        std::string err;
+        try {
+          err = run_one_half(c, half, v, ++seed);
+        } catch (const Error& e) {
+          err = fmt::format("CPU reference failed: {}", e.what());
+        }
+        if (err.empty()) {
+          ++half_passed;
+        } else {
+          ++half_failed;
+          std::string what = fmt::format("{} [{} {}]: {}", c.op, dtype_name(half), view_name(v), err);
+          first_failure.emplace(c.op + " (16-bit)", what);
+          FAIL_CHECK(what);
+        }
+      }
+    }
+  }
   // Work on another device allocates nothing on cuda:0 (every output and scratch buffer lives with its inputs).
   if (gpu().index != 0) CHECK(asc::cuda::memory_stats(0).allocated == dev0_before);
-  std::string summary = fmt::format("{}: {} passed, {} failed on {}", family, passed, failed, gpu());
+  std::string summary = fmt::format("{}: {} passed, {} failed on {}; bfloat16/float16: {} passed, {} failed", family,
+                                    passed, failed, gpu(), half_passed, half_failed);
   for (auto& [op, what] : first_failure) summary += fmt::format("\n  missing/wrong: {}", what);
   MESSAGE(summary);
 }
