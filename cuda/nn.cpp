@@ -107,6 +107,9 @@ void softmax_backward(const Tensor& g_in, const Tensor& y_in, const Tensor& mask
                                                current_stream()));
 }
 
+// The dtype of layer_norm's saved mean / rstd: float32 for 16-bit inputs, else the input's.
+DType stat_dtype(DType dt) { return dt == kBFloat16 || dt == kFloat16 ? kFloat32 : dt; }
+
 void layer_norm_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps, bool rms, Tensor& y,
                         Tensor& mean, Tensor& rstd) {
   const char* op = rms ? "rms_norm" : "layer_norm";
@@ -115,9 +118,10 @@ void layer_norm_forward(const Tensor& x_in, const Tensor& weight, const Tensor& 
   const Elem et = elem_of(op, dt);
   int64_t rows, n;
   rows_of(x_in, rows, n);
+  const DType st = stat_dtype(dt);
   check_out(op, "y", y, dev, dt, x_in.numel());
-  check_out(op, "rstd", rstd, dev, dt, rows);
-  if (!rms) check_out(op, "mean", mean, dev, dt, rows);
+  check_out(op, "rstd", rstd, dev, st, rows);
+  if (!rms) check_out(op, "mean", mean, dev, st, rows);
   Tensor w, b;
   if (weight.defined()) {
     check_tensor(op, "weight", weight, dev, dt);
@@ -149,10 +153,10 @@ void layer_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& w
   check_tensor(op, "grad", g_in, dev, dt);
   ASC_CHECK(g_in.numel() == x_in.numel(), "{} (CUDA): grad has {} elements, expected {}", op, g_in.numel(),
             x_in.numel());
-  check_tensor(op, "rstd", rstd_in, dev, dt);
+  check_tensor(op, "rstd", rstd_in, dev, stat_dtype(dt));
   ASC_CHECK(rstd_in.numel() == rows, "{} (CUDA): rstd has {} elements, expected {}", op, rstd_in.numel(), rows);
   if (!rms) {
-    check_tensor(op, "mean", mean_in, dev, dt);
+    check_tensor(op, "mean", mean_in, dev, stat_dtype(dt));
     ASC_CHECK(mean_in.numel() == rows, "{} (CUDA): mean has {} elements, expected {}", op, mean_in.numel(), rows);
   }
   Tensor w;

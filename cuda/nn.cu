@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 template <class T>
 __global__ void __launch_bounds__(kMaxThreads)
     ln_fwd_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, acc_t<T> eps, bool rms,
-                  T* __restrict__ y, T* __restrict__ mean, T* __restrict__ rstd, int64_t rows, int64_t n) {
+                  T* __restrict__ y, acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd, int64_t rows, int64_t n) {
   using A = acc_t<T>;
   __shared__ A sh[32];
   const A inv_n = A(1) / static_cast<A>(n);
@@ -141,37 +141,14 @@ __global__ void __launch_bounds__(kMaxThreads)
     ss = row_reduce(ss, SumOp{}, sh);
     const A rs = A(1) / dsqrt(ss * inv_n + eps);
     if (threadIdx.x == 0) {
-      if (mean) mean[r] = from_acc<T>(mu);
-      rstd[r] = from_acc<T>(rs);
+      if (mean) mean[r] = mu;
+      rstd[r] = rs;
     }
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
       A v = (to_acc(xr[j]) - mu) * rs;
       if (w) v *= to_acc(w[j]);
       if (b) v += to_acc(b[j]);
       yr[j] = from_acc<T>(v);
-    }
-  }
-}
-
-// 16-bit types only: float row statistics for the backward. The mean is recomputed from x in float (the stored
-// one is rounded to 16 bits, which would bias x - mean when |mean| >> std); rstd cannot be recomputed (eps is not
-// known here), so the stored value is converted.
-template <class T>
-__global__ void __launch_bounds__(kMaxThreads)
-    ln_bwd_stats_kernel(const T* __restrict__ x, const T* __restrict__ rstd_in, bool rms, float* __restrict__ mean_out,
-                        float* __restrict__ rstd_out, int64_t rows, int64_t n) {
-  __shared__ float sh[32];
-  const float inv_n = 1.0f / static_cast<float>(n);
-  for (int64_t r = first_row(); r < rows; r += row_step()) {
-    float mu = 0;
-    if (!rms) {
-      const T* xr = x + r * n;
-      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mu += to_acc(xr[j]);
-      mu = row_reduce(mu, SumOp{}, sh) * inv_n;
-    }
-    if (threadIdx.x == 0) {
-      mean_out[r] = mu;
-      rstd_out[r] = to_acc(rstd_in[r]);
     }
   }
 }
@@ -369,15 +346,13 @@ bool is16(Elem t) { return t == Elem::BF16 || t == Elem::F16; }
 // Work split of the layer-norm backward and the layout of its workspace.
 struct LnBwdPlan {
   int64_t chunks = 0, rows_per_chunk = 0;
-  size_t stats_bytes = 0;                 // 2 * rows floats (16-bit types), at offset 0
-  size_t part_off = 0, part_bytes = 0;    // (chunks, n) partials for gw, then for gb
+  size_t part_bytes = 0;  // (chunks, n) partials for gw, then for gb
   size_t total = 0;
 };
 
 LnBwdPlan ln_bwd_plan(Elem t, bool want_gw, bool want_gb, int64_t rows, int64_t n) {
   LnBwdPlan p;
   if (rows <= 0 || n <= 0) return p;
-  if (is16(t)) p.stats_bytes = align256(2 * static_cast<size_t>(rows) * sizeof(float));
   if (want_gw || want_gb) {
     // Enough blocks to fill the device (~512), each walking at least 128 rows.
     const int64_t col_blocks = (n + kColTx - 1) / kColTx;
@@ -388,10 +363,9 @@ LnBwdPlan ln_bwd_plan(Elem t, bool want_gw, bool want_gb, int64_t rows, int64_t 
     p.rows_per_chunk = (rows + chunks - 1) / chunks;
     p.chunks = (rows + p.rows_per_chunk - 1) / p.rows_per_chunk;
     const size_t one = static_cast<size_t>(p.chunks) * static_cast<size_t>(n) * acc_size(t);
-    p.part_off = p.stats_bytes;
     p.part_bytes = align256(one) * ((want_gw ? 1 : 0) + (want_gb ? 1 : 0));
   }
-  p.total = p.stats_bytes + p.part_bytes;
+  p.total = p.part_bytes;
   return p;
 }
 
@@ -429,7 +403,7 @@ cudaError_t layer_norm_forward(Elem t, const void* x, const void* weight, const 
     using T = decltype(tag);
     using A = acc_t<T>;
     launch_kernel(ln_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), static_cast<const T*>(weight), rms ? nullptr : static_cast<const T*>(bias),
-        static_cast<A>(eps), rms, static_cast<T*>(y), rms ? nullptr : static_cast<T*>(mean), static_cast<T*>(rstd),
+        static_cast<A>(eps), rms, static_cast<T*>(y), rms ? nullptr : static_cast<A*>(mean), static_cast<A*>(rstd),
         rows, n);
     return cudaGetLastError();
   });
@@ -464,21 +438,8 @@ cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void
     using A = acc_t<T>;
     const T* gp = static_cast<const T*>(g);
     const T* xp = static_cast<const T*>(x);
-    const A* mean_a = nullptr;
-    const A* rstd_a = nullptr;
-    if constexpr (std::is_same_v<A, T>) {
-      mean_a = rms ? nullptr : static_cast<const A*>(mean);
-      rstd_a = static_cast<const A*>(rstd);
-    } else {
-      float* m_out = reinterpret_cast<float*>(ws);
-      float* r_out = m_out + rows;
-      launch_kernel(ln_bwd_stats_kernel<T>, l.grid, l.block, stream, xp, static_cast<const T*>(rstd), rms, m_out, r_out,
-                                                             rows, n);
-      const cudaError_t e = cudaGetLastError();
-      if (e != cudaSuccess) return e;
-      mean_a = rms ? nullptr : m_out;
-      rstd_a = r_out;
-    }
+    const A* mean_a = rms ? nullptr : static_cast<const A*>(mean);  // saved in the accumulation type
+    const A* rstd_a = static_cast<const A*>(rstd);
     if (gx) {
       launch_kernel(ln_bwd_gx_kernel<T>, l.grid, l.block, stream, gp, xp, static_cast<const T*>(weight), mean_a, rstd_a, rms,
                                                           static_cast<T*>(gx), rows, n);
@@ -487,8 +448,8 @@ cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void
     }
     if (gw || gb) {
       const size_t one = align256(static_cast<size_t>(plan.chunks) * static_cast<size_t>(n) * sizeof(A));
-      A* part_w = gw ? reinterpret_cast<A*>(ws + plan.part_off) : nullptr;
-      A* part_b = gb ? reinterpret_cast<A*>(ws + plan.part_off + (gw ? one : 0)) : nullptr;
+      A* part_w = gw ? reinterpret_cast<A*>(ws) : nullptr;
+      A* part_b = gb ? reinterpret_cast<A*>(ws + (gw ? one : 0)) : nullptr;
       const dim3 grid(static_cast<unsigned>((n + kColTx - 1) / kColTx), static_cast<unsigned>(plan.chunks), 1);
       launch_kernel(ln_bwd_cols_kernel<T>, grid, dim3(kColTx, kColTy, 1), stream, gp, xp, mean_a, rstd_a, part_w, part_b, rows,
                                                                          n, plan.rows_per_chunk);

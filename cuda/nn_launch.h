@@ -20,15 +20,15 @@ cudaError_t softmax_forward(Elem t, const void* x, const uint8_t* mask, bool log
 cudaError_t softmax_backward(Elem t, const void* g, const void* y, const uint8_t* mask, bool log, void* gx,
                              int64_t rows, int64_t n, cudaStream_t stream);
 
-// x, y: (rows, n); weight, bias: (n) or nullptr (bias ignored when rms); mean: (rows) or nullptr (rms); rstd: (rows).
-// All of the element type t.
+// x, y: (rows, n); weight, bias: (n) or nullptr (bias ignored when rms): of the element type t. mean: (rows) or
+// nullptr (rms); rstd: (rows): of the accumulation type (float for bfloat16 / float16, else t).
 cudaError_t layer_norm_forward(Elem t, const void* x, const void* weight, const void* bias, double eps, bool rms,
                                void* y, void* mean, void* rstd, int64_t rows, int64_t n, cudaStream_t stream);
 
-// Bytes of device scratch memory layer_norm_backward needs (0 when none): float row statistics for 16-bit types
-// and per-chunk partial column sums for gw / gb.
+// Bytes of device scratch memory layer_norm_backward needs (0 when none): per-chunk partial column sums for gw / gb.
 size_t layer_norm_backward_workspace(Elem t, bool rms, bool want_gw, bool want_gb, int64_t rows, int64_t n);
-// g, x: (rows, n); weight: (n) or nullptr (ones); mean: (rows) or nullptr (rms); rstd: (rows); gx: (rows, n),
+// g, x: (rows, n); weight: (n) or nullptr (ones); mean: (rows) or nullptr (rms), rstd: (rows), both of the accumulation
+// type as layer_norm_forward wrote them; gx: (rows, n),
 // gw, gb: (n), each nullptr when not wanted. workspace: at least layer_norm_backward_workspace(...) bytes,
 // 256-byte aligned (may be nullptr when that is 0).
 cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void* weight, const void* mean,

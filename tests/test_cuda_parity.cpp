@@ -455,6 +455,11 @@ TEST_CASE("cuda parity: reductions") {
       {"norm p=2", {x}, [](const TensorList& a) { return one(norm(a[0], 2.0, {1})); }},
       {"norm p=1", {x}, [](const TensorList& a) { return one(norm(a[0], 1.0, {2})); }},
       {"norm p=inf", {x}, [](const TensorList& a) { return one(norm(a[0], INFINITY, {2})); }},
+      // Long rows take the block-per-row kernels (n > 256); a long middle dimension the strided max/min kernel.
+      {"max dim large", {In{{3, 2000}}}, [](const TensorList& a) { auto r = max(a[0], 1); return TensorList{r.values, r.indices}; }},
+      {"min middle dim large", {In{{4, 700, 3}}},
+       [](const TensorList& a) { auto r = min(a[0], 1); return TensorList{r.values, r.indices}; }},
+      {"logsumexp large", {In{{3, 2000}}}, [](const TensorList& a) { return one(logsumexp(a[0], {-1})); }},
   };
   run_family("reductions", cases);
 }
@@ -487,6 +492,20 @@ TEST_CASE("cuda parity: matmul and nn functional") {
        [](const TensorList& a) { return one(layer_norm(a[0], {8}, a[1], a[2])); }},
       {"layer_norm no affine", {In{{3, 4, 8}}}, [](const TensorList& a) { return one(layer_norm(a[0], {8})); }},
       {"rms_norm", {In{{4, 8}}, In{{8}}}, [](const TensorList& a) { return one(rms_norm(a[0], {8}, a[1])); }},
+      // Long rows (block per row), many rows (layer norm's weight gradient in several row chunks), a GEMM whose
+      // sizes are not multiples of anything.
+      {"matmul odd sizes", {In{{33, 65}}, In{{65, 17}}}, [](const TensorList& a) { return one(matmul(a[0], a[1])); }},
+      {"softmax long rows", {In{{3, 700}}}, [](const TensorList& a) { return one(softmax(a[0], -1)); }},
+      {"log_softmax masked long rows", {In{{3, 700}}, In{{3, 700}, Kind::Mask}},
+       [](const TensorList& a) { return one(log_softmax(a[0], -1, a[1])); }},
+      {"cross_entropy many classes", {In{{4, 600}}, In{{4}, Kind::Index, 600}},
+       [](const TensorList& a) { return one(cross_entropy(a[0], a[1])); }},
+      {"layer_norm long rows", {In{{3, 1000}}, In{{1000}}, In{{1000}}},
+       [](const TensorList& a) { return one(layer_norm(a[0], {1000}, a[1], a[2])); }},
+      {"layer_norm many rows", {In{{600, 24}}, In{{24}}, In{{24}}},
+       [](const TensorList& a) { return one(layer_norm(a[0], {24}, a[1], a[2])); }},
+      {"rms_norm long rows", {In{{3, 1000}}, In{{1000}}},
+       [](const TensorList& a) { return one(rms_norm(a[0], {1000}, a[1])); }},
   };
   run_family("matmul/nn", cases);
 }
@@ -516,12 +535,27 @@ TEST_CASE("cuda parity: geometry and indexing ops") {
       {"hard_gate surrogate", {In{{5, 6}}, In{{1, 6}}}, [](const TensorList& a) {
          return one(hard_gate(a[0], a[1], {.mode = GateBackward::Surrogate, .surrogate = "sigmoid", .width = 2.0}));
        }},
+      // Long rows: 64 / 128 threads per row, lists of 32, and k > 32 in two passes over the row.
+      {"topk long rows k=20", {In{{3, 1500}}},
+       [](const TensorList& a) { auto r = topk(a[0], 20); return TensorList{r.values, r.indices}; }},
+      {"topk long rows k=40", {In{{2, 3000}}},
+       [](const TensorList& a) { auto r = topk(a[0], 40); return TensorList{r.values, r.indices}; }},
+      {"topk masked long rows", {In{{2, 1500}}, In{{2, 1500}, Kind::Mask}}, [](const TensorList& a) {
+         auto r = topk(a[0], 5, {.largest = false, .mask = a[1]});
+         return TensorList{r.values, r.indices};
+       }},
+      {"normalize_rows long rows", {In{{4, 700}}}, [](const TensorList& a) { return one(normalize_rows(a[0])); }},
+      {"row_standardize masked long rows", {In{{4, 700}}, In{{4, 700}, Kind::Mask}},
+       [](const TensorList& a) { return one(row_standardize(a[0], a[1])); }},
       {"index_select", {In{{5, 6}}, In{{4}, Kind::Index, 5}},
        [](const TensorList& a) { return one(index_select(a[0], 0, a[1])); }},
       {"gather", {In{{5, 6}}, In{{5, 3}, Kind::Index, 6}}, [](const TensorList& a) { return one(gather(a[0], 1, a[1])); }},
       {"scatter_add", {In{{5, 6}}, In{{5, 3}, Kind::Index, 6}, In{{5, 3}}},
        [](const TensorList& a) { return one(scatter_add(a[0], 1, a[1], a[2])); }},
       {"embedding", {In{{7, 4}}, In{{3, 2}, Kind::Index, 7}},
+       [](const TensorList& a) { return one(embedding(a[0], a[1])); }},
+      // 60 indices into a 4-wide table: the backward's index_add takes the atomic path.
+      {"embedding many indices", {In{{7, 4}}, In{{10, 6}, Kind::Index, 7}},
        [](const TensorList& a) { return one(embedding(a[0], a[1])); }},
       {"one_hot", {In{{6}, Kind::Index, 4}}, [](const TensorList& a) { return one(one_hot(a[0], 4)); }, false},
       {"cat", {In{{3, 4}}, In{{2, 4}}}, [](const TensorList& a) { return one(cat({a[0], a[1]}, 0)); }},

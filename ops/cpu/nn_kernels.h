@@ -19,7 +19,8 @@ void softmax_backward(const Tensor& g, const Tensor& y, const Tensor& mask, bool
 
 // Layer norm (rms = false) or RMS norm (rms = true) over the last dim of contiguous x viewed as (rows, n).
 // weight/bias: undefined or contiguous (n) (bias unused for rms). Writes y (x's shape), rstd (rows) and, for
-// layer norm, mean (rows; undefined for rms).
+// layer norm, mean (rows; undefined for rms). The statistics have the accumulation dtype: x's own here (float32 /
+// float64); the CUDA kernels keep them in float32 for bfloat16 / float16 inputs.
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms, Tensor& y,
                         Tensor& mean, Tensor& rstd);
 // Gradients for layer_norm_forward given g (x's shape, contiguous). Each of gx (x's shape), gw (n), gb (n) is
