@@ -382,10 +382,10 @@ cudaError_t unary(Unary op, const UnaryParams& p, ScalarType t, const void* x, v
       constexpr Unary U = decltype(u)::value;
       if (dense)
         launch_kernel(unary_kernel<U, T, true>, blocks_for(L.numel), kThreads, stream, static_cast<const T*>(x),
-                                                                                static_cast<T*>(out), L, p);
+                      static_cast<T*>(out), L, p);
       else
         launch_kernel(unary_kernel<U, T, false>, blocks_for(L.numel), kThreads, stream, static_cast<const T*>(x),
-                                                                                 static_cast<T*>(out), L, p);
+                      static_cast<T*>(out), L, p);
       return cudaGetLastError();
     });
   });
@@ -401,9 +401,11 @@ cudaError_t unary_backward(Unary op, const UnaryParams& p, ScalarType t, const v
       constexpr Unary U = decltype(u)::value;
       auto gp = static_cast<const T*>(g), xp = static_cast<const T*>(x), yp = static_cast<const T*>(y);
       if (dense)
-        launch_kernel(unary_backward_kernel<U, T, true>, blocks_for(L.numel), kThreads, stream, gp, xp, yp, static_cast<T*>(gx), L, p);
+        launch_kernel(unary_backward_kernel<U, T, true>, blocks_for(L.numel), kThreads, stream, gp, xp, yp,
+                      static_cast<T*>(gx), L, p);
       else
-        launch_kernel(unary_backward_kernel<U, T, false>, blocks_for(L.numel), kThreads, stream, gp, xp, yp, static_cast<T*>(gx), L, p);
+        launch_kernel(unary_backward_kernel<U, T, false>, blocks_for(L.numel), kThreads, stream, gp, xp, yp,
+                      static_cast<T*>(gx), L, p);
       return cudaGetLastError();
     });
   });
@@ -424,9 +426,11 @@ cudaError_t binary(Binary op, ScalarType t, const void* a, const void* b, void* 
         using R = std::conditional_t<std::is_same_v<V, bool>, bool, T>;
         auto ap = static_cast<const T*>(a), bp = static_cast<const T*>(b);
         if (dense)
-          launch_kernel(binary_kernel<B, T, R, true>, blocks_for(L.numel), kThreads, stream, ap, bp, static_cast<R*>(out), L);
+          launch_kernel(binary_kernel<B, T, R, true>, blocks_for(L.numel), kThreads, stream, ap, bp,
+                        static_cast<R*>(out), L);
         else
-          launch_kernel(binary_kernel<B, T, R, false>, blocks_for(L.numel), kThreads, stream, ap, bp, static_cast<R*>(out), L);
+          launch_kernel(binary_kernel<B, T, R, false>, blocks_for(L.numel), kThreads, stream, ap, bp,
+                        static_cast<R*>(out), L);
         return cudaGetLastError();
       }
     });
@@ -439,7 +443,7 @@ cudaError_t where(ScalarType t, const bool* cond, const void* a, const void* b, 
   return visit_all(t, [&](auto tag) {
     using T = decltype(tag);
     launch_kernel(where_kernel<T>, blocks_for(L.numel), kThreads, stream, cond, static_cast<const T*>(a),
-                                                                  static_cast<const T*>(b), static_cast<T*>(out), L);
+                  static_cast<const T*>(b), static_cast<T*>(out), L);
     return cudaGetLastError();
   });
 }
@@ -461,10 +465,10 @@ cudaError_t copy(ScalarType src_t, ScalarType dst_t, const void* src, void* dst,
       }
       if (dense)
         launch_kernel(copy_kernel<S, D, true>, blocks_for(L.numel), kThreads, stream, static_cast<const S*>(src),
-                                                                             static_cast<D*>(dst), L);
+                      static_cast<D*>(dst), L);
       else
         launch_kernel(copy_kernel<S, D, false>, blocks_for(L.numel), kThreads, stream, static_cast<const S*>(src),
-                                                                              static_cast<D*>(dst), L);
+                      static_cast<D*>(dst), L);
       return cudaGetLastError();
     });
   });
@@ -521,11 +525,12 @@ cudaError_t sum(ScalarType t, const void* x, void* out, const Layout<1>& kept, c
     if (plan.groups > 1 && partials == nullptr) return cudaErrorInvalidValue;
     const int64_t nblocks = plan.m * plan.groups;
     if (nblocks > 2147483647) return cudaErrorInvalidConfiguration;
-    launch_kernel(sum_block_kernel<T>, static_cast<unsigned>(nblocks), kThreads, stream, xp, op, static_cast<acc_t<T>*>(partials), kept, red, plan.r, plan.groups);
+    launch_kernel(sum_block_kernel<T>, static_cast<unsigned>(nblocks), kThreads, stream, xp, op,
+                  static_cast<acc_t<T>*>(partials), kept, red, plan.r, plan.groups);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || plan.groups == 1) return e;
-    launch_kernel(sum_finish_kernel<T>, blocks_for(plan.m), kThreads, stream, static_cast<const acc_t<T>*>(partials), op,
-                                                                     plan.m, plan.groups);
+    launch_kernel(sum_finish_kernel<T>, blocks_for(plan.m), kThreads, stream, static_cast<const acc_t<T>*>(partials),
+                  op, plan.m, plan.groups);
     return cudaGetLastError();
   };
   switch (t) {
@@ -556,8 +561,8 @@ cudaError_t uniform(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t 
     using T = decltype(tag);
     constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
     const int64_t blocks = (n + per - 1) / per;
-    launch_kernel(uniform_kernel<T>, blocks_for(blocks), kThreads, stream, static_cast<T*>(out), n, blocks, seed, offset, lo,
-                                                                   hi - lo);
+    launch_kernel(uniform_kernel<T>, blocks_for(blocks), kThreads, stream, static_cast<T*>(out), n, blocks, seed,
+                  offset, lo, hi - lo);
     return cudaGetLastError();
   });
 }
@@ -569,8 +574,8 @@ cudaError_t dropout_mask(ScalarType t, void* out, int64_t n, uint64_t seed, uint
     using T = decltype(tag);
     constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
     const int64_t blocks = (n + per - 1) / per;
-    launch_kernel(dropout_kernel<T>, blocks_for(blocks), kThreads, stream, static_cast<T*>(out), n, blocks, seed, offset, p,
-                                                                   scale);
+    launch_kernel(dropout_kernel<T>, blocks_for(blocks), kThreads, stream, static_cast<T*>(out), n, blocks, seed,
+                  offset, p, scale);
     return cudaGetLastError();
   });
 }
@@ -580,8 +585,8 @@ cudaError_t normal(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t o
   if (n == 0) return cudaSuccess;
   return visit_f32_f64(t, [&](auto tag) {
     using T = decltype(tag);
-    launch_kernel(normal_kernel<T>, blocks_for((n + 1) / 2), kThreads, stream, static_cast<T*>(out), n, seed, offset, mean,
-                                                                       stddev);
+    launch_kernel(normal_kernel<T>, blocks_for((n + 1) / 2), kThreads, stream, static_cast<T*>(out), n, seed, offset,
+                  mean, stddev);
     return cudaGetLastError();
   });
 }
@@ -590,7 +595,7 @@ cudaError_t randint(int64_t* out, int64_t n, uint64_t seed, uint64_t offset, int
                     cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   launch_kernel(randint_kernel, blocks_for(n), kThreads, stream, out, n, seed, offset, low,
-                                                         static_cast<uint64_t>(high - low));
+                static_cast<uint64_t>(high - low));
   return cudaGetLastError();
 }
 

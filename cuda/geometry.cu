@@ -4,8 +4,8 @@
 // a sorted register list of its K best candidates (K = 16 for k <= 16, else 32); then the block merges the lists
 // with min(k, K) rounds of a block-wide arg-best over the list heads (the winning thread pops its head). For k > 32
 // the scan + merge repeats, each pass only considering entries worse than the last one output, so any k works
-// (ceil(k / 32) passes over the row). The candidate order is a strict total order (NaN largest, ties by the lower index),
-// the same one the CPU kernel uses, so the selected indices are exactly the CPU's.
+// (ceil(k / 32) passes over the row). The candidate order is a strict total order (NaN largest, ties by the lower
+// index), the same one the CPU kernel uses, so the selected indices are exactly the CPU's.
 //
 // The row reductions (topk_count, normalize_rows, row_standardize) use one warp per row and accumulate in float64
 // like the CPU kernels. bfloat16 / float16 data is read into float (topk compares in float: the conversion is exact,
@@ -24,7 +24,7 @@
 namespace asc::cuda {
 namespace {
 
-using rows::acc_t;    // float for bfloat16 / float16, the type itself otherwise
+using rows::acc_t;  // float for bfloat16 / float16, the type itself otherwise
 using rows::from_acc;
 using rows::to_acc;
 
@@ -32,10 +32,18 @@ using rows::to_acc;
 template <class F>
 void visit_elem(GeoElem elem, F&& f) {
   switch (elem) {
-    case GeoElem::F32: f(float{}); break;
-    case GeoElem::F64: f(double{}); break;
-    case GeoElem::BF16: f(__nv_bfloat16{}); break;
-    case GeoElem::F16: f(__half{}); break;
+    case GeoElem::F32:
+      f(float{});
+      break;
+    case GeoElem::F64:
+      f(double{});
+      break;
+    case GeoElem::BF16:
+      f(__nv_bfloat16{});
+      break;
+    case GeoElem::F16:
+      f(__half{});
+      break;
   }
 }
 
@@ -64,8 +72,8 @@ __device__ __forceinline__ bool better(T va, int ia, T vb, int ib, bool largest)
 
 template <class S, int K>
 __global__ void __launch_bounds__(kTopkMaxWarps * 32)
-    topk_kernel(const S* __restrict__ x, const bool* __restrict__ mask, int64_t n, int k, bool largest,
-                int64_t diag_n, S* __restrict__ values, int64_t* __restrict__ indices) {
+    topk_kernel(const S* __restrict__ x, const bool* __restrict__ mask, int64_t n, int k, bool largest, int64_t diag_n,
+                S* __restrict__ values, int64_t* __restrict__ indices) {
   using T = acc_t<S>;  // candidates are compared in T
   __shared__ T s_val[2][kTopkMaxWarps];
   __shared__ int s_idx[2][kTopkMaxWarps];
@@ -293,8 +301,8 @@ unsigned warp_rows_grid(int64_t R) { return grid_for(R * 32, kRowThreads); }
 
 }  // namespace
 
-cudaError_t launch_topk(const void* x, const bool* mask, int64_t R, int64_t n, int64_t k, bool largest,
-                        int64_t diag_n, void* values, int64_t* indices, GeoElem elem, cudaStream_t stream) {
+cudaError_t launch_topk(const void* x, const bool* mask, int64_t R, int64_t n, int64_t k, bool largest, int64_t diag_n,
+                        void* values, int64_t* indices, GeoElem elem, cudaStream_t stream) {
   if (R == 0 || k == 0) return cudaSuccess;
   if (n >= (int64_t{1} << 31) || k >= (int64_t{1} << 31) || R >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   visit_elem(elem, [&](auto tag) {
@@ -316,8 +324,8 @@ cudaError_t launch_topk_backward(const void* g, const int64_t* indices, int64_t 
   if (total == 0) return cudaSuccess;
   visit_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    launch_kernel(topk_backward_kernel<T>, grid_for(total, 256), 256, stream, static_cast<const T*>(g), indices, k,
-                  n, static_cast<T*>(gx), total);
+    launch_kernel(topk_backward_kernel<T>, grid_for(total, 256), 256, stream, static_cast<const T*>(g), indices, k, n,
+                  static_cast<T*>(gx), total);
   });
   return cudaGetLastError();
 }
@@ -327,19 +335,19 @@ cudaError_t launch_normalize_rows(const void* x, int64_t R, int64_t d, double ep
   if (R == 0) return cudaSuccess;
   visit_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    launch_kernel(normalize_rows_kernel<T>, warp_rows_grid(R), kRowThreads, stream, static_cast<const T*>(x), R, d,
-                  eps, static_cast<T*>(y), static_cast<T*>(norm));
+    launch_kernel(normalize_rows_kernel<T>, warp_rows_grid(R), kRowThreads, stream, static_cast<const T*>(x), R, d, eps,
+                  static_cast<T*>(y), static_cast<T*>(norm));
   });
   return cudaGetLastError();
 }
 
-cudaError_t launch_row_standardize(const void* x, const bool* mask, int64_t R, int64_t n, double eps, void* y,
-                                   void* sd, GeoElem elem, cudaStream_t stream) {
+cudaError_t launch_row_standardize(const void* x, const bool* mask, int64_t R, int64_t n, double eps, void* y, void* sd,
+                                   GeoElem elem, cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
   visit_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    launch_kernel(row_standardize_kernel<T>, warp_rows_grid(R), kRowThreads, stream, static_cast<const T*>(x), mask,
-                  R, n, eps, static_cast<T*>(y), static_cast<T*>(sd));
+    launch_kernel(row_standardize_kernel<T>, warp_rows_grid(R), kRowThreads, stream, static_cast<const T*>(x), mask, R,
+                  n, eps, static_cast<T*>(y), static_cast<T*>(sd));
   });
   return cudaGetLastError();
 }

@@ -88,7 +88,7 @@ template <class U>
 void select_as(const void* x, void* out, int64_t n, int64_t inner, const int64_t* index, int64_t istride, int64_t k,
                int64_t total, cudaStream_t s) {
   launch_kernel(index_select_kernel<U>, grid_for(total), kThreads, s, static_cast<const U*>(x), static_cast<U*>(out), n,
-                                                              inner, index, istride, k, total);
+                inner, index, istride, k, total);
 }
 
 // ---- index_add --------------------------------------------------------------------------------------------------
@@ -156,12 +156,12 @@ void index_add_as(void* out, const void* src, int64_t outer, int64_t n, int64_t 
   // to fill the GPU or k is short; otherwise (an embedding table's few columns and many indices) atomics.
   const int64_t cols = outer * inner;
   if (cols >= 32768 || k <= 32) {
-    launch_kernel(index_add_columns<T>, grid_for(cols), kThreads, s, static_cast<T*>(out), static_cast<const T*>(src), n,
-                                                             inner, index, istride, k, skip, cols);
+    launch_kernel(index_add_columns<T>, grid_for(cols), kThreads, s, static_cast<T*>(out), static_cast<const T*>(src),
+                  n, inner, index, istride, k, skip, cols);
   } else {
     const int64_t total = cols * k;
-    launch_kernel(index_add_atomic<T>, grid_for(total), kThreads, s, static_cast<T*>(out), static_cast<const T*>(src), n,
-                                                             inner, index, istride, k, skip, total);
+    launch_kernel(index_add_atomic<T>, grid_for(total), kThreads, s, static_cast<T*>(out), static_cast<const T*>(src),
+                  n, inner, index, istride, k, skip, total);
   }
 }
 
@@ -181,8 +181,8 @@ __global__ void gather_kernel(const U* __restrict__ x, const int64_t* __restrict
 template <class U>
 void gather_as(const void* x, const int64_t* index, void* out, const IdxLayout& L, int64_t numel, int64_t x_step,
                cudaStream_t s) {
-  launch_kernel(gather_kernel<U>, grid_for(numel), kThreads, s, static_cast<const U*>(x), index, static_cast<U*>(out), L,
-                                                        numel, x_step);
+  launch_kernel(gather_kernel<U>, grid_for(numel), kThreads, s, static_cast<const U*>(x), index, static_cast<U*>(out),
+                L, numel, x_step);
 }
 
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
@@ -208,7 +208,7 @@ template <class T>
 void scatter_add_as(void* out, const int64_t* index, const void* src, const IdxLayout& L, int64_t numel,
                     int64_t out_step, cudaStream_t s) {
   launch_kernel(scatter_add_kernel<T>, grid_for(numel), kThreads, s, static_cast<T*>(out), index,
-                                                             static_cast<const T*>(src), L, numel, out_step);
+                static_cast<const T*>(src), L, numel, out_step);
 }
 
 template <class U>
@@ -226,7 +226,7 @@ template <class U>
 void one_hot_as(const int64_t* index, const IdxLayout& L, int64_t numel, void* out, int64_t C, uint64_t one_bits,
                 cudaStream_t s) {
   launch_kernel(one_hot_kernel<U>, grid_for(numel), kThreads, s, index, L, numel, static_cast<U*>(out), C,
-                                                         static_cast<U>(one_bits));
+                static_cast<U>(one_bits));
 }
 
 }  // namespace

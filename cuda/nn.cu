@@ -121,7 +121,8 @@ __global__ void __launch_bounds__(kMaxThreads)
 template <class T>
 __global__ void __launch_bounds__(kMaxThreads)
     ln_fwd_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, acc_t<T> eps, bool rms,
-                  T* __restrict__ y, acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd, int64_t rows, int64_t n) {
+                  T* __restrict__ y, acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd, int64_t rows,
+                  int64_t n) {
   using A = acc_t<T>;
   __shared__ A sh[32];
   const A inv_n = A(1) / static_cast<A>(n);
@@ -377,8 +378,8 @@ cudaError_t softmax_forward(Elem t, const void* x, const uint8_t* mask, bool log
   const RowLaunch l = row_launch(rows, n);
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
-    launch_kernel(softmax_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), mask, log, static_cast<T*>(y),
-                                                          rows, n);
+    launch_kernel(softmax_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), mask, log,
+                  static_cast<T*>(y), rows, n);
     return cudaGetLastError();
   });
 }
@@ -389,8 +390,8 @@ cudaError_t softmax_backward(Elem t, const void* g, const void* y, const uint8_t
   const RowLaunch l = row_launch(rows, n);
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
-    launch_kernel(softmax_bwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(g), static_cast<const T*>(y), mask,
-                                                          log, static_cast<T*>(gx), rows, n);
+    launch_kernel(softmax_bwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(g), static_cast<const T*>(y),
+                  mask, log, static_cast<T*>(gx), rows, n);
     return cudaGetLastError();
   });
 }
@@ -402,9 +403,9 @@ cudaError_t layer_norm_forward(Elem t, const void* x, const void* weight, const 
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    launch_kernel(ln_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), static_cast<const T*>(weight), rms ? nullptr : static_cast<const T*>(bias),
-        static_cast<A>(eps), rms, static_cast<T*>(y), rms ? nullptr : static_cast<A*>(mean), static_cast<A*>(rstd),
-        rows, n);
+    launch_kernel(ln_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), static_cast<const T*>(weight),
+                  rms ? nullptr : static_cast<const T*>(bias), static_cast<A>(eps), rms, static_cast<T*>(y),
+                  rms ? nullptr : static_cast<A*>(mean), static_cast<A*>(rstd), rows, n);
     return cudaGetLastError();
   });
 }
@@ -441,8 +442,8 @@ cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void
     const A* mean_a = rms ? nullptr : static_cast<const A*>(mean);  // saved in the accumulation type
     const A* rstd_a = static_cast<const A*>(rstd);
     if (gx) {
-      launch_kernel(ln_bwd_gx_kernel<T>, l.grid, l.block, stream, gp, xp, static_cast<const T*>(weight), mean_a, rstd_a, rms,
-                                                          static_cast<T*>(gx), rows, n);
+      launch_kernel(ln_bwd_gx_kernel<T>, l.grid, l.block, stream, gp, xp, static_cast<const T*>(weight), mean_a, rstd_a,
+                    rms, static_cast<T*>(gx), rows, n);
       const cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) return e;
     }
@@ -451,12 +452,13 @@ cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void
       A* part_w = gw ? reinterpret_cast<A*>(ws) : nullptr;
       A* part_b = gb ? reinterpret_cast<A*>(ws + (gw ? one : 0)) : nullptr;
       const dim3 grid(static_cast<unsigned>((n + kColTx - 1) / kColTx), static_cast<unsigned>(plan.chunks), 1);
-      launch_kernel(ln_bwd_cols_kernel<T>, grid, dim3(kColTx, kColTy, 1), stream, gp, xp, mean_a, rstd_a, part_w, part_b, rows,
-                                                                         n, plan.rows_per_chunk);
+      launch_kernel(ln_bwd_cols_kernel<T>, grid, dim3(kColTx, kColTy, 1), stream, gp, xp, mean_a, rstd_a, part_w,
+                    part_b, rows, n, plan.rows_per_chunk);
       cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) return e;
       const int64_t fb = (n + 255) / 256;
-      launch_kernel(ln_bwd_cols_finish_kernel<T>, static_cast<unsigned>(fb < kMaxBlocks ? fb : kMaxBlocks), 256, stream, part_w, part_b, static_cast<T*>(gw), static_cast<T*>(gb), plan.chunks, n);
+      launch_kernel(ln_bwd_cols_finish_kernel<T>, static_cast<unsigned>(fb < kMaxBlocks ? fb : kMaxBlocks), 256, stream,
+                    part_w, part_b, static_cast<T*>(gw), static_cast<T*>(gb), plan.chunks, n);
       e = cudaGetLastError();
       if (e != cudaSuccess) return e;
     }
@@ -472,9 +474,9 @@ cudaError_t cross_entropy_forward(Elem t, const void* logits, const int64_t* tar
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    launch_kernel(ce_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(logits), target, ignore_index, static_cast<A>(smoothing),
-        static_cast<A>(smoothing / static_cast<double>(C)), smoothing != 0, static_cast<T*>(loss),
-        static_cast<T*>(stats), rows, C);
+    launch_kernel(ce_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(logits), target, ignore_index,
+                  static_cast<A>(smoothing), static_cast<A>(smoothing / static_cast<double>(C)), smoothing != 0,
+                  static_cast<T*>(loss), static_cast<T*>(stats), rows, C);
     return cudaGetLastError();
   });
 }
@@ -487,9 +489,10 @@ cudaError_t cross_entropy_backward(Elem t, const void* gloss, int64_t gloss_stri
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    launch_kernel(ce_bwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(gloss), gloss_stride, static_cast<A>(scale), static_cast<const T*>(logits), target,
-        static_cast<const T*>(stats), ignore_index, static_cast<A>(smoothing),
-        static_cast<A>(smoothing / static_cast<double>(C)), is16(t), static_cast<T*>(gx), rows, C);
+    launch_kernel(ce_bwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(gloss), gloss_stride,
+                  static_cast<A>(scale), static_cast<const T*>(logits), target, static_cast<const T*>(stats),
+                  ignore_index, static_cast<A>(smoothing), static_cast<A>(smoothing / static_cast<double>(C)), is16(t),
+                  static_cast<T*>(gx), rows, C);
     return cudaGetLastError();
   });
 }

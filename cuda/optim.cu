@@ -152,7 +152,7 @@ void sgd_as(const SGDKernelArgs& a, void* param, const void* grad, void* buf, in
   c.weight_decay = a.weight_decay != 0;
   c.init = a.init_buf;
   launch_kernel(sgd_kernel<T>, grid_for(numel), kThreads, s, c, static_cast<T*>(param), static_cast<const T*>(grad),
-                                                      static_cast<T*>(buf), numel, mask);
+                static_cast<T*>(buf), numel, mask);
 }
 
 template <class T>
@@ -172,8 +172,7 @@ void adam_as(const AdamKernelArgs& a, void* param, const void* grad, void* m, vo
   c.decoupled = a.decoupled;
   c.weight_decay = a.weight_decay != 0;
   launch_kernel(adam_kernel<T>, grid_for(numel), kThreads, s, c, static_cast<T*>(param), static_cast<const T*>(grad),
-                                                       static_cast<T*>(m), static_cast<T*>(v), static_cast<T*>(vmax),
-                                                       numel, mask);
+                static_cast<T*>(m), static_cast<T*>(v), static_cast<T*>(vmax), numel, mask);
 }
 
 template <class T>
@@ -190,8 +189,7 @@ void rmsprop_as(const RMSpropKernelArgs& a, void* param, const void* grad, void*
   c.momentum = a.momentum > 0;
   c.weight_decay = a.weight_decay != 0;
   launch_kernel(rmsprop_kernel<T>, grid_for(numel), kThreads, s, c, static_cast<T*>(param), static_cast<const T*>(grad),
-                                                          static_cast<T*>(sq), static_cast<T*>(buf),
-                                                          static_cast<T*>(ga), numel, mask);
+                static_cast<T*>(sq), static_cast<T*>(buf), static_cast<T*>(ga), numel, mask);
 }
 
 }  // namespace
@@ -227,7 +225,7 @@ cudaError_t launch_clamp_inplace(void* t, int64_t numel, double lo, double hi, b
     launch_kernel(clamp_kernel<double>, grid_for(numel), kThreads, stream, static_cast<double*>(t), numel, lo, hi);
   else
     launch_kernel(clamp_kernel<float>, grid_for(numel), kThreads, stream, static_cast<float*>(t), numel,
-                                                                   static_cast<float>(lo), static_cast<float>(hi));
+                  static_cast<float>(lo), static_cast<float>(hi));
   return cudaGetLastError();
 }
 

@@ -162,8 +162,8 @@ cudaError_t max_min_lastdim(Elem t, const void* x, bool is_max, void* values, in
   const RowLaunch l = row_launch(rows, n);
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
-    launch_kernel(max_min_last_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), is_max, static_cast<T*>(values),
-                                                           indices, rows, n);
+    launch_kernel(max_min_last_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), is_max,
+                  static_cast<T*>(values), indices, rows, n);
     return cudaGetLastError();
   });
 }
@@ -177,8 +177,8 @@ cudaError_t max_min_middim(Elem t, const void* x, bool is_max, void* values, int
   const unsigned grid = static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
   return dispatch(t, [&](auto tag) {
     using T = decltype(tag);
-    launch_kernel(max_min_mid_kernel<T>, grid, 256, stream, static_cast<const T*>(x), is_max, static_cast<T*>(values), indices,
-                                                    outer, n, inner);
+    launch_kernel(max_min_mid_kernel<T>, grid, 256, stream, static_cast<const T*>(x), is_max, static_cast<T*>(values),
+                  indices, outer, n, inner);
     return cudaGetLastError();
   });
 }
@@ -192,7 +192,8 @@ cudaError_t logsumexp_lastdim(Elem t, const void* x, void* out, int64_t rows, in
     if constexpr (std::is_same_v<T, int64_t>) {
       return cudaErrorInvalidValue;
     } else {
-      launch_kernel(logsumexp_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), static_cast<T*>(out), rows, n);
+      launch_kernel(logsumexp_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), static_cast<T*>(out), rows,
+                    n);
       return cudaGetLastError();
     }
   });

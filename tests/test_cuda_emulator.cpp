@@ -47,8 +47,10 @@ __global__ void divergent_barrier(int* out) {
 
 // Half a warp waits at the block barrier, the other half at a shuffle that needs the first half: neither completes.
 __global__ void barrier_against_shuffle(int* out) {
-  if (threadIdx.x < 16) __syncthreads();
-  else out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+  if (threadIdx.x < 16)
+    __syncthreads();
+  else
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
 }
 
 __global__ void barrier_after_exit(int* out) {
@@ -257,8 +259,8 @@ TEST_CASE("emulator: float16 and bfloat16 conversions round to nearest even, che
   CHECK(check_format(__nv_bfloat16{}, 7) == 0);
   CHECK(bits_of(__float2half(65504.0f)) == 0x7bffu);
   CHECK(bits_of(__float2half(1.0f / 3.0f)) == 0x3555u);
-  CHECK(bits_of(__float2half(std::ldexp(1.0f, -24))) == 0x0001u);  // smallest subnormal
-  CHECK(bits_of(__float2half(std::ldexp(1.0f, -25))) == 0x0000u);  // half of it: ties to even (zero)
+  CHECK(bits_of(__float2half(std::ldexp(1.0f, -24))) == 0x0001u);            // smallest subnormal
+  CHECK(bits_of(__float2half(std::ldexp(1.0f, -25))) == 0x0000u);            // half of it: ties to even (zero)
   CHECK(bits_of(__float2bfloat16(1.0f + std::ldexp(1.0f, -8))) == 0x3f80u);  // tie: stays at the even 1.0
   CHECK(std::isnan(__half2float(__float2half(NAN))));
   CHECK(std::isnan(__bfloat162float(__double2bfloat16(NAN))));
@@ -310,8 +312,8 @@ TEST_CASE("emulator: cuBLAS GEMM matches a naive loop and checks leading dimensi
   CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, dA, CUDA_R_64F, lda, 2 * sa, dB,
                                    CUDA_R_64F, ldb, sb, &zero, dC, CUDA_R_64F, ldc, sc, batch, CUBLAS_COMPUTE_64F,
                                    CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_EXECUTION_FAILED);
-  CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, dA, CUDA_R_64F, lda, sa, dB,
-                                   CUDA_R_64F, ldb, sb, &zero, dC, CUDA_R_64F, ldc, sc, batch, CUBLAS_COMPUTE_32F,
+  CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, dA, CUDA_R_64F, lda, sa, dB, CUDA_R_64F,
+                                   ldb, sb, &zero, dC, CUDA_R_64F, ldc, sc, batch, CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED);
   cudaFree(dA);
   cudaFree(dB);

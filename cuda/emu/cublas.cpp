@@ -24,11 +24,15 @@ using namespace asc::cuda::emu;
 
 size_t element_size(cudaDataType_t t) {
   switch (t) {
-    case CUDA_R_32F: return 4;
-    case CUDA_R_64F: return 8;
+    case CUDA_R_32F:
+      return 4;
+    case CUDA_R_64F:
+      return 8;
     case CUDA_R_16F:
-    case CUDA_R_16BF: return 2;
-    default: return 0;
+    case CUDA_R_16BF:
+      return 2;
+    default:
+      return 0;
   }
 }
 
@@ -47,20 +51,33 @@ double load(const void* p, cudaDataType_t t, int64_t i, bool tf32) {
       const float v = static_cast<const float*>(p)[i];
       return tf32 ? to_tf32(v) : v;
     }
-    case CUDA_R_64F: return static_cast<const double*>(p)[i];
-    case CUDA_R_16F: return static_cast<float>(static_cast<const __half*>(p)[i]);
-    case CUDA_R_16BF: return static_cast<float>(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return 0;
+    case CUDA_R_64F:
+      return static_cast<const double*>(p)[i];
+    case CUDA_R_16F:
+      return static_cast<float>(static_cast<const __half*>(p)[i]);
+    case CUDA_R_16BF:
+      return static_cast<float>(static_cast<const __nv_bfloat16*>(p)[i]);
+    default:
+      return 0;
   }
 }
 
 void store(void* p, cudaDataType_t t, int64_t i, double v) {
   switch (t) {
-    case CUDA_R_32F: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case CUDA_R_64F: static_cast<double*>(p)[i] = v; break;
-    case CUDA_R_16F: static_cast<__half*>(p)[i] = __half(v); break;
-    case CUDA_R_16BF: static_cast<__nv_bfloat16*>(p)[i] = __nv_bfloat16(v); break;
-    default: break;
+    case CUDA_R_32F:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case CUDA_R_64F:
+      static_cast<double*>(p)[i] = v;
+      break;
+    case CUDA_R_16F:
+      static_cast<__half*>(p)[i] = __half(v);
+      break;
+    case CUDA_R_16BF:
+      static_cast<__nv_bfloat16*>(p)[i] = __nv_bfloat16(v);
+      break;
+    default:
+      break;
   }
 }
 
@@ -111,26 +128,41 @@ cublasStatus_t cublasGetProperty(libraryPropertyType type, int* value) {
 
 const char* cublasGetStatusName(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
   }
   return "CUBLAS_STATUS_UNKNOWN";
 }
 const char* cublasGetStatusString(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "success";
-    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid value was used as an argument";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
-    default: return cublasGetStatusName(status);
+    case CUBLAS_STATUS_SUCCESS:
+      return "success";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "an invalid value was used as an argument";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "the functionality requested is not supported";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "the GPU program failed to execute";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "the library was not initialized";
+    default:
+      return cublasGetStatusName(status);
   }
 }
 
@@ -147,22 +179,22 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
     return report(CUBLAS_STATUS_INVALID_VALUE, "GEMM: bad operation, negative size or null alpha/beta");
   const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
   if (lda < std::max(1, ta ? k : m) || ldb < std::max(1, tb ? n : k) || ldc < std::max(1, m))
-    return report(CUBLAS_STATUS_INVALID_VALUE,
-                  "GEMM: leading dimension too small (m " + std::to_string(m) + ", n " + std::to_string(n) + ", k " +
-                      std::to_string(k) + ", lda " + std::to_string(lda) + ", ldb " + std::to_string(ldb) +
-                      ", ldc " + std::to_string(ldc) + ")");
+    return report(CUBLAS_STATUS_INVALID_VALUE, "GEMM: leading dimension too small (m " + std::to_string(m) + ", n " +
+                                                   std::to_string(n) + ", k " + std::to_string(k) + ", lda " +
+                                                   std::to_string(lda) + ", ldb " + std::to_string(ldb) + ", ldc " +
+                                                   std::to_string(ldc) + ")");
   const size_t es = element_size(Atype);
   if (es == 0 || Btype != Atype || Ctype != Atype) return report(CUBLAS_STATUS_NOT_SUPPORTED, "GEMM: data types");
   const bool f64 = Atype == CUDA_R_64F;
-  const bool compute_ok = f64 ? computeType == CUBLAS_COMPUTE_64F
-                              : (computeType == CUBLAS_COMPUTE_32F || computeType == CUBLAS_COMPUTE_32F_PEDANTIC ||
-                                 computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
-                                 computeType == CUBLAS_COMPUTE_32F_FAST_16F ||
-                                 computeType == CUBLAS_COMPUTE_32F_FAST_16BF);
+  const bool compute_ok =
+      f64 ? computeType == CUBLAS_COMPUTE_64F
+          : (computeType == CUBLAS_COMPUTE_32F || computeType == CUBLAS_COMPUTE_32F_PEDANTIC ||
+             computeType == CUBLAS_COMPUTE_32F_FAST_TF32 || computeType == CUBLAS_COMPUTE_32F_FAST_16F ||
+             computeType == CUBLAS_COMPUTE_32F_FAST_16BF);
   if (!compute_ok) return report(CUBLAS_STATUS_NOT_SUPPORTED, "GEMM: compute type does not fit the data type");
-  const bool tf32 = Atype == CUDA_R_32F && (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
-                                            (computeType == CUBLAS_COMPUTE_32F &&
-                                             handle->math == CUBLAS_TF32_TENSOR_OP_MATH));
+  const bool tf32 =
+      Atype == CUDA_R_32F && (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+                              (computeType == CUBLAS_COMPUTE_32F && handle->math == CUBLAS_TF32_TENSOR_OP_MATH));
   const double a_s = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
   const double b_s = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
   if (m == 0 || n == 0 || batchCount == 0) return CUBLAS_STATUS_SUCCESS;
@@ -210,8 +242,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int k, const void* alpha, const void* A, cudaDataType_t Atype, int lda, const void* B,
                             cudaDataType_t Btype, int ldb, const void* beta, void* C, cudaDataType_t Ctype, int ldc,
                             cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-  return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta,
-                                    C, Ctype, ldc, 0, 1, computeType, algo);
+  return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C,
+                                    Ctype, ldc, 0, 1, computeType, algo);
 }
 
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,

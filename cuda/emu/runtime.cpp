@@ -203,9 +203,9 @@ namespace {
 void make_context(Context& c, char* stack, size_t size, void (*entry)()) {
   auto top = reinterpret_cast<uintptr_t>(stack + size) & ~uintptr_t{15};
   auto* slot = reinterpret_cast<uintptr_t*>(top);
-  *--slot = 0;                                      // entry's return address: none (rsp = 8 mod 16 at entry)
-  *--slot = reinterpret_cast<uintptr_t>(entry);     // popped by asc_emu_switch's ret
-  for (int i = 0; i < 6; ++i) *--slot = 0;          // rbp rbx r12-r15
+  *--slot = 0;                                   // entry's return address: none (rsp = 8 mod 16 at entry)
+  *--slot = reinterpret_cast<uintptr_t>(entry);  // popped by asc_emu_switch's ret
+  for (int i = 0; i < 6; ++i) *--slot = 0;       // rbp rbx r12-r15
   c.sp = slot;
 }
 void switch_context(Context& from, Context& to) { asc_emu_switch(&from.sp, to.sp); }
@@ -334,9 +334,10 @@ bool release_warps(Engine& E) {
       for (int m = 0; m < 32; ++m) {
         if (!(f.mask >> m & 1u)) continue;
         if (base + m >= n) {
-          E.error = format("warp operation with mask 0x%08x names lane %d, which does not exist (blockDim has %d "
-                           "threads)",
-                           f.mask, m, n) +
+          E.error = format(
+                        "warp operation with mask 0x%08x names lane %d, which does not exist (blockDim has %d "
+                        "threads)",
+                        f.mask, m, n) +
                     " (" + where(f) + ")";
           return false;
         }
@@ -454,8 +455,8 @@ cudaError_t fail(cudaError_t error, const std::string& detail) {
   return error;
 }
 
-cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void (*body)(void*),
-                        void* ctx, const void* const* pointers, int count) {
+cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void (*body)(void*), void* ctx,
+                        const void* const* pointers, int count) {
   std::lock_guard<std::recursive_mutex> lock(device_mutex());
   Engine& E = engine();
   if (config().devices == 0) return fail(cudaErrorNoDevice, "no CUDA device (ASC_CUDA_EMU_DEVICES=0)");
@@ -464,14 +465,14 @@ cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t
   if (block.x == 0 || block.y == 0 || block.z == 0 || threads > kMaxThreadsPerBlock || block.x > 1024 ||
       block.y > 1024 || block.z > 64)
     return fail(cudaErrorInvalidConfiguration,
-                format("invalid configuration argument: blockDim (%u, %u, %u) (at most 1024 threads, z <= 64)",
-                       block.x, block.y, block.z));
+                format("invalid configuration argument: blockDim (%u, %u, %u) (at most 1024 threads, z <= 64)", block.x,
+                       block.y, block.z));
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
     return fail(cudaErrorInvalidConfiguration,
                 format("invalid configuration argument: gridDim (%u, %u, %u)", grid.x, grid.y, grid.z));
   if (shared_bytes > kMaxSharedBytes)
-    return fail(cudaErrorInvalidValue, format("%zu bytes of dynamic shared memory (at most %zu)", shared_bytes,
-                                              kMaxSharedBytes));
+    return fail(cudaErrorInvalidValue,
+                format("%zu bytes of dynamic shared memory (at most %zu)", shared_bytes, kMaxSharedBytes));
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle, "launch on a stream that does not exist");
   for (int i = 0; i < count; ++i) {
     const void* p = pointers[i];
@@ -502,10 +503,9 @@ cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t
   g_in_kernel = false;
   E.active = false;
   if (ok) return cudaSuccess;
-  const std::string detail =
-      format("kernel fault (gridDim (%u,%u,%u), blockDim (%u,%u,%u)): ", grid.x, grid.y, grid.z, block.x, block.y,
-             block.z) +
-      E.error;
+  const std::string detail = format("kernel fault (gridDim (%u,%u,%u), blockDim (%u,%u,%u)): ", grid.x, grid.y, grid.z,
+                                    block.x, block.y, block.z) +
+                             E.error;
   std::fprintf(stderr, "ascender CUDA emulator: %s\n", detail.c_str());
   return fail(cudaErrorLaunchFailure, detail);
 }
@@ -531,7 +531,8 @@ uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane) {
   Fiber& f = current_fiber("a warp shuffle");
   Engine& E = engine();
   const int lane = f.lin & 31;
-  if (!(mask >> lane & 1u)) kernel_error(format("shuffle with mask 0x%08x does not name the calling lane %d", mask, lane));
+  if (!(mask >> lane & 1u))
+    kernel_error(format("shuffle with mask 0x%08x does not name the calling lane %d", mask, lane));
   f.slot[f.seq & 1u] = bits;
   f.mask = mask;
   f.op = WarpOp::Shuffle;
@@ -605,15 +606,32 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   cudaDeviceProp p;
   if (cudaError_t e = cudaGetDeviceProperties(&p, device); e != cudaSuccess) return e;
   switch (attr) {
-    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
-    case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(p.sharedMemPerBlock); break;
-    case cudaDevAttrWarpSize: *value = 32; break;
-    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
-    case cudaDevAttrMemoryClockRate: *value = 1000000; break;  // nominal: the emulator has no memory bandwidth
-    case cudaDevAttrGlobalMemoryBusWidth: *value = 64; break;
-    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
-    default: return record(cudaErrorInvalidValue);
+    case cudaDevAttrMaxThreadsPerBlock:
+      *value = p.maxThreadsPerBlock;
+      break;
+    case cudaDevAttrMaxSharedMemoryPerBlock:
+      *value = static_cast<int>(p.sharedMemPerBlock);
+      break;
+    case cudaDevAttrWarpSize:
+      *value = 32;
+      break;
+    case cudaDevAttrMultiProcessorCount:
+      *value = p.multiProcessorCount;
+      break;
+    case cudaDevAttrMemoryClockRate:
+      *value = 1000000;
+      break;  // nominal: the emulator has no memory bandwidth
+    case cudaDevAttrGlobalMemoryBusWidth:
+      *value = 64;
+      break;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = p.major;
+      break;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = p.minor;
+      break;
+    default:
+      return record(cudaErrorInvalidValue);
   }
   return cudaSuccess;
 }
@@ -637,20 +655,34 @@ cudaError_t cudaPeekAtLastError() { return t_last; }
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInitializationError: return "cudaErrorInitializationError";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
-    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
-    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError:
+      return "cudaErrorInitializationError";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer:
+      return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection:
+      return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress:
+      return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported:
+      return "cudaErrorNotSupported";
   }
   return "cudaErrorUnknown";
 }
@@ -658,15 +690,24 @@ const char* cudaGetErrorName(cudaError_t error) {
 const char* cudaGetErrorString(cudaError_t error) {
   if (error != cudaSuccess && error == t_detail_code && !t_detail.empty()) return t_detail.c_str();
   switch (error) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
-    default: return cudaGetErrorName(error);
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorNotReady:
+      return "device not ready";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
+    default:
+      return cudaGetErrorName(error);
   }
 }
 
@@ -746,7 +787,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
   {
     std::lock_guard<std::recursive_mutex> lock(device_mutex());
-    if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync on a stream that does not exist");
+    if (!valid_stream(stream))
+      return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync on a stream that does not exist");
   }
   return cudaMemcpy(dst, src, count, kind);
 }
@@ -764,7 +806,8 @@ cudaError_t cudaMemset(void* ptr, int value, size_t count) {
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
   {
     std::lock_guard<std::recursive_mutex> lock(device_mutex());
-    if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync on a stream that does not exist");
+    if (!valid_stream(stream))
+      return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync on a stream that does not exist");
   }
   return cudaMemset(ptr, value, count);
 }
