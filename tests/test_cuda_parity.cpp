@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,46 @@ std::string compare(const Tensor& a, const Tensor& b, Tol tol) {
   return "";
 }
 
+// Backpropagates loss = sum_k sum(out_k * cot_k) over the differentiable outputs on both sides with the same random
+// cotangents (on the GPU in `half` when given, the CPU then taking the rounded values back), and compares the
+// leaves' gradients. Returns "" when they agree.
+std::string compare_gradients(const TensorList& out_cpu, const TensorList& out_gpu,
+                              const std::vector<Tensor>& leaves_cpu, const std::vector<Tensor>& leaves_gpu,
+                              std::optional<DType> half, Generator& gen, Tol tol) {
+  Tensor loss_cpu, loss_gpu;
+  for (size_t k = 0; k < out_cpu.size(); ++k) {
+    if (!out_cpu[k].defined() || !out_cpu[k].requires_grad()) continue;
+    Tensor cot = randn(out_cpu[k].shape(), {.dtype = out_cpu[k].dtype()}, &gen);
+    try {
+      Tensor cot_g = cot.to(gpu()).to(half.value_or(cot.dtype()));
+      if (half) cot = cot_g.to(cot.dtype()).cpu();
+      Tensor lg = sum(mul(out_gpu[k], cot_g));
+      loss_gpu = loss_gpu.defined() ? add(loss_gpu, lg) : lg;
+    } catch (const Error& e) {
+      return fmt::format("loss: {}", e.what());
+    }
+    Tensor lc = sum(mul(out_cpu[k], cot));
+    loss_cpu = loss_cpu.defined() ? add(loss_cpu, lc) : lc;
+  }
+  if (!loss_cpu.defined()) return "";
+  loss_cpu.backward();
+  try {
+    loss_gpu.backward();
+  } catch (const Error& e) {
+    return fmt::format("backward: {}", e.what());
+  }
+  for (size_t i = 0; i < leaves_cpu.size(); ++i) {
+    if (!leaves_cpu[i].requires_grad()) continue;
+    Tensor gc = leaves_cpu[i].grad(), gg = leaves_gpu[i].grad();
+    if (!gc.defined() && !gg.defined()) continue;
+    if (!gg.defined()) return fmt::format("input {}: no gradient on the GPU", i);
+    if (!gc.defined()) return fmt::format("input {}: gradient on the GPU only", i);
+    std::string m = compare(gg.to(gc.dtype()).cpu(), gc, tol);
+    if (!m.empty()) return fmt::format("grad of input {}: {}", i, m);
+  }
+  return "";
+}
+
 // Runs one (case, dtype, view); returns "" on success or what went wrong.
 // cpu_only: just the CPU half (forward and backward), to validate the table on machines without a GPU.
 std::string run_one(const Case& c, DType dt, View view, uint64_t seed, bool cpu_only = false) {
@@ -171,37 +212,7 @@ std::string run_one(const Case& c, DType dt, View view, uint64_t seed, bool cpu_
     if (!m.empty()) return fmt::format("output {}: {}", k, m);
   }
   if (!c.backward) return "";
-  // loss = sum_k sum(out_k * cot_k) over the differentiable outputs, same cotangents on both devices.
-  Tensor loss_cpu, loss_gpu;
-  for (size_t k = 0; k < out_cpu.size(); ++k) {
-    if (!out_cpu[k].defined() || !out_cpu[k].requires_grad()) continue;
-    Tensor cot = randn(out_cpu[k].shape(), {.dtype = out_cpu[k].dtype()}, &gen);
-    Tensor lc = sum(mul(out_cpu[k], cot));
-    loss_cpu = loss_cpu.defined() ? add(loss_cpu, lc) : lc;
-    try {
-      Tensor lg = sum(mul(out_gpu[k], cot.to(gpu())));
-      loss_gpu = loss_gpu.defined() ? add(loss_gpu, lg) : lg;
-    } catch (const Error& e) {
-      return fmt::format("loss: {}", e.what());
-    }
-  }
-  if (!loss_cpu.defined()) return "";
-  loss_cpu.backward();
-  try {
-    loss_gpu.backward();
-  } catch (const Error& e) {
-    return fmt::format("backward: {}", e.what());
-  }
-  for (size_t i = 0; i < leaves_cpu.size(); ++i) {
-    if (!leaves_cpu[i].requires_grad()) continue;
-    Tensor gc = leaves_cpu[i].grad(), gg = leaves_gpu[i].grad();
-    if (!gc.defined() && !gg.defined()) continue;
-    if (!gg.defined()) return fmt::format("input {}: no gradient on the GPU", i);
-    if (!gc.defined()) return fmt::format("input {}: gradient on the GPU only", i);
-    std::string m = compare(gg.cpu(), gc, tol);
-    if (!m.empty()) return fmt::format("grad of input {}: {}", i, m);
-  }
-  return "";
+  return compare_gradients(out_cpu, out_gpu, leaves_cpu, leaves_gpu, std::nullopt, gen, tol);
 }
 
 // One (case, 16-bit dtype, view) on the GPU against the CPU in float32 on the very same 16-bit-rounded inputs and
@@ -246,36 +257,7 @@ std::string run_one_half(const Case& c, DType half, View view, uint64_t seed) {
     if (!m.empty()) return fmt::format("output {}: {}", k, m);
   }
   if (!c.backward) return "";
-  Tensor loss_cpu, loss_gpu;
-  for (size_t k = 0; k < out_cpu.size(); ++k) {
-    if (!out_cpu[k].defined() || !out_cpu[k].requires_grad()) continue;
-    Tensor cot_g = randn(out_cpu[k].shape(), {}, &gen).to(gpu()).to(half);
-    Tensor lc = sum(mul(out_cpu[k], cot_g.to(kFloat32).cpu()));
-    loss_cpu = loss_cpu.defined() ? add(loss_cpu, lc) : lc;
-    try {
-      Tensor lg = sum(mul(out_gpu[k], cot_g));
-      loss_gpu = loss_gpu.defined() ? add(loss_gpu, lg) : lg;
-    } catch (const Error& e) {
-      return fmt::format("loss: {}", e.what());
-    }
-  }
-  if (!loss_cpu.defined()) return "";
-  loss_cpu.backward();
-  try {
-    loss_gpu.backward();
-  } catch (const Error& e) {
-    return fmt::format("backward: {}", e.what());
-  }
-  for (size_t i = 0; i < leaves_cpu.size(); ++i) {
-    if (!leaves_cpu[i].requires_grad()) continue;
-    Tensor gc = leaves_cpu[i].grad(), gg = leaves_gpu[i].grad();
-    if (!gc.defined() && !gg.defined()) continue;
-    if (!gg.defined()) return fmt::format("input {}: no gradient on the GPU", i);
-    if (!gc.defined()) return fmt::format("input {}: gradient on the GPU only", i);
-    std::string m = compare(back(gg), gc, tol);
-    if (!m.empty()) return fmt::format("grad of input {}: {}", i, m);
-  }
-  return "";
+  return compare_gradients(out_cpu, out_gpu, leaves_cpu, leaves_gpu, half, gen, tol);
 }
 
 // Runs every case of a family in float32 and float64 and every view; reports each failure and a summary.
