@@ -11,7 +11,9 @@
 //     the block exited, and a shuffle whose mask names an exited or missing lane: an error naming block and thread
 //     instead of a hang or garbage;
 //   - device memory is mapped without access while host code runs: a host dereference of a device pointer faults
-//     at once; every allocation has guard pages behind it (a kernel running off its end faults);
+//     at once; every allocation has guard pages behind it (a kernel running off its end faults); fresh memory is
+//     0xFF bytes (NaN in every float type);
+//   - a kernel pointer argument that is host memory, a freed block or another device's memory fails the launch;
 //   - copies / memsets / GEMMs outside their allocation, and copy directions that contradict the pointers, are
 //     errors; launch configurations are checked against the limits of compute capability 9.0.
 // What it cannot show: speed, the GPU memory model (threads never run concurrently; a missing barrier shows up
