@@ -2,17 +2,19 @@
 # CUDA compile and link breakage shows up in CI. At run time the backend registers itself only when a device
 # is actually available; everything else runs on the CPU.
 set(ASC_HAVE_CUDA OFF)
+# The backend's sources, for nvcc or for the emulator (the caching allocator is plain C++, in every build).
+file(GLOB ASC_CU_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cu)
+file(GLOB ASC_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cpp)
+list(REMOVE_ITEM ASC_CUDA_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cuda/caching_allocator.cpp)
+list(APPEND ASC_CUDA_SOURCES ${ASC_CU_SOURCES})
 option(ASC_CUDA_EMULATION "Compile cuda/ with the host compiler against the CPU CUDA emulator (cuda/emu)" OFF)
 if(ASC_CUDA_EMULATION)
   # The CUDA sources compiled by g++ against cuda/emu/include (the CUDA runtime / cuBLAS API on the CPU) and linked
   # with cuda/emu/*.cpp: every kernel runs, thread by thread, on machines without a GPU. See
   # cuda/emu/include/cuda_runtime.h. No nvcc, libcudart or libcublas is involved.
-  file(GLOB ASC_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cpp
-       ${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/*.cpp)
-  list(REMOVE_ITEM ASC_CUDA_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cuda/caching_allocator.cpp)  # in every build
-  file(GLOB ASC_CU_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cu)
+  file(GLOB ASC_EMU_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/*.cpp)
   set_source_files_properties(${ASC_CU_SOURCES} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++;-Wno-unknown-pragmas")
-  target_sources(ascender PRIVATE ${ASC_CUDA_SOURCES})
+  target_sources(ascender PRIVATE ${ASC_CUDA_SOURCES} ${ASC_EMU_SOURCES})
   target_include_directories(ascender BEFORE PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/include)
   # IEEE results as the __*_rn intrinsics promise: never contract a*b+c into an FMA.
   target_compile_options(ascender PRIVATE -ffp-contract=off)
@@ -38,8 +40,6 @@ elseif(ASC_WITH_CUDA)
 endif()
 
 if(ASC_HAVE_CUDA AND NOT ASC_CUDA_EMULATION)
-  file(GLOB ASC_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cpp)
-  list(REMOVE_ITEM ASC_CUDA_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cuda/caching_allocator.cpp)  # in every build
   target_sources(ascender PRIVATE ${ASC_CUDA_SOURCES})
   # .cu files compile as C++17: under nvcc's C++20 mode fmt's consteval format-string checks fail to evaluate
   # (and CMake 3.25 knows no CUDA20 dialect). Headers that .cu files include stay C++17-clean; the C++ sources of

@@ -45,6 +45,11 @@ constexpr bool is_floating(DType t) {
   return t == DType::Float32 || t == DType::Float64 || t == DType::BFloat16 || t == DType::Float16;
 }
 
+// bfloat16 / float16: stored in 16 bits, computed in float32.
+constexpr bool is_reduced_float(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
+// The dtype kernels accumulate t in, and keep its row statistics in: float32 for the 16-bit floats, t otherwise.
+constexpr DType accumulate_dtype(DType t) { return is_reduced_float(t) ? DType::Float32 : t; }
+
 // Type promotion for binary ops: bool < int64 < float16/bfloat16 < float32 < float64.
 constexpr int dtype_rank(DType t) {
   switch (t) {

@@ -3,6 +3,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/format.h"
 #include "cuda/check.h"
 #include "cuda/cuda.h"
 
@@ -34,6 +35,16 @@ cudaStream_t current_stream() {
   return stream_of(d);
 }
 void set_current_stream(cudaStream_t stream) { t_streams[current_device()] = stream; }
+
+FloatElem float_elem_of(const char* op, DType t) {
+  switch (t) {
+    case kFloat32: return FloatElem::F32;
+    case kFloat64: return FloatElem::F64;
+    case kBFloat16: return FloatElem::BF16;
+    case kFloat16: return FloatElem::F16;
+    default: ASC_THROW("{}: dtype {} is not supported on CUDA (float32/float64/bfloat16/float16 only)", op, t);
+  }
+}
 
 DeviceScope::DeviceScope(int index) {
   int cur = 0;

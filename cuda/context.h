@@ -9,7 +9,9 @@
 #include <cuda_runtime.h>
 
 #include "core/device.h"
+#include "core/dtype.h"
 #include "cuda/check.h"
+#include "cuda/float_elem.h"
 
 namespace asc::cuda {
 
@@ -25,26 +27,7 @@ cudaStream_t stream_of(int device);
 // TF32 tensor-op math enabled when cuda::set_allow_tf32(true).
 cublasHandle_t cublas_handle();
 
-// Makes `d` the current device for the scope of a call (kernels launch on the current device); restores the
-// previous one on exit.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(Device d) {
-    int cur = 0;
-    ASC_CUDA_CHECK(cudaGetDevice(&cur));
-    if (cur != d.index) {
-      ASC_CUDA_CHECK(cudaSetDevice(d.index));
-      prev_ = cur;
-    }
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = -1;
-};
+// The launchers' element type of a floating dtype; an asc::Error naming `op` for any other dtype.
+FloatElem float_elem_of(const char* op, DType t);
 
 }  // namespace asc::cuda

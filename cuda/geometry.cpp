@@ -37,15 +37,6 @@ const bool* mask_ptr(const char* op, const Tensor& mask, int64_t numel) {
   return static_cast<const bool*>(mask.raw_data());
 }
 
-GeoElem elem(const Tensor& t) {
-  switch (t.dtype()) {
-    case kFloat64: return GeoElem::F64;
-    case kBFloat16: return GeoElem::BF16;
-    case kFloat16: return GeoElem::F16;
-    default: return GeoElem::F32;
-  }
-}
-
 }  // namespace
 
 void topk(const Tensor& x, const Tensor& mask, int64_t k, bool largest, int64_t diag_n, Tensor& values,
@@ -62,7 +53,7 @@ void topk(const Tensor& x, const Tensor& mask, int64_t k, bool largest, int64_t 
             R, k);
   const bool* mp = mask_ptr("topk", mask, x.numel());
   ASC_CUDA_CHECK(launch_topk(x.raw_data(), mp, R, n, k, largest, diag_n, values.raw_data(),
-                             static_cast<int64_t*>(indices.raw_data()), elem(x), current_stream()));
+                             static_cast<int64_t*>(indices.raw_data()), float_elem_of("topk", x.dtype()), current_stream()));
 }
 
 void topk_count(const Tensor& mask, int64_t diag_n, Tensor& counts) {
@@ -88,7 +79,7 @@ void topk_backward(const Tensor& g, const Tensor& indices, Tensor& gx) {
   const int64_t k = g.size(-1), n = gx.size(-1);
   const int64_t R = k == 0 ? 0 : g.numel() / k;
   ASC_CUDA_CHECK(launch_topk_backward(g.raw_data(), static_cast<const int64_t*>(indices.raw_data()), R, k, n,
-                                      gx.raw_data(), elem(g), current_stream()));
+                                      gx.raw_data(), float_elem_of("topk backward", g.dtype()), current_stream()));
 }
 
 void normalize_rows(const Tensor& x, double eps, Tensor& y, Tensor& norm) {
@@ -97,7 +88,8 @@ void normalize_rows(const Tensor& x, double eps, Tensor& y, Tensor& norm) {
   check_same_dtype("normalize_rows", x, norm, "norm");
   const int64_t d = x.size(-1);
   const int64_t R = d == 0 ? 0 : x.numel() / d;
-  ASC_CUDA_CHECK(launch_normalize_rows(x.raw_data(), R, d, eps, y.raw_data(), norm.raw_data(), elem(x),
+  ASC_CUDA_CHECK(launch_normalize_rows(x.raw_data(), R, d, eps, y.raw_data(), norm.raw_data(),
+                                       float_elem_of("normalize_rows", x.dtype()),
                                        current_stream()));
 }
 
@@ -108,7 +100,8 @@ void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y,
   const int64_t n = x.size(-1);
   const int64_t R = n == 0 ? 0 : x.numel() / n;
   const bool* mp = mask_ptr("row_standardize", mask, x.numel());
-  ASC_CUDA_CHECK(launch_row_standardize(x.raw_data(), mp, R, n, eps, y.raw_data(), sd.raw_data(), elem(x),
+  ASC_CUDA_CHECK(launch_row_standardize(x.raw_data(), mp, R, n, eps, y.raw_data(), sd.raw_data(),
+                                        float_elem_of("row_standardize", x.dtype()),
                                         current_stream()));
 }
 
@@ -126,7 +119,8 @@ void apply_surrogate(const Surrogate& s, double width, const Tensor& u, Tensor& 
     ASC_THROW("hard_gate (CUDA): surrogate '{}' is a user-registered host function and has no CUDA kernel; use a "
               "built-in surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run the op on the CPU",
               s.name);
-  ASC_CUDA_CHECK(launch_apply_surrogate(kind, width, u.raw_data(), u.numel(), out.raw_data(), elem(u),
+  ASC_CUDA_CHECK(launch_apply_surrogate(kind, width, u.raw_data(), u.numel(), out.raw_data(),
+                                        float_elem_of("hard_gate", u.dtype()),
                                         current_stream()));
 }
 

@@ -28,25 +28,6 @@ using rows::acc_t;  // float for bfloat16 / float16, the type itself otherwise
 using rows::from_acc;
 using rows::to_acc;
 
-// Calls f(S{}) with S the storage type of `elem`.
-template <class F>
-void visit_elem(GeoElem elem, F&& f) {
-  switch (elem) {
-    case GeoElem::F32:
-      f(float{});
-      break;
-    case GeoElem::F64:
-      f(double{});
-      break;
-    case GeoElem::BF16:
-      f(__nv_bfloat16{});
-      break;
-    case GeoElem::F16:
-      f(__half{});
-      break;
-  }
-}
-
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kRowThreads = 128;  // 4 warps, one row each, for the row reductions
 
@@ -302,13 +283,13 @@ unsigned warp_rows_grid(int64_t R) { return grid_for(R * 32, kRowThreads); }
 }  // namespace
 
 cudaError_t launch_topk(const void* x, const bool* mask, int64_t R, int64_t n, int64_t k, bool largest, int64_t diag_n,
-                        void* values, int64_t* indices, GeoElem elem, cudaStream_t stream) {
+                        void* values, int64_t* indices, FloatElem elem, cudaStream_t stream) {
   if (R == 0 || k == 0) return cudaSuccess;
   if (n >= (int64_t{1} << 31) || k >= (int64_t{1} << 31) || R >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
-  visit_elem(elem, [&](auto tag) {
+  return visit_float_elem(elem, [&](auto tag) {
     topk_dispatch<decltype(tag)>(x, mask, R, n, k, largest, diag_n, values, indices, stream);
+    return cudaGetLastError();
   });
-  return cudaGetLastError();
 }
 
 cudaError_t launch_topk_count(const bool* mask, int64_t R, int64_t n, int64_t diag_n, int64_t* counts,
@@ -319,48 +300,48 @@ cudaError_t launch_topk_count(const bool* mask, int64_t R, int64_t n, int64_t di
 }
 
 cudaError_t launch_topk_backward(const void* g, const int64_t* indices, int64_t R, int64_t k, int64_t n, void* gx,
-                                 GeoElem elem, cudaStream_t stream) {
+                                 FloatElem elem, cudaStream_t stream) {
   const int64_t total = R * k;
   if (total == 0) return cudaSuccess;
-  visit_elem(elem, [&](auto tag) {
+  return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
     launch_kernel(topk_backward_kernel<T>, grid_for(total, 256), 256, stream, static_cast<const T*>(g), indices, k, n,
                   static_cast<T*>(gx), total);
+    return cudaGetLastError();
   });
-  return cudaGetLastError();
 }
 
-cudaError_t launch_normalize_rows(const void* x, int64_t R, int64_t d, double eps, void* y, void* norm, GeoElem elem,
+cudaError_t launch_normalize_rows(const void* x, int64_t R, int64_t d, double eps, void* y, void* norm, FloatElem elem,
                                   cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
-  visit_elem(elem, [&](auto tag) {
+  return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
     launch_kernel(normalize_rows_kernel<T>, warp_rows_grid(R), kRowThreads, stream, static_cast<const T*>(x), R, d, eps,
                   static_cast<T*>(y), static_cast<T*>(norm));
+    return cudaGetLastError();
   });
-  return cudaGetLastError();
 }
 
 cudaError_t launch_row_standardize(const void* x, const bool* mask, int64_t R, int64_t n, double eps, void* y, void* sd,
-                                   GeoElem elem, cudaStream_t stream) {
+                                   FloatElem elem, cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
-  visit_elem(elem, [&](auto tag) {
+  return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
     launch_kernel(row_standardize_kernel<T>, warp_rows_grid(R), kRowThreads, stream, static_cast<const T*>(x), mask, R,
                   n, eps, static_cast<T*>(y), static_cast<T*>(sd));
+    return cudaGetLastError();
   });
-  return cudaGetLastError();
 }
 
-cudaError_t launch_apply_surrogate(SurrogateKind kind, double width, const void* u, int64_t N, void* out, GeoElem elem,
+cudaError_t launch_apply_surrogate(SurrogateKind kind, double width, const void* u, int64_t N, void* out, FloatElem elem,
                                    cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
-  visit_elem(elem, [&](auto tag) {
+  return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
     launch_kernel(surrogate_kernel<T>, grid_for(N, 256), 256, stream, kind, width, static_cast<const T*>(u), N,
                   static_cast<T*>(out));
+    return cudaGetLastError();
   });
-  return cudaGetLastError();
 }
 
 }  // namespace asc::cuda

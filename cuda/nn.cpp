@@ -20,17 +20,6 @@ namespace {
 
 using nn_launch::Elem;
 
-Elem elem_of(const char* op, DType t) {
-  switch (t) {
-    case kFloat32: return Elem::F32;
-    case kFloat64: return Elem::F64;
-    case kBFloat16: return Elem::BF16;
-    case kFloat16: return Elem::F16;
-    default:
-      ASC_THROW("{}: dtype {} is not supported on CUDA (float32/float64/bfloat16/float16 only)", op, t);
-  }
-}
-
 // A defined tensor on `dev` (a CUDA device) with dtype `dt`.
 void check_tensor(const char* op, const char* what, const Tensor& t, Device dev, DType dt) {
   ASC_CHECK(t.defined(), "{} (CUDA): {} is an undefined tensor", op, what);
@@ -76,12 +65,11 @@ void check_launch(const char* op, cudaError_t err) {
 void softmax_forward(const Tensor& x_in, const Tensor& mask, bool log, Tensor& y) {
   const char* op = log ? "log_softmax" : "softmax";
   const Device dev = cuda_device_of(op, x_in);
-  const Elem et = elem_of(op, x_in.dtype());
+  const Elem et = float_elem_of(op, x_in.dtype());
   int64_t rows, n;
   rows_of(x_in, rows, n);
   check_out(op, "y", y, dev, x_in.dtype(), x_in.numel());
   if (rows == 0) return;
-  DeviceGuard guard(dev);
   const Tensor x = x_in.contiguous();
   Tensor mc;
   const uint8_t* mp = mask_ptr(op, mask, x, mc);
@@ -91,7 +79,7 @@ void softmax_forward(const Tensor& x_in, const Tensor& mask, bool log, Tensor& y
 void softmax_backward(const Tensor& g_in, const Tensor& y_in, const Tensor& mask, bool log, Tensor& gx) {
   const char* op = log ? "log_softmax backward" : "softmax backward";
   const Device dev = cuda_device_of(op, y_in);
-  const Elem et = elem_of(op, y_in.dtype());
+  const Elem et = float_elem_of(op, y_in.dtype());
   check_tensor(op, "grad", g_in, dev, y_in.dtype());
   ASC_CHECK(g_in.numel() == y_in.numel(), "{} (CUDA): grad has {} elements, expected {}", op, g_in.numel(),
             y_in.numel());
@@ -99,7 +87,6 @@ void softmax_backward(const Tensor& g_in, const Tensor& y_in, const Tensor& mask
   rows_of(y_in, rows, n);
   check_out(op, "grad input", gx, dev, y_in.dtype(), y_in.numel());
   if (rows == 0) return;
-  DeviceGuard guard(dev);
   const Tensor g = g_in.contiguous(), y = y_in.contiguous();
   Tensor mc;
   const uint8_t* mp = mask_ptr(op, mask, y, mc);
@@ -107,18 +94,15 @@ void softmax_backward(const Tensor& g_in, const Tensor& y_in, const Tensor& mask
                                                current_stream()));
 }
 
-// The dtype of layer_norm's saved mean / rstd: float32 for 16-bit inputs, else the input's.
-DType stat_dtype(DType dt) { return dt == kBFloat16 || dt == kFloat16 ? kFloat32 : dt; }
-
 void layer_norm_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps, bool rms, Tensor& y,
                         Tensor& mean, Tensor& rstd) {
   const char* op = rms ? "rms_norm" : "layer_norm";
   const Device dev = cuda_device_of(op, x_in);
   const DType dt = x_in.dtype();
-  const Elem et = elem_of(op, dt);
+  const Elem et = float_elem_of(op, dt);
   int64_t rows, n;
   rows_of(x_in, rows, n);
-  const DType st = stat_dtype(dt);
+  const DType st = accumulate_dtype(dt);
   check_out(op, "y", y, dev, dt, x_in.numel());
   check_out(op, "rstd", rstd, dev, st, rows);
   if (!rms) check_out(op, "mean", mean, dev, st, rows);
@@ -134,7 +118,6 @@ void layer_norm_forward(const Tensor& x_in, const Tensor& weight, const Tensor& 
     b = bias.contiguous();
   }
   if (rows == 0) return;
-  DeviceGuard guard(dev);
   const Tensor x = x_in.contiguous();
   check_launch(op, nn_launch::layer_norm_forward(et, x.raw_data(), w.defined() ? w.raw_data() : nullptr,
                                                  b.defined() ? b.raw_data() : nullptr, eps, rms, y.raw_data(),
@@ -147,16 +130,16 @@ void layer_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& w
   const char* op = rms ? "rms_norm backward" : "layer_norm backward";
   const Device dev = cuda_device_of(op, x_in);
   const DType dt = x_in.dtype();
-  const Elem et = elem_of(op, dt);
+  const Elem et = float_elem_of(op, dt);
   int64_t rows, n;
   rows_of(x_in, rows, n);
   check_tensor(op, "grad", g_in, dev, dt);
   ASC_CHECK(g_in.numel() == x_in.numel(), "{} (CUDA): grad has {} elements, expected {}", op, g_in.numel(),
             x_in.numel());
-  check_tensor(op, "rstd", rstd_in, dev, stat_dtype(dt));
+  check_tensor(op, "rstd", rstd_in, dev, accumulate_dtype(dt));
   ASC_CHECK(rstd_in.numel() == rows, "{} (CUDA): rstd has {} elements, expected {}", op, rstd_in.numel(), rows);
   if (!rms) {
-    check_tensor(op, "mean", mean_in, dev, stat_dtype(dt));
+    check_tensor(op, "mean", mean_in, dev, accumulate_dtype(dt));
     ASC_CHECK(mean_in.numel() == rows, "{} (CUDA): mean has {} elements, expected {}", op, mean_in.numel(), rows);
   }
   Tensor w;
@@ -169,7 +152,6 @@ void layer_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& w
   if (gw.defined()) check_out(op, "grad weight", gw, dev, dt, n);
   if (gb.defined()) check_out(op, "grad bias", gb, dev, dt, n);
   if (n == 0 || (!gx.defined() && !gw.defined() && !gb.defined())) return;
-  DeviceGuard guard(dev);
   const Tensor g = g_in.contiguous(), x = x_in.contiguous(), rstd = rstd_in.contiguous();
   const Tensor mean = rms ? Tensor() : mean_in.contiguous();
   const size_t ws_bytes = nn_launch::layer_norm_backward_workspace(et, rms, gw.defined(), gb.defined(), rows, n);
@@ -189,7 +171,7 @@ void cross_entropy_forward(const Tensor& logits_in, const Tensor& target_in, int
   const char* op = "cross_entropy";
   const Device dev = cuda_device_of(op, logits_in);
   const DType dt = logits_in.dtype();
-  const Elem et = elem_of(op, dt);
+  const Elem et = float_elem_of(op, dt);
   ASC_CHECK(logits_in.dim() == 2, "{} (CUDA): logits must be (rows, C), got {} dims", op, logits_in.dim());
   const int64_t rows = logits_in.size(0), C = logits_in.size(1);
   check_tensor(op, "target", target_in, dev, kInt64);
@@ -197,7 +179,6 @@ void cross_entropy_forward(const Tensor& logits_in, const Tensor& target_in, int
   check_out(op, "loss", loss, dev, dt, rows);
   check_out(op, "stats", stats, dev, dt, 2 * rows);
   if (rows == 0) return;
-  DeviceGuard guard(dev);
   const Tensor logits = logits_in.contiguous(), target = target_in.contiguous();
   check_launch(op, nn_launch::cross_entropy_forward(et, logits.raw_data(),
                                                     static_cast<const int64_t*>(target.raw_data()), ignore_index,
@@ -210,7 +191,7 @@ void cross_entropy_backward(const Tensor& gloss, double scale, const Tensor& log
   const char* op = "cross_entropy backward";
   const Device dev = cuda_device_of(op, logits_in);
   const DType dt = logits_in.dtype();
-  const Elem et = elem_of(op, dt);
+  const Elem et = float_elem_of(op, dt);
   ASC_CHECK(logits_in.dim() == 2, "{} (CUDA): logits must be (rows, C), got {} dims", op, logits_in.dim());
   const int64_t rows = logits_in.size(0), C = logits_in.size(1);
   check_tensor(op, "grad", gloss, dev, dt);
@@ -223,7 +204,6 @@ void cross_entropy_backward(const Tensor& gloss, double scale, const Tensor& log
             2 * rows);
   check_out(op, "grad logits", gx, dev, dt, rows * C);
   if (rows == 0 || C == 0) return;
-  DeviceGuard guard(dev);
   const Tensor logits = logits_in.contiguous(), target = target_in.contiguous(), stats = stats_in.contiguous();
   const int64_t gstride = gloss.dim() == 0 ? 0 : gloss.stride(0);  // any stride (0: a broadcast scalar)
   check_launch(op, nn_launch::cross_entropy_backward(et, gloss.raw_data(), gstride, scale, logits.raw_data(),

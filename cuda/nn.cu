@@ -329,17 +329,6 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 // ---- host side -------------------------------------------------------------------------------------------------
 
-template <class F>
-cudaError_t dispatch(Elem t, F&& f) {
-  switch (t) {
-    case Elem::F32: return f(float{});
-    case Elem::F64: return f(double{});
-    case Elem::BF16: return f(__nv_bfloat16{});
-    case Elem::F16: return f(__half{});
-  }
-  return cudaErrorInvalidValue;
-}
-
 constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 size_t acc_size(Elem t) { return t == Elem::F64 ? sizeof(double) : sizeof(float); }
 bool is16(Elem t) { return t == Elem::BF16 || t == Elem::F16; }
@@ -376,7 +365,7 @@ cudaError_t softmax_forward(Elem t, const void* x, const uint8_t* mask, bool log
                             cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return cudaSuccess;
   const RowLaunch l = row_launch(rows, n);
-  return dispatch(t, [&](auto tag) {
+  return visit_float_elem(t, [&](auto tag) {
     using T = decltype(tag);
     launch_kernel(softmax_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), mask, log,
                   static_cast<T*>(y), rows, n);
@@ -388,7 +377,7 @@ cudaError_t softmax_backward(Elem t, const void* g, const void* y, const uint8_t
                              int64_t rows, int64_t n, cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return cudaSuccess;
   const RowLaunch l = row_launch(rows, n);
-  return dispatch(t, [&](auto tag) {
+  return visit_float_elem(t, [&](auto tag) {
     using T = decltype(tag);
     launch_kernel(softmax_bwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(g), static_cast<const T*>(y),
                   mask, log, static_cast<T*>(gx), rows, n);
@@ -400,7 +389,7 @@ cudaError_t layer_norm_forward(Elem t, const void* x, const void* weight, const 
                                void* y, void* mean, void* rstd, int64_t rows, int64_t n, cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return cudaSuccess;
   const RowLaunch l = row_launch(rows, n);
-  return dispatch(t, [&](auto tag) {
+  return visit_float_elem(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     launch_kernel(ln_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(x), static_cast<const T*>(weight),
@@ -434,7 +423,7 @@ cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void
   if (plan.total > 0 && workspace == nullptr) return cudaErrorInvalidValue;
   char* ws = static_cast<char*>(workspace);
   const RowLaunch l = row_launch(rows, n);
-  return dispatch(t, [&](auto tag) {
+  return visit_float_elem(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     const T* gp = static_cast<const T*>(g);
@@ -471,7 +460,7 @@ cudaError_t cross_entropy_forward(Elem t, const void* logits, const int64_t* tar
                                   cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   const RowLaunch l = row_launch(rows, C);
-  return dispatch(t, [&](auto tag) {
+  return visit_float_elem(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     launch_kernel(ce_fwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(logits), target, ignore_index,
@@ -486,7 +475,7 @@ cudaError_t cross_entropy_backward(Elem t, const void* gloss, int64_t gloss_stri
                                    void* gx, int64_t rows, int64_t C, cudaStream_t stream) {
   if (rows <= 0 || C <= 0) return cudaSuccess;
   const RowLaunch l = row_launch(rows, C);
-  return dispatch(t, [&](auto tag) {
+  return visit_float_elem(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     launch_kernel(ce_bwd_kernel<T>, l.grid, l.block, stream, static_cast<const T*>(gloss), gloss_stride,

@@ -9,9 +9,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/float_elem.h"
+
 namespace asc::cuda::nn_launch {
 
-enum class Elem : uint8_t { F32, F64, BF16, F16 };
+using Elem = FloatElem;
 
 // x, y: (rows, n); mask: (rows, n) bytes (bool, nonzero = keep) or nullptr.
 cudaError_t softmax_forward(Elem t, const void* x, const uint8_t* mask, bool log, void* y, int64_t rows, int64_t n,

@@ -65,7 +65,6 @@ void max_min_lastdim(const Tensor& x_in, bool is_max, Tensor& values, Tensor& in
   if (indices.defined()) check_out(op, "indices", indices, dev, kInt64, rows);
   if (rows == 0) return;
   ASC_CHECK(n >= 1, "{} (CUDA): cannot reduce over an empty dimension", op);
-  DeviceGuard guard(dev);
   const Tensor x = x_in.contiguous();
   check_launch(op, reduce_launch::max_min_lastdim(et, x.raw_data(), is_max, values.raw_data(),
                                                   indices.defined() ? static_cast<int64_t*>(indices.raw_data())
@@ -83,7 +82,6 @@ void max_min_middim(const Tensor& x_in, bool is_max, Tensor& values, Tensor& ind
   if (indices.defined()) check_out(op, "indices", indices, dev, kInt64, outer * inner);
   if (outer * inner == 0) return;
   ASC_CHECK(n >= 1, "{} (CUDA): cannot reduce over an empty dimension", op);
-  DeviceGuard guard(dev);
   const Tensor x = x_in.contiguous();
   check_launch(op, reduce_launch::max_min_middim(et, x.raw_data(), is_max, values.raw_data(),
                                                  indices.defined() ? static_cast<int64_t*>(indices.raw_data())
@@ -99,7 +97,6 @@ void logsumexp_lastdim(const Tensor& x_in, Tensor& out) {
   const int64_t rows = x_in.size(0), n = x_in.size(1);
   check_out(op, "out", out, dev, x_in.dtype(), rows);
   if (rows == 0) return;
-  DeviceGuard guard(dev);
   const Tensor x = x_in.contiguous();
   check_launch(op, reduce_launch::logsumexp_lastdim(et, x.raw_data(), out.raw_data(), rows, n, current_stream()));
 }

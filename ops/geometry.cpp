@@ -25,8 +25,7 @@ namespace {
 
 // float32 / float64 everywhere; bfloat16 / float16 too on CUDA (the CPU has no 16-bit kernels).
 void check_float(const char* op, const Tensor& t, const char* what) {
-  const bool half = t.dtype() == kBFloat16 || t.dtype() == kFloat16;
-  ASC_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || (half && t.device().is_cuda()),
+  ASC_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || (is_reduced_float(t.dtype()) && t.device().is_cuda()),
             "{}: {} must be float32 or float64 (or bfloat16 / float16 on CUDA), got {} on {}", op, what, t.dtype(),
             t.device());
 }

@@ -113,7 +113,7 @@ Tensor norm_impl(const char* name, bool rms, const Tensor& x, const Shape& ns, c
   Tensor y2 = Tensor::empty({rows, n}, x.options());
   // Row statistics in the accumulation dtype: float32 for bfloat16 / float16 inputs (rounding rstd to 16 bits would
   // put a per-row error of up to 2^-9 into every gradient, which the weight gradient's sum over rows accumulates).
-  const DType stat_dt = (x.dtype() == kBFloat16 || x.dtype() == kFloat16) ? kFloat32 : x.dtype();
+  const DType stat_dt = accumulate_dtype(x.dtype());
   Tensor mean = rms ? Tensor() : Tensor::empty({rows}, {.dtype = stat_dt, .device = x.device()});
   Tensor rstd = Tensor::empty({rows}, {.dtype = stat_dt, .device = x.device()});
   ASC_KERNEL(x.device(), name, layer_norm_forward, x2, w1, b1, eps, rms, y2, mean, rstd);
