@@ -106,7 +106,16 @@ bool is_float_input(const In& in) { return in.kind == Kind::Normal || in.kind ==
 struct Tol {
   double atol, rtol;
 };
-Tol tol_for(DType dt) { return dt == kFloat64 ? Tol{1e-10, 1e-9} : Tol{2e-5, 2e-4}; }
+// 16-bit: 8 (bfloat16) / 11 (float16) significant bits, a few roundings deep, and sums that cancel: about 8 units of
+// the last place, relative to the terms rather than the result.
+Tol tol_for(DType dt) {
+  switch (dt) {
+    case kFloat64: return {1e-10, 1e-9};
+    case kBFloat16: return {3e-2, 3e-2};
+    case kFloat16: return {6e-3, 6e-3};
+    default: return {2e-5, 2e-4};
+  }
+}
 
 // First mismatch between a (from CUDA, moved back) and b (CPU), or "" when they agree.
 std::string compare(const Tensor& a, const Tensor& b, Tol tol) {
@@ -164,22 +173,36 @@ std::string compare_gradients(const TensorList& out_cpu, const TensorList& out_g
     if (!gc.defined() && !gg.defined()) continue;
     if (!gg.defined()) return fmt::format("input {}: no gradient on the GPU", i);
     if (!gc.defined()) return fmt::format("input {}: gradient on the GPU only", i);
-    std::string m = compare(gg.to(gc.dtype()).cpu(), gc, tol);
+    std::string m = compare(half ? gg.to(gc.dtype()).cpu() : gg.cpu(), gc, tol);
     if (!m.empty()) return fmt::format("grad of input {}: {}", i, m);
   }
   return "";
 }
 
 // Runs one (case, dtype, view); returns "" on success or what went wrong.
+// 16-bit dtypes: the GPU runs in that dtype, the CPU (which has no 16-bit kernels) in float32 on the very same
+// 16-bit-rounded inputs and cotangents; the GPU rounds its outputs (and, in composite ops, intermediates) to 16 bits,
+// hence tol_for's wider tolerances.
 // cpu_only: just the CPU half (forward and backward), to validate the table on machines without a GPU.
 std::string run_one(const Case& c, DType dt, View view, uint64_t seed, bool cpu_only = false) {
   Generator gen(seed);
+  const bool half = is_reduced_float(dt);
   std::vector<Tensor> leaves_cpu, leaves_gpu;
   TensorList args_cpu, args_gpu;
+  bool float_input = false;
   for (const In& in : c.inputs) {
-    Tensor leaf = make_leaf(in, view, dt, gen);
-    const bool grad = c.backward && in.grad && is_float_input(in);
-    Tensor lc = leaf.detach(), lg = cpu_only ? leaf.detach().clone() : leaf.detach().to(gpu());
+    Tensor leaf = make_leaf(in, view, half ? kFloat32 : dt, gen);
+    const bool fl = is_float_input(in), grad = c.backward && in.grad && fl;
+    float_input = float_input || fl;
+    Tensor lc, lg;
+    if (cpu_only) {
+      lc = leaf.detach(), lg = leaf.detach().clone();
+    } else if (half && fl) {
+      lg = leaf.to(gpu()).to(dt).detach();
+      lc = lg.to(kFloat32).cpu().detach();
+    } else {
+      lc = leaf.detach(), lg = leaf.detach().to(gpu());
+    }
     if (grad) {
       lc.set_requires_grad(true);
       lg.set_requires_grad(true);
@@ -208,56 +231,15 @@ std::string run_one(const Case& c, DType dt, View view, uint64_t seed, bool cpu_
   for (size_t k = 0; k < out_cpu.size(); ++k) {
     if (!out_gpu[k].defined() || !out_cpu[k].defined()) continue;
     if (!(out_gpu[k].device() == gpu())) return fmt::format("output {} is not on the GPU", k);
-    std::string m = compare(out_gpu[k].cpu(), out_cpu[k], tol);
+    const bool float_out = is_floating(out_cpu[k].dtype());
+    if (half && float_input && float_out && out_gpu[k].dtype() != dt)
+      return fmt::format("output {} is {}, not {}", k, out_gpu[k].dtype(), dt);
+    std::string m = compare(half && float_out ? out_gpu[k].to(kFloat32).cpu() : out_gpu[k].cpu(), out_cpu[k], tol);
     if (!m.empty()) return fmt::format("output {}: {}", k, m);
   }
   if (!c.backward) return "";
-  return compare_gradients(out_cpu, out_gpu, leaves_cpu, leaves_gpu, std::nullopt, gen, tol);
-}
-
-// One (case, 16-bit dtype, view) on the GPU against the CPU in float32 on the very same 16-bit-rounded inputs and
-// cotangents (the CPU has no 16-bit kernels): the GPU rounds its outputs (and, in composite ops, intermediates)
-// to 16 bits, hence the wider tolerance. Returns "" on success.
-std::string run_one_half(const Case& c, DType half, View view, uint64_t seed) {
-  Generator gen(seed);
-  std::vector<Tensor> leaves_cpu, leaves_gpu;
-  TensorList args_cpu, args_gpu;
-  for (const In& in : c.inputs) {
-    Tensor leaf = make_leaf(in, view, kFloat32, gen);
-    const bool fl = is_float_input(in), grad = c.backward && in.grad && fl;
-    Tensor lg = fl ? leaf.to(gpu()).to(half).detach() : leaf.to(gpu());
-    Tensor lc = fl ? lg.to(kFloat32).cpu().detach() : leaf;
-    if (grad) {
-      lc.set_requires_grad(true);
-      lg.set_requires_grad(true);
-    }
-    leaves_cpu.push_back(lc);
-    leaves_gpu.push_back(lg);
-    args_cpu.push_back(view_of(lc, in, view));
-    args_gpu.push_back(view_of(lg, in, view));
-  }
-  TensorList out_cpu = c.fn(args_cpu), out_gpu;
-  try {
-    out_gpu = c.fn(args_gpu);
-  } catch (const Error& e) {
-    return fmt::format("forward: {}", e.what());
-  }
-  // 8 (bfloat16) / 11 (float16) significant bits, a few roundings deep, and sums that cancel: about 8 units of the
-  // last place, relative to the terms rather than the result.
-  const Tol tol = half == kBFloat16 ? Tol{3e-2, 3e-2} : Tol{6e-3, 6e-3};
-  bool float_input = false;
-  for (const In& in : c.inputs) float_input = float_input || is_float_input(in);
-  auto back = [](const Tensor& t) { return is_floating(t.dtype()) ? t.to(kFloat32).cpu() : t.cpu(); };
-  if (out_cpu.size() != out_gpu.size()) return "different number of outputs";
-  for (size_t k = 0; k < out_cpu.size(); ++k) {
-    if (!out_gpu[k].defined() || !out_cpu[k].defined()) continue;
-    if (float_input && is_floating(out_cpu[k].dtype()) && out_gpu[k].dtype() != half)
-      return fmt::format("output {} is {}, not {}", k, out_gpu[k].dtype(), half);
-    std::string m = compare(back(out_gpu[k]), out_cpu[k], tol);
-    if (!m.empty()) return fmt::format("output {}: {}", k, m);
-  }
-  if (!c.backward) return "";
-  return compare_gradients(out_cpu, out_gpu, leaves_cpu, leaves_gpu, half, gen, tol);
+  return compare_gradients(out_cpu, out_gpu, leaves_cpu, leaves_gpu, half ? std::optional<DType>(dt) : std::nullopt,
+                           gen, tol);
 }
 
 // Runs every case of a family in float32 and float64 and every view; reports each failure and a summary.
@@ -280,51 +262,34 @@ void run_family(const char* family, const std::vector<Case>& cases) {
   if (gpu().index >= asc::cuda::device_count())
     FAIL("ASC_PARITY_DEVICE=" << gpu().index << " but only " << asc::cuda::device_count() << " CUDA devices exist");
   const size_t dev0_before = asc::cuda::memory_stats(0).allocated;
-  int passed = 0, failed = 0;
-  std::map<std::string, std::string> first_failure;  // op -> first error
+  std::map<std::string, std::string> first_failure;  // op (+ " (16-bit)") -> first error
   uint64_t seed = 1000;
-  for (const Case& c : cases) {
-    for (DType dt : {kFloat32, kFloat64}) {
-      for (View v : c.views) {
-        std::string err;
-        try {
-          err = run_one(c, dt, v, ++seed);
-        } catch (const Error& e) {
-          err = fmt::format("CPU reference failed: {}", e.what());
-        }
-        if (err.empty()) {
-          ++passed;
-        } else {
-          ++failed;
-          std::string what = fmt::format("{} [{} {}]: {}", c.op, dtype_name(dt), view_name(v), err);
-          first_failure.emplace(c.op, what);
-          FAIL_CHECK(what);
-        }
-      }
-    }
-  }
-  // The same table in bfloat16 and float16.
-  int half_passed = 0, half_failed = 0;
-  for (const Case& c : cases) {
-    for (DType half : {kBFloat16, kFloat16}) {
-      for (View v : c.views) {
-        std::string err;
-        try {
-          err = run_one_half(c, half, v, ++seed);
-        } catch (const Error& e) {
-          err = fmt::format("CPU reference failed: {}", e.what());
-        }
-        if (err.empty()) {
-          ++half_passed;
-        } else {
-          ++half_failed;
-          std::string what = fmt::format("{} [{} {}]: {}", c.op, dtype_name(half), view_name(v), err);
-          first_failure.emplace(c.op + " (16-bit)", what);
-          FAIL_CHECK(what);
+  // The whole table in float32 / float64, then again in bfloat16 / float16.
+  auto run_dtypes = [&](std::initializer_list<DType> dtypes, const char* tag, int& passed, int& failed) {
+    for (const Case& c : cases) {
+      for (DType dt : dtypes) {
+        for (View v : c.views) {
+          std::string err;
+          try {
+            err = run_one(c, dt, v, ++seed);
+          } catch (const Error& e) {
+            err = fmt::format("CPU reference failed: {}", e.what());
+          }
+          if (err.empty()) {
+            ++passed;
+          } else {
+            ++failed;
+            std::string what = fmt::format("{} [{} {}]: {}", c.op, dtype_name(dt), view_name(v), err);
+            first_failure.emplace(c.op + tag, what);
+            FAIL_CHECK(what);
+          }
         }
       }
     }
-  }
+  };
+  int passed = 0, failed = 0, half_passed = 0, half_failed = 0;
+  run_dtypes({kFloat32, kFloat64}, "", passed, failed);
+  run_dtypes({kBFloat16, kFloat16}, " (16-bit)", half_passed, half_failed);
   // Work on another device allocates nothing on cuda:0 (every output and scratch buffer lives with its inputs).
   if (gpu().index != 0) CHECK(asc::cuda::memory_stats(0).allocated == dev0_before);
   std::string summary = fmt::format("{}: {} passed, {} failed on {}; bfloat16/float16: {} passed, {} failed", family,
