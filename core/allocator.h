@@ -13,13 +13,22 @@ class Allocator {
   // nbytes on `device` (the CUDA allocator serves that device's pool, whatever device is current).
   virtual void* allocate(size_t nbytes, Device device) = 0;
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
-  // Copies between two buffers of this allocator's device.
+  // Copies between two buffers of this allocator's device (the CUDA allocator: also host<->device, blocking).
   virtual void copy(void* dst, const void* src, size_t nbytes) = 0;
+  // Like copy, but may return before the copy has finished when the host side is pinned memory (see
+  // Tensor::pin_memory): the CUDA allocator then queues it on the device's current stream. Later work on that
+  // stream sees the data; the host must not write the source until the stream has reached the copy.
+  virtual void copy_async(void* dst, const void* src, size_t nbytes) { copy(dst, src, nbytes); }
 };
 
 // The allocator for `device`; throws asc::Error when that device type has no backend in this build/machine.
 Allocator* allocator_for(Device device);
 // Installs the allocator for a device type (called by the CUDA backend at start-up).
 void register_allocator(Device::Type type, Allocator* alloc);
+
+// The allocator of page-locked ("pinned") host memory, which the GPU can read and write by DMA while the host
+// goes on; nullptr when there is no CUDA device. CPU tensors whose storage comes from it are "pinned".
+Allocator* pinned_allocator();
+void register_pinned_allocator(Allocator* alloc);
 
 }  // namespace asc

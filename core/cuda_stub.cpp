@@ -13,6 +13,8 @@ bool allow_tf32() { return false; }
 MemoryStats memory_stats(int) { return {}; }
 void reset_peak_memory_stats(int) {}
 void empty_cache() {}
+PinnedStats pinned_memory_stats() { return {}; }
+void empty_pinned_cache() {}
 void record_stream(const void*, uintptr_t) { ASC_THROW("cuda::record_stream: this build has no CUDA backend"); }
 DeviceScope::DeviceScope(int index) { ASC_THROW("cuda:{}: this build has no CUDA backend", index); }
 DeviceScope::~DeviceScope() = default;

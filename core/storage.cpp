@@ -76,6 +76,7 @@ const bool g_malloc_tuned = [] {
   return true;
 }();
 Allocator* g_allocators[2] = {&g_cpu_allocator, nullptr};
+Allocator* g_pinned_allocator = nullptr;
 
 }  // namespace
 
@@ -88,7 +89,14 @@ Allocator* allocator_for(Device device) {
 
 void register_allocator(Device::Type type, Allocator* alloc) { g_allocators[static_cast<int>(type)] = alloc; }
 
+Allocator* pinned_allocator() { return g_pinned_allocator; }
+void register_pinned_allocator(Allocator* alloc) { g_pinned_allocator = alloc; }
+
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), alloc_(allocator_for(device)) {
+  data_ = alloc_->allocate(nbytes, device);
+}
+
+Storage::Storage(size_t nbytes, Device device, Allocator* alloc) : nbytes_(nbytes), device_(device), alloc_(alloc) {
   data_ = alloc_->allocate(nbytes, device);
 }
 

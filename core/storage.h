@@ -12,6 +12,8 @@ namespace asc {
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
+  // nbytes from a given allocator (e.g. pinned_allocator() for a pinned CPU storage).
+  Storage(size_t nbytes, Device device, Allocator* alloc);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -19,6 +21,7 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  Allocator* allocator() const { return alloc_; }
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
 

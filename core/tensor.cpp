@@ -280,18 +280,45 @@ Tensor Tensor::to(DType dt) const {
   return out;
 }
 
-Tensor Tensor::to(Device dev) const {
+Tensor Tensor::to(Device dev, bool non_blocking) const {
   if (dev == device()) return *this;
   Tensor src = contiguous();
   Tensor out = Tensor::empty(shape(), {dtype(), dev});
   // Host <-> device transfers go through the destination's (or source's) allocator copy; the CUDA backend's
-  // allocator implements cross-device copies.
+  // allocator implements cross-device copies, and asynchronous ones from pinned memory.
   Allocator* a = allocator_for(dev.is_cpu() ? device() : dev);
-  a->copy(out.raw_data(), src.raw_data(), static_cast<size_t>(numel()) * element_size());
+  const size_t nbytes = static_cast<size_t>(numel()) * element_size();
+  if (non_blocking && dev.is_cuda() && src.is_pinned()) {
+    a->copy_async(out.raw_data(), src.raw_data(), nbytes);
+  } else {
+    a->copy(out.raw_data(), src.raw_data(), nbytes);
+  }
   if (autograd::needs_grad(*this)) {
     Device back = device();
     autograd::record("to(device)", {*this}, {out}, [back](const TensorList& g) -> TensorList { return {g[0].to(back)}; });
   }
+  return out;
+}
+
+bool Tensor::is_pinned() const {
+  return defined() && device().is_cpu() && pinned_allocator() && impl_->storage->allocator() == pinned_allocator();
+}
+
+Tensor Tensor::pin_memory() const {
+  ASC_CHECK(defined(), "pin_memory: undefined tensor");
+  ASC_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got a tensor {} on {}", shape(),
+            device());
+  if (is_pinned()) return *this;
+  Allocator* pinned = pinned_allocator();
+  ASC_CHECK(pinned != nullptr, "pin_memory: pinned host memory needs a CUDA device (none available; tensor {})",
+            shape());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(numel()) * element_size(), Device::cpu(), pinned);
+  impl->shape = shape();
+  impl->strides = contiguous_strides(shape());
+  impl->dtype = dtype();
+  Tensor out(std::move(impl));
+  out.copy_(detach());
   return out;
 }
 

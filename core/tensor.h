@@ -138,8 +138,18 @@ class Tensor {
   Tensor contiguous() const;               // *this when already contiguous, else a copy
   Tensor clone() const;                    // always a copy (differentiable)
   Tensor to(DType dtype) const;            // cast (differentiable between float types)
-  Tensor to(Device device) const;          // copy to another device (differentiable)
+  Tensor to(Device device) const { return to(device, false); }  // copy to another device (differentiable)
+  // non_blocking: a host->device copy from a pinned tensor is queued on the destination device's current stream
+  // and returns at once (ops on that stream see the data; do not write the source before cuda::synchronize()).
+  // Any other copy blocks as without it.
+  Tensor to(Device device, bool non_blocking) const;
   Tensor cpu() const { return to(Device::cpu()); }
+  // A detached copy of this CPU tensor in page-locked host memory (a caching pool; error without a CUDA device).
+  // Host->device copies from it run at full DMA bandwidth and may be non_blocking.
+  //   asc::Tensor batch = next_batch().pin_memory();
+  //   asc::Tensor x = batch.to(asc::Device::cuda(), /*non_blocking=*/true);  // overlaps with the host's work
+  Tensor pin_memory() const;
+  bool is_pinned() const;  // CPU tensor whose storage is pinned host memory
 
   // ---- in-place (not allowed on tensors that require grad; they bump the version counter) --------------------
   Tensor& copy_(const Tensor& src);  // broadcasting copy with dtype conversion

@@ -60,4 +60,19 @@ void empty_cache();
 // uintptr_t) in addition to the stream it was allocated on: freeing it is deferred until that stream is idle.
 void record_stream(const void* data, uintptr_t stream);
 
+// Counters of the pinned host memory pool behind Tensor::pin_memory() (cuda/host_allocator.h).
+//   auto before = asc::cuda::pinned_memory_stats().num_host_allocs;  // flat in a steady loop: blocks are reused
+struct PinnedStats {
+  size_t allocated = 0;          // bytes in live blocks (sizes rounded up to a power of two, >= 4 KiB)
+  size_t reserved = 0;           // bytes of pinned memory held, live or cached
+  uint64_t num_host_allocs = 0;  // cudaHostAlloc calls
+  uint64_t num_host_frees = 0;   // cudaFreeHost calls (empty_pinned_cache)
+  uint64_t num_allocs = 0;       // blocks handed out
+  uint64_t num_cache_hits = 0;   // ... of which came from the cache
+  uint64_t num_recorded_uses = 0;  // asynchronous copies recorded against a block
+};
+PinnedStats pinned_memory_stats();
+// Returns every cached pinned block whose copies have completed to the driver.
+void empty_pinned_cache();
+
 }  // namespace asc::cuda

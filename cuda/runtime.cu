@@ -14,6 +14,7 @@
 #include "cuda/caching_allocator.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/host_allocator.h"
 #include "cuda/cuda.h"
 
 namespace asc::cuda {
@@ -122,6 +123,20 @@ class CudaAllocator final : public Allocator {
   // Host<->device and device<->device copies (unified addressing picks the direction).
   void copy(void* dst, const void* src, size_t nbytes) override {
     if (nbytes) ASC_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
+  }
+  // Host -> device from a pinned block: queued on the destination device's current stream, so the ops that
+  // follow on that stream see the data; the block records the copy so that it is not reused before it completes.
+  void copy_async(void* dst, const void* src, size_t nbytes) override {
+    if (!nbytes) return;
+    const auto& all = device_allocators();
+    int device = -1;
+    for (size_t d = 0; d < all.size() && device < 0; ++d)
+      if (all[d]->owns(dst)) device = static_cast<int>(d);
+    if (device < 0 || !is_pinned_pointer(src)) return copy(dst, src, nbytes);
+    DeviceScope on(device);
+    cudaStream_t stream = stream_of(device);
+    ASC_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
+    record_pinned_use(src, reinterpret_cast<uintptr_t>(stream));
   }
 };
 

@@ -5,7 +5,9 @@
 //     (same run, interleaved, best of each) and their ratio (target >= 0.95);
 //   elementwise add (float32, 2^26 elements) and softmax (float32, (65536, 1024)): GB/s against the device's
 //     theoretical memory bandwidth (target >= 70%);
-//   allocator: device mallocs during 100 steady-state training steps of a small MLP (target 0).
+//   allocator: device mallocs during 100 steady-state training steps of a small MLP (target 0);
+//   host->device copy of 256 MiB: GB/s from pinned memory (Tensor::pin_memory, non_blocking) next to the same copy
+//     from pageable memory, and pinned-pool host allocations during 20 steady-state pin+copy steps (target 0).
 // Without a GPU it says so and exits 0.
 #include <algorithm>
 #include <chrono>
@@ -163,6 +165,35 @@ int main(int argc, char** argv) {
     uint64_t mallocs = cuda::memory_stats().num_device_mallocs - before;
     rows.push_back({"allocator: device mallocs in 100 steps", "count", static_cast<double>(mallocs), 0, 0,
                     "MLP 256-1024-1024-10, AdamW; target 0"});
+  }
+
+  {  // host->device transfers: pageable vs pinned, wall time of the whole copy (the host waits for both)
+    const int64_t n = int64_t{1} << (quick ? 24 : 26);  // float32: 64 / 256 MiB
+    Tensor host = rand({n});
+    Tensor pinned = host.pin_memory();
+    auto wall = [&](const Tensor& src, bool non_blocking) {
+      double best = 1e30;
+      for (int r = 0; r < reps; ++r) {
+        cuda::synchronize();
+        auto t0 = std::chrono::steady_clock::now();
+        Tensor d = src.to(Device::cuda(), non_blocking);
+        cuda::synchronize();
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      return best;
+    };
+    const double pageable = n * 4.0 / wall(host, false) / 1e9, pin = n * 4.0 / wall(pinned, true) / 1e9;
+    rows.push_back({fmt::format("H2D copy fp32 {} MiB, pinned", n * 4 >> 20), "GB/s", pin, pageable, pin / pageable,
+                    "ref: the same copy from pageable memory"});
+    auto step = [&] { Tensor d = host.narrow(0, 0, n / 4).pin_memory().to(Device::cuda(), true); };
+    for (int i = 0; i < 3; ++i) step();  // warm-up: the pool's blocks of this size (one may still be in a copy)
+    cuda::synchronize();
+    const uint64_t before = cuda::pinned_memory_stats().num_host_allocs;
+    for (int i = 0; i < 20; ++i) step();
+    cuda::synchronize();
+    rows.push_back({"pinned pool: host allocs in 20 steps", "count",
+                    static_cast<double>(cuda::pinned_memory_stats().num_host_allocs - before), 0, 0,
+                    "pin_memory + non_blocking copy per step; target 0"});
   }
 
   std::printf("\n%-40s %-8s %12s %12s %8s  %s\n", "benchmark", "metric", "ascender", "reference", "ratio", "notes");

@@ -22,6 +22,11 @@ class DeviceAccess {
   DeviceAccess& operator=(const DeviceAccess&) = delete;
 };
 
+// Runs the deferred asynchronous copies now (hold device_mutex()); DeviceAccess does it too.
+void flush_deferred();
+// Whether [p, p + bytes) lies inside one pinned host block (cudaHostAlloc / cudaMallocHost).
+bool pinned_range(const void* p, size_t bytes);
+
 // Whether [p, p + bytes) lies inside one live device allocation. `what` describes the operand for the message
 // written to `why` when it does not.
 bool device_range_ok(const void* p, size_t bytes, const char* what, std::string* why);

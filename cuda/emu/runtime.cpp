@@ -153,6 +153,14 @@ void install_segv_handler() {
 
 std::set<cudaStream_t> g_streams;
 std::set<cudaEvent_t> g_events;
+std::map<uintptr_t, size_t> g_pinned;  // pinned host blocks: start -> length
+// Asynchronous copies touching pinned host memory, run at the next device operation (see cuda_runtime.h).
+struct DeferredCopy {
+  void* dst;
+  const void* src;
+  size_t count;
+};
+std::vector<DeferredCopy> g_deferred;
 
 bool valid_stream(cudaStream_t s) {
   const auto v = reinterpret_cast<uintptr_t>(s);
@@ -429,12 +437,28 @@ std::recursive_mutex& device_mutex() {
 }
 
 DeviceAccess::DeviceAccess() {
-  if (g_access_depth++ == 0)
+  if (g_access_depth++ == 0) {
     for (const auto& [k, r] : g_regions) protect(r, true);
+    // Queued asynchronous copies complete before any later device operation.
+    for (const DeferredCopy& c : g_deferred) std::memmove(c.dst, c.src, c.count);
+    g_deferred.clear();
+  }
 }
 DeviceAccess::~DeviceAccess() {
   if (--g_access_depth == 0)
     for (const auto& [k, r] : g_regions) protect(r, false);
+}
+
+void flush_deferred() {
+  if (!g_deferred.empty()) DeviceAccess access;
+}
+
+bool pinned_range(const void* p, size_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = g_pinned.upper_bound(a);
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
 }
 
 bool device_range_ok(const void* p, size_t bytes, const char* what, std::string* why) {
@@ -636,7 +660,12 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return config().devices > 0 ? cudaSuccess : record(cudaErrorNoDevice); }
+cudaError_t cudaDeviceSynchronize() {
+  if (config().devices == 0) return record(cudaErrorNoDevice);
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  flush_deferred();
+  return cudaSuccess;
+}
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   std::lock_guard<std::recursive_mutex> lock(device_mutex());
@@ -743,6 +772,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
   std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  flush_deferred();
   const Region* r = region_of(ptr);
   if (!r || r->user != ptr)
     return fail(cudaErrorInvalidDevicePointer, format("cudaFree(%p): not a pointer cudaMalloc returned", ptr));
@@ -753,12 +783,21 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMallocHost(void** ptr, size_t size) {
-  if (!ptr) return record(cudaErrorInvalidValue);
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned flags) {
+  if (!ptr || flags > (cudaHostAllocPortable | cudaHostAllocDefault)) return record(cudaErrorInvalidValue);
   *ptr = size ? std::aligned_alloc(256, round_up(size, 256)) : nullptr;
-  return (*ptr || !size) ? cudaSuccess : record(cudaErrorMemoryAllocation);
+  if (!*ptr) return size ? record(cudaErrorMemoryAllocation) : cudaSuccess;
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  g_pinned[reinterpret_cast<uintptr_t>(*ptr)] = size;
+  return cudaSuccess;
 }
+cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaHostAlloc(ptr, size, cudaHostAllocDefault); }
 cudaError_t cudaFreeHost(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  flush_deferred();
+  if (!g_pinned.erase(reinterpret_cast<uintptr_t>(ptr)))
+    return fail(cudaErrorInvalidValue, format("cudaFreeHost(%p): not a pointer cudaHostAlloc returned", ptr));
   std::free(ptr);
   return cudaSuccess;
 }
@@ -785,12 +824,22 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
-  {
-    std::lock_guard<std::recursive_mutex> lock(device_mutex());
-    if (!valid_stream(stream))
-      return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync on a stream that does not exist");
-  }
-  return cudaMemcpy(dst, src, count, kind);
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  if (!valid_stream(stream))
+    return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync on a stream that does not exist");
+  // Between pinned host memory and the device the copy is truly asynchronous: check it now, run it later.
+  // (From pageable memory CUDA stages the source before returning, so it runs at once.)
+  const bool h2d = pinned_range(src, count) && region_of(dst);
+  const bool d2h = pinned_range(dst, count) && region_of(src);
+  if (count == 0 || !(h2d || d2h)) return cudaMemcpy(dst, src, count, kind);
+  std::string why;
+  if (!device_range_ok(h2d ? dst : src, count, h2d ? "cudaMemcpyAsync destination" : "cudaMemcpyAsync source", &why))
+    return fail(cudaErrorInvalidValue, why);
+  if (kind != cudaMemcpyDefault && kind != (h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost))
+    return fail(cudaErrorInvalidMemcpyDirection,
+                format("cudaMemcpyAsync kind %d contradicts the pointers", static_cast<int>(kind)));
+  g_deferred.push_back({dst, src, count});
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {
@@ -828,10 +877,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  flush_deferred();
   return valid_stream(stream) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return cudaStreamQuery(stream); }
 
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  if (flags & ~cudaEventDisableTiming) return record(cudaErrorInvalidValue);
+  return cudaEventCreate(event);
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
   if (!event) return record(cudaErrorInvalidValue);
   std::lock_guard<std::recursive_mutex> lock(device_mutex());
@@ -854,6 +909,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  flush_deferred();
   return g_events.count(event) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {

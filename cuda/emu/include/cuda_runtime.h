@@ -135,7 +135,13 @@ inline cudaError_t cudaMalloc(T** ptr, size_t size) {
   return cudaMalloc(reinterpret_cast<void**>(ptr), size);
 }
 cudaError_t cudaFree(void* ptr);
+// Pinned host memory. An asynchronous copy between pinned host memory and the device is *deferred*: it runs at the
+// next CUDA call that could observe it (a launch, copy, memset, GEMM, stream/event query or sync, a free), not at
+// the call. Host code that touches the pinned buffer in between (a race on a GPU) sees or leaves stale data, so
+// tests can catch code that reuses a pinned buffer before its copy has completed.
+constexpr unsigned cudaHostAllocDefault = 0, cudaHostAllocPortable = 1;
 cudaError_t cudaMallocHost(void** ptr, size_t size);
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned flags);
 cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream = 0);
@@ -147,7 +153,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 
+constexpr unsigned cudaEventDefault = 0, cudaEventDisableTiming = 2;
 cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
