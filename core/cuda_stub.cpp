@@ -2,6 +2,7 @@
 #ifndef ASC_HAVE_CUDA
 #include "core/error.h"
 #include "cuda/cuda.h"
+#include "cuda/cudnn_sdpa.h"
 
 namespace asc::cuda {
 bool is_available() { return false; }
@@ -16,6 +17,16 @@ void empty_cache() {}
 PinnedStats pinned_memory_stats() { return {}; }
 void empty_pinned_cache() {}
 void record_stream(const void*, uintptr_t) { ASC_THROW("cuda::record_stream: this build has no CUDA backend"); }
+std::string cudnn_sdpa_unsupported(const Tensor&, const Tensor&, const Tensor&, bool, bool) {
+  return "this build has no CUDA backend";
+}
+void cudnn_sdpa_forward(const Tensor&, const Tensor&, const Tensor&, bool, double, Tensor&, Tensor&) {
+  ASC_THROW("scaled_dot_product_attention: this build has no CUDA backend");
+}
+void cudnn_sdpa_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         bool, double, Tensor&, Tensor&, Tensor&) {
+  ASC_THROW("scaled_dot_product_attention: this build has no CUDA backend");
+}
 DeviceScope::DeviceScope(int index) { ASC_THROW("cuda:{}: this build has no CUDA backend", index); }
 DeviceScope::~DeviceScope() = default;
 }  // namespace asc::cuda
