@@ -167,6 +167,26 @@ int main(int argc, char** argv) {
                     "MLP 256-1024-1024-10, AdamW; target 0"});
   }
 
+  {  // attention: cuDNN flash attention vs the composed ops, bf16, forward + backward
+    const int64_t B = 8, H = 16, T = quick ? 512 : 1024, D = 64;
+    auto make = [&] {
+      Tensor t = randn({B, T, H, D}, {.device = Device::cuda()}).to(kBFloat16).permute({0, 2, 1, 3});
+      t.set_requires_grad(true);
+      return t;
+    };
+    Tensor q = make(), k = make(), v = make();
+    auto step = [&] {
+      nn::scaled_dot_product_attention(q, k, v, {.causal = true}).sum().backward();
+    };
+    const std::string choice = nn::sdpa_choice(q, k, v, {.causal = true});
+    const double fused = gpu_time(step, reps, 3);
+    nn::set_sdpa_backend(nn::SdpaBackend::Math);
+    const double math = gpu_time(step, reps, 3);
+    nn::set_sdpa_backend(nn::SdpaBackend::Auto);
+    rows.push_back({fmt::format("attention bf16 causal fwd+bwd T={}", T), "ms", fused * 1e3, math * 1e3,
+                    math / fused, "ref: composed ops (Math backend); auto path: " + choice});
+  }
+
   {  // host->device transfers: pageable vs pinned, wall time of the whole copy (the host waits for both)
     const int64_t n = int64_t{1} << (quick ? 24 : 26);  // float32: 64 / 256 MiB
     Tensor host = rand({n});
