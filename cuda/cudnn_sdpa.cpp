@@ -262,6 +262,19 @@ Dims4 swap_last(const Dims4& d) { return {d[0], d[1], d[3], d[2]}; }
 // Strides (the layout) of the output o and of dout as handed to the backward: heads-last (B, T, H, D).
 Dims4 heads_last_strides(int64_t H, int64_t T, int64_t D) { return {T * H * D, D, H * D, 1}; }
 
+// Top-left causal mask on scores of shape `scores`: row >= col ? x : -inf (the graphs' shared sub-graph).
+cudnnBackendDescriptor_t causal_mask(GraphBuilder& g, cudnnBackendDescriptor_t x, const Dims4& scores) {
+  auto neg_inf = g.scalar(kNegInf);
+  auto r = g.virt(scores, CUDNN_DATA_INT32), c = g.virt(scores, CUDNN_DATA_INT32);
+  auto keep = g.virt(scores, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, r, nullptr, 2);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, c, nullptr, 3);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, r, c, keep, nullptr, -1, CUDNN_DATA_BOOLEAN);
+  auto masked = g.virt(scores);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, neg_inf, masked, keep);  // the by-value -inf goes in BDESC
+  return masked;
+}
+
 // Forward graph, §1 of the recipe in the file comment.
 void build_forward(GraphBuilder& g, const Dims4& qd, const Dims4& qs, const Dims4& kd, const Dims4& ks,
                    const Dims4& vs, const Dims4& os, bool causal) {
@@ -279,17 +292,7 @@ void build_forward(GraphBuilder& g, const Dims4& qd, const Dims4& qs, const Dims
   g.matmul(q, kt, s1);
   auto s = g.virt(scores);
   g.pointwise(CUDNN_POINTWISE_MUL, s1, scale, s);  // scale first, as the fused engines expect
-  if (causal) {
-    auto neg_inf = g.scalar(kNegInf);
-    auto r = g.virt(scores, CUDNN_DATA_INT32), c = g.virt(scores, CUDNN_DATA_INT32);
-    auto keep = g.virt(scores, CUDNN_DATA_BOOLEAN);
-    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, r, nullptr, 2);
-    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, c, nullptr, 3);
-    g.pointwise(CUDNN_POINTWISE_CMP_GE, r, c, keep, nullptr, -1, CUDNN_DATA_BOOLEAN);
-    auto masked = g.virt(scores);
-    g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, neg_inf, masked, keep);  // keep ? s : -inf
-    s = masked;
-  }
+  if (causal) s = causal_mask(g, s, scores);
   auto m = g.virt(row);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, s, m);
   auto centred = g.virt(scores), e = g.virt(scores);
@@ -334,17 +337,7 @@ void build_backward(GraphBuilder& g, const Dims4& qd, const Dims4& qs, const Dim
   g.matmul(q, kt, s);
   g.pointwise(CUDNN_POINTWISE_MUL, s, scale, ss);
   g.pointwise(CUDNN_POINTWISE_SUB, ss, stats, sm);
-  if (causal) {
-    auto neg_inf = g.scalar(kNegInf);
-    auto r = g.virt(scores, CUDNN_DATA_INT32), c = g.virt(scores, CUDNN_DATA_INT32);
-    auto keep = g.virt(scores, CUDNN_DATA_BOOLEAN);
-    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, sm, nullptr, r, nullptr, 2);
-    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, sm, nullptr, c, nullptr, 3);
-    g.pointwise(CUDNN_POINTWISE_CMP_GE, r, c, keep, nullptr, -1, CUDNN_DATA_BOOLEAN);
-    auto masked = g.virt(scores);
-    g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, sm, neg_inf, masked, keep);
-    sm = masked;
-  }
+  if (causal) sm = causal_mask(g, sm, scores);
   auto p = g.virt(scores);
   g.pointwise(CUDNN_POINTWISE_EXP, sm, nullptr, p);
   // dV = Pᵀ·dO

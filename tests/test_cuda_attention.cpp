@@ -9,14 +9,9 @@
 #include "testing.h"
 
 using namespace asc;
+using asc::testing::gpu_or_skip;
 
 namespace {
-
-bool gpu_or_skip() {
-  if (cuda::is_available()) return true;
-  MESSAGE("no CUDA device: skipped");
-  return false;
-}
 
 // Restores the process-wide backend after a test changes it.
 struct BackendScope {
@@ -117,12 +112,8 @@ TEST_CASE("SdpaOptions: causal as a flag equals the causal keep-mask (CPU, T != 
 TEST_CASE("fused attention: when the fused kernels are used, and why not") {
   if (!gpu_or_skip()) return;
   if (!fused_available()) {
-    MESSAGE("fused attention unavailable here: " << nn::sdpa_choice(zeros({1, 1, 8, 16}, {.dtype = kBFloat16,
-                                                                                          .device = Device::cuda()}),
-                                                                    zeros({1, 1, 8, 16}, {.dtype = kBFloat16,
-                                                                                          .device = Device::cuda()}),
-                                                                    zeros({1, 1, 8, 16}, {.dtype = kBFloat16,
-                                                                                          .device = Device::cuda()})));
+    Tensor z = zeros({1, 1, 8, 16}, {.dtype = kBFloat16, .device = Device::cuda()});
+    MESSAGE("fused attention unavailable here: " << nn::sdpa_choice(z, z, z));
     return;
   }
   auto cu = [](Shape s, DType dt = kBFloat16) { return zeros(s, {.dtype = dt, .device = Device::cuda()}); };

@@ -8,16 +8,7 @@
 #include "testing.h"
 
 using namespace asc;
-
-namespace {
-
-bool gpu_or_skip() {
-  if (cuda::is_available()) return true;
-  MESSAGE("no CUDA device: skipped");
-  return false;
-}
-
-}  // namespace
+using asc::testing::gpu_or_skip;
 
 TEST_CASE("pin_memory: errors without a device or on a CUDA tensor") {
   if (!cuda::is_available()) {

@@ -7,14 +7,9 @@
 #include "testing.h"
 
 using namespace asc;
+using asc::testing::gpu_or_skip;
 
 namespace {
-
-bool gpu_or_skip() {
-  if (cuda::is_available()) return true;
-  MESSAGE("no CUDA device: skipped");
-  return false;
-}
 
 std::pair<Tensor, Tensor> two_moons(int64_t n, Generator& g) {
   std::vector<double> u = rand({n, 3}, {.dtype = kFloat64}, &g).to_vector<double>();

@@ -11,6 +11,13 @@
 
 namespace asc::testing {
 
+// GPU test cases start with `if (!gpu_or_skip()) return;`: without a CUDA device they pass, saying so.
+inline bool gpu_or_skip() {
+  if (cuda::is_available()) return true;
+  MESSAGE("no CUDA device: skipped");
+  return false;
+}
+
 inline Tensor randn64(const Shape& s, bool requires_grad = false, uint64_t seed = 7) {
   Generator g(seed);
   Tensor t = randn(s, {.dtype = kFloat64}, &g);
