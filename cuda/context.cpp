@@ -12,8 +12,31 @@ namespace {
 constexpr int kMaxDevices = 64;
 thread_local cudaStream_t t_streams[kMaxDevices] = {};  // per device; nullptr: the legacy default stream
 bool g_allow_tf32 = false;
-std::mutex g_handles_mu;
-std::vector<cublasHandle_t> g_handles;  // per device; never destroyed (cuBLAS teardown at exit races the driver)
+
+// cuBLAS handles: one per (thread, device), because a handle's stream and math mode are set before each call and
+// cuBLAS forbids sharing one handle between threads that do that. A thread that ends returns its handles to a
+// per-device pool for the next thread; handles are never destroyed (cuBLAS teardown at exit races the driver).
+struct HandlePool {
+  std::mutex mu;
+  std::vector<std::vector<cublasHandle_t>> free;  // per device
+};
+HandlePool& handle_pool() {
+  static HandlePool* pool = new HandlePool;  // outlives every thread's ThreadHandles
+  return *pool;
+}
+struct ThreadHandles {
+  std::vector<cublasHandle_t> of_device;
+  ~ThreadHandles() {
+    HandlePool& pool = handle_pool();
+    std::lock_guard<std::mutex> lock(pool.mu);
+    for (size_t d = 0; d < of_device.size(); ++d) {
+      if (!of_device[d]) continue;
+      if (pool.free.size() <= d) pool.free.resize(d + 1);
+      pool.free[d].push_back(of_device[d]);
+    }
+  }
+};
+thread_local ThreadHandles t_handles;
 }  // namespace
 
 int current_device() {
@@ -72,16 +95,26 @@ void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
 
 cublasHandle_t cublas_handle() {
-  const int dev = current_device();
-  cublasHandle_t h;
-  {
-    std::lock_guard<std::mutex> lock(g_handles_mu);
-    if (g_handles.size() <= static_cast<size_t>(dev)) g_handles.resize(static_cast<size_t>(dev) + 1, nullptr);
-    if (!g_handles[static_cast<size_t>(dev)]) ASC_CUBLAS_CHECK(cublasCreate(&g_handles[static_cast<size_t>(dev)]));
-    h = g_handles[static_cast<size_t>(dev)];
+  const auto dev = static_cast<size_t>(current_device());
+  std::vector<cublasHandle_t>& mine = t_handles.of_device;
+  if (mine.size() <= dev) mine.resize(dev + 1, nullptr);
+  if (!mine[dev]) {
+    HandlePool& pool = handle_pool();
+    std::lock_guard<std::mutex> lock(pool.mu);
+    if (pool.free.size() > dev && !pool.free[dev].empty()) {
+      mine[dev] = pool.free[dev].back();
+      pool.free[dev].pop_back();
+    } else {
+      ASC_CUBLAS_CHECK(cublasCreate(&mine[dev]));
+    }
   }
+  cublasHandle_t h = mine[dev];
   ASC_CUBLAS_CHECK(cublasSetStream(h, current_stream()));
-  ASC_CUBLAS_CHECK(cublasSetMathMode(h, g_allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  // 16-bit GEMMs: no split-K partial sums rounded to 16 bits (cuBLAS may otherwise reduce in the output type);
+  // every accumulation stays float32, as on the CPU and in the emulator.
+  const int mode = (g_allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                   CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+  ASC_CUBLAS_CHECK(cublasSetMathMode(h, static_cast<cublasMath_t>(mode)));
   return h;
 }
 

@@ -19,12 +19,16 @@ namespace asc::cuda {
 int current_device();
 // The stream kernels of this thread are queued on, for the current device: the legacy default stream unless
 // set_current_stream() chose another one (a stream belongs to one device: each device has its own choice).
+// Contract of a non-default stream: a block is reused by the caching allocator in the order of the stream it was
+// allocated on, so a tensor allocated on one stream and used on another must be marked with record_stream()
+// (cuda/cuda.h) before it is dropped; the ops themselves do not do this (nothing in ascender switches streams yet).
 cudaStream_t current_stream();
 void set_current_stream(cudaStream_t stream);
 // This thread's stream for device `device` (current_stream() of that device).
 cudaStream_t stream_of(int device);
-// One cuBLAS handle per device (created lazily), with its stream set to current_stream() on every call and
-// TF32 tensor-op math enabled when cuda::set_allow_tf32(true).
+// This thread's cuBLAS handle for the current device (created lazily), with its stream set to current_stream() on
+// every call, TF32 tensor-op math when cuda::set_allow_tf32(true), and reduced-precision split-K reductions
+// disallowed (16-bit GEMMs accumulate in float32 throughout).
 cublasHandle_t cublas_handle();
 
 // The launchers' element type of a floating dtype; an asc::Error naming `op` for any other dtype.

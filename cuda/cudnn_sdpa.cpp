@@ -59,17 +59,23 @@ void run_check(cudnnStatus_t s, const char* call) {
   ASC_CHECK(s == CUDNN_STATUS_SUCCESS, "scaled_dot_product_attention (cuDNN): {} failed: {}", call, status_text(s));
 }
 
-// One cuDNN handle per device (created lazily, never destroyed: teardown at exit races the driver).
-cudnnHandle_t handle_of(int device) {
+// One cuDNN handle per device (created lazily, never destroyed: teardown at exit races the driver). The cached
+// plans are finalized against it. `mu` makes "set the stream, execute" one step: cuDNN forbids changing a handle's
+// stream while another thread issues work through it.
+struct DeviceHandle {
+  cudnnHandle_t handle = nullptr;
+  std::mutex mu;
+};
+DeviceHandle& handle_of(int device) {
   static std::mutex mu;
-  static std::vector<cudnnHandle_t> handles;
+  static std::map<int, DeviceHandle> handles;  // map: stable addresses
   std::lock_guard<std::mutex> lock(mu);
-  if (handles.size() <= static_cast<size_t>(device)) handles.resize(static_cast<size_t>(device) + 1, nullptr);
-  if (!handles[static_cast<size_t>(device)]) {
+  DeviceHandle& h = handles[device];
+  if (!h.handle) {
     DeviceScope on(device);
-    run_check(cudnnCreate(&handles[static_cast<size_t>(device)]), "cudnnCreate");
+    run_check(cudnnCreate(&h.handle), "cudnnCreate");
   }
-  return handles[static_cast<size_t>(device)];
+  return h;
 }
 
 using Dims4 = std::array<int64_t, 4>;
@@ -388,7 +394,7 @@ const Plan& plan_for(int device, bool backward, cudnnDataType_t io, const Dims4&
       build_forward(g, qd, qs, kd, ks, vs, os, causal);
     }
     DeviceScope on(device);
-    std::tie(p.plan, p.workspace) = g.plan(handle_of(device));
+    std::tie(p.plan, p.workspace) = g.plan(handle_of(device).handle);
   } catch (const BuildError& e) {
     p.why = fmt::format("cuDNN {} graph not supported: {}", backward ? "backward" : "forward", e.what);
   }
@@ -417,9 +423,10 @@ void execute(int device, const Plan& p, std::vector<int64_t> uids, std::vector<v
   run_check(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws),
             "set variant pack workspace");
   run_check(cudnnBackendFinalize(pack), "finalize variant pack");
-  cudnnHandle_t h = handle_of(device);
-  run_check(cudnnSetStream(h, stream_of(device)), "cudnnSetStream");
-  run_check(cudnnBackendExecute(h, p.plan, pack), "cudnnBackendExecute");
+  DeviceHandle& h = handle_of(device);
+  std::lock_guard<std::mutex> lock(h.mu);
+  run_check(cudnnSetStream(h.handle, stream_of(device)), "cudnnSetStream");
+  run_check(cudnnBackendExecute(h.handle, p.plan, pack), "cudnnBackendExecute");
 }
 
 }  // namespace

@@ -282,7 +282,7 @@ __global__ void sum_block_kernel(const T* __restrict__ x, T* __restrict__ out, a
   }
   buf[threadIdx.x] = s;
   __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+  for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
     if (threadIdx.x < w) buf[threadIdx.x] += buf[threadIdx.x + w];
     __syncthreads();
   }

@@ -97,6 +97,13 @@ CachingAllocator& allocator_of(int device) {
 // The core/ Allocator of CUDA storages: blocks of the storage device's caching allocator, on the thread's current
 // stream for that device.
 class CudaAllocator final : public Allocator {
+  // The device whose memory `p` points into (anywhere inside a block: views have offsets); -1 for host memory.
+  static int owner(const void* p) {
+    cudaPointerAttributes a{};
+    ASC_CUDA_CHECK(cudaPointerGetAttributes(&a, p));
+    return a.type == cudaMemoryTypeDevice ? a.device : -1;
+  }
+
  public:
   void* allocate(size_t nbytes, Device device) override {
     if (nbytes == 0) return nullptr;
@@ -120,18 +127,33 @@ class CudaAllocator final : public Allocator {
       std::fprintf(stderr, "ascender: CUDA deallocate failed: %s\n", e.what());
     }
   }
-  // Host<->device and device<->device copies (unified addressing picks the direction).
+  // Blocking host<->device and device<->device copies. Each is queued on the stream of the device that owns the
+  // memory (not the caller's current device, whose stream is not ordered with another device's work), after the
+  // kernels that produce the source and before those that reuse the destination's block, then waited for.
   void copy(void* dst, const void* src, size_t nbytes) override {
-    if (nbytes) ASC_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
+    if (!nbytes) return;
+    const int ddev = owner(dst), sdev = owner(src);
+    if (ddev >= 0 && sdev >= 0 && ddev != sdev) {
+      {
+        DeviceScope on(sdev);
+        ASC_CUDA_CHECK(cudaStreamSynchronize(stream_of(sdev)));  // the source is complete
+      }
+      DeviceScope on(ddev);
+      ASC_CUDA_CHECK(cudaMemcpyPeerAsync(dst, ddev, src, sdev, nbytes, stream_of(ddev)));
+      ASC_CUDA_CHECK(cudaStreamSynchronize(stream_of(ddev)));
+      return;
+    }
+    const int dev = ddev >= 0 ? ddev : sdev;
+    ASC_CHECK(dev >= 0, "cuda: copy between two host buffers {} and {} reached the CUDA allocator", dst, src);
+    DeviceScope on(dev);
+    ASC_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream_of(dev)));
+    ASC_CUDA_CHECK(cudaStreamSynchronize(stream_of(dev)));
   }
   // Host -> device from a pinned block: queued on the destination device's current stream, so the ops that
   // follow on that stream see the data; the block records the copy so that it is not reused before it completes.
   void copy_async(void* dst, const void* src, size_t nbytes) override {
     if (!nbytes) return;
-    const auto& all = device_allocators();
-    int device = -1;
-    for (size_t d = 0; d < all.size() && device < 0; ++d)
-      if (all[d]->owns(dst)) device = static_cast<int>(d);
+    const int device = owner(dst);
     if (device < 0 || !is_pinned_pointer(src)) return copy(dst, src, nbytes);
     DeviceScope on(device);
     cudaStream_t stream = stream_of(device);

@@ -213,6 +213,62 @@ TEST_CASE("emulator: copies and memsets are bounds- and direction-checked") {
   cudaFree(d);
 }
 
+TEST_CASE("emulator: device memory is used only from its own device; cudaMemcpyPeer copies between devices") {
+  int n = 0;
+  REQUIRE(cudaGetDeviceCount(&n) == cudaSuccess);
+  REQUIRE_MESSAGE(n >= 2, "test_cuda_emulator runs with ASC_CUDA_EMU_DEVICES=2 (tests/CMakeLists.txt)");
+  float* d0 = device_alloc<float>(4);
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  float* d1 = device_alloc<float>(4);
+  cudaStream_t s1 = nullptr;
+  REQUIRE(cudaStreamCreate(&s1) == cudaSuccess);
+  const float h[4] = {1, 2, 3, 4};
+  CHECK(cudaMemcpy(d1, h, sizeof h, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+
+  // What pointers say: device memory (also inside a block) names its device; host memory is unregistered.
+  cudaPointerAttributes a{};
+  REQUIRE(cudaPointerGetAttributes(&a, d1 + 2) == cudaSuccess);
+  CHECK(a.type == cudaMemoryTypeDevice);
+  CHECK(a.device == 1);
+  REQUIRE(cudaPointerGetAttributes(&a, h) == cudaSuccess);
+  CHECK(a.type == cudaMemoryTypeUnregistered);
+
+  // With device 0 current, device 1's memory and streams are refused (a GPU would order the work wrongly).
+  float back[4] = {};
+  check_fails(cudaMemcpy(back, d1, sizeof back, cudaMemcpyDeviceToHost), cudaErrorInvalidValue,
+              "is memory of device 1, but device 0 is current");
+  check_fails(cudaMemcpy(d0, d1, sizeof back, cudaMemcpyDeviceToDevice), cudaErrorInvalidValue, "cudaMemcpyPeer");
+  check_fails(cudaMemset(d1, 0, 4), cudaErrorInvalidValue, "is memory of device 1");
+  check_fails(cudaMemcpyAsync(d0, h, sizeof h, cudaMemcpyHostToDevice, s1), cudaErrorInvalidResourceHandle,
+              "stream of device 1 while device 0 is current");
+  check_fails(launch_kernel(write_at, 1, 1, nullptr, d1, int64_t{0}), cudaErrorIllegalAddress,
+              "memory of device 1, but the kernel runs on device 0");
+
+  // Peer copies name both devices, and each pointer must belong to the device named for it.
+  CHECK(cudaMemcpyPeer(d0, 0, d1, 1, sizeof h) == cudaSuccess);
+  CHECK(to_host(d0, 4) == std::vector<float>{1, 2, 3, 4});
+  check_fails(cudaMemcpyPeer(d0, 1, d1, 1, sizeof h), cudaErrorInvalidValue, "must lie in an allocation of device 1");
+  check_fails(cudaMemcpyPeer(d0, 0, d1 + 1, 1, sizeof h), cudaErrorInvalidValue, "cudaMemcpyPeer");
+
+  // A cuBLAS handle serves the device that was current when it was created.
+  cublasHandle_t handle = nullptr;
+  REQUIRE(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);  // device 0
+  CHECK(cublasSetMathMode(handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                            CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) ==
+        CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasSetMathMode(handle, static_cast<cublasMath_t>(7)) == CUBLAS_STATUS_INVALID_VALUE);
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  const float one = 1.0f, zero = 0.0f;
+  CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 1, &one, d1, CUDA_R_32F, 2, d1, CUDA_R_32F, 1, &zero, d1,
+                     CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cudaStreamDestroy(s1) == cudaSuccess);
+  cudaFree(d1);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  cublasDestroy(handle);
+  cudaFree(d0);
+}
+
 TEST_CASE("emulator: device memory faults when host code touches it and behind its end") {
   float* d = device_alloc<float>(100);  // 400 bytes, placed so that byte 512 is the guard page behind it
   CHECK(dies_of_segv([&] { *static_cast<volatile float*>(d) = 1.0f; }));

@@ -629,6 +629,11 @@ TEST_CASE("cuda parity: a model on the second device trains like the CPU one; de
   CHECK(x1.device() == d1);
   CHECK(testing::same_bits(x1.cpu(), x));
   testing::check_error([&] { (void)add(x0, x1); }, {"different devices"});
+  // Views with a storage offset (pointers inside a block) are copied from the device that owns them.
+  Tensor rows1 = x1.slice(0, 2, 4);  // (2, 7) at offset 14
+  CHECK(testing::same_bits(rows1.cpu(), x.slice(0, 2, 4)));
+  CHECK(testing::same_bits(rows1.to(Device::cuda(0)).cpu(), x.slice(0, 2, 4)));
+  CHECK(testing::same_bits(x.slice(0, 1, 3).to(d1).cpu(), x.slice(0, 1, 3)));
 
   // Three AdamW steps of a small MLP on cuda:1 (cuda:0 stays current) follow the CPU; nothing lands on cuda:0.
   auto run = [&](Device dev) {

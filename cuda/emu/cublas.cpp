@@ -14,6 +14,7 @@
 #include "cuda/emu/emulator.h"
 
 struct cublasContext {
+  int device = 0;  // current when the handle was created: a cuBLAS handle serves that device only
   cudaStream_t stream = nullptr;
   cublasMath_t math = CUBLAS_DEFAULT_MATH;
 };
@@ -102,7 +103,9 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle) {
     cudaGetLastError();
     return CUBLAS_STATUS_NOT_INITIALIZED;
   }
-  *handle = new cublasContext{};
+  int device = 0;
+  cudaGetDevice(&device);
+  *handle = new cublasContext{device};
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasDestroy(cublasHandle_t handle) {
@@ -117,7 +120,9 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-  handle->math = mode;
+  const unsigned base = static_cast<unsigned>(mode) & ~static_cast<unsigned>(CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+  if (base > CUBLAS_TF32_TENSOR_OP_MATH) return report(CUBLAS_STATUS_INVALID_VALUE, "cublasSetMathMode: unknown mode");
+  handle->math = static_cast<cublasMath_t>(base);
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasGetProperty(libraryPropertyType type, int* value) {
@@ -174,6 +179,12 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           cublasGemmAlgo_t algo) {
   (void)algo;
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device != handle->device)
+    return report(CUBLAS_STATUS_INVALID_VALUE, "GEMM: the handle was created for device " +
+                                                   std::to_string(handle->device) + " but device " +
+                                                   std::to_string(device) + " is current");
   auto op_ok = [](cublasOperation_t o) { return o == CUBLAS_OP_N || o == CUBLAS_OP_T || o == CUBLAS_OP_C; };
   if (!op_ok(transa) || !op_ok(transb) || m < 0 || n < 0 || k < 0 || batchCount < 0 || !alpha || !beta)
     return report(CUBLAS_STATUS_INVALID_VALUE, "GEMM: bad operation, negative size or null alpha/beta");

@@ -1204,7 +1204,7 @@ cudnnStatus_t execute(const Graph& g, const VariantPackDesc& vp) {
     if (!it->second)
       return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendExecute: null data pointer for tensor " + t.str());
     if (t.by_value) {
-      if (device_range_ok(it->second, sizeof(float), "", nullptr))
+      if (is_device_pointer(it->second))
         return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendExecute: by-value tensor " + t.str() +
                                                 " was given a device pointer (it takes a host float)");
       b.scalar = *static_cast<const float*>(it->second);

@@ -27,9 +27,11 @@ void flush_deferred();
 // Whether [p, p + bytes) lies inside one pinned host block (cudaHostAlloc / cudaMallocHost).
 bool pinned_range(const void* p, size_t bytes);
 
-// Whether [p, p + bytes) lies inside one live device allocation. `what` describes the operand for the message
-// written to `why` when it does not.
+// Whether [p, p + bytes) lies inside one live device allocation of the current device. `what` describes the
+// operand for the message written to `why` when it does not.
 bool device_range_ok(const void* p, size_t bytes, const char* what, std::string* why);
+// Whether p points into (or just around) a live device allocation of any device.
+bool is_device_pointer(const void* p);
 
 // Records `error` as the thread's last error with a detailed description (returned by cudaGetErrorString).
 cudaError_t fail(cudaError_t error, const std::string& detail);

@@ -166,6 +166,8 @@ bool valid_stream(cudaStream_t s) {
   const auto v = reinterpret_cast<uintptr_t>(s);
   return v <= 2 || g_streams.count(s) > 0;  // 0: legacy default, 1: cudaStreamLegacy, 2: cudaStreamPerThread
 }
+// The device a valid stream belongs to: the current one for the legacy and per-thread default streams.
+int stream_device(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s) <= 2 ? t_device : s->device; }
 
 // ---- fibre contexts ---------------------------------------------------------------------------------------------
 // On x86-64 a switch saves the callee-saved registers on the old stack and swaps stack pointers (a few nanoseconds);
@@ -463,14 +465,23 @@ bool pinned_range(const void* p, size_t bytes) {
 
 bool device_range_ok(const void* p, size_t bytes, const char* what, std::string* why) {
   const Region* r = region_of(p);
-  if (r && inside_user(*r, p, bytes)) return true;
+  if (r && inside_user(*r, p, bytes) && r->device == t_device) return true;
   if (why) {
-    *why = r ? format("%s [%p, +%zu bytes) runs outside its device allocation [%p, +%zu bytes)", what, p, bytes,
-                      static_cast<void*>(r->user), r->user_len)
-             : format("%s %p is not device memory", what, p);
+    if (!r) {
+      *why = format("%s %p is not device memory", what, p);
+    } else if (!inside_user(*r, p, bytes)) {
+      *why = format("%s [%p, +%zu bytes) runs outside its device allocation [%p, +%zu bytes)", what, p, bytes,
+                    static_cast<void*>(r->user), r->user_len);
+    } else {
+      *why = format("%s %p is memory of device %d, but device %d is current: the operation would be ordered on "
+                    "device %d's stream only (make device %d current; between devices use cudaMemcpyPeer)",
+                    what, p, r->device, t_device, t_device, r->device);
+    }
   }
   return false;
 }
+
+bool is_device_pointer(const void* p) { return region_of(p) != nullptr; }
 
 cudaError_t fail(cudaError_t error, const std::string& detail) {
   t_last = error;
@@ -827,6 +838,9 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   std::lock_guard<std::recursive_mutex> lock(device_mutex());
   if (!valid_stream(stream))
     return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync on a stream that does not exist");
+  if (stream_device(stream) != t_device)
+    return fail(cudaErrorInvalidResourceHandle, format("cudaMemcpyAsync on a stream of device %d while device %d is "
+                                                       "current", stream_device(stream), t_device));
   // Between pinned host memory and the device the copy is truly asynchronous: check it now, run it later.
   // (From pageable memory CUDA stages the source before returning, so it runs at once.)
   const bool h2d = pinned_range(src, count) && region_of(dst);
@@ -840,6 +854,43 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
                 format("cudaMemcpyAsync kind %d contradicts the pointers", static_cast<int>(kind)));
   g_deferred.push_back({dst, src, count});
   return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  if (!attributes) return record(cudaErrorInvalidValue);
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  *attributes = cudaPointerAttributes{cudaMemoryTypeUnregistered, -1, nullptr, nullptr};
+  if (const Region* r = region_of(ptr); r && inside_user(*r, ptr, 0)) {
+    *attributes = {cudaMemoryTypeDevice, r->device, const_cast<void*>(ptr), nullptr};
+  } else if (pinned_range(ptr, 1)) {
+    *attributes = {cudaMemoryTypeHost, t_device, const_cast<void*>(ptr), const_cast<void*>(ptr)};
+  }
+  return cudaSuccess;
+}
+
+// Device -> device between two devices: each pointer is checked against the device named for it.
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
+                                cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  std::lock_guard<std::recursive_mutex> lock(device_mutex());
+  if (!valid_stream(stream))
+    return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyPeerAsync on a stream that does not exist");
+  const int n = config().devices;
+  if (dstDevice < 0 || dstDevice >= n || srcDevice < 0 || srcDevice >= n) return record(cudaErrorInvalidDevice);
+  const Region* rd = region_of(dst);
+  const Region* rs = region_of(src);
+  if (!rd || !inside_user(*rd, dst, count) || rd->device != dstDevice || !rs || !inside_user(*rs, src, count) ||
+      rs->device != srcDevice)
+    return fail(cudaErrorInvalidValue,
+                format("cudaMemcpyPeer: destination %p (+%zu bytes) must lie in an allocation of device %d and "
+                       "source %p in one of device %d",
+                       dst, count, dstDevice, src, srcDevice));
+  DeviceAccess access;
+  std::memmove(dst, src, count);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyPeer(void* dst, int dstDevice, const void* src, int srcDevice, size_t count) {
+  return cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, nullptr);
 }
 
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {
@@ -857,6 +908,9 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t str
     std::lock_guard<std::recursive_mutex> lock(device_mutex());
     if (!valid_stream(stream))
       return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync on a stream that does not exist");
+    if (stream_device(stream) != t_device)
+      return fail(cudaErrorInvalidResourceHandle, format("cudaMemsetAsync on a stream of device %d while device %d "
+                                                         "is current", stream_device(stream), t_device));
   }
   return cudaMemset(ptr, value, count);
 }

@@ -27,6 +27,7 @@ enum cublasMath_t {
   CUBLAS_TENSOR_OP_MATH = 1,
   CUBLAS_PEDANTIC_MATH = 2,
   CUBLAS_TF32_TENSOR_OP_MATH = 3,
+  CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16,  // a flag, or-ed into one of the modes above
 };
 enum cublasComputeType_t {
   CUBLAS_COMPUTE_16F = 64,

@@ -15,7 +15,11 @@
 //     0xFF bytes (NaN in every float type);
 //   - a kernel pointer argument that is host memory, a freed block or another device's memory fails the launch;
 //   - copies / memsets / GEMMs outside their allocation, and copy directions that contradict the pointers, are
-//     errors; launch configurations are checked against the limits of compute capability 9.0.
+//     errors; launch configurations are checked against the limits of compute capability 9.0;
+//   - device memory in a copy, memset, GEMM or cuDNN call must belong to the current device (a stream's work,
+//     to the stream's device): CUDA accepts another device's memory there but orders the work only on the
+//     current device's stream, so data that device is still producing would be read stale. Between devices,
+//     cudaMemcpyPeer.
 // What it cannot show: speed, the GPU memory model (threads never run concurrently; a missing barrier shows up
 // only when a later thread's write is read by an earlier one — run once more with ASC_CUDA_EMU_ORDER=reverse),
 // tensor-core rounding inside cuBLAS, and anything about NVIDIA's compiler.
@@ -145,6 +149,23 @@ cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned flags);
 cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream = 0);
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3,
+};
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
+// Device memory (anywhere inside an allocation): type Device and its device; pinned blocks: Host; else Unregistered.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr);
+cudaError_t cudaMemcpyPeer(void* dst, int dstDevice, const void* src, int srcDevice, size_t count);
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
+                                cudaStream_t stream = 0);
 cudaError_t cudaMemset(void* ptr, int value, size_t count);
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream = 0);
 
