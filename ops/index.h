@@ -14,6 +14,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // out = x, then out[index[i][j]][j] += src[i][j] (dim 0); index and src must have exactly the same shape (PyTorch
 // also allows a larger src; here that is an error). Differentiable in x, src.
+// Accumulation: bfloat16/float16 sums are taken in float32 and rounded once (here and in the backward of
+// index_select and embedding). On CUDA the additions run as atomics (embedding's backward too, when few columns
+// meet many indices), so floating sums may differ in the last bits from run to run; the CPU order is fixed.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 // Joins along an existing dim (cat) or a new one (stack). All inputs share dtype, device, and other sizes.
 Tensor cat(const TensorList& xs, int64_t dim);

@@ -614,6 +614,39 @@ TEST_CASE("cuda parity: optimizer steps") {
   run("RMSprop", [](std::vector<Tensor> p) { return optim::RMSprop(p, {.lr = 0.01, .momentum = 0.5, .centered = true}); });
 }
 
+TEST_CASE("cuda parity: 16-bit embedding / index_select gradients and scatter_add accumulate in float32") {
+  ASC_GPU_GUARD();
+  const Device dev = gpu();
+  // 2048 addends of 0.01 into one row: a float32 sum rounded once to bfloat16 is 20.5; summing in bfloat16 itself
+  // stalls at 4 (from there the bfloat16 spacing 2^-5 is over twice each addend).
+  {
+    for (const DType dt : {kBFloat16, kFloat16}) {
+      INFO(fmt::format("{}", dt));
+      const int64_t n = 2048;
+      const double addend = full({1}, 0.01, {.dtype = dt, .device = dev}).to(kFloat64).item<double>();  // 0.01 rounded to dt
+      const double want = full({1}, n * addend, {.dtype = dt, .device = dev}).to(kFloat64).item<double>();
+      Tensor index = full({n}, 1, {.dtype = kInt64, .device = dev});  // every index is row 1
+      Tensor w = zeros({4, 3}, {.dtype = dt, .device = dev, .requires_grad = true});
+      Tensor out = embedding(w, index);  // (n, 3)
+      out.backward(full({n, 3}, 0.01, {.dtype = dt, .device = dev}));
+      Tensor gw = w.grad().to(kFloat64).cpu();
+      CHECK(gw.dtype() == kFloat64);
+      CHECK(w.grad().dtype() == dt);
+      CHECK(gw.to_vector<double>()[3] == want);
+      CHECK(gw.to_vector<double>()[0] == 0.0);
+
+      Tensor x = zeros({4, 3}, {.dtype = dt, .device = dev, .requires_grad = true});
+      index_select(x, 0, index).backward(full({n, 3}, 0.01, {.dtype = dt, .device = dev}));
+      CHECK(x.grad().to(kFloat64).cpu().to_vector<double>()[5] == want);
+
+      Tensor acc = scatter_add(zeros({2}, {.dtype = dt, .device = dev}), 0, zeros({n}, {.dtype = kInt64, .device = dev}),
+                               full({n}, 0.01, {.dtype = dt, .device = dev}));
+      CHECK(acc.dtype() == dt);
+      CHECK(acc.to(kFloat64).cpu().to_vector<double>() == std::vector<double>{want, 0.0});
+    }
+  }
+}
+
 // ---- two devices ----------------------------------------------------------------------------------------------------
 
 TEST_CASE("cuda parity: a model on the second device trains like the CPU one; devices are never mixed") {
