@@ -15,9 +15,12 @@
 #include <vector>
 
 #include "cuda/launch_kernel.cuh"
-#include "testing.h"
+#include "emu_testing.h"
 
 using asc::cuda::launch_kernel;
+
+using asc::testing::device_alloc;
+using asc::testing::to_host;
 
 namespace {
 
@@ -81,20 +84,6 @@ __global__ void read_neighbour(int* out) {
 __global__ void write_at(float* p, int64_t i) { p[i] = 1.0f; }
 
 // ---- helpers ------------------------------------------------------------------------------------------------------
-
-template <class T>
-T* device_alloc(size_t n) {
-  void* p = nullptr;
-  REQUIRE(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess);
-  return static_cast<T*>(p);
-}
-
-template <class T>
-std::vector<T> to_host(const T* d, size_t n) {
-  std::vector<T> h(n);
-  REQUIRE(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
-  return h;
-}
 
 // The launch fails with `code`, and the error's description (what ASC_CUDA_CHECK reports) contains `fragment`.
 void check_fails(cudaError_t got, cudaError_t code, const char* fragment) {
@@ -242,6 +231,8 @@ TEST_CASE("emulator: device memory is used only from its own device; cudaMemcpyP
   check_fails(cudaMemset(d1, 0, 4), cudaErrorInvalidValue, "is memory of device 1");
   check_fails(cudaMemcpyAsync(d0, h, sizeof h, cudaMemcpyHostToDevice, s1), cudaErrorInvalidResourceHandle,
               "stream of device 1 while device 0 is current");
+  check_fails(launch_kernel(write_at, 1, 1, s1, d0, int64_t{0}), cudaErrorInvalidResourceHandle,
+              "launch on a stream of device 1 while device 0 is current");
   check_fails(launch_kernel(write_at, 1, 1, nullptr, d1, int64_t{0}), cudaErrorIllegalAddress,
               "memory of device 1, but the kernel runs on device 0");
 

@@ -12,7 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "testing.h"
+#include "emu_testing.h"
+
+using asc::testing::device_alloc;
+using asc::testing::to_host;
+using asc::testing::to_device;
 
 namespace {
 
@@ -34,23 +38,6 @@ std::vector<int64_t> packed(const std::vector<int64_t>& dims) {
   std::vector<int64_t> s(dims.size(), 1);
   for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * dims[i + 1];
   return s;
-}
-
-template <class T>
-T* device_alloc(size_t n) {
-  void* p = nullptr;
-  REQUIRE(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess);
-  return static_cast<T*>(p);
-}
-template <class T>
-void to_device(T* d, const std::vector<T>& h) {
-  REQUIRE(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
-}
-template <class T>
-std::vector<T> to_host(const T* d, size_t n) {
-  std::vector<T> h(n);
-  REQUIRE(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
-  return h;
 }
 
 using Desc = cudnnBackendDescriptor_t;

@@ -166,8 +166,6 @@ bool valid_stream(cudaStream_t s) {
   const auto v = reinterpret_cast<uintptr_t>(s);
   return v <= 2 || g_streams.count(s) > 0;  // 0: legacy default, 1: cudaStreamLegacy, 2: cudaStreamPerThread
 }
-// The device a valid stream belongs to: the current one for the legacy and per-thread default streams.
-int stream_device(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s) <= 2 ? t_device : s->device; }
 
 // ---- fibre contexts ---------------------------------------------------------------------------------------------
 // On x86-64 a switch saves the callee-saved registers on the old stack and swaps stack pointers (a few nanoseconds);
@@ -490,6 +488,17 @@ cudaError_t fail(cudaError_t error, const std::string& detail) {
   return error;
 }
 
+// cudaSuccess when `s` exists and belongs to the current device (the legacy and per-thread default streams always
+// do); else the error, with `call` in its description.
+cudaError_t check_stream(cudaStream_t s, const char* call) {
+  if (!valid_stream(s)) return fail(cudaErrorInvalidResourceHandle, format("%s on a stream that does not exist", call));
+  const int device = reinterpret_cast<uintptr_t>(s) <= 2 ? t_device : s->device;
+  if (device != t_device)
+    return fail(cudaErrorInvalidResourceHandle,
+                format("%s on a stream of device %d while device %d is current", call, device, t_device));
+  return cudaSuccess;
+}
+
 cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void (*body)(void*), void* ctx,
                         const void* const* pointers, int count) {
   std::lock_guard<std::recursive_mutex> lock(device_mutex());
@@ -508,7 +517,7 @@ cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t
   if (shared_bytes > kMaxSharedBytes)
     return fail(cudaErrorInvalidValue,
                 format("%zu bytes of dynamic shared memory (at most %zu)", shared_bytes, kMaxSharedBytes));
-  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle, "launch on a stream that does not exist");
+  if (cudaError_t e = check_stream(stream, "launch"); e != cudaSuccess) return e;
   for (int i = 0; i < count; ++i) {
     const void* p = pointers[i];
     if (!p) continue;
@@ -836,11 +845,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
   std::lock_guard<std::recursive_mutex> lock(device_mutex());
-  if (!valid_stream(stream))
-    return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync on a stream that does not exist");
-  if (stream_device(stream) != t_device)
-    return fail(cudaErrorInvalidResourceHandle, format("cudaMemcpyAsync on a stream of device %d while device %d is "
-                                                       "current", stream_device(stream), t_device));
+  if (cudaError_t e = check_stream(stream, "cudaMemcpyAsync"); e != cudaSuccess) return e;
   // Between pinned host memory and the device the copy is truly asynchronous: check it now, run it later.
   // (From pageable memory CUDA stages the source before returning, so it runs at once.)
   const bool h2d = pinned_range(src, count) && region_of(dst);
@@ -906,11 +911,7 @@ cudaError_t cudaMemset(void* ptr, int value, size_t count) {
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
   {
     std::lock_guard<std::recursive_mutex> lock(device_mutex());
-    if (!valid_stream(stream))
-      return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync on a stream that does not exist");
-    if (stream_device(stream) != t_device)
-      return fail(cudaErrorInvalidResourceHandle, format("cudaMemsetAsync on a stream of device %d while device %d "
-                                                         "is current", stream_device(stream), t_device));
+    if (cudaError_t e = check_stream(stream, "cudaMemsetAsync"); e != cudaSuccess) return e;
   }
   return cudaMemset(ptr, value, count);
 }
