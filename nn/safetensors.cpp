@@ -1,5 +1,5 @@
-// safetensors reader / writer: a strict little JSON parser for the header, validation of every field against
-// the data size before anything is allocated, and an atomic (tmp + fsync + rename) file writer.
+// safetensors reader / writer: the header parsed by the strict JSON subset parser (nn/json.h), validation of every
+// field against the data size before anything is allocated, and an atomic (tmp + fsync + rename) file writer.
 #include "nn/safetensors.h"
 
 #include <fcntl.h>
@@ -14,11 +14,11 @@
 #include <functional>
 #include <limits>
 #include <numeric>
-#include <set>
 #include <string_view>
 
 #include "core/error.h"
 #include "core/format.h"
+#include "nn/json.h"
 
 namespace asc {
 
@@ -28,274 +28,7 @@ namespace {
 
 // The Rust library's limit; it also keeps a corrupt length field from causing a huge allocation.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-constexpr int kMaxJsonDepth = 32;
 constexpr const char* kMetadataKey = "__metadata__";
-
-// ---- UTF-8 -------------------------------------------------------------------------------------------------
-
-// Strict UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF). Returns the offset of the first bad
-// byte, or npos.
-size_t invalid_utf8_at(std::string_view s) {
-  size_t i = 0, n = s.size();
-  while (i < n) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
-    else return i;
-    if (n - i < static_cast<size_t>(len)) return i;
-    for (int k = 1; k < len; ++k) {
-      auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
-      return i;
-    i += static_cast<size_t>(len);
-  }
-  return std::string_view::npos;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-// ---- JSON (the subset a safetensors header uses: objects, arrays, strings, integers) -------------------------
-
-struct Json {
-  enum class Kind { Object, Array, String, Int } kind = Kind::Int;
-  std::string str;
-  int64_t num = 0;
-  std::vector<std::string> keys;  // Object: keys[i] -> items[i], in file order
-  std::vector<Json> items;        // Object values or Array elements
-
-  static const char* kind_name(Kind k) {
-    switch (k) {
-      case Kind::Object: return "an object";
-      case Kind::Array: return "an array";
-      case Kind::String: return "a string";
-      case Kind::Int: return "an integer";
-    }
-    return "?";
-  }
-};
-
-class JsonParser {
- public:
-  JsonParser(std::string_view s, const std::string& ctx) : s_(s), ctx_(ctx) {}
-
-  Json parse_document() {
-    Json v = value(0);
-    skip_ws();
-    if (i_ != s_.size()) fail("unexpected trailing characters");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const char* problem) {
-    ASC_THROW("{}: invalid JSON header at byte {}: {}", ctx_, i_, problem);
-  }
-  void skip_ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
-  }
-  char peek() {
-    skip_ws();
-    if (i_ >= s_.size()) fail("unexpected end of header");
-    return s_[i_];
-  }
-  void expect(char c, const char* problem) {
-    if (peek() != c) fail(problem);
-    ++i_;
-  }
-
-  Json value(int depth) {
-    if (depth > kMaxJsonDepth) fail("nested too deeply");
-    char c = peek();
-    if (c == '{') return object(depth);
-    if (c == '[') return array(depth);
-    if (c == '"') {
-      Json v;
-      v.kind = Json::Kind::String;
-      v.str = string();
-      return v;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) return integer();
-    fail("expected an object, array, string or integer");
-  }
-
-  Json object(int depth) {
-    Json v;
-    v.kind = Json::Kind::Object;
-    ++i_;  // '{'
-    std::set<std::string, std::less<>> seen;
-    if (peek() == '}') {
-      ++i_;
-      return v;
-    }
-    while (true) {
-      if (peek() != '"') fail("expected a string key");
-      size_t key_at = i_;
-      std::string key = string();
-      if (!seen.insert(key).second) {
-        i_ = key_at;
-        ASC_THROW("{}: invalid JSON header at byte {}: duplicate key '{}'", ctx_, key_at, key);
-      }
-      expect(':', "expected ':' after a key");
-      v.items.push_back(value(depth + 1));
-      v.keys.push_back(std::move(key));
-      char c = peek();
-      ++i_;
-      if (c == '}') return v;
-      if (c != ',') {
-        --i_;
-        fail("expected ',' or '}' in an object");
-      }
-    }
-  }
-
-  Json array(int depth) {
-    Json v;
-    v.kind = Json::Kind::Array;
-    ++i_;  // '['
-    if (peek() == ']') {
-      ++i_;
-      return v;
-    }
-    while (true) {
-      v.items.push_back(value(depth + 1));
-      char c = peek();
-      ++i_;
-      if (c == ']') return v;
-      if (c != ',') {
-        --i_;
-        fail("expected ',' or ']' in an array");
-      }
-    }
-  }
-
-  uint32_t hex4() {
-    if (s_.size() - i_ < 4) fail("truncated \\u escape");
-    uint32_t v = 0;
-    for (int k = 0; k < 4; ++k) {
-      char c = s_[i_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
-      else {
-        --i_;
-        fail("bad hex digit in a \\u escape");
-      }
-    }
-    return v;
-  }
-
-  std::string string() {
-    ++i_;  // '"'
-    std::string out;
-    while (true) {
-      if (i_ >= s_.size()) fail("unterminated string");
-      auto c = static_cast<unsigned char>(s_[i_]);
-      if (c == '"') {
-        ++i_;
-        return out;
-      }
-      if (c < 0x20) fail("control character in a string");
-      if (c != '\\') {
-        out += static_cast<char>(c);  // UTF-8 validity was checked for the whole header up front
-        ++i_;
-        continue;
-      }
-      ++i_;
-      if (i_ >= s_.size()) fail("unterminated string");
-      char e = s_[i_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xDC00 && cp <= 0xDFFF) fail("unpaired low surrogate in a \\u escape");
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (s_.size() - i_ < 2 || s_[i_] != '\\' || s_[i_ + 1] != 'u') fail("unpaired high surrogate in a \\u escape");
-            i_ += 2;
-            uint32_t lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) fail("high surrogate not followed by a low surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: --i_; fail("unknown escape sequence");
-      }
-    }
-  }
-
-  Json integer() {
-    Json v;
-    v.kind = Json::Kind::Int;
-    bool neg = s_[i_] == '-';
-    if (neg) ++i_;
-    if (i_ >= s_.size() || s_[i_] < '0' || s_[i_] > '9') fail("expected a digit");
-    if (s_[i_] == '0' && i_ + 1 < s_.size() && s_[i_ + 1] >= '0' && s_[i_ + 1] <= '9') fail("leading zero in a number");
-    // Accumulate as a negative number so INT64_MIN fits; any overflow is an error.
-    int64_t acc = 0;
-    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
-      int d = s_[i_] - '0';
-      if (acc < (std::numeric_limits<int64_t>::min() + d) / 10) fail("integer out of range");
-      acc = acc * 10 - d;
-      ++i_;
-    }
-    if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) fail("only integers are allowed");
-    if (!neg) {
-      if (acc == std::numeric_limits<int64_t>::min()) fail("integer out of range");
-      acc = -acc;
-    }
-    v.num = acc;
-    return v;
-  }
-
-  std::string_view s_;
-  const std::string& ctx_;
-  size_t i_ = 0;
-};
-
-void write_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-    else out += ch;
-  }
-  out += '"';
-}
 
 // ---- dtypes ------------------------------------------------------------------------------------------------
 
@@ -334,30 +67,30 @@ struct Entry {
 // by their data offsets.
 std::vector<Entry> parse_header(std::string_view header, uint64_t data_len, const std::string& ctx,
                                 std::map<std::string, std::string>* metadata) {
-  size_t bad = invalid_utf8_at(header);
+  size_t bad = json::invalid_utf8_at(header);
   ASC_CHECK(bad == std::string_view::npos, "{}: header is not valid UTF-8 (byte {})", ctx, bad);
-  Json root = JsonParser(header, ctx).parse_document();
-  ASC_CHECK(root.kind == Json::Kind::Object, "{}: header must be a JSON object, got {}", ctx,
-            Json::kind_name(root.kind));
+  json::Value root = json::parse(header, ctx);
+  ASC_CHECK(root.kind == json::Value::Kind::Object, "{}: header must be a JSON object, got {}", ctx,
+            json::Value::kind_name(root.kind));
 
   std::map<std::string, std::string> meta;
   std::vector<Entry> entries;
   for (size_t k = 0; k < root.keys.size(); ++k) {
     const std::string& name = root.keys[k];
-    const Json& v = root.items[k];
+    const json::Value& v = root.items[k];
     if (name == kMetadataKey) {
-      ASC_CHECK(v.kind == Json::Kind::Object, "{}: '__metadata__' must be an object of strings, got {}", ctx,
-                Json::kind_name(v.kind));
+      ASC_CHECK(v.kind == json::Value::Kind::Object, "{}: '__metadata__' must be an object of strings, got {}", ctx,
+                json::Value::kind_name(v.kind));
       for (size_t m = 0; m < v.keys.size(); ++m) {
-        ASC_CHECK(v.items[m].kind == Json::Kind::String, "{}: metadata value '{}' must be a string, got {}", ctx,
-                  v.keys[m], Json::kind_name(v.items[m].kind));
+        ASC_CHECK(v.items[m].kind == json::Value::Kind::String, "{}: metadata value '{}' must be a string, got {}", ctx,
+                  v.keys[m], json::Value::kind_name(v.items[m].kind));
         meta.emplace(v.keys[m], v.items[m].str);
       }
       continue;
     }
-    ASC_CHECK(v.kind == Json::Kind::Object, "{}: tensor '{}' must be an object, got {}", ctx, name,
-              Json::kind_name(v.kind));
-    const Json *dt = nullptr, *shape = nullptr, *offs = nullptr;
+    ASC_CHECK(v.kind == json::Value::Kind::Object, "{}: tensor '{}' must be an object, got {}", ctx, name,
+              json::Value::kind_name(v.kind));
+    const json::Value *dt = nullptr, *shape = nullptr, *offs = nullptr;
     for (size_t f = 0; f < v.keys.size(); ++f) {
       const std::string& key = v.keys[f];
       if (key == "dtype") dt = &v.items[f];
@@ -370,18 +103,18 @@ std::vector<Entry> parse_header(std::string_view header, uint64_t data_len, cons
 
     Entry e;
     e.name = name;
-    ASC_CHECK(dt->kind == Json::Kind::String, "{}: tensor '{}': dtype must be a string", ctx, name);
+    ASC_CHECK(dt->kind == json::Value::Kind::String, "{}: tensor '{}': dtype must be a string", ctx, name);
     ASC_CHECK(st_dtype_from_name(dt->str, &e.dtype),
               "{}: tensor '{}' has unsupported dtype '{}' (supported: F32 F64 I64 BOOL BF16 F16)", ctx, name, dt->str);
 
-    ASC_CHECK(shape->kind == Json::Kind::Array, "{}: tensor '{}': shape must be an array", ctx, name);
+    ASC_CHECK(shape->kind == json::Value::Kind::Array, "{}: tensor '{}': shape must be an array", ctx, name);
     ASC_CHECK(shape->items.size() <= static_cast<size_t>(kMaxDims),
               "{}: tensor '{}' has {} dimensions, at most {} are supported", ctx, name, shape->items.size(), kMaxDims);
     // numel * element size, overflow-checked; a shape is only plausible if its bytes fit in the data section.
     uint64_t nbytes = dtype_size(e.dtype);
     bool too_big = false;
-    for (const Json& d : shape->items) {
-      ASC_CHECK(d.kind == Json::Kind::Int, "{}: tensor '{}': shape entries must be integers", ctx, name);
+    for (const json::Value& d : shape->items) {
+      ASC_CHECK(d.kind == json::Value::Kind::Int, "{}: tensor '{}': shape entries must be integers", ctx, name);
       ASC_CHECK(d.num >= 0, "{}: tensor '{}' has a negative dimension {} in its shape", ctx, name, d.num);
       e.shape.push_back(d.num);
       uint64_t ud = static_cast<uint64_t>(d.num);
@@ -392,8 +125,8 @@ std::vector<Entry> parse_header(std::string_view header, uint64_t data_len, cons
     if (std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end()) too_big = false, nbytes = 0;
     ASC_CHECK(!too_big, "{}: tensor '{}' shape {} overflows", ctx, name, e.shape);
 
-    ASC_CHECK(offs->kind == Json::Kind::Array && offs->items.size() == 2 &&
-                  offs->items[0].kind == Json::Kind::Int && offs->items[1].kind == Json::Kind::Int,
+    ASC_CHECK(offs->kind == json::Value::Kind::Array && offs->items.size() == 2 &&
+                  offs->items[0].kind == json::Value::Kind::Int && offs->items[1].kind == json::Value::Kind::Int,
               "{}: tensor '{}': data_offsets must be an array of two integers", ctx, name);
     int64_t b = offs->items[0].num, en = offs->items[1].num;
     ASC_CHECK(b >= 0 && en >= b, "{}: tensor '{}' has invalid data_offsets [{}, {}]", ctx, name, b, en);
@@ -466,25 +199,25 @@ void encode(const char* op, const StateDict& tensors, const std::map<std::string
   for (const auto& [name, t] : tensors) {
     ASC_CHECK(t.defined(), "{}: tensor '{}' is undefined", op, name);
     ASC_CHECK(name != kMetadataKey, "{}: '__metadata__' is reserved and cannot name a tensor", op);
-    ASC_CHECK(invalid_utf8_at(name) == std::string_view::npos, "{}: tensor name '{}' is not valid UTF-8", op, name);
+    ASC_CHECK(json::invalid_utf8_at(name) == std::string_view::npos, "{}: tensor name '{}' is not valid UTF-8", op, name);
     ASC_CHECK(st_dtype_name(t.dtype()) != nullptr, "{}: tensor '{}' has dtype {} which safetensors cannot store",
               op, name, dtype_name(t.dtype()));
   }
   for (const auto& [k, v] : metadata)
-    ASC_CHECK(invalid_utf8_at(k) == std::string_view::npos && invalid_utf8_at(v) == std::string_view::npos,
+    ASC_CHECK(json::invalid_utf8_at(k) == std::string_view::npos && json::invalid_utf8_at(v) == std::string_view::npos,
               "{}: metadata entry '{}' is not valid UTF-8", op, k);
 
   std::string h = "{";
   bool first = true;
   if (!metadata.empty()) {
-    write_json_string(h, kMetadataKey);
+    json::write_string(h, kMetadataKey);
     h += ":{";
     for (const auto& [k, v] : metadata) {
       if (!first) h += ',';
       first = false;
-      write_json_string(h, k);
+      json::write_string(h, k);
       h += ':';
-      write_json_string(h, v);
+      json::write_string(h, v);
     }
     h += '}';
     first = false;
@@ -494,7 +227,7 @@ void encode(const char* op, const StateDict& tensors, const std::map<std::string
     uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
     if (!first) h += ',';
     first = false;
-    write_json_string(h, name);
+    json::write_string(h, name);
     h += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[", st_dtype_name(t.dtype()));
     for (int d = 0; d < t.dim(); ++d) h += fmt::format("{}{}", d ? "," : "", t.size(d));
     h += fmt::format("],\"data_offsets\":[{},{}]}}", offset, offset + nbytes);
