@@ -5,7 +5,6 @@
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "core/format.h"
-#include "nn/module.h"
 #include "ops/ops.h"
 #include "optim/optimizer.h"
 
@@ -85,17 +84,17 @@ void GradScaler::load_state_dict(const StateDict& sd) {
   growth_tracker_ = tracker;
 }
 
-MasterWeights::MasterWeights(nn::Module& model, DType master_dtype) {
+MasterWeights::MasterWeights(const std::vector<Tensor>& params, DType master_dtype) {
   ASC_CHECK(is_floating(master_dtype), "MasterWeights: master dtype must be floating, got {}", master_dtype);
   NoGradGuard g;
-  for (const Tensor& p : model.parameters()) {
+  for (const Tensor& p : params) {
     if (!p.requires_grad()) continue;
     model_.push_back(p);
     Tensor m = p.detach().to(master_dtype);
     if (m.is_same(p) || m.shares_storage(p)) m = m.clone();  // never alias the model's storage
     master_.push_back(m.set_requires_grad(true));
   }
-  ASC_CHECK(!master_.empty(), "MasterWeights: the module has no trainable parameters");
+  ASC_CHECK(!master_.empty(), "MasterWeights: no trainable parameters were given");
 }
 
 void MasterWeights::copy_grads_to_master() {

@@ -3,7 +3,7 @@
 // copies of its parameters; for float16 a dynamic loss scaler keeps small gradients from flushing to zero.
 //
 //   model->to(asc::kFloat16);                                    // compute dtype (on the GPU)
-//   asc::optim::MasterWeights master(*model);                    // float32 copies, same device
+//   asc::optim::MasterWeights master(model->parameters());       // float32 copies, same device
 //   asc::optim::AdamW opt(master.parameters(), {.lr = 1e-3});
 //   asc::optim::GradScaler scaler;                               // {.enabled = false} for bfloat16
 //   for (...) {
@@ -21,10 +21,6 @@
 
 #include "core/state_dict.h"
 #include "core/tensor.h"
-
-namespace asc::nn {
-class Module;
-}
 
 namespace asc::optim {
 
@@ -64,11 +60,11 @@ class GradScaler {
   bool unscaled_ = false, found_inf_ = false, stepped_ = false;
 };
 
-// float32 (or another master dtype) copies of a module's floating parameters, on the same devices, for an
-// optimizer to update while the module computes in a lower precision.
+// float32 (or another master dtype) copies of a model's trainable parameters (those of `params` that require a
+// gradient), on the same devices, for an optimizer to update while the model computes in a lower precision.
 class MasterWeights {
  public:
-  explicit MasterWeights(nn::Module& model, DType master_dtype = kFloat32);
+  explicit MasterWeights(const std::vector<Tensor>& params, DType master_dtype = kFloat32);
   const std::vector<Tensor>& parameters() const { return master_; }
   // master.grad = model.grad converted to the master dtype (undefined where the model parameter has none).
   void copy_grads_to_master();

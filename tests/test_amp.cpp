@@ -89,7 +89,7 @@ TEST_CASE("MasterWeights: float64 masters for a float32 model train like float32
   auto plain = make();
   optim::AdamW opt_plain(plain->parameters(), {.lr = 1e-2});
   auto mixed = make();
-  optim::MasterWeights master(*mixed, kFloat64);
+  optim::MasterWeights master(mixed->parameters(), kFloat64);
   REQUIRE(master.parameters().size() == mixed->parameters().size());
   for (size_t i = 0; i < master.parameters().size(); ++i) {
     CHECK(master.parameters()[i].dtype() == kFloat64);

@@ -45,7 +45,7 @@ std::vector<double> train(Device device, int steps, DType compute = kFloat32) {
     return losses;
   }
   mlp->to(compute);
-  optim::MasterWeights master(*mlp);
+  optim::MasterWeights master(mlp->parameters());
   optim::AdamW opt(master.parameters(), {.lr = 1e-2});
   optim::GradScaler scaler({.enabled = compute == kFloat16});
   Tensor xc = x.to(compute);
