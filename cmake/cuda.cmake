@@ -2,26 +2,30 @@
 # CUDA compile and link breakage shows up in CI. At run time the backend registers itself only when a device
 # is actually available; everything else runs on the CPU.
 set(ASC_HAVE_CUDA OFF)
-# The backend's sources, for nvcc or for the emulator (the caching allocator is plain C++, in every build).
+# The backend's sources, for nvcc or for the emulator. Two files of cuda/ are plain C++ in every build: the caching
+# allocator's policy (tested with a mock device) and stub.cpp, the public CUDA API of a build without the backend.
 file(GLOB ASC_CU_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cu)
 file(GLOB ASC_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cpp)
-list(REMOVE_ITEM ASC_CUDA_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cuda/caching_allocator.cpp)
+list(REMOVE_ITEM ASC_CUDA_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cuda/caching_allocator.cpp
+     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/stub.cpp)
 list(APPEND ASC_CUDA_SOURCES ${ASC_CU_SOURCES})
-option(ASC_CUDA_EMULATION "Compile cuda/ with the host compiler against the CPU CUDA emulator (cuda/emu)" OFF)
+option(ASC_CUDA_EMULATION "Compile cuda/ with the host compiler against the CPU CUDA emulator (tests/cuda_emu)" OFF)
 if(ASC_CUDA_EMULATION)
-  # The CUDA sources compiled by g++ against cuda/emu/include (the CUDA runtime / cuBLAS API on the CPU) and linked
-  # with cuda/emu/*.cpp: every kernel runs, thread by thread, on machines without a GPU. See
-  # cuda/emu/include/cuda_runtime.h. No nvcc, libcudart or libcublas is involved.
-  file(GLOB ASC_EMU_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/*.cpp)
+  # A test build: the CUDA sources compiled by g++ against tests/cuda_emu/include (the CUDA runtime / cuBLAS / cuDNN
+  # API on the CPU) and linked with the emulator (target asc_cuda_emu): every kernel runs, thread by thread, on
+  # machines without a GPU. See tests/cuda_emu/README.md. No nvcc, libcudart or libcublas is involved. The stand-in
+  # headers are an include path of the CUDA sources only, never of the library's consumers.
+  add_subdirectory(${CMAKE_CURRENT_SOURCE_DIR}/tests/cuda_emu ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu)
   set_source_files_properties(${ASC_CU_SOURCES} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++;-Wno-unknown-pragmas")
-  target_sources(ascender PRIVATE ${ASC_CUDA_SOURCES} ${ASC_EMU_SOURCES})
-  target_include_directories(ascender BEFORE PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/cuda/emu/include)
+  set_property(SOURCE ${ASC_CUDA_SOURCES} APPEND PROPERTY INCLUDE_DIRECTORIES ${ASC_CUDA_EMU_INCLUDE})
   # IEEE results as the __*_rn intrinsics promise: never contract a*b+c into an FMA.
-  target_compile_options(ascender PRIVATE -ffp-contract=off)
-  target_compile_definitions(ascender PUBLIC ASC_HAVE_CUDA=1 ASC_CUDA_EMULATION=1)
-  target_compile_definitions(ascender PUBLIC ASC_HAVE_CUDNN=1)  # cuda/emu/cudnn.cpp: the cuDNN backend API subset
+  set_property(SOURCE ${ASC_CUDA_SOURCES} APPEND PROPERTY COMPILE_OPTIONS -ffp-contract=off)
+  target_sources(ascender PRIVATE ${ASC_CUDA_SOURCES})
+  target_link_libraries(ascender PRIVATE asc_cuda_emu)
+  target_compile_definitions(ascender PUBLIC ASC_HAVE_CUDA=1)
+  target_compile_definitions(ascender PRIVATE ASC_CUDA_EMULATION=1 ASC_HAVE_CUDNN=1)  # the emulator has the cuDNN subset
   set(ASC_HAVE_CUDA ON)
-  message(STATUS "ascender: CUDA backend compiled for the CPU CUDA emulator (cuda/emu): no GPU is used")
+  message(STATUS "ascender: CUDA backend compiled for the CPU CUDA emulator (tests/cuda_emu): no GPU is used")
 elseif(ASC_WITH_CUDA)
   include(CheckLanguage)
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
@@ -61,4 +65,8 @@ if(ASC_HAVE_CUDA AND NOT ASC_CUDA_EMULATION)
   else()
     message(STATUS "ascender: cuDNN not found: attention uses the composed kernels")
   endif()
+endif()
+
+if(NOT ASC_HAVE_CUDA)
+  target_sources(ascender PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda/stub.cpp)
 endif()

@@ -69,15 +69,21 @@ FloatElem float_elem_of(const char* op, DType t) {
   }
 }
 
-DeviceScope::DeviceScope(int index) {
+}  // namespace asc::cuda
+
+namespace asc {
+
+DeviceScope::DeviceScope(Device device) {
+  if (!device.is_cuda()) return;
+  const int index = device.index;
   int cur = 0;
   if (cudaGetDevice(&cur) != cudaSuccess) {  // no usable device: the op's own launch reports that, naming the op
     cudaGetLastError();
     return;
   }
   if (cur != index) {
-    ASC_CHECK(index >= 0 && index < device_count(), "cuda:{}: no such CUDA device ({} available)", index,
-              device_count());
+    ASC_CHECK(index >= 0 && index < cuda::device_count(), "cuda:{}: no such CUDA device ({} available)", index,
+              cuda::device_count());
     ASC_CUDA_CHECK(cudaSetDevice(index));
     prev_ = cur;
   }
@@ -85,6 +91,10 @@ DeviceScope::DeviceScope(int index) {
 DeviceScope::~DeviceScope() {
   if (prev_ >= 0) cudaSetDevice(prev_);
 }
+
+}  // namespace asc
+
+namespace asc::cuda {
 
 void synchronize() {
   ASC_CHECK(is_available(), "cuda::synchronize: no CUDA device available");

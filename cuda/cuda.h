@@ -13,21 +13,6 @@ int device_count();
 // Name of device `index` (e.g. "NVIDIA H100 80GB HBM3"); error when unavailable.
 std::string device_name(int index = 0);
 
-// Makes CUDA device `index` current for a scope and restores the previous one on exit. Every op enters one for its
-// tensors' device (ASC_KERNEL in ops/dispatch.h), so kernels, their scratch memory and cuBLAS calls all run on
-// the device that holds the data, whichever device the calling thread had current.
-//   { asc::cuda::DeviceScope on(1); /* launches here go to cuda:1 */ }
-class DeviceScope {
- public:
-  explicit DeviceScope(int index);
-  ~DeviceScope();
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int prev_ = -1;
-};
-
 // Waits for all work queued on the current device (error when no device).
 void synchronize();
 // TF32 tensor-core math for float32 matmuls (off by default: results then match float32 GEMM to ~1e-6 rel.).

@@ -14,7 +14,7 @@
 // dtype; the by-value scalar goes in BDESC) is noted where the tensors are made.
 //
 // Building a plan is slow (the engines are compiled at run time), so plans are cached per device, dtype, shape,
-// strides and mask. Not run on a real GPU yet: the CUDA emulator (cuda/emu/cudnn.cpp) interprets these graphs
+// strides and mask. Not run on a real GPU yet: the CUDA emulator (tests/cuda_emu/cudnn.cpp) interprets these graphs
 // op by op, which checks their wiring and math, not that a given cuDNN release accepts them.
 #include "cuda/cudnn_sdpa.h"
 
@@ -72,7 +72,7 @@ DeviceHandle& handle_of(int device) {
   std::lock_guard<std::mutex> lock(mu);
   DeviceHandle& h = handles[device];
   if (!h.handle) {
-    DeviceScope on(device);
+    DeviceScope on(Device::cuda(device));
     run_check(cudnnCreate(&h.handle), "cudnnCreate");
   }
   return h;
@@ -393,7 +393,7 @@ const Plan& plan_for(int device, bool backward, cudnnDataType_t io, const Dims4&
     } else {
       build_forward(g, qd, qs, kd, ks, vs, os, causal);
     }
-    DeviceScope on(device);
+    DeviceScope on(Device::cuda(device));
     std::tie(p.plan, p.workspace) = g.plan(handle_of(device).handle);
   } catch (const BuildError& e) {
     p.why = fmt::format("cuDNN {} graph not supported: {}", backward ? "backward" : "forward", e.what);
@@ -407,7 +407,7 @@ bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data(
 
 // Runs a plan with the tensors bound to their uids (host pointers for the by-value scalars).
 void execute(int device, const Plan& p, std::vector<int64_t> uids, std::vector<void*> ptrs) {
-  DeviceScope on(device);
+  DeviceScope on(Device::cuda(device));
   Tensor workspace;
   if (p.workspace > 0) workspace = Tensor::empty({(p.workspace + 3) / 4}, {kFloat32, Device::cuda(device)});
   cudnnBackendDescriptor_t pack = nullptr;

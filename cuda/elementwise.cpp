@@ -1,6 +1,6 @@
-// CUDA entry points of the elementwise / copy / fill / isnan / sum / random kernels (declared in cuda/kernels.h,
+// CUDA entry points of the elementwise / copy / fill / isnan / sum / random kernels (declared in ops/kernel_list.inc,
 // reached through ASC_KERNEL). Host side: dtype checks with the CPU kernels' errors, broadcasting and dimension
-// coalescing (the CPU's cpu::coalesce), then a plain-data launcher of cuda/elementwise.cu on the current stream.
+// coalescing (ops/layout.h, as on the CPU), then a plain-data launcher of cuda/elementwise.cu on the current stream.
 #include <array>
 
 #include "core/dtype.h"
@@ -10,8 +10,9 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/elementwise_launch.h"
-#include "cuda/kernels.h"
-#include "ops/cpu/loops.h"
+#include "ops/kernels.h"
+#include "ops/checks.h"
+#include "ops/layout.h"
 
 namespace asc::cuda {
 namespace {
@@ -34,17 +35,13 @@ L::Layout<N> make_layout(const Shape& shape, const std::array<Strides, N>& strid
   L::Layout<N> out;
   out.numel = numel_of(shape);
   if (out.numel == 0) return out;
-  cpu::StridedLayout<N> c = cpu::coalesce<N>(shape, strides);
+  StridedLayout<N> c = coalesce<N>(shape, strides);
   out.ndim = c.shape.size();
   for (int d = 0; d < out.ndim; ++d) {
     out.shape[d] = c.shape[d];
     for (int k = 0; k < N; ++k) out.strides[k][d] = c.strides[k][d];
   }
   return out;
-}
-
-void check_float(const char* name, DType t) {
-  ASC_CHECK(is_floating(t), "{}: dtype {} is not supported on CUDA (floating types only)", name, dtype_name(t));
 }
 
 void check_f32_f64(const char* name, DType t) {
@@ -66,14 +63,14 @@ void check_contiguous(const char* name, const Tensor& t) {
 }  // namespace
 
 void unary(math::Unary op, const math::UnaryParams& p, const Tensor& x, Tensor& out) {
-  check_float("unary", x.dtype());
+  check_floating("unary (CUDA)", x);
   auto lay = make_layout<2>(x.shape(), {out.strides(), x.strides()});
   ASC_LAUNCH("unary", L::unary(op, p, st(x.dtype()), x.raw_data(), out.raw_data(), lay, current_stream()));
 }
 
 void unary_backward(math::Unary op, const math::UnaryParams& p, const Tensor& g, const Tensor& x, const Tensor& y,
                     Tensor& gx) {
-  check_float("unary_backward", g.dtype());
+  check_floating("unary_backward (CUDA)", g);
   // x / y are always defined by the op (it passes g in place of the one the derivative does not read).
   const Tensor& xv = x.defined() ? x : g;
   const Tensor& yv = y.defined() ? y : g;
@@ -115,7 +112,7 @@ void fill(Tensor& dst, double value) {
 }
 
 void isnan(const Tensor& x, Tensor& out) {
-  check_float("isnan", x.dtype());
+  check_floating("isnan (CUDA)", x);
   auto lay = make_layout<2>(x.shape(), {out.strides(), x.strides()});
   ASC_LAUNCH("isnan", L::isnan(st(x.dtype()), x.raw_data(), static_cast<bool*>(out.raw_data()), lay,
                                current_stream()));

@@ -1,4 +1,4 @@
-// CUDA entry points of the geometry kernels (same signatures and semantics as ops/cpu/geometry_kernels.h): check
+// CUDA entry points of the geometry kernels (same signatures and semantics as ops/kernel_list.inc): check
 // the tensors, pass raw pointers and sizes to the launchers of cuda/geometry.cu, and turn a failed launch into an
 // asc::Error. The ops hand over contiguous inputs and preallocated contiguous outputs.
 #include <climits>
@@ -8,7 +8,8 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
-#include "cuda/kernels.h"
+#include "ops/checks.h"
+#include "ops/kernels.h"
 #include "cuda/geometry_launch.h"
 #include "ops/geometry.h"
 
@@ -17,14 +18,14 @@ namespace asc::cuda {
 namespace {
 
 // t is a contiguous CUDA tensor of a floating dtype (float32/64, bfloat16, float16).
-void check_float(const char* op, const Tensor& t, const char* what) {
+void check_cuda_float(const char* op, const Tensor& t, const char* what) {
   ASC_CHECK(t.defined() && t.device().is_cuda(), "{} (CUDA): {} must be a CUDA tensor", op, what);
-  ASC_CHECK(is_floating(t.dtype()), "{} (CUDA): {} must be a floating-point tensor, got {}", op, what, t.dtype());
+  check_floating(op, t);
   ASC_CHECK(t.is_contiguous(), "{} (CUDA): {} must be contiguous", op, what);
 }
 
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b, const char* what) {
-  check_float(op, b, what);
+  check_cuda_float(op, b, what);
   ASC_CHECK(a.dtype() == b.dtype(), "{} (CUDA): {} has dtype {}, expected {}", op, what, b.dtype(), a.dtype());
 }
 
@@ -41,7 +42,7 @@ const bool* mask_ptr(const char* op, const Tensor& mask, int64_t numel) {
 
 void topk(const Tensor& x, const Tensor& mask, int64_t k, bool largest, int64_t diag_n, Tensor& values,
           Tensor& indices) {
-  check_float("topk", x, "input");
+  check_cuda_float("topk", x, "input");
   check_same_dtype("topk", x, values, "values");
   ASC_CHECK(indices.device().is_cuda() && indices.dtype() == kInt64 && indices.is_contiguous(),
             "topk (CUDA): indices must be a contiguous int64 CUDA tensor");
@@ -72,7 +73,7 @@ void topk_count(const Tensor& mask, int64_t diag_n, Tensor& counts) {
 }
 
 void topk_backward(const Tensor& g, const Tensor& indices, Tensor& gx) {
-  check_float("topk backward", g, "gradient");
+  check_cuda_float("topk backward", g, "gradient");
   check_same_dtype("topk backward", g, gx, "gx");
   ASC_CHECK(indices.device().is_cuda() && indices.dtype() == kInt64 && indices.is_contiguous(),
             "topk backward (CUDA): indices must be a contiguous int64 CUDA tensor");
@@ -83,7 +84,7 @@ void topk_backward(const Tensor& g, const Tensor& indices, Tensor& gx) {
 }
 
 void normalize_rows(const Tensor& x, double eps, Tensor& y, Tensor& norm) {
-  check_float("normalize_rows", x, "input");
+  check_cuda_float("normalize_rows", x, "input");
   check_same_dtype("normalize_rows", x, y, "output");
   check_same_dtype("normalize_rows", x, norm, "norm");
   const int64_t d = x.size(-1);
@@ -94,7 +95,7 @@ void normalize_rows(const Tensor& x, double eps, Tensor& y, Tensor& norm) {
 }
 
 void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y, Tensor& sd) {
-  check_float("row_standardize", x, "input");
+  check_cuda_float("row_standardize", x, "input");
   check_same_dtype("row_standardize", x, y, "output");
   check_same_dtype("row_standardize", x, sd, "std");
   const int64_t n = x.size(-1);
@@ -106,20 +107,14 @@ void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y,
 }
 
 void apply_surrogate(const Surrogate& s, double width, const Tensor& u, Tensor& out) {
-  check_float("hard_gate", u, "u");
+  check_cuda_float("hard_gate", u, "u");
   check_same_dtype("hard_gate", u, out, "output");
-  // Only the built-in surrogates have device code; the registry refuses to re-register their names, so the name
-  // identifies them.
-  SurrogateKind kind;
-  if (s.name == "sigmoid") kind = SurrogateKind::Sigmoid;
-  else if (s.name == "rectangular") kind = SurrogateKind::Rectangular;
-  else if (s.name == "triangular") kind = SurrogateKind::Triangular;
-  else if (s.name == "atan") kind = SurrogateKind::Atan;
-  else
+  // Only the built-in surrogates have device code (math::surrogate_derivative).
+  if (!s.builtin)
     ASC_THROW("hard_gate (CUDA): surrogate '{}' is a user-registered host function and has no CUDA kernel; use a "
               "built-in surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run the op on the CPU",
               s.name);
-  ASC_CUDA_CHECK(launch_apply_surrogate(kind, width, u.raw_data(), u.numel(), out.raw_data(),
+  ASC_CUDA_CHECK(launch_apply_surrogate(*s.builtin, width, u.raw_data(), u.numel(), out.raw_data(),
                                         float_elem_of("hard_gate", u.dtype()),
                                         current_stream()));
 }

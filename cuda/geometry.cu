@@ -271,11 +271,11 @@ __global__ void row_standardize_kernel(const T* __restrict__ x, const bool* __re
 }
 
 template <class T>
-__global__ void surrogate_kernel(SurrogateKind kind, double width, const T* __restrict__ u, int64_t N,
+__global__ void surrogate_kernel(math::SurrogateKind kind, double width, const T* __restrict__ u, int64_t N,
                                  T* __restrict__ out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = from_acc<T>(surrogate_derivative(kind, static_cast<double>(to_acc(u[i])), width));
+    out[i] = from_acc<T>(math::surrogate_derivative(kind, static_cast<double>(to_acc(u[i])), width));
 }
 
 unsigned warp_rows_grid(int64_t R) { return grid_for(R * 32, kRowThreads); }
@@ -333,7 +333,7 @@ cudaError_t launch_row_standardize(const void* x, const bool* mask, int64_t R, i
   });
 }
 
-cudaError_t launch_apply_surrogate(SurrogateKind kind, double width, const void* u, int64_t N, void* out, FloatElem elem,
+cudaError_t launch_apply_surrogate(math::SurrogateKind kind, double width, const void* u, int64_t N, void* out, FloatElem elem,
                                    cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
   return visit_float_elem(elem, [&](auto tag) {

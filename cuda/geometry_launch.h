@@ -9,33 +9,9 @@
 #include <cstdint>
 
 #include "cuda/float_elem.h"
-#include "ops/math.h"  // ASC_HD
+#include "ops/math.h"  // math::SurrogateKind, math::surrogate_derivative
 
 namespace asc::cuda {
-
-// The built-in surrogates of ops/geometry.cpp's registry, by kind.
-enum class SurrogateKind : uint8_t { Sigmoid, Rectangular, Triangular, Atan };
-
-// s'(u; width) of the built-in surrogates, in float64: the same formulas as the registry's host functions (which
-// could call this too, so that both backends share one definition).
-ASC_HD double surrogate_derivative(SurrogateKind kind, double u, double w) {
-  switch (kind) {
-    case SurrogateKind::Sigmoid: {  // alpha sigma(alpha u)(1 - sigma(alpha u)) = alpha e^{-|alpha u|} / (1 + e^{-|alpha u|})^2
-      const double e = std::exp(-std::fabs(w * u));
-      return w * e / ((1.0 + e) * (1.0 + e));
-    }
-    case SurrogateKind::Rectangular: return std::fabs(u) < w / 2 ? 1.0 / w : 0.0;
-    case SurrogateKind::Triangular: {
-      const double t = 1.0 - std::fabs(u) / w;
-      return (t > 0.0 ? t : 0.0) / w;
-    }
-    case SurrogateKind::Atan: {
-      const double t = 3.14159265358979323846 / 2 * w * u;
-      return w / (2.0 * (1.0 + t * t));
-    }
-  }
-  return 0.0;
-}
 
 // values / indices (R, k) = the k best selectable entries of each row of x (R, n), sorted, ties by the lower
 // index, NaN the largest value. mask: nullptr or bool (R, n); diag_n > 0 excludes column r % diag_n of row r.
@@ -54,8 +30,8 @@ cudaError_t launch_normalize_rows(const void* x, int64_t R, int64_t d, double ep
 // Masked row standardisation (population std) of x (R, n); mask nullptr or bool (R, n); sd (R) = std.
 cudaError_t launch_row_standardize(const void* x, const bool* mask, int64_t R, int64_t n, double eps, void* y,
                                    void* sd, FloatElem elem, cudaStream_t stream);
-// out[i] = surrogate_derivative(kind, u[i], width) for N elements.
-cudaError_t launch_apply_surrogate(SurrogateKind kind, double width, const void* u, int64_t N, void* out, FloatElem elem,
+// out[i] = math::surrogate_derivative(kind, u[i], width) for N elements.
+cudaError_t launch_apply_surrogate(math::SurrogateKind kind, double width, const void* u, int64_t N, void* out, FloatElem elem,
                                    cudaStream_t stream);
 
 }  // namespace asc::cuda

@@ -1,4 +1,4 @@
-// CUDA entry points of the indexing kernels (same signatures and semantics as ops/cpu/index_kernels.h): check the
+// CUDA entry points of the indexing kernels (same signatures and semantics as ops/kernel_list.inc): check the
 // tensors, describe them as plain data for the launchers of cuda/index.cu, and turn a failed launch into an
 // asc::Error. Inputs arrive validated by the ops (int64 indices, bounds already checked, shapes consistent).
 #include "core/error.h"
@@ -6,7 +6,8 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
-#include "cuda/kernels.h"
+#include "ops/kernels.h"
+#include "ops/layout.h"
 #include "cuda/index_launch.h"
 
 namespace asc::cuda {
@@ -45,17 +46,6 @@ IdxLayout layout_of(const Shape& shape, std::initializer_list<const Strides*> st
     ++k;
   }
   return L;
-}
-
-struct OuterInner {
-  int64_t outer = 1, inner = 1;
-};
-
-OuterInner split_at(const Shape& s, int dim) {
-  OuterInner r;
-  for (int d = 0; d < dim; ++d) r.outer *= s[d];
-  for (int d = dim + 1; d < s.size(); ++d) r.inner *= s[d];
-  return r;
 }
 
 // Element stride of a 0-D or 1-D index tensor.

@@ -13,23 +13,14 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/cuda.h"
+#include "ops/kernels.h"
+#include "ops/layout.h"
 
 namespace asc::cuda {
 namespace {
 
-// A (rows x cols) row-major operand as cuBLAS sees it: op N with leading dim ld (row-major rows), or op T
-// (a transposed view: columns contiguous). ok = false when neither stride is 1 (a copy is needed).
-struct Operand {
-  cublasOperation_t op = CUBLAS_OP_N;
-  int64_t ld = 0;
-  bool ok = false;
-};
-
-Operand layout(int64_t rows, int64_t cols, int64_t s_row, int64_t s_col) {
-  if (s_col == 1 && (s_row >= std::max<int64_t>(cols, 1) || rows == 1)) return {CUBLAS_OP_N, std::max(s_row, cols), true};
-  if (s_row == 1 && (s_col >= std::max<int64_t>(rows, 1) || cols == 1)) return {CUBLAS_OP_T, std::max(s_col, rows), true};
-  return {};
-}
+// cuBLAS's op flag for a GEMM operand (ops/layout.h).
+cublasOperation_t op_of(const GemmOperand& o) { return o.trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -55,9 +46,10 @@ void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
     return;
   }
   Tensor a = a_in, b = b_in;
-  Operand oa = layout(M, K, a.stride(d), a.stride(d + 1)), ob = layout(K, N, b.stride(d), b.stride(d + 1));
-  if (!oa.ok) a = a.contiguous(), oa = layout(M, K, a.stride(d), a.stride(d + 1));
-  if (!ob.ok) b = b.contiguous(), ob = layout(K, N, b.stride(d), b.stride(d + 1));
+  GemmOperand oa = gemm_operand(M, K, a.stride(d), a.stride(d + 1));
+  GemmOperand ob = gemm_operand(K, N, b.stride(d), b.stride(d + 1));
+  if (!oa.ok) a = a.contiguous(), oa = gemm_operand(M, K, a.stride(d), a.stride(d + 1));
+  if (!ob.ok) b = b.contiguous(), ob = gemm_operand(K, N, b.stride(d), b.stride(d + 1));
   const int64_t sa = batched ? a.stride(0) : 0, sb = batched ? b.stride(0) : 0;
   ASC_CHECK(std::max({M, N, K, oa.ld, ob.ld}) <= INT32_MAX, "matmul (CUDA): dimensions ({}, {}, {}) exceed cuBLAS's int range",
             M, N, K);
@@ -73,7 +65,7 @@ void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
   const void* beta = f64 ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f);
   // Column-major view: C^T (N x M, ld N) = op(B^T) (N x K) * op(A^T) (K x M).
   ASC_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      cublas_handle(), ob.op, oa.op, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), alpha,
+      cublas_handle(), op_of(ob), op_of(oa), static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), alpha,
       b.raw_data(), type, static_cast<int>(ob.ld), sb, a.raw_data(), type, static_cast<int>(oa.ld), sa, beta,
       out.raw_data(), type, static_cast<int>(N), M * N, static_cast<int>(Bt), compute, CUBLAS_GEMM_DEFAULT));
 }

@@ -1,5 +1,5 @@
 // CUDA entry points of the nn functional kernels: the same signatures and semantics as asc::cpu's
-// (ops/cpu/nn_kernels.h). Each one validates its tensors (CUDA, one floating dtype: float32 / float64 / bfloat16 /
+// (ops/kernel_list.inc). Each one validates its tensors (CUDA, one floating dtype: float32 / float64 / bfloat16 /
 // float16, contiguous where the kernel reads rows), then calls the launcher of cuda/nn.cu with raw pointers on
 // cuda::current_stream(). Outputs are preallocated by the op, exactly as for the CPU.
 #include <cuda_runtime.h>
@@ -11,7 +11,7 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
-#include "cuda/kernels.h"
+#include "ops/kernels.h"
 #include "cuda/nn_launch.h"
 
 namespace asc::cuda {

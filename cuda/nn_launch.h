@@ -2,7 +2,7 @@
 // Launchers of the CUDA nn functional kernels (cuda/nn.cu), called by cuda/nn.cpp after it has validated the
 // tensors. C++17-clean and plain data only (this header is included by a .cu file): raw device pointers of
 // contiguous row-major buffers, sizes, the element type and the stream. Layouts and semantics are those of the CPU
-// kernels in ops/cpu/nn_kernels.h. Each launcher returns cudaGetLastError() after its launches (cudaSuccess when
+// kernels in ops/kernel_list.inc. Each launcher returns cudaGetLastError() after its launches (cudaSuccess when
 // there was nothing to do). bfloat16 / float16 data are computed in float32; float32 in float32; float64 in float64.
 #include <cuda_runtime.h>
 

@@ -1,14 +1,13 @@
-// CUDA entry points of the fused optimizer kernels (same signatures and semantics as optim/kernels.h's asc::cpu
-// functions): check the tensors, pass raw pointers and the hyper-parameters to the launchers of cuda/optim.cu, and
-// turn a failed launch into an asc::Error.
+// CUDA entry points of the fused optimizer kernels (declared once in ops/kernel_list.inc, like the CPU ones): check
+// the tensors, pass raw pointers and the hyper-parameters to the launchers of cuda/optim.cu, and turn a failed
+// launch into an asc::Error.
 #include "core/error.h"
 #include "core/format.h"
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
-#include "cuda/kernels.h"
+#include "ops/kernels.h"
 #include "cuda/optim_launch.h"
-#include "optim/kernels.h"
 
 namespace asc::cuda {
 

@@ -1,5 +1,5 @@
 // CUDA entry points of the reduction kernels: the same signatures and semantics as asc::cpu's
-// (ops/cpu/reduce_kernels.h). Each validates its tensors and calls the launcher of cuda/reduce.cu with raw pointers
+// (ops/kernel_list.inc). Each validates its tensors and calls the launcher of cuda/reduce.cu with raw pointers
 // on cuda::current_stream(). Outputs are preallocated by the op, exactly as for the CPU.
 #include <cuda_runtime.h>
 
@@ -10,7 +10,7 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
-#include "cuda/kernels.h"
+#include "ops/kernels.h"
 #include "cuda/reduce_launch.h"
 
 namespace asc::cuda {

@@ -1,7 +1,7 @@
 #pragma once
 // Launchers of the CUDA reduction kernels (cuda/reduce.cu), called by cuda/reduce.cpp after it has validated the
 // tensors. C++17-clean and plain data only (included by a .cu file). Layouts and semantics are those of the CPU
-// kernels in ops/cpu/reduce_kernels.h. Each launcher returns cudaGetLastError() after its launch (cudaSuccess when
+// kernels in ops/kernel_list.inc. Each launcher returns cudaGetLastError() after its launch (cudaSuccess when
 // there was nothing to do).
 #include <cuda_runtime.h>
 

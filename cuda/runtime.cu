@@ -135,17 +135,17 @@ class CudaAllocator final : public Allocator {
     const int ddev = owner(dst), sdev = owner(src);
     if (ddev >= 0 && sdev >= 0 && ddev != sdev) {
       {
-        DeviceScope on(sdev);
+        DeviceScope on(Device::cuda(sdev));
         ASC_CUDA_CHECK(cudaStreamSynchronize(stream_of(sdev)));  // the source is complete
       }
-      DeviceScope on(ddev);
+      DeviceScope on(Device::cuda(ddev));
       ASC_CUDA_CHECK(cudaMemcpyPeerAsync(dst, ddev, src, sdev, nbytes, stream_of(ddev)));
       ASC_CUDA_CHECK(cudaStreamSynchronize(stream_of(ddev)));
       return;
     }
     const int dev = ddev >= 0 ? ddev : sdev;
     ASC_CHECK(dev >= 0, "cuda: copy between two host buffers {} and {} reached the CUDA allocator", dst, src);
-    DeviceScope on(dev);
+    DeviceScope on(Device::cuda(dev));
     ASC_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream_of(dev)));
     ASC_CUDA_CHECK(cudaStreamSynchronize(stream_of(dev)));
   }
@@ -155,7 +155,7 @@ class CudaAllocator final : public Allocator {
     if (!nbytes) return;
     const int device = owner(dst);
     if (device < 0 || !is_pinned_pointer(src)) return copy(dst, src, nbytes);
-    DeviceScope on(device);
+    DeviceScope on(Device::cuda(device));
     cudaStream_t stream = stream_of(device);
     ASC_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
     record_pinned_use(src, reinterpret_cast<uintptr_t>(stream));

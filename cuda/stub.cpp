@@ -1,8 +1,16 @@
-// CUDA queries in a build without the CUDA backend: nothing is available.
-#ifndef ASC_HAVE_CUDA
+// The CUDA backend's public API (cuda/cuda.h) in a build without the backend: nothing is available. Compiled
+// instead of the rest of cuda/ when nvcc is absent or ASC_WITH_CUDA=OFF (cmake/cuda.cmake). No kernel needs a
+// stub: ASC_KERNEL (ops/dispatch.h) never calls a CUDA kernel in such a build.
+#include "core/device.h"
 #include "core/error.h"
 #include "cuda/cuda.h"
-#include "cuda/cudnn_sdpa.h"
+
+namespace asc {
+DeviceScope::DeviceScope(Device device) {
+  ASC_CHECK(!device.is_cuda(), "cuda:{}: this build has no CUDA backend", device.index);
+}
+DeviceScope::~DeviceScope() = default;
+}  // namespace asc
 
 namespace asc::cuda {
 bool is_available() { return false; }
@@ -17,17 +25,4 @@ void empty_cache() {}
 PinnedStats pinned_memory_stats() { return {}; }
 void empty_pinned_cache() {}
 void record_stream(const void*, uintptr_t) { ASC_THROW("cuda::record_stream: this build has no CUDA backend"); }
-std::string cudnn_sdpa_unsupported(const Tensor&, const Tensor&, const Tensor&, bool, bool) {
-  return "this build has no CUDA backend";
-}
-void cudnn_sdpa_forward(const Tensor&, const Tensor&, const Tensor&, bool, double, Tensor&, Tensor&) {
-  ASC_THROW("scaled_dot_product_attention: this build has no CUDA backend");
-}
-void cudnn_sdpa_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         bool, double, Tensor&, Tensor&, Tensor&) {
-  ASC_THROW("scaled_dot_product_attention: this build has no CUDA backend");
-}
-DeviceScope::DeviceScope(int index) { ASC_THROW("cuda:{}: this build has no CUDA backend", index); }
-DeviceScope::~DeviceScope() = default;
 }  // namespace asc::cuda
-#endif

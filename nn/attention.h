@@ -7,6 +7,7 @@
 //   asc::Tensor y = mha->attend(x, {.key_padding_mask = valid, .causal = true, .need_weights = true});
 //   asc::Tensor A = mha->attention_weights();                    // (B, H, T, T), rows sum to 1 over kept keys
 #include "nn/linear.h"
+#include "ops/attention.h"
 #include "nn/module.h"
 
 namespace asc::nn {
@@ -70,35 +71,13 @@ class MultiHeadAttention : public Attention {
   std::shared_ptr<RotaryEmbedding> rope;  // with options.rope(): cos/sin tables cached as (non-persistent) buffers
 };
 
-// The scaled-dot-product core on already projected heads: q (B, H, T, Dh), k and v (B, H, S, Dh).
-//   A = softmax(q kᵀ · scale + bias, masked);  returns A v (B, H, T, Dh).
-// Fully masked rows give zero output.
+// The scaled-dot-product core (ops/attention.h) under nn's name, as in torch.nn.functional:
 //   asc::Tensor y = asc::nn::scaled_dot_product_attention(q, k, v, {.causal = true});
-struct SdpaOptions {
-  Tensor keep_mask = {};      // bool, broadcastable to (B, H, T, S); true = attend; undefined = none
-  Tensor bias = {};           // additive, broadcastable to (B, H, T, S)
-  bool causal = false;        // query t sees keys s <= t + (S - T)
-  double dropout = 0.0;       // on the probabilities, when training
-  bool training = false;
-  Tensor* weights = nullptr;  // if set, receives the probabilities (B, H, T, S), detached
-};
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& options);
-// The same with the mask and bias as positional arguments (causality, if any, folded into keep_mask).
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask = {},
-                                    const Tensor& bias = {}, double dropout = 0.0, bool training = false,
-                                    Tensor* weights = nullptr);
-
-// Which implementation scaled_dot_product_attention uses:
-//   Math  - the composed ops (matmul, masked softmax, matmul) on any device and dtype;
-//   Fused - cuDNN's flash-attention kernels (CUDA, bfloat16/float16, head dim a multiple of 8 up to 128, no
-//           keep_mask/bias/dropout/weights, causal only with T == S); an error when the inputs do not qualify;
-//   Auto  - Fused when the inputs qualify, else Math (the default).
-// The fused path never materialises the (T, S) probabilities: memory O(T) per row instead of O(T·S).
-enum class SdpaBackend { Auto, Math, Fused };
-void set_sdpa_backend(SdpaBackend backend);  // process-wide
-SdpaBackend sdpa_backend();
-// What scaled_dot_product_attention would run for these inputs under the current backend: "fused (cuDNN)", or
-// "math: " and the reason the fused kernels were not used.
-std::string sdpa_choice(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& options = {});
+using asc::scaled_dot_product_attention;
+using asc::sdpa_backend;
+using asc::SdpaBackend;
+using asc::sdpa_choice;
+using asc::SdpaOptions;
+using asc::set_sdpa_backend;
 
 }  // namespace asc::nn

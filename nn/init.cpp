@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "ops/checks.h"
 #include "ops/ops.h"
 
 namespace asc::nn::init {
@@ -27,14 +28,15 @@ double calculate_gain(const std::string& nl, double param) {
 }
 
 namespace {
-void check_float(const Tensor& t, const char* op) {
-  ASC_CHECK(t.defined() && is_floating(t.dtype()), "init.{}: expected a defined floating tensor, got {}", op,
-            t.defined() ? dtype_name(t.dtype()) : "undefined");
+// Any floating dtype: the fills are composed from ops that convert.
+void check_fillable(const Tensor& t, const char* op) {
+  check_defined(op, t, "the tensor");
+  check_floating(op, t);
 }
 }  // namespace
 
 void uniform_(Tensor& t, double low, double high, Generator* gen) {
-  check_float(t, "uniform_");
+  check_fillable(t, "init.uniform_");
   ASC_CHECK(low <= high, "init.uniform_: low {} > high {}", low, high);
   NoGradGuard g;
   Tensor u = rand(t.shape(), {t.dtype(), t.device()}, gen);
@@ -42,7 +44,7 @@ void uniform_(Tensor& t, double low, double high, Generator* gen) {
 }
 
 void normal_(Tensor& t, double mean, double std, Generator* gen) {
-  check_float(t, "normal_");
+  check_fillable(t, "init.normal_");
   ASC_CHECK(std >= 0, "init.normal_: std {} < 0", std);
   NoGradGuard g;
   Tensor n = randn(t.shape(), {t.dtype(), t.device()}, gen);
@@ -50,7 +52,7 @@ void normal_(Tensor& t, double mean, double std, Generator* gen) {
 }
 
 void constant_(Tensor& t, double value) {
-  check_float(t, "constant_");
+  check_fillable(t, "init.constant_");
   NoGradGuard g;
   t.fill_(value);
 }

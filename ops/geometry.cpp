@@ -12,7 +12,7 @@
 
 #include "autograd/node.h"
 #include "core/format.h"
-#include "ops/cpu/geometry_kernels.h"
+#include "ops/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
@@ -22,13 +22,6 @@ namespace asc {
 using autograd::SavedTensor;
 
 namespace {
-
-// float32 / float64 everywhere; bfloat16 / float16 too on CUDA (the CPU has no 16-bit kernels).
-void check_float(const char* op, const Tensor& t, const char* what) {
-  ASC_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64 || (is_reduced_float(t.dtype()) && t.device().is_cuda()),
-            "{}: {} must be float32 or float64 (or bfloat16 / float16 on CUDA), got {} on {}", op, what, t.dtype(),
-            t.device());
-}
 
 // A bool mask broadcast to `shape`, materialised contiguous (the kernels read it row by row).
 Tensor prepare_mask(const char* op, const Tensor& mask, const Tensor& x) {
@@ -233,24 +226,20 @@ Tensor row_standardize(const Tensor& x, const Tensor& mask_in, double eps) {
 
 namespace {
 
-double sigmoid_prime(double u, double a) {
-  const double e = std::exp(-std::abs(a * u));  // sigma(x)(1 - sigma(x)) = e^{-|x|} / (1 + e^{-|x|})^2
-  return a * e / ((1.0 + e) * (1.0 + e));
-}
-
 struct Registry {
   std::mutex mu;
   std::map<std::string, Surrogate> entries;  // node-based: references handed out stay valid
   Registry() {
-    add({"sigmoid", sigmoid_prime});
-    add({"rectangular", [](double u, double w) { return std::abs(u) < w / 2 ? 1.0 / w : 0.0; }});
-    add({"triangular", [](double u, double w) { return std::max(0.0, 1.0 - std::abs(u) / w) / w; }});
-    add({"atan", [](double u, double w) {
-           const double t = std::numbers::pi / 2 * w * u;
-           return w / (2.0 * (1.0 + t * t));
-         }});
+    using math::SurrogateKind;
+    builtin("sigmoid", SurrogateKind::Sigmoid);
+    builtin("rectangular", SurrogateKind::Rectangular);
+    builtin("triangular", SurrogateKind::Triangular);
+    builtin("atan", SurrogateKind::Atan);
   }
   void add(Surrogate s) { entries.emplace(s.name, std::move(s)); }
+  void builtin(const char* name, math::SurrogateKind kind) {
+    add({name, [kind](double u, double w) { return math::surrogate_derivative(kind, u, w); }, kind});
+  }
   std::string names() {
     std::string r;
     for (auto& [k, v] : entries) r += (r.empty() ? "" : ", ") + k;
@@ -286,6 +275,7 @@ std::vector<std::string> surrogate_names() {
 void register_surrogate(Surrogate s) {
   ASC_CHECK(!s.name.empty(), "register_surrogate: the surrogate needs a name");
   ASC_CHECK(static_cast<bool>(s.derivative), "register_surrogate: surrogate '{}' has no derivative function", s.name);
+  s.builtin.reset();  // a user entry is a host function: only the registry's own formulas have CUDA code
   Registry& reg = registry();
   std::lock_guard lock(reg.mu);
   ASC_CHECK(!reg.entries.contains(s.name), "register_surrogate: a surrogate named '{}' is already registered (known: {})",

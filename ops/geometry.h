@@ -6,10 +6,12 @@
 //   Tensor d2 = asc::pairwise_sqdist(Z, Z);                          // (B, n, n)
 //   Tensor F = asc::hard_gate(Z, SP, {.mode = asc::GateBackward::Surrogate, .surrogate = "sigmoid", .width = 4});
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/math.h"
 #include "ops/reduce.h"
 
 namespace asc {
@@ -53,6 +55,7 @@ struct GateOptions {
 struct Surrogate {
   std::string name;
   std::function<double(double u, double width)> derivative;
+  std::optional<math::SurrogateKind> builtin = {};  // set for the built-ins (which also run on CUDA); user entries: none
 };
 // The registry: "sigmoid" (alpha * sigma(alpha u) (1 - sigma(alpha u)), alpha = width),
 // "rectangular" (1/width on |u| < width/2), "triangular" (max(0, 1 - |u|/width) / width),

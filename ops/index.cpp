@@ -6,7 +6,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "core/format.h"
-#include "ops/cpu/index_kernels.h"
+#include "ops/kernels.h"
 #include "ops/dispatch.h"
 
 namespace asc {

@@ -133,4 +133,28 @@ ASC_HD auto binary_fwd(T a, T b) {
 
 constexpr bool is_comparison(Binary b) { return b >= Binary::Eq; }
 
+// ---- surrogate derivatives of the hard gate F = 1[u >= 0] (ops/geometry.h) --------------------------------------
+// The built-in entries of the surrogate registry, each integrating to 1 over u, in float64. The registry's host
+// functions and the CUDA kernel both evaluate this one definition.
+enum class SurrogateKind : uint8_t { Sigmoid, Rectangular, Triangular, Atan };
+
+ASC_HD double surrogate_derivative(SurrogateKind kind, double u, double w) {
+  switch (kind) {
+    case SurrogateKind::Sigmoid: {  // w σ(wu)(1 - σ(wu)) = w e^{-|wu|} / (1 + e^{-|wu|})^2, stable for any u
+      const double e = std::exp(-std::fabs(w * u));
+      return w * e / ((1.0 + e) * (1.0 + e));
+    }
+    case SurrogateKind::Rectangular: return std::fabs(u) < w / 2 ? 1.0 / w : 0.0;
+    case SurrogateKind::Triangular: {
+      const double t = 1.0 - std::fabs(u) / w;
+      return (t > 0.0 ? t : 0.0) / w;
+    }
+    case SurrogateKind::Atan: {
+      const double t = 3.14159265358979323846 / 2 * w * u;
+      return w / (2.0 * (1.0 + t * t));
+    }
+  }
+  return 0.0;
+}
+
 }  // namespace asc::math

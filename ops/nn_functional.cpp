@@ -1,5 +1,5 @@
 // nn functional ops: validation, layout (the reduced dim moved last and made contiguous), the fused CPU kernels
-// through the device dispatch (ops/cpu/nn_kernels.h), and each op's backward right beside its forward.
+// through the device dispatch (ops/kernel_list.inc), and each op's backward right beside its forward.
 // mse_loss, dropout and linear are composites of elementwise ops / matmul and get their gradients from those.
 #include "ops/nn_functional.h"
 
@@ -8,8 +8,7 @@
 
 #include "autograd/node.h"
 #include "core/generator.h"
-#include "ops/cpu/kernels.h"
-#include "ops/cpu/nn_kernels.h"
+#include "ops/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"

@@ -1,13 +1,13 @@
 // Reductions beyond sum/mean (which live in reduce_sum.cpp): var, std, max/min with indices, amax/amin,
 // argmax/argmin, logsumexp, norm. Each op validates, runs a kernel over a contiguous (rows, n) view whose last
-// dimension holds the reduced elements (ops/cpu/reduce_kernels.h) or composes available ops, and records its
+// dimension holds the reduced elements (ops/kernel_list.inc) or composes available ops, and records its
 // backward right beside the forward.
 #include <cmath>
 #include <limits>
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
-#include "ops/cpu/reduce_kernels.h"
+#include "ops/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/reduce.h"

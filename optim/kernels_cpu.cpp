@@ -1,11 +1,11 @@
-// CPU optimizer kernels (see optim/kernels.h). Each update is one loop over contiguous element ranges; masked rows
+// CPU optimizer kernels (declared in ops/kernel_list.inc). Each update is one loop over contiguous element ranges; masked rows
 // are skipped by splitting the range into runs of consecutive unmasked rows, so the masked path runs the same
 // per-element arithmetic as the unmasked one (bit-identical results on the rows that move).
 // Note: with GCC's default -fmath-errno the sqrt in Adam / RMSprop is a guarded libm call that keeps those loops
 // scalar (SGD and the clamp vectorise); only the -fno-math-errno compile flag changes that (GCC 12 ignores it as a
 // pragma / function attribute). At ~400K float32 parameters the AdamW step is memory-bound (~1.5 ms, one thread),
 // and a quick check with the flag showed no gain there.
-#include "optim/kernels.h"
+#include "ops/kernels.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,7 +11,7 @@
 #include "core/format.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
-#include "optim/kernels.h"
+#include "ops/kernels.h"
 
 namespace asc::optim {
 

@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "ops/dispatch.h"
-#include "optim/kernels.h"
+#include "ops/kernels.h"
 
 namespace asc::optim {
 

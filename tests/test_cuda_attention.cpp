@@ -1,7 +1,7 @@
 // The fused attention path (cuDNN flash attention, cuda/cudnn_sdpa.cpp) of nn::scaled_dot_product_attention:
 // when it is chosen and why not, and its forward and backward against the composed path computed in float64 on
 // the CPU from the same rounded inputs. Under the CUDA emulator the cuDNN graphs are interpreted op by op
-// (cuda/emu/cudnn.cpp), which checks the graphs' wiring and math; whether a given cuDNN release accepts them is
+// (tests/cuda_emu/cudnn.cpp), which checks the graphs' wiring and math; whether a given cuDNN release accepts them is
 // shown only on a GPU (tools/gpu_check.sh). GPU cases skip, saying so, where no CUDA device is present.
 #include <cmath>
 
@@ -80,12 +80,12 @@ void check_against_math(DType dt, int64_t B, int64_t H, int64_t T, int64_t S, in
 
 }  // namespace
 
-TEST_CASE("sdpa_choice: the composed path on the CPU, and the Fused backend refuses what it cannot run") {
+TEST_CASE("sdpa_choice: the fused kernel on the CPU, and the Fused backend refuses what it cannot run") {
   Tensor q = randn({1, 2, 4, 8});
-  CHECK(nn::sdpa_choice(q, q, q) == "math: inputs are not on a CUDA device");
+  CHECK(nn::sdpa_choice(q, q, q) == "fused (CPU)");
   {
     BackendScope fused(nn::SdpaBackend::Fused);
-    CHECK_THROWS_WITH_AS(nn::scaled_dot_product_attention(q, q, q, nn::SdpaOptions{}),
+    CHECK_THROWS_WITH_AS(nn::scaled_dot_product_attention(q, q, q, {.dropout = 0.5, .training = true}),
                          doctest::Contains("the Fused backend cannot run q [1, 2, 4, 8] float32"), Error);
   }
   {

@@ -1,4 +1,4 @@
-// The CUDA emulator's own checks (cuda/emu; built only with ASC_CUDA_EMULATION). The kernels here are written in
+// The CUDA emulator's own checks (tests/cuda_emu; built only with ASC_CUDA_EMULATION). The kernels here are written in
 // CUDA and compiled against the emulator's cuda_runtime.h, as the backend's .cu files are in this build. Each check
 // the emulator promises is shown firing on a kernel that breaks the rule, and passing on one that keeps it.
 #include <cublas_v2.h>

@@ -19,7 +19,7 @@
 #include "cuda/cuda.h"
 #include "testing.h"
 #ifdef ASC_HAVE_CUDA
-#include "cuda/kernels.h"
+#include "ops/kernels.h"
 #endif
 
 using namespace asc;

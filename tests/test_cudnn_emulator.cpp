@@ -1,4 +1,4 @@
-// The CUDA emulator's cuDNN backend API (cuda/emu/cudnn.cpp; built only with ASC_CUDA_EMULATION): small operation
+// The CUDA emulator's cuDNN backend API (tests/cuda_emu/cudnn.cpp; built only with ASC_CUDA_EMULATION): small operation
 // graphs built with the raw backend calls, as the fused-attention code builds them, checked against naive loops,
 // and each argument check shown firing with its message.
 #include <cuda_bf16.h>

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command (2): set up, build and run the whole test suite.
 #   bash tools/run_tests.sh              # Release build (CUDA backend compiled when nvcc exists) + ctest, then the
-#                                        # CUDA backend on the CPU CUDA emulator (cuda/emu) + ctest: every CUDA
+#                                        # CUDA backend on the CPU CUDA emulator (tests/cuda_emu) + ctest: every CUDA
 #                                        # kernel runs against the CPU, on machines without a GPU too
 #   bash tools/run_tests.sh --sanitize   # the suite under AddressSanitizer + UBSan (CPU build)
 #   bash tools/run_tests.sh --cuda-emu   # only the CUDA-emulator build and its suite

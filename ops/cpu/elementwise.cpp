@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "core/generator.h"
-#include "ops/cpu/kernels.h"
+#include "ops/kernels.h"
 #include "ops/cpu/loops.h"
 
 namespace asc::cpu {

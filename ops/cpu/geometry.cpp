@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/cpu/geometry_kernels.h"
+#include "ops/kernels.h"
 #include "ops/cpu/loops.h"
 
 namespace asc::cpu {

@@ -6,8 +6,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "ops/cpu/index_kernels.h"
-#include "ops/cpu/kernels.h"
+#include "ops/kernels.h"
 #include "ops/cpu/loops.h"
 
 namespace asc::cpu {
@@ -19,17 +18,6 @@ Tensor contiguous_copy(const Tensor& t) {
   Tensor c = Tensor::empty(t.shape(), t.options());
   copy(t, c);
   return c;
-}
-
-struct OuterInner {
-  int64_t outer = 1, inner = 1;
-};
-
-OuterInner split_at(const Shape& s, int dim) {
-  OuterInner r;
-  for (int d = 0; d < dim; ++d) r.outer *= s[d];
-  for (int d = dim + 1; d < s.size(); ++d) r.inner *= s[d];
-  return r;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/shape.h"
+#include "ops/layout.h"  // StridedLayout, coalesce
 
 #ifdef ASC_HAVE_OPENMP
 #include <omp.h>
@@ -20,36 +21,6 @@ namespace asc::cpu {
 
 // Below this many elements a parallel region costs more than it saves.
 inline constexpr int64_t kParallelGrain = 32768;
-
-template <int N>
-struct StridedLayout {
-  Shape shape;                     // coalesced
-  std::array<Strides, N> strides;  // coalesced, per operand
-};
-
-template <int N>
-StridedLayout<N> coalesce(const Shape& shape, const std::array<Strides, N>& strides) {
-  StridedLayout<N> out;
-  // Drop size-1 dims, then merge dim i into i+1 when every operand has stride[i] == stride[i+1] * size[i+1].
-  for (int d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    int last = out.shape.size() - 1;
-    bool merge = last >= 0;
-    for (int k = 0; k < N && merge; ++k) merge = out.strides[k][last] == strides[k][d] * shape[d];
-    if (merge) {
-      out.shape[last] *= shape[d];
-      for (int k = 0; k < N; ++k) out.strides[k][last] = strides[k][d];
-    } else {
-      out.shape.push_back(shape[d]);
-      for (int k = 0; k < N; ++k) out.strides[k].push_back(strides[k][d]);
-    }
-  }
-  if (out.shape.empty()) {  // a scalar, or all dims of size 1
-    out.shape.push_back(1);
-    for (int k = 0; k < N; ++k) out.strides[k].push_back(0);
-  }
-  return out;
-}
 
 // Calls inner(offsets, n, steps) over the rows [row_begin, row_end) of the coalesced layout, where a "row" is one
 // run of the innermost dimension.

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "ops/cpu/kernels.h"
+#include "ops/kernels.h"
+#include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
+#include "ops/layout.h"
 
 #ifdef ASC_HAVE_CBLAS
 #include <cblas.h>
@@ -23,26 +25,14 @@ const bool g_blas_single_threaded = [] {
 }();
 #endif
 
-// A 2-D matrix operand as GEMM sees it: row-major with leading dimension ld, optionally transposed.
-struct GemmOperand {
-  bool trans = false;
-  int64_t ld = 0;
-  bool ok = false;  // false: strides are not GEMM-compatible, a contiguous copy is needed
-};
-
-GemmOperand gemm_layout(int64_t rows, int64_t cols, int64_t s_row, int64_t s_col) {
-  if (s_col == 1 && (s_row >= std::max<int64_t>(cols, 1) || rows == 1)) return {false, std::max(s_row, cols), true};
-  if (s_row == 1 && (s_col >= std::max<int64_t>(rows, 1) || cols == 1)) return {true, std::max(s_col, rows), true};
-  return {};
-}
-
-// Reference blocked kernel: C[M,N] = A[M,K] B[K,N], all with arbitrary strides. Blocks of 64 keep the working
+// Reference blocked kernel: C[M,N] (+)= A[M,K] B[K,N], all with arbitrary strides. Blocks of 64 keep the working
 // set in L1/L2; the inner j loop is contiguous in C and B when they are row-major, so it vectorises.
 template <class T>
 void gemm_fallback(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B, int64_t sbk,
-                   int64_t sbn, T* C, int64_t scm, int64_t scn) {
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) C[i * scm + j * scn] = T(0);
+                   int64_t sbn, T* C, int64_t scm, int64_t scn, bool accumulate) {
+  if (!accumulate)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * scm + j * scn] = T(0);
   constexpr int64_t kb = 64;
   for (int64_t k0 = 0; k0 < K; k0 += kb)
     for (int64_t i0 = 0; i0 < M; i0 += kb)
@@ -61,28 +51,35 @@ void gemm_fallback(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int
       }
 }
 
+}  // namespace
+
 template <class T>
-void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B, int64_t sbk,
-          int64_t sbn, T* C, int64_t ldc) {
+void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B, int64_t sbk, int64_t sbn,
+          T* C, int64_t ldc, bool accumulate) {
+  if (M <= 0 || N <= 0) return;
 #ifdef ASC_HAVE_CBLAS
-  GemmOperand ga = gemm_layout(M, K, sam, sak), gb = gemm_layout(K, N, sbk, sbn);
-  if (ga.ok && gb.ok && M > 0 && N > 0) {
+  const GemmOperand ga = gemm_operand(M, K, sam, sak), gb = gemm_operand(K, N, sbk, sbn);
+  if (ga.ok && gb.ok) {
     if (K == 0) {
-      for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
+      if (!accumulate)
+        for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
       return;
     }
     auto ta = ga.trans ? CblasTrans : CblasNoTrans, tb = gb.trans ? CblasTrans : CblasNoTrans;
+    const T beta = accumulate ? T(1) : T(0);
     if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, ga.ld, B, gb.ld, 0.0f, C, ldc);
+      cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, ga.ld, B, gb.ld, beta, C, ldc);
     else
-      cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, ga.ld, B, gb.ld, 0.0, C, ldc);
+      cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, ga.ld, B, gb.ld, beta, C, ldc);
     return;
   }
 #endif
-  gemm_fallback<T>(M, N, K, A, sam, sak, B, sbk, sbn, C, ldc, 1);
+  gemm_fallback<T>(M, N, K, A, sam, sak, B, sbk, sbn, C, ldc, 1, accumulate);
 }
-
-}  // namespace
+template void gemm<float>(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
+                          float*, int64_t, bool);
+template void gemm<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t, const double*, int64_t,
+                           int64_t, double*, int64_t, bool);
 
 void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
   // a: (M, K) or (Bt, M, K); b: (K, N) or (Bt, K, N) (batch stride may be 0); out: contiguous (.., M, N).

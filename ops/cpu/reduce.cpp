@@ -1,4 +1,4 @@
-// CPU reduction kernels over the last dimension of a contiguous (rows, n) tensor; see reduce_kernels.h.
+// CPU reduction kernels over the last dimension of a contiguous (rows, n) tensor; see ops/kernel_list.inc.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -6,7 +6,7 @@
 
 #include "core/dtype.h"
 #include "ops/cpu/loops.h"
-#include "ops/cpu/reduce_kernels.h"
+#include "ops/kernels.h"
 
 namespace asc::cpu {
 namespace {

@@ -1,6 +1,6 @@
 // The CUDA emulator's cuBLAS: GEMM in column-major with cuBLAS's argument rules, every operand bounds-checked against
 // its device allocation (a wrong leading dimension or batch stride in the caller is an error here, not a silent
-// read of a neighbour's memory). See cuda/emu/include/cublas_v2.h.
+// read of a neighbour's memory). See tests/cuda_emu/include/cublas_v2.h.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/emu/emulator.h"
+#include "emulator.h"
 
 struct cublasContext {
   int device = 0;  // current when the handle was created: a cuBLAS handle serves that device only

@@ -1,7 +1,7 @@
 // The CUDA emulator's cuDNN: the backend (graph) API as a small interpreter on the CPU. Descriptors copy what they
 // are given (as the library does, so operation and tensor descriptors may be destroyed once the plan exists), the
 // operation graph is checked and topologically sorted when it is finalized, and cudnnBackendExecute runs the
-// operations one after another inside one device operation. See cuda/emu/include/cudnn.h.
+// operations one after another inside one device operation. See tests/cuda_emu/include/cudnn.h.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cudnn.h>
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/emu/emulator.h"
+#include "emulator.h"
 
 struct cudnnContext {
   cudaStream_t stream = nullptr;

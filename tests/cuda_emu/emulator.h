@@ -1,6 +1,6 @@
 #pragma once
 // Internals shared by the CUDA emulator's runtime (runtime.cpp) and its cuBLAS (cublas.cpp). See
-// cuda/emu/include/cuda_runtime.h for what the emulator is and what it checks.
+// tests/cuda_emu/include/cuda_runtime.h for what the emulator is and what it checks.
 #include <cuda_runtime.h>
 
 #include <cstddef>

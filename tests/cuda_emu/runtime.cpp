@@ -1,6 +1,6 @@
 // The CUDA emulator's runtime: devices, device memory, streams and events, and the kernel engine that runs every
 // CUDA thread of a launch as a fibre (own stack), switching only at __syncthreads and warp operations.
-// See cuda/emu/include/cuda_runtime.h for the why and for what is checked.
+// See tests/cuda_emu/include/cuda_runtime.h for the why and for what is checked.
 #include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/emu/emulator.h"
+#include "emulator.h"
 
 struct CUstream_st {
   int device;

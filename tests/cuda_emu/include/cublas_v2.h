@@ -1,5 +1,5 @@
 #pragma once
-// CUDA emulator (see cuda_runtime.h): the cuBLAS calls ascender makes, computed on the CPU by cuda/emu/cublas.cpp
+// CUDA emulator (see cuda_runtime.h): the cuBLAS calls ascender makes, computed on the CPU by tests/cuda_emu/cublas.cpp
 // with cuBLAS's argument checks (leading dimensions, types, compute types) and bounds checks of every operand
 // against its device allocation. float32 / bfloat16 / float16 accumulate in double and round once; TF32 mode rounds
 // the float32 inputs to 10 fraction bits first (round to nearest, ties away from zero, as the tensor cores' cvt.rna).

@@ -3,7 +3,7 @@
 //
 // Built only with -DASC_CUDA_EMULATION=ON (CMake preset `cuda-emu`, `bash tools/run_tests.sh --cuda-emu`). The
 // sources of cuda/ are then compiled by the host C++ compiler against the headers of cuda/emu/include instead of
-// NVIDIA's, and linked against cuda/emu/*.cpp instead of libcudart / libcublas. Every kernel then really runs:
+// NVIDIA's, and linked against tests/cuda_emu/*.cpp instead of libcudart / libcublas. Every kernel then really runs:
 // each CUDA thread is a fibre with its own stack, a block's threads run one after another and switch only where
 // CUDA threads synchronise (__syncthreads, warp shuffles), so barriers and shuffles have their real semantics.
 // This lets CI (no GPU) run the parity suite over the actual kernel code. It checks more strictly than a GPU:
@@ -183,7 +183,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
-// ---- the emulator's engine (cuda/emu/runtime.cpp) ---------------------------------------------------------------
+// ---- the emulator's engine (tests/cuda_emu/runtime.cpp) ---------------------------------------------------------------
 
 namespace asc::cuda::emu {
 

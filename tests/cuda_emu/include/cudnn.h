@@ -1,7 +1,7 @@
 #pragma once
 // CUDA emulator (see cuda_runtime.h): the subset of the cuDNN 9 backend (graph) API that a fused scaled-dot-product
 // attention built from MATMUL / POINTWISE / REDUCTION / RESHAPE operations uses, interpreted on the CPU by
-// cuda/emu/cudnn.cpp. Names and numeric values are those of NVIDIA's cudnn_graph_v9.h (9.19), so code compiles
+// tests/cuda_emu/cudnn.cpp. Names and numeric values are those of NVIDIA's cudnn_graph_v9.h (9.19), so code compiles
 // against both; only the enumerators the emulator supports are declared.
 //
 // Semantics: every tensor is read and written in its declared data type and strides; virtual tensors are float

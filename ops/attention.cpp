@@ -1,0 +1,154 @@
+// scaled_dot_product_attention: validate, then either the device's fused kernel (one dispatch for the forward, one
+// graph node whose backward is the device's fused backward) or the composed ops, which autograd differentiates.
+#include "ops/attention.h"
+
+#include <atomic>
+#include <cmath>
+
+#include "autograd/node.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+namespace asc {
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+
+std::atomic<SdpaBackend> g_sdpa_backend{SdpaBackend::Auto};
+
+bool broadcasts_to(const Shape& s, const Shape& target) {
+  if (s.size() > target.size()) return false;
+  for (int i = 0; i < s.size(); ++i) {
+    const int64_t a = s[s.size() - 1 - i], b = target[target.size() - 1 - i];
+    if (a != b && a != 1) return false;
+  }
+  return true;
+}
+
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o) {
+  ASC_CHECK(q.defined() && k.defined() && v.defined(), "{}: undefined q, k or v", kOp);
+  ASC_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+            "{}: expected q, k, v of rank 4 (B, H, T, Dh), got {}, {}, {}", kOp, q.shape(), k.shape(), v.shape());
+  ASC_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3) && k.shape() == v.shape(),
+            "{}: incompatible q {}, k {}, v {}", kOp, q.shape(), k.shape(), v.shape());
+  ASC_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), "{}: q, k, v have dtypes {}, {}, {}", kOp, q.dtype(),
+            k.dtype(), v.dtype());
+  check_same_device(kOp, {&q, &k, &v, &o.keep_mask, &o.bias});
+  const Shape scores{q.size(0), q.size(1), q.size(2), k.size(2)};
+  if (o.keep_mask.defined())
+    ASC_CHECK(o.keep_mask.dtype() == kBool && broadcasts_to(o.keep_mask.shape(), scores),
+              "{}: keep_mask must be bool and broadcastable to the scores {}, got {} {}", kOp, scores,
+              o.keep_mask.dtype(), o.keep_mask.shape());
+  if (o.bias.defined())
+    ASC_CHECK(is_floating(o.bias.dtype()) && broadcasts_to(o.bias.shape(), scores),
+              "{}: bias must be floating and broadcastable to the scores {}, got {} {}", kOp, scores, o.bias.dtype(),
+              o.bias.shape());
+  ASC_CHECK(o.dropout >= 0 && o.dropout < 1, "{}: dropout {} not in [0, 1)", kOp, o.dropout);
+}
+
+// The mask and bias as the kernels read them: (B, H, T, S) views (stride 0 on broadcast dims), bias in q's dtype.
+struct KernelMasks {
+  Tensor keep, bias;
+};
+KernelMasks kernel_masks(const Tensor& q, const Tensor& k, const SdpaOptions& o) {
+  const Shape scores{q.size(0), q.size(1), q.size(2), k.size(2)};
+  KernelMasks m;
+  if (o.keep_mask.defined()) m.keep = o.keep_mask.expand(scores);
+  if (o.bias.defined()) m.bias = (o.bias.dtype() == q.dtype() ? o.bias : o.bias.to(q.dtype())).detach().expand(scores);
+  return m;
+}
+
+// Empty when the device's fused kernel runs these inputs, else why not: the op's own reasons first, then the
+// kernel's (dtype, shapes, strides, a cuDNN without an engine for them, ...).
+std::string fused_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o) {
+  if (o.training && o.dropout > 0) return "dropout";
+  if (o.weights) return "the probabilities were requested";
+  if (o.bias.defined() && autograd::needs_grad(o.bias)) return "a bias that needs a gradient";
+  const KernelMasks m = kernel_masks(q, k, o);
+  std::string why;
+  ASC_KERNEL(q.device(), kOp, sdpa_unsupported, q, k, v, m.keep, m.bias, o.causal, autograd::needs_grad({&q, &k, &v}),
+             why);
+  return why;
+}
+
+// The composed path: explicit scores, masked softmax, and the product with v.
+Tensor sdpa_math(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o) {
+  const int64_t T = q.size(2), S = k.size(2);
+  Tensor keep = o.keep_mask;
+  if (o.causal) {
+    Tensor causal = causal_keep_mask(T, S, q.device()).view({1, 1, T, S});
+    keep = keep.defined() ? logical_and(keep, causal) : causal;
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;  // (B, H, T, S)
+  if (o.bias.defined()) scores = scores + o.bias;
+  Tensor probs = softmax(scores, -1, keep);  // masked entries 0; fully masked rows all 0
+  if (o.weights) *o.weights = probs.detach();
+  if (o.training && o.dropout > 0) probs = asc::dropout(probs, o.dropout, true);
+  return matmul(probs, v);  // (B, H, T, Dh)
+}
+
+// The fused path: the device's forward kernel; its backward (recorded when q, k or v needs a gradient) recomputes
+// the probabilities from the saved log-sum-exp.
+Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& opts) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  const KernelMasks m = kernel_masks(q, k, opts);
+  const bool causal = opts.causal;
+  Tensor o, stats;  // (B, H, T, Dh), (B, H, T, 1)
+  ASC_KERNEL(q.device(), kOp, sdpa_forward, q, k, v, m.keep, m.bias, causal, scale, o, stats);
+  if (autograd::needs_grad({&q, &k, &v})) {
+    autograd::record(kOp, {q, k, v}, {o},
+                     [qs = autograd::SavedTensor(q, kOp), ks = autograd::SavedTensor(k, kOp),
+                      vs = autograd::SavedTensor(v, kOp), os = autograd::SavedTensor(o, kOp), stats, m, causal,
+                      scale](const TensorList& g) -> TensorList {
+                       Tensor dq, dk, dv;
+                       ASC_KERNEL(g[0].device(), kOp, sdpa_backward, qs.get(), ks.get(), vs.get(), m.keep, m.bias,
+                                  os.get(), g[0], stats, causal, scale, dq, dk, dv);
+                       return {dq, dk, dv};
+                     });
+  }
+  return o;
+}
+
+std::string device_label(const Tensor& q) { return q.device().is_cuda() ? "fused (cuDNN)" : "fused (CPU)"; }
+
+}  // namespace
+
+Tensor causal_keep_mask(int64_t t_q, int64_t s_k, Device device) {
+  // Query t sits at absolute position t + (S - T), so with S == T this is the usual lower triangle.
+  Tensor qpos = arange(0, static_cast<double>(t_q), 1.0, {.dtype = kInt64, .device = device}).view({t_q, 1});
+  Tensor kpos = arange(0, static_cast<double>(s_k), 1.0, {.dtype = kInt64, .device = device}).view({1, s_k});
+  return le(kpos, qpos + static_cast<double>(s_k - t_q));  // (T, S)
+}
+
+void set_sdpa_backend(SdpaBackend backend) { g_sdpa_backend = backend; }
+SdpaBackend sdpa_backend() { return g_sdpa_backend; }
+
+std::string sdpa_choice(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& options) {
+  check_inputs(q, k, v, options);
+  if (sdpa_backend() == SdpaBackend::Math) return "math: the Math backend is selected";
+  const std::string why = fused_unsupported(q, k, v, options);
+  return why.empty() ? device_label(q) : "math: " + why;
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o) {
+  check_inputs(q, k, v, o);
+  const SdpaBackend backend = sdpa_backend();
+  if (backend != SdpaBackend::Math) {
+    const std::string why = fused_unsupported(q, k, v, o);
+    if (why.empty()) return sdpa_fused(q, k, v, o);
+    ASC_CHECK(backend == SdpaBackend::Auto, "{}: the Fused backend cannot run q {} {} k {} v {}: {}", kOp, q.shape(),
+              q.dtype(), k.shape(), v.shape(), why);
+  }
+  return sdpa_math(q, k, v, o);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask,
+                                    const Tensor& bias, double dropout_p, bool training, Tensor* weights) {
+  return scaled_dot_product_attention(
+      q, k, v, SdpaOptions{.keep_mask = keep_mask, .bias = bias, .dropout = dropout_p, .training = training,
+                           .weights = weights});
+}
+
+}  // namespace asc

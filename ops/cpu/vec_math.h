@@ -1,0 +1,67 @@
+#pragma once
+// Vectorisable float math for the CPU row kernels (softmax, cross-entropy, fused attention): a branch-free exp for
+// arguments <= 0 and OpenMP simd reductions. Include it, and write the loops that call it, inside a
+// `#pragma GCC optimize("no-trapping-math")` region as ops/cpu/nn.cpp does: GCC neither if-converts "trapping"
+// float selects nor inlines functions compiled with other options, and either would keep those loops scalar.
+#include <cstdint>
+
+#ifdef ASC_HAVE_OPENMP
+#define ASC_CPU_PRAGMA_(x) _Pragma(#x)
+#define ASC_SIMD_REDUCE(OP, VAR) ASC_CPU_PRAGMA_(omp simd reduction(OP : VAR))
+#define ASC_SIMD_REDUCE2(OP, V1, V2) ASC_CPU_PRAGMA_(omp simd reduction(OP : V1, V2))
+#else
+#define ASC_SIMD_REDUCE(OP, VAR)
+#define ASC_SIMD_REDUCE2(OP, V1, V2)
+#endif
+
+namespace asc::cpu {
+
+// exp(x) for x <= 0 (also -inf -> 0, NaN -> NaN), branch-free so loops over it vectorise. Below the normal range
+// of the type it returns 0 (the callers add it to a sum that is >= 1, so this loses nothing).
+// float: Cephes expf range reduction and polynomial (about 1 ulp). double: degree-13 Taylor on |r| <= ln2/2
+// (truncation ~4e-18 relative).
+inline float exp_nonpos(float x) {
+  constexpr float lo = -87.0f;
+  const float xc = x < lo ? lo : x;  // NaN stays NaN
+  const float t = xc * 1.44269504088896341f + 12582912.0f;  // + 1.5 * 2^23 rounds to an integer
+  const float nf = t - 12582912.0f;
+  const uint32_t n = __builtin_bit_cast(uint32_t, t) - 0x4B400000u;  // that integer, two's complement
+  const float r = xc - nf * 0.693359375f - nf * -2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * z + r + 1.0f;
+  const float scale = __builtin_bit_cast(float, (n + 127u) << 23);
+  return p * scale * (x < lo ? 0.0f : 1.0f);  // -inf -> 0; NaN -> NaN
+}
+
+inline double exp_nonpos(double x) {
+  constexpr double lo = -707.0;
+  const double xc = x < lo ? lo : x;
+  const double t = xc * 1.4426950408889634074 + 6755399441055744.0;  // + 1.5 * 2^52
+  const double nf = t - 6755399441055744.0;
+  const uint64_t n = __builtin_bit_cast(uint64_t, t) - 0x4338000000000000ull;
+  const double r = xc - nf * 6.93145751953125E-1 - nf * 1.42860682030941723212E-6;
+  double p = 1.0 / 6227020800.0;  // 1/13!
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  const double scale = __builtin_bit_cast(double, (n + 1023ull) << 52);
+  return p * scale * (x < lo ? 0.0 : 1.0);
+}
+
+}  // namespace asc::cpu
