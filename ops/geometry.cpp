@@ -1,4 +1,4 @@
-// The geometry ops of ASCender's swarm attention (SPEC.md §0): top-k neighbourhoods, pairwise squared
+// The geometry ops of ASCender's swarm attention (docs/ops.md): top-k neighbourhoods, pairwise squared
 // distances, cosine matrices, row L2 normalisation, masked row standardisation, and the hard gate with its
 // selectable backward (none, straight-through, or a surrogate from the registry). Each op validates its inputs,
 // runs its forward (a kernel through ASC_KERNEL, or a composite of other ops with grad mode off), and records one

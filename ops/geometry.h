@@ -1,5 +1,5 @@
 #pragma once
-// The ops ASCender's swarm attention is built from (SPEC.md §0): top-k neighbourhoods, pairwise distances,
+// The ops ASCender's swarm attention is built from (docs/ops.md): top-k neighbourhoods, pairwise distances,
 // cosine matrices, row normalisations, and the hard firing gate with a selectable backward.
 //
 //   auto nb = asc::topk(affinity, k, {.exclude_diagonal = true});  // (B, n, k) values + int64 indices

@@ -1,5 +1,5 @@
 #pragma once
-// LocalRule: a local learning rule (Hebbian / Oja / homeostatic, SPEC §2) that runs inside Optimizer::step().
+// LocalRule: a local learning rule (Hebbian / Oja / homeostatic, docs/firing.md) that runs inside Optimizer::step().
 //
 // A rule object is shared by the layer that feeds it and the optimizer that runs it. In the forward pass (training
 // mode only) the layer hands the rule DETACHED snapshots of what the rule needs (the rule class decides what it
@@ -18,7 +18,7 @@
 // Without a snapshot, fired() is undefined and Active / Inactive masks fall back to "every row moves" (the rule
 // has no information); apply() should do nothing.
 //
-// Sketch of the firing perceptron of SPEC §2 (learning rule B) on this API (a layer with W (P, d), f (P, α),
+// Sketch of the firing perceptron of docs/firing.md (learning rule B) on this API (a layer with W (P, d), f (P, α),
 // buffers SP, r̄, m̄ (P)):
 //
 //   class FiringRule : public asc::optim::LocalRule {
@@ -36,7 +36,7 @@
 //     void apply() override {
 //       if (!z_.defined()) return;                  // eval mode: nothing recorded, nothing adapts
 //       // Oja on W: W += η_w mean_b F Z (X - Z / Z_ref2 W)   (float32 or better)
-//       // Oja on f, homeostatic EMA of r̄, m̄ and the SP update: see SPEC §2
+//       // Oja on f, homeostatic EMA of r̄, m̄ and the SP update: see docs/firing.md
 //     }
 //     void clear() override { x_ = z_ = f_ = y_ = Tensor(); }
 //   };

@@ -1,4 +1,4 @@
-// The ASCender seed pseudocode (seeds/000 §10, with the decisions of SPEC.md §1 items 1-7) written as one
+// The ASCender seed pseudocode (docs/ascender.md §1-6, with its decisions) written as one
 // single-head function using ONLY framework ops: matmul, the geometry ops (topk, pairwise_sqdist,
 // cosine_similarity_matrix, normalize_rows, row_standardize), elementwise ops, sum and views. It is checked
 //   (1) forward, term by term, against an independent naive implementation in plain double loops, and
@@ -6,8 +6,8 @@
 // This test is the proof that the op set suffices to write ASCender.
 //
 // Choices where the seeds leave room (and the naive reference follows them): phi_ij includes j == i, as in the
-// seed's formula and the 001 PyTorch reference; rho_i excludes l == i (SPEC §1.5); the cohesion centroid and its
-// variance sum over every l including i (SPEC §1.6); softmax is composed as exp(T - c) / sum exp(T - c) with c a
+// seed's formula and the 001 PyTorch reference; rho_i excludes l == i (docs/ascender.md §4); the cohesion centroid and its
+// variance sum over every l including i (docs/ascender.md §5); softmax is composed as exp(T - c) / sum exp(T - c) with c a
 // detached per-row maximum (from topk with k = 1), since the softmax op belongs to another group.
 #include <algorithm>
 #include <cmath>

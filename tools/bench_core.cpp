@@ -5,7 +5,9 @@
 //     same run (interleaved repetitions, best of each), and their ratio;
 //   tiny add: time per asc::add of two 16-element float32 tensors (allocation of the result included);
 //   100-op chain: forward + backward of 100 small ops on a 16-element tensor that requires grad;
-//   softmax: rows/s and GB/s of asc::softmax over the last dim of (4096, 1024) float32.
+//   softmax: rows/s and GB/s of asc::softmax over the last dim of (4096, 1024) float32;
+//   attention: forward + backward of scaled_dot_product_attention (causal, float32), the fused CPU kernel next to
+//     the composed ops (SdpaBackend::Math) in the same run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -139,6 +141,28 @@ int main(int argc, char** argv) {
     double gbs = 2.0 * R * C * 4 / t / 1e9;  // one read + one write
     rows.push_back({"softmax fp32 (4096, 1024)", "GB/s", gbs, 0, 0,
                     fmt::format("{:.1f} Mrows/s; read+write bytes / time", R / t / 1e6)});
+  }
+
+  // ---- attention: fused CPU kernel vs the composed ops ------------------------------------------------------------
+  for (int64_t T : {128, 512}) {
+    const int64_t B = 4, H = 4, D = 32;
+    Tensor q = randn({B, H, T, D}, {.requires_grad = true}), k = randn({B, H, T, D}, {.requires_grad = true});
+    Tensor v = randn({B, H, T, D}, {.requires_grad = true});
+    auto run = [&] { scaled_dot_product_attention(q, k, v, {.causal = true}).sum().backward(); };
+    auto with = [&](SdpaBackend b) {
+      return [&, b] {
+        set_sdpa_backend(b);
+        run();
+      };
+    };
+    double fused = 1e30, math = 1e30;
+    for (int r = 0; r < reps; ++r) {  // interleaved, best of each
+      fused = std::min(fused, best_time(with(SdpaBackend::Auto), 1, 3));
+      math = std::min(math, best_time(with(SdpaBackend::Math), 1, 3));
+    }
+    set_sdpa_backend(SdpaBackend::Auto);
+    rows.push_back({fmt::format("sdpa fwd+bwd B4 H4 T{} D32", T), "ms", fused * 1e3, math * 1e3, math / fused,
+                    "causal fp32; reference: the composed ops (matmul, masked softmax, matmul) in the same run"});
   }
 
   // ---- output ---------------------------------------------------------------------------------------------------

@@ -57,28 +57,42 @@ struct Problem {
     if (bi.defined()) bias = bi.data_ptr<T>(), sb = Strides4(bi);
   }
 
-  // Row t of a (rows, S) tile of raw scores q·k becomes x = score · scale + bias, or -inf where the key is not kept.
-  // Returns the row's max.
-  T prepare_row(int64_t b, int64_t h, int64_t t, T* x) const {
-    const int64_t last = causal ? std::min(S, t + (S - Tq) + 1) : S;  // keys s < last pass the causal test
-    const bool* mrow = mask ? mask + sm.at(b, h, t) : nullptr;
-    const T* brow = bias ? bias + sb.at(b, h, t) : nullptr;
+  // Keys a block of query rows [t0, t0 + rows) can see: with `causal`, none past the last row's causal limit, so
+  // the tiles (and every GEMM) stop there.
+  int64_t keys_for(int64_t t0, int64_t rows) const {
+    return causal ? std::clamp<int64_t>(t0 + rows + (S - Tq), 0, S) : S;
+  }
+
+  // Row t of a tile of raw scores q·k over keys [0, n) becomes x = score · scale + bias, or -inf where the key is
+  // not kept. Returns the row's max. Each pass is a plain loop over the row (vectorised); the row is in L1.
+  T prepare_row(int64_t b, int64_t h, int64_t t, T* x, int64_t n) const {
     const T ninf = -std::numeric_limits<T>::infinity();
-    T m = ninf;
-    for (int64_t s = 0; s < S; ++s) {
-      T xv = x[s] * scale;
-      if (brow) xv += brow[s * sb.s];
-      const bool keep = s < last && (!mrow || mrow[s * sm.s]);
-      xv = keep ? xv : ninf;
-      x[s] = xv;
-      m = xv > m ? xv : m;
+    const T sc = scale;
+    for (int64_t s = 0; s < n; ++s) x[s] *= sc;
+    if (bias) {
+      const T* brow = bias + sb.at(b, h, t);
+      if (sb.s == 1) {
+        for (int64_t s = 0; s < n; ++s) x[s] += brow[s];
+      } else {
+        for (int64_t s = 0; s < n; ++s) x[s] += brow[s * sb.s];
+      }
     }
+    const int64_t last = causal ? std::clamp<int64_t>(t + (S - Tq) + 1, 0, n) : n;  // keys s < last pass
+    for (int64_t s = last; s < n; ++s) x[s] = ninf;
+    if (mask) {
+      const bool* mrow = mask + sm.at(b, h, t);
+      const int64_t ms = sm.s;
+      for (int64_t s = 0; s < last; ++s) x[s] = mrow[s * ms] ? x[s] : ninf;
+    }
+    T m = ninf;
+    ASC_SIMD_REDUCE(max, m)
+    for (int64_t s = 0; s < n; ++s) m = x[s] > m ? x[s] : m;
     return m;
   }
 
-  // tile (rows, S) = Q[b, h, t0:t0+rows] Kᵀ[b, h]
-  void scores(int64_t b, int64_t h, int64_t t0, int64_t rows, T* tile) const {
-    gemm<T>(rows, S, D, q + sq.at(b, h, t0), sq.t, sq.s, k + sk.at(b, h, 0), sk.s, sk.t, tile, S);
+  // tile (rows, n) = Q[b, h, t0:t0+rows] Kᵀ[b, h, 0:n]
+  void scores(int64_t b, int64_t h, int64_t t0, int64_t rows, int64_t n, T* tile) const {
+    gemm<T>(rows, n, D, q + sq.at(b, h, t0), sq.t, sq.s, k + sk.at(b, h, 0), sk.s, sk.t, tile, n);
   }
 };
 
@@ -98,29 +112,30 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Te
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t bh = item / blocks, b = bh / H, h = bh % H;
       const int64_t t0 = (item % blocks) * kRowBlock, rows = std::min(kRowBlock, Tq - t0);
-      p.scores(b, h, t0, rows, tile.data());
+      const int64_t n = p.keys_for(t0, rows);
+      p.scores(b, h, t0, rows, n, tile.data());
       for (int64_t r = 0; r < rows; ++r) {
-        T* x = tile.data() + r * S;
-        const T m = p.prepare_row(b, h, t0 + r, x);
+        T* x = tile.data() + r * n;
+        const T m = p.prepare_row(b, h, t0 + r, x, n);
         T* l = lse + (bh * Tq + t0 + r);
         if (m == -std::numeric_limits<T>::infinity()) {  // no key kept (or all -inf): a zero row
-          std::fill(x, x + S, T(0));
+          std::fill(x, x + n, T(0));
           *l = m;
           continue;
         }
         T sum = 0;
         ASC_SIMD_REDUCE(+, sum)
-        for (int64_t s = 0; s < S; ++s) {
+        for (int64_t s = 0; s < n; ++s) {
           const T e = exp_nonpos(x[s] - m);
           x[s] = e;
           sum += e;
         }
         const T inv = T(1) / sum;
-        for (int64_t s = 0; s < S; ++s) x[s] *= inv;
+        for (int64_t s = 0; s < n; ++s) x[s] *= inv;
         *l = m + std::log(sum);
       }
-      // O[b, h, t0:t0+rows] = P V[b, h]
-      gemm<T>(rows, D, S, tile.data(), S, 1, p.v + p.sv.at(b, h, 0), p.sv.t, p.sv.s, op + so.at(b, h, t0), so.t);
+      // O[b, h, t0:t0+rows] = P V[b, h, 0:n]
+      gemm<T>(rows, D, n, tile.data(), n, 1, p.v + p.sv.at(b, h, 0), p.sv.t, p.sv.s, op + so.at(b, h, t0), so.t);
     }
   });
 }
@@ -150,18 +165,18 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const T
       T* dk_bh = dkp + bh * S * D;
       T* dv_bh = dvp + bh * S * D;
       for (int64_t t0 = 0; t0 < Tq; t0 += kRowBlock) {
-        const int64_t rows = std::min(kRowBlock, Tq - t0);
+        const int64_t rows = std::min(kRowBlock, Tq - t0), n = p.keys_for(t0, rows);
         const T* g0 = g + sg.at(b, h, t0);
-        // P (rows, S), recomputed from the saved log-sum-exp; dead rows (lse = -inf) stay 0.
-        p.scores(b, h, t0, rows, prob.data());
+        // P (rows, n), recomputed from the saved log-sum-exp; dead rows (lse = -inf) stay 0.
+        p.scores(b, h, t0, rows, n, prob.data());
         for (int64_t r = 0; r < rows; ++r) {
-          T* x = prob.data() + r * S;
-          p.prepare_row(b, h, t0 + r, x);
+          T* x = prob.data() + r * n;
+          p.prepare_row(b, h, t0 + r, x, n);
           const T l = lse[bh * Tq + t0 + r];
           if (l == ninf) {
-            std::fill(x, x + S, T(0));
+            std::fill(x, x + n, T(0));
           } else {
-            for (int64_t s = 0; s < S; ++s) {
+            for (int64_t s = 0; s < n; ++s) {
               const T z = x[s] - l;  // <= 0 up to rounding: lse >= every kept score
               x[s] = exp_nonpos(z < T(0) ? z : T(0));
             }
@@ -173,20 +188,20 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const T
           for (int64_t c = 0; c < D; ++c) d += grow[c * sg.s] * orow[c * so.s];
           delta[r] = d;
         }
-        // dV (S, D) += Pᵀ dO
-        gemm<T>(S, D, rows, prob.data(), 1, S, g0, sg.t, sg.s, dv_bh, D, true);
-        // dP (rows, S) = dO Vᵀ
-        gemm<T>(rows, S, D, g0, sg.t, sg.s, p.v + p.sv.at(b, h, 0), p.sv.s, p.sv.t, dprob.data(), S);
+        // dV[0:n] (n, D) += Pᵀ dO
+        gemm<T>(n, D, rows, prob.data(), 1, n, g0, sg.t, sg.s, dv_bh, D, true);
+        // dP (rows, n) = dO Vᵀ
+        gemm<T>(rows, n, D, g0, sg.t, sg.s, p.v + p.sv.at(b, h, 0), p.sv.s, p.sv.t, dprob.data(), n);
         // dS = scale · P ∘ (dP - delta), in place of dP
         for (int64_t r = 0; r < rows; ++r) {
-          const T* pr = prob.data() + r * S;
-          T* dr = dprob.data() + r * S;
-          const T dl = delta[r];
-          for (int64_t s = 0; s < S; ++s) dr[s] = p.scale * pr[s] * (dr[s] - dl);
+          const T* pr = prob.data() + r * n;
+          T* dr = dprob.data() + r * n;
+          const T dl = delta[r], sc = p.scale;
+          for (int64_t s = 0; s < n; ++s) dr[s] = sc * pr[s] * (dr[s] - dl);
         }
-        // dQ (rows, D) = dS K;  dK (S, D) += dSᵀ Q
-        gemm<T>(rows, D, S, dprob.data(), S, 1, p.k + p.sk.at(b, h, 0), p.sk.t, p.sk.s, dqp + (bh * Tq + t0) * D, D);
-        gemm<T>(S, D, rows, dprob.data(), 1, S, p.q + p.sq.at(b, h, t0), p.sq.t, p.sq.s, dk_bh, D, true);
+        // dQ (rows, D) = dS K[0:n];  dK[0:n] (n, D) += dSᵀ Q
+        gemm<T>(rows, D, n, dprob.data(), n, 1, p.k + p.sk.at(b, h, 0), p.sk.t, p.sk.s, dqp + (bh * Tq + t0) * D, D);
+        gemm<T>(n, D, rows, dprob.data(), 1, n, p.q + p.sq.at(b, h, t0), p.sq.t, p.sq.s, dk_bh, D, true);
       }
     }
   });

@@ -45,4 +45,26 @@ inline float small_float_value(uint16_t bits, int mant, int exp_bits) {
   return static_cast<float>(neg ? -v : v);
 }
 
+// The storage and conversions of __half (Mant = 10, ExpBits = 5) and __nv_bfloat16 (7, 8): the bits in __x, as
+// NVIDIA's types keep them; every conversion in rounds once.
+template <int Mant, int ExpBits>
+struct SmallFloat {
+  unsigned short __x;
+  SmallFloat() = default;
+  SmallFloat(float f) : __x(round_to_small_float(f, Mant, ExpBits)) {}
+  SmallFloat(double d) : __x(round_to_small_float(d, Mant, ExpBits)) {}
+  SmallFloat(int v) : SmallFloat(static_cast<double>(v)) {}
+  SmallFloat(long long v) : SmallFloat(static_cast<double>(v)) {}
+  SmallFloat(unsigned long long v) : SmallFloat(static_cast<double>(v)) {}
+  operator float() const { return small_float_value(__x, Mant, ExpBits); }
+};
+
+// atomicAdd on a 16-bit float: the sum of the two values rounded once (the emulator runs one thread at a time).
+template <class F>
+F atomic_add_small(F* p, F v) {
+  const F old = *p;
+  *p = F(static_cast<double>(static_cast<float>(old)) + static_cast<double>(static_cast<float>(v)));
+  return old;
+}
+
 }  // namespace asc::cuda::emu
