@@ -2,8 +2,9 @@
 // ascender's CUDA emulator — the part of the CUDA runtime API that ascender uses, implemented on the CPU.
 //
 // Built only with -DASC_CUDA_EMULATION=ON (CMake preset `cuda-emu`, `bash tools/run_tests.sh --cuda-emu`). The
-// sources of cuda/ are then compiled by the host C++ compiler against the headers of cuda/emu/include instead of
-// NVIDIA's, and linked against tests/cuda_emu/*.cpp instead of libcudart / libcublas. Every kernel then really runs:
+// sources of cuda/ are then compiled by the host C++ compiler against the headers of tests/cuda_emu/include
+// instead of NVIDIA's, and linked against tests/cuda_emu/*.cpp instead of libcudart / libcublas. Every kernel then
+// really runs:
 // each CUDA thread is a fibre with its own stack, a block's threads run one after another and switch only where
 // CUDA threads synchronise (__syncthreads, warp shuffles), so barriers and shuffles have their real semantics.
 // This lets CI (no GPU) run the parity suite over the actual kernel code. It checks more strictly than a GPU:
