@@ -11,7 +11,13 @@ TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions&
   pos_emb = register_module("pos_emb", std::make_shared<nn::Embedding>(o.max_len(), o.d_model()));
   auto block = nn::TransformerBlockOptions(o.d_model(), o.heads()).ffn(o.ffn()).dropout(o.dropout()).norm_first(o.norm_first());
   blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
-  for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerEncoderBlock>(block, attention));
+  nn::AttentionFactory factory = attention;
+  if (!factory) {
+    ASC_CHECK(o.attention() == "dense" || o.attention() == "ascender",
+              "TransformerClassifier: unknown attention '{}' (known: dense, ascender)", o.attention());
+    factory = o.attention() == "dense" ? nn::AttentionFactory(nn::dense_attention) : nn::ascender_attention(o.ascender());
+  }
+  for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerEncoderBlock>(block, factory));
   norm = register_module("norm", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({o.d_model()})));
   head = register_module("head", std::make_shared<nn::Linear>(o.d_model(), o.classes()));
 }
@@ -28,6 +34,15 @@ Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& valid)
   Tensor w = valid.to(x.dtype()).unsqueeze(-1);        // (B, T, 1) masked mean over real tokens
   Tensor pooled = sum(x * w, {1}) / clamp(sum(w, {1}), 1.0, std::nullopt);
   return (*head)(pooled);
+}
+
+Tensor TransformerClassifier::aux_loss() const {
+  Tensor total = zeros({}, {.dtype = head->weight.dtype(), .device = head->weight.device()});
+  for (const auto& b : *blocks) {
+    auto block = std::static_pointer_cast<nn::TransformerEncoderBlock>(b);
+    if (auto asc = std::dynamic_pointer_cast<nn::AscenderAttention>(block->attn)) total = total + asc->aux_loss();
+  }
+  return total;
 }
 
 }  // namespace asc::models

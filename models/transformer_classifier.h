@@ -1,9 +1,11 @@
 #pragma once
-// A small dense-attention Transformer sequence classifier: the reference for how models are written with the
-// nn API. Tokens (B, T) int64 -> logits (B, classes).
+// A small Transformer sequence classifier: the reference for how models are written with the nn API. Tokens
+// (B, T) int64 -> logits (B, classes). Its attention is chosen by name — "dense" (MultiHeadAttention) or
+// "ascender" (AscenderAttention, configured by .ascender(...)) — or given as any factory.
 //
 //   auto model = std::make_shared<asc::models::TransformerClassifier>(
-//       asc::models::TransformerClassifierOptions(/*vocab=*/16, /*max_len=*/32, /*classes=*/2).d_model(64).layers(2));
+//       asc::models::TransformerClassifierOptions(/*vocab=*/16, /*max_len=*/32, /*classes=*/2).d_model(64).layers(2)
+//           .attention("ascender"));
 //   asc::Tensor logits = model->forward(tokens);              // (B, 2)
 //   asc::Tensor loss = asc::cross_entropy(logits, labels);
 #include "nn/nn.h"
@@ -22,15 +24,23 @@ struct TransformerClassifierOptions {
   ASC_ARG(int64_t, ffn) = 512;
   ASC_ARG(double, dropout) = 0.1;
   ASC_ARG(bool, norm_first) = true;
+  ASC_ARG(std::string, attention) = "dense";  // "dense" or "ascender"
+  // AscenderAttention's options when attention == "ascender" (d_model, heads and dropout come from the model).
+  ASC_ARG(nn::AscenderAttentionOptions, ascender) = nn::AscenderAttentionOptions(128, 4);
 };
 
 class TransformerClassifier : public nn::Module {
  public:
+  // `attention`: a factory that overrides options.attention() (empty: by name).
   explicit TransformerClassifier(const TransformerClassifierOptions& options,
-                                 const nn::AttentionFactory& attention = nn::dense_attention);
+                                 const nn::AttentionFactory& attention = {});
   // tokens (B, T) int64 in [0, vocab); valid (B, T) bool (false = padding) or undefined. Returns (B, classes).
   Tensor forward(const Tensor& tokens, const Tensor& valid);
   Tensor forward(const Tensor& tokens) override { return forward(tokens, Tensor()); }
+  // The auxiliary losses of its attention layers from the last forward (ASCender's ν-weighted terms,
+  // docs/ascender.md §11), to add to the task loss; 0 with dense attention. Call it after forward() in a statement
+  // of its own: in `ce(model->forward(x), y) + model->aux_loss()` C++ may evaluate aux_loss() first.
+  Tensor aux_loss() const;
 
   TransformerClassifierOptions options;
   std::shared_ptr<nn::Embedding> tok_emb, pos_emb;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "ops/ascender.h"  // AscenderKernelInputs, AscenderKernelConfig
 #include "ops/geometry.h"      // Surrogate
 #include "ops/math.h"          // math::Unary, math::Binary, math::UnaryParams
 #include "optim/kernel_args.h" // optim::SGDKernelArgs, AdamKernelArgs, RMSpropKernelArgs

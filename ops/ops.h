@@ -1,5 +1,6 @@
 #pragma once
 // Every op of the framework. Include "ascender.h" for the whole public API.
+#include "ops/ascender.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/geometry.h"

@@ -15,9 +15,12 @@ using namespace asc::testing;
 
 namespace {
 
-auto make_model(int64_t d_model = 16) {
+auto make_model(int64_t d_model = 16, const std::string& attention = "dense") {
+  // With ASCender attention the schedule's step counter (ω warm-up, separation from step 4) is part of the state.
   return std::make_shared<models::TransformerClassifier>(
-      models::TransformerClassifierOptions(8, 6, 3).d_model(d_model).heads(2).layers(1).ffn(32).dropout(0.2));
+      models::TransformerClassifierOptions(8, 6, 3).d_model(d_model).heads(2).layers(1).ffn(32).dropout(0.2)
+          .attention(attention)
+          .ascender(nn::AscenderAttentionOptions(d_model, 2).k({2}).warmup_steps(6).sep_start_step(4).aux_coh(0.1)));
 }
 
 // Batch i depends only on i, so only the model/optimizer/scheduler/dropout state decides the trajectory.
@@ -30,9 +33,9 @@ struct Run {
   std::shared_ptr<models::TransformerClassifier> model;
   std::unique_ptr<optim::AdamW> opt;
   std::unique_ptr<optim::WarmupCosine> sched;
-  explicit Run(uint64_t seed) {
+  explicit Run(uint64_t seed, const std::string& attention = "dense") {
     manual_seed(seed);
-    model = make_model();
+    model = make_model(16, attention);
     opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
     sched = std::make_unique<optim::WarmupCosine>(*opt, optim::WarmupCosineOptions{.warmup_steps = 3, .total_steps = 12});
   }
@@ -43,7 +46,8 @@ struct Run {
     for (int i = from; i < to; ++i) {
       auto [x, y] = batch(i);
       opt->zero_grad();
-      Tensor loss = cross_entropy(model->forward(x), y);
+      Tensor logits = model->forward(x);  // first: aux_loss() reads what this forward computed
+      Tensor loss = cross_entropy(logits, y) + model->aux_loss();
       loss.backward();
       opt->step();
       sched->step();
@@ -63,29 +67,32 @@ std::string tmp_path(const char* name) { return std::string("/tmp/asc_test_") + 
 
 }  // namespace
 
-TEST_CASE("checkpoint: resumed training is bit-identical to uninterrupted training") {
-  Run a(1);
-  std::vector<double> full = a.train(0, 10);
+TEST_CASE("checkpoint: resumed training is bit-identical to uninterrupted training (dense and ASCender)") {
+  for (const char* attention : {"dense", "ascender"}) {
+    CAPTURE(attention);
+    Run a(1, attention);
+    std::vector<double> full = a.train(0, 10);
 
-  Run b(1);
-  std::vector<double> first = b.train(0, 5);
-  std::string path = tmp_path("resume");
-  save_checkpoint(path, b.state(), {{"note", "step 5"}});
-  manual_seed(12345);  // disturb the default generator: the checkpoint must restore it
+    Run b(1, attention);
+    std::vector<double> first = b.train(0, 5);
+    std::string path = tmp_path("resume");
+    save_checkpoint(path, b.state(), {{"note", "step 5"}});
+    manual_seed(12345);  // disturb the default generator: the checkpoint must restore it
 
-  Run c(777);  // a differently initialised run picks up from the file
-  std::map<std::string, std::string> meta;
-  load_checkpoint(path, c.state(), &meta);
-  CHECK(meta["note"] == "step 5");
-  CHECK(c.sched->last_step() == 5);
-  std::vector<double> rest = c.train(5, 10);
+    Run c(777, attention);  // a differently initialised run picks up from the file
+    std::map<std::string, std::string> meta;
+    load_checkpoint(path, c.state(), &meta);
+    CHECK(meta["note"] == "step 5");
+    CHECK(c.sched->last_step() == 5);
+    std::vector<double> rest = c.train(5, 10);
 
-  first.insert(first.end(), rest.begin(), rest.end());
-  REQUIRE(first.size() == full.size());
-  for (size_t i = 0; i < full.size(); ++i) CHECK_MESSAGE(first[i] == full[i], "step " << i);  // exact
-  CHECK(snapshot(*c.model) == snapshot(*a.model));
-  CHECK(c.opt->lr(0) == a.opt->lr(0));
-  std::remove(path.c_str());
+    first.insert(first.end(), rest.begin(), rest.end());
+    REQUIRE(first.size() == full.size());
+    for (size_t i = 0; i < full.size(); ++i) CHECK_MESSAGE(first[i] == full[i], "step " << i);  // exact
+    CHECK(snapshot(*c.model) == snapshot(*a.model));
+    CHECK(c.opt->lr(0) == a.opt->lr(0));
+    std::remove(path.c_str());
+  }
 }
 
 TEST_CASE("checkpoint: a corrupt or truncated file, a missing part or a shape mismatch leaves everything untouched") {

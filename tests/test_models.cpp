@@ -119,6 +119,35 @@ TEST_CASE("Transformer classifier learns 'is the sequence sorted' to >= 95% in u
 #endif
 }
 
+TEST_CASE("Transformer classifier with ASCender attention (chosen by name) learns the sorted task too") {
+  manual_seed(0);
+  const int64_t len = 8, vocab = 10;
+  auto opts = models::TransformerClassifierOptions(vocab, len, 2).d_model(32).heads(2).layers(2).ffn(64).dropout(0.0);
+  opts.attention("ascender").ascender(nn::AscenderAttentionOptions(32, 2).k({3}).gate_position(nn::GatePosition::AfterNorm));
+  auto model = std::make_shared<models::TransformerClassifier>(opts);
+  REQUIRE(model->to_string().find("AscenderAttention") != std::string::npos);
+  optim::AdamW opt(model->parameters(), {.lr = 3e-3, .weight_decay = 0.01});
+  const int steps = 500;
+  optim::WarmupCosine sched(opt, {.warmup_steps = 50, .total_steps = steps});
+  Generator g(2);
+  for (int step = 0; step < steps; ++step) {
+    auto [x, y] = sorted_task(64, len, vocab, g);
+    opt.zero_grad();
+    cross_entropy(model->forward(x), y).backward();
+    optim::clip_grad_norm(model->parameters(), 1.0);
+    opt.step();
+    sched.step();
+  }
+  model->eval();
+  Generator gt(99);
+  auto [xt, yt] = sorted_task(2000, len, vocab, gt);
+  double acc = accuracy(model->forward(xt), yt);
+  MESSAGE("sorted-task test accuracy with ASCender attention " << acc);
+  CHECK(acc >= 0.9);
+  CHECK_THROWS_WITH_AS(models::TransformerClassifier(models::TransformerClassifierOptions(4, 4, 2).attention("sparse")),
+                       doctest::Contains("unknown attention 'sparse' (known: dense, ascender)"), Error);
+}
+
 TEST_CASE("Decoder-only LM learns a counting language and continues it greedily") {
   manual_seed(0);
   const int64_t V = 12, T = 10;

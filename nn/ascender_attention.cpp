@@ -1,0 +1,190 @@
+// ASCender swarm attention: the layer — projections, learnable scalars, masks, modes, RoPE, schedule and auxiliary
+// losses — around the attention core of ops/ascender.h.
+#include "nn/ascender_attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "core/format.h"
+#include "nn/positional.h"
+#include "ops/ops.h"
+
+namespace asc::nn {
+
+namespace {
+
+constexpr const char* kName = "AscenderAttention";
+
+// softplus⁻¹(y) = log(exp(y) - 1), stable for large y.
+double softplus_inverse(double y) { return y > 20 ? y : std::log(std::expm1(y)); }
+
+// One value per head from a per-head option given as one value or H values.
+template <class T>
+std::vector<T> per_head(const std::vector<T>& v, int64_t heads, const char* what) {
+  ASC_CHECK(v.size() == 1 || static_cast<int64_t>(v.size()) == heads,
+            "{}: {} needs 1 or {} (heads) values, got {}", kName, what, heads, v.size());
+  return v.size() == 1 ? std::vector<T>(heads, v[0]) : v;
+}
+
+
+}  // namespace
+
+AscenderAttention::AscenderAttention(const AscenderAttentionOptions& o) : Attention(kName), options(o) {
+  const int64_t D = o.d_model(), H = o.heads();
+  ASC_CHECK(D > 0 && H > 0 && D % H == 0, "{}: d_model {} must be a positive multiple of heads {}", kName, D, H);
+  d_head = D / H;
+  d_z = o.d_z() > 0 ? o.d_z() : std::max<int64_t>(1, d_head / 2);
+  d_a = o.d_a() > 0 ? o.d_a() : std::max<int64_t>(1, d_head / 2);
+  ASC_CHECK(o.d_z() >= 0 && o.d_a() >= 0, "{}: d_z {} and d_a {} must be >= 0 (0: d_head / 2)", kName, o.d_z(),
+            o.d_a());
+  for (int64_t k : per_head(o.k(), H, "k")) ASC_CHECK(k >= 1, "{}: k must be >= 1, got {}", kName, k);
+  for (double t : per_head(o.tau_sep(), H, "tau_sep")) ASC_CHECK(t > 0, "{}: tau_sep must be > 0, got {}", kName, t);
+  for (double t : per_head(o.tau_coh(), H, "tau_coh")) ASC_CHECK(t > 0, "{}: tau_coh must be > 0, got {}", kName, t);
+  for (double a : per_head(o.alpha_align(), H, "alpha_align"))
+    ASC_CHECK(a >= 0, "{}: alpha_align must be >= 0, got {}", kName, a);
+  for (double a : per_head(o.alpha_coh(), H, "alpha_coh"))
+    ASC_CHECK(a >= 0, "{}: alpha_coh must be >= 0, got {}", kName, a);
+  ASC_CHECK(o.lambda_init() > 0 && o.kappa_init() > 0 && o.tau_score_init() > 0,
+            "{}: lambda_init {}, kappa_init {} and tau_score_init {} must be > 0", kName, o.lambda_init(),
+            o.kappa_init(), o.tau_score_init());
+  ASC_CHECK(o.window() >= 1 && o.global_tokens() >= 0, "{}: window {} must be >= 1 and global_tokens {} >= 0",
+            kName, o.window(), o.global_tokens());
+  ASC_CHECK(o.norm_eps() > 0, "{}: norm_eps must be > 0, got {}", kName, o.norm_eps());
+  ASC_CHECK(o.dropout() >= 0 && o.dropout() < 1, "{}: dropout {} not in [0, 1)", kName, o.dropout());
+  ASC_CHECK(!o.rope() || d_head % 2 == 0, "{}: RoPE needs an even head dim, got {}", kName, d_head);
+  ASC_CHECK(o.aux_coh() >= 0 && o.aux_sep() >= 0 && o.aux_align() >= 0,
+            "{}: auxiliary loss weights must be >= 0, got coh {}, sep {}, align {}", kName, o.aux_coh(), o.aux_sep(),
+            o.aux_align());
+  ASC_CHECK(o.warmup_steps() >= 0 && o.sep_start_step() >= 0 && o.aux_start_step() >= -1,
+            "{}: warmup_steps {} and sep_start_step {} must be >= 0, aux_start_step {} >= -1", kName,
+            o.warmup_steps(), o.sep_start_step(), o.aux_start_step());
+
+  auto proj = [&](int64_t out, bool bias) {
+    return std::make_shared<Linear>(LinearOptions(D, out).bias(bias));
+  };
+  q_proj = register_module("q_proj", proj(D, o.bias()));
+  k_proj = register_module("k_proj", proj(D, o.bias()));
+  v_proj = register_module("v_proj", proj(D, o.bias()));
+  out_proj = register_module("out_proj", proj(D, o.bias()));
+  z_proj = register_module("z_proj", proj(H * d_z, false));
+  e_proj = register_module("e_proj", proj(H * d_a, false));
+  if (o.rope()) rope = register_module("rope", std::make_shared<RotaryEmbedding>(d_head, o.rope_max_len()));
+  auto scalar = [&](const char* name, double value) { return register_parameter(name, full({H}, value)); };
+  omega_align = scalar("omega_align", o.omega_init());
+  omega_sep = scalar("omega_sep", o.omega_init());
+  omega_coh = scalar("omega_coh", o.omega_init());
+  delta = scalar("delta", o.delta_init());
+  lambda_align_raw = scalar("lambda_align_raw", softplus_inverse(o.lambda_init()));
+  lambda_sep_raw = scalar("lambda_sep_raw", softplus_inverse(o.lambda_init()));
+  lambda_coh_raw = scalar("lambda_coh_raw", softplus_inverse(o.lambda_init()));
+  kappa_raw = scalar("kappa_raw", softplus_inverse(o.kappa_init()));
+  tau_score_raw = scalar("tau_score_raw", softplus_inverse(o.tau_score_init()));
+  step_buffer = register_buffer("step", zeros({}, {.dtype = kInt64}));
+}
+
+int64_t AscenderAttention::step() const { return step_buffer.item<int64_t>(); }
+void AscenderAttention::set_step(int64_t s) {
+  ASC_CHECK(s >= 0, "{}: step must be >= 0, got {}", kName, s);
+  NoGradGuard ng;
+  step_buffer.fill_(static_cast<double>(s));
+}
+double AscenderAttention::omega_scale() const {
+  const int64_t w = options.warmup_steps();
+  return w <= 0 ? 1.0 : std::min(1.0, static_cast<double>(step()) / static_cast<double>(w));
+}
+bool AscenderAttention::aux_active() const {
+  const int64_t start = options.aux_start_step() >= 0 ? options.aux_start_step() : options.warmup_steps();
+  return step() >= start;
+}
+Tensor AscenderAttention::aux_loss() const {
+  return aux_loss_.defined() ? aux_loss_ : zeros({}, {.dtype = omega_align.dtype(), .device = omega_align.device()});
+}
+
+Tensor AscenderAttention::lambda_align() const { return softplus(lambda_align_raw); }
+Tensor AscenderAttention::lambda_sep() const { return softplus(lambda_sep_raw); }
+Tensor AscenderAttention::lambda_coh() const { return softplus(lambda_coh_raw); }
+Tensor AscenderAttention::kappa() const { return softplus(kappa_raw); }
+Tensor AscenderAttention::tau_score() const { return softplus(tau_score_raw); }
+
+Tensor AscenderAttention::attend(const Tensor& x, const AttentionArgs& args) {
+  const int64_t D = options.d_model(), H = options.heads();
+  ASC_CHECK(x.defined() && x.dim() == 3 && x.size(2) == D, "{}: expected x (B, T, {}), got {}", kName, D,
+            x.defined() ? x.shape() : Shape{});
+  ASC_CHECK(!args.context.defined(), "{}: self-attention only (its geometry relates a sequence to itself); got a "
+            "context of shape {}", kName, args.context.shape());
+  const int64_t B = x.size(0), T = x.size(1);
+  // (B, T, H·c) -> (B, H, T, c)
+  auto heads = [&](const Tensor& t, int64_t c) { return t.view({B, T, H, c}).permute({0, 2, 1, 3}); };
+  Tensor q = heads((*q_proj)(x), d_head), k = heads((*k_proj)(x), d_head), v = heads((*v_proj)(x), d_head);
+  Tensor z = heads((*z_proj)(x), d_z), e = heads((*e_proj)(x), d_a);
+  Tensor q_rot = rope ? rope->forward(q, 0) : q, k_rot = rope ? rope->forward(k, 0) : k;
+
+  AscenderCoreArgs a;
+  a.k = per_head(options.k(), H, "k");
+  a.tau_sep = per_head(options.tau_sep(), H, "tau_sep");
+  a.tau_coh = per_head(options.tau_coh(), H, "tau_coh");
+  a.alpha_align = per_head(options.alpha_align(), H, "alpha_align");
+  a.alpha_coh = per_head(options.alpha_coh(), H, "alpha_coh");
+  auto as_x = [&](const Tensor& t) { return t.to(x.dtype()); };
+  a.omega_align = as_x(omega_align), a.omega_sep = as_x(omega_sep), a.omega_coh = as_x(omega_coh);
+  a.lambda_align = as_x(lambda_align()), a.lambda_sep = as_x(lambda_sep()), a.lambda_coh = as_x(lambda_coh());
+  a.delta = as_x(delta), a.kappa = as_x(kappa()), a.tau_score = as_x(tau_score());
+  a.include_self = options.neighbors_include_self();
+  a.gate_position = options.gate_position();
+  a.use_align = options.use_align(), a.use_coh = options.use_coh();
+  a.use_sep = options.use_sep() && separation_active();
+  a.omega_scale = omega_scale();
+  const bool any_aux = options.aux_coh() > 0 || options.aux_sep() > 0 || options.aux_align() > 0;
+  a.want_aux = any_aux && aux_active();
+  a.norm_eps = options.norm_eps();
+  a.keep_mask = attention_keep_mask(args, B, T, T, x.device(), kName);
+  a.select_by_scores = options.mode() == AscenderMode::Reuse;
+  if (options.mode() == AscenderMode::Windowed) {
+    Tensor win = ascender_window_mask(T, options.window(), options.global_tokens(), x.device()).view({1, 1, T, T});
+    a.keep_mask = a.keep_mask.defined() ? logical_and(a.keep_mask, win) : win;
+  }
+  a.bias = args.bias;
+  a.dropout = options.dropout();
+  a.training = is_training();
+
+  AscenderDecomposition dec;
+  AscenderAux aux;
+  Tensor y = ascender_attention(q_rot, k_rot, k, v, z, e, a,
+                                need_decomposition || args.need_weights ? &dec : nullptr, a.want_aux ? &aux : nullptr);
+  weights_ = args.need_weights ? dec.A : Tensor();
+  decomposition_ = need_decomposition ? dec : AscenderDecomposition{};
+  aux_ = aux;
+  aux_loss_ = Tensor();
+  auto add_aux = [&](const Tensor& l, double nu) {
+    if (l.defined() && nu > 0) aux_loss_ = aux_loss_.defined() ? aux_loss_ + l * nu : l * nu;
+  };
+  add_aux(aux.coh, options.aux_coh());
+  add_aux(aux.sep, options.aux_sep());
+  add_aux(aux.align, options.aux_align());
+  if (is_training()) set_step(step() + 1);  // one schedule step per training forward
+  return (*out_proj)(y.permute({0, 2, 1, 3}).reshape({B, T, D}));  // (B, T, D)
+}
+
+std::string AscenderAttention::extra_repr() const {
+  std::string ks;
+  for (int64_t k : options.k()) ks += (ks.empty() ? "" : ",") + std::to_string(k);
+  return fmt::format("d_model={}, heads={}, d_z={}, d_a={}, k={}, gate_position={}, include_self={}, "
+                     "terms={}{}{}, rope={}",
+                     options.d_model(), options.heads(), d_z, d_a, ks,
+                     options.gate_position() == GatePosition::AfterNorm ? "after_norm" : "before_norm",
+                     options.neighbors_include_self(), options.use_align() ? "a" : "", options.use_sep() ? "s" : "",
+                     options.use_coh() ? "c" : "", options.rope());
+}
+
+AttentionFactory ascender_attention(const AscenderAttentionOptions& options) {
+  return [options](const TransformerBlockOptions& block) -> std::shared_ptr<Attention> {
+    AscenderAttentionOptions o = options;
+    o.d_model(block.d_model()).heads(block.heads());
+    if (o.dropout() == 0) o.dropout(block.dropout());
+    return std::make_shared<AscenderAttention>(o);
+  };
+}
+
+}  // namespace asc::nn

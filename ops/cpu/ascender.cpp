@@ -1,0 +1,608 @@
+// CPU kernels of fused ASCender attention (ops/ascender.h, docs/ascender.md). Per (batch, head) and block of
+// query rows, every (rows, T) quantity of the reference — base scores, affinities, distances, neighbourhoods,
+// kernels, the three raw biases, their normalisations, scores and probabilities — lives in a tile of this thread's
+// workspace; the large products are GEMMs (ops/cpu/gemm.h). Nothing of size (B, H, T, T) is ever allocated.
+//
+// The backward recomputes each block's tiles (no per-row state is saved) and then runs the chain rule back through
+// them, in the reverse order of the forward (the derivation is written beside each step). Gradients of a key j
+// collect contributions from every query row, so one task owns one (batch, head) and walks its row blocks in turn;
+// gradients of the per-head scalars are summed per task and reduced after the parallel loop.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "core/format.h"
+#include "ops/cpu/gemm.h"
+#include "ops/cpu/loops.h"
+#include "ops/kernels.h"
+
+namespace asc::cpu {
+namespace {
+
+constexpr int64_t kRowBlock = 32;
+constexpr double kConstantRow = 1e-5;  // docs/ascender.md §12.3
+// Scalar rows of the (9, H) scalars tensor (ops/ascender.h).
+enum Scalar { kOmegaA, kOmegaS, kOmegaC, kLambdaA, kLambdaS, kLambdaC, kDelta, kKappa, kTauScore, kNumScalars };
+
+double sigmoid(double x) { return x >= 0 ? 1 / (1 + std::exp(-x)) : std::exp(x) / (1 + std::exp(x)); }
+
+// Everything one (batch, head) reads: contiguous (T, ·) rows of the heads, derived per-key quantities, scalars.
+template <class T>
+struct HeadData {
+  int64_t T_, d, dz, da;
+  const T *q, *kr, *v, *z;
+  std::vector<T> khat, ehat, zz;   // k̂ (T, d), ê (T, da), |z_j|² (T)
+  std::vector<double> knorm, enorm;
+  const bool* mask = nullptr;      // row i of the keep-mask at mask + i * mask_t, stride mask_s
+  int64_t mask_t = 0, mask_s = 0;
+  const T* bias = nullptr;
+  int64_t bias_t = 0, bias_s = 0;
+  double sc[kNumScalars];          // this head's ω, λ, δ, κ, τ_score
+  int64_t k;                       // k_h
+  double tau_sep, tau_coh, alpha_a, alpha_c;
+
+  bool valid(int64_t i, int64_t j) const { return !mask || mask[i * mask_t + j * mask_s]; }
+};
+
+template <class T>
+void unit_rows(const T* x, int64_t rows, int64_t cols, double eps, std::vector<T>& out, std::vector<double>& norm) {
+  out.resize(rows * cols);
+  norm.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double s = 0;
+    for (int64_t c = 0; c < cols; ++c) s += double(x[r * cols + c]) * x[r * cols + c];
+    norm[r] = std::sqrt(s);
+    const double inv = 1 / std::max(norm[r], eps);
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = static_cast<T>(x[r * cols + c] * inv);
+  }
+}
+
+// normalize_rows backward: y = x / max(|x|, eps) -> dx = (dy - y (y·dy)) / |x|, or dy / eps below eps.
+template <class T>
+void unit_rows_backward(const std::vector<T>& y, const std::vector<double>& norm, const std::vector<double>& dy,
+                        int64_t rows, int64_t cols, double eps, T* dx) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* yr = y.data() + r * cols;
+    const double* g = dy.data() + r * cols;
+    if (norm[r] < eps) {
+      for (int64_t c = 0; c < cols; ++c) dx[r * cols + c] = static_cast<T>(g[c] / eps);
+      continue;
+    }
+    double dot = 0;
+    for (int64_t c = 0; c < cols; ++c) dot += yr[c] * g[c];
+    for (int64_t c = 0; c < cols; ++c) dx[r * cols + c] = static_cast<T>((g[c] - yr[c] * dot) / norm[r]);
+  }
+}
+
+// Row statistics of one normalisation: β̃_j = (x_j - mu) / s on kept j, 0 on constant rows.
+struct NormStats {
+  double mu = 0, sd = 0, s = 1, count = 0;
+  bool constant = true;
+};
+
+// The (rows, T) tiles and per-row values of one block, forward; the backward reads them.
+template <class T>
+struct Block {
+  int64_t t0 = 0, R = 0, n = 0;
+  std::vector<T> s0, aff, d2, r, ws, wc, dc, raw_a, raw_s, raw_c, nrm_a, nrm_s, nrm_c, S, A, u, c;
+  std::vector<uint8_t> keep;
+  std::vector<std::vector<int64_t>> nbr;
+  std::vector<double> snorm, cnt, kbar2, gamma_a, rho, eta, W, var_c, gamma_c, la, ls, lc;  // la = λγ_a etc.
+  std::vector<NormStats> st_a, st_s, st_c;
+  std::vector<double> s;  // Σ_{l∈N(i)} k̂_l (R, d)
+
+  void resize(int64_t rows, int64_t keys, int64_t d, int64_t dz) {
+    R = rows, n = keys;
+    for (auto* t : {&s0, &aff, &d2, &r, &ws, &wc, &dc, &raw_a, &raw_s, &raw_c, &nrm_a, &nrm_s, &nrm_c, &S, &A})
+      t->assign(R * n, T(0));
+    keep.assign(R * n, 0);
+    u.assign(R * d, T(0));
+    c.assign(R * dz, T(0));
+    s.assign(R * d, 0.0);
+    nbr.assign(R, {});
+    for (auto* v : {&snorm, &cnt, &kbar2, &gamma_a, &rho, &eta, &W, &var_c, &gamma_c, &la, &ls, &lc}) v->assign(R, 0.0);
+    st_a.assign(R, {}), st_s.assign(R, {}), st_c.assign(R, {});
+  }
+};
+
+// (x - μ) / (σ + eps) over the kept entries of a row into y (0 elsewhere and on constant rows).
+template <class T>
+NormStats normalize_row(const T* x, const uint8_t* keep, int64_t n, double eps, T* y) {
+  NormStats st;
+  double big = 0, sum = 0;
+  for (int64_t j = 0; j < n; ++j)
+    if (keep[j]) st.count += 1, sum += x[j], big = std::max(big, std::abs(double(x[j])));
+  std::fill(y, y + n, T(0));
+  if (st.count == 0) return st;
+  st.mu = sum / st.count;
+  double var = 0;
+  for (int64_t j = 0; j < n; ++j)
+    if (keep[j]) var += (x[j] - st.mu) * (x[j] - st.mu);
+  st.sd = std::sqrt(var / st.count);
+  st.s = st.sd + eps;
+  st.constant = st.sd <= kConstantRow * big;
+  if (st.constant) return st;
+  for (int64_t j = 0; j < n; ++j)
+    if (keep[j]) y[j] = static_cast<T>((x[j] - st.mu) / st.s);
+  return st;
+}
+
+// Backward of normalize_row: dx_j = (g_j - mean(g) - xc_j mean(g xc) / (σ s)) / s on kept j (docs: row_standardize),
+// 0 on constant rows. g is read from `g`, dx written to `dx` (both length n).
+template <class T>
+void normalize_row_backward(const T* x, const uint8_t* keep, int64_t n, const NormStats& st, const double* g,
+                            double* dx) {
+  std::fill(dx, dx + n, 0.0);
+  if (st.constant || st.count == 0) return;
+  double mg = 0, mgx = 0;
+  for (int64_t j = 0; j < n; ++j)
+    if (keep[j]) mg += g[j], mgx += g[j] * (x[j] - st.mu);
+  mg /= st.count, mgx /= st.count;
+  const double coef = st.sd > 0 ? mgx / (st.sd * st.s) : 0.0;
+  for (int64_t j = 0; j < n; ++j)
+    if (keep[j]) dx[j] = (g[j] - mg - (x[j] - st.mu) * coef) / st.s;
+}
+
+// The forward of rows [t0, t0 + R) of one head into `b`. cfg: the op's switches.
+template <class T>
+void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_t t0, int64_t R, Block<T>& b) {
+  const int64_t n = h.T_, d = h.d, dz = h.dz, da = h.da;
+  b.resize(R, n, d, dz);
+  b.t0 = t0;
+  const double inv_sqrt_d = 1 / std::sqrt(double(d));
+  const bool after = cfg.after_norm;
+  // Base scores, affinities, squared distances: three GEMMs over the block's rows.
+  gemm<T>(R, n, d, h.q + t0 * d, d, 1, h.kr, 1, d, b.s0.data(), n);
+  gemm<T>(R, n, da, h.ehat.data() + t0 * da, da, 1, h.ehat.data(), 1, da, b.aff.data(), n);
+  gemm<T>(R, n, dz, h.z + t0 * dz, dz, 1, h.z, 1, dz, b.d2.data(), n);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t i = t0 + r;
+    T* s0 = b.s0.data() + r * n;
+    T* d2 = b.d2.data() + r * n;
+    uint8_t* keep = b.keep.data() + r * n;
+    for (int64_t j = 0; j < n; ++j) {
+      s0[j] = static_cast<T>(s0[j] * inv_sqrt_d);
+      d2[j] = std::max(T(0), static_cast<T>(h.zz[i] + h.zz[j] - 2 * d2[j]));  // |z_i - z_j|², rounding clamped
+      keep[j] = h.valid(i, j);
+    }
+  }
+  // ---- alignment (§3): neighbourhoods, headings, gates, r = u_i · k̂_j --------------------------------------------
+  if (cfg.use_align) {
+    std::vector<int64_t> cand;
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t i = t0 + r;
+      const T* by = (cfg.select_by_scores ? b.s0.data() : b.aff.data()) + r * n;
+      const uint8_t* keep = b.keep.data() + r * n;
+      cand.clear();
+      for (int64_t j = 0; j < n; ++j)
+        if (keep[j] && (cfg.include_self || j != i)) cand.push_back(j);
+      const int64_t m = std::min<int64_t>(h.k, static_cast<int64_t>(cand.size()));
+      std::partial_sort(cand.begin(), cand.begin() + m, cand.end(), [&](int64_t x, int64_t y) {
+        return by[x] > by[y] || (by[x] == by[y] && x < y);  // ties to the lower index, as topk
+      });
+      b.nbr[r].assign(cand.begin(), cand.begin() + m);
+      double* s = b.s.data() + r * d;
+      for (int64_t l : b.nbr[r])
+        for (int64_t c = 0; c < d; ++c) s[c] += h.khat[l * d + c];
+      double s2 = 0;
+      for (int64_t c = 0; c < d; ++c) s2 += s[c] * s[c];
+      b.snorm[r] = std::sqrt(s2);
+      b.cnt[r] = static_cast<double>(m);
+      const double cdiv = std::max(b.cnt[r], 1.0);
+      b.kbar2[r] = s2 / (cdiv * cdiv);
+      const double inv = 1 / std::max(b.snorm[r], 1e-12);
+      for (int64_t c = 0; c < d; ++c) b.u[r * d + c] = static_cast<T>(s[c] * inv);
+      b.gamma_a[r] = sigmoid(-h.alpha_a * (1 - b.kbar2[r]));
+      b.la[r] = h.sc[kLambdaA] * b.gamma_a[r];
+    }
+    gemm<T>(R, n, d, b.u.data(), d, 1, h.khat.data(), 1, d, b.r.data(), n);  // r_ij = u_i · k̂_j
+    for (int64_t r = 0; r < R; ++r) {
+      T* raw = b.raw_a.data() + r * n;
+      const T* rr = b.r.data() + r * n;
+      const double f = after ? 1.0 : b.la[r];
+      for (int64_t j = 0; j < n; ++j) raw[j] = static_cast<T>(f * rr[j]);
+      b.st_a[r] = normalize_row(raw, b.keep.data() + r * n, n, cfg.norm_eps, b.nrm_a.data() + r * n);
+    }
+  }
+  // ---- separation (§4): w = exp(-d²/τ_sep), ρ, η, φ = w [a - δ]_+ -------------------------------------------------
+  if (cfg.use_sep) {
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t i = t0 + r;
+      const T* d2 = b.d2.data() + r * n;
+      const T* aff = b.aff.data() + r * n;
+      const uint8_t* keep = b.keep.data() + r * n;
+      T* ws = b.ws.data() + r * n;
+      T* raw = b.raw_s.data() + r * n;
+      double rho = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        ws[j] = static_cast<T>(std::exp(-d2[j] / h.tau_sep));
+        if (keep[j] && j != i) rho += ws[j];
+      }
+      b.rho[r] = rho;
+      b.eta[r] = std::min(1.0, rho / h.sc[kKappa]);
+      b.ls[r] = h.sc[kLambdaS] * b.eta[r];
+      const double f = after ? 1.0 : b.ls[r];
+      for (int64_t j = 0; j < n; ++j) raw[j] = static_cast<T>(-f * ws[j] * std::max(0.0, double(aff[j]) - h.sc[kDelta]));
+      b.st_s[r] = normalize_row(raw, keep, n, cfg.norm_eps, b.nrm_s.data() + r * n);
+    }
+  }
+  // ---- cohesion (§5): w' = exp(-d²/τ_coh) on kept keys, centroid c_i, dc = |z_j - c_i|², variance, gate ----------
+  if (cfg.use_coh) {
+    for (int64_t r = 0; r < R; ++r) {
+      const T* d2 = b.d2.data() + r * n;
+      const uint8_t* keep = b.keep.data() + r * n;
+      T* wc = b.wc.data() + r * n;
+      double W = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        wc[j] = keep[j] ? static_cast<T>(std::exp(-d2[j] / h.tau_coh)) : T(0);
+        W += wc[j];
+      }
+      b.W[r] = std::max(W, 1e-30);
+    }
+    gemm<T>(R, dz, n, b.wc.data(), n, 1, h.z, dz, 1, b.c.data(), dz);  // Σ_l w'_il z_l
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < dz; ++c) b.c[r * dz + c] = static_cast<T>(b.c[r * dz + c] / b.W[r]);
+    gemm<T>(R, n, dz, b.c.data(), dz, 1, h.z, 1, dz, b.dc.data(), n);  // c_i · z_j
+    for (int64_t r = 0; r < R; ++r) {
+      double cc = 0;
+      for (int64_t c = 0; c < dz; ++c) cc += double(b.c[r * dz + c]) * b.c[r * dz + c];
+      T* dc = b.dc.data() + r * n;
+      const T* wc = b.wc.data() + r * n;
+      double var = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        dc[j] = std::max(T(0), static_cast<T>(cc + h.zz[j] - 2 * dc[j]));
+        var += wc[j] * dc[j];
+      }
+      b.var_c[r] = var / b.W[r];
+      b.gamma_c[r] = sigmoid(-h.alpha_c * b.var_c[r]);
+      b.lc[r] = h.sc[kLambdaC] * b.gamma_c[r];
+      const double f = after ? 1.0 : b.lc[r] / h.tau_coh;
+      T* raw = b.raw_c.data() + r * n;
+      for (int64_t j = 0; j < n; ++j) raw[j] = static_cast<T>(-f * dc[j]);
+      b.st_c[r] = normalize_row(raw, b.keep.data() + r * n, n, cfg.norm_eps, b.nrm_c.data() + r * n);
+    }
+  }
+  // ---- scores and probabilities (§6) ----------------------------------------------------------------------------
+  const double wa = h.sc[kOmegaA] * cfg.omega_scale, wsep = h.sc[kOmegaS] * cfg.omega_scale;
+  const double wcoh = h.sc[kOmegaC] * cfg.omega_scale, tau = h.sc[kTauScore];
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t i = t0 + r;
+    const uint8_t* keep = b.keep.data() + r * n;
+    T* S = b.S.data() + r * n;
+    T* A = b.A.data() + r * n;
+    const T* brow = h.bias ? h.bias + i * h.bias_t : nullptr;
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < n; ++j) {
+      double x = b.s0[r * n + j];
+      if (cfg.use_align) x += wa * (after ? b.la[r] : 1.0) * b.nrm_a[r * n + j];
+      if (cfg.use_sep) x += wsep * (after ? b.ls[r] : 1.0) * b.nrm_s[r * n + j];
+      if (cfg.use_coh) x += wcoh * (after ? b.lc[r] : 1.0) * b.nrm_c[r * n + j];
+      if (brow) x += brow[j * h.bias_s];
+      S[j] = static_cast<T>(x);
+      if (keep[j]) m = std::max(m, double(S[j]) / tau);
+    }
+    std::fill(A, A + n, T(0));
+    if (m == -std::numeric_limits<double>::infinity()) continue;  // no kept key: zero row
+    double z = 0;
+    for (int64_t j = 0; j < n; ++j)
+      if (keep[j]) z += std::exp(S[j] / tau - m);
+    for (int64_t j = 0; j < n; ++j)
+      if (keep[j]) A[j] = static_cast<T>(std::exp(S[j] / tau - m) / z);
+  }
+}
+
+// Builds a head's data for (b, h) from the op's contiguous inputs.
+template <class T>
+HeadData<T> head_data(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, int64_t b, int64_t hh) {
+  HeadData<T> h;
+  const int64_t H = in.q.size(1), Tn = in.q.size(2);
+  h.T_ = Tn, h.d = in.q.size(3), h.dz = in.z.size(3), h.da = in.e.size(3);
+  const int64_t bh = b * H + hh;
+  h.q = in.q.data_ptr<T>() + bh * Tn * h.d;
+  h.kr = in.k_rot.data_ptr<T>() + bh * Tn * h.d;
+  h.v = in.v.data_ptr<T>() + bh * Tn * h.d;
+  h.z = in.z.data_ptr<T>() + bh * Tn * h.dz;
+  unit_rows(in.k.data_ptr<T>() + bh * Tn * h.d, Tn, h.d, 1e-12, h.khat, h.knorm);
+  unit_rows(in.e.data_ptr<T>() + bh * Tn * h.da, Tn, h.da, 1e-8, h.ehat, h.enorm);
+  h.zz.resize(Tn);
+  for (int64_t j = 0; j < Tn; ++j) {
+    double s = 0;
+    for (int64_t c = 0; c < h.dz; ++c) s += double(h.z[j * h.dz + c]) * h.z[j * h.dz + c];
+    h.zz[j] = static_cast<T>(s);
+  }
+  if (in.keep.defined()) {
+    h.mask = in.keep.data_ptr<bool>() + b * in.keep.stride(0) + hh * in.keep.stride(1);
+    h.mask_t = in.keep.stride(2), h.mask_s = in.keep.stride(3);
+  }
+  if (in.bias.defined()) {
+    h.bias = in.bias.data_ptr<T>() + b * in.bias.stride(0) + hh * in.bias.stride(1);
+    h.bias_t = in.bias.stride(2), h.bias_s = in.bias.stride(3);
+  }
+  const T* sc = in.scalars.data_ptr<T>();
+  for (int s = 0; s < kNumScalars; ++s) h.sc[s] = sc[s * H + hh];
+  h.k = cfg.k[hh], h.tau_sep = cfg.tau_sep[hh], h.tau_coh = cfg.tau_coh[hh];
+  h.alpha_a = cfg.alpha_align[hh], h.alpha_c = cfg.alpha_coh[hh];
+  return h;
+}
+
+template <class T>
+void forward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y) {
+  const int64_t B = in.q.size(0), H = in.q.size(1), Tn = in.q.size(2), d = in.q.size(3);
+  y = Tensor::empty({B, H, Tn, d}, in.q.options());
+  T* yp = y.data_ptr<T>();
+  const int64_t blocks = (Tn + kRowBlock - 1) / kRowBlock;
+  parallel_for(B * H, Tn * Tn * (d + in.z.size(3)) * 8, [&](int64_t i0, int64_t i1) {
+    Block<T> blk;
+    for (int64_t bh = i0; bh < i1; ++bh) {
+      const HeadData<T> h = head_data<T>(in, cfg, bh / H, bh % H);
+      for (int64_t bi = 0; bi < blocks; ++bi) {
+        const int64_t t0 = bi * kRowBlock, R = std::min(kRowBlock, Tn - t0);
+        forward_block(h, cfg, t0, R, blk);
+        gemm<T>(R, d, Tn, blk.A.data(), Tn, 1, h.v, d, 1, yp + (bh * Tn + t0) * d, d);  // y = A V
+      }
+    }
+  });
+}
+
+template <class T>
+void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const Tensor& gy_in,
+                   TensorList& grads) {
+  const int64_t B = in.q.size(0), H = in.q.size(1), Tn = in.q.size(2), d = in.q.size(3);
+  const int64_t dz = in.z.size(3), da = in.e.size(3), n = Tn;
+  const Tensor gy = gy_in.contiguous();
+  Tensor dq = zeros(in.q.shape(), in.q.options()), dkr = zeros(in.q.shape(), in.q.options());
+  Tensor dk = zeros(in.k.shape(), in.k.options()), dv = zeros(in.v.shape(), in.v.options());
+  Tensor dz_t = zeros(in.z.shape(), in.z.options()), de = zeros(in.e.shape(), in.e.options());
+  std::vector<double> dsc(static_cast<size_t>(B * H * kNumScalars), 0.0);  // per task, reduced below
+  const int64_t blocks = (Tn + kRowBlock - 1) / kRowBlock;
+  const bool after = cfg.after_norm;
+  const double inv_sqrt_d = 1 / std::sqrt(double(d));
+  parallel_for(B * H, Tn * Tn * (d + dz) * 16, [&](int64_t i0, int64_t i1) {
+    Block<T> b;
+    std::vector<T> dA, dS, dr, dws, dwc, ddc, dd2, daff, wcs, tile, du, dC, tmp_rz, tmp_nz;
+    std::vector<double> g(n), dx(n), dW, dsv;
+    for (int64_t bh = i0; bh < i1; ++bh) {
+      const HeadData<T> h = head_data<T>(in, cfg, bh / H, bh % H);
+      double* ds = dsc.data() + bh * kNumScalars;
+      const T* gyp = gy.data_ptr<T>() + bh * Tn * d;
+      T* dqp = dq.data_ptr<T>() + bh * Tn * d;
+      T* dkrp = dkr.data_ptr<T>() + bh * Tn * d;
+      T* dvp = dv.data_ptr<T>() + bh * Tn * d;
+      T* dzp = dz_t.data_ptr<T>() + bh * Tn * dz;
+      // Per-key accumulators of this head: k̂ and ê gradients (GEMM-accumulated, plus the neighbour scatter), and
+      // the coefficient of z_j in dz_j (from every |·|² term).
+      std::vector<T> dkhat(n * d, T(0)), dehat(n * da, T(0));
+      std::vector<double> dkhat_scatter(n * d, 0.0), zcol(n, 0.0);
+      const double tau = h.sc[kTauScore];
+      const double wa = h.sc[kOmegaA] * cfg.omega_scale, wsep = h.sc[kOmegaS] * cfg.omega_scale;
+      const double wcoh = h.sc[kOmegaC] * cfg.omega_scale;
+      for (int64_t bi = 0; bi < blocks; ++bi) {
+        const int64_t t0 = bi * kRowBlock, R = std::min(kRowBlock, Tn - t0);
+        forward_block(h, cfg, t0, R, b);
+        const T* gy0 = gyp + t0 * d;
+        for (auto* t : {&dA, &dS, &dr, &dws, &dwc, &ddc, &dd2, &daff, &wcs, &tile}) t->assign(R * n, T(0));
+        // y = A V:  dA = dY Vᵀ;  dV += Aᵀ dY
+        gemm<T>(R, n, d, gy0, d, 1, h.v, 1, d, dA.data(), n);
+        gemm<T>(n, d, R, b.A.data(), 1, n, gy0, d, 1, dvp, d, true);
+        // A = softmax(S / τ) over kept keys:  g = A (dA - Σ A dA);  dS = g / τ;  dτ += Σ g · (-S / τ²)
+        for (int64_t r = 0; r < R; ++r) {
+          const T* A = b.A.data() + r * n;
+          const T* S = b.S.data() + r * n;
+          double D = 0;
+          for (int64_t j = 0; j < n; ++j) D += double(A[j]) * dA[r * n + j];
+          for (int64_t j = 0; j < n; ++j) {
+            if (A[j] == T(0)) continue;  // masked keys, dead rows
+            const double gg = A[j] * (dA[r * n + j] - D);
+            dS[r * n + j] = static_cast<T>(gg / tau);
+            ds[kTauScore] += -gg * S[j] / (tau * tau);
+          }
+        }
+        // S0 = Q Krᵀ / √d:  dQ = dS Kr / √d;  dKr += dSᵀ Q / √d (scaled once per head, below)
+        gemm<T>(R, d, n, dS.data(), n, 1, h.kr, d, 1, dqp + t0 * d, d);
+        for (int64_t x = 0; x < R * d; ++x) dqp[t0 * d + x] = static_cast<T>(dqp[t0 * d + x] * inv_sqrt_d);
+        gemm<T>(n, d, R, dS.data(), 1, n, h.q + t0 * d, d, 1, dkrp, d, true);
+        // One bias term, from dβ̃ = ω' dS back to d(raw) (left in g); returns d(factor_i) of after_norm.
+        auto term_backward = [&](int64_t r, double omega, double factor, const std::vector<T>& nrm,
+                                 const std::vector<T>& raw, const NormStats& st, int scalar) -> double {
+          const T* nr = nrm.data() + r * n;
+          double dfactor = 0, domega = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            const double bt = (after ? factor : 1.0) * nr[j];  // β̃_ij
+            const double dsj = dS[r * n + j];
+            domega += dsj * bt;
+            const double db = omega * dsj;                     // dβ̃_ij
+            if (after) dfactor += db * nr[j];
+            g[j] = after ? db * factor : db;                   // d(normalised raw)
+          }
+          ds[scalar] += domega * cfg.omega_scale;
+          normalize_row_backward(raw.data() + r * n, b.keep.data() + r * n, n, st, g.data(), dx.data());
+          std::copy(dx.begin(), dx.begin() + n, g.begin());
+          return dfactor;
+        };
+        // ---- alignment ------------------------------------------------------------------------------------------
+        if (cfg.use_align) {
+          dsv.assign(R * d, 0.0);
+          for (int64_t r = 0; r < R; ++r) {
+            double dla = term_backward(r, wa, b.la[r], b.nrm_a, b.raw_a, b.st_a[r], kOmegaA);
+            // raw = λγ r (before_norm) or r:  dr = (λγ or 1) draw;  d(λγ) += Σ_j draw r (before_norm)
+            const T* rr = b.r.data() + r * n;
+            for (int64_t j = 0; j < n; ++j) {
+              if (!after) dla += g[j] * rr[j];
+              dr[r * n + j] = static_cast<T>((after ? 1.0 : b.la[r]) * g[j]);
+            }
+            // λγ:  dλ += d(λγ) γ;  γ = σ(-α var):  dvar = d(λγ) λ γ (1 - γ) (-α);  var = 1 - |s / cnt|²
+            ds[kLambdaA] += dla * b.gamma_a[r];
+            const double dvar = dla * h.sc[kLambdaA] * b.gamma_a[r] * (1 - b.gamma_a[r]) * (-h.alpha_a);
+            const double cdiv = std::max(b.cnt[r], 1.0);
+            for (int64_t c = 0; c < d; ++c) dsv[r * d + c] = -2 * b.s[r * d + c] / (cdiv * cdiv) * dvar;
+          }
+          // r_ij = u_i · k̂_j:  dK̂ += drᵀ U;  dU = dr K̂
+          du.assign(R * d, T(0));
+          gemm<T>(n, d, R, dr.data(), 1, n, b.u.data(), d, 1, dkhat.data(), d, true);
+          gemm<T>(R, d, n, dr.data(), n, 1, h.khat.data(), d, 1, du.data(), d);
+          for (int64_t r = 0; r < R; ++r) {
+            // u = s / max(|s|, 1e-12):  ds += (du - u (u·du)) / |s|  (du / 1e-12 below it)
+            double* dsr = dsv.data() + r * d;
+            const T* ur = b.u.data() + r * d;
+            const T* dur = du.data() + r * d;
+            if (b.snorm[r] < 1e-12) {
+              for (int64_t c = 0; c < d; ++c) dsr[c] += dur[c] / 1e-12;
+            } else {
+              double dot = 0;
+              for (int64_t c = 0; c < d; ++c) dot += double(ur[c]) * dur[c];
+              for (int64_t c = 0; c < d; ++c) dsr[c] += (dur[c] - ur[c] * dot) / b.snorm[r];
+            }
+            // s_i = Σ_{l∈N(i)} k̂_l:  dk̂_l += ds_i
+            for (int64_t l : b.nbr[r])
+              for (int64_t c = 0; c < d; ++c) dkhat_scatter[l * d + c] += dsr[c];
+          }
+        }
+        // ---- separation -----------------------------------------------------------------------------------------
+        if (cfg.use_sep) {
+          for (int64_t r = 0; r < R; ++r) {
+            const int64_t i = t0 + r;
+            double dls = term_backward(r, wsep, b.ls[r], b.nrm_s, b.raw_s, b.st_s[r], kOmegaS);
+            const T* ws = b.ws.data() + r * n;
+            const T* aff = b.aff.data() + r * n;
+            const uint8_t* keep = b.keep.data() + r * n;
+            const double fac = after ? 1.0 : b.ls[r];
+            // raw = -(λη or 1) φ,  φ = w [a - δ]_+:  dw = dφ [a - δ]_+;  da = dφ w 1[a > δ];  dδ = -Σ dφ w 1[a > δ]
+            for (int64_t j = 0; j < n; ++j) {
+              const double hinge = double(aff[j]) - h.sc[kDelta];
+              if (!after) dls += -g[j] * ws[j] * std::max(0.0, hinge);
+              const double dphi = -fac * g[j];
+              dws[r * n + j] = static_cast<T>(dphi * std::max(0.0, hinge));
+              if (hinge > 0) {
+                daff[r * n + j] = static_cast<T>(dphi * ws[j]);
+                ds[kDelta] += -dphi * ws[j];
+              }
+            }
+            // λη:  dλ += d(λη) η;  η = min(1, ρ / κ):  dρ = dη / κ, dκ = -dη ρ / κ² while ρ / κ < 1
+            ds[kLambdaS] += dls * b.eta[r];
+            const double deta = dls * h.sc[kLambdaS];
+            double drho = 0;
+            if (b.rho[r] / h.sc[kKappa] < 1) {
+              drho = deta / h.sc[kKappa];
+              ds[kKappa] += -deta * b.rho[r] / (h.sc[kKappa] * h.sc[kKappa]);
+            }
+            // ρ = Σ_{kept l ≠ i} w_il;  w = exp(-d² / τ_sep):  dd² += -dw w / τ_sep
+            for (int64_t j = 0; j < n; ++j) {
+              double dw = dws[r * n + j];
+              if (keep[j] && j != i) dw += drho;
+              dd2[r * n + j] = static_cast<T>(dd2[r * n + j] - dw * ws[j] / h.tau_sep);
+            }
+          }
+        }
+        // ---- cohesion -------------------------------------------------------------------------------------------
+        if (cfg.use_coh) {
+          dW.assign(R, 0.0);
+          dC.assign(R * dz, T(0));
+          for (int64_t r = 0; r < R; ++r) {
+            double dlc = term_backward(r, wcoh, b.lc[r], b.nrm_c, b.raw_c, b.st_c[r], kOmegaC);
+            const T* dc = b.dc.data() + r * n;
+            const T* wc = b.wc.data() + r * n;
+            const double fac = after ? 1.0 : b.lc[r] / h.tau_coh;
+            // raw = -(λγ / τ_coh or 1) dc:  ddc = -(..) draw;  d(λγ) += -Σ draw dc / τ_coh (before_norm)
+            for (int64_t j = 0; j < n; ++j) {
+              if (!after) dlc += -g[j] * dc[j] / h.tau_coh;
+              ddc[r * n + j] = static_cast<T>(-fac * g[j]);
+            }
+            ds[kLambdaC] += dlc * b.gamma_c[r];
+            const double dvar = dlc * h.sc[kLambdaC] * b.gamma_c[r] * (1 - b.gamma_c[r]) * (-h.alpha_c);
+            // var = Σ w' dc / W:  dw' += dvar dc / W;  ddc += dvar w' / W;  dW += -dvar var / W
+            dW[r] = -dvar * b.var_c[r] / b.W[r];
+            double rowsum = 0;
+            for (int64_t j = 0; j < n; ++j) {
+              dwc[r * n + j] = static_cast<T>(dvar * dc[j] / b.W[r]);
+              ddc[r * n + j] = static_cast<T>(ddc[r * n + j] + dvar * wc[j] / b.W[r]);
+              rowsum += ddc[r * n + j];
+              zcol[j] += 2.0 * ddc[r * n + j];  // dc = |c|² + |z_j|² - 2 c·z_j:  dz_j += 2 z_j Σ_i ddc_ij ...
+            }
+            for (int64_t c = 0; c < dz; ++c) dC[r * dz + c] = static_cast<T>(2 * b.c[r * dz + c] * rowsum);
+          }
+          // ... dz_j -= 2 Σ_i ddc_ij c_i;  dc_i = 2 (c_i Σ_j ddc_ij - Σ_j ddc_ij z_j)
+          tmp_nz.assign(n * dz, T(0));
+          gemm<T>(n, dz, R, ddc.data(), 1, n, b.c.data(), dz, 1, tmp_nz.data(), dz);
+          for (int64_t x = 0; x < n * dz; ++x) dzp[x] = static_cast<T>(dzp[x] - 2 * tmp_nz[x]);
+          tmp_rz.assign(R * dz, T(0));
+          gemm<T>(R, dz, n, ddc.data(), n, 1, h.z, dz, 1, tmp_rz.data(), dz);
+          for (int64_t x = 0; x < R * dz; ++x) dC[x] = static_cast<T>(dC[x] - 2 * tmp_rz[x]);
+          // c_i = Σ_l w'_il z_l / W_i:  dz_l += Σ_i (w'_il / W_i) dc_i;  dw'_il += dc_i·z_l / W_i;  dW_i -= dc_i·c_i / W_i
+          for (int64_t r = 0; r < R; ++r) {
+            double dcc = 0;
+            for (int64_t c = 0; c < dz; ++c) dcc += double(dC[r * dz + c]) * b.c[r * dz + c];
+            dW[r] += -dcc / b.W[r];
+            for (int64_t j = 0; j < n; ++j) wcs[r * n + j] = static_cast<T>(b.wc[r * n + j] / b.W[r]);
+          }
+          gemm<T>(n, dz, R, wcs.data(), 1, n, dC.data(), dz, 1, dzp, dz, true);
+          gemm<T>(R, n, dz, dC.data(), dz, 1, h.z, 1, dz, tile.data(), n);  // dc_i · z_l
+          // W_i = Σ_kept w'_il:  dw'_il += dW_i;  w' = exp(-d² / τ_coh) on kept keys:  dd² += -dw' w' / τ_coh
+          for (int64_t r = 0; r < R; ++r) {
+            const T* wc = b.wc.data() + r * n;
+            const uint8_t* keep = b.keep.data() + r * n;
+            for (int64_t j = 0; j < n; ++j) {
+              if (!keep[j]) continue;
+              const double dw = dwc[r * n + j] + tile[r * n + j] / b.W[r] + dW[r];
+              dd2[r * n + j] = static_cast<T>(dd2[r * n + j] - dw * wc[j] / h.tau_coh);
+            }
+          }
+        }
+        // ---- d² = |z_i|² + |z_j|² - 2 z_i·z_j:  dz_i += 2 (z_i Σ_j dd²_ij - Σ_j dd²_ij z_j), same for j ------------
+        if (cfg.use_sep || cfg.use_coh) {
+          tmp_rz.assign(R * dz, T(0));
+          gemm<T>(R, dz, n, dd2.data(), n, 1, h.z, dz, 1, tmp_rz.data(), dz);
+          for (int64_t r = 0; r < R; ++r) {
+            double rowsum = 0;
+            for (int64_t j = 0; j < n; ++j) rowsum += dd2[r * n + j], zcol[j] += 2.0 * dd2[r * n + j];
+            zcol[t0 + r] += 2.0 * rowsum;
+            for (int64_t c = 0; c < dz; ++c)
+              dzp[(t0 + r) * dz + c] = static_cast<T>(dzp[(t0 + r) * dz + c] - 2 * tmp_rz[r * dz + c]);
+          }
+          tmp_nz.assign(n * dz, T(0));
+          gemm<T>(n, dz, R, dd2.data(), 1, n, h.z + t0 * dz, dz, 1, tmp_nz.data(), dz);
+          for (int64_t x = 0; x < n * dz; ++x) dzp[x] = static_cast<T>(dzp[x] - 2 * tmp_nz[x]);
+        }
+        // ---- a_ij = ê_i · ê_j:  dÊ_i += (da Ê)_i;  dÊ_j += (daᵀ Ê_blk)_j -----------------------------------------
+        if (cfg.use_sep) {
+          gemm<T>(R, da, n, daff.data(), n, 1, h.ehat.data(), da, 1, dehat.data() + t0 * da, da, true);
+          gemm<T>(n, da, R, daff.data(), 1, n, h.ehat.data() + t0 * da, da, 1, dehat.data(), da, true);
+        }
+      }
+      // ---- per-key finishing: |z|² coefficients, the unit-vector backwards, the 1/√d of dKr ---------------------
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t c = 0; c < dz; ++c) dzp[j * dz + c] = static_cast<T>(dzp[j * dz + c] + zcol[j] * h.z[j * dz + c]);
+      for (int64_t x = 0; x < n * d; ++x) dkrp[x] = static_cast<T>(dkrp[x] * inv_sqrt_d);
+      std::vector<double> gk(n * d), ge(n * da);
+      for (int64_t x = 0; x < n * d; ++x) gk[x] = double(dkhat[x]) + dkhat_scatter[x];
+      for (int64_t x = 0; x < n * da; ++x) ge[x] = dehat[x];
+      unit_rows_backward(h.khat, h.knorm, gk, n, d, 1e-12, dk.data_ptr<T>() + bh * n * d);
+      unit_rows_backward(h.ehat, h.enorm, ge, n, da, 1e-8, de.data_ptr<T>() + bh * n * da);
+    }
+  });
+  Tensor dscalars = zeros({kNumScalars, H}, in.scalars.options());
+  T* dsp = dscalars.data_ptr<T>();
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int s = 0; s < kNumScalars; ++s) dsp[s * H + bh % H] = static_cast<T>(dsp[s * H + bh % H] + dsc[bh * kNumScalars + s]);
+  grads = {dq, dkr, dk, dv, dz_t, de, dscalars};
+}
+
+}  // namespace
+
+void ascender_unsupported(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, std::string& why) {
+  why.clear();
+  if (in.q.dtype() != kFloat32 && in.q.dtype() != kFloat64)
+    why = fmt::format("dtype {} (the CPU kernel computes in float32 / float64)", in.q.dtype());
+}
+
+void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y) {
+  ASC_DISPATCH_FLOAT(in.q.dtype(), "ascender_attention", [&] { forward_impl<scalar_t>(in, cfg, y); });
+}
+
+void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const Tensor& gy,
+                       TensorList& grads) {
+  ASC_DISPATCH_FLOAT(in.q.dtype(), "ascender_attention backward", [&] { backward_impl<scalar_t>(in, cfg, gy, grads); });
+}
+
+}  // namespace asc::cpu
