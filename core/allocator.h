@@ -21,6 +21,17 @@ class Allocator {
   virtual void copy_async(void* dst, const void* src, size_t nbytes) { copy(dst, src, nbytes); }
 };
 
+// CPU memory counters for benchmarks: bytes of live tensor storage in blocks above 4 KiB, and their peak since the
+// last reset. Smaller blocks come from per-thread caches and are not counted (they are a rounding error next to
+// the tensors whose memory a benchmark compares).
+//   asc::reset_cpu_peak_memory(); run(); size_t peak = asc::cpu_memory_stats().peak_allocated;
+struct CpuMemoryStats {
+  size_t allocated = 0;
+  size_t peak_allocated = 0;
+};
+CpuMemoryStats cpu_memory_stats();
+void reset_cpu_peak_memory();  // peak := current
+
 // The allocator for `device`; throws asc::Error when that device type has no backend in this build/machine.
 Allocator* allocator_for(Device device);
 // Installs the allocator for a device type (called by the CUDA backend at start-up).

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,6 +11,16 @@
 
 namespace asc {
 namespace {
+
+// cpu_memory_stats(): live bytes in blocks above the cache's 4 KiB, and their peak.
+std::atomic<size_t> g_cpu_live{0}, g_cpu_peak{0};
+
+void count_alloc(size_t bytes) {
+  const size_t now = g_cpu_live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  size_t peak = g_cpu_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
 
 // 64-byte aligned host memory (one cache line; lets the compiler use aligned vector loads). Blocks up to 4 KiB
 // are recycled through a small per-thread cache: small temporaries are created and freed at a high rate
@@ -46,6 +57,7 @@ class CpuAllocator final : public Allocator {
     }
     void* p = std::aligned_alloc(kLine, rounded);
     ASC_CHECK(p != nullptr, "cpu allocator: out of memory allocating {} bytes", nbytes);
+    if (rounded > kMaxCached) count_alloc(rounded);
     return p;
   }
   void deallocate(void* ptr, size_t nbytes) override {
@@ -58,6 +70,7 @@ class CpuAllocator final : public Allocator {
         return;
       }
     }
+    if (rounded > kMaxCached) g_cpu_live.fetch_sub(rounded, std::memory_order_relaxed);
     std::free(ptr);
   }
   void copy(void* dst, const void* src, size_t nbytes) override {
@@ -79,6 +92,11 @@ Allocator* g_allocators[2] = {&g_cpu_allocator, nullptr};
 Allocator* g_pinned_allocator = nullptr;
 
 }  // namespace
+
+CpuMemoryStats cpu_memory_stats() {
+  return {g_cpu_live.load(std::memory_order_relaxed), g_cpu_peak.load(std::memory_order_relaxed)};
+}
+void reset_cpu_peak_memory() { g_cpu_peak.store(g_cpu_live.load(std::memory_order_relaxed)); }
 
 Allocator* allocator_for(Device device) {
   Allocator* a = g_allocators[static_cast<int>(device.type)];

@@ -169,7 +169,10 @@ Tensor AscenderAttention::attend(const Tensor& x, const AttentionArgs& args) {
 
 std::string AscenderAttention::extra_repr() const {
   std::string ks;
-  for (int64_t k : options.k()) ks += (ks.empty() ? "" : ",") + std::to_string(k);
+  for (int64_t k : options.k()) {
+    if (!ks.empty()) ks += ',';
+    ks += std::to_string(k);
+  }
   return fmt::format("d_model={}, heads={}, d_z={}, d_a={}, k={}, gate_position={}, include_self={}, "
                      "terms={}{}{}, rope={}",
                      options.d_model(), options.heads(), d_z, d_a, ks,

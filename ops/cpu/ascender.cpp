@@ -16,7 +16,15 @@
 #include "core/format.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/scratch.h"
 #include "ops/kernels.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")  // see ops/cpu/vec_math.h: lets the masked row loops vectorise
+#endif
+
+#include "ops/cpu/vec_math.h"
 
 namespace asc::cpu {
 namespace {
@@ -86,8 +94,8 @@ struct NormStats {
 template <class T>
 struct Block {
   int64_t t0 = 0, R = 0, n = 0;
-  std::vector<T> s0, aff, d2, r, ws, wc, dc, raw_a, raw_s, raw_c, nrm_a, nrm_s, nrm_c, S, A, u, c;
-  std::vector<uint8_t> keep;
+  Scratch<T> s0, aff, d2, r, ws, wc, dc, raw_a, raw_s, raw_c, nrm_a, nrm_s, nrm_c, S, A, u, c;
+  Scratch<uint8_t> keep;
   std::vector<std::vector<int64_t>> nbr;
   std::vector<double> snorm, cnt, kbar2, gamma_a, rho, eta, W, var_c, gamma_c, la, ls, lc;  // la = λγ_a etc.
   std::vector<NormStats> st_a, st_s, st_c;
@@ -107,25 +115,37 @@ struct Block {
   }
 };
 
-// (x - μ) / (σ + eps) over the kept entries of a row into y (0 elsewhere and on constant rows).
+// (x - μ) / (σ + eps) over the kept entries of a row into y (0 elsewhere and on constant rows). Branch-free passes
+// (kept entries selected, not branched on) so they vectorise.
 template <class T>
 NormStats normalize_row(const T* x, const uint8_t* keep, int64_t n, double eps, T* y) {
   NormStats st;
-  double big = 0, sum = 0;
-  for (int64_t j = 0; j < n; ++j)
-    if (keep[j]) st.count += 1, sum += x[j], big = std::max(big, std::abs(double(x[j])));
-  std::fill(y, y + n, T(0));
+  T big = 0, sum = 0, count = 0;
+  ASC_SIMD_REDUCE3(+, sum, count, max, big)
+  for (int64_t j = 0; j < n; ++j) {
+    const T kx = keep[j] ? x[j] : T(0);
+    sum += kx;
+    count += keep[j] ? T(1) : T(0);
+    const T ax = kx < 0 ? -kx : kx;
+    big = ax > big ? ax : big;
+  }
+  st.count = count;
+  for (int64_t j = 0; j < n; ++j) y[j] = T(0);
   if (st.count == 0) return st;
-  st.mu = sum / st.count;
-  double var = 0;
-  for (int64_t j = 0; j < n; ++j)
-    if (keep[j]) var += (x[j] - st.mu) * (x[j] - st.mu);
-  st.sd = std::sqrt(var / st.count);
+  st.mu = double(sum) / st.count;
+  const T mu = static_cast<T>(st.mu);
+  T var = 0;
+  ASC_SIMD_REDUCE(+, var)
+  for (int64_t j = 0; j < n; ++j) {
+    const T dv = keep[j] ? x[j] - mu : T(0);
+    var += dv * dv;
+  }
+  st.sd = std::sqrt(double(var) / st.count);
   st.s = st.sd + eps;
-  st.constant = st.sd <= kConstantRow * big;
+  st.constant = st.sd <= kConstantRow * double(big);
   if (st.constant) return st;
-  for (int64_t j = 0; j < n; ++j)
-    if (keep[j]) y[j] = static_cast<T>((x[j] - st.mu) / st.s);
+  const T inv = static_cast<T>(1 / st.s);
+  for (int64_t j = 0; j < n; ++j) y[j] = keep[j] ? (x[j] - mu) * inv : T(0);
   return st;
 }
 
@@ -157,15 +177,24 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
   gemm<T>(R, n, d, h.q + t0 * d, d, 1, h.kr, 1, d, b.s0.data(), n);
   gemm<T>(R, n, da, h.ehat.data() + t0 * da, da, 1, h.ehat.data(), 1, da, b.aff.data(), n);
   gemm<T>(R, n, dz, h.z + t0 * dz, dz, 1, h.z, 1, dz, b.d2.data(), n);
+  const T scale_s0 = static_cast<T>(inv_sqrt_d);
   for (int64_t r = 0; r < R; ++r) {
     const int64_t i = t0 + r;
     T* s0 = b.s0.data() + r * n;
     T* d2 = b.d2.data() + r * n;
     uint8_t* keep = b.keep.data() + r * n;
+    const T zi = h.zz[i];
+    const T* zz = h.zz.data();
     for (int64_t j = 0; j < n; ++j) {
-      s0[j] = static_cast<T>(s0[j] * inv_sqrt_d);
-      d2[j] = std::max(T(0), static_cast<T>(h.zz[i] + h.zz[j] - 2 * d2[j]));  // |z_i - z_j|², rounding clamped
-      keep[j] = h.valid(i, j);
+      s0[j] *= scale_s0;
+      const T v = zi + zz[j] - 2 * d2[j];  // |z_i - z_j|², rounding below 0 clamped
+      d2[j] = v > T(0) ? v : T(0);
+    }
+    if (!h.mask) {
+      std::fill(keep, keep + n, uint8_t(1));
+    } else {
+      const bool* m = h.mask + i * h.mask_t;
+      for (int64_t j = 0; j < n; ++j) keep[j] = m[j * h.mask_s];
     }
   }
   // ---- alignment (§3): neighbourhoods, headings, gates, r = u_i · k̂_j --------------------------------------------
@@ -201,8 +230,8 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
     for (int64_t r = 0; r < R; ++r) {
       T* raw = b.raw_a.data() + r * n;
       const T* rr = b.r.data() + r * n;
-      const double f = after ? 1.0 : b.la[r];
-      for (int64_t j = 0; j < n; ++j) raw[j] = static_cast<T>(f * rr[j]);
+      const T f = static_cast<T>(after ? 1.0 : b.la[r]);
+      for (int64_t j = 0; j < n; ++j) raw[j] = f * rr[j];
       b.st_a[r] = normalize_row(raw, b.keep.data() + r * n, n, cfg.norm_eps, b.nrm_a.data() + r * n);
     }
   }
@@ -215,16 +244,23 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
       const uint8_t* keep = b.keep.data() + r * n;
       T* ws = b.ws.data() + r * n;
       T* raw = b.raw_s.data() + r * n;
-      double rho = 0;
+      const T inv_tau = static_cast<T>(1 / h.tau_sep), delta = static_cast<T>(h.sc[kDelta]);
+      T rho = 0;
+      ASC_SIMD_REDUCE(+, rho)
       for (int64_t j = 0; j < n; ++j) {
-        ws[j] = static_cast<T>(std::exp(-d2[j] / h.tau_sep));
-        if (keep[j] && j != i) rho += ws[j];
+        const T w = exp_nonpos(-d2[j] * inv_tau);
+        ws[j] = w;
+        rho += keep[j] ? w : T(0);
       }
+      if (keep[i]) rho -= ws[i];  // ρ_i sums over l ≠ i
       b.rho[r] = rho;
-      b.eta[r] = std::min(1.0, rho / h.sc[kKappa]);
+      b.eta[r] = std::min(1.0, b.rho[r] / h.sc[kKappa]);
       b.ls[r] = h.sc[kLambdaS] * b.eta[r];
-      const double f = after ? 1.0 : b.ls[r];
-      for (int64_t j = 0; j < n; ++j) raw[j] = static_cast<T>(-f * ws[j] * std::max(0.0, double(aff[j]) - h.sc[kDelta]));
+      const T f = static_cast<T>(after ? 1.0 : b.ls[r]);
+      for (int64_t j = 0; j < n; ++j) {
+        const T hinge = aff[j] - delta;
+        raw[j] = -f * ws[j] * (hinge > T(0) ? hinge : T(0));
+      }
       b.st_s[r] = normalize_row(raw, keep, n, cfg.norm_eps, b.nrm_s.data() + r * n);
     }
   }
@@ -234,12 +270,16 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
       const T* d2 = b.d2.data() + r * n;
       const uint8_t* keep = b.keep.data() + r * n;
       T* wc = b.wc.data() + r * n;
-      double W = 0;
+      const T inv_tau = static_cast<T>(1 / h.tau_coh);
+      const T ninf = -std::numeric_limits<T>::infinity();
+      T W = 0;
+      ASC_SIMD_REDUCE(+, W)
       for (int64_t j = 0; j < n; ++j) {
-        wc[j] = keep[j] ? static_cast<T>(std::exp(-d2[j] / h.tau_coh)) : T(0);
-        W += wc[j];
+        const T w = exp_nonpos(keep[j] ? -d2[j] * inv_tau : ninf);  // 0 on masked keys
+        wc[j] = w;
+        W += w;
       }
-      b.W[r] = std::max(W, 1e-30);
+      b.W[r] = std::max(double(W), 1e-30);
     }
     gemm<T>(R, dz, n, b.wc.data(), n, 1, h.z, dz, 1, b.c.data(), dz);  // Σ_l w'_il z_l
     for (int64_t r = 0; r < R; ++r)
@@ -250,17 +290,21 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
       for (int64_t c = 0; c < dz; ++c) cc += double(b.c[r * dz + c]) * b.c[r * dz + c];
       T* dc = b.dc.data() + r * n;
       const T* wc = b.wc.data() + r * n;
-      double var = 0;
+      const T ccT = static_cast<T>(cc);
+      const T* zz = h.zz.data();
+      T var = 0;
+      ASC_SIMD_REDUCE(+, var)
       for (int64_t j = 0; j < n; ++j) {
-        dc[j] = std::max(T(0), static_cast<T>(cc + h.zz[j] - 2 * dc[j]));
+        const T v = ccT + zz[j] - 2 * dc[j];
+        dc[j] = v > T(0) ? v : T(0);
         var += wc[j] * dc[j];
       }
       b.var_c[r] = var / b.W[r];
       b.gamma_c[r] = sigmoid(-h.alpha_c * b.var_c[r]);
       b.lc[r] = h.sc[kLambdaC] * b.gamma_c[r];
-      const double f = after ? 1.0 : b.lc[r] / h.tau_coh;
+      const T f = static_cast<T>(after ? 1.0 : b.lc[r] / h.tau_coh);
       T* raw = b.raw_c.data() + r * n;
-      for (int64_t j = 0; j < n; ++j) raw[j] = static_cast<T>(-f * dc[j]);
+      for (int64_t j = 0; j < n; ++j) raw[j] = -f * dc[j];
       b.st_c[r] = normalize_row(raw, b.keep.data() + r * n, n, cfg.norm_eps, b.nrm_c.data() + r * n);
     }
   }
@@ -272,24 +316,39 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
     const uint8_t* keep = b.keep.data() + r * n;
     T* S = b.S.data() + r * n;
     T* A = b.A.data() + r * n;
-    const T* brow = h.bias ? h.bias + i * h.bias_t : nullptr;
-    double m = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < n; ++j) {
-      double x = b.s0[r * n + j];
-      if (cfg.use_align) x += wa * (after ? b.la[r] : 1.0) * b.nrm_a[r * n + j];
-      if (cfg.use_sep) x += wsep * (after ? b.ls[r] : 1.0) * b.nrm_s[r * n + j];
-      if (cfg.use_coh) x += wcoh * (after ? b.lc[r] : 1.0) * b.nrm_c[r * n + j];
-      if (brow) x += brow[j * h.bias_s];
-      S[j] = static_cast<T>(x);
-      if (keep[j]) m = std::max(m, double(S[j]) / tau);
+    std::copy(b.s0.data() + r * n, b.s0.data() + (r + 1) * n, S);
+    auto add = [&](const Scratch<T>& term, double weight) {  // S += weight · term row
+      const T w = static_cast<T>(weight);
+      const T* t = term.data() + r * n;
+      for (int64_t j = 0; j < n; ++j) S[j] += w * t[j];
+    };
+    if (cfg.use_align) add(b.nrm_a, wa * (after ? b.la[r] : 1.0));
+    if (cfg.use_sep) add(b.nrm_s, wsep * (after ? b.ls[r] : 1.0));
+    if (cfg.use_coh) add(b.nrm_c, wcoh * (after ? b.lc[r] : 1.0));
+    if (h.bias) {
+      const T* brow = h.bias + i * h.bias_t;
+      for (int64_t j = 0; j < n; ++j) S[j] += brow[j * h.bias_s];
     }
-    std::fill(A, A + n, T(0));
-    if (m == -std::numeric_limits<double>::infinity()) continue;  // no kept key: zero row
-    double z = 0;
-    for (int64_t j = 0; j < n; ++j)
-      if (keep[j]) z += std::exp(S[j] / tau - m);
-    for (int64_t j = 0; j < n; ++j)
-      if (keep[j]) A[j] = static_cast<T>(std::exp(S[j] / tau - m) / z);
+    const T inv_tau = static_cast<T>(1 / tau), ninf = -std::numeric_limits<T>::infinity();
+    T m = ninf;
+    ASC_SIMD_REDUCE(max, m)
+    for (int64_t j = 0; j < n; ++j) {
+      const T x = keep[j] ? S[j] * inv_tau : ninf;
+      m = x > m ? x : m;
+    }
+    if (m == ninf) {  // no kept key: zero row
+      for (int64_t j = 0; j < n; ++j) A[j] = T(0);
+      continue;
+    }
+    T z = 0;
+    ASC_SIMD_REDUCE(+, z)
+    for (int64_t j = 0; j < n; ++j) {
+      const T e = exp_nonpos(keep[j] ? S[j] * inv_tau - m : ninf);  // 0 on masked keys
+      A[j] = e;
+      z += e;
+    }
+    const T inv_z = T(1) / z;
+    for (int64_t j = 0; j < n; ++j) A[j] *= inv_z;
   }
 }
 
@@ -361,7 +420,7 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
   const double inv_sqrt_d = 1 / std::sqrt(double(d));
   parallel_for(B * H, Tn * Tn * (d + dz) * 16, [&](int64_t i0, int64_t i1) {
     Block<T> b;
-    std::vector<T> dA, dS, dr, dws, dwc, ddc, dd2, daff, wcs, tile, du, dC, tmp_rz, tmp_nz;
+    Scratch<T> dA, dS, dr, dws, dwc, ddc, dd2, daff, wcs, tile, du, dC, tmp_rz, tmp_nz;
     std::vector<double> g(n), dx(n), dW, dsv;
     for (int64_t bh = i0; bh < i1; ++bh) {
       const HeadData<T> h = head_data<T>(in, cfg, bh / H, bh % H);
@@ -404,8 +463,8 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
         for (int64_t x = 0; x < R * d; ++x) dqp[t0 * d + x] = static_cast<T>(dqp[t0 * d + x] * inv_sqrt_d);
         gemm<T>(n, d, R, dS.data(), 1, n, h.q + t0 * d, d, 1, dkrp, d, true);
         // One bias term, from dβ̃ = ω' dS back to d(raw) (left in g); returns d(factor_i) of after_norm.
-        auto term_backward = [&](int64_t r, double omega, double factor, const std::vector<T>& nrm,
-                                 const std::vector<T>& raw, const NormStats& st, int scalar) -> double {
+        auto term_backward = [&](int64_t r, double omega, double factor, const Scratch<T>& nrm,
+                                 const Scratch<T>& raw, const NormStats& st, int scalar) -> double {
           const T* nr = nrm.data() + r * n;
           double dfactor = 0, domega = 0;
           for (int64_t j = 0; j < n; ++j) {
@@ -606,3 +665,7 @@ void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfi
 }
 
 }  // namespace asc::cpu
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif

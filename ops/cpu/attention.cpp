@@ -14,6 +14,7 @@
 #include "core/format.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/scratch.h"
 #include "ops/kernels.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -108,7 +109,7 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Te
   const Strides4 so(o);
   const int64_t blocks = (Tq + kRowBlock - 1) / kRowBlock;
   parallel_for(B * H * blocks, std::min(Tq, kRowBlock) * S * D, [&](int64_t i0, int64_t i1) {
-    std::vector<T> tile(static_cast<size_t>(std::min(Tq, kRowBlock) * S));
+    Scratch<T> tile(static_cast<size_t>(std::min(Tq, kRowBlock) * S));
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t bh = item / blocks, b = bh / H, h = bh % H;
       const int64_t t0 = (item % blocks) * kRowBlock, rows = std::min(kRowBlock, Tq - t0);
@@ -158,7 +159,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const T
   // One (batch, head) per task: dK and dV of a head accumulate over all of its row blocks.
   parallel_for(B * H, Tq * S * D, [&](int64_t i0, int64_t i1) {
     const int64_t rows_max = std::min(Tq, kRowBlock);
-    std::vector<T> prob(static_cast<size_t>(rows_max * S)), dprob(static_cast<size_t>(rows_max * S));
+    Scratch<T> prob(static_cast<size_t>(rows_max * S)), dprob(static_cast<size_t>(rows_max * S));
     std::vector<T> delta(static_cast<size_t>(rows_max));
     for (int64_t bh = i0; bh < i1; ++bh) {
       const int64_t b = bh / H, h = bh % H;

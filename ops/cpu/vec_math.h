@@ -9,9 +9,12 @@
 #define ASC_CPU_PRAGMA_(x) _Pragma(#x)
 #define ASC_SIMD_REDUCE(OP, VAR) ASC_CPU_PRAGMA_(omp simd reduction(OP : VAR))
 #define ASC_SIMD_REDUCE2(OP, V1, V2) ASC_CPU_PRAGMA_(omp simd reduction(OP : V1, V2))
+// Two sums and a max in one loop: reduction(+ : A, B) reduction(max : C)
+#define ASC_SIMD_REDUCE3(OP, V1, V2, OP3, V3) ASC_CPU_PRAGMA_(omp simd reduction(OP : V1, V2) reduction(OP3 : V3))
 #else
 #define ASC_SIMD_REDUCE(OP, VAR)
 #define ASC_SIMD_REDUCE2(OP, V1, V2)
+#define ASC_SIMD_REDUCE3(OP, V1, V2, OP3, V3)
 #endif
 
 namespace asc::cpu {

@@ -1,0 +1,194 @@
+// ASCender attention benchmark (not a test): one attention layer, B4, d_model 128, 2 heads of 64, k 16,
+// d_z = d_a = 16, float32, forward and forward + backward (gradient of the output's sum), in one run:
+//   dense        our MultiHeadAttention (fused scaled-dot-product kernel)
+//   reference    AscenderAttention through the composed reference (every (B, H, n, n) intermediate built)
+//   fused        AscenderAttention through the fused CPU kernel (ops/cpu/ascender.cpp)
+//   windowed     fused, AscenderMode::Windowed (w 128, g 4; the kernel still visits every key: O(n²) for now)
+//   reuse        fused, AscenderMode::Reuse
+//   seed-torch   the PyTorch reference head of the method description (tools/ascender_seed_reference.py, a twin of
+//                that code with its behaviour; Debian's python3-torch), same sizes, same thread count
+// Columns: best-of-reps milliseconds, peak CPU memory of forward + backward above what was live before
+// (asc::cpu_memory_stats: tensors and kernel scratch in blocks above 4 KiB), the matrix-product FLOPs of attention (an analytic count, below), tokens per second of
+// forward + backward, and each row's time relative to dense.
+//   ./build/release/tools/bench_ascender [--n 128,512,1024,2048] [--reps 3] [--csv out.csv] [--no-torch]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ascender.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+using namespace asc;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kBatch = 4, kDModel = 128, kHeads = 2, kK = 16, kDz = 16;
+
+struct Result {
+  std::string impl;
+  int64_t n = 0;
+  double fwd_ms = -1, fwd_bwd_ms = -1, peak_mb = -1, gflop = 0;
+  std::string note;
+};
+
+double best_ms(const std::function<void()>& fn, int reps) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+// Matrix-product FLOPs of one layer's attention core (projections excluded), forward: dense 4 n² d per head;
+// ASCender adds the affinity (2 n² d_a), the distances (2 n² d_z), the neighbour sum (2 n² d), the alignment
+// scores (2 n² d), the centroids (2 n² d_z) and their distances (2 n² d_z). Windowed: n w instead of n².
+double attention_gflop(const std::string& impl, int64_t n, int64_t window) {
+  const double d = static_cast<double>(kDModel / kHeads), dz = kDz, da = kDz;
+  const double pairs = impl == "windowed" ? static_cast<double>(n) * std::min<int64_t>(n, 2 * window) : double(n) * n;
+  double per_pair = 4 * d;
+  if (impl != "dense") per_pair += 2 * da + 2 * dz + 4 * d + 4 * dz;
+  return kBatch * kHeads * pairs * per_pair / 1e9;
+}
+
+Result run_ours(const std::string& impl, int64_t n, int reps) {
+  manual_seed(0);
+  std::shared_ptr<nn::Attention> attn;
+  if (impl == "dense") {
+    attn = std::make_shared<nn::MultiHeadAttention>(nn::MultiHeadAttentionOptions(kDModel, kHeads));
+  } else {
+    auto o = nn::AscenderAttentionOptions(kDModel, kHeads).k({kK}).d_z(kDz).d_a(kDz);
+    if (impl == "windowed") o.mode(nn::AscenderMode::Windowed).window(128).global_tokens(4);
+    if (impl == "reuse") o.mode(nn::AscenderMode::Reuse);
+    attn = std::make_shared<nn::AscenderAttention>(o);
+  }
+  attn->eval();  // no dropout, no schedule steps
+  set_ascender_backend(impl == "reference" ? AscenderBackend::Reference : AscenderBackend::Auto);
+  Tensor x = randn({kBatch, n, kDModel});
+  Result r{impl, n};
+  r.gflop = attention_gflop(impl, n, 128);
+  {
+    NoGradGuard ng;
+    r.fwd_ms = best_ms([&] { attn->attend(x, {}); }, reps);
+  }
+  const size_t before = cpu_memory_stats().allocated;
+  reset_cpu_peak_memory();
+  r.fwd_bwd_ms = best_ms(
+      [&] {
+        attn->zero_grad();
+        attn->attend(x, {}).sum().backward();
+      },
+      reps);
+  r.peak_mb = static_cast<double>(cpu_memory_stats().peak_allocated - before) / (1 << 20);
+  set_ascender_backend(AscenderBackend::Auto);
+  return r;
+}
+
+// The seed twin's rows (one JSON object per n), or an empty map when PyTorch cannot run.
+std::map<int64_t, Result> run_seed(const std::vector<int64_t>& ns, int reps) {
+  std::string list;
+  for (int64_t n : ns) list += " " + std::to_string(n);
+  const std::string cmd = "/usr/bin/python3 " ASC_SOURCE_DIR "/tools/ascender_seed_reference.py --n" + list +
+                          " --batch " + std::to_string(kBatch) + " --d-model " + std::to_string(kDModel) +
+                          " --heads " + std::to_string(kHeads) + " --k " + std::to_string(kK) + " --d-z " +
+                          std::to_string(kDz) + " --reps " + std::to_string(reps) + " 2>/dev/null";
+  std::map<int64_t, Result> out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[1024];
+  while (fgets(buf, sizeof buf, p)) {
+    auto field = [&](const char* key) {
+      const char* at = std::strstr(buf, key);
+      return at ? std::atof(at + std::strlen(key) + 3) : -1.0;  // "key": value
+    };
+    Result r{"seed-torch", static_cast<int64_t>(field("\"n"))};
+    r.fwd_ms = field("\"forward_ms"), r.fwd_bwd_ms = field("\"fwd_bwd_ms");
+    r.gflop = attention_gflop("seed-torch", r.n, 0);
+    r.note = "PyTorch twin of the method's reference code (self-gather, unbiased std; docs/ascender.md §12.4)";
+    out[r.n] = r;
+  }
+  if (pclose(p) != 0) out.clear();
+  return out;
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(std::atoll(item.c_str()));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> ns = {128, 512, 1024, 2048};
+  int reps = 3;
+  bool torch = true;
+  std::string csv;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--n") ns = parse_list(next());
+    else if (a == "--reps") reps = std::atoi(next().c_str());
+    else if (a == "--csv") csv = next();
+    else if (a == "--no-torch") torch = false;
+    else {
+      std::fprintf(stderr, "bench_ascender: unknown argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  setenv("OMP_NUM_THREADS", "2", 1);  // the PyTorch child gets the same two threads
+#ifdef _OPENMP
+  omp_set_num_threads(2);
+#endif
+
+  std::vector<Result> rows;
+  std::map<int64_t, Result> seed = torch ? run_seed(ns, reps) : std::map<int64_t, Result>{};
+  if (torch && seed.empty()) std::printf("seed-torch: could not run (needs /usr/bin/python3 with torch)\n");
+  for (int64_t n : ns) {
+    for (const char* impl : {"dense", "reference", "fused", "windowed", "reuse"}) rows.push_back(run_ours(impl, n, reps));
+    if (seed.count(n)) rows.push_back(seed[n]);
+  }
+
+  std::printf("\nattention layer, B%lld, d_model %lld, %lld heads, k %lld, d_z = d_a = %lld, float32, 2 threads\n",
+              (long long)kBatch, (long long)kDModel, (long long)kHeads, (long long)kK, (long long)kDz);
+  std::printf("%-11s %6s %10s %10s %9s %9s %11s %9s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB", "GFLOP",
+              "tokens/s", "f+b/dense");
+  std::map<int64_t, double> dense;
+  for (const Result& r : rows)
+    if (r.impl == "dense") dense[r.n] = r.fwd_bwd_ms;
+  for (const Result& r : rows) {
+    const double tps = r.fwd_bwd_ms > 0 ? kBatch * r.n / (r.fwd_bwd_ms / 1e3) : 0;
+    std::printf("%-11s %6lld %10.2f %10.2f %9s %9.2f %11.0f %9.2f\n", r.impl.c_str(), (long long)r.n, r.fwd_ms,
+                r.fwd_bwd_ms, r.peak_mb >= 0 ? std::to_string(static_cast<int>(r.peak_mb)).c_str() : "-", r.gflop,
+                tps, r.fwd_bwd_ms / dense[r.n]);
+  }
+  if (!csv.empty()) {
+    FILE* f = std::fopen(csv.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "bench_ascender: cannot write %s\n", csv.c_str());
+      return 1;
+    }
+    std::fprintf(f, "impl,n,forward_ms,fwd_bwd_ms,peak_mb,attention_gflop,tokens_per_s,ratio_to_dense,note\n");
+    for (const Result& r : rows)
+      std::fprintf(f, "%s,%lld,%.3f,%.3f,%.1f,%.3f,%.0f,%.3f,\"%s\"\n", r.impl.c_str(), (long long)r.n, r.fwd_ms,
+                   r.fwd_bwd_ms, r.peak_mb, r.gflop, kBatch * r.n / (r.fwd_bwd_ms / 1e3), r.fwd_bwd_ms / dense[r.n],
+                   r.note.c_str());
+    std::fclose(f);
+    std::printf("wrote %s\n", csv.c_str());
+  }
+  return 0;
+}
