@@ -39,12 +39,17 @@ AscenderAttention::AscenderAttention(const AscenderAttentionOptions& o) : Attent
   d_a = o.d_a() > 0 ? o.d_a() : std::max<int64_t>(1, d_head / 2);
   ASC_CHECK(o.d_z() >= 0 && o.d_a() >= 0, "{}: d_z {} and d_a {} must be >= 0 (0: d_head / 2)", kName, o.d_z(),
             o.d_a());
-  for (int64_t k : per_head(o.k(), H, "k")) ASC_CHECK(k >= 1, "{}: k must be >= 1, got {}", kName, k);
-  for (double t : per_head(o.tau_sep(), H, "tau_sep")) ASC_CHECK(t > 0, "{}: tau_sep must be > 0, got {}", kName, t);
-  for (double t : per_head(o.tau_coh(), H, "tau_coh")) ASC_CHECK(t > 0, "{}: tau_coh must be > 0, got {}", kName, t);
-  for (double a : per_head(o.alpha_align(), H, "alpha_align"))
+  k_h_ = per_head(o.k(), H, "k");
+  tau_sep_h_ = per_head(o.tau_sep(), H, "tau_sep");
+  tau_coh_h_ = per_head(o.tau_coh(), H, "tau_coh");
+  alpha_align_h_ = per_head(o.alpha_align(), H, "alpha_align");
+  alpha_coh_h_ = per_head(o.alpha_coh(), H, "alpha_coh");
+  for (int64_t k : k_h_) ASC_CHECK(k >= 1, "{}: k must be >= 1, got {}", kName, k);
+  for (double t : tau_sep_h_) ASC_CHECK(t > 0, "{}: tau_sep must be > 0, got {}", kName, t);
+  for (double t : tau_coh_h_) ASC_CHECK(t > 0, "{}: tau_coh must be > 0, got {}", kName, t);
+  for (double a : alpha_align_h_)
     ASC_CHECK(a >= 0, "{}: alpha_align must be >= 0, got {}", kName, a);
-  for (double a : per_head(o.alpha_coh(), H, "alpha_coh"))
+  for (double a : alpha_coh_h_)
     ASC_CHECK(a >= 0, "{}: alpha_coh must be >= 0, got {}", kName, a);
   ASC_CHECK(o.lambda_init() > 0 && o.kappa_init() > 0 && o.tau_score_init() > 0,
             "{}: lambda_init {}, kappa_init {} and tau_score_init {} must be > 0", kName, o.lambda_init(),
@@ -122,11 +127,8 @@ Tensor AscenderAttention::attend(const Tensor& x, const AttentionArgs& args) {
   Tensor q_rot = rope ? rope->forward(q, 0) : q, k_rot = rope ? rope->forward(k, 0) : k;
 
   AscenderCoreArgs a;
-  a.k = per_head(options.k(), H, "k");
-  a.tau_sep = per_head(options.tau_sep(), H, "tau_sep");
-  a.tau_coh = per_head(options.tau_coh(), H, "tau_coh");
-  a.alpha_align = per_head(options.alpha_align(), H, "alpha_align");
-  a.alpha_coh = per_head(options.alpha_coh(), H, "alpha_coh");
+  a.k = k_h_, a.tau_sep = tau_sep_h_, a.tau_coh = tau_coh_h_;
+  a.alpha_align = alpha_align_h_, a.alpha_coh = alpha_coh_h_;
   auto as_x = [&](const Tensor& t) { return t.to(x.dtype()); };
   a.omega_align = as_x(omega_align), a.omega_sep = as_x(omega_sep), a.omega_coh = as_x(omega_coh);
   a.lambda_align = as_x(lambda_align()), a.lambda_sep = as_x(lambda_sep()), a.lambda_coh = as_x(lambda_coh());

@@ -132,6 +132,9 @@ class AscenderAttention : public Attention {
   Tensor step_buffer;  // int64 scalar, persistent
 
  private:
+  // The per-head configuration, expanded from the options once (one value per head).
+  std::vector<int64_t> k_h_;
+  std::vector<double> tau_sep_h_, tau_coh_h_, alpha_align_h_, alpha_coh_h_;
   AscenderDecomposition decomposition_;
   AscenderAux aux_;
   Tensor aux_loss_;

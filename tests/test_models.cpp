@@ -87,6 +87,24 @@ std::pair<Tensor, Tensor> sorted_task(int64_t n, int64_t len, int64_t vocab, Gen
   }
   return {tensor(toks, {n, len}), tensor(labels, {n})};
 }
+// Trains on fresh sorted-task batches (AdamW, warm-up + cosine, clipping); returns the accuracy on 2000 new ones.
+double train_sorted(models::TransformerClassifier& model, int steps, int64_t len, int64_t vocab) {
+  optim::AdamW opt(model.parameters(), {.lr = 3e-3, .weight_decay = 0.01});
+  optim::WarmupCosine sched(opt, {.warmup_steps = 50, .total_steps = steps});
+  Generator g(2);
+  for (int step = 0; step < steps; ++step) {
+    auto [x, y] = sorted_task(64, len, vocab, g);
+    opt.zero_grad();
+    cross_entropy(model.forward(x), y).backward();
+    optim::clip_grad_norm(model.parameters(), 1.0);
+    opt.step();
+    sched.step();
+  }
+  model.eval();
+  Generator gt(99);
+  auto [xt, yt] = sorted_task(2000, len, vocab, gt);
+  return accuracy(model.forward(xt), yt);
+}
 }  // namespace
 
 TEST_CASE("Transformer classifier learns 'is the sequence sorted' to >= 95% in under a minute") {
@@ -95,22 +113,7 @@ TEST_CASE("Transformer classifier learns 'is the sequence sorted' to >= 95% in u
   const int64_t len = 8, vocab = 10;
   auto model = std::make_shared<models::TransformerClassifier>(
       models::TransformerClassifierOptions(vocab, len, 2).d_model(32).heads(2).layers(2).ffn(64).dropout(0.0));
-  optim::AdamW opt(model->parameters(), {.lr = 3e-3, .weight_decay = 0.01});
-  const int steps = 700;
-  optim::WarmupCosine sched(opt, {.warmup_steps = 50, .total_steps = steps});
-  Generator g(2);
-  for (int step = 0; step < steps; ++step) {
-    auto [x, y] = sorted_task(64, len, vocab, g);
-    opt.zero_grad();
-    cross_entropy(model->forward(x), y).backward();
-    optim::clip_grad_norm(model->parameters(), 1.0);
-    opt.step();
-    sched.step();
-  }
-  model->eval();
-  Generator gt(99);
-  auto [xt, yt] = sorted_task(2000, len, vocab, gt);
-  double acc = accuracy(model->forward(xt), yt);
+  double acc = train_sorted(*model, 700, len, vocab);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE("sorted-task test accuracy " << acc << " in " << secs << " s");
   CHECK(acc >= 0.95);
@@ -126,22 +129,7 @@ TEST_CASE("Transformer classifier with ASCender attention (chosen by name) learn
   opts.attention("ascender").ascender(nn::AscenderAttentionOptions(32, 2).k({3}).gate_position(nn::GatePosition::AfterNorm));
   auto model = std::make_shared<models::TransformerClassifier>(opts);
   REQUIRE(model->to_string().find("AscenderAttention") != std::string::npos);
-  optim::AdamW opt(model->parameters(), {.lr = 3e-3, .weight_decay = 0.01});
-  const int steps = 500;
-  optim::WarmupCosine sched(opt, {.warmup_steps = 50, .total_steps = steps});
-  Generator g(2);
-  for (int step = 0; step < steps; ++step) {
-    auto [x, y] = sorted_task(64, len, vocab, g);
-    opt.zero_grad();
-    cross_entropy(model->forward(x), y).backward();
-    optim::clip_grad_norm(model->parameters(), 1.0);
-    opt.step();
-    sched.step();
-  }
-  model->eval();
-  Generator gt(99);
-  auto [xt, yt] = sorted_task(2000, len, vocab, gt);
-  double acc = accuracy(model->forward(xt), yt);
+  double acc = train_sorted(*model, 500, len, vocab);
   MESSAGE("sorted-task test accuracy with ASCender attention " << acc);
   CHECK(acc >= 0.9);
   CHECK_THROWS_WITH_AS(models::TransformerClassifier(models::TransformerClassifierOptions(4, 4, 2).attention("sparse")),

@@ -34,7 +34,7 @@ constexpr double kConstantRow = 1e-5;  // docs/ascender.md §12.3
 // Scalar rows of the (9, H) scalars tensor (ops/ascender.h).
 enum Scalar { kOmegaA, kOmegaS, kOmegaC, kLambdaA, kLambdaS, kLambdaC, kDelta, kKappa, kTauScore, kNumScalars };
 
-double sigmoid(double x) { return x >= 0 ? 1 / (1 + std::exp(-x)) : std::exp(x) / (1 + std::exp(x)); }
+using math::sigmoid;  // ops/math.h: the stable logistic both backends use
 
 // Everything one (batch, head) reads: contiguous (T, ·) rows of the heads, derived per-key quantities, scalars.
 template <class T>
