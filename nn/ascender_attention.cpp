@@ -143,10 +143,7 @@ Tensor AscenderAttention::attend(const Tensor& x, const AttentionArgs& args) {
   a.norm_eps = options.norm_eps();
   a.keep_mask = attention_keep_mask(args, B, T, T, x.device(), kName);
   a.select_by_scores = options.mode() == AscenderMode::Reuse;
-  if (options.mode() == AscenderMode::Windowed) {
-    Tensor win = ascender_window_mask(T, options.window(), options.global_tokens(), x.device()).view({1, 1, T, T});
-    a.keep_mask = a.keep_mask.defined() ? logical_and(a.keep_mask, win) : win;
-  }
+  if (options.mode() == AscenderMode::Windowed) a.window = options.window(), a.global_tokens = options.global_tokens();
   a.bias = args.bias;
   a.dropout = options.dropout();
   a.training = is_training();

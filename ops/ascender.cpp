@@ -52,6 +52,13 @@ void check_core_inputs(const Tensor& q, const Tensor& k_rot, const Tensor& k, co
   for (const Tensor* t : {&a.omega_align, &a.omega_sep, &a.omega_coh, &a.lambda_align, &a.lambda_sep, &a.lambda_coh,
                           &a.delta, &a.kappa, &a.tau_score})
     ASC_CHECK(t->defined() && t->numel() == H, "{}: every learnable scalar must hold {} (heads) values", kOp, H);
+  for (int64_t h = 0; h < H; ++h)
+    ASC_CHECK(a.k[h] >= 1 && a.tau_sep[h] > 0 && a.tau_coh[h] > 0 && a.alpha_align[h] >= 0 && a.alpha_coh[h] >= 0,
+              "{}: head {} needs k >= 1, tau_sep > 0, tau_coh > 0, alpha_align >= 0, alpha_coh >= 0; got k {}, "
+              "tau_sep {}, tau_coh {}, alpha_align {}, alpha_coh {}", kOp, h, a.k[h], a.tau_sep[h], a.tau_coh[h],
+              a.alpha_align[h], a.alpha_coh[h]);
+  ASC_CHECK(a.window >= 0 && a.global_tokens >= 0, "{}: window {} and global_tokens {} must be >= 0 (window 0: none)",
+            kOp, a.window, a.global_tokens);
 }
 
 // What only the reference produces or handles.
@@ -88,7 +95,8 @@ AscenderKernelInputs kernel_inputs(const Tensor& q, const Tensor& k_rot, const T
 
 AscenderKernelConfig kernel_config(const AscenderCoreArgs& a) {
   return {a.k, a.tau_sep, a.tau_coh, a.alpha_align, a.alpha_coh, a.include_self, a.select_by_scores,
-          a.gate_position == GatePosition::AfterNorm, a.use_align, a.use_sep, a.use_coh, a.norm_eps, a.omega_scale};
+          a.gate_position == GatePosition::AfterNorm, a.use_align, a.use_sep, a.use_coh, a.norm_eps, a.omega_scale,
+          a.window, a.global_tokens};
 }
 
 // Forward through the kernel; one graph node whose backward is the kernel's backward.
@@ -145,7 +153,11 @@ Tensor ascender_attention_reference(const Tensor& q, const Tensor& k_rot, const 
                                     AscenderDecomposition* out, AscenderAux* aux) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), d = q.size(3);
   const Shape scores{B, H, T, T};
-  const Tensor& keep = p.keep_mask;  // (B|1, H|1, T|1, T) or undefined
+  Tensor keep = p.keep_mask;  // (B|1, H|1, T|1, T) or undefined
+  if (p.window > 0) {
+    Tensor win = ascender_window_mask(T, p.window, p.global_tokens, q.device()).view({1, 1, T, T});
+    keep = keep.defined() ? logical_and(keep, win) : win;
+  }
   Tensor valid = keep.defined() ? keep.expand(scores).to(q.dtype()) : ones(scores, q.options());  // (B, H, T, T)
   Tensor eye_t = eye(T, {.dtype = q.dtype(), .device = q.device()}).view({1, 1, T, T});
 

@@ -38,6 +38,10 @@ struct AscenderCoreArgs {
   bool use_align = true, use_sep = true, use_coh = true;
   double norm_eps = 1e-6;
   Tensor keep_mask = {};  // bool broadcastable to (B, H, T, T); true = attend; undefined = every key
+  // AscenderMode::Windowed when window > 0: row i keeps key j only if |i - j| < window, i < global_tokens or
+  // j < global_tokens (ANDed with keep_mask). Given this way, not as a (T, T) mask, the fused kernel visits only the
+  // window: O(T (window + global_tokens)) per head.
+  int64_t window = 0, global_tokens = 0;
   Tensor bias = {};       // additive β^other broadcastable to (B, H, T, T) (ALiBi, relative positions)
   double dropout = 0.0;
   bool training = false;
@@ -96,6 +100,7 @@ struct AscenderKernelConfig {
   bool include_self = false, select_by_scores = false, after_norm = false;
   bool use_align = true, use_sep = true, use_coh = true;
   double norm_eps = 1e-6, omega_scale = 1.0;
+  int64_t window = 0, global_tokens = 0;  // AscenderCoreArgs::window: the key columns of each block of rows
 };
 
 }  // namespace asc

@@ -691,6 +691,60 @@ TEST_CASE("AscenderAttention fused CPU kernel: float64 gradcheck, and float32 cl
   check_close(y32, y64, 2e-4, 2e-3);
 }
 
+TEST_CASE("AscenderAttention fused CPU kernel, windowed: only the window's key columns, equal to the reference") {
+  // T = 100 with w = 5: every block of 32 rows past the global ones gathers at most 32 + 8 + g key columns, so the
+  // kernel's gathered path (and its scatter of key gradients) runs; rows < g and blocks holding them see every key.
+  for (int64_t g : {0, 2})
+    for (int mask_kind = 0; mask_kind < 3; ++mask_kind) {
+      CAPTURE(g);
+      CAPTURE(mask_kind);
+      Inputs in = make_inputs(2, 2, 100, 240 + mask_kind);
+      AscenderCoreArgs p = make_args(2, 241);
+      p.k = {2, 6};
+      p.window = 5, p.global_tokens = g;
+      p.gate_position = mask_kind == 1 ? GatePosition::AfterNorm : GatePosition::BeforeNorm;
+      p.include_self = mask_kind == 2;
+      p.select_by_scores = mask_kind == 2;
+      if (mask_kind == 1) {
+        std::vector<int64_t> valid(200, 1);
+        for (int t = 90; t < 100; ++t) valid[100 + t] = 0;
+        p.keep_mask = tensor(valid, {2, 100}).to(kBool).view({2, 1, 1, 100});
+      } else if (mask_kind == 2) {
+        p.keep_mask = causal_keep_mask(100, 100, Device::cpu()).view({1, 1, 100, 100});
+        p.bias = randn64({1, 2, 100, 100}, false, 242);
+      }
+      compare_fused(in, p, 1e-9);
+      // The window given as an explicit (T, T) keep-mask is the same computation (the reference builds exactly that).
+      AscenderCoreArgs as_mask = p;
+      as_mask.window = 0, as_mask.global_tokens = 0;
+      Tensor win = ascender_window_mask(100, 5, g, Device::cpu()).view({1, 1, 100, 100});
+      as_mask.keep_mask = p.keep_mask.defined() ? logical_and(p.keep_mask, win) : win;
+      Tensor w = randn64(in.v.shape(), false, 243);
+      check_close(run_core(in, as_mask, w, AscenderBackend::Fused)[0], run_core(in, p, w, AscenderBackend::Fused)[0],
+                  1e-12, 1e-12);
+    }
+  // float64 gradcheck through gathered blocks (g = 0: every block gathers).
+  Inputs in = make_inputs(1, 1, 40, 250, true);
+  AscenderCoreArgs p = make_args(1, 251);
+  p.window = 3, p.global_tokens = 0;
+  p.gate_position = GatePosition::AfterNorm;
+  BackendScope fused(AscenderBackend::Fused);
+  check_grad(
+      [&](const TensorList& x) { return TensorList{ascender_attention(x[0], x[1], x[2], x[3], x[4], x[5], p)}; },
+      {in.q, in.k_rot, in.k, in.v, in.z, in.e});
+  AscenderCoreArgs bad = p;
+  bad.window = -1;
+  check_error([&] { ascender_attention(in.q, in.k_rot, in.k, in.v, in.z, in.e, bad); },
+              {"ascender_attention", "window -1 and global_tokens 0 must be >= 0"});
+  bad = p;
+  bad.k = {0};
+  check_error([&] { ascender_attention(in.q, in.k_rot, in.k, in.v, in.z, in.e, bad); },
+              {"ascender_attention", "head 0 needs k >= 1", "got k 0"});
+  bad = p;
+  bad.tau_coh = {-0.5};
+  check_error([&] { ascender_attention(in.q, in.k_rot, in.k, in.v, in.z, in.e, bad); }, {"tau_coh -0.5"});
+}
+
 TEST_CASE("AscenderAttention fused CPU kernel: when it runs, and why not") {
   Inputs in = make_inputs(1, 2, 6, 230);
   AscenderCoreArgs p = make_args(2, 231);

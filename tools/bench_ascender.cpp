@@ -3,7 +3,7 @@
 //   dense        our MultiHeadAttention (fused scaled-dot-product kernel)
 //   reference    AscenderAttention through the composed reference (every (B, H, n, n) intermediate built)
 //   fused        AscenderAttention through the fused CPU kernel (ops/cpu/ascender.cpp)
-//   windowed     fused, AscenderMode::Windowed (w 128, g 4; the kernel still visits every key: O(n²) for now)
+//   windowed     fused, AscenderMode::Windowed (w 128, g 4): each block of rows visits only its window's keys, O(n w)
 //   reuse        fused, AscenderMode::Reuse
 //   seed-torch   the PyTorch reference head of the method description (tools/ascender_seed_reference.py, a twin of
 //                that code with its behaviour; Debian's python3-torch), same sizes, same thread count
@@ -11,6 +11,8 @@
 // (asc::cpu_memory_stats: tensors and kernel scratch in blocks above 4 KiB), the matrix-product FLOPs of attention (an analytic count, below), tokens per second of
 // forward + backward, and each row's time relative to dense.
 //   ./build/release/tools/bench_ascender [--n 128,512,1024,2048] [--reps 3] [--csv out.csv] [--no-torch]
+//                                        [--impl dense,reference,fused,windowed,reuse]
+// With windowed rows at n and 4n (e.g. --n 2048,8192 --impl windowed), it also prints how the windowed time grows.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -138,6 +140,7 @@ int main(int argc, char** argv) {
   int reps = 3;
   bool torch = true;
   std::string csv;
+  std::vector<std::string> impls = {"dense", "reference", "fused", "windowed", "reuse"};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -145,6 +148,11 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(next().c_str());
     else if (a == "--csv") csv = next();
     else if (a == "--no-torch") torch = false;
+    else if (a == "--impl") {
+      impls.clear();
+      std::stringstream ss(next());
+      for (std::string item; std::getline(ss, item, ',');) impls.push_back(item);
+    }
     else {
       std::fprintf(stderr, "bench_ascender: unknown argument '%s'\n", a.c_str());
       return 2;
@@ -159,7 +167,7 @@ int main(int argc, char** argv) {
   std::map<int64_t, Result> seed = torch ? run_seed(ns, reps) : std::map<int64_t, Result>{};
   if (torch && seed.empty()) std::printf("seed-torch: could not run (needs /usr/bin/python3 with torch)\n");
   for (int64_t n : ns) {
-    for (const char* impl : {"dense", "reference", "fused", "windowed", "reuse"}) rows.push_back(run_ours(impl, n, reps));
+    for (const std::string& impl : impls) rows.push_back(run_ours(impl, n, reps));
     if (seed.count(n)) rows.push_back(seed[n]);
   }
 
@@ -174,8 +182,15 @@ int main(int argc, char** argv) {
     const double tps = r.fwd_bwd_ms > 0 ? kBatch * r.n / (r.fwd_bwd_ms / 1e3) : 0;
     std::printf("%-11s %6lld %10.2f %10.2f %9s %9.2f %11.0f %9.2f\n", r.impl.c_str(), (long long)r.n, r.fwd_ms,
                 r.fwd_bwd_ms, r.peak_mb >= 0 ? std::to_string(static_cast<int>(r.peak_mb)).c_str() : "-", r.gflop,
-                tps, r.fwd_bwd_ms / dense[r.n]);
+                tps, dense.count(r.n) ? r.fwd_bwd_ms / dense[r.n] : 0.0);
   }
+  std::map<int64_t, double> windowed;
+  for (const Result& r : rows)
+    if (r.impl == "windowed") windowed[r.n] = r.fwd_bwd_ms;
+  for (auto [n, ms] : windowed)
+    if (windowed.count(4 * n))
+      std::printf("windowed f+b, n = %lld vs n = %lld: %.2fx the time for 4x the tokens (linear: 4)\n",
+                  (long long)(4 * n), (long long)n, windowed[4 * n] / ms);
   if (!csv.empty()) {
     FILE* f = std::fopen(csv.c_str(), "w");
     if (!f) {
@@ -185,7 +200,8 @@ int main(int argc, char** argv) {
     std::fprintf(f, "impl,n,forward_ms,fwd_bwd_ms,peak_mb,attention_gflop,tokens_per_s,ratio_to_dense,note\n");
     for (const Result& r : rows)
       std::fprintf(f, "%s,%lld,%.3f,%.3f,%.1f,%.3f,%.0f,%.3f,\"%s\"\n", r.impl.c_str(), (long long)r.n, r.fwd_ms,
-                   r.fwd_bwd_ms, r.peak_mb, r.gflop, kBatch * r.n / (r.fwd_bwd_ms / 1e3), r.fwd_bwd_ms / dense[r.n],
+                   r.fwd_bwd_ms, r.peak_mb, r.gflop, kBatch * r.n / (r.fwd_bwd_ms / 1e3),
+                   dense.count(r.n) ? r.fwd_bwd_ms / dense[r.n] : 0.0,
                    r.note.c_str());
     std::fclose(f);
     std::printf("wrote %s\n", csv.c_str());

@@ -54,6 +54,50 @@ struct HeadData {
   bool valid(int64_t i, int64_t j) const { return !mask || mask[i * mask_t + j * mask_s]; }
 };
 
+// The key columns a block of query rows sees, with their rows of the per-key data. Full attention: every key, read
+// in place. A window (cfg.window = w > 0, g global tokens): the block's band [t0 - w + 1, t0 + R - 1 + w) and the keys
+// below g, gathered into contiguous rows, so every tile of the block is (R, m) with m <= R + 2w - 2 + g instead of
+// (R, n) and a head costs O(n (w + g)); a block that holds a global row (t0 < g) sees every key.
+template <class T>
+struct Keys {
+  int64_t m = 0;
+  std::vector<int64_t> cols;  // key j at column position jj is cols[jj], ascending
+  bool gathered = false;
+  const T *kr = nullptr, *khat = nullptr, *ehat = nullptr, *z = nullptr, *zz = nullptr, *v = nullptr;
+  std::vector<T> kr_, khat_, ehat_, z_, zz_, v_;
+
+  void select(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_t t0, int64_t R) {
+    const int64_t n = h.T_, w = cfg.window, g = std::min(cfg.global_tokens, n);
+    cols.clear();
+    if (w > 0 && t0 >= g) {
+      const int64_t lo = std::max<int64_t>(0, t0 - w + 1), hi = std::min<int64_t>(n, t0 + R - 1 + w);
+      for (int64_t j = 0; j < std::min(g, lo); ++j) cols.push_back(j);
+      for (int64_t j = lo; j < hi; ++j) cols.push_back(j);
+    }
+    gathered = !cols.empty() && static_cast<int64_t>(cols.size()) < n;
+    if (!gathered) {
+      cols.resize(n);
+      std::iota(cols.begin(), cols.end(), int64_t(0));
+      m = n, kr = h.kr, khat = h.khat.data(), ehat = h.ehat.data(), z = h.z, zz = h.zz.data(), v = h.v;
+      return;
+    }
+    m = static_cast<int64_t>(cols.size());
+    auto gather = [&](const T* src, int64_t width, std::vector<T>& dst) {
+      dst.resize(m * width);
+      for (int64_t jj = 0; jj < m; ++jj) std::copy_n(src + cols[jj] * width, width, dst.data() + jj * width);
+      return dst.data();
+    };
+    kr = gather(h.kr, h.d, kr_), khat = gather(h.khat.data(), h.d, khat_), v = gather(h.v, h.d, v_);
+    ehat = gather(h.ehat.data(), h.da, ehat_), z = gather(h.z, h.dz, z_), zz = gather(h.zz.data(), 1, zz_);
+  }
+  // Adds a (m, width) gradient of the gathered rows into the head's (n, width) one (nothing to do when in place).
+  template <class G>
+  void scatter_add(const G* local, int64_t width, G* global) const {
+    for (int64_t jj = 0; jj < m; ++jj)
+      for (int64_t c = 0; c < width; ++c) global[cols[jj] * width + c] += local[jj * width + c];
+  }
+};
+
 template <class T>
 void unit_rows(const T* x, int64_t rows, int64_t cols, double eps, std::vector<T>& out, std::vector<double>& norm) {
   out.resize(rows * cols);
@@ -96,7 +140,8 @@ struct Block {
   int64_t t0 = 0, R = 0, n = 0;
   Scratch<T> s0, aff, d2, r, ws, wc, dc, raw_a, raw_s, raw_c, nrm_a, nrm_s, nrm_c, S, A, u, c;
   Scratch<uint8_t> keep;
-  std::vector<std::vector<int64_t>> nbr;
+  std::vector<std::vector<int64_t>> nbr;  // N(i) as column positions
+  std::vector<int64_t> self;              // the column position of key i (-1: not among the columns)
   std::vector<double> snorm, cnt, kbar2, gamma_a, rho, eta, W, var_c, gamma_c, la, ls, lc;  // la = λγ_a etc.
   std::vector<NormStats> st_a, st_s, st_c;
   std::vector<double> s;  // Σ_{l∈N(i)} k̂_l (R, d)
@@ -110,6 +155,7 @@ struct Block {
     c.assign(R * dz, T(0));
     s.assign(R * d, 0.0);
     nbr.assign(R, {});
+    self.assign(R, -1);
     for (auto* v : {&snorm, &cnt, &kbar2, &gamma_a, &rho, &eta, &W, &var_c, &gamma_c, &la, &ls, &lc}) v->assign(R, 0.0);
     st_a.assign(R, {}), st_s.assign(R, {}), st_c.assign(R, {});
   }
@@ -149,34 +195,42 @@ NormStats normalize_row(const T* x, const uint8_t* keep, int64_t n, double eps, 
   return st;
 }
 
-// Backward of normalize_row: dx_j = (g_j - mean(g) - xc_j mean(g xc) / (σ s)) / s on kept j (docs: row_standardize),
-// 0 on constant rows. g is read from `g`, dx written to `dx` (both length n).
+// Backward of normalize_row, in place on g (length n): dx_j = (g_j - mean(g) - xc_j mean(g xc) / (σ s)) / s on kept j
+// (docs: row_standardize), 0 elsewhere and on constant rows. Branch-free passes (kept entries selected) vectorise.
 template <class T>
-void normalize_row_backward(const T* x, const uint8_t* keep, int64_t n, const NormStats& st, const double* g,
-                            double* dx) {
-  std::fill(dx, dx + n, 0.0);
-  if (st.constant || st.count == 0) return;
-  double mg = 0, mgx = 0;
-  for (int64_t j = 0; j < n; ++j)
-    if (keep[j]) mg += g[j], mgx += g[j] * (x[j] - st.mu);
-  mg /= st.count, mgx /= st.count;
-  const double coef = st.sd > 0 ? mgx / (st.sd * st.s) : 0.0;
-  for (int64_t j = 0; j < n; ++j)
-    if (keep[j]) dx[j] = (g[j] - mg - (x[j] - st.mu) * coef) / st.s;
+void normalize_row_backward(const T* x, const uint8_t* keep, int64_t n, const NormStats& st, T* g) {
+  if (st.constant || st.count == 0) {
+    std::fill(g, g + n, T(0));
+    return;
+  }
+  const T mu = static_cast<T>(st.mu);
+  T mg = 0, mgx = 0;
+  ASC_SIMD_REDUCE2(+, mg, mgx)
+  for (int64_t j = 0; j < n; ++j) {
+    const T gj = keep[j] ? g[j] : T(0);
+    mg += gj;
+    mgx += gj * (x[j] - mu);
+  }
+  const double mean_g = double(mg) / st.count, mean_gx = double(mgx) / st.count;
+  const T a = static_cast<T>(mean_g), coef = static_cast<T>(st.sd > 0 ? mean_gx / (st.sd * st.s) : 0.0);
+  const T inv_s = static_cast<T>(1 / st.s);
+  for (int64_t j = 0; j < n; ++j) g[j] = keep[j] ? (g[j] - a - (x[j] - mu) * coef) * inv_s : T(0);
 }
 
 // The forward of rows [t0, t0 + R) of one head into `b`. cfg: the op's switches.
 template <class T>
-void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_t t0, int64_t R, Block<T>& b) {
-  const int64_t n = h.T_, d = h.d, dz = h.dz, da = h.da;
+void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg, int64_t t0, int64_t R,
+                   Block<T>& b) {
+  const int64_t n = kt.m, d = h.d, dz = h.dz, da = h.da;  // n: the block's key columns
   b.resize(R, n, d, dz);
   b.t0 = t0;
   const double inv_sqrt_d = 1 / std::sqrt(double(d));
   const bool after = cfg.after_norm;
   // Base scores, affinities, squared distances: three GEMMs over the block's rows.
-  gemm<T>(R, n, d, h.q + t0 * d, d, 1, h.kr, 1, d, b.s0.data(), n);
-  gemm<T>(R, n, da, h.ehat.data() + t0 * da, da, 1, h.ehat.data(), 1, da, b.aff.data(), n);
-  gemm<T>(R, n, dz, h.z + t0 * dz, dz, 1, h.z, 1, dz, b.d2.data(), n);
+  gemm<T>(R, n, d, h.q + t0 * d, d, 1, kt.kr, 1, d, b.s0.data(), n);
+  gemm<T>(R, n, da, h.ehat.data() + t0 * da, da, 1, kt.ehat, 1, da, b.aff.data(), n);
+  gemm<T>(R, n, dz, h.z + t0 * dz, dz, 1, kt.z, 1, dz, b.d2.data(), n);
+  const int64_t w = cfg.window, g = cfg.global_tokens;
   const T scale_s0 = static_cast<T>(inv_sqrt_d);
   for (int64_t r = 0; r < R; ++r) {
     const int64_t i = t0 + r;
@@ -184,37 +238,51 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
     T* d2 = b.d2.data() + r * n;
     uint8_t* keep = b.keep.data() + r * n;
     const T zi = h.zz[i];
-    const T* zz = h.zz.data();
+    const T* zz = kt.zz;
     for (int64_t j = 0; j < n; ++j) {
       s0[j] *= scale_s0;
       const T v = zi + zz[j] - 2 * d2[j];  // |z_i - z_j|², rounding below 0 clamped
       d2[j] = v > T(0) ? v : T(0);
     }
-    if (!h.mask) {
+    const int64_t* cols = kt.cols.data();
+    const bool* m = h.mask ? h.mask + i * h.mask_t : nullptr;
+    if (w <= 0 && !m) {
       std::fill(keep, keep + n, uint8_t(1));
+    } else if (w <= 0) {
+      for (int64_t j = 0; j < n; ++j) keep[j] = m[cols[j] * h.mask_s];
     } else {
-      const bool* m = h.mask + i * h.mask_t;
-      for (int64_t j = 0; j < n; ++j) keep[j] = m[j * h.mask_s];
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t col = cols[j];
+        const bool in_window = std::abs(i - col) < w || i < g || col < g;
+        keep[j] = in_window && (!m || m[col * h.mask_s]);
+      }
     }
+    const auto at = std::lower_bound(kt.cols.begin(), kt.cols.end(), i);
+    b.self[r] = at != kt.cols.end() && *at == i ? at - kt.cols.begin() : -1;
   }
   // ---- alignment (§3): neighbourhoods, headings, gates, r = u_i · k̂_j --------------------------------------------
   if (cfg.use_align) {
-    std::vector<int64_t> cand;
+    std::vector<std::pair<T, int64_t>> top(h.k);
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t i = t0 + r;
       const T* by = (cfg.select_by_scores ? b.s0.data() : b.aff.data()) + r * n;
       const uint8_t* keep = b.keep.data() + r * n;
-      cand.clear();
-      for (int64_t j = 0; j < n; ++j)
-        if (keep[j] && (cfg.include_self || j != i)) cand.push_back(j);
-      const int64_t m = std::min<int64_t>(h.k, static_cast<int64_t>(cand.size()));
-      std::partial_sort(cand.begin(), cand.begin() + m, cand.end(), [&](int64_t x, int64_t y) {
-        return by[x] > by[y] || (by[x] == by[y] && x < y);  // ties to the lower index, as topk
-      });
-      b.nbr[r].assign(cand.begin(), cand.begin() + m);
+      // N(i): the k largest selectable entries, kept sorted in `top` while streaming over the row (most entries fail
+      // the first comparison with the current k-th); ties go to the lower index, as topk, since j only grows.
+      const int64_t self = cfg.include_self ? -1 : b.self[r];
+      int64_t m = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        if (!keep[j] || j == self) continue;
+        const T x = by[j];
+        if (m == h.k && !(x > top[m - 1].first)) continue;
+        int64_t p = m < h.k ? m++ : m - 1;
+        for (; p > 0 && top[p - 1].first < x; --p) top[p] = top[p - 1];
+        top[p] = {x, j};
+      }
+      b.nbr[r].resize(m);
+      for (int64_t t = 0; t < m; ++t) b.nbr[r][t] = top[t].second;
       double* s = b.s.data() + r * d;
       for (int64_t l : b.nbr[r])
-        for (int64_t c = 0; c < d; ++c) s[c] += h.khat[l * d + c];
+        for (int64_t c = 0; c < d; ++c) s[c] += kt.khat[l * d + c];
       double s2 = 0;
       for (int64_t c = 0; c < d; ++c) s2 += s[c] * s[c];
       b.snorm[r] = std::sqrt(s2);
@@ -226,7 +294,7 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
       b.gamma_a[r] = sigmoid(-h.alpha_a * (1 - b.kbar2[r]));
       b.la[r] = h.sc[kLambdaA] * b.gamma_a[r];
     }
-    gemm<T>(R, n, d, b.u.data(), d, 1, h.khat.data(), 1, d, b.r.data(), n);  // r_ij = u_i · k̂_j
+    gemm<T>(R, n, d, b.u.data(), d, 1, kt.khat, 1, d, b.r.data(), n);  // r_ij = u_i · k̂_j
     for (int64_t r = 0; r < R; ++r) {
       T* raw = b.raw_a.data() + r * n;
       const T* rr = b.r.data() + r * n;
@@ -238,7 +306,6 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
   // ---- separation (§4): w = exp(-d²/τ_sep), ρ, η, φ = w [a - δ]_+ -------------------------------------------------
   if (cfg.use_sep) {
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t i = t0 + r;
       const T* d2 = b.d2.data() + r * n;
       const T* aff = b.aff.data() + r * n;
       const uint8_t* keep = b.keep.data() + r * n;
@@ -252,7 +319,7 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
         ws[j] = w;
         rho += keep[j] ? w : T(0);
       }
-      if (keep[i]) rho -= ws[i];  // ρ_i sums over l ≠ i
+      if (b.self[r] >= 0 && keep[b.self[r]]) rho -= ws[b.self[r]];  // ρ_i sums over l ≠ i
       b.rho[r] = rho;
       b.eta[r] = std::min(1.0, b.rho[r] / h.sc[kKappa]);
       b.ls[r] = h.sc[kLambdaS] * b.eta[r];
@@ -281,17 +348,17 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
       }
       b.W[r] = std::max(double(W), 1e-30);
     }
-    gemm<T>(R, dz, n, b.wc.data(), n, 1, h.z, dz, 1, b.c.data(), dz);  // Σ_l w'_il z_l
+    gemm<T>(R, dz, n, b.wc.data(), n, 1, kt.z, dz, 1, b.c.data(), dz);  // Σ_l w'_il z_l
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < dz; ++c) b.c[r * dz + c] = static_cast<T>(b.c[r * dz + c] / b.W[r]);
-    gemm<T>(R, n, dz, b.c.data(), dz, 1, h.z, 1, dz, b.dc.data(), n);  // c_i · z_j
+    gemm<T>(R, n, dz, b.c.data(), dz, 1, kt.z, 1, dz, b.dc.data(), n);  // c_i · z_j
     for (int64_t r = 0; r < R; ++r) {
       double cc = 0;
       for (int64_t c = 0; c < dz; ++c) cc += double(b.c[r * dz + c]) * b.c[r * dz + c];
       T* dc = b.dc.data() + r * n;
       const T* wc = b.wc.data() + r * n;
       const T ccT = static_cast<T>(cc);
-      const T* zz = h.zz.data();
+      const T* zz = kt.zz;
       T var = 0;
       ASC_SIMD_REDUCE(+, var)
       for (int64_t j = 0; j < n; ++j) {
@@ -327,7 +394,7 @@ void forward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_
     if (cfg.use_coh) add(b.nrm_c, wcoh * (after ? b.lc[r] : 1.0));
     if (h.bias) {
       const T* brow = h.bias + i * h.bias_t;
-      for (int64_t j = 0; j < n; ++j) S[j] += brow[j * h.bias_s];
+      for (int64_t j = 0; j < n; ++j) S[j] += brow[kt.cols[j] * h.bias_s];
     }
     const T inv_tau = static_cast<T>(1 / tau), ninf = -std::numeric_limits<T>::infinity();
     T m = ninf;
@@ -394,12 +461,14 @@ void forward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cf
   const int64_t blocks = (Tn + kRowBlock - 1) / kRowBlock;
   parallel_for(B * H, Tn * Tn * (d + in.z.size(3)) * 8, [&](int64_t i0, int64_t i1) {
     Block<T> blk;
+    Keys<T> keys;
     for (int64_t bh = i0; bh < i1; ++bh) {
       const HeadData<T> h = head_data<T>(in, cfg, bh / H, bh % H);
       for (int64_t bi = 0; bi < blocks; ++bi) {
         const int64_t t0 = bi * kRowBlock, R = std::min(kRowBlock, Tn - t0);
-        forward_block(h, cfg, t0, R, blk);
-        gemm<T>(R, d, Tn, blk.A.data(), Tn, 1, h.v, d, 1, yp + (bh * Tn + t0) * d, d);  // y = A V
+        keys.select(h, cfg, t0, R);
+        forward_block(h, keys, cfg, t0, R, blk);
+        gemm<T>(R, d, keys.m, blk.A.data(), keys.m, 1, keys.v, d, 1, yp + (bh * Tn + t0) * d, d);  // y = A V
       }
     }
   });
@@ -409,7 +478,7 @@ template <class T>
 void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const Tensor& gy_in,
                    TensorList& grads) {
   const int64_t B = in.q.size(0), H = in.q.size(1), Tn = in.q.size(2), d = in.q.size(3);
-  const int64_t dz = in.z.size(3), da = in.e.size(3), n = Tn;
+  const int64_t dz = in.z.size(3), da = in.e.size(3);
   const Tensor gy = gy_in.contiguous();
   Tensor dq = zeros(in.q.shape(), in.q.options()), dkr = zeros(in.q.shape(), in.q.options());
   Tensor dk = zeros(in.k.shape(), in.k.options()), dv = zeros(in.v.shape(), in.v.options());
@@ -421,7 +490,11 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
   parallel_for(B * H, Tn * Tn * (d + dz) * 16, [&](int64_t i0, int64_t i1) {
     Block<T> b;
     Scratch<T> dA, dS, dr, dws, dwc, ddc, dd2, daff, wcs, tile, du, dC, tmp_rz, tmp_nz;
-    std::vector<double> g(n), dx(n), dW, dsv;
+    Keys<T> keys;
+    std::vector<T> dv_l, dkr_l, dkhat_l, dehat_l, dz_l;  // a gathered block's key gradients, (m, ·)
+    std::vector<double> dks_l, zcol_l;
+    std::vector<T> g(Tn);  // one row's d(raw term)
+    std::vector<double> dW, dsv;
     for (int64_t bh = i0; bh < i1; ++bh) {
       const HeadData<T> h = head_data<T>(in, cfg, bh / H, bh % H);
       double* ds = dsc.data() + bh * kNumScalars;
@@ -432,53 +505,70 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
       T* dzp = dz_t.data_ptr<T>() + bh * Tn * dz;
       // Per-key accumulators of this head: k̂ and ê gradients (GEMM-accumulated, plus the neighbour scatter), and
       // the coefficient of z_j in dz_j (from every |·|² term).
-      std::vector<T> dkhat(n * d, T(0)), dehat(n * da, T(0));
-      std::vector<double> dkhat_scatter(n * d, 0.0), zcol(n, 0.0);
+      std::vector<T> dkhat(Tn * d, T(0)), dehat(Tn * da, T(0));
+      std::vector<double> dkhat_scatter(Tn * d, 0.0), zcol(Tn, 0.0);
       const double tau = h.sc[kTauScore];
       const double wa = h.sc[kOmegaA] * cfg.omega_scale, wsep = h.sc[kOmegaS] * cfg.omega_scale;
       const double wcoh = h.sc[kOmegaC] * cfg.omega_scale;
       for (int64_t bi = 0; bi < blocks; ++bi) {
         const int64_t t0 = bi * kRowBlock, R = std::min(kRowBlock, Tn - t0);
-        forward_block(h, cfg, t0, R, b);
+        keys.select(h, cfg, t0, R);
+        forward_block(h, keys, cfg, t0, R, b);
+        const int64_t n = keys.m;  // the block's key columns
+        // Gradients of the block's keys: in place for full attention, else into (m, ·) buffers scattered below.
+        T *dv_k = dvp, *dkr_k = dkrp, *dkhat_k = dkhat.data(), *dehat_k = dehat.data(), *dz_k = dzp;
+        double *dks_k = dkhat_scatter.data(), *zcol_k = zcol.data();
+        if (keys.gathered) {
+          for (auto [buf, width] : {std::pair{&dv_l, d}, {&dkr_l, d}, {&dkhat_l, d}, {&dehat_l, da}, {&dz_l, dz}})
+            buf->assign(n * width, T(0));
+          dks_l.assign(n * d, 0.0), zcol_l.assign(n, 0.0);
+          dv_k = dv_l.data(), dkr_k = dkr_l.data(), dkhat_k = dkhat_l.data(), dehat_k = dehat_l.data();
+          dz_k = dz_l.data(), dks_k = dks_l.data(), zcol_k = zcol_l.data();
+        }
         const T* gy0 = gyp + t0 * d;
         for (auto* t : {&dA, &dS, &dr, &dws, &dwc, &ddc, &dd2, &daff, &wcs, &tile}) t->assign(R * n, T(0));
         // y = A V:  dA = dY Vᵀ;  dV += Aᵀ dY
-        gemm<T>(R, n, d, gy0, d, 1, h.v, 1, d, dA.data(), n);
-        gemm<T>(n, d, R, b.A.data(), 1, n, gy0, d, 1, dvp, d, true);
+        gemm<T>(R, n, d, gy0, d, 1, keys.v, 1, d, dA.data(), n);
+        gemm<T>(n, d, R, b.A.data(), 1, n, gy0, d, 1, dv_k, d, true);
         // A = softmax(S / τ) over kept keys:  g = A (dA - Σ A dA);  dS = g / τ;  dτ += Σ g · (-S / τ²)
         for (int64_t r = 0; r < R; ++r) {
           const T* A = b.A.data() + r * n;
           const T* S = b.S.data() + r * n;
-          double D = 0;
-          for (int64_t j = 0; j < n; ++j) D += double(A[j]) * dA[r * n + j];
+          const T* dAr = dA.data() + r * n;
+          T* dSr = dS.data() + r * n;
+          T D = 0;
+          ASC_SIMD_REDUCE(+, D)
+          for (int64_t j = 0; j < n; ++j) D += A[j] * dAr[j];
+          const T inv_tau = static_cast<T>(1 / tau);
+          T gs = 0;  // Σ g S (masked keys have A = 0, so g = 0)
+          ASC_SIMD_REDUCE(+, gs)
           for (int64_t j = 0; j < n; ++j) {
-            if (A[j] == T(0)) continue;  // masked keys, dead rows
-            const double gg = A[j] * (dA[r * n + j] - D);
-            dS[r * n + j] = static_cast<T>(gg / tau);
-            ds[kTauScore] += -gg * S[j] / (tau * tau);
+            const T gg = A[j] * (dAr[j] - D);
+            dSr[j] = gg * inv_tau;
+            gs += gg * S[j];
           }
+          ds[kTauScore] += -double(gs) / (tau * tau);
         }
         // S0 = Q Krᵀ / √d:  dQ = dS Kr / √d;  dKr += dSᵀ Q / √d (scaled once per head, below)
-        gemm<T>(R, d, n, dS.data(), n, 1, h.kr, d, 1, dqp + t0 * d, d);
+        gemm<T>(R, d, n, dS.data(), n, 1, keys.kr, d, 1, dqp + t0 * d, d);
         for (int64_t x = 0; x < R * d; ++x) dqp[t0 * d + x] = static_cast<T>(dqp[t0 * d + x] * inv_sqrt_d);
-        gemm<T>(n, d, R, dS.data(), 1, n, h.q + t0 * d, d, 1, dkrp, d, true);
+        gemm<T>(n, d, R, dS.data(), 1, n, h.q + t0 * d, d, 1, dkr_k, d, true);
         // One bias term, from dβ̃ = ω' dS back to d(raw) (left in g); returns d(factor_i) of after_norm.
         auto term_backward = [&](int64_t r, double omega, double factor, const Scratch<T>& nrm,
                                  const Scratch<T>& raw, const NormStats& st, int scalar) -> double {
+          // β̃_ij = f nr_j (f = factor after_norm, else 1):  dω += Σ dS β̃;  d(nr_j) = ω f dS_j;  df = Σ ω dS nr
           const T* nr = nrm.data() + r * n;
-          double dfactor = 0, domega = 0;
+          const T* dSr = dS.data() + r * n;
+          const T f = static_cast<T>(after ? factor : 1.0), om = static_cast<T>(omega), omf = om * f;
+          T dsn = 0;  // Σ_j dS_ij nr_ij
+          ASC_SIMD_REDUCE(+, dsn)
           for (int64_t j = 0; j < n; ++j) {
-            const double bt = (after ? factor : 1.0) * nr[j];  // β̃_ij
-            const double dsj = dS[r * n + j];
-            domega += dsj * bt;
-            const double db = omega * dsj;                     // dβ̃_ij
-            if (after) dfactor += db * nr[j];
-            g[j] = after ? db * factor : db;                   // d(normalised raw)
+            dsn += dSr[j] * nr[j];
+            g[j] = omf * dSr[j];
           }
-          ds[scalar] += domega * cfg.omega_scale;
-          normalize_row_backward(raw.data() + r * n, b.keep.data() + r * n, n, st, g.data(), dx.data());
-          std::copy(dx.begin(), dx.begin() + n, g.begin());
-          return dfactor;
+          ds[scalar] += double(dsn) * double(f) * cfg.omega_scale;
+          normalize_row_backward(raw.data() + r * n, b.keep.data() + r * n, n, st, g.data());
+          return after ? omega * double(dsn) : 0.0;
         };
         // ---- alignment ------------------------------------------------------------------------------------------
         if (cfg.use_align) {
@@ -487,10 +577,15 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
             double dla = term_backward(r, wa, b.la[r], b.nrm_a, b.raw_a, b.st_a[r], kOmegaA);
             // raw = λγ r (before_norm) or r:  dr = (λγ or 1) draw;  d(λγ) += Σ_j draw r (before_norm)
             const T* rr = b.r.data() + r * n;
+            const T fac = static_cast<T>(after ? 1.0 : b.la[r]);
+            T* drr = dr.data() + r * n;
+            T gr = 0;
+            ASC_SIMD_REDUCE(+, gr)
             for (int64_t j = 0; j < n; ++j) {
-              if (!after) dla += g[j] * rr[j];
-              dr[r * n + j] = static_cast<T>((after ? 1.0 : b.la[r]) * g[j]);
+              gr += g[j] * rr[j];
+              drr[j] = fac * g[j];
             }
+            if (!after) dla += gr;
             // λγ:  dλ += d(λγ) γ;  γ = σ(-α var):  dvar = d(λγ) λ γ (1 - γ) (-α);  var = 1 - |s / cnt|²
             ds[kLambdaA] += dla * b.gamma_a[r];
             const double dvar = dla * h.sc[kLambdaA] * b.gamma_a[r] * (1 - b.gamma_a[r]) * (-h.alpha_a);
@@ -499,8 +594,8 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
           }
           // r_ij = u_i · k̂_j:  dK̂ += drᵀ U;  dU = dr K̂
           du.assign(R * d, T(0));
-          gemm<T>(n, d, R, dr.data(), 1, n, b.u.data(), d, 1, dkhat.data(), d, true);
-          gemm<T>(R, d, n, dr.data(), n, 1, h.khat.data(), d, 1, du.data(), d);
+          gemm<T>(n, d, R, dr.data(), 1, n, b.u.data(), d, 1, dkhat_k, d, true);
+          gemm<T>(R, d, n, dr.data(), n, 1, keys.khat, d, 1, du.data(), d);
           for (int64_t r = 0; r < R; ++r) {
             // u = s / max(|s|, 1e-12):  ds += (du - u (u·du)) / |s|  (du / 1e-12 below it)
             double* dsr = dsv.data() + r * d;
@@ -515,29 +610,34 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
             }
             // s_i = Σ_{l∈N(i)} k̂_l:  dk̂_l += ds_i
             for (int64_t l : b.nbr[r])
-              for (int64_t c = 0; c < d; ++c) dkhat_scatter[l * d + c] += dsr[c];
+              for (int64_t c = 0; c < d; ++c) dks_k[l * d + c] += dsr[c];
           }
         }
         // ---- separation -----------------------------------------------------------------------------------------
         if (cfg.use_sep) {
           for (int64_t r = 0; r < R; ++r) {
-            const int64_t i = t0 + r;
             double dls = term_backward(r, wsep, b.ls[r], b.nrm_s, b.raw_s, b.st_s[r], kOmegaS);
             const T* ws = b.ws.data() + r * n;
             const T* aff = b.aff.data() + r * n;
             const uint8_t* keep = b.keep.data() + r * n;
-            const double fac = after ? 1.0 : b.ls[r];
+            T* dwsr = dws.data() + r * n;
+            T* daffr = daff.data() + r * n;
+            const T fac = static_cast<T>(after ? 1.0 : b.ls[r]), delta = static_cast<T>(h.sc[kDelta]);
             // raw = -(λη or 1) φ,  φ = w [a - δ]_+:  dw = dφ [a - δ]_+;  da = dφ w 1[a > δ];  dδ = -Σ dφ w 1[a > δ]
+            T gphi = 0, dhinge = 0;  // Σ g φ, Σ dφ w 1[a > δ]
+            ASC_SIMD_REDUCE2(+, gphi, dhinge)
             for (int64_t j = 0; j < n; ++j) {
-              const double hinge = double(aff[j]) - h.sc[kDelta];
-              if (!after) dls += -g[j] * ws[j] * std::max(0.0, hinge);
-              const double dphi = -fac * g[j];
-              dws[r * n + j] = static_cast<T>(dphi * std::max(0.0, hinge));
-              if (hinge > 0) {
-                daff[r * n + j] = static_cast<T>(dphi * ws[j]);
-                ds[kDelta] += -dphi * ws[j];
-              }
+              const T hinge = aff[j] - delta;
+              const T hp = hinge > T(0) ? hinge : T(0);
+              gphi += g[j] * ws[j] * hp;
+              const T dphi = -fac * g[j];
+              dwsr[j] = dphi * hp;
+              const T da_j = hinge > T(0) ? dphi * ws[j] : T(0);
+              daffr[j] = da_j;
+              dhinge += da_j;
             }
+            if (!after) dls -= gphi;
+            ds[kDelta] -= dhinge;
             // λη:  dλ += d(λη) η;  η = min(1, ρ / κ):  dρ = dη / κ, dκ = -dη ρ / κ² while ρ / κ < 1
             ds[kLambdaS] += dls * b.eta[r];
             const double deta = dls * h.sc[kLambdaS];
@@ -547,11 +647,11 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
               ds[kKappa] += -deta * b.rho[r] / (h.sc[kKappa] * h.sc[kKappa]);
             }
             // ρ = Σ_{kept l ≠ i} w_il;  w = exp(-d² / τ_sep):  dd² += -dw w / τ_sep
-            for (int64_t j = 0; j < n; ++j) {
-              double dw = dws[r * n + j];
-              if (keep[j] && j != i) dw += drho;
-              dd2[r * n + j] = static_cast<T>(dd2[r * n + j] - dw * ws[j] / h.tau_sep);
-            }
+            const T drhoT = static_cast<T>(drho), inv_tau = static_cast<T>(1 / h.tau_sep);
+            T* dd2r = dd2.data() + r * n;
+            for (int64_t j = 0; j < n; ++j) dd2r[j] -= (dwsr[j] + (keep[j] ? drhoT : T(0))) * ws[j] * inv_tau;
+            const int64_t self = b.self[r];
+            if (self >= 0 && keep[self]) dd2r[self] += drhoT * ws[self] * inv_tau;  // ρ_i leaves out l = i
           }
         }
         // ---- cohesion -------------------------------------------------------------------------------------------
@@ -562,82 +662,100 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
             double dlc = term_backward(r, wcoh, b.lc[r], b.nrm_c, b.raw_c, b.st_c[r], kOmegaC);
             const T* dc = b.dc.data() + r * n;
             const T* wc = b.wc.data() + r * n;
-            const double fac = after ? 1.0 : b.lc[r] / h.tau_coh;
+            T* ddcr = ddc.data() + r * n;
+            const T fac = static_cast<T>(after ? 1.0 : b.lc[r] / h.tau_coh);
             // raw = -(λγ / τ_coh or 1) dc:  ddc = -(..) draw;  d(λγ) += -Σ draw dc / τ_coh (before_norm)
+            T gdc = 0;
+            ASC_SIMD_REDUCE(+, gdc)
             for (int64_t j = 0; j < n; ++j) {
-              if (!after) dlc += -g[j] * dc[j] / h.tau_coh;
-              ddc[r * n + j] = static_cast<T>(-fac * g[j]);
+              gdc += g[j] * dc[j];
+              ddcr[j] = -fac * g[j];
             }
+            if (!after) dlc -= double(gdc) / h.tau_coh;
             ds[kLambdaC] += dlc * b.gamma_c[r];
             const double dvar = dlc * h.sc[kLambdaC] * b.gamma_c[r] * (1 - b.gamma_c[r]) * (-h.alpha_c);
             // var = Σ w' dc / W:  dw' += dvar dc / W;  ddc += dvar w' / W;  dW += -dvar var / W
             dW[r] = -dvar * b.var_c[r] / b.W[r];
-            double rowsum = 0;
+            const T dvw = static_cast<T>(dvar / b.W[r]);
+            T* dwcr = dwc.data() + r * n;
+            T rowsum = 0;
+            ASC_SIMD_REDUCE(+, rowsum)
             for (int64_t j = 0; j < n; ++j) {
-              dwc[r * n + j] = static_cast<T>(dvar * dc[j] / b.W[r]);
-              ddc[r * n + j] = static_cast<T>(ddc[r * n + j] + dvar * wc[j] / b.W[r]);
-              rowsum += ddc[r * n + j];
-              zcol[j] += 2.0 * ddc[r * n + j];  // dc = |c|² + |z_j|² - 2 c·z_j:  dz_j += 2 z_j Σ_i ddc_ij ...
+              dwcr[j] = dvw * dc[j];
+              ddcr[j] += dvw * wc[j];
+              rowsum += ddcr[j];
             }
+            // dc = |c|² + |z_j|² - 2 c·z_j:  dz_j += 2 z_j Σ_i ddc_ij ...
+            for (int64_t j = 0; j < n; ++j) zcol_k[j] += 2.0 * double(ddcr[j]);
             for (int64_t c = 0; c < dz; ++c) dC[r * dz + c] = static_cast<T>(2 * b.c[r * dz + c] * rowsum);
           }
           // ... dz_j -= 2 Σ_i ddc_ij c_i;  dc_i = 2 (c_i Σ_j ddc_ij - Σ_j ddc_ij z_j)
           tmp_nz.assign(n * dz, T(0));
           gemm<T>(n, dz, R, ddc.data(), 1, n, b.c.data(), dz, 1, tmp_nz.data(), dz);
-          for (int64_t x = 0; x < n * dz; ++x) dzp[x] = static_cast<T>(dzp[x] - 2 * tmp_nz[x]);
+          for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tmp_nz[x]);
           tmp_rz.assign(R * dz, T(0));
-          gemm<T>(R, dz, n, ddc.data(), n, 1, h.z, dz, 1, tmp_rz.data(), dz);
+          gemm<T>(R, dz, n, ddc.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
           for (int64_t x = 0; x < R * dz; ++x) dC[x] = static_cast<T>(dC[x] - 2 * tmp_rz[x]);
           // c_i = Σ_l w'_il z_l / W_i:  dz_l += Σ_i (w'_il / W_i) dc_i;  dw'_il += dc_i·z_l / W_i;  dW_i -= dc_i·c_i / W_i
           for (int64_t r = 0; r < R; ++r) {
             double dcc = 0;
             for (int64_t c = 0; c < dz; ++c) dcc += double(dC[r * dz + c]) * b.c[r * dz + c];
             dW[r] += -dcc / b.W[r];
-            for (int64_t j = 0; j < n; ++j) wcs[r * n + j] = static_cast<T>(b.wc[r * n + j] / b.W[r]);
+            const T inv_w = static_cast<T>(1 / b.W[r]);
+            for (int64_t j = 0; j < n; ++j) wcs[r * n + j] = b.wc[r * n + j] * inv_w;
           }
-          gemm<T>(n, dz, R, wcs.data(), 1, n, dC.data(), dz, 1, dzp, dz, true);
-          gemm<T>(R, n, dz, dC.data(), dz, 1, h.z, 1, dz, tile.data(), n);  // dc_i · z_l
+          gemm<T>(n, dz, R, wcs.data(), 1, n, dC.data(), dz, 1, dz_k, dz, true);
+          gemm<T>(R, n, dz, dC.data(), dz, 1, keys.z, 1, dz, tile.data(), n);  // dc_i · z_l
           // W_i = Σ_kept w'_il:  dw'_il += dW_i;  w' = exp(-d² / τ_coh) on kept keys:  dd² += -dw' w' / τ_coh
+          // (w' = 0 on masked keys, so they get nothing)
           for (int64_t r = 0; r < R; ++r) {
             const T* wc = b.wc.data() + r * n;
-            const uint8_t* keep = b.keep.data() + r * n;
-            for (int64_t j = 0; j < n; ++j) {
-              if (!keep[j]) continue;
-              const double dw = dwc[r * n + j] + tile[r * n + j] / b.W[r] + dW[r];
-              dd2[r * n + j] = static_cast<T>(dd2[r * n + j] - dw * wc[j] / h.tau_coh);
-            }
+            const T* dwcr = dwc.data() + r * n;
+            const T* tr = tile.data() + r * n;
+            T* dd2r = dd2.data() + r * n;
+            const T inv_w = static_cast<T>(1 / b.W[r]), dWr = static_cast<T>(dW[r]);
+            const T inv_tau = static_cast<T>(1 / h.tau_coh);
+            for (int64_t j = 0; j < n; ++j) dd2r[j] -= (dwcr[j] + tr[j] * inv_w + dWr) * wc[j] * inv_tau;
           }
         }
         // ---- d² = |z_i|² + |z_j|² - 2 z_i·z_j:  dz_i += 2 (z_i Σ_j dd²_ij - Σ_j dd²_ij z_j), same for j ------------
         if (cfg.use_sep || cfg.use_coh) {
           tmp_rz.assign(R * dz, T(0));
-          gemm<T>(R, dz, n, dd2.data(), n, 1, h.z, dz, 1, tmp_rz.data(), dz);
+          gemm<T>(R, dz, n, dd2.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
           for (int64_t r = 0; r < R; ++r) {
-            double rowsum = 0;
-            for (int64_t j = 0; j < n; ++j) rowsum += dd2[r * n + j], zcol[j] += 2.0 * dd2[r * n + j];
-            zcol[t0 + r] += 2.0 * rowsum;
+            const T* dd2r = dd2.data() + r * n;
+            T rowsum = 0;
+            ASC_SIMD_REDUCE(+, rowsum)
+            for (int64_t j = 0; j < n; ++j) rowsum += dd2r[j];
+            for (int64_t j = 0; j < n; ++j) zcol_k[j] += 2.0 * double(dd2r[j]);
+            zcol[t0 + r] += 2.0 * double(rowsum);
             for (int64_t c = 0; c < dz; ++c)
               dzp[(t0 + r) * dz + c] = static_cast<T>(dzp[(t0 + r) * dz + c] - 2 * tmp_rz[r * dz + c]);
           }
           tmp_nz.assign(n * dz, T(0));
           gemm<T>(n, dz, R, dd2.data(), 1, n, h.z + t0 * dz, dz, 1, tmp_nz.data(), dz);
-          for (int64_t x = 0; x < n * dz; ++x) dzp[x] = static_cast<T>(dzp[x] - 2 * tmp_nz[x]);
+          for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tmp_nz[x]);
         }
         // ---- a_ij = ê_i · ê_j:  dÊ_i += (da Ê)_i;  dÊ_j += (daᵀ Ê_blk)_j -----------------------------------------
         if (cfg.use_sep) {
-          gemm<T>(R, da, n, daff.data(), n, 1, h.ehat.data(), da, 1, dehat.data() + t0 * da, da, true);
-          gemm<T>(n, da, R, daff.data(), 1, n, h.ehat.data() + t0 * da, da, 1, dehat.data(), da, true);
+          gemm<T>(R, da, n, daff.data(), n, 1, keys.ehat, da, 1, dehat.data() + t0 * da, da, true);
+          gemm<T>(n, da, R, daff.data(), 1, n, h.ehat.data() + t0 * da, da, 1, dehat_k, da, true);
+        }
+        if (keys.gathered) {
+          keys.scatter_add(dv_k, d, dvp), keys.scatter_add(dkr_k, d, dkrp), keys.scatter_add(dkhat_k, d, dkhat.data());
+          keys.scatter_add(dehat_k, da, dehat.data()), keys.scatter_add(dz_k, dz, dzp);
+          keys.scatter_add(dks_k, d, dkhat_scatter.data()), keys.scatter_add(zcol_k, 1, zcol.data());
         }
       }
       // ---- per-key finishing: |z|² coefficients, the unit-vector backwards, the 1/√d of dKr ---------------------
-      for (int64_t j = 0; j < n; ++j)
+      for (int64_t j = 0; j < Tn; ++j)
         for (int64_t c = 0; c < dz; ++c) dzp[j * dz + c] = static_cast<T>(dzp[j * dz + c] + zcol[j] * h.z[j * dz + c]);
-      for (int64_t x = 0; x < n * d; ++x) dkrp[x] = static_cast<T>(dkrp[x] * inv_sqrt_d);
-      std::vector<double> gk(n * d), ge(n * da);
-      for (int64_t x = 0; x < n * d; ++x) gk[x] = double(dkhat[x]) + dkhat_scatter[x];
-      for (int64_t x = 0; x < n * da; ++x) ge[x] = dehat[x];
-      unit_rows_backward(h.khat, h.knorm, gk, n, d, 1e-12, dk.data_ptr<T>() + bh * n * d);
-      unit_rows_backward(h.ehat, h.enorm, ge, n, da, 1e-8, de.data_ptr<T>() + bh * n * da);
+      for (int64_t x = 0; x < Tn * d; ++x) dkrp[x] = static_cast<T>(dkrp[x] * inv_sqrt_d);
+      std::vector<double> gk(Tn * d), ge(Tn * da);
+      for (int64_t x = 0; x < Tn * d; ++x) gk[x] = double(dkhat[x]) + dkhat_scatter[x];
+      for (int64_t x = 0; x < Tn * da; ++x) ge[x] = dehat[x];
+      unit_rows_backward(h.khat, h.knorm, gk, Tn, d, 1e-12, dk.data_ptr<T>() + bh * Tn * d);
+      unit_rows_backward(h.ehat, h.enorm, ge, Tn, da, 1e-8, de.data_ptr<T>() + bh * Tn * da);
     }
   });
   Tensor dscalars = zeros({kNumScalars, H}, in.scalars.options());
