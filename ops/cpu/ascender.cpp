@@ -139,7 +139,7 @@ template <class T>
 struct Block {
   int64_t t0 = 0, R = 0, n = 0;
   Scratch<T> s0, aff, d2, r, ws, wc, dc, raw_a, raw_s, raw_c, nrm_a, nrm_s, nrm_c, S, A, u, c;
-  Scratch<uint8_t> keep;
+  Scratch<T> keep;  // 1 where row i attends to key column j, else 0: a float mask, so the masked passes vectorise
   std::vector<std::vector<int64_t>> nbr;  // N(i) as column positions
   std::vector<int64_t> self;              // the column position of key i (-1: not among the columns)
   std::vector<double> snorm, cnt, kbar2, gamma_a, rho, eta, W, var_c, gamma_c, la, ls, lc;  // la = λγ_a etc.
@@ -148,13 +148,13 @@ struct Block {
 
   void resize(int64_t rows, int64_t keys, int64_t d, int64_t dz) {
     R = rows, n = keys;
-    for (auto* t : {&s0, &aff, &d2, &r, &ws, &wc, &dc, &raw_a, &raw_s, &raw_c, &nrm_a, &nrm_s, &nrm_c, &S, &A})
-      t->assign(R * n, T(0));
-    keep.assign(R * n, 0);
-    u.assign(R * d, T(0));
-    c.assign(R * dz, T(0));
-    s.assign(R * d, 0.0);
-    nbr.assign(R, {});
+    // Every tile is written in full before it is read (GEMM outputs, row loops over all columns): no zero fill.
+    for (auto* t : {&s0, &aff, &d2, &r, &ws, &wc, &dc, &raw_a, &raw_s, &raw_c, &nrm_a, &nrm_s, &nrm_c, &S, &A, &keep})
+      t->resize(R * n);
+    u.resize(R * d);
+    c.resize(R * dz);
+    s.assign(R * d, 0.0);  // accumulated
+    nbr.resize(R);
     self.assign(R, -1);
     for (auto* v : {&snorm, &cnt, &kbar2, &gamma_a, &rho, &eta, &W, &var_c, &gamma_c, &la, &ls, &lc}) v->assign(R, 0.0);
     st_a.assign(R, {}), st_s.assign(R, {}), st_c.assign(R, {});
@@ -164,16 +164,17 @@ struct Block {
 // (x - μ) / (σ + eps) over the kept entries of a row into y (0 elsewhere and on constant rows). Branch-free passes
 // (kept entries selected, not branched on) so they vectorise.
 template <class T>
-NormStats normalize_row(const T* x, const uint8_t* keep, int64_t n, double eps, T* y) {
+NormStats normalize_row(const T* x, const T* keep, int64_t n, double eps, T* y) {
   NormStats st;
   T big = 0, sum = 0, count = 0;
   ASC_SIMD_REDUCE3(+, sum, count, max, big)
   for (int64_t j = 0; j < n; ++j) {
-    const T kx = keep[j] ? x[j] : T(0);
+    const T xj = x[j];  // loaded unconditionally: a load under the select would keep the loop scalar
+    const T kx = keep[j] != T(0) ? xj : T(0);
     sum += kx;
-    count += keep[j] ? T(1) : T(0);
-    const T ax = kx < 0 ? -kx : kx;
-    big = ax > big ? ax : big;
+    count += keep[j];  // 0 or 1
+    const T ax = kx < T(0) ? -kx : kx;  // no std::abs / std::max here: they would not inline into this region
+    big = big > ax ? big : ax;
   }
   st.count = count;
   for (int64_t j = 0; j < n; ++j) y[j] = T(0);
@@ -183,7 +184,8 @@ NormStats normalize_row(const T* x, const uint8_t* keep, int64_t n, double eps, 
   T var = 0;
   ASC_SIMD_REDUCE(+, var)
   for (int64_t j = 0; j < n; ++j) {
-    const T dv = keep[j] ? x[j] - mu : T(0);
+    const T xj = x[j];
+    const T dv = keep[j] != T(0) ? xj - mu : T(0);
     var += dv * dv;
   }
   st.sd = std::sqrt(double(var) / st.count);
@@ -191,14 +193,17 @@ NormStats normalize_row(const T* x, const uint8_t* keep, int64_t n, double eps, 
   st.constant = st.sd <= kConstantRow * double(big);
   if (st.constant) return st;
   const T inv = static_cast<T>(1 / st.s);
-  for (int64_t j = 0; j < n; ++j) y[j] = keep[j] ? (x[j] - mu) * inv : T(0);
+  for (int64_t j = 0; j < n; ++j) {
+    const T xj = x[j];
+    y[j] = keep[j] != T(0) ? (xj - mu) * inv : T(0);
+  }
   return st;
 }
 
 // Backward of normalize_row, in place on g (length n): dx_j = (g_j - mean(g) - xc_j mean(g xc) / (σ s)) / s on kept j
 // (docs: row_standardize), 0 elsewhere and on constant rows. Branch-free passes (kept entries selected) vectorise.
 template <class T>
-void normalize_row_backward(const T* x, const uint8_t* keep, int64_t n, const NormStats& st, T* g) {
+void normalize_row_backward(const T* x, const T* keep, int64_t n, const NormStats& st, T* g) {
   if (st.constant || st.count == 0) {
     std::fill(g, g + n, T(0));
     return;
@@ -207,14 +212,18 @@ void normalize_row_backward(const T* x, const uint8_t* keep, int64_t n, const No
   T mg = 0, mgx = 0;
   ASC_SIMD_REDUCE2(+, mg, mgx)
   for (int64_t j = 0; j < n; ++j) {
-    const T gj = keep[j] ? g[j] : T(0);
+    const T gj0 = g[j], xj = x[j];
+    const T gj = keep[j] != T(0) ? gj0 : T(0);
     mg += gj;
-    mgx += gj * (x[j] - mu);
+    mgx += gj * (xj - mu);
   }
   const double mean_g = double(mg) / st.count, mean_gx = double(mgx) / st.count;
   const T a = static_cast<T>(mean_g), coef = static_cast<T>(st.sd > 0 ? mean_gx / (st.sd * st.s) : 0.0);
   const T inv_s = static_cast<T>(1 / st.s);
-  for (int64_t j = 0; j < n; ++j) g[j] = keep[j] ? (g[j] - a - (x[j] - mu) * coef) * inv_s : T(0);
+  for (int64_t j = 0; j < n; ++j) {
+    const T gj = g[j], xj = x[j];
+    g[j] = keep[j] != T(0) ? (gj - a - (xj - mu) * coef) * inv_s : T(0);
+  }
 }
 
 // The forward of rows [t0, t0 + R) of one head into `b`. cfg: the op's switches.
@@ -236,7 +245,7 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
     const int64_t i = t0 + r;
     T* s0 = b.s0.data() + r * n;
     T* d2 = b.d2.data() + r * n;
-    uint8_t* keep = b.keep.data() + r * n;
+    T* keep = b.keep.data() + r * n;
     const T zi = h.zz[i];
     const T* zz = kt.zz;
     for (int64_t j = 0; j < n; ++j) {
@@ -247,14 +256,14 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
     const int64_t* cols = kt.cols.data();
     const bool* m = h.mask ? h.mask + i * h.mask_t : nullptr;
     if (w <= 0 && !m) {
-      std::fill(keep, keep + n, uint8_t(1));
+      std::fill(keep, keep + n, T(1));
     } else if (w <= 0) {
-      for (int64_t j = 0; j < n; ++j) keep[j] = m[cols[j] * h.mask_s];
+      for (int64_t j = 0; j < n; ++j) keep[j] = m[cols[j] * h.mask_s] ? T(1) : T(0);
     } else {
       for (int64_t j = 0; j < n; ++j) {
         const int64_t col = cols[j];
-        const bool in_window = std::abs(i - col) < w || i < g || col < g;
-        keep[j] = in_window && (!m || m[col * h.mask_s]);
+        const bool in_window = (i > col ? i - col : col - i) < w || i < g || col < g;
+        keep[j] = in_window && (!m || m[col * h.mask_s]) ? T(1) : T(0);
       }
     }
     const auto at = std::lower_bound(kt.cols.begin(), kt.cols.end(), i);
@@ -265,7 +274,7 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
     std::vector<std::pair<T, int64_t>> top(h.k);
     for (int64_t r = 0; r < R; ++r) {
       const T* by = (cfg.select_by_scores ? b.s0.data() : b.aff.data()) + r * n;
-      const uint8_t* keep = b.keep.data() + r * n;
+      const T* keep = b.keep.data() + r * n;
       // N(i): the k largest selectable entries, kept sorted in `top` while streaming over the row (most entries fail
       // the first comparison with the current k-th); ties go to the lower index, as topk, since j only grows.
       const int64_t self = cfg.include_self ? -1 : b.self[r];
@@ -308,7 +317,7 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
     for (int64_t r = 0; r < R; ++r) {
       const T* d2 = b.d2.data() + r * n;
       const T* aff = b.aff.data() + r * n;
-      const uint8_t* keep = b.keep.data() + r * n;
+      const T* keep = b.keep.data() + r * n;
       T* ws = b.ws.data() + r * n;
       T* raw = b.raw_s.data() + r * n;
       const T inv_tau = static_cast<T>(1 / h.tau_sep), delta = static_cast<T>(h.sc[kDelta]);
@@ -317,7 +326,7 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
       for (int64_t j = 0; j < n; ++j) {
         const T w = exp_nonpos(-d2[j] * inv_tau);
         ws[j] = w;
-        rho += keep[j] ? w : T(0);
+        rho += keep[j] != T(0) ? w : T(0);
       }
       if (b.self[r] >= 0 && keep[b.self[r]]) rho -= ws[b.self[r]];  // ρ_i sums over l ≠ i
       b.rho[r] = rho;
@@ -335,14 +344,15 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
   if (cfg.use_coh) {
     for (int64_t r = 0; r < R; ++r) {
       const T* d2 = b.d2.data() + r * n;
-      const uint8_t* keep = b.keep.data() + r * n;
+      const T* keep = b.keep.data() + r * n;
       T* wc = b.wc.data() + r * n;
       const T inv_tau = static_cast<T>(1 / h.tau_coh);
       const T ninf = -std::numeric_limits<T>::infinity();
       T W = 0;
       ASC_SIMD_REDUCE(+, W)
       for (int64_t j = 0; j < n; ++j) {
-        const T w = exp_nonpos(keep[j] ? -d2[j] * inv_tau : ninf);  // 0 on masked keys
+        const T dj = d2[j];
+        const T w = exp_nonpos(keep[j] != T(0) ? -dj * inv_tau : ninf);  // 0 on masked keys
         wc[j] = w;
         W += w;
       }
@@ -380,7 +390,7 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
   const double wcoh = h.sc[kOmegaC] * cfg.omega_scale, tau = h.sc[kTauScore];
   for (int64_t r = 0; r < R; ++r) {
     const int64_t i = t0 + r;
-    const uint8_t* keep = b.keep.data() + r * n;
+    const T* keep = b.keep.data() + r * n;
     T* S = b.S.data() + r * n;
     T* A = b.A.data() + r * n;
     std::copy(b.s0.data() + r * n, b.s0.data() + (r + 1) * n, S);
@@ -400,7 +410,8 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
     T m = ninf;
     ASC_SIMD_REDUCE(max, m)
     for (int64_t j = 0; j < n; ++j) {
-      const T x = keep[j] ? S[j] * inv_tau : ninf;
+      const T sj = S[j];
+      const T x = keep[j] != T(0) ? sj * inv_tau : ninf;
       m = x > m ? x : m;
     }
     if (m == ninf) {  // no kept key: zero row
@@ -410,7 +421,8 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
     T z = 0;
     ASC_SIMD_REDUCE(+, z)
     for (int64_t j = 0; j < n; ++j) {
-      const T e = exp_nonpos(keep[j] ? S[j] * inv_tau - m : ninf);  // 0 on masked keys
+      const T sj = S[j];
+      const T e = exp_nonpos(keep[j] != T(0) ? sj * inv_tau - m : ninf);  // 0 on masked keys
       A[j] = e;
       z += e;
     }
@@ -526,7 +538,8 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
           dz_k = dz_l.data(), dks_k = dks_l.data(), zcol_k = zcol_l.data();
         }
         const T* gy0 = gyp + t0 * d;
-        for (auto* t : {&dA, &dS, &dr, &dws, &dwc, &ddc, &dd2, &daff, &wcs, &tile}) t->assign(R * n, T(0));
+        for (auto* t : {&dA, &dS, &dr, &dws, &dwc, &ddc, &daff, &wcs, &tile}) t->resize(R * n);  // written in full
+        dd2.assign(R * n, T(0));  // accumulated by separation and cohesion
         // y = A V:  dA = dY Vᵀ;  dV += Aᵀ dY
         gemm<T>(R, n, d, gy0, d, 1, keys.v, 1, d, dA.data(), n);
         gemm<T>(n, d, R, b.A.data(), 1, n, gy0, d, 1, dv_k, d, true);
@@ -619,7 +632,7 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
             double dls = term_backward(r, wsep, b.ls[r], b.nrm_s, b.raw_s, b.st_s[r], kOmegaS);
             const T* ws = b.ws.data() + r * n;
             const T* aff = b.aff.data() + r * n;
-            const uint8_t* keep = b.keep.data() + r * n;
+            const T* keep = b.keep.data() + r * n;
             T* dwsr = dws.data() + r * n;
             T* daffr = daff.data() + r * n;
             const T fac = static_cast<T>(after ? 1.0 : b.ls[r]), delta = static_cast<T>(h.sc[kDelta]);
@@ -649,7 +662,7 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
             // ρ = Σ_{kept l ≠ i} w_il;  w = exp(-d² / τ_sep):  dd² += -dw w / τ_sep
             const T drhoT = static_cast<T>(drho), inv_tau = static_cast<T>(1 / h.tau_sep);
             T* dd2r = dd2.data() + r * n;
-            for (int64_t j = 0; j < n; ++j) dd2r[j] -= (dwsr[j] + (keep[j] ? drhoT : T(0))) * ws[j] * inv_tau;
+            for (int64_t j = 0; j < n; ++j) dd2r[j] -= (dwsr[j] + (keep[j] != T(0) ? drhoT : T(0))) * ws[j] * inv_tau;
             const int64_t self = b.self[r];
             if (self >= 0 && keep[self]) dd2r[self] += drhoT * ws[self] * inv_tau;  // ρ_i leaves out l = i
           }
