@@ -57,6 +57,7 @@ void check_core_inputs(const Tensor& q, const Tensor& k_rot, const Tensor& k, co
               "{}: head {} needs k >= 1, tau_sep > 0, tau_coh > 0, alpha_align >= 0, alpha_coh >= 0; got k {}, "
               "tau_sep {}, tau_coh {}, alpha_align {}, alpha_coh {}", kOp, h, a.k[h], a.tau_sep[h], a.tau_coh[h],
               a.alpha_align[h], a.alpha_coh[h]);
+  ASC_CHECK(a.row_block >= 0, "{}: row_block must be >= 0 (0: the kernel's default), got {}", kOp, a.row_block);
   ASC_CHECK(a.window >= 0 && a.global_tokens >= 0, "{}: window {} and global_tokens {} must be >= 0 (window 0: none)",
             kOp, a.window, a.global_tokens);
 }
@@ -96,7 +97,7 @@ AscenderKernelInputs kernel_inputs(const Tensor& q, const Tensor& k_rot, const T
 AscenderKernelConfig kernel_config(const AscenderCoreArgs& a) {
   return {a.k, a.tau_sep, a.tau_coh, a.alpha_align, a.alpha_coh, a.include_self, a.select_by_scores,
           a.gate_position == GatePosition::AfterNorm, a.use_align, a.use_sep, a.use_coh, a.norm_eps, a.omega_scale,
-          a.window, a.global_tokens};
+          a.window, a.global_tokens, a.row_block};
 }
 
 // Forward through the kernel; one graph node whose backward is the kernel's backward.

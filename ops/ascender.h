@@ -47,6 +47,8 @@ struct AscenderCoreArgs {
   bool training = false;
   double omega_scale = 1.0;  // the schedule's warm-up factor m_ω on every ω
   bool want_aux = false;     // compute the auxiliary losses (AscenderAux)
+  int64_t row_block = 0;     // query rows per tile of the fused CPU kernel; 0: its default (64). Tests use small
+                             // tiles to cover several blocks with short sequences.
 };
 
 // The auxiliary losses of one call (docs §11), differentiable scalars averaged over batch, heads and the query
@@ -101,6 +103,7 @@ struct AscenderKernelConfig {
   bool use_align = true, use_sep = true, use_coh = true;
   double norm_eps = 1e-6, omega_scale = 1.0;
   int64_t window = 0, global_tokens = 0;  // AscenderCoreArgs::window: the key columns of each block of rows
+  int64_t row_block = 0;                  // AscenderCoreArgs::row_block
 };
 
 }  // namespace asc

@@ -52,6 +52,7 @@ AscenderCoreArgs make_args(int64_t H, uint64_t seed) {
   a.omega_align = pos(0.5, 0.9), a.omega_sep = pos(0.4, 0.8), a.omega_coh = pos(0.3, 0.7);
   a.lambda_align = pos(0.5, 1.5), a.lambda_sep = pos(0.5, 1.5), a.lambda_coh = pos(0.5, 1.5);
   a.delta = pos(0.1, 0.3), a.kappa = pos(1.5, 3.0), a.tau_score = pos(0.7, 1.3);
+  a.row_block = 16;  // small tiles: the fused kernel crosses its block boundaries at these short lengths
   return a;
 }
 
@@ -614,7 +615,7 @@ void compare_fused(const Inputs& in, const AscenderCoreArgs& p, double tol) {
 }  // namespace
 
 TEST_CASE("AscenderAttention fused CPU kernel: forward and every gradient equal the reference (float64)") {
-  // T = 45 spans two row blocks of the kernel (32 rows each).
+  // T = 45 spans three row blocks of the kernel (16 rows each, make_args).
   for (GatePosition gp : {GatePosition::BeforeNorm, GatePosition::AfterNorm})
     for (int mask_kind = 0; mask_kind < 4; ++mask_kind) {
       CAPTURE(static_cast<int>(gp));
@@ -692,7 +693,7 @@ TEST_CASE("AscenderAttention fused CPU kernel: float64 gradcheck, and float32 cl
 }
 
 TEST_CASE("AscenderAttention fused CPU kernel, windowed: only the window's key columns, equal to the reference") {
-  // T = 100 with w = 5: every block of 32 rows past the global ones gathers at most 32 + 8 + g key columns, so the
+  // T = 100 with w = 5: every block of 16 rows past the global ones gathers at most 16 + 8 + g key columns, so the
   // kernel's gathered path (and its scatter of key gradients) runs; rows < g and blocks holding them see every key.
   for (int64_t g : {0, 2})
     for (int mask_kind = 0; mask_kind < 3; ++mask_kind) {
@@ -723,6 +724,13 @@ TEST_CASE("AscenderAttention fused CPU kernel, windowed: only the window's key c
       check_close(run_core(in, as_mask, w, AscenderBackend::Fused)[0], run_core(in, p, w, AscenderBackend::Fused)[0],
                   1e-12, 1e-12);
     }
+  // The kernel's default tiles (64 rows) over three blocks, full and windowed.
+  Inputs in150 = make_inputs(1, 1, 150, 260);
+  AscenderCoreArgs p150 = make_args(1, 261);
+  p150.row_block = 0;
+  compare_fused(in150, p150, 1e-9);
+  p150.window = 20, p150.global_tokens = 3;
+  compare_fused(in150, p150, 1e-9);
   // float64 gradcheck through gathered blocks (g = 0: every block gathers).
   Inputs in = make_inputs(1, 1, 40, 250, true);
   AscenderCoreArgs p = make_args(1, 251);
