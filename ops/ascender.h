@@ -47,8 +47,8 @@ struct AscenderCoreArgs {
   bool training = false;
   double omega_scale = 1.0;  // the schedule's warm-up factor m_ω on every ω
   bool want_aux = false;     // compute the auxiliary losses (AscenderAux)
-  int64_t row_block = 0;     // query rows per tile of the fused CPU kernel; 0: its default (64). Tests use small
-                             // tiles to cover several blocks with short sequences.
+  int64_t row_block = 0;     // query rows per tile of the fused CPU kernel; 0: its choice (16-64, by length).
+                             // Tests use small tiles to cover several blocks with short sequences.
 };
 
 // The auxiliary losses of one call (docs §11), differentiable scalars averaged over batch, heads and the query

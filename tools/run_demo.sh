@@ -6,7 +6,7 @@
 # Tables are printed and CSVs written to bench/results/*_latest.csv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh --bench
+bash tools/setup.sh
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)" --target demo bench_core bench_train bench_ascender
 ./build/release/tools/demo

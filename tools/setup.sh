@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
-# Installs what ascender needs to build on Debian 12 when it is missing: a C++20 compiler, CMake, Ninja,
-# fmt, doctest and OpenBLAS. The CUDA toolkit is optional (used when /usr/local/cuda/bin/nvcc exists).
-#   bash tools/setup.sh           # build and test dependencies
-#   bash tools/setup.sh --bench   # also Debian's python3-torch, the reference the benchmarks compare against
+# Installs what ascender needs on Debian 12 when it is missing: a C++20 compiler, CMake, Ninja, fmt, doctest and
+# OpenBLAS to build; Debian's python3-torch for the test suite's PyTorch cross-check of ASCender attention
+# (tools/ascender_torch_check.py) and for the benchmarks' PyTorch twins. The CUDA toolkit is optional (used when
+# /usr/local/cuda/bin/nvcc exists).
+#   bash tools/setup.sh           # build, test and benchmark dependencies
 set -euo pipefail
 pkgs=(g++ cmake ninja-build libfmt-dev doctest-dev libopenblas-dev pkg-config)
-[ "${1:-}" = "--bench" ] && pkgs+=(python3-torch)
-need=()
-for pkg in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
-done
-if ((${#need[@]})); then
-  echo "setup: installing ${need[*]}"
+optional=(python3-torch)  # without it the build and the suite still run; the cross-check reports itself skipped
+missing() {
+  local out=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || out+=("$pkg")
+  done
+  echo "${out[@]}"
+}
+need=($(missing "${pkgs[@]}")) want=($(missing "${optional[@]}"))
+if ((${#need[@]} + ${#want[@]})); then
+  echo "setup: installing ${need[*]} ${want[*]}"
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+  ((${#need[@]})) && $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+  if ((${#want[@]})) && ! $SUDO apt-get install -y -qq --no-install-recommends "${want[@]}"; then
+    echo "setup: could not install ${want[*]}: the PyTorch cross-check and twins will be skipped"
+  fi
 else
   echo "setup: all packages present"
 fi
