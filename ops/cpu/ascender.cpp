@@ -280,20 +280,28 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
   // ---- alignment (§3): neighbourhoods, headings, gates, r = u_i · k̂_j --------------------------------------------
   if (cfg.use_align) {
     std::vector<std::pair<T, int64_t>> top(h.k);
+    std::vector<T> cand(n);
+    const T ninf = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < R; ++r) {
       const T* by = (cfg.select_by_scores ? b.s0.data() : b.aff.data()) + r * n;
       const T* keep = b.keep.data() + r * n;
-      // N(i): the k largest selectable entries, kept sorted in `top` while streaming over the row (most entries fail
-      // the first comparison with the current k-th); ties go to the lower index, as topk, since j only grows.
-      const int64_t self = cfg.include_self ? -1 : b.self[r];
-      int64_t m = 0;
+      // N(i): the k largest selectable entries. Unselectable ones become -inf (a vectorised pass), then one stream
+      // keeps the best k sorted in `top`: an entry enters only if it beats the current k-th (a single, mostly
+      // untaken branch); ties go to the lower index, as topk, since j only grows.
       for (int64_t j = 0; j < n; ++j) {
-        if (!keep[j] || j == self) continue;
         const T x = by[j];
-        if (m == h.k && !(x > top[m - 1].first)) continue;
+        cand[j] = keep[j] != T(0) ? x : ninf;
+      }
+      if (!cfg.include_self && b.self[r] >= 0) cand[b.self[r]] = ninf;
+      int64_t m = 0;
+      T thr = ninf;
+      for (int64_t j = 0; j < n; ++j) {
+        const T x = cand[j];
+        if (!(x > thr)) continue;
         int64_t p = m < h.k ? m++ : m - 1;
         for (; p > 0 && top[p - 1].first < x; --p) top[p] = top[p - 1];
         top[p] = {x, j};
+        if (m == h.k) thr = top[m - 1].first;
       }
       b.nbr[r].resize(m);
       for (int64_t t = 0; t < m; ++t) b.nbr[r][t] = top[t].second;
