@@ -56,6 +56,18 @@ AscenderCoreArgs make_args(int64_t H, uint64_t seed) {
   return a;
 }
 
+// The same heads / learnable scalars in another dtype (detached).
+Inputs as_dtype(Inputs in, DType dt) {
+  for (Tensor* t : {&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e}) *t = t->detach().to(dt);
+  return in;
+}
+AscenderCoreArgs as_dtype(AscenderCoreArgs a, DType dt) {
+  for (Tensor* t : {&a.omega_align, &a.omega_sep, &a.omega_coh, &a.lambda_align, &a.lambda_sep, &a.lambda_coh,
+                    &a.delta, &a.kappa, &a.tau_score})
+    *t = t->detach().to(dt);
+  return a;
+}
+
 // ---- the naive reference: docs/ascender.md §1-6 and §12 in plain loops, one (b, h) at a time -------------------
 struct Naive {
   Vec S_base, align, sep, coh, S, A, Y, raw_align, raw_sep, raw_coh, gamma_align, eta, gamma_coh;
@@ -409,15 +421,8 @@ TEST_CASE("AscenderAttention constant rows (docs §12.3): β̃ = 0 in float32 an
   AscenderCoreArgs p = make_args(1, 83);
   p.keep_mask = causal_keep_mask(5, 5, Device::cpu()).view({1, 1, 5, 5});
   nn::AscenderDecomposition dec;
-  nn::ascender_attention_reference(in.q.to(kFloat32), in.k_rot.to(kFloat32), in.k.to(kFloat32), in.v.to(kFloat32),
-                                   in.z.to(kFloat32), in.e.to(kFloat32), [&] {
-                                     AscenderCoreArgs a = p;
-                                     for (Tensor* t : {&a.omega_align, &a.omega_sep, &a.omega_coh, &a.lambda_align,
-                                                       &a.lambda_sep, &a.lambda_coh, &a.delta, &a.kappa, &a.tau_score})
-                                       *t = t->to(kFloat32);
-                                     return a;
-                                   }(),
-                                   &dec);
+  const Inputs in32 = as_dtype(in, kFloat32);
+  nn::ascender_attention_reference(in32.q, in32.k_rot, in32.k, in32.v, in32.z, in32.e, as_dtype(p, kFloat32), &dec);
   CHECK(amax(abs(dec.align.narrow(2, 0, 1))).item<double>() == 0.0);
   CHECK(amax(abs(dec.sep.narrow(2, 0, 1))).item<double>() == 0.0);
 }
@@ -674,21 +679,12 @@ TEST_CASE("AscenderAttention fused CPU kernel: float64 gradcheck, and float32 cl
       },
       inputs);
   // float32 inputs through the kernel against the float64 reference on the same (rounded) values.
-  Inputs in32 = in;
-  for (Tensor* t : {&in32.q, &in32.k_rot, &in32.k, &in32.v, &in32.z, &in32.e}) *t = t->detach().to(kFloat32);
-  AscenderCoreArgs p32 = p;
-  for (Tensor* t : {&p32.omega_align, &p32.omega_sep, &p32.omega_coh, &p32.lambda_align, &p32.lambda_sep,
-                    &p32.lambda_coh, &p32.delta, &p32.kappa, &p32.tau_score})
-    *t = t->detach().to(kFloat32);
+  const Inputs in32 = as_dtype(in, kFloat32);
+  const AscenderCoreArgs p32 = as_dtype(p, kFloat32);
   Tensor y32 = ascender_attention(in32.q, in32.k_rot, in32.k, in32.v, in32.z, in32.e, p32);
   BackendScope ref(AscenderBackend::Reference);
-  Inputs in64 = in32;
-  for (Tensor* t : {&in64.q, &in64.k_rot, &in64.k, &in64.v, &in64.z, &in64.e}) *t = t->to(kFloat64);
-  AscenderCoreArgs p64 = p32;
-  for (Tensor* t : {&p64.omega_align, &p64.omega_sep, &p64.omega_coh, &p64.lambda_align, &p64.lambda_sep,
-                    &p64.lambda_coh, &p64.delta, &p64.kappa, &p64.tau_score})
-    *t = t->to(kFloat64);
-  Tensor y64 = ascender_attention(in64.q, in64.k_rot, in64.k, in64.v, in64.z, in64.e, p64);
+  const Inputs in64 = as_dtype(in32, kFloat64);  // the same rounded values, in float64
+  Tensor y64 = ascender_attention(in64.q, in64.k_rot, in64.k, in64.v, in64.z, in64.e, as_dtype(p32, kFloat64));
   check_close(y32, y64, 2e-4, 2e-3);
 }
 
