@@ -146,7 +146,7 @@ struct NormStats {
 template <class T>
 struct Block {
   int64_t t0 = 0, R = 0, n = 0;
-  Scratch<T> s0, aff, d2, r, ws, wc, dc, raw_a, raw_s, raw_c, nrm_a, nrm_s, nrm_c, S, A, u, c;
+  Scratch<T> s0, aff, d2, r, ws, wc, dc, raw_a, raw_s, raw_c, S, A, u, c, zero;
   Scratch<T> keep;  // 1 where row i attends to key column j, else 0: a float mask, so the masked passes vectorise
   std::vector<std::vector<int64_t>> nbr;  // N(i) as column positions
   std::vector<int64_t> self;              // the column position of key i (-1: not among the columns)
@@ -157,8 +157,8 @@ struct Block {
   void resize(int64_t rows, int64_t keys, int64_t d, int64_t dz) {
     R = rows, n = keys;
     // Every tile is written in full before it is read (GEMM outputs, row loops over all columns): no zero fill.
-    for (auto* t : {&s0, &aff, &d2, &r, &ws, &wc, &dc, &raw_a, &raw_s, &raw_c, &nrm_a, &nrm_s, &nrm_c, &S, &A, &keep})
-      t->resize(R * n);
+    for (auto* t : {&s0, &aff, &d2, &r, &ws, &wc, &dc, &raw_a, &raw_s, &raw_c, &S, &A, &keep}) t->resize(R * n);
+    zero.assign(n, T(0));  // stands for the raw row of a term that is off
     u.resize(R * d);
     c.resize(R * dz);
     s.assign(R * d, 0.0);  // accumulated
@@ -169,10 +169,11 @@ struct Block {
   }
 };
 
-// (x - μ) / (σ + eps) over the kept entries of a row into y (0 elsewhere and on constant rows). Branch-free passes
-// (kept entries selected, not branched on) so they vectorise.
+// The statistics of one row's standardisation over its kept entries: μ, σ (population), and whether the row is
+// constant (σ <= 1e-5 max|x|, docs §12.3). The normalised values (x - μ) / (σ + eps) are never stored: the score pass
+// and the backward form them where they are read (normalised(), below). Branch-free passes, so they vectorise.
 template <class T>
-NormStats normalize_row(const T* x, const T* keep, int64_t n, double eps, T* y) {
+NormStats row_stats(const T* x, const T* keep, int64_t n, double eps) {
   NormStats st;
   T big = 0, sum = 0, count = 0;
   ASC_SIMD_REDUCE3(+, sum, count, max, big)
@@ -185,7 +186,6 @@ NormStats normalize_row(const T* x, const T* keep, int64_t n, double eps, T* y) 
     big = big > ax ? big : ax;
   }
   st.count = count;
-  for (int64_t j = 0; j < n; ++j) y[j] = T(0);
   if (st.count == 0) return st;
   st.mu = double(sum) / st.count;
   const T mu = static_cast<T>(st.mu);
@@ -199,19 +199,20 @@ NormStats normalize_row(const T* x, const T* keep, int64_t n, double eps, T* y) 
   st.sd = std::sqrt(double(var) / st.count);
   st.s = st.sd + eps;
   st.constant = st.sd <= kConstantRow * double(big);
-  if (st.constant) return st;
-  const T inv = static_cast<T>(1 / st.s);
-  for (int64_t j = 0; j < n; ++j) {
-    const T xj = x[j];
-    y[j] = keep[j] != T(0) ? (xj - mu) * inv : T(0);
-  }
   return st;
 }
 
-// Backward of normalize_row, in place on g (length n): dx_j = (g_j - mean(g) - xc_j mean(g xc) / (σ s)) / s on kept j
+// β̃_j = scale (x_j - μ) with scale = 1 / (σ + eps), or 0 on a constant row (kept j; what masked j get does not matter:
+// their scores are masked and their dS is 0).
+struct Normalised {
+  double scale, mu;
+};
+inline Normalised normalised(const NormStats& st) { return {st.constant ? 0.0 : 1 / st.s, st.mu}; }
+
+// Backward of the standardisation, in place on g (length n): dx_j = (g_j - mean(g) - xc_j mean(g xc) / (σ s)) / s on kept j
 // (docs: row_standardize), 0 elsewhere and on constant rows. Branch-free passes (kept entries selected) vectorise.
 template <class T>
-void normalize_row_backward(const T* x, const T* keep, int64_t n, const NormStats& st, T* g) {
+void standardize_backward(const T* x, const T* keep, int64_t n, const NormStats& st, T* g) {
   if (st.constant || st.count == 0) {
     std::fill(g, g + n, T(0));
     return;
@@ -325,7 +326,7 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
       const T* rr = b.r.data() + r * n;
       const T f = static_cast<T>(after ? 1.0 : b.la[r]);
       for (int64_t j = 0; j < n; ++j) raw[j] = f * rr[j];
-      b.st_a[r] = normalize_row(raw, b.keep.data() + r * n, n, cfg.norm_eps, b.nrm_a.data() + r * n);
+      b.st_a[r] = row_stats(raw, b.keep.data() + r * n, n, cfg.norm_eps);
     }
   }
   // ---- separation (§4): w = exp(-d²/τ_sep), ρ, η, φ = w [a - δ]_+ -------------------------------------------------
@@ -353,7 +354,7 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
         const T hinge = aff[j] - delta;
         raw[j] = -f * ws[j] * (hinge > T(0) ? hinge : T(0));
       }
-      b.st_s[r] = normalize_row(raw, keep, n, cfg.norm_eps, b.nrm_s.data() + r * n);
+      b.st_s[r] = row_stats(raw, keep, n, cfg.norm_eps);
     }
   }
   // ---- cohesion (§5): w' = exp(-d²/τ_coh) on kept keys, centroid c_i, dc = |z_j - c_i|², variance, gate ----------
@@ -398,7 +399,7 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
       const T f = static_cast<T>(after ? 1.0 : b.lc[r] / h.tau_coh);
       T* raw = b.raw_c.data() + r * n;
       for (int64_t j = 0; j < n; ++j) raw[j] = -f * dc[j];
-      b.st_c[r] = normalize_row(raw, b.keep.data() + r * n, n, cfg.norm_eps, b.nrm_c.data() + r * n);
+      b.st_c[r] = row_stats(raw, b.keep.data() + r * n, n, cfg.norm_eps);
     }
   }
   // ---- scores and probabilities (§6) ----------------------------------------------------------------------------
@@ -409,15 +410,23 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
     const T* keep = b.keep.data() + r * n;
     T* S = b.S.data() + r * n;
     T* A = b.A.data() + r * n;
-    std::copy(b.s0.data() + r * n, b.s0.data() + (r + 1) * n, S);
-    auto add = [&](const Scratch<T>& term, double weight) {  // S += weight · term row
-      const T w = static_cast<T>(weight);
-      const T* t = term.data() + r * n;
-      for (int64_t j = 0; j < n; ++j) S[j] += w * t[j];
+    // S = s0 + Σ_⋆ ω'_⋆ β̃_⋆ in one pass, β̃ formed from the raw row and its statistics (ω' = ω, times the gate
+    // after_norm); a term that is off reads a zero row with weight 0.
+    struct Term {
+      const T* raw;
+      T w, mu;
     };
-    if (cfg.use_align) add(b.nrm_a, wa * (after ? b.la[r] : 1.0));
-    if (cfg.use_sep) add(b.nrm_s, wsep * (after ? b.ls[r] : 1.0));
-    if (cfg.use_coh) add(b.nrm_c, wcoh * (after ? b.lc[r] : 1.0));
+    auto term = [&](bool on, const Scratch<T>& raw, const NormStats& st, double omega, double gate) -> Term {
+      if (!on) return {b.zero.data(), T(0), T(0)};
+      const Normalised nz = normalised(st);
+      return {raw.data() + r * n, static_cast<T>(omega * (after ? gate : 1.0) * nz.scale), static_cast<T>(nz.mu)};
+    };
+    const Term ta = term(cfg.use_align, b.raw_a, b.st_a[r], wa, b.la[r]);
+    const Term ts = term(cfg.use_sep, b.raw_s, b.st_s[r], wsep, b.ls[r]);
+    const Term tc = term(cfg.use_coh, b.raw_c, b.st_c[r], wcoh, b.lc[r]);
+    const T* s0 = b.s0.data() + r * n;
+    for (int64_t j = 0; j < n; ++j)
+      S[j] = s0[j] + ta.w * (ta.raw[j] - ta.mu) + ts.w * (ts.raw[j] - ts.mu) + tc.w * (tc.raw[j] - tc.mu);
     if (h.bias) {
       const T* brow = h.bias + i * h.bias_t;
       for (int64_t j = 0; j < n; ++j) S[j] += brow[kt.cols[j] * h.bias_s];
@@ -428,7 +437,7 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
     for (int64_t j = 0; j < n; ++j) {
       const T sj = S[j];
       const T x = keep[j] != T(0) ? sj * inv_tau : ninf;
-      m = x > m ? x : m;
+      m = m > x ? m : x;
     }
     if (m == ninf) {  // no kept key: zero row
       for (int64_t j = 0; j < n; ++j) A[j] = T(0);
@@ -585,27 +594,29 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
         for (int64_t x = 0; x < R * d; ++x) dqp[t0 * d + x] = static_cast<T>(dqp[t0 * d + x] * inv_sqrt_d);
         gemm<T>(n, d, R, dS.data(), 1, n, h.q + t0 * d, d, 1, dkr_k, d, true);
         // One bias term, from dβ̃ = ω' dS back to d(raw) (left in g); returns d(factor_i) of after_norm.
-        auto term_backward = [&](int64_t r, double omega, double factor, const Scratch<T>& nrm,
-                                 const Scratch<T>& raw, const NormStats& st, int scalar) -> double {
+        auto term_backward = [&](int64_t r, double omega, double factor, const Scratch<T>& raw,
+                                 const NormStats& st, int scalar) -> double {
           // β̃_ij = f nr_j (f = factor after_norm, else 1):  dω += Σ dS β̃;  d(nr_j) = ω f dS_j;  df = Σ ω dS nr
-          const T* nr = nrm.data() + r * n;
+          const T* rr = raw.data() + r * n;
           const T* dSr = dS.data() + r * n;
           const T f = static_cast<T>(after ? factor : 1.0), om = static_cast<T>(omega), omf = om * f;
-          T dsn = 0;  // Σ_j dS_ij nr_ij
+          const Normalised nz = normalised(st);
+          const T scale = static_cast<T>(nz.scale), mu = static_cast<T>(nz.mu);
+          T dsn = 0;  // Σ_j dS_ij nr_ij (dS = 0 on masked keys)
           ASC_SIMD_REDUCE(+, dsn)
           for (int64_t j = 0; j < n; ++j) {
-            dsn += dSr[j] * nr[j];
+            dsn += dSr[j] * (rr[j] - mu) * scale;
             g[j] = omf * dSr[j];
           }
           ds[scalar] += double(dsn) * double(f) * cfg.omega_scale;
-          normalize_row_backward(raw.data() + r * n, b.keep.data() + r * n, n, st, g.data());
+          standardize_backward(raw.data() + r * n, b.keep.data() + r * n, n, st, g.data());
           return after ? omega * double(dsn) : 0.0;
         };
         // ---- alignment ------------------------------------------------------------------------------------------
         if (cfg.use_align) {
           dsv.assign(R * d, 0.0);
           for (int64_t r = 0; r < R; ++r) {
-            double dla = term_backward(r, wa, b.la[r], b.nrm_a, b.raw_a, b.st_a[r], kOmegaA);
+            double dla = term_backward(r, wa, b.la[r], b.raw_a, b.st_a[r], kOmegaA);
             // raw = λγ r (before_norm) or r:  dr = (λγ or 1) draw;  d(λγ) += Σ_j draw r (before_norm)
             const T* rr = b.r.data() + r * n;
             const T fac = static_cast<T>(after ? 1.0 : b.la[r]);
@@ -647,7 +658,7 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
         // ---- separation -----------------------------------------------------------------------------------------
         if (cfg.use_sep) {
           for (int64_t r = 0; r < R; ++r) {
-            double dls = term_backward(r, wsep, b.ls[r], b.nrm_s, b.raw_s, b.st_s[r], kOmegaS);
+            double dls = term_backward(r, wsep, b.ls[r], b.raw_s, b.st_s[r], kOmegaS);
             const T* ws = b.ws.data() + r * n;
             const T* aff = b.aff.data() + r * n;
             const T* keep = b.keep.data() + r * n;
@@ -690,7 +701,7 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
           dW.assign(R, 0.0);
           dC.assign(R * dz, T(0));
           for (int64_t r = 0; r < R; ++r) {
-            double dlc = term_backward(r, wcoh, b.lc[r], b.nrm_c, b.raw_c, b.st_c[r], kOmegaC);
+            double dlc = term_backward(r, wcoh, b.lc[r], b.raw_c, b.st_c[r], kOmegaC);
             const T* dc = b.dc.data() + r * n;
             const T* wc = b.wc.data() + r * n;
             T* ddcr = ddc.data() + r * n;
