@@ -1,12 +1,17 @@
 // CPU kernels of fused ASCender attention (ops/ascender.h, docs/ascender.md). Per (batch, head) and block of
-// query rows, every (rows, T) quantity of the reference — base scores, affinities, distances, neighbourhoods,
-// kernels, the three raw biases, their normalisations, scores and probabilities — lives in a tile of this thread's
-// workspace; the large products are GEMMs (ops/cpu/gemm.h). Nothing of size (B, H, T, T) is ever allocated.
+// query rows, every (rows, keys) quantity of the reference — base scores, affinities, distances, neighbourhoods,
+// kernels, the three raw biases, scores and probabilities — lives in a tile of this thread's workspace; the large
+// products are GEMMs (ops/cpu/gemm.h). Nothing of size (B, H, T, T) is ever allocated. The keys of a block are all
+// T keys, or in windowed mode only the block's window, gathered (Keys, below): O(T·w) per head. The normalised
+// terms β̃ are never stored: each row keeps its μ and σ, and β̃ is formed where it is read.
 //
 // The backward recomputes each block's tiles (no per-row state is saved) and then runs the chain rule back through
 // them, in the reverse order of the forward (the derivation is written beside each step). Gradients of a key j
 // collect contributions from every query row, so one task owns one (batch, head) and walks its row blocks in turn;
 // gradients of the per-head scalars are summed per task and reduced after the parallel loop.
+//
+// Loops over a row are written to vectorise: the keep-mask is a float tile, selects read both operands first, and
+// nothing from std:: is called inside the no-trapping-math region (such calls do not inline there).
 #include <algorithm>
 #include <cmath>
 #include <limits>
