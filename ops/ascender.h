@@ -86,7 +86,7 @@ Tensor ascender_attention(const Tensor& q, const Tensor& k_rot, const Tensor& k,
 enum class AscenderBackend { Auto, Reference, Fused };
 void set_ascender_backend(AscenderBackend backend);
 AscenderBackend ascender_backend();
-// "fused (CPU)", or "reference: " and why the fused kernel does not run these inputs.
+// "fused (CPU)" / "fused (CUDA)", or "reference: " and why the device's fused kernel does not run these inputs.
 std::string ascender_choice(const Tensor& q, const Tensor& k_rot, const Tensor& k, const Tensor& v, const Tensor& z,
                             const Tensor& e, const AscenderCoreArgs& args, bool want_decomposition = false);
 

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "cuda/cuda.h"
 #include "nn/nn.h"
 #include "testing.h"
 
@@ -772,4 +773,60 @@ TEST_CASE("AscenderAttention fused CPU kernel: when it runs, and why not") {
   AscenderCoreArgs bad = p;
   bad.k = {3};
   check_error([&] { ascender_attention(in.q, in.k_rot, in.k, in.v, in.z, in.e, bad); }, {"k has 1 values for 2 heads"});
+}
+
+TEST_CASE("AscenderAttention fused CUDA kernel (forward): equals the CPU kernel; inputs needing a gradient run the "
+          "reference") {
+  if (!cuda::is_available()) {
+    MESSAGE("no CUDA device: skipped (the emulator build runs it)");
+    return;
+  }
+  const Device gpu = Device::cuda();
+  auto args_to = [](AscenderCoreArgs a, Device dev) {
+    for (Tensor* t : {&a.omega_align, &a.omega_sep, &a.omega_coh, &a.lambda_align, &a.lambda_sep, &a.lambda_coh,
+                      &a.delta, &a.kappa, &a.tau_score, &a.keep_mask, &a.bias})
+      if (t->defined()) *t = t->to(dev);
+    return a;
+  };
+  for (DType dt : {kFloat64, kFloat32})
+    for (int kind = 0; kind < 5; ++kind) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(kind);
+      const int64_t T = 40;
+      Inputs in = as_dtype(make_inputs(2, 2, T, 300 + kind), dt);
+      AscenderCoreArgs p = make_args(2, 301);
+      p.k = {3, 6};
+      if (kind == 1) {  // after_norm, padding
+        p.gate_position = GatePosition::AfterNorm;
+        std::vector<int64_t> valid(2 * T, 1);
+        for (int64_t t = 33; t < T; ++t) valid[T + t] = 0;
+        p.keep_mask = tensor(valid, {2, T}).to(kBool).view({2, 1, 1, T});
+      } else if (kind == 2) {  // causal, bias, include_self
+        p.keep_mask = causal_keep_mask(T, T, Device::cpu()).view({1, 1, T, T});
+        p.bias = randn64({1, 2, T, T}, false, 302);
+        p.include_self = true;
+      } else if (kind == 3) {  // window and global tokens, neighbourhoods from the base scores
+        p.window = 5, p.global_tokens = 2, p.select_by_scores = true;
+      } else if (kind == 4) {  // a term off, warm-up factor
+        p.use_sep = false, p.omega_scale = 0.4;
+      }
+      p = as_dtype(p, dt);
+      if (p.bias.defined()) p.bias = p.bias.to(dt);
+      NoGradGuard ng;
+      BackendScope fused(AscenderBackend::Fused);
+      Tensor y_cpu = ascender_attention(in.q, in.k_rot, in.k, in.v, in.z, in.e, p);
+      AscenderCoreArgs pg = args_to(p, gpu);
+      Inputs ig = in;
+      for (Tensor* t : {&ig.q, &ig.k_rot, &ig.k, &ig.v, &ig.z, &ig.e}) *t = t->to(gpu);
+      CHECK(ascender_choice(ig.q, ig.k_rot, ig.k, ig.v, ig.z, ig.e, pg) == "fused (CUDA)");
+      Tensor y_gpu = ascender_attention(ig.q, ig.k_rot, ig.k, ig.v, ig.z, ig.e, pg);
+      const double tol = dt == kFloat64 ? 1e-10 : 2e-4;
+      check_close(y_gpu.to(Device::cpu()), y_cpu, tol, tol);
+    }
+  // Inputs that need a gradient: the reference (the kernel has no backward yet), and it says why.
+  Inputs in = make_inputs(1, 2, 9, 310);
+  AscenderCoreArgs p = args_to(make_args(2, 311), gpu);
+  Tensor q = in.q.to(gpu).detach().set_requires_grad(true);
+  CHECK(ascender_choice(q, in.k_rot.to(gpu), in.k.to(gpu), in.v.to(gpu), in.z.to(gpu), in.e.to(gpu), p) ==
+        "reference: the fused CUDA kernel has no backward yet (inputs that need a gradient run the reference)");
 }
