@@ -21,6 +21,8 @@
 #include "cuda/ascender_launch.h"
 #include "cuda/launch_kernel.cuh"
 #include "cuda/row_kernels.cuh"
+#include "ops/ascender_scalars.h"
+#include "ops/math.h"
 
 namespace asc::cuda {
 namespace {
@@ -28,9 +30,8 @@ namespace {
 using namespace ascender_launch;
 
 constexpr int kThreads = 128;
-// Rows of the (9, H) scalars tensor (ops/ascender.h).
-enum Scalar { kOmegaA, kOmegaS, kOmegaC, kLambdaA, kLambdaS, kLambdaC, kDelta, kKappa, kTauScore };
-constexpr double kConstantRow = 1e-5;  // docs/ascender.md §12.3
+using namespace ascender;  // Scalar rows of the (9, H) scalars, kConstantRow (ops/ascender_scalars.h)
+using math::sigmoid;       // ops/math.h: the stable logistic every backend uses
 
 template <class T>
 constexpr int64_t kKeys = std::is_same_v<T, double> ? max_keys(FloatElem::F64) : max_keys(FloatElem::F32);
@@ -42,10 +43,6 @@ __device__ __forceinline__ T block_sum(T v, T* red) {
 template <class T>
 __device__ __forceinline__ T block_max(T v, T* red) {
   return rows::row_reduce(v, rows::MaxOp{}, red);
-}
-template <class T>
-__device__ __forceinline__ T sigmoid(T x) {
-  return x >= T(0) ? T(1) / (T(1) + rows::dexp(-x)) : rows::dexp(x) / (T(1) + rows::dexp(x));
 }
 
 // The statistics of one raw bias row over its kept entries: μ and the factor 1 / (σ + eps), or 0 on a constant row

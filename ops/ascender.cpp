@@ -11,6 +11,7 @@
 #include "autograd/node.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "ops/ascender_scalars.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -18,7 +19,6 @@ namespace asc {
 
 namespace {
 
-constexpr double kConstantRow = 1e-5;  // σ_i <= 1e-5 max|β_ij|: the row is constant (docs/ascender.md §12.3)
 
 // (H) values as a (1, H, 1, 1) tensor that broadcasts over (B, H, T, T).
 Tensor head_scalar(const std::vector<double>& v, const Tensor& like) {
@@ -85,7 +85,8 @@ AscenderKernelInputs kernel_inputs(const Tensor& q, const Tensor& k_rot, const T
   in.q = q.contiguous(), in.k_rot = k_rot.contiguous(), in.k = k.contiguous(), in.v = v.contiguous();
   in.z = z.contiguous(), in.e = e.contiguous();
   auto as_q = [&](const Tensor& t) { return t.dtype() == q.dtype() ? t : t.to(q.dtype()); };
-  in.scalars = stack({as_q(a.omega_align), as_q(a.omega_sep), as_q(a.omega_coh), as_q(a.lambda_align),
+  in.scalars = stack({  // rows in ascender::Scalar order (ops/ascender_scalars.h)
+                      as_q(a.omega_align), as_q(a.omega_sep), as_q(a.omega_coh), as_q(a.lambda_align),
                       as_q(a.lambda_sep), as_q(a.lambda_coh), as_q(a.delta), as_q(a.kappa), as_q(a.tau_score)},
                      0)
                    .reshape({9, q.size(1)});
@@ -144,7 +145,7 @@ Tensor ascender_normalize(const Tensor& x, const Tensor& keep, double eps) {
     Tensor dev = x - mu;
     Tensor sd = sqrt(sum(dev * dev * w, {-1}, true) / cnt);
     Tensor big = amax(abs(x) * w, {-1}, true);
-    constant = le(sd, big * kConstantRow);  // (.., 1); all-equal and empty rows too (0 <= 0)
+    constant = le(sd, big * ascender::kConstantRow);  // (.., 1); all-equal and empty rows too (0 <= 0)
   }
   return where(constant, zeros_like(y), y);  // no gradient reaches y (and so σ) on constant rows
 }

@@ -57,6 +57,13 @@ AscenderCoreArgs make_args(int64_t H, uint64_t seed) {
   return a;
 }
 
+// A (2, 1, 1, T) keep-mask of key padding for a batch of 2: batch 1's tokens from `first_pad` on are padding.
+Tensor batch1_padding(int64_t T, int64_t first_pad) {
+  std::vector<int64_t> valid(2 * T, 1);
+  for (int64_t t = first_pad; t < T; ++t) valid[T + t] = 0;
+  return tensor(valid, {2, T}).to(kBool).view({2, 1, 1, T});
+}
+
 // The same heads / learnable scalars in another dtype (detached).
 Inputs as_dtype(Inputs in, DType dt) {
   for (Tensor* t : {&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e}) *t = t->detach().to(dt);
@@ -631,9 +638,7 @@ TEST_CASE("AscenderAttention fused CPU kernel: forward and every gradient equal 
       p.gate_position = gp;
       p.k = {3, 5};
       if (mask_kind == 1) {
-        std::vector<int64_t> valid(90, 1);
-        for (int t = 38; t < 45; ++t) valid[45 + t] = 0;
-        p.keep_mask = tensor(valid, {2, 45}).to(kBool).view({2, 1, 1, 45});
+        p.keep_mask = batch1_padding(45, 38);
       } else if (mask_kind == 2) {
         p.keep_mask = causal_keep_mask(45, 45, Device::cpu()).view({1, 1, 45, 45});
       } else if (mask_kind == 3) {
@@ -704,9 +709,7 @@ TEST_CASE("AscenderAttention fused CPU kernel, windowed: only the window's key c
       p.include_self = mask_kind == 2;
       p.select_by_scores = mask_kind == 2;
       if (mask_kind == 1) {
-        std::vector<int64_t> valid(200, 1);
-        for (int t = 90; t < 100; ++t) valid[100 + t] = 0;
-        p.keep_mask = tensor(valid, {2, 100}).to(kBool).view({2, 1, 1, 100});
+        p.keep_mask = batch1_padding(100, 90);
       } else if (mask_kind == 2) {
         p.keep_mask = causal_keep_mask(100, 100, Device::cpu()).view({1, 1, 100, 100});
         p.bias = randn64({1, 2, 100, 100}, false, 242);
@@ -798,9 +801,7 @@ TEST_CASE("AscenderAttention fused CUDA kernel (forward): equals the CPU kernel;
       p.k = {3, 6};
       if (kind == 1) {  // after_norm, padding
         p.gate_position = GatePosition::AfterNorm;
-        std::vector<int64_t> valid(2 * T, 1);
-        for (int64_t t = 33; t < T; ++t) valid[T + t] = 0;
-        p.keep_mask = tensor(valid, {2, T}).to(kBool).view({2, 1, 1, T});
+        p.keep_mask = batch1_padding(T, 33);
       } else if (kind == 2) {  // causal, bias, include_self
         p.keep_mask = causal_keep_mask(T, T, Device::cpu()).view({1, 1, T, T});
         p.bias = randn64({1, 2, T, T}, false, 302);

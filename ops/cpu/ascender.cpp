@@ -21,6 +21,7 @@
 #include "core/format.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
+#include "ops/ascender_scalars.h"
 #include "ops/cpu/scratch.h"
 #include "ops/kernels.h"
 
@@ -43,9 +44,7 @@ int64_t row_block(const AscenderKernelConfig& cfg, int64_t n) {
   const int64_t keys = cfg.window > 0 ? std::min(n, 2 * cfg.window + cfg.global_tokens) : n;
   return std::clamp<int64_t>(32768 / std::max<int64_t>(keys, 1), 16, 64);
 }
-constexpr double kConstantRow = 1e-5;  // docs/ascender.md §12.3
-// Scalar rows of the (9, H) scalars tensor (ops/ascender.h).
-enum Scalar { kOmegaA, kOmegaS, kOmegaC, kLambdaA, kLambdaS, kLambdaC, kDelta, kKappa, kTauScore, kNumScalars };
+using namespace ascender;  // Scalar rows of the (9, H) scalars, kConstantRow (ops/ascender_scalars.h)
 
 using math::sigmoid;  // ops/math.h: the stable logistic both backends use
 
@@ -64,7 +63,6 @@ struct HeadData {
   int64_t k;                       // k_h
   double tau_sep, tau_coh, alpha_a, alpha_c;
 
-  bool valid(int64_t i, int64_t j) const { return !mask || mask[i * mask_t + j * mask_s]; }
 };
 
 // The key columns a block of query rows sees, with their rows of the per-key data. Full attention: every key, read
@@ -150,7 +148,6 @@ struct NormStats {
 // The (rows, T) tiles and per-row values of one block, forward; the backward reads them.
 template <class T>
 struct Block {
-  int64_t t0 = 0, R = 0, n = 0;
   Scratch<T> s0, aff, d2, r, ws, wc, dc, raw_a, raw_s, raw_c, S, A, u, c, zero;
   Scratch<T> keep;  // 1 where row i attends to key column j, else 0: a float mask, so the masked passes vectorise
   std::vector<std::vector<int64_t>> nbr;  // N(i) as column positions
@@ -160,7 +157,7 @@ struct Block {
   std::vector<double> s;  // Σ_{l∈N(i)} k̂_l (R, d)
 
   void resize(int64_t rows, int64_t keys, int64_t d, int64_t dz) {
-    R = rows, n = keys;
+    const int64_t R = rows, n = keys;
     // Every tile is written in full before it is read (GEMM outputs, row loops over all columns): no zero fill.
     for (auto* t : {&s0, &aff, &d2, &r, &ws, &wc, &dc, &raw_a, &raw_s, &raw_c, &S, &A, &keep}) t->resize(R * n);
     zero.assign(n, T(0));  // stands for the raw row of a term that is off
@@ -246,7 +243,6 @@ void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernel
                    Block<T>& b) {
   const int64_t n = kt.m, d = h.d, dz = h.dz, da = h.da;  // n: the block's key columns
   b.resize(R, n, d, dz);
-  b.t0 = t0;
   const double inv_sqrt_d = 1 / std::sqrt(double(d));
   const bool after = cfg.after_norm;
   // Base scores, affinities, squared distances: three GEMMs over the block's rows.
