@@ -1,7 +1,7 @@
-// CUDA entry points of fused ASCender attention (ops/ascender.h): check what the kernel of cuda/ascender.cu takes,
-// pass raw pointers, sizes and the per-head configuration to its launcher, and turn a failed launch into an
-// asc::Error. The kernel is forward only so far: ascender_unsupported refuses inputs that need a gradient (the op
-// then runs the reference, whose ops all have CUDA kernels), so ascender_backward is never reached.
+// CUDA entry points of fused ASCender attention (ops/ascender.h): check what the kernels of cuda/ascender.cu take,
+// pass raw pointers, sizes and the per-head configuration to their launchers, and turn a failed launch into an
+// asc::Error. Inputs they do not take (ascender_unsupported says why) run the reference, whose ops all have CUDA
+// kernels.
 #include <algorithm>
 
 #include "autograd/node.h"
@@ -11,6 +11,7 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "ops/kernels.h"
+#include "ops/ops.h"
 
 namespace asc::cuda {
 
@@ -23,25 +24,28 @@ void ascender_unsupported(const AscenderKernelInputs& in, const AscenderKernelCo
   const int64_t kmax = *std::max_element(cfg.k.begin(), cfg.k.end());
   if (in.q.dtype() != kFloat32 && in.q.dtype() != kFloat64)
     why = fmt::format("dtype {} (the CUDA kernel computes in float32 / float64)", in.q.dtype());
-  else if (autograd::needs_grad({&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e, &in.scalars}))
-    why = "the fused CUDA kernel has no backward yet (inputs that need a gradient run the reference)";
-  else if (T > L::max_keys(float_elem_of("ascender_attention", in.q.dtype())))
-    why = fmt::format("{} keys per row (the CUDA kernel holds at most {} in shared memory)", T,
-                      L::max_keys(float_elem_of("ascender_attention", in.q.dtype())));
+  else if (const FloatElem t = float_elem_of("ascender_attention", in.q.dtype());
+           autograd::needs_grad({&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e, &in.scalars}) &&
+           T > L::max_keys_backward(t))
+    why = fmt::format("{} keys per row and inputs that need a gradient (the CUDA backward holds at most {} keys in "
+                      "shared memory)", T, L::max_keys_backward(t));
+  else if (T > L::max_keys(t))
+    why = fmt::format("{} keys per row (the CUDA kernel holds at most {} in shared memory)", T, L::max_keys(t));
   else if (H > L::kMaxHeads || kmax > L::kMaxK || dims > L::kMaxDim || B * H > 65535)
     why = fmt::format("heads {}, k {}, head dims {} or batch x heads {} beyond the CUDA kernel's {}, {}, {}, 65535", H,
                       kmax, dims, B * H, L::kMaxHeads, L::kMaxK, L::kMaxDim);
 }
 
-void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y) {
+namespace {
+
+// The forward's parameters: raw pointers (y's is set by the caller), sizes, the per-head configuration.
+L::Params params(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg) {
   std::string why;
   ascender_unsupported(in, cfg, why);
   ASC_CHECK(why.empty(), "ascender_attention (CUDA): the fused kernel cannot run these inputs: {}", why);
-  const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2), d = in.q.size(3);
-  y = Tensor::empty({B, H, T, d}, in.q.options());
   L::Params p{};
   p.q = in.q.raw_data(), p.k_rot = in.k_rot.raw_data(), p.k = in.k.raw_data(), p.v = in.v.raw_data();
-  p.z = in.z.raw_data(), p.e = in.e.raw_data(), p.scalars = in.scalars.raw_data(), p.y = y.raw_data();
+  p.z = in.z.raw_data(), p.e = in.e.raw_data(), p.scalars = in.scalars.raw_data();
   if (in.keep.defined()) {
     p.keep = static_cast<const bool*>(in.keep.raw_data());
     for (int s = 0; s < 4; ++s) p.keep_stride[s] = in.keep.stride(s);
@@ -50,21 +54,49 @@ void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig
     p.bias = in.bias.raw_data();
     for (int s = 0; s < 4; ++s) p.bias_stride[s] = in.bias.stride(s);
   }
-  p.B = B, p.H = H, p.T = T, p.d = d, p.dz = in.z.size(3), p.da = in.e.size(3);
+  p.B = in.q.size(0), p.H = in.q.size(1), p.T = in.q.size(2), p.d = in.q.size(3);
+  p.dz = in.z.size(3), p.da = in.e.size(3);
   p.window = cfg.window, p.global_tokens = cfg.global_tokens;
   p.include_self = cfg.include_self, p.select_by_scores = cfg.select_by_scores, p.after_norm = cfg.after_norm;
   p.use_align = cfg.use_align, p.use_sep = cfg.use_sep, p.use_coh = cfg.use_coh;
   p.norm_eps = cfg.norm_eps, p.omega_scale = cfg.omega_scale;
-  for (int64_t h = 0; h < H; ++h) {
+  for (int64_t h = 0; h < p.H; ++h) {
     p.k_nbr[h] = cfg.k[h], p.tau_sep[h] = cfg.tau_sep[h], p.tau_coh[h] = cfg.tau_coh[h];
     p.alpha_align[h] = cfg.alpha_align[h], p.alpha_coh[h] = cfg.alpha_coh[h];
   }
+  return p;
+}
+
+}  // namespace
+
+void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y) {
+  L::Params p = params(in, cfg);
+  y = Tensor::empty(in.q.shape(), in.q.options());
+  p.y = y.raw_data();
   ASC_CUDA_CHECK(L::forward(float_elem_of("ascender_attention", in.q.dtype()), p, current_stream()));
 }
 
-void ascender_backward(const AscenderKernelInputs&, const AscenderKernelConfig&, const Tensor&, TensorList&) {
-  ASC_THROW("ascender_attention (CUDA): the fused CUDA kernel has no backward yet (ascender_unsupported refuses "
-            "inputs that need a gradient)");
+void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const Tensor& gy_in,
+                       TensorList& grads) {
+  L::BackwardParams p{};
+  p.fwd = params(in, cfg);
+  const FloatElem t = float_elem_of("ascender_attention backward", in.q.dtype());
+  ASC_CHECK(p.fwd.T <= L::max_keys_backward(t), "ascender_attention backward (CUDA): {} keys per row, the kernel "
+            "holds at most {}", p.fwd.T, L::max_keys_backward(t));
+  const Tensor gy = gy_in.contiguous();
+  const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);
+  const TensorOptions opt = in.q.options();
+  Tensor dq = zeros(in.q.shape(), opt), dkr = zeros(in.q.shape(), opt), dk = zeros(in.q.shape(), opt);
+  Tensor dv = zeros(in.q.shape(), opt), dz = zeros(in.z.shape(), opt), de = zeros(in.e.shape(), opt);
+  Tensor dscalars = zeros(in.scalars.shape(), opt);
+  Tensor dkhat = zeros(in.q.shape(), opt), dehat = zeros(in.e.shape(), opt);  // workspace
+  Tensor knorm = Tensor::empty({B, H, T}, opt), enorm = Tensor::empty({B, H, T}, opt);
+  p.gy = gy.raw_data();
+  p.dq = dq.raw_data(), p.dkr = dkr.raw_data(), p.dk = dk.raw_data(), p.dv = dv.raw_data();
+  p.dz = dz.raw_data(), p.de = de.raw_data(), p.dscalars = dscalars.raw_data();
+  p.dkhat = dkhat.raw_data(), p.dehat = dehat.raw_data(), p.knorm = knorm.raw_data(), p.enorm = enorm.raw_data();
+  ASC_CUDA_CHECK(L::backward(t, p, current_stream()));
+  grads = {dq, dkr, dk, dv, dz, de, dscalars};
 }
 
 }  // namespace asc::cuda

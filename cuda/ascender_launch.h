@@ -1,8 +1,8 @@
 #pragma once
-// Launcher of the fused ASCender forward CUDA kernel (cuda/ascender.cu), called by cuda/ascender.cpp after it has
+// Launchers of the fused ASCender CUDA kernels (cuda/ascender.cu), called by cuda/ascender.cpp after it has
 // validated the tensors. C++17-clean and plain data only (this header is included by a .cu file). Semantics are the
 // CPU kernel's (ops/cpu/ascender.cpp, docs/ascender.md): one query row per thread block, every (row, key) quantity
-// in shared memory, so a row holds at most kAscenderMaxKeys<T> keys.
+// in shared memory, so a row holds at most max_keys (forward) / max_keys_backward keys.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -14,8 +14,10 @@ namespace asc::cuda::ascender_launch {
 constexpr int kMaxHeads = 16;   // per-head configuration travels in the kernel's parameters
 constexpr int kMaxK = 64;       // neighbourhood size
 constexpr int kMaxDim = 256;    // d, d_z, d_a
-// Keys per row: seven (row, key) arrays of the element type in 48 KiB of static shared memory.
+// Keys per row: seven (row, key) arrays of the element type in 48 KiB of static shared memory (forward); ten, and
+// four more vectors of the head dimensions, for the backward.
 constexpr int64_t max_keys(FloatElem t) { return t == FloatElem::F64 ? 640 : 1280; }
+constexpr int64_t max_keys_backward(FloatElem t) { return t == FloatElem::F64 ? 320 : 896; }
 
 struct Params {
   // q, k_rot, k, v (B, H, T, d), z (B, H, T, d_z), e (B, H, T, d_a) contiguous; scalars (9, H): ω_a, ω_s, ω_c, λ_a,
@@ -35,7 +37,20 @@ struct Params {
   double tau_sep[kMaxHeads], tau_coh[kMaxHeads], alpha_align[kMaxHeads], alpha_coh[kMaxHeads];
 };
 
+// The backward's buffers, all of the element type: the gradients (B, H, T, ·) — dq, dk, de written, dkr, dv, dz
+// accumulated —, dscalars (9, H) accumulated, and workspace: dkhat (B, H, T, d), dehat (B, H, T, d_a) accumulated
+// (the gradients w.r.t. the unit keys k̂ and unit embeddings ê), knorm, enorm (B, H, T). Accumulated ones are zero on
+// entry.
+struct BackwardParams {
+  Params fwd;      // the forward's inputs (fwd.y is not read)
+  const void* gy;  // dL/dy (B, H, T, d)
+  void *dq, *dkr, *dk, *dv, *dz, *de, *dscalars;
+  void *dkhat, *dehat, *knorm, *enorm;
+};
+
 // float32 or float64 only.
 cudaError_t forward(FloatElem t, const Params& p, cudaStream_t stream);
+// Rows up to max_keys_backward keys.
+cudaError_t backward(FloatElem t, const BackwardParams& p, cudaStream_t stream);
 
 }  // namespace asc::cuda::ascender_launch
