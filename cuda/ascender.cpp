@@ -3,6 +3,7 @@
 // asc::Error. Inputs they do not take (ascender_unsupported says why) run the reference, whose ops all have CUDA
 // kernels.
 #include <algorithm>
+#include <cstdlib>
 
 #include "autograd/node.h"
 #include "core/error.h"
@@ -19,18 +20,11 @@ namespace L = ascender_launch;
 
 void ascender_unsupported(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, std::string& why) {
   why.clear();
-  const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);
+  const int64_t B = in.q.size(0), H = in.q.size(1);
   const int64_t dims = std::max({in.q.size(3), in.z.size(3), in.e.size(3)});
   const int64_t kmax = *std::max_element(cfg.k.begin(), cfg.k.end());
   if (in.q.dtype() != kFloat32 && in.q.dtype() != kFloat64)
     why = fmt::format("dtype {} (the CUDA kernel computes in float32 / float64)", in.q.dtype());
-  else if (const FloatElem t = float_elem_of("ascender_attention", in.q.dtype());
-           autograd::needs_grad({&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e, &in.scalars}) &&
-           T > L::max_keys_backward(t))
-    why = fmt::format("{} keys per row and inputs that need a gradient (the CUDA backward holds at most {} keys in "
-                      "shared memory)", T, L::max_keys_backward(t));
-  else if (T > L::max_keys(t))
-    why = fmt::format("{} keys per row (the CUDA kernel holds at most {} in shared memory)", T, L::max_keys(t));
   else if (H > L::kMaxHeads || kmax > L::kMaxK || dims > L::kMaxDim || B * H > 65535)
     why = fmt::format("heads {}, k {}, head dims {} or batch x heads {} beyond the CUDA kernel's {}, {}, {}, 65535", H,
                       kmax, dims, B * H, L::kMaxHeads, L::kMaxK, L::kMaxDim);
@@ -67,22 +61,46 @@ L::Params params(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg
   return p;
 }
 
+// The long-row workspace's budget in bytes: ASC_ASCENDER_SCRATCH_MB if set (a positive integer), else 256 MiB.
+int64_t scratch_budget() {
+  int64_t mb = 256;
+  if (const char* env = std::getenv("ASC_ASCENDER_SCRATCH_MB")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    ASC_CHECK(end != env && *end == '\0' && v > 0 && v < (int64_t(1) << 40),
+              "ascender_attention (CUDA): ASC_ASCENDER_SCRATCH_MB must be a positive number of MiB, got '{}'", env);
+    mb = v;
+  }
+  return mb << 20;
+}
+
+// Rows longer than the shared-memory kernel holds (`shared_keys`): a workspace for the rows in flight.
+Tensor row_workspace(const AscenderKernelInputs& in, L::Params& p, int64_t shared_keys, int arrays) {
+  const FloatElem t = float_elem_of("ascender_attention", in.q.dtype());
+  if (p.T <= shared_keys) return {};
+  p.rows_in_flight = L::rows_in_flight(t, p.B * p.H, p.T, arrays, scratch_budget());
+  Tensor scratch = Tensor::empty({p.rows_in_flight * p.B * p.H * arrays * p.T}, in.q.options());
+  p.scratch = scratch.raw_data();
+  return scratch;
+}
+
 }  // namespace
 
 void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y) {
+  const FloatElem t = float_elem_of("ascender_attention", in.q.dtype());
   L::Params p = params(in, cfg);
+  const Tensor scratch = row_workspace(in, p, L::max_keys(t), L::kForwardArrays);
   y = Tensor::empty(in.q.shape(), in.q.options());
   p.y = y.raw_data();
-  ASC_CUDA_CHECK(L::forward(float_elem_of("ascender_attention", in.q.dtype()), p, current_stream()));
+  ASC_CUDA_CHECK(L::forward(t, p, current_stream()));
 }
 
 void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const Tensor& gy_in,
                        TensorList& grads) {
+  const FloatElem t = float_elem_of("ascender_attention backward", in.q.dtype());
   L::BackwardParams p{};
   p.fwd = params(in, cfg);
-  const FloatElem t = float_elem_of("ascender_attention backward", in.q.dtype());
-  ASC_CHECK(p.fwd.T <= L::max_keys_backward(t), "ascender_attention backward (CUDA): {} keys per row, the kernel "
-            "holds at most {}", p.fwd.T, L::max_keys_backward(t));
+  const Tensor scratch = row_workspace(in, p.fwd, L::max_keys_backward(t), L::kBackwardArrays);
   const Tensor gy = gy_in.contiguous();
   const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);
   const TensorOptions opt = in.q.options();

@@ -2,12 +2,12 @@
 // docs/ascender.md's, the order of computation and the backward's derivation the CPU kernel's, ops/cpu/ascender.cpp).
 //
 // One thread block per query row (grid: rows × batch·heads). row_forward computes the whole row into shared memory
-// — its base scores, affinities, squared latent distances, keep-mask, the three raw bias rows (each stored without
-// its per-row factor), the scores S and the probabilities A — so nothing (B, H, T, T) is ever written to global
-// memory; the row's length is what bounds it (ascender_launch::max_keys). In turn: the keys' scores by strided
-// loops over the keys, the top-k neighbourhood (one thread streams the row, keeping the best k in a sorted list:
-// ties to the lower index, as the CPU), the mean heading u over the neighbours, ρ and the cohesion centroid by block
-// reductions, the raw biases, their row statistics (two passes, so a constant row is recognised as on the CPU), S
+// (long rows: the block's slice of a global workspace) — its base scores, affinities, squared latent distances,
+// keep-mask, the three raw bias rows (each stored without its per-row factor), the scores S and the probabilities
+// A — so nothing (B, H, T, T) is ever allocated. In turn: the keys' scores by strided loops over the keys, the top-k
+// neighbourhood (one thread streams the row, keeping the best k in a sorted list: ties to the lower index, as the
+// CPU), the mean heading u over the neighbours, ρ and the cohesion centroid by block reductions, the raw biases,
+// their row statistics (two passes, so a constant row is recognised as on the CPU), S
 // and a masked softmax. The forward kernel then forms y_i = A V.
 //
 // The backward kernel recomputes the row with the same row_forward (nothing but y is saved between the passes) and
@@ -18,7 +18,8 @@
 // result, vary between runs). Two small kernels bracket it: the keys' and embeddings' norms before, and the
 // backward of the unit-vector maps k̂ = k / |k|, ê = e / |e| after.
 //
-// Still to come: a flash-style tiled version for rows longer than shared memory holds, and bfloat16 / float16.
+// Rows longer than shared memory holds keep their arrays in a global workspace (kGlobal, below): the same code, with
+// memory traffic instead of shared-memory traffic. Still to come: bfloat16 / float16.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -52,22 +53,41 @@ __device__ __forceinline__ T block_max(T v, T* red) {
   return rows::row_reduce(v, rows::MaxOp{}, red);
 }
 
-// One query row in shared memory: (key) arrays of N entries and the row's small vectors. No initialisers: a
-// __shared__ variable cannot have a constructor.
-template <class T, int64_t N>
-struct Row {
-  T s[N];     // S_base, then S
-  T aff[N];   // a_ij = ê_i · ê_j
-  T d2[N];    // |z_i - z_j|²
-  T keep[N];  // 1 where row i attends to key j
-  T r[N];     // r_ij = u_i · k̂_j          (raw align = fa r)
-  T rs[N];    // -f_s w_ij [a_ij - δ]_+      (raw sep)
-  T dc[N];    // |z_j - c_i|²               (raw coh = fc dc)
+// A query row's (key) arrays, n entries each: in shared memory for rows up to max_keys, else in this block's slice of
+// a global workspace (RowArrays::count arrays of n per block).
+template <class T>
+struct RowKeys {
+  T* s;     // S_base, then S
+  T* aff;   // a_ij = ê_i · ê_j
+  T* d2;    // |z_i - z_j|²
+  T* keep;  // 1 where row i attends to key j
+  T* r;     // r_ij = u_i · k̂_j          (raw align = fa r)
+  T* rs;    // -f_s w_ij [a_ij - δ]_+      (raw sep)
+  T* dc;    // |z_j - c_i|²               (raw coh = fc dc)
+  static constexpr int count = kForwardArrays;
+  __device__ static RowKeys at(T* base, int64_t n) {
+    return {base, base + n, base + 2 * n, base + 3 * n, base + 4 * n, base + 5 * n, base + 6 * n};
+  }
+};
+
+// The row's small vectors, always in shared memory. No initialisers: a __shared__ variable cannot have a constructor.
+template <class T>
+struct RowVecs {
   T qi[kMaxDim], ei[kMaxDim], zi[kMaxDim], u[kMaxDim], cv[kMaxDim], kinv[kMaxK], topv[kMaxK];
   int64_t topi[kMaxK];
   int top_m;
   T red[32];
 };
+
+// Where this block's key arrays live: `arrays` arrays of n in static shared memory of `shared` elements, or — kGlobal
+// — in the block's slice of p.scratch. Rows are then visited grid-strided (i = blockIdx.x, += gridDim.x).
+template <class T, bool kGlobal>
+__device__ T* key_storage(const Params& p, T* shared, int arrays) {
+  if constexpr (kGlobal)
+    return static_cast<T*>(p.scratch) + (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * arrays * p.T;
+  else
+    return shared;
+}
 
 // The statistics of one raw bias row over its kept entries: β̃_j = scale (x_j - mu), scale = 1 / (σ + eps), or 0 on
 // a constant row (σ <= 1e-5 max|x|) and on a row with no kept entry.
@@ -143,12 +163,12 @@ __device__ void standardize_backward(const T* src, T f, const T* keep, int64_t n
   __syncthreads();
 }
 
-// The forward of query row blockIdx.x of head blockIdx.y into w and A (A may alias w.aff: it is written last).
-template <class T, int64_t N>
-__device__ void row_forward(const Params& p, Row<T, N>& w, T* A, RowState<T>& st) {
+// The forward of query row i of head blockIdx.y into w, v and A (A may alias w.aff: it is written last).
+template <class T>
+__device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, RowVecs<T>& v, T* A, RowState<T>& st) {
   const int tid = threadIdx.x, nt = blockDim.x;
   const int64_t n = p.T, d = p.d, dz = p.dz, da = p.da, H = p.H;
-  const int64_t i = blockIdx.x, bh = blockIdx.y, b = bh / H, h = bh % H;
+  const int64_t bh = blockIdx.y, b = bh / H, h = bh % H;
   const T* Q = static_cast<const T*>(p.q) + bh * n * d;
   const T* KR = static_cast<const T*>(p.k_rot) + bh * n * d;
   const T* KK = static_cast<const T*>(p.k) + bh * n * d;
@@ -157,30 +177,30 @@ __device__ void row_forward(const Params& p, Row<T, N>& w, T* A, RowState<T>& st
   const T* sc = static_cast<const T*>(p.scalars);
   auto scal = [&](int s) { return sc[s * H + h]; };
   const T ninf = -INFINITY;
-  T* red = w.red;
+  T* red = v.red;
 
   // ---- this row's q_i, z_i, ê_i; then per key: S_base, a_ij, |z_i - z_j|², keep -------------------------------
-  for (int64_t c = tid; c < d; c += nt) w.qi[c] = Q[i * d + c];
-  for (int64_t c = tid; c < dz; c += nt) w.zi[c] = Z[i * dz + c];
+  for (int64_t c = tid; c < d; c += nt) v.qi[c] = Q[i * d + c];
+  for (int64_t c = tid; c < dz; c += nt) v.zi[c] = Z[i * dz + c];
   T e2 = 0;
   for (int64_t c = tid; c < da; c += nt) e2 += E[i * da + c] * E[i * da + c];
   e2 = block_sum(e2, red);
   const T einv = T(1) / fmax(sqrt(e2), T(1e-8));
-  for (int64_t c = tid; c < da; c += nt) w.ei[c] = E[i * da + c] * einv;
+  for (int64_t c = tid; c < da; c += nt) v.ei[c] = E[i * da + c] * einv;
   __syncthreads();
   const T inv_sqrt_d = T(1) / sqrt(T(d));
   const bool* km = p.keep ? p.keep + b * p.keep_stride[0] + h * p.keep_stride[1] + i * p.keep_stride[2] : nullptr;
   const int64_t win = p.window, g = p.global_tokens;
   for (int64_t j = tid; j < n; j += nt) {
     T s = 0, en = 0, a = 0, dd = 0;
-    for (int64_t c = 0; c < d; ++c) s += w.qi[c] * KR[j * d + c];
+    for (int64_t c = 0; c < d; ++c) s += v.qi[c] * KR[j * d + c];
     for (int64_t c = 0; c < da; ++c) {
       const T x = E[j * da + c];
       en += x * x;
-      a += w.ei[c] * x;
+      a += v.ei[c] * x;
     }
     for (int64_t c = 0; c < dz; ++c) {
-      const T t = w.zi[c] - Z[j * dz + c];
+      const T t = v.zi[c] - Z[j * dz + c];
       dd += t * t;
     }
     w.s[j] = s * inv_sqrt_d;
@@ -207,29 +227,29 @@ __device__ void row_forward(const Params& p, Row<T, N>& w, T* A, RowState<T>& st
         const T x = by[j];
         if (!(x > thr)) continue;
         int q = m < K ? m++ : m - 1;
-        for (; q > 0 && w.topv[q - 1] < x; --q) w.topv[q] = w.topv[q - 1], w.topi[q] = w.topi[q - 1];
-        w.topv[q] = x, w.topi[q] = j;
-        if (m == K) thr = w.topv[m - 1];
+        for (; q > 0 && v.topv[q - 1] < x; --q) v.topv[q] = v.topv[q - 1], v.topi[q] = v.topi[q - 1];
+        v.topv[q] = x, v.topi[q] = j;
+        if (m == K) thr = v.topv[m - 1];
       }
-      w.top_m = m;
+      v.top_m = m;
     }
     __syncthreads();
-    const int m = w.top_m;
+    const int m = v.top_m;
     st.m = m;
     for (int t = tid; t < m; t += nt) {
       T s = 0;
-      for (int64_t c = 0; c < d; ++c) s += KK[w.topi[t] * d + c] * KK[w.topi[t] * d + c];
-      w.kinv[t] = T(1) / fmax(sqrt(s), T(1e-12));
+      for (int64_t c = 0; c < d; ++c) s += KK[v.topi[t] * d + c] * KK[v.topi[t] * d + c];
+      v.kinv[t] = T(1) / fmax(sqrt(s), T(1e-12));
     }
     __syncthreads();
     for (int64_t c = tid; c < d; c += nt) {
       T s = 0;
-      for (int t = 0; t < m; ++t) s += KK[w.topi[t] * d + c] * w.kinv[t];
-      w.u[c] = s;  // Σ_{l∈N(i)} k̂_l
+      for (int t = 0; t < m; ++t) s += KK[v.topi[t] * d + c] * v.kinv[t];
+      v.u[c] = s;  // Σ_{l∈N(i)} k̂_l
     }
     __syncthreads();
     T s2 = 0;
-    for (int64_t c = tid; c < d; c += nt) s2 += w.u[c] * w.u[c];
+    for (int64_t c = tid; c < d; c += nt) s2 += v.u[c] * v.u[c];
     s2 = block_sum(s2, red);
     st.snorm = sqrt(s2);
     st.cdiv = m > 0 ? T(m) : T(1);
@@ -238,14 +258,14 @@ __device__ void row_forward(const Params& p, Row<T, N>& w, T* A, RowState<T>& st
     st.la = scal(kLambdaA) * st.gamma_a;
     st.fa = after ? T(1) : st.la;
     const T uinv = T(1) / fmax(st.snorm, T(1e-12));
-    for (int64_t c = tid; c < d; c += nt) w.u[c] *= uinv;
+    for (int64_t c = tid; c < d; c += nt) v.u[c] *= uinv;
     __syncthreads();
     for (int64_t j = tid; j < n; j += nt) {
       T kn = 0, dot = 0;
       for (int64_t c = 0; c < d; ++c) {
         const T x = KK[j * d + c];
         kn += x * x;
-        dot += w.u[c] * x;
+        dot += v.u[c] * x;
       }
       w.r[j] = dot / fmax(sqrt(kn), T(1e-12));
     }
@@ -276,14 +296,14 @@ __device__ void row_forward(const Params& p, Row<T, N>& w, T* A, RowState<T>& st
       T s = 0;
       for (int64_t j = 0; j < n; ++j)
         if (w.keep[j] != T(0)) s += rows::dexp(-w.d2[j] * inv_tau) * Z[j * dz + c];
-      w.cv[c] = s / st.W;
+      v.cv[c] = s / st.W;
     }
     __syncthreads();
     T var = 0;
     for (int64_t j = tid; j < n; j += nt) {
       T dc = 0;
       for (int64_t c = 0; c < dz; ++c) {
-        const T t = Z[j * dz + c] - w.cv[c];
+        const T t = Z[j * dz + c] - v.cv[c];
         dc += t * t;
       }
       w.dc[j] = dc;
@@ -330,20 +350,26 @@ __device__ void row_forward(const Params& p, Row<T, N>& w, T* A, RowState<T>& st
   __syncthreads();
 }
 
-template <class T>
+template <class T, bool kGlobal>
 __global__ void __launch_bounds__(kThreads) ascender_forward_kernel(Params p) {
-  __shared__ Row<T, max_keys(kElem<T>)> w;
-  RowState<T> st;
-  T* const A = w.aff;  // the affinities are not read after the scores
-  row_forward(p, w, A, st);
-  const int64_t n = p.T, d = p.d, i = blockIdx.x, bh = blockIdx.y;
+  constexpr int64_t N = kGlobal ? 1 : max_keys(kElem<T>);
+  __shared__ T keys_shared[RowKeys<T>::count * N];
+  __shared__ RowVecs<T> v;
+  const int64_t n = p.T, d = p.d, bh = blockIdx.y;
+  const RowKeys<T> w = RowKeys<T>::at(key_storage<T, kGlobal>(p, keys_shared, RowKeys<T>::count), kGlobal ? n : N);
   const T* V = static_cast<const T*>(p.v) + bh * n * d;
-  T* y = static_cast<T*>(p.y) + (bh * n + i) * d;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    T s = 0;
-    if (st.mx != T(-INFINITY))  // else no kept key: a zero row
-      for (int64_t j = 0; j < n; ++j) s += A[j] * V[j * d + c];
-    y[c] = s;
+  T* const A = w.aff;  // the affinities are not read after the scores
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    __syncthreads();  // the previous row's arrays are read no more
+    RowState<T> st;
+    row_forward(p, i, w, v, A, st);
+    T* y = static_cast<T*>(p.y) + (bh * n + i) * d;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      T s = 0;
+      if (st.mx != T(-INFINITY))  // else no kept key: a zero row
+        for (int64_t j = 0; j < n; ++j) s += A[j] * V[j * d + c];
+      y[c] = s;
+    }
   }
 }
 
@@ -376,18 +402,17 @@ __global__ void unit_rows_backward_kernel(const T* x, const T* norm, const T* dy
     dx[r * cols + c] = (dy[r * cols + c] - x[r * cols + c] / nr * dot) / nr;
 }
 
+// The backward of query row i of head blockIdx.y; the arrays as ascender_backward_kernel lays them out.
 template <class T>
-__global__ void __launch_bounds__(kThreads) ascender_backward_kernel(BackwardParams bp) {
-  constexpr int64_t N = max_keys_backward(kElem<T>);
+__device__ void backward_row(const BackwardParams& bp, int64_t i, const RowKeys<T>& w, RowVecs<T>& v, T* A, T* dS,
+                             T* dd2, T* gyi, T* du, T* dsv, T* dC) {
   const Params& p = bp.fwd;
-  __shared__ Row<T, N> w;
-  __shared__ T A[N], dS[N], dd2[N], gyi[kMaxDim], du[kMaxDim], dsv[kMaxDim], dC[kMaxDim];
   RowState<T> st;
-  row_forward(p, w, A, st);
+  row_forward(p, i, w, v, A, st);
   if (st.mx == T(-INFINITY)) return;  // no kept key: y_i = 0 whatever the inputs (uniform over the block)
   const int tid = threadIdx.x, nt = blockDim.x;
   const int64_t n = p.T, d = p.d, dz = p.dz, da = p.da, H = p.H;
-  const int64_t i = blockIdx.x, bh = blockIdx.y, h = bh % H;
+  const int64_t bh = blockIdx.y, h = bh % H;
   const T* KR = static_cast<const T*>(p.k_rot) + bh * n * d;
   const T* KK = static_cast<const T*>(p.k) + bh * n * d;
   const T* V = static_cast<const T*>(p.v) + bh * n * d;
@@ -408,7 +433,7 @@ __global__ void __launch_bounds__(kThreads) ascender_backward_kernel(BackwardPar
   auto add_scalar = [&](int s, T v) {  // v is the same in every thread
     if (tid == 0) atomicAdd(dsc + s * H + h, v);
   };
-  T* red = w.red;
+  T* red = v.red;
   T* const g = A;  // once dS is formed the probabilities are not read again: the per-term gradient row lives there
   const bool after = p.after_norm != 0;
   const T om = static_cast<T>(p.omega_scale);
@@ -447,7 +472,7 @@ __global__ void __launch_bounds__(kThreads) ascender_backward_kernel(BackwardPar
   for (int64_t j = tid; j < n; j += nt) {
     const T x = dS[j] * inv_sqrt_d;
     if (x != T(0))
-      for (int64_t c = 0; c < d; ++c) atomicAdd(DKR + j * d + c, x * w.qi[c]);
+      for (int64_t c = 0; c < d; ++c) atomicAdd(DKR + j * d + c, x * v.qi[c]);
   }
   // One bias term, from dβ̃ = ω' dS back to d(raw) (left in g); returns d(factor) of after_norm. β̃_j = f nr_j with
   // f the gate after_norm (else 1):  dω += Σ dS β̃;  d(nr_j) = ω f dS_j;  df = Σ ω dS nr.
@@ -478,7 +503,7 @@ __global__ void __launch_bounds__(kThreads) ascender_backward_kernel(BackwardPar
     // dk̂_j += dr_j u_i;  du = Σ_j dr_j k̂_j
     for (int64_t j = tid; j < n; j += nt)
       if (g[j] != T(0))
-        for (int64_t c = 0; c < d; ++c) atomicAdd(DKH + j * d + c, g[j] * w.u[c]);
+        for (int64_t c = 0; c < d; ++c) atomicAdd(DKH + j * d + c, g[j] * v.u[c]);
     for (int64_t c = tid; c < d; c += nt) {
       T s = 0;
       for (int64_t j = 0; j < n; ++j) s += g[j] * KK[j * d + c] / fmax(knorm[j], T(1e-12));
@@ -487,17 +512,17 @@ __global__ void __launch_bounds__(kThreads) ascender_backward_kernel(BackwardPar
     __syncthreads();
     // u = s / max(|s|, 1e-12):  ds = (du - u (u·du)) / |s| (du / 1e-12 below it);  |s / m|²:  ds += -2 s / m² dvar
     T dot = 0;
-    for (int64_t c = tid; c < d; c += nt) dot += w.u[c] * du[c];
+    for (int64_t c = tid; c < d; c += nt) dot += v.u[c] * du[c];
     dot = block_sum(dot, red);
     const T smax = fmax(st.snorm, T(1e-12));
     for (int64_t c = tid; c < d; c += nt) {
-      const T s = w.u[c] * smax;  // Σ_{l∈N(i)} k̂_l
-      const T dn = st.snorm < T(1e-12) ? du[c] / T(1e-12) : (du[c] - w.u[c] * dot) / st.snorm;
+      const T s = v.u[c] * smax;  // Σ_{l∈N(i)} k̂_l
+      const T dn = st.snorm < T(1e-12) ? du[c] / T(1e-12) : (du[c] - v.u[c] * dot) / st.snorm;
       dsv[c] = T(-2) * s / (st.cdiv * st.cdiv) * dvar + dn;
     }
     __syncthreads();
     // s = Σ_{l∈N(i)} k̂_l:  dk̂_l += ds
-    for (int64_t x = tid; x < st.m * d; x += nt) atomicAdd(DKH + w.topi[x / d] * d + x % d, dsv[x % d]);
+    for (int64_t x = tid; x < st.m * d; x += nt) atomicAdd(DKH + v.topi[x / d] * d + x % d, dsv[x % d]);
   }
   // ---- separation: raw = -fs φ, φ = w [a - δ]_+, w = exp(-d² / τ_sep), fs = λ η (1 after_norm), η = min(1, ρ / κ) --
   if (p.use_sep) {
@@ -530,7 +555,7 @@ __global__ void __launch_bounds__(kThreads) ascender_backward_kernel(BackwardPar
       const T da_j = hinge > T(0) ? dphi * wj : T(0);
       g[j] = da_j;
       if (da_j != T(0))
-        for (int64_t c = 0; c < da; ++c) atomicAdd(DEH + j * da + c, da_j * w.ei[c]);  // a = ê_i · ê_j
+        for (int64_t c = 0; c < da; ++c) atomicAdd(DEH + j * da + c, da_j * v.ei[c]);  // a = ê_i · ê_j
     }
     __syncthreads();
     for (int64_t c = tid; c < da; c += nt) {
@@ -558,17 +583,17 @@ __global__ void __launch_bounds__(kThreads) ascender_backward_kernel(BackwardPar
       const T ddc = st.fc * g[j] + dvw * wj;
       g[j] = ddc;
       if (ddc != T(0))
-        for (int64_t c = 0; c < dz; ++c) atomicAdd(DZ + j * dz + c, T(2) * ddc * (Z[j * dz + c] - w.cv[c]));
+        for (int64_t c = 0; c < dz; ++c) atomicAdd(DZ + j * dz + c, T(2) * ddc * (Z[j * dz + c] - v.cv[c]));
     }
     __syncthreads();
     for (int64_t c = tid; c < dz; c += nt) {  // dc_i = -2 Σ_j ddc_j (z_j - c_i)
       T s = 0;
-      for (int64_t j = 0; j < n; ++j) s += g[j] * (Z[j * dz + c] - w.cv[c]);
+      for (int64_t j = 0; j < n; ++j) s += g[j] * (Z[j * dz + c] - v.cv[c]);
       dC[c] = T(-2) * s;
     }
     __syncthreads();
     T dcc = 0;
-    for (int64_t c = tid; c < dz; c += nt) dcc += dC[c] * w.cv[c];
+    for (int64_t c = tid; c < dz; c += nt) dcc += dC[c] * v.cv[c];
     dW -= block_sum(dcc, red) / st.W;
     // c_i = Σ_l w'_l z_l / W:  dz_l += w'_l / W dc_i;  dw'_l = dvw dc_l + dc_i·z_l / W + dW;  dd² -= dw' w' / τ_coh
     for (int64_t j = tid; j < n; j += nt) {
@@ -585,12 +610,31 @@ __global__ void __launch_bounds__(kThreads) ascender_backward_kernel(BackwardPar
     __syncthreads();
     for (int64_t j = tid; j < n; j += nt)
       if (dd2[j] != T(0))
-        for (int64_t c = 0; c < dz; ++c) atomicAdd(DZ + j * dz + c, T(2) * dd2[j] * (Z[j * dz + c] - w.zi[c]));
+        for (int64_t c = 0; c < dz; ++c) atomicAdd(DZ + j * dz + c, T(2) * dd2[j] * (Z[j * dz + c] - v.zi[c]));
     for (int64_t c = tid; c < dz; c += nt) {
       T s = 0;
-      for (int64_t j = 0; j < n; ++j) s += dd2[j] * (w.zi[c] - Z[j * dz + c]);
+      for (int64_t j = 0; j < n; ++j) s += dd2[j] * (v.zi[c] - Z[j * dz + c]);
       atomicAdd(DZ + i * dz + c, T(2) * s);
     }
+  }
+}
+
+template <class T, bool kGlobal>
+__global__ void __launch_bounds__(kThreads) ascender_backward_kernel(BackwardParams bp) {
+  constexpr int64_t N = kGlobal ? 1 : max_keys_backward(kElem<T>);
+  const Params& p = bp.fwd;
+  __shared__ T keys_shared[kBackwardArrays * N];
+  __shared__ RowVecs<T> v;
+  __shared__ T gyi[kMaxDim], du[kMaxDim], dsv[kMaxDim], dC[kMaxDim];
+  const int64_t n = p.T, stride = kGlobal ? n : N;
+  T* const base = key_storage<T, kGlobal>(p, keys_shared, kBackwardArrays);
+  const RowKeys<T> w = RowKeys<T>::at(base, stride);
+  T* const A = base + RowKeys<T>::count * stride;
+  T* const dS = A + stride;
+  T* const dd2 = dS + stride;
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    __syncthreads();  // the previous row's arrays are read no more
+    backward_row(bp, i, w, v, A, dS, dd2, gyi, du, dsv, dC);
   }
 }
 
@@ -607,8 +651,10 @@ cudaError_t backward_for(const BackwardParams& bp, cudaStream_t stream) {
   if ((err = check(launch_kernel(row_norms_kernel<T>, per_row, warp, stream, static_cast<const T*>(p.e), rows, p.da,
                                  static_cast<T*>(bp.enorm)))) != cudaSuccess)
     return err;
-  const dim3 grid(static_cast<unsigned>(p.T), static_cast<unsigned>(p.B * p.H), 1), block(kThreads, 1, 1);
-  if ((err = check(launch_kernel(ascender_backward_kernel<T>, grid, block, stream, bp))) != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>(p.scratch ? p.rows_in_flight : p.T), static_cast<unsigned>(p.B * p.H), 1);
+  err = p.scratch ? launch_kernel(ascender_backward_kernel<T, true>, grid, dim3(kThreads), stream, bp)
+                  : launch_kernel(ascender_backward_kernel<T, false>, grid, dim3(kThreads), stream, bp);
+  if ((err = check(err)) != cudaSuccess) return err;
   if ((err = check(launch_kernel(unit_rows_backward_kernel<T>, per_row, warp, stream, static_cast<const T*>(p.k),
                                  static_cast<const T*>(bp.knorm), static_cast<const T*>(bp.dkhat), rows, p.d, 1e-12,
                                  static_cast<T*>(bp.dk)))) != cudaSuccess)
@@ -624,10 +670,15 @@ namespace ascender_launch {
 
 cudaError_t forward(FloatElem t, const Params& p, cudaStream_t stream) {
   if (p.B * p.H == 0 || p.T == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(p.T), static_cast<unsigned>(p.B * p.H), 1), block(kThreads, 1, 1);
+  const dim3 grid(static_cast<unsigned>(p.scratch ? p.rows_in_flight : p.T), static_cast<unsigned>(p.B * p.H), 1);
+  const dim3 block(kThreads, 1, 1);
   cudaError_t err = cudaErrorInvalidValue;
-  if (t == FloatElem::F32) err = launch_kernel(ascender_forward_kernel<float>, grid, block, stream, p);
-  else if (t == FloatElem::F64) err = launch_kernel(ascender_forward_kernel<double>, grid, block, stream, p);
+  if (t == FloatElem::F32)
+    err = p.scratch ? launch_kernel(ascender_forward_kernel<float, true>, grid, block, stream, p)
+                    : launch_kernel(ascender_forward_kernel<float, false>, grid, block, stream, p);
+  else if (t == FloatElem::F64)
+    err = p.scratch ? launch_kernel(ascender_forward_kernel<double, true>, grid, block, stream, p)
+                    : launch_kernel(ascender_forward_kernel<double, false>, grid, block, stream, p);
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 

@@ -14,10 +14,19 @@ namespace asc::cuda::ascender_launch {
 constexpr int kMaxHeads = 16;   // per-head configuration travels in the kernel's parameters
 constexpr int kMaxK = 64;       // neighbourhood size
 constexpr int kMaxDim = 256;    // d, d_z, d_a
-// Keys per row: seven (row, key) arrays of the element type in 48 KiB of static shared memory (forward); ten, and
-// four more vectors of the head dimensions, for the backward.
+// The (key) arrays a row keeps: seven in the forward, ten in the backward. They live in 48 KiB of static shared
+// memory — with the row's vectors, that holds max_keys / max_keys_backward keys — or, for longer rows, in a global
+// workspace of rows_in_flight rows per head (Params::scratch), which the blocks visit grid-strided: memory linear in
+// the row's length, within a budget (cuda/ascender.cpp: 256 MiB, or ASC_ASCENDER_SCRATCH_MB).
+constexpr int kForwardArrays = 7, kBackwardArrays = 10;
 constexpr int64_t max_keys(FloatElem t) { return t == FloatElem::F64 ? 640 : 1280; }
 constexpr int64_t max_keys_backward(FloatElem t) { return t == FloatElem::F64 ? 320 : 896; }
+// Rows per head a workspace of `budget` bytes holds at once for rows of T keys (at least 1, at most T).
+constexpr int64_t rows_in_flight(FloatElem t, int64_t BH, int64_t T, int arrays, int64_t budget) {
+  const int64_t per_row = int64_t(arrays) * T * (t == FloatElem::F64 ? 8 : 4) * (BH > 0 ? BH : 1);
+  const int64_t rows = budget / (per_row > 0 ? per_row : 1);
+  return rows < 1 ? 1 : rows > T ? T : rows;
+}
 
 struct Params {
   // q, k_rot, k, v (B, H, T, d), z (B, H, T, d_z), e (B, H, T, d_a) contiguous; scalars (9, H): ω_a, ω_s, ω_c, λ_a,
@@ -35,6 +44,9 @@ struct Params {
   double norm_eps, omega_scale;
   int64_t k_nbr[kMaxHeads];  // neighbourhood size per head
   double tau_sep[kMaxHeads], tau_coh[kMaxHeads], alpha_align[kMaxHeads], alpha_coh[kMaxHeads];
+  // Rows longer than the shared-memory kernels hold: the workspace, rows_in_flight × (B·H) × arrays × T elements.
+  void* scratch;
+  int64_t rows_in_flight;
 };
 
 // The backward's buffers, all of the element type: the gradients (B, H, T, ·) — dq, dk, de written, dkr, dv, dz

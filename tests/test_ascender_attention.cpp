@@ -848,14 +848,30 @@ TEST_CASE("AscenderAttention fused CUDA kernels: forward and every gradient equa
         check_close(gpu_out[i], cpu_out[i], tol, tol);
       }
     }
-  // Rows longer than the backward holds: inputs that need a gradient run the reference, and it says why.
-  const int64_t long_t = 321;  // one more than the float64 backward holds (cuda/ascender_launch.h)
-  Inputs in = make_inputs(1, 1, long_t, 310);
-  AscenderCoreArgs p = args_to(make_args(1, 311), gpu);
-  Tensor q = in.q.to(gpu).detach().set_requires_grad(true);
-  const std::string why = ascender_choice(q, in.k_rot.to(gpu), in.k.to(gpu), in.v.to(gpu), in.z.to(gpu), in.e.to(gpu), p);
-  CHECK(why.find("reference: 321 keys per row and inputs that need a gradient") == 0);
-  NoGradGuard ng;
-  CHECK(ascender_choice(in.q.to(gpu), in.k_rot.to(gpu), in.k.to(gpu), in.v.to(gpu), in.z.to(gpu), in.e.to(gpu), p) ==
-        "fused (CUDA)");
+  // Rows longer than shared memory holds (float64: 640 keys forward, 320 backward): the row's arrays in a global
+  // workspace; a budget of 1 MiB leaves 9 rows per head in flight, so each block visits about 78 rows in turn.
+  struct EnvScope {
+    EnvScope() { setenv("ASC_ASCENDER_SCRATCH_MB", "1", 1); }
+    ~EnvScope() { unsetenv("ASC_ASCENDER_SCRATCH_MB"); }
+  } env;
+  for (int kind = 0; kind < 2; ++kind) {
+    CAPTURE(kind);
+    const int64_t T = 700;
+    Inputs in = make_inputs(1, 2, T, 320 + kind);
+    AscenderCoreArgs p = make_args(2, 321);
+    p.k = {4, 9};
+    if (kind == 0) p.keep_mask = causal_keep_mask(T, T, Device::cpu()).view({1, 1, T, T});
+    else p.window = 40, p.global_tokens = 3, p.gate_position = GatePosition::AfterNorm;
+    Tensor w = randn64(in.v.shape(), false, 998);
+    TensorList cpu_out = run_core(in, p, w, AscenderBackend::Fused);
+    TensorList gpu_out = run_core(in, p, w, AscenderBackend::Fused, gpu);
+    for (size_t i = 0; i < cpu_out.size(); ++i) {
+      INFO(std::string(kGradNames[i]));
+      check_close(gpu_out[i], cpu_out[i], 1e-9, 1e-9);
+    }
+  }
+  setenv("ASC_ASCENDER_SCRATCH_MB", "lots", 1);
+  check_error([&] { run_core(make_inputs(1, 1, 700, 330), make_args(1, 331), randn64({1, 1, 700, 4}, false, 332),
+                             AscenderBackend::Fused, gpu); },
+              {"ASC_ASCENDER_SCRATCH_MB must be a positive number of MiB, got 'lots'"});
 }
