@@ -23,9 +23,7 @@ void ascender_unsupported(const AscenderKernelInputs& in, const AscenderKernelCo
   const int64_t B = in.q.size(0), H = in.q.size(1);
   const int64_t dims = std::max({in.q.size(3), in.z.size(3), in.e.size(3)});
   const int64_t kmax = *std::max_element(cfg.k.begin(), cfg.k.end());
-  if (in.q.dtype() != kFloat32 && in.q.dtype() != kFloat64)
-    why = fmt::format("dtype {} (the CUDA kernel computes in float32 / float64)", in.q.dtype());
-  else if (H > L::kMaxHeads || kmax > L::kMaxK || dims > L::kMaxDim || B * H > 65535)
+  if (H > L::kMaxHeads || kmax > L::kMaxK || dims > L::kMaxDim || B * H > 65535)
     why = fmt::format("heads {}, k {}, head dims {} or batch x heads {} beyond the CUDA kernel's {}, {}, {}, 65535", H,
                       kmax, dims, B * H, L::kMaxHeads, L::kMaxK, L::kMaxDim);
 }
@@ -79,7 +77,8 @@ Tensor row_workspace(const AscenderKernelInputs& in, L::Params& p, int64_t share
   const FloatElem t = float_elem_of("ascender_attention", in.q.dtype());
   if (p.T <= shared_keys) return {};
   p.rows_in_flight = L::rows_in_flight(t, p.B * p.H, p.T, arrays, scratch_budget());
-  Tensor scratch = Tensor::empty({p.rows_in_flight * p.B * p.H * arrays * p.T}, in.q.options());
+  const DType acc = in.q.dtype() == kFloat64 ? kFloat64 : kFloat32;  // the kernels' compute type
+  Tensor scratch = Tensor::empty({p.rows_in_flight * p.B * p.H * arrays * p.T}, {acc, in.q.device(), false});
   p.scratch = scratch.raw_data();
   return scratch;
 }
@@ -103,7 +102,9 @@ void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfi
   const Tensor scratch = row_workspace(in, p.fwd, L::max_keys_backward(t), L::kBackwardArrays);
   const Tensor gy = gy_in.contiguous();
   const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);
-  const TensorOptions opt = in.q.options();
+  // Gradients accumulate (atomics) in the compute type: float32 for bfloat16 / float16, converted at the end.
+  const DType acc = in.q.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  const TensorOptions opt{acc, in.q.device(), false};
   Tensor dq = zeros(in.q.shape(), opt), dkr = zeros(in.q.shape(), opt), dk = zeros(in.q.shape(), opt);
   Tensor dv = zeros(in.q.shape(), opt), dz = zeros(in.z.shape(), opt), de = zeros(in.e.shape(), opt);
   Tensor dscalars = zeros(in.scalars.shape(), opt);
@@ -115,6 +116,8 @@ void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfi
   p.dkhat = dkhat.raw_data(), p.dehat = dehat.raw_data(), p.knorm = knorm.raw_data(), p.enorm = enorm.raw_data();
   ASC_CUDA_CHECK(L::backward(t, p, current_stream()));
   grads = {dq, dkr, dk, dv, dz, de, dscalars};
+  if (acc != in.q.dtype())
+    for (Tensor& g : grads) g = g.to(in.q.dtype());
 }
 
 }  // namespace asc::cuda

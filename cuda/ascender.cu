@@ -19,7 +19,8 @@
 // backward of the unit-vector maps k̂ = k / |k|, ê = e / |e| after.
 //
 // Rows longer than shared memory holds keep their arrays in a global workspace (kGlobal, below): the same code, with
-// memory traffic instead of shared-memory traffic. Still to come: bfloat16 / float16.
+// memory traffic instead of shared-memory traffic. bfloat16 / float16 inputs are read into float32 (In<S>): every
+// row array, reduction and gradient accumulator is of the compute type rows::acc_t<S>.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -51,6 +52,17 @@ __device__ __forceinline__ T block_sum(T v, T* red) {
 template <class T>
 __device__ __forceinline__ T block_max(T v, T* red) {
   return rows::row_reduce(v, rows::MaxOp{}, red);
+}
+
+// An input array of storage type S, read in the compute type (bfloat16 / float16 widen to float32).
+template <class S>
+struct In {
+  const S* p;
+  __device__ __forceinline__ auto operator[](int64_t i) const { return rows::to_acc(p[i]); }
+};
+template <class S>
+__device__ __forceinline__ In<S> in(const void* base, int64_t offset) {
+  return {static_cast<const S*>(base) + offset};
 }
 
 // A query row's (key) arrays, n entries each: in shared memory for rows up to max_keys, else in this block's slice of
@@ -164,17 +176,13 @@ __device__ void standardize_backward(const T* src, T f, const T* keep, int64_t n
 }
 
 // The forward of query row i of head blockIdx.y into w, v and A (A may alias w.aff: it is written last).
-template <class T>
+template <class S, class T>
 __device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, RowVecs<T>& v, T* A, RowState<T>& st) {
   const int tid = threadIdx.x, nt = blockDim.x;
   const int64_t n = p.T, d = p.d, dz = p.dz, da = p.da, H = p.H;
   const int64_t bh = blockIdx.y, b = bh / H, h = bh % H;
-  const T* Q = static_cast<const T*>(p.q) + bh * n * d;
-  const T* KR = static_cast<const T*>(p.k_rot) + bh * n * d;
-  const T* KK = static_cast<const T*>(p.k) + bh * n * d;
-  const T* Z = static_cast<const T*>(p.z) + bh * n * dz;
-  const T* E = static_cast<const T*>(p.e) + bh * n * da;
-  const T* sc = static_cast<const T*>(p.scalars);
+  const In<S> Q = in<S>(p.q, bh * n * d), KR = in<S>(p.k_rot, bh * n * d), KK = in<S>(p.k, bh * n * d);
+  const In<S> Z = in<S>(p.z, bh * n * dz), E = in<S>(p.e, bh * n * da), sc = in<S>(p.scalars, 0);
   auto scal = [&](int s) { return sc[s * H + h]; };
   const T ninf = -INFINITY;
   T* red = v.red;
@@ -323,19 +331,19 @@ __device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, Row
   const T wa = p.use_align ? scal(kOmegaA) * om * (after ? st.la : T(1)) * st.sa.scale : T(0);
   const T ws = p.use_sep ? scal(kOmegaS) * om * (after ? st.ls : T(1)) * st.ss.scale : T(0);
   const T wc = p.use_coh ? scal(kOmegaC) * om * (after ? st.lc : T(1)) * st.sc.scale : T(0);
-  const T* bp = p.bias ? static_cast<const T*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1] +
-                             i * p.bias_stride[2]
-                       : nullptr;
+  const In<S> bp{p.bias ? static_cast<const S*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1] +
+                            i * p.bias_stride[2]
+                      : nullptr};
   const T inv_tau = T(1) / scal(kTauScore);
   T mx = ninf;
   for (int64_t j = tid; j < n; j += nt) {
-    T S = w.s[j];
-    if (p.use_align) S += wa * (st.fa * w.r[j] - st.sa.mu);
-    if (p.use_sep) S += ws * (w.rs[j] - st.ss.mu);
-    if (p.use_coh) S += wc * (st.fc * w.dc[j] - st.sc.mu);
-    if (bp) S += bp[j * p.bias_stride[3]];
-    w.s[j] = S;
-    if (w.keep[j] != T(0)) mx = fmax(mx, S * inv_tau);
+    T Sj = w.s[j];
+    if (p.use_align) Sj += wa * (st.fa * w.r[j] - st.sa.mu);
+    if (p.use_sep) Sj += ws * (w.rs[j] - st.ss.mu);
+    if (p.use_coh) Sj += wc * (st.fc * w.dc[j] - st.sc.mu);
+    if (bp.p) Sj += bp[j * p.bias_stride[3]];
+    w.s[j] = Sj;
+    if (w.keep[j] != T(0)) mx = fmax(mx, Sj * inv_tau);
   }
   st.mx = block_max(mx, red);
   if (st.mx == ninf) return;  // uniform over the block
@@ -350,32 +358,33 @@ __device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, Row
   __syncthreads();
 }
 
-template <class T, bool kGlobal>
+template <class S, bool kGlobal>
 __global__ void __launch_bounds__(kThreads) ascender_forward_kernel(Params p) {
+  using T = rows::acc_t<S>;
   constexpr int64_t N = kGlobal ? 1 : max_keys(kElem<T>);
   __shared__ T keys_shared[RowKeys<T>::count * N];
   __shared__ RowVecs<T> v;
   const int64_t n = p.T, d = p.d, bh = blockIdx.y;
   const RowKeys<T> w = RowKeys<T>::at(key_storage<T, kGlobal>(p, keys_shared, RowKeys<T>::count), kGlobal ? n : N);
-  const T* V = static_cast<const T*>(p.v) + bh * n * d;
+  const In<S> V = in<S>(p.v, bh * n * d);
   T* const A = w.aff;  // the affinities are not read after the scores
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     __syncthreads();  // the previous row's arrays are read no more
     RowState<T> st;
-    row_forward(p, i, w, v, A, st);
-    T* y = static_cast<T*>(p.y) + (bh * n + i) * d;
+    row_forward<S>(p, i, w, v, A, st);
+    S* y = static_cast<S*>(p.y) + (bh * n + i) * d;
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
       T s = 0;
       if (st.mx != T(-INFINITY))  // else no kept key: a zero row
         for (int64_t j = 0; j < n; ++j) s += A[j] * V[j * d + c];
-      y[c] = s;
+      y[c] = rows::from_acc<S>(s);
     }
   }
 }
 
 // |x_r| of each row of a (rows, cols) matrix; one warp per row.
-template <class T>
-__global__ void row_norms_kernel(const T* x, int64_t rows, int64_t cols, T* norm) {
+template <class S, class T>
+__global__ void row_norms_kernel(In<S> x, int64_t rows, int64_t cols, T* norm) {
   const int64_t r = blockIdx.x;
   if (r >= rows) return;
   T s = 0;
@@ -385,8 +394,8 @@ __global__ void row_norms_kernel(const T* x, int64_t rows, int64_t cols, T* norm
 }
 
 // Backward of y = x / max(|x|, eps) per row: dx = (dy - y (y·dy)) / |x|, or dy / eps below eps. One warp per row.
-template <class T>
-__global__ void unit_rows_backward_kernel(const T* x, const T* norm, const T* dy, int64_t rows, int64_t cols,
+template <class S, class T>
+__global__ void unit_rows_backward_kernel(In<S> x, const T* norm, const T* dy, int64_t rows, int64_t cols,
                                           double eps, T* dx) {
   const int64_t r = blockIdx.x;
   if (r >= rows) return;
@@ -403,24 +412,20 @@ __global__ void unit_rows_backward_kernel(const T* x, const T* norm, const T* dy
 }
 
 // The backward of query row i of head blockIdx.y; the arrays as ascender_backward_kernel lays them out.
-template <class T>
+template <class S, class T>
 __device__ void backward_row(const BackwardParams& bp, int64_t i, const RowKeys<T>& w, RowVecs<T>& v, T* A, T* dS,
                              T* dd2, T* gyi, T* du, T* dsv, T* dC) {
   const Params& p = bp.fwd;
   RowState<T> st;
-  row_forward(p, i, w, v, A, st);
+  row_forward<S>(p, i, w, v, A, st);
   if (st.mx == T(-INFINITY)) return;  // no kept key: y_i = 0 whatever the inputs (uniform over the block)
   const int tid = threadIdx.x, nt = blockDim.x;
   const int64_t n = p.T, d = p.d, dz = p.dz, da = p.da, H = p.H;
   const int64_t bh = blockIdx.y, h = bh % H;
-  const T* KR = static_cast<const T*>(p.k_rot) + bh * n * d;
-  const T* KK = static_cast<const T*>(p.k) + bh * n * d;
-  const T* V = static_cast<const T*>(p.v) + bh * n * d;
-  const T* Z = static_cast<const T*>(p.z) + bh * n * dz;
-  const T* E = static_cast<const T*>(p.e) + bh * n * da;
+  const In<S> KR = in<S>(p.k_rot, bh * n * d), KK = in<S>(p.k, bh * n * d), V = in<S>(p.v, bh * n * d);
+  const In<S> Z = in<S>(p.z, bh * n * dz), E = in<S>(p.e, bh * n * da), GY = in<S>(bp.gy, bh * n * d);
   const T* knorm = static_cast<const T*>(bp.knorm) + bh * n;
   const T* enorm = static_cast<const T*>(bp.enorm) + bh * n;
-  const T* GY = static_cast<const T*>(bp.gy) + bh * n * d;
   T* DQ = static_cast<T*>(bp.dq) + bh * n * d;
   T* DKR = static_cast<T*>(bp.dkr) + bh * n * d;
   T* DV = static_cast<T*>(bp.dv) + bh * n * d;
@@ -428,7 +433,7 @@ __device__ void backward_row(const BackwardParams& bp, int64_t i, const RowKeys<
   T* DKH = static_cast<T*>(bp.dkhat) + bh * n * d;
   T* DEH = static_cast<T*>(bp.dehat) + bh * n * da;
   T* dsc = static_cast<T*>(bp.dscalars);
-  const T* sc = static_cast<const T*>(p.scalars);
+  const In<S> sc = in<S>(p.scalars, 0);
   auto scal = [&](int s) { return sc[s * H + h]; };
   auto add_scalar = [&](int s, T v) {  // v is the same in every thread
     if (tid == 0) atomicAdd(dsc + s * H + h, v);
@@ -619,8 +624,9 @@ __device__ void backward_row(const BackwardParams& bp, int64_t i, const RowKeys<
   }
 }
 
-template <class T, bool kGlobal>
+template <class S, bool kGlobal>
 __global__ void __launch_bounds__(kThreads) ascender_backward_kernel(BackwardParams bp) {
+  using T = rows::acc_t<S>;
   constexpr int64_t N = kGlobal ? 1 : max_keys_backward(kElem<T>);
   const Params& p = bp.fwd;
   __shared__ T keys_shared[kBackwardArrays * N];
@@ -634,34 +640,35 @@ __global__ void __launch_bounds__(kThreads) ascender_backward_kernel(BackwardPar
   T* const dd2 = dS + stride;
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     __syncthreads();  // the previous row's arrays are read no more
-    backward_row(bp, i, w, v, A, dS, dd2, gyi, du, dsv, dC);
+    backward_row<S>(bp, i, w, v, A, dS, dd2, gyi, du, dsv, dC);
   }
 }
 
-template <class T>
+template <class S>
 cudaError_t backward_for(const BackwardParams& bp, cudaStream_t stream) {
+  using T = rows::acc_t<S>;
   const Params& p = bp.fwd;
   const int64_t rows = p.B * p.H * p.T;
   const dim3 warp(32, 1, 1), per_row(static_cast<unsigned>(rows), 1, 1);
   auto check = [](cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); };
+  T *knorm = static_cast<T*>(bp.knorm), *enorm = static_cast<T*>(bp.enorm);
   cudaError_t err;
-  if ((err = check(launch_kernel(row_norms_kernel<T>, per_row, warp, stream, static_cast<const T*>(p.k), rows, p.d,
-                                 static_cast<T*>(bp.knorm)))) != cudaSuccess)
+  if ((err = check(launch_kernel(row_norms_kernel<S, T>, per_row, warp, stream, in<S>(p.k, 0), rows, p.d, knorm))) !=
+      cudaSuccess)
     return err;
-  if ((err = check(launch_kernel(row_norms_kernel<T>, per_row, warp, stream, static_cast<const T*>(p.e), rows, p.da,
-                                 static_cast<T*>(bp.enorm)))) != cudaSuccess)
+  if ((err = check(launch_kernel(row_norms_kernel<S, T>, per_row, warp, stream, in<S>(p.e, 0), rows, p.da, enorm))) !=
+      cudaSuccess)
     return err;
   const dim3 grid(static_cast<unsigned>(p.scratch ? p.rows_in_flight : p.T), static_cast<unsigned>(p.B * p.H), 1);
-  err = p.scratch ? launch_kernel(ascender_backward_kernel<T, true>, grid, dim3(kThreads), stream, bp)
-                  : launch_kernel(ascender_backward_kernel<T, false>, grid, dim3(kThreads), stream, bp);
+  err = p.scratch ? launch_kernel(ascender_backward_kernel<S, true>, grid, dim3(kThreads), stream, bp)
+                  : launch_kernel(ascender_backward_kernel<S, false>, grid, dim3(kThreads), stream, bp);
   if ((err = check(err)) != cudaSuccess) return err;
-  if ((err = check(launch_kernel(unit_rows_backward_kernel<T>, per_row, warp, stream, static_cast<const T*>(p.k),
-                                 static_cast<const T*>(bp.knorm), static_cast<const T*>(bp.dkhat), rows, p.d, 1e-12,
-                                 static_cast<T*>(bp.dk)))) != cudaSuccess)
+  if ((err = check(launch_kernel(unit_rows_backward_kernel<S, T>, per_row, warp, stream, in<S>(p.k, 0), knorm,
+                                 static_cast<const T*>(bp.dkhat), rows, p.d, 1e-12, static_cast<T*>(bp.dk)))) !=
+      cudaSuccess)
     return err;
-  return check(launch_kernel(unit_rows_backward_kernel<T>, per_row, warp, stream, static_cast<const T*>(p.e),
-                             static_cast<const T*>(bp.enorm), static_cast<const T*>(bp.dehat), rows, p.da, 1e-8,
-                             static_cast<T*>(bp.de)));
+  return check(launch_kernel(unit_rows_backward_kernel<S, T>, per_row, warp, stream, in<S>(p.e, 0), enorm,
+                             static_cast<const T*>(bp.dehat), rows, p.da, 1e-8, static_cast<T*>(bp.de)));
 }
 
 }  // namespace
@@ -671,22 +678,17 @@ namespace ascender_launch {
 cudaError_t forward(FloatElem t, const Params& p, cudaStream_t stream) {
   if (p.B * p.H == 0 || p.T == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(p.scratch ? p.rows_in_flight : p.T), static_cast<unsigned>(p.B * p.H), 1);
-  const dim3 block(kThreads, 1, 1);
-  cudaError_t err = cudaErrorInvalidValue;
-  if (t == FloatElem::F32)
-    err = p.scratch ? launch_kernel(ascender_forward_kernel<float, true>, grid, block, stream, p)
-                    : launch_kernel(ascender_forward_kernel<float, false>, grid, block, stream, p);
-  else if (t == FloatElem::F64)
-    err = p.scratch ? launch_kernel(ascender_forward_kernel<double, true>, grid, block, stream, p)
-                    : launch_kernel(ascender_forward_kernel<double, false>, grid, block, stream, p);
-  return err != cudaSuccess ? err : cudaGetLastError();
+  return visit_float_elem(t, [&](auto tag) {
+    using S = decltype(tag);
+    const cudaError_t err = p.scratch ? launch_kernel(ascender_forward_kernel<S, true>, grid, dim3(kThreads), stream, p)
+                                      : launch_kernel(ascender_forward_kernel<S, false>, grid, dim3(kThreads), stream, p);
+    return err != cudaSuccess ? err : cudaGetLastError();
+  });
 }
 
 cudaError_t backward(FloatElem t, const BackwardParams& p, cudaStream_t stream) {
   if (p.fwd.B * p.fwd.H == 0 || p.fwd.T == 0) return cudaSuccess;
-  if (t == FloatElem::F32) return backward_for<float>(p, stream);
-  if (t == FloatElem::F64) return backward_for<double>(p, stream);
-  return cudaErrorInvalidValue;
+  return visit_float_elem(t, [&](auto tag) { return backward_for<decltype(tag)>(p, stream); });
 }
 
 }  // namespace ascender_launch

@@ -49,7 +49,7 @@ struct Params {
   int64_t rows_in_flight;
 };
 
-// The backward's buffers, all of the element type: the gradients (B, H, T, ·) — dq, dk, de written, dkr, dv, dz
+// The backward's buffers, all of the compute type: the gradients (B, H, T, ·) — dq, dk, de written, dkr, dv, dz
 // accumulated —, dscalars (9, H) accumulated, and workspace: dkhat (B, H, T, d), dehat (B, H, T, d_a) accumulated
 // (the gradients w.r.t. the unit keys k̂ and unit embeddings ê), knorm, enorm (B, H, T). Accumulated ones are zero on
 // entry.
@@ -60,9 +60,9 @@ struct BackwardParams {
   void *dkhat, *dehat, *knorm, *enorm;
 };
 
-// float32 or float64 only.
+// Inputs of element type t (bfloat16 / float16 computed in float32). y is of type t; the backward's buffers are of
+// the compute type (float32 for bfloat16 / float16, else t).
 cudaError_t forward(FloatElem t, const Params& p, cudaStream_t stream);
-// Rows up to max_keys_backward keys.
 cudaError_t backward(FloatElem t, const BackwardParams& p, cudaStream_t stream);
 
 }  // namespace asc::cuda::ascender_launch

@@ -620,8 +620,15 @@ TensorList run_core(const Inputs& in, const AscenderCoreArgs& p0, const Tensor& 
             (dev.is_cuda() ? "fused (CUDA)" : "fused (CPU)"));
   Tensor y = ascender_attention(leaves[0], leaves[1], leaves[2], leaves[3], leaves[4], leaves[5], a);
   sum(y * w.to(dev)).backward();
-  TensorList out = {y.detach().to(Device::cpu())};
-  for (const Tensor& t : leaves) out.push_back(t.grad().defined() ? t.grad().to(Device::cpu()) : zeros_like(t).to(Device::cpu()));
+  // bfloat16 / float16 (CUDA only) come back as float32.
+  auto back = [](const Tensor& t) {
+    return (t.dtype() == kBFloat16 || t.dtype() == kFloat16 ? t.to(kFloat32) : t).to(Device::cpu());
+  };
+  TensorList out = {back(y.detach())};
+  for (const Tensor& t : leaves) {
+    if (t.grad().defined()) REQUIRE(t.grad().dtype() == t.dtype());
+    out.push_back(back(t.grad().defined() ? t.grad() : zeros_like(t)));
+  }
   return out;
 }
 
@@ -792,7 +799,8 @@ TEST_CASE("AscenderAttention fused CPU kernel: when it runs, and why not") {
   check_error([&] { ascender_attention(in.q, in.k_rot, in.k, in.v, in.z, in.e, bad); }, {"k has 1 values for 2 heads"});
 }
 
-TEST_CASE("AscenderAttention fused CUDA kernels: forward and every gradient equal the CPU kernel") {
+TEST_CASE("AscenderAttention fused CUDA kernels: forward and every gradient equal the CPU kernel (float64, float32, "
+          "bfloat16, float16; short and long rows)") {
   if (!cuda::is_available()) {
     MESSAGE("no CUDA device: skipped (the emulator build runs it)");
     return;
@@ -843,6 +851,42 @@ TEST_CASE("AscenderAttention fused CUDA kernels: forward and every gradient equa
       Tensor w = randn64(in.v.shape(), false, 999).to(dt);
       TensorList cpu_out = run_core(in, p, w, AscenderBackend::Fused);
       TensorList gpu_out = run_core(in, p, w, AscenderBackend::Fused, gpu);
+      for (size_t i = 0; i < cpu_out.size(); ++i) {
+        INFO(std::string(kGradNames[i]));
+        check_close(gpu_out[i], cpu_out[i], tol, tol);
+      }
+    }
+  // bfloat16 / float16 heads, computed in float32: against the CPU kernel in float32 on the same rounded values (the
+  // CPU stores no 16-bit floats, so the rounding happens on the device).
+  for (DType dt : {kBFloat16, kFloat16})
+    for (int kind = 0; kind < 2; ++kind) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(kind);
+      const int64_t T = 24;
+      auto half = [&](const Tensor& t) { return t.to(gpu).to(dt); };
+      auto rounded = [&](const Tensor& t) { return half(t).to(kFloat32).to(Device::cpu()); };
+      Inputs in = make_inputs(2, 2, T, 340 + kind);
+      for (Tensor* t : {&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e}) *t = rounded(*t);
+      AscenderCoreArgs p = make_args(2, 341);
+      for (Tensor* t : {&p.omega_align, &p.omega_sep, &p.omega_coh, &p.lambda_align, &p.lambda_sep, &p.lambda_coh,
+                        &p.delta, &p.kappa, &p.tau_score})
+        *t = rounded(*t);
+      p.k = {3, 4};
+      if (kind == 1) {
+        p.keep_mask = causal_keep_mask(T, T, Device::cpu()).view({1, 1, T, T});
+        p.bias = rounded(randn64({1, 2, T, T}, false, 342));
+        p.gate_position = GatePosition::AfterNorm;
+      }
+      Tensor w = rounded(randn64(in.v.shape(), false, 997));
+      TensorList cpu_out = run_core(in, p, w, AscenderBackend::Fused);
+      Inputs in16 = in;
+      for (Tensor* t : {&in16.q, &in16.k_rot, &in16.k, &in16.v, &in16.z, &in16.e}) *t = half(*t);
+      AscenderCoreArgs p16 = args_to(p, gpu);
+      for (Tensor* t : {&p16.omega_align, &p16.omega_sep, &p16.omega_coh, &p16.lambda_align, &p16.lambda_sep,
+                        &p16.lambda_coh, &p16.delta, &p16.kappa, &p16.tau_score, &p16.bias})
+        if (t->defined()) *t = half(*t);
+      TensorList gpu_out = run_core(in16, p16, half(w), AscenderBackend::Fused, gpu);
+      const double tol = dt == kBFloat16 ? 1e-2 : 2e-3;
       for (size_t i = 0; i < cpu_out.size(); ++i) {
         INFO(std::string(kGradNames[i]));
         check_close(gpu_out[i], cpu_out[i], tol, tol);
