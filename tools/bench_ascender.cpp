@@ -11,7 +11,10 @@
 // (asc::cpu_memory_stats: tensors and kernel scratch in blocks above 4 KiB), the matrix-product FLOPs of attention (an analytic count, below), tokens per second of
 // forward + backward, and each row's time relative to dense.
 //   ./build/release/tools/bench_ascender [--n 128,512,1024,2048] [--reps 3] [--csv out.csv] [--no-torch]
-//                                        [--impl dense,reference,fused,windowed,reuse]
+//                                        [--impl dense,reference,fused,windowed,reuse] [--device cpu|cuda]
+// --device cuda (a GPU build on a GPU machine) runs our rows on the GPU: times after a device synchronisation, peak
+// memory from the caching allocator's statistics, no seed-torch row (the GPU target is fused ASCender against
+// our fused dense attention at n = 4096, e.g. --device cuda --n 1024,4096,16384 --impl dense,fused,windowed).
 // With windowed rows at n and 4n (e.g. --n 2048,8192 --impl windowed), it also prints how the windowed time grows.
 #include <algorithm>
 #include <chrono>
@@ -65,6 +68,23 @@ double attention_gflop(const std::string& impl, int64_t n, int64_t window) {
   return kBatch * kHeads * pairs * per_pair / 1e9;
 }
 
+Device g_device = Device::cpu();
+
+// Peak bytes of the run's device (the CPU allocator's, or the CUDA caching allocator's) above `before`.
+size_t live_bytes() {
+  return g_device.is_cuda() ? cuda::memory_stats().allocated : cpu_memory_stats().allocated;
+}
+void reset_peak() {
+  if (g_device.is_cuda()) cuda::reset_peak_memory_stats();
+  else reset_cpu_peak_memory();
+}
+size_t peak_bytes() {
+  return g_device.is_cuda() ? cuda::memory_stats().peak_allocated : cpu_memory_stats().peak_allocated;
+}
+void sync() {
+  if (g_device.is_cuda()) cuda::synchronize();
+}
+
 Result run_ours(const std::string& impl, int64_t n, int reps) {
   manual_seed(0);
   std::shared_ptr<nn::Attention> attn;
@@ -77,23 +97,32 @@ Result run_ours(const std::string& impl, int64_t n, int reps) {
     attn = std::make_shared<nn::AscenderAttention>(o);
   }
   attn->eval();  // no dropout, no schedule steps
+  attn->to(g_device);
   set_ascender_backend(impl == "reference" ? AscenderBackend::Reference : AscenderBackend::Auto);
-  Tensor x = randn({kBatch, n, kDModel});
+  Tensor x = randn({kBatch, n, kDModel}).to(g_device);
   Result r{impl, n};
   r.gflop = attention_gflop(impl, n, 128);
   {
     NoGradGuard ng;
-    r.fwd_ms = best_ms([&] { attn->attend(x, {}); }, reps);
+    attn->attend(x, {});  // warm-up (GPU: kernels loaded, allocator cache filled)
+    sync();
+    r.fwd_ms = best_ms(
+        [&] {
+          attn->attend(x, {});
+          sync();
+        },
+        reps);
   }
-  const size_t before = cpu_memory_stats().allocated;
-  reset_cpu_peak_memory();
+  const size_t before = live_bytes();
+  reset_peak();
   r.fwd_bwd_ms = best_ms(
       [&] {
         attn->zero_grad();
         attn->attend(x, {}).sum().backward();
+        sync();
       },
       reps);
-  r.peak_mb = static_cast<double>(cpu_memory_stats().peak_allocated - before) / (1 << 20);
+  r.peak_mb = static_cast<double>(peak_bytes() - before) / (1 << 20);
   set_ascender_backend(AscenderBackend::Auto);
   return r;
 }
@@ -148,6 +177,14 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(next().c_str());
     else if (a == "--csv") csv = next();
     else if (a == "--no-torch") torch = false;
+    else if (a == "--device") {
+      const std::string dev = next();
+      if (dev == "cuda") g_device = Device::cuda();
+      else if (dev != "cpu") {
+        std::fprintf(stderr, "bench_ascender: --device takes cpu or cuda, got '%s'\n", dev.c_str());
+        return 2;
+      }
+    }
     else if (a == "--impl") {
       impls.clear();
       std::stringstream ss(next());
@@ -158,6 +195,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (g_device.is_cuda() && !cuda::is_available()) {
+    std::fprintf(stderr, "bench_ascender: --device cuda needs a CUDA build on a machine with a GPU\n");
+    return 2;
+  }
+  if (g_device.is_cuda()) torch = false;  // the seed reference is a CPU row
   setenv("OMP_NUM_THREADS", "2", 1);  // the PyTorch child gets the same two threads
 #ifdef _OPENMP
   omp_set_num_threads(2);
@@ -171,8 +213,9 @@ int main(int argc, char** argv) {
     if (seed.count(n)) rows.push_back(seed[n]);
   }
 
-  std::printf("\nattention layer, B%lld, d_model %lld, %lld heads, k %lld, d_z = d_a = %lld, float32, 2 threads\n",
-              (long long)kBatch, (long long)kDModel, (long long)kHeads, (long long)kK, (long long)kDz);
+  std::printf("\nattention layer, B%lld, d_model %lld, %lld heads, k %lld, d_z = d_a = %lld, float32, %s\n",
+              (long long)kBatch, (long long)kDModel, (long long)kHeads, (long long)kK, (long long)kDz,
+              g_device.is_cuda() ? "CUDA device 0" : "2 threads");
   std::printf("%-11s %6s %10s %10s %9s %9s %11s %9s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB", "GFLOP",
               "tokens/s", "f+b/dense");
   std::map<int64_t, double> dense;

@@ -84,6 +84,21 @@ if step "build" build.log "^\[[0-9]+/[0-9]+\]|error" cmake --build "$BUILD" -j "
     step "memcheck ($(basename "$exe"))" "memcheck_$(basename "$exe").log" "ERROR SUMMARY|test cases:" \
       env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool memcheck --error-exitcode 3 --leak-check none "$exe"
   done
+  # The mechanism kernels (shared memory, barriers, atomics): memcheck and racecheck on their CUDA test cases.
+  for tool in memcheck racecheck; do
+    step "$tool (ASCender kernels)" "${tool}_ascender.log" "ERROR SUMMARY|RACECHECK SUMMARY|test cases:" \
+      env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BUILD/tests/test_ascender_attention" \
+      "-tc=*CUDA*"
+  done
+  if [ -x "$BUILD/tools/bench_ascender" ]; then
+    step "ASCender GPU benchmark" bench_ascender_gpu.log "fused|windowed|dense" "$BUILD/tools/bench_ascender" \
+      --device cuda --n 1024,4096,16384 --impl dense,fused,windowed --reps 3 \
+      --csv "$LOGDIR/bench_ascender_gpu.csv"
+    if [ -s "$LOGDIR/bench_ascender_gpu.log" ]; then
+      { echo; echo "## tools/bench_ascender --device cuda output"; echo; echo '```'; cat "$LOGDIR/bench_ascender_gpu.log"
+        echo '```'; } >>"$REPORT"
+    fi
+  fi
   if [ -x "$BUILD/tools/bench_gpu" ]; then
     step "GPU benchmarks" bench_gpu.log "." "$BUILD/tools/bench_gpu"
     if [ -s "$LOGDIR/bench_gpu.log" ]; then
