@@ -8,6 +8,7 @@
 //   asc::Tensor loss = ce((*mlp)(x), labels);
 #include "nn/ascender_attention.h"
 #include "nn/attention.h"
+#include "nn/firing.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/linear.h"

@@ -3,6 +3,7 @@
 #include "ops/ascender.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
+#include "ops/firing.h"
 #include "ops/geometry.h"
 #include "ops/index.h"
 #include "ops/linalg.h"

@@ -6,6 +6,7 @@
 //   loss.backward(); asc::optim::clip_grad_norm(params, 1.0); opt.step(); sched.step(); opt.zero_grad();
 #include "optim/amp.h"
 #include "optim/clip.h"
+#include "optim/firing_rules.h"
 #include "optim/local_rule.h"
 #include "optim/optimizer.h"
 #include "optim/optimizers.h"

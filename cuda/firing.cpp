@@ -1,0 +1,63 @@
+// CUDA entry points of the firing perceptron's output (ops/firing.h): allocate, pass raw pointers to the launchers
+// of cuda/firing.cu, turn a failed launch into an asc::Error. The op has validated shapes, dtypes and devices.
+#include "core/error.h"
+#include "core/format.h"
+#include "cuda/check.h"
+#include "cuda/context.h"
+#include "cuda/firing_launch.h"
+#include "ops/kernels.h"
+
+namespace asc::cuda {
+
+void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& F, Tensor& Y) {
+  const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
+  F = Tensor::empty({N, P}, Z.options());
+  Y = Tensor::empty({N, P, A}, Z.options());
+  ASC_CUDA_CHECK(firing_launch::forward(Z.raw_data(), SP.raw_data(), f.raw_data(), N, P, A, F.raw_data(),
+                                        Y.raw_data(), float_elem_of("firing_output", Z.dtype()), current_stream()));
+}
+
+void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const Tensor& F, const Tensor& dY,
+                     GateBackward mode, const Surrogate& s, double width, Tensor& dZ, Tensor& dSP, Tensor& df) {
+  firing_launch::Gate gate{0, math::SurrogateKind{}, width};
+  if (mode == GateBackward::StraightThrough) gate.mode = 1;
+  if (mode == GateBackward::Surrogate) {
+    // Only the built-in surrogates have device code (math::surrogate_derivative).
+    ASC_CHECK(s.builtin.has_value(), "firing_output (CUDA): surrogate '{}' is a user-registered host function and "
+              "has no CUDA kernel; use a built-in surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run "
+              "the layer on the CPU", s.name);
+    gate.mode = 2, gate.kind = *s.builtin;
+  }
+  const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
+  dZ = Tensor::empty({N, P}, Z.options());
+  dSP = Tensor::empty({P}, Z.options());
+  df = Tensor::empty({P, A}, Z.options());
+  ASC_CUDA_CHECK(firing_launch::backward(Z.raw_data(), SP.raw_data(), f.raw_data(), F.raw_data(), dY.raw_data(), N,
+                                         P, A, gate, dZ.raw_data(), dSP.raw_data(), df.raw_data(),
+                                         float_elem_of("firing_output", Z.dtype()), current_stream()));
+}
+
+void ssm_scan_forward(const Tensor& a, const Tensor& u, const Tensor& s0, bool rms_norm, double eps, Tensor& s,
+                      Tensor& rms) {
+  const int64_t B = a.size(0), T = a.size(1), R = a.size(2);
+  ASC_CHECK(R <= firing_launch::kMaxScanChannels, "ssm_scan (CUDA): {} state channels; the kernel takes at most {}",
+            R, firing_launch::kMaxScanChannels);
+  s = Tensor::empty({B, T, R}, a.options());
+  rms = Tensor::empty({B, T}, a.options());
+  ASC_CUDA_CHECK(firing_launch::scan_forward(a.raw_data(), u.raw_data(), s0.raw_data(), B, T, R, rms_norm, eps,
+                                             s.raw_data(), rms.raw_data(), float_elem_of("ssm_scan", a.dtype()),
+                                             current_stream()));
+}
+
+void ssm_scan_backward(const Tensor& a, const Tensor& s0, const Tensor& s, const Tensor& rms, const Tensor& ds,
+                       bool rms_norm, Tensor& da, Tensor& du, Tensor& ds0) {
+  const int64_t B = a.size(0), T = a.size(1), R = a.size(2);
+  da = Tensor::empty({B, T, R}, a.options());
+  du = Tensor::empty({B, T, R}, a.options());
+  ds0 = Tensor::empty({B, R}, a.options());
+  ASC_CUDA_CHECK(firing_launch::scan_backward(a.raw_data(), s0.raw_data(), s.raw_data(), rms.raw_data(), ds.raw_data(),
+                                              B, T, R, rms_norm, da.raw_data(), du.raw_data(), ds0.raw_data(),
+                                              float_elem_of("ssm_scan", a.dtype()), current_stream()));
+}
+
+}  // namespace asc::cuda

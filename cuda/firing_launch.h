@@ -1,0 +1,38 @@
+#pragma once
+// Launchers of the firing perceptron's CUDA kernels (cuda/firing.cu), called by cuda/firing.cpp with plain data.
+// Z (N, P), SP (P), f (P, α), F (N, P), Y / dY (N, P, α) contiguous, all of element type `elem` (bfloat16 /
+// float16 compute in float32). C++17-clean; each launcher returns the launch's cudaError_t.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/float_elem.h"
+#include "ops/math.h"  // math::SurrogateKind
+
+namespace asc::cuda::firing_launch {
+
+// The gate's backward: 0 exact, 1 straight-through (s' = 1), 2 the built-in surrogate `kind` of width `width`.
+struct Gate {
+  int mode;
+  math::SurrogateKind kind;
+  double width;
+};
+
+// F = 1[Z >= SP], Y = F f Z.
+cudaError_t forward(const void* Z, const void* SP, const void* f, int64_t N, int64_t P, int64_t A, void* F, void* Y,
+                    FloatElem elem, cudaStream_t stream);
+// dZ (N, P), dSP (P), df (P, α) of ops/firing.h from dY.
+cudaError_t backward(const void* Z, const void* SP, const void* f, const void* F, const void* dY, int64_t N, int64_t P,
+                     int64_t A, Gate gate, void* dZ, void* dSP, void* df, FloatElem elem, cudaStream_t stream);
+
+// The SSM scan of ops/firing.h: a, u, s (B, T, R), s0 (B, R), rms (B, T). One thread block per batch row, its
+// threads over the R <= kMaxScanChannels channels, sequential in time (a block reduction per step for the RMS).
+constexpr int64_t kMaxScanChannels = 1024;
+cudaError_t scan_forward(const void* a, const void* u, const void* s0, int64_t B, int64_t T, int64_t R, bool rms_norm,
+                         double eps, void* s, void* rms, FloatElem elem, cudaStream_t stream);
+// da, du (B, T, R), ds0 (B, R) from ds.
+cudaError_t scan_backward(const void* a, const void* s0, const void* s, const void* rms, const void* ds, int64_t B,
+                          int64_t T, int64_t R, bool rms_norm, void* da, void* du, void* ds0, FloatElem elem,
+                          cudaStream_t stream);
+
+}  // namespace asc::cuda::firing_launch

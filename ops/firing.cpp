@@ -1,0 +1,99 @@
+// firing_output (ops/firing.h): validation, the kernels (ops/kernel_list.inc: firing_*), one graph node.
+#include "ops/firing.h"
+
+#include <algorithm>
+
+#include <fmt/ranges.h>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "core/error.h"
+#include "core/format.h"
+#include "ops/checks.h"
+#include "ops/dispatch.h"
+#include "ops/kernels.h"
+#include "ops/reduce.h"
+
+namespace asc {
+
+namespace {
+constexpr const char* kOp = "firing_output";
+}  // namespace
+
+FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, const GateOptions& gate) {
+  check_defined(kOp, Z, "Z");
+  check_defined(kOp, SP, "SP");
+  check_defined(kOp, f, "f");
+  check_same_device(kOp, {&Z, &SP, &f});
+  check_float(kOp, Z, "Z");
+  ASC_CHECK(Z.dim() == 2 && SP.dim() == 1 && f.dim() == 2 && SP.size(0) == Z.size(1) && f.size(0) == Z.size(1),
+            "{}: expects Z (N, P), SP (P), f (P, alpha); got Z {}, SP {}, f {}", kOp, Z.shape(), SP.shape(),
+            f.shape());
+  ASC_CHECK(SP.dtype() == Z.dtype() && f.dtype() == Z.dtype(), "{}: Z, SP and f must share a dtype; got {}, {}, {}",
+            kOp, Z.dtype(), SP.dtype(), f.dtype());
+  ASC_CHECK(f.size(1) >= 1, "{}: f must have at least one output per neuron (alpha >= 1), got f {}", kOp, f.shape());
+  ASC_CHECK(gate.width > 0, "{}: the surrogate width must be positive, got {}", kOp, gate.width);
+  Surrogate sur;
+  if (gate.mode == GateBackward::Surrogate) {
+    const std::vector<std::string> known = surrogate_names();
+    ASC_CHECK(std::find(known.begin(), known.end(), gate.surrogate) != known.end(),
+              "{}: unknown surrogate '{}' (known: {})", kOp, gate.surrogate, fmt::join(known, ", "));
+    sur = surrogate(gate.surrogate);
+    ASC_CHECK(!Z.device().is_cuda() || sur.builtin.has_value(),
+              "{}: surrogate '{}' is a user-registered host function and has no CUDA kernel; use a built-in one "
+              "(sigmoid, rectangular, triangular, atan) on CUDA", kOp, gate.surrogate);
+  }
+  const Tensor z = Z.contiguous(), sp = SP.contiguous(), fw = f.contiguous();
+  FiringOutput out;
+  ASC_KERNEL(z.device(), kOp, firing_forward, z, sp, fw, out.F, out.Y);
+  if (autograd::needs_grad({&Z, &SP, &f})) {
+    using autograd::SavedTensor;
+    const GateBackward mode = gate.mode;
+    const double width = gate.width;
+    autograd::record(kOp, {z, sp, fw}, {out.Y},
+                     [zs = SavedTensor(z, kOp), sps = SavedTensor(sp, kOp), fs = SavedTensor(fw, kOp), F = out.F,
+                      mode, width, sur](const TensorList& g) -> TensorList {
+                       Tensor dZ, dSP, df;
+                       ASC_KERNEL(g[0].device(), kOp, firing_backward, zs.get(), sps.get(), fs.get(), F,
+                                  g[0].contiguous(), mode, sur, width, dZ, dSP, df);
+                       return {dZ, dSP, df};
+                     });
+  }
+  return out;
+}
+
+Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0_in, bool rms_norm, double eps) {
+  constexpr const char* op = "ssm_scan";
+  check_defined(op, a, "a");
+  check_defined(op, u, "u");
+  check_defined(op, s0_in, "s0");
+  check_same_device(op, {&a, &u, &s0_in});
+  check_float(op, a, "a");
+  ASC_CHECK(a.dim() == 3 && u.shape() == a.shape(), "{}: expects a and u (B, T, R) of one shape; got a {}, u {}", op,
+            a.shape(), u.shape());
+  const int64_t B = a.size(0), R = a.size(2);
+  ASC_CHECK((s0_in.dim() == 1 && s0_in.size(0) == R) || (s0_in.dim() == 2 && s0_in.size(0) == B && s0_in.size(1) == R),
+            "{}: s0 must be ({}) or ({}, {}); got {}", op, R, B, R, s0_in.shape());
+  ASC_CHECK(u.dtype() == a.dtype() && s0_in.dtype() == a.dtype(), "{}: a, u and s0 must share a dtype; got {}, {}, {}",
+            op, a.dtype(), u.dtype(), s0_in.dtype());
+  ASC_CHECK(eps > 0, "{}: eps must be positive, got {}", op, eps);
+  const Tensor ac = a.contiguous(), uc = u.contiguous();
+  const Tensor s0 = s0_in.dim() == 1 ? s0_in.view({1, R}).expand({B, R}).contiguous() : s0_in.contiguous();
+  Tensor s, rms;
+  ASC_KERNEL(ac.device(), op, ssm_scan_forward, ac, uc, s0, rms_norm, eps, s, rms);
+  if (autograd::needs_grad({&a, &u, &s0_in})) {
+    using autograd::SavedTensor;
+    const Shape s0_shape = s0_in.shape();
+    autograd::record(op, {ac, uc, s0_in}, {s},
+                     [as = SavedTensor(ac, op), s0s = SavedTensor(s0, op), out = s.detach(), rms, rms_norm,
+                      s0_shape](const TensorList& g) -> TensorList {
+                       Tensor da, du, ds0;
+                       ASC_KERNEL(g[0].device(), "ssm_scan", ssm_scan_backward, as.get(), s0s.get(), out, rms,
+                                  g[0].contiguous(), rms_norm, da, du, ds0);
+                       return {da, du, s0_shape.size() == 1 ? sum(ds0, {0}) : ds0};
+                     });
+  }
+  return s;
+}
+
+}  // namespace asc

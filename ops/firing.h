@@ -1,0 +1,35 @@
+#pragma once
+// The output of a layer of firing-threshold neurons (docs/firing.md §1-2) as one fused op with a hand-written
+// backward: each neuron p fires when its pre-activation reaches its threshold, and only then passes a weighted
+// copy of the pre-activation to each of its α outputs.
+//
+//   asc::FiringOutput o = asc::firing_output(Z, SP, f);               // exact gate: SP gets no gradient
+//   asc::FiringOutput s = asc::firing_output(Z, SP, f, {.mode = asc::GateBackward::Surrogate, .surrogate = "atan"});
+//   o.Y;  // (N, P, α): F f Z        o.F;  // (N, P): the gate, detached (what the local rules read)
+#include "core/tensor.h"
+#include "ops/geometry.h"  // GateOptions, GateBackward, the surrogate registry
+
+namespace asc {
+
+struct FiringOutput {
+  Tensor Y;  // (N, P, α) = F[b, p] f[p, g] Z[b, p]; exactly 0 where the neuron is silent
+  Tensor F;  // (N, P) in {0, 1}, Z's dtype, detached
+};
+
+// Z (N, P) pre-activations, SP (P) thresholds, f (P, α) output weights, one float dtype and device.
+//   F = 1[Z >= SP] (equality fires),  Y[b, p, g] = F[b, p] f[p, g] Z[b, p]
+// Backward, with S[b, p] = Σ_g dY[b, p, g] f[p, g] and s' the gate's surrogate derivative at Z - SP (0 for the
+// exact gate, GateBackward::None; 1 for StraightThrough; the named surrogate of width `width` for Surrogate):
+//   dZ = S (F + Z s'),   dSP = -Σ_b S Z s',   df[p, g] = Σ_b dY[b, p, g] F Z
+// On the CPU a silent neuron with the exact gate costs nothing in the backward. Errors name the op and the shapes.
+FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, const GateOptions& gate = {});
+
+// The state recurrence of the low-rank cross-path SSM (docs/firing.md §6), over the time axis of a, u (B, T, R):
+//   h_t = a_t ⊙ s_{t-1} + u_t,    s_t = h_t / RMS(h_t) with RMS(h) = sqrt(mean_c h_c² + eps) if rms_norm, else h_t
+// from s_0 = s0, (R) shared by the batch or (B, R). Returns s (B, T, R). Differentiable in a, u and s0
+// (backpropagation through time, a hand-written reverse scan). CPU: a thread per batch row; CUDA: a block per row.
+//
+//   Tensor s = asc::ssm_scan(a, u, zeros({R}), /*rms_norm=*/true);
+Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0, bool rms_norm = false, double eps = 1e-6);
+
+}  // namespace asc

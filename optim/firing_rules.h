@@ -1,0 +1,109 @@
+#pragma once
+// The local learning rules of the firing-threshold perceptron (docs/firing.md §4-5) as LocalRules
+// (optim/local_rule.h): rule B — backprop + Oja + homeostasis, the final design — and rule A — local only.
+//
+// A rule is bound to one firing layer's tensors and fed by that layer: in a training-mode forward pass the layer
+// hands it a detached snapshot (inputs, Z, F, Y, the thresholds); Optimizer::step() then runs the gradient update
+// (with the rule's row masks), the rule's apply() and the clips. The rule's running state (r̄, m̄ or F̄) lives in
+// buffers of the layer, so it is saved with the model's state_dict and a resumed run continues bit-identically.
+// One line beside any optimizer (nn/firing.h):
+//
+//   asc::optim::Adam opt(model->parameters(), {.lr = 1e-3});
+//   opt.add_local_rule(layer->rule_b({.eta_w = 1e-3, .eta_f = 1e-3, .eta_sp = 1e-2, .r_target = 0.1}));
+//
+// All of a rule's arithmetic runs in float32, or float64 for a float64 layer, whatever the model dtype.
+#include <memory>
+
+#include "optim/local_rule.h"
+
+namespace asc::optim {
+
+// What a firing layer hands its rules after a training-mode forward pass: detached, batch and time axes flattened
+// into N rows. Exactly one of X and tok is defined.
+struct FiringSnapshot {
+  Tensor X;    // dense (N, d), or (N, d, P) when neuron p reads channel p of its input (stacked layers)
+  Tensor tok;  // index path: (N) int64, the columns of W (P, V) looked up
+  Tensor Z, F;  // (N, P)
+  Tensor Y;     // (N, P, α) = F f Z
+  Tensor SP;    // (P), the thresholds the forward pass compared with
+};
+
+// The tensors of the layer a rule acts on (the layer's own parameters and buffers, updated in place).
+struct FiringTensors {
+  Tensor W;      // (P, d) or (P, V) (index path)
+  Tensor f;      // (P, α)
+  Tensor SP;     // (P)
+  Tensor r_bar;  // (P) float32/float64 buffer: rule B's EMA of the firing rate
+  Tensor m_bar;  // (P): rule B's EMA of the firing margin
+  Tensor f_bar;  // (P): rule A's EMA of the firing rate
+};
+
+// The rules' shared part: the snapshot, fired() for the masks.
+class FiringRule : public LocalRule {
+ public:
+  explicit FiringRule(FiringTensors t) : t_(std::move(t)) {}
+  void observe(FiringSnapshot s) { snap_ = std::move(s); }
+  bool has_snapshot() const { return snap_.Z.defined(); }
+  // Rows of W and f whose neuron fired at least once in the snapshot's batch.
+  Tensor fired(const Tensor&) const override { return has_snapshot() ? active_rows(snap_.F) : Tensor(); }
+  void clear() override { snap_ = FiringSnapshot{}; }
+
+ protected:
+  FiringTensors t_;
+  FiringSnapshot snap_;
+};
+
+// Rule B (docs/firing.md §4). The backprop part is the optimizer's step on W and f, restricted to the rows mask_w /
+// mask_f allow; apply() adds, with means over the N rows of the snapshot:
+//   W_p    += η_w mean_b F (Z X_b − Z² / Z_ref2 · W_p)          (index path: only column tok_b, with X = 1)
+//   f[p,g] += η_f mean_b F (Y Z − Y² / Y_ref2 · f[p,g])
+//   r̄ ← (1 − β_r) r̄ + β_r mean_b F,   m̄ ← (1 − β_m) m̄ + β_m mean_b F max(0, (Z − SP) / (Z_ref + ε_Z))
+//   SP += η_SP (λ_r (r̄ − r*) + λ_m (m̄ − m*))
+// then the clips W ∈ [w_min, w_max], f ∈ [f_min, f_max], SP ∈ [sp_min, sp_max]. Z_ref2 = Z_ref² + ε_Z,
+// Y_ref2 = Y_ref² + ε_Y. W and f are the ones after the gradient step (docs: a second-order difference).
+struct RuleBOptions {
+  double eta_w = 1e-3, eta_f = 1e-3, eta_sp = 1e-2;
+  double z_ref = 1.0, y_ref = 1.0, eps_z = 1e-6, eps_y = 1e-6;
+  double beta_r = 0.1, beta_m = 0.1;
+  double r_target = 0.1, m_target = 0.1, lambda_r = 1.0, lambda_m = 0.0;
+  double w_min = 0.0, w_max = 1.0, f_min = 0.0, f_max = 1.0;  // signed weights: w_min = -w_max, f_min = -f_max
+  double sp_min = -1e9, sp_max = 1e9;
+  UpdateMask mask_w = UpdateMask::All, mask_f = UpdateMask::All;  // rows the backprop update may move
+};
+
+class FiringRuleB : public FiringRule {
+ public:
+  FiringRuleB(FiringTensors t, RuleBOptions o);
+  std::string name() const override { return "FiringRuleB"; }
+  void apply() override;
+  const RuleBOptions& options() const { return o_; }
+
+ private:
+  RuleBOptions o_;
+};
+
+// Rule A (docs/firing.md §5), local only: pair it with an optimizer over no gradient (or lr 0). With means over
+// the N rows of the snapshot and [u]_+ = max(u, 0):
+//   W_p    += η₊ mean_b [Z − SP]_+ X_b ⊙ (1 − W_p / w_max) − η₋ mean_b [SP − Z]_+ X_b ⊙ W_p / w_max   (index: X = 1
+//             on column tok_b)
+//   f[p,g] += ρ₊ mean_b F Z / Z_max · (1 − f / f_max) − ρ₋ mean_b (1 − F) · f / f_max
+//   F̄ ← (1 − β) F̄ + β mean_b F,   SP += η_SP (F̄ − r*)
+// then W ∈ [0, w_max], f ∈ [0, f_max], SP ∈ [sp_min, sp_max].
+struct RuleAOptions {
+  double eta_plus = 1e-2, eta_minus = 1e-2, rho_plus = 1e-2, rho_minus = 1e-2, eta_sp = 1e-2;
+  double z_max = 1.0, w_max = 1.0, f_max = 1.0, beta = 0.1, r_target = 0.1;
+  double sp_min = -1e9, sp_max = 1e9;
+};
+
+class FiringRuleA : public FiringRule {
+ public:
+  FiringRuleA(FiringTensors t, RuleAOptions o);
+  std::string name() const override { return "FiringRuleA"; }
+  void apply() override;
+  const RuleAOptions& options() const { return o_; }
+
+ private:
+  RuleAOptions o_;
+};
+
+}  // namespace asc::optim
