@@ -117,8 +117,9 @@ Tensor FiringLayer::fire(const Tensor& Z, const Shape& lead, const Tensor& X, co
   }
   last_F_ = o.F;
   if (is_training() && !rules_.empty()) {
-    optim::FiringSnapshot s{X.defined() ? X.detach() : Tensor(), tok, Z.detach(), o.F, o.Y.detach(),
-                            SP.detach().clone()};  // a copy: the optimizer may move SP before the rule reads it
+    // Copies of f and SP: the optimizer moves them before the rule reads the snapshot.
+    optim::FiringSnapshot s{X.defined() ? X.detach() : Tensor(), tok, Z.detach(), o.F, f.detach().clone(),
+                            SP.detach().clone()};
     for (const auto& rule : rules_) rule->observe(s);
   }
   Shape out = lead;
@@ -153,7 +154,7 @@ Tensor FiringLinear::forward(const Tensor& x) {
             x.defined() ? x.shape() : Shape{});
   const Shape lead(std::span<const int64_t>(x.shape().begin(), x.shape().end() - 1));
   const Tensor X = x.reshape({-1, d});  // (N, d)
-  return fire(matmul(X, W.t()), lead, X, Tensor());
+  return fire(linear(X, W), lead, X, Tensor());  // Z = X Wᵀ (linear's backward writes dW without a transpose)
 }
 
 FiringEmbedding::FiringEmbedding(const FiringOptions& o) : FiringLayer("FiringEmbedding", o, o.in_features()) {

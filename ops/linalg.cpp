@@ -62,12 +62,23 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (autograd::needs_grad(a, b)) {
     bool ga = a.requires_grad(), gb = b.requires_grad();
     Shape sa = a.shape(), sb = b.shape();
+    // An operand that is a transposed view of a contiguous matrix (W.t() in x Wᵀ) gets its gradient as the transpose
+    // of a contiguous product, so the transpose's own backward hands W a contiguous gradient and nothing is copied.
+    auto transposed = [](const Tensor& t) {
+      return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) == t.size(0);
+    };
+    const bool plain = a.dim() == 2 && b.dim() == 2;  // no batch dims to broadcast or sum over
+    const bool at = plain && transposed(a), bt = plain && transposed(b);
     autograd::record("matmul", {a, b}, {out},
                      [=, as = autograd::SavedTensor(a, "matmul"), bs = autograd::SavedTensor(b, "matmul")](
                          const TensorList& g) -> TensorList {
-                       // dA = dC B^T (summed over broadcast batch dims), dB = A^T dC.
-                       Tensor da = ga ? sum_to(matmul_nd(g[0], bs.get().transpose(-1, -2)), sa) : Tensor();
-                       Tensor db = gb ? sum_to(matmul_nd(as.get().transpose(-1, -2), g[0]), sb) : Tensor();
+                       // dA = dC B^T (summed over broadcast batch dims), dB = A^T dC; for a transposed operand
+                       // dA = (B dCᵀ)ᵀ, dB = (dCᵀ A)ᵀ.
+                       Tensor da, db;
+                       if (ga) da = at ? matmul_nd(bs.get(), g[0].transpose(-1, -2)).transpose(-1, -2)
+                                       : sum_to(matmul_nd(g[0], bs.get().transpose(-1, -2)), sa);
+                       if (gb) db = bt ? matmul_nd(g[0].transpose(-1, -2), as.get()).transpose(-1, -2)
+                                       : sum_to(matmul_nd(as.get().transpose(-1, -2), g[0]), sb);
                        return {da, db};
                      });
   }

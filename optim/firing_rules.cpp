@@ -48,9 +48,9 @@ Tensor input_sum(const FiringSnapshot& s, const Tensor& coef, const Tensor& W) {
 void check_snapshot(const char* rule, const FiringSnapshot& s, const FiringTensors& t) {
   const int64_t P = t.W.size(0);
   ASC_CHECK(s.Z.dim() == 2 && s.Z.size(1) == P && s.F.shape() == s.Z.shape() && s.SP.numel() == P &&
-                s.Y.dim() == 3 && s.Y.size(0) == s.Z.size(0) && s.Y.size(1) == P && s.Y.size(2) == t.f.size(1),
-            "{}: snapshot Z {}, F {}, Y {}, SP {} do not match {} neurons with {} outputs", rule, s.Z.shape(),
-            s.F.shape(), s.Y.shape(), s.SP.shape(), P, t.f.size(1));
+                s.f.shape() == t.f.shape(),
+            "{}: snapshot Z {}, F {}, f {}, SP {} do not match {} neurons with {} outputs", rule, s.Z.shape(),
+            s.F.shape(), s.f.shape(), s.SP.shape(), P, t.f.size(1));
   ASC_CHECK(s.X.defined() != s.tok.defined(), "{}: the snapshot needs exactly one of X and tok", rule);
 }
 
@@ -85,24 +85,25 @@ void FiringRuleB::apply() {
   if (N == 0) return;
   NoGradGuard ng;
   const DType acc = acc_of(t_.W);
-  const Tensor Z = snap_.Z.to(acc), F = snap_.F.to(acc), Y = snap_.Y.to(acc), SP0 = snap_.SP.to(acc);
+  const Tensor Z = snap_.Z.to(acc), F = snap_.F.to(acc), SP0 = snap_.SP.to(acc);
   const Tensor W = t_.W.to(acc), f = t_.f.to(acc);
   const double z_ref2 = o_.z_ref * o_.z_ref + o_.eps_z, y_ref2 = o_.y_ref * o_.y_ref + o_.eps_y;
-  const Tensor FZ = F * Z, FZ2 = FZ * Z;  // (N, P)
+  const Tensor FZ = F * Z, FZ2 = FZ * Z;                // (N, P)
+  const Tensor sum_FZ2 = sum(FZ2, {0}).view({P, 1});    // Σ_b F Z²
   // Oja on W: η_w mean_b F (Z x_b − Z² / Z_ref2 · W_p); on the index path x_b is the one-hot column tok_b, so the
   // decay too acts on that column only.
-  Tensor dW;
   if (snap_.tok.defined()) {
     const Tensor Wcols = index_select(W, 1, snap_.tok);  // (P, N): W[p, tok_b]
-    dW = input_sum(snap_, FZ - FZ2 / z_ref2 * Wcols.t(), W);
+    t_.W.copy_(W + input_sum(snap_, FZ - FZ2 / z_ref2 * Wcols.t(), W) * (o_.eta_w / N));
   } else {
-    dW = input_sum(snap_, FZ, W) - sum(FZ2, {0}).view({P, 1}) / z_ref2 * W;
+    // W (1 − η_w / N · Σ F Z² / Z_ref2) + η_w / N · Σ_b F Z x_b: one pass over W besides the product.
+    const Tensor keep = 1.0 - sum_FZ2 * (o_.eta_w / (N * z_ref2));
+    t_.W.copy_(W * keep);
+    t_.W.add_(input_sum(snap_, FZ, W).to(t_.W.dtype()), o_.eta_w / N);
   }
-  t_.W.copy_(W + dW * (o_.eta_w / N));
-  // Oja on f: η_f mean_b F (Y Z − Y² / Y_ref2 · f)
-  const Tensor FY = Y * F.view({N, P, 1});
-  const Tensor df = sum(FY * Z.view({N, P, 1}), {0}) - sum(FY * Y, {0}) / y_ref2 * f;  // (P, α)
-  t_.f.copy_(f + df * (o_.eta_f / N));
+  // Oja on f: η_f mean_b F (Y Z − Y² / Y_ref2 · f) with Y = F f' Z: η_f / N · Σ_b F Z² · (f' − f'² f / Y_ref2).
+  const Tensor f_fwd = snap_.f.to(acc);
+  t_.f.copy_(f + sum_FZ2 * (f_fwd - f_fwd * f_fwd * f / y_ref2) * (o_.eta_f / N));
   // Homeostasis: EMAs of the firing rate and margin, then the threshold.
   const Tensor r_t = mean(F, {0});
   const Tensor m_t = mean(F * relu((Z - SP0.view({1, P})) / (o_.z_ref + o_.eps_z)), {0});

@@ -3,7 +3,7 @@
 // (optim/local_rule.h): rule B — backprop + Oja + homeostasis, the final design — and rule A — local only.
 //
 // A rule is bound to one firing layer's tensors and fed by that layer: in a training-mode forward pass the layer
-// hands it a detached snapshot (inputs, Z, F, Y, the thresholds); Optimizer::step() then runs the gradient update
+// hands it a detached snapshot (inputs, Z, F, f, the thresholds); Optimizer::step() then runs the gradient update
 // (with the rule's row masks), the rule's apply() and the clips. The rule's running state (r̄, m̄ or F̄) lives in
 // buffers of the layer, so it is saved with the model's state_dict and a resumed run continues bit-identically.
 // One line beside any optimizer (nn/firing.h):
@@ -24,7 +24,7 @@ struct FiringSnapshot {
   Tensor X;    // dense (N, d), or (N, d, P) when neuron p reads channel p of its input (stacked layers)
   Tensor tok;  // index path: (N) int64, the columns of W (P, V) looked up
   Tensor Z, F;  // (N, P)
-  Tensor Y;     // (N, P, α) = F f Z
+  Tensor f;     // (P, α): the output weights of the forward pass, so the local output Y = F f Z need not be stored
   Tensor SP;    // (P), the thresholds the forward pass compared with
 };
 
@@ -60,7 +60,9 @@ class FiringRule : public LocalRule {
 //   r̄ ← (1 − β_r) r̄ + β_r mean_b F,   m̄ ← (1 − β_m) m̄ + β_m mean_b F max(0, (Z − SP) / (Z_ref + ε_Z))
 //   SP += η_SP (λ_r (r̄ − r*) + λ_m (m̄ − m*))
 // then the clips W ∈ [w_min, w_max], f ∈ [f_min, f_max], SP ∈ [sp_min, sp_max]. Z_ref2 = Z_ref² + ε_Z,
-// Y_ref2 = Y_ref² + ε_Y. W and f are the ones after the gradient step (docs: a second-order difference).
+// Y_ref2 = Y_ref² + ε_Y. W and f are the ones after the gradient step (docs: a second-order difference). The f term
+// uses Y = F f' Z (f' the forward's f): mean_b F (Y Z − Y² f / Y_ref2) = mean_b F Z² · (f' − f'² f / Y_ref2), one
+// pass over (N, P) instead of (N, P, α).
 struct RuleBOptions {
   double eta_w = 1e-3, eta_f = 1e-3, eta_sp = 1e-2;
   double z_ref = 1.0, y_ref = 1.0, eps_z = 1e-6, eps_y = 1e-6;

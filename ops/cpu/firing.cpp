@@ -1,10 +1,12 @@
 // CPU kernels of the firing perceptron's output (ops/firing.h, docs/firing.md §1-2).
 //
-// Forward: rows b of Z (N, P) in parallel; a silent neuron writes zeros without forming f·Z. Backward: neurons p
-// in parallel (each thread owns a range of columns, so the reductions over b for dSP and df need no atomics and
-// run in float64); with the exact gate a silent (b, p) is skipped outright — its dZ is 0 and it adds nothing.
+// Forward: rows b of Z (N, P) in parallel; a silent neuron writes zeros without forming f·Z. Backward: rows in
+// parallel too, each task summing its rows' dSP and df in float64 (merged at the end, in an order that depends on
+// scheduling only through float64 additions of a few task totals); with the exact gate a silent (b, p) is skipped
+// outright — its dZ is 0 and it adds nothing.
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <vector>
 
 #include "ops/cpu/loops.h"
@@ -36,51 +38,81 @@ void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& 
   });
 }
 
+namespace {
+
+// The backward over rows [b0, b1): dZ of those rows, and their contributions to dSP (P) and df (P, A) added into the
+// caller's float64 accumulators. kMode: 0 exact gate (a silent (b, p) is skipped), 1 straight-through, 2 surrogate
+// (deriv(u) = s'(u)).
+template <class T, int kMode, class D>
+void backward_rows(const T* z, const T* sp, const T* fw, const T* Fp, const T* dy, int64_t b0, int64_t b1, int64_t P,
+                   int64_t A, const D& deriv, T* dz, double* acc_sp, double* acc_f) {
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t p = 0; p < P; ++p) {
+      const int64_t bp = b * P + p;
+      const bool fires = Fp[bp] != T(0);
+      if (kMode == 0 && !fires) {  // a silent neuron under the exact gate: no gradient at all
+        dz[bp] = T(0);
+        continue;
+      }
+      const T* dyo = dy + bp * A;
+      const T* fp = fw + p * A;
+      double S = 0;  // Σ_g dY f
+      for (int64_t g = 0; g < A; ++g) S += double(dyo[g]) * double(fp[g]);
+      const double zv = z[bp];
+      if (fires)
+        for (int64_t g = 0; g < A; ++g) acc_f[p * A + g] += double(dyo[g]) * zv;
+      if (kMode == 0) {
+        dz[bp] = static_cast<T>(S);
+        continue;
+      }
+      const double d = kMode == 1 ? 1.0 : deriv(zv - double(sp[p]));
+      dz[bp] = static_cast<T>(S * ((fires ? 1.0 : 0.0) + zv * d));
+      acc_sp[p] -= S * zv * d;
+    }
+}
+
+}  // namespace
+
 void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const Tensor& F, const Tensor& dY,
                      GateBackward mode, const Surrogate& s, double width, Tensor& dZ, Tensor& dSP, Tensor& df) {
   const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
   dZ = Tensor::empty({N, P}, Z.options());
   dSP = Tensor::empty({P}, Z.options());
   df = Tensor::empty({P, A}, Z.options());
-  // s'(u) at u = Z - SP: 0 (exact), 1 (straight-through) or the surrogate's derivative.
   const bool user = mode == GateBackward::Surrogate && !s.builtin;
-  auto deriv = [&](double u) {
-    if (mode == GateBackward::None) return 0.0;
-    if (mode == GateBackward::StraightThrough) return 1.0;
+  auto deriv = [&](double u) {  // s'(u) at u = Z - SP
     return s.builtin ? math::surrogate_derivative(*s.builtin, u, width) : s.derivative(u, width);
   };
   ASC_DISPATCH_FLOAT(Z.dtype(), "firing_output backward", [&] {
     const scalar_t *z = Z.data_ptr<scalar_t>(), *sp = SP.data_ptr<scalar_t>(), *fw = f.data_ptr<scalar_t>();
     const scalar_t *Fp = F.data_ptr<scalar_t>(), *dy = dY.data_ptr<scalar_t>();
-    scalar_t *dz = dZ.data_ptr<scalar_t>(), *dsp = dSP.data_ptr<scalar_t>(), *dfw = df.data_ptr<scalar_t>();
-    auto columns = [&](int64_t p0, int64_t p1) {
-      std::vector<double> acc_sp(p1 - p0, 0.0), acc_f((p1 - p0) * A, 0.0);
-      for (int64_t b = 0; b < N; ++b)
-        for (int64_t p = p0; p < p1; ++p) {
-          const int64_t bp = b * P + p;
-          const bool fires = Fp[bp] != scalar_t(0);
-          if (!fires && mode == GateBackward::None) {  // a silent neuron under the exact gate: no gradient at all
-            dz[bp] = scalar_t(0);
-            continue;
-          }
-          const scalar_t* dyo = dy + bp * A;
-          const scalar_t* fp = fw + p * A;
-          double S = 0;  // Σ_g dY f
-          for (int64_t g = 0; g < A; ++g) S += double(dyo[g]) * double(fp[g]);
-          const double zv = z[bp], d = deriv(zv - double(sp[p]));
-          dz[bp] = static_cast<scalar_t>(S * ((fires ? 1.0 : 0.0) + zv * d));
-          acc_sp[p - p0] -= S * zv * d;
-          if (fires)
-            for (int64_t g = 0; g < A; ++g) acc_f[(p - p0) * A + g] += double(dyo[g]) * zv;
-        }
-      for (int64_t p = p0; p < p1; ++p) {
-        dsp[p] = static_cast<scalar_t>(acc_sp[p - p0]);
-        for (int64_t g = 0; g < A; ++g) dfw[p * A + g] = static_cast<scalar_t>(acc_f[(p - p0) * A + g]);
+    scalar_t *dz = dZ.data_ptr<scalar_t>();
+    // Rows in parallel (contiguous reads); each task sums its rows' dSP and df in float64, merged under a lock.
+    std::vector<double> tot_sp(P, 0.0), tot_f(P * A, 0.0);
+    std::mutex merge;
+    auto rows = [&](int64_t b0, int64_t b1) {
+      std::vector<double> acc_sp(P, 0.0), acc_f(P * A, 0.0);
+      switch (mode) {
+        case GateBackward::None:
+          backward_rows<scalar_t, 0>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp.data(), acc_f.data());
+          break;
+        case GateBackward::StraightThrough:
+          backward_rows<scalar_t, 1>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp.data(), acc_f.data());
+          break;
+        case GateBackward::Surrogate:
+          backward_rows<scalar_t, 2>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp.data(), acc_f.data());
+          break;
       }
+      std::lock_guard lock(merge);
+      for (int64_t p = 0; p < P; ++p) tot_sp[p] += acc_sp[p];
+      for (int64_t i = 0; i < P * A; ++i) tot_f[i] += acc_f[i];
     };
-    // A user-registered surrogate is a std::function that need not be thread-safe: one thread then.
-    if (user) columns(0, P);
-    else parallel_for(P, N * (A + 2), columns);
+    // A user-registered surrogate is a std::function that need not be thread-safe: one task then.
+    if (user) rows(0, N);
+    else parallel_for(N, P * (A + 2), rows);
+    scalar_t *dsp = dSP.data_ptr<scalar_t>(), *dfw = df.data_ptr<scalar_t>();
+    for (int64_t p = 0; p < P; ++p) dsp[p] = static_cast<scalar_t>(tot_sp[p]);
+    for (int64_t i = 0; i < P * A; ++i) dfw[i] = static_cast<scalar_t>(tot_f[i]);
   });
 }
 

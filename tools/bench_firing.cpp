@@ -1,0 +1,187 @@
+// Firing-threshold perceptron benchmark (not a test), in one run:
+//   - one training step of a firing layer — forward, backward of <G, Y>, SGD, learning rule B (Oja on W and f,
+//     homeostasis, clips) — for B = 256, d = 784, P = 1024, α = 4, float32, at firing rates 0.5 .. 0.05 (thresholds
+//     set per neuron from the layer's own pre-activations), next to the same step written in PyTorch
+//     (tools/bench_firing_torch.py, Debian's python3-torch, same thread count);
+//   - the SSM scan (ops/firing.h: ssm_scan, forward + backward, with the RMS normalisation) for T = 128 .. 1024,
+//     B = 32, rank 64.
+// Best-of-reps milliseconds; --csv writes the rows.
+//   ./build/release/tools/bench_firing [--reps 10] [--rates 0.5,0.25,0.1,0.05] [--csv out.csv] [--no-torch]
+//                                      [--no-scan]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ascender.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+using namespace asc;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kBatch = 256, kD = 784, kP = 1024, kA = 4;
+
+double best_ms(const std::function<void()>& fn, const std::function<void()>& before, int reps) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    before();
+    auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+// Per neuron, the threshold that the given fraction of the batch reaches.
+Tensor thresholds_for(const Tensor& Z, double rate) {
+  const std::vector<float> z = Z.to_vector<float>();
+  std::vector<float> sp(kP);
+  std::vector<float> col(kBatch);
+  for (int64_t p = 0; p < kP; ++p) {
+    for (int64_t b = 0; b < kBatch; ++b) col[b] = z[b * kP + p];
+    const auto k = static_cast<std::ptrdiff_t>(std::clamp<double>((1 - rate) * kBatch, 0, kBatch - 1));
+    std::nth_element(col.begin(), col.begin() + k, col.end());
+    sp[p] = col[k];
+  }
+  return tensor(std::vector<double>(sp.begin(), sp.end()), {kP}).to(kFloat32);
+}
+
+// Step time of ours per rate.
+std::map<double, double> run_ours(const std::vector<double>& rates, int reps) {
+  manual_seed(0);
+  auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(kD, kP).fan_out(kA));
+  optim::SGD opt(layer->parameters(), {.lr = 1e-3});
+  opt.add_local_rule(layer->rule_b({.eta_w = 1e-3, .eta_f = 1e-3, .eta_sp = 1e-2, .r_target = 0.1, .w_min = -1,
+                                    .w_max = 1, .f_min = -1, .f_max = 1}));
+  Tensor x = randn({kBatch, kD}), G = randn({kBatch, kP, kA});
+  std::map<double, double> out;
+  for (double rate : rates) {
+    Tensor sp0;
+    {
+      NoGradGuard ng;
+      sp0 = thresholds_for(matmul(x, layer->W.t()), rate);
+    }
+    auto reset = [&] {
+      NoGradGuard ng;
+      layer->SP.copy_(sp0);
+    };
+    auto step = [&] {
+      layer->zero_grad();
+      sum(layer->forward(x) * G).backward();
+      opt.step();
+    };
+    reset();
+    step();  // warm-up
+    out[rate] = best_ms(step, reset, reps);
+    reset();
+    layer->forward(x);
+    std::printf("  (ours: measured firing rate %.3f for target %.3f)\n",
+                mean(layer->last_gate()).item<double>(), rate);
+  }
+  return out;
+}
+
+std::map<double, double> run_torch(const std::vector<double>& rates, int reps) {
+  std::string list;
+  for (double r : rates) list += " " + std::to_string(r);
+  const std::string cmd = "/usr/bin/python3 " ASC_SOURCE_DIR "/tools/bench_firing_torch.py --rates" + list +
+                          " --reps " + std::to_string(reps) + " --threads 2 2>/dev/null";
+  std::map<double, double> out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) {
+    const char *r = std::strstr(buf, "\"rate\": "), *ms = std::strstr(buf, "\"step_ms\": ");
+    if (r && ms) out[std::atof(r + 8)] = std::atof(ms + 11);
+  }
+  pclose(p);
+  return out;
+}
+
+std::vector<double> parse_list(const std::string& s) {
+  std::vector<double> v;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) v.push_back(std::atof(item.c_str()));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 10;
+  bool torch = true, scan_rows = true;
+  std::string csv;
+  std::vector<double> rates = {0.5, 0.25, 0.1, 0.05};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--reps") reps = std::atoi(next().c_str());
+    else if (a == "--rates") rates = parse_list(next());
+    else if (a == "--csv") csv = next();
+    else if (a == "--no-torch") torch = false;
+    else if (a == "--no-scan") scan_rows = false;
+    else {
+      std::fprintf(stderr, "bench_firing: unknown argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  setenv("OMP_NUM_THREADS", "2", 1);
+#ifdef _OPENMP
+  omp_set_num_threads(2);
+#endif
+  std::map<double, double> theirs = torch ? run_torch(rates, reps) : std::map<double, double>{};
+  if (torch && theirs.empty()) std::printf("torch twin: could not run (needs /usr/bin/python3 with torch)\n");
+  std::map<double, double> ours = run_ours(rates, reps);
+
+  std::printf("\nfiring layer training step (forward + backward + SGD + rule B), B %lld, d %lld, P %lld, alpha %lld, "
+              "float32, 2 threads\n", (long long)kBatch, (long long)kD, (long long)kP, (long long)kA);
+  std::printf("%-12s %12s %12s %10s\n", "firing rate", "ours ms", "PyTorch ms", "speed-up");
+  for (double r : rates) {
+    const double t = theirs.count(r) ? theirs[r] : -1;
+    std::printf("%-12.2f %12.2f %12s %10s\n", r, ours[r], t > 0 ? std::to_string(t).substr(0, 6).c_str() : "-",
+                t > 0 ? (std::to_string(t / ours[r]).substr(0, 4) + "x").c_str() : "-");
+  }
+
+  // The SSM scan, forward + backward.
+  if (scan_rows)
+    std::printf("\nssm_scan forward + backward (RMS normalisation), B 32, rank 64, float32\n%-8s %10s %12s\n", "T",
+                "ms", "us / step");
+  std::vector<std::pair<int64_t, double>> scan;
+  for (int64_t T : scan_rows ? std::vector<int64_t>{128, 256, 512, 1024} : std::vector<int64_t>{}) {
+    Tensor a = sigmoid(randn({32, T, 64})), u = randn({32, T, 64}), s0 = zeros({64});
+    a = a.detach().set_requires_grad(true), u = u.detach().set_requires_grad(true);
+    auto run = [&] {
+      a.zero_grad(), u.zero_grad();
+      sum(ssm_scan(a, u, s0, true)).backward();
+    };
+    run();
+    const double ms = best_ms(run, [] {}, reps);
+    scan.push_back({T, ms});
+    std::printf("%-8lld %10.3f %12.2f\n", (long long)T, ms, ms * 1e3 / T);
+  }
+  if (!csv.empty()) {
+    FILE* f = std::fopen(csv.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "bench_firing: cannot write %s\n", csv.c_str());
+      return 1;
+    }
+    std::fprintf(f, "benchmark,param,ours_ms,torch_ms\n");
+    for (double r : rates)
+      std::fprintf(f, "firing_step,rate=%.2f,%.3f,%.3f\n", r, ours[r], theirs.count(r) ? theirs[r] : -1.0);
+    for (auto [T, ms] : scan) std::fprintf(f, "ssm_scan,T=%lld,%.3f,\n", (long long)T, ms);
+    std::fclose(f);
+    std::printf("wrote %s\n", csv.c_str());
+  }
+  return 0;
+}

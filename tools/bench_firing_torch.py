@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""The PyTorch twin of tools/bench_firing.cpp: one firing layer (docs/firing.md) with learning rule B, written
+carefully in PyTorch — Z = X Wᵀ, F = 1[Z >= SP], Y = F f Z, the loss <G, Y>, autograd's backward (the exact gate: F
+is a constant), an SGD step and the Oja / homeostasis terms under no_grad — timed per step the same way (best of
+reps after warm-up). Prints one JSON line per firing rate. Run with Debian's python3-torch: /usr/bin/python3."""
+import argparse, json, time
+import torch
+
+p = argparse.ArgumentParser()
+p.add_argument("--batch", type=int, default=256)
+p.add_argument("--d", type=int, default=784)
+p.add_argument("--neurons", type=int, default=1024)
+p.add_argument("--fan-out", type=int, default=4)
+p.add_argument("--rates", type=float, nargs="+", default=[0.5])
+p.add_argument("--reps", type=int, default=10)
+p.add_argument("--threads", type=int, default=2)
+a = p.parse_args()
+torch.set_num_threads(a.threads)
+torch.manual_seed(0)
+
+B, d, P, A = a.batch, a.d, a.neurons, a.fan_out
+eta_bp, eta_w, eta_f, eta_sp = 1e-3, 1e-3, 1e-3, 1e-2
+z_ref2, y_ref2, beta, r_target = 1.0 + 1e-6, 1.0 + 1e-6, 0.1, 0.1
+
+x = torch.randn(B, d)
+G = torch.randn(B, P, A)
+W = (torch.rand(P, d) * 2 - 1).div_(d ** 0.5).requires_grad_()
+f = torch.ones(P, A, requires_grad=True)
+r_bar = torch.zeros(P)
+m_bar = torch.zeros(P)
+
+
+def step(SP):
+    global r_bar, m_bar
+    Z = x @ W.t()                                   # (B, P)
+    F = (Z >= SP).to(Z.dtype).detach()              # the exact gate
+    Y = F.unsqueeze(-1) * f * Z.unsqueeze(-1)       # (B, P, A)
+    (Y * G).sum().backward()
+    with torch.no_grad():
+        W.sub_(eta_bp * W.grad)                     # SGD
+        f.sub_(eta_bp * f.grad)
+        W.grad = None
+        f.grad = None
+        Zd, Yd = Z.detach(), Y.detach()
+        FZ = F * Zd
+        W.add_(eta_w / B * (FZ.t() @ x - (FZ * Zd).sum(0).unsqueeze(1) / z_ref2 * W))  # Oja on W
+        FY = Yd * F.unsqueeze(-1)
+        f.add_(eta_f / B * ((FY * Zd.unsqueeze(-1)).sum(0) - (FY * Yd).sum(0) / y_ref2 * f))  # Oja on f
+        r_bar = (1 - beta) * r_bar + beta * F.mean(0)                                # homeostasis
+        m_bar = (1 - beta) * m_bar + beta * (F * torch.relu(Zd - SP)).mean(0)
+        SP.add_(eta_sp * (r_bar - r_target))
+        W.clamp_(-1, 1)
+        f.clamp_(-1, 1)
+
+
+for rate in a.rates:
+    with torch.no_grad():
+        SP = torch.quantile(x @ W.t(), 1 - rate, dim=0)  # thresholds giving this firing rate per neuron
+    SP0 = SP.clone()
+    for _ in range(2):
+        step(SP0.clone())
+    best = 1e30
+    for _ in range(a.reps):
+        SP = SP0.clone()
+        t0 = time.perf_counter()
+        step(SP)
+        best = min(best, time.perf_counter() - t0)
+    print(json.dumps({"rate": rate, "step_ms": best * 1e3}), flush=True)
