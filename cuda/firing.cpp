@@ -37,6 +37,16 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
                                          float_elem_of("firing_output", Z.dtype()), current_stream()));
 }
 
+namespace {
+// The chunked scan's workspace (cuda/firing_launch.h), in the compute type; undefined when the scan is sequential.
+Tensor scan_work(const Tensor& a, bool rms_norm) {
+  const int64_t B = a.size(0), T = a.size(1), R = a.size(2);
+  if (!firing_launch::scan_chunked(rms_norm, T)) return {};
+  const DType acc = a.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  return Tensor::empty({firing_launch::scan_workspace(B, T, R)}, {acc, a.device(), false});
+}
+}  // namespace
+
 void ssm_scan_forward(const Tensor& a, const Tensor& u, const Tensor& s0, bool rms_norm, double eps, Tensor& s,
                       Tensor& rms) {
   const int64_t B = a.size(0), T = a.size(1), R = a.size(2);
@@ -44,9 +54,10 @@ void ssm_scan_forward(const Tensor& a, const Tensor& u, const Tensor& s0, bool r
             R, firing_launch::kMaxScanChannels);
   s = Tensor::empty({B, T, R}, a.options());
   rms = Tensor::empty({B, T}, a.options());
+  const Tensor work = scan_work(a, rms_norm);
   ASC_CUDA_CHECK(firing_launch::scan_forward(a.raw_data(), u.raw_data(), s0.raw_data(), B, T, R, rms_norm, eps,
-                                             s.raw_data(), rms.raw_data(), float_elem_of("ssm_scan", a.dtype()),
-                                             current_stream()));
+                                             s.raw_data(), rms.raw_data(), work.defined() ? work.raw_data() : nullptr,
+                                             float_elem_of("ssm_scan", a.dtype()), current_stream()));
 }
 
 void ssm_scan_backward(const Tensor& a, const Tensor& s0, const Tensor& s, const Tensor& rms, const Tensor& ds,
@@ -55,8 +66,10 @@ void ssm_scan_backward(const Tensor& a, const Tensor& s0, const Tensor& s, const
   da = Tensor::empty({B, T, R}, a.options());
   du = Tensor::empty({B, T, R}, a.options());
   ds0 = Tensor::empty({B, R}, a.options());
+  const Tensor work = scan_work(a, rms_norm);
   ASC_CUDA_CHECK(firing_launch::scan_backward(a.raw_data(), s0.raw_data(), s.raw_data(), rms.raw_data(), ds.raw_data(),
                                               B, T, R, rms_norm, da.raw_data(), du.raw_data(), ds0.raw_data(),
+                                              work.defined() ? work.raw_data() : nullptr,
                                               float_elem_of("ssm_scan", a.dtype()), current_stream()));
 }
 

@@ -173,6 +173,135 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <class T>
+__global__ void fill_kernel(T* __restrict__ x, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = from_acc<T>(acc_t<T>(1));
+}
+
+// ---- the chunked scan of the linear recurrence (no RMS), forward and backward -------------------------------------
+// Threads index (b, k, c) with the channel fastest, so the loads of a time step are coalesced. K chunks of kScanChunk.
+template <class T>
+__global__ void scan_chunk_summary(const T* __restrict__ a, const T* __restrict__ u, int64_t B, int64_t Tn,
+                                   int64_t R, int64_t K, acc_t<T>* __restrict__ hend, acc_t<T>* __restrict__ pend) {
+  using Acc = acc_t<T>;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * K * R;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = idx % R, k = (idx / R) % K, b = idx / (R * K);
+    const int64_t t1 = (k + 1) * kScanChunk < Tn ? (k + 1) * kScanChunk : Tn;
+    Acc h = 0, prod = 1;  // the chunk's end state from a zero start, and Π a over the chunk
+    for (int64_t t = k * kScanChunk; t < t1; ++t) {
+      const Acc x = to_acc(a[(b * Tn + t) * R + c]);
+      h = x * h + to_acc(u[(b * Tn + t) * R + c]);
+      prod *= x;
+    }
+    hend[idx] = h;
+    pend[idx] = prod;
+  }
+}
+
+// One thread per (b, c): the state entering each chunk, cin[k] = pend[k-1] cin[k-1] + hend[k-1], cin[0] = s0.
+template <class T>
+__global__ void scan_chunk_carry(const T* __restrict__ s0, int64_t B, int64_t R, int64_t K,
+                                 const acc_t<T>* __restrict__ hend, const acc_t<T>* __restrict__ pend,
+                                 acc_t<T>* __restrict__ cin) {
+  using Acc = acc_t<T>;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * R;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = idx % R, b = idx / R;
+    Acc st = to_acc(s0[idx]);
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t i = (b * K + k) * R + c;
+      cin[i] = st;
+      st = pend[i] * st + hend[i];
+    }
+  }
+}
+
+template <class T>
+__global__ void scan_chunk_apply(const T* __restrict__ a, const T* __restrict__ u, int64_t B, int64_t Tn, int64_t R,
+                                 int64_t K, const acc_t<T>* __restrict__ cin, T* __restrict__ s) {
+  using Acc = acc_t<T>;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * K * R;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = idx % R, k = (idx / R) % K, b = idx / (R * K);
+    const int64_t t1 = (k + 1) * kScanChunk < Tn ? (k + 1) * kScanChunk : Tn;
+    Acc h = cin[idx];
+    for (int64_t t = k * kScanChunk; t < t1; ++t) {
+      const int64_t o = (b * Tn + t) * R + c;
+      h = to_acc(a[o]) * h + to_acc(u[o]);
+      s[o] = from_acc<T>(h);
+    }
+  }
+}
+
+// Backward: g_t = ds_t + e_t g_{t+1} with e_t = a_{t+1} (0 at the last step), scanned from the end; du = g,
+// da_t = g_t s_{t-1}, ds0 = a_0 g_0. Per chunk from a zero incoming gradient: its value at the chunk start and
+// Π e over the chunk.
+template <class T>
+__device__ __forceinline__ acc_t<T> next_a(const T* a, int64_t b, int64_t t, int64_t Tn, int64_t R, int64_t c) {
+  return t + 1 < Tn ? to_acc(a[(b * Tn + t + 1) * R + c]) : acc_t<T>(0);
+}
+
+template <class T>
+__global__ void scan_chunk_summary_back(const T* __restrict__ a, const T* __restrict__ ds, int64_t B, int64_t Tn,
+                                        int64_t R, int64_t K, acc_t<T>* __restrict__ gstart,
+                                        acc_t<T>* __restrict__ qstart) {
+  using Acc = acc_t<T>;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * K * R;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = idx % R, k = (idx / R) % K, b = idx / (R * K);
+    const int64_t t1 = (k + 1) * kScanChunk < Tn ? (k + 1) * kScanChunk : Tn;
+    Acc g = 0, prod = 1;
+    for (int64_t t = t1 - 1; t >= k * kScanChunk; --t) {
+      const Acc e = next_a(a, b, t, Tn, R, c);
+      g = to_acc(ds[(b * Tn + t) * R + c]) + e * g;
+      prod *= e;
+    }
+    gstart[idx] = g;
+    qstart[idx] = prod;
+  }
+}
+
+// One thread per (b, c): the gradient entering each chunk from the later ones, gin[k] = g at the next chunk's start.
+template <class T>
+__global__ void scan_chunk_carry_back(int64_t B, int64_t R, int64_t K, const acc_t<T>* __restrict__ gstart,
+                                      const acc_t<T>* __restrict__ qstart, acc_t<T>* __restrict__ gin) {
+  using Acc = acc_t<T>;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * R;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = idx % R, b = idx / R;
+    Acc g = 0;
+    for (int64_t k = K - 1; k >= 0; --k) {
+      const int64_t i = (b * K + k) * R + c;
+      gin[i] = g;
+      g = gstart[i] + qstart[i] * g;
+    }
+  }
+}
+
+template <class T>
+__global__ void scan_chunk_apply_back(const T* __restrict__ a, const T* __restrict__ s0, const T* __restrict__ s,
+                                      const T* __restrict__ ds, int64_t B, int64_t Tn, int64_t R, int64_t K,
+                                      const acc_t<T>* __restrict__ gin, T* __restrict__ da, T* __restrict__ du,
+                                      T* __restrict__ ds0) {
+  using Acc = acc_t<T>;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * K * R;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = idx % R, k = (idx / R) % K, b = idx / (R * K);
+    const int64_t t1 = (k + 1) * kScanChunk < Tn ? (k + 1) * kScanChunk : Tn;
+    Acc g = gin[idx];  // g_{t1}
+    for (int64_t t = t1 - 1; t >= k * kScanChunk; --t) {
+      const int64_t o = (b * Tn + t) * R + c;
+      g = to_acc(ds[o]) + next_a(a, b, t, Tn, R, c) * g;
+      const Acc prev = to_acc(t > 0 ? s[o - R] : s0[b * R + c]);
+      du[o] = from_acc<T>(g);
+      da[o] = from_acc<T>(g * prev);
+    }
+    if (k == 0) ds0[b * R + c] = from_acc<T>(to_acc(a[(b * Tn) * R + c]) * g);
+  }
+}
+
 unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>((n + kThreads - 1) / kThreads, 1), 65535LL * 16));
 }
@@ -208,31 +337,63 @@ cudaError_t backward(const void* Z, const void* SP, const void* f, const void* F
 }
 
 cudaError_t scan_forward(const void* a, const void* u, const void* s0, int64_t B, int64_t T, int64_t R, bool rms_norm,
-                         double eps, void* s, void* rms, FloatElem elem, cudaStream_t stream) {
+                         double eps, void* s, void* rms, void* work, FloatElem elem, cudaStream_t stream) {
   if (B * T * R == 0) return cudaSuccess;
   return visit_float_elem(elem, [&](auto tag) {
     using E = decltype(tag);
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(B, 65535LL * 16));
-    const cudaError_t err = launch_kernel(ssm_scan_forward_kernel<E>, dim3(blocks), dim3(kThreads), stream,
-                                          static_cast<const E*>(a), static_cast<const E*>(u),
-                                          static_cast<const E*>(s0), B, T, R, rms_norm, eps, static_cast<E*>(s),
-                                          static_cast<E*>(rms));
-    return err != cudaSuccess ? err : cudaGetLastError();
+    using Acc = acc_t<E>;
+    auto check = [](cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); };
+    const E *ap = static_cast<const E*>(a), *up = static_cast<const E*>(u), *s0p = static_cast<const E*>(s0);
+    if (!scan_chunked(rms_norm, T)) {
+      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(B, 65535LL * 16));
+      return check(launch_kernel(ssm_scan_forward_kernel<E>, dim3(blocks), dim3(kThreads), stream, ap, up, s0p, B, T,
+                                 R, rms_norm, eps, static_cast<E*>(s), static_cast<E*>(rms)));
+    }
+    const int64_t K = (T + kScanChunk - 1) / kScanChunk;
+    Acc *hend = static_cast<Acc*>(work), *pend = hend + B * K * R, *cin = pend + B * K * R;
+    cudaError_t err;
+    if ((err = check(launch_kernel(scan_chunk_summary<E>, dim3(blocks_for(B * K * R)), dim3(kThreads), stream, ap, up,
+                                   B, T, R, K, hend, pend))) != cudaSuccess)
+      return err;
+    if ((err = check(launch_kernel(scan_chunk_carry<E>, dim3(blocks_for(B * R)), dim3(kThreads), stream, s0p, B, R, K,
+                                   hend, pend, cin))) != cudaSuccess)
+      return err;
+    if ((err = check(launch_kernel(scan_chunk_apply<E>, dim3(blocks_for(B * K * R)), dim3(kThreads), stream, ap, up,
+                                   B, T, R, K, cin, static_cast<E*>(s)))) != cudaSuccess)
+      return err;
+    return check(launch_kernel(fill_kernel<E>, dim3(blocks_for(B * T)), dim3(kThreads), stream, static_cast<E*>(rms),
+                               B * T));  // RMS "1": no normalisation
   });
 }
 
 cudaError_t scan_backward(const void* a, const void* s0, const void* s, const void* rms, const void* ds, int64_t B,
-                          int64_t T, int64_t R, bool rms_norm, void* da, void* du, void* ds0, FloatElem elem,
-                          cudaStream_t stream) {
+                          int64_t T, int64_t R, bool rms_norm, void* da, void* du, void* ds0, void* work,
+                          FloatElem elem, cudaStream_t stream) {
   if (B * R == 0) return cudaSuccess;
   return visit_float_elem(elem, [&](auto tag) {
     using E = decltype(tag);
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(B, 65535LL * 16));
-    const cudaError_t err = launch_kernel(
-        ssm_scan_backward_kernel<E>, dim3(blocks), dim3(kThreads), stream, static_cast<const E*>(a),
-        static_cast<const E*>(s0), static_cast<const E*>(s), static_cast<const E*>(rms), static_cast<const E*>(ds), B,
-        T, R, rms_norm, static_cast<E*>(da), static_cast<E*>(du), static_cast<E*>(ds0));
-    return err != cudaSuccess ? err : cudaGetLastError();
+    using Acc = acc_t<E>;
+    auto check = [](cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); };
+    const E *ap = static_cast<const E*>(a), *s0p = static_cast<const E*>(s0), *sp = static_cast<const E*>(s);
+    const E* gp = static_cast<const E*>(ds);
+    if (!scan_chunked(rms_norm, T)) {
+      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(B, 65535LL * 16));
+      return check(launch_kernel(ssm_scan_backward_kernel<E>, dim3(blocks), dim3(kThreads), stream, ap, s0p, sp,
+                                 static_cast<const E*>(rms), gp, B, T, R, rms_norm, static_cast<E*>(da),
+                                 static_cast<E*>(du), static_cast<E*>(ds0)));
+    }
+    const int64_t K = (T + kScanChunk - 1) / kScanChunk;
+    Acc *gstart = static_cast<Acc*>(work), *qstart = gstart + B * K * R, *gin = qstart + B * K * R;
+    cudaError_t err;
+    if ((err = check(launch_kernel(scan_chunk_summary_back<E>, dim3(blocks_for(B * K * R)), dim3(kThreads), stream,
+                                   ap, gp, B, T, R, K, gstart, qstart))) != cudaSuccess)
+      return err;
+    if ((err = check(launch_kernel(scan_chunk_carry_back<E>, dim3(blocks_for(B * R)), dim3(kThreads), stream, B, R, K,
+                                   gstart, qstart, gin))) != cudaSuccess)
+      return err;
+    return check(launch_kernel(scan_chunk_apply_back<E>, dim3(blocks_for(B * K * R)), dim3(kThreads), stream, ap, s0p,
+                               sp, gp, B, T, R, K, gin, static_cast<E*>(da), static_cast<E*>(du),
+                               static_cast<E*>(ds0)));
   });
 }
 

@@ -25,14 +25,24 @@ cudaError_t forward(const void* Z, const void* SP, const void* f, int64_t N, int
 cudaError_t backward(const void* Z, const void* SP, const void* f, const void* F, const void* dY, int64_t N, int64_t P,
                      int64_t A, Gate gate, void* dZ, void* dSP, void* df, FloatElem elem, cudaStream_t stream);
 
-// The SSM scan of ops/firing.h: a, u, s (B, T, R), s0 (B, R), rms (B, T). One thread block per batch row, its
-// threads over the R <= kMaxScanChannels channels, sequential in time (a block reduction per step for the RMS).
+// The SSM scan of ops/firing.h: a, u, s (B, T, R), s0 (B, R), rms (B, T).
+//   With the RMS normalisation (channels coupled at every step): one thread block per batch row, its threads over the
+//   R <= kMaxScanChannels channels, sequential in time (a block reduction per step).
+//   Without it (a linear recurrence) and T >= 2 kScanChunk: a chunked parallel scan — every (row, chunk of
+//   kScanChunk steps, channel) scans its chunk from a zero state, one thread per (row, channel) carries the chunk
+//   states across chunks, then every chunk scans again from its true starting state (and the same in reverse for the
+//   backward). `work` holds scan_workspace(B, T, R) elements of the compute type (float32 for bfloat16 / float16).
 constexpr int64_t kMaxScanChannels = 1024;
+constexpr int64_t kScanChunk = 64;
+constexpr bool scan_chunked(bool rms_norm, int64_t T) { return !rms_norm && T >= 2 * kScanChunk; }
+constexpr int64_t scan_workspace(int64_t B, int64_t T, int64_t R) {
+  return 3 * B * ((T + kScanChunk - 1) / kScanChunk) * R;
+}
 cudaError_t scan_forward(const void* a, const void* u, const void* s0, int64_t B, int64_t T, int64_t R, bool rms_norm,
-                         double eps, void* s, void* rms, FloatElem elem, cudaStream_t stream);
+                         double eps, void* s, void* rms, void* work, FloatElem elem, cudaStream_t stream);
 // da, du (B, T, R), ds0 (B, R) from ds.
 cudaError_t scan_backward(const void* a, const void* s0, const void* s, const void* rms, const void* ds, int64_t B,
-                          int64_t T, int64_t R, bool rms_norm, void* da, void* du, void* ds0, FloatElem elem,
-                          cudaStream_t stream);
+                          int64_t T, int64_t R, bool rms_norm, void* da, void* du, void* ds0, void* work,
+                          FloatElem elem, cudaStream_t stream);
 
 }  // namespace asc::cuda::firing_launch

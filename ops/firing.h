@@ -27,7 +27,9 @@ FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, c
 // The state recurrence of the low-rank cross-path SSM (docs/firing.md §6), over the time axis of a, u (B, T, R):
 //   h_t = a_t ⊙ s_{t-1} + u_t,    s_t = h_t / RMS(h_t) with RMS(h) = sqrt(mean_c h_c² + eps) if rms_norm, else h_t
 // from s_0 = s0, (R) shared by the batch or (B, R). Returns s (B, T, R). Differentiable in a, u and s0
-// (backpropagation through time, a hand-written reverse scan). CPU: a thread per batch row; CUDA: a block per row.
+// (backpropagation through time, a hand-written reverse scan). CPU: a thread per batch row, sequential in time. CUDA:
+// with the RMS a block per row, sequential in time; without it (a linear recurrence) a chunked parallel scan over
+// (row, chunk of 64 steps, channel) for T >= 128 (cuda/firing_launch.h).
 //
 //   Tensor s = asc::ssm_scan(a, u, zeros({R}), /*rms_norm=*/true);
 Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0, bool rms_norm = false, double eps = 1e-6);

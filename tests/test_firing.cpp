@@ -812,31 +812,35 @@ TEST_CASE("CrossPathSSM: every formula against loops; gradcheck through 8 steps;
   check_error([&] { nn::CrossPathSSM(5, 0); }, {"CrossPathSSM", "rank 0"});
 }
 
-TEST_CASE("ssm_scan CUDA kernels equal the CPU kernel (float64, float32; RMS on and off; 300 steps)") {
+TEST_CASE("ssm_scan CUDA kernels equal the CPU kernel (float64, float32; RMS on and off; the sequential kernels and "
+          "the chunked scan)") {
   if (!gpu_or_skip()) return;
   const Device gpu = Device::cuda();
-  for (bool rms : {false, true})
-    for (DType dt : {kFloat64, kFloat32}) {
-      CAPTURE(rms);
-      CAPTURE(dtype_name(dt));
-      const int64_t B = 3, T = 300, R = 130;  // R > the block's 128 threads: two channels per thread for some
-      Tensor a = sigmoid(randn64({B, T, R}, false, 140)).to(dt), u = (randn64({B, T, R}, false, 141) * 0.3).to(dt);
-      Tensor s0 = randn64({B, R}, false, 142).to(dt), g = randn64({B, T, R}, false, 143).to(dt);
-      auto run = [&](Device dev) {
-        Tensor al = a.to(dev).detach().set_requires_grad(true), ul = u.to(dev).detach().set_requires_grad(true);
-        Tensor sl = s0.to(dev).detach().set_requires_grad(true);
-        Tensor s = ssm_scan(al, ul, sl, rms);
-        sum(s * g.to(dev)).backward();
-        return TensorList{s.detach().to(Device::cpu()), al.grad().to(Device::cpu()), ul.grad().to(Device::cpu()),
-                          sl.grad().to(Device::cpu())};
-      };
-      TensorList c = run(Device::cpu()), d = run(gpu);
-      const double tol = dt == kFloat64 ? 1e-11 : 2e-4;
-      for (size_t i = 0; i < c.size(); ++i) {
-        CAPTURE(i);
-        check_close(d[i], c[i], tol, tol);
+  // T = 300 without the RMS runs the chunked scan (5 chunks, the last partial); T = 50 and the RMS the sequential one.
+  for (int64_t T : {50, 300})
+    for (bool rms : {false, true})
+      for (DType dt : {kFloat64, kFloat32}) {
+        CAPTURE(T);
+        CAPTURE(rms);
+        CAPTURE(dtype_name(dt));
+        const int64_t B = 3, R = 130;  // R > the block's 128 threads: two channels per thread for some
+        Tensor a = sigmoid(randn64({B, T, R}, false, 140)).to(dt), u = (randn64({B, T, R}, false, 141) * 0.3).to(dt);
+        Tensor s0 = randn64({B, R}, false, 142).to(dt), g = randn64({B, T, R}, false, 143).to(dt);
+        auto run = [&](Device dev) {
+          Tensor al = a.to(dev).detach().set_requires_grad(true), ul = u.to(dev).detach().set_requires_grad(true);
+          Tensor sl = s0.to(dev).detach().set_requires_grad(true);
+          Tensor s = ssm_scan(al, ul, sl, rms);
+          sum(s * g.to(dev)).backward();
+          return TensorList{s.detach().to(Device::cpu()), al.grad().to(Device::cpu()), ul.grad().to(Device::cpu()),
+                            sl.grad().to(Device::cpu())};
+        };
+        TensorList c = run(Device::cpu()), d = run(gpu);
+        const double tol = dt == kFloat64 ? 1e-11 : 2e-4;
+        for (size_t i = 0; i < c.size(); ++i) {
+          CAPTURE(i);
+          check_close(d[i], c[i], tol, tol);
+        }
       }
-    }
 }
 
 TEST_CASE("models: the firing classifier learns a separable problem; the token model (index path + SSM) learns a "
