@@ -32,8 +32,10 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
   dZ = Tensor::empty({N, P}, Z.options());
   dSP = Tensor::empty({P}, Z.options());
   df = Tensor::empty({P, A}, Z.options());
+  const DType acc = Z.dtype() == kFloat64 ? kFloat64 : kFloat32;  // the kernels' compute type
+  const Tensor work = Tensor::empty({firing_launch::backward_workspace(N, P, A)}, {acc, Z.device(), false});
   ASC_CUDA_CHECK(firing_launch::backward(Z.raw_data(), SP.raw_data(), f.raw_data(), F.raw_data(), dY.raw_data(), N,
-                                         P, A, gate, dZ.raw_data(), dSP.raw_data(), df.raw_data(),
+                                         P, A, gate, dZ.raw_data(), dSP.raw_data(), df.raw_data(), work.raw_data(),
                                          float_elem_of("firing_output", Z.dtype()), current_stream()));
 }
 

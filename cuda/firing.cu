@@ -1,9 +1,10 @@
 // CUDA kernels of the firing perceptron's output (cuda/firing_launch.h; formulas in ops/firing.h, docs/firing.md).
 //
-// Forward: one thread per (b, p), grid-strided; a silent neuron writes zeros without forming f·Z. Backward: one
-// thread block per neuron p, its threads striding over the rows b: each writes dZ[b, p] and the block reduces
-// dSP_p and df[p, ·] (in chunks of kChunk outputs, accumulated in float32 / float64), so no atomics are needed and
-// the result does not depend on scheduling. With the exact gate a silent (b, p) contributes nothing and is skipped.
+// Forward: one thread per (b, p), grid-strided, neurons fastest; a silent neuron writes zeros without forming f·Z.
+// Backward: one thread per (b, p) writes dZ and two factors per (b, p); the sums over b of dSP and df then run as
+// column sums (a thread per column, consecutive threads on consecutive columns, partial sums per block of rows added
+// in a fixed order), in float32 / float64: no atomics, and the result does not depend on scheduling. With the exact
+// gate a silent (b, p) contributes nothing and skips the work.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -24,7 +25,6 @@ using rows::from_acc;
 using rows::to_acc;
 
 constexpr int kThreads = 128;
-constexpr int kChunk = 8;  // outputs g reduced per pass of the backward
 
 template <class T>
 __global__ void firing_forward_kernel(const T* __restrict__ Z, const T* __restrict__ SP, const T* __restrict__ f,
@@ -46,48 +46,67 @@ __device__ __forceinline__ Acc gate_derivative(const Gate& gate, Acc u) {
   return static_cast<Acc>(math::surrogate_derivative(gate.kind, static_cast<double>(u), gate.width));
 }
 
+// Backward, pass 1: one thread per (b, p), neurons fastest (coalesced): dZ, and per (b, p) the two factors the
+// reductions over b need — c_sp = -S z s' (dSP) and c_f = F z (df[p, g] = Σ_b dY[b, p, g] c_f[b, p]).
 template <class T>
-__global__ void __launch_bounds__(kThreads)
-    firing_backward_kernel(const T* __restrict__ Z, const T* __restrict__ SP, const T* __restrict__ f,
-                           const T* __restrict__ F, const T* __restrict__ dY, int64_t N, int64_t P, int64_t A, Gate gate,
-                           T* __restrict__ dZ, T* __restrict__ dSP, T* __restrict__ df) {
+__global__ void firing_backward_rows(const T* __restrict__ Z, const T* __restrict__ SP, const T* __restrict__ f,
+                                     const T* __restrict__ F, const T* __restrict__ dY, int64_t N, int64_t P, int64_t A,
+                                     Gate gate, T* __restrict__ dZ, acc_t<T>* __restrict__ c_sp,
+                                     acc_t<T>* __restrict__ c_f) {
   using Acc = acc_t<T>;
-  __shared__ Acc red[32];
-  for (int64_t p = blockIdx.x; p < P; p += gridDim.x) {
-    const Acc sp = to_acc(SP[p]);
-    // Pass 0 also writes dZ and reduces dSP; every pass reduces df for outputs [g0, g0 + kChunk).
-    for (int64_t g0 = 0; g0 < A; g0 += kChunk) {
-      const int64_t gn = A - g0 < kChunk ? A - g0 : kChunk;
-      Acc part[kChunk];
-      for (int c = 0; c < kChunk; ++c) part[c] = Acc(0);
-      Acc dsp = 0;
-      for (int64_t b = threadIdx.x; b < N; b += blockDim.x) {
-        const int64_t bp = b * P + p;
-        const bool fires = to_acc(F[bp]) != Acc(0);
-        if (!fires && gate.mode == 0) {  // silent, exact gate: no gradient
-          if (g0 == 0) dZ[bp] = from_acc<T>(Acc(0));
-          continue;
-        }
-        const Acc z = to_acc(Z[bp]);
-        if (fires)
-          for (int c = 0; c < gn; ++c) part[c] += to_acc(dY[bp * A + g0 + c]) * z;
-        if (g0 == 0) {
-          Acc S = 0;
-          for (int64_t g = 0; g < A; ++g) S += to_acc(dY[bp * A + g]) * to_acc(f[p * A + g]);
-          const Acc d = gate_derivative(gate, z - sp);
-          dZ[bp] = from_acc<T>(S * ((fires ? Acc(1) : Acc(0)) + z * d));
-          dsp -= S * z * d;
-        }
-      }
-      for (int c = 0; c < gn; ++c) {
-        const Acc v = rows::row_reduce(part[c], rows::SumOp{}, red);
-        if (threadIdx.x == 0) df[p * A + g0 + c] = from_acc<T>(v);
-      }
-      if (g0 == 0) {
-        const Acc v = rows::row_reduce(dsp, rows::SumOp{}, red);
-        if (threadIdx.x == 0) dSP[p] = from_acc<T>(v);
-      }
+  for (int64_t bp = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; bp < N * P; bp += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t p = bp % P;
+    const bool fires = to_acc(F[bp]) != Acc(0);
+    if (!fires && gate.mode == 0) {  // silent, exact gate: no gradient
+      dZ[bp] = from_acc<T>(Acc(0));
+      c_sp[bp] = Acc(0), c_f[bp] = Acc(0);
+      continue;
     }
+    const Acc z = to_acc(Z[bp]);
+    Acc S = 0;
+    for (int64_t g = 0; g < A; ++g) S += to_acc(dY[bp * A + g]) * to_acc(f[p * A + g]);
+    const Acc d = gate_derivative(gate, z - to_acc(SP[p]));
+    dZ[bp] = from_acc<T>(S * ((fires ? Acc(1) : Acc(0)) + z * d));
+    c_sp[bp] = -S * z * d;
+    c_f[bp] = fires ? z : Acc(0);
+  }
+}
+
+// The values summed over b: c_sp[b, col] for dSP (C = P); dY[b, col] c_f[b, col / A] for df (C = P A).
+template <class T>
+struct SpValue {
+  const acc_t<T>* c_sp;
+  __device__ acc_t<T> operator()(int64_t b, int64_t col, int64_t C) const { return c_sp[b * C + col]; }
+};
+template <class T>
+struct FValue {
+  const T* dY;
+  const acc_t<T>* c_f;
+  int64_t A;
+  __device__ acc_t<T> operator()(int64_t b, int64_t col, int64_t C) const {
+    return to_acc(dY[b * C + col]) * c_f[b * (C / A) + col / A];
+  }
+};
+
+// Pass 2: column sums over b of an (N, C) matrix of values, as partial sums of row blocks (grid.y) — a thread per
+// column, consecutive threads on consecutive columns — then pass 3 adds the partials in a fixed order: deterministic.
+template <class T, class V>
+__global__ void column_partials(V value, int64_t N, int64_t C, acc_t<T>* __restrict__ part) {
+  const int64_t rows = (N + gridDim.y - 1) / gridDim.y, b0 = int64_t(blockIdx.y) * rows;
+  const int64_t b1 = b0 + rows < N ? b0 + rows : N;
+  for (int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; col < C; col += int64_t(gridDim.x) * blockDim.x) {
+    acc_t<T> s = 0;
+    for (int64_t b = b0; b < b1; ++b) s += value(b, col, C);
+    part[int64_t(blockIdx.y) * C + col] = s;
+  }
+}
+
+template <class T>
+__global__ void column_finish(const acc_t<T>* __restrict__ part, int64_t parts, int64_t C, T* __restrict__ out) {
+  for (int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; col < C; col += int64_t(gridDim.x) * blockDim.x) {
+    acc_t<T> s = 0;
+    for (int64_t k = 0; k < parts; ++k) s += part[k * C + col];
+    out[col] = from_acc<T>(s);
   }
 }
 
@@ -323,16 +342,31 @@ cudaError_t forward(const void* Z, const void* SP, const void* f, int64_t N, int
 }
 
 cudaError_t backward(const void* Z, const void* SP, const void* f, const void* F, const void* dY, int64_t N, int64_t P,
-                     int64_t A, Gate gate, void* dZ, void* dSP, void* df, FloatElem elem, cudaStream_t stream) {
+                     int64_t A, Gate gate, void* dZ, void* dSP, void* df, void* work, FloatElem elem,
+                     cudaStream_t stream) {
   if (P == 0) return cudaSuccess;
   return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(P, 65535LL * 16));
-    const cudaError_t err = launch_kernel(
-        firing_backward_kernel<T>, dim3(blocks), dim3(kThreads), stream, static_cast<const T*>(Z),
-        static_cast<const T*>(SP), static_cast<const T*>(f), static_cast<const T*>(F), static_cast<const T*>(dY), N,
-        P, A, gate, static_cast<T*>(dZ), static_cast<T*>(dSP), static_cast<T*>(df));
-    return err != cudaSuccess ? err : cudaGetLastError();
+    using Acc = acc_t<T>;
+    auto check = [](cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); };
+    const int64_t parts = backward_row_blocks(N);
+    Acc *c_sp = static_cast<Acc*>(work), *c_f = c_sp + N * P, *part = c_f + N * P;
+    const T* dy = static_cast<const T*>(dY);
+    cudaError_t err;
+    if (N > 0 && (err = check(launch_kernel(firing_backward_rows<T>, dim3(blocks_for(N * P)), dim3(kThreads), stream,
+                                            static_cast<const T*>(Z), static_cast<const T*>(SP),
+                                            static_cast<const T*>(f), static_cast<const T*>(F), dy, N, P, A, gate,
+                                            static_cast<T*>(dZ), c_sp, c_f))) != cudaSuccess)
+      return err;
+    auto column_sums = [&](auto value, int64_t C, T* out) {
+      const unsigned cols = static_cast<unsigned>(std::min<int64_t>((C + kThreads - 1) / kThreads, 65535));
+      cudaError_t e = check(launch_kernel(column_partials<T, decltype(value)>, dim3(cols, unsigned(parts)),
+                                          dim3(kThreads), stream, value, N, C, part));
+      if (e != cudaSuccess) return e;
+      return check(launch_kernel(column_finish<T>, dim3(cols), dim3(kThreads), stream, part, parts, C, out));
+    };
+    if ((err = column_sums(SpValue<T>{c_sp}, P, static_cast<T*>(dSP))) != cudaSuccess) return err;
+    return column_sums(FValue<T>{dy, c_f, A}, P * A, static_cast<T*>(df));
   });
 }
 

@@ -21,9 +21,19 @@ struct Gate {
 // F = 1[Z >= SP], Y = F f Z.
 cudaError_t forward(const void* Z, const void* SP, const void* f, int64_t N, int64_t P, int64_t A, void* F, void* Y,
                     FloatElem elem, cudaStream_t stream);
-// dZ (N, P), dSP (P), df (P, α) of ops/firing.h from dY.
+// dZ (N, P), dSP (P), df (P, α) of ops/firing.h from dY: a thread per (b, p) forms dZ and the factors of the two
+// sums over b, which then run as column sums over row blocks (partials added in a fixed order, so the result does
+// not depend on scheduling). `work` holds backward_workspace(N, P, A) elements of the compute type.
+constexpr int64_t backward_row_blocks(int64_t N) {
+  const int64_t blocks = (N + 255) / 256;
+  return blocks < 1 ? 1 : blocks > 64 ? 64 : blocks;
+}
+constexpr int64_t backward_workspace(int64_t N, int64_t P, int64_t A) {
+  return 2 * N * P + backward_row_blocks(N) * P * (A > 1 ? A : 1);
+}
 cudaError_t backward(const void* Z, const void* SP, const void* f, const void* F, const void* dY, int64_t N, int64_t P,
-                     int64_t A, Gate gate, void* dZ, void* dSP, void* df, FloatElem elem, cudaStream_t stream);
+                     int64_t A, Gate gate, void* dZ, void* dSP, void* df, void* work, FloatElem elem,
+                     cudaStream_t stream);
 
 // The SSM scan of ops/firing.h: a, u, s (B, T, R), s0 (B, R), rms (B, T).
 //   With the RMS normalisation (channels coupled at every step): one thread block per batch row, its threads over the

@@ -245,6 +245,13 @@ TEST_CASE("firing_output CUDA kernels equal the CPU kernel (float64, float32, bf
       for (auto [x, y] : {std::pair{a.Y, b.Y}, {a.F, b.F}, {a.dZ, b.dZ}, {a.dSP, b.dSP}, {a.df, b.df}})
         check_close(y, x, tol, tol);
     }
+  // 600 rows: the sums over b run as three row blocks whose partials are added at the end.
+  OpCase big = op_case(600, 7, 3, 56);
+  for (GateBackward mode : {GateBackward::None, GateBackward::Surrogate}) {
+    const GateOptions gate{.mode = mode, .surrogate = "atan", .width = 0.8};
+    OpRun x = run_op(big, gate), y = run_op(big, gate, kFloat64, gpu);
+    for (auto [p, q] : {std::pair{x.dZ, y.dZ}, {x.dSP, y.dSP}, {x.df, y.df}}) check_close(q, p, 1e-12, 1e-12);
+  }
   // bfloat16 on the device against float32 on the CPU on the same rounded values (the CPU holds no bfloat16).
   auto rounded = [&](const Tensor& t) { return t.to(gpu).to(kBFloat16).to(kFloat32).to(Device::cpu()); };
   OpCase r = c;
