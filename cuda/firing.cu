@@ -200,14 +200,23 @@ __global__ void fill_kernel(T* __restrict__ x, int64_t n) {
 
 // ---- the chunked scan of the linear recurrence (no RMS), forward and backward -------------------------------------
 // Threads index (b, k, c) with the channel fastest, so the loads of a time step are coalesced. K chunks of kScanChunk.
+// Thread idx of a chunked kernel: row b, chunk k (steps [k kScanChunk, t1)), channel c (fastest).
+struct Chunk {
+  int64_t b, k, c, t1;
+};
+__device__ __forceinline__ Chunk chunk_of(int64_t idx, int64_t Tn, int64_t R, int64_t K) {
+  const int64_t k = (idx / R) % K, end = (k + 1) * kScanChunk;
+  return {idx / (R * K), k, idx % R, end < Tn ? end : Tn};
+}
+
 template <class T>
 __global__ void scan_chunk_summary(const T* __restrict__ a, const T* __restrict__ u, int64_t B, int64_t Tn,
                                    int64_t R, int64_t K, acc_t<T>* __restrict__ hend, acc_t<T>* __restrict__ pend) {
   using Acc = acc_t<T>;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * K * R;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = idx % R, k = (idx / R) % K, b = idx / (R * K);
-    const int64_t t1 = (k + 1) * kScanChunk < Tn ? (k + 1) * kScanChunk : Tn;
+    const Chunk ch = chunk_of(idx, Tn, R, K);
+    const int64_t c = ch.c, k = ch.k, b = ch.b, t1 = ch.t1;
     Acc h = 0, prod = 1;  // the chunk's end state from a zero start, and Π a over the chunk
     for (int64_t t = k * kScanChunk; t < t1; ++t) {
       const Acc x = to_acc(a[(b * Tn + t) * R + c]);
@@ -243,8 +252,8 @@ __global__ void scan_chunk_apply(const T* __restrict__ a, const T* __restrict__ 
   using Acc = acc_t<T>;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * K * R;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = idx % R, k = (idx / R) % K, b = idx / (R * K);
-    const int64_t t1 = (k + 1) * kScanChunk < Tn ? (k + 1) * kScanChunk : Tn;
+    const Chunk ch = chunk_of(idx, Tn, R, K);
+    const int64_t c = ch.c, k = ch.k, b = ch.b, t1 = ch.t1;
     Acc h = cin[idx];
     for (int64_t t = k * kScanChunk; t < t1; ++t) {
       const int64_t o = (b * Tn + t) * R + c;
@@ -269,8 +278,8 @@ __global__ void scan_chunk_summary_back(const T* __restrict__ a, const T* __rest
   using Acc = acc_t<T>;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * K * R;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = idx % R, k = (idx / R) % K, b = idx / (R * K);
-    const int64_t t1 = (k + 1) * kScanChunk < Tn ? (k + 1) * kScanChunk : Tn;
+    const Chunk ch = chunk_of(idx, Tn, R, K);
+    const int64_t c = ch.c, k = ch.k, b = ch.b, t1 = ch.t1;
     Acc g = 0, prod = 1;
     for (int64_t t = t1 - 1; t >= k * kScanChunk; --t) {
       const Acc e = next_a(a, b, t, Tn, R, c);
@@ -307,8 +316,8 @@ __global__ void scan_chunk_apply_back(const T* __restrict__ a, const T* __restri
   using Acc = acc_t<T>;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * K * R;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = idx % R, k = (idx / R) % K, b = idx / (R * K);
-    const int64_t t1 = (k + 1) * kScanChunk < Tn ? (k + 1) * kScanChunk : Tn;
+    const Chunk ch = chunk_of(idx, Tn, R, K);
+    const int64_t c = ch.c, k = ch.k, b = ch.b, t1 = ch.t1;
     Acc g = gin[idx];  // g_{t1}
     for (int64_t t = t1 - 1; t >= k * kScanChunk; --t) {
       const int64_t o = (b * Tn + t) * R + c;
@@ -321,9 +330,6 @@ __global__ void scan_chunk_apply_back(const T* __restrict__ a, const T* __restri
   }
 }
 
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>((n + kThreads - 1) / kThreads, 1), 65535LL * 16));
-}
 
 }  // namespace
 
@@ -334,8 +340,8 @@ cudaError_t forward(const void* Z, const void* SP, const void* f, int64_t N, int
   if (N * P == 0) return cudaSuccess;
   return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    const cudaError_t err = launch_kernel(firing_forward_kernel<T>, dim3(blocks_for(N * P)), dim3(kThreads), stream,
-                                          static_cast<const T*>(Z), static_cast<const T*>(SP),
+    const cudaError_t err = launch_kernel(firing_forward_kernel<T>, dim3(grid_for(N * P, kThreads)), dim3(kThreads),
+                                          stream, static_cast<const T*>(Z), static_cast<const T*>(SP),
                                           static_cast<const T*>(f), N, P, A, static_cast<T*>(F), static_cast<T*>(Y));
     return err != cudaSuccess ? err : cudaGetLastError();
   });
@@ -353,8 +359,8 @@ cudaError_t backward(const void* Z, const void* SP, const void* f, const void* F
     Acc *c_sp = static_cast<Acc*>(work), *c_f = c_sp + N * P, *part = c_f + N * P;
     const T* dy = static_cast<const T*>(dY);
     cudaError_t err;
-    if (N > 0 && (err = check(launch_kernel(firing_backward_rows<T>, dim3(blocks_for(N * P)), dim3(kThreads), stream,
-                                            static_cast<const T*>(Z), static_cast<const T*>(SP),
+    if (N > 0 && (err = check(launch_kernel(firing_backward_rows<T>, dim3(grid_for(N * P, kThreads)), dim3(kThreads),
+                                            stream, static_cast<const T*>(Z), static_cast<const T*>(SP),
                                             static_cast<const T*>(f), static_cast<const T*>(F), dy, N, P, A, gate,
                                             static_cast<T*>(dZ), c_sp, c_f))) != cudaSuccess)
       return err;
@@ -386,16 +392,17 @@ cudaError_t scan_forward(const void* a, const void* u, const void* s0, int64_t B
     const int64_t K = (T + kScanChunk - 1) / kScanChunk;
     Acc *hend = static_cast<Acc*>(work), *pend = hend + B * K * R, *cin = pend + B * K * R;
     cudaError_t err;
-    if ((err = check(launch_kernel(scan_chunk_summary<E>, dim3(blocks_for(B * K * R)), dim3(kThreads), stream, ap, up,
-                                   B, T, R, K, hend, pend))) != cudaSuccess)
+    if ((err = check(launch_kernel(scan_chunk_summary<E>, dim3(grid_for(B * K * R, kThreads)), dim3(kThreads), stream,
+                                   ap, up, B, T, R, K, hend, pend))) != cudaSuccess)
       return err;
-    if ((err = check(launch_kernel(scan_chunk_carry<E>, dim3(blocks_for(B * R)), dim3(kThreads), stream, s0p, B, R, K,
-                                   hend, pend, cin))) != cudaSuccess)
+    if ((err = check(launch_kernel(scan_chunk_carry<E>, dim3(grid_for(B * R, kThreads)), dim3(kThreads), stream, s0p, B,
+                                   R, K, hend, pend, cin))) != cudaSuccess)
       return err;
-    if ((err = check(launch_kernel(scan_chunk_apply<E>, dim3(blocks_for(B * K * R)), dim3(kThreads), stream, ap, up,
-                                   B, T, R, K, cin, static_cast<E*>(s)))) != cudaSuccess)
+    if ((err = check(launch_kernel(scan_chunk_apply<E>, dim3(grid_for(B * K * R, kThreads)), dim3(kThreads), stream, ap,
+                                   up, B, T, R, K, cin, static_cast<E*>(s)))) != cudaSuccess)
       return err;
-    return check(launch_kernel(fill_kernel<E>, dim3(blocks_for(B * T)), dim3(kThreads), stream, static_cast<E*>(rms),
+    return check(launch_kernel(fill_kernel<E>, dim3(grid_for(B * T, kThreads)), dim3(kThreads), stream,
+                               static_cast<E*>(rms),
                                B * T));  // RMS "1": no normalisation
   });
 }
@@ -419,14 +426,14 @@ cudaError_t scan_backward(const void* a, const void* s0, const void* s, const vo
     const int64_t K = (T + kScanChunk - 1) / kScanChunk;
     Acc *gstart = static_cast<Acc*>(work), *qstart = gstart + B * K * R, *gin = qstart + B * K * R;
     cudaError_t err;
-    if ((err = check(launch_kernel(scan_chunk_summary_back<E>, dim3(blocks_for(B * K * R)), dim3(kThreads), stream,
-                                   ap, gp, B, T, R, K, gstart, qstart))) != cudaSuccess)
+    if ((err = check(launch_kernel(scan_chunk_summary_back<E>, dim3(grid_for(B * K * R, kThreads)), dim3(kThreads),
+                                   stream, ap, gp, B, T, R, K, gstart, qstart))) != cudaSuccess)
       return err;
-    if ((err = check(launch_kernel(scan_chunk_carry_back<E>, dim3(blocks_for(B * R)), dim3(kThreads), stream, B, R, K,
-                                   gstart, qstart, gin))) != cudaSuccess)
+    if ((err = check(launch_kernel(scan_chunk_carry_back<E>, dim3(grid_for(B * R, kThreads)), dim3(kThreads), stream, B,
+                                   R, K, gstart, qstart, gin))) != cudaSuccess)
       return err;
-    return check(launch_kernel(scan_chunk_apply_back<E>, dim3(blocks_for(B * K * R)), dim3(kThreads), stream, ap, s0p,
-                               sp, gp, B, T, R, K, gin, static_cast<E*>(da), static_cast<E*>(du),
+    return check(launch_kernel(scan_chunk_apply_back<E>, dim3(grid_for(B * K * R, kThreads)), dim3(kThreads), stream,
+                               ap, s0p, sp, gp, B, T, R, K, gin, static_cast<E*>(da), static_cast<E*>(du),
                                static_cast<E*>(ds0)));
   });
 }

@@ -31,11 +31,6 @@ using rows::to_acc;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kRowThreads = 128;  // 4 warps, one row each, for the row reductions
 
-unsigned grid_for(int64_t n, int threads) {
-  const int64_t b = (n + threads - 1) / threads;
-  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(b, 1), 65535LL * 16));
-}
-
 // ---- topk -------------------------------------------------------------------------------------------------------
 
 constexpr int kTopkMaxWarps = 4;

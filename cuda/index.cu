@@ -17,12 +17,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Blocks for a grid-stride loop over n items (capped: every kernel loops).
-unsigned grid_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(b, 1), 65535LL * 16));
-}
-
 // Element offsets of linear position i of the layout's shape, for the first N operands.
 template <int N>
 __device__ __forceinline__ void offsets_of(const IdxLayout& L, int64_t i, int64_t (&off)[N]) {
@@ -87,8 +81,8 @@ __global__ void index_select_kernel(const U* __restrict__ x, U* __restrict__ out
 template <class U>
 void select_as(const void* x, void* out, int64_t n, int64_t inner, const int64_t* index, int64_t istride, int64_t k,
                int64_t total, cudaStream_t s) {
-  launch_kernel(index_select_kernel<U>, grid_for(total), kThreads, s, static_cast<const U*>(x), static_cast<U*>(out), n,
-                inner, index, istride, k, total);
+  launch_kernel(index_select_kernel<U>, grid_for(total, kThreads), kThreads, s, static_cast<const U*>(x),
+                static_cast<U*>(out), n, inner, index, istride, k, total);
 }
 
 // ---- index_add --------------------------------------------------------------------------------------------------
@@ -156,12 +150,12 @@ void index_add_as(void* out, const void* src, int64_t outer, int64_t n, int64_t 
   // to fill the GPU or k is short; otherwise (an embedding table's few columns and many indices) atomics.
   const int64_t cols = outer * inner;
   if (cols >= 32768 || k <= 32) {
-    launch_kernel(index_add_columns<T>, grid_for(cols), kThreads, s, static_cast<T*>(out), static_cast<const T*>(src),
-                  n, inner, index, istride, k, skip, cols);
+    launch_kernel(index_add_columns<T>, grid_for(cols, kThreads), kThreads, s, static_cast<T*>(out),
+                  static_cast<const T*>(src), n, inner, index, istride, k, skip, cols);
   } else {
     const int64_t total = cols * k;
-    launch_kernel(index_add_atomic<T>, grid_for(total), kThreads, s, static_cast<T*>(out), static_cast<const T*>(src),
-                  n, inner, index, istride, k, skip, total);
+    launch_kernel(index_add_atomic<T>, grid_for(total, kThreads), kThreads, s, static_cast<T*>(out),
+                  static_cast<const T*>(src), n, inner, index, istride, k, skip, total);
   }
 }
 
@@ -181,8 +175,8 @@ __global__ void gather_kernel(const U* __restrict__ x, const int64_t* __restrict
 template <class U>
 void gather_as(const void* x, const int64_t* index, void* out, const IdxLayout& L, int64_t numel, int64_t x_step,
                cudaStream_t s) {
-  launch_kernel(gather_kernel<U>, grid_for(numel), kThreads, s, static_cast<const U*>(x), index, static_cast<U*>(out),
-                L, numel, x_step);
+  launch_kernel(gather_kernel<U>, grid_for(numel, kThreads), kThreads, s, static_cast<const U*>(x), index,
+                static_cast<U*>(out), L, numel, x_step);
 }
 
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
@@ -207,7 +201,7 @@ __global__ void scatter_add_kernel(T* __restrict__ out, const int64_t* __restric
 template <class T>
 void scatter_add_as(void* out, const int64_t* index, const void* src, const IdxLayout& L, int64_t numel,
                     int64_t out_step, cudaStream_t s) {
-  launch_kernel(scatter_add_kernel<T>, grid_for(numel), kThreads, s, static_cast<T*>(out), index,
+  launch_kernel(scatter_add_kernel<T>, grid_for(numel, kThreads), kThreads, s, static_cast<T*>(out), index,
                 static_cast<const T*>(src), L, numel, out_step);
 }
 
@@ -225,7 +219,7 @@ __global__ void one_hot_kernel(const int64_t* __restrict__ index, IdxLayout L, i
 template <class U>
 void one_hot_as(const int64_t* index, const IdxLayout& L, int64_t numel, void* out, int64_t C, uint64_t one_bits,
                 cudaStream_t s) {
-  launch_kernel(one_hot_kernel<U>, grid_for(numel), kThreads, s, index, L, numel, static_cast<U*>(out), C,
+  launch_kernel(one_hot_kernel<U>, grid_for(numel, kThreads), kThreads, s, index, L, numel, static_cast<U*>(out), C,
                 static_cast<U>(one_bits));
 }
 
@@ -235,7 +229,7 @@ cudaError_t launch_index_minmax(const int64_t* p, const IdxLayout& layout, int64
                                 int64_t* lo, int64_t* hi, cudaStream_t stream) {
   if (numel <= 0) return cudaErrorInvalidValue;
   launch_kernel(minmax_init, 1, 1, stream, p, scratch);
-  launch_kernel(minmax_kernel, std::min(grid_for(numel), 1024u), kThreads, stream, p, layout, numel, scratch);
+  launch_kernel(minmax_kernel, std::min(grid_for(numel, kThreads), 1024u), kThreads, stream, p, layout, numel, scratch);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   int64_t host[2] = {0, 0};

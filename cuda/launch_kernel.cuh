@@ -8,11 +8,19 @@
 // first, as <<<...>>> would. C++17 and CUDA headers only (included from .cu files).
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 
 namespace asc::cuda {
+
+// Blocks for a grid-stride loop over n items, `threads` per block: at least 1, capped at 65535 * 16 (the kernels
+// loop, so the cap only bounds the grid).
+inline unsigned grid_for(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 1 ? 1 : b > 65535LL * 16 ? 65535LL * 16 : b);
+}
 
 template <class... P, class... A>
 cudaError_t launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t stream, A&&... args) {

@@ -17,11 +17,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned grid_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(b, 1), 65535LL * 16));
-}
-
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
@@ -151,8 +146,8 @@ void sgd_as(const SGDKernelArgs& a, void* param, const void* grad, void* buf, in
   c.nesterov = a.nesterov && a.momentum != 0;
   c.weight_decay = a.weight_decay != 0;
   c.init = a.init_buf;
-  launch_kernel(sgd_kernel<T>, grid_for(numel), kThreads, s, c, static_cast<T*>(param), static_cast<const T*>(grad),
-                static_cast<T*>(buf), numel, mask);
+  launch_kernel(sgd_kernel<T>, grid_for(numel, kThreads), kThreads, s, c, static_cast<T*>(param),
+                static_cast<const T*>(grad), static_cast<T*>(buf), numel, mask);
 }
 
 template <class T>
@@ -171,8 +166,9 @@ void adam_as(const AdamKernelArgs& a, void* param, const void* grad, void* m, vo
   c.amsgrad = a.amsgrad;
   c.decoupled = a.decoupled;
   c.weight_decay = a.weight_decay != 0;
-  launch_kernel(adam_kernel<T>, grid_for(numel), kThreads, s, c, static_cast<T*>(param), static_cast<const T*>(grad),
-                static_cast<T*>(m), static_cast<T*>(v), static_cast<T*>(vmax), numel, mask);
+  launch_kernel(adam_kernel<T>, grid_for(numel, kThreads), kThreads, s, c, static_cast<T*>(param),
+                static_cast<const T*>(grad), static_cast<T*>(m), static_cast<T*>(v), static_cast<T*>(vmax), numel,
+                mask);
 }
 
 template <class T>
@@ -188,8 +184,9 @@ void rmsprop_as(const RMSpropKernelArgs& a, void* param, const void* grad, void*
   c.centered = a.centered;
   c.momentum = a.momentum > 0;
   c.weight_decay = a.weight_decay != 0;
-  launch_kernel(rmsprop_kernel<T>, grid_for(numel), kThreads, s, c, static_cast<T*>(param), static_cast<const T*>(grad),
-                static_cast<T*>(sq), static_cast<T*>(buf), static_cast<T*>(ga), numel, mask);
+  launch_kernel(rmsprop_kernel<T>, grid_for(numel, kThreads), kThreads, s, c, static_cast<T*>(param),
+                static_cast<const T*>(grad), static_cast<T*>(sq), static_cast<T*>(buf), static_cast<T*>(ga), numel,
+                mask);
 }
 
 }  // namespace
@@ -222,9 +219,10 @@ cudaError_t launch_rmsprop_update(const RMSpropKernelArgs& a, void* param, const
 cudaError_t launch_clamp_inplace(void* t, int64_t numel, double lo, double hi, bool f64, cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
   if (f64)
-    launch_kernel(clamp_kernel<double>, grid_for(numel), kThreads, stream, static_cast<double*>(t), numel, lo, hi);
+    launch_kernel(clamp_kernel<double>, grid_for(numel, kThreads), kThreads, stream, static_cast<double*>(t), numel, lo,
+                  hi);
   else
-    launch_kernel(clamp_kernel<float>, grid_for(numel), kThreads, stream, static_cast<float*>(t), numel,
+    launch_kernel(clamp_kernel<float>, grid_for(numel, kThreads), kThreads, stream, static_cast<float*>(t), numel,
                   static_cast<float>(lo), static_cast<float>(hi));
   return cudaGetLastError();
 }
