@@ -8,7 +8,6 @@
 #include "nn/init.h"
 #include "ops/firing.h"
 #include "ops/ops.h"
-#include "autograd/grad_mode.h"
 
 namespace asc::nn {
 
@@ -103,29 +102,29 @@ std::shared_ptr<optim::FiringRuleA> FiringLayer::rule_a(const optim::RuleAOption
 Tensor FiringLayer::fire(const Tensor& Z, const Shape& lead, const Tensor& X, const Tensor& tok) {
   const GateOptions gate{.mode = options.backward(), .surrogate = options.surrogate(),
                          .width = options.surrogate_width()};
-  Tensor Y_ssm;
-  FiringOutput o;
+  Tensor Y;  // (N, P, α), or with the SSM (B, T, P, α)
   if (ssm) {
     ASC_CHECK(lead.size() == 2, "{}: with the cross-path SSM the input needs a time axis: (B, T, ...), got leading "
               "axes {}", type_name(), lead);
     const Tensor Z3 = Z.view({lead[0], lead[1], options.neurons()});
-    Y_ssm = ssm->forward(Z3, hard_gate(Z3, SP, gate), f);  // the gate with this layer's backward
-    NoGradGuard ng;  // the local Y = F f Z, for the gate and the rules only
-    o = firing_output(Z, SP, f, gate);
+    const Tensor F = hard_gate(Z3, SP, gate);  // the gate with this layer's backward
+    Y = ssm->forward(Z3, F, f);
+    last_F_ = F.detach().view(Z.shape());
   } else {
-    o = firing_output(Z, SP, f, gate);
+    FiringOutput o = firing_output(Z, SP, f, gate);
+    Y = o.Y;
+    last_F_ = o.F;
   }
-  last_F_ = o.F;
   if (is_training() && !rules_.empty()) {
     // Copies of f and SP: the optimizer moves them before the rule reads the snapshot.
-    optim::FiringSnapshot s{X.defined() ? X.detach() : Tensor(), tok, Z.detach(), o.F, f.detach().clone(),
+    optim::FiringSnapshot s{X.defined() ? X.detach() : Tensor(), tok, Z.detach(), last_F_, f.detach().clone(),
                             SP.detach().clone()};
     for (const auto& rule : rules_) rule->observe(s);
   }
   Shape out = lead;
   out.push_back(options.neurons());
   if (options.fan_out() > 1) out.push_back(options.fan_out());
-  return (ssm ? Y_ssm : o.Y).reshape(out);
+  return Y.reshape(out);
 }
 
 std::string FiringLayer::extra_repr() const {

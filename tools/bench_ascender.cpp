@@ -70,7 +70,7 @@ double attention_gflop(const std::string& impl, int64_t n, int64_t window) {
 
 Device g_device = Device::cpu();
 
-// Peak bytes of the run's device (the CPU allocator's, or the CUDA caching allocator's) above `before`.
+// Bytes live, peak reset and peak bytes of the run's device: the CPU allocator's, or the CUDA caching allocator's.
 size_t live_bytes() {
   return g_device.is_cuda() ? cuda::memory_stats().allocated : cpu_memory_stats().allocated;
 }
