@@ -13,9 +13,11 @@ TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions&
   blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
   nn::AttentionFactory factory = attention;
   if (!factory) {
-    ASC_CHECK(o.attention() == "dense" || o.attention() == "ascender",
-              "TransformerClassifier: unknown attention '{}' (known: dense, ascender)", o.attention());
-    factory = o.attention() == "dense" ? nn::AttentionFactory(nn::dense_attention) : nn::ascender_attention(o.ascender());
+    ASC_CHECK(o.attention() == "dense" || o.attention() == "ascender" || o.attention() == "asam",
+              "TransformerClassifier: unknown attention '{}' (known: dense, ascender, asam)", o.attention());
+    factory = o.attention() == "dense"      ? nn::AttentionFactory(nn::dense_attention)
+              : o.attention() == "ascender" ? nn::ascender_attention(o.ascender())
+                                            : nn::asam_attention(o.asam());
   }
   for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerEncoderBlock>(block, factory));
   norm = register_module("norm", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({o.d_model()})));
@@ -41,6 +43,7 @@ Tensor TransformerClassifier::aux_loss() const {
   for (const auto& b : *blocks) {
     auto block = std::static_pointer_cast<nn::TransformerEncoderBlock>(b);
     if (auto asc = std::dynamic_pointer_cast<nn::AscenderAttention>(block->attn)) total = total + asc->aux_loss();
+    if (auto asam = std::dynamic_pointer_cast<nn::AsamAttention>(block->attn)) total = total + asam->aux_loss();
   }
   return total;
 }

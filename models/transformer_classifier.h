@@ -1,7 +1,8 @@
 #pragma once
 // A small Transformer sequence classifier: the reference for how models are written with the nn API. Tokens
-// (B, T) int64 -> logits (B, classes). Its attention is chosen by name — "dense" (MultiHeadAttention) or
-// "ascender" (AscenderAttention, configured by .ascender(...)) — or given as any factory.
+// (B, T) int64 -> logits (B, classes). Its attention is chosen by name — "dense" (MultiHeadAttention), "ascender"
+// (AscenderAttention, configured by .ascender(...)) or "asam" (AsamAttention, configured by .asam(...); the original
+// uses post-norm blocks, .norm_first(false)) — or given as any factory.
 //
 //   auto model = std::make_shared<asc::models::TransformerClassifier>(
 //       asc::models::TransformerClassifierOptions(/*vocab=*/16, /*max_len=*/32, /*classes=*/2).d_model(64).layers(2)
@@ -24,9 +25,11 @@ struct TransformerClassifierOptions {
   ASC_ARG(int64_t, ffn) = 512;
   ASC_ARG(double, dropout) = 0.1;
   ASC_ARG(bool, norm_first) = true;
-  ASC_ARG(std::string, attention) = "dense";  // "dense" or "ascender"
+  ASC_ARG(std::string, attention) = "dense";  // "dense", "ascender" or "asam"
   // AscenderAttention's options when attention == "ascender" (d_model, heads and dropout come from the model).
   ASC_ARG(nn::AscenderAttentionOptions, ascender) = nn::AscenderAttentionOptions(128, 4);
+  // AsamAttention's options when attention == "asam" (d_model and heads come from the model).
+  ASC_ARG(nn::AsamAttentionOptions, asam) = nn::AsamAttentionOptions(128, 4);
 };
 
 class TransformerClassifier : public nn::Module {
@@ -38,7 +41,7 @@ class TransformerClassifier : public nn::Module {
   Tensor forward(const Tensor& tokens, const Tensor& valid);
   Tensor forward(const Tensor& tokens) override { return forward(tokens, Tensor()); }
   // The auxiliary losses of its attention layers from the last forward (ASCender's ν-weighted terms,
-  // docs/ascender.md §11), to add to the task loss; 0 with dense attention. Call it after forward() in a statement
+  // docs/ascender.md §11; ASAM's centroid loss), to add to the task loss; 0 with dense attention. Call it after forward() in a statement
   // of its own: in `ce(model->forward(x), y) + model->aux_loss()` C++ may evaluate aux_loss() first.
   Tensor aux_loss() const;
 

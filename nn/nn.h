@@ -6,6 +6,7 @@
 //   auto mlp = std::make_shared<asc::nn::MLP>(asc::nn::MLPOptions({784, 256, 10}));
 //   asc::nn::CrossEntropyLoss ce;
 //   asc::Tensor loss = ce((*mlp)(x), labels);
+#include "nn/asam_attention.h"
 #include "nn/ascender_attention.h"
 #include "nn/attention.h"
 #include "nn/firing.h"

@@ -10,7 +10,8 @@
 #include "core/tensor.h"
 #include "ops/ascender.h"  // AscenderKernelInputs, AscenderKernelConfig
 #include "ops/geometry.h"      // Surrogate
-#include "ops/math.h"          // math::Unary, math::Binary, math::UnaryParams
+#include "ops/math.h"              // math::Unary, math::Binary, math::UnaryParams
+#include "ops/sparse_attention.h"  // SparsePattern
 #include "optim/kernel_args.h" // optim::SGDKernelArgs, AdamKernelArgs, RMSpropKernelArgs
 
 namespace asc::cpu {

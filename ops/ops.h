@@ -9,3 +9,4 @@
 #include "ops/linalg.h"
 #include "ops/nn_functional.h"
 #include "ops/reduce.h"
+#include "ops/sparse_attention.h"

@@ -1,0 +1,63 @@
+// CUDA entry points of sparse attention (ops/sparse_attention.h): allocate, pass raw pointers to the launchers of
+// cuda/sparse_attention.cu, turn a failed launch into an asc::Error. The op has validated shapes, dtypes, devices
+// and moved the pattern to the inputs' device.
+#include "core/error.h"
+#include "core/format.h"
+#include "cuda/check.h"
+#include "cuda/context.h"
+#include "cuda/sparse_attention_launch.h"
+#include "ops/kernels.h"
+
+namespace asc::cuda {
+
+namespace {
+constexpr const char* kOp = "sparse_attention";
+
+sparse_launch::Pattern pattern_of(const SparsePattern& p) {
+  return {p.groups,
+          p.row_ptr.data_ptr<int64_t>(),
+          p.cols.data_ptr<int64_t>(),
+          p.col_ptr.data_ptr<int64_t>(),
+          p.col_rows.data_ptr<int64_t>(),
+          p.col_pos.data_ptr<int64_t>(),
+          p.nnz()};
+}
+
+sparse_launch::Dims dims_of(const Tensor& q, const Tensor& k) {
+  ASC_CHECK(q.size(3) <= sparse_launch::kMaxHeadDim, "{} (CUDA): head dimension {} exceeds the kernel's {}", kOp,
+            q.size(3), sparse_launch::kMaxHeadDim);
+  return {q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+}
+
+const bool* keep_of(const Tensor& key_keep) { return key_keep.defined() ? key_keep.data_ptr<bool>() : nullptr; }
+}  // namespace
+
+void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
+                              const Tensor& key_keep, double scale, Tensor& o, Tensor& lse) {
+  const sparse_launch::Dims d = dims_of(q, k);
+  o = Tensor::empty({d.B, d.H, d.T, d.D}, q.options());
+  const DType acc = q.dtype() == kFloat64 ? kFloat64 : kFloat32;  // the kernels' compute type
+  lse = Tensor::empty({d.B, d.H, d.T}, {acc, q.device(), false});
+  ASC_CUDA_CHECK(sparse_launch::forward(q.raw_data(), k.raw_data(), v.raw_data(), pattern_of(pattern),
+                                        keep_of(key_keep), d, scale, o.raw_data(), lse.raw_data(),
+                                        float_elem_of(kOp, q.dtype()), current_stream()));
+}
+
+void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
+                               const Tensor& key_keep, double scale, const Tensor& o, const Tensor& dout,
+                               const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const sparse_launch::Dims d = dims_of(q, k);
+  const sparse_launch::Pattern p = pattern_of(pattern);
+  dq = Tensor::empty({d.B, d.H, d.T, d.D}, q.options());
+  dk = Tensor::empty({d.B, d.H, d.S, d.D}, q.options());
+  dv = Tensor::empty({d.B, d.H, d.S, d.D}, q.options());
+  const DType acc = q.dtype() == kFloat64 ? kFloat64 : kFloat32;  // the kernels' compute type
+  const Tensor work =
+      Tensor::empty({std::max<int64_t>(2, sparse_launch::pair_workspace(p, d))}, {acc, q.device(), false});
+  ASC_CUDA_CHECK(sparse_launch::backward(q.raw_data(), k.raw_data(), v.raw_data(), p, keep_of(key_keep), d, scale,
+                                         o.raw_data(), dout.raw_data(), lse.raw_data(), dq.raw_data(), dk.raw_data(),
+                                         dv.raw_data(), work.raw_data(), float_elem_of(kOp, q.dtype()),
+                                         current_stream()));
+}
+
+}  // namespace asc::cuda

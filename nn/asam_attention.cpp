@@ -1,0 +1,239 @@
+// nn::AsamAttention (nn/asam_attention.h): projections, the pattern, the two branches, the gate.
+#include "nn/asam_attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/ranges.h>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "core/format.h"
+#include "ops/ops.h"
+
+namespace asc::nn {
+
+namespace {
+
+constexpr const char* kName = "AsamAttention";
+const std::vector<std::string> kPatterns = {"window", "strided", "global", "random", "clustered", "hierarchical"};
+
+int64_t hierarchical_block(const AsamAttentionOptions& o, int64_t T) {
+  return o.block() > 0 ? o.block() : std::max<int64_t>(1, std::llround(std::sqrt(static_cast<double>(T))));
+}
+
+// Masked mean of x (B, H, T, d) over blocks of b tokens along T, with weights w (B, 1, T, 1) (1 = real token):
+// summaries (B, H, nb, d) and whether each block has a real token, (B, nb) bool.
+std::pair<Tensor, Tensor> block_means(const Tensor& x, const Tensor& w, int64_t b) {
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), d = x.size(3), nb = hierarchical_blocks(T, b);
+  Tensor xw = x * w, wp = w;
+  if (nb * b > T) {  // pad the last block with weight-0 tokens
+    xw = cat({xw, zeros({B, H, nb * b - T, d}, x.options())}, 2);
+    wp = cat({wp, zeros({B, 1, nb * b - T, 1}, w.options())}, 2);
+  }
+  const Tensor count = sum(wp.view({B, 1, nb, b, 1}), {3});  // (B, 1, nb, 1)
+  const Tensor means = sum(xw.view({B, H, nb, b, d}), {3}) / clamp(count, 1.0, std::nullopt);
+  return {means, gt(count.view({B, nb}), 0.0)};
+}
+
+}  // namespace
+
+AsamAttention::AsamAttention(const AsamAttentionOptions& o) : Attention(kName), options(o) {
+  const int64_t D = o.d_model(), H = o.heads();
+  ASC_CHECK(D > 0 && H > 0 && D % H == 0, "{}: d_model {} must be a positive multiple of heads {}", kName, D, H);
+  d_head = D / H;
+  ASC_CHECK(!o.patterns().empty(), "{}: needs at least one pattern (known: {})", kName, fmt::join(kPatterns, ", "));
+  for (const std::string& p : o.patterns())
+    ASC_CHECK(std::find(kPatterns.begin(), kPatterns.end(), p) != kPatterns.end(),
+              "{}: unknown pattern '{}' (known: {})", kName, p, fmt::join(kPatterns, ", "));
+  ASC_CHECK(o.window() >= 1, "{}: window w must be >= 1, got {}", kName, o.window());
+  ASC_CHECK(o.stride() >= 1, "{}: stride s must be >= 1, got {}", kName, o.stride());
+  ASC_CHECK(o.global_tokens() >= 0, "{}: global_tokens must be >= 0, got {}", kName, o.global_tokens());
+  ASC_CHECK(o.random_keys() >= 1, "{}: random_keys r must be >= 1, got {}", kName, o.random_keys());
+  ASC_CHECK(o.clusters() >= 1 && o.cluster_tau() > 0 && o.cluster_theta() >= 0 && o.cluster_theta() < 1,
+            "{}: clusters {} must be >= 1, cluster_tau {} > 0, cluster_theta {} in [0, 1)", kName, o.clusters(),
+            o.cluster_tau(), o.cluster_theta());
+  ASC_CHECK(o.cluster_loss_weight() >= 0, "{}: cluster_loss_weight must be >= 0, got {}", kName,
+            o.cluster_loss_weight());
+  ASC_CHECK(o.block() >= 0, "{}: block must be >= 0 (0: round(sqrt(T))), got {}", kName, o.block());
+  ASC_CHECK(!o.pool_scales().empty(), "{}: pool_scales must not be empty", kName);
+  for (int64_t s : o.pool_scales()) ASC_CHECK(s >= 1, "{}: pool scales must be >= 1, got {}", kName, s);
+  ASC_CHECK(o.gate_tau() > 0, "{}: gate_tau must be > 0, got {}", kName, o.gate_tau());
+  ASC_CHECK(o.fixed_gate() == -1.0 || (o.fixed_gate() >= 0 && o.fixed_gate() <= 1),
+            "{}: fixed_gate must be -1 (learned) or in [0, 1], got {}", kName, o.fixed_gate());
+  ASC_CHECK(o.skip_dense_above() >= 0 && o.skip_dense_above() <= 0.99,
+            "{}: skip_dense_above must be in [0, 0.99] (0: never skip; the gate is clamped to 0.99), got {}", kName,
+            o.skip_dense_above());
+
+  auto proj = [&](int64_t in, int64_t out, bool bias) {
+    return std::make_shared<Linear>(LinearOptions(in, out).bias(bias));
+  };
+  q_proj = register_module("q_proj", proj(D, D, o.bias()));
+  k_proj = register_module("k_proj", proj(D, D, o.bias()));
+  v_proj = register_module("v_proj", proj(D, D, o.bias()));
+  out_proj = register_module("out_proj", proj(D, D, o.bias()));
+  int64_t segments = 0;
+  for (int64_t s : o.pool_scales()) segments += s;
+  complexity = register_module("complexity", proj(D * segments, H, true));
+  confidence = register_module("confidence", proj(D * segments, H, true));
+  threshold = register_parameter("threshold", full({H}, o.threshold_init()));
+  if (has("clustered")) centroids = register_parameter("centroids", randn({H, o.clusters(), d_head}));
+}
+
+bool AsamAttention::has(const std::string& name) const {
+  const auto& p = options.patterns();
+  return std::find(p.begin(), p.end(), name) != p.end();
+}
+
+SparsePattern AsamAttention::pattern(int64_t T, bool causal) {
+  if (cached_T_ == T && cached_causal_ == causal && cached_pattern_.row_ptr.defined()) return cached_pattern_;
+  const AsamAttentionOptions& o = options;
+  std::vector<SparsePattern> parts;
+  if (has("window")) parts.push_back(local_window_pattern(T, o.window(), causal));
+  if (has("strided")) parts.push_back(strided_pattern(T, o.stride(), causal));
+  if (has("global")) parts.push_back(global_tokens_pattern(T, std::min(o.global_tokens(), T), causal));
+  if (has("random")) {
+    ASC_CHECK(o.random_keys() <= T, "{}: random_keys r = {} exceeds the sequence length T = {}", kName,
+              o.random_keys(), T);
+    parts.push_back(random_keys_pattern(T, o.random_keys(), o.seed(), causal));
+  }
+  if (has("hierarchical")) parts.push_back(hierarchical_pattern(T, hierarchical_block(o, T), causal));
+  // Only "clustered": an empty shared pattern, which the per-call clustered part joins.
+  cached_pattern_ = parts.empty() ? SparsePattern::from_rows(1, T, T, std::vector<std::vector<int64_t>>(T))
+                                  : pattern_union(parts);
+  cached_T_ = T, cached_causal_ = causal;
+  return cached_pattern_;
+}
+
+Tensor AsamAttention::gate(const Tensor& x, const Tensor& key_padding_mask) const {
+  const int64_t B = x.size(0), T = x.size(1), H = options.heads();
+  if (options.fixed_gate() >= 0) return full({B, H}, options.fixed_gate(), x.options());
+  // φ(x): masked means of x over s equal segments, for each scale s, concatenated.
+  const Tensor w = key_padding_mask.defined() ? key_padding_mask.to(x.dtype()).view({B, T, 1})
+                                              : ones({B, T, 1}, x.options());
+  TensorList feats;
+  for (int64_t s : options.pool_scales())
+    for (int64_t seg = 0; seg < s; ++seg) {
+      const int64_t a = seg * T / s, e = std::max(a + 1, (seg + 1) * T / s);  // at least one token
+      const Tensor ws = w.narrow(1, a, e - a);
+      feats.push_back(sum(x.narrow(1, a, e - a) * ws, {1}) / clamp(sum(ws, {1}), 1.0, std::nullopt));  // (B, D)
+    }
+  const Tensor phi = cat(feats, 1);                                            // (B, D · Σ s)
+  const Tensor fc = (*complexity)(phi), fp = softplus((*confidence)(phi));    // (B, H)
+  const Tensor g = sigmoid((threshold.to(x.dtype()) - fc) / options.gate_tau() * fp);
+  return clamp(g, 0.01, 0.99);
+}
+
+Tensor AsamAttention::aux_loss() const {
+  return aux_loss_.defined() ? aux_loss_ : zeros({}, {.dtype = threshold.dtype(), .device = threshold.device()});
+}
+
+Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
+  const int64_t D = options.d_model(), H = options.heads(), Dh = d_head;
+  ASC_CHECK(x.defined() && x.dim() == 3 && x.size(2) == D && x.size(1) >= 1, "{}: expected x (B, T, {}), got {}",
+            kName, D, x.defined() ? x.shape() : Shape{});
+  ASC_CHECK(!args.context.defined(), "{}: self-attention only; got a context of shape {}", kName,
+            args.context.shape());
+  ASC_CHECK(!args.bias.defined(), "{}: an additive score bias is not supported by the sparse kernel (got {})", kName,
+            args.bias.shape());
+  ASC_CHECK(!args.need_weights, "{}: need_weights is not available (the sparse branch never forms the (T, T) "
+            "probabilities)", kName);
+  const int64_t B = x.size(0), T = x.size(1);
+  const Tensor& valid = args.key_padding_mask;
+  if (valid.defined())
+    ASC_CHECK(valid.dtype() == kBool && valid.dim() == 2 && valid.size(0) == B && valid.size(1) == T,
+              "{}: key_padding_mask must be bool (B, T) = ({}, {}); got {} {}", kName, B, T, valid.dtype(),
+              valid.shape());
+  // (B, T, D) -> (B, H, T, Dh), contiguous: the sparse kernel reads rows of Dh.
+  auto heads = [&](const Tensor& t) { return t.view({B, T, H, Dh}).permute({0, 2, 1, 3}).contiguous(); };
+  const Tensor q = heads((*q_proj)(x)), k = heads((*k_proj)(x)), v = heads((*v_proj)(x));
+
+  // The sparse branch: the data-independent pattern (cached), the clustered part, the hierarchical summaries.
+  SparsePattern p = pattern(T, args.causal);
+  aux_loss_ = Tensor();
+  if (has("clustered")) {
+    const Tensor C = centroids.to(x.dtype());                                        // (H, c, Dh)
+    const Tensor qd = q.detach();
+    const Tensor a = softmax(matmul(qd, C.unsqueeze(0).transpose(-2, -1)) / options.cluster_tau(), -1);  // (B,H,T,c)
+    p = pattern_union({p, clustered_pattern(a, options.cluster_theta(), args.causal)});
+    if (options.cluster_loss_weight() > 0) {
+      // Σ_m a_im |q_i − C_m|², averaged over (b, h, i): the soft k-means objective of the centroids.
+      const Tensor d2 = sum(pow(qd.unsqueeze(3) - C.view({1, H, options.clusters(), Dh}).unsqueeze(2), 2.0), {-1});
+      aux_loss_ = mean(sum(a * d2, {-1})) * options.cluster_loss_weight();
+    }
+  }
+  Tensor ks = k, vs = v, keep_s = valid;
+  if (has("hierarchical")) {
+    const Tensor w = valid.defined() ? valid.to(x.dtype()).view({B, 1, T, 1}) : ones({B, 1, T, 1}, x.options());
+    const int64_t b = hierarchical_block(options, T);
+    auto [km, kept] = block_means(k, w, b);
+    auto [vm, unused] = block_means(v, w, b);
+    ks = cat({k, km}, 2), vs = cat({v, vm}, 2);
+    keep_s = valid.defined() ? cat({valid, kept}, 1) : Tensor();
+  }
+  const Tensor sparse = sparse_attention(q, ks, vs, p, keep_s);  // (B, H, T, Dh)
+
+  // The gate, and the dense branch where it is needed.
+  const Tensor g = gate(x, valid);  // (B, H)
+  last_gate_ = g.detach();
+  Tensor out;
+  const double thr = options.skip_dense_above();
+  std::vector<int64_t> need;  // flat (b, h) that run the dense branch
+  const bool skipping = !is_training() && thr > 0 && options.fixed_gate() != 0;
+  if (skipping) {
+    const auto gv = last_gate_.to(Device::cpu()).to_vector<double>();
+    for (int64_t i = 0; i < B * H; ++i)
+      if (gv[i] < thr) need.push_back(i);
+    considered_ += B * H, skipped_ += B * H - static_cast<int64_t>(need.size());
+  }
+  const Tensor keep_d = valid.defined() ? valid.view({B, 1, 1, T}) : Tensor();
+  const Tensor g4 = g.view({B, H, 1, 1});
+  if (options.fixed_gate() == 1.0) {
+    out = sparse;
+  } else if (!skipping || static_cast<int64_t>(need.size()) == B * H) {
+    const Tensor dense = scaled_dot_product_attention(q, k, v, {.keep_mask = keep_d, .causal = args.causal});
+    out = g4 * sparse + (1.0 - g4) * dense;
+  } else if (need.empty()) {
+    out = sparse;
+  } else {
+    // Only the needed (b, h) run dense attention; the others output their sparse branch alone.
+    const int64_t n = static_cast<int64_t>(need.size());
+    const Tensor idx = tensor(need, {n}).to(x.device());
+    auto rows = [&](const Tensor& t) { return index_select(t.reshape({B * H, 1, T, Dh}), 0, idx); };
+    Tensor keep_n;
+    if (valid.defined()) {
+      std::vector<int64_t> bidx(need.size());
+      for (size_t i = 0; i < need.size(); ++i) bidx[i] = need[i] / H;
+      keep_n = index_select(valid, 0, tensor(bidx, {n}).to(x.device())).view({n, 1, 1, T});
+    }
+    const Tensor dense_n = scaled_dot_product_attention(rows(q), rows(k), rows(v),
+                                                        {.keep_mask = keep_n, .causal = args.causal});  // (n,1,T,Dh)
+    // Back to (B·H, ...): a zero row for the skipped (b, h), whose gate is then 1.
+    std::vector<int64_t> where(B * H, n);
+    for (int64_t i = 0; i < n; ++i) where[need[i]] = i;
+    const Tensor dense = index_select(cat({dense_n, zeros({1, 1, T, Dh}, q.options())}, 0), 0,
+                                      tensor(where, {B * H}).to(x.device())).view({B, H, T, Dh});
+    std::vector<double> run(B * H, 0.0);
+    for (int64_t i : need) run[i] = 1.0;
+    const Tensor ran = tensor(run, {B, H, 1, 1}).to(x.dtype()).to(x.device());
+    const Tensor geff = g4 * ran + (1.0 - ran);
+    out = geff * sparse + (1.0 - geff) * dense;
+  }
+  return (*out_proj)(out.permute({0, 2, 1, 3}).reshape({B, T, D}));  // (B, T, D)
+}
+
+std::string AsamAttention::extra_repr() const {
+  return fmt::format("d_model={}, heads={}, patterns={}, window={}, gate={}", options.d_model(), options.heads(),
+                     fmt::join(options.patterns(), "+"), options.window(),
+                     options.fixed_gate() >= 0 ? fmt::format("fixed {}", options.fixed_gate()) : "learned");
+}
+
+AttentionFactory asam_attention(const AsamAttentionOptions& options) {
+  return [options](const TransformerBlockOptions& block) -> std::shared_ptr<Attention> {
+    AsamAttentionOptions o = options;
+    o.d_model(block.d_model()).heads(block.heads());
+    return std::make_shared<AsamAttention>(o);
+  };
+}
+
+}  // namespace asc::nn

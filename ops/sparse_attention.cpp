@@ -1,0 +1,331 @@
+// sparse_attention (ops/sparse_attention.h): the pattern builders, validation, the kernels (ops/kernel_list.inc:
+// sparse_attention_*), one graph node; and the composed reference.
+#include "ops/sparse_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_set>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "core/error.h"
+#include "core/format.h"
+#include "core/generator.h"
+#include "ops/attention.h"
+#include "ops/checks.h"
+#include "ops/dispatch.h"
+#include "ops/kernels.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/nn_functional.h"
+
+namespace asc {
+
+namespace {
+constexpr const char* kOp = "sparse_attention";
+
+// A sequence length the builders accept (the per-row lists of 2^30 queries would not fit in memory anyway).
+void check_length(const char* who, int64_t T) {
+  ASC_CHECK(T >= 1 && T < (int64_t{1} << 30), "{}: the sequence length must be in [1, 2^30), got {}", who, T);
+}
+}  // namespace
+
+// ---- the CSR pattern ---------------------------------------------------------------------------------------------
+
+SparsePattern SparsePattern::from_rows(int64_t groups, int64_t queries, int64_t keys,
+                                       std::vector<std::vector<int64_t>> rows) {
+  ASC_CHECK(groups >= 1 && queries >= 1 && keys >= 1 && keys < (int64_t{1} << 31),
+            "SparsePattern: needs groups, queries, keys >= 1 (keys < 2^31); got {}, {}, {}", groups, queries, keys);
+  ASC_CHECK(static_cast<int64_t>(rows.size()) == groups * queries,
+            "SparsePattern: expected {} row lists (groups {} x queries {}), got {}", groups * queries, groups, queries,
+            rows.size());
+  SparsePattern p;
+  p.groups = groups, p.queries = queries, p.keys = keys;
+  int64_t nnz = 0;
+  for (auto& r : rows) {
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end()), r.end());
+    if (!r.empty())
+      ASC_CHECK(r.front() >= 0 && r.back() < keys, "SparsePattern: key index {} outside [0, {})",
+                r.front() < 0 ? r.front() : r.back(), keys);
+    nnz += static_cast<int64_t>(r.size());
+  }
+  p.row_ptr = Tensor::empty({groups * queries + 1}, {.dtype = kInt64});
+  p.cols = Tensor::empty({nnz}, {.dtype = kInt64});
+  int64_t* rp = p.row_ptr.data_ptr<int64_t>();
+  int64_t* cols = p.cols.data_ptr<int64_t>();
+  int64_t e = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    rp[r] = e;
+    std::copy(rows[r].begin(), rows[r].end(), cols + e);
+    e += static_cast<int64_t>(rows[r].size());
+  }
+  rp[rows.size()] = e;
+  // The transpose, by counting sort per group: entries of key column c of group g in query order.
+  p.col_ptr = Tensor::empty({groups * keys + 1}, {.dtype = kInt64});
+  p.col_rows = Tensor::empty({nnz}, {.dtype = kInt64});
+  p.col_pos = Tensor::empty({nnz}, {.dtype = kInt64});
+  int64_t* cp = p.col_ptr.data_ptr<int64_t>();
+  int64_t* crow = p.col_rows.data_ptr<int64_t>();
+  int64_t* cpos = p.col_pos.data_ptr<int64_t>();
+  std::fill(cp, cp + groups * keys + 1, int64_t{0});
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t x = rp[g * queries]; x < rp[(g + 1) * queries]; ++x) ++cp[g * keys + cols[x] + 1];
+  std::partial_sum(cp, cp + groups * keys + 1, cp);
+  std::vector<int64_t> fill(cp, cp + groups * keys);
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t i = 0; i < queries; ++i)
+      for (int64_t x = rp[g * queries + i]; x < rp[g * queries + i + 1]; ++x) {
+        const int64_t slot = fill[g * keys + cols[x]]++;
+        crow[slot] = static_cast<int64_t>(i);
+        cpos[slot] = x;
+      }
+  return p;
+}
+
+int64_t SparsePattern::max_row() const {
+  const int64_t* rp = row_ptr.data_ptr<int64_t>();
+  int64_t m = 0;
+  for (int64_t r = 0; r < groups * queries; ++r) m = std::max(m, rp[r + 1] - rp[r]);
+  return m;
+}
+
+std::vector<int64_t> SparsePattern::row(int64_t group, int64_t i) const {
+  ASC_CHECK(group >= 0 && group < groups && i >= 0 && i < queries, "SparsePattern::row: ({}, {}) outside ({}, {})",
+            group, i, groups, queries);
+  const SparsePattern c = to(Device::cpu());
+  const int64_t* rp = c.row_ptr.data_ptr<int64_t>();
+  const int64_t* cols = c.cols.data_ptr<int64_t>();
+  const int64_t r = group * queries + i;
+  return std::vector<int64_t>(cols + rp[r], cols + rp[r + 1]);
+}
+
+Tensor SparsePattern::dense_mask() const {
+  const SparsePattern c = to(Device::cpu());
+  Tensor m = zeros({groups, queries, keys}, {.dtype = kBool});
+  bool* mp = m.data_ptr<bool>();
+  const int64_t* rp = c.row_ptr.data_ptr<int64_t>();
+  const int64_t* cols = c.cols.data_ptr<int64_t>();
+  for (int64_t r = 0; r < groups * queries; ++r)
+    for (int64_t x = rp[r]; x < rp[r + 1]; ++x) mp[r * keys + cols[x]] = true;
+  return m;
+}
+
+SparsePattern SparsePattern::to(Device device) const {
+  if (row_ptr.device() == device) return *this;
+  SparsePattern p = *this;
+  for (Tensor* t : {&p.row_ptr, &p.cols, &p.col_ptr, &p.col_rows, &p.col_pos}) *t = t->to(device);
+  return p;
+}
+
+// ---- the builders ------------------------------------------------------------------------------------------------
+
+SparsePattern local_window_pattern(int64_t T, int64_t w, bool causal) {
+  check_length("local_window_pattern", T);
+  ASC_CHECK(w >= 1, "local_window_pattern: the window w must be >= 1, got {}", w);
+  std::vector<std::vector<int64_t>> rows(T);
+  const int64_t r = w / 2;
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t lo = causal ? std::max<int64_t>(0, i - w + 1) : std::max<int64_t>(0, i - r);
+    const int64_t hi = causal ? i : std::min(T - 1, i + r);
+    for (int64_t j = lo; j <= hi; ++j) rows[i].push_back(static_cast<int64_t>(j));
+  }
+  return SparsePattern::from_rows(1, T, T, std::move(rows));
+}
+
+SparsePattern strided_pattern(int64_t T, int64_t s, bool causal) {
+  check_length("strided_pattern", T);
+  ASC_CHECK(s >= 1, "strided_pattern: the stride s must be >= 1, got {}", s);
+  std::vector<std::vector<int64_t>> rows(T);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = i % s; j < (causal ? i + 1 : T); j += s) rows[i].push_back(static_cast<int64_t>(j));
+  return SparsePattern::from_rows(1, T, T, std::move(rows));
+}
+
+SparsePattern global_tokens_pattern(int64_t T, int64_t g, bool causal) {
+  check_length("global_tokens_pattern", T);
+  ASC_CHECK(g >= 0 && g <= T, "global_tokens_pattern: the global token count must be in [0, T = {}], got {}", T, g);
+  std::vector<std::vector<int64_t>> rows(T);
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t end = causal ? i + 1 : T;
+    for (int64_t j = 0; j < (i < g ? end : std::min(g, end)); ++j) rows[i].push_back(static_cast<int64_t>(j));
+  }
+  return SparsePattern::from_rows(1, T, T, std::move(rows));
+}
+
+SparsePattern random_keys_pattern(int64_t T, int64_t r, uint64_t seed, bool causal) {
+  check_length("random_keys_pattern", T);
+  ASC_CHECK(r >= 1 && r <= T, "random_keys_pattern: r (random keys per query) must be in [1, T = {}], got {}", T, r);
+  std::vector<std::vector<int64_t>> rows(T);
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t m = causal ? i + 1 : T;  // candidates [0, m)
+    auto& row = rows[i];
+    if (r >= m) {
+      for (int64_t j = 0; j < m; ++j) row.push_back(static_cast<int64_t>(j));
+      continue;
+    }
+    // Floyd's sampling: r distinct values of [0, m), one Philox word per step; (seed, row, step) fixes each word.
+    std::unordered_set<int64_t> chosen;
+    int64_t step = 0;
+    for (int64_t top = m - r; top < m; ++top, ++step) {
+      const auto words = philox4x32(seed, static_cast<uint64_t>(i), static_cast<uint64_t>(step / 4));
+      const int64_t t = static_cast<int64_t>(words[step % 4] % static_cast<uint64_t>(top + 1));
+      const int64_t pick = chosen.count(t) ? top : t;
+      chosen.insert(pick);
+      row.push_back(static_cast<int64_t>(pick));
+    }
+  }
+  return SparsePattern::from_rows(1, T, T, std::move(rows));
+}
+
+int64_t hierarchical_blocks(int64_t T, int64_t b) { return (T + b - 1) / b; }
+
+SparsePattern hierarchical_pattern(int64_t T, int64_t b, bool causal) {
+  check_length("hierarchical_pattern", T);
+  ASC_CHECK(b >= 1, "hierarchical_pattern: the block size b must be >= 1, got {}", b);
+  const int64_t nb = hierarchical_blocks(T, b);
+  std::vector<std::vector<int64_t>> rows(T);
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t blk = i / b, lo = blk * b, hi = causal ? i : std::min(T, lo + b) - 1;
+    for (int64_t j = lo; j <= hi; ++j) rows[i].push_back(static_cast<int64_t>(j));
+    for (int64_t m = 0; m < (causal ? blk : nb); ++m)
+      if (m != blk) rows[i].push_back(static_cast<int64_t>(T + m));
+  }
+  return SparsePattern::from_rows(1, T, T + nb, std::move(rows));
+}
+
+SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
+  constexpr const char* who = "clustered_pattern";
+  check_defined(who, a_in, "a");
+  check_float(who, a_in, "a");
+  ASC_CHECK(a_in.dim() == 4 && a_in.size(3) >= 1, "{}: expects soft assignments a (B, H, T, c), got {}", who,
+            a_in.shape());
+  ASC_CHECK(std::isfinite(theta) && theta >= 0, "{}: theta must be finite and >= 0, got {}", who, theta);
+  const int64_t B = a_in.size(0), H = a_in.size(1), T = a_in.size(2), c = a_in.size(3);
+  check_length(who, T);
+  const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
+  const double* ap = a.data_ptr<double>();
+  for (int64_t x = 0; x < a.numel(); ++x)
+    ASC_CHECK(std::isfinite(ap[x]), "{}: the assignments contain a non-finite value ({}) at flat index {}", who,
+              ap[x], x);
+  const double bucket_min = theta / static_cast<double>(c);
+  std::vector<std::vector<int64_t>> rows(B * H * T);
+  std::vector<std::vector<int64_t>> buckets(c);
+  for (int64_t g = 0; g < B * H; ++g) {
+    const double* ag = ap + g * T * c;
+    for (auto& bk : buckets) bk.clear();
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t m = 0; m < c; ++m)
+        if (ag[i * c + m] > bucket_min) buckets[m].push_back(static_cast<int64_t>(i));
+    for (const auto& bk : buckets)
+      for (int64_t i : bk)
+        for (int64_t j : bk) {
+          if (causal && j > i) break;  // bucket lists ascend
+          double dot = 0;
+          for (int64_t m = 0; m < c; ++m) dot += ag[i * c + m] * ag[j * c + m];
+          if (dot > theta) rows[g * T + i].push_back(j);  // duplicates (several shared buckets) go in from_rows
+        }
+  }
+  return SparsePattern::from_rows(B * H, T, T, std::move(rows));
+}
+
+SparsePattern pattern_union(const std::vector<SparsePattern>& patterns) {
+  ASC_CHECK(!patterns.empty(), "pattern_union: needs at least one pattern");
+  const int64_t T = patterns[0].queries;
+  int64_t groups = 1, keys = 0;
+  for (const auto& p : patterns) {
+    ASC_CHECK(p.queries == T, "pattern_union: patterns of {} and {} queries", T, p.queries);
+    ASC_CHECK(p.groups == 1 || groups == 1 || p.groups == groups, "pattern_union: patterns of {} and {} groups",
+              groups, p.groups);
+    groups = std::max(groups, p.groups);
+    keys = std::max(keys, p.keys);
+  }
+  std::vector<std::vector<int64_t>> rows(groups * T);
+  for (const auto& p_any : patterns) {
+    const SparsePattern p = p_any.to(Device::cpu());
+    const int64_t* rp = p.row_ptr.data_ptr<int64_t>();
+    const int64_t* cols = p.cols.data_ptr<int64_t>();
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t pg = p.groups == 1 ? 0 : g;
+      for (int64_t i = 0; i < T; ++i)
+        rows[g * T + i].insert(rows[g * T + i].end(), cols + rp[pg * T + i], cols + rp[pg * T + i + 1]);
+    }
+  }
+  return SparsePattern::from_rows(groups, T, keys, std::move(rows));
+}
+
+// ---- the op ------------------------------------------------------------------------------------------------------
+
+namespace {
+
+// Checks q, k, v, the pattern and the mask against each other; returns the scale to use.
+double check_inputs(const char* who, const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& p,
+                    const Tensor& key_keep, double scale) {
+  check_defined(who, q, "q");
+  check_defined(who, k, "k");
+  check_defined(who, v, "v");
+  check_same_device(who, {&q, &k, &v});
+  check_float(who, q, "q");
+  ASC_CHECK(q.dim() == 4 && k.dim() == 4 && v.shape() == k.shape() && q.size(0) == k.size(0) &&
+                q.size(1) == k.size(1) && q.size(3) == k.size(3),
+            "{}: expects q (B, H, T, D), k and v (B, H, S, D); got q {}, k {}, v {}", who, q.shape(), k.shape(),
+            v.shape());
+  ASC_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), "{}: q, k, v must share a dtype; got {}, {}, {}", who,
+            q.dtype(), k.dtype(), v.dtype());
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), S = k.size(2);
+  ASC_CHECK(p.row_ptr.defined(), "{}: the pattern is empty (build it with a *_pattern function)", who);
+  ASC_CHECK(p.queries == T && p.keys == S,
+            "{}: the pattern is for {} queries and {} keys, but q has T = {} and k has S = {}", who, p.queries, p.keys,
+            T, S);
+  ASC_CHECK(p.groups == 1 || p.groups == B * H,
+            "{}: the pattern has {} groups; expected 1 (shared) or B·H = {} (one per batch and head)", who, p.groups,
+            B * H);
+  ASC_CHECK(q.numel() > 0 && k.numel() > 0, "{}: empty inputs (q {}, k {})", who, q.shape(), k.shape());
+  if (key_keep.defined()) {
+    ASC_CHECK(key_keep.dtype() == kBool && key_keep.dim() == 2 && key_keep.size(0) == B && key_keep.size(1) == S,
+              "{}: key_keep must be bool (B, S) = ({}, {}); got {} {}", who, B, S, key_keep.dtype(), key_keep.shape());
+    ASC_CHECK(key_keep.device() == q.device(), "{}: key_keep is on {}, q on {}", who, key_keep.device(), q.device());
+  }
+  ASC_CHECK(std::isfinite(scale) && scale >= 0, "{}: scale must be finite and >= 0 (0: 1/sqrt(D)), got {}", who,
+            scale);
+  return scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+}
+
+}  // namespace
+
+Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
+                        const Tensor& key_keep, double scale) {
+  const double sc = check_inputs(kOp, q, k, v, pattern, key_keep, scale);
+  const SparsePattern p = pattern.to(q.device());
+  const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  const Tensor keep = key_keep.defined() ? key_keep.contiguous() : Tensor();
+  Tensor o, lse;
+  ASC_KERNEL(qc.device(), kOp, sparse_attention_forward, qc, kc, vc, p, keep, sc, o, lse);
+  if (autograd::needs_grad({&q, &k, &v})) {
+    using autograd::SavedTensor;
+    autograd::record(kOp, {qc, kc, vc}, {o},
+                     [qs = SavedTensor(qc, kOp), ks = SavedTensor(kc, kOp), vs = SavedTensor(vc, kOp),
+                      os = SavedTensor(o, kOp), lse, keep, p, sc](const TensorList& g) -> TensorList {
+                       Tensor dq, dk, dv;
+                       ASC_KERNEL(g[0].device(), kOp, sparse_attention_backward, qs.get(), ks.get(), vs.get(), p,
+                                  keep, sc, os.get(), g[0].contiguous(), lse, dq, dk, dv);
+                       return {dq, dk, dv};
+                     });
+  }
+  return o;
+}
+
+Tensor sparse_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
+                                  const Tensor& key_keep, double scale) {
+  const double sc = check_inputs("sparse_attention_reference", q, k, v, pattern, key_keep, scale);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), S = k.size(2);
+  Tensor mask = pattern.dense_mask().to(q.device());                                     // (G, T, S)
+  mask = pattern.groups == 1 ? mask.view({1, 1, T, S}) : mask.view({B, H, T, S});
+  if (key_keep.defined()) mask = logical_and(mask, key_keep.view({B, 1, 1, S}));
+  // The composed ops: scores (B, H, T, S), masked softmax (a row with no kept key is zero), A V.
+  const Tensor scores = matmul(q, k.transpose(-2, -1)) * sc;
+  return matmul(softmax(scores, -1, mask), v);
+}
+
+}  // namespace asc

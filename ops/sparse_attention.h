@@ -1,0 +1,84 @@
+#pragma once
+// Sparse attention over an explicit pattern (docs/asam.md §1-2): every query attends only to the keys its pattern
+// allows, with a softmax normalised over those keys. The pattern is a compressed sparse row list of key indices
+// per query — never an n × n matrix — so time and memory are O(attended pairs), and the kernels (ops/kernel_list.inc:
+// sparse_attention_*) walk those lists with the scores of one row alive at a time:
+//
+//   asc::SparsePattern p = asc::pattern_union({asc::local_window_pattern(T, 256, /*causal=*/true),
+//                                              asc::global_tokens_pattern(T, 4, true),
+//                                              asc::random_keys_pattern(T, 8, /*seed=*/1, true)});
+//   asc::Tensor o = asc::sparse_attention(q, k, v, p, valid);     // q (B, H, T, D), k/v (B, H, S, D) -> (B, H, T, D)
+//
+// The patterns (each builder documents exactly which pairs it allows; causal builders keep only keys j <= i):
+//   local_window_pattern   |i - j| <= w / 2;  causal: i - w < j <= i                            w keys
+//   strided_pattern        (i - j) mod s == 0                                                    n / s keys
+//   global_tokens_pattern  j < g (every query sees the first g tokens), and the rows i < g see every key
+//   random_keys_pattern    r keys per query drawn without replacement from a seeded generator     r keys
+//   hierarchical_pattern   the query's own block of b tokens, plus one summary column per other block (keys T + m)
+//   clustered_pattern      a_i · a_j > θ for soft assignments a (B, H, T, c), found by bucketing; one list per
+//                          (batch, head)
+//   pattern_union          the union of patterns: a key allowed by several counts once
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace asc {
+
+// Per-query key lists, CSR, on the CPU (the op moves them to the inputs' device). Row r = g · queries + i holds
+// cols[row_ptr[r] .. row_ptr[r + 1]), ascending, without duplicates, each in [0, keys). groups == 1: one pattern for
+// every (batch, head); otherwise groups == B · H and (b, h) reads group b · H + h. The transpose (for the backward's
+// per-key sums) is built once with the pattern.
+struct SparsePattern {
+  int64_t groups = 1;
+  int64_t queries = 0;  // T
+  int64_t keys = 0;     // S: T, plus summary columns for hierarchical patterns
+  Tensor row_ptr;       // int64 (groups · T + 1)
+  Tensor cols;          // int64 (nnz)
+  Tensor col_ptr;       // int64 (groups · S + 1): the transpose
+  Tensor col_rows;      // int64 (nnz): for each entry of the transpose, its query row i
+  Tensor col_pos;       // int64 (nnz): and its position in cols (where the forward's pair lives)
+
+  // Builds (and checks) a pattern from per-row lists (groups · T of them); each list is sorted and deduplicated here.
+  static SparsePattern from_rows(int64_t groups, int64_t queries, int64_t keys, std::vector<std::vector<int64_t>> rows);
+  int64_t nnz() const { return cols.defined() ? cols.numel() : 0; }
+  int64_t max_row() const;  // the longest row
+  std::vector<int64_t> row(int64_t group, int64_t i) const;
+  // The pattern as a bool mask (groups, T, S), for tests and small n only: this is the n × n matrix the kernels avoid.
+  Tensor dense_mask() const;
+  // The same pattern on another device (the CSR tensors copied; the CPU copy is returned as is).
+  SparsePattern to(Device device) const;
+};
+
+// Each builder checks its arguments (T >= 1, w >= 1, s >= 1, 0 <= g, 1 <= r <= T, b >= 1) with a clear error.
+SparsePattern local_window_pattern(int64_t T, int64_t w, bool causal);
+SparsePattern strided_pattern(int64_t T, int64_t s, bool causal);
+SparsePattern global_tokens_pattern(int64_t T, int64_t g, bool causal);
+// Keys drawn from a Philox stream of `seed` (the same seed gives the same pattern); under causality row i draws
+// min(r, i + 1) keys from [0, i].
+SparsePattern random_keys_pattern(int64_t T, int64_t r, uint64_t seed, bool causal);
+// Blocks [m b, (m + 1) b) for m < nb = ceil(T / b); the pattern has keys = T + nb, summary m being key T + m. Query
+// i sees its own block (causal: j <= i within it) and the summaries of the other blocks (causal: only earlier ones,
+// m < i / b: a summary that contains future tokens would leak them).
+SparsePattern hierarchical_pattern(int64_t T, int64_t b, bool causal);
+int64_t hierarchical_blocks(int64_t T, int64_t b);
+// a (B, H, T, c) rows summing to 1 (the soft assignments), any float dtype, on any device (read on the CPU). Query i
+// sees key j when Σ_m a_im a_jm > θ (causal: and j <= i). Bucketing: i joins bucket m when a_im > θ / c; only pairs
+// sharing a bucket are tested, which misses none (a pair above θ has some term a_im a_jm > θ / c, so both factors
+// exceed θ / c). Cost Σ_m |bucket_m|² · c. groups = B · H.
+SparsePattern clustered_pattern(const Tensor& a, double theta, bool causal);
+// Same T for all; keys = the largest; groups 1 and B·H mix (a shared pattern joins every group).
+SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
+
+// o_i = Σ_{j ∈ P(i), kept} softmax_j(q_i · k_j · scale) v_j;  q (B, H, T, D), k and v (B, H, S, D), S = pattern.keys,
+// one float dtype and device; key_keep (B, S) bool (false = padding) or undefined; scale 0 means 1/√D. A query
+// with no kept key outputs 0. Differentiable in q, k and v: the backward recomputes each row's probabilities from
+// the saved log-sum-exp, writes dq per row, then sums dk and dv per key over the transpose (no atomics, no n × n).
+Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
+                        const Tensor& key_keep = {}, double scale = 0);
+// The readable reference: the pattern's dense mask and the composed attention ops (matmul, masked softmax,
+// matmul). O(T · S) memory: for tests and small n.
+Tensor sparse_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
+                                  const Tensor& key_keep = {}, double scale = 0);
+
+}  // namespace asc

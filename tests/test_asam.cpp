@@ -1,0 +1,638 @@
+// ASAM adaptive sparse attention (docs/asam.md): each pattern builder against its definition written as a predicate
+// over every (i, j), clustered bucketing against the exhaustive pair test, unions; the sparse attention kernel against
+// float64 loops over an explicit dense mask (forward and every gradient), finite differences, the composed reference,
+// the CUDA kernels against the CPU's; the layer (gate formula, clamp, skip-dense inference, masks, gradcheck with the
+// gate) and its errors; the memory of the sparse path at n = 4096.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "models/transformer_classifier.h"
+#include "testing.h"
+
+using namespace asc;
+using namespace asc::testing;
+
+namespace {
+
+using Pred = std::function<bool(int64_t i, int64_t j)>;
+
+// The pattern's rows equal {j : pred(i, j)} for every query i (group g).
+void check_pattern(const SparsePattern& p, const Pred& pred, int64_t group = 0) {
+  for (int64_t i = 0; i < p.queries; ++i) {
+    std::vector<int64_t> want;
+    for (int64_t j = 0; j < p.keys; ++j)
+      if (pred(i, j)) want.push_back(j);
+    CAPTURE(i);
+    CHECK(p.row(group, i) == want);
+  }
+}
+
+// The attention of one (b, h) row by definition: scores over the allowed, kept keys, softmax, weighted sum. float64.
+struct Naive {
+  Tensor o, dq, dk, dv;
+};
+Naive naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed /* (B,H,T,S) bool */,
+                      const Tensor& dout, double scale) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), S = k.size(2), D = q.size(3);
+  auto Q = q.to_vector<double>(), K = k.to_vector<double>(), V = v.to_vector<double>(), G = dout.to_vector<double>();
+  auto M = allowed.to_vector<bool>();
+  std::vector<double> O(B * H * T * D, 0), dQ(O.size(), 0), dK(B * H * S * D, 0), dV(dK.size(), 0);
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> s(S, 0), p(S, 0);
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < S; ++j) {
+        if (!M[(bh * T + i) * S + j]) continue;
+        for (int64_t c = 0; c < D; ++c) s[j] += Q[(bh * T + i) * D + c] * K[(bh * S + j) * D + c];
+        s[j] *= scale;
+        mx = std::max(mx, s[j]);
+      }
+      if (mx == -INFINITY) continue;  // no allowed key: o = 0, no gradient
+      double sum = 0;
+      for (int64_t j = 0; j < S; ++j)
+        if (M[(bh * T + i) * S + j]) sum += (p[j] = std::exp(s[j] - mx));
+      for (int64_t j = 0; j < S; ++j) p[j] /= sum;
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t c = 0; c < D; ++c) O[(bh * T + i) * D + c] += p[j] * V[(bh * S + j) * D + c];
+      // dP_j = dO·v_j; dS_j = P_j (dP_j - Σ_l P_l dP_l)
+      std::vector<double> dp(S, 0);
+      double avg = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        for (int64_t c = 0; c < D; ++c) dp[j] += G[(bh * T + i) * D + c] * V[(bh * S + j) * D + c];
+        avg += p[j] * dp[j];
+      }
+      for (int64_t j = 0; j < S; ++j) {
+        const double ds = p[j] * (dp[j] - avg) * scale;
+        for (int64_t c = 0; c < D; ++c) {
+          dQ[(bh * T + i) * D + c] += ds * K[(bh * S + j) * D + c];
+          dK[(bh * S + j) * D + c] += ds * Q[(bh * T + i) * D + c];
+          dV[(bh * S + j) * D + c] += p[j] * G[(bh * T + i) * D + c];
+        }
+      }
+    }
+  auto t = [](const std::vector<double>& x, const Shape& s) { return tensor(x, s); };
+  return {t(O, q.shape()), t(dQ, q.shape()), t(dK, k.shape()), t(dV, k.shape())};
+}
+
+// The allowed mask (B, H, T, S) of a pattern with padding, by the pattern's rows and the keep mask.
+Tensor allowed_mask(const SparsePattern& p, const Tensor& keep, int64_t B, int64_t H) {
+  std::vector<bool> m(B * H * p.queries * p.keys, false);
+  auto kv = keep.defined() ? keep.to_vector<bool>() : std::vector<bool>(B * p.keys, true);
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t i = 0; i < p.queries; ++i)
+      for (int64_t j : p.row(p.groups == 1 ? 0 : bh, i))
+        if (kv[(bh / H) * p.keys + j]) m[(bh * p.queries + i) * p.keys + j] = true;
+  Tensor t = zeros({B, H, p.queries, p.keys}, {.dtype = kBool});
+  bool* tp = t.data_ptr<bool>();
+  for (size_t x = 0; x < m.size(); ++x) tp[x] = m[x];
+  return t;
+}
+
+struct OpRun {
+  Tensor o, dq, dk, dv;
+};
+OpRun run_sparse(const Tensor& q0, const Tensor& k0, const Tensor& v0, const SparsePattern& p, const Tensor& keep,
+                 const Tensor& dout, DType dt = kFloat64, Device dev = Device::cpu()) {
+  Tensor q = q0.to(dev).to(dt).detach(), k = k0.to(dev).to(dt).detach(), v = v0.to(dev).to(dt).detach();
+  for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
+  Tensor o = sparse_attention(q, k, v, p, keep.defined() ? keep.to(dev) : keep);
+  (o * dout.to(dev).to(dt)).sum().backward();
+  auto back = [](const Tensor& t) { return t.to(kFloat64).to(Device::cpu()); };
+  return {back(o), back(q.grad()), back(k.grad()), back(v.grad())};
+}
+
+}  // namespace
+
+TEST_CASE("pattern builders allow exactly the pairs of their definitions") {
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    const int64_t T = 19;
+    for (int64_t w : {1, 4, 5, 40}) {
+      CAPTURE(w);
+      check_pattern(local_window_pattern(T, w, causal), [&](int64_t i, int64_t j) {
+        return causal ? (j <= i && j > i - w) : std::abs(i - j) <= w / 2;
+      });
+    }
+    for (int64_t s : {1, 3, 7}) {
+      CAPTURE(s);
+      check_pattern(strided_pattern(T, s, causal),
+                    [&](int64_t i, int64_t j) { return (i - j) % s == 0 && (!causal || j <= i); });
+    }
+    for (int64_t g : {0, 1, 3}) {
+      CAPTURE(g);
+      check_pattern(global_tokens_pattern(T, g, causal),
+                    [&](int64_t i, int64_t j) { return (j < g || i < g) && (!causal || j <= i); });
+    }
+    for (int64_t b : {1, 4, 5, 19}) {
+      CAPTURE(b);
+      const int64_t nb = (T + b - 1) / b;
+      SparsePattern h = hierarchical_pattern(T, b, causal);
+      CHECK(h.keys == T + nb);
+      check_pattern(h, [&](int64_t i, int64_t j) {
+        if (j < T) return j / b == i / b && (!causal || j <= i);
+        const int64_t m = j - T;
+        return m != i / b && (!causal || m < i / b);
+      });
+    }
+    // Random: r distinct keys per row (all of them when fewer are allowed), inside the causal range, reproducible
+    // from the seed, different for another seed.
+    SparsePattern r1 = random_keys_pattern(T, 5, 11, causal), r2 = random_keys_pattern(T, 5, 11, causal),
+                  r3 = random_keys_pattern(T, 5, 12, causal);
+    bool differs = false;
+    for (int64_t i = 0; i < T; ++i) {
+      const auto row = r1.row(0, i);
+      CHECK(static_cast<int64_t>(row.size()) == (causal ? std::min<int64_t>(5, i + 1) : 5));
+      CHECK(std::set<int64_t>(row.begin(), row.end()).size() == row.size());
+      for (int64_t j : row) CHECK((j >= 0 && j < T && (!causal || j <= i)));
+      CHECK(row == r2.row(0, i));
+      differs = differs || row != r3.row(0, i);
+    }
+    CHECK(differs);
+  }
+  // The transpose lists, for each key, the queries that see it and where.
+  SparsePattern u = pattern_union({local_window_pattern(11, 3, false), strided_pattern(11, 4, false)});
+  auto rp = u.row_ptr.to_vector<int64_t>(), cols = u.cols.to_vector<int64_t>(), cp = u.col_ptr.to_vector<int64_t>(),
+       cr = u.col_rows.to_vector<int64_t>(), cpos = u.col_pos.to_vector<int64_t>();
+  CHECK(cp.back() == u.nnz());
+  for (int64_t j = 0; j < 11; ++j)
+    for (int64_t y = cp[j]; y < cp[j + 1]; ++y) {
+      CHECK(cols[cpos[y]] == j);
+      CHECK((cpos[y] >= rp[cr[y]] && cpos[y] < rp[cr[y] + 1]));
+    }
+}
+
+TEST_CASE("pattern_union is the set union; a shared pattern joins every group of a per-head one") {
+  const int64_t T = 23;
+  SparsePattern u = pattern_union({local_window_pattern(T, 6, true), global_tokens_pattern(T, 2, true),
+                                   random_keys_pattern(T, 3, 5, true), hierarchical_pattern(T, 5, true)});
+  SparsePattern r = random_keys_pattern(T, 3, 5, true);
+  CHECK(u.keys == T + 5);
+  check_pattern(u, [&](int64_t i, int64_t j) {
+    const auto rr = r.row(0, i);
+    const bool tok = j < T && j <= i;
+    return (tok && j > i - 6) || (tok && (j < 2 || i < 2)) || std::count(rr.begin(), rr.end(), j) > 0 ||
+           (j < T ? (j / 5 == i / 5 && j <= i) : (j - T) < i / 5);
+  });
+  // Per-head clustered groups plus a shared window.
+  Generator gen(3);
+  Tensor a = softmax(randn({2, 2, T, 4}, {.dtype = kFloat64}, &gen) * 3.0, -1);
+  SparsePattern c = clustered_pattern(a, 0.5, false), cw = pattern_union({c, local_window_pattern(T, 2, false)});
+  CHECK(cw.groups == 4);
+  for (int64_t g = 0; g < 4; ++g)
+    check_pattern(cw, [&](int64_t i, int64_t j) {
+      const auto cr = c.row(g, i);
+      return std::abs(i - j) <= 1 || std::count(cr.begin(), cr.end(), j) > 0;
+    }, g);
+}
+
+TEST_CASE("clustered_pattern: bucketing finds exactly the pairs with a_i · a_j > θ") {
+  const int64_t B = 2, H = 3, T = 37, c = 5;
+  Generator gen(21);
+  for (double temp : {0.5, 3.0})  // soft and sharp assignments
+    for (double theta : {0.05, 0.3, 0.7})
+      for (bool causal : {false, true}) {
+        CAPTURE(temp);
+        CAPTURE(theta);
+        CAPTURE(causal);
+        Tensor a = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen) * temp, -1);
+        SparsePattern p = clustered_pattern(a, theta, causal);
+        CHECK(p.groups == B * H);
+        auto av = a.to_vector<double>();
+        for (int64_t g = 0; g < B * H; ++g)
+          check_pattern(p, [&](int64_t i, int64_t j) {
+            double d = 0;
+            for (int64_t m = 0; m < c; ++m) d += av[(g * T + i) * c + m] * av[(g * T + j) * c + m];
+            return d > theta && (!causal || j <= i);
+          }, g);
+      }
+}
+
+TEST_CASE("pattern builders reject bad arguments with clear errors") {
+  check_error([] { local_window_pattern(8, 0, false); }, {"local_window_pattern", "w must be >= 1", "0"});
+  check_error([] { strided_pattern(8, 0, false); }, {"strided_pattern", "stride"});
+  check_error([] { random_keys_pattern(8, 9, 1, false); }, {"random_keys_pattern", "[1, T = 8]", "9"});
+  check_error([] { global_tokens_pattern(8, 9, false); }, {"global_tokens_pattern", "9"});
+  check_error([] { hierarchical_pattern(8, 0, false); }, {"hierarchical_pattern", "block size"});
+  check_error([] { local_window_pattern(0, 3, false); }, {"local_window_pattern", "sequence length", "0"});
+  check_error([] { clustered_pattern(zeros({2, 3, 4}, {.dtype = kFloat64}), 0.5, false); },
+              {"clustered_pattern", "(B, H, T, c)", "[2, 3, 4]"});
+  Tensor nan_a = full({1, 1, 3, 2}, std::nan(""), {.dtype = kFloat64});
+  check_error([&] { clustered_pattern(nan_a, 0.5, false); }, {"clustered_pattern", "non-finite"});
+  check_error([] { pattern_union({local_window_pattern(8, 3, false), local_window_pattern(9, 3, false)}); },
+              {"pattern_union", "8", "9"});
+  check_error([] { SparsePattern::from_rows(1, 2, 3, {{0, 5}, {1}}); }, {"SparsePattern", "5", "[0, 3)"});
+}
+
+TEST_CASE("sparse_attention equals float64 loops over the dense mask: forward and every gradient") {
+  const int64_t B = 2, H = 2, T = 29, D = 8;
+  struct Case {
+    const char* name;
+    SparsePattern p;
+    bool padding;
+  };
+  Generator gen(5);
+  Tensor a = softmax(randn({B, H, T, 3}, {.dtype = kFloat64}, &gen) * 2.0, -1);
+  std::vector<Case> cases = {
+      {"window", local_window_pattern(T, 6, false), false},
+      {"causal window + global + random", pattern_union({local_window_pattern(T, 4, true),
+                                                         global_tokens_pattern(T, 2, true),
+                                                         random_keys_pattern(T, 3, 9, true)}), true},
+      {"strided", strided_pattern(T, 5, false), true},
+      {"hierarchical", hierarchical_pattern(T, 6, false), false},
+      {"causal hierarchical", hierarchical_pattern(T, 5, true), true},
+      {"clustered (per head)", clustered_pattern(a, 0.4, false), true},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const int64_t S = c.p.keys;
+    Tensor q = randn64({B, H, T, D}, false, 1), k = randn64({B, H, S, D}, false, 2), v = randn64({B, H, S, D}, false, 3);
+    Tensor dout = randn64({B, H, T, D}, false, 4);
+    Tensor keep;
+    if (c.padding) {  // batch 1: its last 7 tokens are padding (and, for summaries, their block stays kept)
+      std::vector<bool> kv(B * S, true);
+      for (int64_t j = T - 7; j < T; ++j) kv[S + j] = false;
+      keep = zeros({B, S}, {.dtype = kBool});
+      for (int64_t x = 0; x < B * S; ++x) keep.data_ptr<bool>()[x] = kv[x];
+    }
+    const double scale = 1 / std::sqrt(double(D));
+    Naive want = naive_attention(q, k, v, allowed_mask(c.p, keep, B, H), dout, scale);
+    OpRun got = run_sparse(q, k, v, c.p, keep, dout);
+    check_close(got.o, want.o, 1e-12, 1e-12);
+    check_close(got.dq, want.dq, 1e-12, 1e-12);
+    check_close(got.dk, want.dk, 1e-12, 1e-12);
+    check_close(got.dv, want.dv, 1e-12, 1e-12);
+    // float32 kernel against the same loops.
+    OpRun f32 = run_sparse(q, k, v, c.p, keep, dout, kFloat32);
+    check_close(f32.o, want.o, 1e-5, 1e-4);
+    check_close(f32.dk, want.dk, 1e-5, 1e-4);
+    // The composed reference gives the same output.
+    check_close(sparse_attention_reference(q, k, v, c.p, keep), want.o, 1e-12, 1e-12);
+  }
+}
+
+TEST_CASE("sparse_attention: rows with no kept key give zeros and no gradient, never NaN") {
+  const int64_t T = 6, D = 4;
+  // Row 0 sees only key 0, which is padding; rows 1.. see keys 1..i.
+  std::vector<std::vector<int64_t>> rows(T);
+  rows[0] = {0};
+  for (int64_t i = 1; i < T; ++i)
+    for (int64_t j = 1; j <= i; ++j) rows[i].push_back(j);
+  rows[3].clear();  // and row 3 sees nothing at all
+  SparsePattern p = SparsePattern::from_rows(1, T, T, rows);
+  Tensor keep = ones({1, T}, {.dtype = kBool});
+  keep.data_ptr<bool>()[0] = false;
+  Tensor q = randn64({1, 1, T, D}), k = randn64({1, 1, T, D}, false, 8), v = randn64({1, 1, T, D}, false, 9);
+  OpRun r = run_sparse(q, k, v, p, keep, ones({1, 1, T, D}, {.dtype = kFloat64}));
+  auto o = r.o.to_vector<double>(), dq = r.dq.to_vector<double>();
+  for (double x : o) CHECK(std::isfinite(x));
+  for (int64_t c = 0; c < D; ++c) {
+    CHECK(o[c] == 0.0);
+    CHECK(o[3 * D + c] == 0.0);
+    CHECK(dq[c] == 0.0);
+    CHECK(dq[3 * D + c] == 0.0);
+  }
+  for (double x : r.dk.to_vector<double>()) CHECK(std::isfinite(x));
+}
+
+TEST_CASE("sparse_attention gradcheck (float64 finite differences) in q, k and v") {
+  const int64_t T = 13, D = 5;
+  SparsePattern p = pattern_union({local_window_pattern(T, 4, true), hierarchical_pattern(T, 4, true),
+                                   random_keys_pattern(T, 2, 3, true)});
+  Tensor q = randn64({1, 2, T, D}, true, 1), k = randn64({1, 2, p.keys, D}, true, 2),
+         v = randn64({1, 2, p.keys, D}, true, 3);
+  Tensor keep = ones({1, p.keys}, {.dtype = kBool});
+  keep.data_ptr<bool>()[2] = false;
+  check_grad([&](const TensorList& x) { return TensorList{sparse_attention(x[0], x[1], x[2], p, keep)}; }, {q, k, v});
+}
+
+TEST_CASE("sparse_attention rejects bad inputs with clear errors") {
+  SparsePattern p = local_window_pattern(8, 3, false);
+  Tensor q = randn64({1, 2, 8, 4}), k = randn64({1, 2, 8, 4});
+  check_error([&] { sparse_attention(q, k, randn64({1, 2, 7, 4}), p); }, {"sparse_attention", "[1, 2, 7, 4]"});
+  check_error([&] { sparse_attention(randn64({1, 2, 9, 4}), randn64({1, 2, 9, 4}), randn64({1, 2, 9, 4}), p); },
+              {"sparse_attention", "8 queries", "T = 9"});
+  check_error([&] { sparse_attention(q, k, k, p, ones({1, 7}, {.dtype = kBool})); },
+              {"sparse_attention", "key_keep", "[1, 7]"});
+  check_error([&] { sparse_attention(q, k, k, p, ones({1, 8})); }, {"sparse_attention", "key_keep"});
+  check_error([&] { sparse_attention(q, k.to(kFloat32), k, p); }, {"sparse_attention", "dtype"});
+  check_error([&] { sparse_attention(q, k, k, SparsePattern{}); }, {"sparse_attention", "pattern is empty"});
+  Tensor a = softmax(randn64({3, 2, 8, 2}), -1);
+  check_error([&] { sparse_attention(q, k, k, clustered_pattern(a, 0.5, false)); },
+              {"sparse_attention", "6 groups", "B·H = 2"});
+}
+
+TEST_CASE("sparse_attention CUDA kernels equal the CPU kernel (float64, float32, bfloat16)") {
+  if (!gpu_or_skip()) return;
+  const Device gpu = Device::cuda();
+  const int64_t B = 2, H = 2, T = 45, D = 40;  // D not a multiple of 32: partial lanes
+  Generator gen(8);
+  Tensor a = softmax(randn({B, H, T, 3}, {.dtype = kFloat64}, &gen) * 2.0, -1);
+  for (const SparsePattern& p : {pattern_union({local_window_pattern(T, 8, true), global_tokens_pattern(T, 2, true),
+                                                hierarchical_pattern(T, 7, true)}),
+                                 pattern_union({clustered_pattern(a, 0.4, false), strided_pattern(T, 4, false)})}) {
+    const int64_t S = p.keys;
+    Tensor q = randn64({B, H, T, D}, false, 1), k = randn64({B, H, S, D}, false, 2), v = randn64({B, H, S, D}, false, 3);
+    Tensor dout = randn64({B, H, T, D}, false, 4);
+    Tensor keep = ones({B, S}, {.dtype = kBool});
+    for (int64_t j = T - 5; j < T; ++j) keep.data_ptr<bool>()[S + j] = false;
+    for (DType dt : {kFloat64, kFloat32}) {
+      CAPTURE(dtype_name(dt));
+      OpRun c = run_sparse(q, k, v, p, keep, dout, dt), g = run_sparse(q, k, v, p, keep, dout, dt, gpu);
+      const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
+      check_close(g.o, c.o, tol, tol);
+      check_close(g.dq, c.dq, tol, tol);
+      check_close(g.dk, c.dk, tol, tol);
+      check_close(g.dv, c.dv, tol, tol);
+    }
+    // bfloat16 on the device against float32 on the CPU on the same rounded values.
+    auto rounded = [&](const Tensor& t) { return t.to(gpu).to(kBFloat16).to(kFloat64).to(Device::cpu()); };
+    Tensor qr = rounded(q), kr = rounded(k), vr = rounded(v), gr = rounded(dout);
+    OpRun c = run_sparse(qr, kr, vr, p, keep, gr, kFloat32), g = run_sparse(qr, kr, vr, p, keep, gr, kBFloat16, gpu);
+    check_close(g.o, c.o, 2e-2, 2e-2);
+    check_close(g.dq, c.dq, 5e-2, 3e-2);
+    check_close(g.dk, c.dk, 5e-2, 3e-2);
+    check_close(g.dv, c.dv, 5e-2, 3e-2);
+  }
+}
+
+// ---- the layer ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+std::shared_ptr<nn::AsamAttention> make_layer(nn::AsamAttentionOptions o, uint64_t seed = 31) {
+  manual_seed(seed);
+  auto m = std::make_shared<nn::AsamAttention>(o);
+  m->to(kFloat64);
+  // A non-trivial gate: spread the threshold and the confidence so that g differs per (sample, head).
+  NoGradGuard no_grad;
+  m->threshold.copy_(tensor(std::vector<double>{0.3, -0.2}, {2}).narrow(0, 0, o.heads()));
+  return m;
+}
+
+Tensor padding_mask(int64_t B, int64_t T, int64_t pad_last) {  // batch 1 loses its last pad_last tokens
+  Tensor m = ones({B, T}, {.dtype = kBool});
+  for (int64_t j = T - pad_last; j < T; ++j) m.data_ptr<bool>()[T + j] = false;
+  return m;
+}
+
+// The layer's output composed again from its weights with the reference ops: projections, the sparse reference over
+// the pattern (plus block-mean summaries), dense attention by the composed path, the gate by the formula.
+// With skip_above > 0, a (sample, head) whose gate is >= skip_above takes the sparse branch alone.
+Tensor layer_by_reference(nn::AsamAttention& m, const Tensor& x, const Tensor& valid, bool causal,
+                          double skip_above = 0) {
+  const int64_t B = x.size(0), T = x.size(1), D = m.options.d_model(), H = m.options.heads(), Dh = D / H;
+  auto lin = [](const nn::Linear& l, const Tensor& t) { return matmul(t, l.weight.transpose(0, 1)) + l.bias; };
+  auto heads = [&](const Tensor& t) { return t.view({B, T, H, Dh}).permute({0, 2, 1, 3}); };
+  Tensor q = heads(lin(*m.q_proj, x)), k = heads(lin(*m.k_proj, x)), v = heads(lin(*m.v_proj, x));
+  SparsePattern p = m.pattern(T, causal);
+  const auto& names = m.options.patterns();
+  auto has = [&](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  if (has("clustered")) {
+    Tensor a = softmax(matmul(q, m.centroids.unsqueeze(0).transpose(-2, -1)) / m.options.cluster_tau(), -1);
+    p = pattern_union({p, clustered_pattern(a, m.options.cluster_theta(), causal)});
+  }
+  Tensor ks = k, vs = v, keep = valid;
+  if (has("hierarchical")) {  // summaries by loops: mean of the real tokens of each block
+    const int64_t b = m.options.block(), nb = (T + b - 1) / b;
+    auto kv = k.contiguous().to_vector<double>(), vv = v.contiguous().to_vector<double>();
+    auto val = valid.to_vector<bool>();
+    std::vector<double> km(B * H * nb * Dh, 0), vm(km.size(), 0);
+    std::vector<bool> kept(B * nb, false);
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t blk = 0; blk < nb; ++blk) {
+        int64_t n = 0;
+        for (int64_t t = blk * b; t < std::min(T, blk * b + b); ++t) n += val[bb * T + t];
+        kept[bb * nb + blk] = n > 0;
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t t = blk * b; t < std::min(T, blk * b + b); ++t)
+            if (val[bb * T + t])
+              for (int64_t c = 0; c < Dh; ++c) {
+                km[((bb * H + h) * nb + blk) * Dh + c] += kv[((bb * H + h) * T + t) * Dh + c] / n;
+                vm[((bb * H + h) * nb + blk) * Dh + c] += vv[((bb * H + h) * T + t) * Dh + c] / n;
+              }
+      }
+    ks = cat({k, tensor(km, {B, H, nb, Dh})}, 2), vs = cat({v, tensor(vm, {B, H, nb, Dh})}, 2);
+    Tensor kt = zeros({B, nb}, {.dtype = kBool});
+    for (int64_t x2 = 0; x2 < B * nb; ++x2) kt.data_ptr<bool>()[x2] = kept[x2];
+    keep = cat({valid, kt}, 1);
+  }
+  Tensor sparse = sparse_attention_reference(q, ks, vs, p, keep);
+  set_sdpa_backend(SdpaBackend::Math);
+  Tensor dense = scaled_dot_product_attention(q, k, v, {.keep_mask = valid.view({B, 1, 1, T}), .causal = causal});
+  set_sdpa_backend(SdpaBackend::Auto);
+  // The gate by its formula, with φ by loops.
+  const auto xv = x.to_vector<double>();
+  const auto val = valid.to_vector<bool>();
+  std::vector<double> phi;
+  for (int64_t bb = 0; bb < B; ++bb)
+    for (int64_t s : m.options.pool_scales())
+      for (int64_t seg = 0; seg < s; ++seg) {
+        const int64_t a0 = seg * T / s, e0 = std::max(a0 + 1, (seg + 1) * T / s);
+        double n = 0;
+        std::vector<double> acc(D, 0);
+        for (int64_t t = a0; t < e0; ++t)
+          if (val[bb * T + t]) {
+            n += 1;
+            for (int64_t c = 0; c < D; ++c) acc[c] += xv[(bb * T + t) * D + c];
+          }
+        for (int64_t c = 0; c < D; ++c) phi.push_back(acc[c] / std::max(n, 1.0));
+      }
+  const int64_t F = static_cast<int64_t>(phi.size()) / B;
+  Tensor ph = tensor(phi, {B, F});
+  auto wc = lin(*m.complexity, ph).to_vector<double>(), wp = lin(*m.confidence, ph).to_vector<double>();
+  auto t = m.threshold.to_vector<double>();
+  std::vector<double> g(B * H);
+  for (int64_t bb = 0; bb < B; ++bb)
+    for (int64_t h = 0; h < H; ++h) {
+      const double fp = std::log1p(std::exp(wp[bb * H + h]));
+      const double z = (t[h] - wc[bb * H + h]) / m.options.gate_tau() * fp;
+      g[bb * H + h] = std::clamp(1 / (1 + std::exp(-z)), 0.01, 0.99);
+    }
+  check_close(m.last_gate(), g, 1e-12, 1e-12);
+  if (skip_above > 0)
+    for (double& gi : g) gi = gi >= skip_above ? 1.0 : gi;
+  Tensor g4 = tensor(g, {B, H, 1, 1});
+  Tensor out = g4 * sparse + (1.0 - g4) * dense;
+  return lin(*m.out_proj, out.permute({0, 2, 1, 3}).reshape({B, T, D}));
+}
+
+}  // namespace
+
+TEST_CASE("AsamAttention equals its formula composed from reference ops (every pattern, padding, causal)") {
+  const int64_t B = 2, T = 17, D = 8, H = 2;
+  const std::vector<std::vector<std::string>> sets = {
+      {"window"}, {"strided"}, {"global", "random"}, {"hierarchical"}, {"clustered"},
+      {"window", "global", "random", "clustered", "hierarchical", "strided"}};
+  for (const auto& names : sets)
+    for (bool causal : {false, true}) {
+      CAPTURE(fmt::format("{}", fmt::join(names, "+")));
+      CAPTURE(causal);
+      auto m = make_layer(nn::AsamAttentionOptions(D, H).patterns(names).window(5).stride(4).global_tokens(2)
+                              .random_keys(3).block(4).clusters(3).cluster_theta(0.3).pool_scales({1, 2, 3}));
+      Tensor x = randn64({B, T, D}, false, 2), valid = padding_mask(B, T, 5);
+      Tensor y = m->attend(x, {.key_padding_mask = valid, .causal = causal});
+      check_close(y, layer_by_reference(*m, x, valid, causal), 1e-10, 1e-10);
+    }
+}
+
+TEST_CASE("AsamAttention gradcheck (float64) through both branches and the gate; the centroid loss reaches C") {
+  const int64_t B = 2, T = 9, D = 6, H = 2;
+  auto m = make_layer(nn::AsamAttentionOptions(D, H).patterns({"window", "random", "hierarchical", "clustered"})
+                          .window(3).random_keys(2).block(3).clusters(2).cluster_theta(0.2).pool_scales({1, 2}));
+  Tensor x = randn64({B, T, D}, true, 4), valid = padding_mask(B, T, 2);
+  TensorList inputs = {x, m->threshold.detach(), m->complexity->weight.detach(), m->confidence->weight.detach(),
+                       m->q_proj->weight.detach(), m->v_proj->weight.detach(), m->centroids.detach()};
+  for (size_t i = 1; i < inputs.size(); ++i) inputs[i].set_requires_grad(true);
+  m->attend(x, {.key_padding_mask = valid, .causal = true});
+  // The gate is inside the clamp for every (sample, head) here (else its gradient is 0 and the check is weaker).
+  for (double g : m->last_gate().to_vector<double>()) CHECK((g > 0.01 && g < 0.99));
+  check_grad(
+      [&](const TensorList& in) {
+        nn::AsamAttention& a = *m;
+        a.threshold = in[1], a.complexity->weight = in[2], a.confidence->weight = in[3];
+        a.q_proj->weight = in[4], a.v_proj->weight = in[5], a.centroids = in[6];
+        return TensorList{a.attend(in[0], {.key_padding_mask = valid, .causal = true})};
+      },
+      inputs);
+  // The centroid loss reads the queries detached (it trains C, not q): its gradient, in C alone.
+  Tensor C = m->centroids.detach();
+  C.set_requires_grad(true);
+  const Tensor xd = x.detach();
+  check_grad(
+      [&](const TensorList& in) {
+        m->centroids = in[0];
+        m->attend(xd, {.key_padding_mask = valid, .causal = true});
+        return TensorList{m->aux_loss()};
+      },
+      {C});
+}
+
+TEST_CASE("AsamAttention gate: clamped to [0.01, 0.99] with no gradient there; fixed gates; skip-dense inference") {
+  const int64_t B = 3, T = 12, D = 8, H = 2;
+  Tensor x = randn64({B, T, D}, false, 6);
+  {  // A threshold far above every complexity: g = 0.99 everywhere, and t gets no gradient.
+    auto m = make_layer(nn::AsamAttentionOptions(D, H).window(3).random_keys(2));
+    {
+      NoGradGuard no_grad;
+      m->threshold.fill_(1e3);
+    }
+    m->attend(x, {}).sum().backward();
+    for (double g : m->last_gate().to_vector<double>()) CHECK(g == doctest::Approx(0.99).epsilon(1e-15));
+    for (double d : m->threshold.grad().to_vector<double>()) CHECK(d == 0.0);
+  }
+  // fixed_gate 1: the sparse branch alone; 0: the dense branch alone (through the projections).
+  auto sparse_only = make_layer(nn::AsamAttentionOptions(D, H).window(3).random_keys(2).fixed_gate(1));
+  auto dense_only = make_layer(nn::AsamAttentionOptions(D, H).window(3).random_keys(2).fixed_gate(0));
+  auto mha = make_layer(nn::AsamAttentionOptions(D, H).window(T * 2).random_keys(2).fixed_gate(1));
+  auto learned = make_layer(nn::AsamAttentionOptions(D, H).window(3).random_keys(2));
+  Tensor ys = sparse_only->attend(x, {}), yd = dense_only->attend(x, {});
+  learned->train(true);
+  // A window covering the sequence makes the sparse branch dense attention: the dense-only and that layer agree.
+  check_close(mha->attend(x, {}), yd, 1e-12, 1e-12);
+  // Skip-dense inference: with the threshold between g's values some (sample, head) pairs skip the dense branch
+  // and output the sparse branch alone, the others are unchanged; training mode never skips.
+  Tensor valid = ones({B, T}, {.dtype = kBool});
+  Tensor y_full = learned->attend(x, {.key_padding_mask = valid});
+  std::vector<double> sorted = learned->last_gate().to_vector<double>();
+  std::sort(sorted.begin(), sorted.end());
+  REQUIRE(sorted[2] < sorted[3]);
+  const double thr = std::min(0.99, (sorted[2] + sorted[3]) / 2);  // three of six pairs are above it
+  learned->options.skip_dense_above(thr);
+  check_close(learned->attend(x, {.key_padding_mask = valid}), y_full, 1e-13, 1e-13);
+  CHECK(learned->dense_considered() == 0);
+  learned->eval();
+  Tensor y_skip = learned->attend(x, {.key_padding_mask = valid});
+  CHECK(learned->dense_considered() == B * H);
+  CHECK(learned->dense_skipped() == 3);
+  check_close(y_skip, layer_by_reference(*learned, x, valid, false, thr), 1e-12, 1e-12);
+  CHECK(!same_bits(y_skip, y_full));
+  learned->options.skip_dense_above(0);  // eval without skipping: the full mix again
+  check_close(learned->attend(x, {.key_padding_mask = valid}), y_full, 1e-13, 1e-13);
+  // All pairs skip: the sparse branch alone, as the sparse-only layer with the same weights gives.
+  learned->options.skip_dense_above(0.01);
+  check_close(learned->attend(x, {.key_padding_mask = valid}), ys, 1e-13, 1e-13);
+  (void)yd;
+}
+
+TEST_CASE("AsamAttention: bad options and inputs give clear errors") {
+  check_error([] { nn::AsamAttention(nn::AsamAttentionOptions(8, 2).patterns({"window", "diagonal"})); },
+              {"AsamAttention", "unknown pattern 'diagonal'", "window, strided"});
+  check_error([] { nn::AsamAttention(nn::AsamAttentionOptions(8, 2).window(0)); }, {"AsamAttention", "window", "0"});
+  check_error([] { nn::AsamAttention(nn::AsamAttentionOptions(8, 2).skip_dense_above(1.0)); },
+              {"AsamAttention", "skip_dense_above"});
+  check_error([] { nn::AsamAttention(nn::AsamAttentionOptions(8, 3)); }, {"AsamAttention", "multiple of heads"});
+  nn::AsamAttention m(nn::AsamAttentionOptions(8, 2).random_keys(20));
+  check_error([&] { m.attend(randn({2, 10, 8}), {}); }, {"AsamAttention", "random_keys r = 20", "T = 10"});
+  nn::AsamAttention ok(nn::AsamAttentionOptions(8, 2).random_keys(2));
+  check_error([&] { ok.attend(randn({2, 10, 8}), {.key_padding_mask = ones({2, 9}, {.dtype = kBool})}); },
+              {"AsamAttention", "key_padding_mask", "[2, 9]"});
+  check_error([&] { ok.attend(randn({2, 10, 7}), {}); }, {"AsamAttention", "[2, 10, 7]"});
+}
+
+TEST_CASE("sparse attention at n = 4096 allocates no n × n buffer (CPU allocator peak)") {
+  const int64_t T = 4096, D = 32;
+  SparsePattern p = pattern_union({local_window_pattern(T, 64, true), global_tokens_pattern(T, 2, true),
+                                   random_keys_pattern(T, 4, 1, true)});
+  Tensor q = randn({1, 2, T, D}, {.requires_grad = true}), k = randn({1, 2, T, D}, {.requires_grad = true}),
+         v = randn({1, 2, T, D}, {.requires_grad = true});
+  const size_t before = cpu_memory_stats().allocated;
+  reset_cpu_peak_memory();
+  sparse_attention(q, k, v, p).sum().backward();
+  const double peak = static_cast<double>(cpu_memory_stats().peak_allocated - before);
+  const double n2 = 4.0 * T * T;  // one float32 (T, T) score matrix: 64 MiB
+  MESSAGE("peak above baseline " << peak / (1 << 20) << " MiB; an n x n float32 matrix is " << n2 / (1 << 20)
+                                 << " MiB");
+  CHECK(peak < n2 / 8);
+}
+
+TEST_CASE("TransformerClassifier with attention \"asam\" trains (post-norm blocks)") {
+  manual_seed(3);
+  auto model = std::make_shared<models::TransformerClassifier>(
+      models::TransformerClassifierOptions(8, 32, 2).d_model(16).heads(2).layers(2).ffn(32).dropout(0).norm_first(false)
+          .attention("asam").asam(nn::AsamAttentionOptions(16, 2).patterns({"window", "global", "clustered"})
+                                      .window(5).clusters(2)));
+  // Task: is token 1 present anywhere in the sequence?
+  Generator gen(9);
+  Tensor tokens = randint(2, 8, {32, 24}, {.dtype = kInt64}, &gen);
+  std::vector<int64_t> labels(32);
+  for (int64_t b = 0; b < 32; ++b)
+    if (b % 2 == 0) tokens.data_ptr<int64_t>()[b * 24 + (b * 7) % 24] = 1, labels[b] = 1;
+  Tensor y = tensor(labels, {32});
+  optim::AdamW opt(model->parameters(), {.lr = 3e-3});
+  double first = 0, last = 0;
+  for (int step = 0; step < 60; ++step) {
+    Tensor loss = cross_entropy(model->forward(tokens), y);
+    Tensor total = loss + model->aux_loss();
+    opt.zero_grad();
+    total.backward();
+    opt.step();
+    if (step == 0) first = loss.item<double>();
+    last = loss.item<double>();
+  }
+  MESSAGE("loss " << first << " -> " << last);
+  CHECK(last < 0.5 * first);
+}
+
+TEST_CASE("AsamAttention CUDA: the layer on the device equals the layer on the CPU (float64, every pattern)") {
+  if (!gpu_or_skip()) return;
+  const int64_t B = 2, T = 14, D = 8, H = 2;
+  auto opts = nn::AsamAttentionOptions(D, H).patterns({"window", "global", "random", "clustered", "hierarchical"})
+                  .window(4).random_keys(2).block(4).clusters(2).cluster_theta(0.3);
+  auto cpu = make_layer(opts), dev = make_layer(opts);
+  dev->to(Device::cuda());
+  Tensor x = randn64({B, T, D}, false, 12), valid = padding_mask(B, T, 3);
+  Tensor xc = x.detach(), xd = x.to(Device::cuda()).detach();
+  xc.set_requires_grad(true), xd.set_requires_grad(true);
+  Tensor yc = cpu->attend(xc, {.key_padding_mask = valid, .causal = true});
+  Tensor yd = dev->attend(xd, {.key_padding_mask = valid.to(Device::cuda()), .causal = true});
+  check_close(yd.to(Device::cpu()), yc, 1e-12, 1e-12);
+  (yc * yc).sum().backward();
+  (yd * yd).sum().backward();
+  check_close(xd.grad().to(Device::cpu()), xc.grad(), 1e-11, 1e-11);
+  check_close(dev->threshold.grad().to(Device::cpu()), cpu->threshold.grad(), 1e-11, 1e-11);
+}
