@@ -17,6 +17,16 @@
 #define ASC_SIMD_REDUCE3(OP, V1, V2, OP3, V3)
 #endif
 
+// Hot per-row functions of a CPU kernel, compiled twice — for AVX2 (256-bit vectors) and for the generic
+// x86-64 baseline the rest of the library targets — with the variant chosen once at load time (GCC function
+// multiversioning), so binaries stay portable. Put it on a function that does a row's whole work: a clone is called,
+// not inlined. Not in sanitizer builds (their runtime starts after ifunc resolvers run).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ASC_SANITIZE_BUILD)
+#define ASC_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ASC_CPU_CLONES
+#endif
+
 namespace asc::cpu {
 
 // exp(x) for x <= 0 (also -inf -> 0, NaN -> NaN), branch-free so loops over it vectorise. Below the normal range
