@@ -209,7 +209,7 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
   for (int64_t x = 0; x < a.numel(); ++x)
     ASC_CHECK(std::isfinite(ap[x]), "{}: the assignments contain a non-finite value ({}) at flat index {}", who,
               ap[x], x);
-  const double bucket_min = theta / static_cast<double>(c);
+  const double bucket_min = theta / 2;  // see ops/sparse_attention.h: no qualifying pair is missed
   std::vector<std::vector<int64_t>> rows(B * H * T);
   std::vector<std::vector<int64_t>> buckets(c);
   for (int64_t g = 0; g < B * H; ++g) {

@@ -63,9 +63,10 @@ SparsePattern random_keys_pattern(int64_t T, int64_t r, uint64_t seed, bool caus
 SparsePattern hierarchical_pattern(int64_t T, int64_t b, bool causal);
 int64_t hierarchical_blocks(int64_t T, int64_t b);
 // a (B, H, T, c) rows summing to 1 (the soft assignments), any float dtype, on any device (read on the CPU). Query i
-// sees key j when Σ_m a_im a_jm > θ (causal: and j <= i). Bucketing: i joins bucket m when a_im > θ / c; only pairs
-// sharing a bucket are tested, which misses none (a pair above θ has some term a_im a_jm > θ / c, so both factors
-// exceed θ / c). Cost Σ_m |bucket_m|² · c. groups = B · H.
+// sees key j when Σ_m a_im a_jm > θ (causal: and j <= i). Bucketing: i joins bucket m when a_im > θ / 2 (so at most
+// 2 / θ buckets); only pairs sharing a bucket are tested, which misses none: the terms with a_im <= θ/2 or
+// a_jm <= θ/2 add up to at most θ/2 Σ_m a_jm + θ/2 Σ_m a_im = θ, so a pair above θ has a term with both factors
+// above θ / 2. Cost Σ_m |bucket_m|² · c. groups = B · H.
 SparsePattern clustered_pattern(const Tensor& a, double theta, bool causal);
 // Same T for all; keys = the largest; groups 1 and B·H mix (a shared pattern joins every group).
 SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);

@@ -7,7 +7,8 @@
 //   strided      stride 64 (n / 64 keys per query)
 //   random       32 random keys per query
 //   global       16 global tokens
-//   clustered    8 centroids per head, θ 0.5, τ 8; the pattern is built from q on every call (included in the time)
+//   clustered    n / 256 centroids per head (at least 8), θ 0.5, τ 1: buckets of about 256 tokens; the pattern is
+//                built from q on every call (the assignments and the bucketing are included in the time)
 //   hierarchical blocks of round(√n) tokens plus one mean-pooled summary per other block (pooling included)
 //   w+g+r        window 256 + 16 global + 16 random
 //   asam         the gated AsamAttention layer (d_model 256; window + global + random; projections, gate and both
@@ -20,7 +21,11 @@
 // each row's forward + backward time relative to chunked dense at the same n. Then the seed's claimed speedups beside
 // ours, and the targets of the issue (window ≥ 10× chunked at n = 16384; window time and memory at 16384 ≤ 4.6× 4096).
 //   ./build/release/tools/bench_asam [--n 512,1024,2048,4096,8192,16384] [--reps 3] [--csv out.csv]
-//                                    [--impl naive,chunked,window,...] [--naive-gb 6]
+//                                    [--impl naive,chunked,window,...] [--naive-gb 6] [--device cpu|cuda]
+// --device cuda (a GPU build on a GPU machine) runs every row on the GPU in bfloat16 (the fused dense path there is
+// cuDNN's, which takes bf16/f16): times after a device synchronisation, peak memory from the caching allocator, and a
+// TFLOP/s column counted on attended pairs (4 D FLOPs per pair forward) for the issue's GPU target: window attention
+// at n = 16384 at >= 70% of the dense kernel's rate, e.g. --device cuda --n 4096,16384 --impl chunked,window.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -46,6 +51,27 @@ namespace {
 
 constexpr int64_t kBatch = 1, kHeads = 4, kDHead = 64, kWindow = 256;
 
+Device g_device = Device::cpu();
+DType g_dtype = kFloat32;
+
+size_t live_bytes() { return g_device.is_cuda() ? cuda::memory_stats().allocated : cpu_memory_stats().allocated; }
+void reset_peak() {
+  if (g_device.is_cuda()) cuda::reset_peak_memory_stats();
+  else reset_cpu_peak_memory();
+}
+size_t peak_bytes() {
+  return g_device.is_cuda() ? cuda::memory_stats().peak_allocated : cpu_memory_stats().peak_allocated;
+}
+void sync() {
+  if (g_device.is_cuda()) cuda::synchronize();
+}
+// A random leaf tensor of the run's device and dtype.
+Tensor leaf(const Shape& s, bool grad = true) {
+  Tensor t = randn(s).to(g_device).to(g_dtype).detach();
+  if (grad) t.set_requires_grad(true);
+  return t;
+}
+
 struct Result {
   std::string impl;
   int64_t n = 0;
@@ -69,19 +95,26 @@ Result measure(const std::string& impl, int64_t n, int reps, const std::function
   Result r{impl, n};
   {
     NoGradGuard ng;
-    fwd();  // warm-up: patterns cached, allocator blocks
-    r.fwd_ms = best_ms([&] { fwd(); }, reps);
+    fwd();  // warm-up: patterns cached, allocator blocks, kernels loaded
+    sync();
+    r.fwd_ms = best_ms(
+        [&] {
+          fwd();
+          sync();
+        },
+        reps);
   }
   if (!backward) return r;
-  const size_t before = cpu_memory_stats().allocated;
-  reset_cpu_peak_memory();
+  const size_t before = live_bytes();
+  reset_peak();
   r.fwd_bwd_ms = best_ms(
       [&] {
         zero_grad();
         fwd().sum().backward();
+        sync();
       },
       reps);
-  r.peak_mb = static_cast<double>(cpu_memory_stats().peak_allocated - before) / (1 << 20);
+  r.peak_mb = static_cast<double>(peak_bytes() - before) / (1 << 20);
   return r;
 }
 
@@ -99,7 +132,9 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
       layer = std::make_shared<nn::AsamAttention>(o);
     }
     if (impl == "asam-skip") layer->eval();
-    Tensor x = randn({kBatch, n, D});
+    layer->to(g_device);
+    layer->to(g_dtype);
+    Tensor x = leaf({kBatch, n, D}, false);
     Result r = measure(impl, n, reps, [&] { return layer->attend(x, {}); }, [&] { layer->zero_grad(); },
                        impl != "asam-skip");
     if (auto a = std::dynamic_pointer_cast<nn::AsamAttention>(layer))
@@ -110,9 +145,8 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
                            std::dynamic_pointer_cast<nn::AsamAttention>(layer)->dense_considered());
     return r;
   }
-  Tensor q = randn({kBatch, kHeads, n, kDHead}, {.requires_grad = true});
-  Tensor k = randn({kBatch, kHeads, n, kDHead}, {.requires_grad = true});
-  Tensor v = randn({kBatch, kHeads, n, kDHead}, {.requires_grad = true});
+  Tensor q = leaf({kBatch, kHeads, n, kDHead}), k = leaf({kBatch, kHeads, n, kDHead}),
+         v = leaf({kBatch, kHeads, n, kDHead});
   auto zero = [&] {
     for (Tensor* t : {&q, &k, &v}) t->set_grad(Tensor());
   };
@@ -141,9 +175,9 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
   if (p.row_ptr.defined()) {
     fwd = [&] { return sparse_attention(q, k, v, p); };
   } else if (impl == "clustered") {
-    const Tensor C = randn({kHeads, 8, kDHead});
+    const Tensor C = randn({kHeads, std::max<int64_t>(8, n / 256), kDHead}).to(g_device).to(g_dtype);
     fwd = [&, C] {
-      const Tensor a = softmax(matmul(q.detach(), C.unsqueeze(0).transpose(-2, -1)) / 8.0, -1);
+      const Tensor a = softmax(matmul(q.detach(), C.unsqueeze(0).transpose(-2, -1)), -1);
       p = clustered_pattern(a, 0.5, false);
       return sparse_attention(q, k, v, p);
     };
@@ -152,9 +186,10 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
     p = hierarchical_pattern(n, b, false);
     fwd = [&, b, nb] {
       auto pool = [&](const Tensor& t) {  // (B, H, n, d) -> (B, H, nb, d), the last block padded with zeros
-        Tensor x = nb * b > n ? cat({t, zeros({kBatch, kHeads, nb * b - n, kDHead})}, 2) : t;
+        Tensor x = nb * b > n ? cat({t, zeros({kBatch, kHeads, nb * b - n, kDHead}, t.options())}, 2) : t;
         Tensor counts = full({1, 1, nb, 1}, double(b));
         if (nb * b > n) counts.narrow(2, nb - 1, 1).fill_(double(n - (nb - 1) * b));
+        counts = counts.to(g_device).to(g_dtype);
         return sum(x.view({kBatch, kHeads, nb, b, kDHead}), {3}) / counts;
       };
       return sparse_attention(q, cat({k, pool(k)}, 2), cat({v, pool(v)}, 2), p);
@@ -203,6 +238,18 @@ int main(int argc, char** argv) {
       csv = next();
     } else if (a == "--naive-gb") {
       naive_gb = std::stod(next());
+    } else if (a == "--device") {
+      const std::string d = next();
+      if (d == "cuda") {
+        if (!cuda::is_available()) {
+          std::fprintf(stderr, "bench_asam: --device cuda needs a CUDA build and a GPU\n");
+          return 2;
+        }
+        g_device = Device::cuda(), g_dtype = kBFloat16;
+      } else if (d != "cpu") {
+        std::fprintf(stderr, "bench_asam: --device cpu or cuda, got %s\n", d.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
                    "usage: bench_asam [--n 512,...] [--impl naive,chunked,window,strided,random,global,clustered,"
@@ -214,10 +261,11 @@ int main(int argc, char** argv) {
 #ifdef _OPENMP
   threads = omp_get_max_threads();
 #endif
-  std::printf("bench_asam: B%lld, %lld heads of %lld, float32, CPU, %d threads, best of %d (1 above n = 4096)\n",
-              (long long)kBatch, (long long)kHeads, (long long)kDHead, threads, reps);
-  std::printf("%-12s %6s %10s %10s %9s %12s %9s  %s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB", "pairs/head",
-              "vs chunk", "note");
+  std::printf("bench_asam: B%lld, %lld heads of %lld, %s, %s, %d threads, best of %d (1 above n = 4096)\n",
+              (long long)kBatch, (long long)kHeads, (long long)kDHead, std::string(dtype_name(g_dtype)).c_str(),
+              g_device.is_cuda() ? "CUDA" : "CPU", threads, reps);
+  std::printf("%-12s %6s %10s %10s %9s %12s %9s %8s  %s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB",
+              "pairs/head", "vs chunk", "fwd TF/s", "note");
   std::vector<Result> all;
   std::map<int64_t, double> chunked_ms;
   for (int64_t n : ns)
@@ -227,10 +275,12 @@ int main(int argc, char** argv) {
       all.push_back(r);
       const double c = chunked_ms.count(n) ? chunked_ms[n] : -1;
       const std::string ratio = (c > 0 && r.fwd_bwd_ms > 0) ? fmt::format("{:.2f}x", c / r.fwd_bwd_ms) : "-";
-      std::printf("%-12s %6lld %10s %10s %9s %12.0f %9s  %s\n", impl.c_str(), (long long)n,
+      // FLOPs counted on attended pairs: q·k and p·v, 2 D each, per pair and head.
+      const double tflops = r.fwd_ms > 0 ? kBatch * kHeads * r.pairs * 4.0 * kDHead / (r.fwd_ms * 1e-3) / 1e12 : 0;
+      std::printf("%-12s %6lld %10s %10s %9s %12.0f %9s %8.3f  %s\n", impl.c_str(), (long long)n,
                   r.fwd_ms >= 0 ? fmt::format("{:.2f}", r.fwd_ms).c_str() : "-",
                   r.fwd_bwd_ms >= 0 ? fmt::format("{:.2f}", r.fwd_bwd_ms).c_str() : "-",
-                  r.peak_mb >= 0 ? fmt::format("{:.0f}", r.peak_mb).c_str() : "-", r.pairs, ratio.c_str(),
+                  r.peak_mb >= 0 ? fmt::format("{:.0f}", r.peak_mb).c_str() : "-", r.pairs, ratio.c_str(), tflops,
                   r.note.c_str());
       std::fflush(stdout);
     }

@@ -86,9 +86,10 @@ if step "build" build.log "^\[[0-9]+/[0-9]+\]|error" cmake --build "$BUILD" -j "
   done
   # The mechanism kernels (shared memory, barriers, atomics): memcheck and racecheck on their CUDA test cases.
   for tool in memcheck racecheck; do
-    step "$tool (ASCender kernels)" "${tool}_ascender.log" "ERROR SUMMARY|RACECHECK SUMMARY|test cases:" \
-      env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BUILD/tests/test_ascender_attention" \
-      "-tc=*CUDA*"
+    for mech in test_ascender_attention test_firing test_asam; do
+      step "$tool ($mech CUDA cases)" "${tool}_${mech}.log" "ERROR SUMMARY|RACECHECK SUMMARY|test cases:" \
+        env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BUILD/tests/$mech" "-tc=*CUDA*"
+    done
   done
   if [ -x "$BUILD/tools/bench_ascender" ]; then
     step "ASCender GPU benchmark" bench_ascender_gpu.log "fused|windowed|dense" "$BUILD/tools/bench_ascender" \
@@ -96,6 +97,15 @@ if step "build" build.log "^\[[0-9]+/[0-9]+\]|error" cmake --build "$BUILD" -j "
       --csv "$LOGDIR/bench_ascender_gpu.csv"
     if [ -s "$LOGDIR/bench_ascender_gpu.log" ]; then
       { echo; echo "## tools/bench_ascender --device cuda output"; echo; echo '```'; cat "$LOGDIR/bench_ascender_gpu.log"
+        echo '```'; } >>"$REPORT"
+    fi
+  fi
+  if [ -x "$BUILD/tools/bench_asam" ]; then
+    step "ASAM GPU benchmark" bench_asam_gpu.log "window|chunked|targets" "$BUILD/tools/bench_asam" \
+      --device cuda --n 1024,4096,16384 --impl naive,chunked,window,w+g+r,asam,asam-skip,mha --reps 3 \
+      --csv "$LOGDIR/bench_asam_gpu.csv"
+    if [ -s "$LOGDIR/bench_asam_gpu.log" ]; then
+      { echo; echo "## tools/bench_asam --device cuda output"; echo; echo '```'; cat "$LOGDIR/bench_asam_gpu.log"
         echo '```'; } >>"$REPORT"
     fi
   fi
