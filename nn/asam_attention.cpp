@@ -87,6 +87,7 @@ bool AsamAttention::has(const std::string& name) const {
 
 SparsePattern AsamAttention::pattern(int64_t T, bool causal) {
   if (cached_T_ == T && cached_causal_ == causal && cached_pattern_.row_ptr.defined()) return cached_pattern_;
+  device_pattern_ = SparsePattern{};
   const AsamAttentionOptions& o = options;
   std::vector<SparsePattern> parts;
   if (has("window")) parts.push_back(local_window_pattern(T, o.window(), causal));
@@ -170,6 +171,11 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
     auto [vm, unused] = block_means(v, w, b);
     ks = cat({k, km}, 2), vs = cat({v, vm}, 2);
     keep_s = valid.defined() ? cat({valid, kept}, 1) : Tensor();
+  }
+  if (!x.device().is_cpu() && !has("clustered")) {  // keep the device copy, so a step does not copy the lists again
+    if (!device_pattern_.row_ptr.defined() || device_pattern_.row_ptr.device() != x.device())
+      device_pattern_ = p.to(x.device());
+    p = device_pattern_;
   }
   const Tensor sparse = sparse_attention(q, ks, vs, p, keep_s);  // (B, H, T, Dh)
 

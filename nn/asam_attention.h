@@ -93,7 +93,8 @@ class AsamAttention : public Attention {
 
  private:
   bool has(const std::string& name) const;
-  SparsePattern cached_pattern_;
+  SparsePattern cached_pattern_;  // on the CPU
+  SparsePattern device_pattern_;  // its copy on the device of the last call, when that is not the CPU
   int64_t cached_T_ = -1;
   bool cached_causal_ = false;
   Tensor last_gate_, aux_loss_;

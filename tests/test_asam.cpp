@@ -621,18 +621,26 @@ TEST_CASE("TransformerClassifier with attention \"asam\" trains (post-norm block
 TEST_CASE("AsamAttention CUDA: the layer on the device equals the layer on the CPU (float64, every pattern)") {
   if (!gpu_or_skip()) return;
   const int64_t B = 2, T = 14, D = 8, H = 2;
-  auto opts = nn::AsamAttentionOptions(D, H).patterns({"window", "global", "random", "clustered", "hierarchical"})
-                  .window(4).random_keys(2).block(4).clusters(2).cluster_theta(0.3);
-  auto cpu = make_layer(opts), dev = make_layer(opts);
-  dev->to(Device::cuda());
-  Tensor x = randn64({B, T, D}, false, 12), valid = padding_mask(B, T, 3);
-  Tensor xc = x.detach(), xd = x.to(Device::cuda()).detach();
-  xc.set_requires_grad(true), xd.set_requires_grad(true);
-  Tensor yc = cpu->attend(xc, {.key_padding_mask = valid, .causal = true});
-  Tensor yd = dev->attend(xd, {.key_padding_mask = valid.to(Device::cuda()), .causal = true});
-  check_close(yd.to(Device::cpu()), yc, 1e-12, 1e-12);
-  (yc * yc).sum().backward();
-  (yd * yd).sum().backward();
-  check_close(xd.grad().to(Device::cpu()), xc.grad(), 1e-11, 1e-11);
-  check_close(dev->threshold.grad().to(Device::cpu()), cpu->threshold.grad(), 1e-11, 1e-11);
+  for (const std::vector<std::string>& names :
+       {std::vector<std::string>{"window", "global", "random", "clustered", "hierarchical"},
+        std::vector<std::string>{"window", "strided", "hierarchical"}}) {  // the second: the device copy is cached
+    auto opts = nn::AsamAttentionOptions(D, H).patterns(names).window(4).random_keys(2).block(4).clusters(2)
+                    .cluster_theta(0.3);
+    auto cpu = make_layer(opts), dev = make_layer(opts);
+    dev->to(Device::cuda());
+    Tensor x = randn64({B, T, D}, false, 12), valid = padding_mask(B, T, 3);
+    for (int call = 0; call < 2; ++call) {
+      CAPTURE(call);
+      cpu->zero_grad(), dev->zero_grad();
+      Tensor xc = x.detach(), xd = x.to(Device::cuda()).detach();
+      xc.set_requires_grad(true), xd.set_requires_grad(true);
+      Tensor yc = cpu->attend(xc, {.key_padding_mask = valid, .causal = true});
+      Tensor yd = dev->attend(xd, {.key_padding_mask = valid.to(Device::cuda()), .causal = true});
+      check_close(yd.to(Device::cpu()), yc, 1e-12, 1e-12);
+      (yc * yc).sum().backward();
+      (yd * yd).sum().backward();
+      check_close(xd.grad().to(Device::cpu()), xc.grad(), 1e-11, 1e-11);
+      check_close(dev->threshold.grad().to(Device::cpu()), cpu->threshold.grad(), 1e-11, 1e-11);
+    }
+  }
 }

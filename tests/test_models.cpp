@@ -133,7 +133,7 @@ TEST_CASE("Transformer classifier with ASCender attention (chosen by name) learn
   MESSAGE("sorted-task test accuracy with ASCender attention " << acc);
   CHECK(acc >= 0.9);
   CHECK_THROWS_WITH_AS(models::TransformerClassifier(models::TransformerClassifierOptions(4, 4, 2).attention("sparse")),
-                       doctest::Contains("unknown attention 'sparse' (known: dense, ascender)"), Error);
+                       doctest::Contains("unknown attention 'sparse' (known: dense, ascender, asam)"), Error);
 }
 
 TEST_CASE("Decoder-only LM learns a counting language and continues it greedily") {
