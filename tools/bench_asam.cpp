@@ -27,25 +27,23 @@
 // TFLOP/s column counted on attended pairs (4 D FLOPs per pair forward) for the GPU target: window attention
 // at n = 16384 at >= 70% of the dense kernel's rate, e.g. --device cuda --n 4096,16384 --impl chunked,window.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "ascender.h"
+#include "tools/bench_util.h"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 using namespace asc;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -54,17 +52,6 @@ constexpr int64_t kBatch = 1, kHeads = 4, kDHead = 64, kWindow = 256;
 Device g_device = Device::cpu();
 DType g_dtype = kFloat32;
 
-size_t live_bytes() { return g_device.is_cuda() ? cuda::memory_stats().allocated : cpu_memory_stats().allocated; }
-void reset_peak() {
-  if (g_device.is_cuda()) cuda::reset_peak_memory_stats();
-  else reset_cpu_peak_memory();
-}
-size_t peak_bytes() {
-  return g_device.is_cuda() ? cuda::memory_stats().peak_allocated : cpu_memory_stats().peak_allocated;
-}
-void sync() {
-  if (g_device.is_cuda()) cuda::synchronize();
-}
 // A random leaf tensor of the run's device and dtype.
 Tensor leaf(const Shape& s, bool grad = true) {
   Tensor t = randn(s).to(g_device).to(g_dtype).detach();
@@ -79,42 +66,12 @@ struct Result {
   std::string note;
 };
 
-double best_ms(const std::function<void()>& fn, int reps) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  return best;
-}
-
-// Times fn(with_grad) as a forward under no-grad and as forward + backward, with the peak memory of the latter.
+// Times fwd as a forward under no-grad and as forward + backward, with the peak memory of the latter.
 Result measure(const std::string& impl, int64_t n, int reps, const std::function<Tensor()>& fwd,
                const std::function<void()>& zero_grad, bool backward = true) {
+  const bench::FwdBwd t = bench::time_forward_backward(g_device, reps, fwd, zero_grad, backward);
   Result r{impl, n};
-  {
-    NoGradGuard ng;
-    fwd();  // warm-up: patterns cached, allocator blocks, kernels loaded
-    sync();
-    r.fwd_ms = best_ms(
-        [&] {
-          fwd();
-          sync();
-        },
-        reps);
-  }
-  if (!backward) return r;
-  const size_t before = live_bytes();
-  reset_peak();
-  r.fwd_bwd_ms = best_ms(
-      [&] {
-        zero_grad();
-        fwd().sum().backward();
-        sync();
-      },
-      reps);
-  r.peak_mb = static_cast<double>(peak_bytes() - before) / (1 << 20);
+  r.fwd_ms = t.fwd_ms, r.fwd_bwd_ms = t.fwd_bwd_ms, r.peak_mb = t.peak_mb;
   return r;
 }
 
@@ -202,13 +159,6 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
   return r;
 }
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -229,9 +179,9 @@ int main(int argc, char** argv) {
     };
     if (a == "--n") {
       ns.clear();
-      for (const auto& s : split_list(next())) ns.push_back(std::stoll(s));
+      for (const auto& s : bench::split_list(next())) ns.push_back(std::stoll(s));
     } else if (a == "--impl") {
-      impls = split_list(next());
+      impls = bench::split_list(next());
     } else if (a == "--reps") {
       reps = std::max(1, std::stoi(next()));
     } else if (a == "--csv") {

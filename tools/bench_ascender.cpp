@@ -17,24 +17,22 @@
 // our fused dense attention at n = 4096, e.g. --device cuda --n 1024,4096,16384 --impl dense,fused,windowed).
 // With windowed rows at n and 4n (e.g. --n 2048,8192 --impl windowed), it also prints how the windowed time grows.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "ascender.h"
+#include "tools/bench_util.h"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 using namespace asc;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -46,16 +44,6 @@ struct Result {
   double fwd_ms = -1, fwd_bwd_ms = -1, peak_mb = -1, gflop = 0;
   std::string note;
 };
-
-double best_ms(const std::function<void()>& fn, int reps) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  return best;
-}
 
 // Matrix-product FLOPs of one layer's attention core (projections excluded), forward: dense 4 n² d per head;
 // ASCender adds the affinity (2 n² d_a), the distances (2 n² d_z), the neighbour sum (2 n² d), the alignment
@@ -69,21 +57,6 @@ double attention_gflop(const std::string& impl, int64_t n, int64_t window) {
 }
 
 Device g_device = Device::cpu();
-
-// Bytes live, peak reset and peak bytes of the run's device: the CPU allocator's, or the CUDA caching allocator's.
-size_t live_bytes() {
-  return g_device.is_cuda() ? cuda::memory_stats().allocated : cpu_memory_stats().allocated;
-}
-void reset_peak() {
-  if (g_device.is_cuda()) cuda::reset_peak_memory_stats();
-  else reset_cpu_peak_memory();
-}
-size_t peak_bytes() {
-  return g_device.is_cuda() ? cuda::memory_stats().peak_allocated : cpu_memory_stats().peak_allocated;
-}
-void sync() {
-  if (g_device.is_cuda()) cuda::synchronize();
-}
 
 Result run_ours(const std::string& impl, int64_t n, int reps) {
   manual_seed(0);
@@ -102,27 +75,9 @@ Result run_ours(const std::string& impl, int64_t n, int reps) {
   Tensor x = randn({kBatch, n, kDModel}).to(g_device);
   Result r{impl, n};
   r.gflop = attention_gflop(impl, n, 128);
-  {
-    NoGradGuard ng;
-    attn->attend(x, {});  // warm-up (GPU: kernels loaded, allocator cache filled)
-    sync();
-    r.fwd_ms = best_ms(
-        [&] {
-          attn->attend(x, {});
-          sync();
-        },
-        reps);
-  }
-  const size_t before = live_bytes();
-  reset_peak();
-  r.fwd_bwd_ms = best_ms(
-      [&] {
-        attn->zero_grad();
-        attn->attend(x, {}).sum().backward();
-        sync();
-      },
-      reps);
-  r.peak_mb = static_cast<double>(peak_bytes() - before) / (1 << 20);
+  const bench::FwdBwd t = bench::time_forward_backward(
+      g_device, reps, [&] { return attn->attend(x, {}); }, [&] { attn->zero_grad(); });
+  r.fwd_ms = t.fwd_ms, r.fwd_bwd_ms = t.fwd_bwd_ms, r.peak_mb = t.peak_mb;
   set_ascender_backend(AscenderBackend::Auto);
   return r;
 }
@@ -154,14 +109,6 @@ std::map<int64_t, Result> run_seed(const std::vector<int64_t>& ns, int reps) {
   return out;
 }
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(std::atoll(item.c_str()));
-  return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,7 +120,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--n") ns = parse_list(next());
+    if (a == "--n") {
+      ns.clear();
+      for (const std::string& item : bench::split_list(next())) ns.push_back(std::atoll(item.c_str()));
+    }
     else if (a == "--reps") reps = std::atoi(next().c_str());
     else if (a == "--csv") csv = next();
     else if (a == "--no-torch") torch = false;
@@ -185,11 +135,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    else if (a == "--impl") {
-      impls.clear();
-      std::stringstream ss(next());
-      for (std::string item; std::getline(ss, item, ',');) impls.push_back(item);
-    }
+    else if (a == "--impl") impls = bench::split_list(next());
     else {
       std::fprintf(stderr, "bench_ascender: unknown argument '%s'\n", a.c_str());
       return 2;

@@ -9,39 +9,26 @@
 //   ./build/release/tools/bench_firing [--reps 10] [--rates 0.5,0.25,0.1,0.05] [--csv out.csv] [--no-torch]
 //                                      [--no-scan]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "ascender.h"
+#include "tools/bench_util.h"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 using namespace asc;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
 constexpr int64_t kBatch = 256, kD = 784, kP = 1024, kA = 4;
-
-double best_ms(const std::function<void()>& fn, const std::function<void()>& before, int reps) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    before();
-    auto t0 = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  return best;
-}
 
 // Per neuron, the threshold that the given fraction of the batch reaches.
 Tensor thresholds_for(const Tensor& Z, double rate) {
@@ -83,7 +70,7 @@ std::map<double, double> run_ours(const std::vector<double>& rates, int reps) {
     };
     reset();
     step();  // warm-up
-    out[rate] = best_ms(step, reset, reps);
+    out[rate] = bench::best_ms(step, reps, reset);
     reset();
     layer->forward(x);
     std::printf("  (ours: measured firing rate %.3f for target %.3f)\n",
@@ -109,13 +96,6 @@ std::map<double, double> run_torch(const std::vector<double>& rates, int reps) {
   return out;
 }
 
-std::vector<double> parse_list(const std::string& s) {
-  std::vector<double> v;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) v.push_back(std::atof(item.c_str()));
-  return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,7 +107,10 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (a == "--reps") reps = std::atoi(next().c_str());
-    else if (a == "--rates") rates = parse_list(next());
+    else if (a == "--rates") {
+      rates.clear();
+      for (const std::string& item : bench::split_list(next())) rates.push_back(std::atof(item.c_str()));
+    }
     else if (a == "--csv") csv = next();
     else if (a == "--no-torch") torch = false;
     else if (a == "--no-scan") scan_rows = false;
@@ -166,7 +149,7 @@ int main(int argc, char** argv) {
       sum(ssm_scan(a, u, s0, true)).backward();
     };
     run();
-    const double ms = best_ms(run, [] {}, reps);
+    const double ms = bench::best_ms(run, reps);
     scan.push_back({T, ms});
     std::printf("%-8lld %10.3f %12.2f\n", (long long)T, ms, ms * 1e3 / T);
   }

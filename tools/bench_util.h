@@ -1,0 +1,88 @@
+#pragma once
+// What the benchmark binaries of tools/ share (not part of the library): best-of-N timing, the memory counters and
+// synchronisation of the device a run uses, one forward / forward + backward measurement, comma-separated lists.
+//
+//   double ms = asc::bench::best_ms([&] { step(); }, /*reps=*/3);
+//   asc::bench::FwdBwd t = asc::bench::time_forward_backward(dev, 3, [&] { return layer->attend(x, {}); },
+//                                                            [&] { layer->zero_grad(); });
+#include <chrono>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ascender.h"
+
+namespace asc::bench {
+
+// The fastest of `reps` runs of fn, in milliseconds; `before` (if set) runs untimed ahead of each.
+inline double best_ms(const std::function<void()>& fn, int reps, const std::function<void()>& before = {}) {
+  using Clock = std::chrono::steady_clock;
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    if (before) before();
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+// Bytes live, peak reset, peak bytes and a synchronisation point of a device: the CPU allocator's counters, or the
+// CUDA caching allocator's (kernels run asynchronously there, so a timed region ends with sync).
+inline size_t live_bytes(Device d) {
+  return d.is_cuda() ? cuda::memory_stats().allocated : cpu_memory_stats().allocated;
+}
+inline void reset_peak(Device d) {
+  if (d.is_cuda()) cuda::reset_peak_memory_stats();
+  else reset_cpu_peak_memory();
+}
+inline size_t peak_bytes(Device d) {
+  return d.is_cuda() ? cuda::memory_stats().peak_allocated : cpu_memory_stats().peak_allocated;
+}
+inline void sync(Device d) {
+  if (d.is_cuda()) cuda::synchronize();
+}
+
+// forward() timed under no-grad (after one warm-up call), then zero_grad + forward().sum().backward() timed, with
+// its peak memory above what was live before it. With backward = false only the forward is measured (-1 elsewhere).
+struct FwdBwd {
+  double fwd_ms = -1, fwd_bwd_ms = -1, peak_mb = -1;
+};
+inline FwdBwd time_forward_backward(Device d, int reps, const std::function<Tensor()>& forward,
+                                    const std::function<void()>& zero_grad, bool backward = true) {
+  FwdBwd r;
+  {
+    NoGradGuard ng;
+    forward();  // warm-up: caches filled, kernels loaded, allocator blocks
+    sync(d);
+    r.fwd_ms = best_ms(
+        [&] {
+          forward();
+          sync(d);
+        },
+        reps);
+  }
+  if (!backward) return r;
+  const size_t before = live_bytes(d);
+  reset_peak(d);
+  r.fwd_bwd_ms = best_ms(
+      [&] {
+        zero_grad();
+        forward().sum().backward();
+        sync(d);
+      },
+      reps);
+  r.peak_mb = static_cast<double>(peak_bytes(d) - before) / (1 << 20);
+  return r;
+}
+
+// "a,b,c" -> {"a", "b", "c"}
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
+}  // namespace asc::bench
