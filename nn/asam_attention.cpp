@@ -22,20 +22,6 @@ int64_t hierarchical_block(const AsamAttentionOptions& o, int64_t T) {
   return o.block() > 0 ? o.block() : std::max<int64_t>(1, std::llround(std::sqrt(static_cast<double>(T))));
 }
 
-// Masked mean of x (B, H, T, d) over blocks of b tokens along T, with weights w (B, 1, T, 1) (1 = real token):
-// summaries (B, H, nb, d) and whether each block has a real token, (B, nb) bool.
-std::pair<Tensor, Tensor> block_means(const Tensor& x, const Tensor& w, int64_t b) {
-  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), d = x.size(3), nb = hierarchical_blocks(T, b);
-  Tensor xw = x * w, wp = w;
-  if (nb * b > T) {  // pad the last block with weight-0 tokens
-    xw = cat({xw, zeros({B, H, nb * b - T, d}, x.options())}, 2);
-    wp = cat({wp, zeros({B, 1, nb * b - T, 1}, w.options())}, 2);
-  }
-  const Tensor count = sum(wp.view({B, 1, nb, b, 1}), {3});  // (B, 1, nb, 1)
-  const Tensor means = sum(xw.view({B, H, nb, b, d}), {3}) / clamp(count, 1.0, std::nullopt);
-  return {means, gt(count.view({B, nb}), 0.0)};
-}
-
 }  // namespace
 
 AsamAttention::AsamAttention(const AsamAttentionOptions& o) : Attention(kName), options(o) {
@@ -165,12 +151,10 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
   }
   Tensor ks = k, vs = v, keep_s = valid;
   if (has("hierarchical")) {
-    const Tensor w = valid.defined() ? valid.to(x.dtype()).view({B, 1, T, 1}) : ones({B, 1, T, 1}, x.options());
     const int64_t b = hierarchical_block(options, T);
-    auto [km, kept] = block_means(k, w, b);
-    auto [vm, unused] = block_means(v, w, b);
-    ks = cat({k, km}, 2), vs = cat({v, vm}, 2);
-    keep_s = valid.defined() ? cat({valid, kept}, 1) : Tensor();
+    const BlockMeans km = hierarchical_summaries(k, b, valid), vm = hierarchical_summaries(v, b, valid);
+    ks = cat({k, km.means}, 2), vs = cat({v, vm.means}, 2);
+    keep_s = valid.defined() ? cat({valid, km.kept}, 1) : Tensor();
   }
   if (!x.device().is_cpu() && !has("clustered")) {  // keep the device copy, so a step does not copy the lists again
     if (!device_pattern_.row_ptr.defined() || device_pattern_.row_ptr.device() != x.device())

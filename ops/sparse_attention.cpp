@@ -17,8 +17,10 @@
 #include "ops/dispatch.h"
 #include "ops/kernels.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/nn_functional.h"
+#include "ops/reduce.h"
 
 namespace asc {
 
@@ -193,6 +195,25 @@ SparsePattern hierarchical_pattern(int64_t T, int64_t b, bool causal) {
       if (m != blk) rows[i].push_back(static_cast<int64_t>(T + m));
   }
   return SparsePattern::from_rows(1, T, T + nb, std::move(rows));
+}
+
+BlockMeans hierarchical_summaries(const Tensor& x, int64_t b, const Tensor& key_keep) {
+  constexpr const char* who = "hierarchical_summaries";
+  check_defined(who, x, "x");
+  ASC_CHECK(x.dim() == 4 && x.size(2) >= 1, "{}: expects x (B, H, T, d), got {}", who, x.shape());
+  ASC_CHECK(b >= 1, "{}: the block size b must be >= 1, got {}", who, b);
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), d = x.size(3), nb = hierarchical_blocks(T, b);
+  if (key_keep.defined())
+    ASC_CHECK(key_keep.dtype() == kBool && key_keep.dim() == 2 && key_keep.size(0) == B && key_keep.size(1) == T,
+              "{}: key_keep must be bool (B, T) = ({}, {}); got {} {}", who, B, T, key_keep.dtype(), key_keep.shape());
+  Tensor w = key_keep.defined() ? key_keep.to(x.dtype()).view({B, 1, T, 1}) : ones({B, 1, T, 1}, x.options());
+  Tensor xw = x * w;
+  if (nb * b > T) {  // pad the last block with weight-0 tokens
+    xw = cat({xw, zeros({B, H, nb * b - T, d}, x.options())}, 2);
+    w = cat({w, zeros({B, 1, nb * b - T, 1}, x.options())}, 2);
+  }
+  const Tensor count = sum(w.view({B, 1, nb, b, 1}), {3});  // (B, 1, nb, 1)
+  return {sum(xw.view({B, H, nb, b, d}), {3}) / clamp(count, 1.0, std::nullopt), gt(count.view({B, nb}), 0.0)};
 }
 
 SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {

@@ -62,6 +62,13 @@ SparsePattern random_keys_pattern(int64_t T, int64_t r, uint64_t seed, bool caus
 // m < i / b: a summary that contains future tokens would leak them).
 SparsePattern hierarchical_pattern(int64_t T, int64_t b, bool causal);
 int64_t hierarchical_blocks(int64_t T, int64_t b);
+// The summary columns of a hierarchical pattern: x (B, H, T, d) averaged over each block of b tokens, counting only
+// real tokens (key_keep (B, T) bool; undefined: all real). means (B, H, nb, d) go after the keys (and values), kept
+// (B, nb) after key_keep: a block with no real token is itself padding. Differentiable in x.
+struct BlockMeans {
+  Tensor means, kept;
+};
+BlockMeans hierarchical_summaries(const Tensor& x, int64_t b, const Tensor& key_keep = {});
 // a (B, H, T, c) rows summing to 1 (the soft assignments), any float dtype, on any device (read on the CPU). Query i
 // sees key j when Σ_m a_im a_jm > θ (causal: and j <= i). Bucketing: i joins bucket m when a_im > θ / 2 (so at most
 // 2 / θ buckets); only pairs sharing a bucket are tested, which misses none: the terms with a_im <= θ/2 or

@@ -166,6 +166,39 @@ TEST_CASE("pattern builders allow exactly the pairs of their definitions") {
     }
 }
 
+TEST_CASE("hierarchical_summaries: block means over real tokens (loops), a padding-only block is not kept; gradcheck") {
+  const int64_t B = 2, H = 2, T = 11, d = 3, b = 4, nb = 3;  // the last block has 3 tokens
+  Tensor x = randn64({B, H, T, d}, true, 5);
+  Tensor keep = ones({B, T}, {.dtype = kBool});
+  for (int64_t t = 4; t < 8; ++t) keep.data_ptr<bool>()[T + t] = false;  // batch 1: block 1 is all padding
+  keep.data_ptr<bool>()[T + 9] = false;
+  for (bool masked : {false, true}) {
+    CAPTURE(masked);
+    const BlockMeans s = hierarchical_summaries(x, b, masked ? keep : Tensor());
+    const auto xv = x.to_vector<double>();
+    const auto kv = keep.to_vector<bool>();
+    std::vector<double> want(B * H * nb * d, 0);
+    std::vector<bool> kept(B * nb, false);
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t m = 0; m < nb; ++m) {
+        int64_t n = 0;
+        for (int64_t t = m * b; t < std::min(T, m * b + b); ++t) n += !masked || kv[bb * T + t];
+        kept[bb * nb + m] = n > 0;
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t t = m * b; t < std::min(T, m * b + b); ++t)
+            if (!masked || kv[bb * T + t])
+              for (int64_t c = 0; c < d; ++c) want[((bb * H + h) * nb + m) * d + c] += xv[((bb * H + h) * T + t) * d + c] / n;
+      }
+    check_close(s.means, want, 1e-14, 1e-14);
+    CHECK(s.kept.to_vector<bool>() == kept);
+  }
+  check_grad([&](const TensorList& in) { return TensorList{hierarchical_summaries(in[0], b, keep).means}; }, {x});
+  check_error([&] { hierarchical_summaries(x, 0); }, {"hierarchical_summaries", "block size"});
+  check_error([&] { hierarchical_summaries(x, b, ones({B, T + 1}, {.dtype = kBool})); },
+              {"hierarchical_summaries", "key_keep", "[2, 12]"});
+  check_error([&] { hierarchical_summaries(randn64({B, T, d}), b); }, {"hierarchical_summaries", "(B, H, T, d)"});
+}
+
 TEST_CASE("pattern_union is the set union; a shared pattern joins every group of a per-head one") {
   const int64_t T = 23;
   SparsePattern u = pattern_union({local_window_pattern(T, 6, true), global_tokens_pattern(T, 2, true),
@@ -556,7 +589,6 @@ TEST_CASE("AsamAttention gate: clamped to [0.01, 0.99] with no gradient there; f
   // All pairs skip: the sparse branch alone, as the sparse-only layer with the same weights gives.
   learned->options.skip_dense_above(0.01);
   check_close(learned->attend(x, {.key_padding_mask = valid}), ys, 1e-13, 1e-13);
-  (void)yd;
 }
 
 TEST_CASE("AsamAttention: bad options and inputs give clear errors") {

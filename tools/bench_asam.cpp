@@ -139,17 +139,11 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
       return sparse_attention(q, k, v, p);
     };
   } else if (impl == "hierarchical") {
-    const int64_t b = std::llround(std::sqrt(double(n))), nb = hierarchical_blocks(n, b);
+    const int64_t b = std::llround(std::sqrt(double(n)));
     p = hierarchical_pattern(n, b, false);
-    fwd = [&, b, nb] {
-      auto pool = [&](const Tensor& t) {  // (B, H, n, d) -> (B, H, nb, d), the last block padded with zeros
-        Tensor x = nb * b > n ? cat({t, zeros({kBatch, kHeads, nb * b - n, kDHead}, t.options())}, 2) : t;
-        Tensor counts = full({1, 1, nb, 1}, double(b));
-        if (nb * b > n) counts.narrow(2, nb - 1, 1).fill_(double(n - (nb - 1) * b));
-        counts = counts.to(g_device).to(g_dtype);
-        return sum(x.view({kBatch, kHeads, nb, b, kDHead}), {3}) / counts;
-      };
-      return sparse_attention(q, cat({k, pool(k)}, 2), cat({v, pool(v)}, 2), p);
+    fwd = [&, b] {
+      return sparse_attention(q, cat({k, hierarchical_summaries(k, b).means}, 2),
+                              cat({v, hierarchical_summaries(v, b).means}, 2), p);
     };
   } else {
     ASC_THROW("bench_asam: unknown --impl '{}'", impl);
