@@ -79,22 +79,35 @@ __device__ __forceinline__ int64_t pair_index(const Pattern& p, int64_t bh, int6
   return p.groups == 1 ? bh * p.nnz + e : e;
 }
 
+// What a query row `row` = (b·H + h)·T + i reads: its key list cols[e0 .. e1), its head's keys and values, its
+// sample's padding mask (or nullptr).
+template <class T>
+struct RowOf {
+  int64_t bh, e0, e1;
+  const T *kb, *vb;
+  const bool* kp;
+};
+template <class T>
+__device__ __forceinline__ RowOf<T> row_of(int64_t row, const Pattern& p, const Dims& d, const T* k, const T* v,
+                                           const bool* keep) {
+  const int64_t bh = row / d.T, r = (p.groups == 1 ? 0 : bh) * d.T + row % d.T;
+  return {bh, p.row_ptr[r], p.row_ptr[r + 1], k + bh * d.S * d.D, v + bh * d.S * d.D,
+          keep ? keep + (bh / d.H) * d.S : nullptr};
+}
+
 template <class T>
 __global__ void sparse_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                       Pattern p, const bool* __restrict__ keep, Dims d, acc_t<T> scale,
                                       T* __restrict__ o, acc_t<T>* __restrict__ lse) {
   using A = acc_t<T>;
   for (int64_t row = first_row(); row < d.B * d.H * d.T; row += row_step()) {
-    const int64_t bh = row / d.T, i = row % d.T, r = (p.groups == 1 ? 0 : bh) * d.T + i;
-    const T* kb = k + bh * d.S * d.D;
-    const T* vb = v + bh * d.S * d.D;
-    const bool* kp = keep ? keep + (bh / d.H) * d.S : nullptr;
+    const auto [bh, e0, e1, kb, vb, kp] = row_of(row, p, d, k, v, keep);
     A qr[kPer], acc[kPer];
     load(q + row * d.D, d.D, qr);
 #pragma unroll
     for (int u = 0; u < kPer; ++u) acc[u] = 0;
     A m = neg_inf<A>(), l = 0;
-    for (int64_t e = p.row_ptr[r]; e < p.row_ptr[r + 1]; ++e) {
+    for (int64_t e = e0; e < e1; ++e) {
       const int64_t j = p.cols[e];
       if (kp && !kp[j]) continue;  // the same j for the whole warp
       const A s = warp_dot(qr, kb + j * d.D, d.D) * scale;
@@ -122,10 +135,7 @@ __global__ void sparse_backward_rows(const T* __restrict__ q, const T* __restric
                                      T* __restrict__ dq, acc_t<T>* __restrict__ P, acc_t<T>* __restrict__ dS) {
   using A = acc_t<T>;
   for (int64_t row = first_row(); row < d.B * d.H * d.T; row += row_step()) {
-    const int64_t bh = row / d.T, i = row % d.T, r = (p.groups == 1 ? 0 : bh) * d.T + i;
-    const T* kb = k + bh * d.S * d.D;
-    const T* vb = v + bh * d.S * d.D;
-    const bool* kp = keep ? keep + (bh / d.H) * d.S : nullptr;
+    const auto [bh, e0, e1, kb, vb, kp] = row_of(row, p, d, k, v, keep);
     const A l = lse[row];
     const bool empty = !(l > neg_inf<A>());
     A qr[kPer], gr[kPer], dqr[kPer];
@@ -134,7 +144,7 @@ __global__ void sparse_backward_rows(const T* __restrict__ q, const T* __restric
 #pragma unroll
     for (int u = 0; u < kPer; ++u) dqr[u] = 0;
     const A delta = warp_dot(gr, o + row * d.D, d.D);
-    for (int64_t e = p.row_ptr[r]; e < p.row_ptr[r + 1]; ++e) {
+    for (int64_t e = e0; e < e1; ++e) {
       const int64_t j = p.cols[e], x = pair_index(p, bh, e);
       A pij = 0, ds = 0;
       if (!empty && !(kp && !kp[j])) {

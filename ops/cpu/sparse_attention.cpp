@@ -76,17 +76,26 @@ struct Problem {
   const int64_t* cols;
   const bool* keep;  // (B, S) or nullptr
   T scale;
+  int64_t avg_row;  // keys per query row on average (parallel_for's cost estimate)
 
   Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const SparsePattern& p, const Tensor& kk, double sc)
       : B(q_.size(0)), H(q_.size(1)), Tq(q_.size(2)), S(k_.size(2)), D(q_.size(3)), G(p.groups),
         q(q_.data_ptr<T>()), k(k_.data_ptr<T>()), v(v_.data_ptr<T>()), row_ptr(p.row_ptr.data_ptr<int64_t>()),
         cols(p.cols.data_ptr<int64_t>()), keep(kk.defined() ? kk.data_ptr<bool>() : nullptr),
-        scale(static_cast<T>(sc)) {}
+        scale(static_cast<T>(sc)), avg_row(std::max<int64_t>(1, p.nnz() / std::max<int64_t>(1, p.groups * Tq))) {}
 
   int64_t group(int64_t bh) const { return G == 1 ? 0 : bh; }
+  // Where row i of head bh lies in cols: entries [e0, e0 + len).
+  struct Row {
+    int64_t e0, len;
+  };
+  Row row(int64_t bh, int64_t i) const {
+    const int64_t r = group(bh) * Tq + i;
+    return {row_ptr[r], row_ptr[r + 1] - row_ptr[r]};
+  }
   // The raw scores of row i of head bh into s[0 .. len) (−inf on padding keys); returns their max.
   T scores(int64_t bh, int64_t i, T* s) const {
-    const int64_t r = group(bh) * Tq + i, e0 = row_ptr[r], len = row_ptr[r + 1] - e0;
+    const auto [e0, len] = row(bh, i);
     const T* qi = q + (bh * Tq + i) * D;
     const T* kb = k + bh * S * D;
     const bool* kp = keep ? keep + (bh / H) * S : nullptr;
@@ -103,7 +112,8 @@ struct Problem {
 // One query row of the forward: o_i and its log-sum-exp. s: scratch for the row's scores.
 template <class T>
 ASC_CPU_CLONES T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s, T* oi) {
-  const int64_t D = p.D, r = p.group(bh) * p.Tq + i, e0 = p.row_ptr[r], len = p.row_ptr[r + 1] - e0;
+  const int64_t D = p.D;
+  const auto [e0, len] = p.row(bh, i);
   for (int64_t c = 0; c < D; ++c) oi[c] = 0;
   const T m = p.scores(bh, i, s);
   if (m == -std::numeric_limits<T>::infinity()) return m;  // no kept key: a zero row
@@ -129,8 +139,7 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
   T* op = o.data_ptr<T>();
   T* lse = lse_t.data_ptr<T>();
   const int64_t max_row = pat.max_row();
-  const int64_t avg_cost = std::max<int64_t>(1, pat.nnz() / std::max<int64_t>(1, pat.groups * Tq)) * D * 2;
-  parallel_for(B * H * Tq, avg_cost, [&](int64_t i0, int64_t i1) {
+  parallel_for(B * H * Tq, p.avg_row * D * 2, [&](int64_t i0, int64_t i1) {
     Scratch<T> s(static_cast<size_t>(std::max<int64_t>(max_row, 1)));
     for (int64_t item = i0; item < i1; ++item)
       lse[item] = forward_row(p, item / Tq, item % Tq, s.data(), op + item * D);
@@ -141,7 +150,8 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
 template <class T>
 ASC_CPU_CLONES void backward_row(const Problem<T>& p, int64_t bh, int64_t i, T l, const T* oi, const T* gi, T* pr,
                                  T* dr, T* dqi) {
-  const int64_t D = p.D, r = p.group(bh) * p.Tq + i, e0 = p.row_ptr[r], len = p.row_ptr[r + 1] - e0;
+  const int64_t D = p.D;
+  const auto [e0, len] = p.row(bh, i);
   for (int64_t c = 0; c < D; ++c) dqi[c] = 0;
   if (l == -std::numeric_limits<T>::infinity()) {  // an empty row passes no gradient
     for (int64_t x = 0; x < len; ++x) pr[x] = dr[x] = 0;
@@ -200,21 +210,20 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
   int64_t pairs = 0;
   for (int64_t gr = 0; gr < G; ++gr) pairs = std::max(pairs, p.row_ptr[(gr + 1) * Tq] - p.row_ptr[gr * Tq]);
   Scratch<T> prob(static_cast<size_t>(std::max<int64_t>(pairs, 1))), dsc(prob.size());
-  const int64_t avg = std::max<int64_t>(1, pat.nnz() / std::max<int64_t>(1, G * Tq));
   for (int64_t bh = 0; bh < B * H; ++bh) {
     const int64_t gr = p.group(bh), base = p.row_ptr[gr * Tq];
     const T* qb = p.q + bh * Tq * D;
     const T *ob = o + bh * Tq * D, *gb = g + bh * Tq * D;
     // Pass 1, per query row: P, dS and dq.
-    parallel_for(Tq, avg * D * 3, [&](int64_t i0, int64_t i1) {
+    parallel_for(Tq, p.avg_row * D * 3, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
-        const int64_t e0 = p.row_ptr[gr * Tq + i] - base;
+        const int64_t e0 = p.row(bh, i).e0 - base;
         backward_row(p, bh, i, lse[bh * Tq + i], ob + i * D, gb + i * D, prob.data() + e0, dsc.data() + e0,
                      dqp + (bh * Tq + i) * D);
       }
     });
     // Pass 2, per key: dv and dk from the queries that see it.
-    parallel_for(S, avg * D * 2, [&](int64_t j0, int64_t j1) {
+    parallel_for(S, p.avg_row * D * 2, [&](int64_t j0, int64_t j1) {
       for (int64_t j = j0; j < j1; ++j)
         backward_key(p, col_rows, col_pos, col_ptr[gr * S + j], col_ptr[gr * S + j + 1], base, prob.data(),
                      dsc.data(), qb, gb, dkp + (bh * S + j) * D, dvp + (bh * S + j) * D);
