@@ -178,13 +178,11 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
   }
   const Tensor keep_d = valid.defined() ? valid.view({B, 1, 1, T}) : Tensor();
   const Tensor g4 = g.view({B, H, 1, 1});
-  if (options.fixed_gate() == 1.0) {
+  if (options.fixed_gate() == 1.0 || (skipping && need.empty())) {  // no (sample, head) needs the dense branch
     out = sparse;
   } else if (!skipping || static_cast<int64_t>(need.size()) == B * H) {
     const Tensor dense = scaled_dot_product_attention(q, k, v, {.keep_mask = keep_d, .causal = args.causal});
     out = g4 * sparse + (1.0 - g4) * dense;
-  } else if (need.empty()) {
-    out = sparse;
   } else {
     // Only the needed (b, h) run dense attention; the others output their sparse branch alone.
     const int64_t n = static_cast<int64_t>(need.size());
