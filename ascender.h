@@ -3,11 +3,13 @@
 //   #include "ascender.h"
 //   asc::Tensor x = asc::randn({2, 3}, {.requires_grad = true});
 //   asc::sum(asc::tanh(x)).backward();
+#include "autograd/anomaly.h"
 #include "autograd/checkpoint.h"
 #include "autograd/function.h"
 #include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "core/determinism.h"
 #include "core/format.h"
 #include "core/generator.h"
 #include "core/tensor.h"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "autograd/anomaly.h"
 #include "autograd/node.h"
 #include "core/format.h"
 #include "ops/elementwise.h"
@@ -105,6 +106,12 @@ std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const T
   metas.reserve(outputs.size());
   for (const Tensor& o : outputs) metas.push_back({o.shape(), o.dtype(), o.device()});
   auto node = std::make_shared<FunctionNode>(name, std::move(edges), std::move(metas), std::move(fn));
+  if (anomaly_enabled()) [[unlikely]] {
+    node->set_creation_context(anomaly_creation_context());
+    for (size_t i = 0; i < outputs.size(); ++i)
+      ASC_CHECK(all_finite(outputs[i]), "anomaly: the forward of '{}' produced NaN/Inf in output {} (shape {}); {}",
+                name, i, outputs[i].shape(), node->creation_context());
+  }
   set_history(outputs, node);
   return node;
 }
@@ -193,6 +200,13 @@ struct GraphTask {
             grads[i] = zeros(m.shape, {.dtype = m.dtype, .device = m.device});
           }
         input_grads = node->apply(grads);
+        if (anomaly_enabled()) [[unlikely]]
+          for (size_t i = 0; i < input_grads.size(); ++i)
+            ASC_CHECK(all_finite(input_grads[i]),
+                      "anomaly: the backward of '{}' returned NaN/Inf in the gradient of input {} (shape {}); {}",
+                      node->name(), i, input_grads[i].shape(),
+                      node->creation_context().empty() ? "created before anomaly mode was on"
+                                                       : node->creation_context());
       }
       if (!retain_graph) node->release();
 
@@ -310,6 +324,7 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
 }
 
 Tensor Tensor::detach() const {
+  checked("detach");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = impl_->storage;
   impl->shape = impl_->shape;

@@ -51,6 +51,9 @@ class Node {
   virtual ~Node() = default;
 
   const std::string& name() const { return name_; }
+  // Where the node was created ("op #N, created in Module > Module"); recorded in anomaly mode only.
+  const std::string& creation_context() const { return creation_context_; }
+  void set_creation_context(std::string c) { creation_context_ = std::move(c); }
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   const std::vector<OutputMeta>& outputs() const { return outputs_; }
   size_t num_outputs() const { return outputs_.size(); }
@@ -71,6 +74,7 @@ class Node {
   std::vector<Edge> next_edges_;
   std::vector<OutputMeta> outputs_;
   std::vector<std::pair<uint32_t, GradHook>> pre_hooks_;
+  std::string creation_context_;
 
  private:
   // Bookkeeping of the backward pass visiting this node, kept here rather than in a hash map because the

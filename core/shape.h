@@ -70,6 +70,33 @@ class Dims {
 using Shape = Dims;
 using Strides = Dims;
 
+// ---- checked size arithmetic --------------------------------------------------------------------------------
+// Every element count, byte count, stride and offset the framework computes from user-given sizes goes through
+// these: a product or sum that does not fit in int64 throws asc::Error naming the op, instead of wrapping around to
+// a small number that would size a too-small buffer.
+[[noreturn]] void throw_size_overflow(const char* op, const char* what, int64_t a, int64_t b);
+
+inline int64_t checked_mul(int64_t a, int64_t b, const char* op, const char* what = "size") {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) [[unlikely]] throw_size_overflow(op, what, a, b);
+  return r;
+}
+inline int64_t checked_add(int64_t a, int64_t b, const char* op, const char* what = "size") {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) [[unlikely]] throw_size_overflow(op, what, a, b);
+  return r;
+}
+
+// The element count of a shape; throws when a dimension is negative or the product of the nonzero dimensions
+// overflows int64 (also refused when another dimension is 0: contiguous strides are such products).
+int64_t checked_numel(const Dims& s, const char* op);
+
+// Bytes of `numel` elements of `element_size` bytes; throws when that exceeds the largest object size (2^63 - 1).
+inline int64_t checked_nbytes(int64_t numel, size_t element_size, const char* op) {
+  return checked_mul(numel, static_cast<int64_t>(element_size), op, "byte count");
+}
+
+// The element count of a tensor's shape (every tensor's shape passed checked_numel when it was made).
 inline int64_t numel_of(const Dims& s) {
   int64_t n = 1;
   for (auto v : s) n *= v;

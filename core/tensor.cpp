@@ -14,10 +14,15 @@ namespace asc {
 
 // ---- construction and metadata ----------------------------------------------------------------------------------
 
+void Tensor::throw_undefined(const char* method) {
+  ASC_THROW("Tensor::{}: the tensor is undefined (default-constructed, or an absent gradient); check defined() first",
+            method);
+}
+
 Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
-  for (auto s : shape) ASC_CHECK(s >= 0, "empty: negative dimension in shape {}", shape);
+  const int64_t nbytes = checked_nbytes(checked_numel(shape, "empty"), dtype_size(opts.dtype), "empty");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(numel_of(shape)) * dtype_size(opts.dtype), opts.device);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes), opts.device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = opts.dtype;
@@ -26,8 +31,15 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
   return t;
 }
 
-int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+// Unlike ops' dim arguments, which accept 0 / -1 for a 0-d tensor (wrap_dim), a 0-d tensor has no size to read.
+int64_t Tensor::size(int64_t d) const {
+  ASC_CHECK(dim() > 0, "size: dimension {} of a 0-d tensor (it has none)", d);
+  return shape()[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  ASC_CHECK(dim() > 0, "stride: dimension {} of a 0-d tensor (it has none)", d);
+  return strides()[wrap_dim(d, dim(), "stride")];
+}
 
 bool Tensor::is_contiguous() const {
   if (numel() == 0) return true;  // no element to misplace (and a size-0 dim would zero `expected` below)
@@ -41,6 +53,22 @@ bool Tensor::is_contiguous() const {
 }
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset) {
+  // Every view is checked against its storage: whatever arithmetic produced (shape, strides, offset), a view that
+  // could address an element outside the storage is refused here rather than read or written later.
+  ASC_CHECK(base.defined(), "view: undefined tensor");
+  ASC_CHECK(shape.size() == strides.size(), "view: shape {} and strides {} differ in length", shape, strides);
+  if (checked_numel(shape, "view") > 0) {
+    int64_t lo = offset, hi = offset;
+    for (int i = 0; i < shape.size(); ++i) {
+      const int64_t span = checked_mul(shape[i] - 1, strides[i], "view", "offset");
+      (span < 0 ? lo : hi) = checked_add(span < 0 ? lo : hi, span, "view", "offset");
+    }
+    const int64_t capacity = static_cast<int64_t>(base.impl()->storage->nbytes() / base.element_size());
+    ASC_CHECK(lo >= 0 && hi < capacity,
+              "view: shape {} with strides {} at offset {} reaches elements [{}, {}] outside the storage of {} "
+              "elements",
+              shape, strides, offset, lo, hi, capacity);
+  }
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.impl()->storage;
   impl->shape = shape;
@@ -71,14 +99,14 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
       infer = i;
     } else {
       ASC_CHECK(out[i] >= 0, "{}: invalid dimension {} in {}", op, out[i], shape);
-      known *= out[i];
+      known = checked_mul(known, out[i], op);
     }
   }
   if (infer >= 0) {
     ASC_CHECK(known != 0 && numel % known == 0, "{}: shape {} is invalid for a tensor of {} elements", op, shape, numel);
     out[infer] = numel / known;
   }
-  ASC_CHECK(numel_of(out) == numel, "{}: shape {} is invalid for a tensor of {} elements", op, shape, numel);
+  ASC_CHECK(checked_numel(out, op) == numel, "{}: shape {} is invalid for a tensor of {} elements", op, shape, numel);
   return out;
 }
 
@@ -180,10 +208,12 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   end = std::clamp<int64_t>(end, start, n);
   Shape ns = shape();
   Strides st = strides();
-  ns[dd] = (end - start + step - 1) / step;
-  st[dd] *= step;
+  ns[dd] = end == start ? 0 : (end - start - 1) / step + 1;  // not (end - start + step - 1) / step: overflows
+  st[dd] = ns[dd] > 1 ? checked_mul(st[dd], step, "slice", "stride") : st[dd];
+  const int64_t off = ns[dd] > 0 ? checked_add(offset(), checked_mul(start, stride(dd), "slice", "offset"), "slice", "offset")
+                                 : offset();
   Shape old = shape();
-  return record_view("slice", *this, make_view(*this, ns, st, offset() + start * stride(dd)),
+  return record_view("slice", *this, make_view(*this, ns, st, off),
                      [old, dd, start, end, step](const Tensor& g) {
                        Tensor full = zeros(old, g.options());
                        full.slice(dd, start, end, step).copy_(g);
@@ -193,9 +223,9 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   int dd = wrap_dim(d, dim(), "narrow");
-  ASC_CHECK(start >= 0 && length >= 0 && start + length <= size(dd),
-            "narrow: range [{}, {}) is out of bounds for dimension {} of size {} (shape {})", start, start + length, dd,
-            size(dd), shape());
+  ASC_CHECK(start >= 0 && length >= 0 && length <= size(dd) && start <= size(dd) - length,  // no start + length: overflows
+            "narrow: start {} and length {} are out of bounds for dimension {} of size {} (shape {})", start, length,
+            dd, size(dd), shape());
   return slice(dd, start, start + length);
 }
 
@@ -254,6 +284,7 @@ Tensor Tensor::expand(const Shape& shape_in) const {
                 "expand: the size of dimension {} ({}) must match the target {} or be 1 (shape {})", i - lead,
                 size(i - lead), ns[i], shape());
   }
+  checked_numel(ns, "expand");
   Strides st = broadcast_strides(shape(), strides(), ns);
   Shape old = shape();
   return record_view("expand", *this, make_view(*this, ns, st, offset()), [old](const Tensor& g) { return sum_to(g, old); });
@@ -460,20 +491,37 @@ Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, 
 Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
 
 Tensor arange(double start, double end, double step, TensorOptions opts) {
-  ASC_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end), "arange: invalid range [{}, {}) step {}", start,
-            end, step);
-  int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = start + static_cast<double>(i) * step;
-  return tensor(std::span<const double>(v), {n}, opts);
+  ASC_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+            "arange: invalid range [{}, {}) step {}", start, end, step);
+  const double count = std::ceil((end - start) / step);
+  // 2^53: beyond it consecutive values are no longer distinct doubles (and the cast to int64 below would overflow).
+  ASC_CHECK(std::isfinite(count) && count <= 9007199254740992.0,
+            "arange: range [{}, {}) step {} has {} elements, more than 2^53", start, end, step, count);
+  const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  bool rg = opts.requires_grad;
+  Tensor host = Tensor::empty({n}, {opts.dtype, Device::cpu()});
+  ASC_DISPATCH_ALL(opts.dtype, "arange", [&] {
+    scalar_t* p = host.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(start + static_cast<double>(i) * step);
+  });
+  Tensor t = host.to(opts.device);
+  if (rg) t.set_requires_grad(true);
+  return t;
 }
 Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, static_cast<double>(end), 1.0, opts); }
 
 Tensor eye(int64_t n, TensorOptions opts) {
   ASC_CHECK(n >= 0, "eye: negative size {}", n);
-  std::vector<double> v(static_cast<size_t>(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i * n + i)] = 1.0;
-  return tensor(std::span<const double>(v), {n, n}, opts);
+  checked_nbytes(checked_numel({n, n}, "eye"), dtype_size(opts.dtype), "eye");
+  bool rg = opts.requires_grad;
+  Tensor host = zeros({n, n}, {opts.dtype, Device::cpu()});
+  ASC_DISPATCH_ALL(opts.dtype, "eye", [&] {
+    scalar_t* p = host.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) p[i * n + i] = scalar_t(1);
+  });
+  Tensor t = host.to(opts.device);
+  if (rg) t.set_requires_grad(true);
+  return t;
 }
 
 namespace {

@@ -68,19 +68,19 @@ class Tensor {
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
   // ---- metadata ---------------------------------------------------------------------------------------------
-  const Shape& shape() const { return impl_->shape; }
-  const Strides& strides() const { return impl_->strides; }
-  int dim() const { return impl_->shape.size(); }
+  const Shape& shape() const { return checked("shape").shape; }
+  const Strides& strides() const { return checked("strides").strides; }
+  int dim() const { return checked("dim").shape.size(); }
   int64_t size(int64_t d) const;   // negative d counts from the end
   int64_t stride(int64_t d) const;
-  int64_t numel() const { return numel_of(impl_->shape); }
-  int64_t offset() const { return impl_->offset; }
-  DType dtype() const { return impl_->dtype; }
-  Device device() const { return impl_->storage->device(); }
-  size_t element_size() const { return dtype_size(impl_->dtype); }
+  int64_t numel() const { return numel_of(checked("numel").shape); }
+  int64_t offset() const { return checked("offset").offset; }
+  DType dtype() const { return checked("dtype").dtype; }
+  Device device() const { return checked("device").storage->device(); }
+  size_t element_size() const { return dtype_size(checked("element_size").dtype); }
   bool is_contiguous() const;
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
-  bool shares_storage(const Tensor& o) const { return impl_->storage == o.impl_->storage; }
+  bool shares_storage(const Tensor& o) const { return checked("shares_storage").storage == o.checked("shares_storage").storage; }
   TensorOptions options() const { return {dtype(), device(), false}; }
 
   // Raw element pointer (already offset). CPU kernels only; checks the dtype.
@@ -88,10 +88,11 @@ class Tensor {
   T* data_ptr() const {
     ASC_CHECK(dtype() == dtype_of<T>::value, "data_ptr: tensor has dtype {}, requested {}", dtype_name(dtype()),
               dtype_name(dtype_of<T>::value));
-    return static_cast<T*>(impl_->storage->data()) + impl_->offset;
+    return static_cast<T*>(impl_->storage->data()) + impl_->offset;  // dtype() checked impl_
   }
   void* raw_data() const {
-    return static_cast<char*>(impl_->storage->data()) + impl_->offset * static_cast<int64_t>(element_size());
+    const TensorImpl& t = checked("raw_data");
+    return static_cast<char*>(t.storage->data()) + t.offset * static_cast<int64_t>(dtype_size(t.dtype));
   }
   // The value of a one-element tensor, converted to T (copies from the device if needed).
   template <class T>
@@ -104,11 +105,11 @@ class Tensor {
   bool requires_grad() const { return impl_ && (impl_->requires_grad || impl_->grad_fn); }
   // Marks a leaf as requiring grad (floating dtypes only). Returns *this for chaining.
   Tensor& set_requires_grad(bool r = true);
-  bool is_leaf() const { return !impl_->grad_fn; }
-  const std::shared_ptr<autograd::Node>& grad_fn() const { return impl_->grad_fn; }
-  Tensor grad() const { return Tensor(impl_->grad); }
-  void set_grad(const Tensor& g) { impl_->grad = g.impl_; }
-  void zero_grad() { impl_->grad.reset(); }
+  bool is_leaf() const { return !checked("is_leaf").grad_fn; }
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return checked("grad_fn").grad_fn; }
+  Tensor grad() const { return Tensor(checked("grad").grad); }
+  void set_grad(const Tensor& g) { checked("set_grad").grad = g.impl_; }
+  void zero_grad() { checked("zero_grad").grad.reset(); }
   // Also keep .grad for this non-leaf tensor during backward.
   void retain_grad();
   // Runs backward from this tensor. `grad` defaults to ones for a one-element tensor.
@@ -179,6 +180,14 @@ class Tensor {
   Tensor matmul(const Tensor& o) const;
 
  private:
+  // The impl, or asc::Error naming `method` for an undefined (default-constructed) tensor: every method checks,
+  // as the free functions do, instead of dereferencing null.
+  TensorImpl& checked(const char* method) const {
+    if (!impl_) [[unlikely]] throw_undefined(method);
+    return *impl_;
+  }
+  [[noreturn]] static void throw_undefined(const char* method);
+
   std::shared_ptr<TensorImpl> impl_;
 };
 

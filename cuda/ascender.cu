@@ -649,7 +649,7 @@ cudaError_t backward_for(const BackwardParams& bp, cudaStream_t stream) {
   using T = rows::acc_t<S>;
   const Params& p = bp.fwd;
   const int64_t rows = p.B * p.H * p.T;
-  const dim3 warp(32, 1, 1), per_row(static_cast<unsigned>(rows), 1, 1);
+  const dim3 warp(32, 1, 1), per_row(grid_dim(rows), 1, 1);
   auto check = [](cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); };
   T *knorm = static_cast<T*>(bp.knorm), *enorm = static_cast<T*>(bp.enorm);
   cudaError_t err;
@@ -659,7 +659,7 @@ cudaError_t backward_for(const BackwardParams& bp, cudaStream_t stream) {
   if ((err = check(launch_kernel(row_norms_kernel<S, T>, per_row, warp, stream, in<S>(p.e, 0), rows, p.da, enorm))) !=
       cudaSuccess)
     return err;
-  const dim3 grid(static_cast<unsigned>(p.scratch ? p.rows_in_flight : p.T), static_cast<unsigned>(p.B * p.H), 1);
+  const dim3 grid(grid_dim(p.scratch ? p.rows_in_flight : p.T), grid_dim(p.B * p.H, kMaxGridYZ), 1);
   err = p.scratch ? launch_kernel(ascender_backward_kernel<S, true>, grid, dim3(kThreads), stream, bp)
                   : launch_kernel(ascender_backward_kernel<S, false>, grid, dim3(kThreads), stream, bp);
   if ((err = check(err)) != cudaSuccess) return err;
@@ -677,7 +677,7 @@ namespace ascender_launch {
 
 cudaError_t forward(FloatElem t, const Params& p, cudaStream_t stream) {
   if (p.B * p.H == 0 || p.T == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>(p.scratch ? p.rows_in_flight : p.T), static_cast<unsigned>(p.B * p.H), 1);
+  const dim3 grid(grid_dim(p.scratch ? p.rows_in_flight : p.T), grid_dim(p.B * p.H, kMaxGridYZ), 1);
   return visit_float_elem(t, [&](auto tag) {
     using S = decltype(tag);
     const cudaError_t err = p.scratch ? launch_kernel(ascender_forward_kernel<S, true>, grid, dim3(kThreads), stream, p)

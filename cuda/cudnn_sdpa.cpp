@@ -31,6 +31,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/determinism.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "cuda/check.h"
@@ -440,6 +441,8 @@ std::string cudnn_sdpa_unsupported(const Tensor& q, const Tensor& k, const Tenso
   const int64_t D = q.size(3);
   if (D % 8 != 0 || D > 128) return fmt::format("head dim {} (the fused kernels take multiples of 8 up to 128)", D);
   if (needs_backward && q.size(2) == 1 && k.size(2) == 1) return "T = S = 1 (no fused backward)";
+  if (needs_backward && deterministic_algorithms_enabled())
+    return "deterministic mode (the fused backward's order of accumulation is not guaranteed)";
   if (q.numel() == 0 || k.numel() == 0) return "empty tensors";
   if (causal && q.size(2) != k.size(2)) return "causal with T != S";
   for (const Tensor* t : {&q, &k, &v}) {

@@ -366,7 +366,7 @@ cudaError_t backward(const void* Z, const void* SP, const void* f, const void* F
       return err;
     auto column_sums = [&](auto value, int64_t C, T* out) {
       const unsigned cols = static_cast<unsigned>(std::min<int64_t>((C + kThreads - 1) / kThreads, 65535));
-      cudaError_t e = check(launch_kernel(column_partials<T, decltype(value)>, dim3(cols, unsigned(parts)),
+      cudaError_t e = check(launch_kernel(column_partials<T, decltype(value)>, dim3(cols, grid_dim(parts, kMaxGridYZ)),
                                           dim3(kThreads), stream, value, N, C, part));
       if (e != cudaSuccess) return e;
       return check(launch_kernel(column_finish<T>, dim3(cols), dim3(kThreads), stream, part, parts, C, out));

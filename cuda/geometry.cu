@@ -149,7 +149,7 @@ void topk_as(const void* x, const bool* mask, int64_t R, int64_t n, int64_t k, b
              void* values, int64_t* indices, cudaStream_t s) {
   // Enough threads that each scans a few dozen entries; at least one warp, at most kTopkMaxWarps.
   const int threads = n <= 1024 ? 32 : (n <= 4096 ? 64 : kTopkMaxWarps * 32);
-  launch_kernel(topk_kernel<S, K>, static_cast<unsigned>(R), threads, s, static_cast<const S*>(x), mask, n,
+  launch_kernel(topk_kernel<S, K>, grid_dim(R), threads, s, static_cast<const S*>(x), mask, n,
                 static_cast<int>(k), largest, diag_n, static_cast<S*>(values), indices);
 }
 

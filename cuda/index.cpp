@@ -1,6 +1,7 @@
 // CUDA entry points of the indexing kernels (same signatures and semantics as ops/kernel_list.inc): check the
 // tensors, describe them as plain data for the launchers of cuda/index.cu, and turn a failed launch into an
 // asc::Error. Inputs arrive validated by the ops (int64 indices, bounds already checked, shapes consistent).
+#include "core/determinism.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "core/tensor.h"
@@ -91,7 +92,7 @@ void index_add(Tensor& out, int dim, const Tensor& index, const Tensor& src_in, 
   const auto [outer, inner] = split_at(out.shape(), dim);
   ASC_CUDA_CHECK(launch_index_add(out.raw_data(), src.raw_data(), idx_dtype(out.dtype()), outer, n, inner,
                                   static_cast<const int64_t*>(index.raw_data()), index_stride(index), k, skip,
-                                  current_stream()));
+                                  deterministic_algorithms_enabled(), current_stream()));
 }
 
 void gather(const Tensor& x, int dim, const Tensor& index, Tensor& out) {
@@ -117,6 +118,17 @@ void scatter_add(Tensor& out, int dim, const Tensor& index, const Tensor& src) {
   Strides os = out.strides();
   const int64_t ostep = os[dim];
   os[dim] = 0;
+  if (deterministic_algorithms_enabled() && is_floating(out.dtype()) && index.dim() > 0) {
+    // atomicAdd's order of floating-point additions varies from run to run: sum each fibre in order instead.
+    Shape fibre_shape = index.shape();
+    const int64_t len = fibre_shape[dim];
+    fibre_shape[dim] = 1;
+    const IdxLayout F = layout_of(fibre_shape, {&os, &index.strides(), &src.strides()});
+    ASC_CUDA_CHECK(launch_scatter_add_fibres(out.raw_data(), static_cast<const int64_t*>(index.raw_data()),
+                                             src.raw_data(), idx_dtype(out.dtype()), F, numel_of(fibre_shape), len,
+                                             index.stride(dim), src.stride(dim), ostep, current_stream()));
+    return;
+  }
   const IdxLayout L = layout_of(index.shape(), {&os, &index.strides(), &src.strides()});
   ASC_CUDA_CHECK(launch_scatter_add(out.raw_data(), static_cast<const int64_t*>(index.raw_data()), src.raw_data(),
                                     idx_dtype(out.dtype()), L, index.numel(), ostep, current_stream()));

@@ -145,11 +145,12 @@ __global__ void index_add_atomic(T* __restrict__ out, const T* __restrict__ src,
 
 template <class T>
 void index_add_as(void* out, const void* src, int64_t outer, int64_t n, int64_t inner, const int64_t* index,
-                  int64_t istride, int64_t k, int64_t skip, cudaStream_t s) {
+                  int64_t istride, int64_t k, int64_t skip, bool deterministic, cudaStream_t s) {
   // The deterministic column loop runs outer * inner threads of k steps each: used when that is enough threads
-  // to fill the GPU or k is short; otherwise (an embedding table's few columns and many indices) atomics.
+  // to fill the GPU or k is short, and always in deterministic mode; otherwise (an embedding table's few columns
+  // and many indices) atomics.
   const int64_t cols = outer * inner;
-  if (cols >= 32768 || k <= 32) {
+  if (deterministic || cols >= 32768 || k <= 32) {
     launch_kernel(index_add_columns<T>, grid_for(cols, kThreads), kThreads, s, static_cast<T*>(out),
                   static_cast<const T*>(src), n, inner, index, istride, k, skip, cols);
   } else {
@@ -185,6 +186,24 @@ __device__ __forceinline__ void atomic_add(__nv_bfloat16* p, __nv_bfloat16 v) { 
 __device__ __forceinline__ void atomic_add(__half* p, __half v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(int64_t* p, int64_t v) {  // two's complement: unsigned add is the same
   atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+}
+
+// Deterministic scatter_add: one thread per fibre of the index along dim (every position but dim's), adding its
+// `len` sources in index order into the output fibre no other thread touches. Layout operands as for
+// scatter_add_kernel, over the index's shape with dim's size set to 1.
+template <class T>
+__global__ void scatter_add_fibres(T* __restrict__ out, const int64_t* __restrict__ index,
+                                   const T* __restrict__ src, IdxLayout L, int64_t fibres, int64_t len,
+                                   int64_t index_step, int64_t src_step, int64_t out_step) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < fibres;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[3];
+    offsets_of<3>(L, i, off);
+    for (int64_t j = 0; j < len; ++j) {
+      T* o = out + off[0] + index[off[1] + j * index_step] * out_step;
+      *o = from_acc<T>(to_acc(*o) + to_acc(src[off[2] + j * src_step]));
+    }
+  }
 }
 
 template <class T>
@@ -264,16 +283,16 @@ cudaError_t launch_index_select(const void* x, void* out, size_t elem_size, int6
 }
 
 cudaError_t launch_index_add(void* out, const void* src, IdxDtype dtype, int64_t outer, int64_t n, int64_t inner,
-                             const int64_t* index, int64_t index_stride, int64_t k, int64_t skip,
+                             const int64_t* index, int64_t index_stride, int64_t k, int64_t skip, bool deterministic,
                              cudaStream_t stream) {
   if (outer == 0 || k == 0 || inner == 0) return cudaSuccess;
   switch (dtype) {
-    case IdxDtype::F32: index_add_as<float>(out, src, outer, n, inner, index, index_stride, k, skip, stream); break;
-    case IdxDtype::F64: index_add_as<double>(out, src, outer, n, inner, index, index_stride, k, skip, stream); break;
+    case IdxDtype::F32: index_add_as<float>(out, src, outer, n, inner, index, index_stride, k, skip, deterministic, stream); break;
+    case IdxDtype::F64: index_add_as<double>(out, src, outer, n, inner, index, index_stride, k, skip, deterministic, stream); break;
     case IdxDtype::BF16:
-      index_add_as<__nv_bfloat16>(out, src, outer, n, inner, index, index_stride, k, skip, stream);
+      index_add_as<__nv_bfloat16>(out, src, outer, n, inner, index, index_stride, k, skip, deterministic, stream);
       break;
-    case IdxDtype::F16: index_add_as<__half>(out, src, outer, n, inner, index, index_stride, k, skip, stream); break;
+    case IdxDtype::F16: index_add_as<__half>(out, src, outer, n, inner, index, index_stride, k, skip, deterministic, stream); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -301,6 +320,25 @@ cudaError_t launch_scatter_add(void* out, const int64_t* index, const void* src,
     case IdxDtype::I64: scatter_add_as<int64_t>(out, index, src, layout, numel, out_step, stream); break;
     case IdxDtype::BF16: scatter_add_as<__nv_bfloat16>(out, index, src, layout, numel, out_step, stream); break;
     case IdxDtype::F16: scatter_add_as<__half>(out, index, src, layout, numel, out_step, stream); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scatter_add_fibres(void* out, const int64_t* index, const void* src, IdxDtype dtype,
+                                      const IdxLayout& layout, int64_t fibres, int64_t len, int64_t index_step,
+                                      int64_t src_step, int64_t out_step, cudaStream_t stream) {
+  if (fibres == 0 || len == 0) return cudaSuccess;
+  auto run = [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    launch_kernel(scatter_add_fibres<T>, grid_for(fibres, kThreads), kThreads, stream, static_cast<T*>(out), index,
+                  static_cast<const T*>(src), layout, fibres, len, index_step, src_step, out_step);
+  };
+  switch (dtype) {
+    case IdxDtype::F32: run(static_cast<float*>(nullptr)); break;
+    case IdxDtype::F64: run(static_cast<double*>(nullptr)); break;
+    case IdxDtype::BF16: run(static_cast<__nv_bfloat16*>(nullptr)); break;
+    case IdxDtype::F16: run(static_cast<__half*>(nullptr)); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

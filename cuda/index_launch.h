@@ -32,9 +32,9 @@ cudaError_t launch_index_select(const void* x, void* out, size_t elem_size, int6
                                 cudaStream_t stream);
 
 // out (outer, n, inner) [:, index[j], :] += src (outer, k, inner) [:, j, :], skipping index == skip; both
-// contiguous; dtype F32 / F64 / BF16 / F16.
+// contiguous; dtype F32 / F64 / BF16 / F16. deterministic: never atomicAdd (a fixed order of additions).
 cudaError_t launch_index_add(void* out, const void* src, IdxDtype dtype, int64_t outer, int64_t n, int64_t inner,
-                             const int64_t* index, int64_t index_stride, int64_t k, int64_t skip,
+                             const int64_t* index, int64_t index_stride, int64_t k, int64_t skip, bool deterministic,
                              cudaStream_t stream);
 
 // For every position of the index's shape (layout operands: 0 = out (contiguous), 1 = index, 2 = x with its
@@ -46,6 +46,13 @@ cudaError_t launch_gather(const void* x, const int64_t* index, void* out, size_t
 // 1 = index, 2 = src): out[.., index, ..] += src (atomicAdd); dtype F32 / F64 / I64 / BF16 / F16.
 cudaError_t launch_scatter_add(void* out, const int64_t* index, const void* src, IdxDtype dtype,
                                const IdxLayout& layout, int64_t numel, int64_t out_step, cudaStream_t stream);
+
+// The same sum in a fixed order (deterministic mode): the layout is over the index's shape with dim's size set to
+// 1 (`fibres` positions); each fibre adds its `len` sources (strides index_step / src_step along dim) in order.
+// Floating dtypes.
+cudaError_t launch_scatter_add_fibres(void* out, const int64_t* index, const void* src, IdxDtype dtype,
+                                      const IdxLayout& layout, int64_t fibres, int64_t len, int64_t index_step,
+                                      int64_t src_step, int64_t out_step, cudaStream_t stream);
 
 // out (numel, C) contiguous and already zero; out[i, index[i]] = 1 (layout operand 0 = index strides).
 cudaError_t launch_one_hot(const int64_t* index, const IdxLayout& layout, int64_t numel, void* out, IdxDtype dtype,

@@ -22,6 +22,15 @@ inline unsigned grid_for(int64_t n, int threads) {
   return static_cast<unsigned>(b < 1 ? 1 : b > 65535LL * 16 ? 65535LL * 16 : b);
 }
 
+// n as a grid dimension for launches with one block per item (no grid-stride loop), or 0 when n exceeds the
+// dimension's hardware limit (x: 2^31 - 1; y, z: 65535). A 0 dimension makes the launch fail with
+// cudaErrorInvalidConfiguration, which the op reports as asc::Error, instead of n being cut to 32 bits and items
+// being silently left undone.
+inline constexpr int64_t kMaxGridX = 0x7fffffff, kMaxGridYZ = 65535;
+inline unsigned grid_dim(int64_t n, int64_t limit = kMaxGridX) {
+  return n >= 0 && n <= limit ? static_cast<unsigned>(n) : 0u;
+}
+
 template <class... P, class... A>
 cudaError_t launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t stream, A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "launch_kernel: the argument count differs from the kernel's");

@@ -440,7 +440,7 @@ cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void
       const size_t one = align256(static_cast<size_t>(plan.chunks) * static_cast<size_t>(n) * sizeof(A));
       A* part_w = gw ? reinterpret_cast<A*>(ws) : nullptr;
       A* part_b = gb ? reinterpret_cast<A*>(ws + (gw ? one : 0)) : nullptr;
-      const dim3 grid(static_cast<unsigned>((n + kColTx - 1) / kColTx), static_cast<unsigned>(plan.chunks), 1);
+      const dim3 grid(grid_dim((n + kColTx - 1) / kColTx), grid_dim(plan.chunks, kMaxGridYZ), 1);
       launch_kernel(ln_bwd_cols_kernel<T>, grid, dim3(kColTx, kColTy, 1), stream, gp, xp, mean_a, rstd_a, part_w,
                     part_b, rows, n, plan.rows_per_chunk);
       cudaError_t e = cudaGetLastError();

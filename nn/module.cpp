@@ -2,6 +2,7 @@
 
 #include <unordered_set>
 
+#include "autograd/anomaly.h"
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "core/format.h"
@@ -31,6 +32,7 @@ void Module::remove_hook(int id) {
 }
 
 Tensor Module::call_with_hooks(const Tensor& input, const std::function<Tensor(const Tensor&)>& body) {
+  autograd::AnomalyScope scope(type_name_);  // names this module in anomaly reports (a flag test when off)
   if (pre_hooks_.empty() && post_hooks_.empty()) return body(input);
   // Iterate over copies: a hook may add or remove hooks while it runs.
   Tensor in = input;

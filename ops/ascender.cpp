@@ -9,6 +9,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "core/determinism.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "ops/ascender_scalars.h"
@@ -72,6 +73,10 @@ std::string op_unsupported(const AscenderCoreArgs& a, bool want_out, bool want_a
 }
 
 std::string kernel_unsupported(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg) {
+  // The CUDA kernel's backward sums the gradients of k, v, z, e and the scalars over rows with atomicAdd.
+  if (deterministic_algorithms_enabled() && in.q.device().is_cuda() &&
+      autograd::needs_grad({&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e, &in.scalars}))
+    return "deterministic mode: the CUDA kernel's backward accumulates with atomicAdd";
   std::string why;
   ASC_KERNEL(in.q.device(), kOp, ascender_unsupported, in, cfg, why);
   return why;

@@ -186,9 +186,10 @@ Tensor cat(const TensorList& xs, int64_t dim) {
                 "cat: tensor at position {} has shape {} but tensor 0 has shape {}; sizes must match except in "
                 "dimension {}",
                 i, xs[i].shape(), xs[0].shape(), d);
-    total += xs[i].size(d);
+    total = checked_add(total, xs[i].size(d), "cat");
   }
   os[d] = total;
+  checked_numel(os, "cat");
   Tensor out = Tensor::empty(os, xs[0].options());
   const Strides ost = out.strides();
   int64_t start = 0;
@@ -226,6 +227,7 @@ Tensor stack(const TensorList& xs, int64_t dim) {
               xs[i].shape(), xs[0].shape());
   Shape os = xs[0].shape();
   os.insert(d, static_cast<int64_t>(xs.size()));
+  checked_numel(os, "stack");
   Tensor out = Tensor::empty(os, xs[0].options());
   Strides st = out.strides();
   const int64_t step = st[d];
@@ -283,6 +285,7 @@ Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype) {
   check_bounds("one_hot", index, num_classes, "num_classes {}", num_classes);
   Shape os = index.shape();
   os.push_back(num_classes);
+  checked_nbytes(checked_numel(os, "one_hot"), dtype_size(dtype), "one_hot");  // index.numel() * num_classes
   Tensor out = zeros(os, {.dtype = dtype, .device = index.device()});
   ASC_KERNEL(index.device(), "one_hot", one_hot, index, out);
   return out;

@@ -19,6 +19,8 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   out_shape.push_back(M);
   out_shape.push_back(N);
   Tensor out = Tensor::empty(out_shape, a.options());
+  if (out.numel() == 0) return out;  // nothing to compute (and a loop over a huge batch of empty matrices to skip)
+  if (K == 0) return out.zero_();
   if (batch.empty()) {
     ASC_KERNEL(a.device(), "matmul", matmul, a, b, out);
     return out;

@@ -67,6 +67,9 @@ void Optimizer::add_group(std::vector<Tensor> params, std::vector<double> option
   ASC_CHECK(options.size() == option_names_.size(), "{}: expected {} options, got {}", name_, option_names_.size(),
             options.size());
   check_options(options);
+  // As in PyTorch: a group with nothing to update is almost always a model that did not register its parameters.
+  ASC_CHECK(!params.empty(), "{}: got an empty parameter list (group {}); did the model register its parameters?",
+            name_, groups_.size());
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
     ASC_CHECK(p.defined(), "{}: parameter {} of the new group is an undefined tensor", name_, i);

@@ -919,3 +919,47 @@ TEST_CASE("AscenderAttention fused CUDA kernels: forward and every gradient equa
                              AscenderBackend::Fused, gpu); },
               {"ASC_ASCENDER_SCRATCH_MB must be a positive number of MiB, got 'lots'"});
 }
+
+TEST_CASE("AscenderAttention in deterministic mode on CUDA: the reference runs instead of the atomicAdd backward, "
+          "and its gradients repeat bit for bit and equal the CPU's") {
+  if (!cuda::is_available()) {
+    MESSAGE("no CUDA device: skipped (the emulator build runs it)");
+    return;
+  }
+  struct Reset {
+    ~Reset() { use_deterministic_algorithms(false); }
+  } reset;
+  const Device gpu = Device::cuda();
+  Inputs in = make_inputs(1, 2, 12, 500);
+  AscenderCoreArgs p = make_args(2, 501);
+  p.k = {3, 4};
+  use_deterministic_algorithms(true);
+  {
+    const AscenderCoreArgs pg = args_to(p, gpu);
+    Tensor q = in.q.to(gpu).set_requires_grad(true);
+    CHECK(ascender_choice(q, in.k_rot.to(gpu), in.k.to(gpu), in.v.to(gpu), in.z.to(gpu), in.e.to(gpu), pg) ==
+          "reference: deterministic mode: the CUDA kernel's backward accumulates with atomicAdd");
+    NoGradGuard ng;  // no gradient wanted: the fused kernel (its forward has no atomics) still runs
+    CHECK(ascender_choice(q, in.k_rot.to(gpu), in.k.to(gpu), in.v.to(gpu), in.z.to(gpu), in.e.to(gpu), pg) ==
+          "fused (CUDA)");
+  }
+  Tensor w = randn64(in.v.shape(), false, 502);
+  const TensorList a = run_core(in, p, w, AscenderBackend::Auto, gpu);
+  const TensorList b = run_core(in, p, w, AscenderBackend::Auto, gpu);
+  {
+    BackendScope scope(AscenderBackend::Fused);
+    const AscenderCoreArgs pg = args_to(p, gpu);
+    Tensor q = in.q.to(gpu).set_requires_grad(true);
+    CHECK_THROWS_WITH_AS(ascender_attention(q, in.k_rot.to(gpu), in.k.to(gpu), in.v.to(gpu), in.z.to(gpu),
+                                            in.e.to(gpu), pg),
+                         doctest::Contains("deterministic mode"), Error);
+  }
+  use_deterministic_algorithms(false);
+  const TensorList cpu = run_core(in, p, w, AscenderBackend::Reference);
+  for (size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(kGradNames[i]);
+    CHECK(a[i].to_vector<double>() == b[i].to_vector<double>());
+    const auto x = a[i].to_vector<double>(), y = cpu[i].to_vector<double>();
+    for (size_t j = 0; j < x.size(); ++j) CHECK(x[j] == doctest::Approx(y[j]).epsilon(1e-9));
+  }
+}

@@ -319,7 +319,7 @@ TEST_CASE("state_dict round trip resumes bit-identically") {
 
     // B: fresh parameters with A's current values, different options, loads A's state.
     Tensor pb = pa.detach().clone().set_requires_grad(true), qb = qa.detach().clone().set_requires_grad(true);
-    auto B = make_optimizer("sgd_plain", {});  // placeholder type check below
+    std::unique_ptr<Optimizer> B;  // the same type as A, built below
     if (dynamic_cast<SGD*>(A.get())) {
       auto s = std::make_unique<SGD>(std::vector<Tensor>{pb}, SGDOptions{.lr = 0.9});
       s->add_param_group({qb}, {});
