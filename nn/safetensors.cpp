@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <limits>
 #include <numeric>
 #include <string_view>
 
@@ -110,20 +109,26 @@ std::vector<Entry> parse_header(std::string_view header, uint64_t data_len, cons
     ASC_CHECK(shape->kind == json::Value::Kind::Array, "{}: tensor '{}': shape must be an array", ctx, name);
     ASC_CHECK(shape->items.size() <= static_cast<size_t>(kMaxDims),
               "{}: tensor '{}' has {} dimensions, at most {} are supported", ctx, name, shape->items.size(), kMaxDims);
-    // numel * element size, overflow-checked; a shape is only plausible if its bytes fit in the data section.
-    uint64_t nbytes = dtype_size(e.dtype);
-    bool too_big = false;
+    // Tensor geometry is int64, so the product of the nonzero dimensions must fit in it even when a 0 dimension
+    // makes the tensor empty: the contiguous strides and the running element count are such products, and
+    // [0, 2^62, 4] would overflow them in Tensor::empty. Then numel * element size, also in int64; a shape is only
+    // plausible if its bytes fit in the data section (checked against data_offsets below).
+    int64_t nonzero = 1;
+    bool has_zero = false, too_big = false;
     for (const json::Value& d : shape->items) {
       ASC_CHECK(d.kind == json::Value::Kind::Int, "{}: tensor '{}': shape entries must be integers", ctx, name);
       ASC_CHECK(d.num >= 0, "{}: tensor '{}' has a negative dimension {} in its shape", ctx, name, d.num);
       e.shape.push_back(d.num);
-      uint64_t ud = static_cast<uint64_t>(d.num);
-      if (ud != 0 && nbytes > std::numeric_limits<uint64_t>::max() / ud) too_big = true;
-      else nbytes *= ud;
+      if (d.num == 0) has_zero = true;
+      else too_big = too_big || __builtin_mul_overflow(nonzero, d.num, &nonzero);
     }
-    // A later zero dimension makes the product 0 even if an earlier step overflowed.
-    if (std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end()) too_big = false, nbytes = 0;
-    ASC_CHECK(!too_big, "{}: tensor '{}' shape {} overflows", ctx, name, e.shape);
+    ASC_CHECK(!too_big, "{}: tensor '{}' shape {} overflows: its nonzero dimensions multiply past 2^63 - 1", ctx, name,
+              e.shape);
+    int64_t nbytes_signed = 0;
+    ASC_CHECK(has_zero || !__builtin_mul_overflow(nonzero, static_cast<int64_t>(dtype_size(e.dtype)), &nbytes_signed),
+              "{}: tensor '{}' shape {} overflows: {} elements of {} bytes exceed 2^63 - 1 bytes", ctx, name, e.shape,
+              nonzero, dtype_size(e.dtype));
+    const uint64_t nbytes = has_zero ? 0 : static_cast<uint64_t>(nbytes_signed);
 
     ASC_CHECK(offs->kind == json::Value::Kind::Array && offs->items.size() == 2 &&
                   offs->items[0].kind == json::Value::Kind::Int && offs->items[1].kind == json::Value::Kind::Int,

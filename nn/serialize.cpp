@@ -30,6 +30,15 @@ void save_checkpoint(const std::string& path, const TrainingState& s,
 void load_checkpoint(const std::string& path, const TrainingState& s, std::map<std::string, std::string>* metadata) {
   ASC_CHECK(s.model || s.optimizer || s.scheduler || s.generator, "load_checkpoint: '{}': nothing to load into", path);
   StateDict all = load_safetensors(path, metadata);  // a corrupt or truncated file fails here, before any change
+  // save_checkpoint writes nothing else: an entry outside the four parts is a corrupt name (found by fuzzing:
+  // "optim.state.0.0.exp_avg_sq" with one byte dropped fell through every part and the optimizer silently resumed
+  // without that buffer).
+  for (const auto& [name, t] : all) {
+    bool known = false;
+    for (const char* part : {"model.", "optim.", "sched.", "rng."}) known = known || name.rfind(part, 0) == 0;
+    ASC_CHECK(known, "load_checkpoint: '{}': unexpected entry '{}' (checkpoint entries start with model., optim., "
+              "sched. or rng.)", path, name);
+  }
   for (const char* part : {"model.", "optim.", "sched.", "rng."}) {
     bool wanted = (part[0] == 'm' && s.model) || (part[0] == 'o' && s.optimizer) || (part[0] == 's' && s.scheduler) ||
                   (part[0] == 'r' && s.generator);

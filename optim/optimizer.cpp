@@ -1,5 +1,7 @@
 #include "optim/optimizer.h"
 
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -308,9 +310,13 @@ void Optimizer::load_state_dict(const StateDict& sd) {
       if (st.bufs.empty()) st.bufs.resize(state_names_.size());
       const Tensor& p = groups_[g].params[i];
       if (parts[3] == "step") {
-        double s = scalar_entry(name_, key, t, kInt64);
-        ASC_CHECK(s >= 0, "{}.load_state_dict: entry '{}' is negative ({})", who, key, s);
-        st.step = static_cast<int64_t>(s);
+        scalar_entry(name_, key, t, kInt64);  // validates dtype and shape
+        // Read as int64, not through a double: 2^53 + 1 would round, INT64_MAX would convert back undefined (found
+        // by tests/test_fuzz_loaders). The step is incremented by the next update, so INT64_MAX is refused too.
+        const int64_t s = t.item<int64_t>();
+        ASC_CHECK(s >= 0 && s < std::numeric_limits<int64_t>::max(),
+                  "{}.load_state_dict: entry '{}' is {}; a step count must be in [0, 2^63 - 1)", who, key, s);
+        st.step = s;
         have_step[id] = true;
         continue;
       }

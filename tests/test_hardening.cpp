@@ -79,6 +79,25 @@ TEST_CASE("cat: a total length that overflows int64 is refused before anything i
   check_error([&] { cat({half, half}, 0); }, "cat");
 }
 
+TEST_CASE("found by the op fuzzer: randint over a range wider than 2^63, empty copies, empty index_select") {
+  // high - low overflowed int64 (UBSan: signed overflow); values must land in [low, high).
+  Generator g(3);
+  for (int64_t v : randint(-2, kMax, {64}, {.dtype = kInt64}, &g).to_vector<int64_t>()) CHECK(v >= -2);
+  for (int64_t v : randint(std::numeric_limits<int64_t>::min(), kMax, {64}, {.dtype = kInt64}, &g).to_vector<int64_t>())
+    CHECK(v < kMax);
+  // cat of an empty piece at a position whose offset (start * stride) does not fit: nothing to copy.
+  Tensor a = zeros({0, int64_t{1} << 40}), b = zeros({0, int64_t{1} << 40});
+  CHECK(cat({a, b}, 0).numel() == 0);
+  Tensor e = zeros({int64_t{1} << 61, 0});
+  CHECK(cat({e, e}, 0).shape() == Shape{int64_t{1} << 62, 0});
+  Tensor f = zeros({int64_t{1} << 62, 0});
+  check_error([&] { cat({f, f}, 0); }, "cat");  // 2^63 rows
+  // index_select producing nothing: memcpy from a null pointer was undefined.
+  CHECK(index_select(zeros({3, 0}), 0, tensor(std::vector<int64_t>{0, 2}, {2})).shape() == Shape{2, 0});
+  // An empty view's offset is 0, whatever offset was asked for.
+  CHECK(make_view(zeros({4}), {0}, {1}, 3).offset() == 0);
+}
+
 TEST_CASE("make_view: a view reaching outside its storage is refused, whatever produced it") {
   Tensor x = zeros({2, 3});
   check_error([&] { make_view(x, {2, 3}, {3, 1}, 1); }, "outside the storage");     // last element at 6
@@ -161,6 +180,21 @@ TEST_CASE("optimizers refuse an empty parameter list (as torch.optim does)") {
   optim::SGD sgd({w}, {.lr = 0.1});
   check_error([&] { sgd.add_param_group({}, {.lr = 0.1}); }, "group 1");
   CHECK(sgd.num_groups() == 1);
+}
+
+TEST_CASE("optimizer state: step counts load as exact int64, and one the next update would overflow is refused") {
+  Tensor w = zeros({2}, {.dtype = kFloat64}).set_requires_grad();
+  optim::SGD sgd({w}, {.lr = 0.1, .momentum = 0.9});
+  w.set_grad(ones({2}, {.dtype = kFloat64}));
+  sgd.step();
+  StateDict sd = sgd.state_dict();
+  const int64_t exact = (int64_t{1} << 53) + 1;  // not a double
+  sd.set("state.0.0.step", tensor(std::vector<int64_t>{exact}, Shape{}));
+  sgd.load_state_dict(sd);
+  CHECK(sgd.step_count(w) == exact);
+  sd.set("state.0.0.step", tensor(std::vector<int64_t>{kMax}, Shape{}));
+  check_error([&] { sgd.load_state_dict(sd); }, "a step count must be in [0, 2^63 - 1)");
+  CHECK(sgd.step_count(w) == exact);  // unchanged by the refused load
 }
 
 // ---- anomaly detection ------------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ inline bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.defined() != b.defined()) return false;
   if (!a.defined()) return true;
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  if (a.numel() == 0) return true;  // no bytes to compare (and raw_data() may be null)
   Tensor ca = a.contiguous(), cb = b.contiguous();
   return std::memcmp(ca.raw_data(), cb.raw_data(), static_cast<size_t>(a.numel()) * a.element_size()) == 0;
 }
