@@ -57,7 +57,9 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
   // could address an element outside the storage is refused here rather than read or written later.
   ASC_CHECK(base.defined(), "view: undefined tensor");
   ASC_CHECK(shape.size() == strides.size(), "view: shape {} and strides {} differ in length", shape, strides);
-  if (checked_numel(shape, "view") > 0) {
+  // An empty view addresses nothing: its offset is set to 0, so no later offset * element_size can overflow.
+  if (checked_numel(shape, "view") == 0) offset = 0;
+  if (numel_of(shape) > 0) {
     int64_t lo = offset, hi = offset;
     for (int i = 0; i < shape.size(); ++i) {
       const int64_t span = checked_mul(shape[i] - 1, strides[i], "view", "offset");

@@ -364,7 +364,7 @@ __global__ void randint_kernel(int64_t* __restrict__ out, int64_t n, uint64_t se
     const auto r = philox4x32(seed, offset + static_cast<uint64_t>(i / 2));
     const int lane = 2 * static_cast<int>(i % 2);
     const uint64_t v = (static_cast<uint64_t>(r[lane]) << 32) | r[lane + 1];
-    out[i] = low + static_cast<int64_t>(v % range);
+    out[i] = static_cast<int64_t>(static_cast<uint64_t>(low) + v % range);  // modular: no int64 overflow
   }
 }
 
@@ -595,7 +595,7 @@ cudaError_t randint(int64_t* out, int64_t n, uint64_t seed, uint64_t offset, int
                     cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   launch_kernel(randint_kernel, blocks_for(n), kThreads, stream, out, n, seed, offset, low,
-                static_cast<uint64_t>(high - low));
+                static_cast<uint64_t>(high) - static_cast<uint64_t>(low));
   return cudaGetLastError();
 }
 

@@ -194,6 +194,7 @@ Tensor cat(const TensorList& xs, int64_t dim) {
   const Strides ost = out.strides();
   int64_t start = 0;
   for (const Tensor& x : xs) {
+    if (x.numel() == 0) continue;  // nothing to copy (and start * stride need not fit for an empty output)
     Tensor dst = make_view(out, x.shape(), ost, start * ost[d]);
     ASC_KERNEL(out.device(), "cat", copy, x, dst);
     start += x.size(d);

@@ -325,12 +325,13 @@ void normal(Tensor& out, uint64_t seed, uint64_t offset, double mean, double std
 
 void randint(Tensor& out, uint64_t seed, uint64_t offset, int64_t low, int64_t high) {
   int64_t* p = out.data_ptr<int64_t>();
-  const uint64_t range = static_cast<uint64_t>(high - low);
+  // In uint64 (modular): high - low and low + offset overflow int64 for ranges wider than 2^63.
+  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
   const int64_t n = out.numel();
   for (int64_t i = 0; i < n; ++i) {
     auto r = philox4x32(seed, offset + static_cast<uint64_t>(i / 2));
     uint64_t v = (static_cast<uint64_t>(r[2 * (i % 2)]) << 32) | r[2 * (i % 2) + 1];
-    p[i] = low + static_cast<int64_t>(v % range);  // bias <= range / 2^64: negligible
+    p[i] = static_cast<int64_t>(static_cast<uint64_t>(low) + v % range);  // bias <= range / 2^64: negligible
   }
 }
 

@@ -41,6 +41,7 @@ void index_minmax(const Tensor& index, int64_t& lo, int64_t& hi) {
 }
 
 void index_select(const Tensor& x_in, int dim, const Tensor& index, Tensor& out) {
+  if (out.numel() == 0) return;  // (memcpy of 0 bytes from an empty tensor's null pointer is undefined)
   Tensor x = contiguous_copy(x_in);
   const std::vector<int64_t> idx = index.to_vector<int64_t>();
   const int64_t k = static_cast<int64_t>(idx.size());
