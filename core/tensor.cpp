@@ -1,7 +1,9 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <type_traits>
 
 #include "autograd/node.h"
 #include "core/format.h"
@@ -58,8 +60,9 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
   ASC_CHECK(base.defined(), "view: undefined tensor");
   ASC_CHECK(shape.size() == strides.size(), "view: shape {} and strides {} differ in length", shape, strides);
   // An empty view addresses nothing: its offset is set to 0, so no later offset * element_size can overflow.
-  if (checked_numel(shape, "view") == 0) offset = 0;
-  if (numel_of(shape) > 0) {
+  if (checked_numel(shape, "view") == 0) {
+    offset = 0;
+  } else {
     int64_t lo = offset, hi = offset;
     for (int i = 0; i < shape.size(); ++i) {
       const int64_t span = checked_mul(shape[i] - 1, strides[i], "view", "offset");
@@ -492,6 +495,19 @@ Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
 Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, t.options()); }
 Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
 
+namespace {
+// A tensor of `shape` whose elements fill(p) writes on the host (p: the element type's pointer, row-major), then
+// moved to opts.device: how creation ops with computed contents (arange, eye, tensor(values)) are made.
+template <class Fill>
+Tensor host_filled(const char* op, const Shape& shape, TensorOptions opts, Fill fill) {
+  Tensor host = Tensor::empty(shape, {opts.dtype, Device::cpu()});
+  ASC_DISPATCH_ALL(opts.dtype, op, [&] { fill(host.data_ptr<scalar_t>()); });
+  Tensor t = host.to(opts.device);
+  if (opts.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+}  // namespace
+
 Tensor arange(double start, double end, double step, TensorOptions opts) {
   ASC_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
             "arange: invalid range [{}, {}) step {}", start, end, step);
@@ -500,30 +516,21 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   ASC_CHECK(std::isfinite(count) && count <= 9007199254740992.0,
             "arange: range [{}, {}) step {} has {} elements, more than 2^53", start, end, step, count);
   const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
-  bool rg = opts.requires_grad;
-  Tensor host = Tensor::empty({n}, {opts.dtype, Device::cpu()});
-  ASC_DISPATCH_ALL(opts.dtype, "arange", [&] {
-    scalar_t* p = host.data_ptr<scalar_t>();
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(start + static_cast<double>(i) * step);
+  return host_filled("arange", {n}, opts, [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
   });
-  Tensor t = host.to(opts.device);
-  if (rg) t.set_requires_grad(true);
-  return t;
 }
 Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, static_cast<double>(end), 1.0, opts); }
 
 Tensor eye(int64_t n, TensorOptions opts) {
   ASC_CHECK(n >= 0, "eye: negative size {}", n);
-  checked_nbytes(checked_numel({n, n}, "eye"), dtype_size(opts.dtype), "eye");
-  bool rg = opts.requires_grad;
-  Tensor host = zeros({n, n}, {opts.dtype, Device::cpu()});
-  ASC_DISPATCH_ALL(opts.dtype, "eye", [&] {
-    scalar_t* p = host.data_ptr<scalar_t>();
-    for (int64_t i = 0; i < n; ++i) p[i * n + i] = scalar_t(1);
+  checked_nbytes(checked_numel({n, n}, "eye"), dtype_size(opts.dtype), "eye");  // n * n, named as eye's
+  return host_filled("eye", {n, n}, opts, [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    std::fill(p, p + n * n, T(0));
+    for (int64_t i = 0; i < n; ++i) p[i * n + i] = T(1);
   });
-  Tensor t = host.to(opts.device);
-  if (rg) t.set_requires_grad(true);
-  return t;
 }
 
 namespace {
@@ -568,17 +575,12 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
 namespace {
 template <class T>
 Tensor from_host(const T* data, size_t n, const Shape& shape, TensorOptions opts) {
-  ASC_CHECK(static_cast<int64_t>(n) == numel_of(shape), "tensor: {} values given for shape {} ({} elements)", n, shape,
-            numel_of(shape));
-  bool rg = opts.requires_grad;
-  Tensor host = Tensor::empty(shape, {opts.dtype, Device::cpu()});
-  ASC_DISPATCH_ALL(opts.dtype, "tensor", [&] {
-    scalar_t* p = host.data_ptr<scalar_t>();
-    for (size_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(data[i]);
+  const int64_t numel = checked_numel(shape, "tensor");  // numel_of would overflow for a hostile shape
+  ASC_CHECK(static_cast<int64_t>(n) == numel, "tensor: {} values given for shape {} ({} elements)", n, shape, numel);
+  return host_filled("tensor", shape, opts, [&](auto* p) {
+    using E = std::remove_pointer_t<decltype(p)>;
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<E>(data[i]);
   });
-  Tensor t = host.to(opts.device);
-  if (rg) t.set_requires_grad(true);
-  return t;
 }
 }  // namespace
 
