@@ -293,6 +293,21 @@ class Mutator {
     return out;
   }
 
+  // Replaces one occurrence of any of `tokens` in the header by one of `into` (the random choice of cases 10 and
+  // 11); `what` names the edit in the replay log. Nothing when no token occurs.
+  template <size_t N, size_t M>
+  void replace_token(Bytes& b, const Header& h, const char* const (&tokens)[N], const char* const (&into)[M],
+                     const char* what) {
+    std::vector<std::pair<size_t, size_t>> found;
+    for (const char* t : tokens)
+      for (size_t at : find_all(b, h, t)) found.emplace_back(at, std::strlen(t));
+    if (found.empty()) return;
+    auto [at, len] = found[below(found.size())];
+    const char* to = into[below(M)];
+    splice_header(b, h, at, len, to);
+    note("{} at {} = {}", what, at, to);
+  }
+
   // Numbers that sit on a boundary of some check: int64 / uint64 / 2^32 / 2^53 edges, the file size, small values,
   // and malformed ones (leading zero, fraction, exponent).
   std::string edge_number(size_t file_size) {
@@ -496,28 +511,14 @@ class Mutator {
         static constexpr const char* into[] = {"\"F32\"", "\"F64\"", "\"I64\"", "\"BOOL\"", "\"BF16\"", "\"F16\"",
                                                "\"U8\"",  "\"I32\"", "\"F8_E4M3\"", "\"C64\"", "\"f32\"", "\"\"",
                                                "\"F32 \"", "32",     "[\"F32\"]", "null"};
-        std::vector<std::pair<size_t, size_t>> found;
-        for (const char* d : dtypes)
-          for (size_t at : find_all(b, h, d)) found.emplace_back(at, std::strlen(d));
-        if (found.empty()) return;
-        auto [at, len] = found[below(found.size())];
-        const char* to = into[below(std::size(into))];
-        splice_header(b, h, at, len, to);
-        note("dtype at {} = {}", at, to);
+        replace_token(b, h, dtypes, into, "dtype");
         return;
       }
       case 11: {  // a field name to another (missing, duplicate or unknown field)
         static constexpr const char* keys[] = {"\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\""};
         static constexpr const char* into[] = {"\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\"",
                                                "\"extra\"", "\"__metadata_\"", "\"DTYPE\""};
-        std::vector<std::pair<size_t, size_t>> found;
-        for (const char* k : keys)
-          for (size_t at : find_all(b, h, k)) found.emplace_back(at, std::strlen(k));
-        if (found.empty()) return;
-        auto [at, len] = found[below(found.size())];
-        const char* to = into[below(std::size(into))];
-        splice_header(b, h, at, len, to);
-        note("key at {} = {}", at, to);
+        replace_token(b, h, keys, into, "key");
         return;
       }
       case 12: {  // a structural character deleted, or swapped for another
