@@ -8,6 +8,7 @@
 //   asc::manual_seed(0);                          // reseeds the default generator
 #include <array>
 #include <cstdint>
+#include <mutex>
 
 // philox4x32 and the unit-float conversions run on the host and, compiled by nvcc, on the device (the CUDA random
 // kernels call them per element, giving the CPU stream exactly). Same definition as ops/math.h's ASC_HD. This
@@ -49,33 +50,48 @@ ASC_HD double uint_to_unit_double(uint32_t hi, uint32_t lo) {
   return static_cast<double>(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 
+// Thread-safe: each method takes the generator's lock, so threads drawing from one generator (the default one,
+// e.g. while several threads build models) each get a disjoint range of counters. Which thread gets which range
+// depends on their timing; a thread that needs a reproducible stream uses its own Generator.
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0x5eed) : seed_(seed) {}
-  void manual_seed(uint64_t seed) {
-    seed_ = seed;
-    offset_ = 0;
+  Generator(const Generator& other) : Generator(other.seed()) { set_state(other.state()); }
+  Generator& operator=(const Generator& other) {
+    if (this != &other) set_state(other.state());
+    return *this;
   }
-  uint64_t seed() const { return seed_; }
-  uint64_t offset() const { return offset_; }
-  void set_offset(uint64_t off) { offset_ = off; }
-  // Reserves `blocks` Philox blocks for one op and returns the first counter.
-  uint64_t reserve(uint64_t blocks) {
-    uint64_t o = offset_;
-    offset_ += blocks;
-    return o;
+  void manual_seed(uint64_t seed) { set_state({seed, 0}); }
+  uint64_t seed() const { return state().seed; }
+  uint64_t offset() const { return state().offset; }
+  void set_offset(uint64_t off) {
+    std::lock_guard lock(mu_);
+    offset_ = off;
   }
   // The full state (seed, offset) for checkpoints and gradient checkpointing.
   struct State {
     uint64_t seed, offset;
   };
-  State state() const { return {seed_, offset_}; }
+  State state() const {
+    std::lock_guard lock(mu_);
+    return {seed_, offset_};
+  }
   void set_state(State s) {
+    std::lock_guard lock(mu_);
     seed_ = s.seed;
     offset_ = s.offset;
   }
+  // Reserves `blocks` Philox blocks for one op: returns the seed and the first counter of the range, read and advanced
+  // together (a seed read separately could come from a manual_seed between the two calls).
+  State draw(uint64_t blocks) {
+    std::lock_guard lock(mu_);
+    const State s{seed_, offset_};
+    offset_ += blocks;
+    return s;
+  }
 
  private:
+  mutable std::mutex mu_;
   uint64_t seed_;
   uint64_t offset_ = 0;
 };

@@ -542,8 +542,8 @@ Tensor random_tensor(const Shape& shape, TensorOptions opts, Generator* gen, uin
   Tensor t = Tensor::empty(shape, opts);
   Generator& g = gen ? *gen : default_generator();
   uint64_t n = static_cast<uint64_t>(t.numel());
-  uint64_t offset = g.reserve((n + per_block - 1) / per_block);
-  fill(t, g.seed(), offset);
+  const Generator::State s = g.draw((n + per_block - 1) / per_block);
+  fill(t, s.seed, s.offset);
   if (rg) t.set_requires_grad(true);
   return t;
 }

@@ -283,8 +283,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
   Tensor mask = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   const uint64_t per = x.dtype() == kFloat64 ? 2 : 4, n = static_cast<uint64_t>(x.numel());
-  const uint64_t offset = g.reserve((n + per - 1) / per);
-  ASC_KERNEL(x.device(), "dropout", dropout_mask, mask, g.seed(), offset, p, p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
+  const Generator::State s = g.draw((n + per - 1) / per);
+  ASC_KERNEL(x.device(), "dropout", dropout_mask, mask, s.seed, s.offset, p, p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
   return mul(x, mask);
 }
 
