@@ -72,6 +72,7 @@ bool AsamAttention::has(const std::string& name) const {
 }
 
 SparsePattern AsamAttention::pattern(int64_t T, bool causal) {
+  std::lock_guard lock(pattern_mu_);
   if (cached_T_ == T && cached_causal_ == causal && cached_pattern_.row_ptr.defined()) return cached_pattern_;
   device_pattern_ = SparsePattern{};
   const AsamAttentionOptions& o = options;
@@ -112,7 +113,8 @@ Tensor AsamAttention::gate(const Tensor& x, const Tensor& key_padding_mask) cons
 }
 
 Tensor AsamAttention::aux_loss() const {
-  return aux_loss_.defined() ? aux_loss_ : zeros({}, {.dtype = threshold.dtype(), .device = threshold.device()});
+  const Tensor l = aux_loss_.get();
+  return l.defined() ? l : zeros({}, {.dtype = threshold.dtype(), .device = threshold.device()});
 }
 
 Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
@@ -137,7 +139,7 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
 
   // The sparse branch: the data-independent pattern (cached), the clustered part, the hierarchical summaries.
   SparsePattern p = pattern(T, args.causal);
-  aux_loss_ = Tensor();
+  Tensor aux_loss;
   if (has("clustered")) {
     const Tensor C = centroids.to(x.dtype());                                        // (H, c, Dh)
     const Tensor qd = q.detach();
@@ -146,7 +148,7 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
     if (options.cluster_loss_weight() > 0) {
       // Σ_m a_im |q_i − C_m|², averaged over (b, h, i): the soft k-means objective of the centroids.
       const Tensor d2 = sum(pow(qd.unsqueeze(3) - C.view({1, H, options.clusters(), Dh}).unsqueeze(2), 2.0), {-1});
-      aux_loss_ = mean(sum(a * d2, {-1})) * options.cluster_loss_weight();
+      aux_loss = mean(sum(a * d2, {-1})) * options.cluster_loss_weight();
     }
   }
   Tensor ks = k, vs = v, keep_s = valid;
@@ -157,21 +159,27 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
     keep_s = valid.defined() ? cat({valid, km.kept}, 1) : Tensor();
   }
   if (!x.device().is_cpu() && !has("clustered")) {  // keep the device copy, so a step does not copy the lists again
-    if (!device_pattern_.row_ptr.defined() || device_pattern_.row_ptr.device() != x.device())
-      device_pattern_ = p.to(x.device());
-    p = device_pattern_;
+    std::lock_guard lock(pattern_mu_);
+    if (cached_T_ != T || cached_causal_ != args.causal) {  // another thread's call replaced the cache meanwhile
+      p = p.to(x.device());
+    } else {
+      if (!device_pattern_.row_ptr.defined() || device_pattern_.row_ptr.device() != x.device())
+        device_pattern_ = p.to(x.device());
+      p = device_pattern_;
+    }
   }
   const Tensor sparse = sparse_attention(q, ks, vs, p, keep_s);  // (B, H, T, Dh)
 
   // The gate, and the dense branch where it is needed.
   const Tensor g = gate(x, valid);  // (B, H)
-  last_gate_ = g.detach();
+  aux_loss_.set(aux_loss);
+  last_gate_.set(g.detach());
   Tensor out;
   const double thr = options.skip_dense_above();
   std::vector<int64_t> need;  // flat (b, h) that run the dense branch
   const bool skipping = !is_training() && thr > 0 && options.fixed_gate() != 0;
   if (skipping) {
-    const auto gv = last_gate_.to(Device::cpu()).to_vector<double>();
+    const auto gv = g.detach().to(Device::cpu()).to_vector<double>();
     for (int64_t i = 0; i < B * H; ++i)
       if (gv[i] < thr) need.push_back(i);
     considered_ += B * H, skipped_ += B * H - static_cast<int64_t>(need.size());

@@ -23,6 +23,8 @@
 // sharpens the decision and never inverts it); t (H) is learnable, τ = gate_tau. Where the clamp is active g passes
 // no gradient. The dense branch is the framework's fused attention (ops/attention.h): no (T, T) scores on the CPU
 // kernel's row blocks or cuDNN.
+#include <atomic>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -74,15 +76,15 @@ class AsamAttention : public Attention {
   // "clustered" the per-head part of the last call is not included).
   SparsePattern pattern(int64_t T, bool causal);
   // The gate g (B, H) of the last call, detached; the gate of an input, differentiable.
-  const Tensor& last_gate() const { return last_gate_; }
+  Tensor last_gate() const { return last_gate_.get(); }
   Tensor gate(const Tensor& x, const Tensor& key_padding_mask = {}) const;
   // The centroids' soft k-means loss of the last call (ν-weighted; 0 without "clustered"), to add to the task loss.
   Tensor aux_loss() const;
   // Skip-dense bookkeeping since construction (or reset_skip_counts): (sample, head) pairs that skipped the dense
   // branch, and all pairs seen in eval mode with skip_dense_above set.
-  int64_t dense_skipped() const { return skipped_; }
-  int64_t dense_considered() const { return considered_; }
-  void reset_skip_counts() { skipped_ = considered_ = 0; }
+  int64_t dense_skipped() const { return skipped_.load(); }
+  int64_t dense_considered() const { return considered_.load(); }
+  void reset_skip_counts() { skipped_ = 0, considered_ = 0; }
 
   AsamAttentionOptions options;
   int64_t d_head;
@@ -93,12 +95,14 @@ class AsamAttention : public Attention {
 
  private:
   bool has(const std::string& name) const;
+  // The pattern cache, shared by threads running attend() at once (inference); guarded by pattern_mu_.
+  std::mutex pattern_mu_;
   SparsePattern cached_pattern_;  // on the CPU
   SparsePattern device_pattern_;  // its copy on the device of the last call, when that is not the CPU
   int64_t cached_T_ = -1;
   bool cached_causal_ = false;
-  Tensor last_gate_, aux_loss_;
-  int64_t skipped_ = 0, considered_ = 0;
+  LastForward<Tensor> last_gate_, aux_loss_;
+  std::atomic<int64_t> skipped_{0}, considered_{0};
 };
 
 // A factory for the Transformer blocks: every block gets its own AsamAttention with these options (d_model and heads

@@ -104,7 +104,8 @@ bool AscenderAttention::aux_active() const {
   return step() >= start;
 }
 Tensor AscenderAttention::aux_loss() const {
-  return aux_loss_.defined() ? aux_loss_ : zeros({}, {.dtype = omega_align.dtype(), .device = omega_align.device()});
+  const Tensor l = aux_loss_.get();
+  return l.defined() ? l : zeros({}, {.dtype = omega_align.dtype(), .device = omega_align.device()});
 }
 
 Tensor AscenderAttention::lambda_align() const { return softplus(lambda_align_raw); }
@@ -152,16 +153,17 @@ Tensor AscenderAttention::attend(const Tensor& x, const AttentionArgs& args) {
   AscenderAux aux;
   Tensor y = ascender_attention(q_rot, k_rot, k, v, z, e, a,
                                 need_decomposition || args.need_weights ? &dec : nullptr, a.want_aux ? &aux : nullptr);
-  weights_ = args.need_weights ? dec.A : Tensor();
-  decomposition_ = need_decomposition ? dec : AscenderDecomposition{};
-  aux_ = aux;
-  aux_loss_ = Tensor();
+  weights_.set(args.need_weights ? dec.A : Tensor());
+  decomposition_.set(need_decomposition ? dec : AscenderDecomposition{});
+  aux_.set(aux);
+  Tensor aux_loss;
   auto add_aux = [&](const Tensor& l, double nu) {
-    if (l.defined() && nu > 0) aux_loss_ = aux_loss_.defined() ? aux_loss_ + l * nu : l * nu;
+    if (l.defined() && nu > 0) aux_loss = aux_loss.defined() ? aux_loss + l * nu : l * nu;
   };
   add_aux(aux.coh, options.aux_coh());
   add_aux(aux.sep, options.aux_sep());
   add_aux(aux.align, options.aux_align());
+  aux_loss_.set(aux_loss);
   if (is_training()) set_step(step() + 1);  // one schedule step per training forward
   return (*out_proj)(y.permute({0, 2, 1, 3}).reshape({B, T, D}));  // (B, T, D)
 }

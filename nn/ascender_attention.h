@@ -108,11 +108,11 @@ class AscenderAttention : public Attention {
 
   // Keep the decomposition of the next calls (costs the (B, H, T, T) copies).
   bool need_decomposition = false;
-  const AscenderDecomposition& decomposition() const { return decomposition_; }
+  AscenderDecomposition decomposition() const { return decomposition_.get(); }
   // Σ ν L of the last call, differentiable (add it to the task loss); a zero scalar when no auxiliary loss is on
   // or before aux_start_step. aux() has the separate terms.
   Tensor aux_loss() const;
-  const AscenderAux& aux() const { return aux_; }
+  AscenderAux aux() const { return aux_.get(); }
 
   // The schedule's step counter (the `step` buffer) and the factors it gives now.
   int64_t step() const;
@@ -135,9 +135,9 @@ class AscenderAttention : public Attention {
   // The per-head configuration, expanded from the options once (one value per head).
   std::vector<int64_t> k_h_;
   std::vector<double> tau_sep_h_, tau_coh_h_, alpha_align_h_, alpha_coh_h_;
-  AscenderDecomposition decomposition_;
-  AscenderAux aux_;
-  Tensor aux_loss_;
+  LastForward<AscenderDecomposition> decomposition_;
+  LastForward<AscenderAux> aux_;
+  LastForward<Tensor> aux_loss_;
 };
 
 // A factory for the Transformer blocks: every block gets its own AscenderAttention with these options (d_model

@@ -67,7 +67,7 @@ Tensor MultiHeadAttention::attend(const Tensor& x, const AttentionArgs& args) {
   Tensor y = scaled_dot_product_attention(
       q, k, v, {.keep_mask = keep, .bias = args.bias, .causal = args.causal, .dropout = options.dropout(),
                 .training = is_training(), .weights = args.need_weights ? &w : nullptr});
-  weights_ = w;
+  weights_.set(w);
   return (*out_proj)(y.permute({0, 2, 1, 3}).reshape({B, T, D}));  // (B, T, D)
 }
 

@@ -34,10 +34,10 @@ class Attention : public Module {
   }
   using Module::operator();
   // The probabilities (B, H, T, S) of the last call, detached, if it set need_weights; undefined otherwise.
-  const Tensor& attention_weights() const { return weights_; }
+  Tensor attention_weights() const { return weights_.get(); }
 
  protected:
-  Tensor weights_;
+  LastForward<Tensor> weights_;
 };
 
 // The boolean keep-mask (B|1, 1, T|1, S) combining a key padding mask and causality; undefined when neither is

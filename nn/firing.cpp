@@ -103,21 +103,23 @@ Tensor FiringLayer::fire(const Tensor& Z, const Shape& lead, const Tensor& X, co
   const GateOptions gate{.mode = options.backward(), .surrogate = options.surrogate(),
                          .width = options.surrogate_width()};
   Tensor Y;  // (N, P, α), or with the SSM (B, T, P, α)
+  Tensor F;  // (N, P), detached
   if (ssm) {
     ASC_CHECK(lead.size() == 2, "{}: with the cross-path SSM the input needs a time axis: (B, T, ...), got leading "
               "axes {}", type_name(), lead);
     const Tensor Z3 = Z.view({lead[0], lead[1], options.neurons()});
-    const Tensor F = hard_gate(Z3, SP, gate);  // the gate with this layer's backward
-    Y = ssm->forward(Z3, F, f);
-    last_F_ = F.detach().view(Z.shape());
+    const Tensor F3 = hard_gate(Z3, SP, gate);  // the gate with this layer's backward
+    Y = ssm->forward(Z3, F3, f);
+    F = F3.detach().view(Z.shape());
   } else {
     FiringOutput o = firing_output(Z, SP, f, gate);
     Y = o.Y;
-    last_F_ = o.F;
+    F = o.F;
   }
+  last_F_.set(F);
   if (is_training() && !rules_.empty()) {
     // Copies of f and SP: the optimizer moves them before the rule reads the snapshot.
-    optim::FiringSnapshot s{X.defined() ? X.detach() : Tensor(), tok, Z.detach(), last_F_, f.detach().clone(),
+    optim::FiringSnapshot s{X.defined() ? X.detach() : Tensor(), tok, Z.detach(), F, f.detach().clone(),
                             SP.detach().clone()};
     for (const auto& rule : rules_) rule->observe(s);
   }

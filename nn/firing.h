@@ -82,7 +82,7 @@ class FiringLayer : public Module {
   std::shared_ptr<optim::FiringRuleB> rule_b(const optim::RuleBOptions& o = {});
   std::shared_ptr<optim::FiringRuleA> rule_a(const optim::RuleAOptions& o = {});
   // The gate of the last forward pass, (N, P) with the batch axes flattened (detached; undefined before any).
-  const Tensor& last_gate() const { return last_F_; }
+  Tensor last_gate() const { return last_F_.get(); }
   std::string extra_repr() const override;
   std::shared_ptr<CrossPathSSM> ssm;  // with options.ssm_rank() > 0
 
@@ -94,7 +94,7 @@ class FiringLayer : public Module {
  private:
   optim::FiringTensors tensors() const { return {W, f, SP, r_bar, m_bar, f_bar}; }
   std::vector<std::shared_ptr<optim::FiringRule>> rules_;
-  Tensor last_F_;
+  LastForward<Tensor> last_F_;
 };
 
 class FiringLinear : public FiringLayer {

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -41,6 +42,26 @@ namespace asc::nn {
                                           \
  private:                                 \
   T name##_
+
+// What a forward pass leaves behind for the caller to read afterwards (attention weights, a gate, an auxiliary loss).
+// Inference may run one module's forward from several threads at once, so the value is stored and read under a lock,
+// and read by value (a Tensor is a handle); with concurrent calls it holds the result of whichever call stored last.
+template <class T>
+class LastForward {
+ public:
+  void set(T value) {
+    std::lock_guard lock(mu_);
+    value_ = std::move(value);
+  }
+  T get() const {
+    std::lock_guard lock(mu_);
+    return value_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  T value_{};
+};
 
 class Module : public std::enable_shared_from_this<Module> {
  public:
