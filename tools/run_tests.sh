@@ -3,15 +3,18 @@
 #   bash tools/run_tests.sh              # Release build (CUDA backend compiled when nvcc exists) + ctest, then the
 #                                        # CUDA backend on the CPU CUDA emulator (tests/cuda_emu) + ctest: every CUDA
 #                                        # kernel runs against the CPU, on machines without a GPU too
-#   bash tools/run_tests.sh --sanitize   # the suite under AddressSanitizer + UBSan (CPU build)
+#   bash tools/run_tests.sh --sanitize   # the suite under AddressSanitizer + UBSan (CPU build), then the thread-safety
+#                                        # test (tests/test_threads.cpp) under ThreadSanitizer
+#   bash tools/run_tests.sh --tsan       # only the ThreadSanitizer build and its test
 #   bash tools/run_tests.sh --cuda-emu   # only the CUDA-emulator build and its suite
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   "") presets=(release cuda-emu) ;;
-  --sanitize) presets=(asan) ;;
+  --sanitize) presets=(asan tsan) ;;
+  --tsan) presets=(tsan) ;;
   --cuda-emu) presets=(cuda-emu) ;;
-  *) echo "usage: bash tools/run_tests.sh [--sanitize | --cuda-emu]" >&2; exit 2 ;;
+  *) echo "usage: bash tools/run_tests.sh [--sanitize | --tsan | --cuda-emu]" >&2; exit 2 ;;
 esac
 bash tools/setup.sh
 jobs=$(nproc)

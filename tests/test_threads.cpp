@@ -1,0 +1,273 @@
+// Thread safety: several threads running models at once. Each result must equal the same call made by one thread
+// alone, bit for bit. This file runs in every build (in Release with OpenMP and OpenBLAS underneath each thread's
+// calls). The `tsan` preset also runs it under ThreadSanitizer, which reports a data race even when the numbers come
+// out right.
+//
+// What is promised (README, "Reliability"):
+//   - separate modules: forward and backward on several threads at once, including while they are being built;
+//   - one module shared by several threads, forward in no-grad mode (inference). The state a forward pass leaves
+//     behind (attention weights, gates, auxiliary losses, ASAM's pattern cache) is locked; with concurrent calls it
+//     holds whichever call stored last;
+//   - grad mode and anomaly scopes are per thread; the default random generator hands each caller a disjoint range.
+// Not promised: training one module from several threads at once, or changing a module (to(), load_state_dict,
+// registering hooks) while another thread runs it.
+#include <barrier>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "autograd/anomaly.h"
+#include "models/decoder_lm.h"
+#include "models/firing_net.h"
+#include "models/transformer_classifier.h"
+#include "testing.h"
+
+using namespace asc;
+
+namespace {
+
+constexpr int kThreads = 4;
+
+// Runs fn(0) ... fn(n - 1) on n threads; each waits at a barrier so they start together. The first exception one
+// of them throws is rethrown here after all have joined (doctest's CHECKs are not thread-safe, so threads throw).
+void run_threads(int n, const std::function<void(int)>& fn) {
+  std::barrier start(n);
+  std::mutex mu;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n; ++t)
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      try {
+        fn(t);
+      } catch (...) {
+        std::lock_guard lock(mu);
+        if (!first) first = std::current_exception();
+      }
+    });
+  for (auto& th : threads) th.join();
+  if (first) std::rethrow_exception(first);
+}
+
+// Throws (from any thread) unless a and b have the same shape, dtype and bits.
+void require_same(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASC_CHECK(a.defined() == b.defined(), "{}: one result is undefined", what);
+  if (!a.defined()) return;
+  ASC_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), "{}: {} {} vs {} {}", what, a.shape(), a.dtype(),
+            b.shape(), b.dtype());
+  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  for (size_t i = 0; i < va.size(); ++i)
+    ASC_CHECK(std::memcmp(&va[i], &vb[i], sizeof(double)) == 0, "{}: element {} is {} here, {} alone", what, i, va[i],
+              vb[i]);
+}
+
+// One model kind of the framework: how to build it and how to run it on an input made from a seed and a length.
+struct ModelKind {
+  std::string name;
+  std::function<std::shared_ptr<nn::Module>()> make;
+  // Returns the output for the input numbered `seed` of length T (the batch is 2).
+  std::function<Tensor(nn::Module&, uint64_t seed, int64_t T)> run;
+  // The auxiliary loss of the last forward (classifiers), or undefined.
+  std::function<Tensor(nn::Module&)> aux = [](nn::Module&) { return Tensor(); };
+};
+
+constexpr int64_t kVocab = 12, kMaxLen = 16;
+
+Tensor tokens(uint64_t seed, int64_t T) {
+  Generator g(seed);
+  return randint(0, kVocab, {2, T}, {.dtype = kInt64}, &g);
+}
+Tensor valid_mask(int64_t T) {  // sample 1 has two padding positions at the end
+  std::vector<uint8_t> v(static_cast<size_t>(2 * T), 1);
+  v[static_cast<size_t>(2 * T - 1)] = v[static_cast<size_t>(2 * T - 2)] = 0;
+  return tensor(std::vector<double>(v.begin(), v.end()), {2, T}).to(kBool);
+}
+
+std::vector<ModelKind> model_kinds() {
+  auto classifier = [](const std::string& attention) {
+    return [attention] {
+      auto o = models::TransformerClassifierOptions(kVocab, kMaxLen, 3).d_model(16).heads(2).layers(2).ffn(32);
+      o.attention(attention);
+      o.ascender(nn::AscenderAttentionOptions(16, 2).k({3}).aux_coh(0.1).aux_sep(0.1).aux_align(0.1).rope(true));
+      o.asam(nn::AsamAttentionOptions(16, 2).patterns({"window", "random", "hierarchical", "clustered"}).window(3)
+                 .random_keys(2).block(4).clusters(2));
+      return std::static_pointer_cast<nn::Module>(std::make_shared<models::TransformerClassifier>(o));
+    };
+  };
+  auto run_classifier = [](nn::Module& m, uint64_t seed, int64_t T) {
+    return dynamic_cast<models::TransformerClassifier&>(m).forward(tokens(seed, T), valid_mask(T));
+  };
+  auto aux = [](nn::Module& m) { return dynamic_cast<models::TransformerClassifier&>(m).aux_loss(); };
+  std::vector<ModelKind> kinds;
+  for (const char* a : {"dense", "ascender", "asam"})
+    kinds.push_back({std::string("classifier/") + a, classifier(a), run_classifier, aux});
+  kinds.push_back({"decoder_lm",
+                   [] {
+                     return std::static_pointer_cast<nn::Module>(std::make_shared<models::DecoderLM>(
+                         models::DecoderLMOptions(kVocab).d_model(16).heads(2).layers(1).ffn(32)));
+                   },
+                   [](nn::Module& m, uint64_t seed, int64_t T) { return m.forward(tokens(seed, T)); }});
+  kinds.push_back({"firing_classifier",
+                   [] {
+                     return std::static_pointer_cast<nn::Module>(std::make_shared<models::FiringClassifier>(
+                         models::FiringClassifierOptions(10, 3).hidden(16).fan_out(2)));
+                   },
+                   [](nn::Module& m, uint64_t seed, int64_t T) {
+                     Generator g(seed);
+                     return m.forward(randn({T, 10}, {}, &g));
+                   }});
+  kinds.push_back({"firing_token_model",
+                   [] {
+                     return std::static_pointer_cast<nn::Module>(std::make_shared<models::FiringTokenModel>(
+                         models::FiringTokenModelOptions(kVocab, 8).ssm_rank(4)));
+                   },
+                   [](nn::Module& m, uint64_t seed, int64_t T) { return m.forward(tokens(seed, T)); }});
+  return kinds;
+}
+
+// A scalar loss that weighs every output element differently (so each gradient entry matters).
+Tensor weighted_loss(const Tensor& y) {
+  Generator g(5);
+  return sum(y * randn(y.shape(), {.dtype = y.dtype()}, &g));
+}
+
+}  // namespace
+
+TEST_CASE("separate models built, run forward and backward on several threads at once match one thread alone") {
+  for (const ModelKind& kind : model_kinds()) {
+    INFO(kind.name);
+    // Built concurrently: the parameters' initial values come from the default generator, shared by the threads.
+    std::vector<std::shared_ptr<nn::Module>> models(kThreads);
+    std::vector<Tensor> outputs(kThreads);
+    std::vector<std::map<std::string, Tensor>> grads(kThreads);
+    auto step = [&](nn::Module& m, int t) {  // forward + backward; returns the output, leaves the grads on m
+      m.zero_grad();
+      Tensor y = kind.run(m, 100 + static_cast<uint64_t>(t), 6 + t);
+      const Tensor aux = kind.aux(m);  // this module's own last forward: no other thread runs it
+      (aux.defined() ? weighted_loss(y) + aux : weighted_loss(y)).backward();
+      return y.detach();
+    };
+    auto collect = [](nn::Module& m) {
+      std::map<std::string, Tensor> g;
+      for (auto& [name, p] : m.named_parameters())
+        if (p.grad().defined()) g[name] = p.grad().clone();
+      return g;
+    };
+    run_threads(kThreads, [&](int t) {
+      models[t] = kind.make();
+      models[t]->eval();  // no dropout: the same call gives the same result
+      outputs[t] = step(*models[t], t);
+      grads[t] = collect(*models[t]);
+    });
+    for (int t = 0; t < kThreads; ++t) {
+      const Tensor alone = step(*models[t], t);  // the same calls again, now on this thread only
+      const auto g_alone = collect(*models[t]);
+      CHECK_NOTHROW(require_same(outputs[t], alone, fmt::format("thread {} output", t)));
+      REQUIRE(grads[t].size() == g_alone.size());
+      CHECK(!g_alone.empty());
+      for (auto& [name, g] : g_alone) CHECK_NOTHROW(require_same(grads[t].at(name), g, name));
+    }
+    // Concurrent construction drew disjoint random ranges: no two models start from the same weights.
+    auto first_weight = [&](int t) { return models[t]->named_parameters().front().second; };
+    for (int a = 0; a < kThreads; ++a)
+      for (int b = a + 1; b < kThreads; ++b) CHECK(!testing::same_bits(first_weight(a), first_weight(b)));
+  }
+}
+
+TEST_CASE("one model shared by several threads in no-grad mode: every call matches the same call alone") {
+  manual_seed(3);
+  for (const ModelKind& kind : model_kinds()) {
+    INFO(kind.name);
+    auto model = kind.make();
+    model->eval();
+    // Each thread runs its own inputs, of its own length (ASAM's pattern cache is rebuilt as the lengths alternate).
+    constexpr int kCalls = 3;
+    std::map<std::pair<int, int>, Tensor> alone;
+    {
+      NoGradGuard ng;
+      for (int t = 0; t < kThreads; ++t)
+        for (int c = 0; c < kCalls; ++c) alone[{t, c}] = kind.run(*model, 1000 + 10 * t + c, 5 + (t + c) % 3);
+    }
+    run_threads(kThreads, [&](int t) {
+      NoGradGuard ng;
+      for (int c = 0; c < kCalls; ++c) {
+        const Tensor y = kind.run(*model, 1000 + 10 * t + c, 5 + (t + c) % 3);
+        ASC_CHECK(!y.requires_grad(), "no-grad forward recorded a graph");
+        require_same(y, alone.at({t, c}), fmt::format("thread {} call {}", t, c));
+        // Read what the forward passes leave behind while other threads write it.
+        for (auto& [name, sub] : model->named_modules()) {
+          if (auto* a = dynamic_cast<nn::Attention*>(sub.get())) (void)a->attention_weights();
+          if (auto* a = dynamic_cast<nn::AscenderAttention*>(sub.get())) (void)a->aux_loss(), (void)a->aux();
+          if (auto* a = dynamic_cast<nn::AsamAttention*>(sub.get())) (void)a->last_gate(), (void)a->aux_loss();
+          if (auto* f = dynamic_cast<nn::FiringLayer*>(sub.get())) (void)f->last_gate();
+        }
+      }
+    });
+  }
+}
+
+TEST_CASE("grad mode is per thread: a no-grad thread and a recording thread at the same time") {
+  manual_seed(4);
+  auto lin = std::make_shared<nn::Linear>(4, 3);
+  const Tensor x = randn({2, 4});
+  std::barrier both_inside(2);
+  bool recorded[2] = {};
+  run_threads(2, [&](int t) {
+    std::optional<NoGradGuard> ng;
+    if (t == 0) ng.emplace();
+    both_inside.arrive_and_wait();  // thread 0 has grad mode off while thread 1 runs
+    recorded[t] = (*lin)(x).requires_grad();
+    both_inside.arrive_and_wait();
+  });
+  CHECK(!recorded[0]);
+  CHECK(recorded[1]);
+  CHECK(GradMode::is_enabled());
+}
+
+TEST_CASE("anomaly scopes are per thread: each thread's error names its own module") {
+  autograd::DetectAnomalyGuard anomaly;
+  std::vector<std::string> messages(kThreads);
+  run_threads(kThreads, [&](int t) {
+    autograd::AnomalyScope scope(fmt::format("worker{}", t));
+    try {
+      (void)log(full({2}, -1.0, {.requires_grad = true}));  // NaN, recorded
+    } catch (const Error& e) {
+      messages[t] = e.what();
+    }
+  });
+  for (int t = 0; t < kThreads; ++t) {
+    INFO(messages[t]);
+    CHECK(messages[t].find(fmt::format("worker{}", t)) != std::string::npos);
+    for (int u = 0; u < kThreads; ++u)
+      if (u != t) CHECK(messages[t].find(fmt::format("worker{}", u)) == std::string::npos);
+  }
+}
+
+TEST_CASE("the default generator gives threads that draw at once disjoint, complete ranges of its stream") {
+  constexpr int kDraws = 25;
+  constexpr int64_t kN = 8;
+  Generator probe;
+  (void)randn({kN}, {}, &probe);
+  const uint64_t blocks = probe.offset();  // Philox blocks per draw
+  manual_seed(77);
+  const uint64_t start = default_generator().offset();
+  std::vector<std::vector<Tensor>> drawn(kThreads);
+  run_threads(kThreads, [&](int t) {
+    for (int i = 0; i < kDraws; ++i) drawn[t].push_back(randn({kN}));
+  });
+  CHECK(default_generator().offset() == start + kThreads * kDraws * blocks);
+  // The same stream drawn by one thread: every concurrent draw is exactly one of these, and each is used once.
+  Generator g(77);
+  g.set_offset(start);
+  std::map<std::vector<double>, int> unused;
+  for (int i = 0; i < kThreads * kDraws; ++i) ++unused[randn({kN}, {}, &g).to_vector<double>()];
+  for (const auto& per_thread : drawn)
+    for (const Tensor& d : per_thread) {
+      auto it = unused.find(d.to_vector<double>());
+      REQUIRE(it != unused.end());
+      if (--it->second == 0) unused.erase(it);
+    }
+  CHECK(unused.empty());
+}
