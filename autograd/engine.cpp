@@ -45,6 +45,10 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
   } else {
     leaf->grad = (Tensor(leaf->grad) + g).impl_ptr();
   }
+  if (!post_hooks_.empty()) {
+    const Tensor t(leaf);
+    for (auto& h : post_hooks_) h(t);
+  }
   return {};
 }
 
@@ -261,11 +265,38 @@ std::vector<Edge> root_edges(const TensorList& roots, const TensorList& grad_roo
 
 }  // namespace
 
+namespace {
+// The callbacks queued during the backward() running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
+}  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  ASC_CHECK(t_callbacks != nullptr, "queue_callback: only callable during backward() (from a gradient hook)");
+  t_callbacks->push_back(std::move(fn));
+}
+
+void register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor& leaf)> hook) {
+  ASC_CHECK(leaf.defined() && leaf.requires_grad() && leaf.is_leaf(),
+            "register_post_accumulate_grad_hook: expected a leaf tensor that requires grad");
+  gradient_edge(leaf);  // creates the AccumulateGrad node
+  static_cast<AccumulateGrad*>(leaf.impl()->grad_accumulator.get())->post_hooks().push_back(std::move(hook));
+}
+
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
   TensorList seeds;
   auto edges = root_edges(roots, grad_roots, seeds);
+  std::vector<std::function<void()>> callbacks;
+  struct Restore {
+    std::vector<std::function<void()>>* prev;
+    ~Restore() { t_callbacks = prev; }
+  } restore{t_callbacks};
+  t_callbacks = &callbacks;
   GraphTask task;
   task.run(edges, seeds, retain_graph);
+  for (size_t i = 0; i < callbacks.size(); ++i) {  // a callback may queue more (and grow the vector)
+    auto fn = std::move(callbacks[i]);
+    fn();
+  }
 }
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,

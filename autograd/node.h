@@ -108,11 +108,15 @@ class AccumulateGrad final : public Node {
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf);
   TensorList apply(const TensorList& grad_outputs) override;
   std::vector<GradHook>& hooks() { return hooks_; }
+  // Called with the leaf after its .grad has been updated (register_post_accumulate_grad_hook).
+  using PostHook = std::function<void(const Tensor& leaf)>;
+  std::vector<PostHook>& post_hooks() { return post_hooks_; }
   bool is_accumulate_grad() const override { return true; }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;  // weak: the leaf owns this node, not the other way round
   std::vector<GradHook> hooks_;
+  std::vector<PostHook> post_hooks_;
 };
 
 // A tensor kept for backward. It holds the data without the autograd history (so saving an op's own output
@@ -150,6 +154,11 @@ void set_history(const TensorList& outputs, const std::shared_ptr<Node>& node);
 
 // Runs backward from `roots` with the given seed gradients (see Tensor::backward).
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph = false);
+// Calls hook(leaf) each time backward() has accumulated a gradient into leaf.grad() (leaves that require grad; not
+// during autograd::grad, which leaves .grad alone). DistributedDataParallel starts its all-reduces from these.
+void register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor& leaf)> hook);
+// From inside a backward pass (a hook): runs fn after the whole graph has been processed, before backward() returns.
+void queue_callback(std::function<void()> fn);
 
 // Gradients of `outputs` w.r.t. `inputs` without touching any .grad (used by gradcheck and checkpointing).
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
