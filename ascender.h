@@ -1,5 +1,6 @@
 #pragma once
-// The public API of ascender in one include: tensors, ops, autograd, nn layers, optimizers, checkpoints.
+// The public API of ascender in one include: tensors, ops, autograd, nn layers, optimizers, checkpoints, distributed
+// data-parallel training.
 //   #include "ascender.h"
 //   asc::Tensor x = asc::randn({2, 3}, {.requires_grad = true});
 //   asc::sum(asc::tanh(x)).backward();
@@ -14,6 +15,7 @@
 #include "core/generator.h"
 #include "core/tensor.h"
 #include "cuda/cuda.h"
+#include "nn/distributed.h"
 #include "nn/nn.h"
 #include "nn/safetensors.h"
 #include "nn/serialize.h"
