@@ -65,6 +65,18 @@ if(ASC_HAVE_CUDA AND NOT ASC_CUDA_EMULATION)
   else()
     message(STATUS "ascender: cuDNN not found: attention uses the composed kernels")
   endif()
+  # NCCL (the "nccl" process group, cuda/process_group_nccl.cpp) when its header and library are present and MPI,
+  # which starts the ranks and hands them NCCL's id, was found too.
+  find_path(ASC_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(ASC_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+  if(ASC_NCCL_INCLUDE AND ASC_NCCL_LIBRARY AND MPI_CXX_FOUND)
+    target_include_directories(ascender PRIVATE ${ASC_NCCL_INCLUDE})
+    target_link_libraries(ascender PUBLIC ${ASC_NCCL_LIBRARY})
+    target_compile_definitions(ascender PRIVATE ASC_HAVE_NCCL=1)
+    message(STATUS "ascender: NCCL found (${ASC_NCCL_LIBRARY}): the nccl process group is built")
+  else()
+    message(STATUS "ascender: no NCCL (or no MPI): no nccl process group")
+  endif()
 endif()
 
 if(NOT ASC_HAVE_CUDA)

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <climits>
+#include <functional>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -19,9 +20,18 @@
 
 namespace asc::distributed {
 
+#if defined(ASC_HAVE_NCCL)
+// cuda/process_group_nccl.cpp
+std::shared_ptr<ProcessGroup> make_nccl_group(int rank, int size, const ProcessGroupOptions& options,
+                                              const std::function<void(void*, size_t)>& share);
+#endif
+
 bool backend_available(const std::string& backend) {
 #if defined(ASC_HAVE_MPI)
   if (backend == "mpi") return true;
+#endif
+#if defined(ASC_HAVE_NCCL)
+  if (backend == "nccl") return true;
 #endif
   return false;
 }
@@ -278,6 +288,20 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
                              : "it needs the CUDA backend, NCCL and MPI at configure time");
 #if defined(ASC_HAVE_MPI)
   ensure_mpi_initialized();
+#if defined(ASC_HAVE_NCCL)
+  if (backend == "nccl") {
+    int rank = 0, size = 0;
+    {
+      std::lock_guard lock(g_mpi_mu);
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+    return make_nccl_group(rank, size, options, [](void* bytes, size_t n) {
+      std::lock_guard lock(g_mpi_mu);
+      mpi_check(MPI_Bcast(bytes, static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD), "init_process_group(\"nccl\")");
+    });
+  }
+#endif
   std::lock_guard lock(g_mpi_mu);
   MPI_Comm comm;
   mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "init_process_group");  // its own communicator: no cross-talk
