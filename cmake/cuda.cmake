@@ -2,6 +2,7 @@
 # CUDA compile and link breakage shows up in CI. At run time the backend registers itself only when a device
 # is actually available; everything else runs on the CPU.
 set(ASC_HAVE_CUDA OFF)
+set(ASC_HAVE_NCCL OFF)
 # The backend's sources, for nvcc or for the emulator. Two files of cuda/ are plain C++ in every build: the caching
 # allocator's policy (tested with a mock device) and stub.cpp, the public CUDA API of a build without the backend.
 file(GLOB ASC_CU_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cu)
@@ -73,6 +74,7 @@ if(ASC_HAVE_CUDA AND NOT ASC_CUDA_EMULATION)
     target_include_directories(ascender PRIVATE ${ASC_NCCL_INCLUDE})
     target_link_libraries(ascender PUBLIC ${ASC_NCCL_LIBRARY})
     target_compile_definitions(ascender PRIVATE ASC_HAVE_NCCL=1)
+    set(ASC_HAVE_NCCL ON)
     message(STATUS "ascender: NCCL found (${ASC_NCCL_LIBRARY}): the nccl process group is built")
   else()
     message(STATUS "ascender: no NCCL (or no MPI): no nccl process group")
