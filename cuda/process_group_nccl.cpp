@@ -21,6 +21,7 @@
 #include "core/format.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "nn/collective_signature.h"
 #include "nn/process_group.h"
 
 namespace asc::distributed {
@@ -80,7 +81,7 @@ class NcclGroup final : public ProcessGroup {
   std::shared_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op, bool check_sig) override {
     check_tensor("all_reduce", t);
     const ncclDataType_t type = nccl_type(t.dtype(), "all_reduce");
-    if (check_sig && options().check_signatures) check_signature(0, t, -1);
+    if (check_sig && options().check_signatures) check_signature(detail::Collective::AllReduce, t, -1);
     cudaStream_t s = cuda::stream_of(device_);
     check(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), type, nccl_op(op), comm_, s),
           "all_reduce");
@@ -91,7 +92,7 @@ class NcclGroup final : public ProcessGroup {
     check_tensor("broadcast", t);
     ASC_CHECK(root >= 0 && root < size(), "broadcast (nccl): root {} is not a rank of this group (size {})", root,
               size());
-    if (options().check_signatures) check_signature(1, t, root);
+    if (options().check_signatures) check_signature(detail::Collective::Broadcast, t, root);
     cudaStream_t s = cuda::stream_of(device_);
     check(ncclBroadcast(t.raw_data(), t.raw_data(), t.numel() * dtype_size(t.dtype()), ncclUint8, root, comm_, s),
           "broadcast");
@@ -101,7 +102,7 @@ class NcclGroup final : public ProcessGroup {
   }
   Tensor all_gather(const Tensor& t) override {
     check_tensor("all_gather", t);
-    if (options().check_signatures) check_signature(2, t, -1);
+    if (options().check_signatures) check_signature(detail::Collective::AllGather, t, -1);
     return gather_bytes(t);
   }
   void barrier() override {
@@ -176,16 +177,10 @@ class NcclGroup final : public ProcessGroup {
     NcclWork(this, record(s), out).wait();
     return out;
   }
-  void check_signature(int64_t op, const Tensor& t, int64_t root) {
-    static const char* names[] = {"all_reduce", "broadcast", "all_gather"};
-    const Tensor mine = tensor(std::vector<int64_t>{op, static_cast<int64_t>(t.dtype()), t.numel(), root}, {4})
-                            .to(Device::cuda(device_));
-    const auto all = gather_bytes(mine).to(Device::cpu()).to_vector<int64_t>();
-    for (int r = 1; r < size(); ++r)
-      for (int k = 0; k < 4; ++k)
-        ASC_CHECK(all[4 * r + k] == all[k], "{} (nccl): the ranks disagree: rank 0 passed {} elements of {}, rank {} "
-                  "{} elements of {}", names[op], all[2], static_cast<DType>(all[1]), r, all[4 * r + 2],
-                  static_cast<DType>(all[4 * r + 1]));
+  void check_signature(detail::Collective op, const Tensor& t, int64_t root) {
+    const auto sig = detail::collective_signature(op, t, root);
+    const Tensor mine = tensor(std::vector<int64_t>(sig.begin(), sig.end()), {4}).to(Device::cuda(device_));
+    detail::check_collective_signatures(gather_bytes(mine).to(Device::cpu()).to_vector<int64_t>(), "nccl");
   }
 
   int device_;

@@ -4,6 +4,7 @@
 #include "nn/process_group.h"
 
 #include <chrono>
+#include <algorithm>
 #include <climits>
 #include <functional>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "nn/collective_signature.h"
 
 #if defined(ASC_HAVE_MPI)
 #include <mpi.h>
@@ -25,6 +27,36 @@ namespace asc::distributed {
 std::shared_ptr<ProcessGroup> make_nccl_group(int rank, int size, const ProcessGroupOptions& options,
                                               const std::function<void(void*, size_t)>& share);
 #endif
+
+namespace detail {
+
+const char* collective_name(Collective op) {
+  switch (op) {
+    case Collective::AllReduce: return "all_reduce";
+    case Collective::Broadcast: return "broadcast";
+    case Collective::AllGather: return "all_gather";
+  }
+  return "?";
+}
+
+std::array<int64_t, 4> collective_signature(Collective op, const Tensor& t, int64_t root) {
+  return {static_cast<int64_t>(op), static_cast<int64_t>(t.dtype()), t.numel(), root};
+}
+
+void check_collective_signatures(const std::vector<int64_t>& all, const std::string& backend) {
+  auto describe = [&](size_t r) {
+    const int64_t* s = &all[4 * r];
+    std::string d = fmt::format("rank {}: {} of {} elements of {}", r, collective_name(static_cast<Collective>(s[0])),
+                                s[2], static_cast<DType>(s[1]));
+    if (s[3] >= 0) d += fmt::format(" (root {})", s[3]);
+    return d;
+  };
+  for (size_t r = 1; 4 * r < all.size(); ++r)
+    ASC_CHECK(std::equal(all.begin(), all.begin() + 4, all.begin() + 4 * r), "{} ({}): the ranks disagree: {}; {}",
+              collective_name(static_cast<Collective>(all[0])), backend, describe(0), describe(r));
+}
+
+}  // namespace detail
 
 bool backend_available(const std::string& backend) {
 #if defined(ASC_HAVE_MPI)
@@ -69,11 +101,7 @@ void ensure_mpi_initialized() {
   });
 }
 
-const char* op_name(int code) {
-  static const char* names[] = {"all_reduce", "broadcast", "all_gather", "barrier"};
-  return code >= 0 && code < 4 ? names[code] : "?";
-}
-enum OpCode : int64_t { kAllReduce = 0, kBroadcast = 1, kAllGather = 2, kBarrier = 3 };
+using detail::Collective;
 
 MPI_Datatype reduce_type(DType d, const char* op) {
   switch (d) {
@@ -134,7 +162,7 @@ class MpiGroup final : public ProcessGroup {
     ASC_CHECK(op != ReduceOp::Average || is_floating(t.dtype()),
               "all_reduce (mpi): Average needs a floating dtype, got {}", t.dtype());
     const int count = checked_count(t.numel(), "all_reduce");
-    if (check) check_signature(kAllReduce, t, -1);
+    if (check) check_signature(Collective::AllReduce, t, -1);
     MPI_Request req;
     {
       std::lock_guard lock(g_mpi_mu);
@@ -148,7 +176,7 @@ class MpiGroup final : public ProcessGroup {
     ASC_CHECK(root >= 0 && root < size(), "broadcast (mpi): root {} is not a rank of this group (size {})", root,
               size());
     const int bytes = checked_count(t.numel() * static_cast<int64_t>(dtype_size(t.dtype())), "broadcast");
-    check_signature(kBroadcast, t, root);
+    check_signature(Collective::Broadcast, t, root);
     MPI_Request req;
     {
       std::lock_guard lock(g_mpi_mu);
@@ -161,7 +189,7 @@ class MpiGroup final : public ProcessGroup {
   Tensor all_gather(const Tensor& t) override {
     check_tensor("all_gather", t);
     const int bytes = checked_count(t.numel() * static_cast<int64_t>(dtype_size(t.dtype())), "all_gather");
-    check_signature(kAllGather, t, -1);
+    check_signature(Collective::AllGather, t, -1);
     Shape shape = t.shape();
     shape.insert(0, size());
     Tensor out = Tensor::empty(shape, {.dtype = t.dtype(), .device = t.device()});
@@ -235,26 +263,18 @@ class MpiGroup final : public ProcessGroup {
               t.strides());
   }
   // Every rank compares (operation, dtype, element count, root) with every other's; all throw on a mismatch.
-  void check_signature(int64_t op, const Tensor& t, int64_t root) {
+  void check_signature(Collective op, const Tensor& t, int64_t root) {
     if (!options().check_signatures) return;
-    const int64_t mine[4] = {op, static_cast<int64_t>(t.dtype()), t.numel(), root};
+    const auto mine = detail::collective_signature(op, t, root);
     std::vector<int64_t> all(static_cast<size_t>(4 * size()));
+    const char* what = detail::collective_name(op);
     MPI_Request req;
     {
       std::lock_guard lock(g_mpi_mu);
-      mpi_check(MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &req), op_name(op));
+      mpi_check(MPI_Iallgather(mine.data(), 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, &req), what);
     }
-    wait_request(req, op_name(static_cast<int>(op)));
-    auto describe = [&](int r) {
-      const int64_t* s = &all[static_cast<size_t>(4 * r)];
-      std::string d = fmt::format("rank {}: {} of {} elements of {}", r, op_name(static_cast<int>(s[0])), s[2],
-                                  static_cast<DType>(s[1]));
-      if (s[3] >= 0) d += fmt::format(" (root {})", s[3]);
-      return d;
-    };
-    for (int r = 1; r < size(); ++r)
-      ASC_CHECK(std::equal(all.begin(), all.begin() + 4, all.begin() + 4 * r), "{} (mpi): the ranks disagree: {}; {}",
-                op_name(static_cast<int>(op)), describe(0), describe(r));
+    wait_request(req, what);
+    detail::check_collective_signatures(all, "mpi");
   }
 
   MPI_Comm comm_;
