@@ -3,6 +3,8 @@
 #include <cmath>
 #include <span>
 
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "nn/init.h"
@@ -88,8 +90,16 @@ std::string CrossPathSSM::extra_repr() const {
 }
 
 std::shared_ptr<optim::FiringRuleB> FiringLayer::rule_b(const optim::RuleBOptions& o) {
+  if (o.fuse_sgd) {
+    ASC_CHECK(type_name() == "FiringLinear" && !options.channels(),
+              "{}: rule B's fuse_sgd folds W's gradient dZᵀX into the Oja product; it needs a FiringLinear with "
+              "dense input (not channels, not the index path)", type_name());
+    ASC_CHECK(fused_rule_ == nullptr, "{}: a rule B with fuse_sgd is already attached; W's SGD step can be taken "
+              "by one rule only", type_name());
+  }
   auto rule = std::make_shared<optim::FiringRuleB>(tensors(), o);
   rules_.push_back(rule);
+  if (o.fuse_sgd) fused_rule_ = rule;
   return rule;
 }
 
@@ -99,7 +109,8 @@ std::shared_ptr<optim::FiringRuleA> FiringLayer::rule_a(const optim::RuleAOption
   return rule;
 }
 
-Tensor FiringLayer::fire(const Tensor& Z, const Shape& lead, const Tensor& X, const Tensor& tok) {
+Tensor FiringLayer::fire(const Tensor& Z, const Shape& lead, const Tensor& X, const Tensor& tok,
+                         std::shared_ptr<Tensor> dZ) {
   const GateOptions gate{.mode = options.backward(), .surrogate = options.surrogate(),
                          .width = options.surrogate_width()};
   Tensor Y;  // (N, P, α), or with the SSM (B, T, P, α)
@@ -120,7 +131,7 @@ Tensor FiringLayer::fire(const Tensor& Z, const Shape& lead, const Tensor& X, co
   if (is_training() && !rules_.empty()) {
     // Copies of f and SP: the optimizer moves them before the rule reads the snapshot.
     optim::FiringSnapshot s{X.defined() ? X.detach() : Tensor(), tok, Z.detach(), F, f.detach().clone(),
-                            SP.detach().clone()};
+                            SP.detach().clone(), std::move(dZ)};
     for (const auto& rule : rules_) rule->observe(s);
   }
   Shape out = lead;
@@ -140,6 +151,25 @@ std::string FiringLayer::extra_repr() const {
 
 FiringLinear::FiringLinear(const FiringOptions& o) : FiringLayer("FiringLinear", o, o.in_features()) {}
 
+namespace {
+// Z = X Wᵀ (N, P) whose backward gives X its gradient (dZ W) but W none: it adds dL/dZ to *dZ_sink for the
+// rule B that takes W's SGD step (fuse_sgd), which folds W's product dZᵀ X into its Oja product.
+Tensor linear_deferring_weight_grad(const Tensor& X, const Tensor& W, const std::shared_ptr<Tensor>& dZ_sink) {
+  Tensor Z;
+  {
+    NoGradGuard ng;
+    Z = linear(X, W);
+  }
+  autograd::record("firing_linear", {X, W}, {Z},
+                   [Ws = autograd::SavedTensor(W, "firing_linear"), dZ_sink,
+                    x_grad = X.requires_grad()](const TensorList& g) -> TensorList {
+                     *dZ_sink = dZ_sink->defined() ? *dZ_sink + g[0] : g[0].contiguous();
+                     return {x_grad ? matmul(g[0], Ws.get()) : Tensor(), Tensor()};
+                   });
+  return Z;
+}
+}  // namespace
+
 Tensor FiringLinear::forward(const Tensor& x) {
   const int64_t d = options.in_features(), P = options.neurons();
   if (options.channels()) {
@@ -155,6 +185,14 @@ Tensor FiringLinear::forward(const Tensor& x) {
             x.defined() ? x.shape() : Shape{});
   const Shape lead(std::span<const int64_t>(x.shape().begin(), x.shape().end() - 1));
   const Tensor X = x.reshape({-1, d});  // (N, d)
+  if (defers_w_grad() && is_training() && GradMode::is_enabled() && W.requires_grad()) {
+    ASC_CHECK(!fused_rule_->holds_deferred_gradient(),
+              "FiringLinear: a second training forward pass after a backward pass, before optimizer.step(): with "
+              "rule B's fuse_sgd, W's gradient waits in the rule for the step and would be lost (fuse_sgd does not "
+              "support gradient accumulation over several forward passes)");
+    auto dZ = std::make_shared<Tensor>();
+    return fire(linear_deferring_weight_grad(X, W, dZ), lead, X, Tensor(), dZ);
+  }
   return fire(linear(X, W), lead, X, Tensor());  // Z = X Wᵀ (linear's backward writes dW without a transpose)
 }
 

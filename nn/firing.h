@@ -89,7 +89,12 @@ class FiringLayer : public Module {
  protected:
   FiringLayer(const char* type, const FiringOptions& o, int64_t w_cols);
   // Z (N, P) -> the output (lead..., P[, α]); feeds the rules in training mode. With the SSM, lead is (B, T).
-  Tensor fire(const Tensor& Z, const Shape& lead, const Tensor& X, const Tensor& tok);
+  // dZ: where the backward pass leaves dL/dZ when W's gradient is deferred to a fuse_sgd rule (else null).
+  Tensor fire(const Tensor& Z, const Shape& lead, const Tensor& X, const Tensor& tok,
+              std::shared_ptr<Tensor> dZ = nullptr);
+  // True when a rule_b(fuse_sgd) takes W's SGD step: the training forward defers W's gradient to it.
+  bool defers_w_grad() const { return fused_rule_ != nullptr; }
+  std::shared_ptr<optim::FiringRuleB> fused_rule_;  // the rule B with fuse_sgd, if any
 
  private:
   optim::FiringTensors tensors() const { return {W, f, SP, r_bar, m_bar, f_bar}; }

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "ops/ops.h"
+#include "optim/optimizer.h"
 
 namespace asc::optim {
 
@@ -78,6 +79,26 @@ FiringRuleB::FiringRuleB(FiringTensors t, RuleBOptions o) : FiringRule(std::move
   set_range(t_.SP, o.sp_min, o.sp_max);
 }
 
+void FiringRuleB::prepare(const Optimizer& opt) {
+  if (!o_.fuse_sgd) return;
+  const int64_t g = opt.group_of(t_.W);
+  ASC_CHECK(g >= 0, "FiringRuleB (fuse_sgd): W {} is not a parameter of the {} optimizer the rule is attached to; "
+            "fuse_sgd takes that optimizer's SGD step on W", t_.W.shape(), opt.name());
+  ASC_CHECK(opt.name() == "SGD" && opt.option(g, "momentum") == 0,
+            "FiringRuleB (fuse_sgd): folds plain SGD (momentum 0) on W into its Oja product; W is in a {} group{}. "
+            "Use fuse_sgd = false with this optimizer", opt.name(),
+            opt.name() == "SGD" ? fmt::format(" with momentum {}", opt.option(g, "momentum")) : std::string());
+  for (const auto& rule : opt.local_rules())
+    ASC_CHECK(rule.get() == this || !rule->masks(t_.W),
+              "FiringRuleB (fuse_sgd): rule '{}' also masks W's update; fuse_sgd applies only its own mask_w",
+              rule->name());
+  ASC_CHECK(!(holds_deferred_gradient() && t_.W.grad().defined()),
+            "FiringRuleB (fuse_sgd): W {} has a .grad besides the gradient the layer deferred to the rule (W was used "
+            "outside the layer's forward); its SGD step would be taken twice", t_.W.shape());
+  lr_w_ = opt.lr(static_cast<size_t>(g));
+  wd_w_ = opt.option(static_cast<size_t>(g), "weight_decay");
+}
+
 void FiringRuleB::apply() {
   if (!has_snapshot()) return;  // eval-mode forward or no forward: nothing adapts
   check_snapshot("FiringRuleB", snap_, t_);
@@ -97,9 +118,19 @@ void FiringRuleB::apply() {
     t_.W.copy_(W + input_sum(snap_, FZ - FZ2 / z_ref2 * Wcols.t(), W) * (o_.eta_w / N));
   } else {
     // W (1 − η_w / N · Σ F Z² / Z_ref2) + η_w / N · Σ_b F Z x_b: one pass over W besides the product.
-    const Tensor keep = 1.0 - sum_FZ2 * (o_.eta_w / (N * z_ref2));
+    Tensor keep = 1.0 - sum_FZ2 * (o_.eta_w / (N * z_ref2));  // (P, 1)
+    Tensor coef = FZ;                                          // (N, P), scaled by `scale` below
+    double scale = o_.eta_w / N;
+    if (holds_deferred_gradient()) {
+      // fuse_sgd: W's SGD step folded into the same product (header): k (1 − lr wd m) W + (η_w/N F Z − lr k m dZ)ᵀ X.
+      const Tensor mask = row_mask(t_.W);  // bool (P) or undefined: every row moves
+      const Tensor m = mask.defined() ? mask.to(acc).view({P, 1}) : ones({P, 1}, {acc, W.device()});
+      coef = FZ * scale - snap_.dZ->to(acc) * (keep * m * lr_w_).view({1, P});
+      keep = keep * (1.0 - m * (lr_w_ * wd_w_));
+      scale = 1.0;
+    }
     t_.W.copy_(W * keep);
-    t_.W.add_(input_sum(snap_, FZ, W).to(t_.W.dtype()), o_.eta_w / N);
+    t_.W.add_(input_sum(snap_, coef, W).to(t_.W.dtype()), scale);
   }
   // Oja on f: η_f mean_b F (Y Z − Y² / Y_ref2 · f) with Y = F f' Z: η_f / N · Σ_b F Z² · (f' − f'² f / Y_ref2).
   const Tensor f_fwd = snap_.f.to(acc);

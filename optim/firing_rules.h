@@ -26,6 +26,8 @@ struct FiringSnapshot {
   Tensor Z, F;  // (N, P)
   Tensor f;     // (P, α): the output weights of the forward pass, so the local output Y = F f Z need not be stored
   Tensor SP;    // (P), the thresholds the forward pass compared with
+  // With rule B's fuse_sgd: the layer's backward pass leaves dL/dZ (N, P) here instead of forming W's gradient.
+  std::shared_ptr<Tensor> dZ;
 };
 
 // The tensors of the layer a rule acts on (the layer's own parameters and buffers, updated in place).
@@ -47,6 +49,8 @@ class FiringRule : public LocalRule {
   // Rows of W and f whose neuron fired at least once in the snapshot's batch.
   Tensor fired(const Tensor&) const override { return has_snapshot() ? active_rows(snap_.F) : Tensor(); }
   void clear() override { snap_ = FiringSnapshot{}; }
+  // True when a backward pass left W's deferred gradient (fuse_sgd) that no step has used yet.
+  bool holds_deferred_gradient() const { return snap_.dZ && snap_.dZ->defined(); }
 
  protected:
   FiringTensors t_;
@@ -63,6 +67,14 @@ class FiringRule : public LocalRule {
 // Y_ref2 = Y_ref² + ε_Y. W and f are the ones after the gradient step (docs: a second-order difference). The f term
 // uses Y = F f' Z (f' the forward's f): mean_b F (Y Z − Y² f / Y_ref2) = mean_b F Z² · (f' − f'² f / Y_ref2), one
 // pass over (N, P) instead of (N, P, α).
+//
+// fuse_sgd (FiringLinear, dense input; the optimizer plain SGD on W: momentum 0): the rule takes W's SGD step
+// itself. W's gradient dZᵀ X and the Oja product (F Z)ᵀ X read the same X, so with k = 1 − η_w/N Σ F Z² / Z_ref2,
+// m the rows mask_w lets move, lr and wd the optimizer's for W:
+//   W <- k (1 − lr wd m) W + (η_w/N F Z − lr k m dZ)ᵀ X
+// is the SGD step followed by the Oja term, one GEMM instead of two. The layer's backward then leaves dL/dZ in the
+// snapshot and W.grad undefined: W's gradient is not seen by gradient clipping or DistributedDataParallel, and a
+// second training forward before step() (gradient accumulation) is refused.
 struct RuleBOptions {
   double eta_w = 1e-3, eta_f = 1e-3, eta_sp = 1e-2;
   double z_ref = 1.0, y_ref = 1.0, eps_z = 1e-6, eps_y = 1e-6;
@@ -71,17 +83,20 @@ struct RuleBOptions {
   double w_min = 0.0, w_max = 1.0, f_min = 0.0, f_max = 1.0;  // signed weights: w_min = -w_max, f_min = -f_max
   double sp_min = -1e9, sp_max = 1e9;
   UpdateMask mask_w = UpdateMask::All, mask_f = UpdateMask::All;  // rows the backprop update may move
+  bool fuse_sgd = false;  // fold W's SGD step into the Oja product (above)
 };
 
 class FiringRuleB : public FiringRule {
  public:
   FiringRuleB(FiringTensors t, RuleBOptions o);
   std::string name() const override { return "FiringRuleB"; }
+  void prepare(const Optimizer& opt) override;
   void apply() override;
   const RuleBOptions& options() const { return o_; }
 
  private:
   RuleBOptions o_;
+  double lr_w_ = 0, wd_w_ = 0;  // fuse_sgd: the optimizer's lr and weight decay for W, read by prepare()
 };
 
 // Rule A (docs/firing.md §5), local only: pair it with an optimizer over no gradient (or lr 0). With means over

@@ -18,6 +18,10 @@
 // Without a snapshot, fired() is undefined and Active / Inactive masks fall back to "every row moves" (the rule
 // has no information); apply() should do nothing.
 //
+// A rule may also take over a parameter's gradient step (rule B's fuse_sgd folds plain SGD on W into its own
+// product): prepare(), at the start of step(), reads what it needs of the optimizer and throws on a configuration
+// it cannot run with, before anything is modified.
+//
 // Sketch of the firing perceptron of docs/firing.md (learning rule B) on this API (a layer with W (P, d), f (P, α),
 // buffers SP, r̄, m̄ (P)):
 //
@@ -51,6 +55,8 @@
 
 namespace asc::optim {
 
+class Optimizer;
+
 // Which rows of a parameter the optimizer's gradient update may move.
 enum class UpdateMask { All, Active, Inactive };
 
@@ -64,6 +70,9 @@ class LocalRule {
   // Per-row "fired" flags of `param` (bool, (param.size(0),)) from the current snapshot; an undefined tensor
   // when the rule holds no snapshot. Only called for parameters registered with set_mask.
   virtual Tensor fired(const Tensor& /*param*/) const { return {}; }
+  // Called at the start of Optimizer::step(), with the gradients' validation, before any tensor is modified: a
+  // rule reads the optimizer's options it depends on and throws asc::Error on ones it cannot run with.
+  virtual void prepare(const Optimizer& /*opt*/) {}
   // The rule's own in-place update, after the gradient updates (called inside NoGradGuard).
   virtual void apply() = 0;
   // Drops the snapshot at the end of Optimizer::step().

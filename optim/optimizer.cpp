@@ -97,6 +97,13 @@ double Optimizer::lr(size_t group) const {
 
 void Optimizer::set_lr(size_t group, double lr) { set_option(group, "lr", lr); }
 
+int64_t Optimizer::group_of(const Tensor& param) const {
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (const Tensor& p : groups_[gi].params)
+      if (p.impl() == param.impl()) return static_cast<int64_t>(gi);
+  return -1;
+}
+
 double Optimizer::option(size_t group, const std::string& option) const {
   check_group(group, "option");
   return groups_[group].options[option_index(option, "option")];
@@ -177,7 +184,9 @@ void Optimizer::add_local_rule(std::shared_ptr<LocalRule> rule) {
 void Optimizer::step() {
   run_hooks(pre_hooks_);
 
-  // 1. Validate every gradient and resolve every row mask before anything is modified.
+  // 1. Validate every gradient and resolve every row mask before anything is modified; the rules check the options
+  //    they depend on.
+  for (const auto& rule : rules_) rule->prepare(*this);
   struct Work {
     size_t group;
     Tensor param, grad, mask;

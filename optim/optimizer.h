@@ -13,7 +13,7 @@
 //   }
 //   asc::StateDict sd = opt.state_dict();   // resume bit-identically with load_state_dict(sd)
 //
-// step() order: pre hooks -> validation of every gradient and row mask (nothing is modified when one is bad) ->
+// step() order: pre hooks -> LocalRule::prepare() and the validation of every gradient and row mask (nothing is modified when one is bad) ->
 // the fused update of every parameter with a defined .grad (parameters without one are skipped, their state
 // untouched) restricted to the rows the local rules allow -> LocalRule::apply() of every rule -> clamps of the
 // ranges the rules registered -> post hooks -> LocalRule::clear(). See optim/local_rule.h.
@@ -59,6 +59,8 @@ class Optimizer {
   double option(size_t group, const std::string& option) const;
   void set_option(size_t group, const std::string& option, double value);
   const std::vector<Tensor>& params(size_t group) const;
+  // The group holding `param` (the same tensor, not a copy), or -1.
+  int64_t group_of(const Tensor& param) const;
 
   // The optimizer state of one parameter: its step count (0 before its first update) and a named state tensor
   // (undefined when not allocated). For inspection and tests.

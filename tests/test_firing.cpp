@@ -428,7 +428,7 @@ struct RuleState {
 
 // One optimizer step (SGD, lr, exact gate, loss <G, Y>) and then rule B, every term of docs/firing.md §4 in loops.
 RuleState naive_rule_b_step(NaiveLayer n, const Vec& G, double lr, const optim::RuleBOptions& o, Vec r_bar,
-                            Vec m_bar) {
+                            Vec m_bar, double weight_decay = 0) {
   const int64_t N = n.N, P = n.P, A = n.A, D = n.D;
   Vec Z, F, Y;
   n.forward(Z, F, Y);
@@ -449,9 +449,9 @@ RuleState naive_rule_b_step(NaiveLayer n, const Vec& G, double lr, const optim::
   Vec W = n.W, f = n.f, SP = n.SP;
   for (int64_t p = 0; p < P; ++p) {
     if (row_allowed(o.mask_w, active[p]))
-      for (int64_t c = 0; c < D; ++c) W[p * D + c] -= lr * dW[p * D + c];
+      for (int64_t c = 0; c < D; ++c) W[p * D + c] -= lr * (dW[p * D + c] + weight_decay * n.W[p * D + c]);
     if (row_allowed(o.mask_f, active[p]))
-      for (int64_t g = 0; g < A; ++g) f[p * A + g] -= lr * df[p * A + g];
+      for (int64_t g = 0; g < A; ++g) f[p * A + g] -= lr * (df[p * A + g] + weight_decay * n.f[p * A + g]);
   }
   // Oja on W and f (after the gradient step), the EMAs, the threshold, the clips.
   const double zr2 = o.z_ref * o.z_ref + o.eps_z, yr2 = o.y_ref * o.y_ref + o.eps_y;
@@ -553,6 +553,136 @@ TEST_CASE("learning rule B, one step: SGD on the masked rows, Oja on W and f, ho
       check_close(b.layer->m_bar, r.m_bar, 1e-14, 1e-13);
       CHECK(b.layer->SP.to_vector<double>()[3] == 50.0);  // the silent neuron's threshold, clipped to sp_max
     }
+}
+
+TEST_CASE("rule B fuse_sgd: the SGD step folded into the Oja product equals SGD then rule B (loops, each mask, "
+          "weight decay); W.grad stays undefined; the input still gets its gradient") {
+  for (optim::UpdateMask mask : {optim::UpdateMask::All, optim::UpdateMask::Active, optim::UpdateMask::Inactive})
+    for (double wd : {0.0, 0.3}) {
+      CAPTURE(static_cast<int>(mask));
+      CAPTURE(wd);
+      NaiveLayer n = naive_layer(Path::Dense, 72);
+      Built b = build(n);
+      const optim::RuleBOptions o{.eta_w = 0.05, .eta_f = 0.07, .eta_sp = 0.3, .z_ref = 0.8, .beta_r = 0.3,
+                                  .r_target = 0.2, .lambda_m = 0.5, .w_min = -0.7, .w_max = 0.75, .f_min = -1,
+                                  .f_max = 0.9, .mask_w = mask, .mask_f = mask, .fuse_sgd = true};
+      const double lr = 0.1;
+      optim::SGD opt(b.layer->parameters(), {.lr = lr, .weight_decay = wd});
+      opt.add_local_rule(b.layer->rule_b(o));
+      const Tensor G = randn64({n.N, n.P, n.A}, false, 73);
+      const Tensor x = b.input.detach().set_requires_grad(true);
+      sum(b.layer->forward(x) * G).backward();
+      CHECK(!b.layer->W.grad().defined());  // deferred to the rule
+      CHECK(b.layer->f.grad().defined());
+      // dL/dx = dZ W with dZ[b, p] = F Σ_g G f: the deferring product still passes the input its gradient.
+      Vec Z, F, Y, dx(n.N * n.D, 0.0);
+      n.forward(Z, F, Y);
+      const Vec g = G.to_vector<double>();
+      for (int64_t r = 0; r < n.N; ++r)
+        for (int64_t p = 0; p < n.P; ++p) {
+          double dz = 0;
+          for (int64_t a = 0; a < n.A; ++a) dz += F[r * n.P + p] * g[(r * n.P + p) * n.A + a] * n.f[p * n.A + a];
+          for (int64_t c = 0; c < n.D; ++c) dx[r * n.D + c] += dz * n.W[p * n.D + c];
+        }
+      check_close(x.grad(), dx, 1e-14, 1e-13);
+      opt.step();
+      RuleState r = naive_rule_b_step(n, g, lr, o, Vec(n.P, 0.0), Vec(n.P, 0.0), wd);
+      check_close(b.layer->W, r.W, 1e-13, 1e-12);
+      check_close(b.layer->f, r.f, 1e-13, 1e-12);
+      check_close(b.layer->SP, r.SP, 1e-13, 1e-12);
+      check_close(b.layer->r_bar, r.r_bar, 1e-14, 1e-13);
+    }
+}
+
+TEST_CASE("rule B fuse_sgd: several float32 steps track the unfused layer; what it cannot run with is refused") {
+  auto make = [](bool fused, optim::SGDOptions so) {
+    manual_seed(7);
+    auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(12, 16).fan_out(3).threshold(0.1));
+    auto opt = std::make_shared<optim::SGD>(layer->parameters(), so);
+    opt->add_local_rule(layer->rule_b({.eta_w = 1e-2, .eta_f = 1e-2, .eta_sp = 1e-2, .w_min = -1, .w_max = 1,
+                                       .f_min = -2, .f_max = 2, .mask_w = optim::UpdateMask::Active,
+                                       .fuse_sgd = fused}));
+    return std::make_pair(layer, opt);
+  };
+  auto max_abs_diff = [](const Tensor& u, const Tensor& v) {
+    NoGradGuard ng;
+    return amax(abs(u - v)).item<double>();
+  };
+  auto [a, opt_a] = make(false, {.lr = 0.05, .weight_decay = 0.01});
+  auto [b, opt_b] = make(true, {.lr = 0.05, .weight_decay = 0.01});
+  for (int step = 0; step < 6; ++step) {
+    const Tensor x = randn({32, 12}), G = randn({32, 16, 3});
+    for (auto& [layer, opt] : {std::pair{a, opt_a}, std::pair{b, opt_b}}) {
+      sum(layer->forward(x) * G).backward();
+      opt->step();
+      layer->zero_grad();
+    }
+    if (step == 2) opt_a->set_lr(0, 0.02), opt_b->set_lr(0, 0.02);  // the rule reads the lr of each step
+  }
+  CHECK(max_abs_diff(a->W, b->W) < 1e-5);
+  CHECK(max_abs_diff(a->f, b->f) < 1e-5);
+  CHECK(max_abs_diff(a->SP, b->SP) < 1e-6);
+  CHECK(max_abs_diff(a->W, a->W.detach() * 0) > 0.1);  // it trained
+
+  // Refused: optimizers other than plain SGD (nothing is modified), a second training forward before the step,
+  // another rule masking W, W with a gradient of its own, paths other than the dense one, two fused rules.
+  auto refuses = [](optim::Optimizer& opt, const std::shared_ptr<nn::FiringLinear>& layer, const char* what) {
+    sum(layer->forward(randn({4, 12}))).backward();
+    const Tensor W0 = layer->W.clone(), f0 = layer->f.clone();
+    CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains(what), asc::Error);
+    CHECK(same_bits(layer->W, W0));
+    CHECK(same_bits(layer->f, f0));
+  };
+  {
+    auto [layer, opt] = make(true, {.lr = 0.05, .momentum = 0.9});
+    refuses(*opt, layer, "momentum 0.9");
+  }
+  {
+    manual_seed(7);
+    auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(12, 16));
+    optim::Adam adam(layer->parameters(), {.lr = 1e-3});
+    adam.add_local_rule(layer->rule_b({.fuse_sgd = true}));
+    refuses(adam, layer, "W is in a Adam group");
+  }
+  {
+    auto [layer, opt] = make(true, {.lr = 0.05});
+    optim::SGD other(layer->parameters(), {.lr = 0.05});
+    other.add_local_rule(layer->rule_b({}));  // not the fused rule's optimizer: it runs nothing fused
+    auto extra = layer->rule_b({.mask_w = optim::UpdateMask::Inactive});
+    opt->add_local_rule(extra);
+    refuses(*opt, layer, "also masks W");
+  }
+  {
+    auto [layer, opt] = make(true, {.lr = 0.05});
+    Tensor y = layer->forward(randn({4, 12}));
+    (sum(y) + sum(layer->W * layer->W)).backward();
+    CHECK_THROWS_WITH_AS(opt->step(), doctest::Contains("would be taken twice"), asc::Error);
+  }
+  {
+    auto [layer, opt] = make(true, {.lr = 0.05});
+    sum(layer->forward(randn({4, 12}))).backward();
+    CHECK_THROWS_WITH_AS(layer->forward(randn({4, 12})), doctest::Contains("gradient accumulation"), asc::Error);
+    opt->step();  // the pending gradient is used; forward passes go on
+    CHECK_NOTHROW(layer->forward(randn({4, 12})));
+  }
+  {
+    auto [layer, opt] = make(true, {.lr = 0.05});
+    CHECK_THROWS_WITH_AS(layer->rule_b({.fuse_sgd = true}), doctest::Contains("already attached"), asc::Error);
+    auto emb = std::make_shared<nn::FiringEmbedding>(nn::FiringOptions(6, 4));
+    CHECK_THROWS_WITH_AS(emb->rule_b({.fuse_sgd = true}), doctest::Contains("dense input"), asc::Error);
+    auto ch = std::make_shared<nn::FiringLinear>(nn::FiringOptions(3, 4).channels(true));
+    CHECK_THROWS_WITH_AS(ch->rule_b({.fuse_sgd = true}), doctest::Contains("dense input"), asc::Error);
+  }
+  {
+    // Eval mode defers nothing: W gets its .grad and the optimizer steps it as usual.
+    auto [layer, opt] = make(true, {.lr = 0.05});
+    layer->eval();
+    sum(layer->forward(randn({4, 12}))).backward();
+    CHECK(layer->W.grad().defined());
+    const Tensor W0 = layer->W.clone();
+    opt->step();
+    CHECK(!same_bits(layer->W, W0));
+  }
 }
 
 TEST_CASE("learning rule A, one step: potentiation / depression with soft bounds, output weights, threshold EMA") {
@@ -817,6 +947,37 @@ TEST_CASE("CrossPathSSM: every formula against loops; gradcheck through 8 steps;
   }
   check_error([&] { layer->forward(randn64({B, 4})); }, {"FiringLinear", "time axis"});
   check_error([&] { nn::CrossPathSSM(5, 0); }, {"CrossPathSSM", "rank 0"});
+}
+
+TEST_CASE("rule B on CUDA (plain and fuse_sgd, mask active, weight decay) equals the CPU step, float64") {
+  if (!gpu_or_skip()) return;
+  for (bool fused : {false, true}) {
+    CAPTURE(fused);
+    auto run = [&](Device dev) {
+      manual_seed(21);
+      auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(9, 37).fan_out(3).threshold(0.05));
+      layer->to(kFloat64);
+      layer->to(dev);
+      optim::SGD opt(layer->parameters(), {.lr = 0.05, .weight_decay = 0.01});
+      opt.add_local_rule(layer->rule_b({.eta_w = 0.02, .eta_f = 0.02, .eta_sp = 0.05, .lambda_m = 0.5,
+                                        .w_min = -1, .w_max = 1, .f_min = -2, .f_max = 2,
+                                        .mask_w = optim::UpdateMask::Active, .fuse_sgd = fused}));
+      for (int step = 0; step < 3; ++step) {
+        const Tensor x = randn64({40, 9}, false, 300 + step).to(dev), G = randn64({40, 37, 3}, false, 400 + step);
+        sum(layer->forward(x) * G.to(dev)).backward();
+        opt.step();
+        layer->zero_grad();
+      }
+      return std::vector<Tensor>{layer->W.to(Device::cpu()), layer->f.to(Device::cpu()),
+                                 layer->SP.to(Device::cpu()), layer->r_bar.to(Device::cpu()),
+                                 layer->m_bar.to(Device::cpu())};
+    };
+    const std::vector<Tensor> cpu = run(Device::cpu()), gpu = run(Device::cuda());
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      CAPTURE(i);
+      check_close(gpu[i], cpu[i].to_vector<double>(), 1e-12, 1e-11);
+    }
+  }
 }
 
 TEST_CASE("ssm_scan CUDA kernels equal the CPU kernel (float64, float32; RMS on and off; the sequential kernels and "

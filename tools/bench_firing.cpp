@@ -2,7 +2,8 @@
 //   - one training step of a firing layer — forward, backward of <G, Y>, SGD, learning rule B (Oja on W and f,
 //     homeostasis, clips) — for B = 256, d = 784, P = 1024, α = 4, float32, at firing rates 0.5 .. 0.05 (thresholds
 //     set per neuron from the layer's own pre-activations), next to the same step written in PyTorch
-//     (tools/bench_firing_torch.py, Debian's python3-torch, same thread count);
+//     (tools/bench_firing_torch.py, Debian's python3-torch, same thread count); ours twice: SGD then rule B, and
+//     rule B with fuse_sgd (W's SGD step folded into the Oja product: two GEMMs a step instead of three);
 //   - the SSM scan (ops/firing.h: ssm_scan, forward + backward, with the RMS normalisation) for T = 128 .. 1024,
 //     B = 32, rank 64.
 // Best-of-reps milliseconds; --csv writes the rows.
@@ -16,6 +17,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "ascender.h"
 #include "tools/bench_util.h"
@@ -45,12 +48,12 @@ Tensor thresholds_for(const Tensor& Z, double rate) {
 }
 
 // Step time of ours per rate.
-std::map<double, double> run_ours(const std::vector<double>& rates, int reps) {
+std::map<double, double> run_ours(const std::vector<double>& rates, int reps, bool fuse_sgd) {
   manual_seed(0);
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(kD, kP).fan_out(kA));
   optim::SGD opt(layer->parameters(), {.lr = 1e-3});
   opt.add_local_rule(layer->rule_b({.eta_w = 1e-3, .eta_f = 1e-3, .eta_sp = 1e-2, .r_target = 0.1, .w_min = -1,
-                                    .w_max = 1, .f_min = -1, .f_max = 1}));
+                                    .w_max = 1, .f_min = -1, .f_max = 1, .fuse_sgd = fuse_sgd}));
   Tensor x = randn({kBatch, kD}), G = randn({kBatch, kP, kA});
   std::map<double, double> out;
   for (double rate : rates) {
@@ -73,7 +76,7 @@ std::map<double, double> run_ours(const std::vector<double>& rates, int reps) {
     out[rate] = bench::best_ms(step, reps, reset);
     reset();
     layer->forward(x);
-    std::printf("  (ours: measured firing rate %.3f for target %.3f)\n",
+    std::printf("  (ours%s: measured firing rate %.3f for target %.3f)\n", fuse_sgd ? ", fuse_sgd" : "",
                 mean(layer->last_gate()).item<double>(), rate);
   }
   return out;
@@ -125,15 +128,18 @@ int main(int argc, char** argv) {
 #endif
   std::map<double, double> theirs = torch ? run_torch(rates, reps) : std::map<double, double>{};
   if (torch && theirs.empty()) std::printf("torch twin: could not run (needs /usr/bin/python3 with torch)\n");
-  std::map<double, double> ours = run_ours(rates, reps);
+  std::map<double, double> ours = run_ours(rates, reps, false), fused = run_ours(rates, reps, true);
 
   std::printf("\nfiring layer training step (forward + backward + SGD + rule B), B %lld, d %lld, P %lld, alpha %lld, "
               "float32, 2 threads\n", (long long)kBatch, (long long)kD, (long long)kP, (long long)kA);
-  std::printf("%-12s %12s %12s %10s\n", "firing rate", "ours ms", "PyTorch ms", "speed-up");
+  std::printf("%-12s %10s %12s %12s %10s %12s\n", "firing rate", "ours ms", "fuse_sgd ms", "PyTorch ms",
+              "speed-up", "(fuse_sgd)");
+  auto ratio = [](double t, double o) { return t > 0 ? fmt::format("{:.2f}x", t / o) : std::string("-"); };
   for (double r : rates) {
     const double t = theirs.count(r) ? theirs[r] : -1;
-    std::printf("%-12.2f %12.2f %12s %10s\n", r, ours[r], t > 0 ? std::to_string(t).substr(0, 6).c_str() : "-",
-                t > 0 ? (std::to_string(t / ours[r]).substr(0, 4) + "x").c_str() : "-");
+    std::printf("%-12.2f %10.2f %12.2f %12s %10s %12s\n", r, ours[r], fused[r],
+                t > 0 ? fmt::format("{:.2f}", t).c_str() : "-", ratio(t, ours[r]).c_str(),
+                ratio(t, fused[r]).c_str());
   }
 
   // The SSM scan, forward + backward.
@@ -159,10 +165,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_firing: cannot write %s\n", csv.c_str());
       return 1;
     }
-    std::fprintf(f, "benchmark,param,ours_ms,torch_ms\n");
+    std::fprintf(f, "benchmark,param,ours_ms,ours_fuse_sgd_ms,torch_ms\n");
     for (double r : rates)
-      std::fprintf(f, "firing_step,rate=%.2f,%.3f,%.3f\n", r, ours[r], theirs.count(r) ? theirs[r] : -1.0);
-    for (auto [T, ms] : scan) std::fprintf(f, "ssm_scan,T=%lld,%.3f,\n", (long long)T, ms);
+      std::fprintf(f, "firing_step,rate=%.2f,%.3f,%.3f,%.3f\n", r, ours[r], fused[r],
+                   theirs.count(r) ? theirs[r] : -1.0);
+    for (auto [T, ms] : scan) std::fprintf(f, "ssm_scan,T=%lld,%.3f,,\n", (long long)T, ms);
     std::fclose(f);
     std::printf("wrote %s\n", csv.c_str());
   }
