@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "autograd/node.h"
+#include "core/format.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -60,15 +61,18 @@ KernelMasks kernel_masks(const Tensor& q, const Tensor& k, const SdpaOptions& o)
 }
 
 // Empty when the device's fused kernel runs these inputs, else why not: the op's own reasons first, then the
-// kernel's (dtype, shapes, strides, a cuDNN without an engine for them, ...).
-std::string fused_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o) {
+// kernel's (dtype, shapes, strides, a cuDNN without an engine for them, ...). `engine`: which kernels run them.
+std::string fused_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,
+                              std::string* engine = nullptr) {
   if (o.training && o.dropout > 0) return "dropout";
   if (o.weights) return "the probabilities were requested";
   if (o.bias.defined() && autograd::needs_grad(o.bias)) return "a bias that needs a gradient";
+  if (!is_floating(q.dtype())) return fmt::format("dtype {}", q.dtype());
   const KernelMasks m = kernel_masks(q, k, o);
-  std::string why;
+  std::string why, name;
   ASC_KERNEL(q.device(), kOp, sdpa_unsupported, q, k, v, m.keep, m.bias, o.causal, autograd::needs_grad({&q, &k, &v}),
-             why);
+             why, name);
+  if (engine) *engine = name;
   return why;
 }
 
@@ -96,8 +100,9 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
   const KernelMasks m = kernel_masks(q, k, opts);
   const bool causal = opts.causal;
   Tensor o, stats;  // (B, H, T, Dh), (B, H, T, 1)
-  ASC_KERNEL(q.device(), kOp, sdpa_forward, q, k, v, m.keep, m.bias, causal, scale, o, stats);
-  if (autograd::needs_grad({&q, &k, &v})) {
+  const bool needs_backward = autograd::needs_grad({&q, &k, &v});
+  ASC_KERNEL(q.device(), kOp, sdpa_forward, q, k, v, m.keep, m.bias, causal, needs_backward, scale, o, stats);
+  if (needs_backward) {
     autograd::record(kOp, {q, k, v}, {o},
                      [qs = autograd::SavedTensor(q, kOp), ks = autograd::SavedTensor(k, kOp),
                       vs = autograd::SavedTensor(v, kOp), os = autograd::SavedTensor(o, kOp), stats, m, causal,
@@ -110,8 +115,6 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
   }
   return o;
 }
-
-std::string device_label(const Tensor& q) { return q.device().is_cuda() ? "fused (cuDNN)" : "fused (CPU)"; }
 
 }  // namespace
 
@@ -128,8 +131,9 @@ SdpaBackend sdpa_backend() { return g_sdpa_backend; }
 std::string sdpa_choice(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& options) {
   check_inputs(q, k, v, options);
   if (sdpa_backend() == SdpaBackend::Math) return "math: the Math backend is selected";
-  const std::string why = fused_unsupported(q, k, v, options);
-  return why.empty() ? device_label(q) : "math: " + why;
+  std::string engine;
+  const std::string why = fused_unsupported(q, k, v, options, &engine);
+  return why.empty() ? "fused (" + engine + ")" : "math: " + why;
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o) {

@@ -9,7 +9,9 @@
 //   CPU  ops/cpu/attention.cpp   float32/float64, masks and a constant bias: per block of query rows, the scores
 //                                live in a (rows, S) tile, never as (T, S); the backward recomputes them from the
 //                                saved log-sum-exp (flash-attention style).
-//   CUDA cuda/attention.cpp      cuDNN flash attention for bfloat16/float16 (no mask or bias; causal with T == S).
+//   CUDA cuda/attention.cpp      cuDNN flash attention for bfloat16/float16 (no mask or bias; causal with T == S);
+//                                everything else (float32/float64, masks, a constant bias) up to a head dim of 128
+//                                (64 in float64) by our tiled flash kernels (cuda/flash_attention.cu).
 // Anything a fused kernel does not take (dropout, the probabilities requested, a bias that needs a gradient, other
 // dtypes) runs the composed ops (matmul, masked softmax, matmul), which are the reference the kernels are tested
 // against.
@@ -43,7 +45,7 @@ enum class SdpaBackend { Auto, Math, Fused };
 void set_sdpa_backend(SdpaBackend backend);  // process-wide
 SdpaBackend sdpa_backend();
 // What scaled_dot_product_attention would run for these inputs under the current backend: "fused (CPU)",
-// "fused (cuDNN)", or "math: " and the reason the fused kernel was not used.
+// "fused (cuDNN)", "fused (CUDA flash kernel)", or "math: " and the reason the fused kernel was not used.
 std::string sdpa_choice(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& options = {});
 
 // The causal keep-mask (T, S) bool on `device`: true where key s <= t + (S - T). The one definition of causality

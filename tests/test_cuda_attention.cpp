@@ -1,6 +1,6 @@
-// The fused attention path (cuDNN flash attention, cuda/cudnn_sdpa.cpp) of nn::scaled_dot_product_attention:
-// when it is chosen and why not, and its forward and backward against the composed path computed in float64 on
-// the CPU from the same rounded inputs. Under the CUDA emulator the cuDNN graphs are interpreted op by op
+// The fused attention paths on CUDA of nn::scaled_dot_product_attention — cuDNN flash attention
+// (cuda/cudnn_sdpa.cpp) and our tiled flash kernels (cuda/flash_attention.cu): when each is chosen and why not, and
+// their forward and backward against the composed path computed in float64 on the CPU from the same rounded inputs. Under the CUDA emulator the cuDNN graphs are interpreted op by op
 // (tests/cuda_emu/cudnn.cpp), which checks the graphs' wiring and math; whether a given cuDNN release accepts them is
 // shown only on a GPU (tools/gpu_check.sh). GPU cases skip, saying so, where no CUDA device is present.
 #include <cmath>
@@ -120,25 +120,28 @@ TEST_CASE("fused attention: when the fused kernels are used, and why not") {
   Tensor q = cu({2, 2, 8, 16});
   CHECK(nn::sdpa_choice(q, q, q) == "fused (cuDNN)");
   CHECK(nn::sdpa_choice(q, q, q, {.causal = true}) == "fused (cuDNN)");
-  CHECK(nn::sdpa_choice(cu({2, 2, 8, 16}, kFloat32), cu({2, 2, 8, 16}, kFloat32), cu({2, 2, 8, 16}, kFloat32))
-            .starts_with("math: dtype float32"));
-  CHECK(nn::sdpa_choice(cu({1, 1, 8, 12}), cu({1, 1, 8, 12}), cu({1, 1, 8, 12})).starts_with("math: head dim 12"));
-  CHECK(nn::sdpa_choice(cu({1, 1, 8, 136}), cu({1, 1, 8, 136}), cu({1, 1, 8, 136})).starts_with("math: head dim 136"));
-  CHECK(nn::sdpa_choice(cu({1, 1, 4, 16}), cu({1, 1, 8, 16}), cu({1, 1, 8, 16}), {.causal = true}) ==
-        "math: causal with T != S");
+  // What cuDNN does not take runs the flash kernel (float32, head dims cuDNN refuses, masks, a bias, causal T != S,
+  // D not innermost) up to its head-dim limit; beyond it, the composed ops.
+  const std::string flash = "fused (CUDA flash kernel)";
+  CHECK(nn::sdpa_choice(cu({2, 2, 8, 16}, kFloat32), cu({2, 2, 8, 16}, kFloat32), cu({2, 2, 8, 16}, kFloat32)) == flash);
+  CHECK(nn::sdpa_choice(cu({1, 1, 8, 12}), cu({1, 1, 8, 12}), cu({1, 1, 8, 12})) == flash);
+  CHECK(nn::sdpa_choice(cu({1, 1, 8, 136}), cu({1, 1, 8, 136}), cu({1, 1, 8, 136}))
+            .starts_with("math: head dim 136 (the flash kernel takes up to 128 in bfloat16); cuDNN: head dim 136"));
+  CHECK(nn::sdpa_choice(cu({1, 1, 4, 16}), cu({1, 1, 8, 16}), cu({1, 1, 8, 16}), {.causal = true}) == flash);
   Tensor keep = ones({1, 1, 8, 8}, {.dtype = kBool, .device = Device::cuda()});
-  CHECK(nn::sdpa_choice(q, q, q, {.keep_mask = keep}) == "math: a keep_mask");
-  CHECK(nn::sdpa_choice(q, q, q, {.bias = cu({1, 1, 8, 8})}) == "math: an additive bias");
+  CHECK(nn::sdpa_choice(q, q, q, {.keep_mask = keep}) == flash);
+  CHECK(nn::sdpa_choice(q, q, q, {.bias = cu({1, 1, 8, 8})}) == flash);
   CHECK(nn::sdpa_choice(q, q, q, {.dropout = 0.1, .training = true}) == "math: dropout");
   CHECK(nn::sdpa_choice(q, q, q, {.dropout = 0.1, .training = false}) == "fused (cuDNN)");
   Tensor w;
   CHECK(nn::sdpa_choice(q, q, q, {.weights = &w}) == "math: the probabilities were requested");
-  // Strides the kernels cannot take: D not innermost.
-  Tensor qt = cu({2, 2, 16, 8}).transpose(2, 3);
-  CHECK(nn::sdpa_choice(qt, qt, qt).starts_with("math: q/k/v of shape [2, 2, 8, 16] with strides"));
+  Tensor qt = cu({2, 2, 16, 8}).transpose(2, 3);  // D not innermost: cuDNN cannot take it, the flash kernel can
+  CHECK(nn::sdpa_choice(qt, qt, qt) == flash);
+  Tensor q64 = cu({1, 1, 8, 72}, kFloat64);
+  CHECK(nn::sdpa_choice(q64, q64, q64).starts_with("math: head dim 72 (the flash kernel takes up to 64 in float64)"));
   BackendScope fused(nn::SdpaBackend::Fused);
-  CHECK_THROWS_WITH_AS(nn::scaled_dot_product_attention(q, q, q, {.keep_mask = keep}),
-                       doctest::Contains("the Fused backend cannot run q [2, 2, 8, 16] bfloat16"), Error);
+  CHECK_THROWS_WITH_AS(nn::scaled_dot_product_attention(q64, q64, q64),
+                       doctest::Contains("the Fused backend cannot run q [1, 1, 8, 72] float64"), Error);
 }
 
 TEST_CASE("fused attention: forward and backward match float64 math (bf16/f16, causal, T != S, heads-last)") {
@@ -174,4 +177,108 @@ TEST_CASE("fused attention: MultiHeadAttention in bf16 on CUDA uses it and agree
     REQUIRE(p.grad().defined());
     CHECK(max_abs(p.grad()) > 0);
   }
+}
+
+namespace {
+
+// The CUDA flash kernel (cuda/flash_attention.cu) against float64 math on the CPU, forward and the gradients of q,
+// k, v: `mask` 0 none, 1 padding (B, 1, 1, S) with the last keys of sample 1 dropped, 2 a full random (B, H, T, S)
+// mask with one row fully masked; `bias` (1, H, T, S); heads-last operands.
+void check_flash(DType dt, int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, bool causal, int mask, bool bias,
+                 bool heads_last) {
+  CAPTURE(dt);
+  CAPTURE(T);
+  CAPTURE(S);
+  CAPTURE(D);
+  CAPTURE(causal);
+  CAPTURE(mask);
+  CAPTURE(bias);
+  CAPTURE(heads_last);
+  manual_seed(static_cast<uint64_t>(T * 131 + S * 7 + D + causal + 3 * mask + 11 * bias));
+  const Device gpu = Device::cuda();
+  auto make = [&](int64_t len) {
+    Tensor x = randn({B, H, len, D}, {.dtype = kFloat64}).to(gpu).to(dt);  // 16-bit types exist on CUDA only
+    if (!heads_last) return x;
+    Tensor m = Tensor::empty({B, len, H, D}, {dt, gpu}).permute({0, 2, 1, 3});
+    m.copy_(x);
+    return m;
+  };
+  Tensor q = make(T), k = make(S), v = make(S);
+  nn::SdpaOptions opts{.causal = causal};
+  Tensor keep_cpu, bias_cpu;
+  if (mask == 1) {
+    std::vector<int64_t> m(B * S, 1);
+    for (int64_t s = S - 5; s < S; ++s) m[(B - 1) * S + s] = 0;
+    keep_cpu = tensor(m, {B, 1, 1, S}).to(kBool);
+  } else if (mask == 2) {
+    keep_cpu = gt(rand({B, H, T, S}, {.dtype = kFloat64}), 0.3);
+    keep_cpu.select(2, T / 2).fill_(0.0);  // a row with no kept key: a zero output and no gradient
+  }
+  if (bias) bias_cpu = randn({1, H, T, S}, {.dtype = kFloat64});
+  if (keep_cpu.defined()) opts.keep_mask = keep_cpu.to(gpu);
+  if (bias) opts.bias = bias_cpu.to(gpu).to(dt);
+  q.set_requires_grad(true), k.set_requires_grad(true), v.set_requires_grad(true);
+  REQUIRE(nn::sdpa_choice(q, k, v, opts) == "fused (CUDA flash kernel)");
+  Tensor y = nn::scaled_dot_product_attention(q, k, v, opts);
+  CHECK(y.dtype() == dt);
+  Tensor g = randn({B, H, T, D}, {.dtype = kFloat64}).to(gpu).to(dt);
+  y.backward(g);
+
+  auto ref_leaf = [](const Tensor& t) { return t.detach().to(kFloat64).cpu().contiguous().set_requires_grad(true); };
+  Tensor qr = ref_leaf(q), kr = ref_leaf(k), vr = ref_leaf(v);
+  nn::SdpaOptions ropts{.causal = causal};
+  if (keep_cpu.defined()) ropts.keep_mask = keep_cpu;
+  if (bias) ropts.bias = opts.bias.to(kFloat64).cpu();
+  BackendScope math(nn::SdpaBackend::Math);
+  Tensor yr = nn::scaled_dot_product_attention(qr, kr, vr, ropts);
+  yr.backward(g.to(kFloat64).cpu());
+  const double tol = dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 2e-5 : 2e-2;
+  CHECK(max_diff(y, yr) <= tol * (1 + max_abs(yr)));
+  CHECK(max_diff(q.grad(), qr.grad()) <= tol * (1 + max_abs(qr.grad())));
+  CHECK(max_diff(k.grad(), kr.grad()) <= tol * (1 + max_abs(kr.grad())));
+  CHECK(max_diff(v.grad(), vr.grad()) <= tol * (1 + max_abs(vr.grad())));
+  if (mask == 2) CHECK(max_abs(y.cpu().select(2, T / 2)) == 0.0);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA flash kernel: forward and gradients equal float64 math (float64, float32, bf16; masks, bias, causal "
+          "with T <, =, > S; partial tiles; heads-last)") {
+  if (!gpu_or_skip()) return;
+  // Sizes cross the tiles: 16 query rows per forward block, 8 per dq block, 8 keys per dk/dv block, tiles of 32.
+  check_flash(kFloat64, 2, 2, 37, 45, 24, false, 0, false, false);
+  check_flash(kFloat64, 2, 2, 37, 45, 40, false, 1, true, true);
+  check_flash(kFloat64, 1, 3, 33, 33, 64, true, 2, false, false);
+  check_flash(kFloat64, 2, 1, 20, 50, 16, true, 1, true, true);   // T < S: query t sits at t + 30
+  check_flash(kFloat64, 1, 2, 50, 20, 16, true, 0, false, false);  // T > S: the first 30 rows see no key
+  check_flash(kFloat32, 2, 2, 37, 45, 40, true, 2, true, true);
+  check_flash(kFloat32, 1, 1, 70, 70, 128, false, 0, false, false);
+  check_flash(kBFloat16, 1, 2, 24, 40, 16, false, 1, false, false);  // a mask: cuDNN declines, the flash kernel runs
+}
+
+TEST_CASE("CUDA flash kernel: empty inputs, and MultiHeadAttention in float32 on CUDA agrees with the Math backend") {
+  if (!gpu_or_skip()) return;
+  const Device gpu = Device::cuda();
+  for (auto [T, S] : {std::pair<int64_t, int64_t>{0, 5}, {4, 0}}) {
+    Tensor q = randn({1, 2, T, 8}).to(gpu).set_requires_grad(true), k = randn({1, 2, S, 8}).to(gpu).set_requires_grad(true);
+    Tensor v = randn({1, 2, S, 8}).to(gpu).set_requires_grad(true);
+    Tensor y = nn::scaled_dot_product_attention(q, k, v, nn::SdpaOptions{});
+    CHECK(y.shape() == Shape{1, 2, T, 8});
+    if (T > 0) CHECK(max_abs(y) == 0.0);
+    y.sum().backward();
+    if (S > 0) CHECK(max_abs(k.grad()) == 0.0);
+  }
+  manual_seed(12);
+  auto mha = std::make_shared<nn::MultiHeadAttention>(nn::MultiHeadAttentionOptions(64, 2));
+  mha->to(gpu);
+  Tensor x = randn({2, 40, 64}).to(gpu);
+  REQUIRE(nn::sdpa_choice(x.view({2, 40, 2, 32}).permute({0, 2, 1, 3}), x.view({2, 40, 2, 32}).permute({0, 2, 1, 3}),
+                          x.view({2, 40, 2, 32}).permute({0, 2, 1, 3})) == "fused (CUDA flash kernel)");
+  Tensor y_fused = mha->attend(x, {.causal = true});
+  Tensor y_math;
+  {
+    BackendScope math(nn::SdpaBackend::Math);
+    y_math = mha->attend(x, {.causal = true});
+  }
+  CHECK(max_diff(y_fused, y_math) <= 1e-5 * (1 + max_abs(y_math)));
 }

@@ -187,6 +187,24 @@ int main(int argc, char** argv) {
                     math / fused, "ref: composed ops (Math backend); auto path: " + choice});
   }
 
+  {  // attention: our flash kernel (cuda/flash_attention.cu) vs the composed ops, float32, forward + backward
+    const int64_t B = 4, H = 8, T = quick ? 1024 : 2048, D = 64;
+    auto make = [&] {
+      Tensor t = randn({B, T, H, D}, {.device = Device::cuda()}).permute({0, 2, 1, 3});
+      t.set_requires_grad(true);
+      return t;
+    };
+    Tensor q = make(), k = make(), v = make();
+    auto step = [&] { nn::scaled_dot_product_attention(q, k, v, {.causal = true}).sum().backward(); };
+    const std::string choice = nn::sdpa_choice(q, k, v, {.causal = true});
+    const double fused = gpu_time(step, reps, 3);
+    nn::set_sdpa_backend(nn::SdpaBackend::Math);
+    const double math = gpu_time(step, reps, 3);
+    nn::set_sdpa_backend(nn::SdpaBackend::Auto);
+    rows.push_back({fmt::format("attention float32 causal fwd+bwd T={}", T), "ms", fused * 1e3, math * 1e3,
+                    math / fused, "ref: composed ops (Math backend); auto path: " + choice});
+  }
+
   {  // host->device transfers: pageable vs pinned, wall time of the whole copy (the host waits for both)
     const int64_t n = int64_t{1} << (quick ? 24 : 26);  // float32: 64 / 256 MiB
     Tensor host = rand({n});

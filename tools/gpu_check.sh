@@ -91,6 +91,10 @@ if step "build" build.log "^\[[0-9]+/[0-9]+\]|error" cmake --build "$BUILD" -j "
         env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BUILD/tests/$mech" "-tc=*CUDA*"
     done
   done
+  # Our flash attention kernels (cuda/flash_attention.cu: shared-memory tiles, barriers, shuffles).
+  step "racecheck (flash attention cases)" racecheck_flash.log "RACECHECK SUMMARY|test cases:" \
+    env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool racecheck --error-exitcode 3 "$BUILD/tests/test_cuda_attention" \
+    "-tc=*flash*"
   if [ -x "$BUILD/tools/bench_ascender" ]; then
     step "ASCender GPU benchmark" bench_ascender_gpu.log "fused|windowed|dense" "$BUILD/tools/bench_ascender" \
       --device cuda --n 1024,4096,16384 --impl dense,fused,windowed --reps 3 \

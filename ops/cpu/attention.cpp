@@ -211,14 +211,15 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const T
 }  // namespace
 
 void sdpa_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask, const Tensor& bias,
-                      bool causal, bool needs_backward, std::string& why) {
+                      bool causal, bool needs_backward, std::string& why, std::string& engine) {
   why.clear();
+  engine = "CPU";
   if (q.dtype() != kFloat32 && q.dtype() != kFloat64)
     why = fmt::format("dtype {} (the CPU kernel computes in float32 / float64)", q.dtype());
 }
 
 void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask, const Tensor& bias,
-                  bool causal, double scale, Tensor& o, Tensor& stats) {
+                  bool causal, bool /*needs_backward*/, double scale, Tensor& o, Tensor& stats) {
   ASC_DISPATCH_FLOAT(q.dtype(), "scaled_dot_product_attention",
                      [&] { forward_impl<scalar_t>(q, k, v, keep_mask, bias, causal, scale, o, stats); });
 }
