@@ -7,40 +7,47 @@
 #include "cuda/context.h"
 #include "cuda/sparse_attention_launch.h"
 #include "ops/kernels.h"
+#include "ops/sparse_attention.h"
 
 namespace asc::cuda {
 
 namespace {
 constexpr const char* kOp = "sparse_attention";
+static_assert(sparse_launch::kRowBlock == SparsePattern::kRowBlock &&
+                  sparse_launch::kKeyBlock == SparsePattern::kKeyBlock,
+              "the kernels tile by the pattern's block view");
 
 sparse_launch::Pattern pattern_of(const SparsePattern& p) {
+  ASC_CHECK(p.has_block_view(), "{} (CUDA): the pattern has no block view (move it with SparsePattern::to)", kOp);
   return {p.groups,
-          p.row_ptr.data_ptr<int64_t>(),
-          p.cols.data_ptr<int64_t>(),
-          p.col_ptr.data_ptr<int64_t>(),
-          p.col_rows.data_ptr<int64_t>(),
-          p.col_pos.data_ptr<int64_t>(),
-          p.nnz()};
+          p.rblk_ptr.data_ptr<int64_t>(),
+          p.rblk_keys.data_ptr<int64_t>(),
+          p.rblk_bits.data_ptr<int64_t>(),
+          p.kblk_ptr.data_ptr<int64_t>(),
+          p.kblk_rows.data_ptr<int64_t>(),
+          p.kblk_bits.data_ptr<int64_t>()};
 }
 
 sparse_launch::Dims dims_of(const Tensor& q, const Tensor& k) {
-  ASC_CHECK(q.size(3) <= sparse_launch::kMaxHeadDim, "{} (CUDA): head dimension {} exceeds the kernel's {}", kOp,
-            q.size(3), sparse_launch::kMaxHeadDim);
+  const int64_t limit = sparse_launch::max_head_dim(float_elem_of(kOp, q.dtype()));
+  ASC_CHECK(q.size(3) <= limit, "{} (CUDA): head dimension {} exceeds the kernels' {} for {}", kOp, q.size(3), limit,
+            q.dtype());
   return {q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
 }
 
 const bool* keep_of(const Tensor& key_keep) { return key_keep.defined() ? key_keep.data_ptr<bool>() : nullptr; }
+DType acc_of(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }  // the kernels' compute type
 }  // namespace
 
 void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
                               const Tensor& key_keep, double scale, Tensor& o, Tensor& lse) {
   const sparse_launch::Dims d = dims_of(q, k);
+  const sparse_launch::Pattern p = pattern_of(pattern);
   o = Tensor::empty({d.B, d.H, d.T, d.D}, q.options());
-  const DType acc = q.dtype() == kFloat64 ? kFloat64 : kFloat32;  // the kernels' compute type
-  lse = Tensor::empty({d.B, d.H, d.T}, {acc, q.device(), false});
-  ASC_CUDA_CHECK(sparse_launch::forward(q.raw_data(), k.raw_data(), v.raw_data(), pattern_of(pattern),
-                                        keep_of(key_keep), d, scale, o.raw_data(), lse.raw_data(),
-                                        float_elem_of(kOp, q.dtype()), current_stream()));
+  lse = Tensor::empty({d.B, d.H, d.T}, {acc_of(q.dtype()), q.device(), false});
+  ASC_CUDA_CHECK(sparse_launch::forward(q.raw_data(), k.raw_data(), v.raw_data(), p, keep_of(key_keep), d, scale,
+                                        o.raw_data(), lse.raw_data(), float_elem_of(kOp, q.dtype()),
+                                        current_stream()));
 }
 
 void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
@@ -51,12 +58,10 @@ void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
   dq = Tensor::empty({d.B, d.H, d.T, d.D}, q.options());
   dk = Tensor::empty({d.B, d.H, d.S, d.D}, q.options());
   dv = Tensor::empty({d.B, d.H, d.S, d.D}, q.options());
-  const DType acc = q.dtype() == kFloat64 ? kFloat64 : kFloat32;  // the kernels' compute type
-  const Tensor work =
-      Tensor::empty({std::max<int64_t>(2, sparse_launch::pair_workspace(p, d))}, {acc, q.device(), false});
+  const Tensor delta = Tensor::empty({d.B, d.H, d.T}, {acc_of(q.dtype()), q.device(), false});  // the rows' dO · o
   ASC_CUDA_CHECK(sparse_launch::backward(q.raw_data(), k.raw_data(), v.raw_data(), p, keep_of(key_keep), d, scale,
-                                         o.raw_data(), dout.raw_data(), lse.raw_data(), dq.raw_data(), dk.raw_data(),
-                                         dv.raw_data(), work.raw_data(), float_elem_of(kOp, q.dtype()),
+                                         o.raw_data(), dout.raw_data(), lse.raw_data(), delta.raw_data(),
+                                         dq.raw_data(), dk.raw_data(), dv.raw_data(), float_elem_of(kOp, q.dtype()),
                                          current_stream()));
 }
 

@@ -1,12 +1,20 @@
-// CUDA kernels of sparse attention over a CSR pattern (cuda/sparse_attention_launch.h; formulas in
-// ops/sparse_attention.h and ops/cpu/sparse_attention.cpp).
+// CUDA kernels of sparse attention over a pattern's block view (cuda/sparse_attention_launch.h; the formulas are
+// those of ops/sparse_attention.h and ops/cpu/sparse_attention.cpp).
 //
-// A warp per query row (blockDim (32, 8): eight rows per block, rows grid-strided). Lane c holds elements c, c + 32,
-// ... of the row's D-vectors in registers (D <= 256). The forward walks the row's key list once with an online
-// softmax — running max m, running sum l, the output accumulator rescaled by exp(m_old - m_new) — so a score lives
-// for one key only and memory is O(T · D). The backward recomputes P from the saved log-sum-exp: a warp per query row
-// writes dq and keeps P and dS per pair (O(attended pairs)), then a warp per key sums dk and dv over the pattern's
-// transpose. Every sum has one owner: no atomics, and the result does not depend on scheduling.
+// The tiling is that of cuda/flash_attention.cu with the key range replaced by a list: a block of 16 query rows walks
+// the sorted union of its rows' keys in tiles of 32, each tile of K and V gathered into shared memory once and read
+// by all 16 rows; the union entry's row bits say which rows attend the key (the within-block rule). Scores never
+// leave a tile, so memory is O(T · D), and a query block's work is its union's length, not S. Blocks have 4 warps.
+//   forward        a block per query block (4 rows per warp). Lane j scores key j of the tile for one row at a time;
+//                  each row keeps an online softmax (running max, running sum, a register accumulator rescaled by
+//                  exp(m_old - m_new)). A tile none of a warp's rows attends is skipped by that warp.
+//   backward dq    a block per half query block (8 rows, 2 per warp), the same walk: P = exp(s - lse) recomputed,
+//                  dS = scale · P (dO · v - delta), dq = Σ_j dS_j k_j by warp shuffles; it stores delta = dO · o.
+//   backward dk dv a block per key block (8 keys, 2 per warp) walks the union of the queries that see its keys in
+//                  tiles of 32, q and dO gathered into shared memory: lane i recomputes P and dS of query i, then
+//                  dv_j = Σ_i P_ij dO_i and dk_j = Σ_i dS_ij q_i.
+// Every sum has one owner: no atomics, and the result does not depend on scheduling. Shared rows that lanes read
+// down a column are padded by one element, so the 32 lanes hit 32 different banks.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -27,171 +35,313 @@ using rows::dlog;
 using rows::from_acc;
 using rows::to_acc;
 
-constexpr int kPer = kMaxHeadDim / 32;  // D-elements per lane
-constexpr int kRowsPerBlock = 8;        // warps per block
-
+constexpr int kWarps = 4;                          // warps per block
+constexpr int kTile = 32;                          // union entries per tile: one per lane
+constexpr int kFwdRows = kRowBlock / kWarps;       // forward: 4 query rows per warp
+constexpr int kDqBlock = kRowBlock / 2;            // backward dq: half a query block per thread block
+constexpr int kDqRows = kDqBlock / kWarps;         // 2 rows per warp
+constexpr int kDkKeys = kKeyBlock / kWarps;        // backward dk dv: 2 keys per warp
 template <class A>
-__device__ __forceinline__ A warp_sum(A v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+constexpr int kMaxD = sizeof(A) == 8 ? 64 : 128;  // sparse_launch::max_head_dim
+template <class A>
+constexpr int kPer = kMaxD<A> / 32;  // accumulator columns per lane
 
 template <class A>
 __device__ __forceinline__ A neg_inf() {
   return -static_cast<A>(INFINITY);
 }
-
-// Loads this lane's elements of a D-vector into registers (0 past D).
-template <class T, class A>
-__device__ __forceinline__ void load(const T* __restrict__ x, int64_t D, A (&r)[kPer]) {
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int64_t c = threadIdx.x + 32 * u;
-    r[u] = c < D ? to_acc(x[c]) : A(0);
+template <class A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <class A>
+__device__ __forceinline__ A warp_max(A v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const A w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
   }
+  return v;
+}
+__device__ __forceinline__ unsigned warp_or(unsigned v) {
+  for (int o = 16; o > 0; o >>= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
-// This lane's part of a · x (a in registers), summed over the warp.
-template <class T, class A>
-__device__ __forceinline__ A warp_dot(const A (&a)[kPer], const T* __restrict__ x, int64_t D) {
-  A s = 0;
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int64_t c = threadIdx.x + 32 * u;
-    if (c < D) s += a[u] * to_acc(x[c]);
-  }
-  return warp_sum(s);
-}
-
-template <class T, class A>
-__device__ __forceinline__ void store(T* __restrict__ x, int64_t D, const A (&r)[kPer], A mul) {
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int64_t c = threadIdx.x + 32 * u;
-    if (c < D) x[c] = from_acc<T>(r[u] * mul);
-  }
-}
-
-__device__ __forceinline__ int64_t first_row() { return int64_t(blockIdx.x) * blockDim.y + threadIdx.y; }
-__device__ __forceinline__ int64_t row_step() { return int64_t(gridDim.x) * blockDim.y; }
-// Where the pair (b·H + h, entry e of the pattern) keeps its P and dS.
-__device__ __forceinline__ int64_t pair_index(const Pattern& p, int64_t bh, int64_t e) {
-  return p.groups == 1 ? bh * p.nnz + e : e;
-}
-
-// What a query row `row` = (b·H + h)·T + i reads: its key list cols[e0 .. e1), its head's keys and values, its
-// sample's padding mask (or nullptr).
+// The problem with typed pointers; q, k, v (and keep) already at (b, h) are computed per block.
 template <class T>
-struct RowOf {
-  int64_t bh, e0, e1;
-  const T *kb, *vb;
-  const bool* kp;
+struct Args {
+  int64_t B, H, Tq, S, D;  // Tq: the template parameter is T
+  const T *q, *k, *v;
+  const bool* keep;  // (B, S) or nullptr
+  Pattern p;
+  acc_t<T> scale;
 };
 template <class T>
-__device__ __forceinline__ RowOf<T> row_of(int64_t row, const Pattern& p, const Dims& d, const T* k, const T* v,
-                                           const bool* keep) {
-  const int64_t bh = row / d.T, r = (p.groups == 1 ? 0 : bh) * d.T + row % d.T;
-  return {bh, p.row_ptr[r], p.row_ptr[r + 1], k + bh * d.S * d.D, v + bh * d.S * d.D,
-          keep ? keep + (bh / d.H) * d.S : nullptr};
+Args<T> args_of(const void* q, const void* k, const void* v, const bool* keep, Pattern p, Dims d, double scale) {
+  return {d.B, d.H, d.T, d.S, d.D, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+          keep, p, static_cast<acc_t<T>>(scale)};
 }
 
-template <class T>
-__global__ void sparse_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                                      Pattern p, const bool* __restrict__ keep, Dims d, acc_t<T> scale,
-                                      T* __restrict__ o, acc_t<T>* __restrict__ lse) {
-  using A = acc_t<T>;
-  for (int64_t row = first_row(); row < d.B * d.H * d.T; row += row_step()) {
-    const auto [bh, e0, e1, kb, vb, kp] = row_of(row, p, d, k, v, keep);
-    A qr[kPer], acc[kPer];
-    load(q + row * d.D, d.D, qr);
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) acc[u] = 0;
-    A m = neg_inf<A>(), l = 0;
-    for (int64_t e = e0; e < e1; ++e) {
-      const int64_t j = p.cols[e];
-      if (kp && !kp[j]) continue;  // the same j for the whole warp
-      const A s = warp_dot(qr, kb + j * d.D, d.D) * scale;
-      const A m_new = s > m ? s : m;
-      const A corr = dexp(m - m_new), pj = dexp(s - m_new);
-      l = l * corr + pj;
-#pragma unroll
-      for (int u = 0; u < kPer; ++u) {
-        const int64_t c = threadIdx.x + 32 * u;
-        acc[u] = acc[u] * corr + (c < d.D ? pj * to_acc(vb[j * d.D + c]) : A(0));
-      }
-      m = m_new;
-    }
-    store(o + row * d.D, d.D, acc, l > 0 ? A(1) / l : A(0));  // no kept key: a zero row
-    if (threadIdx.x == 0) lse[row] = l > 0 ? m + dlog(l) : neg_inf<A>();
+// Rows [r0, r0 + rows) of a contiguous (·, D) matrix into dst (stride ld), 0 past `limit`.
+template <class T, class A>
+__device__ __forceinline__ void stage(A* dst, int ld, const T* __restrict__ x, int64_t r0, int rows, int64_t limit,
+                                      int64_t D) {
+  const int tid = threadIdx.y * 32 + threadIdx.x;
+  for (int64_t e = tid; e < rows * D; e += 32 * kWarps) {
+    const int r = static_cast<int>(e / D);
+    const int64_t c = e % D;
+    dst[r * ld + c] = r0 + r < limit ? to_acc(x[(r0 + r) * D + c]) : A(0);
+  }
+}
+// Rows idx[0 .. n) of a contiguous (·, D) matrix into dst (stride ld), 0 for the slots n .. kTile.
+template <class T, class A>
+__device__ __forceinline__ void gather(A* dst, int ld, const T* __restrict__ x, const int64_t* __restrict__ idx, int n,
+                                       int64_t D) {
+  const int tid = threadIdx.y * 32 + threadIdx.x;
+  for (int64_t e = tid; e < kTile * D; e += 32 * kWarps) {
+    const int r = static_cast<int>(e / D);
+    const int64_t c = e % D;
+    dst[r * ld + c] = r < n ? to_acc(x[idx[r] * D + c]) : A(0);
   }
 }
 
-// Backward, pass 1 (a warp per query row): P_ij = exp(s_ij - lse_i), dS_ij = scale P_ij (dO_i · v_j - dO_i · o_i),
-// dq_i = Σ_j dS_ij k_j.
+// A group's block `m` of the view (blocks_per_group per group): its union is entries [first, last).
+struct Span {
+  int64_t first, last;
+};
+__device__ __forceinline__ Span span_of(const int64_t* ptr, int64_t groups, int64_t bh, int64_t blocks_per_group,
+                                        int64_t m) {
+  const int64_t x = (groups == 1 ? 0 : bh) * blocks_per_group + m;
+  return {ptr[x], ptr[x + 1]};
+}
+
 template <class T>
-__global__ void sparse_backward_rows(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                                     Pattern p, const bool* __restrict__ keep, Dims d, acc_t<T> scale,
-                                     const T* __restrict__ o, const T* __restrict__ dout, const acc_t<T>* __restrict__ lse,
-                                     T* __restrict__ dq, acc_t<T>* __restrict__ P, acc_t<T>* __restrict__ dS) {
+__global__ void sparse_forward_kernel(Args<T> a, T* __restrict__ o, acc_t<T>* __restrict__ lse) {
   using A = acc_t<T>;
-  for (int64_t row = first_row(); row < d.B * d.H * d.T; row += row_step()) {
-    const auto [bh, e0, e1, kb, vb, kp] = row_of(row, p, d, k, v, keep);
-    const A l = lse[row];
-    const bool empty = !(l > neg_inf<A>());
-    A qr[kPer], gr[kPer], dqr[kPer];
-    load(q + row * d.D, d.D, qr);
-    load(dout + row * d.D, d.D, gr);
+  constexpr int DM = kMaxD<A>, PER = kPer<A>, R = kFwdRows;
+  __shared__ A Qs[kRowBlock][DM];  // the block's query rows (read broadcast)
+  __shared__ A Ks[kTile][DM + 1];  // a key tile (lane j reads row j: padded)
+  __shared__ A Vs[kTile][DM];      // a value tile (lane c reads column c)
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  const int64_t bh = blockIdx.y, m = blockIdx.x, t0 = m * kRowBlock, D = a.D;
+  const T* kb = a.k + bh * a.S * D;
+  const T* vb = a.v + bh * a.S * D;
+  const bool* keep = a.keep ? a.keep + (bh / a.H) * a.S : nullptr;
+  const Span sp = span_of(a.p.rblk_ptr, a.p.groups, bh, (a.Tq + kRowBlock - 1) / kRowBlock, m);
+  stage(&Qs[0][0], DM, a.q + bh * a.Tq * D, t0, kRowBlock, a.Tq, D);
+  A mx[R], l[R], acc[R][PER];
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) dqr[u] = 0;
-    const A delta = warp_dot(gr, o + row * d.D, d.D);
-    for (int64_t e = e0; e < e1; ++e) {
-      const int64_t j = p.cols[e], x = pair_index(p, bh, e);
-      A pij = 0, ds = 0;
-      if (!empty && !(kp && !kp[j])) {
-        const A z = warp_dot(qr, kb + j * d.D, d.D) * scale - l;
-        pij = dexp(z < A(0) ? z : A(0));
-        ds = scale * pij * (warp_dot(gr, vb + j * d.D, d.D) - delta);
+  for (int r = 0; r < R; ++r) {
+    mx[r] = neg_inf<A>(), l[r] = 0;
 #pragma unroll
-        for (int u = 0; u < kPer; ++u) {
-          const int64_t c = threadIdx.x + 32 * u;
-          if (c < d.D) dqr[u] += ds * to_acc(kb[j * d.D + c]);
+    for (int u = 0; u < PER; ++u) acc[r][u] = 0;
+  }
+  for (int64_t s0 = sp.first; s0 < sp.last; s0 += kTile) {
+    const int n = sp.last - s0 < kTile ? static_cast<int>(sp.last - s0) : kTile;
+    const int64_t* keys = a.p.rblk_keys + s0;
+    __syncthreads();  // Qs is staged; the previous tile's readers are done
+    gather(&Ks[0][0], DM + 1, kb, keys, n, D);
+    gather(&Vs[0][0], DM, vb, keys, n, D);
+    __syncthreads();
+    // The rows of the block that attend lane j's key (none past the union, none for a padding key).
+    const unsigned bits = lane < n && !(keep && !keep[keys[lane]]) ? unsigned(a.p.rblk_bits[s0 + lane]) : 0u;
+    const unsigned any = warp_or(bits);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int rr = warp * R + r;
+      if (!((any >> rr) & 1u)) continue;  // no key of this tile for the row (the same for the whole warp)
+      A dot = 0;
+      for (int64_t c = 0; c < D; ++c) dot += Qs[rr][c] * Ks[lane][c];
+      const A x = (bits >> rr) & 1u ? dot * a.scale : neg_inf<A>();
+      const A m_new = fmax(mx[r], warp_max(x));  // finite: some lane's key is attended
+      const A corr = dexp(mx[r] - m_new), pj = dexp(x - m_new);  // exp(-inf) = 0: the first tile, unattended keys
+      l[r] = l[r] * corr + warp_sum(pj);
+      mx[r] = m_new;
+#pragma unroll
+      for (int u = 0; u < PER; ++u) acc[r][u] *= corr;
+      for (int j = 0; j < n; ++j) {
+        const A pk = __shfl_sync(0xffffffffu, pj, j);
+#pragma unroll
+        for (int u = 0; u < PER; ++u) {
+          const int64_t c = lane + 32 * u;
+          if (c < D) acc[r][u] += pk * Vs[j][c];
         }
       }
-      if (threadIdx.x == 0) P[x] = pij, dS[x] = ds;
     }
-    store(dq + row * d.D, d.D, dqr, A(1));
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t t = t0 + warp * R + r;
+    if (t >= a.Tq) break;
+    const A inv = l[r] > A(0) ? A(1) / l[r] : A(0);  // no kept key: a zero row
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      const int64_t c = lane + 32 * u;
+      if (c < D) o[(bh * a.Tq + t) * D + c] = from_acc<T>(acc[r][u] * inv);
+    }
+    if (lane == 0) lse[bh * a.Tq + t] = l[r] > A(0) ? mx[r] + dlog(l[r]) : neg_inf<A>();
   }
 }
 
-// Backward, pass 2 (a warp per key): dv_j = Σ_i P_ij dO_i, dk_j = Σ_i dS_ij q_i over the queries that see key j.
+// P of an attended score from its row's log-sum-exp (0 for a row without kept keys).
+template <class A>
+__device__ __forceinline__ A prob(A x, A lse) {
+  if (lse == neg_inf<A>()) return A(0);
+  const A z = x - lse;  // <= 0 up to rounding
+  return dexp(z < A(0) ? z : A(0));
+}
+
 template <class T>
-__global__ void sparse_backward_keys(const T* __restrict__ q, const T* __restrict__ dout, Pattern p, Dims d,
-                                     const acc_t<T>* __restrict__ P, const acc_t<T>* __restrict__ dS,
-                                     T* __restrict__ dk, T* __restrict__ dv) {
+__global__ void sparse_backward_dq_kernel(Args<T> a, const T* __restrict__ o, const T* __restrict__ dout,
+                                          const acc_t<T>* __restrict__ lse, acc_t<T>* __restrict__ delta,
+                                          T* __restrict__ dq) {
   using A = acc_t<T>;
-  for (int64_t col = first_row(); col < d.B * d.H * d.S; col += row_step()) {
-    const int64_t bh = col / d.S, j = col % d.S, c0 = (p.groups == 1 ? 0 : bh) * d.S + j;
-    A dkr[kPer], dvr[kPer];
+  constexpr int DM = kMaxD<A>, PER = kPer<A>, R = kDqRows;
+  __shared__ A Qs[kDqBlock][DM], Gs[kDqBlock][DM];        // the half block's q and dO rows (read broadcast)
+  __shared__ A Ks[kTile][DM + 1], Vs[kTile][DM + 1];      // lane j reads row j of both for its dot products
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  const int64_t bh = blockIdx.y, m = blockIdx.x / 2, D = a.D;
+  const int half = blockIdx.x % 2, shift = half * kDqBlock;  // the half's rows are bits shift .. shift + 8
+  const int64_t t0 = m * kRowBlock + shift;
+  if (t0 >= a.Tq) return;  // the empty second half of the last block (the whole block returns)
+  const T* kb = a.k + bh * a.S * D;
+  const T* vb = a.v + bh * a.S * D;
+  const bool* keep = a.keep ? a.keep + (bh / a.H) * a.S : nullptr;
+  const Span sp = span_of(a.p.rblk_ptr, a.p.groups, bh, (a.Tq + kRowBlock - 1) / kRowBlock, m);
+  stage(&Qs[0][0], DM, a.q + bh * a.Tq * D, t0, kDqBlock, a.Tq, D);
+  stage(&Gs[0][0], DM, dout + bh * a.Tq * D, t0, kDqBlock, a.Tq, D);
+  A L[R], dl[R], acc[R][PER];
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) dkr[u] = 0, dvr[u] = 0;
-    for (int64_t y = p.col_ptr[c0]; y < p.col_ptr[c0 + 1]; ++y) {
-      const int64_t i = p.col_rows[y], x = pair_index(p, bh, p.col_pos[y]);
-      const A pij = P[x], ds = dS[x];
-      if (pij == A(0)) continue;
-      const T* qi = q + (bh * d.T + i) * d.D;
-      const T* gi = dout + (bh * d.T + i) * d.D;
+  for (int r = 0; r < R; ++r) {
+    const int64_t t = t0 + warp * R + r;
+    A part = 0;  // delta = dO · o: lane c's columns, then the warp's sum
+    const int64_t x = (bh * a.Tq + t) * D;
+    if (t < a.Tq)
+      for (int64_t c = lane; c < D; c += 32) part += to_acc(dout[x + c]) * to_acc(o[x + c]);
+    dl[r] = warp_sum(part);
+    L[r] = t < a.Tq ? lse[bh * a.Tq + t] : neg_inf<A>();
+    if (t < a.Tq && lane == 0) delta[bh * a.Tq + t] = dl[r];
 #pragma unroll
-      for (int u = 0; u < kPer; ++u) {
-        const int64_t c = threadIdx.x + 32 * u;
-        if (c < d.D) dvr[u] += pij * to_acc(gi[c]), dkr[u] += ds * to_acc(qi[c]);
+    for (int u = 0; u < PER; ++u) acc[r][u] = 0;
+  }
+  for (int64_t s0 = sp.first; s0 < sp.last; s0 += kTile) {
+    const int n = sp.last - s0 < kTile ? static_cast<int>(sp.last - s0) : kTile;
+    const int64_t* keys = a.p.rblk_keys + s0;
+    __syncthreads();
+    gather(&Ks[0][0], DM + 1, kb, keys, n, D);
+    gather(&Vs[0][0], DM + 1, vb, keys, n, D);
+    __syncthreads();
+    const unsigned bits =
+        lane < n && !(keep && !keep[keys[lane]]) ? unsigned(a.p.rblk_bits[s0 + lane]) >> shift : 0u;
+    const unsigned any = warp_or(bits);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int rr = warp * R + r;
+      if (L[r] == neg_inf<A>() || !((any >> rr) & 1u)) continue;  // warp-uniform: nothing to add to dq
+      A qk = 0, gv = 0;
+      for (int64_t c = 0; c < D; ++c) qk += Qs[rr][c] * Ks[lane][c], gv += Gs[rr][c] * Vs[lane][c];
+      const A pj = (bits >> rr) & 1u ? prob(qk * a.scale, L[r]) : A(0);
+      const A ds = a.scale * pj * (gv - dl[r]);
+      for (int j = 0; j < n; ++j) {
+        const A dk = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+        for (int u = 0; u < PER; ++u) {
+          const int64_t c = lane + 32 * u;
+          if (c < D) acc[r][u] += dk * Ks[j][c];
+        }
       }
     }
-    store(dk + col * d.D, d.D, dkr, A(1));
-    store(dv + col * d.D, d.D, dvr, A(1));
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t t = t0 + warp * R + r;
+    if (t >= a.Tq) break;
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      const int64_t c = lane + 32 * u;
+      if (c < D) dq[(bh * a.Tq + t) * D + c] = from_acc<T>(acc[r][u]);
+    }
   }
 }
 
-const dim3 kBlock(32, kRowsPerBlock);
+template <class T>
+__global__ void sparse_backward_dkv_kernel(Args<T> a, const T* __restrict__ dout, const acc_t<T>* __restrict__ lse,
+                                           const acc_t<T>* __restrict__ delta, T* __restrict__ dk,
+                                           T* __restrict__ dv) {
+  using A = acc_t<T>;
+  constexpr int DM = kMaxD<A>, PER = kPer<A>, KK = kDkKeys;
+  __shared__ A Ks[kKeyBlock][DM], Vs[kKeyBlock][DM];  // the block's keys and values (read broadcast)
+  __shared__ A Qs[kTile][DM + 1], Gs[kTile][DM + 1];  // a tile of the union's queries: lane i reads row i
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  const int64_t bh = blockIdx.y, m = blockIdx.x, j0 = m * kKeyBlock, D = a.D;
+  const T* qb = a.q + bh * a.Tq * D;
+  const T* gb = dout + bh * a.Tq * D;
+  const bool* keep = a.keep ? a.keep + (bh / a.H) * a.S : nullptr;
+  const Span sp = span_of(a.p.kblk_ptr, a.p.groups, bh, (a.S + kKeyBlock - 1) / kKeyBlock, m);
+  stage(&Ks[0][0], DM, a.k + bh * a.S * D, j0, kKeyBlock, a.S, D);
+  stage(&Vs[0][0], DM, a.v + bh * a.S * D, j0, kKeyBlock, a.S, D);
+  // The warp's keys that exist and are not padding (a padding key's dk and dv are 0).
+  unsigned live = 0;
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+    const int64_t j = j0 + warp * KK + kk;
+    if (j < a.S && !(keep && !keep[j])) live |= 1u << (warp * KK + kk);
+  }
+  A dka[KK][PER], dva[KK][PER];
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk)
+#pragma unroll
+    for (int u = 0; u < PER; ++u) dka[kk][u] = 0, dva[kk][u] = 0;
+  for (int64_t s0 = sp.first; s0 < sp.last; s0 += kTile) {
+    const int n = sp.last - s0 < kTile ? static_cast<int>(sp.last - s0) : kTile;
+    const int64_t* rows_ = a.p.kblk_rows + s0;
+    __syncthreads();  // Ks, Vs staged; the previous tile's readers are done
+    gather(&Qs[0][0], DM + 1, qb, rows_, n, D);
+    gather(&Gs[0][0], DM + 1, gb, rows_, n, D);
+    __syncthreads();
+    // Lane i's query: which of the block's keys it attends, its lse and delta.
+    const unsigned bits = lane < n ? unsigned(a.p.kblk_bits[s0 + lane]) & live : 0u;
+    const unsigned any = warp_or(bits);
+    const A Li = lane < n ? lse[bh * a.Tq + rows_[lane]] : neg_inf<A>();
+    const A Di = lane < n ? delta[bh * a.Tq + rows_[lane]] : A(0);
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) {
+      const int jj = warp * KK + kk;
+      if (!((any >> jj) & 1u)) continue;  // no query of this tile sees the key (the same for the whole warp)
+      A qk = 0, gv = 0;
+      for (int64_t c = 0; c < D; ++c) qk += Qs[lane][c] * Ks[jj][c], gv += Gs[lane][c] * Vs[jj][c];
+      const A pi = (bits >> jj) & 1u ? prob(qk * a.scale, Li) : A(0);
+      const A ds = a.scale * pi * (gv - Di);
+      for (int i = 0; i < n; ++i) {
+        const A pk = __shfl_sync(0xffffffffu, pi, i), dk_i = __shfl_sync(0xffffffffu, ds, i);
+#pragma unroll
+        for (int u = 0; u < PER; ++u) {
+          const int64_t c = lane + 32 * u;
+          if (c < D) dva[kk][u] += pk * Gs[i][c], dka[kk][u] += dk_i * Qs[i][c];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+    const int64_t j = j0 + warp * KK + kk;
+    if (j >= a.S) break;
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      const int64_t c = lane + 32 * u;
+      if (c < D) {
+        dk[(bh * a.S + j) * D + c] = from_acc<T>(dka[kk][u]);
+        dv[(bh * a.S + j) * D + c] = from_acc<T>(dva[kk][u]);
+      }
+    }
+  }
+}
+
+const dim3 kBlock(32, kWarps);
+
+// `blocks` blocks on x, and the B·H heads on the grid's y axis (0, a failing launch, past 65535).
+dim3 grid_of(int64_t blocks, int64_t heads) { return dim3(grid_dim(blocks), grid_dim(heads, kMaxGridYZ)); }
 
 }  // namespace
 
@@ -201,28 +351,29 @@ cudaError_t forward(const void* q, const void* k, const void* v, Pattern p, cons
                     void* o, void* lse, FloatElem elem, cudaStream_t stream) {
   return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    return launch_kernel(sparse_forward_kernel<T>, grid_for(d.B * d.H * d.T, kRowsPerBlock), kBlock, stream,
-                         static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), p, keep, d,
-                         static_cast<acc_t<T>>(scale), static_cast<T*>(o), static_cast<acc_t<T>*>(lse));
+    if (d.T == 0 || d.B * d.H == 0) return cudaSuccess;
+    return launch_kernel(sparse_forward_kernel<T>, grid_of((d.T + kRowBlock - 1) / kRowBlock, d.B * d.H), kBlock,
+                         stream, args_of<T>(q, k, v, keep, p, d, scale), static_cast<T*>(o),
+                         static_cast<acc_t<T>*>(lse));
   });
 }
 
 cudaError_t backward(const void* q, const void* k, const void* v, Pattern p, const bool* keep, Dims d, double scale,
-                     const void* o, const void* dout, const void* lse, void* dq, void* dk, void* dv, void* work,
+                     const void* o, const void* dout, const void* lse, void* delta, void* dq, void* dk, void* dv,
                      FloatElem elem, cudaStream_t stream) {
   return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    A* P = static_cast<A*>(work);
-    A* dS = P + pair_workspace(p, d) / 2;
-    cudaError_t err = launch_kernel(sparse_backward_rows<T>, grid_for(d.B * d.H * d.T, kRowsPerBlock), kBlock, stream,
-                                    static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), p,
-                                    keep, d, static_cast<A>(scale), static_cast<const T*>(o),
-                                    static_cast<const T*>(dout), static_cast<const A*>(lse), static_cast<T*>(dq), P, dS);
+    if (d.T == 0 || d.S == 0 || d.B * d.H == 0) return cudaSuccess;
+    const Args<T> a = args_of<T>(q, k, v, keep, p, d, scale);
+    const cudaError_t err =
+        launch_kernel(sparse_backward_dq_kernel<T>, grid_of(2 * ((d.T + kRowBlock - 1) / kRowBlock), d.B * d.H),
+                      kBlock, stream, a, static_cast<const T*>(o), static_cast<const T*>(dout),
+                      static_cast<const A*>(lse), static_cast<A*>(delta), static_cast<T*>(dq));
     if (err != cudaSuccess) return err;
-    return launch_kernel(sparse_backward_keys<T>, grid_for(d.B * d.H * d.S, kRowsPerBlock), kBlock, stream,
-                         static_cast<const T*>(q), static_cast<const T*>(dout), p, d, static_cast<const A*>(P),
-                         static_cast<const A*>(dS), static_cast<T*>(dk), static_cast<T*>(dv));
+    return launch_kernel(sparse_backward_dkv_kernel<T>, grid_of((d.S + kKeyBlock - 1) / kKeyBlock, d.B * d.H), kBlock,
+                         stream, a, static_cast<const T*>(dout), static_cast<const A*>(lse),
+                         static_cast<const A*>(delta), static_cast<T*>(dk), static_cast<T*>(dv));
   });
 }
 

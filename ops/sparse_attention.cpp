@@ -114,10 +114,56 @@ Tensor SparsePattern::dense_mask() const {
   return m;
 }
 
+namespace {
+
+// Groups `lists` (n_lists per group, list x = lists_ptr[x] .. lists_ptr[x + 1] of items < n_items) in blocks of
+// `block` lists: per block, the ascending union of their items and per item the bits of the lists holding it.
+// O(entries + Σ union · log union) with one scratch word per item.
+void block_union(int64_t groups, int64_t n_lists, int64_t n_items, int64_t block, const int64_t* lists_ptr,
+                 const int64_t* items, Tensor& out_ptr, Tensor& out_items, Tensor& out_bits) {
+  const int64_t nblk = (n_lists + block - 1) / block;
+  std::vector<int64_t> ptr{0}, its, bits;
+  std::vector<int64_t> scratch(n_items, 0), touched;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t m = 0; m < nblk; ++m) {
+      touched.clear();
+      for (int64_t r = 0; r < block && m * block + r < n_lists; ++r) {
+        const int64_t x = g * n_lists + m * block + r;
+        for (int64_t e = lists_ptr[x]; e < lists_ptr[x + 1]; ++e) {
+          if (scratch[items[e]] == 0) touched.push_back(items[e]);
+          scratch[items[e]] |= int64_t{1} << r;
+        }
+      }
+      std::sort(touched.begin(), touched.end());
+      for (int64_t j : touched) its.push_back(j), bits.push_back(scratch[j]), scratch[j] = 0;
+      ptr.push_back(static_cast<int64_t>(its.size()));
+    }
+  auto as_tensor = [](const std::vector<int64_t>& v) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, {.dtype = kInt64});
+    std::copy(v.begin(), v.end(), t.data_ptr<int64_t>());
+    return t;
+  };
+  out_ptr = as_tensor(ptr), out_items = as_tensor(its), out_bits = as_tensor(bits);
+}
+
+}  // namespace
+
 SparsePattern SparsePattern::to(Device device) const {
   if (row_ptr.device() == device) return *this;
   SparsePattern p = *this;
-  for (Tensor* t : {&p.row_ptr, &p.cols, &p.col_ptr, &p.col_rows, &p.col_pos}) *t = t->to(device);
+  auto move_all = [&p](Device d) {
+    for (Tensor* t : {&p.row_ptr, &p.cols, &p.col_ptr, &p.col_rows, &p.col_pos, &p.rblk_ptr, &p.rblk_keys,
+                      &p.rblk_bits, &p.kblk_ptr, &p.kblk_rows, &p.kblk_bits})
+      if (t->defined()) *t = t->to(d);
+  };
+  if (!p.row_ptr.device().is_cpu()) move_all(Device::cpu());  // from a device: by way of the host
+  if (device.is_cuda() && !p.has_block_view()) {
+    block_union(p.groups, p.queries, p.keys, kRowBlock, p.row_ptr.data_ptr<int64_t>(), p.cols.data_ptr<int64_t>(),
+                p.rblk_ptr, p.rblk_keys, p.rblk_bits);
+    block_union(p.groups, p.keys, p.queries, kKeyBlock, p.col_ptr.data_ptr<int64_t>(),
+                p.col_rows.data_ptr<int64_t>(), p.kblk_ptr, p.kblk_rows, p.kblk_bits);
+  }
+  if (!device.is_cpu()) move_all(device);
   return p;
 }
 

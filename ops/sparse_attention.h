@@ -39,6 +39,21 @@ struct SparsePattern {
   Tensor col_rows;      // int64 (nnz): for each entry of the transpose, its query row i
   Tensor col_pos;       // int64 (nnz): and its position in cols (where the forward's pair lives)
 
+  // The block view the CUDA kernels tile by: the same pairs, grouped so that a thread block loads a tile of keys (or
+  // queries) into shared memory once for several rows. Built from the lists above when the pattern moves to a CUDA
+  // device (`to`); undefined on the CPU, whose kernels walk the rows.
+  //   query blocks  rows [16 m, 16 m + 16) of a group: the ascending union of their keys, and per union key a bit
+  //                 per row of the block (bit r: row 16 m + r attends the key)
+  //   key blocks    keys [8 m, 8 m + 8) of a group: the ascending union of the queries that see them, and per union
+  //                 query a bit per key of the block (bit c: the query attends key 8 m + c)
+  static constexpr int64_t kRowBlock = 16, kKeyBlock = 8;
+  Tensor rblk_ptr;   // int64 (groups · ceil(T / 16) + 1)
+  Tensor rblk_keys;  // int64: the union's keys
+  Tensor rblk_bits;  // int64: their row bits
+  Tensor kblk_ptr;   // int64 (groups · ceil(S / 8) + 1)
+  Tensor kblk_rows;  // int64: the union's queries
+  Tensor kblk_bits;  // int64: their key bits
+
   // Builds (and checks) a pattern from per-row lists (groups · T of them); each list is sorted and deduplicated here.
   static SparsePattern from_rows(int64_t groups, int64_t queries, int64_t keys, std::vector<std::vector<int64_t>> rows);
   int64_t nnz() const { return cols.defined() ? cols.numel() : 0; }
@@ -46,8 +61,10 @@ struct SparsePattern {
   std::vector<int64_t> row(int64_t group, int64_t i) const;
   // The pattern as a bool mask (groups, T, S), for tests and small n only: this is the n × n matrix the kernels avoid.
   Tensor dense_mask() const;
-  // The same pattern on another device (the CSR tensors copied; the CPU copy is returned as is).
+  // The same pattern on another device (the CSR tensors copied, and to a CUDA device with the block view built;
+  // a pattern already there is returned as is).
   SparsePattern to(Device device) const;
+  bool has_block_view() const { return rblk_ptr.defined(); }
 };
 
 // Each builder checks its arguments (T >= 1, w >= 1, s >= 1, 0 <= g, 1 <= r <= T, b >= 1) with a clear error.

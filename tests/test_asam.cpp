@@ -393,6 +393,82 @@ TEST_CASE("sparse_attention CUDA kernels equal the CPU kernel (float64, float32,
   }
 }
 
+TEST_CASE("the block view of a pattern on a CUDA device holds exactly the pattern's pairs") {
+  if (!gpu_or_skip()) return;
+  Generator gen(9);
+  Tensor a = softmax(randn({2, 1, 37, 3}, {.dtype = kFloat64}, &gen) * 2.0, -1);
+  for (const SparsePattern& p : {pattern_union({local_window_pattern(37, 5, true), strided_pattern(37, 3, true)}),
+                                 hierarchical_pattern(37, 6, false), clustered_pattern(a, 0.4, true)}) {
+    const SparsePattern d = p.to(Device::cuda());
+    REQUIRE(d.has_block_view());
+    CHECK_FALSE(p.has_block_view());  // the CPU pattern is untouched
+    auto vec = [](const Tensor& t) { return t.to(Device::cpu()).to_vector<int64_t>(); };
+    const auto rp = vec(d.rblk_ptr), rk = vec(d.rblk_keys), rb = vec(d.rblk_bits);
+    const auto kp = vec(d.kblk_ptr), kr = vec(d.kblk_rows), kb = vec(d.kblk_bits);
+    const int64_t G = p.groups, T = p.queries, S = p.keys, nr = (T + 15) / 16, nk = (S + 7) / 8;
+    REQUIRE(rp.size() == size_t(G * nr + 1));
+    REQUIRE(kp.size() == size_t(G * nk + 1));
+    // Rebuild the (G, T, S) mask from each view: both must equal the pattern's, unions ascending, no empty entry.
+    auto mask = p.dense_mask().to_vector<bool>();
+    std::vector<bool> from_rows(mask.size(), false), from_keys(mask.size(), false);
+    for (int64_t g = 0; g < G; ++g) {
+      for (int64_t m = 0; m < nr; ++m)
+        for (int64_t e = rp[g * nr + m]; e < rp[g * nr + m + 1]; ++e) {
+          CHECK(rb[e] != 0);
+          if (e > rp[g * nr + m]) CHECK(rk[e] > rk[e - 1]);
+          for (int64_t r = 0; r < 16; ++r)
+            if (rb[e] >> r & 1) from_rows[(g * T + m * 16 + r) * S + rk[e]] = true;
+        }
+      for (int64_t m = 0; m < nk; ++m)
+        for (int64_t e = kp[g * nk + m]; e < kp[g * nk + m + 1]; ++e) {
+          CHECK(kb[e] != 0);
+          if (e > kp[g * nk + m]) CHECK(kr[e] > kr[e - 1]);
+          for (int64_t c = 0; c < 8; ++c)
+            if (kb[e] >> c & 1) from_keys[(g * T + kr[e]) * S + m * 8 + c] = true;
+        }
+    }
+    CHECK(from_rows == mask);
+    CHECK(from_keys == mask);
+    // Back on the CPU: the same lists.
+    CHECK(d.to(Device::cpu()).row(G - 1, T - 1) == p.row(G - 1, T - 1));
+  }
+}
+
+TEST_CASE("sparse_attention CUDA kernels: unions over several tiles, rows without a kept key, head dims") {
+  if (!gpu_or_skip()) return;
+  const Device gpu = Device::cuda();
+  const int64_t B = 2, H = 1, T = 100;
+  // Strided rows of 34 keys: a block of 16 rows has a union of 100 keys (4 tiles of 32). Batch 0 pads its first 6
+  // tokens, so the causal window rows 0 .. 5 keep no key at all (o = 0, no gradient).
+  const SparsePattern p = pattern_union({strided_pattern(T, 3, false), local_window_pattern(T, 4, true)});
+  Tensor keep = ones({B, T}, {.dtype = kBool});
+  for (int64_t j = 0; j < 6; ++j) keep.data_ptr<bool>()[j] = false;
+  const SparsePattern causal = local_window_pattern(T, 4, true);
+  for (int64_t D : {16, 64, 128}) {
+    CAPTURE(D);
+    Tensor q = randn64({B, H, T, D}, false, 11), k = randn64({B, H, T, D}, false, 12);
+    Tensor v = randn64({B, H, T, D}, false, 13), dout = randn64({B, H, T, D}, false, 14);
+    for (const SparsePattern* pp : {&p, &causal}) {
+      const DType dt = D <= 64 ? kFloat64 : kFloat32;  // float64 tiles take D <= 64
+      OpRun c = run_sparse(q, k, v, *pp, keep, dout, dt), g = run_sparse(q, k, v, *pp, keep, dout, dt, gpu);
+      const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
+      check_close(g.o, c.o, tol, tol);
+      check_close(g.dq, c.dq, tol, tol);
+      check_close(g.dk, c.dk, tol, tol);
+      check_close(g.dv, c.dv, tol, tol);
+    }
+  }
+  {  // the causal window's rows 0 .. 5 of batch 0 see only padding: zero output and zero dq
+    Tensor q = randn64({B, H, T, 8}, false, 15);
+    OpRun g = run_sparse(q, q, q, causal, keep, ones({B, H, T, 8}, {.dtype = kFloat64}), kFloat64, gpu);
+    CHECK(g.o.narrow(2, 0, 6).narrow(0, 0, 1).abs().sum().item<double>() == 0.0);
+    CHECK(g.dq.narrow(2, 0, 6).narrow(0, 0, 1).abs().sum().item<double>() == 0.0);
+  }
+  Tensor big = zeros({1, 1, 4, 72}, {.dtype = kFloat64, .device = gpu});
+  check_error([&] { sparse_attention(big, big, big, local_window_pattern(4, 2, false)); },
+              {"sparse_attention", "head dimension 72", "64"});
+}
+
 // ---- the layer ---------------------------------------------------------------------------------------------------
 
 namespace {
