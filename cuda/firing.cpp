@@ -5,6 +5,8 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/firing_launch.h"
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
 #include "ops/kernels.h"
 
 namespace asc::cuda {
@@ -37,6 +39,12 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
   ASC_CUDA_CHECK(firing_launch::backward(Z.raw_data(), SP.raw_data(), f.raw_data(), F.raw_data(), dY.raw_data(), N,
                                          P, A, gate, dZ.raw_data(), dSP.raw_data(), df.raw_data(), work.raw_data(),
                                          float_elem_of("firing_output", Z.dtype()), current_stream()));
+}
+
+// On the GPU the dense product is the fast path at any firing rate: scale the rows, then one cuBLAS GEMM (through
+// the matmul op) added in. Silent neurons are not skipped here.
+void firing_weight_update(Tensor& W, const Tensor& keep, const Tensor& coef, const Tensor& X) {
+  W.copy_(asc::add(asc::mul(W, keep.view({W.size(0), 1})), asc::matmul(coef.t(), X)));
 }
 
 namespace {

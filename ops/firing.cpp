@@ -9,6 +9,7 @@
 #include "autograd/node.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "core/storage.h"
 #include "ops/checks.h"
 #include "ops/dispatch.h"
 #include "ops/kernels.h"
@@ -60,6 +61,31 @@ FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, c
                      });
   }
   return out;
+}
+
+void firing_weight_update_(Tensor& W, const Tensor& keep, const Tensor& coef, const Tensor& X) {
+  constexpr const char* op = "firing_weight_update_";
+  check_defined(op, W, "W");
+  check_defined(op, keep, "keep");
+  check_defined(op, coef, "coef");
+  check_defined(op, X, "X");
+  check_same_device(op, {&W, &keep, &coef, &X});
+  check_float(op, W, "W");
+  ASC_CHECK(W.dim() == 2 && keep.dim() == 1 && coef.dim() == 2 && X.dim() == 2 && keep.size(0) == W.size(0) &&
+                coef.size(1) == W.size(0) && X.size(0) == coef.size(0) && X.size(1) == W.size(1),
+            "{}: expects W (P, d), keep (P), coef (N, P), X (N, d); got W {}, keep {}, coef {}, X {}", op, W.shape(),
+            keep.shape(), coef.shape(), X.shape());
+  ASC_CHECK(keep.dtype() == W.dtype() && coef.dtype() == W.dtype() && X.dtype() == W.dtype(),
+            "{}: W, keep, coef and X must share a dtype; got {}, {}, {}, {}", op, W.dtype(), keep.dtype(),
+            coef.dtype(), X.dtype());
+  ASC_CHECK(W.dtype() == kFloat32 || W.dtype() == kFloat64, "{}: needs float32 or float64, got {}", op, W.dtype());
+  ASC_CHECK(W.is_contiguous(), "{}: W must be contiguous (it is written in place), got strides {}", op, W.strides());
+  ASC_CHECK(!(GradMode::is_enabled() && W.requires_grad()),
+            "{}: writes W {} in place, which requires grad; call it under NoGradGuard (an optimizer-side update)", op,
+            W.shape());
+  const Tensor k = keep.contiguous(), c = coef.contiguous(), x = X.contiguous();
+  ASC_KERNEL(W.device(), op, firing_weight_update, W, k, c, x);
+  W.impl()->storage->bump_version();
 }
 
 Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0_in, bool rms_norm, double eps) {

@@ -24,6 +24,16 @@ struct FiringOutput {
 // On the CPU a silent neuron with the exact gate costs nothing in the backward. Errors name the op and the shapes.
 FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, const GateOptions& gate = {});
 
+// Rule B's update of a dense firing layer's weights (docs/firing.md §4), in place and in one op:
+//   W[p, :] <- keep[p] W[p, :] + Σ_b coef[b, p] X[b, :]
+// W (P, d) contiguous, keep (P), coef (N, P), X (N, d); one float dtype (float32/float64) and device. Not
+// differentiable: an optimizer-side update, called under NoGradGuard. Zero entries of coef cost nothing on the CPU
+// when they are most of it — with the exact gate coef is zero wherever the neuron was silent, so at firing rates
+// below about 1/3 each neuron adds only its firing rows' inputs instead of running a dense GEMM.
+//
+//   asc::firing_weight_update_(W, keep, coef, X);   // Oja decay keep, Oja + SGD coefficients coef
+void firing_weight_update_(Tensor& W, const Tensor& keep, const Tensor& coef, const Tensor& X);
+
 // The state recurrence of the low-rank cross-path SSM (docs/firing.md §6), over the time axis of a, u (B, T, R):
 //   h_t = a_t ⊙ s_{t-1} + u_t,    s_t = h_t / RMS(h_t) with RMS(h) = sqrt(mean_c h_c² + eps) if rms_norm, else h_t
 // from s_0 = s0, (R) shared by the batch or (B, R). Returns s (B, T, R). Differentiable in a, u and s0

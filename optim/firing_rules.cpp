@@ -5,6 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "ops/firing.h"
 #include "ops/ops.h"
 #include "optim/optimizer.h"
 
@@ -129,15 +130,27 @@ void FiringRuleB::apply() {
       keep = keep * (1.0 - m * (lr_w_ * wd_w_));
       scale = 1.0;
     }
-    t_.W.copy_(W * keep);
-    t_.W.add_(input_sum(snap_, coef, W).to(t_.W.dtype()), scale);
+    if (snap_.X.dim() == 2) {
+      // One op: W <- keep ∘ W + coefᵀ X, which skips the zero coefficients of silent neurons on the CPU.
+      const Tensor coef_s = scale == 1.0 ? coef : coef * scale;
+      const Tensor X = snap_.X.to(acc);
+      if (t_.W.dtype() == acc) {
+        firing_weight_update_(t_.W, keep.view({P}), coef_s, X);
+      } else {  // a bf16/f16 layer: update W's float32 copy (not read again below), then round into W
+        Tensor Wa = W;
+        firing_weight_update_(Wa, keep.view({P}), coef_s, X);
+        t_.W.copy_(Wa);
+      }
+    } else {  // channels: X (N, d, P)
+      t_.W.copy_(W * keep + input_sum(snap_, coef, W) * scale);
+    }
   }
   // Oja on f: η_f mean_b F (Y Z − Y² / Y_ref2 · f) with Y = F f' Z: η_f / N · Σ_b F Z² · (f' − f'² f / Y_ref2).
   const Tensor f_fwd = snap_.f.to(acc);
   t_.f.copy_(f + sum_FZ2 * (f_fwd - f_fwd * f_fwd * f / y_ref2) * (o_.eta_f / N));
   // Homeostasis: EMAs of the firing rate and margin, then the threshold.
   const Tensor r_t = mean(F, {0});
-  const Tensor m_t = mean(F * relu((Z - SP0.view({1, P})) / (o_.z_ref + o_.eps_z)), {0});
+  const Tensor m_t = mean(F * relu(Z - SP0.view({1, P})), {0}) / (o_.z_ref + o_.eps_z);
   const Tensor r_bar = t_.r_bar.to(acc) * (1 - o_.beta_r) + r_t * o_.beta_r;
   const Tensor m_bar = t_.m_bar.to(acc) * (1 - o_.beta_m) + m_t * o_.beta_m;
   t_.r_bar.copy_(r_bar);

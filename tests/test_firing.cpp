@@ -147,6 +147,92 @@ TEST_CASE("firing_output backward: dZ, dSP, df against float64 loops, exact gate
     }
 }
 
+TEST_CASE("firing_output kernels: each fan-out path (alpha 1, 2, 3, 4) and rows that fire rarely or often, against "
+          "loops") {
+  // The CPU kernels compile α = 1, 2, 4 separately from the general loop, and with the exact gate a row where fewer
+  // than a quarter of the neurons fire takes a skipping loop while a busier row takes a branch-free one.
+  const int64_t N = 10, P = 40;
+  for (int64_t A : {1, 2, 3, 4}) {
+    CAPTURE(A);
+    OpCase c = op_case(N, P, A, 30 + static_cast<uint64_t>(A));
+    std::vector<double> z = c.Z.to_vector<double>();
+    for (int64_t b = 2; b < N; b += 2)
+      for (int64_t p = 0; p < P; ++p) z[b * P + p] -= 2.5;  // rows 2, 4, ...: a few percent fire
+    c.Z = tensor(z, {N, P});
+    const Vec Z = c.Z.to_vector<double>(), SP = c.SP.to_vector<double>(), f = c.f.to_vector<double>();
+    const Vec dY = c.dY.to_vector<double>();
+    for (GateBackward mode : {GateBackward::None, GateBackward::Surrogate}) {
+      CAPTURE(static_cast<int>(mode));
+      OpRun o = run_op(c, {.mode = mode, .surrogate = "sigmoid", .width = 0.7});
+      Grads r = naive(Z, SP, f, dY, N, P, A, mode, "sigmoid", 0.7);
+      check_close(o.Y, r.Y, 1e-14, 0);
+      check_close(o.dZ, r.dZ, 1e-13, 1e-13);
+      check_close(o.dSP, r.dSP, 1e-13, 1e-13);
+      check_close(o.df, r.df, 1e-13, 1e-13);
+    }
+    int64_t quiet = 0, busy = 0;  // both row kinds are present
+    for (int64_t b = 0; b < N; ++b) {
+      int64_t firing = 0;
+      for (int64_t p = 0; p < P; ++p) firing += Z[b * P + p] >= SP[p];
+      (4 * firing < P ? quiet : busy) += 1;
+    }
+    CHECK(quiet >= 3);
+    CHECK(busy >= 3);
+  }
+}
+
+namespace {
+// W <- keep W + coefᵀ X in float64 loops.
+Vec weight_update_ref(const Vec& W, const Vec& keep, const Vec& coef, const Vec& X, int64_t N, int64_t P, int64_t d) {
+  Vec out(W.size());
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t i = 0; i < d; ++i) {
+      double acc = keep[p] * W[p * d + i];
+      for (int64_t b = 0; b < N; ++b) acc += coef[b * P + p] * X[b * d + i];
+      out[p * d + i] = acc;
+    }
+  return out;
+}
+
+// coef (N, P) with about `density` of its entries nonzero.
+Tensor sparse_coef(int64_t N, int64_t P, double density, uint64_t seed) {
+  Vec c = randn64({N, P}, false, seed).to_vector<double>(), u = rand({N, P}).to(kFloat64).to_vector<double>();
+  for (size_t i = 0; i < c.size(); ++i)
+    if (u[i] >= density) c[i] = 0;
+  return tensor(c, {N, P});
+}
+}  // namespace
+
+TEST_CASE("firing_weight_update_: W <- keep W + coef^T X against loops, on the sparse and the dense path; bad input") {
+  // 37 rows (not a multiple of the 4 inputs added at a time), 21 neurons (one block of 16 and a tail), d 13.
+  const int64_t N = 37, P = 21, d = 13;
+  manual_seed(3);
+  const Tensor W0 = randn64({P, d}, false, 60), keep = rand({P}).to(kFloat64) + 0.5, X = randn64({N, d}, false, 61);
+  for (double density : {0.0, 0.1, 0.3, 0.6, 1.0})  // below 1/3 the CPU takes the sparse path
+    for (DType dt : {kFloat64, kFloat32}) {
+      CAPTURE(density);
+      CAPTURE(dtype_name(dt));
+      const Tensor coef = sparse_coef(N, P, density, 62);
+      const Vec ref = weight_update_ref(W0.to_vector<double>(), keep.to_vector<double>(), coef.to_vector<double>(),
+                                        X.to_vector<double>(), N, P, d);
+      Tensor W = W0.to(dt).clone();
+      firing_weight_update_(W, keep.to(dt), coef.to(dt), X.to(dt));
+      const double tol = dt == kFloat64 ? 1e-13 : 2e-5;
+      check_close(W, ref, tol, tol);
+    }
+  Tensor W = W0.clone();
+  auto throws = [&](auto fn, const char* what) { CHECK_THROWS_WITH_AS(fn(), doctest::Contains(what), asc::Error); };
+  throws([&] { firing_weight_update_(W, ones({P + 1}, {kFloat64}), zeros({N, P}, {kFloat64}), X); }, "keep (P)");
+  throws([&] { firing_weight_update_(W, keep, zeros({N, P + 1}, {kFloat64}), X); }, "coef [37, 22]");
+  throws([&] { firing_weight_update_(W, keep, zeros({N, P}, {kFloat64}), X.narrow(0, 0, 5)); }, "X [5, 13]");
+  throws([&] { firing_weight_update_(W, keep.to(kFloat32), zeros({N, P}, {kFloat64}), X); }, "share a dtype");
+  Tensor Wt = W0.t();
+  throws([&] { firing_weight_update_(Wt, ones({d}, {kFloat64}), zeros({N, d}, {kFloat64}), randn64({N, P})); }, "contiguous");
+  Tensor Wg = W0.clone().set_requires_grad(true);
+  throws([&] { firing_weight_update_(Wg, keep, zeros({N, P}, {kFloat64}), X); }, "NoGradGuard");
+  CHECK(W.to_vector<double>() == W0.to_vector<double>());  // nothing was written by a refused call
+}
+
 TEST_CASE("firing_output gradcheck: the exact gate away from the threshold; the surrogate paths are the derivative "
           "of F0 + G(Z - SP) - G(Z0 - SP0) with G the surrogate's integral") {
   // Exact gate: piecewise f Z, so finite differences hold where no entry sits within eps of its threshold.
@@ -978,6 +1064,25 @@ TEST_CASE("rule B on CUDA (plain and fuse_sgd, mask active, weight decay) equals
       check_close(gpu[i], cpu[i].to_vector<double>(), 1e-12, 1e-11);
     }
   }
+}
+
+TEST_CASE("firing_weight_update_ on CUDA equals the CPU (float64, float32; sparse and dense coefficients)") {
+  if (!gpu_or_skip()) return;
+  const Device gpu = Device::cuda();
+  const int64_t N = 37, P = 21, d = 13;
+  manual_seed(4);
+  const Tensor W0 = randn64({P, d}, false, 70), keep = rand({P}).to(kFloat64) + 0.5, X = randn64({N, d}, false, 71);
+  for (double density : {0.1, 1.0})
+    for (DType dt : {kFloat64, kFloat32}) {
+      CAPTURE(density);
+      CAPTURE(dtype_name(dt));
+      const Tensor coef = sparse_coef(N, P, density, 72).to(dt);
+      Tensor a = W0.to(dt).clone(), b = W0.to(dt).to(gpu);
+      firing_weight_update_(a, keep.to(dt), coef, X.to(dt));
+      firing_weight_update_(b, keep.to(dt).to(gpu), coef.to(gpu), X.to(dt).to(gpu));
+      const double tol = dt == kFloat64 ? 1e-13 : 1e-5;
+      check_close(b.to(Device::cpu()), a, tol, tol);
+    }
 }
 
 TEST_CASE("ssm_scan CUDA kernels equal the CPU kernel (float64, float32; RMS on and off; the sequential kernels and "

@@ -229,9 +229,16 @@ void sum_impl(const Tensor& x, Tensor& out) {
     for_each_strided<2>(x.shape(), {so, x.strides()}, [&](auto off, int64_t n, auto st) {
       acc_t s = 0;
       const scalar_t* a = xp + off[1];
-      if (st[1] == 1)
-        for (int64_t i = 0; i < n; ++i) s += a[i];
-      else
+      if (st[1] == 1) {
+        // Eight independent partial sums: one accumulator is a chain of dependent adds (4 cycles each), and the
+        // compiler may not reorder floating-point additions itself.
+        acc_t part[8] = {};
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+          for (int j = 0; j < 8; ++j) part[j] += a[i + j];
+        for (; i < n; ++i) part[0] += a[i];
+        s = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+      } else
         for (int64_t i = 0; i < n; ++i) s += a[i * st[1]];
 #ifdef ASC_HAVE_OPENMP
 #pragma omp atomic

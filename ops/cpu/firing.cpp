@@ -5,14 +5,49 @@
 // scheduling only through float64 additions of a few task totals); with the exact gate a silent (b, p) is skipped
 // outright — its dZ is 0 and it adds nothing.
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <type_traits>
 #include <cmath>
 #include <mutex>
 #include <vector>
 
+#include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/vec_math.h"
 #include "ops/kernels.h"
 
 namespace asc::cpu {
+
+namespace {
+
+// v where `on`, else +0 exactly (not f·0, which is -0 or NaN for a negative or infinite f), without a branch: a
+// firing pattern near rate 0.5 defeats the branch predictor, and GCC turns `on ? v : 0` into a jump here.
+template <class T>
+inline T keep_if(T v, bool on) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  return std::bit_cast<T>(std::bit_cast<U>(v) & (U(0) - U(on)));
+}
+
+// The forward over rows [b0, b1). kA > 0 fixes α at compile time (the common fan-outs 1, 2, 4) so the g loop
+// unrolls; kA = 0 reads it from A.
+template <class T, int kA>
+void forward_rows(const T* z, const T* sp, const T* fw, T* Fp, T* y, int64_t b0, int64_t b1, int64_t P, int64_t A_) {
+  const int64_t A = kA > 0 ? kA : A_;
+  for (int64_t b = b0; b < b1; ++b) {
+    const T* zr = z + b * P;
+    T* Fr = Fp + b * P;
+    T* yr = y + b * P * A;
+    for (int64_t p = 0; p < P; ++p) {
+      const T zv = zr[p];
+      const bool fires = zv >= sp[p];
+      Fr[p] = fires ? T(1) : T(0);
+      for (int64_t g = 0; g < A; ++g) yr[p * A + g] = keep_if(fw[p * A + g] * zv, fires);
+    }
+  }
+}
+
+}  // namespace
 
 void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& F, Tensor& Y) {
   const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
@@ -22,18 +57,12 @@ void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& 
     const scalar_t *z = Z.data_ptr<scalar_t>(), *sp = SP.data_ptr<scalar_t>(), *fw = f.data_ptr<scalar_t>();
     scalar_t *Fp = F.data_ptr<scalar_t>(), *y = Y.data_ptr<scalar_t>();
     parallel_for(N, P * (A + 1), [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b)
-        for (int64_t p = 0; p < P; ++p) {
-          const scalar_t zv = z[b * P + p];
-          const bool fires = zv >= sp[p];
-          Fp[b * P + p] = fires ? scalar_t(1) : scalar_t(0);
-          scalar_t* yo = y + (b * P + p) * A;
-          if (!fires) {
-            for (int64_t g = 0; g < A; ++g) yo[g] = scalar_t(0);
-            continue;
-          }
-          for (int64_t g = 0; g < A; ++g) yo[g] = fw[p * A + g] * zv;
-        }
+      switch (A) {
+        case 1: forward_rows<scalar_t, 1>(z, sp, fw, Fp, y, b0, b1, P, A); break;
+        case 2: forward_rows<scalar_t, 2>(z, sp, fw, Fp, y, b0, b1, P, A); break;
+        case 4: forward_rows<scalar_t, 4>(z, sp, fw, Fp, y, b0, b1, P, A); break;
+        default: forward_rows<scalar_t, 0>(z, sp, fw, Fp, y, b0, b1, P, A);
+      }
     });
   });
 }
@@ -41,34 +70,58 @@ void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& 
 namespace {
 
 // The backward over rows [b0, b1): dZ of those rows, and their contributions to dSP (P) and df (P, A) added into the
-// caller's float64 accumulators. kMode: 0 exact gate (a silent (b, p) is skipped), 1 straight-through, 2 surrogate
-// (deriv(u) = s'(u)).
-template <class T, int kMode, class D>
+// caller's float64 accumulators. kMode: 0 exact gate (a silent (b, p) gets dZ = 0 and adds nothing), 1
+// straight-through, 2 surrogate (deriv(u) = s'(u)). kA as in forward_rows. With the exact gate a row where few
+// neurons fire skips the silent ones (a predictable branch); in a busier row a branch would be mispredicted half the
+// time, so every (b, p) takes the same branch-free path and keep_if zeroes what a silent one must not contribute
+// (measured, B 256, P 1024, α 4: 0.2 ms at rate 0.1 with the skip against 0.5 without; 0.5 ms at rate 0.5 against
+// 0.85 with it).
+template <class T, int kMode, int kA, class D>
 void backward_rows(const T* z, const T* sp, const T* fw, const T* Fp, const T* dy, int64_t b0, int64_t b1, int64_t P,
-                   int64_t A, const D& deriv, T* dz, double* acc_sp, double* acc_f) {
-  for (int64_t b = b0; b < b1; ++b)
-    for (int64_t p = 0; p < P; ++p) {
-      const int64_t bp = b * P + p;
-      const bool fires = Fp[bp] != T(0);
-      if (kMode == 0 && !fires) {  // a silent neuron under the exact gate: no gradient at all
-        dz[bp] = T(0);
-        continue;
-      }
-      const T* dyo = dy + bp * A;
-      const T* fp = fw + p * A;
-      double S = 0;  // Σ_g dY f
-      for (int64_t g = 0; g < A; ++g) S += double(dyo[g]) * double(fp[g]);
-      const double zv = z[bp];
-      if (fires)
-        for (int64_t g = 0; g < A; ++g) acc_f[p * A + g] += double(dyo[g]) * zv;
-      if (kMode == 0) {
-        dz[bp] = static_cast<T>(S);
-        continue;
-      }
+                   int64_t A_, const D& deriv, T* dz, double* acc_sp, double* acc_f) {
+  const int64_t A = kA > 0 ? kA : A_;
+  auto one = [&](int64_t bp, int64_t p, bool fires) {
+    const T* dyo = dy + bp * A;
+    const T* fp = fw + p * A;
+    double S = 0;  // Σ_g dY f
+    for (int64_t g = 0; g < A; ++g) S += double(dyo[g]) * double(fp[g]);
+    const double zv = z[bp];
+    for (int64_t g = 0; g < A; ++g) acc_f[p * A + g] += keep_if(double(dyo[g]) * zv, fires);
+    if constexpr (kMode == 0) {
+      dz[bp] = static_cast<T>(keep_if(S, fires));
+    } else {
       const double d = kMode == 1 ? 1.0 : deriv(zv - double(sp[p]));
       dz[bp] = static_cast<T>(S * ((fires ? 1.0 : 0.0) + zv * d));
       acc_sp[p] -= S * zv * d;
     }
+  };
+  for (int64_t b = b0; b < b1; ++b) {
+    const T* Fr = Fp + b * P;
+    if constexpr (kMode == 0) {
+      int64_t firing = 0;
+      for (int64_t p = 0; p < P; ++p) firing += Fr[p] != T(0);
+      if (4 * firing < P) {
+        for (int64_t p = 0; p < P; ++p) {
+          if (Fr[p] != T(0)) one(b * P + p, p, true);
+          else dz[b * P + p] = T(0);
+        }
+        continue;
+      }
+    }
+    for (int64_t p = 0; p < P; ++p) one(b * P + p, p, Fr[p] != T(0));
+  }
+}
+
+// Calls backward_rows with kA fixed for the common fan-outs.
+template <class T, int kMode, class D>
+void backward_rows_any(const T* z, const T* sp, const T* fw, const T* Fp, const T* dy, int64_t b0, int64_t b1,
+                       int64_t P, int64_t A, const D& deriv, T* dz, double* acc_sp, double* acc_f) {
+  switch (A) {
+    case 1: return backward_rows<T, kMode, 1>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp, acc_f);
+    case 2: return backward_rows<T, kMode, 2>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp, acc_f);
+    case 4: return backward_rows<T, kMode, 4>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp, acc_f);
+    default: return backward_rows<T, kMode, 0>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp, acc_f);
+  }
 }
 
 }  // namespace
@@ -94,13 +147,13 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
       std::vector<double> acc_sp(P, 0.0), acc_f(P * A, 0.0);
       switch (mode) {
         case GateBackward::None:
-          backward_rows<scalar_t, 0>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp.data(), acc_f.data());
+          backward_rows_any<scalar_t, 0>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp.data(), acc_f.data());
           break;
         case GateBackward::StraightThrough:
-          backward_rows<scalar_t, 1>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp.data(), acc_f.data());
+          backward_rows_any<scalar_t, 1>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp.data(), acc_f.data());
           break;
         case GateBackward::Surrogate:
-          backward_rows<scalar_t, 2>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp.data(), acc_f.data());
+          backward_rows_any<scalar_t, 2>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, acc_sp.data(), acc_f.data());
           break;
       }
       std::lock_guard lock(merge);
@@ -113,6 +166,78 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
     scalar_t *dsp = dSP.data_ptr<scalar_t>(), *dfw = df.data_ptr<scalar_t>();
     for (int64_t p = 0; p < P; ++p) dsp[p] = static_cast<scalar_t>(tot_sp[p]);
     for (int64_t i = 0; i < P * A; ++i) dfw[i] = static_cast<scalar_t>(tot_f[i]);
+  });
+}
+
+// ---- rule B's weight update: W <- keep ∘ W + coefᵀ X ----------------------------------------------------------
+namespace {
+
+// Neurons [p0, p1) of the sparse path. The coefficients of 16 neurons are gathered in one sweep over the batch (a
+// column of coef is P elements apart: reading it neuron by neuron would reload each cache line 16 times), then each
+// neuron adds its nonzero rows' inputs four at a time, so W's row is loaded and stored once per four inputs.
+template <class T>
+ASC_CPU_CLONES void weight_update_sparse(T* W, const T* keep, const T* coef, const T* X, int64_t p0, int64_t p1,
+                                         int64_t N, int64_t P, int64_t d) {
+  constexpr int64_t kBlock = 16;
+  std::vector<int64_t> rows(static_cast<size_t>(kBlock * N));
+  std::vector<T> vals(static_cast<size_t>(kBlock * N));
+  int64_t count[kBlock];
+  for (int64_t pb = p0; pb < p1; pb += kBlock) {
+    const int64_t nb = std::min(kBlock, p1 - pb);
+    for (int64_t j = 0; j < nb; ++j) count[j] = 0;
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t j = 0; j < nb; ++j) {
+        const T v = coef[b * P + pb + j];
+        if (v != T(0)) {
+          rows[j * N + count[j]] = b;
+          vals[j * N + count[j]++] = v;
+        }
+      }
+    for (int64_t j = 0; j < nb; ++j) {
+      T* w = W + (pb + j) * d;
+      const T k = keep[pb + j];
+      for (int64_t i = 0; i < d; ++i) w[i] *= k;
+      const int64_t* r = rows.data() + j * N;
+      const T* v = vals.data() + j * N;
+      int64_t m = 0;
+      for (; m + 4 <= count[j]; m += 4) {
+        const T *x0 = X + r[m] * d, *x1 = X + r[m + 1] * d, *x2 = X + r[m + 2] * d, *x3 = X + r[m + 3] * d;
+        const T v0 = v[m], v1 = v[m + 1], v2 = v[m + 2], v3 = v[m + 3];
+        for (int64_t i = 0; i < d; ++i) w[i] += v0 * x0[i] + v1 * x1[i] + v2 * x2[i] + v3 * x3[i];
+      }
+      for (; m < count[j]; ++m) {
+        const T* x0 = X + r[m] * d;
+        const T v0 = v[m];
+        for (int64_t i = 0; i < d; ++i) w[i] += v0 * x0[i];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void firing_weight_update(Tensor& W, const Tensor& keep, const Tensor& coef, const Tensor& X) {
+  const int64_t P = W.size(0), d = W.size(1), N = coef.size(0);
+  ASC_DISPATCH_FLOAT(W.dtype(), "firing_weight_update_", [&] {
+    scalar_t* w = W.data_ptr<scalar_t>();
+    const scalar_t *k = keep.data_ptr<scalar_t>(), *c = coef.data_ptr<scalar_t>(), *x = X.data_ptr<scalar_t>();
+    int64_t nnz = 0;
+    for (int64_t i = 0; i < N * P; ++i) nnz += c[i] != scalar_t(0);
+    // Measured on 2 cores (B 256, d 784, P 1024, float32): the sparse path takes 0.6 ms at density 0.1, 1.3 ms at
+    // 0.25 and 2.5 ms at 0.5, against 1.9 ms for the GEMM; it wins below about 1/3.
+    if (3 * nnz < N * P) {
+      parallel_for(P, (nnz / std::max<int64_t>(P, 1) + 1) * d, [&](int64_t p0, int64_t p1) {
+        weight_update_sparse(w, k, c, x, p0, p1, N, P, d);
+      });
+      return;
+    }
+    // Dense: scale the rows, then one GEMM per thread's rows accumulating into W (coefᵀ is coef read with strides
+    // (1, P): no copy).
+    parallel_for(P, N * d, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p)
+        for (int64_t i = 0; i < d; ++i) w[p * d + i] *= k[p];
+      gemm<scalar_t>(p1 - p0, d, N, c + p0, 1, P, x, d, 1, w + p0 * d, d, /*accumulate=*/true);
+    });
   });
 }
 
