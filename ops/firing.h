@@ -21,7 +21,8 @@ struct FiringOutput {
 // Backward, with S[b, p] = Σ_g dY[b, p, g] f[p, g] and s' the gate's surrogate derivative at Z - SP (0 for the
 // exact gate, GateBackward::None; 1 for StraightThrough; the named surrogate of width `width` for Surrogate):
 //   dZ = S (F + Z s'),   dSP = -Σ_b S Z s',   df[p, g] = Σ_b dY[b, p, g] F Z
-// On the CPU a silent neuron with the exact gate costs nothing in the backward. Errors name the op and the shapes.
+// On the CPU, with the exact gate, silent neurons are skipped in the backward of rows where fewer than a quarter
+// fire. Errors name the op and the shapes.
 FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, const GateOptions& gate = {});
 
 // Rule B's update of a dense firing layer's weights (docs/firing.md §4), in place and in one op:
