@@ -70,7 +70,6 @@ void firing_weight_update_(Tensor& W, const Tensor& keep, const Tensor& coef, co
   check_defined(op, coef, "coef");
   check_defined(op, X, "X");
   check_same_device(op, {&W, &keep, &coef, &X});
-  check_float(op, W, "W");
   ASC_CHECK(W.dim() == 2 && keep.dim() == 1 && coef.dim() == 2 && X.dim() == 2 && keep.size(0) == W.size(0) &&
                 coef.size(1) == W.size(0) && X.size(0) == coef.size(0) && X.size(1) == W.size(1),
             "{}: expects W (P, d), keep (P), coef (N, P), X (N, d); got W {}, keep {}, coef {}, X {}", op, W.shape(),
@@ -80,9 +79,10 @@ void firing_weight_update_(Tensor& W, const Tensor& keep, const Tensor& coef, co
             coef.dtype(), X.dtype());
   ASC_CHECK(W.dtype() == kFloat32 || W.dtype() == kFloat64, "{}: needs float32 or float64, got {}", op, W.dtype());
   ASC_CHECK(W.is_contiguous(), "{}: W must be contiguous (it is written in place), got strides {}", op, W.strides());
-  ASC_CHECK(!(GradMode::is_enabled() && W.requires_grad()),
-            "{}: writes W {} in place, which requires grad; call it under NoGradGuard (an optimizer-side update)", op,
-            W.shape());
+  // No graph is recorded: refuse rather than return a W whose gradient silently stops here.
+  ASC_CHECK(!autograd::needs_grad({&W, &keep, &coef, &X}),
+            "{}: is not differentiable and writes W {} in place, but an input requires grad; call it under "
+            "NoGradGuard (an optimizer-side update)", op, W.shape());
   const Tensor k = keep.contiguous(), c = coef.contiguous(), x = X.contiguous();
   ASC_KERNEL(W.device(), op, firing_weight_update, W, k, c, x);
   W.impl()->storage->bump_version();

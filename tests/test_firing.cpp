@@ -227,9 +227,12 @@ TEST_CASE("firing_weight_update_: W <- keep W + coef^T X against loops, on the s
   throws([&] { firing_weight_update_(W, keep, zeros({N, P}, {kFloat64}), X.narrow(0, 0, 5)); }, "X [5, 13]");
   throws([&] { firing_weight_update_(W, keep.to(kFloat32), zeros({N, P}, {kFloat64}), X); }, "share a dtype");
   Tensor Wt = W0.t();
-  throws([&] { firing_weight_update_(Wt, ones({d}, {kFloat64}), zeros({N, d}, {kFloat64}), randn64({N, P})); }, "contiguous");
+  throws([&] { firing_weight_update_(Wt, ones({d}, {kFloat64}), zeros({N, d}, {kFloat64}), randn64({N, P})); },
+         "contiguous");
   Tensor Wg = W0.clone().set_requires_grad(true);
   throws([&] { firing_weight_update_(Wg, keep, zeros({N, P}, {kFloat64}), X); }, "NoGradGuard");
+  Tensor cg = zeros({N, P}, {kFloat64}).set_requires_grad(true);  // no graph would reach coef
+  throws([&] { firing_weight_update_(W, keep, cg, X); }, "not differentiable");
   CHECK(W.to_vector<double>() == W0.to_vector<double>());  // nothing was written by a refused call
 }
 
