@@ -175,7 +175,7 @@ struct Block {
 // constant (σ <= 1e-5 max|x|, docs §12.3). The normalised values (x - μ) / (σ + eps) are never stored: the score pass
 // and the backward form them where they are read (normalised(), below). Branch-free passes, so they vectorise.
 template <class T>
-NormStats row_stats(const T* x, const T* keep, int64_t n, double eps) {
+ASC_ALWAYS_INLINE NormStats row_stats(const T* x, const T* keep, int64_t n, double eps) {
   NormStats st;
   T big = 0, sum = 0, count = 0;
   ASC_SIMD_REDUCE3(+, sum, count, max, big)
@@ -214,7 +214,7 @@ inline Normalised normalised(const NormStats& st) { return {st.constant ? 0.0 : 
 // Backward of the standardisation, in place on g (length n): dx_j = (g_j - mean(g) - xc_j mean(g xc) / (σ s)) / s on kept j
 // (docs: row_standardize), 0 elsewhere and on constant rows. Branch-free passes (kept entries selected) vectorise.
 template <class T>
-void standardize_backward(const T* x, const T* keep, int64_t n, const NormStats& st, T* g) {
+ASC_ALWAYS_INLINE void standardize_backward(const T* x, const T* keep, int64_t n, const NormStats& st, T* g) {
   if (st.constant || st.count == 0) {
     std::fill(g, g + n, T(0));
     return;
@@ -239,7 +239,7 @@ void standardize_backward(const T* x, const T* keep, int64_t n, const NormStats&
 
 // The forward of rows [t0, t0 + R) of one head into `b`. cfg: the op's switches.
 template <class T>
-void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg, int64_t t0, int64_t R,
+ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg, int64_t t0, int64_t R,
                    Block<T>& b) {
   const int64_t n = kt.m, d = h.d, dz = h.dz, da = h.da;  // n: the block's key columns
   b.resize(R, n, d, dz);
@@ -534,6 +534,293 @@ void forward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cf
   });
 }
 
+// One thread's scratch for the backward, and the per-key accumulators of the head it is working on.
+template <class T>
+struct BackwardWork {
+  Block<T> b;
+  Keys<T> keys;
+  Scratch<T> dA, dS, dr, dws, dwc, ddc, dd2, daff, wcs, tile, du, dC, tmp_rz, tmp_nz;
+  std::vector<T> dv_l, dkr_l, dkhat_l, dehat_l, dz_l;  // a gathered block's key gradients, (m, ·)
+  std::vector<double> dks_l, zcol_l;
+  std::vector<T> g;  // one row's d(raw term)
+  std::vector<double> dW, dsv;
+  // The head's per-key accumulators: k̂ and ê gradients (GEMM-accumulated, plus the neighbour scatter), and the
+  // coefficient of z_j in dz_j (from every |·|² term).
+  std::vector<T> dkhat, dehat;
+  std::vector<double> dkhat_scatter, zcol;
+};
+
+// Where one head's gradients go: dy (T, d) in, dq / dk_rot / dv (T, d) and dz (T, d_z) accumulated, the scalars' in ds.
+template <class T>
+struct HeadGrads {
+  const T* gy;
+  T *dq, *dkr, *dv, *dz;
+  double* ds;
+};
+
+// The backward of rows [t0, t0 + R) of one head: recomputes the block's tiles (forward_block), then the chain rule.
+template <class T>
+ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_t t0, int64_t R,
+                                   BackwardWork<T>& work, const HeadGrads<T>& out) {
+  const int64_t Tn = h.T_, d = h.d, dz = h.dz, da = h.da;
+  const bool after = cfg.after_norm;
+  const double inv_sqrt_d = 1 / std::sqrt(double(d));
+  const double tau = h.sc[kTauScore];
+  const double wa = h.sc[kOmegaA] * cfg.omega_scale, wsep = h.sc[kOmegaS] * cfg.omega_scale;
+  const double wcoh = h.sc[kOmegaC] * cfg.omega_scale;
+  Block<T>& b = work.b;
+  Keys<T>& keys = work.keys;
+  auto &dA = work.dA, &dS = work.dS, &dr = work.dr, &dws = work.dws, &dwc = work.dwc, &ddc = work.ddc;
+  auto &dd2 = work.dd2, &daff = work.daff, &wcs = work.wcs, &tile = work.tile, &du = work.du, &dC = work.dC;
+  auto &tmp_rz = work.tmp_rz, &tmp_nz = work.tmp_nz;
+  auto &dv_l = work.dv_l, &dkr_l = work.dkr_l, &dkhat_l = work.dkhat_l, &dehat_l = work.dehat_l, &dz_l = work.dz_l;
+  auto &dks_l = work.dks_l, &zcol_l = work.zcol_l, &dW = work.dW, &dsv = work.dsv;
+  auto &dkhat = work.dkhat, &dehat = work.dehat, &dkhat_scatter = work.dkhat_scatter, &zcol = work.zcol;
+  std::vector<T>& g = work.g;
+  g.resize(Tn);
+  const T* gyp = out.gy;
+  T *dqp = out.dq, *dkrp = out.dkr, *dvp = out.dv, *dzp = out.dz;
+  double* ds = out.ds;
+
+  keys.select(h, cfg, t0, R);
+  forward_block(h, keys, cfg, t0, R, b);
+  const int64_t n = keys.m;  // the block's key columns
+  // Gradients of the block's keys: in place for full attention, else into (m, ·) buffers scattered below.
+  T *dv_k = dvp, *dkr_k = dkrp, *dkhat_k = dkhat.data(), *dehat_k = dehat.data(), *dz_k = dzp;
+  double *dks_k = dkhat_scatter.data(), *zcol_k = zcol.data();
+  if (keys.gathered) {
+    for (auto [buf, width] : {std::pair{&dv_l, d}, {&dkr_l, d}, {&dkhat_l, d}, {&dehat_l, da}, {&dz_l, dz}})
+      buf->assign(n * width, T(0));
+    dks_l.assign(n * d, 0.0), zcol_l.assign(n, 0.0);
+    dv_k = dv_l.data(), dkr_k = dkr_l.data(), dkhat_k = dkhat_l.data(), dehat_k = dehat_l.data();
+    dz_k = dz_l.data(), dks_k = dks_l.data(), zcol_k = zcol_l.data();
+  }
+  const T* gy0 = gyp + t0 * d;
+  for (auto* t : {&dA, &dS, &dr, &dws, &dwc, &ddc, &daff, &wcs, &tile}) t->resize(R * n);  // written in full
+  dd2.assign(R * n, T(0));  // accumulated by separation and cohesion
+  // y = A V:  dA = dY Vᵀ;  dV += Aᵀ dY
+  gemm<T>(R, n, d, gy0, d, 1, keys.v, 1, d, dA.data(), n);
+  gemm<T>(n, d, R, b.A.data(), 1, n, gy0, d, 1, dv_k, d, true);
+  // A = softmax(S / τ) over kept keys:  g = A (dA - Σ A dA);  dS = g / τ;  dτ += Σ g · (-S / τ²)
+  for (int64_t r = 0; r < R; ++r) {
+    const T* A = b.A.data() + r * n;
+    const T* S = b.S.data() + r * n;
+    const T* dAr = dA.data() + r * n;
+    T* dSr = dS.data() + r * n;
+    T D = 0;
+    ASC_SIMD_REDUCE(+, D)
+    for (int64_t j = 0; j < n; ++j) D += A[j] * dAr[j];
+    const T inv_tau = static_cast<T>(1 / tau);
+    T gs = 0;  // Σ g S (masked keys have A = 0, so g = 0)
+    ASC_SIMD_REDUCE(+, gs)
+    for (int64_t j = 0; j < n; ++j) {
+      const T gg = A[j] * (dAr[j] - D);
+      dSr[j] = gg * inv_tau;
+      gs += gg * S[j];
+    }
+    ds[kTauScore] += -double(gs) / (tau * tau);
+  }
+  // S0 = Q Krᵀ / √d:  dQ = dS Kr / √d;  dKr += dSᵀ Q / √d (scaled once per head, below)
+  gemm<T>(R, d, n, dS.data(), n, 1, keys.kr, d, 1, dqp + t0 * d, d);
+  for (int64_t x = 0; x < R * d; ++x) dqp[t0 * d + x] = static_cast<T>(dqp[t0 * d + x] * inv_sqrt_d);
+  gemm<T>(n, d, R, dS.data(), 1, n, h.q + t0 * d, d, 1, dkr_k, d, true);
+  // One bias term, from dβ̃ = ω' dS back to d(raw) (left in g); returns d(factor_i) of after_norm.
+  auto term_backward = [&](int64_t r, double omega, double factor, const Scratch<T>& raw,
+                           const NormStats& st, int scalar) -> double {
+    // β̃_ij = f nr_j (f = factor after_norm, else 1):  dω += Σ dS β̃;  d(nr_j) = ω f dS_j;  df = Σ ω dS nr
+    const T* rr = raw.data() + r * n;
+    const T* dSr = dS.data() + r * n;
+    const T f = static_cast<T>(after ? factor : 1.0), om = static_cast<T>(omega), omf = om * f;
+    const Normalised nz = normalised(st);
+    const T scale = static_cast<T>(nz.scale), mu = static_cast<T>(nz.mu);
+    T dsn = 0;  // Σ_j dS_ij nr_ij (dS = 0 on masked keys)
+    ASC_SIMD_REDUCE(+, dsn)
+    for (int64_t j = 0; j < n; ++j) {
+      dsn += dSr[j] * (rr[j] - mu) * scale;
+      g[j] = omf * dSr[j];
+    }
+    ds[scalar] += double(dsn) * double(f) * cfg.omega_scale;
+    standardize_backward(raw.data() + r * n, b.keep.data() + r * n, n, st, g.data());
+    return after ? omega * double(dsn) : 0.0;
+  };
+  // ---- alignment ------------------------------------------------------------------------------------------
+  if (cfg.use_align) {
+    dsv.assign(R * d, 0.0);
+    for (int64_t r = 0; r < R; ++r) {
+      double dla = term_backward(r, wa, b.la[r], b.raw_a, b.st_a[r], kOmegaA);
+      // raw = λγ r (before_norm) or r:  dr = (λγ or 1) draw;  d(λγ) += Σ_j draw r (before_norm)
+      const T* rr = b.r.data() + r * n;
+      const T fac = static_cast<T>(after ? 1.0 : b.la[r]);
+      T* drr = dr.data() + r * n;
+      T gr = 0;
+      ASC_SIMD_REDUCE(+, gr)
+      for (int64_t j = 0; j < n; ++j) {
+        gr += g[j] * rr[j];
+        drr[j] = fac * g[j];
+      }
+      if (!after) dla += gr;
+      // λγ:  dλ += d(λγ) γ;  γ = σ(-α var):  dvar = d(λγ) λ γ (1 - γ) (-α);  var = 1 - |s / cnt|²
+      ds[kLambdaA] += dla * b.gamma_a[r];
+      const double dvar = dla * h.sc[kLambdaA] * b.gamma_a[r] * (1 - b.gamma_a[r]) * (-h.alpha_a);
+      const double cdiv = std::max(b.cnt[r], 1.0);
+      for (int64_t c = 0; c < d; ++c) dsv[r * d + c] = -2 * b.s[r * d + c] / (cdiv * cdiv) * dvar;
+    }
+    // r_ij = u_i · k̂_j:  dK̂ += drᵀ U;  dU = dr K̂
+    du.assign(R * d, T(0));
+    gemm<T>(n, d, R, dr.data(), 1, n, b.u.data(), d, 1, dkhat_k, d, true);
+    gemm<T>(R, d, n, dr.data(), n, 1, keys.khat, d, 1, du.data(), d);
+    for (int64_t r = 0; r < R; ++r) {
+      // u = s / max(|s|, 1e-12):  ds += (du - u (u·du)) / |s|  (du / 1e-12 below it)
+      double* dsr = dsv.data() + r * d;
+      const T* ur = b.u.data() + r * d;
+      const T* dur = du.data() + r * d;
+      if (b.snorm[r] < 1e-12) {
+        for (int64_t c = 0; c < d; ++c) dsr[c] += dur[c] / 1e-12;
+      } else {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c) dot += double(ur[c]) * dur[c];
+        for (int64_t c = 0; c < d; ++c) dsr[c] += (dur[c] - ur[c] * dot) / b.snorm[r];
+      }
+      // s_i = Σ_{l∈N(i)} k̂_l:  dk̂_l += ds_i
+      for (int64_t l : b.nbr[r])
+        for (int64_t c = 0; c < d; ++c) dks_k[l * d + c] += dsr[c];
+    }
+  }
+  // ---- separation -----------------------------------------------------------------------------------------
+  if (cfg.use_sep) {
+    for (int64_t r = 0; r < R; ++r) {
+      double dls = term_backward(r, wsep, b.ls[r], b.raw_s, b.st_s[r], kOmegaS);
+      const T* ws = b.ws.data() + r * n;
+      const T* aff = b.aff.data() + r * n;
+      const T* keep = b.keep.data() + r * n;
+      T* dwsr = dws.data() + r * n;
+      T* daffr = daff.data() + r * n;
+      const T fac = static_cast<T>(after ? 1.0 : b.ls[r]), delta = static_cast<T>(h.sc[kDelta]);
+      // raw = -(λη or 1) φ,  φ = w [a - δ]_+:  dw = dφ [a - δ]_+;  da = dφ w 1[a > δ];  dδ = -Σ dφ w 1[a > δ]
+      T gphi = 0, dhinge = 0;  // Σ g φ, Σ dφ w 1[a > δ]
+      ASC_SIMD_REDUCE2(+, gphi, dhinge)
+      for (int64_t j = 0; j < n; ++j) {
+        const T hinge = aff[j] - delta;
+        const T hp = hinge > T(0) ? hinge : T(0);
+        gphi += g[j] * ws[j] * hp;
+        const T dphi = -fac * g[j];
+        dwsr[j] = dphi * hp;
+        const T da_j = hinge > T(0) ? dphi * ws[j] : T(0);
+        daffr[j] = da_j;
+        dhinge += da_j;
+      }
+      if (!after) dls -= gphi;
+      ds[kDelta] -= dhinge;
+      // λη:  dλ += d(λη) η;  η = min(1, ρ / κ):  dρ = dη / κ, dκ = -dη ρ / κ² while ρ / κ < 1
+      ds[kLambdaS] += dls * b.eta[r];
+      const double deta = dls * h.sc[kLambdaS];
+      double drho = 0;
+      if (b.rho[r] / h.sc[kKappa] < 1) {
+        drho = deta / h.sc[kKappa];
+        ds[kKappa] += -deta * b.rho[r] / (h.sc[kKappa] * h.sc[kKappa]);
+      }
+      // ρ = Σ_{kept l ≠ i} w_il;  w = exp(-d² / τ_sep):  dd² += -dw w / τ_sep
+      const T drhoT = static_cast<T>(drho), inv_tau = static_cast<T>(1 / h.tau_sep);
+      T* dd2r = dd2.data() + r * n;
+      for (int64_t j = 0; j < n; ++j) dd2r[j] -= (dwsr[j] + (keep[j] != T(0) ? drhoT : T(0))) * ws[j] * inv_tau;
+      const int64_t self = b.self[r];
+      if (self >= 0 && keep[self]) dd2r[self] += drhoT * ws[self] * inv_tau;  // ρ_i leaves out l = i
+    }
+  }
+  // ---- cohesion -------------------------------------------------------------------------------------------
+  if (cfg.use_coh) {
+    dW.assign(R, 0.0);
+    dC.assign(R * dz, T(0));
+    for (int64_t r = 0; r < R; ++r) {
+      double dlc = term_backward(r, wcoh, b.lc[r], b.raw_c, b.st_c[r], kOmegaC);
+      const T* dc = b.dc.data() + r * n;
+      const T* wc = b.wc.data() + r * n;
+      T* ddcr = ddc.data() + r * n;
+      const T fac = static_cast<T>(after ? 1.0 : b.lc[r] / h.tau_coh);
+      // raw = -(λγ / τ_coh or 1) dc:  ddc = -(..) draw;  d(λγ) += -Σ draw dc / τ_coh (before_norm)
+      T gdc = 0;
+      ASC_SIMD_REDUCE(+, gdc)
+      for (int64_t j = 0; j < n; ++j) {
+        gdc += g[j] * dc[j];
+        ddcr[j] = -fac * g[j];
+      }
+      if (!after) dlc -= double(gdc) / h.tau_coh;
+      ds[kLambdaC] += dlc * b.gamma_c[r];
+      const double dvar = dlc * h.sc[kLambdaC] * b.gamma_c[r] * (1 - b.gamma_c[r]) * (-h.alpha_c);
+      // var = Σ w' dc / W:  dw' += dvar dc / W;  ddc += dvar w' / W;  dW += -dvar var / W
+      dW[r] = -dvar * b.var_c[r] / b.W[r];
+      const T dvw = static_cast<T>(dvar / b.W[r]);
+      T* dwcr = dwc.data() + r * n;
+      T rowsum = 0;
+      ASC_SIMD_REDUCE(+, rowsum)
+      for (int64_t j = 0; j < n; ++j) {
+        dwcr[j] = dvw * dc[j];
+        ddcr[j] += dvw * wc[j];
+        rowsum += ddcr[j];
+      }
+      // dc = |c|² + |z_j|² - 2 c·z_j:  dz_j += 2 z_j Σ_i ddc_ij ...
+      for (int64_t j = 0; j < n; ++j) zcol_k[j] += 2.0 * double(ddcr[j]);
+      for (int64_t c = 0; c < dz; ++c) dC[r * dz + c] = static_cast<T>(2 * b.c[r * dz + c] * rowsum);
+    }
+    // ... dz_j -= 2 Σ_i ddc_ij c_i;  dc_i = 2 (c_i Σ_j ddc_ij - Σ_j ddc_ij z_j)
+    tmp_nz.assign(n * dz, T(0));
+    gemm<T>(n, dz, R, ddc.data(), 1, n, b.c.data(), dz, 1, tmp_nz.data(), dz);
+    for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tmp_nz[x]);
+    tmp_rz.assign(R * dz, T(0));
+    gemm<T>(R, dz, n, ddc.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
+    for (int64_t x = 0; x < R * dz; ++x) dC[x] = static_cast<T>(dC[x] - 2 * tmp_rz[x]);
+    // c_i = Σ_l w'_il z_l / W_i:  dz_l += Σ_i (w'_il / W_i) dc_i;  dw'_il += dc_i·z_l / W_i;  dW_i -= dc_i·c_i / W_i
+    for (int64_t r = 0; r < R; ++r) {
+      double dcc = 0;
+      for (int64_t c = 0; c < dz; ++c) dcc += double(dC[r * dz + c]) * b.c[r * dz + c];
+      dW[r] += -dcc / b.W[r];
+      const T inv_w = static_cast<T>(1 / b.W[r]);
+      for (int64_t j = 0; j < n; ++j) wcs[r * n + j] = b.wc[r * n + j] * inv_w;
+    }
+    gemm<T>(n, dz, R, wcs.data(), 1, n, dC.data(), dz, 1, dz_k, dz, true);
+    gemm<T>(R, n, dz, dC.data(), dz, 1, keys.z, 1, dz, tile.data(), n);  // dc_i · z_l
+    // W_i = Σ_kept w'_il:  dw'_il += dW_i;  w' = exp(-d² / τ_coh) on kept keys:  dd² += -dw' w' / τ_coh
+    // (w' = 0 on masked keys, so they get nothing)
+    for (int64_t r = 0; r < R; ++r) {
+      const T* wc = b.wc.data() + r * n;
+      const T* dwcr = dwc.data() + r * n;
+      const T* tr = tile.data() + r * n;
+      T* dd2r = dd2.data() + r * n;
+      const T inv_w = static_cast<T>(1 / b.W[r]), dWr = static_cast<T>(dW[r]);
+      const T inv_tau = static_cast<T>(1 / h.tau_coh);
+      for (int64_t j = 0; j < n; ++j) dd2r[j] -= (dwcr[j] + tr[j] * inv_w + dWr) * wc[j] * inv_tau;
+    }
+  }
+  // ---- d² = |z_i|² + |z_j|² - 2 z_i·z_j:  dz_i += 2 (z_i Σ_j dd²_ij - Σ_j dd²_ij z_j), same for j ------------
+  if (cfg.use_sep || cfg.use_coh) {
+    tmp_rz.assign(R * dz, T(0));
+    gemm<T>(R, dz, n, dd2.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
+    for (int64_t r = 0; r < R; ++r) {
+      const T* dd2r = dd2.data() + r * n;
+      T rowsum = 0;
+      ASC_SIMD_REDUCE(+, rowsum)
+      for (int64_t j = 0; j < n; ++j) rowsum += dd2r[j];
+      for (int64_t j = 0; j < n; ++j) zcol_k[j] += 2.0 * double(dd2r[j]);
+      zcol[t0 + r] += 2.0 * double(rowsum);
+      for (int64_t c = 0; c < dz; ++c)
+        dzp[(t0 + r) * dz + c] = static_cast<T>(dzp[(t0 + r) * dz + c] - 2 * tmp_rz[r * dz + c]);
+    }
+    tmp_nz.assign(n * dz, T(0));
+    gemm<T>(n, dz, R, dd2.data(), 1, n, h.z + t0 * dz, dz, 1, tmp_nz.data(), dz);
+    for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tmp_nz[x]);
+  }
+  // ---- a_ij = ê_i · ê_j:  dÊ_i += (da Ê)_i;  dÊ_j += (daᵀ Ê_blk)_j -----------------------------------------
+  if (cfg.use_sep) {
+    gemm<T>(R, da, n, daff.data(), n, 1, keys.ehat, da, 1, dehat.data() + t0 * da, da, true);
+    gemm<T>(n, da, R, daff.data(), 1, n, h.ehat.data() + t0 * da, da, 1, dehat_k, da, true);
+  }
+  if (keys.gathered) {
+    keys.scatter_add(dv_k, d, dvp), keys.scatter_add(dkr_k, d, dkrp), keys.scatter_add(dkhat_k, d, dkhat.data());
+    keys.scatter_add(dehat_k, da, dehat.data()), keys.scatter_add(dz_k, dz, dzp);
+    keys.scatter_add(dks_k, d, dkhat_scatter.data()), keys.scatter_add(zcol_k, 1, zcol.data());
+  }
+}
+
 template <class T>
 void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const Tensor& gy_in,
                    TensorList& grads) {
@@ -546,270 +833,21 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
   std::vector<double> dsc(static_cast<size_t>(B * H * kNumScalars), 0.0);  // per task, reduced below
   const int64_t rows = row_block(cfg, Tn);
   const int64_t blocks = (Tn + rows - 1) / rows;
-  const bool after = cfg.after_norm;
   const double inv_sqrt_d = 1 / std::sqrt(double(d));
   parallel_for(B * H, Tn * Tn * (d + dz) * 16, [&](int64_t i0, int64_t i1) {
-    Block<T> b;
-    Scratch<T> dA, dS, dr, dws, dwc, ddc, dd2, daff, wcs, tile, du, dC, tmp_rz, tmp_nz;
-    Keys<T> keys;
-    std::vector<T> dv_l, dkr_l, dkhat_l, dehat_l, dz_l;  // a gathered block's key gradients, (m, ·)
-    std::vector<double> dks_l, zcol_l;
-    std::vector<T> g(Tn);  // one row's d(raw term)
-    std::vector<double> dW, dsv;
+    BackwardWork<T> work;
     for (int64_t bh = i0; bh < i1; ++bh) {
       const HeadData<T> h = head_data<T>(in, cfg, bh / H, bh % H);
-      double* ds = dsc.data() + bh * kNumScalars;
-      const T* gyp = gy.data_ptr<T>() + bh * Tn * d;
-      T* dqp = dq.data_ptr<T>() + bh * Tn * d;
-      T* dkrp = dkr.data_ptr<T>() + bh * Tn * d;
-      T* dvp = dv.data_ptr<T>() + bh * Tn * d;
-      T* dzp = dz_t.data_ptr<T>() + bh * Tn * dz;
-      // Per-key accumulators of this head: k̂ and ê gradients (GEMM-accumulated, plus the neighbour scatter), and
-      // the coefficient of z_j in dz_j (from every |·|² term).
-      std::vector<T> dkhat(Tn * d, T(0)), dehat(Tn * da, T(0));
-      std::vector<double> dkhat_scatter(Tn * d, 0.0), zcol(Tn, 0.0);
-      const double tau = h.sc[kTauScore];
-      const double wa = h.sc[kOmegaA] * cfg.omega_scale, wsep = h.sc[kOmegaS] * cfg.omega_scale;
-      const double wcoh = h.sc[kOmegaC] * cfg.omega_scale;
+      const HeadGrads<T> out{gy.data_ptr<T>() + bh * Tn * d, dq.data_ptr<T>() + bh * Tn * d,
+                             dkr.data_ptr<T>() + bh * Tn * d, dv.data_ptr<T>() + bh * Tn * d,
+                             dz_t.data_ptr<T>() + bh * Tn * dz, dsc.data() + bh * kNumScalars};
+      T *dkrp = out.dkr, *dzp = out.dz;
+      auto &dkhat = work.dkhat, &dehat = work.dehat, &dkhat_scatter = work.dkhat_scatter, &zcol = work.zcol;
+      dkhat.assign(Tn * d, T(0)), dehat.assign(Tn * da, T(0));
+      dkhat_scatter.assign(Tn * d, 0.0), zcol.assign(Tn, 0.0);
       for (int64_t bi = 0; bi < blocks; ++bi) {
         const int64_t t0 = bi * rows, R = std::min(rows, Tn - t0);
-        keys.select(h, cfg, t0, R);
-        forward_block(h, keys, cfg, t0, R, b);
-        const int64_t n = keys.m;  // the block's key columns
-        // Gradients of the block's keys: in place for full attention, else into (m, ·) buffers scattered below.
-        T *dv_k = dvp, *dkr_k = dkrp, *dkhat_k = dkhat.data(), *dehat_k = dehat.data(), *dz_k = dzp;
-        double *dks_k = dkhat_scatter.data(), *zcol_k = zcol.data();
-        if (keys.gathered) {
-          for (auto [buf, width] : {std::pair{&dv_l, d}, {&dkr_l, d}, {&dkhat_l, d}, {&dehat_l, da}, {&dz_l, dz}})
-            buf->assign(n * width, T(0));
-          dks_l.assign(n * d, 0.0), zcol_l.assign(n, 0.0);
-          dv_k = dv_l.data(), dkr_k = dkr_l.data(), dkhat_k = dkhat_l.data(), dehat_k = dehat_l.data();
-          dz_k = dz_l.data(), dks_k = dks_l.data(), zcol_k = zcol_l.data();
-        }
-        const T* gy0 = gyp + t0 * d;
-        for (auto* t : {&dA, &dS, &dr, &dws, &dwc, &ddc, &daff, &wcs, &tile}) t->resize(R * n);  // written in full
-        dd2.assign(R * n, T(0));  // accumulated by separation and cohesion
-        // y = A V:  dA = dY Vᵀ;  dV += Aᵀ dY
-        gemm<T>(R, n, d, gy0, d, 1, keys.v, 1, d, dA.data(), n);
-        gemm<T>(n, d, R, b.A.data(), 1, n, gy0, d, 1, dv_k, d, true);
-        // A = softmax(S / τ) over kept keys:  g = A (dA - Σ A dA);  dS = g / τ;  dτ += Σ g · (-S / τ²)
-        for (int64_t r = 0; r < R; ++r) {
-          const T* A = b.A.data() + r * n;
-          const T* S = b.S.data() + r * n;
-          const T* dAr = dA.data() + r * n;
-          T* dSr = dS.data() + r * n;
-          T D = 0;
-          ASC_SIMD_REDUCE(+, D)
-          for (int64_t j = 0; j < n; ++j) D += A[j] * dAr[j];
-          const T inv_tau = static_cast<T>(1 / tau);
-          T gs = 0;  // Σ g S (masked keys have A = 0, so g = 0)
-          ASC_SIMD_REDUCE(+, gs)
-          for (int64_t j = 0; j < n; ++j) {
-            const T gg = A[j] * (dAr[j] - D);
-            dSr[j] = gg * inv_tau;
-            gs += gg * S[j];
-          }
-          ds[kTauScore] += -double(gs) / (tau * tau);
-        }
-        // S0 = Q Krᵀ / √d:  dQ = dS Kr / √d;  dKr += dSᵀ Q / √d (scaled once per head, below)
-        gemm<T>(R, d, n, dS.data(), n, 1, keys.kr, d, 1, dqp + t0 * d, d);
-        for (int64_t x = 0; x < R * d; ++x) dqp[t0 * d + x] = static_cast<T>(dqp[t0 * d + x] * inv_sqrt_d);
-        gemm<T>(n, d, R, dS.data(), 1, n, h.q + t0 * d, d, 1, dkr_k, d, true);
-        // One bias term, from dβ̃ = ω' dS back to d(raw) (left in g); returns d(factor_i) of after_norm.
-        auto term_backward = [&](int64_t r, double omega, double factor, const Scratch<T>& raw,
-                                 const NormStats& st, int scalar) -> double {
-          // β̃_ij = f nr_j (f = factor after_norm, else 1):  dω += Σ dS β̃;  d(nr_j) = ω f dS_j;  df = Σ ω dS nr
-          const T* rr = raw.data() + r * n;
-          const T* dSr = dS.data() + r * n;
-          const T f = static_cast<T>(after ? factor : 1.0), om = static_cast<T>(omega), omf = om * f;
-          const Normalised nz = normalised(st);
-          const T scale = static_cast<T>(nz.scale), mu = static_cast<T>(nz.mu);
-          T dsn = 0;  // Σ_j dS_ij nr_ij (dS = 0 on masked keys)
-          ASC_SIMD_REDUCE(+, dsn)
-          for (int64_t j = 0; j < n; ++j) {
-            dsn += dSr[j] * (rr[j] - mu) * scale;
-            g[j] = omf * dSr[j];
-          }
-          ds[scalar] += double(dsn) * double(f) * cfg.omega_scale;
-          standardize_backward(raw.data() + r * n, b.keep.data() + r * n, n, st, g.data());
-          return after ? omega * double(dsn) : 0.0;
-        };
-        // ---- alignment ------------------------------------------------------------------------------------------
-        if (cfg.use_align) {
-          dsv.assign(R * d, 0.0);
-          for (int64_t r = 0; r < R; ++r) {
-            double dla = term_backward(r, wa, b.la[r], b.raw_a, b.st_a[r], kOmegaA);
-            // raw = λγ r (before_norm) or r:  dr = (λγ or 1) draw;  d(λγ) += Σ_j draw r (before_norm)
-            const T* rr = b.r.data() + r * n;
-            const T fac = static_cast<T>(after ? 1.0 : b.la[r]);
-            T* drr = dr.data() + r * n;
-            T gr = 0;
-            ASC_SIMD_REDUCE(+, gr)
-            for (int64_t j = 0; j < n; ++j) {
-              gr += g[j] * rr[j];
-              drr[j] = fac * g[j];
-            }
-            if (!after) dla += gr;
-            // λγ:  dλ += d(λγ) γ;  γ = σ(-α var):  dvar = d(λγ) λ γ (1 - γ) (-α);  var = 1 - |s / cnt|²
-            ds[kLambdaA] += dla * b.gamma_a[r];
-            const double dvar = dla * h.sc[kLambdaA] * b.gamma_a[r] * (1 - b.gamma_a[r]) * (-h.alpha_a);
-            const double cdiv = std::max(b.cnt[r], 1.0);
-            for (int64_t c = 0; c < d; ++c) dsv[r * d + c] = -2 * b.s[r * d + c] / (cdiv * cdiv) * dvar;
-          }
-          // r_ij = u_i · k̂_j:  dK̂ += drᵀ U;  dU = dr K̂
-          du.assign(R * d, T(0));
-          gemm<T>(n, d, R, dr.data(), 1, n, b.u.data(), d, 1, dkhat_k, d, true);
-          gemm<T>(R, d, n, dr.data(), n, 1, keys.khat, d, 1, du.data(), d);
-          for (int64_t r = 0; r < R; ++r) {
-            // u = s / max(|s|, 1e-12):  ds += (du - u (u·du)) / |s|  (du / 1e-12 below it)
-            double* dsr = dsv.data() + r * d;
-            const T* ur = b.u.data() + r * d;
-            const T* dur = du.data() + r * d;
-            if (b.snorm[r] < 1e-12) {
-              for (int64_t c = 0; c < d; ++c) dsr[c] += dur[c] / 1e-12;
-            } else {
-              double dot = 0;
-              for (int64_t c = 0; c < d; ++c) dot += double(ur[c]) * dur[c];
-              for (int64_t c = 0; c < d; ++c) dsr[c] += (dur[c] - ur[c] * dot) / b.snorm[r];
-            }
-            // s_i = Σ_{l∈N(i)} k̂_l:  dk̂_l += ds_i
-            for (int64_t l : b.nbr[r])
-              for (int64_t c = 0; c < d; ++c) dks_k[l * d + c] += dsr[c];
-          }
-        }
-        // ---- separation -----------------------------------------------------------------------------------------
-        if (cfg.use_sep) {
-          for (int64_t r = 0; r < R; ++r) {
-            double dls = term_backward(r, wsep, b.ls[r], b.raw_s, b.st_s[r], kOmegaS);
-            const T* ws = b.ws.data() + r * n;
-            const T* aff = b.aff.data() + r * n;
-            const T* keep = b.keep.data() + r * n;
-            T* dwsr = dws.data() + r * n;
-            T* daffr = daff.data() + r * n;
-            const T fac = static_cast<T>(after ? 1.0 : b.ls[r]), delta = static_cast<T>(h.sc[kDelta]);
-            // raw = -(λη or 1) φ,  φ = w [a - δ]_+:  dw = dφ [a - δ]_+;  da = dφ w 1[a > δ];  dδ = -Σ dφ w 1[a > δ]
-            T gphi = 0, dhinge = 0;  // Σ g φ, Σ dφ w 1[a > δ]
-            ASC_SIMD_REDUCE2(+, gphi, dhinge)
-            for (int64_t j = 0; j < n; ++j) {
-              const T hinge = aff[j] - delta;
-              const T hp = hinge > T(0) ? hinge : T(0);
-              gphi += g[j] * ws[j] * hp;
-              const T dphi = -fac * g[j];
-              dwsr[j] = dphi * hp;
-              const T da_j = hinge > T(0) ? dphi * ws[j] : T(0);
-              daffr[j] = da_j;
-              dhinge += da_j;
-            }
-            if (!after) dls -= gphi;
-            ds[kDelta] -= dhinge;
-            // λη:  dλ += d(λη) η;  η = min(1, ρ / κ):  dρ = dη / κ, dκ = -dη ρ / κ² while ρ / κ < 1
-            ds[kLambdaS] += dls * b.eta[r];
-            const double deta = dls * h.sc[kLambdaS];
-            double drho = 0;
-            if (b.rho[r] / h.sc[kKappa] < 1) {
-              drho = deta / h.sc[kKappa];
-              ds[kKappa] += -deta * b.rho[r] / (h.sc[kKappa] * h.sc[kKappa]);
-            }
-            // ρ = Σ_{kept l ≠ i} w_il;  w = exp(-d² / τ_sep):  dd² += -dw w / τ_sep
-            const T drhoT = static_cast<T>(drho), inv_tau = static_cast<T>(1 / h.tau_sep);
-            T* dd2r = dd2.data() + r * n;
-            for (int64_t j = 0; j < n; ++j) dd2r[j] -= (dwsr[j] + (keep[j] != T(0) ? drhoT : T(0))) * ws[j] * inv_tau;
-            const int64_t self = b.self[r];
-            if (self >= 0 && keep[self]) dd2r[self] += drhoT * ws[self] * inv_tau;  // ρ_i leaves out l = i
-          }
-        }
-        // ---- cohesion -------------------------------------------------------------------------------------------
-        if (cfg.use_coh) {
-          dW.assign(R, 0.0);
-          dC.assign(R * dz, T(0));
-          for (int64_t r = 0; r < R; ++r) {
-            double dlc = term_backward(r, wcoh, b.lc[r], b.raw_c, b.st_c[r], kOmegaC);
-            const T* dc = b.dc.data() + r * n;
-            const T* wc = b.wc.data() + r * n;
-            T* ddcr = ddc.data() + r * n;
-            const T fac = static_cast<T>(after ? 1.0 : b.lc[r] / h.tau_coh);
-            // raw = -(λγ / τ_coh or 1) dc:  ddc = -(..) draw;  d(λγ) += -Σ draw dc / τ_coh (before_norm)
-            T gdc = 0;
-            ASC_SIMD_REDUCE(+, gdc)
-            for (int64_t j = 0; j < n; ++j) {
-              gdc += g[j] * dc[j];
-              ddcr[j] = -fac * g[j];
-            }
-            if (!after) dlc -= double(gdc) / h.tau_coh;
-            ds[kLambdaC] += dlc * b.gamma_c[r];
-            const double dvar = dlc * h.sc[kLambdaC] * b.gamma_c[r] * (1 - b.gamma_c[r]) * (-h.alpha_c);
-            // var = Σ w' dc / W:  dw' += dvar dc / W;  ddc += dvar w' / W;  dW += -dvar var / W
-            dW[r] = -dvar * b.var_c[r] / b.W[r];
-            const T dvw = static_cast<T>(dvar / b.W[r]);
-            T* dwcr = dwc.data() + r * n;
-            T rowsum = 0;
-            ASC_SIMD_REDUCE(+, rowsum)
-            for (int64_t j = 0; j < n; ++j) {
-              dwcr[j] = dvw * dc[j];
-              ddcr[j] += dvw * wc[j];
-              rowsum += ddcr[j];
-            }
-            // dc = |c|² + |z_j|² - 2 c·z_j:  dz_j += 2 z_j Σ_i ddc_ij ...
-            for (int64_t j = 0; j < n; ++j) zcol_k[j] += 2.0 * double(ddcr[j]);
-            for (int64_t c = 0; c < dz; ++c) dC[r * dz + c] = static_cast<T>(2 * b.c[r * dz + c] * rowsum);
-          }
-          // ... dz_j -= 2 Σ_i ddc_ij c_i;  dc_i = 2 (c_i Σ_j ddc_ij - Σ_j ddc_ij z_j)
-          tmp_nz.assign(n * dz, T(0));
-          gemm<T>(n, dz, R, ddc.data(), 1, n, b.c.data(), dz, 1, tmp_nz.data(), dz);
-          for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tmp_nz[x]);
-          tmp_rz.assign(R * dz, T(0));
-          gemm<T>(R, dz, n, ddc.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
-          for (int64_t x = 0; x < R * dz; ++x) dC[x] = static_cast<T>(dC[x] - 2 * tmp_rz[x]);
-          // c_i = Σ_l w'_il z_l / W_i:  dz_l += Σ_i (w'_il / W_i) dc_i;  dw'_il += dc_i·z_l / W_i;  dW_i -= dc_i·c_i / W_i
-          for (int64_t r = 0; r < R; ++r) {
-            double dcc = 0;
-            for (int64_t c = 0; c < dz; ++c) dcc += double(dC[r * dz + c]) * b.c[r * dz + c];
-            dW[r] += -dcc / b.W[r];
-            const T inv_w = static_cast<T>(1 / b.W[r]);
-            for (int64_t j = 0; j < n; ++j) wcs[r * n + j] = b.wc[r * n + j] * inv_w;
-          }
-          gemm<T>(n, dz, R, wcs.data(), 1, n, dC.data(), dz, 1, dz_k, dz, true);
-          gemm<T>(R, n, dz, dC.data(), dz, 1, keys.z, 1, dz, tile.data(), n);  // dc_i · z_l
-          // W_i = Σ_kept w'_il:  dw'_il += dW_i;  w' = exp(-d² / τ_coh) on kept keys:  dd² += -dw' w' / τ_coh
-          // (w' = 0 on masked keys, so they get nothing)
-          for (int64_t r = 0; r < R; ++r) {
-            const T* wc = b.wc.data() + r * n;
-            const T* dwcr = dwc.data() + r * n;
-            const T* tr = tile.data() + r * n;
-            T* dd2r = dd2.data() + r * n;
-            const T inv_w = static_cast<T>(1 / b.W[r]), dWr = static_cast<T>(dW[r]);
-            const T inv_tau = static_cast<T>(1 / h.tau_coh);
-            for (int64_t j = 0; j < n; ++j) dd2r[j] -= (dwcr[j] + tr[j] * inv_w + dWr) * wc[j] * inv_tau;
-          }
-        }
-        // ---- d² = |z_i|² + |z_j|² - 2 z_i·z_j:  dz_i += 2 (z_i Σ_j dd²_ij - Σ_j dd²_ij z_j), same for j ------------
-        if (cfg.use_sep || cfg.use_coh) {
-          tmp_rz.assign(R * dz, T(0));
-          gemm<T>(R, dz, n, dd2.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
-          for (int64_t r = 0; r < R; ++r) {
-            const T* dd2r = dd2.data() + r * n;
-            T rowsum = 0;
-            ASC_SIMD_REDUCE(+, rowsum)
-            for (int64_t j = 0; j < n; ++j) rowsum += dd2r[j];
-            for (int64_t j = 0; j < n; ++j) zcol_k[j] += 2.0 * double(dd2r[j]);
-            zcol[t0 + r] += 2.0 * double(rowsum);
-            for (int64_t c = 0; c < dz; ++c)
-              dzp[(t0 + r) * dz + c] = static_cast<T>(dzp[(t0 + r) * dz + c] - 2 * tmp_rz[r * dz + c]);
-          }
-          tmp_nz.assign(n * dz, T(0));
-          gemm<T>(n, dz, R, dd2.data(), 1, n, h.z + t0 * dz, dz, 1, tmp_nz.data(), dz);
-          for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tmp_nz[x]);
-        }
-        // ---- a_ij = ê_i · ê_j:  dÊ_i += (da Ê)_i;  dÊ_j += (daᵀ Ê_blk)_j -----------------------------------------
-        if (cfg.use_sep) {
-          gemm<T>(R, da, n, daff.data(), n, 1, keys.ehat, da, 1, dehat.data() + t0 * da, da, true);
-          gemm<T>(n, da, R, daff.data(), 1, n, h.ehat.data() + t0 * da, da, 1, dehat_k, da, true);
-        }
-        if (keys.gathered) {
-          keys.scatter_add(dv_k, d, dvp), keys.scatter_add(dkr_k, d, dkrp), keys.scatter_add(dkhat_k, d, dkhat.data());
-          keys.scatter_add(dehat_k, da, dehat.data()), keys.scatter_add(dz_k, dz, dzp);
-          keys.scatter_add(dks_k, d, dkhat_scatter.data()), keys.scatter_add(zcol_k, 1, zcol.data());
-        }
+        backward_block(h, cfg, t0, R, work, out);
       }
       // ---- per-key finishing: |z|² coefficients, the unit-vector backwards, the 1/√d of dKr ---------------------
       for (int64_t j = 0; j < Tn; ++j)

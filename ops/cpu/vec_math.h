@@ -26,6 +26,9 @@
 #else
 #define ASC_CPU_CLONES
 #endif
+// A helper that a clone calls in its loops: forced inline, so it is compiled for the clone's ISA (a call would run
+// the baseline copy).
+#define ASC_ALWAYS_INLINE [[gnu::always_inline]] inline
 
 namespace asc::cpu {
 
