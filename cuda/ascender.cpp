@@ -85,7 +85,9 @@ Tensor row_workspace(const AscenderKernelInputs& in, L::Params& p, int64_t share
 
 }  // namespace
 
-void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y) {
+// The CUDA kernels keep no state between the passes (*state stays empty): the backward recomputes each row.
+void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y,
+                      AscenderKernelState* /*state*/) {
   const FloatElem t = float_elem_of("ascender_attention", in.q.dtype());
   L::Params p = params(in, cfg);
   const Tensor scratch = row_workspace(in, p, L::max_keys(t), L::kForwardArrays);
@@ -94,8 +96,8 @@ void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig
   ASC_CUDA_CHECK(L::forward(t, p, current_stream()));
 }
 
-void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const Tensor& gy_in,
-                       TensorList& grads) {
+void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg,
+                       const AscenderKernelState& /*state*/, const Tensor& gy_in, TensorList& grads) {
   const FloatElem t = float_elem_of("ascender_attention backward", in.q.dtype());
   L::BackwardParams p{};
   p.fwd = params(in, cfg);

@@ -109,18 +109,20 @@ AscenderKernelConfig kernel_config(const AscenderCoreArgs& a) {
 // Forward through the kernel; one graph node whose backward is the kernel's backward.
 Tensor ascender_fused(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg) {
   Tensor y;
-  ASC_KERNEL(in.q.device(), kOp, ascender_forward, in, cfg, y);
-  if (autograd::needs_grad({&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e, &in.scalars})) {
+  const bool backward = autograd::needs_grad({&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e, &in.scalars});
+  AscenderKernelState state;
+  ASC_KERNEL(in.q.device(), kOp, ascender_forward, in, cfg, y, backward ? &state : nullptr);
+  if (backward) {
     using autograd::SavedTensor;
     autograd::record(kOp, {in.q, in.k_rot, in.k, in.v, in.z, in.e, in.scalars}, {y},
                      [q = SavedTensor(in.q, kOp), kr = SavedTensor(in.k_rot, kOp), k = SavedTensor(in.k, kOp),
                       v = SavedTensor(in.v, kOp), z = SavedTensor(in.z, kOp), e = SavedTensor(in.e, kOp),
-                      sc = SavedTensor(in.scalars, kOp), keep = in.keep, bias = in.bias,
+                      sc = SavedTensor(in.scalars, kOp), keep = in.keep, bias = in.bias, state,
                       cfg](const TensorList& g) -> TensorList {
                        const AscenderKernelInputs saved{q.get(), kr.get(), k.get(), v.get(), z.get(), e.get(),
                                                         sc.get(), keep, bias};
                        TensorList grads;
-                       ASC_KERNEL(g[0].device(), kOp, ascender_backward, saved, cfg, g[0], grads);
+                       ASC_KERNEL(g[0].device(), kOp, ascender_backward, saved, cfg, state, g[0], grads);
                        return grads;
                      });
   }

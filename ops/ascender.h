@@ -47,7 +47,7 @@ struct AscenderCoreArgs {
   bool training = false;
   double omega_scale = 1.0;  // the schedule's warm-up factor m_ω on every ω
   bool want_aux = false;     // compute the auxiliary losses (AscenderAux)
-  int64_t row_block = 0;     // query rows per tile of the fused CPU kernel; 0: its choice (16-64, by length).
+  int64_t row_block = 0;     // query rows per tile of the fused CPU kernel; 0: its choice (16-128, by length).
                              // Tests use small tiles to cover several blocks with short sequences.
 };
 
@@ -104,6 +104,12 @@ struct AscenderKernelConfig {
   double norm_eps = 1e-6, omega_scale = 1.0;
   int64_t window = 0, global_tokens = 0;  // AscenderCoreArgs::window: the key columns of each block of rows
   int64_t row_block = 0;                  // AscenderCoreArgs::row_block
+};
+// What a backend's forward keeps for its backward besides the inputs, when asked to (undefined: the backward
+// recomputes everything). The CPU kernel's per-row statistics (ops/cpu/ascender.cpp, RowState): rows (B, H, T, ·)
+// float64, nbr (B, H, T, k_max) int64. O(T (k + d_z)) per head, never (T, T).
+struct AscenderKernelState {
+  Tensor rows, nbr;
 };
 
 }  // namespace asc

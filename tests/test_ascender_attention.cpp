@@ -684,6 +684,18 @@ TEST_CASE("AscenderAttention fused CPU kernel: include_self, reuse, switched-off
   compare_fused(in, p, 1e-9);
   p.use_align = true, p.use_sep = false, p.use_coh = false;
   compare_fused(in, p, 1e-9);
+  // Separation without cohesion and cohesion without separation: the kernel's shared pass over d² has a branch each.
+  p.use_sep = true;
+  compare_fused(in, p, 1e-9);
+  p.use_sep = false, p.use_coh = true;
+  compare_fused(in, p, 1e-9);
+}
+
+TEST_CASE("AscenderAttention fused CPU kernel: rows with no kept key (zeros, no NaN, forward and backward)") {
+  AscenderCoreArgs p = make_args(1, 51);
+  Tensor valid = tensor(std::vector<int64_t>{1, 1, 1, 1, 1, 0, 0, 0, 0, 0}, {2, 5}).to(kBool);  // batch 1: no keys
+  p.keep_mask = valid.view({2, 1, 1, 5});
+  compare_fused(make_inputs(2, 1, 5, 50), p, 1e-9);
 }
 
 TEST_CASE("AscenderAttention fused CPU kernel: float64 gradcheck, and float32 close to the float64 reference") {

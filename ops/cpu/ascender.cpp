@@ -35,14 +35,15 @@
 namespace asc::cpu {
 namespace {
 
-// Query rows per block when the config leaves it to the kernel: about 32K elements per (rows, keys) tile (128 KiB in
-// float32), between 16 and 64 rows, so a block's ~16 tiles stay near the L2 cache. Measured on the 2-core CI
-// machine (float32, forward + backward): at n = 512, 64 rows beat 16 and 128 by 10-30%; at n = 2048, 16 rows beat 64
-// by 20%. In windowed mode a block's keys number about 2w + g whatever n is.
+// Query rows per block when the config leaves it to the kernel: about 64K elements per (rows, keys) tile (256 KiB in
+// float32), between 16 and 128 rows. Larger blocks make the GEMMs more efficient until the block's tiles spill from
+// the cache. Measured on the 2-core CI machine (float32, forward + backward): at n = 512, 128 rows beat 64 by ~4% and
+// 256 by ~12%; at n = 2048, 32 rows beat 128 by ~25%. In windowed mode a block's keys number about R + 2w + g whatever
+// n is, so every extra row widens every row's band: at most 64 rows there.
 int64_t row_block(const AscenderKernelConfig& cfg, int64_t n) {
   if (cfg.row_block > 0) return cfg.row_block;
   const int64_t keys = cfg.window > 0 ? std::min(n, 2 * cfg.window + cfg.global_tokens) : n;
-  return std::clamp<int64_t>(32768 / std::max<int64_t>(keys, 1), 16, 64);
+  return std::clamp<int64_t>(65536 / std::max<int64_t>(keys, 1), 16, cfg.window > 0 ? 64 : 128);
 }
 using namespace ascender;  // Scalar rows of the (9, H) scalars, kConstantRow (ops/ascender_scalars.h)
 
@@ -53,6 +54,7 @@ template <class T>
 struct HeadData {
   int64_t T_, d, dz, da;
   const T *q, *kr, *v, *z;
+  std::vector<T> qs;               // q / √d (T, d): the base scores' GEMM reads it
   std::vector<T> khat, ehat, zz;   // k̂ (T, d), ê (T, da), |z_j|² (T)
   std::vector<double> knorm, enorm;
   const bool* mask = nullptr;      // row i of the keep-mask at mask + i * mask_t, stride mask_s
@@ -139,44 +141,22 @@ void unit_rows_backward(const std::vector<T>& y, const std::vector<double>& norm
   }
 }
 
-// Row statistics of one normalisation: β̃_j = (x_j - mu) / s on kept j, 0 on constant rows.
+// Row statistics of one normalised term. A raw term is a tile x times a per-row factor f (raw = f x: the gates,
+// λ's and signs that multiply a row), so the tile is stored once and the statistics are those of f x:
+// β̃_j = (f x_j - μ) / s on kept j, 0 on constant rows.
 struct NormStats {
   double mu = 0, sd = 0, s = 1, count = 0;
   bool constant = true;
 };
 
-// The (rows, T) tiles and per-row values of one block, forward; the backward reads them.
+// The first pass of a term's statistics over a row of x: the sum, count and largest |x| over kept j. Producers fold it
+// into the loop that writes x (the separation and cohesion passes); row_sums is the stand-alone pass.
 template <class T>
-struct Block {
-  Scratch<T> s0, aff, d2, r, ws, wc, dc, raw_a, raw_s, raw_c, S, A, u, c, zero;
-  Scratch<T> keep;  // 1 where row i attends to key column j, else 0: a float mask, so the masked passes vectorise
-  std::vector<std::vector<int64_t>> nbr;  // N(i) as column positions
-  std::vector<int64_t> self;              // the column position of key i (-1: not among the columns)
-  std::vector<double> snorm, cnt, kbar2, gamma_a, rho, eta, W, var_c, gamma_c, la, ls, lc;  // la = λγ_a etc.
-  std::vector<NormStats> st_a, st_s, st_c;
-  std::vector<double> s;  // Σ_{l∈N(i)} k̂_l (R, d)
-
-  void resize(int64_t rows, int64_t keys, int64_t d, int64_t dz) {
-    const int64_t R = rows, n = keys;
-    // Every tile is written in full before it is read (GEMM outputs, row loops over all columns): no zero fill.
-    for (auto* t : {&s0, &aff, &d2, &r, &ws, &wc, &dc, &raw_a, &raw_s, &raw_c, &S, &A, &keep}) t->resize(R * n);
-    zero.assign(n, T(0));  // stands for the raw row of a term that is off
-    u.resize(R * d);
-    c.resize(R * dz);
-    s.assign(R * d, 0.0);  // accumulated
-    nbr.resize(R);
-    self.assign(R, -1);
-    for (auto* v : {&snorm, &cnt, &kbar2, &gamma_a, &rho, &eta, &W, &var_c, &gamma_c, &la, &ls, &lc}) v->assign(R, 0.0);
-    st_a.assign(R, {}), st_s.assign(R, {}), st_c.assign(R, {});
-  }
+struct RowSums {
+  T sum = 0, count = 0, big = 0;
 };
-
-// The statistics of one row's standardisation over its kept entries: μ, σ (population), and whether the row is
-// constant (σ <= 1e-5 max|x|, docs §12.3). The normalised values (x - μ) / (σ + eps) are never stored: the score pass
-// and the backward form them where they are read (normalised(), below). Branch-free passes, so they vectorise.
 template <class T>
-ASC_ALWAYS_INLINE NormStats row_stats(const T* x, const T* keep, int64_t n, double eps) {
-  NormStats st;
+ASC_ALWAYS_INLINE RowSums<T> row_sums(const T* x, const T* keep, int64_t n) {
   T big = 0, sum = 0, count = 0;
   ASC_SIMD_REDUCE3(+, sum, count, max, big)
   for (int64_t j = 0; j < n; ++j) {
@@ -187,10 +167,19 @@ ASC_ALWAYS_INLINE NormStats row_stats(const T* x, const T* keep, int64_t n, doub
     const T ax = kx < T(0) ? -kx : kx;  // no std::abs / std::max here: they would not inline into this region
     big = big > ax ? big : ax;
   }
-  st.count = count;
+  return {sum, count, big};
+}
+
+// The statistics of raw = f x from the first pass's sums and a second pass for the variance (two passes, so a
+// constant row is recognised exactly): μ = f μ_x, σ = |f| σ_x (population), constant when σ_x <= 1e-5 max|x| (docs
+// §12.3) or f = 0.
+template <class T>
+ASC_ALWAYS_INLINE NormStats term_stats(const T* x, const T* keep, int64_t n, RowSums<T> sums, double f, double eps) {
+  NormStats st;
+  st.count = sums.count;
   if (st.count == 0) return st;
-  st.mu = double(sum) / st.count;
-  const T mu = static_cast<T>(st.mu);
+  const double mu_x = double(sums.sum) / st.count;
+  const T mu = static_cast<T>(mu_x);
   T var = 0;
   ASC_SIMD_REDUCE(+, var)
   for (int64_t j = 0; j < n; ++j) {
@@ -198,23 +187,26 @@ ASC_ALWAYS_INLINE NormStats row_stats(const T* x, const T* keep, int64_t n, doub
     const T dv = keep[j] != T(0) ? xj - mu : T(0);
     var += dv * dv;
   }
-  st.sd = std::sqrt(double(var) / st.count);
+  const double sd_x = std::sqrt(double(var) / st.count);
+  st.mu = f * mu_x;
+  st.sd = std::abs(f) * sd_x;
   st.s = st.sd + eps;
-  st.constant = st.sd <= kConstantRow * double(big);
+  st.constant = f == 0 || sd_x <= kConstantRow * double(sums.big);
   return st;
 }
 
-// β̃_j = scale (x_j - μ) with scale = 1 / (σ + eps), or 0 on a constant row (kept j; what masked j get does not matter:
-// their scores are masked and their dS is 0).
+// β̃_j = scale (f x_j - μ), or 0 on a constant row (kept j; what masked j get does not matter: their scores are masked
+// and their dS is 0).
 struct Normalised {
   double scale, mu;
 };
 inline Normalised normalised(const NormStats& st) { return {st.constant ? 0.0 : 1 / st.s, st.mu}; }
 
-// Backward of the standardisation, in place on g (length n): dx_j = (g_j - mean(g) - xc_j mean(g xc) / (σ s)) / s on kept j
-// (docs: row_standardize), 0 elsewhere and on constant rows. Branch-free passes (kept entries selected) vectorise.
+// Backward of the standardisation of raw = f x, in place on g (length n; in: d β̃, out: d raw):
+// d raw_j = (g_j - mean(g) - rc_j mean(g rc) / (σ s)) / s on kept j with rc = f x - μ (docs: row_standardize), 0
+// elsewhere and on constant rows. Branch-free passes (kept entries selected) vectorise.
 template <class T>
-ASC_ALWAYS_INLINE void standardize_backward(const T* x, const T* keep, int64_t n, const NormStats& st, T* g) {
+ASC_ALWAYS_INLINE void standardize_backward(const T* x, T f, const T* keep, int64_t n, const NormStats& st, T* g) {
   if (st.constant || st.count == 0) {
     std::fill(g, g + n, T(0));
     return;
@@ -226,40 +218,109 @@ ASC_ALWAYS_INLINE void standardize_backward(const T* x, const T* keep, int64_t n
     const T gj0 = g[j], xj = x[j];
     const T gj = keep[j] != T(0) ? gj0 : T(0);
     mg += gj;
-    mgx += gj * (xj - mu);
+    mgx += gj * (f * xj - mu);
   }
   const double mean_g = double(mg) / st.count, mean_gx = double(mgx) / st.count;
   const T a = static_cast<T>(mean_g), coef = static_cast<T>(st.sd > 0 ? mean_gx / (st.sd * st.s) : 0.0);
   const T inv_s = static_cast<T>(1 / st.s);
   for (int64_t j = 0; j < n; ++j) {
     const T gj = g[j], xj = x[j];
-    g[j] = keep[j] != T(0) ? (gj - a - (xj - mu) * coef) * inv_s : T(0);
+    g[j] = keep[j] != T(0) ? (gj - a - (f * xj - mu) * coef) * inv_s : T(0);
   }
 }
 
-// The forward of rows [t0, t0 + R) of one head into `b`. cfg: the op's switches.
+// The (rows, keys) tiles and per-row values of one block of query rows; the backward reads them. The raw terms are
+// kept as tiles without their row factors: alignment r (raw = f_a r), separation φ = w [a - δ]_+ (raw = f_s φ),
+// cohesion dc = |z_j - c_i|² (raw = f_c dc); A holds the softmax numerators e = exp(S/τ - max), normalised by inv_z
+// where they are used (the rows of y = e V, and the backward).
 template <class T>
-ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg, int64_t t0, int64_t R,
-                   Block<T>& b) {
+struct Block {
+  Scratch<T> s0, aff, d2, r, ws, wc, phi, dc, S, A, u, c;
+  Scratch<T> keep;  // 1 where row i attends to key column j, else 0: a float mask, so the masked passes vectorise
+  std::vector<std::vector<int64_t>> nbr;  // N(i) as column positions
+  std::vector<int64_t> self;              // the column position of key i (-1: not among the columns)
+  std::vector<double> snorm, cnt, kbar2, gamma_a, rho, eta, W, var_c, gamma_c, la, ls, lc;  // la = λγ_a etc.
+  std::vector<double> fa, fs, fc;         // the raw terms' row factors
+  std::vector<double> kept;               // the number of kept keys of each row
+  std::vector<double> smax, inv_z;        // the softmax's row max (of S/τ) and 1 / Σ e (0: no kept key)
+  std::vector<NormStats> st_a, st_s, st_c;
+  std::vector<double> s;  // Σ_{l∈N(i)} k̂_l (R, d)
+
+  void resize(int64_t rows, int64_t keys, int64_t d, int64_t dz) {
+    const int64_t R = rows, n = keys;
+    // Every tile is written in full before it is read (GEMM outputs, row loops over all columns): no zero fill.
+    for (auto* t : {&s0, &aff, &d2, &r, &ws, &wc, &phi, &dc, &S, &A, &keep}) t->resize(R * n);
+    u.resize(R * d);
+    c.resize(R * dz);
+    s.assign(R * d, 0.0);  // accumulated
+    nbr.resize(R);
+    self.assign(R, -1);
+    for (auto* v : {&snorm, &cnt, &kbar2, &gamma_a, &rho, &eta, &W, &var_c, &gamma_c, &la, &ls, &lc, &fa, &fs, &fc,
+                    &kept, &smax, &inv_z})
+      v->assign(R, 0.0);
+    st_a.assign(R, {}), st_s.assign(R, {}), st_c.assign(R, {});
+  }
+};
+
+// What the forward keeps per query row for the backward, flash-attention style: the values that need passes of their
+// own — N(i), each term's μ and σ, the cohesion centroid c_i, the softmax max and 1 / sum — O(T (k + d_z)) per head
+// instead of the O(T²) tiles. With them the backward rebuilds a block's tiles without the top-k, the variance passes,
+// the centroid product or the softmax reductions. Layout: rows (B, H, T, kFields + d_z) float64, nbr (B, H, T, k_max)
+// int64 (column index, -1 past |N(i)|).
+struct RowState {
+  static constexpr int64_t kFields = 14;  // 3 × (μ, σ, count, constant), smax, inv_z; then c_i
+  static void put(const NormStats& st, double* p) { p[0] = st.mu, p[1] = st.sd, p[2] = st.count, p[3] = st.constant; }
+  static NormStats get(const double* p, double eps) {
+    return {p[0], p[1], p[1] + eps, p[2], p[3] != 0};
+  }
+  template <class T>
+  static void save(const Block<T>& b, int64_t R, int64_t dz, int64_t kmax, double* rows, int64_t* nbr) {
+    for (int64_t r = 0; r < R; ++r) {
+      double* p = rows + r * (kFields + dz);
+      put(b.st_a[r], p), put(b.st_s[r], p + 4), put(b.st_c[r], p + 8);
+      p[12] = b.smax[r], p[13] = b.inv_z[r];
+      for (int64_t c = 0; c < dz; ++c) p[kFields + c] = b.c[r * dz + c];
+      int64_t* q = nbr + r * kmax;
+      std::fill(q, q + kmax, -1);
+      for (size_t l = 0; l < b.nbr[r].size(); ++l) q[l] = b.nbr[r][l];
+    }
+  }
+  template <class T>
+  static void load(Block<T>& b, int64_t R, int64_t dz, int64_t kmax, const double* rows, const int64_t* nbr,
+                   double eps) {
+    for (int64_t r = 0; r < R; ++r) {
+      const double* p = rows + r * (kFields + dz);
+      b.st_a[r] = get(p, eps), b.st_s[r] = get(p + 4, eps), b.st_c[r] = get(p + 8, eps);
+      b.smax[r] = p[12], b.inv_z[r] = p[13];
+      for (int64_t c = 0; c < dz; ++c) b.c[r * dz + c] = static_cast<T>(p[kFields + c]);
+      const int64_t* q = nbr + r * kmax;
+      b.nbr[r].clear();
+      for (int64_t l = 0; l < kmax && q[l] >= 0; ++l) b.nbr[r].push_back(q[l]);
+    }
+  }
+};
+
+// The forward of rows [t0, t0 + R) of one head into `b` (sized by the caller). replay = false: the forward proper,
+// computing every row statistic. replay = true: the backward rebuilding the block's tiles, with the values of
+// RowState already loaded into `b`; the passes that write tiles still run, and recompute their by-products (ρ, W,
+// Var) exactly as the forward did.
+template <class T>
+ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg, int64_t t0,
+                                  int64_t R, Block<T>& b, bool replay) {
   const int64_t n = kt.m, d = h.d, dz = h.dz, da = h.da;  // n: the block's key columns
-  b.resize(R, n, d, dz);
-  const double inv_sqrt_d = 1 / std::sqrt(double(d));
   const bool after = cfg.after_norm;
-  // Base scores, affinities, squared distances: three GEMMs over the block's rows.
-  gemm<T>(R, n, d, h.q + t0 * d, d, 1, kt.kr, 1, d, b.s0.data(), n);
+  // Base scores (q pre-scaled by 1/√d), affinities, squared distances: three GEMMs over the block's rows.
+  gemm<T>(R, n, d, h.qs.data() + t0 * d, d, 1, kt.kr, 1, d, b.s0.data(), n);
   gemm<T>(R, n, da, h.ehat.data() + t0 * da, da, 1, kt.ehat, 1, da, b.aff.data(), n);
   gemm<T>(R, n, dz, h.z + t0 * dz, dz, 1, kt.z, 1, dz, b.d2.data(), n);
   const int64_t w = cfg.window, g = cfg.global_tokens;
-  const T scale_s0 = static_cast<T>(inv_sqrt_d);
   for (int64_t r = 0; r < R; ++r) {
     const int64_t i = t0 + r;
-    T* s0 = b.s0.data() + r * n;
     T* d2 = b.d2.data() + r * n;
     T* keep = b.keep.data() + r * n;
     const T zi = h.zz[i];
     const T* zz = kt.zz;
     for (int64_t j = 0; j < n; ++j) {
-      s0[j] *= scale_s0;
       const T v = zi + zz[j] - 2 * d2[j];  // |z_i - z_j|², rounding below 0 clamped
       d2[j] = v > T(0) ? v : T(0);
     }
@@ -267,214 +328,263 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
     const bool* m = h.mask ? h.mask + i * h.mask_t : nullptr;
     if (w <= 0 && !m) {
       std::fill(keep, keep + n, T(1));
-    } else if (w <= 0) {
-      for (int64_t j = 0; j < n; ++j) keep[j] = m[cols[j] * h.mask_s] ? T(1) : T(0);
+      b.kept[r] = static_cast<double>(n);
     } else {
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t col = cols[j];
-        const bool in_window = (i > col ? i - col : col - i) < w || i < g || col < g;
-        keep[j] = in_window && (!m || m[col * h.mask_s]) ? T(1) : T(0);
+      if (w <= 0) {
+        for (int64_t j = 0; j < n; ++j) keep[j] = m[cols[j] * h.mask_s] ? T(1) : T(0);
+      } else {
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t col = cols[j];
+          const bool in_window = (i > col ? i - col : col - i) < w || i < g || col < g;
+          keep[j] = in_window && (!m || m[col * h.mask_s]) ? T(1) : T(0);
+        }
       }
+      T kept = 0;
+      ASC_SIMD_REDUCE(+, kept)
+      for (int64_t j = 0; j < n; ++j) kept += keep[j];
+      b.kept[r] = kept;
     }
     const auto at = std::lower_bound(kt.cols.begin(), kt.cols.end(), i);
     b.self[r] = at != kt.cols.end() && *at == i ? at - kt.cols.begin() : -1;
   }
   // ---- alignment (§3): neighbourhoods, headings, gates, r = u_i · k̂_j --------------------------------------------
   if (cfg.use_align) {
-    std::vector<T> topv(h.k);  // plain arrays through raw pointers: std:: members do not inline in this region
-    std::vector<int64_t> topi(h.k);
-    std::vector<T> cand(n);
-    const T ninf = -std::numeric_limits<T>::infinity();
-    for (int64_t r = 0; r < R; ++r) {
-      const T* by = (cfg.select_by_scores ? b.s0.data() : b.aff.data()) + r * n;
-      const T* keep = b.keep.data() + r * n;
-      // N(i): the k largest selectable entries. Unselectable ones become -inf (a vectorised pass), then one stream
-      // keeps the best k sorted in topv / topi: an entry enters only if it beats the current k-th (a single, mostly
-      // untaken branch); ties go to the lower index, as topk, since j only grows.
-      for (int64_t j = 0; j < n; ++j) {
-        const T x = by[j];
-        cand[j] = keep[j] != T(0) ? x : ninf;
-      }
-      if (!cfg.include_self && b.self[r] >= 0) cand[b.self[r]] = ninf;
-      // A lower bound first: the smallest of the maxima of k chunks of the row (k entries reach it, so every entry of
-      // N(i) does). Only entries >= it enter the stream, which cuts the insertions several-fold on long rows.
-      const int64_t K = h.k;
-      const T* cd = cand.data();
-      T lo = ninf;
-      if (n >= 4 * K) {
-        const int64_t chunk = n / K;  // the last chunk takes the remainder
-        lo = std::numeric_limits<T>::infinity();
-        for (int64_t c = 0; c < K; ++c) {
-          const int64_t j1 = c + 1 < K ? (c + 1) * chunk : n;
-          T mx = ninf;
-          ASC_SIMD_REDUCE(max, mx)
-          for (int64_t j = c * chunk; j < j1; ++j) {
-            const T x = cd[j];
-            mx = mx > x ? mx : x;
-          }
-          lo = lo < mx ? lo : mx;
+    if (!replay) {
+      std::vector<T> topv(h.k);  // plain arrays through raw pointers: std:: members do not inline in this region
+      std::vector<int64_t> topi(h.k);
+      std::vector<T> cand(n);
+      const T ninf = -std::numeric_limits<T>::infinity();
+      for (int64_t r = 0; r < R; ++r) {
+        const T* by = (cfg.select_by_scores ? b.s0.data() : b.aff.data()) + r * n;
+        const T* keep = b.keep.data() + r * n;
+        // N(i): the k largest selectable entries. Unselectable ones become -inf (a vectorised pass), then one stream
+        // keeps the best k sorted in topv / topi: an entry enters only if it beats the current k-th (a single, mostly
+        // untaken branch); ties go to the lower index, as topk, since j only grows.
+        for (int64_t j = 0; j < n; ++j) {
+          const T x = by[j];
+          cand[j] = keep[j] != T(0) ? x : ninf;
         }
+        if (!cfg.include_self && b.self[r] >= 0) cand[b.self[r]] = ninf;
+        // A lower bound first: the smallest of the maxima of k chunks of the row (k entries reach it, so every entry
+        // of N(i) does). Only entries >= it enter the stream, which cuts the insertions several-fold on long rows.
+        const int64_t K = h.k;
+        const T* cd = cand.data();
+        T lo = ninf;
+        if (n >= 4 * K) {
+          const int64_t chunk = n / K;  // the last chunk takes the remainder
+          lo = std::numeric_limits<T>::infinity();
+          for (int64_t c = 0; c < K; ++c) {
+            const int64_t j1 = c + 1 < K ? (c + 1) * chunk : n;
+            T mx = ninf;
+            ASC_SIMD_REDUCE(max, mx)
+            for (int64_t j = c * chunk; j < j1; ++j) {
+              const T x = cd[j];
+              mx = mx > x ? mx : x;
+            }
+            lo = lo < mx ? lo : mx;
+          }
+        }
+        int64_t m = 0;
+        T thr = lo == ninf ? ninf : std::nextafter(lo, ninf);  // x > thr: x >= lo, and never an unselectable -inf
+        T* tv = topv.data();
+        int64_t* ti = topi.data();
+        for (int64_t j = 0; j < n; ++j) {
+          const T x = cd[j];
+          if (!(x > thr)) continue;
+          int64_t p = m < K ? m++ : m - 1;
+          for (; p > 0 && tv[p - 1] < x; --p) tv[p] = tv[p - 1], ti[p] = ti[p - 1];
+          tv[p] = x, ti[p] = j;
+          if (m == K) thr = tv[m - 1];
+        }
+        b.nbr[r].assign(ti, ti + m);
       }
-      int64_t m = 0;
-      T thr = lo == ninf ? ninf : std::nextafter(lo, ninf);  // x > thr: x >= lo, and never an unselectable -inf
-      T* tv = topv.data();
-      int64_t* ti = topi.data();
-      for (int64_t j = 0; j < n; ++j) {
-        const T x = cd[j];
-        if (!(x > thr)) continue;
-        int64_t p = m < K ? m++ : m - 1;
-        for (; p > 0 && tv[p - 1] < x; --p) tv[p] = tv[p - 1], ti[p] = ti[p - 1];
-        tv[p] = x, ti[p] = j;
-        if (m == K) thr = tv[m - 1];
-      }
-      b.nbr[r].assign(ti, ti + m);
+    }
+    for (int64_t r = 0; r < R; ++r) {
       double* s = b.s.data() + r * d;
       for (int64_t l : b.nbr[r])
         for (int64_t c = 0; c < d; ++c) s[c] += kt.khat[l * d + c];
       double s2 = 0;
       for (int64_t c = 0; c < d; ++c) s2 += s[c] * s[c];
       b.snorm[r] = std::sqrt(s2);
-      b.cnt[r] = static_cast<double>(m);
+      b.cnt[r] = static_cast<double>(b.nbr[r].size());
       const double cdiv = std::max(b.cnt[r], 1.0);
       b.kbar2[r] = s2 / (cdiv * cdiv);
       const double inv = 1 / std::max(b.snorm[r], 1e-12);
       for (int64_t c = 0; c < d; ++c) b.u[r * d + c] = static_cast<T>(s[c] * inv);
       b.gamma_a[r] = sigmoid(-h.alpha_a * (1 - b.kbar2[r]));
       b.la[r] = h.sc[kLambdaA] * b.gamma_a[r];
+      b.fa[r] = after ? 1.0 : b.la[r];  // raw = λγ r (before_norm) or r
     }
     gemm<T>(R, n, d, b.u.data(), d, 1, kt.khat, 1, d, b.r.data(), n);  // r_ij = u_i · k̂_j
-    for (int64_t r = 0; r < R; ++r) {
-      T* raw = b.raw_a.data() + r * n;
-      const T* rr = b.r.data() + r * n;
-      const T f = static_cast<T>(after ? 1.0 : b.la[r]);
-      for (int64_t j = 0; j < n; ++j) raw[j] = f * rr[j];
-      b.st_a[r] = row_stats(raw, b.keep.data() + r * n, n, cfg.norm_eps);
-    }
+    if (!replay)
+      for (int64_t r = 0; r < R; ++r) {
+        const T* rr = b.r.data() + r * n;
+        const T* keep = b.keep.data() + r * n;
+        b.st_a[r] = term_stats(rr, keep, n, row_sums(rr, keep, n), b.fa[r], cfg.norm_eps);  // its own first pass
+      }
   }
-  // ---- separation (§4): w = exp(-d²/τ_sep), ρ, η, φ = w [a - δ]_+ -------------------------------------------------
-  if (cfg.use_sep) {
+  // ---- separation (§4) and the cohesion kernel (§5), one pass over d²: w = exp(-d²/τ_sep), ρ, φ = w [a - δ]_+;
+  // w' = exp(-d²/τ_coh) on kept keys, W = Σ w' -----------------------------------------------------------------------
+  const bool sep = cfg.use_sep, coh = cfg.use_coh;
+  if (sep || coh) {
+    const T inv_ts = static_cast<T>(1 / h.tau_sep), inv_tc = static_cast<T>(1 / h.tau_coh);
+    const T delta = static_cast<T>(h.sc[kDelta]), ninf = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < R; ++r) {
       const T* d2 = b.d2.data() + r * n;
       const T* aff = b.aff.data() + r * n;
       const T* keep = b.keep.data() + r * n;
-      T* ws = b.ws.data() + r * n;
-      T* raw = b.raw_s.data() + r * n;
-      const T inv_tau = static_cast<T>(1 / h.tau_sep), delta = static_cast<T>(h.sc[kDelta]);
-      T rho = 0;
-      ASC_SIMD_REDUCE(+, rho)
-      for (int64_t j = 0; j < n; ++j) {
-        const T w = exp_nonpos(-d2[j] * inv_tau);
-        ws[j] = w;
-        rho += keep[j] != T(0) ? w : T(0);
+      T *ws = b.ws.data() + r * n, *phi = b.phi.data() + r * n, *wc = b.wc.data() + r * n;
+      T rho = 0, W = 0, psum = 0, pbig = 0;  // φ's first statistics pass rides along (φ >= 0: |φ| = φ)
+      if (sep && coh) {
+        ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
+        for (int64_t j = 0; j < n; ++j) {
+          const T dj = d2[j], kj = keep[j], hinge = aff[j] - delta;
+          const T w = exp_nonpos(-dj * inv_ts);
+          ws[j] = w;
+          const T ph = w * (hinge > T(0) ? hinge : T(0));
+          phi[j] = ph;
+          const T kph = kj != T(0) ? ph : T(0);
+          rho += kj != T(0) ? w : T(0);
+          psum += kph;
+          pbig = pbig > kph ? pbig : kph;
+          const T wcj = exp_nonpos(kj != T(0) ? -dj * inv_tc : ninf);  // 0 on masked keys
+          wc[j] = wcj;
+          W += wcj;
+        }
+      } else if (sep) {
+        ASC_SIMD_SUMS_MAX(pbig, rho, psum)
+        for (int64_t j = 0; j < n; ++j) {
+          const T dj = d2[j], kj = keep[j], hinge = aff[j] - delta;
+          const T w = exp_nonpos(-dj * inv_ts);
+          ws[j] = w;
+          const T ph = w * (hinge > T(0) ? hinge : T(0));
+          phi[j] = ph;
+          const T kph = kj != T(0) ? ph : T(0);
+          rho += kj != T(0) ? w : T(0);
+          psum += kph;
+          pbig = pbig > kph ? pbig : kph;
+        }
+      } else {
+        ASC_SIMD_REDUCE(+, W)
+        for (int64_t j = 0; j < n; ++j) {
+          const T wcj = exp_nonpos(keep[j] != T(0) ? -d2[j] * inv_tc : ninf);
+          wc[j] = wcj;
+          W += wcj;
+        }
       }
-      if (b.self[r] >= 0 && keep[b.self[r]]) rho -= ws[b.self[r]];  // ρ_i sums over l ≠ i
-      b.rho[r] = rho;
-      b.eta[r] = std::min(1.0, b.rho[r] / h.sc[kKappa]);
-      b.ls[r] = h.sc[kLambdaS] * b.eta[r];
-      const T f = static_cast<T>(after ? 1.0 : b.ls[r]);
-      for (int64_t j = 0; j < n; ++j) {
-        const T hinge = aff[j] - delta;
-        raw[j] = -f * ws[j] * (hinge > T(0) ? hinge : T(0));
+      if (sep) {
+        if (b.self[r] >= 0 && keep[b.self[r]]) rho -= ws[b.self[r]];  // ρ_i sums over l ≠ i
+        b.rho[r] = rho;
+        b.eta[r] = std::min(1.0, b.rho[r] / h.sc[kKappa]);
+        b.ls[r] = h.sc[kLambdaS] * b.eta[r];
+        b.fs[r] = after ? -1.0 : -b.ls[r];  // raw = -λη φ (before_norm) or -φ
+        if (!replay)
+          b.st_s[r] = term_stats(phi, keep, n, RowSums<T>{psum, static_cast<T>(b.kept[r]), pbig}, b.fs[r], cfg.norm_eps);
       }
-      b.st_s[r] = row_stats(raw, keep, n, cfg.norm_eps);
+      if (coh) b.W[r] = std::max(double(W), 1e-30);
     }
   }
-  // ---- cohesion (§5): w' = exp(-d²/τ_coh) on kept keys, centroid c_i, dc = |z_j - c_i|², variance, gate ----------
-  if (cfg.use_coh) {
-    for (int64_t r = 0; r < R; ++r) {
-      const T* d2 = b.d2.data() + r * n;
-      const T* keep = b.keep.data() + r * n;
-      T* wc = b.wc.data() + r * n;
-      const T inv_tau = static_cast<T>(1 / h.tau_coh);
-      const T ninf = -std::numeric_limits<T>::infinity();
-      T W = 0;
-      ASC_SIMD_REDUCE(+, W)
-      for (int64_t j = 0; j < n; ++j) {
-        const T dj = d2[j];
-        const T w = exp_nonpos(keep[j] != T(0) ? -dj * inv_tau : ninf);  // 0 on masked keys
-        wc[j] = w;
-        W += w;
-      }
-      b.W[r] = std::max(double(W), 1e-30);
+  // ---- cohesion (§5): centroid c_i, dc = |z_j - c_i|², variance, gate ----------------------------------------------
+  if (coh) {
+    if (!replay) {
+      gemm<T>(R, dz, n, b.wc.data(), n, 1, kt.z, dz, 1, b.c.data(), dz);  // Σ_l w'_il z_l
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < dz; ++c) b.c[r * dz + c] = static_cast<T>(b.c[r * dz + c] / b.W[r]);
     }
-    gemm<T>(R, dz, n, b.wc.data(), n, 1, kt.z, dz, 1, b.c.data(), dz);  // Σ_l w'_il z_l
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t c = 0; c < dz; ++c) b.c[r * dz + c] = static_cast<T>(b.c[r * dz + c] / b.W[r]);
     gemm<T>(R, n, dz, b.c.data(), dz, 1, kt.z, 1, dz, b.dc.data(), n);  // c_i · z_j
     for (int64_t r = 0; r < R; ++r) {
       double cc = 0;
       for (int64_t c = 0; c < dz; ++c) cc += double(b.c[r * dz + c]) * b.c[r * dz + c];
       T* dc = b.dc.data() + r * n;
       const T* wc = b.wc.data() + r * n;
+      const T* keep = b.keep.data() + r * n;
       const T ccT = static_cast<T>(cc);
       const T* zz = kt.zz;
-      T var = 0;
-      ASC_SIMD_REDUCE(+, var)
+      T var = 0, sum = 0, big = 0;  // dc's first statistics pass rides along (dc >= 0: |dc| = dc)
+      ASC_SIMD_REDUCE3(+, var, sum, max, big)
       for (int64_t j = 0; j < n; ++j) {
         const T v = ccT + zz[j] - 2 * dc[j];
-        dc[j] = v > T(0) ? v : T(0);
-        var += wc[j] * dc[j];
+        const T x = v > T(0) ? v : T(0);
+        dc[j] = x;
+        var += wc[j] * x;
+        const T kx = keep[j] != T(0) ? x : T(0);
+        sum += kx;
+        big = big > kx ? big : kx;
       }
       b.var_c[r] = var / b.W[r];
       b.gamma_c[r] = sigmoid(-h.alpha_c * b.var_c[r]);
       b.lc[r] = h.sc[kLambdaC] * b.gamma_c[r];
-      const T f = static_cast<T>(after ? 1.0 : b.lc[r] / h.tau_coh);
-      T* raw = b.raw_c.data() + r * n;
-      for (int64_t j = 0; j < n; ++j) raw[j] = -f * dc[j];
-      b.st_c[r] = row_stats(raw, b.keep.data() + r * n, n, cfg.norm_eps);
+      b.fc[r] = after ? -1.0 : -b.lc[r] / h.tau_coh;  // raw = -λγ dc / τ_coh (before_norm) or -dc
+      if (!replay)
+        b.st_c[r] = term_stats(dc, keep, n, RowSums<T>{sum, static_cast<T>(b.kept[r]), big}, b.fc[r], cfg.norm_eps);
     }
   }
-  // ---- scores and probabilities (§6) ----------------------------------------------------------------------------
+  // ---- scores and softmax numerators (§6) --------------------------------------------------------------------------
   const double wa = h.sc[kOmegaA] * cfg.omega_scale, wsep = h.sc[kOmegaS] * cfg.omega_scale;
   const double wcoh = h.sc[kOmegaC] * cfg.omega_scale, tau = h.sc[kTauScore];
+  const T inv_tau = static_cast<T>(1 / tau), ninf = -std::numeric_limits<T>::infinity();
   for (int64_t r = 0; r < R; ++r) {
     const int64_t i = t0 + r;
     const T* keep = b.keep.data() + r * n;
     T* S = b.S.data() + r * n;
     T* A = b.A.data() + r * n;
-    // S = s0 + Σ_⋆ ω'_⋆ β̃_⋆ in one pass, β̃ formed from the raw row and its statistics (ω' = ω, times the gate
-    // after_norm); a term that is off reads a zero row with weight 0.
-    struct Term {
-      const T* raw;
-      T w, mu;
-    };
-    auto term = [&](bool on, const Scratch<T>& raw, const NormStats& st, double omega, double gate) -> Term {
-      if (!on) return {b.zero.data(), T(0), T(0)};
+    // S = s0 + Σ_⋆ ω'_⋆ β̃_⋆ with β̃ = scale (f x - μ): per term a coefficient on its tile and a row constant (ω' = ω,
+    // times the gate after_norm). A term that is off has coefficient 0 and reads the s0 row (any finite row).
+    T coef[3] = {0, 0, 0};
+    const T* x[3] = {b.s0.data() + r * n, b.s0.data() + r * n, b.s0.data() + r * n};
+    double c0 = 0;
+    auto term = [&](int t, bool on, const Scratch<T>& tile, const NormStats& st, double f, double omega,
+                    double gate) {
+      if (!on) return;
       const Normalised nz = normalised(st);
-      return {raw.data() + r * n, static_cast<T>(omega * (after ? gate : 1.0) * nz.scale), static_cast<T>(nz.mu)};
+      const double wt = omega * (after ? gate : 1.0) * nz.scale;
+      coef[t] = static_cast<T>(wt * f), c0 -= wt * nz.mu, x[t] = tile.data() + r * n;
     };
-    const Term ta = term(cfg.use_align, b.raw_a, b.st_a[r], wa, b.la[r]);
-    const Term ts = term(cfg.use_sep, b.raw_s, b.st_s[r], wsep, b.ls[r]);
-    const Term tc = term(cfg.use_coh, b.raw_c, b.st_c[r], wcoh, b.lc[r]);
+    term(0, cfg.use_align, b.r, b.st_a[r], b.fa[r], wa, b.la[r]);
+    term(1, sep, b.phi, b.st_s[r], b.fs[r], wsep, b.ls[r]);
+    term(2, coh, b.dc, b.st_c[r], b.fc[r], wcoh, b.lc[r]);
     const T* s0 = b.s0.data() + r * n;
-    for (int64_t j = 0; j < n; ++j)
-      S[j] = s0[j] + ta.w * (ta.raw[j] - ta.mu) + ts.w * (ts.raw[j] - ts.mu) + tc.w * (tc.raw[j] - tc.mu);
-    if (h.bias) {
-      const T* brow = h.bias + i * h.bias_t;
-      for (int64_t j = 0; j < n; ++j) S[j] += brow[kt.cols[j] * h.bias_s];
+    const T *xa = x[0], *xs = x[1], *xc = x[2];
+    const T ca = coef[0], cs = coef[1], cc = coef[2], cst = static_cast<T>(c0);
+    const T* brow = h.bias ? h.bias + i * h.bias_t : nullptr;
+    if (brow && kt.gathered)
+      for (int64_t j = 0; j < n; ++j) S[j] = s0[j] + brow[kt.cols[j] * h.bias_s];
+    else if (brow)
+      for (int64_t j = 0; j < n; ++j) S[j] = s0[j] + brow[j * h.bias_s];
+    else
+      for (int64_t j = 0; j < n; ++j) S[j] = s0[j];
+    if (!replay) {
+      T m = ninf;
+      ASC_SIMD_REDUCE(max, m)
+      for (int64_t j = 0; j < n; ++j) {
+        const T sj = S[j] + ca * xa[j] + cs * xs[j] + cc * xc[j] + cst;
+        S[j] = sj;
+        const T xk = keep[j] != T(0) ? sj * inv_tau : ninf;
+        m = m > xk ? m : xk;
+      }
+      b.smax[r] = m;
+      if (m == ninf) {  // no kept key: a zero row
+        std::fill(A, A + n, T(0));
+        b.inv_z[r] = 0;
+        continue;
+      }
+      T z = 0;
+      ASC_SIMD_REDUCE(+, z)
+      for (int64_t j = 0; j < n; ++j) {
+        const T sj = S[j];
+        const T e = exp_nonpos(keep[j] != T(0) ? sj * inv_tau - m : ninf);  // 0 on masked keys
+        A[j] = e;
+        z += e;
+      }
+      b.inv_z[r] = 1 / double(z);
+    } else {
+      const T m = static_cast<T>(b.smax[r]);  // -inf on a row with no kept key: every e is then exp(-inf) = 0
+      for (int64_t j = 0; j < n; ++j) {
+        const T sj = S[j] + ca * xa[j] + cs * xs[j] + cc * xc[j] + cst;
+        S[j] = sj;
+        A[j] = exp_nonpos(keep[j] != T(0) ? sj * inv_tau - m : ninf);
+      }
     }
-    const T inv_tau = static_cast<T>(1 / tau), ninf = -std::numeric_limits<T>::infinity();
-    T m = ninf;
-    ASC_SIMD_REDUCE(max, m)
-    for (int64_t j = 0; j < n; ++j) {
-      const T sj = S[j];
-      const T x = keep[j] != T(0) ? sj * inv_tau : ninf;
-      m = m > x ? m : x;
-    }
-    if (m == ninf) {  // no kept key: zero row
-      for (int64_t j = 0; j < n; ++j) A[j] = T(0);
-      continue;
-    }
-    T z = 0;
-    ASC_SIMD_REDUCE(+, z)
-    for (int64_t j = 0; j < n; ++j) {
-      const T sj = S[j];
-      const T e = exp_nonpos(keep[j] != T(0) ? sj * inv_tau - m : ninf);  // 0 on masked keys
-      A[j] = e;
-      z += e;
-    }
-    const T inv_z = T(1) / z;
-    for (int64_t j = 0; j < n; ++j) A[j] *= inv_z;
   }
 }
 
@@ -486,6 +596,9 @@ HeadData<T> head_data(const AscenderKernelInputs& in, const AscenderKernelConfig
   h.T_ = Tn, h.d = in.q.size(3), h.dz = in.z.size(3), h.da = in.e.size(3);
   const int64_t bh = b * H + hh;
   h.q = in.q.data_ptr<T>() + bh * Tn * h.d;
+  h.qs.resize(Tn * h.d);
+  const T inv_sqrt_d = static_cast<T>(1 / std::sqrt(double(h.d)));
+  for (int64_t x = 0; x < Tn * h.d; ++x) h.qs[x] = h.q[x] * inv_sqrt_d;
   h.kr = in.k_rot.data_ptr<T>() + bh * Tn * h.d;
   h.v = in.v.data_ptr<T>() + bh * Tn * h.d;
   h.z = in.z.data_ptr<T>() + bh * Tn * h.dz;
@@ -512,14 +625,29 @@ HeadData<T> head_data(const AscenderKernelInputs& in, const AscenderKernelConfig
   return h;
 }
 
+int64_t max_k(const AscenderKernelConfig& cfg) {
+  int64_t k = 1;
+  for (int64_t x : cfg.k) k = std::max(k, x);
+  return k;
+}
+
 template <class T>
-void forward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y) {
-  const int64_t B = in.q.size(0), H = in.q.size(1), Tn = in.q.size(2), d = in.q.size(3);
+void forward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y,
+                  AscenderKernelState* state) {
+  const int64_t B = in.q.size(0), H = in.q.size(1), Tn = in.q.size(2), d = in.q.size(3), dz = in.z.size(3);
   y = Tensor::empty({B, H, Tn, d}, in.q.options());
   T* yp = y.data_ptr<T>();
+  const int64_t kmax = max_k(cfg);
+  double* rows_p = nullptr;
+  int64_t* nbr_p = nullptr;
+  if (state) {
+    state->rows = Tensor::empty({B, H, Tn, RowState::kFields + dz}, {kFloat64, in.q.device(), false});
+    state->nbr = Tensor::empty({B, H, Tn, kmax}, {kInt64, in.q.device(), false});
+    rows_p = state->rows.data_ptr<double>(), nbr_p = state->nbr.data_ptr<int64_t>();
+  }
   const int64_t rows = row_block(cfg, Tn);
   const int64_t blocks = (Tn + rows - 1) / rows;
-  parallel_for(B * H, Tn * Tn * (d + in.z.size(3)) * 8, [&](int64_t i0, int64_t i1) {
+  parallel_for(B * H, Tn * Tn * (d + dz) * 8, [&](int64_t i0, int64_t i1) {
     Block<T> blk;
     Keys<T> keys;
     for (int64_t bh = i0; bh < i1; ++bh) {
@@ -527,8 +655,15 @@ void forward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cf
       for (int64_t bi = 0; bi < blocks; ++bi) {
         const int64_t t0 = bi * rows, R = std::min(rows, Tn - t0);
         keys.select(h, cfg, t0, R);
-        forward_block(h, keys, cfg, t0, R, blk);
-        gemm<T>(R, d, keys.m, blk.A.data(), keys.m, 1, keys.v, d, 1, yp + (bh * Tn + t0) * d, d);  // y = A V
+        blk.resize(R, keys.m, d, dz);
+        forward_block(h, keys, cfg, t0, R, blk, false);
+        T* yb = yp + (bh * Tn + t0) * d;
+        gemm<T>(R, d, keys.m, blk.A.data(), keys.m, 1, keys.v, d, 1, yb, d);  // y = e V, then rows / Σ e
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t c = 0; c < d; ++c) yb[r * d + c] = static_cast<T>(yb[r * d + c] * blk.inv_z[r]);
+        if (state)
+          RowState::save(blk, R, dz, kmax, rows_p + (bh * Tn + t0) * (RowState::kFields + dz),
+                         nbr_p + (bh * Tn + t0) * kmax);
       }
     }
   });
@@ -542,6 +677,7 @@ struct BackwardWork {
   Scratch<T> dA, dS, dr, dws, dwc, ddc, dd2, daff, wcs, tile, du, dC, tmp_rz, tmp_nz;
   std::vector<T> dv_l, dkr_l, dkhat_l, dehat_l, dz_l;  // a gathered block's key gradients, (m, ·)
   std::vector<double> dks_l, zcol_l;
+  Scratch<T> gys;    // the block's rows of dy / Σ e (R, d)
   std::vector<T> g;  // one row's d(raw term)
   std::vector<double> dW, dsv;
   // The head's per-key accumulators: k̂ and ê gradients (GEMM-accumulated, plus the neighbour scatter), and the
@@ -558,10 +694,12 @@ struct HeadGrads {
   double* ds;
 };
 
-// The backward of rows [t0, t0 + R) of one head: recomputes the block's tiles (forward_block), then the chain rule.
+// The backward of rows [t0, t0 + R) of one head: rebuilds the block's tiles (forward_block's replay, from the rows'
+// saved state: kFields + d_z doubles per row at `rows`, k_max neighbours at `nbr`), then runs the chain rule.
 template <class T>
 ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_t t0, int64_t R,
-                                   BackwardWork<T>& work, const HeadGrads<T>& out) {
+                                   const double* rows, const int64_t* nbr, int64_t kmax, BackwardWork<T>& work,
+                                   const HeadGrads<T>& out) {
   const int64_t Tn = h.T_, d = h.d, dz = h.dz, da = h.da;
   const bool after = cfg.after_norm;
   const double inv_sqrt_d = 1 / std::sqrt(double(d));
@@ -583,7 +721,9 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
   double* ds = out.ds;
 
   keys.select(h, cfg, t0, R);
-  forward_block(h, keys, cfg, t0, R, b);
+  b.resize(R, keys.m, d, dz);
+  RowState::load(b, R, dz, kmax, rows, nbr, cfg.norm_eps);
+  forward_block(h, keys, cfg, t0, R, b, true);
   const int64_t n = keys.m;  // the block's key columns
   // Gradients of the block's keys: in place for full attention, else into (m, ·) buffers scattered below.
   T *dv_k = dvp, *dkr_k = dkrp, *dkhat_k = dkhat.data(), *dehat_k = dehat.data(), *dz_k = dzp;
@@ -598,56 +738,63 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
   const T* gy0 = gyp + t0 * d;
   for (auto* t : {&dA, &dS, &dr, &dws, &dwc, &ddc, &daff, &wcs, &tile}) t->resize(R * n);  // written in full
   dd2.assign(R * n, T(0));  // accumulated by separation and cohesion
-  // y = A V:  dA = dY Vᵀ;  dV += Aᵀ dY
-  gemm<T>(R, n, d, gy0, d, 1, keys.v, 1, d, dA.data(), n);
-  gemm<T>(n, d, R, b.A.data(), 1, n, gy0, d, 1, dv_k, d, true);
-  // A = softmax(S / τ) over kept keys:  g = A (dA - Σ A dA);  dS = g / τ;  dτ += Σ g · (-S / τ²)
+  // y_i = (e_i V) / z_i with A_ij = e_ij / z_i (b.A holds e, b.inv_z 1 / z). With dy'_i = dy_i / z_i:
+  // dV += eᵀ dy' (= Aᵀ dy);  dA' = dy' Vᵀ (= dA / z... per row: A_ij dA_ij = e_ij dA'_ij)
+  work.gys.resize(R * d);
+  T* gys = work.gys.data();
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < d; ++c) gys[r * d + c] = static_cast<T>(gy0[r * d + c] * b.inv_z[r]);
+  gemm<T>(R, n, d, gys, d, 1, keys.v, 1, d, dA.data(), n);
+  gemm<T>(n, d, R, b.A.data(), 1, n, gys, d, 1, dv_k, d, true);
+  // A = softmax(S / τ) over kept keys:  g = A (dA - Σ A dA) = e (dA' - D / z) with D = Σ e dA';  dS = g / τ;
+  // dτ += Σ g · (-S / τ²)
   for (int64_t r = 0; r < R; ++r) {
-    const T* A = b.A.data() + r * n;
+    const T* e = b.A.data() + r * n;
     const T* S = b.S.data() + r * n;
     const T* dAr = dA.data() + r * n;
     T* dSr = dS.data() + r * n;
     T D = 0;
     ASC_SIMD_REDUCE(+, D)
-    for (int64_t j = 0; j < n; ++j) D += A[j] * dAr[j];
-    const T inv_tau = static_cast<T>(1 / tau);
-    T gs = 0;  // Σ g S (masked keys have A = 0, so g = 0)
+    for (int64_t j = 0; j < n; ++j) D += e[j] * dAr[j];
+    const T inv_tau = static_cast<T>(1 / tau), Dz = static_cast<T>(D * b.inv_z[r]);
+    T gs = 0;  // Σ g S (masked keys have e = 0, so g = 0)
     ASC_SIMD_REDUCE(+, gs)
     for (int64_t j = 0; j < n; ++j) {
-      const T gg = A[j] * (dAr[j] - D);
+      const T gg = e[j] * (dAr[j] - Dz);
       dSr[j] = gg * inv_tau;
       gs += gg * S[j];
     }
     ds[kTauScore] += -double(gs) / (tau * tau);
   }
-  // S0 = Q Krᵀ / √d:  dQ = dS Kr / √d;  dKr += dSᵀ Q / √d (scaled once per head, below)
+  // S0 = (Q / √d) Krᵀ:  dQ = dS Kr / √d;  dKr += dSᵀ (Q / √d)
   gemm<T>(R, d, n, dS.data(), n, 1, keys.kr, d, 1, dqp + t0 * d, d);
   for (int64_t x = 0; x < R * d; ++x) dqp[t0 * d + x] = static_cast<T>(dqp[t0 * d + x] * inv_sqrt_d);
-  gemm<T>(n, d, R, dS.data(), 1, n, h.q + t0 * d, d, 1, dkr_k, d, true);
-  // One bias term, from dβ̃ = ω' dS back to d(raw) (left in g); returns d(factor_i) of after_norm.
-  auto term_backward = [&](int64_t r, double omega, double factor, const Scratch<T>& raw,
+  gemm<T>(n, d, R, dS.data(), 1, n, h.qs.data() + t0 * d, d, 1, dkr_k, d, true);
+  // One bias term (raw = fx x: its tile x and row factor fx), from dβ̃ = ω' dS back to d(raw) (left in g); returns
+  // d(factor_i) of after_norm.
+  auto term_backward = [&](int64_t r, double omega, double factor, const Scratch<T>& tile, double fx,
                            const NormStats& st, int scalar) -> double {
     // β̃_ij = f nr_j (f = factor after_norm, else 1):  dω += Σ dS β̃;  d(nr_j) = ω f dS_j;  df = Σ ω dS nr
-    const T* rr = raw.data() + r * n;
+    const T* x = tile.data() + r * n;
     const T* dSr = dS.data() + r * n;
     const T f = static_cast<T>(after ? factor : 1.0), om = static_cast<T>(omega), omf = om * f;
     const Normalised nz = normalised(st);
-    const T scale = static_cast<T>(nz.scale), mu = static_cast<T>(nz.mu);
+    const T scale = static_cast<T>(nz.scale), mu = static_cast<T>(nz.mu), fxT = static_cast<T>(fx);
     T dsn = 0;  // Σ_j dS_ij nr_ij (dS = 0 on masked keys)
     ASC_SIMD_REDUCE(+, dsn)
     for (int64_t j = 0; j < n; ++j) {
-      dsn += dSr[j] * (rr[j] - mu) * scale;
+      dsn += dSr[j] * (fxT * x[j] - mu) * scale;
       g[j] = omf * dSr[j];
     }
     ds[scalar] += double(dsn) * double(f) * cfg.omega_scale;
-    standardize_backward(raw.data() + r * n, b.keep.data() + r * n, n, st, g.data());
+    standardize_backward(x, fxT, b.keep.data() + r * n, n, st, g.data());
     return after ? omega * double(dsn) : 0.0;
   };
   // ---- alignment ------------------------------------------------------------------------------------------
   if (cfg.use_align) {
     dsv.assign(R * d, 0.0);
     for (int64_t r = 0; r < R; ++r) {
-      double dla = term_backward(r, wa, b.la[r], b.raw_a, b.st_a[r], kOmegaA);
+      double dla = term_backward(r, wa, b.la[r], b.r, b.fa[r], b.st_a[r], kOmegaA);
       // raw = λγ r (before_norm) or r:  dr = (λγ or 1) draw;  d(λγ) += Σ_j draw r (before_norm)
       const T* rr = b.r.data() + r * n;
       const T fac = static_cast<T>(after ? 1.0 : b.la[r]);
@@ -689,8 +836,9 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
   // ---- separation -----------------------------------------------------------------------------------------
   if (cfg.use_sep) {
     for (int64_t r = 0; r < R; ++r) {
-      double dls = term_backward(r, wsep, b.ls[r], b.raw_s, b.st_s[r], kOmegaS);
+      double dls = term_backward(r, wsep, b.ls[r], b.phi, b.fs[r], b.st_s[r], kOmegaS);
       const T* ws = b.ws.data() + r * n;
+      const T* phi = b.phi.data() + r * n;
       const T* aff = b.aff.data() + r * n;
       const T* keep = b.keep.data() + r * n;
       T* dwsr = dws.data() + r * n;
@@ -702,7 +850,7 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
       for (int64_t j = 0; j < n; ++j) {
         const T hinge = aff[j] - delta;
         const T hp = hinge > T(0) ? hinge : T(0);
-        gphi += g[j] * ws[j] * hp;
+        gphi += g[j] * phi[j];
         const T dphi = -fac * g[j];
         dwsr[j] = dphi * hp;
         const T da_j = hinge > T(0) ? dphi * ws[j] : T(0);
@@ -732,7 +880,7 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
     dW.assign(R, 0.0);
     dC.assign(R * dz, T(0));
     for (int64_t r = 0; r < R; ++r) {
-      double dlc = term_backward(r, wcoh, b.lc[r], b.raw_c, b.st_c[r], kOmegaC);
+      double dlc = term_backward(r, wcoh, b.lc[r], b.dc, b.fc[r], b.st_c[r], kOmegaC);
       const T* dc = b.dc.data() + r * n;
       const T* wc = b.wc.data() + r * n;
       T* ddcr = ddc.data() + r * n;
@@ -822,8 +970,8 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
 }
 
 template <class T>
-void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const Tensor& gy_in,
-                   TensorList& grads) {
+void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const AscenderKernelState& state,
+                   const Tensor& gy_in, TensorList& grads) {
   const int64_t B = in.q.size(0), H = in.q.size(1), Tn = in.q.size(2), d = in.q.size(3);
   const int64_t dz = in.z.size(3), da = in.e.size(3);
   const Tensor gy = gy_in.contiguous();
@@ -833,7 +981,12 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
   std::vector<double> dsc(static_cast<size_t>(B * H * kNumScalars), 0.0);  // per task, reduced below
   const int64_t rows = row_block(cfg, Tn);
   const int64_t blocks = (Tn + rows - 1) / rows;
-  const double inv_sqrt_d = 1 / std::sqrt(double(d));
+  const int64_t kmax = max_k(cfg), fields = RowState::kFields + dz;
+  ASC_CHECK(state.rows.defined() && state.nbr.defined() && state.rows.numel() == B * H * Tn * fields &&
+                state.nbr.numel() == B * H * Tn * kmax,
+            "ascender_attention backward: the forward's row state is missing or does not match q {}", in.q.shape());
+  const double* rows_p = state.rows.data_ptr<double>();
+  const int64_t* nbr_p = state.nbr.data_ptr<int64_t>();
   parallel_for(B * H, Tn * Tn * (d + dz) * 16, [&](int64_t i0, int64_t i1) {
     BackwardWork<T> work;
     for (int64_t bh = i0; bh < i1; ++bh) {
@@ -841,18 +994,17 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
       const HeadGrads<T> out{gy.data_ptr<T>() + bh * Tn * d, dq.data_ptr<T>() + bh * Tn * d,
                              dkr.data_ptr<T>() + bh * Tn * d, dv.data_ptr<T>() + bh * Tn * d,
                              dz_t.data_ptr<T>() + bh * Tn * dz, dsc.data() + bh * kNumScalars};
-      T *dkrp = out.dkr, *dzp = out.dz;
+      T* dzp = out.dz;
       auto &dkhat = work.dkhat, &dehat = work.dehat, &dkhat_scatter = work.dkhat_scatter, &zcol = work.zcol;
       dkhat.assign(Tn * d, T(0)), dehat.assign(Tn * da, T(0));
       dkhat_scatter.assign(Tn * d, 0.0), zcol.assign(Tn, 0.0);
       for (int64_t bi = 0; bi < blocks; ++bi) {
         const int64_t t0 = bi * rows, R = std::min(rows, Tn - t0);
-        backward_block(h, cfg, t0, R, work, out);
+        backward_block(h, cfg, t0, R, rows_p + (bh * Tn + t0) * fields, nbr_p + (bh * Tn + t0) * kmax, kmax, work, out);
       }
-      // ---- per-key finishing: |z|² coefficients, the unit-vector backwards, the 1/√d of dKr ---------------------
+      // ---- per-key finishing: |z|² coefficients, the unit-vector backwards ------------------------------------
       for (int64_t j = 0; j < Tn; ++j)
         for (int64_t c = 0; c < dz; ++c) dzp[j * dz + c] = static_cast<T>(dzp[j * dz + c] + zcol[j] * h.z[j * dz + c]);
-      for (int64_t x = 0; x < Tn * d; ++x) dkrp[x] = static_cast<T>(dkrp[x] * inv_sqrt_d);
       std::vector<double> gk(Tn * d), ge(Tn * da);
       for (int64_t x = 0; x < Tn * d; ++x) gk[x] = double(dkhat[x]) + dkhat_scatter[x];
       for (int64_t x = 0; x < Tn * da; ++x) ge[x] = dehat[x];
@@ -875,13 +1027,15 @@ void ascender_unsupported(const AscenderKernelInputs& in, const AscenderKernelCo
     why = fmt::format("dtype {} (the CPU kernel computes in float32 / float64)", in.q.dtype());
 }
 
-void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y) {
-  ASC_DISPATCH_FLOAT(in.q.dtype(), "ascender_attention", [&] { forward_impl<scalar_t>(in, cfg, y); });
+void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y,
+                      AscenderKernelState* state) {
+  ASC_DISPATCH_FLOAT(in.q.dtype(), "ascender_attention", [&] { forward_impl<scalar_t>(in, cfg, y, state); });
 }
 
-void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const Tensor& gy,
-                       TensorList& grads) {
-  ASC_DISPATCH_FLOAT(in.q.dtype(), "ascender_attention backward", [&] { backward_impl<scalar_t>(in, cfg, gy, grads); });
+void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const AscenderKernelState& state,
+                       const Tensor& gy, TensorList& grads) {
+  ASC_DISPATCH_FLOAT(in.q.dtype(), "ascender_attention backward",
+                     [&] { backward_impl<scalar_t>(in, cfg, state, gy, grads); });
 }
 
 }  // namespace asc::cpu

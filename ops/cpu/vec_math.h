@@ -11,10 +11,13 @@
 #define ASC_SIMD_REDUCE2(OP, V1, V2) ASC_CPU_PRAGMA_(omp simd reduction(OP : V1, V2))
 // Two sums and a max in one loop: reduction(+ : A, B) reduction(max : C)
 #define ASC_SIMD_REDUCE3(OP, V1, V2, OP3, V3) ASC_CPU_PRAGMA_(omp simd reduction(OP : V1, V2) reduction(OP3 : V3))
+// A max and any number of sums in one loop: reduction(max : M) reduction(+ : ...)
+#define ASC_SIMD_SUMS_MAX(M, ...) ASC_CPU_PRAGMA_(omp simd reduction(max : M) reduction(+ : __VA_ARGS__))
 #else
 #define ASC_SIMD_REDUCE(OP, VAR)
 #define ASC_SIMD_REDUCE2(OP, V1, V2)
 #define ASC_SIMD_REDUCE3(OP, V1, V2, OP3, V3)
+#define ASC_SIMD_SUMS_MAX(M, ...)
 #endif
 
 // Hot per-row functions of a CPU kernel, compiled twice — for AVX2 (256-bit vectors) and for the generic
