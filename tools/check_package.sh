@@ -34,7 +34,10 @@ example)
   done
   echo "== pkg-config --cflags --libs ascender (shared library)"
   g++ -O1 examples/sorted_classifier/main.cpp $(pkg-config --cflags --libs ascender) -o "$prefix/pkg-config-build"
-  ldd "$prefix/pkg-config-build" | grep -q "$prefix/install/.*libascender.so" \
+  # ldd's output is captured first: `ldd | grep -q` under pipefail fails at random when grep exits on its
+  # match before ldd has written its last line (SIGPIPE), which is what failed a CI run.
+  linked=$(ldd "$prefix/pkg-config-build")
+  grep -q "$prefix/install/.*libascender.so" <<<"$linked" \
     || { echo "check_package: the pkg-config build does not use the installed libascender.so" >&2; exit 1; }
   "$prefix/pkg-config-build"
   echo "== cpack -G DEB"

@@ -22,7 +22,7 @@ GPU_INFO="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 DEVICE_NAME="$(echo "$GPU_INFO" | cut -d, -f1 | sed 's/^ *//;s/ *$//')"
 DEVICE_SLUG="$(echo "$DEVICE_NAME" | tr -c 'A-Za-z0-9\n' '_' | sed 's/__*/_/g;s/^_//;s/_$//')"
 COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-DIRTY="$(git status --porcelain 2>/dev/null | grep -q . && echo ' (uncommitted changes)' || true)"
+DIRTY="$([ -n "$(git status --porcelain 2>/dev/null)" ] && echo ' (uncommitted changes)' || true)"
 DATE="$(date +%Y-%m-%d)"
 mkdir -p bench/results
 REPORT="bench/results/${DATE}_gpu_check_${DEVICE_SLUG}.md"
