@@ -5,8 +5,9 @@
 // T keys, or in windowed mode only the block's window, gathered (Keys, below): O(T·w) per head. The normalised
 // terms β̃ are never stored: each row keeps its μ and σ, and β̃ is formed where it is read.
 //
-// The backward recomputes each block's tiles (no per-row state is saved) and then runs the chain rule back through
-// them, in the reverse order of the forward (the derivation is written beside each step). Gradients of a key j
+// The backward rebuilds each block's tiles from the per-row state the forward kept (RowState: neighbourhoods, the
+// terms' means and stds, the centroid, the softmax max and sum) and then runs the chain rule back through them, in
+// the reverse order of the forward (the derivation is written beside each step). Gradients of a key j
 // collect contributions from every query row, so one task owns one (batch, head) and walks its row blocks in turn;
 // gradients of the per-head scalars are summed per task and reduced after the parallel loop.
 //
@@ -674,7 +675,8 @@ template <class T>
 struct BackwardWork {
   Block<T> b;
   Keys<T> keys;
-  Scratch<T> dA, dS, dr, dws, dwc, ddc, dd2, daff, wcs, tile, du, dC, tmp_rz, tmp_nz;
+  Scratch<T> dA, dS, dr, dwc, ddc, dd2, daff, tile, du, dC, tmp_rz, tmp_nz;
+  std::vector<T> colsum;
   std::vector<T> dv_l, dkr_l, dkhat_l, dehat_l, dz_l;  // a gathered block's key gradients, (m, ·)
   std::vector<double> dks_l, zcol_l;
   Scratch<T> gys;    // the block's rows of dy / Σ e (R, d)
@@ -708,8 +710,9 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
   const double wcoh = h.sc[kOmegaC] * cfg.omega_scale;
   Block<T>& b = work.b;
   Keys<T>& keys = work.keys;
-  auto &dA = work.dA, &dS = work.dS, &dr = work.dr, &dws = work.dws, &dwc = work.dwc, &ddc = work.ddc;
-  auto &dd2 = work.dd2, &daff = work.daff, &wcs = work.wcs, &tile = work.tile, &du = work.du, &dC = work.dC;
+  auto &dA = work.dA, &dS = work.dS, &dr = work.dr, &dwc = work.dwc, &ddc = work.ddc;
+  auto &dd2 = work.dd2, &daff = work.daff, &tile = work.tile, &du = work.du, &dC = work.dC;
+  auto& colsum = work.colsum;
   auto &tmp_rz = work.tmp_rz, &tmp_nz = work.tmp_nz;
   auto &dv_l = work.dv_l, &dkr_l = work.dkr_l, &dkhat_l = work.dkhat_l, &dehat_l = work.dehat_l, &dz_l = work.dz_l;
   auto &dks_l = work.dks_l, &zcol_l = work.zcol_l, &dW = work.dW, &dsv = work.dsv;
@@ -736,8 +739,7 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
     dz_k = dz_l.data(), dks_k = dks_l.data(), zcol_k = zcol_l.data();
   }
   const T* gy0 = gyp + t0 * d;
-  for (auto* t : {&dA, &dS, &dr, &dws, &dwc, &ddc, &daff, &wcs, &tile}) t->resize(R * n);  // written in full
-  dd2.assign(R * n, T(0));  // accumulated by separation and cohesion
+  for (auto* t : {&dA, &dS, &dr, &dwc, &ddc, &daff, &tile, &dd2}) t->resize(R * n);  // written before read
   // y_i = (e_i V) / z_i with A_ij = e_ij / z_i (b.A holds e, b.inv_z 1 / z). With dy'_i = dy_i / z_i:
   // dV += eᵀ dy' (= Aᵀ dy);  dA' = dy' Vᵀ (= dA / z... per row: A_ij dA_ij = e_ij dA'_ij)
   work.gys.resize(R * d);
@@ -746,30 +748,6 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
     for (int64_t c = 0; c < d; ++c) gys[r * d + c] = static_cast<T>(gy0[r * d + c] * b.inv_z[r]);
   gemm<T>(R, n, d, gys, d, 1, keys.v, 1, d, dA.data(), n);
   gemm<T>(n, d, R, b.A.data(), 1, n, gys, d, 1, dv_k, d, true);
-  // A = softmax(S / τ) over kept keys:  g = A (dA - Σ A dA) = e (dA' - D / z) with D = Σ e dA';  dS = g / τ;
-  // dτ += Σ g · (-S / τ²)
-  for (int64_t r = 0; r < R; ++r) {
-    const T* e = b.A.data() + r * n;
-    const T* S = b.S.data() + r * n;
-    const T* dAr = dA.data() + r * n;
-    T* dSr = dS.data() + r * n;
-    T D = 0;
-    ASC_SIMD_REDUCE(+, D)
-    for (int64_t j = 0; j < n; ++j) D += e[j] * dAr[j];
-    const T inv_tau = static_cast<T>(1 / tau), Dz = static_cast<T>(D * b.inv_z[r]);
-    T gs = 0;  // Σ g S (masked keys have e = 0, so g = 0)
-    ASC_SIMD_REDUCE(+, gs)
-    for (int64_t j = 0; j < n; ++j) {
-      const T gg = e[j] * (dAr[j] - Dz);
-      dSr[j] = gg * inv_tau;
-      gs += gg * S[j];
-    }
-    ds[kTauScore] += -double(gs) / (tau * tau);
-  }
-  // S0 = (Q / √d) Krᵀ:  dQ = dS Kr / √d;  dKr += dSᵀ (Q / √d)
-  gemm<T>(R, d, n, dS.data(), n, 1, keys.kr, d, 1, dqp + t0 * d, d);
-  for (int64_t x = 0; x < R * d; ++x) dqp[t0 * d + x] = static_cast<T>(dqp[t0 * d + x] * inv_sqrt_d);
-  gemm<T>(n, d, R, dS.data(), 1, n, h.qs.data() + t0 * d, d, 1, dkr_k, d, true);
   // One bias term (raw = fx x: its tile x and row factor fx), from dβ̃ = ω' dS back to d(raw) (left in g); returns
   // d(factor_i) of after_norm.
   auto term_backward = [&](int64_t r, double omega, double factor, const Scratch<T>& tile, double fx,
@@ -790,12 +768,37 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
     standardize_backward(x, fxT, b.keep.data() + r * n, n, st, g.data());
     return after ? omega * double(dsn) : 0.0;
   };
-  // ---- alignment ------------------------------------------------------------------------------------------
-  if (cfg.use_align) {
-    dsv.assign(R * d, 0.0);
-    for (int64_t r = 0; r < R; ++r) {
+  // The chain rule runs row by row through everything that needs no GEMM between its steps — the softmax, then each
+  // term from its normalisation down to its tile — so a row's slices of the ~12 tiles stay in the L1/L2 cache
+  // instead of each step streaming the whole block again; the GEMMs that combine rows run between these passes.
+  if (cfg.use_align) dsv.assign(R * d, 0.0);
+  if (cfg.use_coh) dW.assign(R, 0.0), dC.assign(R * dz, T(0));
+  colsum.assign(n, T(0));  // Σ_i (ddc_ij + dd²_ij): the |z_j|² coefficient of dz_j, summed over the block's rows
+  const T delta = static_cast<T>(h.sc[kDelta]);
+  for (int64_t r = 0; r < R; ++r) {
+    // ---- A = softmax(S / τ) over kept keys:  g = A (dA - Σ A dA) = e (dA' - D / z) with D = Σ e dA';  dS = g / τ;
+    // dτ += Σ g · (-S / τ²)
+    {
+      const T* e = b.A.data() + r * n;
+      const T* S = b.S.data() + r * n;
+      const T* dAr = dA.data() + r * n;
+      T* dSr = dS.data() + r * n;
+      T D = 0;
+      ASC_SIMD_REDUCE(+, D)
+      for (int64_t j = 0; j < n; ++j) D += e[j] * dAr[j];
+      const T inv_tau = static_cast<T>(1 / tau), Dz = static_cast<T>(D * b.inv_z[r]);
+      T gs = 0;  // Σ g S (masked keys have e = 0, so g = 0)
+      ASC_SIMD_REDUCE(+, gs)
+      for (int64_t j = 0; j < n; ++j) {
+        const T gg = e[j] * (dAr[j] - Dz);
+        dSr[j] = gg * inv_tau;
+        gs += gg * S[j];
+      }
+      ds[kTauScore] += -double(gs) / (tau * tau);
+    }
+    // ---- alignment: raw = λγ r (before_norm) or r:  dr = (λγ or 1) draw;  d(λγ) += Σ_j draw r (before_norm)
+    if (cfg.use_align) {
       double dla = term_backward(r, wa, b.la[r], b.r, b.fa[r], b.st_a[r], kOmegaA);
-      // raw = λγ r (before_norm) or r:  dr = (λγ or 1) draw;  d(λγ) += Σ_j draw r (before_norm)
       const T* rr = b.r.data() + r * n;
       const T fac = static_cast<T>(after ? 1.0 : b.la[r]);
       T* drr = dr.data() + r * n;
@@ -812,7 +815,83 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
       const double cdiv = std::max(b.cnt[r], 1.0);
       for (int64_t c = 0; c < d; ++c) dsv[r * d + c] = -2 * b.s[r * d + c] / (cdiv * cdiv) * dvar;
     }
-    // r_ij = u_i · k̂_j:  dK̂ += drᵀ U;  dU = dr K̂
+    // ---- separation: raw = -(λη or 1) φ,  φ = w [a - δ]_+:  dw = dφ [a - δ]_+;  da = dφ w 1[a > δ];
+    // dδ = -Σ dφ w 1[a > δ];  then ρ = Σ_{kept l ≠ i} w_il and w = exp(-d² / τ_sep):  dd² = -(dw + dρ) w / τ_sep
+    if (cfg.use_sep) {
+      double dls = term_backward(r, wsep, b.ls[r], b.phi, b.fs[r], b.st_s[r], kOmegaS);
+      const T* ws = b.ws.data() + r * n;
+      const T* phi = b.phi.data() + r * n;
+      const T* aff = b.aff.data() + r * n;
+      T* daffr = daff.data() + r * n;
+      const T fac = static_cast<T>(after ? 1.0 : b.ls[r]);
+      T gphi = 0, dhinge = 0;  // Σ g φ, Σ dφ w 1[a > δ]
+      ASC_SIMD_REDUCE2(+, gphi, dhinge)
+      for (int64_t j = 0; j < n; ++j) {
+        const T hinge = aff[j] - delta;
+        gphi += g[j] * phi[j];
+        const T dphi = -fac * g[j];
+        const T da_j = hinge > T(0) ? dphi * ws[j] : T(0);
+        daffr[j] = da_j;
+        dhinge += da_j;
+      }
+      if (!after) dls -= gphi;
+      ds[kDelta] -= dhinge;
+      // λη:  dλ += d(λη) η;  η = min(1, ρ / κ):  dρ = dη / κ, dκ = -dη ρ / κ² while ρ / κ < 1
+      ds[kLambdaS] += dls * b.eta[r];
+      const double deta = dls * h.sc[kLambdaS];
+      double drho = 0;
+      if (b.rho[r] / h.sc[kKappa] < 1) {
+        drho = deta / h.sc[kKappa];
+        ds[kKappa] += -deta * b.rho[r] / (h.sc[kKappa] * h.sc[kKappa]);
+      }
+      const T* keep = b.keep.data() + r * n;
+      const T drhoT = static_cast<T>(drho), inv_tau = static_cast<T>(1 / h.tau_sep);
+      T* dd2r = dd2.data() + r * n;
+      for (int64_t j = 0; j < n; ++j) {
+        const T hinge = aff[j] - delta;
+        const T dw = -fac * g[j] * (hinge > T(0) ? hinge : T(0));
+        dd2r[j] = -(dw + (keep[j] != T(0) ? drhoT : T(0))) * ws[j] * inv_tau;
+      }
+      const int64_t self = b.self[r];
+      if (self >= 0 && keep[self]) dd2r[self] += drhoT * ws[self] * inv_tau;  // ρ_i leaves out l = i
+    } else if (cfg.use_coh) {
+      std::fill(dd2.data() + r * n, dd2.data() + (r + 1) * n, T(0));
+    }
+    // ---- cohesion, up to its centroid: raw = -(λγ / τ_coh or 1) dc:  ddc = -(..) draw;  d(λγ) += -Σ draw dc / τ_coh
+    // (before_norm);  var = Σ w' dc / W:  dw' = dvar dc / W;  ddc += dvar w' / W;  dW = -dvar var / W
+    if (cfg.use_coh) {
+      double dlc = term_backward(r, wcoh, b.lc[r], b.dc, b.fc[r], b.st_c[r], kOmegaC);
+      const T* dc = b.dc.data() + r * n;
+      const T* wc = b.wc.data() + r * n;
+      T* ddcr = ddc.data() + r * n;
+      const T fac = static_cast<T>(after ? 1.0 : b.lc[r] / h.tau_coh);
+      T gdc = 0;
+      ASC_SIMD_REDUCE(+, gdc)
+      for (int64_t j = 0; j < n; ++j) gdc += g[j] * dc[j];
+      if (!after) dlc -= double(gdc) / h.tau_coh;
+      ds[kLambdaC] += dlc * b.gamma_c[r];
+      const double dvar = dlc * h.sc[kLambdaC] * b.gamma_c[r] * (1 - b.gamma_c[r]) * (-h.alpha_c);
+      dW[r] = -dvar * b.var_c[r] / b.W[r];
+      const T dvw = static_cast<T>(dvar / b.W[r]);
+      T* dwcr = dwc.data() + r * n;
+      T rowsum = 0;
+      ASC_SIMD_REDUCE(+, rowsum)
+      for (int64_t j = 0; j < n; ++j) {
+        dwcr[j] = dvw * dc[j];
+        const T x = -fac * g[j] + dvw * wc[j];
+        ddcr[j] = x;
+        rowsum += x;
+      }
+      // dc = |c|² + |z_j|² - 2 c·z_j:  dz_j += 2 z_j Σ_i ddc_ij (colsum) - 2 Σ_i ddc_ij c_i;  dc_i = 2 c_i Σ_j ddc_ij - ...
+      for (int64_t c = 0; c < dz; ++c) dC[r * dz + c] = static_cast<T>(2 * b.c[r * dz + c] * rowsum);
+    }
+  }
+  // ---- the GEMMs of the rows' results: S0 = (Q / √d) Krᵀ:  dQ = dS Kr / √d;  dKr += dSᵀ (Q / √d) ------------------
+  gemm<T>(R, d, n, dS.data(), n, 1, keys.kr, d, 1, dqp + t0 * d, d);
+  for (int64_t x = 0; x < R * d; ++x) dqp[t0 * d + x] = static_cast<T>(dqp[t0 * d + x] * inv_sqrt_d);
+  gemm<T>(n, d, R, dS.data(), 1, n, h.qs.data() + t0 * d, d, 1, dkr_k, d, true);
+  // alignment, r_ij = u_i · k̂_j:  dK̂ += drᵀ U;  dU = dr K̂
+  if (cfg.use_align) {
     du.assign(R * d, T(0));
     gemm<T>(n, d, R, dr.data(), 1, n, b.u.data(), d, 1, dkhat_k, d, true);
     gemm<T>(R, d, n, dr.data(), n, 1, keys.khat, d, 1, du.data(), d);
@@ -833,126 +912,63 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
         for (int64_t c = 0; c < d; ++c) dks_k[l * d + c] += dsr[c];
     }
   }
-  // ---- separation -----------------------------------------------------------------------------------------
-  if (cfg.use_sep) {
-    for (int64_t r = 0; r < R; ++r) {
-      double dls = term_backward(r, wsep, b.ls[r], b.phi, b.fs[r], b.st_s[r], kOmegaS);
-      const T* ws = b.ws.data() + r * n;
-      const T* phi = b.phi.data() + r * n;
-      const T* aff = b.aff.data() + r * n;
-      const T* keep = b.keep.data() + r * n;
-      T* dwsr = dws.data() + r * n;
-      T* daffr = daff.data() + r * n;
-      const T fac = static_cast<T>(after ? 1.0 : b.ls[r]), delta = static_cast<T>(h.sc[kDelta]);
-      // raw = -(λη or 1) φ,  φ = w [a - δ]_+:  dw = dφ [a - δ]_+;  da = dφ w 1[a > δ];  dδ = -Σ dφ w 1[a > δ]
-      T gphi = 0, dhinge = 0;  // Σ g φ, Σ dφ w 1[a > δ]
-      ASC_SIMD_REDUCE2(+, gphi, dhinge)
-      for (int64_t j = 0; j < n; ++j) {
-        const T hinge = aff[j] - delta;
-        const T hp = hinge > T(0) ? hinge : T(0);
-        gphi += g[j] * phi[j];
-        const T dphi = -fac * g[j];
-        dwsr[j] = dphi * hp;
-        const T da_j = hinge > T(0) ? dphi * ws[j] : T(0);
-        daffr[j] = da_j;
-        dhinge += da_j;
-      }
-      if (!after) dls -= gphi;
-      ds[kDelta] -= dhinge;
-      // λη:  dλ += d(λη) η;  η = min(1, ρ / κ):  dρ = dη / κ, dκ = -dη ρ / κ² while ρ / κ < 1
-      ds[kLambdaS] += dls * b.eta[r];
-      const double deta = dls * h.sc[kLambdaS];
-      double drho = 0;
-      if (b.rho[r] / h.sc[kKappa] < 1) {
-        drho = deta / h.sc[kKappa];
-        ds[kKappa] += -deta * b.rho[r] / (h.sc[kKappa] * h.sc[kKappa]);
-      }
-      // ρ = Σ_{kept l ≠ i} w_il;  w = exp(-d² / τ_sep):  dd² += -dw w / τ_sep
-      const T drhoT = static_cast<T>(drho), inv_tau = static_cast<T>(1 / h.tau_sep);
-      T* dd2r = dd2.data() + r * n;
-      for (int64_t j = 0; j < n; ++j) dd2r[j] -= (dwsr[j] + (keep[j] != T(0) ? drhoT : T(0))) * ws[j] * inv_tau;
-      const int64_t self = b.self[r];
-      if (self >= 0 && keep[self]) dd2r[self] += drhoT * ws[self] * inv_tau;  // ρ_i leaves out l = i
-    }
-  }
-  // ---- cohesion -------------------------------------------------------------------------------------------
+  // cohesion: dz_j -= 2 Σ_i ddc_ij c_i;  dc_i -= 2 Σ_j ddc_ij z_j; then through c_i = Σ_l w'_il z_l / W_i:
+  // dz_l += Σ_i (w'_il / W_i) dc_i;  dw'_il += dc_i·z_l / W_i;  dW_i -= dc_i·c_i / W_i
   if (cfg.use_coh) {
-    dW.assign(R, 0.0);
-    dC.assign(R * dz, T(0));
-    for (int64_t r = 0; r < R; ++r) {
-      double dlc = term_backward(r, wcoh, b.lc[r], b.dc, b.fc[r], b.st_c[r], kOmegaC);
-      const T* dc = b.dc.data() + r * n;
-      const T* wc = b.wc.data() + r * n;
-      T* ddcr = ddc.data() + r * n;
-      const T fac = static_cast<T>(after ? 1.0 : b.lc[r] / h.tau_coh);
-      // raw = -(λγ / τ_coh or 1) dc:  ddc = -(..) draw;  d(λγ) += -Σ draw dc / τ_coh (before_norm)
-      T gdc = 0;
-      ASC_SIMD_REDUCE(+, gdc)
-      for (int64_t j = 0; j < n; ++j) {
-        gdc += g[j] * dc[j];
-        ddcr[j] = -fac * g[j];
-      }
-      if (!after) dlc -= double(gdc) / h.tau_coh;
-      ds[kLambdaC] += dlc * b.gamma_c[r];
-      const double dvar = dlc * h.sc[kLambdaC] * b.gamma_c[r] * (1 - b.gamma_c[r]) * (-h.alpha_c);
-      // var = Σ w' dc / W:  dw' += dvar dc / W;  ddc += dvar w' / W;  dW += -dvar var / W
-      dW[r] = -dvar * b.var_c[r] / b.W[r];
-      const T dvw = static_cast<T>(dvar / b.W[r]);
-      T* dwcr = dwc.data() + r * n;
-      T rowsum = 0;
-      ASC_SIMD_REDUCE(+, rowsum)
-      for (int64_t j = 0; j < n; ++j) {
-        dwcr[j] = dvw * dc[j];
-        ddcr[j] += dvw * wc[j];
-        rowsum += ddcr[j];
-      }
-      // dc = |c|² + |z_j|² - 2 c·z_j:  dz_j += 2 z_j Σ_i ddc_ij ...
-      for (int64_t j = 0; j < n; ++j) zcol_k[j] += 2.0 * double(ddcr[j]);
-      for (int64_t c = 0; c < dz; ++c) dC[r * dz + c] = static_cast<T>(2 * b.c[r * dz + c] * rowsum);
-    }
-    // ... dz_j -= 2 Σ_i ddc_ij c_i;  dc_i = 2 (c_i Σ_j ddc_ij - Σ_j ddc_ij z_j)
     tmp_nz.assign(n * dz, T(0));
     gemm<T>(n, dz, R, ddc.data(), 1, n, b.c.data(), dz, 1, tmp_nz.data(), dz);
     for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tmp_nz[x]);
     tmp_rz.assign(R * dz, T(0));
     gemm<T>(R, dz, n, ddc.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
     for (int64_t x = 0; x < R * dz; ++x) dC[x] = static_cast<T>(dC[x] - 2 * tmp_rz[x]);
-    // c_i = Σ_l w'_il z_l / W_i:  dz_l += Σ_i (w'_il / W_i) dc_i;  dw'_il += dc_i·z_l / W_i;  dW_i -= dc_i·c_i / W_i
     for (int64_t r = 0; r < R; ++r) {
       double dcc = 0;
       for (int64_t c = 0; c < dz; ++c) dcc += double(dC[r * dz + c]) * b.c[r * dz + c];
       dW[r] += -dcc / b.W[r];
-      const T inv_w = static_cast<T>(1 / b.W[r]);
-      for (int64_t j = 0; j < n; ++j) wcs[r * n + j] = b.wc[r * n + j] * inv_w;
     }
-    gemm<T>(n, dz, R, wcs.data(), 1, n, dC.data(), dz, 1, dz_k, dz, true);
-    gemm<T>(R, n, dz, dC.data(), dz, 1, keys.z, 1, dz, tile.data(), n);  // dc_i · z_l
-    // W_i = Σ_kept w'_il:  dw'_il += dW_i;  w' = exp(-d² / τ_coh) on kept keys:  dd² += -dw' w' / τ_coh
-    // (w' = 0 on masked keys, so they get nothing)
     for (int64_t r = 0; r < R; ++r) {
-      const T* wc = b.wc.data() + r * n;
-      const T* dwcr = dwc.data() + r * n;
-      const T* tr = tile.data() + r * n;
-      T* dd2r = dd2.data() + r * n;
-      const T inv_w = static_cast<T>(1 / b.W[r]), dWr = static_cast<T>(dW[r]);
-      const T inv_tau = static_cast<T>(1 / h.tau_coh);
-      for (int64_t j = 0; j < n; ++j) dd2r[j] -= (dwcr[j] + tr[j] * inv_w + dWr) * wc[j] * inv_tau;
+      const T inv_w = static_cast<T>(1 / b.W[r]);
+      for (int64_t c = 0; c < dz; ++c) tmp_rz[r * dz + c] = dC[r * dz + c] * inv_w;  // dc_i / W_i
     }
+    gemm<T>(n, dz, R, b.wc.data(), 1, n, tmp_rz.data(), dz, 1, dz_k, dz, true);
+    gemm<T>(R, n, dz, tmp_rz.data(), dz, 1, keys.z, 1, dz, tile.data(), n);  // dc_i · z_l / W_i
   }
-  // ---- d² = |z_i|² + |z_j|² - 2 z_i·z_j:  dz_i += 2 (z_i Σ_j dd²_ij - Σ_j dd²_ij z_j), same for j ------------
+  // ---- rows again: the cohesion kernel's dd² (W_i = Σ_kept w'_il:  dw'_il += dW_i;  w' = exp(-d² / τ_coh) on kept
+  // keys:  dd² += -dw' w' / τ_coh; w' = 0 on masked keys, so they get nothing), and d² = |z_i|² + |z_j|² - 2 z_i·z_j:
+  // dz_i += 2 z_i Σ_j dd²_ij, dz_j += 2 z_j Σ_i dd²_ij (the GEMM halves below)
   if (cfg.use_sep || cfg.use_coh) {
+    const T inv_tc = static_cast<T>(1 / h.tau_coh);
+    T* cs = colsum.data();
+    for (int64_t r = 0; r < R; ++r) {
+      T* dd2r = dd2.data() + r * n;
+      T rowsum = 0;
+      if (cfg.use_coh) {
+        const T* wc = b.wc.data() + r * n;
+        const T* dwcr = dwc.data() + r * n;
+        const T* tr = tile.data() + r * n;
+        const T* ddcr = ddc.data() + r * n;
+        const T dWr = static_cast<T>(dW[r]);
+        ASC_SIMD_REDUCE(+, rowsum)
+        for (int64_t j = 0; j < n; ++j) {
+          const T x = dd2r[j] - (dwcr[j] + tr[j] + dWr) * wc[j] * inv_tc;
+          dd2r[j] = x;
+          rowsum += x;
+          cs[j] += x + ddcr[j];
+        }
+      } else {
+        ASC_SIMD_REDUCE(+, rowsum)
+        for (int64_t j = 0; j < n; ++j) {
+          rowsum += dd2r[j];
+          cs[j] += dd2r[j];
+        }
+      }
+      zcol[t0 + r] += 2.0 * double(rowsum);
+    }
+    for (int64_t j = 0; j < n; ++j) zcol_k[j] += 2.0 * double(cs[j]);
+    // dz_i -= 2 Σ_j dd²_ij z_j;  dz_j -= 2 Σ_i dd²_ij z_i
     tmp_rz.assign(R * dz, T(0));
     gemm<T>(R, dz, n, dd2.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
-    for (int64_t r = 0; r < R; ++r) {
-      const T* dd2r = dd2.data() + r * n;
-      T rowsum = 0;
-      ASC_SIMD_REDUCE(+, rowsum)
-      for (int64_t j = 0; j < n; ++j) rowsum += dd2r[j];
-      for (int64_t j = 0; j < n; ++j) zcol_k[j] += 2.0 * double(dd2r[j]);
-      zcol[t0 + r] += 2.0 * double(rowsum);
-      for (int64_t c = 0; c < dz; ++c)
-        dzp[(t0 + r) * dz + c] = static_cast<T>(dzp[(t0 + r) * dz + c] - 2 * tmp_rz[r * dz + c]);
-    }
+    for (int64_t x = 0; x < R * dz; ++x) dzp[t0 * dz + x] = static_cast<T>(dzp[t0 * dz + x] - 2 * tmp_rz[x]);
     tmp_nz.assign(n * dz, T(0));
     gemm<T>(n, dz, R, dd2.data(), 1, n, h.z + t0 * dz, dz, 1, tmp_nz.data(), dz);
     for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tmp_nz[x]);
