@@ -10,7 +10,8 @@ optional=(python3-torch)  # without it the build and the suite still run; the cr
 missing() {
   local out=()
   for pkg in "$@"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || out+=("$pkg")
+    # captured, not piped into grep -q: under pipefail a SIGPIPE there would count a package as missing
+    [[ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)" == *"install ok installed"* ]] || out+=("$pkg")
   done
   echo "${out[@]}"
 }
