@@ -203,32 +203,20 @@ struct Normalised {
 };
 inline Normalised normalised(const NormStats& st) { return {st.constant ? 0.0 : 1 / st.s, st.mu}; }
 
-// Backward of the standardisation of raw = f x, in place on g (length n; in: d β̃, out: d raw):
-// d raw_j = (g_j - mean(g) - rc_j mean(g rc) / (σ s)) / s on kept j with rc = f x - μ (docs: row_standardize), 0
-// elsewhere and on constant rows. Branch-free passes (kept entries selected) vectorise.
+// Backward of the standardisation of raw = f x (docs: row_standardize). With g = o dS the gradient reaching β̃
+// (o = ω' times the after_norm gate; dS = 0 on masked keys):
+//   d raw_j = (g_j - mean(g) - rc_j mean(g rc) / (σ s)) / s on kept j, rc = f x - μ; 0 elsewhere and on constant rows
+//           = keep_j (p dS_j - a - q rc_j),
+// so a row needs only Σ dS and Σ dS rc (term_backward's one pass) and each term's loop forms d raw_j where it reads
+// it: d raw is never stored.
 template <class T>
-ASC_ALWAYS_INLINE void standardize_backward(const T* x, T f, const T* keep, int64_t n, const NormStats& st, T* g) {
-  if (st.constant || st.count == 0) {
-    std::fill(g, g + n, T(0));
-    return;
+struct RawGrad {
+  T p = 0, a = 0, q = 0, f = 0, mu = 0;  // all 0 on a constant row: d raw = 0
+  ASC_ALWAYS_INLINE T at(T dS, T x, T keep) const {
+    const T v = p * dS - a - q * (f * x - mu);
+    return keep != T(0) ? v : T(0);
   }
-  const T mu = static_cast<T>(st.mu);
-  T mg = 0, mgx = 0;
-  ASC_SIMD_REDUCE2(+, mg, mgx)
-  for (int64_t j = 0; j < n; ++j) {
-    const T gj0 = g[j], xj = x[j];
-    const T gj = keep[j] != T(0) ? gj0 : T(0);
-    mg += gj;
-    mgx += gj * (f * xj - mu);
-  }
-  const double mean_g = double(mg) / st.count, mean_gx = double(mgx) / st.count;
-  const T a = static_cast<T>(mean_g), coef = static_cast<T>(st.sd > 0 ? mean_gx / (st.sd * st.s) : 0.0);
-  const T inv_s = static_cast<T>(1 / st.s);
-  for (int64_t j = 0; j < n; ++j) {
-    const T gj = g[j], xj = x[j];
-    g[j] = keep[j] != T(0) ? (gj - a - (f * xj - mu) * coef) * inv_s : T(0);
-  }
-}
+};
 
 // The (rows, keys) tiles and per-row values of one block of query rows; the backward reads them. The raw terms are
 // kept as tiles without their row factors: alignment r (raw = f_a r), separation φ = w [a - δ]_+ (raw = f_s φ),
@@ -236,8 +224,10 @@ ASC_ALWAYS_INLINE void standardize_backward(const T* x, T f, const T* keep, int6
 // where they are used (the rows of y = e V, and the backward).
 template <class T>
 struct Block {
-  Scratch<T> s0, aff, d2, r, ws, wc, phi, dc, S, A, u, c;
+  Scratch<T> s0, aff, zdot, r, ws, wc, phi, dc, S, A, u, c;
   Scratch<T> keep;  // 1 where row i attends to key column j, else 0: a float mask, so the masked passes vectorise
+  Scratch<T> ones;  // without a mask or a window every row of the mask is this row of ones (no tile is written)
+  bool all_kept = false;
   std::vector<std::vector<int64_t>> nbr;  // N(i) as column positions
   std::vector<int64_t> self;              // the column position of key i (-1: not among the columns)
   std::vector<double> snorm, cnt, kbar2, gamma_a, rho, eta, W, var_c, gamma_c, la, ls, lc;  // la = λγ_a etc.
@@ -247,10 +237,15 @@ struct Block {
   std::vector<NormStats> st_a, st_s, st_c;
   std::vector<double> s;  // Σ_{l∈N(i)} k̂_l (R, d)
 
+  // Row r of the keep mask (n keys).
+  ASC_ALWAYS_INLINE const T* keep_row(int64_t r, int64_t n) const {
+    return all_kept ? ones.data() : keep.data() + r * n;
+  }
+
   void resize(int64_t rows, int64_t keys, int64_t d, int64_t dz) {
     const int64_t R = rows, n = keys;
     // Every tile is written in full before it is read (GEMM outputs, row loops over all columns): no zero fill.
-    for (auto* t : {&s0, &aff, &d2, &r, &ws, &wc, &phi, &dc, &S, &A, &keep}) t->resize(R * n);
+    for (auto* t : {&s0, &aff, &zdot, &r, &ws, &wc, &phi, &dc, &S, &A}) t->resize(R * n);  // keep: forward_block
     u.resize(R * d);
     c.resize(R * dz);
     s.assign(R * d, 0.0);  // accumulated
@@ -310,27 +305,28 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
                                   int64_t R, Block<T>& b, bool replay) {
   const int64_t n = kt.m, d = h.d, dz = h.dz, da = h.da;  // n: the block's key columns
   const bool after = cfg.after_norm;
-  // Base scores (q pre-scaled by 1/√d), affinities, squared distances: three GEMMs over the block's rows.
+  // Base scores (q pre-scaled by 1/√d), affinities, latent products: three GEMMs over the block's rows. (Affinities
+  // are read by the separation hinge and, unless selecting by scores, the top-k; z_i · z_j by the separation and
+  // cohesion kernels, which form |z_i - z_j|² from it in their own pass.)
   gemm<T>(R, n, d, h.qs.data() + t0 * d, d, 1, kt.kr, 1, d, b.s0.data(), n);
-  gemm<T>(R, n, da, h.ehat.data() + t0 * da, da, 1, kt.ehat, 1, da, b.aff.data(), n);
-  gemm<T>(R, n, dz, h.z + t0 * dz, dz, 1, kt.z, 1, dz, b.d2.data(), n);
+  const bool sep = cfg.use_sep, coh = cfg.use_coh;
+  if (sep || (cfg.use_align && !cfg.select_by_scores))
+    gemm<T>(R, n, da, h.ehat.data() + t0 * da, da, 1, kt.ehat, 1, da, b.aff.data(), n);
+  if (sep || coh) gemm<T>(R, n, dz, h.z + t0 * dz, dz, 1, kt.z, 1, dz, b.zdot.data(), n);  // z_i · z_j
   const int64_t w = cfg.window, g = cfg.global_tokens;
+  b.all_kept = w <= 0 && !h.mask;
+  if (b.all_kept)
+    b.ones.assign(n, T(1));
+  else
+    b.keep.resize(R * n);
   for (int64_t r = 0; r < R; ++r) {
     const int64_t i = t0 + r;
-    T* d2 = b.d2.data() + r * n;
-    T* keep = b.keep.data() + r * n;
-    const T zi = h.zz[i];
-    const T* zz = kt.zz;
-    for (int64_t j = 0; j < n; ++j) {
-      const T v = zi + zz[j] - 2 * d2[j];  // |z_i - z_j|², rounding below 0 clamped
-      d2[j] = v > T(0) ? v : T(0);
-    }
     const int64_t* cols = kt.cols.data();
     const bool* m = h.mask ? h.mask + i * h.mask_t : nullptr;
-    if (w <= 0 && !m) {
-      std::fill(keep, keep + n, T(1));
+    if (b.all_kept) {
       b.kept[r] = static_cast<double>(n);
     } else {
+      T* keep = b.keep.data() + r * n;
       if (w <= 0) {
         for (int64_t j = 0; j < n; ++j) keep[j] = m[cols[j] * h.mask_s] ? T(1) : T(0);
       } else {
@@ -357,7 +353,7 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       const T ninf = -std::numeric_limits<T>::infinity();
       for (int64_t r = 0; r < R; ++r) {
         const T* by = (cfg.select_by_scores ? b.s0.data() : b.aff.data()) + r * n;
-        const T* keep = b.keep.data() + r * n;
+        const T* keep = b.keep_row(r, n);
         // N(i): the k largest selectable entries. Unselectable ones become -inf (a vectorised pass), then one stream
         // keeps the best k sorted in topv / topi: an entry enters only if it beats the current k-th (a single, mostly
         // untaken branch); ties go to the lower index, as topk, since j only grows.
@@ -389,13 +385,23 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
         T thr = lo == ninf ? ninf : std::nextafter(lo, ninf);  // x > thr: x >= lo, and never an unselectable -inf
         T* tv = topv.data();
         int64_t* ti = topi.data();
-        for (int64_t j = 0; j < n; ++j) {
-          const T x = cd[j];
-          if (!(x > thr)) continue;
-          int64_t p = m < K ? m++ : m - 1;
-          for (; p > 0 && tv[p - 1] < x; --p) tv[p] = tv[p - 1], ti[p] = ti[p - 1];
-          tv[p] = x, ti[p] = j;
-          if (m == K) thr = tv[m - 1];
+        // The stream in chunks of 16: a chunk whose largest entry does not beat the threshold (the common case once
+        // k entries are in) is skipped after one vectorised max instead of 16 compares and branches.
+        constexpr int64_t kChunk = 16;
+        for (int64_t j0 = 0; j0 < n; j0 += kChunk) {
+          const int64_t j1 = j0 + kChunk < n ? j0 + kChunk : n;
+          T mx = ninf;
+          ASC_SIMD_REDUCE(max, mx)
+          for (int64_t j = j0; j < j1; ++j) mx = mx > cd[j] ? mx : cd[j];
+          if (!(mx > thr)) continue;
+          for (int64_t j = j0; j < j1; ++j) {
+            const T x = cd[j];
+            if (!(x > thr)) continue;
+            int64_t p = m < K ? m++ : m - 1;
+            for (; p > 0 && tv[p - 1] < x; --p) tv[p] = tv[p - 1], ti[p] = ti[p - 1];
+            tv[p] = x, ti[p] = j;
+            if (m == K) thr = tv[m - 1];
+          }
         }
         b.nbr[r].assign(ti, ti + m);
       }
@@ -411,7 +417,8 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       const double cdiv = std::max(b.cnt[r], 1.0);
       b.kbar2[r] = s2 / (cdiv * cdiv);
       const double inv = 1 / std::max(b.snorm[r], 1e-12);
-      for (int64_t c = 0; c < d; ++c) b.u[r * d + c] = static_cast<T>(s[c] * inv);
+      T* ur = b.u.data() + r * d;
+      for (int64_t c = 0; c < d; ++c) ur[c] = static_cast<T>(s[c] * inv);
       b.gamma_a[r] = sigmoid(-h.alpha_a * (1 - b.kbar2[r]));
       b.la[r] = h.sc[kLambdaA] * b.gamma_a[r];
       b.fa[r] = after ? 1.0 : b.la[r];  // raw = λγ r (before_norm) or r
@@ -420,26 +427,28 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
     if (!replay)
       for (int64_t r = 0; r < R; ++r) {
         const T* rr = b.r.data() + r * n;
-        const T* keep = b.keep.data() + r * n;
+        const T* keep = b.keep_row(r, n);
         b.st_a[r] = term_stats(rr, keep, n, row_sums(rr, keep, n), b.fa[r], cfg.norm_eps);  // its own first pass
       }
   }
-  // ---- separation (§4) and the cohesion kernel (§5), one pass over d²: w = exp(-d²/τ_sep), ρ, φ = w [a - δ]_+;
-  // w' = exp(-d²/τ_coh) on kept keys, W = Σ w' -----------------------------------------------------------------------
-  const bool sep = cfg.use_sep, coh = cfg.use_coh;
+  // ---- separation (§4) and the cohesion kernel (§5), one pass over d² = |z_i|² + |z_j|² - 2 z_i·z_j (rounding below
+  // 0 clamped): w = exp(-d²/τ_sep), ρ, φ = w [a - δ]_+; w' = exp(-d²/τ_coh) on kept keys, W = Σ w' ---------------------
   if (sep || coh) {
     const T inv_ts = static_cast<T>(1 / h.tau_sep), inv_tc = static_cast<T>(1 / h.tau_coh);
     const T delta = static_cast<T>(h.sc[kDelta]), ninf = -std::numeric_limits<T>::infinity();
+    const T* zzk = kt.zz;
     for (int64_t r = 0; r < R; ++r) {
-      const T* d2 = b.d2.data() + r * n;
+      const T* zij = b.zdot.data() + r * n;
+      const T zi = h.zz[t0 + r];
       const T* aff = b.aff.data() + r * n;
-      const T* keep = b.keep.data() + r * n;
+      const T* keep = b.keep_row(r, n);
       T *ws = b.ws.data() + r * n, *phi = b.phi.data() + r * n, *wc = b.wc.data() + r * n;
       T rho = 0, W = 0, psum = 0, pbig = 0;  // φ's first statistics pass rides along (φ >= 0: |φ| = φ)
       if (sep && coh) {
         ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
         for (int64_t j = 0; j < n; ++j) {
-          const T dj = d2[j], kj = keep[j], hinge = aff[j] - delta;
+          const T v = zi + zzk[j] - 2 * zij[j];
+          const T dj = v > T(0) ? v : T(0), kj = keep[j], hinge = aff[j] - delta;
           const T w = exp_nonpos(-dj * inv_ts);
           ws[j] = w;
           const T ph = w * (hinge > T(0) ? hinge : T(0));
@@ -455,7 +464,8 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       } else if (sep) {
         ASC_SIMD_SUMS_MAX(pbig, rho, psum)
         for (int64_t j = 0; j < n; ++j) {
-          const T dj = d2[j], kj = keep[j], hinge = aff[j] - delta;
+          const T v = zi + zzk[j] - 2 * zij[j];
+          const T dj = v > T(0) ? v : T(0), kj = keep[j], hinge = aff[j] - delta;
           const T w = exp_nonpos(-dj * inv_ts);
           ws[j] = w;
           const T ph = w * (hinge > T(0) ? hinge : T(0));
@@ -468,7 +478,8 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       } else {
         ASC_SIMD_REDUCE(+, W)
         for (int64_t j = 0; j < n; ++j) {
-          const T wcj = exp_nonpos(keep[j] != T(0) ? -d2[j] * inv_tc : ninf);
+          const T v = zi + zzk[j] - 2 * zij[j];
+          const T wcj = exp_nonpos(keep[j] != T(0) ? -(v > T(0) ? v : T(0)) * inv_tc : ninf);
           wc[j] = wcj;
           W += wcj;
         }
@@ -489,16 +500,20 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
   if (coh) {
     if (!replay) {
       gemm<T>(R, dz, n, b.wc.data(), n, 1, kt.z, dz, 1, b.c.data(), dz);  // Σ_l w'_il z_l
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t c = 0; c < dz; ++c) b.c[r * dz + c] = static_cast<T>(b.c[r * dz + c] / b.W[r]);
+      for (int64_t r = 0; r < R; ++r) {
+        T* cr = b.c.data() + r * dz;
+        const double W = b.W[r];
+        for (int64_t c = 0; c < dz; ++c) cr[c] = static_cast<T>(cr[c] / W);
+      }
     }
     gemm<T>(R, n, dz, b.c.data(), dz, 1, kt.z, 1, dz, b.dc.data(), n);  // c_i · z_j
     for (int64_t r = 0; r < R; ++r) {
       double cc = 0;
-      for (int64_t c = 0; c < dz; ++c) cc += double(b.c[r * dz + c]) * b.c[r * dz + c];
+      const T* cr = b.c.data() + r * dz;
+      for (int64_t c = 0; c < dz; ++c) cc += double(cr[c]) * cr[c];
       T* dc = b.dc.data() + r * n;
       const T* wc = b.wc.data() + r * n;
-      const T* keep = b.keep.data() + r * n;
+      const T* keep = b.keep_row(r, n);
       const T ccT = static_cast<T>(cc);
       const T* zz = kt.zz;
       T var = 0, sum = 0, big = 0;  // dc's first statistics pass rides along (dc >= 0: |dc| = dc)
@@ -526,7 +541,7 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
   const T inv_tau = static_cast<T>(1 / tau), ninf = -std::numeric_limits<T>::infinity();
   for (int64_t r = 0; r < R; ++r) {
     const int64_t i = t0 + r;
-    const T* keep = b.keep.data() + r * n;
+    const T* keep = b.keep_row(r, n);
     T* S = b.S.data() + r * n;
     T* A = b.A.data() + r * n;
     // S = s0 + Σ_⋆ ω'_⋆ β̃_⋆ with β̃ = scale (f x - μ): per term a coefficient on its tile and a row constant (ω' = ω,
@@ -548,24 +563,24 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
     const T *xa = x[0], *xs = x[1], *xc = x[2];
     const T ca = coef[0], cs = coef[1], cc = coef[2], cst = static_cast<T>(c0);
     const T* brow = h.bias ? h.bias + i * h.bias_t : nullptr;
+    const T* base = s0;  // s0, plus β^other when given
     if (brow && kt.gathered)
       for (int64_t j = 0; j < n; ++j) S[j] = s0[j] + brow[kt.cols[j] * h.bias_s];
     else if (brow)
       for (int64_t j = 0; j < n; ++j) S[j] = s0[j] + brow[j * h.bias_s];
-    else
-      for (int64_t j = 0; j < n; ++j) S[j] = s0[j];
+    if (brow) base = S;
     if (!replay) {
       T m = ninf;
       ASC_SIMD_REDUCE(max, m)
       for (int64_t j = 0; j < n; ++j) {
-        const T sj = S[j] + ca * xa[j] + cs * xs[j] + cc * xc[j] + cst;
+        const T sj = base[j] + ca * xa[j] + cs * xs[j] + cc * xc[j] + cst;
         S[j] = sj;
         const T xk = keep[j] != T(0) ? sj * inv_tau : ninf;
         m = m > xk ? m : xk;
       }
       b.smax[r] = m;
       if (m == ninf) {  // no kept key: a zero row
-        std::fill(A, A + n, T(0));
+        for (int64_t j = 0; j < n; ++j) A[j] = T(0);
         b.inv_z[r] = 0;
         continue;
       }
@@ -581,7 +596,7 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
     } else {
       const T m = static_cast<T>(b.smax[r]);  // -inf on a row with no kept key: every e is then exp(-inf) = 0
       for (int64_t j = 0; j < n; ++j) {
-        const T sj = S[j] + ca * xa[j] + cs * xs[j] + cc * xc[j] + cst;
+        const T sj = base[j] + ca * xa[j] + cs * xs[j] + cc * xc[j] + cst;
         S[j] = sj;
         A[j] = exp_nonpos(keep[j] != T(0) ? sj * inv_tau - m : ninf);
       }
@@ -660,8 +675,10 @@ void forward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cf
         forward_block(h, keys, cfg, t0, R, blk, false);
         T* yb = yp + (bh * Tn + t0) * d;
         gemm<T>(R, d, keys.m, blk.A.data(), keys.m, 1, keys.v, d, 1, yb, d);  // y = e V, then rows / Σ e
-        for (int64_t r = 0; r < R; ++r)
-          for (int64_t c = 0; c < d; ++c) yb[r * d + c] = static_cast<T>(yb[r * d + c] * blk.inv_z[r]);
+        for (int64_t r = 0; r < R; ++r) {
+          const double iz = blk.inv_z[r];
+          for (int64_t c = 0; c < d; ++c) yb[r * d + c] = static_cast<T>(yb[r * d + c] * iz);
+        }
         if (state)
           RowState::save(blk, R, dz, kmax, rows_p + (bh * Tn + t0) * (RowState::kFields + dz),
                          nbr_p + (bh * Tn + t0) * kmax);
@@ -680,7 +697,6 @@ struct BackwardWork {
   std::vector<T> dv_l, dkr_l, dkhat_l, dehat_l, dz_l;  // a gathered block's key gradients, (m, ·)
   std::vector<double> dks_l, zcol_l;
   Scratch<T> gys;    // the block's rows of dy / Σ e (R, d)
-  std::vector<T> g;  // one row's d(raw term)
   std::vector<double> dW, dsv;
   // The head's per-key accumulators: k̂ and ê gradients (GEMM-accumulated, plus the neighbour scatter), and the
   // coefficient of z_j in dz_j (from every |·|² term).
@@ -702,7 +718,7 @@ template <class T>
 ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_t t0, int64_t R,
                                    const double* rows, const int64_t* nbr, int64_t kmax, BackwardWork<T>& work,
                                    const HeadGrads<T>& out) {
-  const int64_t Tn = h.T_, d = h.d, dz = h.dz, da = h.da;
+  const int64_t d = h.d, dz = h.dz, da = h.da;
   const bool after = cfg.after_norm;
   const double inv_sqrt_d = 1 / std::sqrt(double(d));
   const double tau = h.sc[kTauScore];
@@ -717,8 +733,6 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
   auto &dv_l = work.dv_l, &dkr_l = work.dkr_l, &dkhat_l = work.dkhat_l, &dehat_l = work.dehat_l, &dz_l = work.dz_l;
   auto &dks_l = work.dks_l, &zcol_l = work.zcol_l, &dW = work.dW, &dsv = work.dsv;
   auto &dkhat = work.dkhat, &dehat = work.dehat, &dkhat_scatter = work.dkhat_scatter, &zcol = work.zcol;
-  std::vector<T>& g = work.g;
-  g.resize(Tn);
   const T* gyp = out.gy;
   T *dqp = out.dq, *dkrp = out.dkr, *dvp = out.dv, *dzp = out.dz;
   double* ds = out.ds;
@@ -744,35 +758,45 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
   // dV += eᵀ dy' (= Aᵀ dy);  dA' = dy' Vᵀ (= dA / z... per row: A_ij dA_ij = e_ij dA'_ij)
   work.gys.resize(R * d);
   T* gys = work.gys.data();
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < d; ++c) gys[r * d + c] = static_cast<T>(gy0[r * d + c] * b.inv_z[r]);
+  for (int64_t r = 0; r < R; ++r) {
+    const double iz = b.inv_z[r];
+    for (int64_t c = 0; c < d; ++c) gys[r * d + c] = static_cast<T>(gy0[r * d + c] * iz);
+  }
   gemm<T>(R, n, d, gys, d, 1, keys.v, 1, d, dA.data(), n);
   gemm<T>(n, d, R, b.A.data(), 1, n, gys, d, 1, dv_k, d, true);
-  // One bias term (raw = fx x: its tile x and row factor fx), from dβ̃ = ω' dS back to d(raw) (left in g); returns
-  // d(factor_i) of after_norm.
+  // One bias term (raw = fx x: its tile x and row factor fx), from dβ̃ = ω' dS back to d(raw): one pass over the row
+  // for the scalars' gradients and d raw's coefficients (RawGrad); d(factor_i) of after_norm goes to `dfactor`.
   auto term_backward = [&](int64_t r, double omega, double factor, const Scratch<T>& tile, double fx,
-                           const NormStats& st, int scalar) -> double {
-    // β̃_ij = f nr_j (f = factor after_norm, else 1):  dω += Σ dS β̃;  d(nr_j) = ω f dS_j;  df = Σ ω dS nr
+                           const NormStats& st, int scalar, double& dfactor)
+                           __attribute__((always_inline)) -> RawGrad<T> {
+    // β̃_ij = f nr_j (f = factor after_norm, else 1), nr_j = (fx x_j - μ) / s:  dω += Σ dS β̃;  df = ω Σ dS nr
     const T* x = tile.data() + r * n;
     const T* dSr = dS.data() + r * n;
-    const T f = static_cast<T>(after ? factor : 1.0), om = static_cast<T>(omega), omf = om * f;
-    const Normalised nz = normalised(st);
-    const T scale = static_cast<T>(nz.scale), mu = static_cast<T>(nz.mu), fxT = static_cast<T>(fx);
-    T dsn = 0;  // Σ_j dS_ij nr_ij (dS = 0 on masked keys)
-    ASC_SIMD_REDUCE(+, dsn)
+    const T mu = static_cast<T>(st.mu), fxT = static_cast<T>(fx);
+    T s1 = 0, s2 = 0;  // Σ dS_ij, Σ dS_ij rc_ij (dS = 0 on masked keys)
+    ASC_SIMD_REDUCE2(+, s1, s2)
     for (int64_t j = 0; j < n; ++j) {
-      dsn += dSr[j] * (fxT * x[j] - mu) * scale;
-      g[j] = omf * dSr[j];
+      const T dSj = dSr[j];
+      s1 += dSj;
+      s2 += dSj * (fxT * x[j] - mu);
     }
-    ds[scalar] += double(dsn) * double(f) * cfg.omega_scale;
-    standardize_backward(x, fxT, b.keep.data() + r * n, n, st, g.data());
-    return after ? omega * double(dsn) : 0.0;
+    const double f = after ? factor : 1.0, dsn = double(s2) * normalised(st).scale;  // Σ dS nr
+    ds[scalar] += dsn * f * cfg.omega_scale;
+    dfactor = after ? omega * dsn : 0.0;
+    RawGrad<T> rg;
+    if (st.constant || st.count == 0) return rg;
+    const double o = omega * f, mean_g = o * double(s1) / st.count, mean_grc = o * double(s2) / st.count;
+    const double q = st.sd > 0 ? mean_grc / (st.sd * st.s) : 0.0;
+    rg.p = static_cast<T>(o / st.s), rg.a = static_cast<T>(mean_g / st.s), rg.q = static_cast<T>(q / st.s);
+    rg.f = fxT, rg.mu = mu;
+    return rg;
   };
   // The chain rule runs row by row through everything that needs no GEMM between its steps — the softmax, then each
   // term from its normalisation down to its tile — so a row's slices of the ~12 tiles stay in the L1/L2 cache
   // instead of each step streaming the whole block again; the GEMMs that combine rows run between these passes.
   if (cfg.use_align) dsv.assign(R * d, 0.0);
   if (cfg.use_coh) dW.assign(R, 0.0), dC.assign(R * dz, T(0));
+  T* dCp = dC.data();
   colsum.assign(n, T(0));  // Σ_i (ddc_ij + dd²_ij): the |z_j|² coefficient of dz_j, summed over the block's rows
   const T delta = static_cast<T>(h.sc[kDelta]);
   for (int64_t r = 0; r < R; ++r) {
@@ -796,29 +820,38 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
       }
       ds[kTauScore] += -double(gs) / (tau * tau);
     }
+    // Raw pointers in the row loops: a clone does not inline std:: members (their options differ), and a call per
+    // element would stop the loops vectorising.
+    const T* dSr = dS.data() + r * n;
+    const T* keep = b.keep_row(r, n);
     // ---- alignment: raw = λγ r (before_norm) or r:  dr = (λγ or 1) draw;  d(λγ) += Σ_j draw r (before_norm)
     if (cfg.use_align) {
-      double dla = term_backward(r, wa, b.la[r], b.r, b.fa[r], b.st_a[r], kOmegaA);
+      double dla = 0;
+      const RawGrad<T> rg = term_backward(r, wa, b.la[r], b.r, b.fa[r], b.st_a[r], kOmegaA, dla);
       const T* rr = b.r.data() + r * n;
       const T fac = static_cast<T>(after ? 1.0 : b.la[r]);
       T* drr = dr.data() + r * n;
       T gr = 0;
       ASC_SIMD_REDUCE(+, gr)
       for (int64_t j = 0; j < n; ++j) {
-        gr += g[j] * rr[j];
-        drr[j] = fac * g[j];
+        const T gj = rg.at(dSr[j], rr[j], keep[j]);  // d raw
+        gr += gj * rr[j];
+        drr[j] = fac * gj;
       }
       if (!after) dla += gr;
       // λγ:  dλ += d(λγ) γ;  γ = σ(-α var):  dvar = d(λγ) λ γ (1 - γ) (-α);  var = 1 - |s / cnt|²
       ds[kLambdaA] += dla * b.gamma_a[r];
       const double dvar = dla * h.sc[kLambdaA] * b.gamma_a[r] * (1 - b.gamma_a[r]) * (-h.alpha_a);
       const double cdiv = std::max(b.cnt[r], 1.0);
-      for (int64_t c = 0; c < d; ++c) dsv[r * d + c] = -2 * b.s[r * d + c] / (cdiv * cdiv) * dvar;
+      const double* sr = b.s.data() + r * d;
+      double* dsr = dsv.data() + r * d;
+      for (int64_t c = 0; c < d; ++c) dsr[c] = -2 * sr[c] / (cdiv * cdiv) * dvar;
     }
     // ---- separation: raw = -(λη or 1) φ,  φ = w [a - δ]_+:  dw = dφ [a - δ]_+;  da = dφ w 1[a > δ];
     // dδ = -Σ dφ w 1[a > δ];  then ρ = Σ_{kept l ≠ i} w_il and w = exp(-d² / τ_sep):  dd² = -(dw + dρ) w / τ_sep
     if (cfg.use_sep) {
-      double dls = term_backward(r, wsep, b.ls[r], b.phi, b.fs[r], b.st_s[r], kOmegaS);
+      double dls = 0;
+      const RawGrad<T> rg = term_backward(r, wsep, b.ls[r], b.phi, b.fs[r], b.st_s[r], kOmegaS, dls);
       const T* ws = b.ws.data() + r * n;
       const T* phi = b.phi.data() + r * n;
       const T* aff = b.aff.data() + r * n;
@@ -827,9 +860,9 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
       T gphi = 0, dhinge = 0;  // Σ g φ, Σ dφ w 1[a > δ]
       ASC_SIMD_REDUCE2(+, gphi, dhinge)
       for (int64_t j = 0; j < n; ++j) {
-        const T hinge = aff[j] - delta;
-        gphi += g[j] * phi[j];
-        const T dphi = -fac * g[j];
+        const T hinge = aff[j] - delta, gj = rg.at(dSr[j], phi[j], keep[j]);  // d raw
+        gphi += gj * phi[j];
+        const T dphi = -fac * gj;
         const T da_j = hinge > T(0) ? dphi * ws[j] : T(0);
         daffr[j] = da_j;
         dhinge += da_j;
@@ -844,30 +877,31 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
         drho = deta / h.sc[kKappa];
         ds[kKappa] += -deta * b.rho[r] / (h.sc[kKappa] * h.sc[kKappa]);
       }
-      const T* keep = b.keep.data() + r * n;
       const T drhoT = static_cast<T>(drho), inv_tau = static_cast<T>(1 / h.tau_sep);
       T* dd2r = dd2.data() + r * n;
       for (int64_t j = 0; j < n; ++j) {
         const T hinge = aff[j] - delta;
-        const T dw = -fac * g[j] * (hinge > T(0) ? hinge : T(0));
+        const T dw = -fac * rg.at(dSr[j], phi[j], keep[j]) * (hinge > T(0) ? hinge : T(0));
         dd2r[j] = -(dw + (keep[j] != T(0) ? drhoT : T(0))) * ws[j] * inv_tau;
       }
       const int64_t self = b.self[r];
       if (self >= 0 && keep[self]) dd2r[self] += drhoT * ws[self] * inv_tau;  // ρ_i leaves out l = i
     } else if (cfg.use_coh) {
-      std::fill(dd2.data() + r * n, dd2.data() + (r + 1) * n, T(0));
+      T* dd2r = dd2.data() + r * n;
+      for (int64_t j = 0; j < n; ++j) dd2r[j] = T(0);
     }
     // ---- cohesion, up to its centroid: raw = -(λγ / τ_coh or 1) dc:  ddc = -(..) draw;  d(λγ) += -Σ draw dc / τ_coh
     // (before_norm);  var = Σ w' dc / W:  dw' = dvar dc / W;  ddc += dvar w' / W;  dW = -dvar var / W
     if (cfg.use_coh) {
-      double dlc = term_backward(r, wcoh, b.lc[r], b.dc, b.fc[r], b.st_c[r], kOmegaC);
+      double dlc = 0;
+      const RawGrad<T> rg = term_backward(r, wcoh, b.lc[r], b.dc, b.fc[r], b.st_c[r], kOmegaC, dlc);
       const T* dc = b.dc.data() + r * n;
       const T* wc = b.wc.data() + r * n;
       T* ddcr = ddc.data() + r * n;
       const T fac = static_cast<T>(after ? 1.0 : b.lc[r] / h.tau_coh);
       T gdc = 0;
       ASC_SIMD_REDUCE(+, gdc)
-      for (int64_t j = 0; j < n; ++j) gdc += g[j] * dc[j];
+      for (int64_t j = 0; j < n; ++j) gdc += rg.at(dSr[j], dc[j], keep[j]) * dc[j];
       if (!after) dlc -= double(gdc) / h.tau_coh;
       ds[kLambdaC] += dlc * b.gamma_c[r];
       const double dvar = dlc * h.sc[kLambdaC] * b.gamma_c[r] * (1 - b.gamma_c[r]) * (-h.alpha_c);
@@ -878,12 +912,14 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
       ASC_SIMD_REDUCE(+, rowsum)
       for (int64_t j = 0; j < n; ++j) {
         dwcr[j] = dvw * dc[j];
-        const T x = -fac * g[j] + dvw * wc[j];
+        const T x = -fac * rg.at(dSr[j], dc[j], keep[j]) + dvw * wc[j];
         ddcr[j] = x;
         rowsum += x;
       }
       // dc = |c|² + |z_j|² - 2 c·z_j:  dz_j += 2 z_j Σ_i ddc_ij (colsum) - 2 Σ_i ddc_ij c_i;  dc_i = 2 c_i Σ_j ddc_ij - ...
-      for (int64_t c = 0; c < dz; ++c) dC[r * dz + c] = static_cast<T>(2 * b.c[r * dz + c] * rowsum);
+      const T* cr = b.c.data() + r * dz;
+      T* dCr = dC.data() + r * dz;
+      for (int64_t c = 0; c < dz; ++c) dCr[c] = static_cast<T>(2 * cr[c] * rowsum);
     }
   }
   // ---- the GEMMs of the rows' results: S0 = (Q / √d) Krᵀ:  dQ = dS Kr / √d;  dKr += dSᵀ (Q / √d) ------------------
@@ -905,7 +941,8 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
       } else {
         double dot = 0;
         for (int64_t c = 0; c < d; ++c) dot += double(ur[c]) * dur[c];
-        for (int64_t c = 0; c < d; ++c) dsr[c] += (dur[c] - ur[c] * dot) / b.snorm[r];
+        const double inv_norm = 1 / b.snorm[r];
+        for (int64_t c = 0; c < d; ++c) dsr[c] += (dur[c] - ur[c] * dot) * inv_norm;
       }
       // s_i = Σ_{l∈N(i)} k̂_l:  dk̂_l += ds_i
       for (int64_t l : b.nbr[r])
@@ -916,19 +953,23 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
   // dz_l += Σ_i (w'_il / W_i) dc_i;  dw'_il += dc_i·z_l / W_i;  dW_i -= dc_i·c_i / W_i
   if (cfg.use_coh) {
     tmp_nz.assign(n * dz, T(0));
+    T* tnz = tmp_nz.data();
     gemm<T>(n, dz, R, ddc.data(), 1, n, b.c.data(), dz, 1, tmp_nz.data(), dz);
-    for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tmp_nz[x]);
+    for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tnz[x]);
     tmp_rz.assign(R * dz, T(0));
+    T* trz = tmp_rz.data();
     gemm<T>(R, dz, n, ddc.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
-    for (int64_t x = 0; x < R * dz; ++x) dC[x] = static_cast<T>(dC[x] - 2 * tmp_rz[x]);
+    for (int64_t x = 0; x < R * dz; ++x) dCp[x] = static_cast<T>(dCp[x] - 2 * trz[x]);
     for (int64_t r = 0; r < R; ++r) {
       double dcc = 0;
-      for (int64_t c = 0; c < dz; ++c) dcc += double(dC[r * dz + c]) * b.c[r * dz + c];
+      const T* cr = b.c.data() + r * dz;
+      const T* dCr = dC.data() + r * dz;
+      for (int64_t c = 0; c < dz; ++c) dcc += double(dCr[c]) * cr[c];
       dW[r] += -dcc / b.W[r];
     }
     for (int64_t r = 0; r < R; ++r) {
       const T inv_w = static_cast<T>(1 / b.W[r]);
-      for (int64_t c = 0; c < dz; ++c) tmp_rz[r * dz + c] = dC[r * dz + c] * inv_w;  // dc_i / W_i
+      for (int64_t c = 0; c < dz; ++c) trz[r * dz + c] = dCp[r * dz + c] * inv_w;  // dc_i / W_i
     }
     gemm<T>(n, dz, R, b.wc.data(), 1, n, tmp_rz.data(), dz, 1, dz_k, dz, true);
     gemm<T>(R, n, dz, tmp_rz.data(), dz, 1, keys.z, 1, dz, tile.data(), n);  // dc_i · z_l / W_i
@@ -967,11 +1008,13 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
     for (int64_t j = 0; j < n; ++j) zcol_k[j] += 2.0 * double(cs[j]);
     // dz_i -= 2 Σ_j dd²_ij z_j;  dz_j -= 2 Σ_i dd²_ij z_i
     tmp_rz.assign(R * dz, T(0));
+    T* trz = tmp_rz.data();
     gemm<T>(R, dz, n, dd2.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
-    for (int64_t x = 0; x < R * dz; ++x) dzp[t0 * dz + x] = static_cast<T>(dzp[t0 * dz + x] - 2 * tmp_rz[x]);
+    for (int64_t x = 0; x < R * dz; ++x) dzp[t0 * dz + x] = static_cast<T>(dzp[t0 * dz + x] - 2 * trz[x]);
     tmp_nz.assign(n * dz, T(0));
+    T* tnz = tmp_nz.data();
     gemm<T>(n, dz, R, dd2.data(), 1, n, h.z + t0 * dz, dz, 1, tmp_nz.data(), dz);
-    for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tmp_nz[x]);
+    for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tnz[x]);
   }
   // ---- a_ij = ê_i · ê_j:  dÊ_i += (da Ê)_i;  dÊ_j += (daᵀ Ê_blk)_j -----------------------------------------
   if (cfg.use_sep) {
