@@ -7,6 +7,8 @@
 
 #ifdef ASC_HAVE_OPENMP
 #define ASC_CPU_PRAGMA_(x) _Pragma(#x)
+// A loop without a reduction whose body GCC would not vectorise on its own (a select around a call, say)
+#define ASC_SIMD ASC_CPU_PRAGMA_(omp simd)
 #define ASC_SIMD_REDUCE(OP, VAR) ASC_CPU_PRAGMA_(omp simd reduction(OP : VAR))
 #define ASC_SIMD_REDUCE2(OP, V1, V2) ASC_CPU_PRAGMA_(omp simd reduction(OP : V1, V2))
 // Two sums and a max in one loop: reduction(+ : A, B) reduction(max : C)
@@ -14,18 +16,20 @@
 // A max and any number of sums in one loop: reduction(max : M) reduction(+ : ...)
 #define ASC_SIMD_SUMS_MAX(M, ...) ASC_CPU_PRAGMA_(omp simd reduction(max : M) reduction(+ : __VA_ARGS__))
 #else
+#define ASC_SIMD
 #define ASC_SIMD_REDUCE(OP, VAR)
 #define ASC_SIMD_REDUCE2(OP, V1, V2)
 #define ASC_SIMD_REDUCE3(OP, V1, V2, OP3, V3)
 #define ASC_SIMD_SUMS_MAX(M, ...)
 #endif
 
-// Hot per-row functions of a CPU kernel, compiled twice — for AVX2 (256-bit vectors) and for the generic
-// x86-64 baseline the rest of the library targets — with the variant chosen once at load time (GCC function
-// multiversioning), so binaries stay portable. Put it on a function that does a row's whole work: a clone is called,
-// not inlined. Not in sanitizer builds (their runtime starts after ifunc resolvers run).
+// Hot per-row functions of a CPU kernel, compiled twice — for x86-64-v3 (AVX2's 256-bit vectors and FMA) and for
+// the generic x86-64 baseline the rest of the library targets — with the variant chosen once at load time (GCC
+// function multiversioning), so binaries stay portable. Put it on a function that does a row's whole work: a clone is
+// called, not inlined. Not in sanitizer builds (their runtime starts after ifunc resolvers run). FMA is used only
+// where the file's region allows contraction (`#pragma GCC optimize("fp-contract=fast")`): ISO C++ mode turns it off.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ASC_SANITIZE_BUILD)
-#define ASC_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#define ASC_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define ASC_CPU_CLONES
 #endif
