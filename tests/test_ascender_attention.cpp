@@ -691,6 +691,28 @@ TEST_CASE("AscenderAttention fused CPU kernel: include_self, reuse, switched-off
   compare_fused(in, p, 1e-9);
 }
 
+TEST_CASE("AscenderAttention fused CPU kernel: neighbourhoods with many tied affinities or scores (lower index wins)") {
+  // One-hot ê (3 classes) makes every affinity exactly 0 or 1, so about T/3 keys tie for each row's top k; one-hot q
+  // and k_rot do the same to the base scores (select_by_scores). T = 130 puts several chunks of the kernel's top-k
+  // bound in a row; the fused kernel must keep the same lowest-index ties as the reference's topk.
+  const int64_t T = 130;
+  auto one_hot = [&](int64_t width, int64_t classes, uint64_t salt) {
+    std::vector<double> x(2 * T * width, 0.0);
+    for (int64_t r = 0; r < 2 * T; ++r) x[r * width + (r * 7 + salt * (r / 5)) % classes] = 1.0;
+    return tensor(x, {1, 2, T, width});
+  };
+  Inputs in = make_inputs(1, 2, T, 230);
+  in.e = one_hot(in.da, 3, 1);
+  AscenderCoreArgs p = make_args(2, 231);
+  p.k = {2, 5};
+  compare_fused(in, p, 1e-9);
+  p.keep_mask = causal_keep_mask(T, T, Device::cpu()).view({1, 1, T, T});
+  compare_fused(in, p, 1e-9);
+  p.select_by_scores = true;
+  in.q = one_hot(in.d, in.d, 2), in.k_rot = one_hot(in.d, in.d, 3);
+  compare_fused(in, p, 1e-9);
+}
+
 TEST_CASE("AscenderAttention fused CPU kernel: rows with no kept key (zeros, no NaN, forward and backward)") {
   AscenderCoreArgs p = make_args(1, 51);
   Tensor valid = tensor(std::vector<int64_t>{1, 1, 1, 1, 1, 0, 0, 0, 0, 0}, {2, 5}).to(kBool);  // batch 1: no keys
@@ -819,11 +841,17 @@ TEST_CASE("AscenderAttention fused CUDA kernels: forward and every gradient equa
   }
   const Device gpu = Device::cuda();
   for (DType dt : {kFloat64, kFloat32})
-    for (int kind = 0; kind < 6; ++kind) {
+    for (int kind = 0; kind < 7; ++kind) {
       CAPTURE(dtype_name(dt));
       CAPTURE(kind);
       const int64_t T = 40;
-      Inputs in = as_dtype(make_inputs(2, 2, T, 300 + kind), dt);
+      Inputs in64 = make_inputs(2, 2, T, 300 + kind);
+      if (kind == 6) {  // one-hot ê: affinities exactly 0 or 1, about T/3 keys tie for each top k (lower index wins)
+        std::vector<double> e(2 * 2 * T * in64.da, 0.0);
+        for (int64_t r = 0; r < 2 * 2 * T; ++r) e[r * in64.da + (r * 7 + r / 5) % 3] = 1.0;
+        in64.e = tensor(e, {2, 2, T, in64.da});
+      }
+      Inputs in = as_dtype(in64, dt);
       AscenderCoreArgs p = make_args(2, 301);
       p.k = {3, 6};
       if (kind == 1) {  // after_norm, padding (batch 1 keeps 33 keys)
