@@ -1,7 +1,8 @@
 // CPU kernels of fused ASCender attention (ops/ascender.h, docs/ascender.md). Per (batch, head) and block of
 // query rows, every (rows, keys) quantity of the reference — base scores, affinities, distances, neighbourhoods,
 // kernels, the three raw biases, scores and probabilities — lives in a tile of this thread's workspace; the large
-// products are GEMMs (ops/cpu/gemm.h). Nothing of size (B, H, T, T) is ever allocated. The keys of a block are all
+// products are GEMMs (ops/cpu/gemm.h), the (rows, keys) ones over the short latent widths d_z and d_a a register-
+// blocked kernel (ops/cpu/small_gemm.h). Nothing of size (B, H, T, T) is ever allocated. The keys of a block are all
 // T keys, or in windowed mode only the block's window, gathered (Keys, below): O(T·w) per head. The normalised
 // terms β̃ are never stored: each row keeps its μ and σ, and β̃ is formed where it is read.
 //
@@ -33,6 +34,7 @@
 #pragma GCC optimize("no-trapping-math", "fp-contract=fast")
 #endif
 
+#include "ops/cpu/small_gemm.h"
 #include "ops/cpu/vec_math.h"
 
 namespace asc::cpu {
@@ -59,6 +61,7 @@ struct HeadData {
   const T *q, *kr, *v, *z;
   std::vector<T> qs;               // q / √d (T, d): the base scores' GEMM reads it
   std::vector<T> khat, ehat, zz;   // k̂ (T, d), ê (T, da), |z_j|² (T)
+  std::vector<T> zT, ehatT;        // z (dz, T) and ê (da, T) transposed: the B operands of the d_z / d_a products
   std::vector<double> knorm, enorm;
   const bool* mask = nullptr;      // row i of the keep-mask at mask + i * mask_t, stride mask_s
   int64_t mask_t = 0, mask_s = 0;
@@ -70,6 +73,15 @@ struct HeadData {
 
 };
 
+// x (rows, cols) -> out (cols, rows)
+template <class T>
+const T* transposed(const T* x, int64_t rows, int64_t cols, std::vector<T>& out) {
+  out.resize(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = x[r * cols + c];
+  return out.data();
+}
+
 // The key columns a block of query rows sees, with their rows of the per-key data. Full attention: every key, read
 // in place. A window (cfg.window = w > 0, g global tokens): the block's band [t0 - w + 1, t0 + R - 1 + w) and the keys
 // below g, gathered into contiguous rows, so every tile of the block is (R, m) with m <= R + 2w - 2 + g instead of
@@ -80,7 +92,8 @@ struct Keys {
   std::vector<int64_t> cols;  // key j at column position jj is cols[jj], ascending
   bool gathered = false;
   const T *kr = nullptr, *khat = nullptr, *ehat = nullptr, *z = nullptr, *zz = nullptr, *v = nullptr;
-  std::vector<T> kr_, khat_, ehat_, z_, zz_, v_;
+  const T *zT = nullptr, *ehatT = nullptr;  // (dz, m) and (da, m): row stride m
+  std::vector<T> kr_, khat_, ehat_, z_, zz_, v_, zT_, ehatT_;
 
   void select(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_t t0, int64_t R) {
     const int64_t n = h.T_, w = cfg.window, g = std::min(cfg.global_tokens, n);
@@ -95,6 +108,7 @@ struct Keys {
       cols.resize(n);
       std::iota(cols.begin(), cols.end(), int64_t(0));
       m = n, kr = h.kr, khat = h.khat.data(), ehat = h.ehat.data(), z = h.z, zz = h.zz.data(), v = h.v;
+      zT = h.zT.data(), ehatT = h.ehatT.data();
       return;
     }
     m = static_cast<int64_t>(cols.size());
@@ -105,6 +119,7 @@ struct Keys {
     };
     kr = gather(h.kr, h.d, kr_), khat = gather(h.khat.data(), h.d, khat_), v = gather(h.v, h.d, v_);
     ehat = gather(h.ehat.data(), h.da, ehat_), z = gather(h.z, h.dz, z_), zz = gather(h.zz.data(), 1, zz_);
+    zT = transposed(z, m, h.dz, zT_), ehatT = transposed(ehat, m, h.da, ehatT_);
   }
   // Adds a (m, width) gradient of the gathered rows into the head's (n, width) one (nothing to do when in place).
   template <class G>
@@ -250,7 +265,7 @@ struct Block {
     for (auto* t : {&s0, &aff, &zdot, &r, &ws, &wc, &phi, &dc, &S, &A}) t->resize(R * n);  // keep: forward_block
     u.resize(R * d);
     c.resize(R * dz);
-    s.assign(R * d, 0.0);  // accumulated
+    s.resize(R * d);  // written by forward_block
     nbr.resize(R);
     self.assign(R, -1);
     for (auto* v : {&snorm, &cnt, &kbar2, &gamma_a, &rho, &eta, &W, &var_c, &gamma_c, &la, &ls, &lc, &fa, &fs, &fc,
@@ -313,8 +328,8 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
   gemm<T>(R, n, d, h.qs.data() + t0 * d, d, 1, kt.kr, 1, d, b.s0.data(), n);
   const bool sep = cfg.use_sep, coh = cfg.use_coh;
   if (sep || (cfg.use_align && !cfg.select_by_scores))
-    gemm<T>(R, n, da, h.ehat.data() + t0 * da, da, 1, kt.ehat, 1, da, b.aff.data(), n);
-  if (sep || coh) gemm<T>(R, n, dz, h.z + t0 * dz, dz, 1, kt.z, 1, dz, b.zdot.data(), n);  // z_i · z_j
+    gemm_small_k<T>(R, n, da, h.ehat.data() + t0 * da, da, kt.ehatT, n, b.aff.data(), n);
+  if (sep || coh) gemm_small_k<T>(R, n, dz, h.z + t0 * dz, dz, kt.zT, n, b.zdot.data(), n);  // z_i · z_j
   const int64_t w = cfg.window, g = cfg.global_tokens;
   b.all_kept = w <= 0 && !h.mask;
   if (b.all_kept)
@@ -409,17 +424,23 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       }
     }
     for (int64_t r = 0; r < R; ++r) {
+      // s_i = Σ_{l∈N(i)} k̂_l, summed in T in u's row (k unit vectors: float loses nothing that matters here)
       double* s = b.s.data() + r * d;
-      for (int64_t l : b.nbr[r])
-        for (int64_t c = 0; c < d; ++c) s[c] += kt.khat[l * d + c];
+      T* ur = b.u.data() + r * d;
+      const int64_t* nb = b.nbr[r].data();
+      const int64_t cnt = static_cast<int64_t>(b.nbr[r].size());
+      for (int64_t c = 0; c < d; ++c) ur[c] = T(0);
+      for (int64_t x = 0; x < cnt; ++x) {
+        const T* kl = kt.khat + nb[x] * d;
+        for (int64_t c = 0; c < d; ++c) ur[c] += kl[c];
+      }
       double s2 = 0;
-      for (int64_t c = 0; c < d; ++c) s2 += s[c] * s[c];
+      for (int64_t c = 0; c < d; ++c) s[c] = ur[c], s2 += s[c] * s[c];
       b.snorm[r] = std::sqrt(s2);
-      b.cnt[r] = static_cast<double>(b.nbr[r].size());
+      b.cnt[r] = static_cast<double>(cnt);
       const double cdiv = std::max(b.cnt[r], 1.0);
       b.kbar2[r] = s2 / (cdiv * cdiv);
       const double inv = 1 / std::max(b.snorm[r], 1e-12);
-      T* ur = b.u.data() + r * d;
       for (int64_t c = 0; c < d; ++c) ur[c] = static_cast<T>(s[c] * inv);
       b.gamma_a[r] = sigmoid(-h.alpha_a * (1 - b.kbar2[r]));
       b.la[r] = h.sc[kLambdaA] * b.gamma_a[r];
@@ -508,7 +529,7 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
         for (int64_t c = 0; c < dz; ++c) cr[c] = static_cast<T>(cr[c] / W);
       }
     }
-    gemm<T>(R, n, dz, b.c.data(), dz, 1, kt.z, 1, dz, b.dc.data(), n);  // c_i · z_j
+    gemm_small_k<T>(R, n, dz, b.c.data(), dz, kt.zT, n, b.dc.data(), n);  // c_i · z_j
     for (int64_t r = 0; r < R; ++r) {
       double cc = 0;
       const T* cr = b.c.data() + r * dz;
@@ -623,6 +644,7 @@ HeadData<T> head_data(const AscenderKernelInputs& in, const AscenderKernelConfig
   h.z = in.z.data_ptr<T>() + bh * Tn * h.dz;
   unit_rows(in.k.data_ptr<T>() + bh * Tn * h.d, Tn, h.d, 1e-12, h.khat, h.knorm);
   unit_rows(in.e.data_ptr<T>() + bh * Tn * h.da, Tn, h.da, 1e-8, h.ehat, h.enorm);
+  transposed(h.z, Tn, h.dz, h.zT), transposed(h.ehat.data(), Tn, h.da, h.ehatT);
   h.zz.resize(Tn);
   for (int64_t j = 0; j < Tn; ++j) {
     double s = 0;
@@ -975,7 +997,7 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
       for (int64_t c = 0; c < dz; ++c) trz[r * dz + c] = dCp[r * dz + c] * inv_w;  // dc_i / W_i
     }
     gemm<T>(n, dz, R, b.wc.data(), 1, n, tmp_rz.data(), dz, 1, dz_k, dz, true);
-    gemm<T>(R, n, dz, tmp_rz.data(), dz, 1, keys.z, 1, dz, tile.data(), n);  // dc_i · z_l / W_i
+    gemm_small_k<T>(R, n, dz, tmp_rz.data(), dz, keys.zT, n, tile.data(), n);  // dc_i · z_l / W_i
   }
   // ---- rows again: the cohesion kernel's dd² (W_i = Σ_kept w'_il:  dw'_il += dW_i;  w' = exp(-d² / τ_coh) on kept
   // keys:  dd² += -dw' w' / τ_coh; w' = 0 on masked keys, so they get nothing), and d² = |z_i|² + |z_j|² - 2 z_i·z_j:
