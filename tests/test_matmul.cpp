@@ -73,37 +73,39 @@ TEST_CASE("matmul errors") {
   check_error([] { matmul(scalar_tensor(1.0), ones({2})); }, {"matmul", "at least 1 dimension"});
 }
 
-// The ascender kernel's short-K product (ops/cpu/small_gemm.h): every edge of its 4 x 2-vector blocking (rows past a
-// multiple of 4, columns past a multiple of 16 floats / 8 doubles), strided operands, against naive loops.
+// The ascender kernel's narrow product (ops/cpu/small_gemm.h): every edge of its 4 x 2-vector blocking (rows past a
+// multiple of 4, columns past a multiple of 16 floats / 8 doubles), strided operands, overwrite and accumulate,
+// against naive loops.
 #include "ops/cpu/small_gemm.h"
 
 namespace {
 template <class T>
-void check_small_k(int64_t M, int64_t N, int64_t K) {
+void check_narrow(int64_t M, int64_t N, int64_t K, bool accumulate) {
   const int64_t lda = K + 2, ldb = N + 3, ldc = N + 1;
   std::vector<T> A(M * lda), B(K * ldb), C(M * ldc, T(-7));
   for (size_t x = 0; x < A.size(); ++x) A[x] = static_cast<T>(std::sin(0.7 * double(x) + 0.3));
   for (size_t x = 0; x < B.size(); ++x) B[x] = static_cast<T>(std::cos(1.3 * double(x)));
-  asc::cpu::gemm_small_k<T>(M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc);
+  asc::cpu::gemm_narrow<T>(M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, accumulate);
   const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < ldc; ++j) {
       double want = -7;  // the padding past N stays untouched
       if (j < N) {
-        want = 0;
+        want = accumulate ? -7 : 0;
         for (int64_t c = 0; c < K; ++c) want += double(A[i * lda + c]) * double(B[c * ldb + j]);
       }
-      INFO("M " << M << " N " << N << " K " << K << " at (" << i << ", " << j << ")");
+      INFO("M " << M << " N " << N << " K " << K << " accumulate " << accumulate << " at (" << i << ", " << j << ")");
       CHECK(double(C[i * ldc + j]) == doctest::Approx(want).epsilon(tol).scale(K));
     }
 }
 }  // namespace
 
-TEST_CASE("gemm_small_k (CPU kernel helper) vs naive loops, float and double, every blocking edge") {
+TEST_CASE("gemm_narrow (CPU kernel helper) vs naive loops, float and double, every blocking edge") {
   for (int64_t M : {1, 3, 4, 5, 9})
     for (int64_t N : {1, 7, 8, 16, 17, 40})
-      for (int64_t K : {1, 3, 16}) {
-        check_small_k<float>(M, N, K);
-        check_small_k<double>(M, N, K);
-      }
+      for (int64_t K : {1, 3, 16})
+        for (bool accumulate : {false, true}) {
+          check_narrow<float>(M, N, K, accumulate);
+          check_narrow<double>(M, N, K, accumulate);
+        }
 }

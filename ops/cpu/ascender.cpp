@@ -2,7 +2,7 @@
 // query rows, every (rows, keys) quantity of the reference — base scores, affinities, distances, neighbourhoods,
 // kernels, the three raw biases, scores and probabilities — lives in a tile of this thread's workspace; the large
 // products are GEMMs (ops/cpu/gemm.h), the (rows, keys) ones over the short latent widths d_z and d_a a register-
-// blocked kernel (ops/cpu/small_gemm.h). Nothing of size (B, H, T, T) is ever allocated. The keys of a block are all
+// blocked kernel (ops/cpu/small_gemm.h), as are the (rows, d_z) products over the keys. Nothing of size (B, H, T, T) is ever allocated. The keys of a block are all
 // T keys, or in windowed mode only the block's window, gathered (Keys, below): O(T·w) per head. The normalised
 // terms β̃ are never stored: each row keeps its μ and σ, and β̃ is formed where it is read.
 //
@@ -328,8 +328,8 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
   gemm<T>(R, n, d, h.qs.data() + t0 * d, d, 1, kt.kr, 1, d, b.s0.data(), n);
   const bool sep = cfg.use_sep, coh = cfg.use_coh;
   if (sep || (cfg.use_align && !cfg.select_by_scores))
-    gemm_small_k<T>(R, n, da, h.ehat.data() + t0 * da, da, kt.ehatT, n, b.aff.data(), n);
-  if (sep || coh) gemm_small_k<T>(R, n, dz, h.z + t0 * dz, dz, kt.zT, n, b.zdot.data(), n);  // z_i · z_j
+    gemm_narrow<T>(R, n, da, h.ehat.data() + t0 * da, da, kt.ehatT, n, b.aff.data(), n);
+  if (sep || coh) gemm_narrow<T>(R, n, dz, h.z + t0 * dz, dz, kt.zT, n, b.zdot.data(), n);  // z_i · z_j
   const int64_t w = cfg.window, g = cfg.global_tokens;
   b.all_kept = w <= 0 && !h.mask;
   if (b.all_kept)
@@ -522,14 +522,14 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
   // ---- cohesion (§5): centroid c_i, dc = |z_j - c_i|², variance, gate ----------------------------------------------
   if (coh) {
     if (!replay) {
-      gemm<T>(R, dz, n, b.wc.data(), n, 1, kt.z, dz, 1, b.c.data(), dz);  // Σ_l w'_il z_l
+      gemm_narrow<T>(R, dz, n, b.wc.data(), n, kt.z, dz, b.c.data(), dz);  // Σ_l w'_il z_l
       for (int64_t r = 0; r < R; ++r) {
         T* cr = b.c.data() + r * dz;
         const double W = b.W[r];
         for (int64_t c = 0; c < dz; ++c) cr[c] = static_cast<T>(cr[c] / W);
       }
     }
-    gemm_small_k<T>(R, n, dz, b.c.data(), dz, kt.zT, n, b.dc.data(), n);  // c_i · z_j
+    gemm_narrow<T>(R, n, dz, b.c.data(), dz, kt.zT, n, b.dc.data(), n);  // c_i · z_j
     for (int64_t r = 0; r < R; ++r) {
       double cc = 0;
       const T* cr = b.c.data() + r * dz;
@@ -981,9 +981,9 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
     T* tnz = tmp_nz.data();
     gemm<T>(n, dz, R, ddc.data(), 1, n, b.c.data(), dz, 1, tmp_nz.data(), dz);
     for (int64_t x = 0; x < n * dz; ++x) dz_k[x] = static_cast<T>(dz_k[x] - 2 * tnz[x]);
-    tmp_rz.assign(R * dz, T(0));
+    tmp_rz.resize(R * dz);
     T* trz = tmp_rz.data();
-    gemm<T>(R, dz, n, ddc.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
+    gemm_narrow<T>(R, dz, n, ddc.data(), n, keys.z, dz, trz, dz);
     for (int64_t x = 0; x < R * dz; ++x) dCp[x] = static_cast<T>(dCp[x] - 2 * trz[x]);
     for (int64_t r = 0; r < R; ++r) {
       double dcc = 0;
@@ -997,7 +997,7 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
       for (int64_t c = 0; c < dz; ++c) trz[r * dz + c] = dCp[r * dz + c] * inv_w;  // dc_i / W_i
     }
     gemm<T>(n, dz, R, b.wc.data(), 1, n, tmp_rz.data(), dz, 1, dz_k, dz, true);
-    gemm_small_k<T>(R, n, dz, tmp_rz.data(), dz, keys.zT, n, tile.data(), n);  // dc_i · z_l / W_i
+    gemm_narrow<T>(R, n, dz, tmp_rz.data(), dz, keys.zT, n, tile.data(), n);  // dc_i · z_l / W_i
   }
   // ---- rows again: the cohesion kernel's dd² (W_i = Σ_kept w'_il:  dw'_il += dW_i;  w' = exp(-d² / τ_coh) on kept
   // keys:  dd² += -dw' w' / τ_coh; w' = 0 on masked keys, so they get nothing), and d² = |z_i|² + |z_j|² - 2 z_i·z_j:
@@ -1032,9 +1032,9 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
     }
     for (int64_t j = 0; j < n; ++j) zcol_k[j] += 2.0 * double(cs[j]);
     // dz_i -= 2 Σ_j dd²_ij z_j;  dz_j -= 2 Σ_i dd²_ij z_i
-    tmp_rz.assign(R * dz, T(0));
+    tmp_rz.resize(R * dz);
     T* trz = tmp_rz.data();
-    gemm<T>(R, dz, n, dd2.data(), n, 1, keys.z, dz, 1, tmp_rz.data(), dz);
+    gemm_narrow<T>(R, dz, n, dd2.data(), n, keys.z, dz, trz, dz);
     for (int64_t x = 0; x < R * dz; ++x) dzp[t0 * dz + x] = static_cast<T>(dzp[t0 * dz + x] - 2 * trz[x]);
     tmp_nz.assign(n * dz, T(0));
     T* tnz = tmp_nz.data();
@@ -1043,7 +1043,7 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
   }
   // ---- a_ij = ê_i · ê_j:  dÊ_i += (da Ê)_i;  dÊ_j += (daᵀ Ê_blk)_j -----------------------------------------
   if (cfg.use_sep) {
-    gemm<T>(R, da, n, daff.data(), n, 1, keys.ehat, da, 1, dehat.data() + t0 * da, da, true);
+    gemm_narrow<T>(R, da, n, daff.data(), n, keys.ehat, da, dehat.data() + t0 * da, da, true);
     gemm<T>(n, da, R, daff.data(), 1, n, h.ehat.data() + t0 * da, da, 1, dehat_k, da, true);
   }
   if (keys.gathered) {
