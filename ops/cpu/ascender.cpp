@@ -1,10 +1,11 @@
 // CPU kernels of fused ASCender attention (ops/ascender.h, docs/ascender.md). Per (batch, head) and block of
 // query rows, every (rows, keys) quantity of the reference — base scores, affinities, distances, neighbourhoods,
 // kernels, the three raw biases, scores and probabilities — lives in a tile of this thread's workspace; the large
-// products are GEMMs (ops/cpu/gemm.h), the (rows, keys) ones over the short latent widths d_z and d_a a register-
-// blocked kernel (ops/cpu/small_gemm.h), as are the (rows, d_z) products over the keys. Nothing of size (B, H, T, T) is ever allocated. The keys of a block are all
-// T keys, or in windowed mode only the block's window, gathered (Keys, below): O(T·w) per head. The normalised
-// terms β̃ are never stored: each row keeps its μ and σ, and β̃ is formed where it is read.
+// products are GEMMs (ops/cpu/gemm.h); those with a short side — the (rows, keys) products over the latent widths
+// d_z, d_a and the (rows, d_z) ones over the keys — run in a register-blocked kernel (ops/cpu/small_gemm.h). Nothing
+// of size (B, H, T, T) is ever allocated. The keys of a block are all T keys, or in windowed mode only the block's
+// window, gathered (Keys, below): O(T·w) per head. The normalised terms β̃ are never stored: each row keeps its μ
+// and σ, and β̃ is formed where it is read.
 //
 // The backward rebuilds each block's tiles from the per-row state the forward kept (RowState: neighbourhoods, the
 // terms' means and stds, the centroid, the softmax max and sum) and then runs the chain rule back through them, in
@@ -322,9 +323,9 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
                                   int64_t R, Block<T>& b, bool replay) {
   const int64_t n = kt.m, d = h.d, dz = h.dz, da = h.da;  // n: the block's key columns
   const bool after = cfg.after_norm;
-  // Base scores (q pre-scaled by 1/√d), affinities, latent products: three GEMMs over the block's rows. (Affinities
-  // are read by the separation hinge and, unless selecting by scores, the top-k; z_i · z_j by the separation and
-  // cohesion kernels, which form |z_i - z_j|² from it in their own pass.)
+  // Base scores (q pre-scaled by 1/√d; a GEMM), affinities and latent products (gemm_narrow) over the block's rows.
+  // (Affinities are read by the separation hinge and, unless selecting by scores, the top-k; z_i · z_j by the
+  // separation and cohesion kernels, which form |z_i - z_j|² from it in their own pass.)
   gemm<T>(R, n, d, h.qs.data() + t0 * d, d, 1, kt.kr, 1, d, b.s0.data(), n);
   const bool sep = cfg.use_sep, coh = cfg.use_coh;
   if (sep || (cfg.use_align && !cfg.select_by_scores))
