@@ -1,6 +1,8 @@
 // matmul: 1-D/2-D/batched/broadcast shapes and transposed operands vs naive loops, gradients, errors.
 #include "testing.h"
 
+#include "ops/cpu/small_gemm.h"  // gemm_narrow, the ascender kernel's helper (last test case)
+
 using namespace asc;
 using namespace asc::testing;
 
@@ -76,7 +78,6 @@ TEST_CASE("matmul errors") {
 // The ascender kernel's narrow product (ops/cpu/small_gemm.h): every edge of its 4 x 2-vector blocking (rows past a
 // multiple of 4, columns past a multiple of 16 floats / 8 doubles), strided operands, overwrite and accumulate,
 // against naive loops.
-#include "ops/cpu/small_gemm.h"
 
 namespace {
 template <class T>

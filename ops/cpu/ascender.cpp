@@ -168,6 +168,14 @@ struct NormStats {
   bool constant = true;
 };
 
+// |a - b|² = |a|² + |b|² - 2 a·b from the two squared norms and the dot product (a GEMM's output), with the rounding
+// that can take it below 0 clamped: the separation / cohesion kernels' distances and the cohesion term dc.
+template <class T>
+ASC_ALWAYS_INLINE T sq_dist(T a2, T b2, T ab) {
+  const T v = a2 + b2 - 2 * ab;
+  return v > T(0) ? v : T(0);
+}
+
 // The first pass of a term's statistics over a row of x: the sum, count and largest |x| over kept j. Producers fold it
 // into the loop that writes x (the separation and cohesion passes); row_sums is the stand-alone pass.
 template <class T>
@@ -471,8 +479,7 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       if (sep && coh) {
         ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
         for (int64_t j = 0; j < n; ++j) {
-          const T v = zi + zzk[j] - 2 * zij[j];
-          const T dj = v > T(0) ? v : T(0), kj = keep[j], hinge = aff[j] - delta;
+          const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
           const T w = exp_nonpos(-dj * inv_ts);
           ws[j] = w;
           const T ph = w * (hinge > T(0) ? hinge : T(0));
@@ -488,8 +495,7 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       } else if (sep) {
         ASC_SIMD_SUMS_MAX(pbig, rho, psum)
         for (int64_t j = 0; j < n; ++j) {
-          const T v = zi + zzk[j] - 2 * zij[j];
-          const T dj = v > T(0) ? v : T(0), kj = keep[j], hinge = aff[j] - delta;
+          const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
           const T w = exp_nonpos(-dj * inv_ts);
           ws[j] = w;
           const T ph = w * (hinge > T(0) ? hinge : T(0));
@@ -502,8 +508,7 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       } else {
         ASC_SIMD_REDUCE(+, W)
         for (int64_t j = 0; j < n; ++j) {
-          const T v = zi + zzk[j] - 2 * zij[j];
-          const T wcj = exp_nonpos(keep[j] != T(0) ? -(v > T(0) ? v : T(0)) * inv_tc : ninf);
+          const T wcj = exp_nonpos(keep[j] != T(0) ? -sq_dist(zi, zzk[j], zij[j]) * inv_tc : ninf);
           wc[j] = wcj;
           W += wcj;
         }
@@ -543,8 +548,7 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       T var = 0, sum = 0, big = 0;  // dc's first statistics pass rides along (dc >= 0: |dc| = dc)
       ASC_SIMD_REDUCE3(+, var, sum, max, big)
       for (int64_t j = 0; j < n; ++j) {
-        const T v = ccT + zz[j] - 2 * dc[j];
-        const T x = v > T(0) ? v : T(0);
+        const T x = sq_dist(ccT, zz[j], dc[j]);
         dc[j] = x;
         var += wc[j] * x;
         const T kx = keep[j] != T(0) ? x : T(0);
