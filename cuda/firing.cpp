@@ -47,6 +47,25 @@ void firing_weight_update(Tensor& W, const Tensor& keep, const Tensor& coef, con
   W.copy_(asc::add(asc::mul(W, keep.view({W.size(0), 1})), asc::matmul(coef.t(), X)));
 }
 
+void firing_batch_sums(const Tensor& Z, const Tensor& F, const Tensor& SP, Tensor& fz2, Tensor& fired, Tensor& margin) {
+  const int64_t N = Z.size(0), P = Z.size(1);
+  fz2 = Tensor::empty({P}, Z.options());
+  fired = Tensor::empty({P}, Z.options());
+  margin = Tensor::empty({P}, Z.options());
+  const Tensor work = Tensor::empty({firing_launch::batch_sums_workspace(N, P)}, Z.options());
+  ASC_CUDA_CHECK(firing_launch::batch_sums(Z.raw_data(), F.raw_data(), SP.raw_data(), N, P, fz2.raw_data(),
+                                           fired.raw_data(), margin.raw_data(), work.raw_data(),
+                                           float_elem_of("firing_batch_sums", Z.dtype()), current_stream()));
+}
+
+void firing_rule_b_coef(const Tensor& Z, const Tensor& F, double a, const Tensor& dZ, const Tensor& c, Tensor& coef) {
+  const int64_t N = Z.size(0), P = Z.size(1);
+  coef = Tensor::empty({N, P}, Z.options());
+  ASC_CUDA_CHECK(firing_launch::rule_b_coef(Z.raw_data(), F.raw_data(), a, dZ.defined() ? dZ.raw_data() : nullptr,
+                                            c.defined() ? c.raw_data() : nullptr, N, P, coef.raw_data(),
+                                            float_elem_of("firing_rule_b_coef", Z.dtype()), current_stream()));
+}
+
 namespace {
 // The chunked scan's workspace (cuda/firing_launch.h), in the compute type; undefined when the scan is sequential.
 Tensor scan_work(const Tensor& a, bool rms_norm) {

@@ -110,6 +110,36 @@ __global__ void column_finish(const acc_t<T>* __restrict__ part, int64_t parts, 
   }
 }
 
+// ---- rule B's sums and coefficients ---------------------------------------------------------------------------------
+// The value column_partials sums for rule B: F Z² (kind 0), F (1), F max(0, Z − SP) (2); a silent (b, p) adds 0.
+template <class T>
+struct RuleSumValue {
+  const T *Z, *F, *SP;
+  int kind;
+  __device__ acc_t<T> operator()(int64_t b, int64_t col, int64_t C) const {
+    using Acc = acc_t<T>;
+    const int64_t i = b * C + col;
+    if (to_acc(F[i]) == Acc(0)) return Acc(0);
+    const Acc z = to_acc(Z[i]);
+    if (kind == 0) return z * z;
+    if (kind == 1) return Acc(1);
+    const Acc m = z - to_acc(SP[col]);
+    return m > Acc(0) ? m : Acc(0);
+  }
+};
+
+template <class T>
+__global__ void rule_b_coef_kernel(const T* __restrict__ Z, const T* __restrict__ F, double a,
+                                   const T* __restrict__ dZ, const T* __restrict__ c, int64_t N, int64_t P,
+                                   T* __restrict__ coef) {
+  using Acc = acc_t<T>;
+  for (int64_t bp = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; bp < N * P; bp += int64_t(gridDim.x) * blockDim.x) {
+    Acc v = to_acc(F[bp]) != Acc(0) ? static_cast<Acc>(a) * to_acc(Z[bp]) : Acc(0);
+    if (dZ) v -= to_acc(c[bp % P]) * to_acc(dZ[bp]);
+    coef[bp] = from_acc<T>(v);
+  }
+}
+
 // ---- the SSM scan: a block per batch row, threads over channels, sequential in time --------------------------------
 // Each thread owns channels c = tid + k blockDim (k < kScanPer) and keeps their state (forward) or carried gradient
 // (backward) in registers, in the compute type; a channel's recurrence reads only itself, so the one cross-thread
@@ -373,6 +403,43 @@ cudaError_t backward(const void* Z, const void* SP, const void* f, const void* F
     };
     if ((err = column_sums(SpValue<T>{c_sp}, P, static_cast<T*>(dSP))) != cudaSuccess) return err;
     return column_sums(FValue<T>{dy, c_f, A}, P * A, static_cast<T*>(df));
+  });
+}
+
+cudaError_t batch_sums(const void* Z, const void* F, const void* SP, int64_t N, int64_t P, void* fz2, void* fired,
+                       void* margin, void* work, FloatElem elem, cudaStream_t stream) {
+  if (P == 0) return cudaSuccess;
+  return visit_float_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = acc_t<T>;
+    auto check = [](cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); };
+    const int64_t parts = backward_row_blocks(N);
+    Acc* part = static_cast<Acc*>(work);
+    const unsigned cols = static_cast<unsigned>(std::min<int64_t>((P + kThreads - 1) / kThreads, 65535));
+    void* outs[3] = {fz2, fired, margin};
+    for (int kind = 0; kind < 3; ++kind) {
+      const RuleSumValue<T> value{static_cast<const T*>(Z), static_cast<const T*>(F), static_cast<const T*>(SP), kind};
+      cudaError_t e = check(launch_kernel(column_partials<T, RuleSumValue<T>>, dim3(cols, grid_dim(parts, kMaxGridYZ)),
+                                          dim3(kThreads), stream, value, N, P, part));
+      if (e == cudaSuccess)
+        e = check(launch_kernel(column_finish<T>, dim3(cols), dim3(kThreads), stream, part, parts, P,
+                                static_cast<T*>(outs[kind])));
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  });
+}
+
+cudaError_t rule_b_coef(const void* Z, const void* F, double a, const void* dZ, const void* c, int64_t N, int64_t P,
+                        void* coef, FloatElem elem, cudaStream_t stream) {
+  if (N * P == 0) return cudaSuccess;
+  return visit_float_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    const cudaError_t err = launch_kernel(rule_b_coef_kernel<T>, dim3(grid_for(N * P, kThreads)), dim3(kThreads),
+                                          stream, static_cast<const T*>(Z), static_cast<const T*>(F), a,
+                                          static_cast<const T*>(dZ), static_cast<const T*>(c), N, P,
+                                          static_cast<T*>(coef));
+    return err != cudaSuccess ? err : cudaGetLastError();
   });
 }
 

@@ -35,6 +35,15 @@ cudaError_t backward(const void* Z, const void* SP, const void* f, const void* F
                      int64_t A, Gate gate, void* dZ, void* dSP, void* df, void* work, FloatElem elem,
                      cudaStream_t stream);
 
+// Rule B's sums of ops/firing.h (fz2, fired, margin: (P)) from Z, F (N, P), SP (P), float32 / float64: the column
+// sums of the backward (row-block partials added in a fixed order). `work` holds batch_sums_workspace(N, P) elements.
+constexpr int64_t batch_sums_workspace(int64_t N, int64_t P) { return backward_row_blocks(N) * P; }
+cudaError_t batch_sums(const void* Z, const void* F, const void* SP, int64_t N, int64_t P, void* fz2, void* fired,
+                       void* margin, void* work, FloatElem elem, cudaStream_t stream);
+// coef (N, P) = a F Z − c dZ (dZ and c null: a F Z), a thread per (b, p).
+cudaError_t rule_b_coef(const void* Z, const void* F, double a, const void* dZ, const void* c, int64_t N, int64_t P,
+                        void* coef, FloatElem elem, cudaStream_t stream);
+
 // The SSM scan of ops/firing.h: a, u, s (B, T, R), s0 (B, R), rms (B, T).
 //   With the RMS normalisation (channels coupled at every step): one thread block per batch row, its threads over the
 //   R <= kMaxScanChannels channels, sequential in time (a block reduction per step).

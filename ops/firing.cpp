@@ -88,6 +88,48 @@ void firing_weight_update_(Tensor& W, const Tensor& keep, const Tensor& coef, co
   W.impl()->storage->bump_version();
 }
 
+FiringBatchSums firing_batch_sums(const Tensor& Z, const Tensor& F, const Tensor& SP) {
+  constexpr const char* op = "firing_batch_sums";
+  check_defined(op, Z, "Z");
+  check_defined(op, F, "F");
+  check_defined(op, SP, "SP");
+  check_same_device(op, {&Z, &F, &SP});
+  ASC_CHECK(Z.dim() == 2 && F.shape() == Z.shape() && SP.dim() == 1 && SP.size(0) == Z.size(1),
+            "{}: expects Z (N, P), F (N, P), SP (P); got Z {}, F {}, SP {}", op, Z.shape(), F.shape(), SP.shape());
+  ASC_CHECK((Z.dtype() == kFloat32 || Z.dtype() == kFloat64) && F.dtype() == Z.dtype() && SP.dtype() == Z.dtype(),
+            "{}: Z, F and SP must share a dtype, float32 or float64; got {}, {}, {}", op, Z.dtype(), F.dtype(),
+            SP.dtype());
+  ASC_CHECK(!autograd::needs_grad({&Z, &F, &SP}),
+            "{}: is not differentiable, but an input requires grad; call it under NoGradGuard", op);
+  FiringBatchSums s;
+  ASC_KERNEL(Z.device(), op, firing_batch_sums, Z.contiguous(), F.contiguous(), SP.contiguous(), s.fz2, s.fired,
+             s.margin);
+  return s;
+}
+
+Tensor firing_rule_b_coef(const Tensor& Z, const Tensor& F, double a, const Tensor& dZ, const Tensor& c) {
+  constexpr const char* op = "firing_rule_b_coef";
+  check_defined(op, Z, "Z");
+  check_defined(op, F, "F");
+  ASC_CHECK(dZ.defined() == c.defined(), "{}: dZ and c go together (both given, or neither); got dZ {}, c {}", op,
+            dZ.defined() ? "given" : "undefined", c.defined() ? "given" : "undefined");
+  if (dZ.defined()) check_same_device(op, {&Z, &F, &dZ, &c});
+  else check_same_device(op, {&Z, &F});
+  ASC_CHECK(Z.dim() == 2 && F.shape() == Z.shape() &&
+                (!dZ.defined() || (dZ.shape() == Z.shape() && c.dim() == 1 && c.size(0) == Z.size(1))),
+            "{}: expects Z (N, P), F (N, P) and optionally dZ (N, P), c (P); got Z {}, F {}, dZ {}, c {}", op,
+            Z.shape(), F.shape(), dZ.defined() ? dZ.shape() : Shape{}, c.defined() ? c.shape() : Shape{});
+  ASC_CHECK((Z.dtype() == kFloat32 || Z.dtype() == kFloat64) && F.dtype() == Z.dtype() &&
+                (!dZ.defined() || (dZ.dtype() == Z.dtype() && c.dtype() == Z.dtype())),
+            "{}: Z, F (and dZ, c) must share a dtype, float32 or float64; got {}, {}", op, Z.dtype(), F.dtype());
+  ASC_CHECK(!autograd::needs_grad({&Z, &F, &dZ, &c}),
+            "{}: is not differentiable, but an input requires grad; call it under NoGradGuard", op);
+  Tensor coef;
+  ASC_KERNEL(Z.device(), op, firing_rule_b_coef, Z.contiguous(), F.contiguous(), a,
+             dZ.defined() ? dZ.contiguous() : Tensor(), c.defined() ? c.contiguous() : Tensor(), coef);
+  return coef;
+}
+
 Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0_in, bool rms_norm, double eps) {
   constexpr const char* op = "ssm_scan";
   check_defined(op, a, "a");

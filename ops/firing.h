@@ -35,6 +35,22 @@ FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, c
 //   asc::firing_weight_update_(W, keep, coef, X);   // Oja decay keep, Oja + SGD coefficients coef
 void firing_weight_update_(Tensor& W, const Tensor& keep, const Tensor& coef, const Tensor& X);
 
+// Rule B's per-neuron sums over a batch (optim/firing_rules.h), in one pass over Z, F (N, P) with SP (P):
+//   fz2[p] = Σ_b F Z²,   fired[p] = Σ_b F,   margin[p] = Σ_b F max(0, Z − SP)
+// Z, F, SP float32 or float64, one dtype and device; the sums (P) in that dtype (accumulated in float64 on the CPU,
+// in the dtype on CUDA), column by column in a fixed order: the same inputs give the same bits. Not differentiable.
+//
+//   asc::FiringBatchSums s = asc::firing_batch_sums(Z, F, SP);   // s.fz2, s.fired, s.margin: (P)
+struct FiringBatchSums {
+  Tensor fz2, fired, margin;  // (P) each
+};
+FiringBatchSums firing_batch_sums(const Tensor& Z, const Tensor& F, const Tensor& SP);
+
+// Rule B's coefficients for firing_weight_update_ in one pass: coef[b, p] = a F Z − c[p] dZ[b, p] with Z, F, dZ (N,
+// P), c (P); dZ and c both given (fuse_sgd: the SGD step's share) or both undefined (coef = a F Z). float32 or
+// float64, one dtype and device. Not differentiable.
+Tensor firing_rule_b_coef(const Tensor& Z, const Tensor& F, double a, const Tensor& dZ = {}, const Tensor& c = {});
+
 // The state recurrence of the low-rank cross-path SSM (docs/firing.md §6), over the time axis of a, u (B, T, R):
 //   h_t = a_t ⊙ s_{t-1} + u_t,    s_t = h_t / RMS(h_t) with RMS(h) = sqrt(mean_c h_c² + eps) if rms_norm, else h_t
 // from s_0 = s0, (R) shared by the batch or (B, R). Returns s (B, T, R). Differentiable in a, u and s0

@@ -1,5 +1,7 @@
 // The firing perceptron's learning rules (optim/firing_rules.h): each term of docs/firing.md §4-5 as a line of
-// tensor arithmetic on the snapshot, in float32 (float64 for a float64 layer), inside Optimizer::step().
+// tensor arithmetic on the snapshot, in float32 (float64 for a float64 layer), inside Optimizer::step(). Rule B's
+// passes over the (N, P) batch are fused ops of ops/firing.h: the per-neuron sums (firing_batch_sums), the weight
+// update's coefficients (firing_rule_b_coef) and the update itself (firing_weight_update_).
 #include "optim/firing_rules.h"
 
 #include "autograd/grad_mode.h"
@@ -110,47 +112,48 @@ void FiringRuleB::apply() {
   const Tensor Z = snap_.Z.to(acc), F = snap_.F.to(acc), SP0 = snap_.SP.to(acc);
   const Tensor W = t_.W.to(acc), f = t_.f.to(acc);
   const double z_ref2 = o_.z_ref * o_.z_ref + o_.eps_z, y_ref2 = o_.y_ref * o_.y_ref + o_.eps_y;
-  const Tensor FZ = F * Z, FZ2 = FZ * Z;                // (N, P)
-  const Tensor sum_FZ2 = sum(FZ2, {0}).view({P, 1});    // Σ_b F Z²
+  // One pass over the batch: Σ_b F Z², Σ_b F, Σ_b F max(0, Z − SP) per neuron.
+  const FiringBatchSums sums = firing_batch_sums(Z, F, SP0);
+  const Tensor sum_FZ2 = sums.fz2.view({P, 1});  // (P, 1)
   // Oja on W: η_w mean_b F (Z x_b − Z² / Z_ref2 · W_p); on the index path x_b is the one-hot column tok_b, so the
   // decay too acts on that column only.
   if (snap_.tok.defined()) {
+    const Tensor FZ = F * Z, FZ2 = FZ * Z;               // (N, P)
     const Tensor Wcols = index_select(W, 1, snap_.tok);  // (P, N): W[p, tok_b]
     t_.W.copy_(W + input_sum(snap_, FZ - FZ2 / z_ref2 * Wcols.t(), W) * (o_.eta_w / N));
   } else {
     // W (1 − η_w / N · Σ F Z² / Z_ref2) + η_w / N · Σ_b F Z x_b: one pass over W besides the product.
     Tensor keep = 1.0 - sum_FZ2 * (o_.eta_w / (N * z_ref2));  // (P, 1)
-    Tensor coef = FZ;                                          // (N, P), scaled by `scale` below
-    double scale = o_.eta_w / N;
+    Tensor coef;                                               // (N, P)
     if (holds_deferred_gradient()) {
       // fuse_sgd: W's SGD step folded into the same product (header): k (1 − lr wd m) W + (η_w/N F Z − lr k m dZ)ᵀ X.
       const Tensor mask = row_mask(t_.W);  // bool (P) or undefined: every row moves
       const Tensor m = mask.defined() ? mask.to(acc).view({P, 1}) : ones({P, 1}, {acc, W.device()});
-      coef = FZ * scale - snap_.dZ->to(acc) * (keep * m * lr_w_).view({1, P});
+      coef = firing_rule_b_coef(Z, F, o_.eta_w / N, snap_.dZ->to(acc), (keep * m * lr_w_).view({P}));
       keep = keep * (1.0 - m * (lr_w_ * wd_w_));
-      scale = 1.0;
+    } else {
+      coef = firing_rule_b_coef(Z, F, o_.eta_w / N);
     }
     if (snap_.X.dim() == 2) {
       // One op: W <- keep ∘ W + coefᵀ X, which skips the zero coefficients of silent neurons on the CPU.
-      const Tensor coef_s = scale == 1.0 ? coef : coef * scale;
       const Tensor X = snap_.X.to(acc);
       if (t_.W.dtype() == acc) {
-        firing_weight_update_(t_.W, keep.view({P}), coef_s, X);
+        firing_weight_update_(t_.W, keep.view({P}), coef, X);
       } else {  // a bf16/f16 layer: update W's float32 copy (not read again below), then round into W
         Tensor Wa = W;
-        firing_weight_update_(Wa, keep.view({P}), coef_s, X);
+        firing_weight_update_(Wa, keep.view({P}), coef, X);
         t_.W.copy_(Wa);
       }
     } else {  // channels: X (N, d, P)
-      t_.W.copy_(W * keep + input_sum(snap_, coef, W) * scale);
+      t_.W.copy_(W * keep + input_sum(snap_, coef, W));
     }
   }
   // Oja on f: η_f mean_b F (Y Z − Y² / Y_ref2 · f) with Y = F f' Z: η_f / N · Σ_b F Z² · (f' − f'² f / Y_ref2).
   const Tensor f_fwd = snap_.f.to(acc);
   t_.f.copy_(f + sum_FZ2 * (f_fwd - f_fwd * f_fwd * f / y_ref2) * (o_.eta_f / N));
   // Homeostasis: EMAs of the firing rate and margin, then the threshold.
-  const Tensor r_t = mean(F, {0});
-  const Tensor m_t = mean(F * relu(Z - SP0.view({1, P})), {0}) / (o_.z_ref + o_.eps_z);
+  const Tensor r_t = sums.fired / static_cast<double>(N);
+  const Tensor m_t = sums.margin / (static_cast<double>(N) * (o_.z_ref + o_.eps_z));
   const Tensor r_bar = t_.r_bar.to(acc) * (1 - o_.beta_r) + r_t * o_.beta_r;
   const Tensor m_bar = t_.m_bar.to(acc) * (1 - o_.beta_m) + m_t * o_.beta_m;
   t_.r_bar.copy_(r_bar);

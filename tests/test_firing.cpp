@@ -4,7 +4,9 @@
 // against the CPU's, the layers and their wiring, one step of learning rules A and B against the formulas term by
 // term on the dense, channel and index paths with each mask, and the rules' behaviour: firing rate to its target,
 // Oja's norm to its fixed point, frozen silent rows, no adaptation in eval mode, bit-identical resume.
+#include <array>
 #include <cmath>
+#include <limits>
 #include <functional>
 #include <memory>
 #include <numbers>
@@ -234,6 +236,91 @@ TEST_CASE("firing_weight_update_: W <- keep W + coef^T X against loops, on the s
   Tensor cg = zeros({N, P}, {kFloat64}).set_requires_grad(true);  // no graph would reach coef
   throws([&] { firing_weight_update_(W, keep, cg, X); }, "not differentiable");
   CHECK(W.to_vector<double>() == W0.to_vector<double>());  // nothing was written by a refused call
+}
+
+TEST_CASE("firing_output backward, exact gate, many rows: the float32 partial sums of df are flushed every 64 rows") {
+  // The CPU kernel sums df in the layer's dtype over blocks of 64 rows, then in float64: 150 rows cross two flushes
+  // and end in a partial block; every third row is quiet (the skipping loop), the rest busy.
+  const int64_t N = 150, P = 40, A = 4;
+  OpCase c = op_case(N, P, A, 90);
+  std::vector<double> z = c.Z.to_vector<double>();
+  for (int64_t b = 3; b < N; b += 3)
+    for (int64_t p = 0; p < P; ++p) z[b * P + p] -= 2.5;
+  c.Z = tensor(z, {N, P});
+  const Vec Z = c.Z.to_vector<double>(), SP = c.SP.to_vector<double>(), f = c.f.to_vector<double>();
+  const Grads r = naive(Z, SP, f, c.dY.to_vector<double>(), N, P, A, GateBackward::None, "", 1.0);
+  for (DType dt : {kFloat64, kFloat32}) {
+    CAPTURE(dtype_name(dt));
+    const OpRun o = run_op(c, {}, dt);
+    const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
+    check_close(o.dZ, r.dZ, tol, tol);
+    check_close(o.df, r.df, tol, tol);
+  }
+}
+
+namespace {
+// Rule B's sums in float64 loops: Σ_b F Z², Σ_b F, Σ_b F max(0, Z − SP).
+std::array<Vec, 3> batch_sums_ref(const Vec& Z, const Vec& F, const Vec& SP, int64_t N, int64_t P) {
+  std::array<Vec, 3> r = {Vec(P, 0.0), Vec(P, 0.0), Vec(P, 0.0)};
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t p = 0; p < P; ++p) {
+      const double z = Z[b * P + p], fires = F[b * P + p];
+      if (fires == 0) continue;
+      r[0][p] += z * z;
+      r[1][p] += 1;
+      r[2][p] += std::max(0.0, z - SP[p]);
+    }
+  return r;
+}
+
+// Z, F = 1[Z >= SP] (a few entries silent with an infinite Z: they must add nothing), SP for rule B's ops.
+struct SumCase {
+  Tensor Z, F, SP, dZ, c;  // float64 CPU
+};
+SumCase sum_case(int64_t N, int64_t P, uint64_t seed) {
+  SumCase k{randn64({N, P}, false, seed), Tensor(), randn64({P}, false, seed + 1) * 0.3,
+            randn64({N, P}, false, seed + 2), randn64({P}, false, seed + 3)};
+  Vec F = ge(k.Z, k.SP.view({1, P})).to(kFloat64).to_vector<double>(), z = k.Z.to_vector<double>();
+  F[1] = 0, z[1] = std::numeric_limits<double>::infinity();  // silent although its Z is infinite
+  k.Z = tensor(z, {N, P}), k.F = tensor(F, {N, P});
+  return k;
+}
+}  // namespace
+
+TEST_CASE("firing_batch_sums and firing_rule_b_coef (rule B's fused passes) against loops; bad input") {
+  // P 150: two blocks of 64 neurons and a tail on the CPU.
+  const int64_t N = 37, P = 150;
+  const SumCase k = sum_case(N, P, 80);
+  const Vec Z = k.Z.to_vector<double>(), F = k.F.to_vector<double>(), SP = k.SP.to_vector<double>();
+  const Vec dZ = k.dZ.to_vector<double>(), cv = k.c.to_vector<double>();
+  const std::array<Vec, 3> ref = batch_sums_ref(Z, F, SP, N, P);
+  Vec coef_ref(N * P), coef_plain(N * P);
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t p = 0; p < P; ++p) {
+      const double fz = F[b * P + p] != 0 ? 0.3 * Z[b * P + p] : 0.0;
+      coef_plain[b * P + p] = fz;
+      coef_ref[b * P + p] = fz - cv[p] * dZ[b * P + p];
+    }
+  for (DType dt : {kFloat64, kFloat32}) {
+    CAPTURE(dtype_name(dt));
+    const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
+    const FiringBatchSums s = firing_batch_sums(k.Z.to(dt), k.F.to(dt), k.SP.to(dt));
+    check_close(s.fz2, ref[0], tol, tol);
+    CHECK(s.fired.to_vector<double>() == ref[1]);
+    check_close(s.margin, ref[2], tol, tol);
+    check_close(firing_rule_b_coef(k.Z.to(dt), k.F.to(dt), 0.3), coef_plain, tol, tol);
+    check_close(firing_rule_b_coef(k.Z.to(dt), k.F.to(dt), 0.3, k.dZ.to(dt), k.c.to(dt)), coef_ref, tol, tol);
+  }
+  auto throws = [&](auto fn, const char* what) { CHECK_THROWS_WITH_AS(fn(), doctest::Contains(what), asc::Error); };
+  throws([&] { firing_batch_sums(k.Z, k.F.narrow(0, 0, 5), k.SP); }, "F [5, 150]");
+  throws([&] { firing_batch_sums(k.Z, k.F, k.SP.narrow(0, 0, 5)); }, "SP [5]");
+  throws([&] { firing_batch_sums(k.Z, k.F.to(kFloat32), k.SP); }, "share a dtype");
+  throws([&] { firing_batch_sums(k.Z.to(kInt64), k.F.to(kInt64), k.SP.to(kInt64)); }, "float32 or float64");
+  throws([&] { firing_batch_sums(k.Z.clone().set_requires_grad(true), k.F, k.SP); }, "NoGradGuard");
+  throws([&] { firing_rule_b_coef(k.Z, k.F, 1.0, k.dZ); }, "both given, or neither");
+  throws([&] { firing_rule_b_coef(k.Z, k.F, 1.0, k.dZ, k.c.narrow(0, 0, 3)); }, "c [3]");
+  throws([&] { firing_rule_b_coef(k.Z, k.F, 1.0, k.dZ.t(), k.c); }, "dZ [150, 37]");
+  throws([&] { firing_rule_b_coef(k.Z, k.F, 1.0, k.dZ.to(kFloat32), k.c); }, "share a dtype");
 }
 
 TEST_CASE("firing_output gradcheck: the exact gate away from the threshold; the surrogate paths are the derivative "
@@ -1086,6 +1173,26 @@ TEST_CASE("firing_weight_update_ on CUDA equals the CPU (float64, float32; spars
       const double tol = dt == kFloat64 ? 1e-13 : 1e-5;
       check_close(b.to(Device::cpu()), a, tol, tol);
     }
+}
+
+TEST_CASE("firing_batch_sums and firing_rule_b_coef on CUDA equal the CPU (float64, float32)") {
+  if (!gpu_or_skip()) return;
+  const Device gpu = Device::cuda();
+  const int64_t N = 300, P = 70;  // 300 rows: two row blocks of the column sums
+  const SumCase k = sum_case(N, P, 85);
+  for (DType dt : {kFloat64, kFloat32}) {
+    CAPTURE(dtype_name(dt));
+    const double tol = dt == kFloat64 ? 1e-12 : 1e-5;
+    const Tensor Z = k.Z.to(dt), F = k.F.to(dt), SP = k.SP.to(dt), dZ = k.dZ.to(dt), c = k.c.to(dt);
+    const FiringBatchSums a = firing_batch_sums(Z, F, SP), b = firing_batch_sums(Z.to(gpu), F.to(gpu), SP.to(gpu));
+    check_close(b.fz2.to(Device::cpu()), a.fz2, tol, tol);
+    CHECK(b.fired.to(Device::cpu()).to_vector<double>() == a.fired.to_vector<double>());
+    check_close(b.margin.to(Device::cpu()), a.margin, tol, tol);
+    check_close(firing_rule_b_coef(Z.to(gpu), F.to(gpu), 0.7, dZ.to(gpu), c.to(gpu)).to(Device::cpu()),
+                firing_rule_b_coef(Z, F, 0.7, dZ, c), tol, tol);
+    check_close(firing_rule_b_coef(Z.to(gpu), F.to(gpu), 0.7).to(Device::cpu()), firing_rule_b_coef(Z, F, 0.7), tol,
+                tol);
+  }
 }
 
 TEST_CASE("ssm_scan CUDA kernels equal the CPU kernel (float64, float32; RMS on and off; the sequential kernels and "
