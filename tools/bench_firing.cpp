@@ -1,6 +1,8 @@
 // Firing-threshold perceptron benchmark (not a test), in one run:
-//   - one training step of a firing layer — forward, backward of <G, Y>, SGD, learning rule B (Oja on W and f,
-//     homeostasis, clips) — for B = 256, d = 784, P = 1024, α = 4, float32, at firing rates 0.5 .. 0.05 (thresholds
+//   - one training step of a firing layer — forward, backward of a given upstream gradient G = dL/dY (Y.backward(G);
+//     with --loss, of the loss <G, Y> instead, which adds the product and its backward to both sides), SGD, learning
+//     rule B (Oja on W and f, homeostasis, clips) — for B = 256, d = 784, P = 1024, α = 4, float32, at firing rates
+//     0.5 .. 0.05 (thresholds
 //     set per neuron from the layer's own pre-activations), next to the same step written in PyTorch
 //     (tools/bench_firing_torch.py, Debian's python3-torch, same thread count); ours twice: SGD then rule B, and
 //     rule B with fuse_sgd (W's SGD step folded into the Oja product: two GEMMs a step instead of three);
@@ -8,7 +10,7 @@
 //     B = 32, rank 64.
 // Best-of-reps milliseconds; --csv writes the rows.
 //   ./build/release/tools/bench_firing [--reps 10] [--rates 0.5,0.25,0.1,0.05] [--csv out.csv] [--no-torch]
-//                                      [--no-scan]
+//                                      [--no-scan] [--loss]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -48,7 +50,7 @@ Tensor thresholds_for(const Tensor& Z, double rate) {
 }
 
 // Step time of ours per rate.
-std::map<double, double> run_ours(const std::vector<double>& rates, int reps, bool fuse_sgd) {
+std::map<double, double> run_ours(const std::vector<double>& rates, int reps, bool fuse_sgd, bool loss) {
   manual_seed(0);
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(kD, kP).fan_out(kA));
   optim::SGD opt(layer->parameters(), {.lr = 1e-3});
@@ -68,7 +70,9 @@ std::map<double, double> run_ours(const std::vector<double>& rates, int reps, bo
     };
     auto step = [&] {
       layer->zero_grad();
-      sum(layer->forward(x) * G).backward();
+      Tensor y = layer->forward(x);  // (B, P, α)
+      if (loss) sum(y * G).backward();
+      else y.backward(G);
       opt.step();
     };
     reset();
@@ -82,11 +86,12 @@ std::map<double, double> run_ours(const std::vector<double>& rates, int reps, bo
   return out;
 }
 
-std::map<double, double> run_torch(const std::vector<double>& rates, int reps) {
+std::map<double, double> run_torch(const std::vector<double>& rates, int reps, bool loss) {
   std::string list;
   for (double r : rates) list += " " + std::to_string(r);
   const std::string cmd = "/usr/bin/python3 " ASC_SOURCE_DIR "/tools/bench_firing_torch.py --rates" + list +
-                          " --reps " + std::to_string(reps) + " --threads 2 2>/dev/null";
+                          " --reps " + std::to_string(reps) + " --threads 2" + (loss ? " --loss" : "") +
+                          " 2>/dev/null";
   std::map<double, double> out;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return out;
@@ -103,7 +108,7 @@ std::map<double, double> run_torch(const std::vector<double>& rates, int reps) {
 
 int main(int argc, char** argv) {
   int reps = 10;
-  bool torch = true, scan_rows = true;
+  bool torch = true, scan_rows = true, loss = false;
   std::string csv;
   std::vector<double> rates = {0.5, 0.25, 0.1, 0.05};
   for (int i = 1; i < argc; ++i) {
@@ -117,6 +122,7 @@ int main(int argc, char** argv) {
     else if (a == "--csv") csv = next();
     else if (a == "--no-torch") torch = false;
     else if (a == "--no-scan") scan_rows = false;
+    else if (a == "--loss") loss = true;
     else {
       std::fprintf(stderr, "bench_firing: unknown argument '%s'\n", a.c_str());
       return 2;
@@ -126,12 +132,14 @@ int main(int argc, char** argv) {
 #ifdef _OPENMP
   omp_set_num_threads(2);
 #endif
-  std::map<double, double> theirs = torch ? run_torch(rates, reps) : std::map<double, double>{};
+  std::map<double, double> theirs = torch ? run_torch(rates, reps, loss) : std::map<double, double>{};
   if (torch && theirs.empty()) std::printf("torch twin: could not run (needs /usr/bin/python3 with torch)\n");
-  std::map<double, double> ours = run_ours(rates, reps, false), fused = run_ours(rates, reps, true);
+  std::map<double, double> ours = run_ours(rates, reps, false, loss),
+                           fused = run_ours(rates, reps, true, loss);
 
-  std::printf("\nfiring layer training step (forward + backward + SGD + rule B), B %lld, d %lld, P %lld, alpha %lld, "
-              "float32, 2 threads\n", (long long)kBatch, (long long)kD, (long long)kP, (long long)kA);
+  std::printf("\nfiring layer training step (forward + backward %s + SGD + rule B), B %lld, d %lld, P %lld, alpha %lld, "
+              "float32, 2 threads\n", loss ? "of <G, Y>" : "of dL/dY = G", (long long)kBatch, (long long)kD,
+              (long long)kP, (long long)kA);
   std::printf("%-12s %10s %12s %12s %10s %12s\n", "firing rate", "ours ms", "fuse_sgd ms", "PyTorch ms",
               "speed-up", "(fuse_sgd)");
   auto ratio = [](double t, double o) { return t > 0 ? fmt::format("{:.2f}x", t / o) : std::string("-"); };

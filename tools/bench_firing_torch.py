@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The PyTorch twin of tools/bench_firing.cpp: one firing layer (docs/firing.md) with learning rule B, written
-carefully in PyTorch — Z = X Wᵀ, F = 1[Z >= SP], Y = F f Z, the loss <G, Y>, autograd's backward (the exact gate: F
-is a constant), an SGD step and the Oja / homeostasis terms under no_grad — timed per step the same way (best of
-reps after warm-up). Prints one JSON line per firing rate. Run with Debian's python3-torch: /usr/bin/python3."""
+carefully in PyTorch — Z = X Wᵀ, F = 1[Z >= SP], Y = F f Z, autograd's backward of the upstream gradient G
+(Y.backward(G); with --loss, of the loss <G, Y>) with the exact gate (F is a constant), an SGD step and the Oja /
+homeostasis terms under no_grad — timed per step the same way (best of reps after warm-up). Prints one JSON line per
+firing rate. Run with Debian's python3-torch: /usr/bin/python3."""
 import argparse, json, time
 import torch
 
@@ -14,6 +15,7 @@ p.add_argument("--fan-out", type=int, default=4)
 p.add_argument("--rates", type=float, nargs="+", default=[0.5])
 p.add_argument("--reps", type=int, default=10)
 p.add_argument("--threads", type=int, default=2)
+p.add_argument("--loss", action="store_true", help="backward of the loss <G, Y> instead of Y.backward(G)")
 a = p.parse_args()
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
@@ -35,7 +37,10 @@ def step(SP):
     Z = x @ W.t()                                   # (B, P)
     F = (Z >= SP).to(Z.dtype).detach()              # the exact gate
     Y = F.unsqueeze(-1) * f * Z.unsqueeze(-1)       # (B, P, A)
-    (Y * G).sum().backward()
+    if a.loss:
+        (Y * G).sum().backward()
+    else:
+        Y.backward(G)
     with torch.no_grad():
         W.sub_(eta_bp * W.grad)                     # SGD
         f.sub_(eta_bp * f.grad)
