@@ -4,7 +4,8 @@
 // too, each task summing its rows' dSP and df in float64 (merged at the end, in an order that depends on scheduling
 // only through float64 additions of a few task totals); with the exact gate a silent (b, p) gets dZ = 0 and adds
 // nothing, and in rows where few neurons fire it is skipped outright. Then rule B's weight update
-// (firing_weight_update), which skips zero coefficients, and the SSM scan.
+// (firing_weight_update), which skips zero coefficients, its per-neuron sums and coefficients (firing_batch_sums,
+// firing_rule_b_coef), and the SSM scan.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -80,8 +81,8 @@ namespace {
 // accumulator. A silent (b, p) gets dZ = 0 and adds nothing. Per row, branch-free loops over the row's neurons that
 // vectorise (keep_if zeroes what a silent neuron must not contribute): u = F Z, then df's partial sums += dY u, then
 // dZ. The partial sums are kept in T over blocks of kFlushRows rows (a float32 sum of at most 64 terms), then added
-// into the float64 accumulator. A row where fewer than a quarter of the neurons fire visits only those (measured, B
-// 256, P 1024, α 4 on 2 cores: see the commit that introduced this loop).
+// into the float64 accumulator (measured, B 256, P 1024, α 4, rate 0.5, 2 cores: the backward phase 0.64 -> 0.35 ms
+// against a float64 loop per neuron). A row where fewer than a quarter of the neurons fire visits only those.
 template <class T, int kA>
 ASC_CPU_CLONES void backward_rows_exact(const T* z, const T* fw, const T* Fp, const T* dy, int64_t b0, int64_t b1,
                                         int64_t P, int64_t A_, T* dz, double* acc_f) {
