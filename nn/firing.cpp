@@ -48,6 +48,7 @@ FiringLayer::FiringLayer(const char* type, const FiringOptions& o, int64_t w_col
 CrossPathSSM::CrossPathSSM(int64_t P, int64_t R, const SSMOptions& o)
     : Module("CrossPathSSM"), neurons(P), rank(R), options(o) {
   ASC_CHECK(P > 0 && R > 0, "CrossPathSSM: neurons {} and rank {} must be positive", P, R);
+  ASC_CHECK(R <= P, "CrossPathSSM: rank {} exceeds the number of neurons {} (the state is low-rank: P_r <= P)", R, P);
   ASC_CHECK(0 <= o.a_min && o.a_min <= o.a_max && o.a_max <= 1 && o.rms_eps > 0,
             "CrossPathSSM: needs 0 <= a_min <= a_max <= 1 and rms_eps > 0; got a_min {}, a_max {}, rms_eps {}", o.a_min,
             o.a_max, o.rms_eps);

@@ -589,6 +589,10 @@ TEST_CASE("firing layers: bad input and options give clear errors") {
   check_error([&] { lin->rule_b({.beta_r = 0}); }, {"FiringRuleB", "beta_r 0"});
   check_error([&] { lin->rule_b({.w_min = 2, .w_max = 1}); }, {"FiringRuleB", "w_min <= w_max"});
   check_error([&] { lin->rule_a({.w_max = 0}); }, {"FiringRuleA", "w_max 0"});
+  check_error([&] { nn::FiringLinear(nn::FiringOptions(5, 3).fan_out(0)); }, {"FiringLinear", "fan_out 0"});
+  check_error([&] { lin->rule_b({.f_min = 1, .f_max = 0}); }, {"FiringRuleB", "f_min <= f_max (1, 0)"});
+  check_error([&] { lin->rule_b({.sp_min = 1, .sp_max = 1}); }, {"FiringRuleB", "sp_min < sp_max (1, 1)"});
+  check_error([&] { lin->rule_a({.sp_min = 2, .sp_max = -2}); }, {"FiringRuleA", "sp_min < sp_max (2, -2)"});
 }
 
 // ---- learning rules -------------------------------------------------------------------------------------------------
@@ -1123,6 +1127,10 @@ TEST_CASE("CrossPathSSM: every formula against loops; gradcheck through 8 steps;
   }
   check_error([&] { layer->forward(randn64({B, 4})); }, {"FiringLinear", "time axis"});
   check_error([&] { nn::CrossPathSSM(5, 0); }, {"CrossPathSSM", "rank 0"});
+  check_error([&] { nn::CrossPathSSM(5, 6); }, {"CrossPathSSM", "rank 6", "neurons 5"});
+  check_error([&] { nn::FiringLinear(nn::FiringOptions(4, 3).ssm_rank(4)); }, {"CrossPathSSM", "rank 4", "neurons 3"});
+  check_error([&] { nn::CrossPathSSM(5, 2, {.a_min = 0.9, .a_max = 0.5}); }, {"CrossPathSSM", "a_min 0.9", "a_max 0.5"});
+  CHECK(nn::CrossPathSSM(5, 5).rank == 5);  // P_r = P is allowed
 }
 
 TEST_CASE("rule B on CUDA (plain and fuse_sgd, mask active, weight decay) equals the CPU step, float64") {
