@@ -238,9 +238,12 @@ TEST_CASE("firing_weight_update_: W <- keep W + coef^T X against loops, on the s
   CHECK(W.to_vector<double>() == W0.to_vector<double>());  // nothing was written by a refused call
 }
 
-TEST_CASE("firing_output backward, exact gate, many rows: the float32 partial sums of df are flushed every 64 rows") {
+TEST_CASE("firing_output backward, many rows, every gate: the exact gate's float32 partial sums of df are flushed "
+          "every 64 rows; a silent neuron adds nothing even where dY is NaN") {
   // The CPU kernel sums df in the layer's dtype over blocks of 64 rows, then in float64: 150 rows cross two flushes
-  // and end in a partial block; every third row is quiet (the skipping loop), the rest busy.
+  // and end in a partial block; every third row is quiet (the skipping loop), the rest busy. The straight-through and
+  // surrogate paths run the same rows through their own loops.
+  register_test_surrogate();
   const int64_t N = 150, P = 40, A = 4;
   OpCase c = op_case(N, P, A, 90);
   std::vector<double> z = c.Z.to_vector<double>();
@@ -248,13 +251,48 @@ TEST_CASE("firing_output backward, exact gate, many rows: the float32 partial su
     for (int64_t p = 0; p < P; ++p) z[b * P + p] -= 2.5;
   c.Z = tensor(z, {N, P});
   const Vec Z = c.Z.to_vector<double>(), SP = c.SP.to_vector<double>(), f = c.f.to_vector<double>();
-  const Grads r = naive(Z, SP, f, c.dY.to_vector<double>(), N, P, A, GateBackward::None, "", 1.0);
+  const std::vector<std::pair<GateBackward, std::string>> modes = {{GateBackward::None, "sigmoid"},
+                                                                   {GateBackward::StraightThrough, "sigmoid"},
+                                                                   {GateBackward::Surrogate, "sigmoid"},
+                                                                   {GateBackward::Surrogate, "rectangular"},
+                                                                   {GateBackward::Surrogate, "triangular"},
+                                                                   {GateBackward::Surrogate, "atan"},
+                                                                   {GateBackward::Surrogate, "test_parabola"}};
+  for (const auto& [mode, sur] : modes) {
+    CAPTURE(static_cast<int>(mode));
+    CAPTURE(sur);
+    const Grads r = naive(Z, SP, f, c.dY.to_vector<double>(), N, P, A, mode, sur, 0.8);
+    for (DType dt : {kFloat64, kFloat32}) {
+      CAPTURE(dtype_name(dt));
+      const OpRun o = run_op(c, {.mode = mode, .surrogate = sur, .width = 0.8}, dt);
+      const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
+      check_close(o.dZ, r.dZ, tol, tol);
+      check_close(o.dSP, r.dSP, tol, tol);
+      check_close(o.df, r.df, tol, tol);
+    }
+  }
+  // NaN upstream gradients at silent neurons (one in a busy row, one in a quiet row): the exact gate gives them no
+  // path, so dZ there is 0 and df stays finite.
+  std::vector<double> dy = c.dY.to_vector<double>();
+  int64_t planted = 0;
+  for (int64_t b : {1, 3})
+    for (int64_t p = 0; p < P && planted < (b == 1 ? 1 : 2); ++p)
+      if (Z[b * P + p] < SP[p]) {
+        for (int64_t g = 0; g < A; ++g) dy[(b * P + p) * A + g] = std::numeric_limits<double>::quiet_NaN();
+        ++planted;
+      }
+  REQUIRE(planted == 2);
+  c.dY = tensor(dy, {N, P, A});
+  auto finite = [](const Tensor& t) {
+    for (double v : t.to_vector<double>())
+      if (!std::isfinite(v)) return false;
+    return true;
+  };
   for (DType dt : {kFloat64, kFloat32}) {
     CAPTURE(dtype_name(dt));
     const OpRun o = run_op(c, {}, dt);
-    const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
-    check_close(o.dZ, r.dZ, tol, tol);
-    check_close(o.df, r.df, tol, tol);
+    CHECK(finite(o.df));
+    CHECK(finite(o.dZ));
   }
 }
 

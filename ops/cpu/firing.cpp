@@ -7,7 +7,6 @@
 // (firing_weight_update), which skips zero coefficients, its per-neuron sums and coefficients (firing_batch_sums,
 // firing_rule_b_coef), and the SSM scan.
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
@@ -16,8 +15,17 @@
 
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
-#include "ops/cpu/vec_math.h"
 #include "ops/kernels.h"
+
+// No trapping math in the kernels (as in ops/cpu/nn.cpp): GCC then if-converts the float selects of exp_nonpos and of
+// the surrogate derivatives, so their loops vectorise. Functions defined outside this region are not inlined into it,
+// so the loops use builtins (__builtin_fabs, __builtin_bit_cast) and plain expressions.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+#include "ops/cpu/vec_math.h"  // inside the region: exp_nonpos
 
 namespace asc::cpu {
 
@@ -28,7 +36,7 @@ namespace {
 template <class T>
 ASC_ALWAYS_INLINE T keep_if(T v, bool on) {
   using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
-  return std::bit_cast<T>(std::bit_cast<U>(v) & (U(0) - U(on)));
+  return __builtin_bit_cast(T, __builtin_bit_cast(U, v) & (U(0) - U(on)));
 }
 
 // Calls fn(std::integral_constant<int, kA>) with kA = α for the common fan-outs 1, 2, 4, so the kernels' g loops
@@ -77,78 +85,111 @@ void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& 
 
 namespace {
 
-// The exact gate's backward over rows [b0, b1): dZ = F Σ_g dY f, and df += Σ_b F Z dY into the caller's float64
-// accumulator. A silent (b, p) gets dZ = 0 and adds nothing. Per row, branch-free loops over the row's neurons that
-// vectorise (keep_if zeroes what a silent neuron must not contribute): u = F Z, then df's partial sums += dY u, then
-// dZ. The partial sums are kept in T over blocks of kFlushRows rows (a float32 sum of at most 64 terms), then added
-// into the float64 accumulator (measured, B 256, P 1024, α 4, rate 0.5, 2 cores: the backward phase 0.64 -> 0.35 ms
-// against a float64 loop per neuron). A row where fewer than a quarter of the neurons fire visits only those.
-template <class T, int kA>
-ASC_CPU_CLONES void backward_rows_exact(const T* z, const T* fw, const T* Fp, const T* dy, int64_t b0, int64_t b1,
-                                        int64_t P, int64_t A_, T* dz, double* acc_f) {
+// s'(u) at u = Z − SP for one row, in float64: 1 for straight-through (kind < 0), a built-in surrogate's
+// derivative (math::surrogate_derivative's formulas as loops that vectorise: the sigmoid's exp is exp_nonpos), or a
+// user-registered one (a call per neuron).
+constexpr int kStraightThrough = -1, kUserSurrogate = -2;
+template <class T>
+ASC_ALWAYS_INLINE void row_derivative(int kind, const Surrogate& s, double w, const T* zr, const T* sp, int64_t P,
+                                      double* d) {
+  using K = math::SurrogateKind;
+  switch (kind) {
+    case kStraightThrough:
+      for (int64_t p = 0; p < P; ++p) d[p] = 1.0;
+      return;
+    case kUserSurrogate:
+      for (int64_t p = 0; p < P; ++p) d[p] = s.derivative(double(zr[p]) - double(sp[p]), w);
+      return;
+    case int(K::Sigmoid):  // w σ(wu)(1 − σ(wu)) = w e^{−|wu|} / (1 + e^{−|wu|})²
+      for (int64_t p = 0; p < P; ++p) {
+        const double e = exp_nonpos(-__builtin_fabs(w * (double(zr[p]) - double(sp[p]))));
+        d[p] = w * e / ((1.0 + e) * (1.0 + e));
+      }
+      return;
+    case int(K::Rectangular):
+      for (int64_t p = 0; p < P; ++p) d[p] = __builtin_fabs(double(zr[p]) - double(sp[p])) < w / 2 ? 1.0 / w : 0.0;
+      return;
+    case int(K::Triangular):
+      for (int64_t p = 0; p < P; ++p) {
+        const double t = 1.0 - __builtin_fabs(double(zr[p]) - double(sp[p])) / w;
+        d[p] = (t > 0.0 ? t : 0.0) / w;
+      }
+      return;
+    case int(K::Atan):
+      for (int64_t p = 0; p < P; ++p) {
+        const double t = 3.14159265358979323846 / 2 * w * (double(zr[p]) - double(sp[p]));
+        d[p] = w / (2.0 * (1.0 + t * t));
+      }
+      return;
+  }
+}
+
+// The backward over rows [b0, b1): dZ = S (F + Z s'), and the rows' contributions to dSP (−S Z s'; not with the
+// exact gate, where s' = 0) and df (dY F Z) added into the caller's float64 accumulators, with S = Σ_g dY f. kind
+// as in row_derivative; kA as in with_fan_out. A silent (b, p) adds nothing to df, even where dY is not finite.
+// Per row, branch-free loops over the row's neurons that vectorise (keep_if zeroes what a silent neuron must not
+// contribute): s' (float64), df's partial sums, then S, dZ and dSP's partial sums. The partial sums are kept in T
+// over blocks of kFlushRows rows (a float32 sum of at most 64 terms), then added into the float64 accumulators
+// (measured at B 256, P 1024, α 4, rate 0.5 on 2 cores, against a float64 loop per neuron: the exact gate's backward
+// phase 0.64 -> 0.35 ms). With the exact gate a row where fewer than a quarter of the neurons fire visits only those.
+template <class T, int kA, bool kExact>
+ASC_CPU_CLONES void backward_rows(const T* z, const T* sp, const T* fw, const T* Fp, const T* dy, int64_t b0,
+                                  int64_t b1, int64_t P, int64_t A_, int kind, const Surrogate& s, double w, T* dz,
+                                  double* acc_sp, double* acc_f) {
   constexpr int64_t kFlushRows = 64;
   const int64_t A = kA > 0 ? kA : A_;
-  std::vector<T> u(static_cast<size_t>(P)), part(static_cast<size_t>(P * A), T(0));
+  std::vector<T> part_f(static_cast<size_t>(P * A), T(0)), part_sp(static_cast<size_t>(P), T(0));
+  std::vector<T> zd(static_cast<size_t>(P));          // Z s'
+  std::vector<double> d(kExact ? 0 : static_cast<size_t>(P));  // s'
+  T *pf = part_f.data(), *psp = part_sp.data(), *zdp = zd.data();
   auto flush = [&] {
-    for (int64_t i = 0; i < P * A; ++i) acc_f[i] += double(part[i]);
-    std::fill(part.begin(), part.end(), T(0));
+    for (int64_t i = 0; i < P * A; ++i) acc_f[i] += double(pf[i]);
+    std::fill(part_f.begin(), part_f.end(), T(0));
+    if constexpr (!kExact) {
+      for (int64_t p = 0; p < P; ++p) acc_sp[p] += double(psp[p]);
+      std::fill(part_sp.begin(), part_sp.end(), T(0));
+    }
   };
   for (int64_t b = b0; b < b1; ++b) {
     if ((b - b0) % kFlushRows == 0 && b > b0) flush();
     const T *zr = z + b * P, *Fr = Fp + b * P, *dyr = dy + b * P * A;
     T* dzr = dz + b * P;
-    int64_t firing = 0;
-    for (int64_t p = 0; p < P; ++p) firing += Fr[p] != T(0);
-    if (4 * firing < P) {  // a quiet row: only its firing neurons
-      for (int64_t p = 0; p < P; ++p) {
-        if (Fr[p] == T(0)) {
-          dzr[p] = T(0);
-          continue;
+    if constexpr (kExact) {
+      int64_t firing = 0;
+      for (int64_t p = 0; p < P; ++p) firing += Fr[p] != T(0);
+      if (4 * firing < P) {  // a quiet row: only its firing neurons
+        for (int64_t p = 0; p < P; ++p) {
+          if (Fr[p] == T(0)) {
+            dzr[p] = T(0);
+            continue;
+          }
+          T S = 0;
+          for (int64_t g = 0; g < A; ++g) {
+            S += dyr[p * A + g] * fw[p * A + g];
+            pf[p * A + g] += dyr[p * A + g] * zr[p];
+          }
+          dzr[p] = S;
         }
-        T S = 0;
-        for (int64_t g = 0; g < A; ++g) {
-          S += dyr[p * A + g] * fw[p * A + g];
-          part[p * A + g] += dyr[p * A + g] * zr[p];
-        }
-        dzr[p] = S;
+        continue;
       }
-      continue;
+    } else {
+      row_derivative(kind, s, w, zr, sp, P, d.data());
+      for (int64_t p = 0; p < P; ++p) zdp[p] = static_cast<T>(double(zr[p]) * d[p]);
     }
-    T* up = u.data();
-    T* pp = part.data();
-    for (int64_t p = 0; p < P; ++p) up[p] = keep_if(zr[p], Fr[p] != T(0));  // F Z
-    for (int64_t p = 0; p < P; ++p)
-      for (int64_t g = 0; g < A; ++g) pp[p * A + g] += dyr[p * A + g] * up[p];
+    for (int64_t p = 0; p < P; ++p)  // + dY F Z
+      for (int64_t g = 0; g < A; ++g) pf[p * A + g] += keep_if(dyr[p * A + g] * zr[p], Fr[p] != T(0));
     for (int64_t p = 0; p < P; ++p) {
       T S = 0;  // Σ_g dY f
       for (int64_t g = 0; g < A; ++g) S += dyr[p * A + g] * fw[p * A + g];
-      dzr[p] = keep_if(S, Fr[p] != T(0));
+      if constexpr (kExact) {
+        dzr[p] = keep_if(S, Fr[p] != T(0));
+      } else {
+        dzr[p] = S * ((Fr[p] != T(0) ? T(1) : T(0)) + zdp[p]);
+        psp[p] -= S * zdp[p];
+      }
     }
   }
   flush();
-}
-
-// The straight-through and surrogate backward over rows [b0, b1): dZ of those rows, and their contributions to dSP
-// (P) and df (P, A) added into the caller's float64 accumulators. kMode: 1 straight-through, 2 surrogate (deriv(u) =
-// s'(u)). kA as in with_fan_out.
-template <class T, int kMode, int kA, class D>
-void backward_rows(const T* z, const T* sp, const T* fw, const T* Fp, const T* dy, int64_t b0, int64_t b1, int64_t P,
-                   int64_t A_, const D& deriv, T* dz, double* acc_sp, double* acc_f) {
-  const int64_t A = kA > 0 ? kA : A_;
-  for (int64_t b = b0; b < b1; ++b)
-    for (int64_t p = 0; p < P; ++p) {
-      const int64_t bp = b * P + p;
-      const bool fires = Fp[bp] != T(0);
-      const T* dyo = dy + bp * A;
-      const T* fp = fw + p * A;
-      double S = 0;  // Σ_g dY f
-      for (int64_t g = 0; g < A; ++g) S += double(dyo[g]) * double(fp[g]);
-      const double zv = z[bp];
-      for (int64_t g = 0; g < A; ++g) acc_f[p * A + g] += keep_if(double(dyo[g]) * zv, fires);
-      const double d = kMode == 1 ? 1.0 : deriv(zv - double(sp[p]));
-      dz[bp] = static_cast<T>(S * ((fires ? 1.0 : 0.0) + zv * d));
-      acc_sp[p] -= S * zv * d;
-    }
 }
 
 }  // namespace
@@ -160,9 +201,10 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
   dSP = Tensor::empty({P}, Z.options());
   df = Tensor::empty({P, A}, Z.options());
   const bool user = mode == GateBackward::Surrogate && !s.builtin;
-  auto deriv = [&](double u) {  // s'(u) at u = Z - SP
-    return s.builtin ? math::surrogate_derivative(*s.builtin, u, width) : s.derivative(u, width);
-  };
+  const int kind = mode == GateBackward::StraightThrough ? kStraightThrough
+                   : user                                 ? kUserSurrogate
+                   : mode == GateBackward::Surrogate      ? int(*s.builtin)
+                                                          : 0;
   ASC_DISPATCH_FLOAT(Z.dtype(), "firing_output backward", [&] {
     const scalar_t *z = Z.data_ptr<scalar_t>(), *sp = SP.data_ptr<scalar_t>(), *fw = f.data_ptr<scalar_t>();
     const scalar_t *Fp = F.data_ptr<scalar_t>(), *dy = dY.data_ptr<scalar_t>();
@@ -174,17 +216,10 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
       std::vector<double> acc_sp(P, 0.0), acc_f(P * A, 0.0);
       with_fan_out(A, [&](auto kA) {
         double *asp = acc_sp.data(), *af = acc_f.data();
-        switch (mode) {
-          case GateBackward::None:
-            backward_rows_exact<scalar_t, kA()>(z, fw, Fp, dy, b0, b1, P, A, dz, af);
-            break;
-          case GateBackward::StraightThrough:
-            backward_rows<scalar_t, 1, kA()>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, asp, af);
-            break;
-          case GateBackward::Surrogate:
-            backward_rows<scalar_t, 2, kA()>(z, sp, fw, Fp, dy, b0, b1, P, A, deriv, dz, asp, af);
-            break;
-        }
+        if (mode == GateBackward::None)
+          backward_rows<scalar_t, kA(), true>(z, sp, fw, Fp, dy, b0, b1, P, A, kind, s, width, dz, asp, af);
+        else
+          backward_rows<scalar_t, kA(), false>(z, sp, fw, Fp, dy, b0, b1, P, A, kind, s, width, dz, asp, af);
       });
       std::lock_guard lock(merge);
       for (int64_t p = 0; p < P; ++p) tot_sp[p] += acc_sp[p];
@@ -292,7 +327,8 @@ ASC_CPU_CLONES void batch_sums_cols(const T* z, const T* Fp, const T* sp, int64_
         const double zv = zr[j];
         s_fz2[j] += keep_if(zv * zv, fires);
         s_fired[j] += fires ? 1.0 : 0.0;
-        s_margin[j] += keep_if(std::max(0.0, zv - double(spr[j])), fires);
+        const double m = zv - double(spr[j]);
+        s_margin[j] += keep_if(m > 0.0 ? m : 0.0, fires);
       }
     }
     for (int64_t j = 0; j < nc; ++j) {
@@ -415,3 +451,7 @@ void ssm_scan_backward(const Tensor& a, const Tensor& s0, const Tensor& s, const
 }
 
 }  // namespace asc::cpu
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
