@@ -110,6 +110,17 @@ __global__ void column_finish(const acc_t<T>* __restrict__ part, int64_t parts, 
   }
 }
 
+// Passes 2 and 3 for one matrix of values: out (C) = Σ_b value(b, col), through `part` (row-block partials).
+template <class T, class V>
+cudaError_t column_sums(V value, int64_t N, int64_t C, int64_t parts, acc_t<T>* part, T* out, cudaStream_t stream) {
+  auto check = [](cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); };
+  const unsigned cols = static_cast<unsigned>(std::min<int64_t>((C + kThreads - 1) / kThreads, 65535));
+  const cudaError_t e = check(launch_kernel(column_partials<T, V>, dim3(cols, grid_dim(parts, kMaxGridYZ)),
+                                            dim3(kThreads), stream, value, N, C, part));
+  if (e != cudaSuccess) return e;
+  return check(launch_kernel(column_finish<T>, dim3(cols), dim3(kThreads), stream, part, parts, C, out));
+}
+
 // ---- rule B's sums and coefficients ---------------------------------------------------------------------------------
 // The value column_partials sums for rule B: F Z² (kind 0), F (1), F max(0, Z − SP) (2); a silent (b, p) adds 0.
 template <class T>
@@ -394,15 +405,9 @@ cudaError_t backward(const void* Z, const void* SP, const void* f, const void* F
                                             static_cast<const T*>(f), static_cast<const T*>(F), dy, N, P, A, gate,
                                             static_cast<T*>(dZ), c_sp, c_f))) != cudaSuccess)
       return err;
-    auto column_sums = [&](auto value, int64_t C, T* out) {
-      const unsigned cols = static_cast<unsigned>(std::min<int64_t>((C + kThreads - 1) / kThreads, 65535));
-      cudaError_t e = check(launch_kernel(column_partials<T, decltype(value)>, dim3(cols, grid_dim(parts, kMaxGridYZ)),
-                                          dim3(kThreads), stream, value, N, C, part));
-      if (e != cudaSuccess) return e;
-      return check(launch_kernel(column_finish<T>, dim3(cols), dim3(kThreads), stream, part, parts, C, out));
-    };
-    if ((err = column_sums(SpValue<T>{c_sp}, P, static_cast<T*>(dSP))) != cudaSuccess) return err;
-    return column_sums(FValue<T>{dy, c_f, A}, P * A, static_cast<T*>(df));
+    if ((err = column_sums<T>(SpValue<T>{c_sp}, N, P, parts, part, static_cast<T*>(dSP), stream)) != cudaSuccess)
+      return err;
+    return column_sums<T>(FValue<T>{dy, c_f, A}, N, P * A, parts, part, static_cast<T*>(df), stream);
   });
 }
 
@@ -412,18 +417,12 @@ cudaError_t batch_sums(const void* Z, const void* F, const void* SP, int64_t N, 
   return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
     using Acc = acc_t<T>;
-    auto check = [](cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); };
     const int64_t parts = backward_row_blocks(N);
     Acc* part = static_cast<Acc*>(work);
-    const unsigned cols = static_cast<unsigned>(std::min<int64_t>((P + kThreads - 1) / kThreads, 65535));
-    void* outs[3] = {fz2, fired, margin};
+    T* outs[3] = {static_cast<T*>(fz2), static_cast<T*>(fired), static_cast<T*>(margin)};
     for (int kind = 0; kind < 3; ++kind) {
       const RuleSumValue<T> value{static_cast<const T*>(Z), static_cast<const T*>(F), static_cast<const T*>(SP), kind};
-      cudaError_t e = check(launch_kernel(column_partials<T, RuleSumValue<T>>, dim3(cols, grid_dim(parts, kMaxGridYZ)),
-                                          dim3(kThreads), stream, value, N, P, part));
-      if (e == cudaSuccess)
-        e = check(launch_kernel(column_finish<T>, dim3(cols), dim3(kThreads), stream, part, parts, P,
-                                static_cast<T*>(outs[kind])));
+      const cudaError_t e = column_sums<T>(value, N, P, parts, part, outs[kind], stream);
       if (e != cudaSuccess) return e;
     }
     return cudaSuccess;

@@ -113,8 +113,7 @@ Tensor firing_rule_b_coef(const Tensor& Z, const Tensor& F, double a, const Tens
   check_defined(op, F, "F");
   ASC_CHECK(dZ.defined() == c.defined(), "{}: dZ and c go together (both given, or neither); got dZ {}, c {}", op,
             dZ.defined() ? "given" : "undefined", c.defined() ? "given" : "undefined");
-  if (dZ.defined()) check_same_device(op, {&Z, &F, &dZ, &c});
-  else check_same_device(op, {&Z, &F});
+  check_same_device(op, {&Z, &F, &dZ, &c});  // skips the undefined ones
   ASC_CHECK(Z.dim() == 2 && F.shape() == Z.shape() &&
                 (!dZ.defined() || (dZ.shape() == Z.shape() && c.dim() == 1 && c.size(0) == Z.size(1))),
             "{}: expects Z (N, P), F (N, P) and optionally dZ (N, P), c (P); got Z {}, F {}, dZ {}, c {}", op,

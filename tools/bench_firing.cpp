@@ -2,8 +2,7 @@
 //   - one training step of a firing layer — forward, backward of a given upstream gradient G = dL/dY (Y.backward(G);
 //     with --loss, of the loss <G, Y> instead, which adds the product and its backward to both sides), SGD, learning
 //     rule B (Oja on W and f, homeostasis, clips) — for B = 256, d = 784, P = 1024, α = 4, float32, at firing rates
-//     0.5 .. 0.05 (thresholds
-//     set per neuron from the layer's own pre-activations), next to the same step written in PyTorch
+//     0.5 .. 0.05 (thresholds set per neuron from the layer's own pre-activations), next to the same step in PyTorch
 //     (tools/bench_firing_torch.py, Debian's python3-torch, same thread count); ours twice: SGD then rule B, and
 //     rule B with fuse_sgd (W's SGD step folded into the Oja product: two GEMMs a step instead of three);
 //   - the SSM scan (ops/firing.h: ssm_scan, forward + backward, with the RMS normalisation) for T = 128 .. 1024,

@@ -1,9 +1,9 @@
 // CPU kernels of the firing perceptron's output (ops/firing.h, docs/firing.md §1-2).
 //
 // Forward: rows b of Z (N, P) in parallel; a silent neuron's outputs are exact zeros. Backward: rows in parallel
-// too, each task summing its rows' dSP and df in float64 (merged at the end, in an order that depends on scheduling
-// only through float64 additions of a few task totals); with the exact gate a silent (b, p) gets dZ = 0 and adds
-// nothing, and in rows where few neurons fire it is skipped outright. Then rule B's weight update
+// too, each task summing its rows' dSP and df in the layer's dtype over blocks of 64 rows and then in float64 (merged
+// at the end, in an order that depends on scheduling only through float64 additions of a few task totals); with the
+// exact gate a silent (b, p) gets dZ = 0 and adds nothing, and in rows where few neurons fire it is skipped outright. Then rule B's weight update
 // (firing_weight_update), which skips zero coefficients, its per-neuron sums and coefficients (firing_batch_sums,
 // firing_rule_b_coef), and the SSM scan.
 #include <algorithm>
