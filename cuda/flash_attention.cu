@@ -52,11 +52,12 @@ __device__ __forceinline__ A warp_sum(A v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+// The warp's max; NaN if any lane holds one (a NaN score must make its row NaN, as in PyTorch, not vanish).
 template <class A>
 __device__ __forceinline__ A warp_max(A v) {
   for (int o = 16; o > 0; o >>= 1) {
     const A w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = w > v ? w : v;
+    v = (w > v || w != w) ? w : v;
   }
   return v;
 }
@@ -145,7 +146,9 @@ __global__ void flash_forward_kernel(Args<T> p, T* __restrict__ o, View4 so, acc
       A dot = 0;
       for (int64_t c = 0; c < D; ++c) dot += Qs[rr][c] * Ks[lane][c];
       const A x = score(p, b, h, t0 + rr, s0 + lane, dot);
-      const A m_new = fmax(m[r], warp_max(x));
+      const A mx = warp_max(x);
+      // A NaN score poisons the row: m, l and the accumulator become NaN and stay NaN (fmax would drop it).
+      const A m_new = mx != mx ? mx : fmax(m[r], mx);
       if (m_new == neg_inf<A>()) continue;  // nothing kept in the row yet (the same for the whole warp)
       const A corr = dexp(m[r] - m_new), pj = dexp(x - m_new);  // exp(-inf) = 0 for the first tile, masked keys
       l[r] = l[r] * corr + warp_sum(pj);
@@ -166,13 +169,14 @@ __global__ void flash_forward_kernel(Args<T> p, T* __restrict__ o, View4 so, acc
   for (int r = 0; r < R; ++r) {
     const int64_t t = t0 + warp * R + r;
     if (t >= p.Tq) break;
-    const A inv = l[r] > A(0) ? A(1) / l[r] : A(0);  // no kept key: a zero row
+    const bool live = l[r] > A(0) || l[r] != l[r];  // no kept key: a zero row; a NaN row stays NaN
+    const A inv = live ? A(1) / l[r] : A(0);
 #pragma unroll
     for (int u = 0; u < PER; ++u) {
       const int64_t c = lane + 32 * u;
       if (c < D) o[at(so, b, h, t, c)] = from_acc<T>(acc[r][u] * inv);
     }
-    if (lane == 0) lse[bh * p.Tq + t] = l[r] > A(0) ? m[r] + dlog(l[r]) : neg_inf<A>();
+    if (lane == 0) lse[bh * p.Tq + t] = live ? m[r] + dlog(l[r]) : neg_inf<A>();
   }
 }
 
@@ -180,8 +184,8 @@ __global__ void flash_forward_kernel(Args<T> p, T* __restrict__ o, View4 so, acc
 template <class A>
 __device__ __forceinline__ A prob(A x, A lse) {
   if (x == neg_inf<A>() || lse == neg_inf<A>()) return A(0);
-  const A z = x - lse;  // <= 0 up to rounding
-  return dexp(z < A(0) ? z : A(0));
+  const A z = x - lse;  // <= 0 up to rounding; NaN (a NaN row's lse) stays NaN
+  return dexp(z > A(0) ? A(0) : z);
 }
 
 template <class T>

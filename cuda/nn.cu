@@ -50,8 +50,18 @@ __global__ void __launch_bounds__(kMaxThreads)
       m = v > m ? v : m;
     }
     m = row_reduce(m, MaxOp{}, sh);
-    if (m == ninf) {  // nothing kept, or every kept entry is -inf: a dead row, all zeros (log too)
-      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) yr[j] = from_acc<T>(A(0));
+    if (m == ninf) {
+      // The max skips NaN: a row whose kept entries are all NaN (or NaN and -inf) lands here and gives NaN on
+      // its kept entries, as in PyTorch; otherwise nothing is kept, or every kept entry is -inf: a dead row,
+      // all zeros (log too).
+      A nan = 0;
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        if ((!kr || kr[j]) && to_acc(xr[j]) != to_acc(xr[j])) nan = A(1);
+      nan = row_reduce(nan, MaxOp{}, sh);
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const bool kept = !kr || kr[j];
+        yr[j] = from_acc<T>(nan != A(0) && kept ? static_cast<A>(NAN) : nan != A(0) && log ? ninf : A(0));
+      }
       continue;
     }
     A s = 0;

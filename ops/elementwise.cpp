@@ -63,7 +63,8 @@ Tensor silu(const Tensor& x) { return unary_op("silu", Unary::Silu, x); }
 Tensor sigmoid(const Tensor& x) { return unary_op("sigmoid", Unary::Sigmoid, x); }
 Tensor tanh(const Tensor& x) { return unary_op("tanh", Unary::Tanh, x); }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
-  ASC_CHECK(beta > 0, "softplus: beta must be positive, got {}", beta);
+  ASC_CHECK(beta > 0 && std::isfinite(beta), "softplus: beta must be positive and finite, got {}", beta);
+  ASC_CHECK(!std::isnan(threshold), "softplus: threshold must not be NaN");
   UnaryParams p;
   p.a = beta;
   p.b = threshold;
@@ -195,12 +196,12 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 namespace {
-// d max(a, b): 1 to the larger, split 1/2 each on ties (as in PyTorch).
+// d max(a, b): 1 to the larger, split 1/2 each on ties, as in PyTorch: each side gets g unless it lost outright
+// (g/2 on a tie). Where a or b is NaN neither lost, so both get g, as PyTorch's formula gives.
 GradPair extremum_grad(const Tensor& g, const Tensor& a, const Tensor& b, bool is_max, bool ga, bool gb) {
-  Tensor win_a = is_max ? gt(a, b) : lt(a, b), tie = eq(a, b);
-  Tensor share_a = add(win_a.to(g.dtype()), mul(tie.to(g.dtype()), 0.5));
-  Tensor da = ga ? mul(g, share_a) : Tensor();
-  Tensor db = gb ? mul(g, rsub(1.0, share_a)) : Tensor();
+  Tensor tie_half = mul(eq(a, b).to(g.dtype()), 0.5);
+  Tensor da = ga ? mul(g, rsub(1.0, add((is_max ? lt(a, b) : gt(a, b)).to(g.dtype()), tie_half))) : Tensor();
+  Tensor db = gb ? mul(g, rsub(1.0, add((is_max ? gt(a, b) : lt(a, b)).to(g.dtype()), tie_half))) : Tensor();
   return {da, db};
 }
 }  // namespace

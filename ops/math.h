@@ -60,7 +60,8 @@ ASC_HD T unary_fwd(T x, const UnaryParams& p) {
   else if constexpr (U == Unary::Sqrt) return std::sqrt(x);
   else if constexpr (U == Unary::Rsqrt) return T(1) / std::sqrt(x);
   else if constexpr (U == Unary::Abs) return std::abs(x);
-  else if constexpr (U == Unary::Relu) return x > T(0) ? x : T(0);
+  // !(x <= 0) rather than x > 0: NaN passes through, as in PyTorch (relu(NaN) = NaN).
+  else if constexpr (U == Unary::Relu) return !(x <= T(0)) ? x : T(0);
   else if constexpr (U == Unary::Gelu) return T(0.5) * x * (T(1) + std::erf(x * kInvSqrt2));
   else if constexpr (U == Unary::GeluTanh) return T(0.5) * x * (T(1) + std::tanh(kSqrt2OverPi * (x + kC * x * x * x)));
   else if constexpr (U == Unary::Silu) return x * sigmoid(x);
@@ -88,7 +89,8 @@ ASC_HD T unary_grad(T x, T y, const UnaryParams& p) {
   else if constexpr (U == Unary::Sqrt) return T(0.5) / y;
   else if constexpr (U == Unary::Rsqrt) return T(-0.5) * y * y * y;
   else if constexpr (U == Unary::Abs) return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
-  else if constexpr (U == Unary::Relu) return x > T(0) ? T(1) : T(0);
+  // PyTorch passes the gradient where relu(x) is not <= 0, NaN included (threshold_backward).
+  else if constexpr (U == Unary::Relu) return !(x <= T(0)) ? T(1) : T(0);
   else if constexpr (U == Unary::Gelu)
     return T(0.5) * (T(1) + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(T(-0.5) * x * x);
   else if constexpr (U == Unary::GeluTanh) {
@@ -119,8 +121,9 @@ ASC_HD auto binary_fwd(T a, T b) {
   else if constexpr (B == Binary::Mul) return a * b;
   else if constexpr (B == Binary::Div) return a / b;
   else if constexpr (B == Binary::Pow) return static_cast<T>(std::pow(a, b));
-  else if constexpr (B == Binary::Max) return a > b ? a : b;
-  else if constexpr (B == Binary::Min) return a < b ? a : b;
+  // NaN in either operand gives NaN (PyTorch's maximum / minimum); a != a is false for integers.
+  else if constexpr (B == Binary::Max) return (a > b || a != a) ? a : b;
+  else if constexpr (B == Binary::Min) return (a < b || a != a) ? a : b;
   else if constexpr (B == Binary::Eq) return a == b;
   else if constexpr (B == Binary::Ne) return a != b;
   else if constexpr (B == Binary::Lt) return a < b;

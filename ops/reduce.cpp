@@ -158,8 +158,9 @@ Tensor var(const Tensor& x_in, const Dims& dims, int64_t correction, bool keepdi
   check_defined("var", x_in);
   Dims axes = reduction_axes(dims, x_in.dim(), "var");
   const int64_t n = reduced_count(x_in, axes);
-  ASC_CHECK(n - correction > 0,
-            "var: N - correction must be positive, got N = {} and correction = {} (shape {}, dims {})", n,
+  // correction < n, not n - correction > 0: the subtraction overflows for correction near INT64_MIN.
+  ASC_CHECK(correction >= 0 && correction < n,
+            "var: correction must be in [0, N), got N = {} and correction = {} (shape {}, dims {})", n,
             correction, x_in.shape(), dims);
   Tensor x = as_floating(x_in);
   // Two passes (mean, then squared deviations) keep the result accurate when |mean| >> std.
@@ -171,8 +172,9 @@ Tensor std(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) 
   check_defined("std", x);
   Dims axes = reduction_axes(dims, x.dim(), "std");
   const int64_t n = reduced_count(x, axes);
-  ASC_CHECK(n - correction > 0,
-            "std: N - correction must be positive, got N = {} and correction = {} (shape {}, dims {})", n,
+  // correction < n, not n - correction > 0: the subtraction overflows for correction near INT64_MIN.
+  ASC_CHECK(correction >= 0 && correction < n,
+            "std: correction must be in [0, N), got N = {} and correction = {} (shape {}, dims {})", n,
             correction, x.shape(), dims);
   return sqrt(var(x, dims, correction, keepdim));
 }

@@ -24,6 +24,10 @@
 #include "models/transformer_classifier.h"
 #include "testing.h"
 
+#ifdef ASC_HAVE_OPENMP
+#include <omp.h>
+#endif
+
 using namespace asc;
 
 namespace {
@@ -274,4 +278,86 @@ TEST_CASE("the default generator gives threads that draw at once disjoint, compl
       if (--it->second == 0) unused.erase(it);
     }
   CHECK(unused.empty());
+}
+
+// Deterministic mode: every model of models/ trains (two Adam steps) to the same bits at 1, 2 and 3 OpenMP threads.
+// The sizes make every op go parallel (without the mode, the GEMM-based ops differ here; see docs/ops.md).
+TEST_CASE("deterministic mode: every model trains to the same bits at 1, 2 and 3 OpenMP threads") {
+#ifdef ASC_HAVE_OPENMP
+  constexpr int64_t kV = 50, kT = 80;
+  auto toks = [](uint64_t seed) {
+    Generator g(seed);
+    return randint(0, kV, {16, kT}, {.dtype = kInt64}, &g);
+  };
+  struct Big {
+    std::string name;
+    std::function<std::shared_ptr<nn::Module>()> make;
+    std::function<Tensor(nn::Module&)> loss;
+  };
+  auto classifier = [&](const std::string& attention) {
+    return Big{"classifier/" + attention,
+               [attention] {
+                 auto o = models::TransformerClassifierOptions(kV, 96, 3).d_model(64).heads(2).layers(2).ffn(128);
+                 o.attention(attention);
+                 o.ascender(nn::AscenderAttentionOptions(64, 2).k({3}).aux_coh(0.1).aux_sep(0.1).aux_align(0.1));
+                 o.asam(nn::AsamAttentionOptions(64, 2).patterns({"window", "random", "hierarchical", "clustered"})
+                            .window(3).random_keys(2).block(4).clusters(2));
+                 return std::static_pointer_cast<nn::Module>(std::make_shared<models::TransformerClassifier>(o));
+               },
+               [toks](nn::Module& m) {
+                 auto& c = dynamic_cast<models::TransformerClassifier&>(m);
+                 const Tensor y = c.forward(toks(1));
+                 const Tensor aux = c.aux_loss();
+                 return aux.defined() ? weighted_loss(y) + aux : weighted_loss(y);
+               }};
+  };
+  std::vector<Big> kinds{classifier("dense"), classifier("ascender"), classifier("asam")};
+  kinds.push_back({"decoder_lm",
+                   [] {
+                     return std::static_pointer_cast<nn::Module>(std::make_shared<models::DecoderLM>(
+                         models::DecoderLMOptions(kV).d_model(64).heads(2).layers(1).ffn(128)));
+                   },
+                   [toks](nn::Module& m) { return weighted_loss(m.forward(toks(2))); }});
+  kinds.push_back({"firing_classifier",
+                   [] {
+                     return std::static_pointer_cast<nn::Module>(std::make_shared<models::FiringClassifier>(
+                         models::FiringClassifierOptions(64, 10).hidden(256).fan_out(4)));
+                   },
+                   [](nn::Module& m) {
+                     Generator g(3);
+                     return weighted_loss(m.forward(randn({512, 64}, {}, &g)));
+                   }});
+  kinds.push_back({"firing_token_model",
+                   [] {
+                     return std::static_pointer_cast<nn::Module>(std::make_shared<models::FiringTokenModel>(
+                         models::FiringTokenModelOptions(kV, 64).ssm_rank(8)));
+                   },
+                   [toks](nn::Module& m) { return weighted_loss(m.forward(toks(4))); }});
+  const int saved = omp_get_max_threads();
+  use_deterministic_algorithms(true);
+  for (const Big& kind : kinds) {
+    INFO(kind.name);
+    std::map<std::string, Tensor> ref;
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      manual_seed(9);
+      auto m = kind.make();
+      m->eval();
+      optim::Adam opt(m->parameters(), {.lr = 1e-2});
+      for (int i = 0; i < 2; ++i) {
+        opt.zero_grad();
+        kind.loss(*m).backward();
+        opt.step();
+      }
+      for (const auto& [name, t] : m->state_dict()) {
+        if (threads == 1) ref[name] = t.clone();
+        else CHECK_NOTHROW(require_same(ref.at(name), t, fmt::format("{} at {} threads", name, threads)));
+      }
+    }
+  }
+  use_deterministic_algorithms(false);
+  omp_set_num_threads(saved);
+#else
+  MESSAGE("no OpenMP: one thread only");
+#endif
 }

@@ -119,9 +119,18 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Te
         T* x = tile.data() + r * n;
         const T m = p.prepare_row(b, h, t0 + r, x, n);
         T* l = lse + (bh * Tq + t0 + r);
-        if (m == -std::numeric_limits<T>::infinity()) {  // no key kept (or all -inf): a zero row
-          std::fill(x, x + n, T(0));
-          *l = m;
+        if (m == -std::numeric_limits<T>::infinity()) {
+          // The max skips NaN: a row of NaN scores (a NaN query, say) lands here too and must give NaN, as in
+          // PyTorch. prepare_row set every key not kept to -inf, so a NaN left in x is a kept score.
+          bool nan = false;
+          for (int64_t s = 0; s < n; ++s) nan |= x[s] != x[s];
+          if (nan) {
+            for (int64_t s = 0; s < n; ++s) x[s] = x[s] != x[s] ? x[s] : T(0);  // P·V then gives NaN
+            *l = std::numeric_limits<T>::quiet_NaN();
+          } else {  // no key kept (or all -inf): a zero row
+            std::fill(x, x + n, T(0));
+            *l = m;
+          }
           continue;
         }
         T sum = 0;
@@ -178,8 +187,8 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const T
             std::fill(x, x + n, T(0));
           } else {
             for (int64_t s = 0; s < n; ++s) {
-              const T z = x[s] - l;  // <= 0 up to rounding: lse >= every kept score
-              x[s] = exp_nonpos(z < T(0) ? z : T(0));
+              const T z = x[s] - l;  // <= 0 up to rounding: lse >= every kept score; NaN stays NaN
+              x[s] = exp_nonpos(z > T(0) ? T(0) : z);
             }
           }
           // delta_t = rowsum(dO ∘ O)

@@ -1,7 +1,9 @@
 // CPU elementwise kernels: one strided loop per arity, instantiated per op functor and dtype, so the inner loop
 // is a straight-line expression the compiler vectorises when all operands are contiguous.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/generator.h"
 #include "ops/kernels.h"
@@ -214,55 +216,86 @@ void isnan(const Tensor& x, Tensor& out) {
   });
 }
 
+// Sum of n elements `st` apart. Eight independent partial sums when contiguous: one accumulator is a chain of
+// dependent adds (4 cycles each), and the compiler may not reorder floating-point additions itself.
+template <class acc_t, class scalar_t>
+acc_t run_sum(const scalar_t* a, int64_t n, int64_t st) {
+  if (st != 1) {
+    acc_t s = 0;
+    for (int64_t i = 0; i < n; ++i) s += a[i * st];
+    return s;
+  }
+  acc_t part[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) part[j] += a[i + j];
+  for (; i < n; ++i) part[0] += a[i];
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+// Elements per block of a full reduction. The blocks depend on the shape only, never on the thread count, and their
+// sums are added in block order: the result has the same bits at any number of threads.
+constexpr int64_t kSumBlock = 16384;
+
 template <class scalar_t>
 void sum_impl(const Tensor& x, Tensor& out) {
   // Accumulate in double (float64 sums of float32 data keep long reductions accurate), walking x in memory
   // order with the output broadcast (stride 0) over the reduced dims.
   using acc_t = std::conditional_t<std::is_same_v<scalar_t, int64_t>, int64_t, double>;
   const int64_t m = out.numel();
+  const scalar_t* xp = x.data_ptr<scalar_t>();
+  scalar_t* op = out.data_ptr<scalar_t>();
+  if (m == 1) {
+    const int64_t total = x.numel();
+    if (total == 0) {
+      op[0] = scalar_t(0);
+      return;
+    }
+    const StridedLayout<1> L = coalesce<1>(x.shape(), {x.strides()});
+    const int nd = L.shape.size();
+    const int64_t n = L.shape[nd - 1], rows = total / n, step = L.strides[0][nd - 1];
+    std::vector<acc_t> part;
+    if (rows == 1) {  // one run (contiguous data): blocks of kSumBlock elements along it
+      part.resize(static_cast<size_t>((n + kSumBlock - 1) / kSumBlock));
+      parallel_for(static_cast<int64_t>(part.size()), kSumBlock, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b)
+          part[b] = run_sum<acc_t>(xp + b * kSumBlock * step, std::min(kSumBlock, n - b * kSumBlock), step);
+      });
+    } else {  // many runs: blocks of whole runs
+      const int64_t per = std::max<int64_t>(1, kSumBlock / n);
+      part.resize(static_cast<size_t>((rows + per - 1) / per));
+      parallel_for(static_cast<int64_t>(part.size()), per * n, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          acc_t s = 0;
+          auto body = [&](const std::array<int64_t, 1>& off, int64_t len, const std::array<int64_t, 1>& st) {
+            s += run_sum<acc_t>(xp + off[0], len, st[0]);
+          };
+          for_rows<1>(L, b * per, std::min(rows, (b + 1) * per), body);
+          part[b] = s;
+        }
+      });
+    }
+    acc_t s = 0;
+    for (const acc_t v : part) s += v;
+    op[0] = static_cast<scalar_t>(s);
+    return;
+  }
   std::vector<acc_t> acc(static_cast<size_t>(m), acc_t(0));
   Strides so = broadcast_strides(out.shape(), contiguous_strides(out.shape()), x.shape());
-  const scalar_t* xp = x.data_ptr<scalar_t>();
   acc_t* ap = acc.data();
-  if (m == 1) {
-    // Full reduction: each run sums into a local, then adds atomically (runs may be on different threads).
-    for_each_strided<2>(x.shape(), {so, x.strides()}, [&](auto off, int64_t n, auto st) {
-      acc_t s = 0;
-      const scalar_t* a = xp + off[1];
-      if (st[1] == 1) {
-        // Eight independent partial sums: one accumulator is a chain of dependent adds (4 cycles each), and the
-        // compiler may not reorder floating-point additions itself.
-        acc_t part[8] = {};
-        int64_t i = 0;
-        for (; i + 8 <= n; i += 8)
-          for (int j = 0; j < 8; ++j) part[j] += a[i + j];
-        for (; i < n; ++i) part[0] += a[i];
-        s = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-      } else
-        for (int64_t i = 0; i < n; ++i) s += a[i * st[1]];
-#ifdef ASC_HAVE_OPENMP
-#pragma omp atomic
-#endif
-      ap[0] += s;
-    });
-  } else {
-    // Reductions into a broadcast output run serially: rows may hit the same output element.
-    for_each_strided<2>(
-        x.shape(), {so, x.strides()},
-        [&](auto off, int64_t n, auto st) {
-          acc_t* o = ap + off[0];
-          const scalar_t* a = xp + off[1];
-          if (st[0] == 0) {
-            acc_t s = 0;
-            for (int64_t i = 0; i < n; ++i) s += a[i * st[1]];
-            *o += s;
-          } else {
-            for (int64_t i = 0; i < n; ++i) o[i * st[0]] += a[i * st[1]];
-          }
-        },
-        /*parallel=*/false);
-  }
-  scalar_t* op = out.data_ptr<scalar_t>();
+  // Reductions into a broadcast output run serially: rows may hit the same output element.
+  for_each_strided<2>(
+      x.shape(), {so, x.strides()},
+      [&](auto off, int64_t n, auto st) {
+        acc_t* o = ap + off[0];
+        const scalar_t* a = xp + off[1];
+        if (st[0] == 0) {
+          *o += run_sum<acc_t>(a, n, st[1]);
+        } else {
+          for (int64_t i = 0; i < n; ++i) o[i * st[0]] += a[i * st[1]];
+        }
+      },
+      /*parallel=*/false);
   for (int64_t i = 0; i < m; ++i) op[i] = static_cast<scalar_t>(acc[static_cast<size_t>(i)]);
 }
 

@@ -7,8 +7,11 @@
 //
 // When every step is 1 the callback can use a plain contiguous loop the compiler vectorises; that is the
 // common case (contiguous tensors collapse to one run of numel elements).
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <exception>
 
 #include "core/shape.h"
 #include "ops/layout.h"  // StridedLayout, coalesce
@@ -18,6 +21,30 @@
 #endif
 
 namespace asc::cpu {
+
+// An exception must not leave an OpenMP region: the runtime calls std::terminate. Every parallel region runs its
+// work through one FirstError: the first exception thrown on any thread is kept, threads that start after it skip
+// their work, and rethrow() raises it on the calling thread once the region has joined (its implicit barrier
+// orders the write of `first_` before the read). The cost on the normal path is one relaxed load per thread.
+class FirstError {
+ public:
+  template <class F>
+  void run(F&& f) noexcept {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    try {
+      f();
+    } catch (...) {
+      if (!failed_.exchange(true)) first_ = std::current_exception();
+    }
+  }
+  void rethrow() const {
+    if (first_) std::rethrow_exception(first_);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::exception_ptr first_;
+};
 
 // Below this many elements a parallel region costs more than it saves.
 inline constexpr int64_t kParallelGrain = 32768;
@@ -69,23 +96,29 @@ void for_each_strided(const Shape& shape, const std::array<Strides, N>& strides,
       const int64_t len = (n + chunks - 1) / chunks;
       std::array<int64_t, N> steps;
       for (int k = 0; k < N; ++k) steps[k] = L.strides[k][0];
+      FirstError err;
 #pragma omp parallel for schedule(static)
       for (int64_t c = 0; c < chunks; ++c) {
         int64_t b = c * len, e = std::min(n, b + len);
         if (b >= e) continue;
-        std::array<int64_t, N> off;
-        for (int k = 0; k < N; ++k) off[k] = b * steps[k];
-        inner(off, e - b, steps);
+        err.run([&] {
+          std::array<int64_t, N> off;
+          for (int k = 0; k < N; ++k) off[k] = b * steps[k];
+          inner(off, e - b, steps);
+        });
       }
+      err.rethrow();
       return;
     }
+    FirstError err;
 #pragma omp parallel
     {
       int nt = omp_get_num_threads(), t = omp_get_thread_num();
       int64_t per = (rows + nt - 1) / nt;
       int64_t b = t * per, e = std::min(rows, b + per);
-      if (b < e) for_rows<N>(L, b, e, inner);
+      if (b < e) err.run([&] { for_rows<N>(L, b, e, inner); });
     }
+    err.rethrow();
     return;
   }
 #endif
@@ -97,13 +130,15 @@ template <class F>
 void parallel_for(int64_t n, int64_t cost_per_item, F&& fn) {
 #ifdef ASC_HAVE_OPENMP
   if (n > 1 && n * cost_per_item >= kParallelGrain && omp_get_max_threads() > 1) {
+    FirstError err;
 #pragma omp parallel
     {
       int nt = omp_get_num_threads(), t = omp_get_thread_num();
       int64_t per = (n + nt - 1) / nt;
       int64_t b = t * per, e = std::min(n, b + per);
-      if (b < e) fn(b, e);
+      if (b < e) err.run([&] { fn(b, e); });
     }
+    err.rethrow();
     return;
   }
 #endif

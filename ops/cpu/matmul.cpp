@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/determinism.h"
 #include "ops/kernels.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
@@ -101,10 +102,25 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
       });
       return;
     }
-    for (int64_t i = 0; i < Bt; ++i)  // few large products: split each over its rows
-      parallel_for(M, N * std::max<int64_t>(K, 1), [&](int64_t m0, int64_t m1) {
-        gemm<scalar_t>(m1 - m0, N, K, A + i * sab + m0 * a.stride(d), a.stride(d), a.stride(d + 1), B + i * sbb,
-                       b.stride(d), b.stride(d + 1), C + i * M * N + m0 * N, N);
+    // Few large products: split each over its rows. OpenBLAS's result for a row depends on how the rows are split
+    // (its edge kernels sum in another order), so one GEMM per thread's share makes the bits depend on the thread
+    // count. In deterministic mode the rows go in blocks fixed by M alone (at least 128 rows, at most 8 blocks):
+    // B is packed once per block and the threads' shares are less even, which costs up to a few tens of percent
+    // on mid-sized products; otherwise one block per thread.
+    const bool fixed = deterministic_algorithms_enabled();
+    const int64_t per = fixed ? std::max<int64_t>(128, (M + 7) / 8) : 1;
+    const int64_t nblocks = (M + per - 1) / per;
+    for (int64_t i = 0; i < Bt; ++i)
+      parallel_for(nblocks, per * N * std::max<int64_t>(K, 1), [&](int64_t b0, int64_t b1) {
+        const int64_t m0 = b0 * per, m1 = std::min(M, b1 * per);
+        if (!fixed) {  // the thread's whole share in one call
+          gemm<scalar_t>(m1 - m0, N, K, A + i * sab + m0 * a.stride(d), a.stride(d), a.stride(d + 1), B + i * sbb,
+                         b.stride(d), b.stride(d + 1), C + i * M * N + m0 * N, N);
+          return;
+        }
+        for (int64_t r0 = m0; r0 < m1; r0 += per)
+          gemm<scalar_t>(std::min(per, m1 - r0), N, K, A + i * sab + r0 * a.stride(d), a.stride(d), a.stride(d + 1),
+                         B + i * sbb, b.stride(d), b.stride(d + 1), C + i * M * N + r0 * N, N);
       });
   });
 }

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <vector>
 
 #include "core/dtype.h"
@@ -58,6 +57,22 @@ inline T row_max_masked(const T* x, const uint8_t* keep, int64_t n) {
   return m;
 }
 
+// True when a kept entry of the row is NaN. Only dead rows (max -inf) need the scan: the vectorised max ignores NaN.
+template <class T>
+bool row_has_nan(const T* x, const uint8_t* keep, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    if ((!keep || keep[j]) && x[j] != x[j]) return true;
+  return false;
+}
+
+// A row whose kept entries hold a NaN (or a +inf, whose exp overflows to inf/inf) gives NaN on every kept entry, as
+// in PyTorch; masked entries keep their masked value (0, or -inf for log_softmax).
+template <class T>
+void fill_nan_row(T* y, const uint8_t* keep, int64_t n, bool log) {
+  const T masked = log ? kNegInf<T> : T(0);
+  for (int64_t j = 0; j < n; ++j) y[j] = (!keep || keep[j]) ? std::numeric_limits<T>::quiet_NaN() : masked;
+}
+
 template <class T>
 void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor& y) {
   int64_t rows, n;
@@ -71,8 +86,9 @@ void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor&
       const uint8_t* kr = mp ? mp + r * n : nullptr;
       T* yr = yp + r * n;
       const T m = kr ? row_max_masked(xr, kr, n) : row_max(xr, n);
-      if (m == kNegInf<T>) {  // nothing kept (or every kept entry is -inf): a dead row
-        std::memset(yr, 0, sizeof(T) * n);
+      if (m == kNegInf<T>) {  // nothing kept (or every kept entry is -inf or NaN)
+        if (row_has_nan(xr, kr, n)) fill_nan_row(yr, kr, n, log);
+        else std::memset(yr, 0, sizeof(T) * n);  // a dead row: nothing kept, or every kept entry is -inf
         continue;
       }
       T s = 0;
@@ -93,6 +109,10 @@ void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor&
             s += v;
           }
         }
+        if (s != s) {  // a NaN entry (or x - m = inf - inf): the whole row is NaN
+          fill_nan_row(yr, kr, n, log);
+          continue;
+        }
         const T inv = T(1) / s;
         for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
       } else {
@@ -105,6 +125,10 @@ void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor&
         } else {
           ASC_SIMD_REDUCE(+, s)
           for (int64_t j = 0; j < n; ++j) s += exp_nonpos(xr[j] - m);
+        }
+        if (s != s) {
+          fill_nan_row(yr, kr, n, log);
+          continue;
         }
         const T ls = std::log(s);  // y = (x - m) - log(s): more accurate than x - lse for large |x|
         if (kr) {
@@ -235,63 +259,73 @@ void layer_norm_backward_impl(const Tensor& g, const Tensor& x, const Tensor& we
   const T* rstdp = rstd.data_ptr<T>();
   T* gxp = gx.defined() ? gx.data_ptr<T>() : nullptr;
   const bool want_w = gw.defined(), want_b = gb.defined();
-  std::vector<double> acc_w(want_w ? n : 0, 0.0), acc_b(want_b ? n : 0, 0.0);
-  std::mutex acc_mutex;
+  // dW and dB sum over rows. Rows go in blocks fixed by the row count alone (at most kMaxBlocks of them), each
+  // block's partial sums kept apart and added in block order at the end: the bits do not depend on the thread count.
+  constexpr int64_t kMaxBlocks = 64;
+  const int64_t per = std::max<int64_t>(4, (rows + kMaxBlocks - 1) / kMaxBlocks);
+  const int64_t nblocks = rows == 0 ? 0 : (rows + per - 1) / per;
+  const size_t width = static_cast<size_t>(n);
+  std::vector<T> part_w(want_w ? nblocks * width : 0), part_b(want_b ? nblocks * width : 0);
   const T inv_n = T(1) / static_cast<T>(n);
-  parallel_for(rows, n * 8, [&](int64_t b, int64_t e) {
-    std::vector<T> lw(want_w ? n : 0, T(0)), lb(want_b ? n : 0, T(0));
-    for (int64_t r = b; r < e; ++r) {
-      const T* gr = gp + r * n;
-      const T* xr = xp + r * n;
-      const T mu = meanp ? meanp[r] : T(0);
-      const T rs = rstdp[r];
-      if (want_w) {
-        T* w = lw.data();
-        for (int64_t j = 0; j < n; ++j) w[j] += gr[j] * (xr[j] - mu) * rs;
-      }
-      if (want_b) {
-        T* bb = lb.data();
-        for (int64_t j = 0; j < n; ++j) bb[j] += gr[j];
-      }
-      if (!gxp) continue;
-      // gh = g * w; gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)) (rms: without the mean(gh) term).
-      T sum_gh = 0, sum_ghx = 0;
-      if (wp) {
-        ASC_SIMD_REDUCE2(+, sum_gh, sum_ghx)
-        for (int64_t j = 0; j < n; ++j) {
-          T gh = gr[j] * wp[j];
-          sum_gh += gh;
-          sum_ghx += gh * (xr[j] - mu) * rs;
+  parallel_for(nblocks, per * n * 8, [&](int64_t blk0, int64_t blk1) {
+    for (int64_t blk = blk0; blk < blk1; ++blk) {
+      const int64_t b = blk * per, e = std::min(rows, b + per);
+      T* lw = want_w ? part_w.data() + blk * width : nullptr;
+      T* lb = want_b ? part_b.data() + blk * width : nullptr;
+      for (int64_t j = 0; j < (want_w ? n : 0); ++j) lw[j] = T(0);
+      for (int64_t j = 0; j < (want_b ? n : 0); ++j) lb[j] = T(0);
+      for (int64_t r = b; r < e; ++r) {
+        const T* gr = gp + r * n;
+        const T* xr = xp + r * n;
+        const T mu = meanp ? meanp[r] : T(0);
+        const T rs = rstdp[r];
+        if (want_w) {
+          T* w = lw;
+          for (int64_t j = 0; j < n; ++j) w[j] += gr[j] * (xr[j] - mu) * rs;
         }
-      } else {
-        ASC_SIMD_REDUCE2(+, sum_gh, sum_ghx)
-        for (int64_t j = 0; j < n; ++j) {
-          sum_gh += gr[j];
-          sum_ghx += gr[j] * (xr[j] - mu) * rs;
+        if (want_b) {
+          T* bb = lb;
+          for (int64_t j = 0; j < n; ++j) bb[j] += gr[j];
+        }
+        if (!gxp) continue;
+        // gh = g * w; gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)) (rms: without the mean(gh) term).
+        T sum_gh = 0, sum_ghx = 0;
+        if (wp) {
+          ASC_SIMD_REDUCE2(+, sum_gh, sum_ghx)
+          for (int64_t j = 0; j < n; ++j) {
+            T gh = gr[j] * wp[j];
+            sum_gh += gh;
+            sum_ghx += gh * (xr[j] - mu) * rs;
+          }
+        } else {
+          ASC_SIMD_REDUCE2(+, sum_gh, sum_ghx)
+          for (int64_t j = 0; j < n; ++j) {
+            sum_gh += gr[j];
+            sum_ghx += gr[j] * (xr[j] - mu) * rs;
+          }
+        }
+        const T a = rms ? T(0) : sum_gh * inv_n, c = sum_ghx * inv_n;
+        T* o = gxp + r * n;
+        if (wp) {
+          for (int64_t j = 0; j < n; ++j) o[j] = rs * (gr[j] * wp[j] - a - (xr[j] - mu) * rs * c);
+        } else {
+          for (int64_t j = 0; j < n; ++j) o[j] = rs * (gr[j] - a - (xr[j] - mu) * rs * c);
         }
       }
-      const T a = rms ? T(0) : sum_gh * inv_n, c = sum_ghx * inv_n;
-      T* o = gxp + r * n;
-      if (wp) {
-        for (int64_t j = 0; j < n; ++j) o[j] = rs * (gr[j] * wp[j] - a - (xr[j] - mu) * rs * c);
-      } else {
-        for (int64_t j = 0; j < n; ++j) o[j] = rs * (gr[j] - a - (xr[j] - mu) * rs * c);
-      }
-    }
-    if (want_w || want_b) {
-      std::lock_guard<std::mutex> lock(acc_mutex);
-      for (int64_t j = 0; j < (want_w ? n : 0); ++j) acc_w[j] += lw[j];
-      for (int64_t j = 0; j < (want_b ? n : 0); ++j) acc_b[j] += lb[j];
     }
   });
-  if (want_w) {
-    T* o = gw.data_ptr<T>();
-    for (int64_t j = 0; j < n; ++j) o[j] = static_cast<T>(acc_w[j]);
-  }
-  if (want_b) {
-    T* o = gb.data_ptr<T>();
-    for (int64_t j = 0; j < n; ++j) o[j] = static_cast<T>(acc_b[j]);
-  }
+  // The block partials, added in block order in double.
+  auto combine = [&](const std::vector<T>& part, Tensor& out) {
+    std::vector<double> acc(width, 0.0);
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      const T* pb = part.data() + blk * width;
+      for (int64_t j = 0; j < n; ++j) acc[j] += pb[j];
+    }
+    T* o = out.data_ptr<T>();
+    for (int64_t j = 0; j < n; ++j) o[j] = static_cast<T>(acc[j]);
+  };
+  if (want_w) combine(part_w, gw);
+  if (want_b) combine(part_b, gb);
 }
 
 template <class T>
