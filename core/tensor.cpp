@@ -8,6 +8,7 @@
 #include "autograd/node.h"
 #include "core/format.h"
 #include "core/generator.h"
+#include "core/overlap.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/reduce.h"
@@ -383,11 +384,16 @@ void check_inplace(const Tensor& t, const char* op) {
 }
 }  // namespace
 
+// Aliasing: an in-place op whose input shares memory with its destination (x.add_(x.t()), a.copy_(a shifted view))
+// gives the result of the non-aliased call — add_ and mul_ compute out of place, copy_ reads an overlapping source
+// from a private copy. A destination that reaches one memory location through several of its elements (expand) has
+// no such result and is refused, as in PyTorch; fill_ is allowed there (every element gets the same value).
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
   check_same_device("copy_", {this, &src});
   ASC_CHECK(broadcast_shapes(src.shape(), shape(), "copy_") == shape(),
             "copy_: source of shape {} cannot be broadcast to destination shape {}", src.shape(), shape());
+  check_no_internal_overlap(*this, "copy_");
   // If src overlaps this tensor's memory, read from a private copy.
   Tensor s = shares_storage(src) ? src.detach().clone() : src;
   ASC_KERNEL(device(), "copy_", copy, s, *this);
@@ -404,6 +410,7 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_inplace(*this, "add_");
+  check_no_internal_overlap(*this, "add_");
   Tensor r = alpha == 1.0 ? asc::add(*this, other) : asc::add(*this, asc::mul(other, alpha));
   ASC_CHECK(r.shape() == shape(), "add_: result shape {} differs from the destination shape {}", r.shape(), shape());
   return copy_(r);
@@ -411,6 +418,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 
 Tensor& Tensor::mul_(double value) {
   check_inplace(*this, "mul_");
+  check_no_internal_overlap(*this, "mul_");
   return copy_(asc::mul(*this, value));
 }
 

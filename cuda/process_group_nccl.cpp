@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -48,23 +49,34 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   }
 }
 
+// Keeps a tensor's memory for the rest of the process: for a collective that may still write into it after its
+// Work is gone. Held in a reachable list, so that leak checkers do not report it.
+void keep_forever(Tensor t) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<Tensor>();  // never destroyed: the collectives may outlive static destruction
+  std::lock_guard lock(mu);
+  kept->push_back(std::move(t));
+}
+
 class NcclGroup;
 
+// The work keeps its group alive (a shared_ptr), so that it can be waited for after the caller dropped the group.
+// Dropped before it completes, it waits in its destructor: NCCL goes on writing into the tensor until then.
 class NcclWork final : public Work {
  public:
-  NcclWork(NcclGroup* g, cudaEvent_t e, Tensor t) : group_(g), event_(e), t_(std::move(t)) {}
-  ~NcclWork() override { cudaEventDestroy(event_); }
+  NcclWork(std::shared_ptr<NcclGroup> g, cudaEvent_t e, Tensor t) : group_(std::move(g)), event_(e), t_(std::move(t)) {}
+  ~NcclWork() override;
   bool test() override;
   void wait() override;
 
  private:
-  NcclGroup* group_;
+  std::shared_ptr<NcclGroup> group_;
   cudaEvent_t event_;
   Tensor t_;  // kept alive until the collective is done
   bool done_ = false;
 };
 
-class NcclGroup final : public ProcessGroup {
+class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this<NcclGroup> {
  public:
   NcclGroup(int rank, int size, const ProcessGroupOptions& o, const ncclUniqueId& id, int device)
       : ProcessGroup("nccl", rank, size, o), device_(device) {
@@ -86,7 +98,7 @@ class NcclGroup final : public ProcessGroup {
     check(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), type, nccl_op(op), comm_, s),
           "all_reduce");
     settle("all_reduce");
-    return std::make_shared<NcclWork>(this, record(s), t);
+    return std::make_shared<NcclWork>(shared_from_this(), record(s), t);
   }
   void broadcast(const Tensor& t, int root) override {
     check_tensor("broadcast", t);
@@ -97,7 +109,7 @@ class NcclGroup final : public ProcessGroup {
     check(ncclBroadcast(t.raw_data(), t.raw_data(), t.numel() * dtype_size(t.dtype()), ncclUint8, root, comm_, s),
           "broadcast");
     settle("broadcast");
-    NcclWork(this, record(s), t).wait();
+    NcclWork(shared_from_this(), record(s), t).wait();
     t.impl()->storage->bump_version();
   }
   Tensor all_gather(const Tensor& t) override {
@@ -128,6 +140,7 @@ class NcclGroup final : public ProcessGroup {
       if (waited > 0.05) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
+  bool broken() const { return !broken_.empty(); }
   bool event_done(cudaEvent_t e, const char* what) {
     const cudaError_t st = cudaEventQuery(e);
     if (st == cudaErrorNotReady) {
@@ -174,7 +187,7 @@ class NcclGroup final : public ProcessGroup {
     check(ncclAllGather(t.raw_data(), out.raw_data(), t.numel() * dtype_size(t.dtype()), ncclUint8, comm_, s),
           "all_gather");
     settle("all_gather");
-    NcclWork(this, record(s), out).wait();
+    NcclWork(shared_from_this(), record(s), out).wait();
     return out;
   }
   void check_signature(detail::Collective op, const Tensor& t, int64_t root) {
@@ -187,6 +200,21 @@ class NcclGroup final : public ProcessGroup {
   ncclComm_t comm_ = nullptr;
   std::string broken_;
 };
+
+NcclWork::~NcclWork() {
+  if (!done_) {
+    bool completed = false;
+    if (!group_->broken()) {  // a wait() that timed out broke the group: no second timeout here
+      try {
+        wait();
+        completed = true;
+      } catch (...) {  // a destructor must not throw
+      }
+    }
+    if (!completed) keep_forever(t_);  // the collective may still write into it
+  }
+  cudaEventDestroy(event_);
+}
 
 bool NcclWork::test() {
   if (!done_) done_ = group_->event_done(event_, "all_reduce");

@@ -5,6 +5,12 @@
 //   auto lm = std::make_shared<asc::models::DecoderLM>(asc::models::DecoderLMOptions(/*vocab=*/64).d_model(64));
 //   asc::Tensor loss = lm->loss(tokens);                      // mean next-token cross-entropy
 //   asc::Tensor more = lm->generate(prompt, /*steps=*/16);    // greedy continuation (B, T + 16)
+//
+// Accepted options (anything else is an asc::Error naming the value, at construction): vocab, d_model, heads,
+// layers, ffn >= 1 (the attention adds its own conditions: the default dense one needs d_model divisible by heads
+// and an even head dim for RoPE); dropout in [0, 1) (NaN refused); the parameters must fit in this machine's memory.
+// The attention factory gets the blocks' options; nn::ascender_attention / nn::asam_attention refuse options whose
+// d_model or heads differ from the model's (0 takes the model's).
 #include "nn/nn.h"
 
 namespace asc::models {

@@ -1,12 +1,26 @@
 #include "core/format.h"
 #include "ops/ops.h"
 #include "models/transformer_classifier.h"
+#include "models/checks.h"
 
 namespace asc::models {
 
 TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions& o,
                                              const nn::AttentionFactory& attention)
     : Module("TransformerClassifier"), options(o) {
+  using namespace detail;
+  check_model_options("TransformerClassifier",
+                      {{"vocab", o.vocab()}, {"max_len", o.max_len()}, {"classes", o.classes()}, {"d_model", o.d_model()},
+                       {"heads", o.heads()}, {"layers", o.layers()}, {"ffn", o.ffn()}},
+                      o.dropout());
+  // The attention's own options must not disagree with the model's width and head count (0 takes the model's).
+  if (!attention && o.attention() == "ascender")
+    check_attention_shape("TransformerClassifier", "ascender", o.ascender().d_model(), o.ascender().heads(), o.d_model(),
+                          o.heads());
+  if (!attention && o.attention() == "asam")
+    check_attention_shape("TransformerClassifier", "asam", o.asam().d_model(), o.asam().heads(), o.d_model(), o.heads());
+  check_parameter_memory("TransformerClassifier", static_cast<double>(o.vocab()) + static_cast<double>(o.max_len()),
+                         o.d_model(), o.ffn(), o.layers());
   tok_emb = register_module("tok_emb", std::make_shared<nn::Embedding>(o.vocab(), o.d_model()));
   pos_emb = register_module("pos_emb", std::make_shared<nn::Embedding>(o.max_len(), o.d_model()));
   auto block = nn::TransformerBlockOptions(o.d_model(), o.heads()).ffn(o.ffn()).dropout(o.dropout()).norm_first(o.norm_first());
@@ -25,8 +39,9 @@ TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions&
 }
 
 Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& valid) {
-  ASC_CHECK(tokens.dim() == 2 && tokens.size(1) <= options.max_len(),
-            "TransformerClassifier: expected tokens (B, T <= {}), got {}", options.max_len(), tokens.shape());
+  ASC_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) >= 1 && tokens.size(1) <= options.max_len(),
+            "TransformerClassifier: expected tokens (B, 1 <= T <= {}), got {}", options.max_len(),
+            tokens.defined() ? tokens.shape() : Shape{});
   const int64_t T = tokens.size(1);
   Tensor positions = arange(T, {.dtype = kInt64, .device = tokens.device()});
   Tensor x = (*tok_emb)(tokens) + (*pos_emb)(positions);  // (B, T, D)

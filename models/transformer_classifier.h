@@ -9,6 +9,13 @@
 //           .attention("ascender"));
 //   asc::Tensor logits = model->forward(tokens);              // (B, 2)
 //   asc::Tensor loss = asc::cross_entropy(logits, labels);
+//
+// Accepted options (anything else is an asc::Error naming the value, at construction):
+//   vocab, max_len, classes, d_model, heads, ffn   >= 1 (d_model divisible by heads for "dense");
+//   layers >= 1; dropout in [0, 1) (NaN refused); attention "dense", "ascender" or "asam";
+//   ascender / asam: their d_model and heads are the model's. Left at 0 (the default here) they take the model's; set,
+//     they must equal the model's d_model and heads (a mismatch is refused, naming both, never silently replaced).
+//   The parameters must fit in this machine's memory (layers = INT64_MAX is refused, not allocated until killed).
 #include "nn/nn.h"
 
 namespace asc::models {
@@ -26,10 +33,11 @@ struct TransformerClassifierOptions {
   ASC_ARG(double, dropout) = 0.1;
   ASC_ARG(bool, norm_first) = true;
   ASC_ARG(std::string, attention) = "dense";  // "dense", "ascender" or "asam"
-  // AscenderAttention's options when attention == "ascender" (d_model, heads and dropout come from the model).
-  ASC_ARG(nn::AscenderAttentionOptions, ascender) = nn::AscenderAttentionOptions(128, 4);
-  // AsamAttention's options when attention == "asam" (d_model and heads come from the model).
-  ASC_ARG(nn::AsamAttentionOptions, asam) = nn::AsamAttentionOptions(128, 4);
+  // AscenderAttention's options when attention == "ascender": d_model and heads 0 (take the model's) or equal to the
+  // model's; a dropout of 0 takes the model's.
+  ASC_ARG(nn::AscenderAttentionOptions, ascender) = nn::AscenderAttentionOptions(0, 0);
+  // AsamAttention's options when attention == "asam": d_model and heads 0 (take the model's) or equal to the model's.
+  ASC_ARG(nn::AsamAttentionOptions, asam) = nn::AsamAttentionOptions(0, 0);
 };
 
 class TransformerClassifier : public nn::Module {

@@ -57,6 +57,10 @@ class DistributedDataParallel : public nn::Module {
 // Which examples this rank reads: a permutation of [0, dataset_size) (shuffled with seed + epoch, the same on every
 // rank), padded by repeating its start to a multiple of the world size (or cut to one, with drop_last), and every
 // world-th element from position `rank`.
+// Accepted: dataset_size >= 1 (with drop_last >= world_size; without it, dataset_size + world_size - 1 must fit in
+// int64), world_size >= 1, 0 <= rank < world_size; any seed and any epoch (seed + epoch wraps modulo 2^64).
+// indices() holds this rank's share (8 bytes an index) and, when shuffling, the whole permutation (16 bytes an
+// example): more than the machine's memory is an asc::Error. Anything else is an asc::Error naming the value.
 struct SamplerOptions {
   bool shuffle = true;
   uint64_t seed = 0;

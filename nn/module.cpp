@@ -1,5 +1,6 @@
 #include "nn/module.h"
 
+#include <unordered_map>
 #include <unordered_set>
 
 #include "autograd/anomaly.h"
@@ -214,6 +215,7 @@ void Module::to(DType dtype) {
 
 void Module::zero_grad() {
   for (auto& p : parameters()) p.zero_grad();
+  for (auto& [name, m] : named_modules()) m->on_zero_grad();
 }
 
 // ---- state --------------------------------------------------------------------------------------------------
@@ -227,33 +229,81 @@ StateDict Module::state_dict() const {
   return sd;
 }
 
-void Module::load_state_dict(const StateDict& state, bool strict) {
+namespace {
+// "'a' (shape [2]), 'b' (shape [])": at most `limit` of the names, then how many more.
+std::string describe_keys(const std::vector<std::string>& names, const StateDict& sd, size_t limit = 8) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) {
+    const Tensor& t = sd.at(names[i]);
+    out += fmt::format("{}'{}' (shape {})", i ? ", " : "", names[i], t.defined() ? t.shape() : Shape{});
+  }
+  if (names.size() > limit) out += fmt::format(" and {} more", names.size() - limit);
+  return out;
+}
+}  // namespace
+
+LoadStateDictResult Module::load_state_dict(const StateDict& state, bool strict) {
   StateDict mine = state_dict();
+  LoadStateDictResult result;
+  for (const auto& [name, dst] : mine)
+    if (!state.contains(name)) result.missing_keys.push_back(name);
+  for (const auto& [name, t] : state)
+    if (!mine.contains(name)) result.unexpected_keys.push_back(name);
+  // Strict: every key must match; the error names all that do not (a checkpoint with other names is recognisable).
+  if (strict && !result.all_matched()) {
+    std::string msg;
+    if (!result.missing_keys.empty())
+      msg += fmt::format("missing key{} {}", result.missing_keys.size() == 1 ? "" : "s",
+                         describe_keys(result.missing_keys, mine));
+    if (!result.unexpected_keys.empty())
+      msg += fmt::format("{}unexpected key{} {}", msg.empty() ? "" : "; ", result.unexpected_keys.size() == 1 ? "" : "s",
+                         describe_keys(result.unexpected_keys, state));
+    if (result.unexpected_keys.size() == state.size() && !state.empty())
+      msg += " (no key of the state dict matches: was it saved from another model, or with another prefix?)";
+    ASC_THROW("{}.load_state_dict: {}; use strict = false to load only the keys that match", type_name_, msg);
+  }
   // Validate everything before touching anything.
   std::vector<std::pair<Tensor, Tensor>> copies;
+  std::unordered_map<std::string, size_t> copy_of;  // name -> index into copies
   for (const auto& [name, dst] : mine) {
     const Tensor* src = state.find(name);
-    if (!src) {
-      ASC_CHECK(!strict, "{}.load_state_dict: missing key '{}' (expected shape {})", type_name_, name, dst.shape());
-      continue;
-    }
+    if (!src) continue;
     ASC_CHECK(src->defined(), "{}.load_state_dict: '{}' is an undefined tensor", type_name_, name);
     ASC_CHECK(src->shape() == dst.shape(), "{}.load_state_dict: shape mismatch for '{}': checkpoint {}, model {}",
               type_name_, name, src->shape(), dst.shape());
     ASC_CHECK(is_floating(src->dtype()) == is_floating(dst.dtype()),
               "{}.load_state_dict: dtype mismatch for '{}': checkpoint {}, model {}", type_name_, name, src->dtype(),
               dst.dtype());
+    copy_of.emplace(name, copies.size());
     copies.emplace_back(dst, *src);
   }
-  if (strict)
-    for (const auto& [name, t] : state)
-      ASC_CHECK(mine.contains(name), "{}.load_state_dict: unexpected key '{}' (shape {})", type_name_, name,
-                t.shape());
   // Stage every value in the destination's dtype and on its device (a CPU checkpoint into a CUDA model, float16
   // into float32) before the first copy, so a conversion that fails leaves the module untouched.
+  // A value that shares memory with one of the destinations (the module's own state dict with two entries swapped,
+  // a view of another parameter) is staged as a copy: the loads must not see each other's writes.
   NoGradGuard g;
-  for (auto& [dst, src] : copies) src = src.to(dst.dtype()).to(dst.device());
+  std::unordered_set<const Storage*> destinations;
+  for (const auto& [dst, src] : copies) destinations.insert(dst.impl()->storage.get());
+  for (auto& [dst, src] : copies) {
+    src = src.to(dst.dtype()).to(dst.device());
+    if (destinations.count(src.impl()->storage.get())) src = src.clone();
+  }
+  // Each module checks the values meant for its own tensors, as its setters would (still before any copy).
+  for (const auto& [prefix, m] : named_modules()) {
+    StateDict incoming;
+    auto add = [&](const std::vector<Entry>& entries) {
+      for (const auto& e : entries) {
+        if (!e.persistent) continue;
+        auto it = copy_of.find(prefix.empty() ? e.name : prefix + "." + e.name);
+        if (it != copy_of.end()) incoming.set(e.name, copies[it->second].second);
+      }
+    };
+    add(m->params_);
+    add(m->buffers_);
+    if (!incoming.empty()) m->check_state(incoming);
+  }
   for (auto& [dst, src] : copies) dst.copy_(src);
+  return result;
 }
 
 }  // namespace asc::nn

@@ -63,6 +63,17 @@ class LastForward {
   T value_{};
 };
 
+// What Module::load_state_dict left unmatched, as PyTorch's `_IncompatibleKeys`. A strict load throws instead of
+// returning a non-empty one; a non-strict load returns it, so that a checkpoint whose names do not match the model
+// (PyTorch's names, another prefix) cannot leave the model at its initialisation unnoticed:
+//   auto r = model->load_state_dict(sd, /*strict=*/false);
+//   ASC_CHECK(r.missing_keys.empty(), "not loaded: {}", fmt::join(r.missing_keys, ", "));
+struct LoadStateDictResult {
+  std::vector<std::string> missing_keys;     // the module's entries the state dict lacks: left as they were
+  std::vector<std::string> unexpected_keys;  // the state dict's entries the module lacks: ignored
+  bool all_matched() const { return missing_keys.empty() && unexpected_keys.empty(); }
+};
+
 class Module : public std::enable_shared_from_this<Module> {
  public:
   explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
@@ -123,17 +134,28 @@ class Module : public std::enable_shared_from_this<Module> {
   // Moves every parameter and buffer (recursively). to(dtype) converts floating tensors only.
   void to(Device device);
   void to(DType dtype);
-  void zero_grad();  // drops every parameter's .grad
+  void zero_grad();  // drops every parameter's .grad (and what on_zero_grad() drops)
 
   // ---- state --------------------------------------------------------------------------------------------------
   // Parameters and persistent buffers with dotted names (shared tensors appear under each name).
   StateDict state_dict() const;
-  // Copies values into the existing tensors (dtype converted, device kept). Everything is validated first — a
-  // missing or (when strict) unexpected key, a shape mismatch, a non-floating source for a floating
-  // parameter — so on error the module is left untouched.
-  void load_state_dict(const StateDict& state, bool strict = true);
+  // Copies values into the existing tensors (dtype converted, device kept), and returns the keys it did not match.
+  // Everything is validated first — shapes, a non-floating source for a floating parameter, each module's
+  // check_state(), and with strict (the default) every key: a missing or an unexpected key throws, naming all of
+  // them — so on error the module is left untouched (nothing is half-loaded). With strict = false the entries that
+  // match are loaded and the others are returned in the result (missing ones keep their current values).
+  LoadStateDictResult load_state_dict(const StateDict& state, bool strict = true);
 
  protected:
+  // Called by load_state_dict after the shapes and dtypes are checked and before anything is copied, once for each
+  // place this module has in the tree, with the entries about to be loaded into this module's own parameters and
+  // buffers (local names, values already in the destination's dtype and on its device; absent entries are not
+  // listed). A layer whose setters refuse some values overrides it to refuse the same values here (throw
+  // asc::Error); the whole load is then abandoned with every module untouched.
+  virtual void check_state(const StateDict& incoming) const { (void)incoming; }
+  // Called by zero_grad() on this module and each descendant, after every parameter's .grad is dropped: a layer
+  // that holds a gradient in a parameter's place (a firing layer whose rule B takes W's SGD step) drops it too.
+  virtual void on_zero_grad() {}
   Tensor call_with_hooks(const Tensor& input, const std::function<Tensor(const Tensor&)>& body);
   void add_child(const std::string& name, std::shared_ptr<Module> module);
 

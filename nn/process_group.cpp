@@ -127,25 +127,38 @@ int checked_count(int64_t n, const char* op) {
   return static_cast<int>(n);
 }
 
+// Keeps a tensor's memory for the rest of the process: for a collective that may still write into it after its
+// Work is gone. Held in a reachable list, so that leak checkers do not report it.
+void keep_forever(Tensor t) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<Tensor>();  // never destroyed: the collectives may outlive static destruction
+  std::lock_guard lock(mu);
+  kept->push_back(std::move(t));
+}
+
 class MpiGroup;
 
+// The work keeps its group alive (a shared_ptr): a Work that outlives the caller's handle to the group still has a
+// communicator to poll and a timeout to obey. Dropped before it completes, it waits for the collective in its
+// destructor: MPI goes on writing into the tensor until then, so the tensor must not be freed earlier.
 class MpiWork final : public Work {
  public:
-  MpiWork(MpiGroup* group, MPI_Request request, Tensor t, ReduceOp op)
-      : group_(group), request_(request), t_(std::move(t)), op_(op) {}
+  MpiWork(std::shared_ptr<MpiGroup> group, MPI_Request request, Tensor t, ReduceOp op)
+      : group_(std::move(group)), request_(request), t_(std::move(t)), op_(op) {}
+  ~MpiWork() override;
   bool test() override;
   void wait() override;
 
  private:
   void finish();
-  MpiGroup* group_;
+  std::shared_ptr<MpiGroup> group_;
   MPI_Request request_;
   Tensor t_;
   ReduceOp op_;
-  bool done_ = false;
+  bool done_ = false, failed_ = false;
 };
 
-class MpiGroup final : public ProcessGroup {
+class MpiGroup final : public ProcessGroup, public std::enable_shared_from_this<MpiGroup> {
  public:
   MpiGroup(MPI_Comm comm, int rank, int size, const ProcessGroupOptions& o)
       : ProcessGroup("mpi", rank, size, o), comm_(comm) {}
@@ -168,7 +181,7 @@ class MpiGroup final : public ProcessGroup {
       std::lock_guard lock(g_mpi_mu);
       mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), count, type, reduce_op(op), comm_, &req), "all_reduce");
     }
-    return std::make_shared<MpiWork>(this, req, t, op);
+    return std::make_shared<MpiWork>(shared_from_this(), req, t, op);
   }
 
   void broadcast(const Tensor& t, int root) override {
@@ -243,6 +256,8 @@ class MpiGroup final : public ProcessGroup {
     }
   }
 
+  bool broken() const { return !broken_.empty(); }
+
   bool test_request(MPI_Request& req, const char* what) {
     int done = 0;
     std::lock_guard lock(g_mpi_mu);
@@ -281,13 +296,36 @@ class MpiGroup final : public ProcessGroup {
   std::string broken_;
 };
 
+MpiWork::~MpiWork() {
+  if (done_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  bool completed = false;
+  if (!failed_ && !finalized && !group_->broken()) {
+    try {
+      group_->wait_request(request_, "all_reduce");
+      completed = true;
+      finish();  // as if waited for: an Average is divided
+    } catch (...) {  // a destructor must not throw
+    }
+  }
+  // Timed out (now or in an earlier wait()), MPI failed or is gone: the collective may still write into the
+  // tensor, so its memory is deliberately never freed.
+  if (!completed) keep_forever(t_);
+}
+
 bool MpiWork::test() {
   if (!done_ && group_->test_request(request_, "all_reduce")) finish();
   return done_;
 }
 void MpiWork::wait() {
   if (done_) return;
-  group_->wait_request(request_, "all_reduce");
+  try {
+    group_->wait_request(request_, "all_reduce");
+  } catch (...) {
+    failed_ = true;  // the destructor must not wait a second timeout
+    throw;
+  }
   finish();
 }
 void MpiWork::finish() {

@@ -1,5 +1,7 @@
 #include "nn/transformer.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/format.h"
 #include "ops/ops.h"
@@ -11,6 +13,17 @@ std::shared_ptr<Attention> dense_attention(const TransformerBlockOptions& o) {
       MultiHeadAttentionOptions(o.d_model(), o.heads()).dropout(o.dropout()).rope(o.rope()));
 }
 
+std::pair<int64_t, int64_t> attention_shape_for_block(const char* who, int64_t d_model, int64_t heads,
+                                                      const TransformerBlockOptions& block) {
+  ASC_CHECK(d_model == 0 || d_model == block.d_model(),
+            "{}: the attention options have d_model {} but the block (model) has d_model {}; make them equal, or "
+            "leave the attention's d_model 0 to take the block's", who, d_model, block.d_model());
+  ASC_CHECK(heads == 0 || heads == block.heads(),
+            "{}: the attention options have heads {} but the block (model) has heads {}; make them equal, or leave "
+            "the attention's heads 0 to take the block's", who, heads, block.heads());
+  return {block.d_model(), block.heads()};
+}
+
 TransformerEncoderBlock::TransformerEncoderBlock(const TransformerBlockOptions& o, const AttentionFactory& attention)
     : TransformerEncoderBlock(o, attention, "TransformerEncoderBlock") {}
 
@@ -19,6 +32,9 @@ TransformerEncoderBlock::TransformerEncoderBlock(const TransformerBlockOptions& 
     : Module(type_name), options(o) {
   ASC_CHECK(o.d_model() > 0 && o.heads() > 0 && o.ffn() > 0, "{}: d_model {}, heads {} and ffn {} must be positive",
             type_name, o.d_model(), o.heads(), o.ffn());
+  ASC_CHECK(o.dropout() >= 0 && o.dropout() < 1, "{}: dropout {} not in [0, 1)", type_name, o.dropout());
+  ASC_CHECK(std::isfinite(o.layer_norm_eps()) && o.layer_norm_eps() >= 0,
+            "{}: layer_norm_eps must be finite and >= 0, got {}", type_name, o.layer_norm_eps());
   ASC_CHECK(o.activation() == "gelu" || o.activation() == "relu" || o.activation() == "silu",
             "{}: unknown activation '{}' (gelu, relu, silu)", type_name, o.activation());
   ASC_CHECK(attention != nullptr, "{}: empty attention factory", type_name);

@@ -14,6 +14,7 @@
 // Post-norm: x = norm1(x + drop(attn(x)));  x = norm2(x + drop(ffn(x)))
 // ffn(x) = linear2(drop(act(linear1(x)))).
 #include <functional>
+#include <utility>
 
 #include "nn/attention.h"
 #include "nn/layers.h"
@@ -32,9 +33,18 @@ struct TransformerBlockOptions {
   ASC_ARG(bool, rope) = false;            // RoPE in the default multi-head attention
 };
 
+// Accepted (checked when a block is built; anything else is an asc::Error naming the value): d_model >= 1,
+// heads >= 1, ffn >= 1, dropout in [0, 1) (NaN refused), activation "gelu" / "relu" / "silu", layer_norm_eps finite
+// and >= 0. The attention layer adds its own conditions (dense: d_model divisible by heads; RoPE: an even head dim).
 using AttentionFactory = std::function<std::shared_ptr<Attention>(const TransformerBlockOptions&)>;
 // The default factory: dense MultiHeadAttention with the block's d_model, heads, dropout and rope.
 std::shared_ptr<Attention> dense_attention(const TransformerBlockOptions& o);
+
+// For factories built from an attention layer's own options (nn::ascender_attention(opts), nn::asam_attention(opts)):
+// the options' (d_model, heads) to build for `block`. Each is either 0, meaning "the block's", or must equal the
+// block's: a different value is an asc::Error naming both (`who` and the option), never silently replaced.
+std::pair<int64_t, int64_t> attention_shape_for_block(const char* who, int64_t d_model, int64_t heads,
+                                                      const TransformerBlockOptions& block);
 
 class TransformerEncoderBlock : public Module {
  public:

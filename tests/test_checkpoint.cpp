@@ -168,3 +168,40 @@ TEST_CASE("checkpoint: a corrupt or truncated file, a missing part or a shape mi
   }
   std::remove(path.c_str());
 }
+
+TEST_CASE("gradient checkpointing: an empty segment, a recomputation that differs, a throwing one: clear errors") {
+  using autograd::checkpoint;
+  testing::check_error([] { checkpoint(autograd::SegmentFn(), {ones({2})}); }, {"checkpoint: empty segment function"});
+  // A segment whose output depends on something else than its inputs and the default generator: the backward's
+  // recomputation returns another shape, which must be an error (its gradient would be indexed out of range).
+  int calls = 0;
+  Tensor x = randn({3}, {.dtype = kFloat64, .requires_grad = true});
+  auto changing = [&](const TensorList& in) {
+    ++calls;
+    return calls == 1 ? TensorList{in[0] * 2.0} : TensorList{in[0] * 2.0, in[0]};
+  };
+  TensorList out = checkpoint(changing, {x});
+  testing::check_error([&] { sum(out[0]).backward(); }, {"recomputed segment returned 2 outputs, the forward returned 1"});
+  calls = 0;
+  auto reshaping = [&](const TensorList& in) {
+    ++calls;
+    return TensorList{calls == 1 ? in[0] * 2.0 : in[0].narrow(0, 0, 2) * 2.0};
+  };
+  out = checkpoint(reshaping, {x});
+  testing::check_error([&] { sum(out[0]).backward(); }, {"output 0 of the recomputed segment has shape [2]"});
+  // A recomputation that throws leaves the default generator where it was, not at the forward's saved state.
+  calls = 0;
+  auto throwing = [&](const TensorList& in) {
+    if (++calls == 2) {
+      (void)rand({4});  // draws from the restored forward state
+      ASC_THROW("segment failed");
+    }
+    return TensorList{in[0] * 3.0};
+  };
+  out = checkpoint(throwing, {x});
+  (void)rand({5});
+  const Generator::State before = default_generator().state();
+  testing::check_error([&] { sum(out[0]).backward(); }, {"segment failed"});
+  CHECK(default_generator().state().seed == before.seed);
+  CHECK(default_generator().state().offset == before.offset);
+}

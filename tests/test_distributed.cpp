@@ -234,3 +234,29 @@ TEST_CASE("rank-0 checkpoint: every rank resumes from it and continues exactly a
   pg->barrier();
   if (r == 0) std::remove(path.c_str());
 }
+
+TEST_CASE("all_reduce_async: a work that outlives the caller's group handle, or is dropped unfinished, stays safe") {
+  auto pg = world();
+  const int r = pg->rank(), n = pg->size();
+  // The work keeps its group alive: waiting after the last handle to the group is gone polls a live communicator
+  // (it used to read the freed group).
+  Tensor t = full({4096}, r + 1.0, {.dtype = kFloat64});
+  std::shared_ptr<Work> work;
+  {
+    auto own = init_process_group("mpi", {.timeout_s = 60});
+    work = own->all_reduce_async(t, ReduceOp::Average);
+  }
+  work->wait();
+  CHECK(work->test());
+  testing::check_close(t, std::vector<double>(4096, (n + 1) / 2.0), 1e-12, 0);
+  work.reset();  // the group goes with it
+  // A work dropped before completion waits in its destructor (MPI writes into the tensor until the collective is
+  // done): afterwards the tensor holds the result, Average included.
+  Tensor u = full({4096}, r + 1.0, {.dtype = kFloat64});
+  (void)pg->all_reduce_async(u, ReduceOp::Average);
+  testing::check_close(u, std::vector<double>(4096, (n + 1) / 2.0), 1e-12, 0);
+  Tensor v = full({3}, 1.0, {.dtype = kFloat64});
+  pg->all_reduce_async(v).reset();
+  testing::check_close(v, std::vector<double>(3, n), 0, 0);
+  pg->barrier();
+}

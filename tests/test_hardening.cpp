@@ -1,8 +1,14 @@
 // Hostile input that used to get past the checks (issue #15): sizes whose products overflow 64 bits, methods of an
 // undefined Tensor, an optimizer with nothing to optimise. Each must throw asc::Error naming the op; none may crash
 // or hand back a tensor whose shape is larger than its storage.
+#include <cmath>
+#include <climits>
 #include <limits>
+#include <set>
 
+#include "core/overlap.h"
+#include "models/decoder_lm.h"
+#include "models/transformer_classifier.h"
 #include "testing.h"
 
 using namespace asc;
@@ -300,4 +306,273 @@ TEST_CASE("deterministic mode: the flag, and CUDA's atomic paths replaced by fix
   embedding(wg, tokens.to(gpu)).backward(gy.to(gpu));
   use_deterministic_algorithms(false);
   CHECK(wg.grad().to_vector<double>() == want.to_vector<double>());
+}
+
+// ---- aliasing of in-place ops ------------------------------------------------------------------------------------
+
+namespace {
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+}  // namespace
+
+TEST_CASE("aliasing: an in-place op whose input shares the output's memory gives the non-aliased result") {
+  Generator g(11);
+  const Tensor x0 = randn({4, 4}, {.dtype = kFloat64}, &g);
+  // Each case: the op on aliased arguments, and the same op with the input cloned first (the independent result).
+  auto both = [&](const std::function<void(Tensor&, bool)>& op) {
+    Tensor a = x0.clone(), b = x0.clone();
+    op(a, false);  // aliased
+    op(b, true);   // input cloned
+    CHECK(values(a) == values(b));
+    CHECK(values(a) != values(x0));  // the op did something
+  };
+  auto in = [](const Tensor& t, bool cloned) { return cloned ? t.clone() : t; };
+  both([&](Tensor& x, bool c) { x.add_(in(x.t(), c)); });                     // transposed self: x + x^T
+  both([&](Tensor& x, bool c) { x.add_(in(x.t(), c), -2.5); });
+  both([&](Tensor& x, bool c) { x.add_(in(x, c)); });                         // exactly itself
+  both([&](Tensor& x, bool c) { x.add_(in(x.select(0, 2), c)); });            // a row of itself, broadcast
+  both([&](Tensor& x, bool c) { x.narrow(0, 1, 3).copy_(in(x.narrow(0, 0, 3), c)); });  // shifted down one row
+  both([&](Tensor& x, bool c) { x.narrow(0, 0, 3).copy_(in(x.narrow(0, 1, 3), c)); });  // shifted up one row
+  both([&](Tensor& x, bool c) { x.copy_(in(x.t(), c)); });                    // transpose in place
+  both([&](Tensor& x, bool c) { x.narrow(1, 1, 3).add_(in(x.narrow(1, 0, 3), c)); });  // overlapping columns
+  both([&](Tensor& x, bool c) {
+    Tensor flat = x.view({16});
+    flat.slice(0, 0, 16, 2).copy_(in(flat.slice(0, 1, 16, 2), c));           // interleaved, never the same element
+  });
+}
+
+TEST_CASE("aliasing: a destination whose elements share memory (expand) is refused; fill_ is allowed there") {
+  Tensor base = arange(0, 4, 1, {.dtype = kFloat64}).view({1, 4});
+  Tensor e = base.expand({3, 4});
+  const auto before = values(base);
+  check_error([&] { e.copy_(randn({3, 4}, {.dtype = kFloat64})); }, "copy_: unsupported operation: more than one element");
+  check_error([&] { e.add_(ones({3, 4}, {.dtype = kFloat64})); }, "add_: unsupported operation");
+  check_error([&] { e.add_(e); }, "add_: unsupported operation");
+  check_error([&] { e.mul_(2.0); }, "mul_: unsupported operation");
+  CHECK(values(base) == before);  // refused before anything was written
+  e.fill_(7.0);                   // every element gets the same value: well defined
+  CHECK(values(base) == std::vector<double>(4, 7.0));
+  // Size-1 dims with any stride, and a 0-stride dim of size 1, are not overlap.
+  Tensor one = zeros({1});
+  one.expand({1}).copy_(ones({1}));
+  CHECK(one.item<double>() == 1.0);
+}
+
+TEST_CASE("aliasing: mem_overlap, has_internal_overlap and the checks for in-place kernels") {
+  Tensor a = arange(0, 12, 1, {.dtype = kFloat32}).view({3, 4});
+  CHECK(mem_overlap(a, a) == MemOverlap::Full);
+  CHECK(mem_overlap(a, a.view({3, 4})) == MemOverlap::Full);         // another handle, the same layout
+  CHECK(mem_overlap(a, a.clone()) == MemOverlap::None);
+  CHECK(mem_overlap(a.narrow(0, 0, 1), a.narrow(0, 2, 1)) == MemOverlap::None);  // disjoint rows
+  CHECK(mem_overlap(a.narrow(0, 0, 2), a.narrow(0, 1, 2)) == MemOverlap::Partial);
+  CHECK(mem_overlap(a, a.t()) == MemOverlap::Partial);
+  CHECK(mem_overlap(a, a.view({4, 3})) == MemOverlap::Partial);     // same memory, other order
+  CHECK(mem_overlap(a.slice(1, 0, 4, 2), a.slice(1, 1, 4, 2)) == MemOverlap::Partial);  // interleaved: conservative
+  CHECK(mem_overlap(a.narrow(0, 0, 0), a) == MemOverlap::None);     // empty
+  CHECK(mem_overlap(a, Tensor()) == MemOverlap::None);
+  CHECK(mem_overlap(a.view({12}).to(kFloat32), a) == MemOverlap::Partial);  // to() of the same dtype is a view
+  // A reversed view (negative stride, make_view) covers the same bytes.
+  CHECK(mem_overlap(make_view(a, {4}, {-1}, 3), a.narrow(0, 0, 1)) == MemOverlap::Partial);
+  CHECK(mem_overlap(make_view(a, {4}, {-1}, 3), a.narrow(0, 1, 1)) == MemOverlap::None);
+
+  CHECK_FALSE(has_internal_overlap(a));
+  CHECK_FALSE(has_internal_overlap(a.t()));
+  CHECK_FALSE(has_internal_overlap(a.slice(1, 0, 4, 3)));
+  CHECK_FALSE(has_internal_overlap(a.narrow(0, 1, 1).expand({1, 4})));
+  CHECK_FALSE(has_internal_overlap(make_view(a, {4}, {-1}, 3)));
+  CHECK(has_internal_overlap(a.narrow(0, 0, 1).expand({5, 4})));
+  CHECK(has_internal_overlap(make_view(a, {3, 4}, {1, 1}, 0)));     // sliding windows (unfold)
+  CHECK(has_internal_overlap(make_view(a, {2, 3}, {2, 1}, 0)));     // windows of 3 every 2
+  CHECK_FALSE(has_internal_overlap(make_view(a, {2, 3}, {3, 1}, 0)));
+
+  check_no_partial_overlap(a, a, "op_");                            // elementwise on itself: allowed
+  check_no_partial_overlap(a, a.clone(), "op_");
+  check_no_partial_overlap(a, Tensor(), "op_");
+  check_error([&] { check_no_partial_overlap(a.narrow(0, 1, 2), a.narrow(0, 0, 2), "op_"); },
+              "op_: unsupported operation: some elements of the input tensor");
+  check_error([&] { check_no_overlap(a, a, "matmul_"); }, "matmul_: unsupported operation");
+  check_error([&] { check_no_internal_overlap(a.narrow(0, 0, 1).expand({2, 4}), "op_"); }, "more than one element");
+}
+
+// ---- models and the sampler: the accepted options, each bound on each side (docs/modules.md) ---------------------
+
+namespace {
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+
+models::TransformerClassifierOptions small_classifier() {
+  return models::TransformerClassifierOptions(8, 6, 3).d_model(8).heads(2).layers(1).ffn(8).dropout(0.0);
+}
+void build(const models::TransformerClassifierOptions& o) { models::TransformerClassifier m(o); }
+void build(const models::DecoderLMOptions& o) { models::DecoderLM m(o); }
+}  // namespace
+
+TEST_CASE("TransformerClassifier: every integer option at 0, 1, -1, INT64_MIN and INT64_MAX; dropout at its bounds") {
+  using O = models::TransformerClassifierOptions;
+  struct IntOption {
+    const char* name;
+    std::function<void(O&, int64_t)> set;
+  };
+  const std::vector<IntOption> options = {
+      {"vocab", [](O& o, int64_t v) { o.vocab(v); }},     {"max_len", [](O& o, int64_t v) { o.max_len(v); }},
+      {"classes", [](O& o, int64_t v) { o.classes(v); }}, {"d_model", [](O& o, int64_t v) { o.d_model(v).heads(1); }},
+      {"heads", [](O& o, int64_t v) { o.heads(v); }},     {"layers", [](O& o, int64_t v) { o.layers(v); }},
+      {"ffn", [](O& o, int64_t v) { o.ffn(v); }}};
+  for (const auto& opt : options) {
+    INFO(opt.name);
+    for (int64_t bad : {int64_t{0}, int64_t{-1}, kMin}) {
+      O o = small_classifier();
+      opt.set(o, bad);
+      check_error([&] { build(o); }, fmt::format("TransformerClassifier: {} must be >= 1, got {}", opt.name, bad));
+    }
+    O one = small_classifier();
+    opt.set(one, 1);
+    if (std::string(opt.name) != "heads") build(one);  // heads = 1 with d_model 8: fine too, but covered below
+    O huge = small_classifier();
+    opt.set(huge, kMax);
+    // Refused, never allocated: a clear error (memory, int64 overflow of a size, or heads not dividing d_model).
+    CHECK_THROWS_AS(build(huge), Error);
+  }
+  build(small_classifier().heads(1));
+  build(small_classifier().heads(8));  // d_model / heads = 1
+  check_error([] { build(small_classifier().layers(kMax)); }, "more than this machine's");
+  check_error([] { build(small_classifier().d_model(kMax).heads(1)); }, "more than this machine's");
+  check_error([] { build(small_classifier().heads(3)); }, "MultiHeadAttention");  // 8 % 3 != 0
+  for (double p : {0.0, 0.5, 0.999}) build(small_classifier().dropout(p));
+  for (double p : {-0.1, 1.0, 1.5, kNaN, kInf, -kInf})
+    check_error([&] { build(small_classifier().dropout(p)); }, "dropout must be in [0, 1)");
+  check_error([] { build(small_classifier().attention("sparse")); }, "unknown attention 'sparse'");
+  // Token lengths: 1 .. max_len; 0 and max_len + 1 refused.
+  models::TransformerClassifier m(small_classifier());
+  CHECK(m.forward(zeros({2, 1}, {.dtype = kInt64})).shape() == Shape{2, 3});
+  CHECK(m.forward(zeros({2, 6}, {.dtype = kInt64})).shape() == Shape{2, 3});
+  check_error([&] { m.forward(zeros({2, 0}, {.dtype = kInt64})); }, "expected tokens (B, 1 <= T <= 6)");
+  check_error([&] { m.forward(zeros({2, 7}, {.dtype = kInt64})); }, "expected tokens (B, 1 <= T <= 6)");
+  check_error([&] { m.forward(Tensor()); }, "expected tokens");
+}
+
+TEST_CASE("TransformerClassifier: explicit attention widths and head counts must be the model's (0 takes them)") {
+  // The attention options' d_model / heads are no longer silently replaced by the model's.
+  check_error([] { build(models::TransformerClassifierOptions(8, 6, 3).attention("ascender")
+                             .ascender(nn::AscenderAttentionOptions(128, 2))); },
+              "the ascender attention options have d_model 128 and heads 2, the model has d_model 128 and heads 4");
+  check_error([] { build(models::TransformerClassifierOptions(8, 6, 3).attention("asam")
+                             .asam(nn::AsamAttentionOptions(256, 4))); },
+              "the asam attention options have d_model 256 and heads 4, the model has d_model 128 and heads 4");
+  check_error([] { build(small_classifier().attention("ascender").ascender(nn::AscenderAttentionOptions(16, 2))); },
+              "d_model 16 and heads 2, the model has d_model 8 and heads 2");
+  // Equal, or left at 0 (the default): built with the model's width and heads.
+  for (const auto& attn : {nn::AscenderAttentionOptions(8, 2).k({2}), nn::AscenderAttentionOptions(0, 0).k({2}),
+                           nn::AscenderAttentionOptions(8, 0).k({2}), nn::AscenderAttentionOptions(0, 2).k({2})}) {
+    models::TransformerClassifier m(small_classifier().attention("ascender").ascender(attn));
+    auto a = std::dynamic_pointer_cast<nn::AscenderAttention>(
+        std::static_pointer_cast<nn::TransformerEncoderBlock>((*m.blocks)[0])->attn);
+    REQUIRE(a != nullptr);
+    CHECK(a->options.d_model() == 8);
+    CHECK(a->options.heads() == 2);
+  }
+  build(small_classifier().attention("ascender"));  // the default options: the model's width, whatever it is
+  build(small_classifier().attention("asam"));
+  build(small_classifier().attention("asam").asam(nn::AsamAttentionOptions(8, 2)));
+  // A mismatch in the options of an attention that is not used is no error.
+  build(small_classifier().attention("dense").ascender(nn::AscenderAttentionOptions(128, 2)));
+  // The factories refuse the same for any block: DecoderLM and hand-built blocks.
+  check_error([] { models::DecoderLM m(models::DecoderLMOptions(8).d_model(8).heads(2).layers(1).ffn(8),
+                                       nn::asam_attention(nn::AsamAttentionOptions(16, 2))); },
+              "asam_attention: the attention options have d_model 16 but the block (model) has d_model 8");
+  check_error([] { nn::TransformerEncoderBlock b(nn::TransformerBlockOptions(8, 2),
+                                                 nn::ascender_attention(nn::AscenderAttentionOptions(8, 4))); },
+              "ascender_attention: the attention options have heads 4 but the block (model) has heads 2");
+  nn::TransformerEncoderBlock ok(nn::TransformerBlockOptions(8, 2), nn::ascender_attention(nn::AscenderAttentionOptions(0, 0).k({2})));
+}
+
+TEST_CASE("TransformerBlockOptions and DecoderLM: the accepted options, each bound on each side") {
+  for (double p : {-0.1, 1.0, kNaN})
+    check_error([&] { nn::TransformerEncoderBlock b(nn::TransformerBlockOptions(8, 2).dropout(p)); }, "dropout");
+  for (double eps : {-1e-5, kNaN, kInf})
+    check_error([&] { nn::TransformerEncoderBlock b(nn::TransformerBlockOptions(8, 2).layer_norm_eps(eps)); },
+                "layer_norm_eps must be finite and >= 0");
+  nn::TransformerEncoderBlock fine(nn::TransformerBlockOptions(8, 2).layer_norm_eps(0).dropout(0.999));
+  for (int64_t bad : {int64_t{0}, int64_t{-1}, kMin})
+    check_error([&] { nn::TransformerEncoderBlock b(nn::TransformerBlockOptions(8, 2).ffn(bad)); }, "must be positive");
+
+  using O = models::DecoderLMOptions;
+  auto small = [] { return O(8).d_model(8).heads(2).layers(1).ffn(8); };
+  const std::vector<std::pair<const char*, std::function<void(O&, int64_t)>>> ints = {
+      {"vocab", [](O& o, int64_t v) { o.vocab(v); }},   {"d_model", [](O& o, int64_t v) { o.d_model(v).heads(1); }},
+      {"heads", [](O& o, int64_t v) { o.heads(v); }},   {"layers", [](O& o, int64_t v) { o.layers(v); }},
+      {"ffn", [](O& o, int64_t v) { o.ffn(v); }}};
+  for (const auto& [name, set] : ints) {
+    INFO(name);
+    for (int64_t bad : {int64_t{0}, int64_t{-1}, kMin}) {
+      O o = small();
+      set(o, bad);
+      check_error([&] { build(o); }, fmt::format("DecoderLM: {} must be >= 1, got {}", name, bad));
+    }
+    O huge = small();
+    set(huge, kMax);
+    CHECK_THROWS_AS(build(huge), Error);
+  }
+  build(small().vocab(1));
+  build(small().layers(1).ffn(1));
+  for (double p : {-0.1, 1.0, kNaN}) check_error([&] { build(small().dropout(p)); }, "dropout must be in [0, 1)");
+  check_error([&] { models::DecoderLM m(small(), nn::AttentionFactory()); }, "empty attention factory");
+  models::DecoderLM lm(small());
+  const Tensor prompt = zeros({1, 2}, {.dtype = kInt64});
+  CHECK(lm.generate(prompt, 0).shape() == Shape{1, 2});
+  CHECK(lm.generate(prompt, 1).shape() == Shape{1, 3});
+  check_error([&] { lm.generate(prompt, -1); }, "steps >= 0");
+  check_error([&] { lm.generate(prompt, kMax); }, "overflows int64");
+  check_error([&] { lm.forward(zeros({1, 0}, {.dtype = kInt64})); }, "T >= 1");
+  check_error([&] { lm.loss(zeros({1, 1}, {.dtype = kInt64})); }, "T >= 2");
+}
+
+TEST_CASE("DistributedSampler: the accepted options, each bound on each side, and its shares against a direct count") {
+  using distributed::DistributedSampler;
+  // world_size >= 1; 0 <= rank < world_size
+  for (int w : {0, -1, INT_MIN}) check_error([&] { DistributedSampler s(10, 0, w); }, "world_size must be >= 1");
+  for (int r : {-1, 2, INT_MAX, INT_MIN}) check_error([&] { DistributedSampler s(10, r, 2); }, "is not in a world of size 2");
+  CHECK(DistributedSampler(10, 1, 2).num_samples() == 5);
+  // dataset_size >= 1; with drop_last >= world_size
+  for (int64_t n : {int64_t{0}, int64_t{-1}, kMin}) check_error([&] { DistributedSampler s(n, 0, 1); }, "the dataset is empty");
+  CHECK(DistributedSampler(1, 0, 1).indices() == std::vector<int64_t>{0});
+  check_error([] { DistributedSampler s(2, 0, 3, {.drop_last = true}); }, "drop_last with 2 examples for 3 ranks");
+  CHECK(DistributedSampler(3, 2, 3, {.drop_last = true}).num_samples() == 1);
+  // A huge world over a small dataset: every rank gets one (padded) example, without materialising the padding.
+  DistributedSampler wide(1, INT_MAX - 1, INT_MAX);
+  CHECK(wide.indices() == std::vector<int64_t>{0});
+  // INT64 extremes: padding that overflows is refused; a share larger than memory is an asc::Error, not bad_alloc.
+  check_error([] { DistributedSampler s(kMax, 0, 2); }, "overflows int64");
+  CHECK(DistributedSampler(kMax, 0, 1).num_samples() == kMax);
+  DistributedSampler huge(kMax - 1, 1, 2, {.shuffle = false});
+  CHECK(huge.num_samples() == kMax / 2);
+  check_error([&] { (void)huge.indices(); }, "more than this machine's");
+  DistributedSampler huge_dropped(kMax, 1, 2, {.drop_last = true});
+  CHECK(huge_dropped.num_samples() == kMax / 2);
+  check_error([&] { (void)huge_dropped.indices(); }, "more than this machine's");
+  // Any epoch (seed + epoch wraps): a permutation each time.
+  DistributedSampler s(7, 0, 1, {.seed = 5});
+  for (int64_t epoch : {kMin, int64_t{-1}, int64_t{0}, kMax}) {
+    s.set_epoch(epoch);
+    auto idx = s.indices();
+    CHECK(std::set<int64_t>(idx.begin(), idx.end()).size() == 7u);
+  }
+  // Unshuffled shares against the definition: 0 .. n-1, padded by repeating from its start up to a multiple of the
+  // world size (or cut to one), dealt out to the ranks in turn.
+  for (int64_t n : {1, 5, 10, 11}) {
+    for (int w : {1, 2, 3, 4, 12}) {
+      for (bool drop : {false, true}) {
+        if (drop && n < w) continue;
+        std::vector<int64_t> padded;
+        for (int64_t i = 0; i < n; ++i) padded.push_back(i);
+        while (padded.size() % w != 0) {
+          if (drop) padded.pop_back();
+          else padded.push_back(padded[padded.size() - static_cast<size_t>(n)]);
+        }
+        std::vector<std::vector<int64_t>> dealt(static_cast<size_t>(w));
+        for (size_t p = 0; p < padded.size(); ++p) dealt[p % w].push_back(padded[p]);
+        for (int r = 0; r < w; ++r) CHECK(DistributedSampler(n, r, w, {.shuffle = false, .drop_last = drop}).indices() == dealt[r]);
+      }
+    }
+  }
 }

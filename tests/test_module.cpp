@@ -344,6 +344,131 @@ TEST_CASE("Module: load_state_dict errors leave every tensor bit-identical; non-
   CHECK(vec(dst.bias) == vec(src.bias));
 }
 
+TEST_CASE("Module: non-strict load_state_dict returns the missing and unexpected keys (as PyTorch)") {
+  manual_seed(6);
+  Top src;
+  manual_seed(7);
+  Top dst;
+  const auto before = snapshot(dst);
+  SUBCASE("nothing matches (another naming scheme): every key reported, the module untouched") {
+    StateDict foreign;  // the same tensors under PyTorch-like names
+    for (auto& [n, t] : src.state_dict()) foreign.set("model." + n, t);
+    const nn::LoadStateDictResult r = dst.load_state_dict(foreign, /*strict=*/false);
+    CHECK(r.missing_keys == std::vector<std::string>{"bias", "mid.scale", "mid.leaf.w", "mid.fc.weight", "mid.fc.bias",
+                                                     "mid.leaf.running"});
+    CHECK(r.unexpected_keys == std::vector<std::string>{"model.bias", "model.mid.scale", "model.mid.leaf.w",
+                                                        "model.mid.fc.weight", "model.mid.fc.bias",
+                                                        "model.mid.leaf.running"});
+    CHECK(!r.all_matched());
+    CHECK(snapshot(dst) == before);
+    // Strict: one error naming every missing and unexpected key, and the hint that nothing matched.
+    check_error([&] { dst.load_state_dict(foreign); },
+                {"Top.load_state_dict", "missing keys 'bias' (shape [3])", "'mid.leaf.running' (shape [3])",
+                 "unexpected keys 'model.bias'", "'model.mid.leaf.running'", "no key of the state dict matches",
+                 "strict = false"});
+    CHECK(snapshot(dst) == before);
+  }
+  SUBCASE("a partial match loads what matches and reports the rest") {
+    StateDict sd;
+    for (auto& [n, t] : src.state_dict())
+      if (n != "mid.fc.bias") sd.set(n, t);
+    sd.set("mid.fc.b", zeros({3}));
+    const auto fc_bias = vec(dst.mid->fc->bias);
+    const nn::LoadStateDictResult r = dst.load_state_dict(sd, false);
+    CHECK(r.missing_keys == std::vector<std::string>{"mid.fc.bias"});
+    CHECK(r.unexpected_keys == std::vector<std::string>{"mid.fc.b"});
+    CHECK(vec(dst.mid->fc->bias) == fc_bias);
+    CHECK(vec(dst.mid->leaf->w) == vec(src.mid->leaf->w));
+    CHECK(vec(dst.mid->leaf->running) == vec(src.mid->leaf->running));
+  }
+  SUBCASE("a full match returns empty lists, strict or not") {
+    CHECK(dst.load_state_dict(src.state_dict()).all_matched());
+    CHECK(dst.load_state_dict(src.state_dict(), false).all_matched());
+    CHECK(snapshot(dst) == snapshot(src));
+  }
+  SUBCASE("an empty state dict: every key missing; strict names them") {
+    const auto r = dst.load_state_dict(StateDict(), false);
+    CHECK(r.missing_keys.size() == 6);
+    CHECK(r.unexpected_keys.empty());
+    check_error([&] { dst.load_state_dict(StateDict()); }, {"missing keys", "'bias'", "'mid.leaf.w' (shape [2, 3])"});
+    CHECK(snapshot(dst) == before);
+  }
+  SUBCASE("non-strict still refuses a shape mismatch among the keys that match, before copying anything") {
+    StateDict sd = src.state_dict();
+    sd.set("mid.leaf.running", zeros({4}));  // the last entry: a loader copying as it went would have changed dst
+    check_error([&] { dst.load_state_dict(sd, false); }, {"shape mismatch", "mid.leaf.running"});
+    CHECK(snapshot(dst) == before);
+  }
+}
+
+namespace {
+// A layer whose buffer must stay >= 0, as its setter requires: load_state_dict must refuse what the setter refuses.
+struct Counter : nn::Module {
+  Tensor count, w;
+  mutable std::vector<std::vector<std::string>> seen;  // the names each check_state call got
+  Counter() : Module("Counter") {
+    w = register_parameter("w", ones({2}));
+    count = register_buffer("count", zeros({}, {.dtype = kInt64}));
+  }
+  void check_state(const StateDict& incoming) const override {
+    std::vector<std::string> names;
+    for (auto& [n, t] : incoming) names.push_back(n);
+    seen.push_back(names);
+    if (const Tensor* c = incoming.find("count"))
+      ASC_CHECK(c->item<int64_t>() >= 0, "Counter: count must be >= 0, got {}", c->item<int64_t>());
+  }
+};
+struct TwoCounters : nn::Module {
+  std::shared_ptr<nn::Linear> fc;
+  std::shared_ptr<Counter> a, b;
+  TwoCounters() : Module("TwoCounters") {
+    fc = register_module("fc", std::make_shared<nn::Linear>(2, 2));
+    a = register_module("a", std::make_shared<Counter>());
+    b = register_module("b", std::make_shared<Counter>());
+  }
+};
+}  // namespace
+
+TEST_CASE("Module: check_state lets a layer refuse loaded values; the whole load is abandoned untouched") {
+  TwoCounters m;
+  const auto before = snapshot(m);
+  StateDict sd = m.state_dict();
+  sd.set("fc.weight", full({2, 2}, 5.0));
+  sd.set("a.count", full({}, 3.0, {.dtype = kInt64}));
+  sd.set("b.count", full({}, -1.0, {.dtype = kInt64}));  // refused by b, after a and fc were validated
+  check_error([&] { m.load_state_dict(sd); }, {"Counter: count must be >= 0, got -1"});
+  CHECK(snapshot(m) == before);
+  // The hook sees its own entries under local names; entries that are not loaded are not listed.
+  CHECK(m.a->seen.back() == std::vector<std::string>{"w", "count"});
+  StateDict partial;
+  partial.set("a.count", full({}, 4.0, {.dtype = kInt64}));
+  m.a->seen.clear();
+  m.b->seen.clear();
+  auto r = m.load_state_dict(partial, false);
+  CHECK(m.a->seen == std::vector<std::vector<std::string>>{{"count"}});
+  CHECK(m.b->seen.empty());
+  CHECK(m.a->count.item<int64_t>() == 4);
+  CHECK(r.missing_keys.size() == 5);
+}
+
+TEST_CASE("Module: a state dict whose values alias the module's own tensors loads as if they were copies") {
+  // Loading {a: b's tensor, b: a's tensor} in place must swap them, not copy one over the other.
+  manual_seed(8);
+  Top m;
+  const auto w = vec(m.mid->leaf->w), fc = vec(m.mid->fc->weight.t().contiguous());
+  const auto bias = vec(m.bias), fc_bias = vec(m.mid->fc->bias);
+  StateDict sd = m.state_dict();
+  sd.set("bias", m.mid->fc->bias);
+  sd.set("mid.fc.bias", m.bias);
+  sd.set("mid.leaf.w", m.mid->fc->weight.t());  // (2, 3) view of the (3, 2) fc weight
+  sd.set("mid.fc.weight", m.mid->leaf->w.t());
+  m.load_state_dict(sd);
+  CHECK(vec(m.bias) == fc_bias);
+  CHECK(vec(m.mid->fc->bias) == bias);
+  CHECK(vec(m.mid->leaf->w) == fc);
+  CHECK(vec(m.mid->fc->weight.t().contiguous()) == w);
+}
+
 // ---- init ---------------------------------------------------------------------------------------------------------
 
 TEST_CASE("init: fans and calculate_gain") {
