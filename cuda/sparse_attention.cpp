@@ -19,19 +19,17 @@ static_assert(sparse_launch::kRowBlock == SparsePattern::kRowBlock &&
 
 sparse_launch::Pattern pattern_of(const SparsePattern& p) {
   ASC_CHECK(p.has_block_view(), "{} (CUDA): the pattern has no block view (move it with SparsePattern::to)", kOp);
-  return {p.groups,
-          p.rblk_ptr.data_ptr<int64_t>(),
-          p.rblk_keys.data_ptr<int64_t>(),
-          p.rblk_bits.data_ptr<int64_t>(),
-          p.kblk_ptr.data_ptr<int64_t>(),
-          p.kblk_rows.data_ptr<int64_t>(),
-          p.kblk_bits.data_ptr<int64_t>()};
+  const SparsePattern::BlockView b = p.block_view();
+  return {p.groups(), b.rblk_ptr, b.rblk_keys, b.rblk_bits, b.kblk_ptr, b.kblk_rows, b.kblk_bits};
 }
 
 sparse_launch::Dims dims_of(const Tensor& q, const Tensor& k) {
   const int64_t limit = sparse_launch::max_head_dim(float_elem_of(kOp, q.dtype()));
   ASC_CHECK(q.size(3) <= limit, "{} (CUDA): head dimension {} exceeds the kernels' {} for {}", kOp, q.size(3), limit,
             q.dtype());
+  // The heads go on the grid's y axis (cuda/sparse_attention.cu).
+  ASC_CHECK(q.size(0) * q.size(1) <= 65535, "{} (CUDA): B·H = {} exceeds the kernels' 65535 (batch, head) pairs",
+            kOp, q.size(0) * q.size(1));
   return {q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
 }
 

@@ -55,17 +55,25 @@ __device__ __forceinline__ A warp_sum(A v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+// max(a, b) that returns NaN when either is NaN (fmax would drop it, and a NaN score must make its row NaN).
+template <class A>
+__device__ __forceinline__ A nan_max(A a, A b) {
+  return (b > a || b != b) ? b : a;
+}
 template <class A>
 __device__ __forceinline__ A warp_max(A v) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const A w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = w > v ? w : v;
-  }
+  for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 __device__ __forceinline__ unsigned warp_or(unsigned v) {
   for (int o = 16; o > 0; o >>= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+// The lanes whose `bits` have bit b: which entries of a tile a row (or key) attends. The sums over a tile skip the
+// other entries instead of adding 0 times them, so that a NaN in a key, value or query that the row does not attend
+// (another row's, or padding) never reaches it (0 · NaN is NaN).
+__device__ __forceinline__ unsigned lanes_with(unsigned bits, int b) {
+  return warp_or(((bits >> b) & 1u) << threadIdx.x);
 }
 
 // The problem with typed pointers; q, k, v (and keep) already at (b, h) are computed per block.
@@ -131,9 +139,10 @@ __global__ void sparse_forward_kernel(Args<T> a, T* __restrict__ o, acc_t<T>* __
   const Span sp = span_of(a.p.rblk_ptr, a.p.groups, bh, (a.Tq + kRowBlock - 1) / kRowBlock, m);
   stage(&Qs[0][0], DM, a.q + bh * a.Tq * D, t0, kRowBlock, a.Tq, D);
   A mx[R], l[R], acc[R][PER];
+  bool seen[R];  // whether the row has a kept key at all (else it outputs 0)
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    mx[r] = neg_inf<A>(), l[r] = 0;
+    mx[r] = neg_inf<A>(), l[r] = 0, seen[r] = false;
 #pragma unroll
     for (int u = 0; u < PER; ++u) acc[r][u] = 0;
   }
@@ -151,16 +160,21 @@ __global__ void sparse_forward_kernel(Args<T> a, T* __restrict__ o, acc_t<T>* __
     for (int r = 0; r < R; ++r) {
       const int rr = warp * R + r;
       if (!((any >> rr) & 1u)) continue;  // no key of this tile for the row (the same for the whole warp)
+      seen[r] = true;
+      const unsigned att = lanes_with(bits, rr);
       A dot = 0;
       for (int64_t c = 0; c < D; ++c) dot += Qs[rr][c] * Ks[lane][c];
       const A x = (bits >> rr) & 1u ? dot * a.scale : neg_inf<A>();
-      const A m_new = fmax(mx[r], warp_max(x));  // finite: some lane's key is attended
-      const A corr = dexp(mx[r] - m_new), pj = dexp(x - m_new);  // exp(-inf) = 0: the first tile, unattended keys
+      const A m_new = nan_max(mx[r], warp_max(x));  // NaN when a score is: the row becomes NaN
+      // exp(-inf) = 0 for the unattended keys; a -inf max so far (only for infinite inputs) rescales nothing.
+      const A corr = mx[r] == m_new ? A(1) : dexp(mx[r] - m_new);
+      const A pj = x == neg_inf<A>() ? A(0) : dexp(x - m_new);
       l[r] = l[r] * corr + warp_sum(pj);
       mx[r] = m_new;
 #pragma unroll
       for (int u = 0; u < PER; ++u) acc[r][u] *= corr;
       for (int j = 0; j < n; ++j) {
+        if (!((att >> j) & 1u)) continue;  // warp-uniform
         const A pk = __shfl_sync(0xffffffffu, pj, j);
 #pragma unroll
         for (int u = 0; u < PER; ++u) {
@@ -174,13 +188,16 @@ __global__ void sparse_forward_kernel(Args<T> a, T* __restrict__ o, acc_t<T>* __
   for (int r = 0; r < R; ++r) {
     const int64_t t = t0 + warp * R + r;
     if (t >= a.Tq) break;
-    const A inv = l[r] > A(0) ? A(1) / l[r] : A(0);  // no kept key: a zero row
+    // No kept key: a zero row. Otherwise 1 / l, NaN propagating: l is NaN for a NaN score, and 0 (so o = 0 · inf,
+    // NaN) only when every kept score is -inf — the composed softmax of such a row is NaN too.
+    const A inv = seen[r] ? A(1) / l[r] : A(0);
 #pragma unroll
     for (int u = 0; u < PER; ++u) {
       const int64_t c = lane + 32 * u;
       if (c < D) o[(bh * a.Tq + t) * D + c] = from_acc<T>(acc[r][u] * inv);
     }
-    if (lane == 0) lse[bh * a.Tq + t] = l[r] > A(0) ? mx[r] + dlog(l[r]) : neg_inf<A>();
+    if (lane == 0)
+      lse[bh * a.Tq + t] = !seen[r] ? neg_inf<A>() : l[r] > A(0) ? mx[r] + dlog(l[r]) : static_cast<A>(NAN);
   }
 }
 
@@ -188,8 +205,8 @@ __global__ void sparse_forward_kernel(Args<T> a, T* __restrict__ o, acc_t<T>* __
 template <class A>
 __device__ __forceinline__ A prob(A x, A lse) {
   if (lse == neg_inf<A>()) return A(0);
-  const A z = x - lse;  // <= 0 up to rounding
-  return dexp(z < A(0) ? z : A(0));
+  const A z = x - lse;  // <= 0 up to rounding; NaN (a NaN row) stays NaN, so its gradients are NaN too
+  return dexp(z > A(0) ? A(0) : z);
 }
 
 template <class T>
@@ -239,11 +256,12 @@ __global__ void sparse_backward_dq_kernel(Args<T> a, const T* __restrict__ o, co
     for (int r = 0; r < R; ++r) {
       const int rr = warp * R + r;
       if (L[r] == neg_inf<A>() || !((any >> rr) & 1u)) continue;  // warp-uniform: nothing to add to dq
+      const unsigned att = lanes_with(bits, rr);
       A qk = 0, gv = 0;
       for (int64_t c = 0; c < D; ++c) qk += Qs[rr][c] * Ks[lane][c], gv += Gs[rr][c] * Vs[lane][c];
-      const A pj = (bits >> rr) & 1u ? prob(qk * a.scale, L[r]) : A(0);
-      const A ds = a.scale * pj * (gv - dl[r]);
+      const A ds = (bits >> rr) & 1u ? a.scale * prob(qk * a.scale, L[r]) * (gv - dl[r]) : A(0);
       for (int j = 0; j < n; ++j) {
+        if (!((att >> j) & 1u)) continue;  // warp-uniform
         const A dk = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll
         for (int u = 0; u < PER; ++u) {
@@ -309,11 +327,14 @@ __global__ void sparse_backward_dkv_kernel(Args<T> a, const T* __restrict__ dout
     for (int kk = 0; kk < KK; ++kk) {
       const int jj = warp * KK + kk;
       if (!((any >> jj) & 1u)) continue;  // no query of this tile sees the key (the same for the whole warp)
+      const unsigned att = lanes_with(bits, jj);
       A qk = 0, gv = 0;
       for (int64_t c = 0; c < D; ++c) qk += Qs[lane][c] * Ks[jj][c], gv += Gs[lane][c] * Vs[jj][c];
-      const A pi = (bits >> jj) & 1u ? prob(qk * a.scale, Li) : A(0);
-      const A ds = a.scale * pi * (gv - Di);
+      const bool on = (bits >> jj) & 1u;
+      const A pi = on ? prob(qk * a.scale, Li) : A(0);
+      const A ds = on && Li != neg_inf<A>() ? a.scale * pi * (gv - Di) : A(0);
       for (int i = 0; i < n; ++i) {
+        if (!((att >> i) & 1u)) continue;  // warp-uniform
         const A pk = __shfl_sync(0xffffffffu, pi, i), dk_i = __shfl_sync(0xffffffffu, ds, i);
 #pragma unroll
         for (int u = 0; u < PER; ++u) {

@@ -18,8 +18,42 @@ namespace {
 constexpr const char* kName = "AsamAttention";
 const std::vector<std::string> kPatterns = {"window", "strided", "global", "random", "clustered", "hierarchical"};
 
+// The hierarchical block size for length T: the option, or round(√T); at most T (hierarchical_pattern's own clamp:
+// a block of T or more tokens is one block).
 int64_t hierarchical_block(const AsamAttentionOptions& o, int64_t T) {
-  return o.block() > 0 ? o.block() : std::max<int64_t>(1, std::llround(std::sqrt(static_cast<double>(T))));
+  const int64_t b = o.block() > 0 ? o.block() : std::llround(std::sqrt(static_cast<double>(T)));
+  return std::clamp<int64_t>(b, 1, T);
+}
+
+// The clustered part of the pattern from the assignments a (B, H, T, c). A query whose assignment row is not finite
+// (its q holds a NaN or an infinity) joins no bucket and attends itself only: its NaN reaches its own output, as in
+// the composed attention, instead of aborting the call (clustered_pattern refuses non-finite input) or leaking into
+// the rows of other tokens.
+SparsePattern clustered_part(const Tensor& a_in, double theta, bool causal) {
+  const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
+  const int64_t G = a.size(0) * a.size(1), T = a.size(2), c = a.size(3);
+  const double* ap = a.data_ptr<double>();
+  std::vector<int64_t> bad;  // flat rows g · T + i with a non-finite entry
+  for (int64_t r = 0; r < G * T; ++r)
+    for (int64_t m = 0; m < c; ++m)
+      if (!std::isfinite(ap[r * c + m])) {
+        bad.push_back(r);
+        break;
+      }
+  if (bad.empty()) return clustered_pattern(a, theta, causal);
+  const Tensor clean = a.clone();
+  double* cp = clean.data_ptr<double>();
+  std::vector<std::vector<int64_t>> self(G * T);
+  for (int64_t r : bad) {
+    std::fill(cp + r * c, cp + (r + 1) * c, 0.0);
+    self[r] = {r % T};
+  }
+  return pattern_union({clustered_pattern(clean, theta, causal), SparsePattern::from_rows(G, T, T, std::move(self))});
+}
+
+// Checks a finite option value (NaN and ±inf refused with the option's name).
+void check_finite(const char* option, double v) {
+  ASC_CHECK(std::isfinite(v), "{}: {} must be finite, got {}", kName, option, v);
 }
 
 }  // namespace
@@ -28,6 +62,7 @@ AsamAttention::AsamAttention(const AsamAttentionOptions& o) : Attention(kName), 
   const int64_t D = o.d_model(), H = o.heads();
   ASC_CHECK(D > 0 && H > 0 && D % H == 0, "{}: d_model {} must be a positive multiple of heads {}", kName, D, H);
   d_head = D / H;
+  checked_mul(D, D, kName, "d_model x d_model (a projection's weight)");
   ASC_CHECK(!o.patterns().empty(), "{}: needs at least one pattern (known: {})", kName, fmt::join(kPatterns, ", "));
   for (const std::string& p : o.patterns())
     ASC_CHECK(std::find(kPatterns.begin(), kPatterns.end(), p) != kPatterns.end(),
@@ -36,15 +71,28 @@ AsamAttention::AsamAttention(const AsamAttentionOptions& o) : Attention(kName), 
   ASC_CHECK(o.stride() >= 1, "{}: stride s must be >= 1, got {}", kName, o.stride());
   ASC_CHECK(o.global_tokens() >= 0, "{}: global_tokens must be >= 0, got {}", kName, o.global_tokens());
   ASC_CHECK(o.random_keys() >= 1, "{}: random_keys r must be >= 1, got {}", kName, o.random_keys());
-  ASC_CHECK(o.clusters() >= 1 && o.cluster_tau() > 0 && o.cluster_theta() >= 0 && o.cluster_theta() < 1,
-            "{}: clusters {} must be >= 1, cluster_tau {} > 0, cluster_theta {} in [0, 1)", kName, o.clusters(),
-            o.cluster_tau(), o.cluster_theta());
+  ASC_CHECK(o.clusters() >= 1, "{}: clusters must be >= 1, got {}", kName, o.clusters());
+  checked_mul(checked_mul(H, o.clusters(), kName, "heads x clusters"), d_head, kName, "the centroids' size");
+  check_finite("cluster_tau", o.cluster_tau());
+  ASC_CHECK(o.cluster_tau() > 0, "{}: cluster_tau must be > 0, got {}", kName, o.cluster_tau());
+  check_finite("cluster_theta", o.cluster_theta());
+  ASC_CHECK(o.cluster_theta() >= 0 && o.cluster_theta() < 1, "{}: cluster_theta must be in [0, 1), got {}", kName,
+            o.cluster_theta());
+  check_finite("cluster_loss_weight", o.cluster_loss_weight());
   ASC_CHECK(o.cluster_loss_weight() >= 0, "{}: cluster_loss_weight must be >= 0, got {}", kName,
             o.cluster_loss_weight());
   ASC_CHECK(o.block() >= 0, "{}: block must be >= 0 (0: round(sqrt(T))), got {}", kName, o.block());
   ASC_CHECK(!o.pool_scales().empty(), "{}: pool_scales must not be empty", kName);
-  for (int64_t s : o.pool_scales()) ASC_CHECK(s >= 1, "{}: pool scales must be >= 1, got {}", kName, s);
+  int64_t segments = 0;  // Σ scales: the gate's features are D · segments wide
+  for (int64_t s : o.pool_scales()) {
+    ASC_CHECK(s >= 1, "{}: pool scales must be >= 1, got {}", kName, s);
+    segments = checked_add(segments, s, kName, "the sum of pool_scales");
+  }
+  checked_mul(checked_mul(D, segments, kName, "d_model x the sum of pool_scales"), H, kName,
+              "the gate's weight (d_model x the sum of pool_scales x heads)");
+  check_finite("gate_tau", o.gate_tau());
   ASC_CHECK(o.gate_tau() > 0, "{}: gate_tau must be > 0, got {}", kName, o.gate_tau());
+  check_finite("threshold_init", o.threshold_init());
   ASC_CHECK(o.fixed_gate() == -1.0 || (o.fixed_gate() >= 0 && o.fixed_gate() <= 1),
             "{}: fixed_gate must be -1 (learned) or in [0, 1], got {}", kName, o.fixed_gate());
   ASC_CHECK(o.skip_dense_above() >= 0 && o.skip_dense_above() <= 0.99,
@@ -58,8 +106,6 @@ AsamAttention::AsamAttention(const AsamAttentionOptions& o) : Attention(kName), 
   k_proj = register_module("k_proj", proj(D, D, o.bias()));
   v_proj = register_module("v_proj", proj(D, D, o.bias()));
   out_proj = register_module("out_proj", proj(D, D, o.bias()));
-  int64_t segments = 0;
-  for (int64_t s : o.pool_scales()) segments += s;
   complexity = register_module("complexity", proj(D * segments, H, true));
   confidence = register_module("confidence", proj(D * segments, H, true));
   threshold = register_parameter("threshold", full({H}, o.threshold_init()));
@@ -73,18 +119,15 @@ bool AsamAttention::has(const std::string& name) const {
 
 SparsePattern AsamAttention::pattern(int64_t T, bool causal) {
   std::lock_guard lock(pattern_mu_);
-  if (cached_T_ == T && cached_causal_ == causal && cached_pattern_.row_ptr.defined()) return cached_pattern_;
+  if (cached_T_ == T && cached_causal_ == causal && cached_pattern_.defined()) return cached_pattern_;
   device_pattern_ = SparsePattern{};
   const AsamAttentionOptions& o = options;
   std::vector<SparsePattern> parts;
   if (has("window")) parts.push_back(local_window_pattern(T, o.window(), causal));
   if (has("strided")) parts.push_back(strided_pattern(T, o.stride(), causal));
-  if (has("global")) parts.push_back(global_tokens_pattern(T, std::min(o.global_tokens(), T), causal));
-  if (has("random")) {
-    ASC_CHECK(o.random_keys() <= T, "{}: random_keys r = {} exceeds the sequence length T = {}", kName,
-              o.random_keys(), T);
-    parts.push_back(random_keys_pattern(T, o.random_keys(), o.seed(), causal));
-  }
+  // The builders clamp what exceeds T (g > T: every token global; r > T: every key), as documented there.
+  if (has("global")) parts.push_back(global_tokens_pattern(T, o.global_tokens(), causal));
+  if (has("random")) parts.push_back(random_keys_pattern(T, o.random_keys(), o.seed(), causal));
   if (has("hierarchical")) parts.push_back(hierarchical_pattern(T, hierarchical_block(o, T), causal));
   // Only "clustered": an empty shared pattern, which the per-call clustered part joins.
   cached_pattern_ = parts.empty() ? SparsePattern::from_rows(1, T, T, std::vector<std::vector<int64_t>>(T))
@@ -96,15 +139,19 @@ SparsePattern AsamAttention::pattern(int64_t T, bool causal) {
 Tensor AsamAttention::gate(const Tensor& x, const Tensor& key_padding_mask) const {
   const int64_t B = x.size(0), T = x.size(1), H = options.heads();
   if (options.fixed_gate() >= 0) return full({B, H}, options.fixed_gate(), x.options());
-  // φ(x): masked means of x over s equal segments, for each scale s, concatenated.
+  // φ(x): masked means of x over s equal segments, for each scale s, concatenated. Padding tokens are replaced by 0
+  // (where, not only weighted by 0: a padding token's NaN must not reach the real tokens' gate).
   const Tensor w = key_padding_mask.defined() ? key_padding_mask.to(x.dtype()).view({B, T, 1})
                                               : ones({B, T, 1}, x.options());
+  const Tensor xr = key_padding_mask.defined() ? where(key_padding_mask.view({B, T, 1}), x, 0.0) : x;
   TensorList feats;
   for (int64_t s : options.pool_scales())
     for (int64_t seg = 0; seg < s; ++seg) {
-      const int64_t a = seg * T / s, e = std::max(a + 1, (seg + 1) * T / s);  // at least one token
+      // at least one token; the products in 128 bits (a scale may exceed T by far)
+      const int64_t a = static_cast<int64_t>(static_cast<__int128>(seg) * T / s);
+      const int64_t e = std::max(a + 1, static_cast<int64_t>(static_cast<__int128>(seg + 1) * T / s));
       const Tensor ws = w.narrow(1, a, e - a);
-      feats.push_back(sum(x.narrow(1, a, e - a) * ws, {1}) / clamp(sum(ws, {1}), 1.0, std::nullopt));  // (B, D)
+      feats.push_back(sum(xr.narrow(1, a, e - a) * ws, {1}) / clamp(sum(ws, {1}), 1.0, std::nullopt));  // (B, D)
     }
   const Tensor phi = cat(feats, 1);                                            // (B, D · Σ s)
   const Tensor fc = (*complexity)(phi), fp = softplus((*confidence)(phi));    // (B, H)
@@ -144,11 +191,26 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
     const Tensor C = centroids.to(x.dtype());                                        // (H, c, Dh)
     const Tensor qd = q.detach();
     const Tensor a = softmax(matmul(qd, C.unsqueeze(0).transpose(-2, -1)) / options.cluster_tau(), -1);  // (B,H,T,c)
-    p = pattern_union({p, clustered_pattern(a, options.cluster_theta(), args.causal)});
+    p = pattern_union({p, clustered_part(a, options.cluster_theta(), args.causal)});
     if (options.cluster_loss_weight() > 0) {
-      // Σ_m a_im |q_i − C_m|², averaged over (b, h, i): the soft k-means objective of the centroids.
-      const Tensor d2 = sum(pow(qd.unsqueeze(3) - C.view({1, H, options.clusters(), Dh}).unsqueeze(2), 2.0), {-1});
-      aux_loss = mean(sum(a * d2, {-1})) * options.cluster_loss_weight();
+      // Σ_m a_im |q_i − C_m|², averaged over the real tokens of every (b, h): the soft k-means objective of the
+      // centroids. Padding tokens are left out (where, not a product: a padding token's NaN must not leak in), so
+      // padding does not pull the centroids; with no real token the loss is 0.
+      // The padding tokens' queries are set to 0 first, so that their terms (masked below) are finite and pass a
+      // zero gradient, not 0 · NaN, to C.
+      const Tensor ql = valid.defined() ? where(valid.view({B, 1, T, 1}), qd, 0.0) : qd;
+      const Tensor al = valid.defined() ? softmax(matmul(ql, C.unsqueeze(0).transpose(-2, -1)) / options.cluster_tau(), -1)
+                                        : a;
+      const Tensor d2 = sum(pow(ql.unsqueeze(3) - C.view({1, H, options.clusters(), Dh}).unsqueeze(2), 2.0), {-1});
+      const Tensor per_token = sum(al * d2, {-1});  // (B, H, T)
+      if (valid.defined()) {
+        const Tensor real = valid.view({B, 1, T});
+        const double n_real = static_cast<double>(sum(valid.to(kInt64)).item<int64_t>()) * static_cast<double>(H);
+        aux_loss = sum(where(real.expand({B, H, T}), per_token, 0.0)) / std::max(n_real, 1.0) *
+                   options.cluster_loss_weight();
+      } else {
+        aux_loss = mean(per_token) * options.cluster_loss_weight();
+      }
     }
   }
   Tensor ks = k, vs = v, keep_s = valid;
@@ -163,7 +225,7 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
     if (cached_T_ != T || cached_causal_ != args.causal) {  // another thread's call replaced the cache meanwhile
       p = p.to(x.device());
     } else {
-      if (!device_pattern_.row_ptr.defined() || device_pattern_.row_ptr.device() != x.device())
+      if (!device_pattern_.defined() || device_pattern_.device() != x.device())
         device_pattern_ = p.to(x.device());
       p = device_pattern_;
     }
@@ -218,6 +280,17 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
   return (*out_proj)(out.permute({0, 2, 1, 3}).reshape({B, T, D}));  // (B, T, D)
 }
 
+void AsamAttention::check_state(const StateDict& incoming) const {
+  for (const char* name : {"threshold", "centroids"}) {
+    const Tensor* t = incoming.find(name);
+    if (!t) continue;
+    const auto v = t->detach().to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
+    for (size_t x = 0; x < v.size(); ++x)
+      ASC_CHECK(std::isfinite(v[x]), "{}: a loaded {} must be finite (as threshold_init must be), got {} at index {}",
+                kName, name, v[x], x);
+  }
+}
+
 std::string AsamAttention::extra_repr() const {
   return fmt::format("d_model={}, heads={}, patterns={}, window={}, gate={}", options.d_model(), options.heads(),
                      fmt::join(options.patterns(), "+"), options.window(),
@@ -227,7 +300,8 @@ std::string AsamAttention::extra_repr() const {
 AttentionFactory asam_attention(const AsamAttentionOptions& options) {
   return [options](const TransformerBlockOptions& block) -> std::shared_ptr<Attention> {
     AsamAttentionOptions o = options;
-    o.d_model(block.d_model()).heads(block.heads());
+    const auto [d_model, heads] = attention_shape_for_block("asam_attention", o.d_model(), o.heads(), block);  // 0: the block's
+    o.d_model(d_model).heads(heads);
     return std::make_shared<AsamAttention>(o);
   };
 }

@@ -34,28 +34,31 @@
 
 namespace asc::nn {
 
+// Every option's accepted range, and what 0, negative, NaN / ±inf and INT64_MAX get: docs/asam.md, "Accepted
+// options". Integers past what a sequence can use are clamped by the pattern builders (never overflowed); floats
+// must be finite; each refusal is an asc::Error at construction.
 struct AsamAttentionOptions {
   AsamAttentionOptions(int64_t d_model, int64_t heads) : d_model_(d_model), heads_(heads) {}
   ASC_ARG(int64_t, d_model);
   ASC_ARG(int64_t, heads);
   // The sparse branch: the union of these patterns (names above).
   ASC_ARG(std::vector<std::string>, patterns) = std::vector<std::string>{"window", "global", "random"};
-  ASC_ARG(int64_t, window) = 64;        // w >= 1
-  ASC_ARG(int64_t, stride) = 16;        // s >= 1
-  ASC_ARG(int64_t, global_tokens) = 2;  // g >= 0
-  ASC_ARG(int64_t, random_keys) = 4;    // r >= 1 (at most T)
+  ASC_ARG(int64_t, window) = 64;        // w >= 1 (w > T: every key within reach)
+  ASC_ARG(int64_t, stride) = 16;        // s >= 1 (s >= T: each query its own key)
+  ASC_ARG(int64_t, global_tokens) = 2;  // g >= 0 (g > T: every token global, as g = T)
+  ASC_ARG(int64_t, random_keys) = 4;    // r >= 1 (a row takes min(r, its candidates): T, causal i + 1)
   ASC_ARG(uint64_t, seed) = 0;          // of the random pattern
   ASC_ARG(int64_t, clusters) = 4;       // c >= 1 centroids per head
   ASC_ARG(double, cluster_tau) = 1.0;   // τ_c > 0
   ASC_ARG(double, cluster_theta) = 0.5;  // θ in [0, 1)
   // Weight of the soft k-means loss that trains the centroids (the 0/1 pattern gives them no task gradient):
-  // aux_loss() = ν · mean_{b,h,i} Σ_m a_im |q_i − C_m|², q detached.
+  // aux_loss() = ν · mean over (b, h) and the real (unpadded) tokens i of Σ_m a_im |q_i − C_m|², q detached.
   ASC_ARG(double, cluster_loss_weight) = 1.0;
-  ASC_ARG(int64_t, block) = 0;  // hierarchical block size; 0: round(√T)
+  ASC_ARG(int64_t, block) = 0;  // hierarchical block size; 0: round(√T); > T: one block
   // The gate.
   ASC_ARG(std::vector<int64_t>, pool_scales) = std::vector<int64_t>{1, 2, 4};  // segments per scale, each >= 1
   ASC_ARG(double, gate_tau) = 1.0;        // τ > 0
-  ASC_ARG(double, threshold_init) = 0.0;  // t
+  ASC_ARG(double, threshold_init) = 0.0;  // t, finite
   // >= 0: use this constant g instead of the learned gate (1: sparse only, 0: dense only; an ablation); -1: learned.
   ASC_ARG(double, fixed_gate) = -1.0;
   // Inference only (eval mode): a (sample, head) whose g >= this skips the dense branch and outputs the sparse branch
@@ -71,6 +74,9 @@ class AsamAttention : public Attention {
   // the sparse kernel and is refused.
   Tensor attend(const Tensor& x, const AttentionArgs& args) override;
   std::string extra_repr() const override;
+  // load_state_dict's check: a loaded threshold t must be finite, as threshold_init must, and so must the centroids
+  // (a NaN there would turn every gate, or every clustered pattern, into NaN); refused before anything is copied.
+  void check_state(const StateDict& incoming) const override;
 
   // The sparse pattern attend() uses for this length and causality (the data-independent patterns, cached; with
   // "clustered" the per-head part of the last call is not included).
@@ -105,8 +111,8 @@ class AsamAttention : public Attention {
   std::atomic<int64_t> skipped_{0}, considered_{0};
 };
 
-// A factory for the Transformer blocks: every block gets its own AsamAttention with these options (d_model and heads
-// from the block's options).
+// A factory for the Transformer blocks: every block gets its own AsamAttention with these options. Their d_model and
+// heads must be the block's, or 0 to take the block's; another value is an error (attention_shape_for_block).
 AttentionFactory asam_attention(const AsamAttentionOptions& options);
 
 }  // namespace asc::nn

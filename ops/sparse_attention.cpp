@@ -35,83 +35,155 @@ void check_length(const char* who, int64_t T) {
 
 // ---- the CSR pattern ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// An int64 tensor of n elements on the CPU (asc::Error, not std::bad_alloc, when it cannot be allocated).
+Tensor int64_buffer(int64_t n) { return Tensor::empty({n}, {.dtype = kInt64}); }
+
+}  // namespace
+
 SparsePattern SparsePattern::from_rows(int64_t groups, int64_t queries, int64_t keys,
                                        std::vector<std::vector<int64_t>> rows) {
-  ASC_CHECK(groups >= 1 && queries >= 1 && keys >= 1 && keys < (int64_t{1} << 31),
-            "SparsePattern: needs groups, queries, keys >= 1 (keys < 2^31); got {}, {}, {}", groups, queries, keys);
-  ASC_CHECK(static_cast<int64_t>(rows.size()) == groups * queries,
-            "SparsePattern: expected {} row lists (groups {} x queries {}), got {}", groups * queries, groups, queries,
-            rows.size());
-  SparsePattern p;
-  p.groups = groups, p.queries = queries, p.keys = keys;
+  constexpr const char* who = "SparsePattern";
+  ASC_CHECK(groups >= 1 && queries >= 1 && keys >= 1 && keys <= kMaxKeys,
+            "{}: needs groups, queries, keys >= 1 (keys <= 2^31 - 1); got {}, {}, {}", who, groups, queries, keys);
+  // The sizes of the lists: every product checked before anything is allocated or indexed.
+  const int64_t n_rows = checked_mul(groups, queries, who, "groups x queries");
+  const int64_t n_cols = checked_add(checked_mul(groups, keys, who, "groups x keys"), 1, who, "groups x keys + 1");
+  ASC_CHECK(static_cast<int64_t>(rows.size()) == n_rows,
+            "{}: expected {} row lists (groups {} x queries {}), got {}", who, n_rows, groups, queries, rows.size());
   int64_t nnz = 0;
   for (auto& r : rows) {
     std::sort(r.begin(), r.end());
     r.erase(std::unique(r.begin(), r.end()), r.end());
     if (!r.empty())
-      ASC_CHECK(r.front() >= 0 && r.back() < keys, "SparsePattern: key index {} outside [0, {})",
+      ASC_CHECK(r.front() >= 0 && r.back() < keys, "{}: key index {} outside [0, {})", who,
                 r.front() < 0 ? r.front() : r.back(), keys);
-    nnz += static_cast<int64_t>(r.size());
+    nnz += static_cast<int64_t>(r.size());  // <= the memory the lists already hold: no overflow
   }
-  p.row_ptr = Tensor::empty({groups * queries + 1}, {.dtype = kInt64});
-  p.cols = Tensor::empty({nnz}, {.dtype = kInt64});
-  int64_t* rp = p.row_ptr.data_ptr<int64_t>();
-  int64_t* cols = p.cols.data_ptr<int64_t>();
+  SparsePattern p;
+  p.groups_ = groups, p.queries_ = queries, p.keys_ = keys, p.nnz_ = nnz;
+  p.row_ptr_ = int64_buffer(n_rows + 1);
+  p.cols_ = int64_buffer(nnz);
+  int64_t* rp = p.row_ptr_.data_ptr<int64_t>();
+  int64_t* cols = p.cols_.data_ptr<int64_t>();
   int64_t e = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
     rp[r] = e;
     std::copy(rows[r].begin(), rows[r].end(), cols + e);
     e += static_cast<int64_t>(rows[r].size());
+    p.max_row_ = std::max(p.max_row_, static_cast<int64_t>(rows[r].size()));
   }
   rp[rows.size()] = e;
   // The transpose, by counting sort per group: entries of key column c of group g in query order.
-  p.col_ptr = Tensor::empty({groups * keys + 1}, {.dtype = kInt64});
-  p.col_rows = Tensor::empty({nnz}, {.dtype = kInt64});
-  p.col_pos = Tensor::empty({nnz}, {.dtype = kInt64});
-  int64_t* cp = p.col_ptr.data_ptr<int64_t>();
-  int64_t* crow = p.col_rows.data_ptr<int64_t>();
-  int64_t* cpos = p.col_pos.data_ptr<int64_t>();
-  std::fill(cp, cp + groups * keys + 1, int64_t{0});
+  p.col_ptr_ = int64_buffer(n_cols);
+  p.col_rows_ = int64_buffer(nnz);
+  p.col_pos_ = int64_buffer(nnz);
+  int64_t* cp = p.col_ptr_.data_ptr<int64_t>();
+  int64_t* crow = p.col_rows_.data_ptr<int64_t>();
+  int64_t* cpos = p.col_pos_.data_ptr<int64_t>();
+  std::fill(cp, cp + n_cols, int64_t{0});
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t x = rp[g * queries]; x < rp[(g + 1) * queries]; ++x) ++cp[g * keys + cols[x] + 1];
-  std::partial_sum(cp, cp + groups * keys + 1, cp);
-  std::vector<int64_t> fill(cp, cp + groups * keys);
+  std::partial_sum(cp, cp + n_cols, cp);
+  Tensor fill_t = int64_buffer(n_cols - 1);
+  int64_t* fill = fill_t.data_ptr<int64_t>();
+  std::copy(cp, cp + n_cols - 1, fill);
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t i = 0; i < queries; ++i)
       for (int64_t x = rp[g * queries + i]; x < rp[g * queries + i + 1]; ++x) {
         const int64_t slot = fill[g * keys + cols[x]]++;
-        crow[slot] = static_cast<int64_t>(i);
+        crow[slot] = i;
         cpos[slot] = x;
       }
   return p;
 }
 
-int64_t SparsePattern::max_row() const {
-  const int64_t* rp = row_ptr.data_ptr<int64_t>();
-  int64_t m = 0;
-  for (int64_t r = 0; r < groups * queries; ++r) m = std::max(m, rp[r + 1] - rp[r]);
-  return m;
+void SparsePattern::check_lists(const char* who) const {
+  // The invariants from_rows establishes, re-checked on a copy (to()): sizes first, then every index, so that a
+  // pattern whose storage was damaged is refused instead of read out of bounds.
+  ASC_CHECK(groups_ >= 1 && queries_ >= 1 && keys_ >= 1 && keys_ <= kMaxKeys, "{}: invalid pattern sizes {}, {}, {}",
+            who, groups_, queries_, keys_);
+  const int64_t n_rows = checked_mul(groups_, queries_, who), n_cols = checked_mul(groups_, keys_, who);
+  ASC_CHECK(row_ptr_.numel() == n_rows + 1 && col_ptr_.numel() == n_cols + 1 && cols_.numel() == nnz_ &&
+                col_rows_.numel() == nnz_ && col_pos_.numel() == nnz_,
+            "{}: the pattern's lists do not match its sizes", who);
+  const int64_t* rp = row_ptr_.data_ptr<int64_t>();
+  const int64_t* cols = cols_.data_ptr<int64_t>();
+  const int64_t* cp = col_ptr_.data_ptr<int64_t>();
+  const int64_t* crow = col_rows_.data_ptr<int64_t>();
+  const int64_t* cpos = col_pos_.data_ptr<int64_t>();
+  ASC_CHECK(rp[0] == 0 && rp[n_rows] == nnz_ && cp[0] == 0 && cp[n_cols] == nnz_, "{}: corrupt pattern (list ends)",
+            who);
+  int64_t longest = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    ASC_CHECK(rp[r] <= rp[r + 1], "{}: corrupt pattern (row {} ends before it starts)", who, r);
+    longest = std::max(longest, rp[r + 1] - rp[r]);
+    for (int64_t x = rp[r]; x < rp[r + 1]; ++x)
+      ASC_CHECK(cols[x] >= 0 && cols[x] < keys_ && (x == rp[r] || cols[x] > cols[x - 1]),
+                "{}: corrupt pattern (row {} has key {} outside [0, {}) or out of order)", who, r, cols[x], keys_);
+  }
+  ASC_CHECK(longest == max_row_, "{}: corrupt pattern (longest row)", who);
+  for (int64_t c = 0; c < n_cols; ++c) {
+    ASC_CHECK(cp[c] <= cp[c + 1], "{}: corrupt pattern (transpose column {})", who, c);
+    for (int64_t y = cp[c]; y < cp[c + 1]; ++y) {
+      const int64_t g = c / keys_, i = crow[y], x = cpos[y];
+      ASC_CHECK(i >= 0 && i < queries_ && x >= rp[g * queries_ + i] && x < rp[g * queries_ + i + 1] &&
+                    cols[x] == c % keys_,
+                "{}: corrupt pattern (transpose entry {})", who, y);
+    }
+  }
 }
 
 std::vector<int64_t> SparsePattern::row(int64_t group, int64_t i) const {
-  ASC_CHECK(group >= 0 && group < groups && i >= 0 && i < queries, "SparsePattern::row: ({}, {}) outside ({}, {})",
-            group, i, groups, queries);
+  ASC_CHECK(defined(), "SparsePattern::row: the pattern is empty");
+  ASC_CHECK(group >= 0 && group < groups_ && i >= 0 && i < queries_, "SparsePattern::row: ({}, {}) outside ({}, {})",
+            group, i, groups_, queries_);
   const SparsePattern c = to(Device::cpu());
-  const int64_t* rp = c.row_ptr.data_ptr<int64_t>();
-  const int64_t* cols = c.cols.data_ptr<int64_t>();
-  const int64_t r = group * queries + i;
+  const int64_t* rp = c.row_ptr_.data_ptr<int64_t>();
+  const int64_t* cols = c.cols_.data_ptr<int64_t>();
+  const int64_t r = group * queries_ + i;
   return std::vector<int64_t>(cols + rp[r], cols + rp[r + 1]);
 }
 
 Tensor SparsePattern::dense_mask() const {
+  ASC_CHECK(defined(), "SparsePattern::dense_mask: the pattern is empty");
   const SparsePattern c = to(Device::cpu());
-  Tensor m = zeros({groups, queries, keys}, {.dtype = kBool});
+  Tensor m = zeros({groups_, queries_, keys_}, {.dtype = kBool});  // checks the product
   bool* mp = m.data_ptr<bool>();
-  const int64_t* rp = c.row_ptr.data_ptr<int64_t>();
-  const int64_t* cols = c.cols.data_ptr<int64_t>();
-  for (int64_t r = 0; r < groups * queries; ++r)
-    for (int64_t x = rp[r]; x < rp[r + 1]; ++x) mp[r * keys + cols[x]] = true;
+  const int64_t* rp = c.row_ptr_.data_ptr<int64_t>();
+  const int64_t* cols = c.cols_.data_ptr<int64_t>();
+  for (int64_t r = 0; r < groups_ * queries_; ++r)
+    for (int64_t x = rp[r]; x < rp[r + 1]; ++x) mp[r * keys_ + cols[x]] = true;
   return m;
+}
+
+namespace {
+Tensor copy_of(const Tensor& t) { return t.defined() ? t.clone() : Tensor(); }
+}  // namespace
+
+Tensor SparsePattern::row_ptr() const { return copy_of(row_ptr_); }
+Tensor SparsePattern::cols() const { return copy_of(cols_); }
+Tensor SparsePattern::col_ptr() const { return copy_of(col_ptr_); }
+Tensor SparsePattern::col_rows() const { return copy_of(col_rows_); }
+Tensor SparsePattern::col_pos() const { return copy_of(col_pos_); }
+Tensor SparsePattern::rblk_ptr() const { return copy_of(rblk_ptr_); }
+Tensor SparsePattern::rblk_keys() const { return copy_of(rblk_keys_); }
+Tensor SparsePattern::rblk_bits() const { return copy_of(rblk_bits_); }
+Tensor SparsePattern::kblk_ptr() const { return copy_of(kblk_ptr_); }
+Tensor SparsePattern::kblk_rows() const { return copy_of(kblk_rows_); }
+Tensor SparsePattern::kblk_bits() const { return copy_of(kblk_bits_); }
+
+SparsePattern::Lists SparsePattern::lists() const {
+  ASC_CHECK(defined(), "SparsePattern: the pattern is empty (build it with a *_pattern function)");
+  return {row_ptr_.data_ptr<int64_t>(), cols_.data_ptr<int64_t>(), col_ptr_.data_ptr<int64_t>(),
+          col_rows_.data_ptr<int64_t>(), col_pos_.data_ptr<int64_t>()};
+}
+
+SparsePattern::BlockView SparsePattern::block_view() const {
+  ASC_CHECK(has_block_view(), "SparsePattern: the pattern has no block view (move it with SparsePattern::to)");
+  return {rblk_ptr_.data_ptr<int64_t>(), rblk_keys_.data_ptr<int64_t>(), rblk_bits_.data_ptr<int64_t>(),
+          kblk_ptr_.data_ptr<int64_t>(), kblk_rows_.data_ptr<int64_t>(), kblk_bits_.data_ptr<int64_t>()};
 }
 
 namespace {
@@ -121,9 +193,10 @@ namespace {
 // O(entries + Σ union · log union) with one scratch word per item.
 void block_union(int64_t groups, int64_t n_lists, int64_t n_items, int64_t block, const int64_t* lists_ptr,
                  const int64_t* items, Tensor& out_ptr, Tensor& out_items, Tensor& out_bits) {
-  const int64_t nblk = (n_lists + block - 1) / block;
-  std::vector<int64_t> ptr{0}, its, bits;
-  std::vector<int64_t> scratch(n_items, 0), touched;
+  const int64_t nblk = n_lists / block + (n_lists % block != 0);
+  std::vector<int64_t> ptr{0}, its, bits, touched;
+  Tensor scratch_t = zeros({n_items}, {.dtype = kInt64});  // asc::Error, not bad_alloc, when too large
+  int64_t* scratch = scratch_t.data_ptr<int64_t>();
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t m = 0; m < nblk; ++m) {
       touched.clear();
@@ -139,7 +212,7 @@ void block_union(int64_t groups, int64_t n_lists, int64_t n_items, int64_t block
       ptr.push_back(static_cast<int64_t>(its.size()));
     }
   auto as_tensor = [](const std::vector<int64_t>& v) {
-    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, {.dtype = kInt64});
+    Tensor t = int64_buffer(static_cast<int64_t>(v.size()));
     std::copy(v.begin(), v.end(), t.data_ptr<int64_t>());
     return t;
   };
@@ -149,19 +222,21 @@ void block_union(int64_t groups, int64_t n_lists, int64_t n_items, int64_t block
 }  // namespace
 
 SparsePattern SparsePattern::to(Device device) const {
-  if (row_ptr.device() == device) return *this;
+  if (!defined()) return *this;  // the empty pattern is empty everywhere (the op refuses it)
+  if (row_ptr_.device() == device) return *this;
   SparsePattern p = *this;
   auto move_all = [&p](Device d) {
-    for (Tensor* t : {&p.row_ptr, &p.cols, &p.col_ptr, &p.col_rows, &p.col_pos, &p.rblk_ptr, &p.rblk_keys,
-                      &p.rblk_bits, &p.kblk_ptr, &p.kblk_rows, &p.kblk_bits})
+    for (Tensor* t : {&p.row_ptr_, &p.cols_, &p.col_ptr_, &p.col_rows_, &p.col_pos_, &p.rblk_ptr_, &p.rblk_keys_,
+                      &p.rblk_bits_, &p.kblk_ptr_, &p.kblk_rows_, &p.kblk_bits_})
       if (t->defined()) *t = t->to(d);
   };
-  if (!p.row_ptr.device().is_cpu()) move_all(Device::cpu());  // from a device: by way of the host
+  if (!p.row_ptr_.device().is_cpu()) move_all(Device::cpu());  // from a device: by way of the host
+  p.check_lists("SparsePattern::to");  // O(nnz + groups · keys), as cheap as the copy itself
   if (device.is_cuda() && !p.has_block_view()) {
-    block_union(p.groups, p.queries, p.keys, kRowBlock, p.row_ptr.data_ptr<int64_t>(), p.cols.data_ptr<int64_t>(),
-                p.rblk_ptr, p.rblk_keys, p.rblk_bits);
-    block_union(p.groups, p.keys, p.queries, kKeyBlock, p.col_ptr.data_ptr<int64_t>(),
-                p.col_rows.data_ptr<int64_t>(), p.kblk_ptr, p.kblk_rows, p.kblk_bits);
+    block_union(p.groups_, p.queries_, p.keys_, kRowBlock, p.row_ptr_.data_ptr<int64_t>(),
+                p.cols_.data_ptr<int64_t>(), p.rblk_ptr_, p.rblk_keys_, p.rblk_bits_);
+    block_union(p.groups_, p.keys_, p.queries_, kKeyBlock, p.col_ptr_.data_ptr<int64_t>(),
+                p.col_rows_.data_ptr<int64_t>(), p.kblk_ptr_, p.kblk_rows_, p.kblk_bits_);
   }
   if (!device.is_cpu()) move_all(device);
   return p;
@@ -169,48 +244,53 @@ SparsePattern SparsePattern::to(Device device) const {
 
 // ---- the builders ------------------------------------------------------------------------------------------------
 
-SparsePattern local_window_pattern(int64_t T, int64_t w, bool causal) {
+SparsePattern local_window_pattern(int64_t T, int64_t w_in, bool causal) {
   check_length("local_window_pattern", T);
-  ASC_CHECK(w >= 1, "local_window_pattern: the window w must be >= 1, got {}", w);
+  ASC_CHECK(w_in >= 1, "local_window_pattern: the window w must be >= 1, got {}", w_in);
+  // A window past 2T holds every key either way: clamping changes no pair and keeps i ± w in range.
+  const int64_t w = std::min(w_in, 2 * T);
   std::vector<std::vector<int64_t>> rows(T);
   const int64_t r = w / 2;
   for (int64_t i = 0; i < T; ++i) {
     const int64_t lo = causal ? std::max<int64_t>(0, i - w + 1) : std::max<int64_t>(0, i - r);
     const int64_t hi = causal ? i : std::min(T - 1, i + r);
-    for (int64_t j = lo; j <= hi; ++j) rows[i].push_back(static_cast<int64_t>(j));
+    for (int64_t j = lo; j <= hi; ++j) rows[i].push_back(j);
   }
   return SparsePattern::from_rows(1, T, T, std::move(rows));
 }
 
-SparsePattern strided_pattern(int64_t T, int64_t s, bool causal) {
+SparsePattern strided_pattern(int64_t T, int64_t s_in, bool causal) {
   check_length("strided_pattern", T);
-  ASC_CHECK(s >= 1, "strided_pattern: the stride s must be >= 1, got {}", s);
+  ASC_CHECK(s_in >= 1, "strided_pattern: the stride s must be >= 1, got {}", s_in);
+  const int64_t s = std::min(s_in, T);  // s >= T: only j = i; clamped so that j + s cannot overflow
   std::vector<std::vector<int64_t>> rows(T);
   for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = i % s; j < (causal ? i + 1 : T); j += s) rows[i].push_back(static_cast<int64_t>(j));
+    for (int64_t j = i % s; j < (causal ? i + 1 : T); j += s) rows[i].push_back(j);
   return SparsePattern::from_rows(1, T, T, std::move(rows));
 }
 
-SparsePattern global_tokens_pattern(int64_t T, int64_t g, bool causal) {
+SparsePattern global_tokens_pattern(int64_t T, int64_t g_in, bool causal) {
   check_length("global_tokens_pattern", T);
-  ASC_CHECK(g >= 0 && g <= T, "global_tokens_pattern: the global token count must be in [0, T = {}], got {}", T, g);
+  ASC_CHECK(g_in >= 0, "global_tokens_pattern: the global token count g must be >= 0, got {}", g_in);
+  const int64_t g = std::min(g_in, T);  // g >= T: every token is global (the layer's rule too)
   std::vector<std::vector<int64_t>> rows(T);
   for (int64_t i = 0; i < T; ++i) {
     const int64_t end = causal ? i + 1 : T;
-    for (int64_t j = 0; j < (i < g ? end : std::min(g, end)); ++j) rows[i].push_back(static_cast<int64_t>(j));
+    for (int64_t j = 0; j < (i < g ? end : std::min(g, end)); ++j) rows[i].push_back(j);
   }
   return SparsePattern::from_rows(1, T, T, std::move(rows));
 }
 
-SparsePattern random_keys_pattern(int64_t T, int64_t r, uint64_t seed, bool causal) {
+SparsePattern random_keys_pattern(int64_t T, int64_t r_in, uint64_t seed, bool causal) {
   check_length("random_keys_pattern", T);
-  ASC_CHECK(r >= 1 && r <= T, "random_keys_pattern: r (random keys per query) must be in [1, T = {}], got {}", T, r);
+  ASC_CHECK(r_in >= 1, "random_keys_pattern: r (random keys per query) must be >= 1, got {}", r_in);
+  const int64_t r = std::min(r_in, T);  // a row takes min(r, its candidates), as causal rows always did
   std::vector<std::vector<int64_t>> rows(T);
   for (int64_t i = 0; i < T; ++i) {
     const int64_t m = causal ? i + 1 : T;  // candidates [0, m)
     auto& row = rows[i];
     if (r >= m) {
-      for (int64_t j = 0; j < m; ++j) row.push_back(static_cast<int64_t>(j));
+      for (int64_t j = 0; j < m; ++j) row.push_back(j);
       continue;
     }
     // Floyd's sampling: r distinct values of [0, m), one Philox word per step; (seed, row, step) fixes each word.
@@ -221,39 +301,48 @@ SparsePattern random_keys_pattern(int64_t T, int64_t r, uint64_t seed, bool caus
       const int64_t t = static_cast<int64_t>(words[step % 4] % static_cast<uint64_t>(top + 1));
       const int64_t pick = chosen.count(t) ? top : t;
       chosen.insert(pick);
-      row.push_back(static_cast<int64_t>(pick));
+      row.push_back(pick);
     }
   }
   return SparsePattern::from_rows(1, T, T, std::move(rows));
 }
 
-int64_t hierarchical_blocks(int64_t T, int64_t b) { return (T + b - 1) / b; }
+int64_t hierarchical_blocks(int64_t T, int64_t b) {
+  ASC_CHECK(T >= 1 && b >= 1, "hierarchical_blocks: needs T >= 1 and a block size b >= 1, got T = {}, b = {}", T, b);
+  return T / b + (T % b != 0);  // ceil(T / b), without the overflow of T + b - 1
+}
 
-SparsePattern hierarchical_pattern(int64_t T, int64_t b, bool causal) {
+SparsePattern hierarchical_pattern(int64_t T, int64_t b_in, bool causal) {
   check_length("hierarchical_pattern", T);
-  ASC_CHECK(b >= 1, "hierarchical_pattern: the block size b must be >= 1, got {}", b);
+  ASC_CHECK(b_in >= 1, "hierarchical_pattern: the block size b must be >= 1, got {}", b_in);
+  const int64_t b = std::min(b_in, T);  // b >= T: one block, the same pairs
   const int64_t nb = hierarchical_blocks(T, b);
   std::vector<std::vector<int64_t>> rows(T);
   for (int64_t i = 0; i < T; ++i) {
     const int64_t blk = i / b, lo = blk * b, hi = causal ? i : std::min(T, lo + b) - 1;
-    for (int64_t j = lo; j <= hi; ++j) rows[i].push_back(static_cast<int64_t>(j));
+    for (int64_t j = lo; j <= hi; ++j) rows[i].push_back(j);
     for (int64_t m = 0; m < (causal ? blk : nb); ++m)
-      if (m != blk) rows[i].push_back(static_cast<int64_t>(T + m));
+      if (m != blk) rows[i].push_back(T + m);
   }
   return SparsePattern::from_rows(1, T, T + nb, std::move(rows));
 }
 
-BlockMeans hierarchical_summaries(const Tensor& x, int64_t b, const Tensor& key_keep) {
+BlockMeans hierarchical_summaries(const Tensor& x, int64_t b_in, const Tensor& key_keep) {
   constexpr const char* who = "hierarchical_summaries";
   check_defined(who, x, "x");
+  check_float(who, x, "x");
   ASC_CHECK(x.dim() == 4 && x.size(2) >= 1, "{}: expects x (B, H, T, d), got {}", who, x.shape());
-  ASC_CHECK(b >= 1, "{}: the block size b must be >= 1, got {}", who, b);
-  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), d = x.size(3), nb = hierarchical_blocks(T, b);
+  ASC_CHECK(b_in >= 1, "{}: the block size b must be >= 1, got {}", who, b_in);
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), d = x.size(3);
+  const int64_t b = std::min(b_in, T), nb = hierarchical_blocks(T, b);  // as hierarchical_pattern: b >= T is one block
   if (key_keep.defined())
     ASC_CHECK(key_keep.dtype() == kBool && key_keep.dim() == 2 && key_keep.size(0) == B && key_keep.size(1) == T,
               "{}: key_keep must be bool (B, T) = ({}, {}); got {} {}", who, B, T, key_keep.dtype(), key_keep.shape());
+  if (key_keep.defined())
+    ASC_CHECK(key_keep.device() == x.device(), "{}: key_keep is on {}, x on {}", who, key_keep.device(), x.device());
   Tensor w = key_keep.defined() ? key_keep.to(x.dtype()).view({B, 1, T, 1}) : ones({B, 1, T, 1}, x.options());
-  Tensor xw = x * w;
+  // Padding tokens by `where`, not only weighted by 0: a padding token's NaN must not reach its block's mean.
+  Tensor xw = key_keep.defined() ? where(key_keep.view({B, 1, T, 1}), x, 0.0) : x;
   if (nb * b > T) {  // pad the last block with weight-0 tokens
     xw = cat({xw, zeros({B, H, nb * b - T, d}, x.options())}, 2);
     w = cat({w, zeros({B, 1, nb * b - T, 1}, x.options())}, 2);
@@ -273,10 +362,21 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
   check_length(who, T);
   const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
   const double* ap = a.data_ptr<double>();
-  for (int64_t x = 0; x < a.numel(); ++x)
+  for (int64_t x = 0; x < a.numel(); ++x) {
     ASC_CHECK(std::isfinite(ap[x]), "{}: the assignments contain a non-finite value ({}) at flat index {}", who,
               ap[x], x);
-  const double bucket_min = theta / 2;  // see ops/sparse_attention.h: no qualifying pair is missed
+    ASC_CHECK(ap[x] >= 0, "{}: the assignments must be >= 0; got {} at flat index {}", who, ap[x], x);
+  }
+  // The bucket bound θ / 2 assumes rows summing to 1 (ops/sparse_attention.h). Dividing by the largest row sum
+  // keeps the proof for any non-negative rows (a softmax's sum is 1 only up to rounding): the terms with
+  // a_im <= θ / (2 s_max) add up to at most θ / (2 s_max) · Σ_m a_jm <= θ / 2, so no qualifying pair is missed.
+  double s_max = 1;
+  for (int64_t row = 0; row < B * H * T; ++row) {
+    double s_row = 0;
+    for (int64_t m = 0; m < c; ++m) s_row += ap[row * c + m];
+    s_max = std::max(s_max, s_row);
+  }
+  const double bucket_min = theta / (2 * s_max);
   std::vector<std::vector<int64_t>> rows(B * H * T);
   std::vector<std::vector<int64_t>> buckets(c);
   for (int64_t g = 0; g < B * H; ++g) {
@@ -299,24 +399,26 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
 
 SparsePattern pattern_union(const std::vector<SparsePattern>& patterns) {
   ASC_CHECK(!patterns.empty(), "pattern_union: needs at least one pattern");
-  const int64_t T = patterns[0].queries;
+  for (size_t x = 0; x < patterns.size(); ++x)
+    ASC_CHECK(patterns[x].defined(), "pattern_union: pattern {} is empty (build it with a *_pattern function)", x);
+  const int64_t T = patterns[0].queries();
   int64_t groups = 1, keys = 0;
   for (const auto& p : patterns) {
-    ASC_CHECK(p.queries == T, "pattern_union: patterns of {} and {} queries", T, p.queries);
-    ASC_CHECK(p.groups == 1 || groups == 1 || p.groups == groups, "pattern_union: patterns of {} and {} groups",
-              groups, p.groups);
-    groups = std::max(groups, p.groups);
-    keys = std::max(keys, p.keys);
+    ASC_CHECK(p.queries() == T, "pattern_union: patterns of {} and {} queries", T, p.queries());
+    ASC_CHECK(p.groups() == 1 || groups == 1 || p.groups() == groups, "pattern_union: patterns of {} and {} groups",
+              groups, p.groups());
+    groups = std::max(groups, p.groups());
+    keys = std::max(keys, p.keys());
   }
-  std::vector<std::vector<int64_t>> rows(groups * T);
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(groups * T));  // groups · T: one input's row count
   for (const auto& p_any : patterns) {
     const SparsePattern p = p_any.to(Device::cpu());
-    const int64_t* rp = p.row_ptr.data_ptr<int64_t>();
-    const int64_t* cols = p.cols.data_ptr<int64_t>();
+    const SparsePattern::Lists l = p.lists();
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t pg = p.groups == 1 ? 0 : g;
+      const int64_t pg = p.groups() == 1 ? 0 : g;
       for (int64_t i = 0; i < T; ++i)
-        rows[g * T + i].insert(rows[g * T + i].end(), cols + rp[pg * T + i], cols + rp[pg * T + i + 1]);
+        rows[g * T + i].insert(rows[g * T + i].end(), l.cols + l.row_ptr[pg * T + i],
+                               l.cols + l.row_ptr[pg * T + i + 1]);
     }
   }
   return SparsePattern::from_rows(groups, T, keys, std::move(rows));
@@ -341,12 +443,12 @@ double check_inputs(const char* who, const Tensor& q, const Tensor& k, const Ten
   ASC_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), "{}: q, k, v must share a dtype; got {}, {}, {}", who,
             q.dtype(), k.dtype(), v.dtype());
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), S = k.size(2);
-  ASC_CHECK(p.row_ptr.defined(), "{}: the pattern is empty (build it with a *_pattern function)", who);
-  ASC_CHECK(p.queries == T && p.keys == S,
-            "{}: the pattern is for {} queries and {} keys, but q has T = {} and k has S = {}", who, p.queries, p.keys,
-            T, S);
-  ASC_CHECK(p.groups == 1 || p.groups == B * H,
-            "{}: the pattern has {} groups; expected 1 (shared) or B·H = {} (one per batch and head)", who, p.groups,
+  ASC_CHECK(p.defined(), "{}: the pattern is empty (build it with a *_pattern function)", who);
+  ASC_CHECK(p.queries() == T && p.keys() == S,
+            "{}: the pattern is for {} queries and {} keys, but q has T = {} and k has S = {}", who, p.queries(),
+            p.keys(), T, S);
+  ASC_CHECK(p.groups() == 1 || p.groups() == B * H,
+            "{}: the pattern has {} groups; expected 1 (shared) or B·H = {} (one per batch and head)", who, p.groups(),
             B * H);
   ASC_CHECK(q.numel() > 0 && k.numel() > 0, "{}: empty inputs (q {}, k {})", who, q.shape(), k.shape());
   if (key_keep.defined()) {
@@ -388,7 +490,7 @@ Tensor sparse_attention_reference(const Tensor& q, const Tensor& k, const Tensor
   const double sc = check_inputs("sparse_attention_reference", q, k, v, pattern, key_keep, scale);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), S = k.size(2);
   Tensor mask = pattern.dense_mask().to(q.device());                                     // (G, T, S)
-  mask = pattern.groups == 1 ? mask.view({1, 1, T, S}) : mask.view({B, H, T, S});
+  mask = pattern.groups() == 1 ? mask.view({1, 1, T, S}) : mask.view({B, H, T, S});
   if (key_keep.defined()) mask = logical_and(mask, key_keep.view({B, 1, 1, S}));
   // The composed ops: scores (B, H, T, S), masked softmax (a row with no kept key is zero), A V.
   const Tensor scores = matmul(q, k.transpose(-2, -1)) * sc;

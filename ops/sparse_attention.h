@@ -25,59 +25,98 @@
 
 namespace asc {
 
-// Per-query key lists, CSR, on the CPU (the op moves them to the inputs' device). Row r = g · queries + i holds
-// cols[row_ptr[r] .. row_ptr[r + 1]), ascending, without duplicates, each in [0, keys). groups == 1: one pattern for
-// every (batch, head); otherwise groups == B · H and (b, h) reads group b · H + h. The transpose (for the backward's
-// per-key sums) is built once with the pattern.
-struct SparsePattern {
-  int64_t groups = 1;
-  int64_t queries = 0;  // T
-  int64_t keys = 0;     // S: T, plus summary columns for hierarchical patterns
-  Tensor row_ptr;       // int64 (groups · T + 1)
-  Tensor cols;          // int64 (nnz)
-  Tensor col_ptr;       // int64 (groups · S + 1): the transpose
-  Tensor col_rows;      // int64 (nnz): for each entry of the transpose, its query row i
-  Tensor col_pos;       // int64 (nnz): and its position in cols (where the forward's pair lives)
-
+// Per-query key lists, CSR. Row r = g · queries + i holds cols[row_ptr[r] .. row_ptr[r + 1]), ascending, without
+// duplicates, each in [0, keys). groups == 1: one pattern for every (batch, head); otherwise groups == B · H and
+// (b, h) reads group b · H + h. The transpose (for the backward's per-key sums) is built once with the pattern.
+//
+// A pattern is immutable and always valid: from_rows (which every builder goes through) checks the sizes (each
+// >= 1, keys < 2^31, every product of them representable) and every index before anything is built, and nothing
+// can edit the lists afterwards — the accessors below return copies, and the kernels read through const pointers.
+// Copies of a pattern share its (read-only) lists. The default-constructed pattern is the empty one (defined()
+// false): the op refuses it with a clear error.
+class SparsePattern {
+ public:
   // The block view the CUDA kernels tile by: the same pairs, grouped so that a thread block loads a tile of keys (or
-  // queries) into shared memory once for several rows. Built from the lists above when the pattern moves to a CUDA
-  // device (`to`); undefined on the CPU, whose kernels walk the rows.
+  // queries) into shared memory once for several rows. Built from the lists when the pattern moves to a CUDA device
+  // (`to`); absent on the CPU, whose kernels walk the rows.
   //   query blocks  rows [16 m, 16 m + 16) of a group: the ascending union of their keys, and per union key a bit
   //                 per row of the block (bit r: row 16 m + r attends the key)
   //   key blocks    keys [8 m, 8 m + 8) of a group: the ascending union of the queries that see them, and per union
   //                 query a bit per key of the block (bit c: the query attends key 8 m + c)
   static constexpr int64_t kRowBlock = 16, kKeyBlock = 8;
-  Tensor rblk_ptr;   // int64 (groups · ceil(T / 16) + 1)
-  Tensor rblk_keys;  // int64: the union's keys
-  Tensor rblk_bits;  // int64: their row bits
-  Tensor kblk_ptr;   // int64 (groups · ceil(S / 8) + 1)
-  Tensor kblk_rows;  // int64: the union's queries
-  Tensor kblk_bits;  // int64: their key bits
+  // The largest key count (the block view's and the CUDA kernels' indices are 32-bit safe below it).
+  static constexpr int64_t kMaxKeys = (int64_t{1} << 31) - 1;
 
-  // Builds (and checks) a pattern from per-row lists (groups · T of them); each list is sorted and deduplicated here.
+  SparsePattern() = default;  // the empty pattern
+  // Builds (and checks) a pattern from per-row lists (groups · queries of them); each list is sorted and
+  // deduplicated here. Throws asc::Error, before allocating anything sized by the arguments, when a size is < 1, keys
+  // exceeds kMaxKeys, groups · queries or groups · keys overflows, the number of lists differs from groups ·
+  // queries, or an index lies outside [0, keys).
   static SparsePattern from_rows(int64_t groups, int64_t queries, int64_t keys, std::vector<std::vector<int64_t>> rows);
-  int64_t nnz() const { return cols.defined() ? cols.numel() : 0; }
-  int64_t max_row() const;  // the longest row
+
+  bool defined() const { return row_ptr_.defined(); }
+  int64_t groups() const { return groups_; }    // 0 for the empty pattern
+  int64_t queries() const { return queries_; }  // T
+  int64_t keys() const { return keys_; }        // S: T, plus summary columns for hierarchical patterns
+  int64_t nnz() const { return nnz_; }          // allowed (query, key) pairs over all groups
+  int64_t max_row() const { return max_row_; }  // the longest row
+  Device device() const { return defined() ? row_ptr_.device() : Device::cpu(); }
+  bool has_block_view() const { return rblk_ptr_.defined(); }
   std::vector<int64_t> row(int64_t group, int64_t i) const;
   // The pattern as a bool mask (groups, T, S), for tests and small n only: this is the n × n matrix the kernels avoid.
   Tensor dense_mask() const;
   // The same pattern on another device (the CSR tensors copied, and to a CUDA device with the block view built;
-  // a pattern already there is returned as is).
+  // a pattern already there is returned as is). The lists are checked again on the way (they are being copied
+  // anyway), so no path builds a pattern that was not checked.
   SparsePattern to(Device device) const;
-  bool has_block_view() const { return rblk_ptr.defined(); }
+
+  // Copies of the lists, on the pattern's device (int64): editing one cannot change the pattern.
+  Tensor row_ptr() const;   // (groups · T + 1)
+  Tensor cols() const;      // (nnz)
+  Tensor col_ptr() const;   // (groups · S + 1): the transpose
+  Tensor col_rows() const;  // (nnz): for each entry of the transpose, its query row i
+  Tensor col_pos() const;   // (nnz): and its position in cols (where the forward's pair lives)
+  Tensor rblk_ptr() const;  // (groups · ceil(T / 16) + 1); undefined without a block view
+  Tensor rblk_keys() const;
+  Tensor rblk_bits() const;
+  Tensor kblk_ptr() const;  // (groups · ceil(S / 8) + 1)
+  Tensor kblk_rows() const;
+  Tensor kblk_bits() const;
+
+  // For the kernels: read-only pointers into the pattern's own lists, on its device (valid while a copy of the
+  // pattern lives). lists() refuses the empty pattern, block_view() a pattern without a block view.
+  struct Lists {
+    const int64_t *row_ptr, *cols, *col_ptr, *col_rows, *col_pos;
+  };
+  struct BlockView {
+    const int64_t *rblk_ptr, *rblk_keys, *rblk_bits, *kblk_ptr, *kblk_rows, *kblk_bits;
+  };
+  Lists lists() const;
+  BlockView block_view() const;
+
+ private:
+  void check_lists(const char* who) const;  // every invariant above, on CPU lists
+
+  int64_t groups_ = 0, queries_ = 0, keys_ = 0, nnz_ = 0, max_row_ = 0;
+  Tensor row_ptr_, cols_, col_ptr_, col_rows_, col_pos_;
+  Tensor rblk_ptr_, rblk_keys_, rblk_bits_, kblk_ptr_, kblk_rows_, kblk_bits_;
 };
 
-// Each builder checks its arguments (T >= 1, w >= 1, s >= 1, 0 <= g, 1 <= r <= T, b >= 1) with a clear error.
+// The builders' arguments (docs/asam.md, "Accepted options"): T in [1, 2^30); w, s, r, b >= 1 and g >= 0, each with
+// a clear asc::Error otherwise. Values past what the sequence can use are clamped, never overflowed: w > T is the
+// full window, s >= T leaves each query its own key, g >= T makes every token global, r >= the row's candidates takes
+// them all (as a causal row already takes min(r, i + 1)), b >= T is one block — so INT64_MAX is accepted for each.
 SparsePattern local_window_pattern(int64_t T, int64_t w, bool causal);
 SparsePattern strided_pattern(int64_t T, int64_t s, bool causal);
 SparsePattern global_tokens_pattern(int64_t T, int64_t g, bool causal);
-// Keys drawn from a Philox stream of `seed` (the same seed gives the same pattern); under causality row i draws
-// min(r, i + 1) keys from [0, i].
+// Keys drawn from a Philox stream of `seed` (the same seed gives the same pattern); row i draws min(r, m) keys from
+// its m candidates ([0, T), causal: [0, i]).
 SparsePattern random_keys_pattern(int64_t T, int64_t r, uint64_t seed, bool causal);
 // Blocks [m b, (m + 1) b) for m < nb = ceil(T / b); the pattern has keys = T + nb, summary m being key T + m. Query
 // i sees its own block (causal: j <= i within it) and the summaries of the other blocks (causal: only earlier ones,
 // m < i / b: a summary that contains future tokens would leak them).
 SparsePattern hierarchical_pattern(int64_t T, int64_t b, bool causal);
+// nb = ceil(T / b) without overflow (T >= 1, b >= 1, else asc::Error).
 int64_t hierarchical_blocks(int64_t T, int64_t b);
 // The summary columns of a hierarchical pattern: x (B, H, T, d) averaged over each block of b tokens, counting only
 // real tokens (key_keep (B, T) bool; undefined: all real). means (B, H, nb, d) go after the keys (and values), kept
@@ -97,7 +136,9 @@ SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
 
 // o_i = Σ_{j ∈ P(i), kept} softmax_j(q_i · k_j · scale) v_j;  q (B, H, T, D), k and v (B, H, S, D), S = pattern.keys,
 // one float dtype and device; key_keep (B, S) bool (false = padding) or undefined; scale 0 means 1/√D. A query
-// with no kept key outputs 0. Differentiable in q, k and v: the backward recomputes each row's probabilities from
+// with no kept key outputs 0 (and passes no gradient); any other row is computed in IEEE arithmetic, so a NaN in
+// its query, or in a key or value it attends, makes the row NaN (a padding key's values are never read). Every
+// check runs here, before a backend is chosen: the CPU and CUDA kernels see the same validated inputs. Differentiable in q, k and v: the backward recomputes each row's probabilities from
 // the saved log-sum-exp, writes dq per row, then sums dk and dv per key over the transpose (no atomics, no n × n).
 Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
                         const Tensor& key_keep = {}, double scale = 0);

@@ -23,9 +23,9 @@ using Pred = std::function<bool(int64_t i, int64_t j)>;
 
 // The pattern's rows equal {j : pred(i, j)} for every query i (group g).
 void check_pattern(const SparsePattern& p, const Pred& pred, int64_t group = 0) {
-  for (int64_t i = 0; i < p.queries; ++i) {
+  for (int64_t i = 0; i < p.queries(); ++i) {
     std::vector<int64_t> want;
-    for (int64_t j = 0; j < p.keys; ++j)
+    for (int64_t j = 0; j < p.keys(); ++j)
       if (pred(i, j)) want.push_back(j);
     CAPTURE(i);
     CHECK(p.row(group, i) == want);
@@ -81,13 +81,13 @@ Naive naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
 
 // The allowed mask (B, H, T, S) of a pattern with padding, by the pattern's rows and the keep mask.
 Tensor allowed_mask(const SparsePattern& p, const Tensor& keep, int64_t B, int64_t H) {
-  std::vector<bool> m(B * H * p.queries * p.keys, false);
-  auto kv = keep.defined() ? keep.to_vector<bool>() : std::vector<bool>(B * p.keys, true);
+  std::vector<bool> m(B * H * p.queries() * p.keys(), false);
+  auto kv = keep.defined() ? keep.to_vector<bool>() : std::vector<bool>(B * p.keys(), true);
   for (int64_t bh = 0; bh < B * H; ++bh)
-    for (int64_t i = 0; i < p.queries; ++i)
-      for (int64_t j : p.row(p.groups == 1 ? 0 : bh, i))
-        if (kv[(bh / H) * p.keys + j]) m[(bh * p.queries + i) * p.keys + j] = true;
-  Tensor t = zeros({B, H, p.queries, p.keys}, {.dtype = kBool});
+    for (int64_t i = 0; i < p.queries(); ++i)
+      for (int64_t j : p.row(p.groups() == 1 ? 0 : bh, i))
+        if (kv[(bh / H) * p.keys() + j]) m[(bh * p.queries() + i) * p.keys() + j] = true;
+  Tensor t = zeros({B, H, p.queries(), p.keys()}, {.dtype = kBool});
   bool* tp = t.data_ptr<bool>();
   for (size_t x = 0; x < m.size(); ++x) tp[x] = m[x];
   return t;
@@ -132,7 +132,7 @@ TEST_CASE("pattern builders allow exactly the pairs of their definitions") {
       CAPTURE(b);
       const int64_t nb = (T + b - 1) / b;
       SparsePattern h = hierarchical_pattern(T, b, causal);
-      CHECK(h.keys == T + nb);
+      CHECK(h.keys() == T + nb);
       check_pattern(h, [&](int64_t i, int64_t j) {
         if (j < T) return j / b == i / b && (!causal || j <= i);
         const int64_t m = j - T;
@@ -156,8 +156,8 @@ TEST_CASE("pattern builders allow exactly the pairs of their definitions") {
   }
   // The transpose lists, for each key, the queries that see it and where.
   SparsePattern u = pattern_union({local_window_pattern(11, 3, false), strided_pattern(11, 4, false)});
-  auto rp = u.row_ptr.to_vector<int64_t>(), cols = u.cols.to_vector<int64_t>(), cp = u.col_ptr.to_vector<int64_t>(),
-       cr = u.col_rows.to_vector<int64_t>(), cpos = u.col_pos.to_vector<int64_t>();
+  auto rp = u.row_ptr().to_vector<int64_t>(), cols = u.cols().to_vector<int64_t>(), cp = u.col_ptr().to_vector<int64_t>(),
+       cr = u.col_rows().to_vector<int64_t>(), cpos = u.col_pos().to_vector<int64_t>();
   CHECK(cp.back() == u.nnz());
   for (int64_t j = 0; j < 11; ++j)
     for (int64_t y = cp[j]; y < cp[j + 1]; ++y) {
@@ -204,7 +204,7 @@ TEST_CASE("pattern_union is the set union; a shared pattern joins every group of
   SparsePattern u = pattern_union({local_window_pattern(T, 6, true), global_tokens_pattern(T, 2, true),
                                    random_keys_pattern(T, 3, 5, true), hierarchical_pattern(T, 5, true)});
   SparsePattern r = random_keys_pattern(T, 3, 5, true);
-  CHECK(u.keys == T + 5);
+  CHECK(u.keys() == T + 5);
   check_pattern(u, [&](int64_t i, int64_t j) {
     const auto rr = r.row(0, i);
     const bool tok = j < T && j <= i;
@@ -215,7 +215,7 @@ TEST_CASE("pattern_union is the set union; a shared pattern joins every group of
   Generator gen(3);
   Tensor a = softmax(randn({2, 2, T, 4}, {.dtype = kFloat64}, &gen) * 3.0, -1);
   SparsePattern c = clustered_pattern(a, 0.5, false), cw = pattern_union({c, local_window_pattern(T, 2, false)});
-  CHECK(cw.groups == 4);
+  CHECK(cw.groups() == 4);
   for (int64_t g = 0; g < 4; ++g)
     check_pattern(cw, [&](int64_t i, int64_t j) {
       const auto cr = c.row(g, i);
@@ -234,7 +234,7 @@ TEST_CASE("clustered_pattern: bucketing finds exactly the pairs with a_i · a_j 
         CAPTURE(causal);
         Tensor a = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen) * temp, -1);
         SparsePattern p = clustered_pattern(a, theta, causal);
-        CHECK(p.groups == B * H);
+        CHECK(p.groups() == B * H);
         auto av = a.to_vector<double>();
         for (int64_t g = 0; g < B * H; ++g)
           check_pattern(p, [&](int64_t i, int64_t j) {
@@ -248,8 +248,8 @@ TEST_CASE("clustered_pattern: bucketing finds exactly the pairs with a_i · a_j 
 TEST_CASE("pattern builders reject bad arguments with clear errors") {
   check_error([] { local_window_pattern(8, 0, false); }, {"local_window_pattern", "w must be >= 1", "0"});
   check_error([] { strided_pattern(8, 0, false); }, {"strided_pattern", "stride"});
-  check_error([] { random_keys_pattern(8, 9, 1, false); }, {"random_keys_pattern", "[1, T = 8]", "9"});
-  check_error([] { global_tokens_pattern(8, 9, false); }, {"global_tokens_pattern", "9"});
+  check_error([] { random_keys_pattern(8, 0, 1, false); }, {"random_keys_pattern", ">= 1", "0"});
+  check_error([] { global_tokens_pattern(8, -1, false); }, {"global_tokens_pattern", ">= 0", "-1"});
   check_error([] { hierarchical_pattern(8, 0, false); }, {"hierarchical_pattern", "block size"});
   check_error([] { local_window_pattern(0, 3, false); }, {"local_window_pattern", "sequence length", "0"});
   check_error([] { clustered_pattern(zeros({2, 3, 4}, {.dtype = kFloat64}), 0.5, false); },
@@ -282,7 +282,7 @@ TEST_CASE("sparse_attention equals float64 loops over the dense mask: forward an
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);
-    const int64_t S = c.p.keys;
+    const int64_t S = c.p.keys();
     Tensor q = randn64({B, H, T, D}, false, 1), k = randn64({B, H, S, D}, false, 2), v = randn64({B, H, S, D}, false, 3);
     Tensor dout = randn64({B, H, T, D}, false, 4);
     Tensor keep;
@@ -336,9 +336,9 @@ TEST_CASE("sparse_attention gradcheck (float64 finite differences) in q, k and v
   const int64_t T = 13, D = 5;
   SparsePattern p = pattern_union({local_window_pattern(T, 4, true), hierarchical_pattern(T, 4, true),
                                    random_keys_pattern(T, 2, 3, true)});
-  Tensor q = randn64({1, 2, T, D}, true, 1), k = randn64({1, 2, p.keys, D}, true, 2),
-         v = randn64({1, 2, p.keys, D}, true, 3);
-  Tensor keep = ones({1, p.keys}, {.dtype = kBool});
+  Tensor q = randn64({1, 2, T, D}, true, 1), k = randn64({1, 2, p.keys(), D}, true, 2),
+         v = randn64({1, 2, p.keys(), D}, true, 3);
+  Tensor keep = ones({1, p.keys()}, {.dtype = kBool});
   keep.data_ptr<bool>()[2] = false;
   check_grad([&](const TensorList& x) { return TensorList{sparse_attention(x[0], x[1], x[2], p, keep)}; }, {q, k, v});
 }
@@ -368,7 +368,7 @@ TEST_CASE("sparse_attention CUDA kernels equal the CPU kernel (float64, float32,
   for (const SparsePattern& p : {pattern_union({local_window_pattern(T, 8, true), global_tokens_pattern(T, 2, true),
                                                 hierarchical_pattern(T, 7, true)}),
                                  pattern_union({clustered_pattern(a, 0.4, false), strided_pattern(T, 4, false)})}) {
-    const int64_t S = p.keys;
+    const int64_t S = p.keys();
     Tensor q = randn64({B, H, T, D}, false, 1), k = randn64({B, H, S, D}, false, 2), v = randn64({B, H, S, D}, false, 3);
     Tensor dout = randn64({B, H, T, D}, false, 4);
     Tensor keep = ones({B, S}, {.dtype = kBool});
@@ -407,9 +407,9 @@ TEST_CASE("the block view of a pattern on a CUDA device holds exactly the patter
     REQUIRE(d.has_block_view());
     CHECK_FALSE(p.has_block_view());  // the CPU pattern is untouched
     auto vec = [](const Tensor& t) { return t.to(Device::cpu()).to_vector<int64_t>(); };
-    const auto rp = vec(d.rblk_ptr), rk = vec(d.rblk_keys), rb = vec(d.rblk_bits);
-    const auto kp = vec(d.kblk_ptr), kr = vec(d.kblk_rows), kb = vec(d.kblk_bits);
-    const int64_t G = p.groups, T = p.queries, S = p.keys, nr = (T + 15) / 16, nk = (S + 7) / 8;
+    const auto rp = vec(d.rblk_ptr()), rk = vec(d.rblk_keys()), rb = vec(d.rblk_bits());
+    const auto kp = vec(d.kblk_ptr()), kr = vec(d.kblk_rows()), kb = vec(d.kblk_bits());
+    const int64_t G = p.groups(), T = p.queries(), S = p.keys(), nr = (T + 15) / 16, nk = (S + 7) / 8;
     REQUIRE(rp.size() == size_t(G * nr + 1));
     REQUIRE(kp.size() == size_t(G * nk + 1));
     // Rebuild the (G, T, S) mask from each view: both must equal the pattern's, unions ascending, no empty entry.
@@ -678,8 +678,6 @@ TEST_CASE("AsamAttention: bad options and inputs give clear errors") {
   check_error([] { nn::AsamAttention(nn::AsamAttentionOptions(8, 2).skip_dense_above(1.0)); },
               {"AsamAttention", "skip_dense_above"});
   check_error([] { nn::AsamAttention(nn::AsamAttentionOptions(8, 3)); }, {"AsamAttention", "multiple of heads"});
-  nn::AsamAttention m(nn::AsamAttentionOptions(8, 2).random_keys(20));
-  check_error([&] { m.attend(randn({2, 10, 8}), {}); }, {"AsamAttention", "random_keys r = 20", "T = 10"});
   nn::AsamAttention ok(nn::AsamAttentionOptions(8, 2).random_keys(2));
   check_error([&] { ok.attend(randn({2, 10, 8}), {.key_padding_mask = ones({2, 9}, {.dtype = kBool})}); },
               {"AsamAttention", "key_padding_mask", "[2, 9]"});

@@ -517,3 +517,114 @@ TEST_CASE("fuzz: random op sequences either throw asc::Error or return results a
   }
   CHECK(f.refused > 0);
 }
+
+// ---- SparsePattern construction and sparse attention ----------------------------------------------------------------
+// Hostile sizes and index lists for SparsePattern::from_rows and the pattern builders (0, 1, small, negative, near
+// the 64-bit limits), then sparse_attention over a random accepted pattern with random shapes, padding, dtype and
+// device: every call throws asc::Error or matches the composed float64 reference (sparse_attention_reference).
+namespace {
+
+struct SparseFuzzer {
+  std::mt19937_64 rng;
+  std::vector<Device> devices{Device::cpu()};
+  int64_t checked = 0, refused = 0;
+
+  explicit SparseFuzzer(uint64_t seed) : rng(seed) {
+    if (cuda::is_available()) devices.push_back(Device::cuda());
+  }
+  int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+  bool chance(double p) { return std::bernoulli_distribution(p)(rng); }
+  int64_t arg() {  // an integer argument: mostly small, sometimes hostile
+    if (chance(0.15))
+      return std::vector<int64_t>{-1, 0, int64_t{1} << 31, int64_t{1} << 40, int64_t{1} << 62,
+                                  std::numeric_limits<int64_t>::max(),
+                                  std::numeric_limits<int64_t>::min()}[static_cast<size_t>(uniform(0, 6))];
+    return uniform(0, 9);
+  }
+
+  SparsePattern pattern(int64_t T) {
+    const bool causal = chance(0.5);
+    switch (uniform(0, 6)) {
+      case 0: return local_window_pattern(T, arg(), causal);
+      case 1: return strided_pattern(T, arg(), causal);
+      case 2: return global_tokens_pattern(T, arg(), causal);
+      case 3: return random_keys_pattern(T, arg(), static_cast<uint64_t>(rng()), causal);
+      case 4: return hierarchical_pattern(T, arg(), causal);
+      case 5: return pattern_union({local_window_pattern(T, uniform(1, 4), causal), global_tokens_pattern(T, arg(), causal)});
+      default: {  // from_rows with random (sometimes hostile) lists
+        const int64_t groups = chance(0.9) ? 1 : arg(), queries = chance(0.9) ? T : arg(), keys = chance(0.9) ? T : arg();
+        const int64_t n = groups >= 0 && queries >= 0 && groups <= 64 && queries <= 64 ? groups * queries : uniform(0, 4);
+        std::vector<std::vector<int64_t>> rows(static_cast<size_t>(n));
+        for (auto& r : rows)
+          for (int64_t x = uniform(0, 4); x > 0; --x) r.push_back(chance(0.05) ? arg() - 3 : uniform(0, std::max<int64_t>(T - 1, 0)));
+        return SparsePattern::from_rows(groups, queries, keys, std::move(rows));
+      }
+    }
+  }
+
+  void step() {
+    try {
+      const Device dev = devices[static_cast<size_t>(uniform(0, static_cast<int64_t>(devices.size()) - 1))];
+      const int64_t T = chance(0.05) ? arg() : uniform(1, 19);
+      const SparsePattern p = pattern(T);
+      // An accepted pattern is valid: sizes positive, every row's keys ascending in [0, keys).
+      REQUIRE(p.defined());
+      REQUIRE((p.groups() >= 1 && p.queries() >= 1 && p.keys() >= 1));
+      if (p.queries() > 64 || p.groups() != 1) {
+        ++checked;
+        return;
+      }
+      for (int64_t i = 0; i < p.queries(); ++i) {
+        const auto row = p.row(0, i);
+        for (size_t x = 0; x < row.size(); ++x) REQUIRE((row[x] >= 0 && row[x] < p.keys() && (x == 0 || row[x] > row[x - 1])));
+      }
+      // D: small, or hostile without 2^31 (which this machine could allocate and fill for real).
+      const int64_t D = chance(0.05) ? std::vector<int64_t>{-1, 0, int64_t{1} << 40, int64_t{1} << 62,
+                                                            std::numeric_limits<int64_t>::max()}[static_cast<size_t>(uniform(0, 4))]
+                                     : uniform(1, 6);
+      const int64_t B = uniform(1, 2), H = uniform(1, 2);
+      const DType dt = chance(0.5) ? kFloat64 : kFloat32;
+      Tensor q = randn({B, H, p.queries(), std::max<int64_t>(D, 0)}, {.dtype = kFloat64});
+      Tensor k = randn({B, H, p.keys(), std::max<int64_t>(D, 0)}, {.dtype = kFloat64});
+      Tensor v = randn({B, H, p.keys(), std::max<int64_t>(D, 0)}, {.dtype = kFloat64});
+      Tensor keep;
+      if (chance(0.5)) keep = randint(0, 2, {B, p.keys()}).to(chance(0.95) ? kBool : kFloat32);
+      const Tensor want = sparse_attention_reference(q, k, v, p, keep.defined() && keep.dtype() == kBool ? keep : Tensor());
+      const Tensor got = sparse_attention(q.to(dt).to(dev), k.to(dt).to(dev), v.to(dt).to(dev), p,
+                                          keep.defined() ? keep.to(dev) : keep);
+      const auto g = got.to(kFloat64).cpu().to_vector<double>(), w = want.to_vector<double>();
+      REQUIRE(g.size() == w.size());
+      const double tol = dt == kFloat64 ? 1e-9 : 1e-4;
+      for (size_t x = 0; x < g.size(); ++x)
+        if (!(std::isnan(g[x]) && std::isnan(w[x])) && !(std::abs(g[x] - w[x]) <= tol * (1 + std::abs(w[x]))))
+          FAIL("sparse_attention: element " << x << " is " << g[x] << ", the reference " << w[x]);
+      ++checked;
+    } catch (const Error&) {
+      ++refused;
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("fuzz: SparsePattern construction and sparse_attention either throw asc::Error or match the reference") {
+  const uint64_t seed = static_cast<uint64_t>(env_or("ASC_FUZZ_SEED", 20261123));
+  const double seconds = env_or("ASC_FUZZ_SECONDS", 2.0) / 2;
+  SparseFuzzer f(seed);
+  const auto start = std::chrono::steady_clock::now();
+  int64_t steps = static_cast<int64_t>(env_or("ASC_FUZZ_FIRST_STEP", 0));
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+    f.rng.seed(seed * 1000033 + static_cast<uint64_t>(steps));
+    manual_seed(seed + static_cast<uint64_t>(steps));
+    try {
+      f.step();
+    } catch (...) {
+      MESSAGE("reproduce with ASC_FUZZ_SEED=" << seed << " ASC_FUZZ_FIRST_STEP=" << steps << " (a sparse step)");
+      throw;
+    }
+    ++steps;
+  }
+  MESSAGE("sparse fuzz: " << steps << " steps, " << f.checked << " checked, " << f.refused << " refused");
+  CHECK(f.checked > 0);
+  CHECK(f.refused > 0);
+}

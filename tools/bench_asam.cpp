@@ -129,7 +129,7 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
   if (impl == "w+g+r")
     p = pattern_union({local_window_pattern(n, kWindow, false), global_tokens_pattern(n, 16, false),
                        random_keys_pattern(n, 16, 1, false)});
-  if (p.row_ptr.defined()) {
+  if (p.defined()) {
     fwd = [&] { return sparse_attention(q, k, v, p); };
   } else if (impl == "clustered") {
     const Tensor C = randn({kHeads, std::max<int64_t>(8, n / 256), kDHead}).to(g_device).to(g_dtype);
@@ -149,7 +149,7 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
     ASC_THROW("bench_asam: unknown --impl '{}'", impl);
   }
   Result r = measure(impl, n, reps, fwd, zero);
-  r.pairs = static_cast<double>(p.nnz()) / static_cast<double>(p.groups);
+  r.pairs = static_cast<double>(p.nnz()) / static_cast<double>(p.groups());
   return r;
 }
 

@@ -81,12 +81,17 @@ struct Problem {
   int64_t avg_row;  // keys per query row on average (parallel_for's cost estimate)
 
   Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const SparsePattern& p, const Tensor& kk, double sc)
-      : B(q_.size(0)), H(q_.size(1)), Tq(q_.size(2)), S(k_.size(2)), D(q_.size(3)), G(p.groups),
-        q(q_.data_ptr<T>()), k(k_.data_ptr<T>()), v(v_.data_ptr<T>()), row_ptr(p.row_ptr.data_ptr<int64_t>()),
-        cols(p.cols.data_ptr<int64_t>()), keep(kk.defined() ? kk.data_ptr<bool>() : nullptr),
-        scale(static_cast<T>(sc)), avg_row(std::max<int64_t>(1, p.nnz() / std::max<int64_t>(1, p.groups * Tq))) {}
+      : B(q_.size(0)), H(q_.size(1)), Tq(q_.size(2)), S(k_.size(2)), D(q_.size(3)), G(p.groups()),
+        q(q_.data_ptr<T>()), k(k_.data_ptr<T>()), v(v_.data_ptr<T>()), row_ptr(p.lists().row_ptr),
+        cols(p.lists().cols), keep(kk.defined() ? kk.data_ptr<bool>() : nullptr), scale(static_cast<T>(sc)),
+        avg_row(std::max<int64_t>(1, p.nnz() / std::max<int64_t>(1, p.groups() * Tq))) {}
 
   int64_t group(int64_t bh) const { return G == 1 ? 0 : bh; }
+  // parallel_for's cost estimate of an item doing `per_pair` flops per attended pair and column, capped so that the
+  // estimate times the item count cannot overflow (it only decides whether to go parallel).
+  int64_t cost(int64_t per_pair) const { return std::min<int64_t>(avg_row, int64_t{1} << 20) * std::min<int64_t>(D, int64_t{1} << 20) * per_pair; }
+  // Whether key j of head bh is padding (never read: its score is −inf and its value is skipped).
+  bool masked(int64_t bh, int64_t j) const { return keep && !keep[(bh / H) * S + j]; }
   // Where row i of head bh lies in cols: entries [e0, e0 + len).
   struct Row {
     int64_t e0, len;
@@ -95,19 +100,26 @@ struct Problem {
     const int64_t r = group(bh) * Tq + i;
     return {row_ptr[r], row_ptr[r + 1] - row_ptr[r]};
   }
-  // The raw scores of row i of head bh into s[0 .. len) (−inf on padding keys); returns their max.
-  T scores(int64_t bh, int64_t i, T* s) const {
+  // The raw scores of row i of head bh into s[0 .. len) (−inf on padding keys); returns their max, NaN when a kept
+  // key's score is NaN (so that the row becomes NaN, as the composed softmax would make it), and counts the row's
+  // kept keys into `kept`.
+  T scores(int64_t bh, int64_t i, T* s, int64_t& kept) const {
     const auto [e0, len] = row(bh, i);
     const T* qi = q + (bh * Tq + i) * D;
     const T* kb = k + bh * S * D;
     const bool* kp = keep ? keep + (bh / H) * S : nullptr;
     gather_dots(qi, kb, cols + e0, len, D, s);
     T m = -std::numeric_limits<T>::infinity();
+    int64_t n_kept = 0, n_nan = 0;  // separate reductions: the loop stays vectorisable
     for (int64_t x = 0; x < len; ++x) {
-      s[x] = (kp && !kp[cols[e0 + x]]) ? -std::numeric_limits<T>::infinity() : scale * s[x];
+      const bool pad = kp && !kp[cols[e0 + x]];
+      n_kept += !pad;
+      s[x] = pad ? -std::numeric_limits<T>::infinity() : scale * s[x];
+      n_nan += s[x] != s[x];
       m = s[x] > m ? s[x] : m;  // not std::max: compiled outside this region, it would not inline
     }
-    return m;
+    kept = n_kept;
+    return n_nan ? std::numeric_limits<T>::quiet_NaN() : m;
   }
 };
 
@@ -117,14 +129,19 @@ ASC_CPU_CLONES T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s, T
   const int64_t D = p.D;
   const auto [e0, len] = p.row(bh, i);
   for (int64_t c = 0; c < D; ++c) oi[c] = 0;
-  const T m = p.scores(bh, i, s);
-  if (m == -std::numeric_limits<T>::infinity()) return m;  // no kept key: a zero row
+  int64_t kept = 0;
+  const T m = p.scores(bh, i, s, kept);
+  if (kept == 0) return -std::numeric_limits<T>::infinity();  // no kept key: a zero row
+  // m is NaN when a kept score is (NaN q or k), −inf or +inf only for infinite inputs: then s − m is NaN too, and
+  // the row comes out NaN, as the composed softmax gives it.
   const T* vb = p.v + bh * p.S * D;
   T sum = 0;
   for (int64_t x = 0; x < len; ++x) {
-    const T e = exp_nonpos(s[x] - m);  // exp(−inf) = 0 for padding keys
+    const T z = s[x] - m;
+    const T e = exp_nonpos(z > T(0) ? T(0) : z);  // exp(−inf) = 0 for padding keys; NaN stays NaN
     sum += e;
-    if (e != T(0)) axpy(e, vb + p.cols[e0 + x] * D, oi, D);
+    // Every kept key's value is read, even at weight 0 (an underflow): 0 · NaN is NaN, as in the composed op.
+    if (!p.masked(bh, p.cols[e0 + x])) axpy(e, vb + p.cols[e0 + x] * D, oi, D);
   }
   const T inv = T(1) / sum;
   for (int64_t c = 0; c < D; ++c) oi[c] *= inv;
@@ -141,7 +158,7 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
   T* op = o.data_ptr<T>();
   T* lse = lse_t.data_ptr<T>();
   const int64_t max_row = pat.max_row();
-  parallel_for(B * H * Tq, p.avg_row * D * 2, [&](int64_t i0, int64_t i1) {
+  parallel_for(B * H * Tq, p.cost(2), [&](int64_t i0, int64_t i1) {
     Scratch<T> s(static_cast<size_t>(std::max<int64_t>(max_row, 1)));
     for (int64_t item = i0; item < i1; ++item)
       lse[item] = forward_row(p, item / Tq, item % Tq, s.data(), op + item * D);
@@ -155,22 +172,23 @@ ASC_CPU_CLONES void backward_row(const Problem<T>& p, int64_t bh, int64_t i, T l
   const int64_t D = p.D;
   const auto [e0, len] = p.row(bh, i);
   for (int64_t c = 0; c < D; ++c) dqi[c] = 0;
-  if (l == -std::numeric_limits<T>::infinity()) {  // an empty row passes no gradient
+  if (l == -std::numeric_limits<T>::infinity()) {  // a row with no kept key (its lse) passes no gradient
     for (int64_t x = 0; x < len; ++x) pr[x] = dr[x] = 0;
     return;
   }
   const T* kb = p.k + bh * p.S * D;
-  p.scores(bh, i, pr);
+  int64_t kept = 0;
+  p.scores(bh, i, pr, kept);
   const T delta = dot(gi, oi, D);
   gather_dots(gi, p.v + bh * p.S * D, p.cols + e0, len, D, dr);  // dP_ij = dO_i · v_j
   for (int64_t x = 0; x < len; ++x) {
-    const T z = pr[x] - l;  // <= 0 up to rounding
-    const T pij = exp_nonpos(z < T(0) ? z : T(0));
-    pr[x] = pij;
-    if (pij == T(0)) {
-      dr[x] = 0;
+    if (p.masked(bh, p.cols[e0 + x])) {  // a padding key: no probability, no gradient
+      pr[x] = dr[x] = 0;
       continue;
     }
+    const T z = pr[x] - l;  // <= 0 up to rounding; NaN (a NaN row) stays NaN, so its gradients are NaN too
+    const T pij = exp_nonpos(z > T(0) ? T(0) : z);
+    pr[x] = pij;
     const T ds = p.scale * pij * (dr[x] - delta);
     dr[x] = ds;
     axpy(ds, kb + p.cols[e0 + x] * D, dqi, D);
@@ -186,7 +204,7 @@ ASC_CPU_CLONES void backward_key(const Problem<T>& p, const int64_t* col_rows, c
   for (int64_t c = 0; c < D; ++c) dkj[c] = 0, dvj[c] = 0;
   for (int64_t y = y0; y < y1; ++y) {
     const int64_t i = col_rows[y], x = col_pos[y] - base;
-    if (prob[x] == T(0)) continue;
+    if (prob[x] == T(0) && dsc[x] == T(0)) continue;  // padding, an empty row, or an exact zero (NaN passes)
     axpy(prob[x], gb + i * D, dvj, D);
     axpy(dsc[x], qb + i * D, dkj, D);
   }
@@ -205,9 +223,8 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
   const T* g = gt.data_ptr<T>();
   const T* lse = lse_t.data_ptr<T>();
   T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
-  const int64_t* col_ptr = pat.col_ptr.data_ptr<int64_t>();
-  const int64_t* col_rows = pat.col_rows.data_ptr<int64_t>();
-  const int64_t* col_pos = pat.col_pos.data_ptr<int64_t>();
+  const SparsePattern::Lists lists = pat.lists();
+  const int64_t *col_ptr = lists.col_ptr, *col_rows = lists.col_rows, *col_pos = lists.col_pos;
   // P and dS of one (batch, head): as many pairs as its group has.
   int64_t pairs = 0;
   for (int64_t gr = 0; gr < G; ++gr) pairs = std::max(pairs, p.row_ptr[(gr + 1) * Tq] - p.row_ptr[gr * Tq]);
@@ -217,7 +234,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
     const T* qb = p.q + bh * Tq * D;
     const T *ob = o + bh * Tq * D, *gb = g + bh * Tq * D;
     // Pass 1, per query row: P, dS and dq.
-    parallel_for(Tq, p.avg_row * D * 3, [&](int64_t i0, int64_t i1) {
+    parallel_for(Tq, p.cost(3), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t e0 = p.row(bh, i).e0 - base;
         backward_row(p, bh, i, lse[bh * Tq + i], ob + i * D, gb + i * D, prob.data() + e0, dsc.data() + e0,
@@ -225,7 +242,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
       }
     });
     // Pass 2, per key: dv and dk from the queries that see it.
-    parallel_for(S, p.avg_row * D * 2, [&](int64_t j0, int64_t j1) {
+    parallel_for(S, p.cost(2), [&](int64_t j0, int64_t j1) {
       for (int64_t j = j0; j < j1; ++j)
         backward_key(p, col_rows, col_pos, col_ptr[gr * S + j], col_ptr[gr * S + j + 1], base, prob.data(),
                      dsc.data(), qb, gb, dkp + (bh * S + j) * D, dvp + (bh * S + j) * D);
