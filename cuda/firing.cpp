@@ -6,10 +6,14 @@
 #include "cuda/context.h"
 #include "cuda/firing_launch.h"
 #include "ops/elementwise.h"
+#include "ops/firing.h"
 #include "ops/linalg.h"
 #include "ops/kernels.h"
 
 namespace asc::cuda {
+
+static_assert(kSsmScanMaxCudaChannels == firing_launch::kMaxScanChannels,
+              "ops/firing.h states the CUDA scan's channel limit of cuda/firing_launch.h");
 
 void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& F, Tensor& Y) {
   const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
@@ -78,9 +82,7 @@ Tensor scan_work(const Tensor& a, bool rms_norm) {
 
 void ssm_scan_forward(const Tensor& a, const Tensor& u, const Tensor& s0, bool rms_norm, double eps, Tensor& s,
                       Tensor& rms) {
-  const int64_t B = a.size(0), T = a.size(1), R = a.size(2);
-  ASC_CHECK(R <= firing_launch::kMaxScanChannels, "ssm_scan (CUDA): {} state channels; the kernel takes at most {}",
-            R, firing_launch::kMaxScanChannels);
+  const int64_t B = a.size(0), T = a.size(1), R = a.size(2);  // R <= kMaxScanChannels: checked by the op
   s = Tensor::empty({B, T, R}, a.options());
   rms = Tensor::empty({B, T}, a.options());
   const Tensor work = scan_work(a, rms_norm);

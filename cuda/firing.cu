@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>  // NAN
 #include <cstdint>
 
 #include "cuda/firing_launch.h"
@@ -32,10 +33,14 @@ __global__ void firing_forward_kernel(const T* __restrict__ Z, const T* __restri
   using Acc = acc_t<T>;
   for (int64_t bp = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; bp < N * P; bp += int64_t(gridDim.x) * blockDim.x) {
     const int64_t p = bp % P;
-    const Acc z = to_acc(Z[bp]);
-    const bool fires = z >= to_acc(SP[p]);
-    F[bp] = from_acc<T>(fires ? Acc(1) : Acc(0));
-    for (int64_t g = 0; g < A; ++g) Y[bp * A + g] = from_acc<T>(fires ? to_acc(f[p * A + g]) * z : Acc(0));
+    const Acc z = to_acc(Z[bp]), sp = to_acc(SP[p]);
+    // Fires (Z >= SP), silent (Z < SP), or undefined (Z or SP NaN: the compares are unordered), where F and every
+    // output are NaN, as on the CPU (ops/cpu/firing.cpp). z F is z exactly where the neuron fires.
+    const bool fires = z >= sp, active = !(z < sp);
+    const Acc Fv = fires ? Acc(1) : active ? static_cast<Acc>(NAN) : Acc(0);
+    F[bp] = from_acc<T>(Fv);
+    const Acc zg = z * Fv;
+    for (int64_t g = 0; g < A; ++g) Y[bp * A + g] = from_acc<T>(active ? to_acc(f[p * A + g]) * zg : Acc(0));
   }
 }
 
@@ -47,7 +52,8 @@ __device__ __forceinline__ Acc gate_derivative(const Gate& gate, Acc u) {
 }
 
 // Backward, pass 1: one thread per (b, p), neurons fastest (coalesced): dZ, and per (b, p) the two factors the
-// reductions over b need — c_sp = -S z s' (dSP) and c_f = F z (df[p, g] = Σ_b dY[b, p, g] c_f[b, p]).
+// reductions over b need — c_sp = -S z s' (dSP) and c_f = F z (df[p, g] = Σ_b dY[b, p, g] c_f[b, p]). An undefined
+// gate (F NaN) gives NaN in all three, with the exact gate too (F − F: 0 for F in {0, 1}, NaN for NaN), as on the CPU.
 template <class T>
 __global__ void firing_backward_rows(const T* __restrict__ Z, const T* __restrict__ SP, const T* __restrict__ f,
                                      const T* __restrict__ F, const T* __restrict__ dY, int64_t N, int64_t P, int64_t A,
@@ -62,13 +68,18 @@ __global__ void firing_backward_rows(const T* __restrict__ Z, const T* __restric
       c_sp[bp] = Acc(0), c_f[bp] = Acc(0);
       continue;
     }
-    const Acc z = to_acc(Z[bp]);
+    const Acc z = to_acc(Z[bp]), Fv = to_acc(F[bp]);
     Acc S = 0;
     for (int64_t g = 0; g < A; ++g) S += to_acc(dY[bp * A + g]) * to_acc(f[p * A + g]);
-    const Acc d = gate_derivative(gate, z - to_acc(SP[p]));
-    dZ[bp] = from_acc<T>(S * ((fires ? Acc(1) : Acc(0)) + z * d));
-    c_sp[bp] = -S * z * d;
-    c_f[bp] = fires ? z : Acc(0);
+    c_f[bp] = fires ? z * Fv : Acc(0);
+    if (gate.mode == 0) {  // exact: dZ = S F (not S (F + z·0), which is NaN for an infinite z)
+      dZ[bp] = from_acc<T>(S * Fv);
+      c_sp[bp] = Fv - Fv;
+      continue;
+    }
+    const Acc zd = z * gate_derivative(gate, z - to_acc(SP[p])) + (Fv - Fv);  // z s'
+    dZ[bp] = from_acc<T>(S * (Fv + zd));
+    c_sp[bp] = -S * zd;
   }
 }
 
@@ -78,13 +89,16 @@ struct SpValue {
   const acc_t<T>* c_sp;
   __device__ acc_t<T> operator()(int64_t b, int64_t col, int64_t C) const { return c_sp[b * C + col]; }
 };
+// A silent (b, p) adds exactly nothing to df, even where dY is not finite (not dY · 0): F decides, as on the CPU.
 template <class T>
 struct FValue {
   const T* dY;
   const acc_t<T>* c_f;
+  const T* F;
   int64_t A;
   __device__ acc_t<T> operator()(int64_t b, int64_t col, int64_t C) const {
-    return to_acc(dY[b * C + col]) * c_f[b * (C / A) + col / A];
+    const int64_t bp = b * (C / A) + col / A;
+    return to_acc(F[bp]) != acc_t<T>(0) ? to_acc(dY[b * C + col]) * c_f[bp] : acc_t<T>(0);
   }
 };
 
@@ -122,7 +136,8 @@ cudaError_t column_sums(V value, int64_t N, int64_t C, int64_t parts, acc_t<T>* 
 }
 
 // ---- rule B's sums and coefficients ---------------------------------------------------------------------------------
-// The value column_partials sums for rule B: F Z² (kind 0), F (1), F max(0, Z − SP) (2); a silent (b, p) adds 0.
+// The value column_partials sums for rule B: F Z² (kind 0), F (1), F max(0, Z − SP) (2); a silent (b, p) adds 0,
+// an undefined one (F NaN) NaN, and max(0, NaN) is NaN.
 template <class T>
 struct RuleSumValue {
   const T *Z, *F, *SP;
@@ -130,12 +145,13 @@ struct RuleSumValue {
   __device__ acc_t<T> operator()(int64_t b, int64_t col, int64_t C) const {
     using Acc = acc_t<T>;
     const int64_t i = b * C + col;
-    if (to_acc(F[i]) == Acc(0)) return Acc(0);
+    const Acc Fv = to_acc(F[i]);
+    if (Fv == Acc(0)) return Acc(0);
     const Acc z = to_acc(Z[i]);
-    if (kind == 0) return z * z;
-    if (kind == 1) return Acc(1);
+    if (kind == 0) return z * z * Fv;
+    if (kind == 1) return Fv;
     const Acc m = z - to_acc(SP[col]);
-    return m > Acc(0) ? m : Acc(0);
+    return (m <= Acc(0) ? Acc(0) : m) * Fv;
   }
 };
 
@@ -145,7 +161,8 @@ __global__ void rule_b_coef_kernel(const T* __restrict__ Z, const T* __restrict_
                                    T* __restrict__ coef) {
   using Acc = acc_t<T>;
   for (int64_t bp = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; bp < N * P; bp += int64_t(gridDim.x) * blockDim.x) {
-    Acc v = to_acc(F[bp]) != Acc(0) ? static_cast<Acc>(a) * to_acc(Z[bp]) : Acc(0);
+    const Acc Fv = to_acc(F[bp]);
+    Acc v = Fv != Acc(0) ? static_cast<Acc>(a) * (to_acc(Z[bp]) * Fv) : Acc(0);
     if (dZ) v -= to_acc(c[bp % P]) * to_acc(dZ[bp]);
     coef[bp] = from_acc<T>(v);
   }
@@ -407,7 +424,8 @@ cudaError_t backward(const void* Z, const void* SP, const void* f, const void* F
       return err;
     if ((err = column_sums<T>(SpValue<T>{c_sp}, N, P, parts, part, static_cast<T*>(dSP), stream)) != cudaSuccess)
       return err;
-    return column_sums<T>(FValue<T>{dy, c_f, A}, N, P * A, parts, part, static_cast<T*>(df), stream);
+    return column_sums<T>(FValue<T>{dy, c_f, static_cast<const T*>(F), A}, N, P * A, parts, part, static_cast<T*>(df),
+                          stream);
   });
 }
 

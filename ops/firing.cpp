@@ -2,6 +2,7 @@
 #include "ops/firing.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/ranges.h>
 
@@ -9,6 +10,7 @@
 #include "autograd/node.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "core/overlap.h"
 #include "core/storage.h"
 #include "ops/checks.h"
 #include "ops/dispatch.h"
@@ -33,7 +35,12 @@ FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, c
   ASC_CHECK(SP.dtype() == Z.dtype() && f.dtype() == Z.dtype(), "{}: Z, SP and f must share a dtype; got {}, {}, {}",
             kOp, Z.dtype(), SP.dtype(), f.dtype());
   ASC_CHECK(f.size(1) >= 1, "{}: f must have at least one output per neuron (alpha >= 1), got f {}", kOp, f.shape());
-  ASC_CHECK(gate.width > 0, "{}: the surrogate width must be positive, got {}", kOp, gate.width);
+  checked_numel({Z.size(0), Z.size(1), f.size(1)}, kOp);  // Y (N, P, alpha): N P alpha must fit in int64
+  ASC_CHECK(gate.mode == GateBackward::None || gate.mode == GateBackward::StraightThrough ||
+                gate.mode == GateBackward::Surrogate,
+            "{}: unknown gate backward mode {} (None, StraightThrough or Surrogate)", kOp, static_cast<int>(gate.mode));
+  ASC_CHECK(std::isfinite(gate.width) && gate.width > 0, "{}: the surrogate width must be positive and finite, got {}",
+            kOp, gate.width);
   Surrogate sur;
   if (gate.mode == GateBackward::Surrogate) {
     const std::vector<std::string> known = surrogate_names();
@@ -83,7 +90,12 @@ void firing_weight_update_(Tensor& W, const Tensor& keep, const Tensor& coef, co
   ASC_CHECK(!autograd::needs_grad({&W, &keep, &coef, &X}),
             "{}: is not differentiable and writes W {} in place, but an input requires grad; call it under "
             "NoGradGuard (an optimizer-side update)", op, W.shape());
-  const Tensor k = keep.contiguous(), c = coef.contiguous(), x = X.contiguous();
+  // The kernel reads keep, coef and X while it writes W: an input that shares W's memory (W itself, a view of it, a
+  // partly overlapping view) is read from a copy, so the result is that of the call with unaliased inputs.
+  auto read = [&](const Tensor& t) {
+    return mem_overlap(t, W) != MemOverlap::None ? t.clone().contiguous() : t.contiguous();
+  };
+  const Tensor k = read(keep), c = read(coef), x = read(X);
   ASC_KERNEL(W.device(), op, firing_weight_update, W, k, c, x);
   W.impl()->storage->bump_version();
 }
@@ -123,6 +135,7 @@ Tensor firing_rule_b_coef(const Tensor& Z, const Tensor& F, double a, const Tens
             "{}: Z, F (and dZ, c) must share a dtype, float32 or float64; got {}, {}", op, Z.dtype(), F.dtype());
   ASC_CHECK(!autograd::needs_grad({&Z, &F, &dZ, &c}),
             "{}: is not differentiable, but an input requires grad; call it under NoGradGuard", op);
+  ASC_CHECK(std::isfinite(a), "{}: the coefficient a must be finite, got {}", op, a);
   Tensor coef;
   ASC_KERNEL(Z.device(), op, firing_rule_b_coef, Z.contiguous(), F.contiguous(), a,
              dZ.defined() ? dZ.contiguous() : Tensor(), c.defined() ? c.contiguous() : Tensor(), coef);
@@ -143,7 +156,22 @@ Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0_in, bool rms_
             "{}: s0 must be ({}) or ({}, {}); got {}", op, R, B, R, s0_in.shape());
   ASC_CHECK(u.dtype() == a.dtype() && s0_in.dtype() == a.dtype(), "{}: a, u and s0 must share a dtype; got {}, {}, {}",
             op, a.dtype(), u.dtype(), s0_in.dtype());
-  ASC_CHECK(eps > 0, "{}: eps must be positive, got {}", op, eps);
+  ASC_CHECK(std::isfinite(eps) && eps > 0, "{}: eps must be positive and finite, got {}", op, eps);
+  // The CUDA kernels keep a row's state in one thread block (cuda/firing_launch.h: kMaxScanChannels); checked here,
+  // with the others, before anything runs.
+  ASC_CHECK(!a.device().is_cuda() || R <= kSsmScanMaxCudaChannels,
+            "{}: {} state channels; the CUDA kernel takes at most {}", op, R, kSsmScanMaxCudaChannels);
+  if (a.numel() == 0) {
+    // No rows, steps or channels: s is empty and every gradient is zero — without the (B, R) copy of a shared s0,
+    // which need not fit in memory (or in int64) when T = 0 and B is huge.
+    Tensor s = Tensor::empty(a.shape(), a.options());
+    if (autograd::needs_grad({&a, &u, &s0_in}))
+      autograd::record(op, {a, u, s0_in}, {s}, [shape = a.shape(), s0_shape = s0_in.shape(),
+                                                 opts = a.options()](const TensorList&) -> TensorList {
+        return {zeros(shape, opts), zeros(shape, opts), zeros(s0_shape, opts)};
+      });
+    return s;
+  }
   const Tensor ac = a.contiguous(), uc = u.contiguous();
   const Tensor s0 = s0_in.dim() == 1 ? s0_in.view({1, R}).expand({B, R}).contiguous() : s0_in.contiguous();
   Tensor s, rms;
