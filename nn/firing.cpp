@@ -1,6 +1,7 @@
 #include "nn/firing.h"
 
 #include <cmath>
+#include <limits>
 #include <span>
 
 #include "autograd/grad_mode.h"
@@ -28,12 +29,24 @@ FiringLayer::FiringLayer(const char* type, const FiringOptions& o, int64_t w_col
   ASC_CHECK(o.in_features() > 0 && o.neurons() > 0 && o.fan_out() > 0,
             "{}: in_features {}, neurons {} and fan_out {} must be positive", type, o.in_features(), o.neurons(),
             o.fan_out());
-  ASC_CHECK(o.surrogate_width() > 0, "{}: surrogate_width must be positive, got {}", type, o.surrogate_width());
+  ASC_CHECK(std::isfinite(o.surrogate_width()) && o.surrogate_width() > 0,
+            "{}: surrogate_width must be positive and finite, got {}", type, o.surrogate_width());
+  // SP is made in float32: a threshold beyond float32's range would become ±Inf there.
+  ASC_CHECK(std::abs(o.threshold()) <= std::numeric_limits<float>::max(),
+            "{}: threshold must be finite (in float32, SP's dtype), got {}", type, o.threshold());
+  ASC_CHECK(o.backward() == GateBackward::None || o.backward() == GateBackward::StraightThrough ||
+                o.backward() == GateBackward::Surrogate,
+            "{}: unknown backward mode {} (None, StraightThrough or Surrogate)", type, static_cast<int>(o.backward()));
+  // W (P, in_features) and f (P, fan_out) must have element and byte counts that fit in 64 bits (in float64 too).
+  checked_nbytes(checked_numel({o.neurons(), w_cols}, type), sizeof(double), type);
+  checked_nbytes(checked_numel({o.neurons(), o.fan_out()}, type), sizeof(double), type);
   if (o.backward() == GateBackward::Surrogate) surrogate(o.surrogate());  // an unknown name fails here, not later
   const int64_t P = o.neurons();
   W = register_parameter("W", empty({P, w_cols}));
+  ASC_CHECK(o.init() == FiringInit::Signed || o.init() == FiringInit::NonNegative,
+            "{}: unknown FiringInit {} (Signed or NonNegative)", type, static_cast<int>(o.init()));
   const double bound = 1.0 / std::sqrt(static_cast<double>(o.in_features()));
-  init::uniform_(W, -bound, bound);
+  init::uniform_(W, o.init() == FiringInit::NonNegative ? 0.0 : -bound, bound);
   // The exact gate gives SP no gradient: then it is not trained by the optimizer (no weight decay or momentum on
   // it); only the homeostatic rule moves it.
   SP = register_parameter("SP", full({P}, o.threshold()), o.backward() != GateBackward::None);
@@ -49,9 +62,10 @@ CrossPathSSM::CrossPathSSM(int64_t P, int64_t R, const SSMOptions& o)
     : Module("CrossPathSSM"), neurons(P), rank(R), options(o) {
   ASC_CHECK(P > 0 && R > 0, "CrossPathSSM: neurons {} and rank {} must be positive", P, R);
   ASC_CHECK(R <= P, "CrossPathSSM: rank {} exceeds the number of neurons {} (the state is low-rank: P_r <= P)", R, P);
-  ASC_CHECK(0 <= o.a_min && o.a_min <= o.a_max && o.a_max <= 1 && o.rms_eps > 0,
-            "CrossPathSSM: needs 0 <= a_min <= a_max <= 1 and rms_eps > 0; got a_min {}, a_max {}, rms_eps {}", o.a_min,
-            o.a_max, o.rms_eps);
+  checked_nbytes(checked_numel({P, R}, "CrossPathSSM"), sizeof(double), "CrossPathSSM");  // V_r, V_b, V_o
+  ASC_CHECK(0 <= o.a_min && o.a_min <= o.a_max && o.a_max <= 1 && std::isfinite(o.rms_eps) && o.rms_eps > 0,
+            "CrossPathSSM: needs 0 <= a_min <= a_max <= 1 and a finite rms_eps > 0; got a_min {}, a_max {}, rms_eps {}",
+            o.a_min, o.a_max, o.rms_eps);
   auto init = [](Tensor t, int64_t fan_in) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
     init::uniform_(t, -bound, bound);
@@ -102,6 +116,32 @@ std::shared_ptr<optim::FiringRuleB> FiringLayer::rule_b(const optim::RuleBOption
   rules_.push_back(rule);
   if (o.fuse_sgd) fused_rule_ = rule;
   return rule;
+}
+
+void FiringLayer::check_state(const StateDict& incoming) const {
+  NoGradGuard ng;
+  // name, lowest, highest accepted value (NaN and ±Inf never).
+  const struct {
+    const char* name;
+    double lo, hi;
+    const char* why;
+  } checks[] = {{"r_bar", 0.0, 1.0, "an EMA of firing rates"},
+                {"f_bar", 0.0, 1.0, "an EMA of firing rates"},
+                {"m_bar", 0.0, HUGE_VAL, "an EMA of non-negative firing margins"},
+                {"SP", -HUGE_VAL, HUGE_VAL, "the thresholds"}};
+  for (const auto& c : checks) {
+    const Tensor* t = incoming.find(c.name);
+    if (!t || t->numel() == 0) continue;
+    const Tensor v = t->to(kFloat64);
+    ASC_CHECK(!has_non_finite(v), "{}.load_state_dict: '{}' ({}) holds NaN or Inf", type_name(), c.name, c.why);
+    const double lo = amin(v).item<double>(), hi = amax(v).item<double>();
+    ASC_CHECK(lo >= c.lo && hi <= c.hi, "{}.load_state_dict: '{}' ({}) must lie in [{}, {}], got values in [{}, {}]",
+              type_name(), c.name, c.why, c.lo, c.hi, lo, hi);
+  }
+}
+
+void FiringLayer::on_zero_grad() {
+  for (const auto& rule : rules_) rule->zero_grad();
 }
 
 std::shared_ptr<optim::FiringRuleA> FiringLayer::rule_a(const optim::RuleAOptions& o) {

@@ -15,6 +15,8 @@
 //   auto layer = std::make_shared<asc::nn::FiringLinear>(asc::nn::FiringOptions(64, 128).threshold(0.1));
 //   asc::optim::SGD opt(layer->parameters(), {.lr = 1e-2});
 //   opt.add_local_rule(layer->rule_b({.eta_w = 1e-3, .r_target = 0.1, .w_min = -1, .mask_w = asc::optim::UpdateMask::Active}));
+// (a signed range for the signed default initialisation; or FiringOptions::init(FiringInit::NonNegative) with the
+// rule's default range [0, 1]: a rule whose range does not hold the layer is refused when attached)
 //   auto net = std::make_shared<asc::nn::FiringStack>(std::vector<int64_t>{64, 128, 32});  // (.., 64) -> (.., 32)
 #include <memory>
 #include <string>
@@ -35,6 +37,11 @@ struct SSMOptions {
   bool learn_s0 = false;               // s_0 a parameter (else zero)
 };
 
+// W's initialisation. Signed: uniform in ±1/√d (as nn::Linear), for a rule B with a signed range (w_min = −w_max).
+// NonNegative: uniform in [0, 1/√d), for rule A and a rule B with the default range [0, w_max], which would clip
+// signed weights to 0 on their first step (attaching such a rule to a signed layer is refused, naming both fixes).
+enum class FiringInit { Signed, NonNegative };
+
 struct FiringOptions {
   FiringOptions(int64_t in_features, int64_t neurons) : in_features_(in_features), neurons_(neurons) {}
   ASC_ARG(int64_t, in_features);   // d (dense, channels) or the vocabulary V (FiringEmbedding)
@@ -45,6 +52,7 @@ struct FiringOptions {
   ASC_ARG(std::string, surrogate) = "sigmoid";           // for GateBackward::Surrogate
   ASC_ARG(double, surrogate_width) = 1.0;
   ASC_ARG(double, threshold) = 0.0;                      // initial SP of every neuron
+  ASC_ARG(FiringInit, init) = FiringInit::Signed;        // W uniform in ±1/√d, or [0, 1/√d) (NonNegative)
   ASC_ARG(int64_t, ssm_rank) = 0;  // > 0: the output is the cross-path SSM's F f t̃ (input (B, T, ·) needed)
   ASC_ARG(SSMOptions, ssm);
 };
@@ -87,6 +95,10 @@ class FiringLayer : public Module {
   std::shared_ptr<CrossPathSSM> ssm;  // with options.ssm_rank() > 0
 
  protected:
+  // A loaded state_dict's rule state must be what the rules can produce: r̄, F̄ in [0, 1], m̄ >= 0, SP finite.
+  void check_state(const StateDict& incoming) const override;
+  // zero_grad() drops W's gradient deferred to a rule B with fuse_sgd, as it drops every .grad.
+  void on_zero_grad() override;
   FiringLayer(const char* type, const FiringOptions& o, int64_t w_cols);
   // Z (N, P) -> the output (lead..., P[, α]); feeds the rules in training mode. With the SSM, lead is (B, T).
   // dZ: where the backward pass leaves dL/dZ when W's gradient is deferred to a fuse_sgd rule (else null).

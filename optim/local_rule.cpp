@@ -13,6 +13,8 @@ void LocalRule::set_mask(const Tensor& param, UpdateMask mode) {
   ASC_CHECK(param.defined(), "{}::set_mask: undefined parameter", name());
   ASC_CHECK(param.dim() >= 1, "{}::set_mask: a row mask needs a parameter with at least one dim, got shape {}", name(),
             param.shape());
+  ASC_CHECK(mode == UpdateMask::All || mode == UpdateMask::Active || mode == UpdateMask::Inactive,
+            "{}::set_mask: unknown UpdateMask {} (All, Active or Inactive)", name(), static_cast<int>(mode));
   for (auto& m : masks_)
     if (m.param.impl() == param.impl()) {
       m.mode = mode;

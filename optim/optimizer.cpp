@@ -139,6 +139,8 @@ Tensor Optimizer::state(const Tensor& param, const std::string& buffer) const {
 void Optimizer::zero_grad() {
   for (auto& g : groups_)
     for (auto& p : g.params) p.zero_grad();
+  // A gradient a rule holds for a parameter (rule B's fuse_sgd) is that parameter's .grad in all but storage.
+  for (const auto& rule : rules_) rule->zero_grad();
 }
 
 // ---- hooks and rules ------------------------------------------------------------------------------------------
@@ -185,7 +187,7 @@ void Optimizer::step() {
   run_hooks(pre_hooks_);
 
   // 1. Validate every gradient and resolve every row mask before anything is modified; the rules check the options
-  //    they depend on.
+  //    they depend on and their snapshots.
   for (const auto& rule : rules_) rule->prepare(*this);
   struct Work {
     size_t group;
@@ -229,17 +231,20 @@ void Optimizer::step() {
       if (b.defined() && (b.dtype() != w.param.dtype() || b.device() != w.param.device()))
         moved.emplace_back(&b, b.to(w.param.dtype()).to(w.param.device()).contiguous());
   }
+  // 2. The rules compute their updates from the pre-step parameters (one simultaneous update with the gradient
+  //    step); they modify nothing until apply().
+  for (const auto& rule : rules_) rule->pre_update();
   for (auto& [buf, converted] : moved) *buf = converted;
-  // 2. The fused gradient updates.
+  // 3. The fused gradient updates.
   for (auto& w : work) {
     ParamState& st = state_[w.param.impl()];
     if (st.bufs.empty()) st.bufs.resize(state_names_.size());
     update(groups_[w.group].options, w.param, w.grad, st, w.mask);
     w.param.impl()->storage->bump_version();
   }
-  // 3. Local rules add their own updates.
+  // 4. Local rules add their own updates.
   for (const auto& rule : rules_) rule->apply();
-  // 4. Clamps.
+  // 5. Clamps.
   for (const auto& rule : rules_) {
     for (const auto& r : rule->ranges()) {
       const Tensor& t = r.tensor;

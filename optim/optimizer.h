@@ -13,10 +13,11 @@
 //   }
 //   asc::StateDict sd = opt.state_dict();   // resume bit-identically with load_state_dict(sd)
 //
-// step() order: pre hooks -> LocalRule::prepare() and the validation of every gradient and row mask (nothing is modified when one is bad) ->
-// the fused update of every parameter with a defined .grad (parameters without one are skipped, their state
-// untouched) restricted to the rows the local rules allow -> LocalRule::apply() of every rule -> clamps of the
-// ranges the rules registered -> post hooks -> LocalRule::clear(). See optim/local_rule.h.
+// step() order: pre hooks -> LocalRule::prepare() (options and snapshots) and the validation of every gradient and
+// row mask (nothing is modified when one is bad) -> LocalRule::pre_update() of every rule (each computes its update
+// from the pre-step parameters) -> the fused update of every parameter with a defined .grad (parameters without one
+// are skipped, their state untouched) restricted to the rows the local rules allow -> LocalRule::apply() of every
+// rule -> clamps of the ranges the rules registered -> post hooks -> LocalRule::clear(). See optim/local_rule.h.
 //
 // state_dict() layout (positions, not names, identify parameters, as in torch.optim):
 //   groups.{g}.{option}     float64 scalar per option (bools as 0/1); groups.{g}.num_params int64 scalar
@@ -48,7 +49,8 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   void step();
-  // Drops the .grad of every parameter (sets it to undefined, so the next step skips parameters that get none).
+  // Drops the .grad of every parameter (sets it to undefined, so the next step skips parameters that get none) and
+  // every gradient a local rule holds in a parameter's place (LocalRule::zero_grad(): rule B's fuse_sgd).
   void zero_grad();
 
   const std::string& name() const { return name_; }

@@ -540,7 +540,7 @@ NaiveLayer naive_layer(Path path, uint64_t seed, bool nonnegative = false) {
   n.X = randn({path == Path::Channels ? n.N * n.D * n.P : n.N * n.D}, {.dtype = kFloat64}, &g).to_vector<double>();
   for (int64_t b = 0; b < n.N; ++b) n.tok.push_back((b * 7 + 3) % n.D);
   n.W = draw(n.P * n.D);
-  for (double& w : n.W) w = nonnegative ? 0.8 * w : 0.8 * (2 * w - 1);
+  for (double& w : n.W) w = nonnegative ? 0.8 * w : 0.7 * (2 * w - 1);  // inside the rules' ranges below
   n.SP = {-0.1, 0.05, -0.2, 100.0};  // neuron 3 never fires
   if (path == Path::Index) n.SP = {0.3, 0.2, 0.1, 100.0};
   n.f = draw(n.P * n.A);
@@ -644,7 +644,8 @@ struct RuleState {
   Vec W, f, SP, r_bar, m_bar, f_bar;
 };
 
-// One optimizer step (SGD, lr, exact gate, loss <G, Y>) and then rule B, every term of docs/firing.md §4 in loops.
+// One optimizer step (SGD, lr, exact gate, loss <G, Y>) with rule B, every term of docs/firing.md §4 in loops: one
+// simultaneous update, the Oja terms from the pre-step W and f (n.W, n.f).
 RuleState naive_rule_b_step(NaiveLayer n, const Vec& G, double lr, const optim::RuleBOptions& o, Vec r_bar,
                             Vec m_bar, double weight_decay = 0) {
   const int64_t N = n.N, P = n.P, A = n.A, D = n.D;
@@ -671,7 +672,7 @@ RuleState naive_rule_b_step(NaiveLayer n, const Vec& G, double lr, const optim::
     if (row_allowed(o.mask_f, active[p]))
       for (int64_t g = 0; g < A; ++g) f[p * A + g] -= lr * (df[p * A + g] + weight_decay * n.f[p * A + g]);
   }
-  // Oja on W and f (after the gradient step), the EMAs, the threshold, the clips.
+  // Oja on W and f (from the pre-step W and f, added to the gradient step), the EMAs, the threshold, the clips.
   const double zr2 = o.z_ref * o.z_ref + o.eps_z, yr2 = o.y_ref * o.y_ref + o.eps_y;
   Vec W2 = W, f2 = f;
   for (int64_t p = 0; p < P; ++p) {
@@ -680,7 +681,7 @@ RuleState naive_rule_b_step(NaiveLayer n, const Vec& G, double lr, const optim::
       for (int64_t b = 0; b < N; ++b) {
         const double z = Z[b * P + p], x = n.reads(b, p, c);
         const double decay_on = n.path == Path::Index ? x : 1.0;  // index path: the looked-up column only
-        s += F[b * P + p] * (z * x - z * z / zr2 * W[p * D + c] * decay_on);
+        s += F[b * P + p] * (z * x - z * z / zr2 * n.W[p * D + c] * decay_on);
       }
       W2[p * D + c] = std::clamp(W[p * D + c] + o.eta_w * s / N, o.w_min, o.w_max);
     }
@@ -688,7 +689,7 @@ RuleState naive_rule_b_step(NaiveLayer n, const Vec& G, double lr, const optim::
       double s = 0;
       for (int64_t b = 0; b < N; ++b) {
         const double y = Y[(b * P + p) * A + g], z = Z[b * P + p];
-        s += F[b * P + p] * (y * z - y * y / yr2 * f[p * A + g]);
+        s += F[b * P + p] * (y * z - y * y / yr2 * n.f[p * A + g]);
       }
       f2[p * A + g] = std::clamp(f[p * A + g] + o.eta_f * s / N, o.f_min, o.f_max);
     }
@@ -859,14 +860,14 @@ TEST_CASE("rule B fuse_sgd: several float32 steps track the unfused layer; what 
     manual_seed(7);
     auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(12, 16));
     optim::Adam adam(layer->parameters(), {.lr = 1e-3});
-    adam.add_local_rule(layer->rule_b({.fuse_sgd = true}));
+    adam.add_local_rule(layer->rule_b({.w_min = -1, .fuse_sgd = true}));
     refuses(adam, layer, "W is in a Adam group");
   }
   {
     auto [layer, opt] = make(true, {.lr = 0.05});
     optim::SGD other(layer->parameters(), {.lr = 0.05});
-    other.add_local_rule(layer->rule_b({}));  // not the fused rule's optimizer: it runs nothing fused
-    auto extra = layer->rule_b({.mask_w = optim::UpdateMask::Inactive});
+    other.add_local_rule(layer->rule_b({.w_min = -1}));  // not the fused rule's optimizer: it runs nothing fused
+    auto extra = layer->rule_b({.w_min = -1, .mask_w = optim::UpdateMask::Inactive});
     opt->add_local_rule(extra);
     refuses(*opt, layer, "also masks W");
   }

@@ -9,7 +9,8 @@
 //     B = 32, rank 64.
 // Best-of-reps milliseconds; --csv writes the rows.
 //   ./build/release/tools/bench_firing [--reps 10] [--rates 0.5,0.25,0.1,0.05] [--csv out.csv] [--no-torch]
-//                                      [--no-scan] [--loss]
+//                                      [--no-scan] [--loss] [--sequential]
+// --sequential also times rule B's sequential variant (RuleBOptions::sequential) in the same run.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -49,12 +50,14 @@ Tensor thresholds_for(const Tensor& Z, double rate) {
 }
 
 // Step time of ours per rate.
-std::map<double, double> run_ours(const std::vector<double>& rates, int reps, bool fuse_sgd, bool loss) {
+std::map<double, double> run_ours(const std::vector<double>& rates, int reps, bool fuse_sgd, bool loss,
+                                  bool sequential = false) {
   manual_seed(0);
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(kD, kP).fan_out(kA));
   optim::SGD opt(layer->parameters(), {.lr = 1e-3});
   opt.add_local_rule(layer->rule_b({.eta_w = 1e-3, .eta_f = 1e-3, .eta_sp = 1e-2, .r_target = 0.1, .w_min = -1,
-                                    .w_max = 1, .f_min = -1, .f_max = 1, .fuse_sgd = fuse_sgd}));
+                                    .w_max = 1, .f_min = -1, .f_max = 1, .fuse_sgd = fuse_sgd,
+                                    .sequential = sequential}));
   Tensor x = randn({kBatch, kD}), G = randn({kBatch, kP, kA});
   std::map<double, double> out;
   for (double rate : rates) {
@@ -107,7 +110,7 @@ std::map<double, double> run_torch(const std::vector<double>& rates, int reps, b
 
 int main(int argc, char** argv) {
   int reps = 10;
-  bool torch = true, scan_rows = true, loss = false;
+  bool torch = true, scan_rows = true, loss = false, sequential = false;
   std::string csv;
   std::vector<double> rates = {0.5, 0.25, 0.1, 0.05};
   for (int i = 1; i < argc; ++i) {
@@ -122,6 +125,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-torch") torch = false;
     else if (a == "--no-scan") scan_rows = false;
     else if (a == "--loss") loss = true;
+    else if (a == "--sequential") sequential = true;
     else {
       std::fprintf(stderr, "bench_firing: unknown argument '%s'\n", a.c_str());
       return 2;
@@ -135,6 +139,12 @@ int main(int argc, char** argv) {
   if (torch && theirs.empty()) std::printf("torch twin: could not run (needs /usr/bin/python3 with torch)\n");
   std::map<double, double> ours = run_ours(rates, reps, false, loss),
                            fused = run_ours(rates, reps, true, loss);
+  if (sequential) {  // rule B's sequential variant (the update order before the simultaneous form), same run
+    std::map<double, double> seq = run_ours(rates, reps, false, loss, true),
+                             seq_fused = run_ours(rates, reps, true, loss, true);
+    std::printf("\nrule B sequential variant: ours ms / fuse_sgd ms (simultaneous above)\n");
+    for (double r : rates) std::printf("%-12.2f %10.2f %12.2f\n", r, seq[r], seq_fused[r]);
+  }
 
   std::printf("\nfiring layer training step (forward + backward %s + SGD + rule B), B %lld, d %lld, P %lld, alpha %lld, "
               "float32, 2 threads\n", loss ? "of <G, Y>" : "of dL/dY = G", (long long)kBatch, (long long)kD,

@@ -2,7 +2,7 @@
 """The PyTorch twin of tools/bench_firing.cpp: one firing layer (docs/firing.md) with learning rule B, written
 carefully in PyTorch — Z = X Wᵀ, F = 1[Z >= SP], Y = F f Z, autograd's backward of the upstream gradient G
 (Y.backward(G); with --loss, of the loss <G, Y>) with the exact gate (F is a constant), an SGD step and the Oja /
-homeostasis terms under no_grad — timed per step the same way (best of reps after warm-up). Prints one JSON line per
+homeostasis terms of the pre-step W and f (one simultaneous update) under no_grad — timed per step the same way (best of reps after warm-up). Prints one JSON line per
 firing rate. Run with Debian's python3-torch: /usr/bin/python3."""
 import argparse, json, time
 import torch
@@ -42,15 +42,16 @@ def step(SP):
     else:
         Y.backward(G)
     with torch.no_grad():
-        W.sub_(eta_bp * W.grad)                     # SGD
-        f.sub_(eta_bp * f.grad)
-        W.grad = None
-        f.grad = None
+        # One simultaneous update (docs/firing.md §4): the Oja terms from the pre-step W and f, then SGD, then both.
         Zd, Yd = Z.detach(), Y.detach()
         FZ = F * Zd
-        W.add_(eta_w / B * (FZ.t() @ x - (FZ * Zd).sum(0).unsqueeze(1) / z_ref2 * W))  # Oja on W
+        dW = eta_w / B * (FZ.t() @ x - (FZ * Zd).sum(0).unsqueeze(1) / z_ref2 * W)  # Oja on W
         FY = Yd * F.unsqueeze(-1)
-        f.add_(eta_f / B * ((FY * Zd.unsqueeze(-1)).sum(0) - (FY * Yd).sum(0) / y_ref2 * f))  # Oja on f
+        df = eta_f / B * ((FY * Zd.unsqueeze(-1)).sum(0) - (FY * Yd).sum(0) / y_ref2 * f)  # Oja on f
+        W.sub_(eta_bp * W.grad).add_(dW)            # SGD + Oja
+        f.sub_(eta_bp * f.grad).add_(df)
+        W.grad = None
+        f.grad = None
         r_bar = (1 - beta) * r_bar + beta * F.mean(0)                                # homeostasis
         m_bar = (1 - beta) * m_bar + beta * (F * torch.relu(Zd - SP)).mean(0)
         SP.add_(eta_sp * (r_bar - r_target))
