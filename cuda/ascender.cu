@@ -229,20 +229,23 @@ __device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, Row
       const T* by = p.select_by_scores ? w.s : w.aff;
       const int K = static_cast<int>(p.k_nbr[h]);
       int m = 0;
+      bool nan = false;  // a NaN candidate: N(i) is undefined and u_i NaN (the comparisons would skip it silently)
       T thr = ninf;
       for (int64_t j = 0; j < n; ++j) {
         if (w.keep[j] == T(0) || (!p.include_self && j == i)) continue;
         const T x = by[j];
+        nan = nan || x != x;
         if (!(x > thr)) continue;
         int q = m < K ? m++ : m - 1;
         for (; q > 0 && v.topv[q - 1] < x; --q) v.topv[q] = v.topv[q - 1], v.topi[q] = v.topi[q - 1];
         v.topv[q] = x, v.topi[q] = j;
         if (m == K) thr = v.topv[m - 1];
       }
-      v.top_m = m;
+      v.top_m = nan ? -1 : m;
     }
     __syncthreads();
-    const int m = v.top_m;
+    const bool nan_nbr = v.top_m < 0;
+    const int m = nan_nbr ? 0 : v.top_m;
     st.m = m;
     for (int t = tid; t < m; t += nt) {
       T s = 0;
@@ -253,7 +256,7 @@ __device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, Row
     for (int64_t c = tid; c < d; c += nt) {
       T s = 0;
       for (int t = 0; t < m; ++t) s += KK[v.topi[t] * d + c] * v.kinv[t];
-      v.u[c] = s;  // Σ_{l∈N(i)} k̂_l
+      v.u[c] = nan_nbr ? T(NAN) : s;  // Σ_{l∈N(i)} k̂_l
     }
     __syncthreads();
     T s2 = 0;
@@ -261,11 +264,14 @@ __device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, Row
     s2 = block_sum(s2, red);
     st.snorm = sqrt(s2);
     st.cdiv = m > 0 ? T(m) : T(1);
-    const T var = T(1) - s2 / (st.cdiv * st.cdiv);  // 1 - |k̄_i|²
+    // 1 - |k̄_i|², and 0 over an empty neighbourhood (SPEC §1.16: γ = σ(0) = 1/2 there)
+    const T var = m > 0 || nan_nbr ? T(1) - s2 / (st.cdiv * st.cdiv) : T(0);
     st.gamma_a = sigmoid(static_cast<T>(-p.alpha_align[h]) * var);
     st.la = scal(kLambdaA) * st.gamma_a;
     st.fa = after ? T(1) : st.la;
-    const T uinv = T(1) / fmax(st.snorm, T(1e-12));
+    // u = s / |s|, and 0 where the headings cancel (|s| <= kConstantRow m, m = 0 included): |s| is then the
+    // rounding of the sum and its direction noise (docs §3). A NaN |s| fails the test and stays.
+    const T uinv = st.snorm <= static_cast<T>(kConstantRow) * T(m) ? T(0) : T(1) / st.snorm;
     for (int64_t c = tid; c < d; c += nt) v.u[c] *= uinv;
     __syncthreads();
     for (int64_t j = tid; j < n; j += nt) {
@@ -285,12 +291,13 @@ __device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, Row
     for (int64_t j = tid; j < n; j += nt)
       if (w.keep[j] != T(0) && j != i) rho += rows::dexp(-w.d2[j] * inv_tau);
     st.rho = block_sum(rho, red);
-    st.eta = fmin(T(1), st.rho / scal(kKappa));
+    const T ratio = st.rho / scal(kKappa);
+    st.eta = ratio >= T(1) ? T(1) : ratio;  // min(1, ρ/κ); fmin would turn a NaN into 1
     st.ls = scal(kLambdaS) * st.eta;
     const T f = after ? T(1) : st.ls;
     for (int64_t j = tid; j < n; j += nt) {
       const T hinge = w.aff[j] - delta;
-      w.rs[j] = -f * rows::dexp(-w.d2[j] * inv_tau) * (hinge > T(0) ? hinge : T(0));
+      w.rs[j] = -f * rows::dexp(-w.d2[j] * inv_tau) * (hinge <= T(0) ? T(0) : hinge);  // a NaN stays NaN
     }
   }
   // ---- cohesion (§5): w' on kept keys, c_i = Σ w' z / Σ w', Var_i, γ_coh, raw = -f |z_j - c_i|² ---------------------
@@ -299,7 +306,8 @@ __device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, Row
     T W = 0;
     for (int64_t j = tid; j < n; j += nt)
       if (w.keep[j] != T(0)) W += rows::dexp(-w.d2[j] * inv_tau);
-    st.W = fmax(block_sum(W, red), T(1e-30));
+    const T Wsum = block_sum(W, red);
+    st.W = Wsum < T(1e-30) ? T(1e-30) : Wsum;  // fmax would turn a NaN into 1e-30
     for (int64_t c = tid; c < dz; c += nt) {
       T s = 0;
       for (int64_t j = 0; j < n; ++j)
@@ -335,7 +343,7 @@ __device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, Row
                             i * p.bias_stride[2]
                       : nullptr};
   const T inv_tau = T(1) / scal(kTauScore);
-  T mx = ninf;
+  T mx = ninf, nans = 0;  // fmax passes NaN over: count the kept NaN scores, and make the row NaN if there is one
   for (int64_t j = tid; j < n; j += nt) {
     T Sj = w.s[j];
     if (p.use_align) Sj += wa * (st.fa * w.r[j] - st.sa.mu);
@@ -343,9 +351,13 @@ __device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, Row
     if (p.use_coh) Sj += wc * (st.fc * w.dc[j] - st.sc.mu);
     if (bp.p) Sj += bp[j * p.bias_stride[3]];
     w.s[j] = Sj;
-    if (w.keep[j] != T(0)) mx = fmax(mx, Sj * inv_tau);
+    if (w.keep[j] != T(0)) {
+      mx = fmax(mx, Sj * inv_tau);
+      nans += Sj * inv_tau == Sj * inv_tau ? T(0) : T(1);
+    }
   }
   st.mx = block_max(mx, red);
+  if (block_sum(nans, red) > T(0)) st.mx = T(NAN);
   if (st.mx == ninf) return;  // uniform over the block
   T z = 0;
   for (int64_t j = tid; j < n; j += nt) {
@@ -515,14 +527,19 @@ __device__ void backward_row(const BackwardParams& bp, int64_t i, const RowKeys<
       du[c] = s;
     }
     __syncthreads();
-    // u = s / max(|s|, 1e-12):  ds = (du - u (u·du)) / |s| (du / 1e-12 below it);  |s / m|²:  ds += -2 s / m² dvar
+    // u = s / |s|:  ds = (du - u (u·du)) / |s|, nothing where the headings cancel (u = 0 there, a constant);
+    // |s / m|²:  ds += -2 s / m² dvar
     T dot = 0;
     for (int64_t c = tid; c < d; c += nt) dot += v.u[c] * du[c];
     dot = block_sum(dot, red);
-    const T smax = fmax(st.snorm, T(1e-12));
+    const bool cancelled = st.snorm <= static_cast<T>(kConstantRow) * T(st.m);
     for (int64_t c = tid; c < d; c += nt) {
-      const T s = v.u[c] * smax;  // Σ_{l∈N(i)} k̂_l
-      const T dn = st.snorm < T(1e-12) ? du[c] / T(1e-12) : (du[c] - v.u[c] * dot) / st.snorm;
+      T s = v.u[c] * st.snorm;  // Σ_{l∈N(i)} k̂_l; summed again where u = 0 keeps nothing of it
+      if (cancelled) {
+        s = 0;
+        for (int t = 0; t < st.m; ++t) s += KK[v.topi[t] * d + c] * v.kinv[t];
+      }
+      const T dn = cancelled ? T(0) : (du[c] - v.u[c] * dot) / st.snorm;
       dsv[c] = T(-2) * s / (st.cdiv * st.cdiv) * dvar + dn;
     }
     __syncthreads();
@@ -537,7 +554,7 @@ __device__ void backward_row(const BackwardParams& bp, int64_t i, const RowKeys<
     T gphi = 0, dhinge = 0;  // Σ g φ;  Σ dφ w 1[a > δ] with dφ = -fac g
     for (int64_t j = tid; j < n; j += nt) {
       const T hinge = w.aff[j] - delta, wj = rows::dexp(-w.d2[j] * inv_tau_s);
-      gphi += g[j] * wj * (hinge > T(0) ? hinge : T(0));
+      gphi += g[j] * wj * (hinge <= T(0) ? T(0) : hinge);
       if (hinge > T(0)) dhinge += -fac * g[j] * wj;
     }
     gphi = block_sum(gphi, red);
@@ -555,7 +572,7 @@ __device__ void backward_row(const BackwardParams& bp, int64_t i, const RowKeys<
     for (int64_t j = tid; j < n; j += nt) {
       const T hinge = w.aff[j] - delta, wj = rows::dexp(-w.d2[j] * inv_tau_s);
       const T dphi = -fac * g[j];
-      const T dw = dphi * (hinge > T(0) ? hinge : T(0)) + (w.keep[j] != T(0) && j != i ? drho : T(0));
+      const T dw = dphi * (hinge <= T(0) ? T(0) : hinge) + (w.keep[j] != T(0) && j != i ? drho : T(0));
       dd2[j] -= dw * wj * inv_tau_s;
       const T da_j = hinge > T(0) ? dphi * wj : T(0);
       g[j] = da_j;

@@ -16,6 +16,7 @@ namespace asc::nn {
 namespace {
 
 constexpr const char* kName = "AscenderAttention";
+constexpr int64_t kMaxRopeLen = int64_t(1) << 24;
 
 // softplus⁻¹(y) = log(exp(y) - 1), stable for large y.
 double softplus_inverse(double y) { return y > 20 ? y : std::log(std::expm1(y)); }
@@ -32,36 +33,55 @@ std::vector<T> per_head(const std::vector<T>& v, int64_t heads, const char* what
 }  // namespace
 
 AscenderAttention::AscenderAttention(const AscenderAttentionOptions& o) : Attention(kName), options(o) {
+  // Every option is checked before anything is built (docs/ascender.md, "Accepted options").
   const int64_t D = o.d_model(), H = o.heads();
   ASC_CHECK(D > 0 && H > 0 && D % H == 0, "{}: d_model {} must be a positive multiple of heads {}", kName, D, H);
   d_head = D / H;
-  d_z = o.d_z() > 0 ? o.d_z() : std::max<int64_t>(1, d_head / 2);
-  d_a = o.d_a() > 0 ? o.d_a() : std::max<int64_t>(1, d_head / 2);
   ASC_CHECK(o.d_z() >= 0 && o.d_a() >= 0, "{}: d_z {} and d_a {} must be >= 0 (0: d_head / 2)", kName, o.d_z(),
             o.d_a());
+  d_z = o.d_z() > 0 ? o.d_z() : std::max<int64_t>(1, d_head / 2);
+  d_a = o.d_a() > 0 ? o.d_a() : std::max<int64_t>(1, d_head / 2);
+  // The projections' widths H·d_z, H·d_a and their weights' sizes d_model·H·d_z, d_model·H·d_a fit int64.
+  checked_mul(D, D, kName, "d_model·d_model");
+  checked_mul(D, checked_mul(H, d_z, kName, "heads·d_z"), kName, "d_model·heads·d_z");
+  checked_mul(D, checked_mul(H, d_a, kName, "heads·d_a"), kName, "d_model·heads·d_a");
   k_h_ = per_head(o.k(), H, "k");
   tau_sep_h_ = per_head(o.tau_sep(), H, "tau_sep");
   tau_coh_h_ = per_head(o.tau_coh(), H, "tau_coh");
   alpha_align_h_ = per_head(o.alpha_align(), H, "alpha_align");
   alpha_coh_h_ = per_head(o.alpha_coh(), H, "alpha_coh");
+  auto finite = [](double x) { return std::isfinite(x); };
   for (int64_t k : k_h_) ASC_CHECK(k >= 1, "{}: k must be >= 1, got {}", kName, k);
-  for (double t : tau_sep_h_) ASC_CHECK(t > 0, "{}: tau_sep must be > 0, got {}", kName, t);
-  for (double t : tau_coh_h_) ASC_CHECK(t > 0, "{}: tau_coh must be > 0, got {}", kName, t);
+  // The op's bounds (ops/ascender.cpp check_core_inputs), checked here at construction: below 1e-6 the kernels
+  // exp(-|z_i - z_j|² / τ) are decided by the rounding of the distances, below 1e-12 norm_eps by that of σ.
+  for (double t : tau_sep_h_)
+    ASC_CHECK(t >= 1e-6 && finite(t), "{}: tau_sep must be > 0 (at least 1e-6) and finite, got {}", kName, t);
+  for (double t : tau_coh_h_)
+    ASC_CHECK(t >= 1e-6 && finite(t), "{}: tau_coh must be > 0 (at least 1e-6) and finite, got {}", kName, t);
+  // Above 1e6 the gates σ(-α Var) would be decided by the rounding of Var (the op refuses it too).
   for (double a : alpha_align_h_)
-    ASC_CHECK(a >= 0, "{}: alpha_align must be >= 0, got {}", kName, a);
+    ASC_CHECK(a >= 0 && a <= 1e6, "{}: alpha_align must be >= 0 (at most 1e6), got {}", kName, a);
   for (double a : alpha_coh_h_)
-    ASC_CHECK(a >= 0, "{}: alpha_coh must be >= 0, got {}", kName, a);
-  ASC_CHECK(o.lambda_init() > 0 && o.kappa_init() > 0 && o.tau_score_init() > 0,
-            "{}: lambda_init {}, kappa_init {} and tau_score_init {} must be > 0", kName, o.lambda_init(),
-            o.kappa_init(), o.tau_score_init());
+    ASC_CHECK(a >= 0 && a <= 1e6, "{}: alpha_coh must be >= 0 (at most 1e6), got {}", kName, a);
+  // The scalars are float32 parameters (λ, κ, τ_score through softplus): their initial values must survive that.
+  ASC_CHECK(std::abs(o.omega_init()) <= 1e30 && std::abs(o.delta_init()) <= 1e30,
+            "{}: omega_init {} and delta_init {} must be finite, |x| <= 1e30", kName, o.omega_init(), o.delta_init());
+  for (auto [name, x] : {std::pair{"lambda_init", o.lambda_init()}, {"kappa_init", o.kappa_init()},
+                         {"tau_score_init", o.tau_score_init()}})
+    ASC_CHECK(x >= 1e-30 && x <= 1e30, "{}: {} must be in [1e-30, 1e30], got {}", kName, name, x);
   ASC_CHECK(o.window() >= 1 && o.global_tokens() >= 0, "{}: window {} must be >= 1 and global_tokens {} >= 0",
             kName, o.window(), o.global_tokens());
-  ASC_CHECK(o.norm_eps() > 0, "{}: norm_eps must be > 0, got {}", kName, o.norm_eps());
+  ASC_CHECK(o.norm_eps() >= 1e-12 && finite(o.norm_eps()), "{}: norm_eps must be finite and >= 1e-12, got {}", kName,
+            o.norm_eps());
   ASC_CHECK(o.dropout() >= 0 && o.dropout() < 1, "{}: dropout {} not in [0, 1)", kName, o.dropout());
   ASC_CHECK(!o.rope() || d_head % 2 == 0, "{}: RoPE needs an even head dim, got {}", kName, d_head);
-  ASC_CHECK(o.aux_coh() >= 0 && o.aux_sep() >= 0 && o.aux_align() >= 0,
-            "{}: auxiliary loss weights must be >= 0, got coh {}, sep {}, align {}", kName, o.aux_coh(), o.aux_sep(),
-            o.aux_align());
+  ASC_CHECK(!o.rope() || (o.rope_max_len() >= 1 && o.rope_max_len() <= kMaxRopeLen),
+            "{}: rope_max_len must be in [1, {}] (its cos / sin tables are built at construction), got {}", kName,
+            kMaxRopeLen, o.rope_max_len());
+  ASC_CHECK(o.aux_coh() >= 0 && o.aux_sep() >= 0 && o.aux_align() >= 0 && finite(o.aux_coh()) &&
+                finite(o.aux_sep()) && finite(o.aux_align()),
+            "{}: auxiliary loss weights must be finite and >= 0, got coh {}, sep {}, align {}", kName, o.aux_coh(),
+            o.aux_sep(), o.aux_align());
   ASC_CHECK(o.warmup_steps() >= 0 && o.sep_start_step() >= 0 && o.aux_start_step() >= -1,
             "{}: warmup_steps {} and sep_start_step {} must be >= 0, aux_start_step {} >= -1", kName,
             o.warmup_steps(), o.sep_start_step(), o.aux_start_step());
@@ -89,11 +109,20 @@ AscenderAttention::AscenderAttention(const AscenderAttentionOptions& o) : Attent
   step_buffer = register_buffer("step", zeros({}, {.dtype = kInt64}));
 }
 
-int64_t AscenderAttention::step() const { return step_buffer.item<int64_t>(); }
+int64_t AscenderAttention::step() const { return step_buffer.to(Device::cpu()).item<int64_t>(); }
 void AscenderAttention::set_step(int64_t s) {
   ASC_CHECK(s >= 0, "{}: step must be >= 0, got {}", kName, s);
   NoGradGuard ng;
-  step_buffer.fill_(static_cast<double>(s));
+  // Written as an integer: through fill_(double), steps above 2^53 would round (and 2^63 - 1 would overflow).
+  step_buffer.copy_(tensor(std::vector<int64_t>{s}, Shape{}).to(step_buffer.device()));
+}
+void AscenderAttention::check_state(const StateDict& incoming) const {
+  // A loaded step passes the setter's check (a negative one would make the ω warm-up factor negative).
+  const Tensor* t = incoming.find("step");
+  if (!t) return;
+  ASC_CHECK(t->numel() == 1, "{}: the step buffer must hold one value, got shape {}", kName, t->shape());
+  const int64_t s = t->to(Device::cpu()).item<int64_t>();
+  ASC_CHECK(s >= 0, "{}: a loaded step must be >= 0, got {}", kName, s);
 }
 double AscenderAttention::omega_scale() const {
   const int64_t w = options.warmup_steps();
@@ -164,7 +193,10 @@ Tensor AscenderAttention::attend(const Tensor& x, const AttentionArgs& args) {
   add_aux(aux.sep, options.aux_sep());
   add_aux(aux.align, options.aux_align());
   aux_loss_.set(aux_loss);
-  if (is_training()) set_step(step() + 1);  // one schedule step per training forward
+  if (is_training()) {  // one schedule step per training forward (saturating: the count cannot overflow)
+    const int64_t s = step();
+    if (s < std::numeric_limits<int64_t>::max()) set_step(s + 1);
+  }
   return (*out_proj)(y.permute({0, 2, 1, 3}).reshape({B, T, D}));  // (B, T, D)
 }
 
@@ -185,7 +217,8 @@ std::string AscenderAttention::extra_repr() const {
 AttentionFactory ascender_attention(const AscenderAttentionOptions& options) {
   return [options](const TransformerBlockOptions& block) -> std::shared_ptr<Attention> {
     AscenderAttentionOptions o = options;
-    o.d_model(block.d_model()).heads(block.heads());
+    const auto [d_model, heads] = attention_shape_for_block("ascender_attention", o.d_model(), o.heads(), block);  // 0: the block's
+    o.d_model(d_model).heads(heads);
     if (o.dropout() == 0) o.dropout(block.dropout());
     return std::make_shared<AscenderAttention>(o);
   };

@@ -136,12 +136,13 @@ class AscenderAttention : public Attention {
   std::vector<int64_t> k_h_;
   std::vector<double> tau_sep_h_, tau_coh_h_, alpha_align_h_, alpha_coh_h_;
   LastForward<AscenderDecomposition> decomposition_;
+  void check_state(const StateDict& incoming) const override;
   LastForward<AscenderAux> aux_;
   LastForward<Tensor> aux_loss_;
 };
 
-// A factory for the Transformer blocks: every block gets its own AscenderAttention with these options (d_model
-// and heads from the block's options).
+// A factory for the Transformer blocks: every block gets its own AscenderAttention with these options. Their d_model and
+// heads must be the block's, or 0 to take the block's; another value is an error (attention_shape_for_block).
 AttentionFactory ascender_attention(const AscenderAttentionOptions& options);
 
 }  // namespace asc::nn

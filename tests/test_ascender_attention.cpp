@@ -170,9 +170,7 @@ Naive naive(const Inputs& in, const AscenderCoreArgs& p, const Tensor& keep_bhtt
             Vec kbar = s;
             for (auto& v : kbar) v /= double(cand.size());
             for (int64_t l : cand) var += sqd(unit(row(K, l, d), 1e-12), kbar) / double(cand.size());
-          } else {
-            var = 1.0;
-          }
+          }  // else 0: the variance of no vectors (SPEC §1.16), so γ = 1/2
           const Vec u = unit(s, 1e-12);
           u_all[bh * T + i] = u;
           nbr_all[bh * T + i] = cand;
@@ -299,10 +297,11 @@ void compare(const Inputs& in, const AscenderCoreArgs& p, double tol = 1e-10) {
   if (p.use_align) check_vec(dec.gamma_align, n.gamma_align, tol, "gamma_align");
   if (p.use_sep) check_vec(dec.eta, n.eta, tol, "eta");
   if (p.use_coh) check_vec(dec.gamma_coh, n.gamma_coh, tol, "gamma_coh");
-  // The decomposition sums to S on the kept entries.
+  // The decomposition sums to S on the kept entries, and S is -inf on the others.
   Tensor sum_terms = dec.S_base + head(p.omega_align) * dec.align + head(p.omega_sep) * dec.sep +
                      head(p.omega_coh) * dec.coh + (bias.defined() ? bias : zeros(sc, {.dtype = kFloat64}));
-  CHECK(amax(abs(sum_terms - dec.S)).item<double>() < 1e-12);
+  CHECK(amax(abs(where(keep, sum_terms - dec.S, 0.0))).item<double>() < 1e-12);
+  CHECK(sum(logical_and(logical_not(keep), ne(dec.S, -INFINITY)).to(kFloat64)).item<double>() == 0.0);
 }
 
 }  // namespace

@@ -134,7 +134,8 @@ def layer_forward(p, x, meta, bias):
             u = s / s.norm(dim=-1, keepdim=True).clamp_min(1e-12)
             kbar = s / cnt.clamp_min(1)[..., None]
             spread = ((khat[:, None, :, :] - kbar[:, :, None, :]) ** 2).sum(-1)   # |k̂_l - k̄_i|²
-            var = torch.where(cnt > 0, (member * spread).sum(-1) / cnt.clamp_min(1), torch.ones_like(cnt))
+            # the variance of an empty neighbourhood is 0 (docs §3): gamma = 1/2 there
+            var = torch.where(cnt > 0, (member * spread).sum(-1) / cnt.clamp_min(1), torch.zeros_like(cnt))
             gamma = torch.sigmoid(-alpha_a[h] * var)
             r = u @ khat.transpose(-1, -2)
             gate = lam["align"][h] * gamma[..., None]

@@ -173,7 +173,7 @@ struct NormStats {
 template <class T>
 ASC_ALWAYS_INLINE T sq_dist(T a2, T b2, T ab) {
   const T v = a2 + b2 - 2 * ab;
-  return v > T(0) ? v : T(0);
+  return v < T(0) ? T(0) : v;  // written so that a NaN stays NaN (NaN < 0 is false)
 }
 
 // The first pass of a term's statistics over a row of x: the sum, count and largest |x| over kept j. Producers fold it
@@ -218,7 +218,9 @@ ASC_ALWAYS_INLINE NormStats term_stats(const T* x, const T* keep, int64_t n, Row
   st.mu = f * mu_x;
   st.sd = std::abs(f) * sd_x;
   st.s = st.sd + eps;
-  st.constant = f == 0 || sd_x <= kConstantRow * double(sums.big);
+  // A NaN in x (its sums) or in f is never a constant row: the NaN must reach β̃ (docs §13).
+  const bool nan = mu_x != mu_x || sd_x != sd_x || f != f;
+  st.constant = !nan && (f == 0 || sd_x <= kConstantRow * double(sums.big));
   return st;
 }
 
@@ -255,6 +257,7 @@ struct Block {
   Scratch<T> ones;  // without a mask or a window every row of the mask is this row of ones (no tile is written)
   bool all_kept = false;
   std::vector<std::vector<int64_t>> nbr;  // N(i) as column positions
+  std::vector<char> nan_nbr;              // a NaN among row i's candidates: N(i) is undefined, u_i is NaN
   std::vector<int64_t> self;              // the column position of key i (-1: not among the columns)
   std::vector<double> snorm, cnt, kbar2, gamma_a, rho, eta, W, var_c, gamma_c, la, ls, lc;  // la = λγ_a etc.
   std::vector<double> fa, fs, fc;         // the raw terms' row factors
@@ -276,6 +279,7 @@ struct Block {
     c.resize(R * dz);
     s.resize(R * d);  // written by forward_block
     nbr.resize(R);
+    nan_nbr.assign(R, 0);
     self.assign(R, -1);
     for (auto* v : {&snorm, &cnt, &kbar2, &gamma_a, &rho, &eta, &W, &var_c, &gamma_c, &la, &ls, &lc, &fa, &fs, &fc,
                     &kept, &smax, &inv_z})
@@ -288,9 +292,10 @@ struct Block {
 // own — N(i), each term's μ and σ, the cohesion centroid c_i, the softmax max and 1 / sum — O(T (k + d_z)) per head
 // instead of the O(T²) tiles. With them the backward rebuilds a block's tiles without the top-k, the variance passes,
 // the centroid product or the softmax reductions. Layout: rows (B, H, T, kFields + d_z) float64, nbr (B, H, T, k_max)
-// int64 (column index, -1 past |N(i)|).
+// int64 (column index, -1 past |N(i)|; kNanNbr in the first slot: a NaN among the row's candidates).
 struct RowState {
   static constexpr int64_t kFields = 14;  // 3 × (μ, σ, count, constant), smax, inv_z; then c_i
+  static constexpr int64_t kNanNbr = -2;
   static void put(const NormStats& st, double* p) { p[0] = st.mu, p[1] = st.sd, p[2] = st.count, p[3] = st.constant; }
   static NormStats get(const double* p, double eps) {
     return {p[0], p[1], p[1] + eps, p[2], p[3] != 0};
@@ -305,6 +310,7 @@ struct RowState {
       int64_t* q = nbr + r * kmax;
       std::fill(q, q + kmax, -1);
       for (size_t l = 0; l < b.nbr[r].size(); ++l) q[l] = b.nbr[r][l];
+      if (b.nan_nbr[r]) q[0] = kNanNbr;
     }
   }
   template <class T>
@@ -317,6 +323,7 @@ struct RowState {
       for (int64_t c = 0; c < dz; ++c) b.c[r * dz + c] = static_cast<T>(p[kFields + c]);
       const int64_t* q = nbr + r * kmax;
       b.nbr[r].clear();
+      b.nan_nbr[r] = q[0] == kNanNbr;
       for (int64_t l = 0; l < kmax && q[l] >= 0; ++l) b.nbr[r].push_back(q[l]);
     }
   }
@@ -389,12 +396,23 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       for (int64_t r = 0; r < R; ++r) {
         const T* by = (cfg.select_by_scores ? b.s0.data() : b.aff.data()) + r * n;
         const T* keep = b.keep_row(r, n);
-        ASC_SIMD
+        T nans = 0;  // NaN candidates: the comparisons below would pass them over silently
+        ASC_SIMD_REDUCE(+, nans)
         for (int64_t j = 0; j < n; ++j) {
           const T x = by[j];
-          cd[j] = keep[j] != T(0) ? x : ninf;
+          const T c = keep[j] != T(0) ? x : ninf;
+          cd[j] = c;
+          nans += c != c ? T(1) : T(0);
         }
-        if (!cfg.include_self && b.self[r] >= 0) cd[b.self[r]] = ninf;
+        if (!cfg.include_self && b.self[r] >= 0) {
+          if (cd[b.self[r]] != cd[b.self[r]]) nans -= T(1);
+          cd[b.self[r]] = ninf;
+        }
+        if (nans > T(0)) {  // N(i) is undefined: u_i becomes NaN below (docs §13)
+          b.nbr[r].clear();
+          b.nan_nbr[r] = 1;
+          continue;
+        }
         for (int64_t g = 0; g < G; ++g) gmax[g] = ninf;
         for (int64_t j0 = 0; j0 < n; j0 += G) {
           const T* x = cd + j0;
@@ -443,15 +461,20 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
         const T* kl = kt.khat + nb[x] * d;
         for (int64_t c = 0; c < d; ++c) ur[c] += kl[c];
       }
+      if (b.nan_nbr[r])
+        for (int64_t c = 0; c < d; ++c) ur[c] = std::numeric_limits<T>::quiet_NaN();
       double s2 = 0;
       for (int64_t c = 0; c < d; ++c) s[c] = ur[c], s2 += s[c] * s[c];
       b.snorm[r] = std::sqrt(s2);
       b.cnt[r] = static_cast<double>(cnt);
       const double cdiv = std::max(b.cnt[r], 1.0);
       b.kbar2[r] = s2 / (cdiv * cdiv);
-      const double inv = 1 / std::max(b.snorm[r], 1e-12);
+      // u = s / |s|, and 0 where the headings cancel (|s| <= kConstantRow |N(i)|, an empty N(i) included): there
+      // |s| is the rounding of the sum and its direction noise (docs §3). A NaN |s| fails the test and stays.
+      const double inv = b.snorm[r] <= kConstantRow * b.cnt[r] ? 0.0 : 1 / b.snorm[r];
       for (int64_t c = 0; c < d; ++c) ur[c] = static_cast<T>(s[c] * inv);
-      b.gamma_a[r] = sigmoid(-h.alpha_a * (1 - b.kbar2[r]));
+      // Var = 1 - |k̄|², and 0 over an empty neighbourhood (SPEC §1.16): γ = σ(0) = 1/2 there
+      b.gamma_a[r] = sigmoid(-h.alpha_a * (cnt > 0 || b.nan_nbr[r] ? 1 - b.kbar2[r] : 0.0));
       b.la[r] = h.sc[kLambdaA] * b.gamma_a[r];
       b.fa[r] = after ? 1.0 : b.la[r];  // raw = λγ r (before_norm) or r
     }
@@ -475,48 +498,65 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       const T* aff = b.aff.data() + r * n;
       const T* keep = b.keep_row(r, n);
       T *ws = b.ws.data() + r * n, *phi = b.phi.data() + r * n, *wc = b.wc.data() + r * n;
-      T rho = 0, W = 0, psum = 0, pbig = 0;  // φ's first statistics pass rides along (φ >= 0: |φ| = φ)
-      if (sep && coh) {
-        ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
-        for (int64_t j = 0; j < n; ++j) {
-          const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
-          const T w = exp_nonpos(-dj * inv_ts);
-          ws[j] = w;
-          const T ph = w * (hinge > T(0) ? hinge : T(0));
-          phi[j] = ph;
-          const T kph = kj != T(0) ? ph : T(0);
-          rho += kj != T(0) ? w : T(0);
-          psum += kph;
-          pbig = pbig > kph ? pbig : kph;
-          const T wcj = exp_nonpos(kj != T(0) ? -dj * inv_tc : ninf);  // 0 on masked keys
-          wc[j] = wcj;
-          W += wcj;
+      // One pass over key columns [j0, j1), adding to the row's sums. ρ_i sums over l ≠ i: the self column gets a pass
+      // of its own whose ρ is dropped, rather than subtracting w_ii = 1 from the total afterwards — for an isolated
+      // token (ρ_i << 1) that difference would keep no relative precision.
+      auto pass = [&](int64_t j0, int64_t j1, T& rho_o, T& W_o, T& psum_o, T& pbig_o) __attribute__((always_inline)) {
+        T rho = 0, W = 0, psum = 0, pbig = 0;  // φ's first statistics pass rides along (φ >= 0: |φ| = φ)
+        if (sep && coh) {
+          ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
+          for (int64_t j = j0; j < j1; ++j) {
+            const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
+            const T w = exp_nonpos(-dj * inv_ts);
+            ws[j] = w;
+            const T ph = w * (hinge <= T(0) ? T(0) : hinge);  // [a - δ]_+, a NaN stays NaN
+            phi[j] = ph;
+            const T kph = kj != T(0) ? ph : T(0);
+            rho += kj != T(0) ? w : T(0);
+            psum += kph;
+            pbig = pbig > kph ? pbig : kph;
+            const T wcj = exp_nonpos(kj != T(0) ? -dj * inv_tc : ninf);  // 0 on masked keys
+            wc[j] = wcj;
+            W += wcj;
+          }
+        } else if (sep) {
+          ASC_SIMD_SUMS_MAX(pbig, rho, psum)
+          for (int64_t j = j0; j < j1; ++j) {
+            const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
+            const T w = exp_nonpos(-dj * inv_ts);
+            ws[j] = w;
+            const T ph = w * (hinge <= T(0) ? T(0) : hinge);
+            phi[j] = ph;
+            const T kph = kj != T(0) ? ph : T(0);
+            rho += kj != T(0) ? w : T(0);
+            psum += kph;
+            pbig = pbig > kph ? pbig : kph;
+          }
+        } else {
+          ASC_SIMD_REDUCE(+, W)
+          for (int64_t j = j0; j < j1; ++j) {
+            const T wcj = exp_nonpos(keep[j] != T(0) ? -sq_dist(zi, zzk[j], zij[j]) * inv_tc : ninf);
+            wc[j] = wcj;
+            W += wcj;
+          }
         }
-      } else if (sep) {
-        ASC_SIMD_SUMS_MAX(pbig, rho, psum)
-        for (int64_t j = 0; j < n; ++j) {
-          const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
-          const T w = exp_nonpos(-dj * inv_ts);
-          ws[j] = w;
-          const T ph = w * (hinge > T(0) ? hinge : T(0));
-          phi[j] = ph;
-          const T kph = kj != T(0) ? ph : T(0);
-          rho += kj != T(0) ? w : T(0);
-          psum += kph;
-          pbig = pbig > kph ? pbig : kph;
-        }
+        rho_o += rho, W_o += W, psum_o += psum;
+        pbig_o = pbig_o > pbig ? pbig_o : pbig;
+      };
+      T rho = 0, W = 0, psum = 0, pbig = 0;
+      const int64_t self = b.self[r];
+      if (sep && self >= 0 && keep[self] != T(0)) {
+        T self_rho = 0;  // w_ii: not part of ρ_i
+        pass(0, self, rho, W, psum, pbig);
+        pass(self, self + 1, self_rho, W, psum, pbig);
+        pass(self + 1, n, rho, W, psum, pbig);
       } else {
-        ASC_SIMD_REDUCE(+, W)
-        for (int64_t j = 0; j < n; ++j) {
-          const T wcj = exp_nonpos(keep[j] != T(0) ? -sq_dist(zi, zzk[j], zij[j]) * inv_tc : ninf);
-          wc[j] = wcj;
-          W += wcj;
-        }
+        pass(0, n, rho, W, psum, pbig);
       }
       if (sep) {
-        if (b.self[r] >= 0 && keep[b.self[r]]) rho -= ws[b.self[r]];  // ρ_i sums over l ≠ i
         b.rho[r] = rho;
-        b.eta[r] = std::min(1.0, b.rho[r] / h.sc[kKappa]);
+        const double ratio = b.rho[r] / h.sc[kKappa];
+        b.eta[r] = ratio >= 1 ? 1.0 : ratio;  // min(1, ρ/κ), a NaN stays NaN (std::min would return 1)
         b.ls[r] = h.sc[kLambdaS] * b.eta[r];
         b.fs[r] = after ? -1.0 : -b.ls[r];  // raw = -λη φ (before_norm) or -φ
         if (!replay)
@@ -606,12 +646,20 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
         const T xk = keep[j] != T(0) ? sj * inv_tau : ninf;
         m = m > xk ? m : xk;
       }
-      b.smax[r] = m;
-      if (m == ninf) {  // no kept key: a zero row
-        for (int64_t j = 0; j < n; ++j) A[j] = T(0);
-        b.inv_z[r] = 0;
-        continue;
+      if (m == ninf) {
+        // No kept key: a zero row. Or only seemingly: the max above passes a NaN over when a later entry is
+        // compared with it (NaN > x is false), so look for one (rare rows only); a NaN row stays NaN (docs §13).
+        bool nan = false;
+        for (int64_t j = 0; j < n; ++j) nan = nan || (keep[j] != T(0) && !(S[j] * inv_tau == S[j] * inv_tau));
+        if (!nan) {
+          b.smax[r] = m;
+          for (int64_t j = 0; j < n; ++j) A[j] = T(0);
+          b.inv_z[r] = 0;
+          continue;
+        }
+        m = std::numeric_limits<T>::quiet_NaN();
       }
+      b.smax[r] = m;
       T z = 0;
       ASC_SIMD_REDUCE(+, z)
       for (int64_t j = 0; j < n; ++j) {
@@ -911,11 +959,15 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
       T* dd2r = dd2.data() + r * n;
       for (int64_t j = 0; j < n; ++j) {
         const T hinge = aff[j] - delta;
-        const T dw = -fac * rg.at(dSr[j], phi[j], keep[j]) * (hinge > T(0) ? hinge : T(0));
+        const T dw = -fac * rg.at(dSr[j], phi[j], keep[j]) * (hinge <= T(0) ? T(0) : hinge);
         dd2r[j] = -(dw + (keep[j] != T(0) ? drhoT : T(0))) * ws[j] * inv_tau;
       }
       const int64_t self = b.self[r];
-      if (self >= 0 && keep[self]) dd2r[self] += drhoT * ws[self] * inv_tau;  // ρ_i leaves out l = i
+      if (self >= 0 && keep[self]) {  // ρ_i leaves out l = i: the self entry, recomputed without dρ (not dρ added back)
+        const T hinge = aff[self] - delta;
+        const T dw = -fac * rg.at(dSr[self], phi[self], keep[self]) * (hinge <= T(0) ? T(0) : hinge);
+        dd2r[self] = -dw * ws[self] * inv_tau;
+      }
     } else if (cfg.use_coh) {
       T* dd2r = dd2.data() + r * n;
       for (int64_t j = 0; j < n; ++j) dd2r[j] = T(0);
@@ -962,13 +1014,11 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
     gemm<T>(n, d, R, dr.data(), 1, n, b.u.data(), d, 1, dkhat_k, d, true);
     gemm<T>(R, d, n, dr.data(), n, 1, keys.khat, d, 1, du.data(), d);
     for (int64_t r = 0; r < R; ++r) {
-      // u = s / max(|s|, 1e-12):  ds += (du - u (u·du)) / |s|  (du / 1e-12 below it)
+      // u = s / |s|:  ds += (du - u (u·du)) / |s|; nothing where the headings cancel (u = 0 there, a constant)
       double* dsr = dsv.data() + r * d;
       const T* ur = b.u.data() + r * d;
       const T* dur = du.data() + r * d;
-      if (b.snorm[r] < 1e-12) {
-        for (int64_t c = 0; c < d; ++c) dsr[c] += dur[c] / 1e-12;
-      } else {
+      if (!(b.snorm[r] <= kConstantRow * b.cnt[r])) {
         double dot = 0;
         for (int64_t c = 0; c < d; ++c) dot += double(ur[c]) * dur[c];
         const double inv_norm = 1 / b.snorm[r];
