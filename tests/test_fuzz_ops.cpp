@@ -556,7 +556,11 @@ struct SparseFuzzer {
         const int64_t n = groups >= 0 && queries >= 0 && groups <= 64 && queries <= 64 ? groups * queries : uniform(0, 4);
         std::vector<std::vector<int64_t>> rows(static_cast<size_t>(n));
         for (auto& r : rows)
-          for (int64_t x = uniform(0, 4); x > 0; --x) r.push_back(chance(0.05) ? arg() - 3 : uniform(0, std::max<int64_t>(T - 1, 0)));
+          for (int64_t x = uniform(0, 4); x > 0; --x) {
+            const int64_t a = arg();  // hostile: an edge value shifted down (INT64_MIN itself stays as it is)
+            r.push_back(chance(0.05) ? (a > std::numeric_limits<int64_t>::min() + 3 ? a - 3 : a)
+                                     : uniform(0, std::max<int64_t>(T, 1) - 1));
+          }
         return SparsePattern::from_rows(groups, queries, keys, std::move(rows));
       }
     }
