@@ -84,13 +84,6 @@ Tensor check_accepted(const Heads& x, const AscenderCoreArgs& a, double tol = 1e
   return fused;
 }
 
-#ifdef ASC_HAVE_OPENMP
-struct ThreadCount {
-  int saved;
-  explicit ThreadCount(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~ThreadCount() { omp_set_num_threads(saved); }
-};
-#endif
 
 }  // namespace
 

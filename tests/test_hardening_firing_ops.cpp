@@ -30,24 +30,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
-// Sets the OpenMP thread count for a scope and restores it after.
-struct ThreadCount {
-  int saved = 1;
-  explicit ThreadCount(int n) {
-#ifdef ASC_HAVE_OPENMP
-    saved = omp_get_max_threads();
-    omp_set_num_threads(n);
-#else
-    (void)n;
-#endif
-  }
-  ~ThreadCount() {
-#ifdef ASC_HAVE_OPENMP
-    omp_set_num_threads(saved);
-#endif
-  }
-};
-
 struct Deterministic {
   bool saved = deterministic_algorithms_enabled();
   Deterministic() { use_deterministic_algorithms(true); }

@@ -19,24 +19,6 @@ using namespace asc::testing;
 
 namespace {
 
-// Sets the OpenMP thread count for a scope and restores it after.
-struct ThreadCount {
-  int saved = 1;
-  explicit ThreadCount(int n) {
-#ifdef ASC_HAVE_OPENMP
-    saved = omp_get_max_threads();
-    omp_set_num_threads(n);
-#else
-    (void)n;
-#endif
-  }
-  ~ThreadCount() {
-#ifdef ASC_HAVE_OPENMP
-    omp_set_num_threads(saved);
-#endif
-  }
-};
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------

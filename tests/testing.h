@@ -9,7 +9,32 @@
 
 #include "ascender.h"
 
+#ifdef ASC_HAVE_OPENMP
+#include <omp.h>
+#endif
+
 namespace asc::testing {
+
+// Sets the OpenMP thread count for a scope and restores it after (thread-count determinism tests); without OpenMP
+// it does nothing.
+struct ThreadCount {
+  int saved = 1;
+  explicit ThreadCount(int n) {
+#ifdef ASC_HAVE_OPENMP
+    saved = omp_get_max_threads();
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+  }
+  ~ThreadCount() {
+#ifdef ASC_HAVE_OPENMP
+    omp_set_num_threads(saved);
+#endif
+  }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+};
 
 // GPU test cases start with `if (!gpu_or_skip()) return;`: without a CUDA device they pass, saying so.
 inline bool gpu_or_skip() {
