@@ -39,7 +39,7 @@ endif()
 # ---- headers, libraries, the exported targets -------------------------------------------------------------------
 # Public headers: every header of the library's folders except the kernels' own (ops/cpu/, and cuda/ but cuda.h).
 install(FILES ${PROJECT_SOURCE_DIR}/ascender.h DESTINATION ${ASC_INSTALL_INCLUDEDIR})
-install(DIRECTORY core autograd ops nn optim models DESTINATION ${ASC_INSTALL_INCLUDEDIR}
+install(DIRECTORY core autograd ops nn optim models data DESTINATION ${ASC_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h" PATTERN "*.inc" PATTERN "cpu" EXCLUDE)
 install(FILES ${PROJECT_SOURCE_DIR}/cuda/cuda.h DESTINATION ${ASC_INSTALL_INCLUDEDIR}/cuda)
 install(TARGETS ${ASC_EXPORTED_TARGETS} EXPORT ascenderTargets
@@ -53,8 +53,8 @@ install(EXPORT ascenderTargets NAMESPACE ascender:: DESTINATION ${ASC_INSTALL_CM
 get_target_property(ASC_PC_DEFINITIONS ascender INTERFACE_COMPILE_DEFINITIONS)
 list(TRANSFORM ASC_PC_DEFINITIONS PREPEND "-D")
 list(JOIN ASC_PC_DEFINITIONS " " ASC_PC_CFLAGS)
-set(ASC_PC_LIBS_PRIVATE "-lpthread")
-set(ASC_DEB_DEPENDS "libfmt-dev, libstdc++6")
+set(ASC_PC_LIBS_PRIVATE "-lpthread -lz")
+set(ASC_DEB_DEPENDS "libfmt-dev, zlib1g-dev, libstdc++6")
 set(ASC_CONFIG_HAS_OPENMP OFF)
 set(ASC_CONFIG_HAS_MPI OFF)
 set(ASC_CONFIG_HAS_CUDA ${ASC_HAVE_CUDA})
