@@ -20,12 +20,13 @@
 // (asc::cpu_memory_stats: tensors and kernel scratch in blocks above 4 KiB), attended (query, key) pairs per head, and
 // each row's forward + backward time relative to chunked dense at the same n. Then the seed's claimed speedups beside
 // ours, and the targets of the issue (window ≥ 10× chunked at n = 16384; window time and memory at 16384 ≤ 4.6× 4096).
-//   ./build/release/tools/bench_asam [--n 512,1024,2048,4096,8192,16384] [--reps 3] [--csv out.csv]
+//   ./build/release/tools/bench_asam [--n 512,1024,2048,4096,8192,16384] [--reps 3] [--csv out.csv] [--json out.json]
 //                                    [--impl naive,chunked,window,...] [--naive-gb 6] [--device cpu|cuda]
 // --device cuda (a GPU build on a GPU machine) runs every row on the GPU in bfloat16 (the fused dense path there is
 // cuDNN's, which takes bf16/f16): times after a device synchronisation, peak memory from the caching allocator, and a
 // TFLOP/s column counted on attended pairs (4 D FLOPs per pair forward) for the issue's GPU target: window attention
 // at n = 16384 at >= 70% of the dense kernel's rate, e.g. --device cuda --n 4096,16384 --impl chunked,window.
+// --help lists the options; a bad value exits 2 (tools/cli.h). Progress on stderr, one step per row.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -38,6 +39,7 @@
 
 #include "ascender.h"
 #include "tools/bench_util.h"
+#include "tools/cli.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -157,126 +159,113 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
 
 int main(int argc, char** argv) {
   std::vector<int64_t> ns = {512, 1024, 2048, 4096, 8192, 16384};
-  std::vector<std::string> impls = {"naive", "chunked", "window", "strided", "random", "global", "clustered",
-                                    "hierarchical", "w+g+r", "asam", "asam-skip", "mha"};
+  const std::vector<std::string> known = {"naive", "chunked", "window", "strided", "random", "global", "clustered",
+                                          "hierarchical", "w+g+r", "asam", "asam-skip", "mha"};
+  std::vector<std::string> impls = known;
   int reps = 3;
   double naive_gb = 6;
-  std::string csv;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_asam: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--n") {
-      ns.clear();
-      for (const auto& s : bench::split_list(next())) ns.push_back(std::stoll(s));
-    } else if (a == "--impl") {
-      impls = bench::split_list(next());
-    } else if (a == "--reps") {
-      reps = std::max(1, std::stoi(next()));
-    } else if (a == "--csv") {
-      csv = next();
-    } else if (a == "--naive-gb") {
-      naive_gb = std::stod(next());
-    } else if (a == "--device") {
-      const std::string d = next();
-      if (d == "cuda") {
-        if (!cuda::is_available()) {
-          std::fprintf(stderr, "bench_asam: --device cuda needs a CUDA build and a GPU\n");
-          return 2;
-        }
-        g_device = Device::cuda(), g_dtype = kBFloat16;
-      } else if (d != "cpu") {
-        std::fprintf(stderr, "bench_asam: --device cpu or cuda, got %s\n", d.c_str());
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench_asam [--n 512,...] [--impl naive,chunked,window,strided,random,global,clustered,"
-                   "hierarchical,w+g+r,asam,asam-skip,mha] [--reps 3] [--csv out.csv] [--naive-gb 6]\n");
+  std::string device = "cpu";
+  tools::Outputs out;
+  CLI::App app{"bench_asam: dense attention (naive, chunked) against the sparse patterns and the ASAM layer, "
+               "forward and forward + backward, peak memory",
+               "bench_asam"};
+  app.option_defaults()->always_capture_default();
+  tools::add_int_list(app, "--n", ns, "sequence lengths", 1, 1 << 20);
+  tools::add_name_list(app, "--impl", impls, "rows to run", known);
+  app.add_option("--reps", reps, "repetitions per measurement, best counts (1 above n = 4096)")
+      ->check(tools::int_range(1, 1000));
+  app.add_option("--naive-gb", naive_gb, "skip naive where its (n, n) buffers would need more GB")
+      ->check(tools::real_range(0, 1e6));
+  app.add_option("--device", device, "where the rows run (cuda: bfloat16, a CUDA build on a GPU machine)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  tools::add_output_options(app, out);
+  tools::parse_or_exit(app, argc, argv);
+  if (device == "cuda") {
+    if (!cuda::is_available()) {
+      std::fprintf(stderr, "bench_asam: --device cuda needs a CUDA build and a GPU\n");
       return 2;
     }
+    g_device = Device::cuda(), g_dtype = kBFloat16;
   }
-  int threads = 1;
+  return tools::guarded("bench_asam", [&] {
+    int threads = 1;
 #ifdef _OPENMP
-  threads = omp_get_max_threads();
+    threads = omp_get_max_threads();
 #endif
-  std::printf("bench_asam: B%lld, %lld heads of %lld, %s, %s, %d threads, best of %d (1 above n = 4096)\n",
-              (long long)kBatch, (long long)kHeads, (long long)kDHead, std::string(dtype_name(g_dtype)).c_str(),
-              g_device.is_cuda() ? "CUDA" : "CPU", threads, reps);
-  std::printf("%-12s %6s %10s %10s %9s %12s %9s %8s  %s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB",
-              "pairs/head", "vs chunk", "fwd TF/s", "note");
-  std::vector<Result> all;
-  std::map<int64_t, double> chunked_ms;
-  for (int64_t n : ns)
-    for (const std::string& impl : impls) {
-      Result r = run(impl, n, n > 4096 ? 1 : reps, naive_gb);
-      if (impl == "chunked") chunked_ms[n] = r.fwd_bwd_ms;
-      all.push_back(r);
-      const double c = chunked_ms.count(n) ? chunked_ms[n] : -1;
-      const std::string ratio = (c > 0 && r.fwd_bwd_ms > 0) ? fmt::format("{:.2f}x", c / r.fwd_bwd_ms) : "-";
-      // FLOPs counted on attended pairs: q·k and p·v, 2 D each, per pair and head.
-      const double tflops = r.fwd_ms > 0 ? kBatch * kHeads * r.pairs * 4.0 * kDHead / (r.fwd_ms * 1e-3) / 1e12 : 0;
-      std::printf("%-12s %6lld %10s %10s %9s %12.0f %9s %8.3f  %s\n", impl.c_str(), (long long)n,
-                  r.fwd_ms >= 0 ? fmt::format("{:.2f}", r.fwd_ms).c_str() : "-",
-                  r.fwd_bwd_ms >= 0 ? fmt::format("{:.2f}", r.fwd_bwd_ms).c_str() : "-",
-                  r.peak_mb >= 0 ? fmt::format("{:.0f}", r.peak_mb).c_str() : "-", r.pairs, ratio.c_str(), tflops,
-                  r.note.c_str());
-      std::fflush(stdout);
-    }
-  auto find = [&](const std::string& impl, int64_t n) -> const Result* {
-    for (const Result& r : all)
-      if (r.impl == impl && r.n == n) return &r;
-    return nullptr;
-  };
-  // The seed's claim: ASAM vs standard attention, 1.52x at 512, 2.48x at 1024, 4.23x at 2048 (A100, batch 2, width
-  // 512). Ours: the asam layer against the naive dense core plus the same projections (mha's time minus chunked's
-  // core would be a guess, so the two layer rows are compared: asam vs mha), and the skip row's forward.
-  const std::map<int64_t, double> claim = {{512, 1.52}, {1024, 2.48}, {2048, 4.23}};
-  std::printf("\nseed claim beside ours (speed-up of ASAM over standard attention; > 1 = ASAM faster)\n");
-  std::printf("%6s %8s %18s %18s %22s %22s\n", "n", "claimed", "asam/mha f+b", "asam/mha fwd", "asam-skip/mha fwd",
-              "w+g+r/naive f+b");
-  for (int64_t n : ns) {
-    const Result *a = find("asam", n), *s = find("asam-skip", n), *m = find("mha", n), *w = find("w+g+r", n),
-                 *nv = find("naive", n);
-    auto ratio = [](const Result* x, const Result* y, bool fb) -> std::string {
-      if (!x || !y) return "-";
-      const double a = fb ? x->fwd_bwd_ms : x->fwd_ms, b = fb ? y->fwd_bwd_ms : y->fwd_ms;
-      return a > 0 && b > 0 ? fmt::format("{:.2f}x", b / a) : "-";
+    std::printf("bench_asam: B%lld, %lld heads of %lld, %s, %s, %d threads, best of %d (1 above n = 4096)\n",
+                (long long)kBatch, (long long)kHeads, (long long)kDHead, std::string(dtype_name(g_dtype)).c_str(),
+                g_device.is_cuda() ? "CUDA" : "CPU", threads, reps);
+    std::printf("%-12s %6s %10s %10s %9s %12s %9s %8s  %s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB",
+                "pairs/head", "vs chunk", "fwd TF/s", "note");
+    std::vector<Result> all;
+    std::map<int64_t, double> chunked_ms;
+    tools::Progress progress(static_cast<int64_t>(ns.size() * impls.size()), "bench_asam");
+    for (int64_t n : ns)
+      for (const std::string& impl : impls) {
+        progress.update(static_cast<int64_t>(all.size()), fmt::format("{} n {}", impl, n));
+        Result r = run(impl, n, n > 4096 ? 1 : reps, naive_gb);
+        progress.clear();
+        if (impl == "chunked") chunked_ms[n] = r.fwd_bwd_ms;
+        all.push_back(r);
+        const double c = chunked_ms.count(n) ? chunked_ms[n] : -1;
+        const std::string ratio = (c > 0 && r.fwd_bwd_ms > 0) ? fmt::format("{:.2f}x", c / r.fwd_bwd_ms) : "-";
+        // FLOPs counted on attended pairs: q·k and p·v, 2 D each, per pair and head.
+        const double tflops = r.fwd_ms > 0 ? kBatch * kHeads * r.pairs * 4.0 * kDHead / (r.fwd_ms * 1e-3) / 1e12 : 0;
+        std::printf("%-12s %6lld %10s %10s %9s %12.0f %9s %8.3f  %s\n", impl.c_str(), (long long)n,
+                    r.fwd_ms >= 0 ? fmt::format("{:.2f}", r.fwd_ms).c_str() : "-",
+                    r.fwd_bwd_ms >= 0 ? fmt::format("{:.2f}", r.fwd_bwd_ms).c_str() : "-",
+                    r.peak_mb >= 0 ? fmt::format("{:.0f}", r.peak_mb).c_str() : "-", r.pairs, ratio.c_str(), tflops,
+                    r.note.c_str());
+        std::fflush(stdout);
+      }
+    progress.finish();
+    auto find = [&](const std::string& impl, int64_t n) -> const Result* {
+      for (const Result& r : all)
+        if (r.impl == impl && r.n == n) return &r;
+      return nullptr;
     };
-    std::printf("%6lld %8s %18s %18s %22s %22s\n", (long long)n,
-                claim.count(n) ? fmt::format("{:.2f}x", claim.at(n)).c_str() : "-", ratio(a, m, true).c_str(),
-                ratio(a, m, false).c_str(), ratio(s, m, false).c_str(), ratio(w, nv, true).c_str());
-  }
-  // The issue's targets.
-  const Result *w16 = find("window", 16384), *c16 = find("chunked", 16384), *w4 = find("window", 4096);
-  std::printf("\ntargets\n");
-  if (w16 && c16 && w16->fwd_bwd_ms > 0 && c16->fwd_bwd_ms > 0)
-    std::printf("  window (w 256) f+b vs chunked dense at n = 16384: %.1fx faster (target >= 10x): %s\n",
-                c16->fwd_bwd_ms / w16->fwd_bwd_ms, c16->fwd_bwd_ms / w16->fwd_bwd_ms >= 10 ? "met" : "NOT met");
-  if (w16 && w4 && w4->fwd_bwd_ms > 0)
-    std::printf("  window growth 4096 -> 16384: time %.2fx, peak memory %.2fx (target <= 4.6x each): %s\n",
-                w16->fwd_bwd_ms / w4->fwd_bwd_ms, w16->peak_mb / w4->peak_mb,
-                (w16->fwd_bwd_ms / w4->fwd_bwd_ms <= 4.6 && w16->peak_mb / w4->peak_mb <= 4.6) ? "met" : "NOT met");
-  if (!csv.empty()) {
-    FILE* f = std::fopen(csv.c_str(), "w");
-    if (!f) {
-      std::fprintf(stderr, "bench_asam: cannot write %s\n", csv.c_str());
-      return 1;
+    // The seed's claim: ASAM vs standard attention, 1.52x at 512, 2.48x at 1024, 4.23x at 2048 (A100, batch 2, width
+    // 512). Ours: the asam layer against the naive dense core plus the same projections (mha's time minus chunked's
+    // core would be a guess, so the two layer rows are compared: asam vs mha), and the skip row's forward.
+    const std::map<int64_t, double> claim = {{512, 1.52}, {1024, 2.48}, {2048, 4.23}};
+    std::printf("\nseed claim beside ours (speed-up of ASAM over standard attention; > 1 = ASAM faster)\n");
+    std::printf("%6s %8s %18s %18s %22s %22s\n", "n", "claimed", "asam/mha f+b", "asam/mha fwd", "asam-skip/mha fwd",
+                "w+g+r/naive f+b");
+    for (int64_t n : ns) {
+      const Result *a = find("asam", n), *s = find("asam-skip", n), *m = find("mha", n), *w = find("w+g+r", n),
+                   *nv = find("naive", n);
+      auto ratio = [](const Result* x, const Result* y, bool fb) -> std::string {
+        if (!x || !y) return "-";
+        const double a = fb ? x->fwd_bwd_ms : x->fwd_ms, b = fb ? y->fwd_bwd_ms : y->fwd_ms;
+        return a > 0 && b > 0 ? fmt::format("{:.2f}x", b / a) : "-";
+      };
+      std::printf("%6lld %8s %18s %18s %22s %22s\n", (long long)n,
+                  claim.count(n) ? fmt::format("{:.2f}x", claim.at(n)).c_str() : "-", ratio(a, m, true).c_str(),
+                  ratio(a, m, false).c_str(), ratio(s, m, false).c_str(), ratio(w, nv, true).c_str());
     }
-    std::fprintf(f, "impl,n,forward_ms,fwd_bwd_ms,peak_mb,pairs_per_head,speedup_vs_chunked,note\n");
+    // The issue's targets.
+    const Result *w16 = find("window", 16384), *c16 = find("chunked", 16384), *w4 = find("window", 4096);
+    std::printf("\ntargets\n");
+    if (w16 && c16 && w16->fwd_bwd_ms > 0 && c16->fwd_bwd_ms > 0)
+      std::printf("  window (w 256) f+b vs chunked dense at n = 16384: %.1fx faster (target >= 10x): %s\n",
+                  c16->fwd_bwd_ms / w16->fwd_bwd_ms, c16->fwd_bwd_ms / w16->fwd_bwd_ms >= 10 ? "met" : "NOT met");
+    if (w16 && w4 && w4->fwd_bwd_ms > 0)
+      std::printf("  window growth 4096 -> 16384: time %.2fx, peak memory %.2fx (target <= 4.6x each): %s\n",
+                  w16->fwd_bwd_ms / w4->fwd_bwd_ms, w16->peak_mb / w4->peak_mb,
+                  (w16->fwd_bwd_ms / w4->fwd_bwd_ms <= 4.6 && w16->peak_mb / w4->peak_mb <= 4.6) ? "met" : "NOT met");
+    tools::Table table({"impl", "n", "forward_ms", "fwd_bwd_ms", "peak_mb", "pairs_per_head", "speedup_vs_chunked",
+                        "note"});
     for (const Result& r : all) {
       const double c = chunked_ms.count(r.n) ? chunked_ms[r.n] : -1;
-      std::fprintf(f, "%s,%lld,%.3f,%.3f,%.1f,%.0f,%.3f,\"%s\"\n", r.impl.c_str(), (long long)r.n, r.fwd_ms,
-                   r.fwd_bwd_ms, r.peak_mb, r.pairs, c > 0 && r.fwd_bwd_ms > 0 ? c / r.fwd_bwd_ms : -1.0,
-                   r.note.c_str());
+      table.add({tools::Cell::str(r.impl), tools::Cell::integer(r.n), tools::Cell::fixed(r.fwd_ms, 3),
+                 tools::Cell::fixed(r.fwd_bwd_ms, 3), tools::Cell::fixed(r.peak_mb, 1), tools::Cell::fixed(r.pairs, 0),
+                 tools::Cell::fixed(c > 0 && r.fwd_bwd_ms > 0 ? c / r.fwd_bwd_ms : -1.0, 3), tools::Cell::str(r.note)});
     }
-    std::fclose(f);
-    std::printf("wrote %s\n", csv.c_str());
-  }
-  return 0;
+    auto facts = tools::run_facts("bench_asam", argc, argv);
+    facts["device"] = g_device.is_cuda() ? "cuda" : "cpu";
+    facts["dtype"] = std::string(dtype_name(g_dtype));
+    facts["threads"] = threads;
+    if (!tools::write_results(table, out, facts, /*announce=*/true)) return 1;
+    return 0;
+  });
 }

@@ -10,12 +10,14 @@
 // Columns: best-of-reps milliseconds, peak CPU memory of forward + backward above what was live before
 // (asc::cpu_memory_stats: tensors and kernel scratch in blocks above 4 KiB), the matrix-product FLOPs of attention (an analytic count, below), tokens per second of
 // forward + backward, and each row's time relative to dense.
-//   ./build/release/tools/bench_ascender [--n 128,512,1024,2048] [--reps 3] [--csv out.csv] [--no-torch]
-//                                        [--impl dense,reference,fused,windowed,reuse] [--device cpu|cuda]
+//   ./build/release/tools/bench_ascender [--n 128,512,1024,2048] [--reps 3] [--csv out.csv] [--json out.json]
+//                                        [--no-torch] [--impl dense,reference,fused,windowed,reuse] [--device cpu|cuda]
 // --device cuda (a GPU build on a GPU machine) runs our rows on the GPU: times after a device synchronisation, peak
 // memory from the caching allocator's statistics, no seed-torch row (the GPU target is fused ASCender against
 // our fused dense attention at n = 4096, e.g. --device cuda --n 1024,4096,16384 --impl dense,fused,windowed).
 // With windowed rows at n and 4n (e.g. --n 2048,8192 --impl windowed), it also prints how the windowed time grows.
+// The seed twin is found beside an installed binary (<prefix>/share/ascender/) or in the source tree (tools/cli.h:
+// twin_path). --help lists the options; a bad value exits 2 (tools/cli.h). Progress on stderr, one step per row.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +29,7 @@
 
 #include "ascender.h"
 #include "tools/bench_util.h"
+#include "tools/cli.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -84,13 +87,15 @@ Result run_ours(const std::string& impl, int64_t n, int reps) {
 
 // The seed twin's rows (one JSON object per n), or an empty map when PyTorch cannot run.
 std::map<int64_t, Result> run_seed(const std::vector<int64_t>& ns, int reps) {
+  std::map<int64_t, Result> out;
+  const std::string twin = tools::twin_path("ascender_seed_reference.py");
+  if (twin.empty()) return out;
   std::string list;
   for (int64_t n : ns) list += " " + std::to_string(n);
-  const std::string cmd = "/usr/bin/python3 " ASC_SOURCE_DIR "/tools/ascender_seed_reference.py --n" + list +
+  const std::string cmd = "/usr/bin/python3 " + tools::shell_quote(twin) + " --n" + list +
                           " --batch " + std::to_string(kBatch) + " --d-model " + std::to_string(kDModel) +
                           " --heads " + std::to_string(kHeads) + " --k " + std::to_string(kK) + " --d-z " +
                           std::to_string(kDz) + " --reps " + std::to_string(reps) + " 2>/dev/null";
-  std::map<int64_t, Result> out;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return out;
   char buf[1024];
@@ -114,86 +119,89 @@ std::map<int64_t, Result> run_seed(const std::vector<int64_t>& ns, int reps) {
 int main(int argc, char** argv) {
   std::vector<int64_t> ns = {128, 512, 1024, 2048};
   int reps = 3;
-  bool torch = true;
-  std::string csv;
-  std::vector<std::string> impls = {"dense", "reference", "fused", "windowed", "reuse"};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--n") {
-      ns.clear();
-      for (const std::string& item : bench::split_list(next())) ns.push_back(std::atoll(item.c_str()));
-    }
-    else if (a == "--reps") reps = std::atoi(next().c_str());
-    else if (a == "--csv") csv = next();
-    else if (a == "--no-torch") torch = false;
-    else if (a == "--device") {
-      const std::string dev = next();
-      if (dev == "cuda") g_device = Device::cuda();
-      else if (dev != "cpu") {
-        std::fprintf(stderr, "bench_ascender: --device takes cpu or cuda, got '%s'\n", dev.c_str());
-        return 2;
-      }
-    }
-    else if (a == "--impl") impls = bench::split_list(next());
-    else {
-      std::fprintf(stderr, "bench_ascender: unknown argument '%s'\n", a.c_str());
+  bool no_torch = false;
+  std::string device = "cpu";
+  tools::Outputs out;
+  const std::vector<std::string> known = {"dense", "reference", "fused", "windowed", "reuse"};
+  std::vector<std::string> impls = known;
+  CLI::App app{"bench_ascender: one attention layer, dense against ASCender (reference, fused, windowed, reuse) and "
+               "the PyTorch seed twin (tools/ascender_seed_reference.py), forward and forward + backward",
+               "bench_ascender"};
+  app.option_defaults()->always_capture_default();
+  tools::add_int_list(app, "--n", ns, "sequence lengths", 1, 1 << 20);
+  app.add_option("--reps", reps, "repetitions per measurement (best counts)")->check(tools::int_range(1, 1000));
+  tools::add_name_list(app, "--impl", impls, "rows to run", known);
+  app.add_flag("--no-torch", no_torch, "do not run the PyTorch seed twin");
+  app.add_option("--device", device, "where our rows run (cuda: a CUDA build on a GPU machine)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  tools::add_output_options(app, out);
+  tools::parse_or_exit(app, argc, argv);
+  bool torch = !no_torch;
+  if (device == "cuda") g_device = Device::cuda();
+  return tools::guarded("bench_ascender", [&] {
+    if (g_device.is_cuda() && !cuda::is_available()) {
+      std::fprintf(stderr, "bench_ascender: --device cuda needs a CUDA build on a machine with a GPU\n");
       return 2;
     }
-  }
-  if (g_device.is_cuda() && !cuda::is_available()) {
-    std::fprintf(stderr, "bench_ascender: --device cuda needs a CUDA build on a machine with a GPU\n");
-    return 2;
-  }
-  if (g_device.is_cuda()) torch = false;  // the seed reference is a CPU row
-  setenv("OMP_NUM_THREADS", "2", 1);  // the PyTorch child gets the same two threads
+    if (g_device.is_cuda()) torch = false;  // the seed reference is a CPU row
+    setenv("OMP_NUM_THREADS", "2", 1);  // the PyTorch child gets the same two threads
 #ifdef _OPENMP
-  omp_set_num_threads(2);
+    omp_set_num_threads(2);
 #endif
 
-  std::vector<Result> rows;
-  std::map<int64_t, Result> seed = torch ? run_seed(ns, reps) : std::map<int64_t, Result>{};
-  if (torch && seed.empty()) std::printf("seed-torch: could not run (needs /usr/bin/python3 with torch)\n");
-  for (int64_t n : ns) {
-    for (const std::string& impl : impls) rows.push_back(run_ours(impl, n, reps));
-    if (seed.count(n)) rows.push_back(seed[n]);
-  }
-
-  std::printf("\nattention layer, B%lld, d_model %lld, %lld heads, k %lld, d_z = d_a = %lld, float32, %s\n",
-              (long long)kBatch, (long long)kDModel, (long long)kHeads, (long long)kK, (long long)kDz,
-              g_device.is_cuda() ? "CUDA device 0" : "2 threads");
-  std::printf("%-11s %6s %10s %10s %9s %9s %11s %9s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB", "GFLOP",
-              "tokens/s", "f+b/dense");
-  std::map<int64_t, double> dense;
-  for (const Result& r : rows)
-    if (r.impl == "dense") dense[r.n] = r.fwd_bwd_ms;
-  for (const Result& r : rows) {
-    const double tps = r.fwd_bwd_ms > 0 ? kBatch * r.n / (r.fwd_bwd_ms / 1e3) : 0;
-    std::printf("%-11s %6lld %10.2f %10.2f %9s %9.2f %11.0f %9.2f\n", r.impl.c_str(), (long long)r.n, r.fwd_ms,
-                r.fwd_bwd_ms, r.peak_mb >= 0 ? std::to_string(static_cast<int>(r.peak_mb)).c_str() : "-", r.gflop,
-                tps, dense.count(r.n) ? r.fwd_bwd_ms / dense[r.n] : 0.0);
-  }
-  std::map<int64_t, double> windowed;
-  for (const Result& r : rows)
-    if (r.impl == "windowed") windowed[r.n] = r.fwd_bwd_ms;
-  for (auto [n, ms] : windowed)
-    if (windowed.count(4 * n))
-      std::printf("windowed f+b, n = %lld vs n = %lld: %.2fx the time for 4x the tokens (linear: 4)\n",
-                  (long long)(4 * n), (long long)n, windowed[4 * n] / ms);
-  if (!csv.empty()) {
-    FILE* f = std::fopen(csv.c_str(), "w");
-    if (!f) {
-      std::fprintf(stderr, "bench_ascender: cannot write %s\n", csv.c_str());
-      return 1;
+    std::vector<Result> rows;
+    tools::Progress progress(static_cast<int64_t>(ns.size() * impls.size()) + (torch ? 1 : 0), "bench_ascender");
+    int64_t done = 0;
+    std::map<int64_t, Result> seed = torch ? run_seed(ns, reps) : std::map<int64_t, Result>{};
+    if (torch) progress.update(++done, "seed-torch");
+    if (torch && seed.empty()) {
+      progress.clear();
+      if (tools::twin_path("ascender_seed_reference.py").empty())
+        std::printf("seed-torch: could not run (ascender_seed_reference.py not found; installed: share/ascender/)\n");
+      else
+        std::printf("seed-torch: could not run (needs /usr/bin/python3 with torch)\n");
     }
-    std::fprintf(f, "impl,n,forward_ms,fwd_bwd_ms,peak_mb,attention_gflop,tokens_per_s,ratio_to_dense,note\n");
+    for (int64_t n : ns) {
+      for (const std::string& impl : impls) {
+        rows.push_back(run_ours(impl, n, reps));
+        progress.update(++done, fmt::format("{} n {}: {:.2f} ms f+b", impl, n, rows.back().fwd_bwd_ms));
+      }
+      if (seed.count(n)) rows.push_back(seed[n]);
+    }
+    progress.finish();
+
+    std::printf("\nattention layer, B%lld, d_model %lld, %lld heads, k %lld, d_z = d_a = %lld, float32, %s\n",
+                (long long)kBatch, (long long)kDModel, (long long)kHeads, (long long)kK, (long long)kDz,
+                g_device.is_cuda() ? "CUDA device 0" : "2 threads");
+    std::printf("%-11s %6s %10s %10s %9s %9s %11s %9s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB", "GFLOP",
+                "tokens/s", "f+b/dense");
+    std::map<int64_t, double> dense;
     for (const Result& r : rows)
-      std::fprintf(f, "%s,%lld,%.3f,%.3f,%.1f,%.3f,%.0f,%.3f,\"%s\"\n", r.impl.c_str(), (long long)r.n, r.fwd_ms,
-                   r.fwd_bwd_ms, r.peak_mb, r.gflop, kBatch * r.n / (r.fwd_bwd_ms / 1e3),
-                   dense.count(r.n) ? r.fwd_bwd_ms / dense[r.n] : 0.0,
-                   r.note.c_str());
-    std::fclose(f);
-    std::printf("wrote %s\n", csv.c_str());
-  }
-  return 0;
+      if (r.impl == "dense") dense[r.n] = r.fwd_bwd_ms;
+    for (const Result& r : rows) {
+      const double tps = r.fwd_bwd_ms > 0 ? kBatch * r.n / (r.fwd_bwd_ms / 1e3) : 0;
+      std::printf("%-11s %6lld %10.2f %10.2f %9s %9.2f %11.0f %9.2f\n", r.impl.c_str(), (long long)r.n, r.fwd_ms,
+                  r.fwd_bwd_ms, r.peak_mb >= 0 ? std::to_string(static_cast<int>(r.peak_mb)).c_str() : "-", r.gflop,
+                  tps, dense.count(r.n) ? r.fwd_bwd_ms / dense[r.n] : 0.0);
+    }
+    std::map<int64_t, double> windowed;
+    for (const Result& r : rows)
+      if (r.impl == "windowed") windowed[r.n] = r.fwd_bwd_ms;
+    for (auto [n, ms] : windowed)
+      if (windowed.count(4 * n))
+        std::printf("windowed f+b, n = %lld vs n = %lld: %.2fx the time for 4x the tokens (linear: 4)\n",
+                    (long long)(4 * n), (long long)n, windowed[4 * n] / ms);
+    tools::Table table({"impl", "n", "forward_ms", "fwd_bwd_ms", "peak_mb", "attention_gflop", "tokens_per_s",
+                        "ratio_to_dense", "note"});
+    for (const Result& r : rows)
+      table.add({tools::Cell::str(r.impl), tools::Cell::integer(r.n), tools::Cell::fixed(r.fwd_ms, 3),
+                 tools::Cell::fixed(r.fwd_bwd_ms, 3), tools::Cell::fixed(r.peak_mb, 1), tools::Cell::fixed(r.gflop, 3),
+                 tools::Cell::fixed(kBatch * r.n / (r.fwd_bwd_ms / 1e3), 0),
+                 tools::Cell::fixed(dense.count(r.n) ? r.fwd_bwd_ms / dense[r.n] : 0.0, 3), tools::Cell::str(r.note)});
+    auto facts = tools::run_facts("bench_ascender", argc, argv);
+    facts["device"] = g_device.is_cuda() ? "cuda" : "cpu";
+    facts["threads"] = 2;
+    if (!tools::write_results(table, out, facts, /*announce=*/true)) return 1;
+    return 0;
+  });
 }

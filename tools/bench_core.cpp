@@ -1,5 +1,7 @@
-// Core benchmark (not a test): prints a table and writes CSV.
-//   ./build/release/tools/bench_core [--csv bench/results/bench_core.csv] [--quick]
+// Core benchmark (not a test): prints a table; --csv / --json write its rows.
+//   ./build/release/tools/bench_core [--quick] [--csv bench/results/bench_core.csv] [--json out.json]
+// --quick: 3 repetitions instead of 7. --help lists the options; a bad value exits 2 (tools/cli.h). Progress on
+// stderr, one step per row.
 // Rows:
 //   matmul fp32 N=256/512/1024: GFLOP/s of asc::matmul next to a direct cblas_sgemm on the same buffers, in the
 //     same run (interleaved repetitions, best of each), and their ratio;
@@ -11,12 +13,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "ascender.h"
+#include "tools/cli.h"
 
 #ifdef ASC_HAVE_CBLAS
 #include <cblas.h>
@@ -50,141 +52,150 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string csv;
   bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-  }
-  const int reps = quick ? 3 : 7;
-  std::vector<Row> rows;
+  tools::Outputs out;
+  CLI::App app{"bench_core: matmul against direct BLAS, per-op overhead, a 100-op autograd chain, softmax "
+               "throughput, fused attention against the composed ops",
+               "bench_core"};
+  app.add_flag("--quick", quick, "3 repetitions per row instead of 7");
+  tools::add_output_options(app, out);
+  tools::parse_or_exit(app, argc, argv);
+  return tools::guarded("bench_core", [&] {
+    const int reps = quick ? 3 : 7;
+    std::vector<Row> rows;
+    tools::Progress progress(8, "bench_core");  // 3 matmul + add + chain + softmax + 2 attention rows
+    auto row_done = [&] { progress.update(static_cast<int64_t>(rows.size()), rows.back().name); };
 
-  // ---- matmul vs direct BLAS -----------------------------------------------------------------------------------
-  for (int64_t n : {256, 512, 1024}) {
-    Generator g(1);
-    Tensor a = randn({n, n}, {}, &g), b = randn({n, n}, {}, &g);
-    Tensor c = empty({n, n});
-    const double flops = 2.0 * n * n * n;
-    const int inner = n <= 256 ? 20 : (n <= 512 ? 5 : 1);
-    auto ours = [&] { c = matmul(a, b); };
-    double t_ours = 1e30, t_ref = 1e30;
+    // ---- matmul vs direct BLAS -----------------------------------------------------------------------------------
+    for (int64_t n : {256, 512, 1024}) {
+      Generator g(1);
+      Tensor a = randn({n, n}, {}, &g), b = randn({n, n}, {}, &g);
+      Tensor c = empty({n, n});
+      const double flops = 2.0 * n * n * n;
+      const int inner = n <= 256 ? 20 : (n <= 512 ? 5 : 1);
+      auto ours = [&] { c = matmul(a, b); };
+      double t_ours = 1e30, t_ref = 1e30;
 #ifdef ASC_HAVE_CBLAS
-    Tensor cref = empty({n, n});
-    // The reference is OpenBLAS with its own threads (as many as ours); asc::matmul runs OpenBLAS
-    // single-threaded inside its OpenMP threads, so the switch is made around each timed batch of calls.
-    auto ref = [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data_ptr<float>(), n,
-                  b.data_ptr<float>(), n, 0.0f, cref.data_ptr<float>(), n);
-    };
-    auto ref_threaded = [&](int reps_, int inner_) {
-#ifdef _OPENMP
-      openblas_set_num_threads(omp_get_max_threads());
-#endif
-      ref();  // wake OpenBLAS's threads outside the timing
-      double t = best_time(ref, reps_, inner_);
-      openblas_set_num_threads(1);
-      return t;
-    };
-    ours();
-    for (int r = 0; r < reps; ++r) {  // interleaved so both see the same machine state
-      t_ours = std::min(t_ours, best_time(ours, 1, inner));
-      t_ref = std::min(t_ref, ref_threaded(1, inner));
-    }
-    rows.push_back({fmt::format("matmul fp32 {}x{}", n, n), "GFLOP/s", flops / t_ours / 1e9, flops / t_ref / 1e9,
-                    t_ref / t_ours, "ref: direct cblas_sgemm (OpenBLAS); target ratio >= 0.95"});
-#else
-    t_ours = best_time(ours, reps, inner);
-    rows.push_back({fmt::format("matmul fp32 {}x{}", n, n), "GFLOP/s", flops / t_ours / 1e9, 0, 0,
-                    "no BLAS in this build: built-in kernel only"});
-#endif
-  }
-
-  // ---- per-op overhead: tiny add --------------------------------------------------------------------------------
-  {
-    Tensor a = ones({16}), b = ones({16});
-    Tensor c;
-    auto fn = [&] { c = add(a, b); };
-    double t = best_time(fn, reps * 3, 20000);
-    rows.push_back({"tiny add (16 elems)", "us/op", t * 1e6, 0.84, 0.84 / (t * 1e6),
-                    "ref: libtorch 1.13 on this machine (from the issue); target <= 0.2 us"});
-  }
-
-  // ---- 100-op chain forward + backward ----------------------------------------------------------------------
-  {
-    Tensor x = randn({16}).set_requires_grad(true);
-    Tensor c1 = full({16}, 1.001), c2 = full({16}, 0.01);
-    auto fn = [&] {
-      Tensor y = x;
-      for (int i = 0; i < 100; ++i) {
-        switch (i % 4) {
-          case 0: y = add(y, c2); break;
-          case 1: y = mul(y, c1); break;
-          case 2: y = tanh(y); break;
-          default: y = mul(y, 1.5); break;
-        }
-      }
-      x.zero_grad();
-      sum(y).backward();
-    };
-    double t = best_time(fn, reps, 200);
-    rows.push_back({"100-op chain fwd+bwd", "us", t * 1e6, 659, 659 / (t * 1e6),
-                    "add/mul/tanh/scale on 16 elems + sum + backward; ref: libtorch 1.13 (issue); target <= 150 us"});
-  }
-
-  // ---- softmax throughput -------------------------------------------------------------------------------------
-  {
-    const int64_t R = 4096, C = 1024;
-    Tensor x = randn({R, C});
-    Tensor y;
-    auto fn = [&] { y = softmax(x, -1); };
-    double t = best_time(fn, reps, 5);
-    double gbs = 2.0 * R * C * 4 / t / 1e9;  // one read + one write
-    rows.push_back({"softmax fp32 (4096, 1024)", "GB/s", gbs, 0, 0,
-                    fmt::format("{:.1f} Mrows/s; read+write bytes / time", R / t / 1e6)});
-  }
-
-  // ---- attention: fused CPU kernel vs the composed ops ------------------------------------------------------------
-  for (int64_t T : {128, 512}) {
-    const int64_t B = 4, H = 4, D = 32;
-    Tensor q = randn({B, H, T, D}, {.requires_grad = true}), k = randn({B, H, T, D}, {.requires_grad = true});
-    Tensor v = randn({B, H, T, D}, {.requires_grad = true});
-    auto run = [&] { scaled_dot_product_attention(q, k, v, {.causal = true}).sum().backward(); };
-    auto with = [&](SdpaBackend b) {
-      return [&, b] {
-        set_sdpa_backend(b);
-        run();
+      Tensor cref = empty({n, n});
+      // The reference is OpenBLAS with its own threads (as many as ours); asc::matmul runs OpenBLAS
+      // single-threaded inside its OpenMP threads, so the switch is made around each timed batch of calls.
+      auto ref = [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data_ptr<float>(), n,
+                    b.data_ptr<float>(), n, 0.0f, cref.data_ptr<float>(), n);
       };
-    };
-    double fused = 1e30, math = 1e30;
-    for (int r = 0; r < reps; ++r) {  // interleaved, best of each
-      fused = std::min(fused, best_time(with(SdpaBackend::Auto), 1, 3));
-      math = std::min(math, best_time(with(SdpaBackend::Math), 1, 3));
+      auto ref_threaded = [&](int reps_, int inner_) {
+#ifdef _OPENMP
+        openblas_set_num_threads(omp_get_max_threads());
+#endif
+        ref();  // wake OpenBLAS's threads outside the timing
+        double t = best_time(ref, reps_, inner_);
+        openblas_set_num_threads(1);
+        return t;
+      };
+      ours();
+      for (int r = 0; r < reps; ++r) {  // interleaved so both see the same machine state
+        t_ours = std::min(t_ours, best_time(ours, 1, inner));
+        t_ref = std::min(t_ref, ref_threaded(1, inner));
+      }
+      rows.push_back({fmt::format("matmul fp32 {}x{}", n, n), "GFLOP/s", flops / t_ours / 1e9, flops / t_ref / 1e9,
+                      t_ref / t_ours, "ref: direct cblas_sgemm (OpenBLAS); target ratio >= 0.95"});
+      row_done();
+#else
+      t_ours = best_time(ours, reps, inner);
+      rows.push_back({fmt::format("matmul fp32 {}x{}", n, n), "GFLOP/s", flops / t_ours / 1e9, 0, 0,
+                      "no BLAS in this build: built-in kernel only"});
+      row_done();
+#endif
     }
-    set_sdpa_backend(SdpaBackend::Auto);
-    rows.push_back({fmt::format("sdpa fwd+bwd B4 H4 T{} D32", T), "ms", fused * 1e3, math * 1e3, math / fused,
-                    "causal fp32; reference: the composed ops (matmul, masked softmax, matmul) in the same run"});
-  }
 
-  // ---- output ---------------------------------------------------------------------------------------------------
-  fmt::print("\n{:<28} {:>8} {:>12} {:>12} {:>8}  {}\n", "benchmark", "metric", "ascender", "reference", "ratio",
-             "notes");
-  fmt::print("{}\n", std::string(110, '-'));
-  for (const Row& r : rows)
-    fmt::print("{:<28} {:>8} {:>12.3f} {:>12} {:>8}  {}\n", r.name, r.metric, r.ours,
-               r.reference ? fmt::format("{:.3f}", r.reference) : "-", r.ratio ? fmt::format("{:.2f}", r.ratio) : "-",
-               r.note);
-  fmt::print("ratio: reference time / ascender time (> 1 means ascender is faster)\n");
-  if (!csv.empty()) {
-    FILE* f = std::fopen(csv.c_str(), "w");
-    if (!f) {
-      fmt::print(stderr, "bench_core: cannot write {}\n", csv);
-      return 1;
+    // ---- per-op overhead: tiny add --------------------------------------------------------------------------------
+    {
+      Tensor a = ones({16}), b = ones({16});
+      Tensor c;
+      auto fn = [&] { c = add(a, b); };
+      double t = best_time(fn, reps * 3, 20000);
+      rows.push_back({"tiny add (16 elems)", "us/op", t * 1e6, 0.84, 0.84 / (t * 1e6),
+                      "ref: libtorch 1.13 on this machine (from the issue); target <= 0.2 us"});
+      row_done();
     }
-    fmt::print(f, "benchmark,metric,ascender,reference,ratio,notes\n");
+
+    // ---- 100-op chain forward + backward ----------------------------------------------------------------------
+    {
+      Tensor x = randn({16}).set_requires_grad(true);
+      Tensor c1 = full({16}, 1.001), c2 = full({16}, 0.01);
+      auto fn = [&] {
+        Tensor y = x;
+        for (int i = 0; i < 100; ++i) {
+          switch (i % 4) {
+            case 0: y = add(y, c2); break;
+            case 1: y = mul(y, c1); break;
+            case 2: y = tanh(y); break;
+            default: y = mul(y, 1.5); break;
+          }
+        }
+        x.zero_grad();
+        sum(y).backward();
+      };
+      double t = best_time(fn, reps, 200);
+      rows.push_back({"100-op chain fwd+bwd", "us", t * 1e6, 659, 659 / (t * 1e6),
+                      "add/mul/tanh/scale on 16 elems + sum + backward; ref: libtorch 1.13 (issue); target <= 150 us"});
+      row_done();
+    }
+
+    // ---- softmax throughput -------------------------------------------------------------------------------------
+    {
+      const int64_t R = 4096, C = 1024;
+      Tensor x = randn({R, C});
+      Tensor y;
+      auto fn = [&] { y = softmax(x, -1); };
+      double t = best_time(fn, reps, 5);
+      double gbs = 2.0 * R * C * 4 / t / 1e9;  // one read + one write
+      rows.push_back({"softmax fp32 (4096, 1024)", "GB/s", gbs, 0, 0,
+                      fmt::format("{:.1f} Mrows/s; read+write bytes / time", R / t / 1e6)});
+      row_done();
+    }
+
+    // ---- attention: fused CPU kernel vs the composed ops ------------------------------------------------------------
+    for (int64_t T : {128, 512}) {
+      const int64_t B = 4, H = 4, D = 32;
+      Tensor q = randn({B, H, T, D}, {.requires_grad = true}), k = randn({B, H, T, D}, {.requires_grad = true});
+      Tensor v = randn({B, H, T, D}, {.requires_grad = true});
+      auto run = [&] { scaled_dot_product_attention(q, k, v, {.causal = true}).sum().backward(); };
+      auto with = [&](SdpaBackend b) {
+        return [&, b] {
+          set_sdpa_backend(b);
+          run();
+        };
+      };
+      double fused = 1e30, math = 1e30;
+      for (int r = 0; r < reps; ++r) {  // interleaved, best of each
+        fused = std::min(fused, best_time(with(SdpaBackend::Auto), 1, 3));
+        math = std::min(math, best_time(with(SdpaBackend::Math), 1, 3));
+      }
+      set_sdpa_backend(SdpaBackend::Auto);
+      rows.push_back({fmt::format("sdpa fwd+bwd B4 H4 T{} D32", T), "ms", fused * 1e3, math * 1e3, math / fused,
+                      "causal fp32; reference: the composed ops (matmul, masked softmax, matmul) in the same run"});
+      row_done();
+    }
+
+    progress.finish();
+
+    // ---- output ---------------------------------------------------------------------------------------------------
+    fmt::print("\n{:<28} {:>8} {:>12} {:>12} {:>8}  {}\n", "benchmark", "metric", "ascender", "reference", "ratio",
+               "notes");
+    fmt::print("{}\n", std::string(110, '-'));
     for (const Row& r : rows)
-      fmt::print(f, "\"{}\",{},{:.6g},{:.6g},{:.4g},\"{}\"\n", r.name, r.metric, r.ours, r.reference, r.ratio, r.note);
-    std::fclose(f);
-    fmt::print("wrote {}\n", csv);
-  }
-  return 0;
+      fmt::print("{:<28} {:>8} {:>12.3f} {:>12} {:>8}  {}\n", r.name, r.metric, r.ours,
+                 r.reference ? fmt::format("{:.3f}", r.reference) : "-", r.ratio ? fmt::format("{:.2f}", r.ratio) : "-",
+                 r.note);
+    fmt::print("ratio: reference time / ascender time (> 1 means ascender is faster)\n");
+    tools::Table table({"benchmark", "metric", "ascender", "reference", "ratio", "notes"});
+    for (const Row& r : rows)
+      table.add({tools::Cell::str(r.name), tools::Cell::str(r.metric), tools::Cell::general(r.ours, 6),
+                 tools::Cell::general(r.reference, 6), tools::Cell::general(r.ratio, 4), tools::Cell::str(r.note)});
+    auto facts = tools::run_facts("bench_core", argc, argv);
+    facts["quick"] = quick;
+    if (!tools::write_results(table, out, facts, /*announce=*/true)) return 1;
+    return 0;
+  });
 }

@@ -1,15 +1,16 @@
 // Training-step benchmark (not a test): one AdamW step of the Transformer classifier (models/) on CPU, next to
 // the same model in PyTorch (tools/bench_train_torch.py, Debian's python3-torch) run from this binary, in
 // alternating rounds, so the ratio is measured side by side.
-//   ./build/release/tools/bench_train [--csv out.csv] [--steps 20] [--rounds 2] [--threads 2] [--no-torch]
-//        [--batch 16 --length 128 --width 128 --layers 2 --heads 4 --ffn 512]
+//   ./build/release/tools/bench_train [--csv out.csv] [--json out.json] [--steps 20] [--rounds 2] [--threads 2]
+//        [--no-torch] [--batch 16 --length 128 --width 128 --layers 2 --heads 4 --ffn 512]
 // Prints ms/step (median of `steps` timed steps after 3 warm-up steps; best median over rounds) and the split
-// into forward / backward / optimizer for ascender.
+// into forward / backward / optimizer for ascender. The twin is found beside an installed binary
+// (<prefix>/share/ascender/) or in the source tree (tools/cli.h: twin_path). --help lists the options; a bad value
+// exits 2 (tools/cli.h). Progress on stderr, one step per round of each framework.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #endif
 #include "models/transformer_classifier.h"
 #include "optim/optim.h"
+#include "tools/cli.h"
 
 using namespace asc;
 using Clock = std::chrono::steady_clock;
@@ -30,7 +32,7 @@ struct Config {
   double dropout = 0.1;
   int steps = 20, rounds = 2, threads = 2;
   bool torch = true;
-  std::string csv;
+  tools::Outputs out;
 };
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
@@ -71,7 +73,9 @@ Timing run_ours(const Config& c) {
 
 // Runs the PyTorch twin; returns its median ms/step, or a negative value when it cannot run.
 double run_torch(const Config& c, std::string& version) {
-  std::string cmd = "/usr/bin/python3 " ASC_SOURCE_DIR "/tools/bench_train_torch.py" + std::string(" --batch ") +
+  const std::string twin = tools::twin_path("bench_train_torch.py");
+  if (twin.empty()) return -1;
+  std::string cmd = "/usr/bin/python3 " + tools::shell_quote(twin) + " --batch " +
                     std::to_string(c.batch) + " --length " + std::to_string(c.length) + " --width " +
                     std::to_string(c.width) + " --layers " + std::to_string(c.layers) + " --heads " +
                     std::to_string(c.heads) + " --ffn " + std::to_string(c.ffn) + " --vocab " +
@@ -102,71 +106,86 @@ double run_torch(const Config& c, std::string& version) {
 
 int main(int argc, char** argv) {
   Config c;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--csv") c.csv = next();
-    else if (a == "--steps") c.steps = std::atoi(next().c_str());
-    else if (a == "--rounds") c.rounds = std::atoi(next().c_str());
-    else if (a == "--threads") c.threads = std::atoi(next().c_str());
-    else if (a == "--no-torch") c.torch = false;
-    else if (a == "--batch") c.batch = std::atoll(next().c_str());
-    else if (a == "--length") c.length = std::atoll(next().c_str());
-    else if (a == "--width") c.width = std::atoll(next().c_str());
-    else if (a == "--layers") c.layers = std::atoll(next().c_str());
-    else if (a == "--heads") c.heads = std::atoll(next().c_str());
-    else if (a == "--ffn") c.ffn = std::atoll(next().c_str());
-    else {
-      std::fprintf(stderr, "bench_train: unknown argument '%s'\n", a.c_str());
-      return 2;
-    }
-  }
-  // Both frameworks get the same thread count (OpenMP loops and OpenBLAS read these at start-up).
-  std::string threads = std::to_string(c.threads);
-  setenv("OMP_NUM_THREADS", threads.c_str(), 1);  // for the PyTorch child process
-  setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
+  CLI::App app{"bench_train: one AdamW training step of the Transformer classifier, ascender next to its PyTorch "
+               "twin (tools/bench_train_torch.py) in alternating rounds",
+               "bench_train"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--steps", c.steps, "timed steps per round (after 3 warm-up steps)")
+      ->check(tools::int_range(1, 100000));
+  app.add_option("--rounds", c.rounds, "alternating rounds; the best median counts")->check(tools::int_range(1, 1000));
+  app.add_option("--threads", c.threads, "threads of both frameworks")->check(tools::int_range(1, 1024));
+  bool no_torch = false;
+  app.add_flag("--no-torch", no_torch, "ascender only: do not run the PyTorch twin");
+  app.add_option("--batch", c.batch, "sequences per step")->check(tools::int_range(1, int64_t{1} << 16));
+  app.add_option("--length", c.length, "tokens per sequence")->check(tools::int_range(1, int64_t{1} << 16));
+  app.add_option("--width", c.width, "model width d_model")->check(tools::int_range(1, int64_t{1} << 14));
+  app.add_option("--layers", c.layers, "encoder blocks")->check(tools::int_range(1, 1024));
+  app.add_option("--heads", c.heads, "attention heads (must divide --width)")
+      ->check(tools::int_range(1, int64_t{1} << 14));
+  app.add_option("--ffn", c.ffn, "feed-forward width")->check(tools::int_range(1, int64_t{1} << 16));
+  tools::add_output_options(app, c.out);
+  tools::parse_or_exit(app, argc, argv);
+  c.torch = !no_torch;
+  if (c.width % c.heads != 0)
+    tools::usage_error(app, fmt::format("--heads {} does not divide --width {}", c.heads, c.width));
+  return tools::guarded("bench_train", [&] {
+    // Both frameworks get the same thread count (OpenMP loops and OpenBLAS read these at start-up).
+    std::string threads = std::to_string(c.threads);
+    setenv("OMP_NUM_THREADS", threads.c_str(), 1);  // for the PyTorch child process
+    setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
 #ifdef _OPENMP
-  omp_set_num_threads(c.threads);  // libgomp read the environment at load time: set ours directly
+    omp_set_num_threads(c.threads);  // libgomp read the environment at load time: set ours directly
 #endif
 
-  Timing best{1e30, 0, 0, 0};
-  double torch_ms = 1e30;
-  std::string torch_version;
-  for (int r = 0; r < c.rounds; ++r) {
-    Timing t = run_ours(c);
-    if (t.step < best.step) best = t;
-    if (c.torch) {
-      double ms = run_torch(c, torch_version);
-      if (ms < 0) {
-        std::printf("PyTorch twin could not run (needs /usr/bin/python3 with torch: apt-get install python3-torch)\n");
-        c.torch = false;
-      } else {
-        torch_ms = std::min(torch_ms, ms);
+    Timing best{1e30, 0, 0, 0};
+    double torch_ms = 1e30;
+    std::string torch_version;
+    tools::Progress progress(c.rounds * (c.torch ? 2 : 1), "bench_train");
+    int64_t done = 0;
+    for (int r = 0; r < c.rounds; ++r) {
+      Timing t = run_ours(c);
+      if (t.step < best.step) best = t;
+      progress.update(++done, fmt::format("round {} ascender {:.2f} ms/step", r + 1, t.step));
+      if (c.torch) {
+        double ms = run_torch(c, torch_version);
+        progress.update(++done, ms < 0 ? fmt::format("round {} pytorch failed", r + 1)
+                                       : fmt::format("round {} pytorch {:.2f} ms/step", r + 1, ms));
+        if (ms < 0) {
+          progress.clear();
+          if (tools::twin_path("bench_train_torch.py").empty())
+            std::printf("PyTorch twin could not run: bench_train_torch.py not found (installed: share/ascender/)\n");
+          else
+            std::printf(
+                "PyTorch twin could not run (needs /usr/bin/python3 with torch: apt-get install python3-torch)\n");
+          c.torch = false;
+        } else {
+          torch_ms = std::min(torch_ms, ms);
+        }
       }
     }
-  }
+    progress.finish();
 
-  std::printf("Transformer classifier training step (AdamW), batch %lld, length %lld, width %lld, %lld layers, "
-              "%lld heads, FFN %lld, dropout %.2f, %d threads\n",
-              (long long)c.batch, (long long)c.length, (long long)c.width, (long long)c.layers, (long long)c.heads,
-              (long long)c.ffn, c.dropout, c.threads);
-  std::printf("%-28s %12s\n", "", "ms/step");
-  std::printf("%-28s %12.2f   (forward %.2f, backward %.2f, optimizer %.2f)\n", "ascender", best.step, best.fwd,
-              best.bwd, best.opt);
-  if (c.torch) {
-    std::printf("%-28s %12.2f   (torch %s)\n", "pytorch", torch_ms, torch_version.c_str());
-    std::printf("%-28s %12.3f   (target <= 0.8)\n", "ratio ascender / pytorch", best.step / torch_ms);
-  }
-  if (!c.csv.empty()) {
-    FILE* f = std::fopen(c.csv.c_str(), "w");
-    if (!f) {
-      std::fprintf(stderr, "bench_train: cannot write %s\n", c.csv.c_str());
-      return 1;
+    std::printf("Transformer classifier training step (AdamW), batch %lld, length %lld, width %lld, %lld layers, "
+                "%lld heads, FFN %lld, dropout %.2f, %d threads\n",
+                (long long)c.batch, (long long)c.length, (long long)c.width, (long long)c.layers, (long long)c.heads,
+                (long long)c.ffn, c.dropout, c.threads);
+    std::printf("%-28s %12s\n", "", "ms/step");
+    std::printf("%-28s %12.2f   (forward %.2f, backward %.2f, optimizer %.2f)\n", "ascender", best.step, best.fwd,
+                best.bwd, best.opt);
+    if (c.torch) {
+      std::printf("%-28s %12.2f   (torch %s)\n", "pytorch", torch_ms, torch_version.c_str());
+      std::printf("%-28s %12.3f   (target <= 0.8)\n", "ratio ascender / pytorch", best.step / torch_ms);
     }
-    std::fprintf(f, "framework,ms_per_step,forward_ms,backward_ms,optimizer_ms\n");
-    std::fprintf(f, "ascender,%.3f,%.3f,%.3f,%.3f\n", best.step, best.fwd, best.bwd, best.opt);
-    if (c.torch) std::fprintf(f, "pytorch,%.3f,,,\n", torch_ms);
-    std::fclose(f);
-  }
-  return 0;
+    tools::Table table({"framework", "ms_per_step", "forward_ms", "backward_ms", "optimizer_ms"});
+    table.add({tools::Cell::str("ascender"), tools::Cell::fixed(best.step, 3), tools::Cell::fixed(best.fwd, 3),
+               tools::Cell::fixed(best.bwd, 3), tools::Cell::fixed(best.opt, 3)});
+    if (c.torch)
+      table.add({tools::Cell::str("pytorch"), tools::Cell::fixed(torch_ms, 3), tools::Cell::blank(),
+                 tools::Cell::blank(), tools::Cell::blank()});
+    auto facts = tools::run_facts("bench_train", argc, argv);
+    facts["threads"] = c.threads;
+    if (c.torch) facts["torch_version"] = torch_version;
+    if (!tools::write_results(table, c.out, facts, /*announce=*/false)) return 1;
+    return 0;
+  });
 }

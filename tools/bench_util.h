@@ -1,13 +1,13 @@
 #pragma once
 // What the benchmark binaries of tools/ share (not part of the library): best-of-N timing, the memory counters and
-// synchronisation of the device a run uses, one forward / forward + backward measurement, comma-separated lists.
+// synchronisation of the device a run uses, one forward / forward + backward measurement (parsing, progress and
+// result files: tools/cli.h).
 //
 //   double ms = asc::bench::best_ms([&] { step(); }, /*reps=*/3);
 //   asc::bench::FwdBwd t = asc::bench::time_forward_backward(dev, 3, [&] { return layer->attend(x, {}); },
 //                                                            [&] { layer->zero_grad(); });
 #include <chrono>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -75,14 +75,6 @@ inline FwdBwd time_forward_backward(Device d, int reps, const std::function<Tens
       reps);
   r.peak_mb = static_cast<double>(peak_bytes(d) - before) / (1 << 20);
   return r;
-}
-
-// "a,b,c" -> {"a", "b", "c"}
-inline std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
 }
 
 }  // namespace asc::bench

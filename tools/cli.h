@@ -1,0 +1,502 @@
+#pragma once
+// What the command-line tools of tools/ share (not part of the library): parsing with CLI11 under one contract,
+// validators for list options, a progress line, a result table written as CSV and JSON, and where a tool finds its
+// Python twin.
+//
+//   CLI::App app{"bench_x: what it measures", "bench_x"};
+//   std::vector<int64_t> ns = {128, 512};
+//   tools::add_int_list(app, "--n", ns, "sequence lengths", 1, 1 << 20);
+//   tools::Outputs out;
+//   tools::add_output_options(app, out);
+//   tools::parse_or_exit(app, argc, argv);        // --help: usage, exit 0; any bad argument: error + usage, exit 2
+//   tools::Progress progress(ns.size(), "bench_x");
+//   for (...) { ...; progress.update(++done, "n 512"); }
+//   progress.finish();
+//
+// The contract every tool keeps: `--help` prints the usage (every option with its default) on stdout and exits 0
+// without running anything; a bad argument (a value out of range, a value that is not a number, an unknown name in
+// a list, a missing value, an unknown flag) prints one line "tool: error: ..." and the usage on stderr and exits 2;
+// a failure while running (a file that cannot be written, an error thrown by the library) exits 1 with a message.
+// Progress goes to stderr, so what a tool prints on stdout (its tables) stays clean when redirected.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace asc::tools {
+
+// JSON that keeps keys in insertion order: a result file lists the run facts, then the columns in the CSV's order.
+using Json = nlohmann::ordered_json;
+
+// ---- parsing --------------------------------------------------------------------------------------------------------
+
+// A usage error found after parsing (two options that do not fit together): the same output and exit code as a
+// parse error.
+[[noreturn]] inline void usage_error(const CLI::App& app, const std::string& message) {
+  std::string line = message;
+  std::replace(line.begin(), line.end(), '\n', ' ');  // one line, whatever CLI11's message looked like
+  std::cerr << app.get_name() << ": error: " << line << "\n\n" << app.help();
+  std::exit(2);
+}
+
+// app.parse under the tools' contract. CLI11's own app.exit() uses a different code per error kind (106 for a
+// validation error, 109 for an extra argument...); scripts only need "usage" vs "ran", so every parse error is 2.
+inline void parse_or_exit(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    std::exit(0);
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    usage_error(app, e.what());
+  }
+}
+
+// Runs a tool's body; an exception that escapes it (the library refusing a shape, memory that cannot be allocated)
+// becomes a message and exit 1 instead of std::terminate.
+inline int guarded(const std::string& tool, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: %s\n", tool.c_str(), e.what());
+    return 1;
+  }
+}
+
+// "a,b,c" -> {"a", "b", "c"}; an empty item (",," or a trailing comma) is kept as "" for the validators to refuse.
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+template <class T>
+std::string join_list(const std::vector<T>& items) {
+  return fmt::format("{}", fmt::join(items, ","));
+}
+
+namespace detail {
+
+// The whole of s as an integer / a finite real, or false (no partial parses: "12abc", "1e3" for an integer, "").
+inline bool parse_int(const std::string& s, int64_t& out) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno == ERANGE || *end != '\0') return false;
+  out = v;
+  return true;
+}
+inline bool parse_real(const std::string& s, double& out) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(v)) return false;
+  out = v;
+  return true;
+}
+
+}  // namespace detail
+
+// A number in [lo, hi]. CLI11's Range reports "Value abc not in range" for a value that is no number at all; these
+// say which of the two is wrong.
+inline CLI::Validator int_range(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        int64_t v = 0;
+        if (!detail::parse_int(s, v)) return fmt::format("'{}' is not an integer", s);
+        if (v < lo || v > hi) return fmt::format("{} is outside [{}, {}]", v, lo, hi);
+        return "";
+      },
+      fmt::format("in [{}, {}]", lo, hi));
+}
+inline CLI::Validator real_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        double v = 0;
+        if (!detail::parse_real(s, v)) return fmt::format("'{}' is not a finite number", s);
+        if (v < lo || v > hi) return fmt::format("{} is outside [{}, {}]", v, lo, hi);
+        return "";
+      },
+      fmt::format("in [{}, {}]", lo, hi));
+}
+
+// Validators of comma-separated lists: each item an integer in [lo, hi], a real in [lo, hi], or one of `names`.
+// The message names the first bad item, e.g. "--n: item 'abc' of '128,abc' is not an integer".
+inline CLI::Validator int_list(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        for (const std::string& item : split_list(s)) {
+          int64_t v = 0;
+          if (!detail::parse_int(item, v)) return fmt::format("item '{}' of '{}' is not an integer", item, s);
+          if (v < lo || v > hi) return fmt::format("item {} of '{}' is outside [{}, {}]", v, s, lo, hi);
+        }
+        return "";
+      },
+      fmt::format("each in [{}, {}]", lo, hi));
+}
+inline CLI::Validator real_list(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        for (const std::string& item : split_list(s)) {
+          double v = 0;
+          if (!detail::parse_real(item, v)) return fmt::format("item '{}' of '{}' is not a finite number", item, s);
+          if (v < lo || v > hi) return fmt::format("item {} of '{}' is outside [{}, {}]", v, s, lo, hi);
+        }
+        return "";
+      },
+      fmt::format("each in [{}, {}]", lo, hi));
+}
+inline CLI::Validator name_list(std::vector<std::string> names) {
+  return CLI::Validator(
+      [names](std::string& s) -> std::string {
+        for (const std::string& item : split_list(s))
+          if (std::find(names.begin(), names.end(), item) == names.end())
+            return fmt::format("unknown name '{}' in '{}' (known: {})", item, s, join_list(names));
+        return "";
+      },
+      "");  // the names are listed in the option's description (add_name_list)
+}
+
+// List options bound to a vector: the default shown in --help is the vector's value; the validator runs before the
+// vector is replaced, so a bad list leaves nothing half-parsed.
+inline CLI::Option* add_int_list(CLI::App& app, const std::string& name, std::vector<int64_t>& out,
+                                 const std::string& description, int64_t lo, int64_t hi) {
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&out](const std::string& s) {
+            out.clear();
+            for (const std::string& item : split_list(s)) out.push_back(std::stoll(item));
+          },
+          description)
+      ->check(int_list(lo, hi))
+      ->type_name("N,...")
+      ->default_str(join_list(out));
+}
+inline CLI::Option* add_real_list(CLI::App& app, const std::string& name, std::vector<double>& out,
+                                  const std::string& description, double lo, double hi) {
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&out](const std::string& s) {
+            out.clear();
+            for (const std::string& item : split_list(s)) out.push_back(std::stod(item));
+          },
+          description)
+      ->check(real_list(lo, hi))
+      ->type_name("X,...")
+      ->default_str(join_list(out));
+}
+inline CLI::Option* add_name_list(CLI::App& app, const std::string& name, std::vector<std::string>& out,
+                                  const std::string& description, const std::vector<std::string>& names) {
+  return app
+      .add_option_function<std::string>(
+          name, [&out](const std::string& s) { out = split_list(s); },
+          description + " (comma-separated, any of " + join_list(names) + ")")
+      ->check(name_list(names))
+      ->type_name("NAME,...")
+      ->default_str(join_list(out));
+}
+
+// An output file: refused at parse time when it cannot be created (empty name, missing directory, a directory), so a
+// long run does not end in "cannot write".
+inline CLI::Validator output_file() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        namespace fs = std::filesystem;
+        if (s.empty()) return "an empty file name";
+        std::error_code ec;
+        if (fs::is_directory(s, ec)) return fmt::format("'{}' is a directory", s);
+        const fs::path dir = fs::path(s).parent_path();
+        if (!dir.empty() && !fs::is_directory(dir, ec))
+          return fmt::format("directory '{}' of '{}' does not exist", dir.string(), s);
+        return "";
+      },
+      "");
+}
+
+// --csv FILE and --json FILE of every benchmark.
+struct Outputs {
+  std::string csv, json;
+};
+inline void add_output_options(CLI::App& app, Outputs& out) {
+  app.add_option("--csv", out.csv, "write the result rows as CSV to FILE")->check(output_file())->type_name("FILE");
+  app.add_option("--json", out.json, "write the result rows as JSON to FILE: {\"rows\": [{column: value}], run facts}")
+      ->check(output_file())
+      ->type_name("FILE");
+}
+
+// ---- progress -------------------------------------------------------------------------------------------------------
+
+// "0.4s", "42s", "3m05s", "2h07m".
+inline std::string format_duration(double seconds) {
+  if (!(seconds >= 0)) seconds = 0;
+  if (seconds < 9.95) return fmt::format("{:.1f}s", seconds);
+  const auto s = static_cast<int64_t>(std::llround(seconds));
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}h{:02d}m", s / 3600, s % 3600 / 60);
+}
+
+// A count with an SI suffix and three significant digits: 950, 12.3k, 4.56M, 1.20G.
+inline std::string format_si(double v) {
+  const char* suffix[] = {"", "k", "M", "G", "T"};
+  int i = 0;
+  while (std::fabs(v) >= 999.5 && i < 4) v /= 1000, ++i;
+  if (i == 0) return fmt::format("{:.0f}", v);
+  return fmt::format(std::fabs(v) < 9.995 ? "{:.2f}{}" : std::fabs(v) < 99.95 ? "{:.1f}{}" : "{:.0f}{}", v,
+                     suffix[i]);
+}
+
+// A progress reporter on stderr:  label  done/total  [#####-----]  fields  elapsed  ETA
+// On a terminal, one line redrawn in place (\r, then clear to end of line) at most 10 times a second. Otherwise (a
+// log file, a pipe) a plain line every plain_every seconds (default 10), so a log is never flooded; finish() always
+// writes the final line. A tool that prints on stdout while a progress line is drawn calls clear() first (stdout and
+// stderr share the terminal); the next update() redraws it. total 0: unknown (no bar, no ETA).
+class Progress {
+ public:
+  Progress(int64_t total, std::string label, std::FILE* out = stderr)
+      : total_(std::max<int64_t>(total, 0)), label_(std::move(label)), out_(out),
+        terminal_(isatty(fileno(out)) != 0), start_(Clock::now()), last_(start_) {}
+  ~Progress() {
+    if (drawn_) std::fputc('\n', out_);  // an exception left the line open: keep the next message on its own line
+  }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  void set_plain_every(double seconds) { plain_every_ = seconds; }
+
+  void update(int64_t done, const std::string& fields = "") {
+    done_ = done;
+    const auto now = Clock::now();
+    const double since = std::chrono::duration<double>(now - last_).count();
+    if (terminal_) {
+      if (drawn_ && since < 0.1) return;
+      std::fprintf(out_, "\r%s\033[K", line(done, fields).c_str());
+      drawn_ = true;
+    } else {
+      if (since < plain_every_) return;
+      std::fprintf(out_, "%s\n", line(done, fields).c_str());
+    }
+    std::fflush(out_);
+    last_ = now;
+  }
+
+  // Erases the drawn line (terminal only) so that output on stdout starts at the left margin.
+  void clear() {
+    if (!terminal_ || !drawn_) return;
+    std::fputs("\r\033[K", out_);
+    std::fflush(out_);
+    drawn_ = false;
+  }
+
+  void finish(const std::string& fields = "") {
+    if (terminal_) std::fputs("\r", out_);
+    std::fprintf(out_, "%s%s\n", line(total_ ? std::max(done_, total_) : done_, fields).c_str(),
+                 terminal_ ? "\033[K" : "");
+    std::fflush(out_);
+    drawn_ = false;
+  }
+
+  // The line as drawn (without \r or newline).
+  std::string line(int64_t done, const std::string& fields) const {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    std::string s = label_ + "  ";
+    if (total_ > 0) {
+      constexpr int kWidth = 20;
+      const double frac = std::clamp(static_cast<double>(done) / static_cast<double>(total_), 0.0, 1.0);
+      const int filled = static_cast<int>(frac * kWidth);
+      s += fmt::format("{}/{}  [{}{}]", done, total_, std::string(filled, '#'), std::string(kWidth - filled, '-'));
+    } else {
+      s += std::to_string(done);
+    }
+    if (!fields.empty()) s += "  " + fields;
+    s += "  " + format_duration(elapsed);
+    if (total_ > 0 && done > 0 && done < total_)
+      s += "  ETA " + format_duration(elapsed / static_cast<double>(done) * static_cast<double>(total_ - done));
+    return s;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  int64_t total_, done_ = 0;
+  std::string label_;
+  std::FILE* out_;
+  bool terminal_, drawn_ = false;
+  double plain_every_ = 10;
+  Clock::time_point start_, last_;
+};
+
+// ---- result tables --------------------------------------------------------------------------------------------------
+
+// One value of a result row: its text in the CSV (formatted as the tool always wrote it) and its JSON value (the
+// same number, parsed back from that text so both files agree; null for an empty cell or a non-finite number).
+struct Cell {
+  std::string text;
+  Json value;
+
+  static Cell fixed(double v, int decimals) { return number(fmt::format("{:.{}f}", v, decimals)); }
+  static Cell general(double v, int significant) { return number(fmt::format("{:.{}g}", v, significant)); }
+  static Cell integer(int64_t v) { return {std::to_string(v), v}; }
+  static Cell str(std::string s) {
+    Json j = s;
+    return {std::move(s), std::move(j)};
+  }
+  static Cell blank() { return {"", nullptr}; }
+
+ private:
+  static Cell number(std::string text) {
+    int64_t i = 0;
+    double v = 0;
+    if (detail::parse_int(text, i)) return {text, Json(i)};  // "%.0f" and the like: an integer in JSON too
+    return {text, detail::parse_real(text, v) ? Json(v) : Json(nullptr)};
+  }
+};
+
+// Rows of named columns, written as CSV (RFC 4180 quoting: a field with a comma, quote or newline is quoted) and as
+// JSON: {"tool": ..., <run facts>, "columns": [...], "rows": [{column: value}, ...]}.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> columns) : columns_(std::move(columns)) {}
+
+  void add(std::vector<Cell> row) {
+    if (row.size() != columns_.size())
+      throw std::logic_error(fmt::format("result row of {} cells for {} columns", row.size(), columns_.size()));
+    rows_.push_back(std::move(row));
+  }
+  size_t size() const { return rows_.size(); }
+
+  std::string csv() const {
+    auto field = [](const std::string& s) {
+      if (s.find_first_of(",\"\n") == std::string::npos) return s;
+      std::string q = "\"";
+      for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+      return q + "\"";
+    };
+    std::string out;
+    for (size_t c = 0; c < columns_.size(); ++c) out += (c ? "," : "") + field(columns_[c]);
+    out += "\n";
+    for (const auto& row : rows_) {
+      for (size_t c = 0; c < row.size(); ++c) out += (c ? "," : "") + field(row[c].text);
+      out += "\n";
+    }
+    return out;
+  }
+
+  Json json(const Json& facts) const {
+    Json j = facts;
+    j["columns"] = columns_;
+    j["rows"] = Json::array();
+    for (const auto& row : rows_) {
+      Json r = Json::object();
+      for (size_t c = 0; c < row.size(); ++c) r[columns_[c]] = row[c].value;
+      j["rows"].push_back(std::move(r));
+    }
+    return j;
+  }
+
+ private:
+  std::vector<std::string> columns_;
+  std::vector<std::vector<Cell>> rows_;
+};
+
+// Facts of the run that make a result file readable on its own: the tool, its arguments, when, where (CPU model,
+// hardware threads, host). Tools add their own (thread count, device).
+inline Json run_facts(const std::string& tool, int argc, char** argv) {
+  Json j;
+  j["tool"] = tool;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  j["args"] = args;
+  char when[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  j["started_utc"] = when;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      j["cpu"] = line.substr(line.find(':') + 2);
+      break;
+    }
+  j["hardware_threads"] = std::thread::hardware_concurrency();
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) == 0) j["host"] = host;
+  return j;
+}
+
+// Writes the table where --csv / --json ask; false (with a message on stderr) when a file cannot be written.
+// announce: print "wrote FILE" on stdout, as the tools that did so before.
+inline bool write_results(const Table& table, const Outputs& out, const Json& facts, bool announce) {
+  const std::string tool = facts.value("tool", std::string("tool"));
+  auto write = [&](const std::string& path, const std::string& text) {
+    if (path.empty()) return true;
+    std::ofstream f(path, std::ios::binary);
+    f << text;
+    f.close();
+    if (!f) {
+      std::fprintf(stderr, "%s: cannot write %s\n", tool.c_str(), path.c_str());
+      return false;
+    }
+    if (announce) std::printf("wrote %s\n", path.c_str());
+    return true;
+  };
+  const bool csv_ok = write(out.csv, table.csv());
+  const bool json_ok = write(out.json, out.json.empty() ? "" : table.json(facts).dump(2) + "\n");
+  return csv_ok && json_ok;
+}
+
+// ---- Python twins ----------------------------------------------------------------------------------------------
+
+// Where a tool finds a file of its Python twin. Installed (<exe dir>/../share/ascender/ exists; the executable's own
+// path from /proc/self/exe): there and only there, so an installed tool never reads a source tree that may have moved
+// on or gone. From the build tree: ASC_SOURCE_DIR/tools/<file>. Empty when the file is not where it should be.
+inline std::string twin_path(const std::string& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path share = fs::weakly_canonical(exe.parent_path() / ".." / "share" / "ascender", ec);
+    if (!ec && fs::is_directory(share, ec)) return fs::is_regular_file(share / file, ec) ? (share / file).string() : "";
+  }
+#ifdef ASC_SOURCE_DIR
+  const fs::path source = fs::path(ASC_SOURCE_DIR) / "tools" / file;
+  if (fs::is_regular_file(source, ec)) return source.string();
+#endif
+  return "";
+}
+
+// s as one word of a /bin/sh command line.
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace asc::tools
