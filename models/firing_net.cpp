@@ -4,7 +4,7 @@ namespace asc::models {
 
 FiringClassifier::FiringClassifier(const FiringClassifierOptions& o) : nn::Module("FiringClassifier"), options(o) {
   auto gate = [&](nn::FiringOptions f) {
-    return f.backward(o.backward()).surrogate(o.surrogate()).surrogate_width(o.surrogate_width()).threshold(o.threshold());
+    return f.backward(o.backward()).surrogate(o.surrogate()).surrogate_width(o.surrogate_width()).threshold(o.threshold()).init(o.init());
   };
   hidden = register_module("hidden", std::make_shared<nn::FiringLinear>(
                                          gate(nn::FiringOptions(o.in_features(), o.hidden()).fan_out(o.fan_out()))));

@@ -23,6 +23,7 @@ struct FiringClassifierOptions {
   ASC_ARG(std::string, surrogate) = "sigmoid";
   ASC_ARG(double, surrogate_width) = 4.0;
   ASC_ARG(double, threshold) = 0.0;
+  ASC_ARG(nn::FiringInit, init) = nn::FiringInit::Signed;  // NonNegative: the weights rule A's ranges hold
 };
 
 class FiringClassifier : public nn::Module {

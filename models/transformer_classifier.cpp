@@ -21,16 +21,27 @@ TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions&
     check_attention_shape("TransformerClassifier", "asam", o.asam().d_model(), o.asam().heads(), o.d_model(), o.heads());
   check_parameter_memory("TransformerClassifier", static_cast<double>(o.vocab()) + static_cast<double>(o.max_len()),
                          o.d_model(), o.ffn(), o.layers());
+  const std::string& pos = o.positional();
+  ASC_CHECK(pos == "learned" || pos == "sinusoidal" || pos == "none" || pos == "rope" || pos == "alibi",
+            "TransformerClassifier: unknown positional '{}' (known: learned, sinusoidal, none, rope, alibi)", pos);
+  ASC_CHECK(!((pos == "rope" || pos == "alibi") && (attention || o.attention() == "asam")),
+            "TransformerClassifier: positional '{}' needs dense or ascender attention chosen by name (ASAM's sparse "
+            "kernels take neither RoPE nor a score bias); use learned, sinusoidal or none",
+            pos);
   tok_emb = register_module("tok_emb", std::make_shared<nn::Embedding>(o.vocab(), o.d_model()));
-  pos_emb = register_module("pos_emb", std::make_shared<nn::Embedding>(o.max_len(), o.d_model()));
-  auto block = nn::TransformerBlockOptions(o.d_model(), o.heads()).ffn(o.ffn()).dropout(o.dropout()).norm_first(o.norm_first());
+  if (pos == "learned") pos_emb = register_module("pos_emb", std::make_shared<nn::Embedding>(o.max_len(), o.d_model()));
+  if (pos == "sinusoidal")
+    pos_enc = register_module("pos_enc", std::make_shared<nn::SinusoidalPositionalEncoding>(o.d_model(), o.max_len()));
+  if (pos == "alibi") alibi = register_module("alibi", std::make_shared<nn::ALiBi>(nn::ALiBiOptions(o.heads())));
+  auto block = nn::TransformerBlockOptions(o.d_model(), o.heads()).ffn(o.ffn()).dropout(o.dropout()).norm_first(o.norm_first())
+                   .rope(pos == "rope");
   blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
   nn::AttentionFactory factory = attention;
   if (!factory) {
     ASC_CHECK(o.attention() == "dense" || o.attention() == "ascender" || o.attention() == "asam",
               "TransformerClassifier: unknown attention '{}' (known: dense, ascender, asam)", o.attention());
     factory = o.attention() == "dense"      ? nn::AttentionFactory(nn::dense_attention)
-              : o.attention() == "ascender" ? nn::ascender_attention(o.ascender())
+              : o.attention() == "ascender" ? nn::ascender_attention(nn::AscenderAttentionOptions(o.ascender()).rope(pos == "rope"))
                                             : nn::asam_attention(o.asam());
   }
   for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerEncoderBlock>(block, factory));
@@ -43,9 +54,12 @@ Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& valid)
             "TransformerClassifier: expected tokens (B, 1 <= T <= {}), got {}", options.max_len(),
             tokens.defined() ? tokens.shape() : Shape{});
   const int64_t T = tokens.size(1);
-  Tensor positions = arange(T, {.dtype = kInt64, .device = tokens.device()});
-  Tensor x = (*tok_emb)(tokens) + (*pos_emb)(positions);  // (B, T, D)
-  for (auto& b : *blocks) x = std::static_pointer_cast<nn::TransformerEncoderBlock>(b)->forward(x, {.key_padding_mask = valid});
+  Tensor x = (*tok_emb)(tokens);  // (B, T, D)
+  if (pos_emb) x = x + (*pos_emb)(arange(T, {.dtype = kInt64, .device = tokens.device()}));
+  if (pos_enc) x = (*pos_enc)(x);
+  nn::AttentionArgs args{.key_padding_mask = valid};
+  if (alibi) args.bias = alibi->bias(T).to(x.dtype()).to(x.device());  // (H, T, T)
+  for (auto& b : *blocks) x = std::static_pointer_cast<nn::TransformerEncoderBlock>(b)->forward(x, args);
   x = (*norm)(x);
   if (!valid.defined()) return (*head)(mean(x, {1}));  // (B, D) mean over tokens
   Tensor w = valid.to(x.dtype()).unsqueeze(-1);        // (B, T, 1) masked mean over real tokens

@@ -12,7 +12,8 @@
 //
 // Accepted options (anything else is an asc::Error naming the value, at construction):
 //   vocab, max_len, classes, d_model, heads, ffn   >= 1 (d_model divisible by heads for "dense");
-//   layers >= 1; dropout in [0, 1) (NaN refused); attention "dense", "ascender" or "asam";
+//   layers >= 1; dropout in [0, 1) (NaN refused); attention "dense", "ascender" or "asam"; positional "learned",
+//   "sinusoidal", "none", "rope" or "alibi" (rope / alibi with dense or ascender attention only);
 //   ascender / asam: their d_model and heads are the model's. Left at 0 (the default here) they take the model's; set,
 //     they must equal the model's d_model and heads (a mismatch is refused, naming both, never silently replaced).
 //   The parameters must fit in this machine's memory (layers = INT64_MAX is refused, not allocated until killed).
@@ -33,6 +34,10 @@ struct TransformerClassifierOptions {
   ASC_ARG(double, dropout) = 0.1;
   ASC_ARG(bool, norm_first) = true;
   ASC_ARG(std::string, attention) = "dense";  // "dense", "ascender" or "asam"
+  // Where positions enter: "learned" (an embedding added to the tokens'), "sinusoidal" (the fixed table added),
+  // "none", "rope" (rotary on q and k: dense and ascender) or "alibi" (a per-head linear distance bias on the
+  // scores: dense and ascender). ASAM's sparse kernels take neither RoPE nor a score bias.
+  ASC_ARG(std::string, positional) = "learned";
   // AscenderAttention's options when attention == "ascender": d_model and heads 0 (take the model's) or equal to the
   // model's; a dropout of 0 takes the model's.
   ASC_ARG(nn::AscenderAttentionOptions, ascender) = nn::AscenderAttentionOptions(0, 0);
@@ -46,6 +51,8 @@ class TransformerClassifier : public nn::Module {
   explicit TransformerClassifier(const TransformerClassifierOptions& options,
                                  const nn::AttentionFactory& attention = {});
   // tokens (B, T) int64 in [0, vocab); valid (B, T) bool (false = padding) or undefined. Returns (B, classes).
+  // Mask polarity: `valid` is true at real tokens — the opposite of PyTorch's src_key_padding_mask (true = padding).
+  // The logits read the final-norm outputs mean-pooled over the real tokens only (over all T without a mask).
   Tensor forward(const Tensor& tokens, const Tensor& valid);
   Tensor forward(const Tensor& tokens) override { return forward(tokens, Tensor()); }
   // The auxiliary losses of its attention layers from the last forward (ASCender's ν-weighted terms,
@@ -54,7 +61,9 @@ class TransformerClassifier : public nn::Module {
   Tensor aux_loss() const;
 
   TransformerClassifierOptions options;
-  std::shared_ptr<nn::Embedding> tok_emb, pos_emb;
+  std::shared_ptr<nn::Embedding> tok_emb, pos_emb;             // pos_emb: positional "learned" only
+  std::shared_ptr<nn::SinusoidalPositionalEncoding> pos_enc;     // positional "sinusoidal" only
+  std::shared_ptr<nn::ALiBi> alibi;                              // positional "alibi" only
   std::shared_ptr<nn::ModuleList> blocks;
   std::shared_ptr<nn::LayerNorm> norm;
   std::shared_ptr<nn::Linear> head;

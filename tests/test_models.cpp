@@ -168,3 +168,31 @@ TEST_CASE("Decoder-only LM learns a counting language and continues it greedily"
     CHECK(got[8 + i] == (3 + i) % V);
   }
 }
+
+TEST_CASE("TransformerClassifier: positional options — only 'none' is blind to the token order") {
+  // Without positions, attention and masked mean pooling are permutation-equivariant / invariant: swapping two
+  // tokens leaves the logits unchanged. Every positional option must break that symmetry. (Not a reversal: the
+  // bidirectional ALiBi bias -m|i - j| is itself symmetric under reversing the sequence.)
+  Tensor tokens = tensor(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 0}, {1, 8});
+  Tensor swapped = tensor(std::vector<int64_t>{4, 2, 3, 1, 5, 6, 7, 0}, {1, 8});  // positions 0 and 3 swapped
+  for (const std::string attention : {"dense", "ascender"})
+    for (const std::string pos : {"none", "learned", "sinusoidal", "rope", "alibi"}) {
+      CAPTURE(attention);
+      CAPTURE(pos);
+      manual_seed(3);
+      auto m = models::TransformerClassifier(models::TransformerClassifierOptions(8, 8, 3).d_model(16).heads(2).ffn(32)
+                                                 .layers(1).dropout(0).attention(attention).positional(pos)
+                                                 .ascender(nn::AscenderAttentionOptions(0, 0).k({3})));
+      m.eval();
+      NoGradGuard ng;
+      const double diff = amax(abs(m.forward(tokens) - m.forward(swapped))).item<double>();
+      if (pos == "none") CHECK(diff < 1e-5);
+      else CHECK(diff > 1e-4);
+      CHECK((m.pos_emb != nullptr) == (pos == "learned"));
+    }
+  CHECK_THROWS_WITH_AS(models::TransformerClassifier(models::TransformerClassifierOptions(8, 8, 3).attention("asam")
+                                                         .positional("rope")),
+                       doctest::Contains("ASAM"), Error);
+  CHECK_THROWS_WITH_AS(models::TransformerClassifier(models::TransformerClassifierOptions(8, 8, 3).positional("abs")),
+                       doctest::Contains("unknown positional"), Error);
+}

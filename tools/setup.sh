@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what ascender needs on Debian 12 when it is missing: a C++20 compiler, CMake, Ninja, fmt, doctest and
-# OpenBLAS to build; OpenMPI for distributed training and its 2-rank tests; zlib and Debian's Fashion-MNIST for the
-# firing example (examples/firing_fmnist) and its test; Debian's python3-torch for the test
+# OpenBLAS to build; OpenMPI for distributed training and its 2-rank tests; zlib (gzip-compressed data files), CLI11
+# and nlohmann-json (the command-line tools), matplotlib (tools/plot.py's figures), and the data the tasks read:
+# Debian's Fashion-MNIST and the manual pages of manpages / manpages-dev (data/tasks.h); Debian's python3-torch for the test
 # suite's PyTorch cross-check of ASCender attention (tools/ascender_torch_check.py) and for the benchmarks' PyTorch
 # twins. The CUDA toolkit is optional (used when /usr/local/cuda/bin/nvcc exists).
 #   bash tools/setup.sh           # build, test and benchmark dependencies
 set -euo pipefail
 pkgs=(g++ cmake ninja-build libfmt-dev doctest-dev libopenblas-dev pkg-config libopenmpi-dev openmpi-bin zlib1g-dev
-      dataset-fashion-mnist)
+      libcli11-dev nlohmann-json3-dev python3-matplotlib dataset-fashion-mnist manpages manpages-dev)
 optional=(python3-torch)  # without it the build and the suite still run; the cross-check reports itself skipped
 missing() {
   local out=()

@@ -1,0 +1,181 @@
+// The `train` tool end to end (tools/train.cpp), on the grouping task (generated: no package needed) with a tiny
+// model: its files, resume after a checkpoint and after SIGINT bit-identical to an unbroken run, --config with
+// overriding flags, --eval-only, and the command-line contract.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "nn/safetensors.h"
+#include "testing.h"
+
+namespace fs = std::filesystem;
+using namespace asc;
+
+#ifdef ASC_TRAIN_BIN
+
+namespace {
+
+const std::string kTiny =
+    " --task grouping --train-size 256 --val-size 64 --test-size 64 --model ascender --d-model 16 --heads 2"
+    " --layers 1 --ffn 32 --k 4 --batch 16 --dropout 0.1 --eval-every 8 --progress none --threads 1";
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / fmt::format("asc_train_{}_{}", name, ::getpid());
+  fs::remove_all(p);
+  return p;
+}
+
+// Runs train with `args`; returns its exit code (stdout/stderr into DIR/../name.log).
+int run(const std::string& args, const std::string& log) {
+  const std::string cmd = std::string(ASC_TRAIN_BIN) + " " + args + " > " + log + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Every tensor of two checkpoints equal bit for bit (metadata holds wall times, which differ).
+void check_same_tensors(const fs::path& a, const fs::path& b) {
+  StateDict x = load_safetensors(a.string()), y = load_safetensors(b.string());
+  REQUIRE(x.size() == y.size());
+  for (const auto& [name, t] : x) {
+    CAPTURE(name);
+    const Tensor* u = y.find(name);
+    REQUIRE(u != nullptr);
+    REQUIRE(u->shape() == t.shape());
+    CHECK(std::memcmp(u->raw_data(), t.raw_data(), static_cast<size_t>(t.numel() * static_cast<int64_t>(dtype_size(t.dtype())))) == 0);
+  }
+}
+
+// The metrics rows without their timing columns (tokens_per_s, time_s), which differ between runs.
+std::string rows_without_time(const fs::path& csv) {
+  std::ifstream f(csv);
+  std::string out, line;
+  while (std::getline(f, line)) {
+    std::vector<std::string> cols;
+    size_t s = 0;
+    for (size_t e; (e = line.find(',', s)) != std::string::npos; s = e + 1) cols.push_back(line.substr(s, e - s));
+    cols.push_back(line.substr(s));
+    for (size_t i = 0; i < cols.size(); ++i)
+      if (i != 6 && i != 7) out += cols[i] + ",";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("train: the files of a run") {
+  const fs::path d = temp_dir("files");
+  REQUIRE(run(kTiny + " --steps 16 --dump-decomposition 0,3 --out " + d.string(), d.string() + ".log") == 0);
+  for (const char* f : {"config.json", "metrics.csv", "metrics.jsonl", "summary.json", "predictions.csv",
+                        "best.safetensors", "ckpt/last.safetensors", "dumps/decomposition_0.safetensors",
+                        "dumps/decomposition_3.safetensors"})
+    CHECK_MESSAGE(fs::exists(d / f), f);
+  // predictions: a header and one row per test example
+  const std::string pred = read(d / "predictions.csv");
+  CHECK(std::count(pred.begin(), pred.end(), '\n') == 65);
+  const std::string summary = read(d / "summary.json");
+  CHECK(summary.find("\"test_accuracy\"") != std::string::npos);
+  CHECK(summary.find("\"attention_flops_per_token\"") != std::string::npos);
+  // ω per head in the metrics; the decomposition of example 0 has every term for layer 0, (H, T, T)
+  CHECK(read(d / "metrics.csv").find("L0.omega_sep.h1") != std::string::npos);
+  StateDict dec = load_safetensors((d / "dumps/decomposition_0.safetensors").string());
+  for (const char* k : {"L0.S_base", "L0.align", "L0.sep", "L0.coh", "L0.S", "L0.A"}) {
+    CAPTURE(k);
+    REQUIRE(dec.find(k) != nullptr);
+    CHECK(dec.find(k)->shape() == Shape{2, 64, 64});
+  }
+  // --eval-only reproduces the test accuracy of the best checkpoint
+  const fs::path e = temp_dir("eval");
+  REQUIRE(run(kTiny + " --out " + e.string() + " --eval-only " + (d / "best.safetensors").string(), e.string() + ".log") ==
+          0);
+  const auto acc = [](const std::string& s) { return s.substr(s.find("\"test_accuracy\"")).substr(0, 40); };
+  CHECK(acc(read(e / "summary.json")) == acc(summary));
+  fs::remove_all(d), fs::remove_all(e);
+}
+
+TEST_CASE("train: --resume continues bit-identically, after a checkpoint and after SIGINT") {
+  const fs::path full = temp_dir("full"), split = temp_dir("split"), sig = temp_dir("sig");
+  REQUIRE(run(kTiny + " --steps 24 --out " + full.string(), full.string() + ".log") == 0);
+  // Stopped after 10 steps (its checkpoint at step 10), then continued to 24 with the same flags.
+  REQUIRE(run(kTiny + " --steps 24 --ckpt-every 5 --out " + split.string() + " --stop-after 10",
+              split.string() + ".log") == 130);
+  REQUIRE(run(kTiny + " --steps 24 --out " + split.string() + " --resume", split.string() + ".log") == 0);
+  check_same_tensors(full / "ckpt/last.safetensors", split / "ckpt/last.safetensors");
+  check_same_tensors(full / "best.safetensors", split / "best.safetensors");
+  CHECK(rows_without_time(full / "metrics.csv") == rows_without_time(split / "metrics.csv"));
+
+  // SIGINT at whatever step it lands on: exit 130 with a checkpoint, and the resumed run ends where the full one did.
+  const std::string cmd = std::string(ASC_TRAIN_BIN) + kTiny + " --steps 24 --out " + sig.string();
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + sig.string() + ".log 2>&1").c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  // wait until it has trained a step (its first metrics row), then interrupt it
+  for (int i = 0; i < 600 && !fs::exists(sig / "metrics.csv"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  const int code = WEXITSTATUS(status);
+  CHECK((code == 130 || code == 0));  // 0 only if the run finished before the signal arrived
+  if (code == 130) {
+    CHECK(fs::exists(sig / "ckpt/last.safetensors"));
+    REQUIRE(run(kTiny + " --steps 24 --out " + sig.string() + " --resume", sig.string() + ".log") == 0);
+  }
+  check_same_tensors(full / "ckpt/last.safetensors", sig / "ckpt/last.safetensors");
+  CHECK(rows_without_time(full / "metrics.csv") == rows_without_time(sig / "metrics.csv"));
+  fs::remove_all(full), fs::remove_all(split), fs::remove_all(sig);
+}
+
+TEST_CASE("train: --config, with flags overriding it; a run directory is not overwritten") {
+  const fs::path a = temp_dir("cfg_a"), b = temp_dir("cfg_b");
+  REQUIRE(run(kTiny + " --steps 4 --seed 5 --out " + a.string(), a.string() + ".log") == 0);
+  REQUIRE(run("--config " + (a / "config.json").string() + " --seed 6 --out " + b.string(), b.string() + ".log") == 0);
+  const std::string cb = read(b / "config.json");
+  CHECK(cb.find("\"seed\": 6") != std::string::npos);
+  CHECK(cb.find("\"d_model\": 16") != std::string::npos);  // from the file
+  CHECK(cb.find("\"git_commit\"") != std::string::npos);
+  // the same directory again without --resume: refused, nothing overwritten
+  const std::string before = read(a / "metrics.csv");
+  CHECK(run(kTiny + " --steps 4 --out " + a.string(), a.string() + ".log") == 1);
+  CHECK(read(a / "metrics.csv") == before);
+  fs::remove_all(a), fs::remove_all(b);
+}
+
+TEST_CASE("train: the command-line contract") {
+  const fs::path d = temp_dir("cli");
+  const std::string log = d.string() + ".log";
+  CHECK(run("--help", log) == 0);
+  CHECK(read(log).find("--dump-decomposition") != std::string::npos);
+  for (const std::string bad : {"--steps -1", "--batch 0", "--model bogus", "--lr abc", "--task", "--bogus 1",
+                                "--k 4,x", "--dropout 1.5", "--config /nonexistent.json"}) {
+    CAPTURE(bad);
+    CHECK(run(bad + " --out " + d.string(), log) == 2);
+  }
+  // runtime refusals: exit 1 with a message, not a crash
+  CHECK(run(kTiny + " --steps 2 --model firing --out " + d.string(), log) == 1);
+  CHECK(read(log).find("firing network reads fixed-size float inputs") != std::string::npos);
+  fs::remove_all(d);
+  CHECK(run(kTiny + " --steps 2 --task nosuchtask --out " + d.string(), log) == 1);
+  CHECK(read(log).find("unknown task") != std::string::npos);
+  fs::remove_all(d);
+}
+
+#else
+TEST_CASE("train: not built (ASC_BUILD_TOOLS off)") { MESSAGE("the train tool is not built: skipped"); }
+#endif

@@ -1,0 +1,964 @@
+// train: trains and evaluates one model on one task, and writes everything a study needs into --out DIR.
+//
+//   ./build/release/tools/train --task fashion-mnist-seq --image-size 14 --model ascender --steps 300 --out runs/a
+//   ./build/release/tools/train --config runs/a/config.json --seed 2 --out runs/a-s2      # flags override the file
+//   ./build/release/tools/train --out runs/a --resume --steps 600                         # continue (bit-identical)
+//   ./build/release/tools/train --out runs/a --eval-only runs/a/best.safetensors
+//
+// Models: dense / ascender / asam attention classifiers (models::TransformerClassifier); window and window-global:
+// ASAM's sparse patterns alone (gate fixed at 1); firing: models::FiringClassifier on image tasks, with rule A / B;
+// lm: a byte-level decoder LM (models::DecoderLM) on a token task's sequences, reporting bits per byte.
+//
+// DIR receives: config.json (every option, the git commit: rerun with --config), metrics.csv and metrics.jsonl (one
+// row per log / evaluation: loss, accuracy, lr, tokens/s, time and the mechanisms' statistics), summary.json (the
+// best validation checkpoint's validation and test accuracy, wall time, peak memory, throughput, parameters, FLOPs),
+// predictions.csv (every test example), best.safetensors (the model selected on validation), ckpt/last.safetensors
+// (the whole training state: model, optimizer, scheduler, generator, data order, counters) and dumps/ (ASCender's
+// decomposition for --dump-decomposition examples, the ASAM gate per test sample and head, firing rates per neuron).
+// SIGINT / SIGTERM finish the step, save ckpt/last.safetensors and exit 130; --resume continues from it.
+// Exit codes: 0 done, 1 a runtime error (message on stderr), 2 a bad command line, 130 interrupted.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "ascender.h"
+#include "data/loader.h"
+#include "data/tasks.h"
+#include "models/decoder_lm.h"
+#include "models/firing_net.h"
+#include "models/flops.h"
+#include "models/transformer_classifier.h"
+#include "tools/cli.h"
+
+using namespace asc;
+using json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---- configuration: every option once, for the command line and config.json alike ----------------------------------
+
+struct Config {
+  // task
+  std::string task = "fashion-mnist-seq";
+  int64_t image_size = 0, train_size = 0, val_size = 0, test_size = 0, min_len = 0, max_len = 0;
+  std::string data_dir;
+  uint64_t data_seed = 0;
+  // model
+  std::string model = "ascender", positional = "learned";
+  int64_t d_model = 64, heads = 4, layers = 2, ffn = 128;
+  double dropout = 0.1;
+  bool norm_first = true;
+  // ASCender
+  std::vector<int64_t> k = {8};
+  std::vector<double> tau_sep = {1.0}, tau_coh = {1.0}, alpha_align = {1.0}, alpha_coh = {1.0};
+  std::string gate_position = "before", asc_mode = "full";
+  int64_t asc_window = 128, asc_global = 4;
+  bool use_align = true, use_sep = true, use_coh = true, include_self = false;
+  double omega_init = 0.1, aux_coh = 0, aux_sep = 0, aux_align = 0;
+  int64_t omega_warmup = 0, sep_start = 0, aux_start = -1;
+  // ASAM
+  std::vector<std::string> asam_patterns = {"window", "global", "random"};
+  int64_t asam_window = 64, asam_stride = 16, asam_global = 2, asam_random = 4, asam_clusters = 4;
+  double fixed_gate = -1, gate_tau = 1, cluster_loss = 1;
+  // firing
+  int64_t firing_hidden = 256, fan_out = 4;
+  std::string firing_backward = "surrogate", surrogate = "sigmoid", firing_init = "signed", rule = "none";
+  double surrogate_width = 4, threshold = 0;
+  double eta_w = 1e-3, eta_f = 1e-3, eta_sp = 1e-2, r_target = 0.1, w_min = -1, w_max = 1, f_min = 0, f_max = 1;
+  // language model
+  std::string lm_attention = "dense";
+  // optimisation
+  std::string optimizer = "adamw", schedule = "cosine";
+  double lr = 1e-3, weight_decay = 0.01, momentum = 0.9, clip = 1.0, min_lr = 0;
+  int64_t warmup = 0, batch = 32, steps = 0, epochs = 1, eval_every = 0, eval_batches = 0, log_every = 0;
+  uint64_t seed = 0;
+  // run
+  int64_t threads = 0, prefetch = 2, ckpt_every = 0;
+  int64_t stop_after = 0;  // this process only: not written to config.json
+  std::string device = "cpu", out = "runs/latest", progress = "auto";
+  double progress_every = 10;
+  std::vector<int64_t> dump_decomposition;
+};
+
+// One option: its flag, help, and how it reads and writes config.json.
+struct OptionIO {
+  std::string key;
+  std::function<void(json&)> save;
+  std::function<void(const json&)> load;
+};
+
+class Options {
+ public:
+  explicit Options(CLI::App& app) : app_(app) {}
+  template <class T>
+  CLI::Option* add(const std::string& key, T& field, const std::string& help) {
+    io_.push_back({key, [key, &field](json& j) { j[key] = field; },
+                   [key, &field](const json& j) {
+                     try {
+                       field = j.at(key).get<T>();
+                     } catch (const json::exception& e) {
+                       ASC_THROW("config: option '{}' has a value of the wrong type ({})", key, e.what());
+                     }
+                   }});
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    CLI::Option* o = app_.add_option(flag, field, help)->capture_default_str();
+    if constexpr (requires { field.begin(); } && !std::is_same_v<T, std::string>) o->delimiter(',');
+    else o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a flag given twice: the last one counts
+    return o;
+  }
+  json save(const Config&) const {
+    json j;
+    for (const auto& o : io_) o.save(j);
+    return j;
+  }
+  // Keys of j must all be known options (a typo in a config file is an error, not silently ignored).
+  void load(const json& j) const {
+    ASC_CHECK(j.is_object(), "config: expected a JSON object of options");
+    for (const auto& [key, value] : j.items()) {
+      if (key == "git_commit" || key == "command") continue;  // provenance written beside the options
+      auto it = std::find_if(io_.begin(), io_.end(), [&](const OptionIO& o) { return o.key == key; });
+      ASC_CHECK(it != io_.end(), "config: unknown option '{}'", key);
+      it->load(j);
+    }
+  }
+
+ private:
+  CLI::App& app_;
+  std::vector<OptionIO> io_;
+};
+
+void define_options(Options& o, Config& c) {
+  // "must be > 0, got 0" rather than CLI11's "not in range 0.000000 to 1.797693e+308" (the value is parsed into
+  // the option's own type afterwards, so "1.5" for an integer is still refused there).
+  auto bound = [](bool strict) {
+    return CLI::Validator(
+        [strict](std::string& s) -> std::string {
+          char* end = nullptr;
+          const double v = std::strtod(s.c_str(), &end);
+          if (s.empty() || *end != '\0' || !std::isfinite(v)) return "'" + s + "' is not a number";
+          if (strict ? !(v > 0) : !(v >= 0)) return fmt::format("must be {} 0, got {}", strict ? ">" : ">=", s);
+          return "";
+        },
+        strict ? "> 0" : ">= 0");
+  };
+  const CLI::Validator pos = bound(true), nonneg = bound(false);
+  // task
+  o.add("task", c.task, "fashion-mnist | fashion-mnist-seq | listops | text | pathfinder | grouping | file:PATH");
+  o.add("image_size", c.image_size, "image tasks: side after average pooling (fashion-mnist 28 -> 14: 196 tokens); 0 native")->check(nonneg);
+  o.add("train_size", c.train_size, "examples of the training split (0: the task's default)")->check(nonneg);
+  o.add("val_size", c.val_size, "examples of the validation split (0: default)")->check(nonneg);
+  o.add("test_size", c.test_size, "examples of the test split (0: default)")->check(nonneg);
+  o.add("min_len", c.min_len, "generated / read sequences: minimum length (0: the task's default)")->check(nonneg);
+  o.add("max_len", c.max_len, "maximum length (0: the task's default)")->check(nonneg);
+  o.add("data_dir", c.data_dir, "where a file task's data lives (empty: its default)");
+  o.add("data_seed", c.data_seed, "seed of generated data and file splits (kept apart from --seed)");
+  // model
+  o.add("model", c.model, "dense | ascender | asam | window | window-global | firing | lm")
+      ->check(CLI::IsMember({"dense", "ascender", "asam", "window", "window-global", "firing", "lm"}));
+  o.add("positional", c.positional, "learned | sinusoidal | none | rope | alibi (lm: rope only)")
+      ->check(CLI::IsMember({"learned", "sinusoidal", "none", "rope", "alibi"}));
+  o.add("d_model", c.d_model, "model width")->check(pos);
+  o.add("heads", c.heads, "attention heads")->check(pos);
+  o.add("layers", c.layers, "Transformer blocks")->check(pos);
+  o.add("ffn", c.ffn, "feed-forward width")->check(pos);
+  o.add("dropout", c.dropout, "dropout probability")->check(CLI::Range(0.0, 0.99));
+  o.add("norm_first", c.norm_first, "pre-norm blocks (false: post-norm)");
+  // ASCender
+  o.add("k", c.k, "ASCender: neighbourhood size per head (one value: every head), e.g. 4,8,16,32");
+  o.add("tau_sep", c.tau_sep, "ASCender: separation kernel temperature per head");
+  o.add("tau_coh", c.tau_coh, "ASCender: cohesion kernel temperature per head");
+  o.add("alpha_align", c.alpha_align, "ASCender: alignment gate sharpness per head");
+  o.add("alpha_coh", c.alpha_coh, "ASCender: cohesion gate sharpness per head");
+  o.add("gate_position", c.gate_position, "ASCender: gates before or after the row normalisation")
+      ->check(CLI::IsMember({"before", "after"}));
+  o.add("asc_mode", c.asc_mode, "ASCender: full | windowed | reuse")->check(CLI::IsMember({"full", "windowed", "reuse"}));
+  o.add("asc_window", c.asc_window, "ASCender windowed mode: window")->check(pos);
+  o.add("asc_global", c.asc_global, "ASCender windowed mode: global tokens")->check(nonneg);
+  o.add("use_align", c.use_align, "ASCender: the alignment term (ablation switch)");
+  o.add("use_sep", c.use_sep, "ASCender: the separation term");
+  o.add("use_coh", c.use_coh, "ASCender: the cohesion term");
+  o.add("include_self", c.include_self, "ASCender: a token may be its own neighbour");
+  o.add("omega_init", c.omega_init, "ASCender: initial omega of the three terms");
+  o.add("omega_warmup", c.omega_warmup, "ASCender: steps over which the omegas ramp up from 0")->check(nonneg);
+  o.add("sep_start", c.sep_start, "ASCender: step from which separation is on")->check(nonneg);
+  o.add("aux_align", c.aux_align, "ASCender: auxiliary alignment loss weight")->check(nonneg);
+  o.add("aux_sep", c.aux_sep, "ASCender: auxiliary separation loss weight")->check(nonneg);
+  o.add("aux_coh", c.aux_coh, "ASCender: auxiliary cohesion loss weight")->check(nonneg);
+  o.add("aux_start", c.aux_start, "ASCender: step from which the auxiliary losses count (-1: never)");
+  // ASAM
+  o.add("asam_patterns", c.asam_patterns, "ASAM: sparse patterns, from window,strided,global,random,clustered,hierarchical");
+  o.add("asam_window", c.asam_window, "ASAM: local window w (also the window models')")->check(pos);
+  o.add("asam_stride", c.asam_stride, "ASAM: stride")->check(pos);
+  o.add("asam_global", c.asam_global, "ASAM: global tokens (also window-global's)")->check(nonneg);
+  o.add("asam_random", c.asam_random, "ASAM: random keys per query")->check(pos);
+  o.add("asam_clusters", c.asam_clusters, "ASAM: centroids per head (clustered)")->check(pos);
+  o.add("fixed_gate", c.fixed_gate, "ASAM: a constant gate in [0, 1] (1: sparse only); -1: learned");
+  o.add("gate_tau", c.gate_tau, "ASAM: gate temperature")->check(pos);
+  o.add("cluster_loss", c.cluster_loss, "ASAM: weight of the centroids' k-means loss")->check(nonneg);
+  // firing
+  o.add("firing_hidden", c.firing_hidden, "firing: neurons of the first layer")->check(pos);
+  o.add("fan_out", c.fan_out, "firing: outputs per neuron (the second layer's neurons)")->check(pos);
+  o.add("firing_backward", c.firing_backward, "firing: exact | ste | surrogate")
+      ->check(CLI::IsMember({"exact", "ste", "surrogate"}));
+  o.add("surrogate", c.surrogate, "firing: surrogate derivative (sigmoid, fast_sigmoid, triangle, gaussian)");
+  o.add("surrogate_width", c.surrogate_width, "firing: surrogate width")->check(pos);
+  o.add("threshold", c.threshold, "firing: initial threshold SP");
+  o.add("firing_init", c.firing_init, "firing: signed | nonnegative weights")->check(CLI::IsMember({"signed", "nonnegative"}));
+  o.add("rule", c.rule, "firing: local rule on the first layer: none | A | B")->check(CLI::IsMember({"none", "A", "B"}));
+  o.add("eta_w", c.eta_w, "rule B: Oja rate on W (rule A: eta+ and eta-)")->check(nonneg);
+  o.add("eta_f", c.eta_f, "rule B: rate on f (rule A: rho+ and rho-)")->check(nonneg);
+  o.add("eta_sp", c.eta_sp, "rules: homeostatic threshold rate")->check(nonneg);
+  o.add("r_target", c.r_target, "rules: target firing rate")->check(CLI::Range(0.0, 1.0));
+  o.add("w_min", c.w_min, "rule B: W range low (rule A: 0)");
+  o.add("w_max", c.w_max, "rules: W range high")->check(pos);
+  o.add("f_min", c.f_min, "rule B: f range low");
+  o.add("f_max", c.f_max, "rules: f range high")->check(pos);
+  // lm
+  o.add("lm_attention", c.lm_attention, "lm: dense | ascender | asam")->check(CLI::IsMember({"dense", "ascender", "asam"}));
+  // optimisation
+  o.add("optimizer", c.optimizer, "adamw | adam | sgd")->check(CLI::IsMember({"adamw", "adam", "sgd"}));
+  o.add("lr", c.lr, "learning rate")->check(pos);
+  o.add("weight_decay", c.weight_decay, "weight decay")->check(nonneg);
+  o.add("momentum", c.momentum, "sgd: momentum")->check(CLI::Range(0.0, 0.999));
+  o.add("schedule", c.schedule, "constant | cosine (linear warmup, then cosine to --min-lr)")
+      ->check(CLI::IsMember({"constant", "cosine"}));
+  o.add("warmup", c.warmup, "warmup steps")->check(nonneg);
+  o.add("min_lr", c.min_lr, "cosine: final learning rate")->check(nonneg);
+  o.add("clip", c.clip, "gradient-norm clipping (0: off)")->check(nonneg);
+  o.add("batch", c.batch, "batch size")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  o.add("steps", c.steps, "optimizer steps (0: --epochs of the training split)")->check(nonneg);
+  o.add("epochs", c.epochs, "epochs when --steps is 0")->check(pos);
+  o.add("eval_every", c.eval_every, "steps between validations (0: 10 per run)")->check(nonneg);
+  o.add("eval_batches", c.eval_batches, "validation batches per evaluation (0: the whole split)")->check(nonneg);
+  o.add("log_every", c.log_every, "steps between training-metric rows (0: 50 per run)")->check(nonneg);
+  o.add("seed", c.seed, "seed of the initialisation, data order and dropout");
+  // run
+  o.add("threads", c.threads, "CPU threads (0: OpenMP's default)")->check(nonneg);
+  o.add("prefetch", c.prefetch, "batches the loader builds ahead on its thread (0: none)")->check(CLI::Range(0, 64));
+  o.add("ckpt_every", c.ckpt_every, "steps between checkpoints (0: at every validation)")->check(nonneg);
+  o.add("device", c.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  o.add("out", c.out, "output directory");
+  o.add("progress", c.progress, "auto (a line redrawn on a terminal, plain lines otherwise) | none")
+      ->check(CLI::IsMember({"auto", "none"}));
+  o.add("progress_every", c.progress_every, "seconds between plain progress lines when stderr is not a terminal")
+      ->check(pos);
+  o.add("dump_decomposition", c.dump_decomposition, "test examples whose ASCender decomposition is written to dumps/");
+}
+
+// ---- small helpers -----------------------------------------------------------------------------------------------
+
+volatile std::sig_atomic_t g_stop = 0;
+extern "C" void on_signal(int) {
+  if (g_stop) _exit(130);  // a second signal: stop now
+  g_stop = 1;
+}
+
+std::string git_commit() {
+#ifdef ASC_SOURCE_DIR
+  const std::string cmd = std::string("git -C '") + ASC_SOURCE_DIR + "' rev-parse HEAD 2>/dev/null";
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[64] = {};
+    const bool ok = std::fgets(buf, sizeof buf, p) != nullptr;
+    pclose(p);
+    std::string s = ok ? std::string(buf) : "";
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    if (!s.empty()) return s;
+  }
+#endif
+  return "unknown";
+}
+
+std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.10g}", v) : ""; }
+json jnum(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+// ---- the model and its mechanisms ----------------------------------------------------------------------------------
+
+struct Run {
+  Config c;
+  data::Task task;
+  std::shared_ptr<nn::Module> model;
+  std::shared_ptr<models::TransformerClassifier> classifier;
+  std::shared_ptr<models::DecoderLM> lm;
+  std::shared_ptr<models::FiringClassifier> firing;
+  std::vector<std::shared_ptr<nn::Attention>> attention;  // per block
+  Device device = Device::cpu();
+  bool is_lm() const { return lm != nullptr; }
+};
+
+nn::AscenderAttentionOptions ascender_options(const Config& c) {
+  auto mode = c.asc_mode == "full" ? nn::AscenderMode::Full
+              : c.asc_mode == "windowed" ? nn::AscenderMode::Windowed : nn::AscenderMode::Reuse;
+  return nn::AscenderAttentionOptions(0, 0)
+      .k(c.k).tau_sep(c.tau_sep).tau_coh(c.tau_coh).alpha_align(c.alpha_align).alpha_coh(c.alpha_coh)
+      .neighbors_include_self(c.include_self)
+      .gate_position(c.gate_position == "after" ? nn::GatePosition::AfterNorm : nn::GatePosition::BeforeNorm)
+      .mode(mode).window(c.asc_window).global_tokens(c.asc_global)
+      .use_align(c.use_align).use_sep(c.use_sep).use_coh(c.use_coh).omega_init(c.omega_init)
+      .aux_align(c.aux_align).aux_sep(c.aux_sep).aux_coh(c.aux_coh).aux_start_step(c.aux_start)
+      .warmup_steps(c.omega_warmup).sep_start_step(c.sep_start);
+}
+
+nn::AsamAttentionOptions asam_options(const Config& c) {
+  auto o = nn::AsamAttentionOptions(0, 0)
+               .patterns(c.asam_patterns).window(c.asam_window).stride(c.asam_stride).global_tokens(c.asam_global)
+               .random_keys(c.asam_random).clusters(c.asam_clusters).fixed_gate(c.fixed_gate).gate_tau(c.gate_tau)
+               .cluster_loss_weight(c.cluster_loss).seed(c.seed);
+  if (c.model == "window") o.patterns({"window"}).fixed_gate(1.0);
+  if (c.model == "window-global") o.patterns({"window", "global"}).fixed_gate(1.0);
+  return o;
+}
+
+void build_model(Run& r) {
+  const Config& c = r.c;
+  const data::Task& t = r.task;
+  if (c.model == "firing") {
+    ASC_CHECK(t.vocab == 0, "train: the firing network reads fixed-size float inputs (task fashion-mnist); task '{}' "
+              "gives token sequences", t.name);
+    auto o = models::FiringClassifierOptions(t.max_len, t.classes).hidden(c.firing_hidden).fan_out(c.fan_out)
+                 .backward(c.firing_backward == "exact" ? GateBackward::None
+                           : c.firing_backward == "ste" ? GateBackward::StraightThrough : GateBackward::Surrogate)
+                 .surrogate(c.surrogate).surrogate_width(c.surrogate_width).threshold(c.threshold)
+                 .init(c.firing_init == "nonnegative" ? nn::FiringInit::NonNegative : nn::FiringInit::Signed);
+    r.firing = std::make_shared<models::FiringClassifier>(o);
+    r.model = r.firing;
+  } else {
+    ASC_CHECK(t.vocab > 0, "train: model '{}' reads token sequences; task '{}' gives float images (use "
+              "fashion-mnist-seq, or --model firing)", c.model, t.name);
+    if (c.model == "lm") {
+      ASC_CHECK(c.positional == "rope" || c.positional == "learned",
+                "train: the decoder LM uses rotary positions; --positional {} is not available for it", c.positional);
+      auto o = models::DecoderLMOptions(t.vocab).d_model(c.d_model).heads(c.heads).layers(c.layers).ffn(c.ffn)
+                   .dropout(c.dropout);
+      nn::AttentionFactory f = nn::dense_attention;
+      if (c.lm_attention == "ascender") f = nn::ascender_attention(ascender_options(c).rope(true));
+      if (c.lm_attention == "asam") f = nn::asam_attention(asam_options(c));
+      r.lm = std::make_shared<models::DecoderLM>(o, f);
+      r.model = r.lm;
+      for (auto& b : *r.lm->blocks) r.attention.push_back(std::static_pointer_cast<nn::TransformerEncoderBlock>(b)->attn);
+    } else {
+      const std::string attn = c.model == "dense" ? "dense" : c.model == "ascender" ? "ascender" : "asam";
+      auto o = models::TransformerClassifierOptions(t.vocab, t.max_len, t.classes).d_model(c.d_model).heads(c.heads)
+                   .layers(c.layers).ffn(c.ffn).dropout(c.dropout).norm_first(c.norm_first).attention(attn)
+                   .positional(c.positional).ascender(ascender_options(c)).asam(asam_options(c));
+      r.classifier = std::make_shared<models::TransformerClassifier>(o);
+      r.model = r.classifier;
+      for (auto& b : *r.classifier->blocks)
+        r.attention.push_back(std::static_pointer_cast<nn::TransformerEncoderBlock>(b)->attn);
+    }
+  }
+  if (r.device.is_cuda()) r.model->to(r.device);
+}
+
+// Mechanism statistics of the model now (parameters) and of the batches seen since the last reset (gates, rates).
+class MechStats {
+ public:
+  explicit MechStats(const Run& r) : r_(r) {}
+  // Column names, fixed for the run (the CSV header).
+  std::vector<std::string> columns() const {
+    std::vector<std::string> cols;
+    for (size_t l = 0; l < r_.attention.size(); ++l) {
+      if (auto a = std::dynamic_pointer_cast<nn::AscenderAttention>(r_.attention[l]))
+        for (const char* w : {"omega_align", "omega_sep", "omega_coh"})
+          for (int64_t h = 0; h < a->options.heads(); ++h) cols.push_back(fmt::format("L{}.{}.h{}", l, w, h));
+      if (std::dynamic_pointer_cast<nn::AsamAttention>(r_.attention[l])) cols.push_back(fmt::format("L{}.asam_gate", l));
+    }
+    if (r_.firing)
+      for (int l = 0; l < 2; ++l) {
+        cols.push_back(fmt::format("L{}.firing_rate", l));
+        cols.push_back(fmt::format("L{}.firing_threshold", l));
+      }
+    return cols;
+  }
+  void reset() { sums_.assign(slots(), 0.0), counts_.assign(slots(), 0.0); }
+  // After a forward: accumulate the gates and firing rates of that batch.
+  void observe() {
+    if (sums_.empty()) reset();
+    size_t s = 0;
+    for (auto& a : r_.attention)
+      if (auto asam = std::dynamic_pointer_cast<nn::AsamAttention>(a)) {
+        Tensor g = asam->last_gate();
+        if (g.defined()) sums_[s] += sum(g).item<double>(), counts_[s] += static_cast<double>(g.numel());
+        ++s;
+      }
+    if (r_.firing)
+      for (auto* layer : {r_.firing->hidden.get(), r_.firing->second.get()}) {
+        Tensor F = layer->last_gate();
+        if (F.defined()) sums_[s] += sum(F).item<double>(), counts_[s] += static_cast<double>(F.numel());
+        ++s;
+      }
+  }
+  // {"L0.omega_align": [...], "L0.asam_gate": x, ...} for metrics.jsonl, and the flat columns for the CSV.
+  void values(json& mech, std::map<std::string, double>& flat) const {
+    size_t s = 0;
+    for (size_t l = 0; l < r_.attention.size(); ++l) {
+      if (auto a = std::dynamic_pointer_cast<nn::AscenderAttention>(r_.attention[l])) {
+        const std::pair<const char*, Tensor> ws[] = {
+            {"omega_align", a->omega_align}, {"omega_sep", a->omega_sep}, {"omega_coh", a->omega_coh}};
+        for (const auto& [name, w] : ws) {
+          std::vector<double> v = w.to(Device::cpu()).to(kFloat64).to_vector<double>();
+          mech[fmt::format("L{}.{}", l, name)] = v;
+          for (size_t h = 0; h < v.size(); ++h) flat[fmt::format("L{}.{}.h{}", l, name, h)] = v[h];
+        }
+      }
+      if (std::dynamic_pointer_cast<nn::AsamAttention>(r_.attention[l])) {
+        const double g = mean_of(s++);
+        mech[fmt::format("L{}.asam_gate", l)] = jnum(g);
+        flat[fmt::format("L{}.asam_gate", l)] = g;
+      }
+    }
+    if (r_.firing) {
+      int l = 0;
+      for (auto* layer : {r_.firing->hidden.get(), r_.firing->second.get()}) {
+        const double rate = mean_of(s++), sp = mean(layer->SP).item<double>();
+        mech[fmt::format("L{}.firing_rate", l)] = jnum(rate);
+        mech[fmt::format("L{}.firing_threshold", l)] = sp;
+        flat[fmt::format("L{}.firing_rate", l)] = rate;
+        flat[fmt::format("L{}.firing_threshold", l)] = sp;
+        ++l;
+      }
+    }
+  }
+
+ private:
+  size_t slots() const {
+    size_t n = 0;
+    for (auto& a : r_.attention) n += std::dynamic_pointer_cast<nn::AsamAttention>(a) ? 1 : 0;
+    return n + (r_.firing ? 2 : 0);
+  }
+  double mean_of(size_t s) const {
+    return s < counts_.size() && counts_[s] > 0 ? sums_[s] / counts_[s] : std::nan("");
+  }
+  const Run& r_;
+  std::vector<double> sums_, counts_;
+};
+
+// ---- one step's arithmetic: loss and accuracy of a batch -------------------------------------------------------------
+
+struct BatchResult {
+  Tensor loss;           // scalar: the mean task loss (+ auxiliary losses when training)
+  Tensor example_loss;   // (B) per-example loss (classifiers) — for predictions
+  Tensor prediction;     // (B) classifiers, or (B, T-1) the LM's next-byte guesses
+  double task_loss_sum = 0;  // summed over the examples (classifier) or the predicted bytes (LM)
+  double correct = 0, count = 0;
+};
+
+BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
+  BatchResult out;
+  Tensor input = b.input.to(r.device), valid = b.valid.defined() ? b.valid.to(r.device) : Tensor();
+  if (r.is_lm()) {
+    const int64_t T = input.size(1);
+    ASC_CHECK(T >= 2, "train: the LM needs sequences of at least 2 tokens, got a batch of length {}", T);
+    Tensor logits = r.lm->forward(input).narrow(1, 0, T - 1);  // (B, T-1, V): predicts tokens 1..T-1
+    Tensor target = input.narrow(1, 1, T - 1);                 // (B, T-1)
+    if (valid.defined()) target = where(valid.narrow(1, 1, T - 1), target, -100.0).to(kInt64);
+    const int64_t V = logits.size(2);
+    Tensor flat_t = target.reshape({-1});
+    Tensor per = cross_entropy(logits.reshape({-1, V}), flat_t, {.reduction = Reduction::None});  // 0 at ignored
+    Tensor kept = ne(flat_t, -100.0).to(per.dtype());
+    const double n = sum(kept).item<double>();
+    out.loss = sum(per) / std::max(1.0, n);
+    out.prediction = argmax(logits, -1);
+    NoGradGuard ng;
+    out.task_loss_sum = sum(per).item<double>();
+    out.correct = sum(eq(out.prediction.reshape({-1}), flat_t).to(kFloat64)).item<double>();
+    out.count = n;
+  } else {
+    Tensor logits = r.firing ? r.firing->forward(input.reshape({input.size(0), -1}))
+                             : r.classifier->forward(input, valid);  // (B, classes)
+    Tensor labels = b.labels.to(r.device);
+    out.example_loss = cross_entropy(logits, labels, {.reduction = Reduction::None});  // (B)
+    out.loss = mean(out.example_loss);
+    if (training && r.classifier) {
+      Tensor aux = r.classifier->aux_loss();
+      out.loss = out.loss + aux;
+    }
+    out.prediction = argmax(logits, -1);
+    NoGradGuard ng;
+    out.task_loss_sum = sum(out.example_loss).item<double>();
+    out.correct = sum(eq(out.prediction, labels).to(kFloat64)).item<double>();
+    out.count = static_cast<double>(b.size());
+  }
+  return out;
+}
+
+// ---- evaluation -----------------------------------------------------------------------------------------------------
+
+struct EvalResult {
+  double loss = 0, accuracy = 0, count = 0;
+  std::vector<std::array<double, 5>> predictions;  // index, label, prediction, correct, loss
+};
+
+EvalResult evaluate(Run& r, const data::Dataset& ds, int64_t max_batches, MechStats& mech, bool keep_predictions,
+                    const std::function<void(const data::Batch&)>& after_batch = {}) {
+  NoGradGuard ng;
+  r.model->eval();
+  mech.reset();
+  EvalResult e;
+  double loss_sum = 0;
+  int64_t batches = 0;
+  struct Stop {};
+  try {
+    data::for_each_batch(ds, r.c.batch, r.task.pad_id, [&](const data::Batch& b) {
+      if (max_batches > 0 && batches >= max_batches) throw Stop{};
+      BatchResult br = run_batch(r, b, false);
+      mech.observe();
+      if (after_batch) after_batch(b);
+      loss_sum += br.task_loss_sum, e.accuracy += br.correct, e.count += br.count;
+      if (keep_predictions && !r.is_lm()) {
+        std::vector<int64_t> pred = br.prediction.to(Device::cpu()).to_vector<int64_t>();
+        std::vector<double> el = br.example_loss.to(Device::cpu()).to(kFloat64).to_vector<double>();
+        std::vector<int64_t> lab = b.labels.to_vector<int64_t>();
+        for (size_t i = 0; i < pred.size(); ++i)
+          e.predictions.push_back({static_cast<double>(b.indices[i]), static_cast<double>(lab[i]),
+                                   static_cast<double>(pred[i]), pred[i] == lab[i] ? 1.0 : 0.0, el[i]});
+      }
+      ++batches;
+    });
+  } catch (const Stop&) {
+  }
+  r.model->train();
+  e.loss = loss_sum / std::max(1.0, e.count);
+  e.accuracy /= std::max(1.0, e.count);
+  return e;
+}
+
+// ---- output files ---------------------------------------------------------------------------------------------------
+
+class MetricsWriter {
+ public:
+  MetricsWriter(const fs::path& dir, std::vector<std::string> mech_columns, bool lm, bool append)
+      : mech_(std::move(mech_columns)), lm_(lm) {
+    const bool fresh = !append || !fs::exists(dir / "metrics.csv");
+    csv_.open(dir / "metrics.csv", fresh ? std::ios::trunc : std::ios::app);
+    jsonl_.open(dir / "metrics.jsonl", fresh ? std::ios::trunc : std::ios::app);
+    ASC_CHECK(csv_ && jsonl_, "train: cannot write metrics files in {}", dir.string());
+    if (fresh) {
+      csv_ << "step,epoch,split,loss,accuracy,lr,tokens_per_s,time_s" << (lm_ ? ",bits_per_byte" : "");
+      for (const auto& m : mech_) csv_ << "," << m;
+      csv_ << "\n";
+    }
+  }
+  void row(int64_t step, double epoch, const std::string& split, double loss, double acc, double lr, double tps,
+           double time_s, const json& mech, const std::map<std::string, double>& flat) {
+    csv_ << step << "," << num(epoch) << "," << split << "," << num(loss) << "," << num(acc) << "," << num(lr) << ","
+         << num(tps) << "," << num(time_s);
+    if (lm_) csv_ << "," << num(loss / std::log(2.0));
+    for (const auto& m : mech_) {
+      auto it = flat.find(m);
+      csv_ << "," << (it == flat.end() ? "" : num(it->second));
+    }
+    csv_ << "\n";
+    json j = {{"step", step}, {"epoch", epoch}, {"split", split}, {"loss", jnum(loss)}, {"accuracy", jnum(acc)},
+              {"lr", lr}, {"tokens_per_s", jnum(tps)}, {"time_s", time_s}};
+    if (lm_) j["bits_per_byte"] = jnum(loss / std::log(2.0));
+    j["mech"] = mech.is_null() ? json::object() : mech;
+    jsonl_ << j.dump() << "\n";
+    csv_.flush(), jsonl_.flush();
+  }
+
+ private:
+  std::ofstream csv_, jsonl_;
+  std::vector<std::string> mech_;
+  bool lm_;
+};
+
+// Keeps the rows of metrics.csv / metrics.jsonl up to `step` (a resumed run rewrites what came after its checkpoint).
+void truncate_metrics(const fs::path& dir, int64_t step) {
+  for (const char* name : {"metrics.csv", "metrics.jsonl"}) {
+    const fs::path p = dir / name;
+    if (!fs::exists(p)) continue;
+    std::ifstream in(p);
+    std::vector<std::string> keep;
+    std::string line;
+    bool first = true;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      int64_t s = -1;
+      if (std::string(name) == "metrics.csv") {
+        if (first) {
+          keep.push_back(line), first = false;
+          continue;
+        }
+        s = std::stoll(line.substr(0, line.find(',')));
+      } else {
+        s = json::parse(line).at("step").get<int64_t>();
+      }
+      if (s <= step) keep.push_back(line);
+    }
+    in.close();
+    std::ofstream o(p, std::ios::trunc);
+    for (const auto& l : keep) o << l << "\n";
+  }
+}
+
+void write_json(const fs::path& p, const json& j) {
+  std::ofstream f(p.string() + ".tmp", std::ios::trunc);
+  f << j.dump(2) << "\n";
+  f.close();
+  ASC_CHECK(f.good(), "train: cannot write {}", p.string());
+  fs::rename(p.string() + ".tmp", p);
+}
+
+// ---- the run --------------------------------------------------------------------------------------------------------
+
+int train_main(Config c, const Options& options, bool resume, const std::string& eval_only,
+               const std::string& command) {
+#ifdef _OPENMP
+  if (c.threads > 0) omp_set_num_threads(static_cast<int>(c.threads));
+#endif
+  Run r;
+  r.c = c;
+  ASC_CHECK(c.device != "cuda" || cuda::is_available(), "train: --device cuda, but {}",
+            cuda::is_available() ? "" : "no CUDA device is available in this build / machine");
+  r.device = c.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  const fs::path out = c.out;
+  fs::create_directories(out / "ckpt");
+  const fs::path last_ckpt = out / "ckpt" / "last.safetensors";
+  if (!resume && eval_only.empty())
+    ASC_CHECK(!fs::exists(out / "metrics.csv"),
+              "train: {} already holds a run (metrics.csv); continue it with --resume or choose another --out",
+              out.string());
+
+  manual_seed(c.seed);
+  r.task = data::make_task(c.task, {.seed = c.data_seed, .train_size = c.train_size, .val_size = c.val_size,
+                                    .test_size = c.test_size, .min_len = c.min_len, .max_len = c.max_len,
+                                    .data_dir = c.data_dir, .image_size = c.image_size});
+  ASC_CHECK(r.task.train->size() > 0 && r.task.val->size() > 0 && r.task.test->size() > 0,
+            "train: task {} has an empty split (train {}, val {}, test {})", c.task, r.task.train->size(),
+            r.task.val->size(), r.task.test->size());
+  manual_seed(c.seed);  // the model's initialisation depends on --seed only
+  build_model(r);
+  MechStats mech(r), train_mech(r);  // evaluation's, and the training batches' since the last log row
+
+  std::vector<Tensor> params = r.model->parameters();
+  std::unique_ptr<optim::Optimizer> opt;
+  if (c.optimizer == "adamw") opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+  else if (c.optimizer == "adam") opt = std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+  else opt = std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+  if (r.firing && c.rule == "B")
+    opt->add_local_rule(r.firing->hidden->rule_b({.eta_w = c.eta_w, .eta_f = c.eta_f, .eta_sp = c.eta_sp,
+                                                  .r_target = c.r_target, .w_min = c.w_min, .w_max = c.w_max,
+                                                  .f_min = c.f_min, .f_max = c.f_max}));
+  if (r.firing && c.rule == "A")
+    opt->add_local_rule(r.firing->hidden->rule_a({.eta_plus = c.eta_w, .eta_minus = c.eta_w, .rho_plus = c.eta_f,
+                                                  .rho_minus = c.eta_f, .eta_sp = c.eta_sp, .w_max = c.w_max,
+                                                  .f_max = c.f_max, .r_target = c.r_target}));
+  ASC_CHECK(!(c.rule != "none" && !r.firing), "train: --rule {} applies to --model firing only", c.rule);
+
+  data::DataLoader loader(r.task.train, {.batch_size = c.batch, .shuffle = true, .seed = c.seed, .drop_last = true,
+                                         .prefetch = c.prefetch, .pad_id = r.task.pad_id});
+  const int64_t total = c.steps > 0 ? c.steps : c.epochs * loader.batches_per_epoch();
+  const int64_t eval_every = c.eval_every > 0 ? c.eval_every : std::max<int64_t>(1, total / 10);
+  const int64_t log_every = c.log_every > 0 ? c.log_every : std::max<int64_t>(1, std::min(eval_every, total / 50));
+  const int64_t ckpt_every = c.ckpt_every > 0 ? c.ckpt_every : eval_every;
+  std::unique_ptr<optim::LRScheduler> sched;
+  if (c.schedule == "cosine")
+    sched = std::make_unique<optim::WarmupCosine>(*opt, optim::WarmupCosineOptions{
+        .warmup_steps = std::min(c.warmup, total), .total_steps = std::max<int64_t>(total, 1), .min_lr = c.min_lr});
+  else
+    sched = std::make_unique<optim::LambdaLR>(*opt, [w = c.warmup](int64_t s) {
+      return w > 0 && s < w ? static_cast<double>(s + 1) / static_cast<double>(w) : 1.0;
+    });
+
+  const int64_t n_params = [&] {
+    int64_t n = 0;
+    for (const Tensor& p : params) n += p.numel();
+    return n;
+  }();
+  const models::FlopCount flops_max = models::count_flops(*r.model, r.task.max_len);
+  const double peak = r.device.is_cuda() ? 0.0 : models::measured_gemm_peak();
+
+  // State carried through checkpoints.
+  int64_t step = 0, best_step = -1;
+  double best_val = -1, wall_before = 0;
+  double acc_loss = 0, acc_correct = 0, acc_count = 0, acc_tokens = 0;
+  auto save_state = [&] {
+    std::map<std::string, std::string> m = {
+        {"step", std::to_string(step)}, {"best_step", std::to_string(best_step)}, {"best_val", num(best_val)},
+        {"loader.epoch", std::to_string(loader.state().epoch)}, {"loader.position", std::to_string(loader.state().position)},
+        {"loader.seed", std::to_string(loader.state().seed)}, {"acc.loss", fmt::format("{:a}", acc_loss)},
+        {"acc.correct", fmt::format("{:a}", acc_correct)}, {"acc.count", fmt::format("{:a}", acc_count)},
+        {"acc.tokens", fmt::format("{:a}", acc_tokens)}};
+    m["wall_s"] = num(wall_before);
+    save_checkpoint(last_ckpt.string(), {.model = r.model.get(), .optimizer = opt.get(), .scheduler = sched.get(),
+                                         .generator = &default_generator()}, m);
+  };
+
+  if (!eval_only.empty()) {
+    r.model->load_state_dict(load_safetensors(eval_only));
+  } else if (resume) {
+    ASC_CHECK(fs::exists(last_ckpt), "train: --resume, but {} has no checkpoint ({})", out.string(), last_ckpt.string());
+    std::map<std::string, std::string> m;
+    load_checkpoint(last_ckpt.string(), {.model = r.model.get(), .optimizer = opt.get(), .scheduler = sched.get(),
+                                         .generator = &default_generator()}, &m);
+    auto get = [&](const std::string& k) {
+      ASC_CHECK(m.count(k), "train: checkpoint {} lacks '{}' (not written by train?)", last_ckpt.string(), k);
+      return m.at(k);
+    };
+    step = std::stoll(get("step")), best_step = std::stoll(get("best_step"));
+    best_val = get("best_val").empty() ? -1 : std::stod(get("best_val"));
+    wall_before = std::stod(get("wall_s"));
+    acc_loss = std::strtod(get("acc.loss").c_str(), nullptr), acc_correct = std::strtod(get("acc.correct").c_str(), nullptr);
+    acc_count = std::strtod(get("acc.count").c_str(), nullptr), acc_tokens = std::strtod(get("acc.tokens").c_str(), nullptr);
+    loader.set_state({std::stoll(get("loader.epoch")), std::stoll(get("loader.position")), std::stoull(get("loader.seed"))});
+    truncate_metrics(out, step);
+  }
+  json cfg = options.save(c);
+  cfg["git_commit"] = git_commit();
+  cfg["command"] = command;
+  if (eval_only.empty()) write_json(out / "config.json", cfg);
+
+  // Progress: one line redrawn on a terminal, plain lines otherwise (tools/cli.h).
+  const bool show = c.progress != "none";
+  tools::Progress progress(total, fmt::format("train {} {}", c.model, c.task));
+  progress.set_plain_every(c.progress_every);
+
+  MetricsWriter metrics(out, mech.columns(), r.is_lm(), resume || !eval_only.empty());
+  auto t_start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return wall_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
+  auto lr_now = [&] { return opt->lr(0); };
+  double tokens_per_s = 0, flops_done = 0, window_t0 = elapsed(), window_tokens = 0;
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  reset_cpu_peak_memory();
+  bool interrupted = false;
+  if (eval_only.empty()) {
+    r.model->train();
+    const int64_t first_step = step;
+    while (step < total) {
+      data::Batch b = loader.next();
+      opt->zero_grad();
+      BatchResult br = run_batch(r, b, true);
+      train_mech.observe();
+      br.loss.backward();
+      if (c.clip > 0) optim::clip_grad_norm(params, c.clip);
+      opt->step();
+      sched->step();
+      ++step;
+      const int64_t T = b.input.dim() >= 2 ? b.input.size(1) : 1;
+      flops_done += models::count_flops(*r.model, T).training() * static_cast<double>(b.size());
+      acc_loss += br.task_loss_sum, acc_correct += br.correct, acc_count += br.count;
+      acc_tokens += static_cast<double>(b.tokens), window_tokens += static_cast<double>(b.tokens);
+      if (step % log_every == 0 || step == total) {
+        const double now = elapsed();
+        tokens_per_s = window_tokens / std::max(1e-9, now - window_t0);
+        const double mfu = peak > 0 ? flops_done / std::max(1e-9, now - window_t0) / peak : std::nan("");
+        window_t0 = now, window_tokens = 0, flops_done = 0;
+        json mj;
+        std::map<std::string, double> flat;
+        train_mech.values(mj, flat);
+        train_mech.reset();
+        const double loss = acc_loss / std::max(1.0, acc_count), acc = acc_correct / std::max(1.0, acc_count);
+        metrics.row(step, static_cast<double>(step) / static_cast<double>(loader.batches_per_epoch()), "train", loss,
+                    acc, lr_now(), tokens_per_s, now, mj, flat);
+        acc_loss = acc_correct = acc_count = acc_tokens = 0;
+        if (show)
+          progress.update(step, fmt::format("loss {:.4f}  acc {:.1f}%  {:.0f} tok/s  MFU {}", loss, 100 * acc,
+                                            tokens_per_s, std::isfinite(mfu) ? fmt::format("{:.1f}%", 100 * mfu) : "n/a"));
+      }
+      if (step % eval_every == 0 || step == total) {
+        EvalResult v = evaluate(r, *r.task.val, c.eval_batches, mech, false);
+        json mj;
+        std::map<std::string, double> flat;
+        mech.values(mj, flat);
+        metrics.row(step, static_cast<double>(step) / static_cast<double>(loader.batches_per_epoch()), "val", v.loss,
+                    v.accuracy, lr_now(), std::nan(""), elapsed(), mj, flat);
+        const double score = r.is_lm() ? -v.loss : v.accuracy;
+        if (best_step < 0 || score > best_val) {
+          best_val = score, best_step = step;
+          save_safetensors((out / "best.safetensors").string(), r.model->state_dict(),
+                           {{"step", std::to_string(step)}, {"val_accuracy", num(v.accuracy)}, {"val_loss", num(v.loss)}});
+        }
+        if (show)
+          progress.update(step, fmt::format("val loss {:.4f}  val acc {:.1f}%  (best at step {})", v.loss,
+                                            100 * v.accuracy, best_step));
+      }
+      const bool part_done = c.stop_after > 0 && step - first_step >= c.stop_after && step < total;
+      if (step % ckpt_every == 0 || step == total || g_stop || part_done) {
+        // wall_s in the checkpoint: the time so far, so that a resumed run's clock goes on from it
+        const double now = elapsed();
+        wall_before = now, t_start = std::chrono::steady_clock::now();
+        save_state();
+      }
+      if (g_stop || part_done) {
+        interrupted = true;
+        break;
+      }
+    }
+    if (show) progress.finish(interrupted ? fmt::format("interrupted at step {}: saved {}", step, last_ckpt.string())
+                                          : fmt::format("done: best validation at step {}", best_step));
+  }
+  if (interrupted) {
+    fmt::print(stderr, "train: {} at step {} of {}; saved {} (continue with --resume --out {})\n",
+               g_stop ? "interrupted" : "stopped (--stop-after)", step, total, last_ckpt.string(), out.string());
+    return 130;
+  }
+
+  // ---- test: the best validation checkpoint, evaluated once --------------------------------------------------------
+  if (eval_only.empty() && fs::exists(out / "best.safetensors"))
+    r.model->load_state_dict(load_safetensors((out / "best.safetensors").string()));
+  std::vector<std::vector<Tensor>> asam_gates(r.attention.size());
+  std::vector<Tensor> firing_sum(2);
+  double firing_n = 0;
+  EvalResult val = evaluate(r, *r.task.val, 0, mech, false);
+  EvalResult test = evaluate(r, *r.task.test, 0, mech, true, [&](const data::Batch& b) {
+    for (size_t l = 0; l < r.attention.size(); ++l)
+      if (auto a = std::dynamic_pointer_cast<nn::AsamAttention>(r.attention[l])) asam_gates[l].push_back(a->last_gate().to(Device::cpu()));
+    if (r.firing) {
+      int l = 0;
+      for (auto* layer : {r.firing->hidden.get(), r.firing->second.get()}) {
+        Tensor F = layer->last_gate().to(Device::cpu()).to(kFloat32);
+        Tensor s = sum(F.reshape({F.size(0), -1}), {0});
+        firing_sum[l] = firing_sum[l].defined() ? firing_sum[l] + s : s;
+        ++l;
+      }
+      firing_n += static_cast<double>(b.size());
+    }
+  });
+  {
+    json mj;
+    std::map<std::string, double> flat;
+    mech.values(mj, flat);
+    metrics.row(step, static_cast<double>(step) / static_cast<double>(loader.batches_per_epoch()), "test", test.loss,
+                test.accuracy, lr_now(), std::nan(""), elapsed(), mj, flat);
+  }
+  {
+    std::ofstream p(out / "predictions.csv", std::ios::trunc);
+    p << "index,label,prediction,correct,loss\n";
+    for (const auto& row : test.predictions)
+      p << static_cast<int64_t>(row[0]) << "," << static_cast<int64_t>(row[1]) << "," << static_cast<int64_t>(row[2])
+        << "," << static_cast<int64_t>(row[3]) << "," << num(row[4]) << "\n";
+  }
+  // ---- dumps ---------------------------------------------------------------------------------------------------------
+  fs::create_directories(out / "dumps");
+  {
+    StateDict g;
+    for (size_t l = 0; l < asam_gates.size(); ++l)
+      if (!asam_gates[l].empty()) g.set(fmt::format("L{}.gate", l), cat(asam_gates[l], 0).to(kFloat32));
+    if (g.size() > 0) save_safetensors((out / "dumps" / "asam_gate.safetensors").string(), g);
+    StateDict f;
+    for (int l = 0; l < 2; ++l)
+      if (firing_sum[l].defined()) f.set(fmt::format("L{}.rate", l), firing_sum[l] / std::max(1.0, firing_n));
+    if (f.size() > 0) save_safetensors((out / "dumps" / "firing_rates.safetensors").string(), f);
+  }
+  for (int64_t i : c.dump_decomposition) {
+    ASC_CHECK(i >= 0 && i < r.task.test->size(), "train: --dump-decomposition {}: the test split has {} examples", i,
+              r.task.test->size());
+    std::vector<std::shared_ptr<nn::AscenderAttention>> layers;
+    for (auto& a : r.attention)
+      if (auto x = std::dynamic_pointer_cast<nn::AscenderAttention>(a)) layers.push_back(x);
+    ASC_CHECK(!layers.empty(), "train: --dump-decomposition needs ASCender attention (--model ascender)");
+    data::Example ex = r.task.test->get(i);
+    data::Batch b = data::collate({ex}, r.task.pad_id);
+    NoGradGuard ng;
+    r.model->eval();
+    for (auto& l : layers) l->need_decomposition = true;
+    run_batch(r, b, false);
+    StateDict d;
+    for (size_t l = 0; l < r.attention.size(); ++l) {
+      auto a = std::dynamic_pointer_cast<nn::AscenderAttention>(r.attention[l]);
+      if (!a) continue;
+      AscenderDecomposition dec = a->decomposition();
+      const std::pair<const char*, Tensor> parts[] = {{"S_base", dec.S_base}, {"align", dec.align}, {"sep", dec.sep},
+                                                      {"coh", dec.coh}, {"S", dec.S}, {"A", dec.A}};
+      for (const auto& [name, t] : parts) d.set(fmt::format("L{}.{}", l, name), t.select(0, 0).to(Device::cpu()).to(kFloat32).contiguous());
+      a->need_decomposition = false;
+    }
+    d.set("tokens", b.input.select(0, 0).contiguous());
+    save_safetensors((out / "dumps" / fmt::format("decomposition_{}.safetensors", i)).string(), d,
+                     {{"example", std::to_string(i)}, {"label", std::to_string(ex.label)}});
+    r.model->train();
+  }
+  // ---- summary -------------------------------------------------------------------------------------------------------
+  json s = {{"task", c.task}, {"model", c.model}, {"seed", c.seed}, {"best_step", best_step},
+            {"val_accuracy", jnum(val.accuracy)}, {"val_loss", jnum(val.loss)}, {"test_accuracy", jnum(test.accuracy)},
+            {"test_loss", jnum(test.loss)}, {"steps", step}, {"wall_s", elapsed()},
+            {"peak_mem_mb", static_cast<double>(cpu_memory_stats().peak_allocated) / (1 << 20)},
+            {"tokens_per_s", jnum(tokens_per_s)}, {"params", n_params},
+            {"flops_per_token", flops_max.forward / static_cast<double>(r.task.max_len)},
+            {"attention_flops_per_token", flops_max.attention / static_cast<double>(r.task.max_len)},
+            {"gemm_peak_flops", jnum(peak)}, {"test_examples", test.count}};
+  if (r.is_lm()) s["test_bits_per_byte"] = test.loss / std::log(2.0);
+  write_json(out / "summary.json", s);
+  fmt::print("{}: test accuracy {:.2f}% (best validation {:.2f}% at step {}), {} parameters, {:.1f} s; wrote {}\n",
+             c.task, 100 * test.accuracy, 100 * val.accuracy, best_step, n_params, elapsed(), out.string());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"train: train and evaluate one model on one task; every output goes to --out DIR (see "
+               "docs/train.md)", "train"};
+  app.set_help_flag("-h,--help", "print this help (every option with its default) and exit");
+  Options options(app);
+  define_options(options, c);
+  std::string config_file, eval_only;
+  bool resume = false;
+  app.add_option("--config", config_file, "a config.json of options (flags given here override it)");
+  app.add_flag("--resume", resume, "continue the run in --out from its last checkpoint (its config.json, then these flags)");
+  app.add_option("--stop-after", c.stop_after, "train at most this many steps in this process, then checkpoint and exit "
+                 "130: a long run in parts that fit a time budget, each continued with --resume (0: no limit)")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))->capture_default_str();
+  app.add_option("--eval-only", eval_only, "evaluate this model file (best.safetensors) on validation and test, no training");
+  // The config file (and, with --resume, the run's own config.json) sets the defaults; flags then override them.
+  std::string command;
+  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  try {
+    for (int i = 1; i + 1 < argc; ++i)
+      if (std::string(argv[i]) == "--config") config_file = argv[i + 1];
+    std::string out_dir = c.out;
+    bool want_resume = false;
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]) == "--resume") want_resume = true;
+      if (std::string(argv[i]) == "--out" && i + 1 < argc) out_dir = argv[i + 1];
+    }
+    auto load = [&](const std::string& path) {
+      std::ifstream f(path);
+      ASC_CHECK(f.good(), "cannot read config file '{}'", path);
+      json j;
+      try {
+        j = json::parse(f);
+      } catch (const json::exception& e) {
+        ASC_THROW("config file '{}' is not valid JSON: {}", path, e.what());
+      }
+      options.load(j);
+    };
+    if (want_resume && fs::exists(fs::path(out_dir) / "config.json")) load((fs::path(out_dir) / "config.json").string());
+    if (!config_file.empty()) load(config_file);
+  } catch (const Error& e) {
+    fmt::print(stderr, "train: {}\n", e.what());
+    return 2;
+  }
+  tools::parse_or_exit(app, argc, argv);  // --help: exit 0; a bad flag or value: error + usage, exit 2
+  try {
+    return train_main(c, options, resume, eval_only, command);
+  } catch (const Error& e) {
+    fmt::print(stderr, "train: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "train: {}\n", e.what());
+    return 1;
+  }
+}
