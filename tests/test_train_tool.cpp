@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "nn/safetensors.h"
+#include "ops/ops.h"
 #include "testing.h"
 
 namespace fs = std::filesystem;
@@ -155,6 +156,47 @@ TEST_CASE("train: --config, with flags overriding it; a run directory is not ove
   CHECK(run(kTiny + " --steps 4 --out " + a.string(), a.string() + ".log") == 1);
   CHECK(read(a / "metrics.csv") == before);
   fs::remove_all(a), fs::remove_all(b);
+}
+
+TEST_CASE("train: every model kind trains a few steps and logs its mechanism's statistics") {
+  const std::string small = " --train-size 64 --val-size 32 --test-size 32 --d-model 16 --heads 2 --layers 1 --ffn 32"
+                            " --batch 16 --steps 4 --eval-every 2 --progress none --threads 1";
+  struct Case {
+    std::string args, column, dump;
+  };
+  const std::vector<Case> cases = {
+      {"--task grouping --model asam --asam-window 4", "L0.asam_gate", "dumps/asam_gate.safetensors"},
+      {"--task grouping --model window-global --asam-window 4", "L0.asam_gate", "dumps/asam_gate.safetensors"},
+      {"--task grouping --model dense --positional alibi", "accuracy", ""},
+      {"--task listops --min-len 20 --max-len 60 --model ascender --asc-mode windowed --asc-window 8 --k 2",
+       "L0.omega_coh.h1", ""},
+      {"--task grouping --model lm", "bits_per_byte", ""},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.args);
+    const fs::path d = temp_dir("kind");
+    REQUIRE(run(c.args + small + " --out " + d.string(), d.string() + ".log") == 0);
+    const std::string m = read(d / "metrics.csv");
+    CHECK(m.substr(0, m.find('\n')).find(c.column) != std::string::npos);
+    if (!c.dump.empty()) CHECK(fs::exists(d / c.dump));
+    fs::remove_all(d);
+  }
+  // The firing network on Fashion-MNIST images with rule B (skipped without the dataset).
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    MESSAGE("dataset-fashion-mnist not installed: the firing case is skipped");
+    return;
+  }
+  const fs::path d = temp_dir("firing");
+  REQUIRE(run("--task fashion-mnist --model firing --rule B --firing-hidden 32 --fan-out 2" + small + " --out " +
+                  d.string(),
+              d.string() + ".log") == 0);
+  CHECK(read(d / "metrics.csv").find("L0.firing_threshold") != std::string::npos);
+  StateDict rates = load_safetensors((d / "dumps/firing_rates.safetensors").string());
+  REQUIRE(rates.find("L0.rate") != nullptr);
+  CHECK(rates.find("L0.rate")->shape() == Shape{32});
+  const double mx = amax(*rates.find("L0.rate")).item<double>(), mn = amin(*rates.find("L0.rate")).item<double>();
+  CHECK((mn >= 0 && mx <= 1));
+  fs::remove_all(d);
 }
 
 TEST_CASE("train: the command-line contract") {

@@ -23,6 +23,7 @@ bad_values() {
     cudnn_sdpa_check) printf '%s\n' "/nonexistent-dir/device.json" ;;
     # ---- tools added later: their cases here (and the tool in tools/CMakeLists.txt's ASC_TOOLS) ----
     train) printf '%s\n' "--model bogus" "--heads 0" "--dropout 2" "--d-model abc" ;;
+    bench_loader) printf '%s\n' "--tasks bogus" "--batch 0" "--steps abc" "--d-model 6" ;;
     *) return 1 ;;
   esac
 }
@@ -36,6 +37,7 @@ value_option() {
   case $1 in
     demo | bench_train | bench_ddp) echo --steps ;;
     train) echo --heads ;;
+    bench_loader) echo --batch ;;
     bench_ascender | bench_asam) echo --n ;;
     bench_firing) echo --rates ;;
     *) echo --csv ;;

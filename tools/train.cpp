@@ -735,7 +735,8 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   MetricsWriter metrics(out, mech.columns(), r.is_lm(), resume || !eval_only.empty());
   auto t_start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return wall_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
-  auto lr_now = [&] { return opt->lr(0); };
+  double lr_used = opt->lr(0);
+  auto lr_now = [&] { return lr_used; };
   double tokens_per_s = 0, flops_done = 0, window_t0 = elapsed(), window_tokens = 0;
 
   std::signal(SIGINT, on_signal);
@@ -752,6 +753,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       train_mech.observe();
       br.loss.backward();
       if (c.clip > 0) optim::clip_grad_norm(params, c.clip);
+      lr_used = opt->lr(0);  // the rows report the lr this step ran with, not the next one's
       opt->step();
       sched->step();
       ++step;
@@ -900,8 +902,13 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
             {"gemm_peak_flops", jnum(peak)}, {"test_examples", test.count}};
   if (r.is_lm()) s["test_bits_per_byte"] = test.loss / std::log(2.0);
   write_json(out / "summary.json", s);
-  fmt::print("{}: test accuracy {:.2f}% (best validation {:.2f}% at step {}), {} parameters, {:.1f} s; wrote {}\n",
-             c.task, 100 * test.accuracy, 100 * val.accuracy, best_step, n_params, elapsed(), out.string());
+  if (r.is_lm())
+    fmt::print("{}: test {:.4f} bits per byte (next-byte accuracy {:.2f}%; best validation at step {}), {} parameters, "
+               "{:.1f} s; wrote {}\n", c.task, test.loss / std::log(2.0), 100 * test.accuracy, best_step, n_params,
+               elapsed(), out.string());
+  else
+    fmt::print("{}: test accuracy {:.2f}% (best validation {:.2f}% at step {}), {} parameters, {:.1f} s; wrote {}\n",
+               c.task, 100 * test.accuracy, 100 * val.accuracy, best_step, n_params, elapsed(), out.string());
   return 0;
 }
 

@@ -4,66 +4,26 @@
 //   firing_fmnist [--data DIR] [--epochs 3] [--limit N] [--test-limit N] [--expect ACC]
 //
 // DIR holds the four IDX files (gzip-compressed, as Debian's dataset-fashion-mnist installs them; default: $ASC_FMNIST_DIR,
-// else /usr/share/datasets/fashion-mnist). --limit / --test-limit train / test on the first N examples only;
+// else /usr/share/datasets/fashion-mnist), read by the library's task (data/tasks.h: the first 55000 training images;
+// the last 5000 are its validation split, unused here) and batched by asc::data::DataLoader (shuffled with seed 1).
+// --limit / --test-limit train / test on the first N examples only;
 // --expect fails (exit 1) when the final test accuracy is below ACC. Exit code 77 when the dataset is not there, so
 // a test that runs this program is skipped rather than failed.
-#include <zlib.h>
-
-#include <algorithm>
 #include <charconv>
-#include <limits>
-#include <optional>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
+#include <limits>
+#include <optional>
 #include <string>
-#include <vector>
 
 #include "ascender.h"
+#include "data/loader.h"
+#include "data/tasks.h"
 
 using namespace asc;
 
 namespace {
-
-// One IDX file (big-endian header: magic 0x00000803 images / 0x00000801 labels, then the sizes), read through zlib.
-std::vector<uint8_t> read_idx(const std::string& path, int dims, std::vector<int64_t>& sizes) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  ASC_CHECK(f != nullptr, "firing_fmnist: cannot open {}", path);
-  auto read_u32 = [&] {
-    unsigned char b[4];
-    ASC_CHECK(gzread(f, b, 4) == 4, "firing_fmnist: {} is truncated", path);
-    return (uint32_t(b[0]) << 24) | (uint32_t(b[1]) << 16) | (uint32_t(b[2]) << 8) | uint32_t(b[3]);
-  };
-  const uint32_t magic = read_u32();
-  ASC_CHECK(magic == 0x800u + static_cast<uint32_t>(dims), "firing_fmnist: {} is not an IDX file of {} dims", path,
-            dims);
-  sizes.clear();
-  int64_t total = 1;
-  for (int i = 0; i < dims; ++i) {
-    sizes.push_back(read_u32());
-    total *= sizes.back();
-  }
-  ASC_CHECK(total > 0 && total < (int64_t{1} << 31), "firing_fmnist: {} has a bad size", path);
-  std::vector<uint8_t> data(static_cast<size_t>(total));
-  ASC_CHECK(gzread(f, data.data(), static_cast<unsigned>(total)) == static_cast<int>(total),
-            "firing_fmnist: {} is truncated", path);
-  gzclose(f);
-  return data;
-}
-
-// Images (n, 784) float32 in [0, 1] and labels (n) int64, the first `limit` of them.
-std::pair<Tensor, Tensor> load(const std::string& dir, const std::string& split, int64_t limit) {
-  std::vector<int64_t> is, ls;
-  const std::vector<uint8_t> img = read_idx(dir + "/" + split + "-images-idx3-ubyte.gz", 3, is);
-  const std::vector<uint8_t> lab = read_idx(dir + "/" + split + "-labels-idx1-ubyte.gz", 1, ls);
-  ASC_CHECK(is[0] == ls[0] && is[1] * is[2] == 784, "firing_fmnist: {} images and labels disagree", split);
-  const int64_t n = limit > 0 ? std::min(limit, is[0]) : is[0];
-  std::vector<float> x(static_cast<size_t>(n * 784));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = img[i] / 255.0f;
-  std::vector<int64_t> y(lab.begin(), lab.begin() + n);
-  return {tensor(std::vector<double>(x.begin(), x.end()), {n, 784}).to(kFloat32), tensor(y, {n})};
-}
 
 constexpr const char* kUsage =
     "usage: firing_fmnist [--data DIR] [--epochs N] [--limit N] [--test-limit N] [--expect ACC]\n"
@@ -137,8 +97,8 @@ int run(int argc, char** argv) {
                "skipped\n", dir);
     return 77;
   }
-  const auto [x_train, y_train] = load(dir, "train", limit);
-  const auto [x_test, y_test] = load(dir, "t10k", test_limit);
+  const data::Task task =
+      data::make_task("fashion-mnist", {.train_size = limit, .test_size = test_limit, .data_dir = dir});
   manual_seed(0);
 
   // ---- as README.md writes them ----
@@ -148,40 +108,38 @@ int run(int argc, char** argv) {
   // ---- added: a linear readout of the 128 neurons, trained with them, and the loop ----
   auto readout = std::make_shared<nn::Linear>(128, 10);
   opt.add_param_group(readout->parameters(), {.lr = 1e-3});
+  auto logits = [&](const data::Batch& b) {
+    return (*readout)((*layer)(b.input.reshape({b.size(), 784})));  // images (B, 28, 28) -> (B, 10)
+  };
 
   auto accuracy = [&] {
     NoGradGuard no_grad;
     layer->eval();
-    const double acc =
-        mean(eq(argmax((*readout)((*layer)(x_test)), -1), y_test).to(kFloat64)).item<double>();
+    double correct = 0;
+    data::for_each_batch(*task.test, 1000, 0, [&](const data::Batch& b) {
+      correct += sum(eq(argmax(logits(b), -1), b.labels).to(kFloat64)).item<double>();
+    });
     layer->train();
-    return acc;
+    return correct / static_cast<double>(task.test->size());
   };
-  const int64_t n = x_train.size(0), batch = 64;
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::mt19937_64 rng(1);
+  data::DataLoader loader(task.train, {.batch_size = 64, .seed = 1});
   double acc = 0;
   for (int epoch = 1; epoch <= epochs; ++epoch) {
-    for (int64_t i = 0; i < n; ++i) order[i] = i;
-    std::shuffle(order.begin(), order.end(), rng);
     double loss_sum = 0;
-    int64_t steps = 0;
-    for (int64_t s = 0; s < n; s += batch) {
-      const int64_t b = std::min(batch, n - s);
-      const Tensor idx = tensor(std::vector<int64_t>(order.begin() + s, order.begin() + s + b), {b});
+    for (int64_t step = 0; step < loader.batches_per_epoch(); ++step) {
+      const data::Batch b = loader.next();
       opt.zero_grad();
-      Tensor loss = cross_entropy((*readout)((*layer)(index_select(x_train, 0, idx))), index_select(y_train, 0, idx));
+      Tensor loss = cross_entropy(logits(b), b.labels);
       loss.backward();
       opt.step();
       loss_sum += loss.item<double>();
-      ++steps;
     }
     acc = accuracy();
     fmt::print("epoch {}: train loss {:.4f}, firing rate {:.3f}, test accuracy {:.2f} %\n", epoch,
-               loss_sum / std::max<int64_t>(steps, 1), mean(layer->r_bar).item<double>(), 100 * acc);
+               loss_sum / static_cast<double>(loader.batches_per_epoch()), mean(layer->r_bar).item<double>(), 100 * acc);
   }
-  fmt::print("test accuracy after {} epochs: {:.2f} % ({} training, {} test examples)\n", epochs, 100 * acc, n,
-             x_test.size(0));
+  fmt::print("test accuracy after {} epochs: {:.2f} % ({} training, {} test examples)\n", epochs, 100 * acc,
+             task.train->size(), task.test->size());
   return acc >= expect ? 0 : 1;
 }
 
