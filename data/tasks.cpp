@@ -50,8 +50,12 @@ class PooledImages : public Dataset {
   int64_t side_, f_;
 };
 
-Task pooled(Task task, int64_t native, int64_t size) {
+Task pooled(Task task, int64_t size) {
+  // The native side from the task itself (its files may hold another size than the usual one): a square image.
+  const int64_t native = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(task.max_len))));
   if (size == 0 || size == native) return task;
+  ASC_CHECK(native * native == task.max_len, "make_task: image_size needs square images; {} holds {} values an image",
+            task.name, task.max_len);
   ASC_CHECK(size >= 1 && size < native && native % size == 0,
             "make_task: image_size must divide the task's native side {} (e.g. {}), got {}", native, native / 2, size);
   const int64_t f = native / size;
@@ -80,9 +84,9 @@ Task make_task(const std::string& name, const TaskOptions& options) {
   const bool image_task = name == "fashion-mnist" || name == "fashion-mnist-seq" || name == "pathfinder";
   ASC_CHECK(options.image_size == 0 || image_task,
             "make_task: image_size applies to fashion-mnist, fashion-mnist-seq and pathfinder, not '{}'", name);
-  if (name == "fashion-mnist") return pooled(fashion_mnist_task(options, /*as_sequence=*/false), 28, options.image_size);
-  if (name == "fashion-mnist-seq") return pooled(fashion_mnist_task(options, /*as_sequence=*/true), 28, options.image_size);
-  if (name == "pathfinder") return pooled(pathfinder_task(options), 32, options.image_size);
+  if (name == "fashion-mnist") return pooled(fashion_mnist_task(options, /*as_sequence=*/false), options.image_size);
+  if (name == "fashion-mnist-seq") return pooled(fashion_mnist_task(options, /*as_sequence=*/true), options.image_size);
+  if (name == "pathfinder") return pooled(pathfinder_task(options), options.image_size);
   if (name == "listops") return listops_task(options);
   if (name == "text") return text_task(options);
   if (name == "grouping") return grouping_task(options);

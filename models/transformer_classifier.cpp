@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "core/format.h"
 #include "ops/ops.h"
 #include "models/transformer_classifier.h"
@@ -40,8 +42,15 @@ TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions&
   if (!factory) {
     ASC_CHECK(o.attention() == "dense" || o.attention() == "ascender" || o.attention() == "asam",
               "TransformerClassifier: unknown attention '{}' (known: dense, ascender, asam)", o.attention());
-    factory = o.attention() == "dense"      ? nn::AttentionFactory(nn::dense_attention)
-              : o.attention() == "ascender" ? nn::ascender_attention(nn::AscenderAttentionOptions(o.ascender()).rope(pos == "rope"))
+    // RoPE tables cover the model's max_len (the layers' default, 4096, would refuse a longer sequence mid-run).
+    const int64_t rope_len = std::max<int64_t>(o.max_len(), 1);
+    auto dense = [rope_len](const nn::TransformerBlockOptions& b) -> std::shared_ptr<nn::Attention> {
+      return std::make_shared<nn::MultiHeadAttention>(nn::MultiHeadAttentionOptions(b.d_model(), b.heads())
+                                                          .dropout(b.dropout()).rope(b.rope()).rope_max_len(rope_len));
+    };
+    factory = o.attention() == "dense"      ? nn::AttentionFactory(dense)
+              : o.attention() == "ascender" ? nn::ascender_attention(nn::AscenderAttentionOptions(o.ascender())
+                                                                         .rope(pos == "rope").rope_max_len(rope_len))
                                             : nn::asam_attention(o.asam());
   }
   for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerEncoderBlock>(block, factory));
@@ -58,7 +67,12 @@ Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& valid)
   if (pos_emb) x = x + (*pos_emb)(arange(T, {.dtype = kInt64, .device = tokens.device()}));
   if (pos_enc) x = (*pos_enc)(x);
   nn::AttentionArgs args{.key_padding_mask = valid};
-  if (alibi) args.bias = alibi->bias(T).to(x.dtype()).to(x.device());  // (H, T, T)
+  if (alibi) {  // (H, T, T), built once per length, dtype and device
+    if (!alibi_bias_.defined() || alibi_bias_.size(1) != T || alibi_bias_.dtype() != x.dtype() ||
+        alibi_bias_.device() != x.device())
+      alibi_bias_ = alibi->bias(T).to(x.dtype()).to(x.device());
+    args.bias = alibi_bias_;
+  }
   for (auto& b : *blocks) x = std::static_pointer_cast<nn::TransformerEncoderBlock>(b)->forward(x, args);
   x = (*norm)(x);
   if (!valid.defined()) return (*head)(mean(x, {1}));  // (B, D) mean over tokens

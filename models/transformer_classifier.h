@@ -67,6 +67,9 @@ class TransformerClassifier : public nn::Module {
   std::shared_ptr<nn::ModuleList> blocks;
   std::shared_ptr<nn::LayerNorm> norm;
   std::shared_ptr<nn::Linear> head;
+
+ private:
+  Tensor alibi_bias_;  // the last (H, T, T) ALiBi bias, reused while T, dtype and device stay the same
 };
 
 }  // namespace asc::models

@@ -97,10 +97,10 @@ TEST_CASE("train: the files of a run") {
     REQUIRE(dec.find(k) != nullptr);
     CHECK(dec.find(k)->shape() == Shape{2, 64, 64});
   }
-  // --eval-only reproduces the test accuracy of the best checkpoint
+  // --eval-only reproduces the test accuracy of the best checkpoint, the model built from the config.json beside it
   const fs::path e = temp_dir("eval");
-  REQUIRE(run(kTiny + " --out " + e.string() + " --eval-only " + (d / "best.safetensors").string(), e.string() + ".log") ==
-          0);
+  REQUIRE(run("--progress none --out " + e.string() + " --eval-only " + (d / "best.safetensors").string(),
+              e.string() + ".log") == 0);
   const auto acc = [](const std::string& s) { return s.substr(s.find("\"test_accuracy\"")).substr(0, 40); };
   CHECK(acc(read(e / "summary.json")) == acc(summary));
   fs::remove_all(d), fs::remove_all(e);
@@ -143,10 +143,23 @@ TEST_CASE("train: --resume continues bit-identically, after a checkpoint and aft
   fs::remove_all(full), fs::remove_all(split), fs::remove_all(sig);
 }
 
+TEST_CASE("train: resume mid-window: the training rows' partial sums (loss and ASAM gate) are checkpointed too") {
+  const std::string args = " --task grouping --train-size 128 --val-size 32 --test-size 32 --model asam --asam-window 4"
+                           " --d-model 16 --heads 2 --layers 1 --ffn 32 --batch 16 --steps 16 --log-every 4"
+                           " --eval-every 8 --eval-batches 1 --progress none --threads 1";
+  const fs::path full = temp_dir("mw_full"), split = temp_dir("mw_split");
+  REQUIRE(run(args + " --out " + full.string(), full.string() + ".log") == 0);
+  REQUIRE(run(args + " --out " + split.string() + " --stop-after 5", split.string() + ".log") == 130);  // step 5 of a 4-step row
+  REQUIRE(run(args + " --out=" + split.string() + " --resume", split.string() + ".log") == 0);  // the --out= spelling
+  CHECK(rows_without_time(full / "metrics.csv") == rows_without_time(split / "metrics.csv"));
+  check_same_tensors(full / "ckpt/last.safetensors", split / "ckpt/last.safetensors");
+  fs::remove_all(full), fs::remove_all(split);
+}
+
 TEST_CASE("train: --config, with flags overriding it; a run directory is not overwritten") {
   const fs::path a = temp_dir("cfg_a"), b = temp_dir("cfg_b");
   REQUIRE(run(kTiny + " --steps 4 --seed 5 --out " + a.string(), a.string() + ".log") == 0);
-  REQUIRE(run("--config " + (a / "config.json").string() + " --seed 6 --out " + b.string(), b.string() + ".log") == 0);
+  REQUIRE(run("--config=" + (a / "config.json").string() + " --seed 6 --out " + b.string(), b.string() + ".log") == 0);
   const std::string cb = read(b / "config.json");
   CHECK(cb.find("\"seed\": 6") != std::string::npos);
   CHECK(cb.find("\"d_model\": 16") != std::string::npos);  // from the file
@@ -155,6 +168,18 @@ TEST_CASE("train: --config, with flags overriding it; a run directory is not ove
   const std::string before = read(a / "metrics.csv");
   CHECK(run(kTiny + " --steps 4 --out " + a.string(), a.string() + ".log") == 1);
   CHECK(read(a / "metrics.csv") == before);
+  // A config file's values are checked like flags: a bad value, an unknown option or a wrong type is exit 2.
+  for (const std::string bad : {R"({"batch": 0})", R"({"model": "ASCender"})", R"({"bogus": 1})", R"({"batch": 32.7})",
+                                R"({"optimizer": "AdamW"})", R"([1, 2])", "{not json"}) {
+    CAPTURE(bad);
+    const fs::path cfg = fs::path(b.string() + "_bad.json");
+    std::ofstream(cfg) << bad;
+    CHECK(run("--config " + cfg.string() + " --out " + b.string() + "_x", b.string() + ".log") == 2);
+    CHECK(read(b.string() + ".log").find("config file") != std::string::npos);
+    fs::remove(cfg);
+  }
+  // --eval-only of a model file with no config.json beside it and no --config: a usage error
+  CHECK(run("--eval-only /nonexistent/best.safetensors --out " + b.string() + "_y", b.string() + ".log") == 2);
   fs::remove_all(a), fs::remove_all(b);
 }
 

@@ -2,8 +2,8 @@
 //
 //   ./build/release/tools/train --task fashion-mnist-seq --image-size 14 --model ascender --steps 300 --out runs/a
 //   ./build/release/tools/train --config runs/a/config.json --seed 2 --out runs/a-s2      # flags override the file
-//   ./build/release/tools/train --out runs/a --resume --steps 600                         # continue (bit-identical)
-//   ./build/release/tools/train --out runs/a --eval-only runs/a/best.safetensors
+//   ./build/release/tools/train --out runs/a --resume                                     # continue (bit-identical)
+//   ./build/release/tools/train --out runs/a-eval --eval-only runs/a/best.safetensors     # runs/a/config.json's model
 //
 // Models: dense / ascender / asam attention classifiers (models::TransformerClassifier); window and window-global:
 // ASAM's sparse patterns alone (gate fixed at 1); firing: models::FiringClassifier on image tasks, with rule A / B;
@@ -102,7 +102,6 @@ struct Config {
 struct OptionIO {
   std::string key;
   std::function<void(json&)> save;
-  std::function<void(const json&)> load;
 };
 
 class Options {
@@ -110,14 +109,7 @@ class Options {
   explicit Options(CLI::App& app) : app_(app) {}
   template <class T>
   CLI::Option* add(const std::string& key, T& field, const std::string& help) {
-    io_.push_back({key, [key, &field](json& j) { j[key] = field; },
-                   [key, &field](const json& j) {
-                     try {
-                       field = j.at(key).get<T>();
-                     } catch (const json::exception& e) {
-                       ASC_THROW("config: option '{}' has a value of the wrong type ({})", key, e.what());
-                     }
-                   }});
+    io_.push_back({key, [key, &field](json& j) { j[key] = field; }});
     std::string flag = "--" + key;
     std::replace(flag.begin(), flag.end(), '_', '-');
     CLI::Option* o = app_.add_option(flag, field, help)->capture_default_str();
@@ -125,20 +117,40 @@ class Options {
     else o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a flag given twice: the last one counts
     return o;
   }
-  json save(const Config&) const {
+  json save() const {
     json j;
     for (const auto& o : io_) o.save(j);
     return j;
   }
-  // Keys of j must all be known options (a typo in a config file is an error, not silently ignored).
-  void load(const json& j) const {
-    ASC_CHECK(j.is_object(), "config: expected a JSON object of options");
+  // The options of a config.json as command-line arguments, so that CLI11 parses and validates them exactly like
+  // flags (a value out of range, a name that is not one of the choices, 32.7 for an integer: all refused). Keys must
+  // be known options: a typo in a config file is an error, not silently ignored.
+  std::vector<std::string> to_args(const json& j) const {
+    ASC_CHECK(j.is_object(), "expected a JSON object of options");
+    auto text = [](const json& v) -> std::string {
+      if (v.is_string()) return v.get<std::string>();
+      if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+      if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
+      if (v.is_number_float()) return fmt::format("{:.17g}", v.get<double>());
+      ASC_THROW("a value {} that is neither a string, a number nor a boolean", v.dump());
+    };
+    std::vector<std::string> args;
     for (const auto& [key, value] : j.items()) {
       if (key == "git_commit" || key == "command") continue;  // provenance written beside the options
-      auto it = std::find_if(io_.begin(), io_.end(), [&](const OptionIO& o) { return o.key == key; });
-      ASC_CHECK(it != io_.end(), "config: unknown option '{}'", key);
-      it->load(j);
+      ASC_CHECK(std::any_of(io_.begin(), io_.end(), [&](const OptionIO& o) { return o.key == key; }),
+                "unknown option '{}'", key);
+      std::string v;
+      if (value.is_array()) {
+        if (value.empty()) continue;  // an empty list: the option's default
+        for (const json& item : value) v += (v.empty() ? "" : ",") + text(item);
+      } else {
+        v = text(value);
+      }
+      std::string flag = "--" + key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      args.push_back(flag + "=" + v);
     }
+    return args;
   }
 
  private:
@@ -203,7 +215,7 @@ void define_options(Options& o, Config& c) {
   o.add("aux_align", c.aux_align, "ASCender: auxiliary alignment loss weight")->check(nonneg);
   o.add("aux_sep", c.aux_sep, "ASCender: auxiliary separation loss weight")->check(nonneg);
   o.add("aux_coh", c.aux_coh, "ASCender: auxiliary cohesion loss weight")->check(nonneg);
-  o.add("aux_start", c.aux_start, "ASCender: step from which the auxiliary losses count (-1: never)");
+  o.add("aux_start", c.aux_start, "ASCender: step from which the auxiliary losses count (-1: from the end of --omega-warmup)");
   // ASAM
   o.add("asam_patterns", c.asam_patterns, "ASAM: sparse patterns, from window,strided,global,random,clustered,hierarchical");
   o.add("asam_window", c.asam_window, "ASAM: local window w (also the window models')")->check(pos);
@@ -389,6 +401,21 @@ class MechStats {
     return cols;
   }
   void reset() { sums_.assign(slots(), 0.0), counts_.assign(slots(), 0.0); }
+  // The sums since the last reset, exactly (hex floats), for a checkpoint: "s0,c0,s1,c1,...".
+  std::string state() const {
+    std::string out;
+    for (size_t i = 0; i < sums_.size(); ++i) out += fmt::format("{}{:a},{:a}", i ? "," : "", sums_[i], counts_[i]);
+    return out;
+  }
+  void set_state(const std::string& s) {
+    reset();
+    std::vector<double> v;
+    for (const std::string& item : tools::split_list(s))
+      if (!item.empty()) v.push_back(std::strtod(item.c_str(), nullptr));
+    ASC_CHECK(v.size() == 2 * sums_.size(), "train: checkpoint's mechanism sums have {} values, this model needs {}",
+              v.size(), 2 * sums_.size());
+    for (size_t i = 0; i < sums_.size(); ++i) sums_[i] = v[2 * i], counts_[i] = v[2 * i + 1];
+  }
   // After a forward: accumulate the gates and firing rates of that batch.
   void observe() {
     if (sums_.empty()) reset();
@@ -581,7 +608,8 @@ class MetricsWriter {
   bool lm_;
 };
 
-// Keeps the rows of metrics.csv / metrics.jsonl up to `step` (a resumed run rewrites what came after its checkpoint).
+// Keeps the train and val rows of metrics.csv / metrics.jsonl up to `step`: a resumed run rewrites what came after its
+// checkpoint, and its own test row replaces any earlier one. A line cut short (a run killed mid-write) is dropped.
 void truncate_metrics(const fs::path& dir, int64_t step) {
   for (const char* name : {"metrics.csv", "metrics.jsonl"}) {
     const fs::path p = dir / name;
@@ -592,17 +620,25 @@ void truncate_metrics(const fs::path& dir, int64_t step) {
     bool first = true;
     while (std::getline(in, line)) {
       if (line.empty()) continue;
-      int64_t s = -1;
-      if (std::string(name) == "metrics.csv") {
-        if (first) {
-          keep.push_back(line), first = false;
-          continue;
-        }
-        s = std::stoll(line.substr(0, line.find(',')));
-      } else {
-        s = json::parse(line).at("step").get<int64_t>();
+      if (std::string(name) == "metrics.csv" && first) {
+        keep.push_back(line), first = false;
+        continue;
       }
-      if (s <= step) keep.push_back(line);
+      int64_t s = -1;
+      std::string split;
+      try {
+        if (std::string(name) == "metrics.csv") {
+          const size_t a = line.find(','), b = line.find(',', a + 1), e = line.find(',', b + 1);
+          if (a == std::string::npos || b == std::string::npos || e == std::string::npos) continue;
+          s = std::stoll(line.substr(0, a)), split = line.substr(b + 1, e - b - 1);
+        } else {
+          const json j = json::parse(line);
+          s = j.at("step").get<int64_t>(), split = j.at("split").get<std::string>();
+        }
+      } catch (const std::exception&) {
+        continue;  // a line cut short
+      }
+      if (s <= step && split != "test") keep.push_back(line);
     }
     in.close();
     std::ofstream o(p, std::ios::trunc);
@@ -633,7 +669,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   const fs::path out = c.out;
   fs::create_directories(out / "ckpt");
   const fs::path last_ckpt = out / "ckpt" / "last.safetensors";
-  if (!resume && eval_only.empty())
+  if (!resume)
     ASC_CHECK(!fs::exists(out / "metrics.csv"),
               "train: {} already holds a run (metrics.csv); continue it with --resume or choose another --out",
               out.string());
@@ -647,6 +683,13 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
             r.task.val->size(), r.task.test->size());
   manual_seed(c.seed);  // the model's initialisation depends on --seed only
   build_model(r);
+  for (int64_t i : c.dump_decomposition)  // checked now, not after the training it would follow
+    ASC_CHECK(i >= 0 && i < r.task.test->size(), "train: --dump-decomposition {}: the test split has {} examples", i,
+              r.task.test->size());
+  ASC_CHECK(c.dump_decomposition.empty() ||
+                std::any_of(r.attention.begin(), r.attention.end(),
+                            [](const auto& a) { return std::dynamic_pointer_cast<nn::AscenderAttention>(a) != nullptr; }),
+            "train: --dump-decomposition needs ASCender attention (--model ascender, or --model lm --lm-attention ascender)");
   MechStats mech(r), train_mech(r);  // evaluation's, and the training batches' since the last log row
 
   std::vector<Tensor> params = r.model->parameters();
@@ -693,11 +736,11 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   double acc_loss = 0, acc_correct = 0, acc_count = 0, acc_tokens = 0;
   auto save_state = [&] {
     std::map<std::string, std::string> m = {
-        {"step", std::to_string(step)}, {"best_step", std::to_string(best_step)}, {"best_val", num(best_val)},
+        {"step", std::to_string(step)}, {"best_step", std::to_string(best_step)}, {"best_val", fmt::format("{:a}", best_val)},
         {"loader.epoch", std::to_string(loader.state().epoch)}, {"loader.position", std::to_string(loader.state().position)},
         {"loader.seed", std::to_string(loader.state().seed)}, {"acc.loss", fmt::format("{:a}", acc_loss)},
         {"acc.correct", fmt::format("{:a}", acc_correct)}, {"acc.count", fmt::format("{:a}", acc_count)},
-        {"acc.tokens", fmt::format("{:a}", acc_tokens)}};
+        {"acc.tokens", fmt::format("{:a}", acc_tokens)}, {"mech.train", train_mech.state()}};
     m["wall_s"] = num(wall_before);
     save_checkpoint(last_ckpt.string(), {.model = r.model.get(), .optimizer = opt.get(), .scheduler = sched.get(),
                                          .generator = &default_generator()}, m);
@@ -714,15 +757,29 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       ASC_CHECK(m.count(k), "train: checkpoint {} lacks '{}' (not written by train?)", last_ckpt.string(), k);
       return m.at(k);
     };
-    step = std::stoll(get("step")), best_step = std::stoll(get("best_step"));
-    best_val = get("best_val").empty() ? -1 : std::stod(get("best_val"));
-    wall_before = std::stod(get("wall_s"));
-    acc_loss = std::strtod(get("acc.loss").c_str(), nullptr), acc_correct = std::strtod(get("acc.correct").c_str(), nullptr);
-    acc_count = std::strtod(get("acc.count").c_str(), nullptr), acc_tokens = std::strtod(get("acc.tokens").c_str(), nullptr);
-    loader.set_state({std::stoll(get("loader.epoch")), std::stoll(get("loader.position")), std::stoull(get("loader.seed"))});
+    auto integer = [&](const std::string& k) {
+      const std::string v = get(k);
+      int64_t x = 0;
+      ASC_CHECK(tools::detail::parse_int(v, x), "train: checkpoint {}: '{}' is not an integer ('{}')", last_ckpt.string(), k, v);
+      return x;
+    };
+    auto real = [&](const std::string& k) {  // hex floats (exact) or decimal
+      const std::string v = get(k);
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      ASC_CHECK(!v.empty() && *end == '\0', "train: checkpoint {}: '{}' is not a number ('{}')", last_ckpt.string(), k, v);
+      return x;
+    };
+    step = integer("step"), best_step = integer("best_step");
+    best_val = real("best_val"), wall_before = real("wall_s");
+    acc_loss = real("acc.loss"), acc_correct = real("acc.correct"), acc_count = real("acc.count");
+    acc_tokens = real("acc.tokens");
+    train_mech.set_state(get("mech.train"));
+    loader.set_state({integer("loader.epoch"), integer("loader.position"),
+                      static_cast<uint64_t>(std::stoull(get("loader.seed")))});
     truncate_metrics(out, step);
   }
-  json cfg = options.save(c);
+  json cfg = options.save();
   cfg["git_commit"] = git_commit();
   cfg["command"] = command;
   if (eval_only.empty()) write_json(out / "config.json", cfg);
@@ -737,7 +794,8 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   auto elapsed = [&] { return wall_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
   double lr_used = opt->lr(0);
   auto lr_now = [&] { return lr_used; };
-  double tokens_per_s = 0, flops_done = 0, window_t0 = elapsed(), window_tokens = 0;
+  // Throughput windows run from one log row to the next, less the time spent validating and checkpointing.
+  double tokens_per_s = 0, flops_done = 0, window_t0 = elapsed(), window_tokens = 0, paused = 0;
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -763,9 +821,10 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       acc_tokens += static_cast<double>(b.tokens), window_tokens += static_cast<double>(b.tokens);
       if (step % log_every == 0 || step == total) {
         const double now = elapsed();
-        tokens_per_s = window_tokens / std::max(1e-9, now - window_t0);
-        const double mfu = peak > 0 ? flops_done / std::max(1e-9, now - window_t0) / peak : std::nan("");
-        window_t0 = now, window_tokens = 0, flops_done = 0;
+        const double dt = std::max(1e-9, now - window_t0 - paused);
+        tokens_per_s = window_tokens / dt;
+        const double mfu = peak > 0 ? flops_done / dt / peak : std::nan("");
+        window_t0 = now, window_tokens = 0, flops_done = 0, paused = 0;
         json mj;
         std::map<std::string, double> flat;
         train_mech.values(mj, flat);
@@ -778,6 +837,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
           progress.update(step, fmt::format("loss {:.4f}  acc {:.1f}%  {:.0f} tok/s  MFU {}", loss, 100 * acc,
                                             tokens_per_s, std::isfinite(mfu) ? fmt::format("{:.1f}%", 100 * mfu) : "n/a"));
       }
+      const double pause_t0 = elapsed();
       if (step % eval_every == 0 || step == total) {
         EvalResult v = evaluate(r, *r.task.val, c.eval_batches, mech, false);
         json mj;
@@ -802,6 +862,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
         wall_before = now, t_start = std::chrono::steady_clock::now();
         save_state();
       }
+      paused += elapsed() - pause_t0;
       if (g_stop || part_done) {
         interrupted = true;
         break;
@@ -929,34 +990,56 @@ int main(int argc, char** argv) {
                  "130: a long run in parts that fit a time budget, each continued with --resume (0: no limit)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))->capture_default_str();
   app.add_option("--eval-only", eval_only, "evaluate this model file (best.safetensors) on validation and test, no training");
-  // The config file (and, with --resume, the run's own config.json) sets the defaults; flags then override them.
+  // Options come from, in order (each overriding the one before): the defaults; with --resume, the run's own
+  // config.json; with --eval-only, the config.json beside the model file (unless --config is given); --config FILE;
+  // the flags. A first pass reads only the flags that choose those files (in any of CLI11's spellings, --out=DIR too).
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-  try {
-    for (int i = 1; i + 1 < argc; ++i)
-      if (std::string(argv[i]) == "--config") config_file = argv[i + 1];
-    std::string out_dir = c.out;
-    bool want_resume = false;
-    for (int i = 1; i < argc; ++i) {
-      if (std::string(argv[i]) == "--resume") want_resume = true;
-      if (std::string(argv[i]) == "--out" && i + 1 < argc) out_dir = argv[i + 1];
+  {
+    CLI::App pre;
+    pre.allow_extras();
+    pre.set_help_flag();
+    std::string pre_out = c.out, pre_config, pre_eval;
+    bool pre_resume = false;
+    pre.add_option("--out", pre_out);
+    pre.add_option("--config", pre_config);
+    pre.add_option("--eval-only", pre_eval);
+    pre.add_flag("--resume", pre_resume);
+    try {
+      pre.parse(argc, argv);
+    } catch (const CLI::ParseError&) {
+      // the real parse below reports it
     }
-    auto load = [&](const std::string& path) {
-      std::ifstream f(path);
-      ASC_CHECK(f.good(), "cannot read config file '{}'", path);
-      json j;
+    std::vector<std::string> files;
+    if (pre_resume && fs::exists(fs::path(pre_out) / "config.json")) files.push_back((fs::path(pre_out) / "config.json").string());
+    if (!pre_eval.empty() && pre_config.empty()) {
+      const fs::path beside = fs::path(pre_eval).parent_path() / "config.json";
+      if (!fs::exists(beside))
+        tools::usage_error(app, fmt::format("--eval-only {}: no config.json beside it to build the model from; give "
+                                            "the run's options with --config FILE", pre_eval));
+      files.push_back(beside.string());
+    }
+    if (!pre_config.empty()) files.push_back(pre_config);
+    for (const std::string& path : files) {
+      std::vector<std::string> args;
       try {
-        j = json::parse(f);
-      } catch (const json::exception& e) {
-        ASC_THROW("config file '{}' is not valid JSON: {}", path, e.what());
+        std::ifstream f(path);
+        ASC_CHECK(f.good(), "cannot read it");
+        json j;
+        try {
+          j = json::parse(f);
+        } catch (const json::exception& e) {
+          ASC_THROW("not valid JSON: {}", e.what());
+        }
+        args = options.to_args(j);
+        std::reverse(args.begin(), args.end());  // CLI11's vector form takes the arguments last first
+        app.parse(args);
+      } catch (const Error& e) {
+        tools::usage_error(app, fmt::format("config file '{}': {}", path, e.what()));
+      } catch (const CLI::ParseError& e) {
+        tools::usage_error(app, fmt::format("config file '{}': {}", path, e.what()));
       }
-      options.load(j);
-    };
-    if (want_resume && fs::exists(fs::path(out_dir) / "config.json")) load((fs::path(out_dir) / "config.json").string());
-    if (!config_file.empty()) load(config_file);
-  } catch (const Error& e) {
-    fmt::print(stderr, "train: {}\n", e.what());
-    return 2;
+    }
   }
   tools::parse_or_exit(app, argc, argv);  // --help: exit 0; a bad flag or value: error + usage, exit 2
   try {
