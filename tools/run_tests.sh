@@ -4,8 +4,8 @@
 #                                        # CUDA backend on the CPU CUDA emulator (tests/cuda_emu) + ctest: every CUDA
 #                                        # kernel runs against the CPU, on machines without a GPU too
 #   bash tools/run_tests.sh --sanitize   # the suite under AddressSanitizer + UBSan (CPU build), then the thread-safety
-#                                        # test (tests/test_threads.cpp) under ThreadSanitizer
-#   bash tools/run_tests.sh --tsan       # only the ThreadSanitizer build and its test
+#                                        # tests (tests/test_threads.cpp, tests/test_data_loader.cpp) under ThreadSanitizer
+#   bash tools/run_tests.sh --tsan       # only the ThreadSanitizer build and its tests
 #   bash tools/run_tests.sh --cuda-emu   # only the CUDA-emulator build and its suite
 set -euo pipefail
 cd "$(dirname "$0")/.."
