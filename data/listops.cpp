@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/generator.h"
+#include "data/generated.h"
 #include "data/tasks.h"
 
 namespace asc::data {
@@ -18,36 +19,10 @@ const std::array<const char*, kListOpsVocab> kListOpsTokenNames = {
 
 namespace {
 
-// SplitMix64's finaliser: turns (seed, task, split) into a Philox key so nearby seeds give unrelated streams.
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using detail::GeneratedDataset;
+using detail::mix64;
+using detail::Stream;
 
-// The random stream of one example: Philox4x32-10 blocks for key `key`, subsequence `index`, counters 0, 1, 2, ...
-// Integers and reals are derived here (not by <random>'s distributions, which differ between standard libraries),
-// so the same (key, index) gives the same numbers on every machine.
-class Stream {
- public:
-  Stream(uint64_t key, uint64_t index) : key_(key), index_(index) {}
-  uint32_t next() {
-    if (pos_ == 4) {
-      block_ = philox4x32(key_, counter_++, index_);
-      pos_ = 0;
-    }
-    return block_[pos_++];
-  }
-  // Uniform in [0, n), n <= 2^32, by multiply-shift (bias below n / 2^32: negligible for the small n used here).
-  int below(int n) { return static_cast<int>((static_cast<uint64_t>(next()) * static_cast<uint64_t>(n)) >> 32); }
-  int between(int lo, int hi) { return lo + below(hi - lo + 1); }  // uniform in [lo, hi]
-
- private:
-  uint64_t key_, index_, counter_ = 0;
-  std::array<uint32_t, 4> block_{};
-  int pos_ = 4;
-};
 
 // The value of operator `op` over args[0, n) (operand values 0..9, n >= 1). Sorts args in place for MED.
 int apply_op(int64_t op, int* args, int n) {
@@ -114,20 +89,6 @@ int grow(Stream& s, const ListOpsOptions& o, int level, bool root, std::vector<i
   return apply_op(op, args.data(), nargs);
 }
 
-// A Dataset whose example i is make(i), computed on demand (make is a pure function, so get() is thread-safe).
-class GeneratedDataset : public Dataset {
- public:
-  GeneratedDataset(int64_t n, std::function<Example(int64_t)> make) : n_(n), make_(std::move(make)) {}
-  int64_t size() const override { return n_; }
-  Example get(int64_t i) const override {
-    ASC_CHECK(i >= 0 && i < n_, "dataset: index {} out of range [0, {})", i, n_);
-    return make_(i);
-  }
-
- private:
-  int64_t n_;
-  std::function<Example(int64_t)> make_;
-};
 
 }  // namespace
 
