@@ -343,7 +343,7 @@ void build_model(Run& r) {
   const Config& c = r.c;
   const data::Task& t = r.task;
   if (c.model == "firing") {
-    ASC_CHECK(t.vocab == 0, "train: the firing network reads fixed-size float inputs (task fashion-mnist); task '{}' "
+    ASC_CHECK(t.vocab == 0, "the firing network reads fixed-size float inputs (task fashion-mnist); task '{}' "
               "gives token sequences", t.name);
     auto o = models::FiringClassifierOptions(t.max_len, t.classes).hidden(c.firing_hidden).fan_out(c.fan_out)
                  .backward(c.firing_backward == "exact" ? GateBackward::None
@@ -353,11 +353,11 @@ void build_model(Run& r) {
     r.firing = std::make_shared<models::FiringClassifier>(o);
     r.model = r.firing;
   } else {
-    ASC_CHECK(t.vocab > 0, "train: model '{}' reads token sequences; task '{}' gives float images (use "
+    ASC_CHECK(t.vocab > 0, "model '{}' reads token sequences; task '{}' gives float images (use "
               "fashion-mnist-seq, or --model firing)", c.model, t.name);
     if (c.model == "lm") {
       ASC_CHECK(c.positional == "rope" || c.positional == "learned",
-                "train: the decoder LM uses rotary positions; --positional {} is not available for it", c.positional);
+                "the decoder LM uses rotary positions; --positional {} is not available for it", c.positional);
       auto o = models::DecoderLMOptions(t.vocab).d_model(c.d_model).heads(c.heads).layers(c.layers).ffn(c.ffn)
                    .dropout(c.dropout);
       nn::AttentionFactory f = nn::dense_attention;
@@ -412,7 +412,7 @@ class MechStats {
     std::vector<double> v;
     for (const std::string& item : tools::split_list(s))
       if (!item.empty()) v.push_back(std::strtod(item.c_str(), nullptr));
-    ASC_CHECK(v.size() == 2 * sums_.size(), "train: checkpoint's mechanism sums have {} values, this model needs {}",
+    ASC_CHECK(v.size() == 2 * sums_.size(), "checkpoint's mechanism sums have {} values, this model needs {}",
               v.size(), 2 * sums_.size());
     for (size_t i = 0; i < sums_.size(); ++i) sums_[i] = v[2 * i], counts_[i] = v[2 * i + 1];
   }
@@ -493,7 +493,7 @@ BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
   Tensor input = b.input.to(r.device), valid = b.valid.defined() ? b.valid.to(r.device) : Tensor();
   if (r.is_lm()) {
     const int64_t T = input.size(1);
-    ASC_CHECK(T >= 2, "train: the LM needs sequences of at least 2 tokens, got a batch of length {}", T);
+    ASC_CHECK(T >= 2, "the LM needs sequences of at least 2 tokens, got a batch of length {}", T);
     Tensor logits = r.lm->forward(input).narrow(1, 0, T - 1);  // (B, T-1, V): predicts tokens 1..T-1
     Tensor target = input.narrow(1, 1, T - 1);                 // (B, T-1)
     if (valid.defined()) target = where(valid.narrow(1, 1, T - 1), target, -100.0).to(kInt64);
@@ -577,7 +577,7 @@ class MetricsWriter {
     const bool fresh = !append || !fs::exists(dir / "metrics.csv");
     csv_.open(dir / "metrics.csv", fresh ? std::ios::trunc : std::ios::app);
     jsonl_.open(dir / "metrics.jsonl", fresh ? std::ios::trunc : std::ios::app);
-    ASC_CHECK(csv_ && jsonl_, "train: cannot write metrics files in {}", dir.string());
+    ASC_CHECK(csv_ && jsonl_, "cannot write metrics files in {}", dir.string());
     if (fresh) {
       csv_ << "step,epoch,split,loss,accuracy,lr,tokens_per_s,time_s" << (lm_ ? ",bits_per_byte" : "");
       for (const auto& m : mech_) csv_ << "," << m;
@@ -650,7 +650,7 @@ void write_json(const fs::path& p, const json& j) {
   std::ofstream f(p.string() + ".tmp", std::ios::trunc);
   f << j.dump(2) << "\n";
   f.close();
-  ASC_CHECK(f.good(), "train: cannot write {}", p.string());
+  ASC_CHECK(f.good(), "cannot write {}", p.string());
   fs::rename(p.string() + ".tmp", p);
 }
 
@@ -663,7 +663,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
 #endif
   Run r;
   r.c = c;
-  ASC_CHECK(c.device != "cuda" || cuda::is_available(), "train: --device cuda, but {}",
+  ASC_CHECK(c.device != "cuda" || cuda::is_available(), "--device cuda, but {}",
             cuda::is_available() ? "" : "no CUDA device is available in this build / machine");
   r.device = c.device == "cuda" ? Device::cuda(0) : Device::cpu();
   const fs::path out = c.out;
@@ -671,7 +671,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   const fs::path last_ckpt = out / "ckpt" / "last.safetensors";
   if (!resume)
     ASC_CHECK(!fs::exists(out / "metrics.csv"),
-              "train: {} already holds a run (metrics.csv); continue it with --resume or choose another --out",
+              "{} already holds a run (metrics.csv); continue it with --resume or choose another --out",
               out.string());
 
   manual_seed(c.seed);
@@ -679,17 +679,17 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
                                     .test_size = c.test_size, .min_len = c.min_len, .max_len = c.max_len,
                                     .data_dir = c.data_dir, .image_size = c.image_size});
   ASC_CHECK(r.task.train->size() > 0 && r.task.val->size() > 0 && r.task.test->size() > 0,
-            "train: task {} has an empty split (train {}, val {}, test {})", c.task, r.task.train->size(),
+            "task {} has an empty split (train {}, val {}, test {})", c.task, r.task.train->size(),
             r.task.val->size(), r.task.test->size());
   manual_seed(c.seed);  // the model's initialisation depends on --seed only
   build_model(r);
   for (int64_t i : c.dump_decomposition)  // checked now, not after the training it would follow
-    ASC_CHECK(i >= 0 && i < r.task.test->size(), "train: --dump-decomposition {}: the test split has {} examples", i,
+    ASC_CHECK(i >= 0 && i < r.task.test->size(), "--dump-decomposition {}: the test split has {} examples", i,
               r.task.test->size());
   ASC_CHECK(c.dump_decomposition.empty() ||
                 std::any_of(r.attention.begin(), r.attention.end(),
                             [](const auto& a) { return std::dynamic_pointer_cast<nn::AscenderAttention>(a) != nullptr; }),
-            "train: --dump-decomposition needs ASCender attention (--model ascender, or --model lm --lm-attention ascender)");
+            "--dump-decomposition needs ASCender attention (--model ascender, or --model lm --lm-attention ascender)");
   MechStats mech(r), train_mech(r);  // evaluation's, and the training batches' since the last log row
 
   std::vector<Tensor> params = r.model->parameters();
@@ -705,7 +705,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
     opt->add_local_rule(r.firing->hidden->rule_a({.eta_plus = c.eta_w, .eta_minus = c.eta_w, .rho_plus = c.eta_f,
                                                   .rho_minus = c.eta_f, .eta_sp = c.eta_sp, .w_max = c.w_max,
                                                   .f_max = c.f_max, .r_target = c.r_target}));
-  ASC_CHECK(!(c.rule != "none" && !r.firing), "train: --rule {} applies to --model firing only", c.rule);
+  ASC_CHECK(!(c.rule != "none" && !r.firing), "--rule {} applies to --model firing only", c.rule);
 
   data::DataLoader loader(r.task.train, {.batch_size = c.batch, .shuffle = true, .seed = c.seed, .drop_last = true,
                                          .prefetch = c.prefetch, .pad_id = r.task.pad_id});
@@ -749,25 +749,25 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   if (!eval_only.empty()) {
     r.model->load_state_dict(load_safetensors(eval_only));
   } else if (resume) {
-    ASC_CHECK(fs::exists(last_ckpt), "train: --resume, but {} has no checkpoint ({})", out.string(), last_ckpt.string());
+    ASC_CHECK(fs::exists(last_ckpt), "--resume, but {} has no checkpoint ({})", out.string(), last_ckpt.string());
     std::map<std::string, std::string> m;
     load_checkpoint(last_ckpt.string(), {.model = r.model.get(), .optimizer = opt.get(), .scheduler = sched.get(),
                                          .generator = &default_generator()}, &m);
     auto get = [&](const std::string& k) {
-      ASC_CHECK(m.count(k), "train: checkpoint {} lacks '{}' (not written by train?)", last_ckpt.string(), k);
+      ASC_CHECK(m.count(k), "checkpoint {} lacks '{}' (not written by train?)", last_ckpt.string(), k);
       return m.at(k);
     };
     auto integer = [&](const std::string& k) {
       const std::string v = get(k);
       int64_t x = 0;
-      ASC_CHECK(tools::detail::parse_int(v, x), "train: checkpoint {}: '{}' is not an integer ('{}')", last_ckpt.string(), k, v);
+      ASC_CHECK(tools::detail::parse_int(v, x), "checkpoint {}: '{}' is not an integer ('{}')", last_ckpt.string(), k, v);
       return x;
     };
     auto real = [&](const std::string& k) {  // hex floats (exact) or decimal
       const std::string v = get(k);
       char* end = nullptr;
       const double x = std::strtod(v.c_str(), &end);
-      ASC_CHECK(!v.empty() && *end == '\0', "train: checkpoint {}: '{}' is not a number ('{}')", last_ckpt.string(), k, v);
+      ASC_CHECK(!v.empty() && *end == '\0', "checkpoint {}: '{}' is not a number ('{}')", last_ckpt.string(), k, v);
       return x;
     };
     step = integer("step"), best_step = integer("best_step");
@@ -925,12 +925,9 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
     if (f.size() > 0) save_safetensors((out / "dumps" / "firing_rates.safetensors").string(), f);
   }
   for (int64_t i : c.dump_decomposition) {
-    ASC_CHECK(i >= 0 && i < r.task.test->size(), "train: --dump-decomposition {}: the test split has {} examples", i,
-              r.task.test->size());
-    std::vector<std::shared_ptr<nn::AscenderAttention>> layers;
+    std::vector<std::shared_ptr<nn::AscenderAttention>> layers;  // the indices and the layers were checked at start
     for (auto& a : r.attention)
       if (auto x = std::dynamic_pointer_cast<nn::AscenderAttention>(a)) layers.push_back(x);
-    ASC_CHECK(!layers.empty(), "train: --dump-decomposition needs ASCender attention (--model ascender)");
     data::Example ex = r.task.test->get(i);
     data::Batch b = data::collate({ex}, r.task.pad_id);
     NoGradGuard ng;
