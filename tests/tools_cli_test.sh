@@ -24,6 +24,8 @@ bad_values() {
     # ---- tools added later: their cases here (and the tool in tools/CMakeLists.txt's ASC_TOOLS) ----
     train) printf '%s\n' "--model bogus" "--heads 0" "--dropout 2" "--d-model abc" ;;
     bench_loader) printf '%s\n' "--tasks bogus" "--batch 0" "--steps abc" "--d-model 6" ;;
+    stats) printf '%s\n' "bogus" "compare --a /nonexistent-dir --b /nonexistent-dir" "compare --resamples 0" \
+                         "compare --a . --b . --resamples abc" "json a.json b.json" ;;
     *) return 1 ;;
   esac
 }
@@ -31,6 +33,7 @@ bad_values() {
 required_args() {
   case $1 in
     cudnn_sdpa_check) echo "$(dirname "$0")/../tools/cudnn_devices/a100.json" ;;
+    stats) echo compare ;;
   esac
 }
 value_option() {
@@ -38,6 +41,7 @@ value_option() {
     demo | bench_train | bench_ddp) echo --steps ;;
     train) echo --heads ;;
     bench_loader) echo --batch ;;
+    stats) echo --resamples ;;
     bench_ascender | bench_asam) echo --n ;;
     bench_firing) echo --rates ;;
     *) echo --csv ;;

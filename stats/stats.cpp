@@ -1,0 +1,323 @@
+// asc::stats: summaries, bootstrap intervals, paired tests, effect sizes (stats/stats.h says what each assumes).
+#include "stats/stats.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/generator.h"
+
+namespace asc::stats {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool has_nan(std::span<const double> x) {
+  return std::any_of(x.begin(), x.end(), [](double v) { return std::isnan(v); });
+}
+
+double mean_of(std::span<const double> x) { return std::accumulate(x.begin(), x.end(), 0.0) / double(x.size()); }
+
+// Sample variance, n - 1 in the denominator, two passes (no cancellation for values far from 0).
+double variance_of(std::span<const double> x) {
+  if (x.size() < 2) return kNaN;
+  const double m = mean_of(x);
+  double ss = 0;
+  for (double v : x) ss += (v - m) * (v - m);
+  return ss / double(x.size() - 1);
+}
+
+// numpy's default percentile ("linear"): position q (n - 1) in the sorted values, interpolated.
+double percentile_sorted(const std::vector<double>& sorted, double q) {
+  const double pos = q * double(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (pos - double(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+// The random stream of resample r: Philox4x32-10 with key = seed, subsequence = r. Indices in [0, n) by
+// multiply-shift of a 32-bit word (bias below n / 2^32).
+class ResampleStream {
+ public:
+  ResampleStream(uint64_t seed, uint64_t resample) : seed_(seed), resample_(resample) {}
+  uint32_t next() {
+    if (pos_ == 4) {
+      block_ = philox4x32(seed_, counter_++, resample_);
+      pos_ = 0;
+    }
+    return block_[pos_++];
+  }
+  size_t below(size_t n) { return static_cast<size_t>((uint64_t(next()) * uint64_t(n)) >> 32); }
+
+ private:
+  uint64_t seed_, resample_, counter_ = 0;
+  std::array<uint32_t, 4> block_{};
+  int pos_ = 4;
+};
+
+void check_options(const char* what, const BootstrapOptions& o) {
+  ASC_CHECK(o.resamples >= 1 && o.resamples <= (int64_t(1) << 32), "{}: resamples must be in [1, 2^32], got {}",
+            what, o.resamples);
+  ASC_CHECK(o.level > 0 && o.level < 1, "{}: level must be in (0, 1), got {}", what, o.level);
+}
+
+void check_size(const char* what, std::span<const double> x, size_t min_n) {
+  ASC_CHECK(x.size() >= min_n, "{}: needs at least {} value{}, got {}", what, min_n, min_n == 1 ? "" : "s",
+            x.size());
+  ASC_CHECK(x.size() <= (size_t(1) << 32), "{}: at most 2^32 values, got {}", what, x.size());
+}
+
+// The mean of one bootstrap resample of x drawn from `stream`.
+double resampled_mean(std::span<const double> x, ResampleStream& stream) {
+  double s = 0;
+  for (size_t i = 0; i < x.size(); ++i) s += x[stream.below(x.size())];
+  return s / double(x.size());
+}
+
+Interval interval_from(std::vector<double>& stats, double estimate, double level) {
+  std::sort(stats.begin(), stats.end());
+  return {estimate, percentile_sorted(stats, (1 - level) / 2), percentile_sorted(stats, (1 + level) / 2), level};
+}
+
+Interval nan_interval(double level) { return {kNaN, kNaN, kNaN, level}; }
+
+}  // namespace
+
+Summary describe(std::span<const double> x) {
+  check_size("describe", x, 1);
+  Summary s;
+  s.n = static_cast<int64_t>(x.size());
+  if (has_nan(x)) {
+    s.mean = s.std = s.min = s.max = s.median = s.iqm = kNaN;
+    return s;
+  }
+  std::vector<double> sorted(x.begin(), x.end());
+  std::sort(sorted.begin(), sorted.end());
+  s.mean = mean_of(x);
+  s.std = std::sqrt(variance_of(x));  // NaN for n == 1
+  s.min = sorted.front();
+  s.max = sorted.back();
+  s.median = percentile_sorted(sorted, 0.5);
+  s.iqm = interquartile_mean(x);
+  return s;
+}
+
+double interquartile_mean(std::span<const double> x) {
+  check_size("interquartile_mean", x, 1);
+  if (has_nan(x)) return kNaN;
+  std::vector<double> sorted(x.begin(), x.end());
+  std::sort(sorted.begin(), sorted.end());
+  const size_t cut = sorted.size() / 4;  // scipy.stats.trim_mean: int(0.25 n) from each end
+  return mean_of(std::span<const double>(sorted).subspan(cut, sorted.size() - 2 * cut));
+}
+
+Interval bootstrap_mean_ci(std::span<const double> x, const BootstrapOptions& options) {
+  check_size("bootstrap_mean_ci", x, 2);
+  check_options("bootstrap_mean_ci", options);
+  if (has_nan(x)) return nan_interval(options.level);
+  std::vector<double> means(static_cast<size_t>(options.resamples));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < options.resamples; ++r) {
+    ResampleStream stream(options.seed, static_cast<uint64_t>(r));
+    means[r] = resampled_mean(x, stream);
+  }
+  return interval_from(means, mean_of(x), options.level);
+}
+
+Interval bootstrap_difference_ci(std::span<const double> a, std::span<const double> b,
+                                 const BootstrapOptions& options) {
+  check_size("bootstrap_difference_ci", a, 2);
+  check_size("bootstrap_difference_ci", b, 2);
+  check_options("bootstrap_difference_ci", options);
+  if (has_nan(a) || has_nan(b)) return nan_interval(options.level);
+  std::vector<double> diffs(static_cast<size_t>(options.resamples));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < options.resamples; ++r) {
+    ResampleStream stream(options.seed, static_cast<uint64_t>(r));  // a's draws, then b's, from one stream
+    const double ma = resampled_mean(a, stream);
+    diffs[r] = ma - resampled_mean(b, stream);
+  }
+  return interval_from(diffs, mean_of(a) - mean_of(b), options.level);
+}
+
+namespace {
+
+std::vector<double> paired_differences(const char* what, std::span<const double> a, std::span<const double> b) {
+  ASC_CHECK(a.size() == b.size(), "{}: a has {} values and b has {}; a paired test needs one pair per example", what,
+            a.size(), b.size());
+  check_size(what, a, 1);
+  std::vector<double> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  return d;
+}
+
+// Ties decide p-values of 0/1 data: a resampled statistic equal to the observed one counts as "at least as
+// extreme". Sums of the same values in another order differ by rounding, so equality is up to this tolerance.
+double tie_tolerance(const std::vector<double>& d) {
+  double scale = 0;
+  for (double v : d) scale += std::fabs(v);
+  return 1e-12 * std::max(scale, 1.0);
+}
+
+}  // namespace
+
+PairedTest paired_bootstrap(std::span<const double> a, std::span<const double> b, const BootstrapOptions& options) {
+  const std::vector<double> d = paired_differences("paired_bootstrap", a, b);
+  check_options("paired_bootstrap", options);
+  PairedTest t;
+  t.resamples = options.resamples;
+  if (has_nan(d)) {
+    t.delta = t.low = t.high = t.p = kNaN;
+    return t;
+  }
+  const double n = double(d.size());
+  const double sum = std::accumulate(d.begin(), d.end(), 0.0);
+  t.delta = sum / n;
+  std::vector<double> sums(static_cast<size_t>(options.resamples));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < options.resamples; ++r) {
+    ResampleStream stream(options.seed, static_cast<uint64_t>(r));
+    sums[r] = resampled_mean(d, stream) * n;
+  }
+  // Shifted to the null: how often does the resampled delta stray from delta by at least |delta|?
+  const double tol = tie_tolerance(d);
+  int64_t extreme = 0;
+  for (double s : sums) extreme += std::fabs(s - sum) >= std::fabs(sum) - tol;
+  t.p = double(1 + extreme) / double(1 + options.resamples);
+  for (double& s : sums) s /= n;
+  const Interval ci = interval_from(sums, t.delta, options.level);
+  t.low = ci.low;
+  t.high = ci.high;
+  return t;
+}
+
+PairedTest approximate_randomization(std::span<const double> a, std::span<const double> b,
+                                     const BootstrapOptions& options) {
+  const std::vector<double> d = paired_differences("approximate_randomization", a, b);
+  check_options("approximate_randomization", options);
+  PairedTest t;
+  t.low = t.high = kNaN;
+  if (has_nan(d)) {
+    t.delta = t.p = kNaN;
+    return t;
+  }
+  const size_t n = d.size();
+  const double sum = std::accumulate(d.begin(), d.end(), 0.0);
+  t.delta = sum / double(n);
+  const double tol = tie_tolerance(d), observed = std::fabs(sum) - tol;
+  // Swapping a and b on example i flips the sign of d_i: the null distribution is that of sum_i s_i d_i, s = +-1.
+  t.exact = n < 63 && (uint64_t(1) << n) <= uint64_t(options.resamples);
+  if (t.exact) {
+    const int64_t total = int64_t(1) << n;
+    int64_t extreme = 0;
+#pragma omp parallel for reduction(+ : extreme) schedule(static)
+    for (int64_t mask = 0; mask < total; ++mask) {
+      double s = 0;
+      for (size_t i = 0; i < n; ++i) s += (mask >> i) & 1 ? -d[i] : d[i];
+      extreme += std::fabs(s) >= observed;
+    }
+    t.resamples = total;
+    t.p = double(extreme) / double(total);
+    return t;
+  }
+  int64_t extreme = 0;
+#pragma omp parallel for reduction(+ : extreme) schedule(static)
+  for (int64_t r = 0; r < options.resamples; ++r) {
+    ResampleStream stream(options.seed, static_cast<uint64_t>(r));
+    double s = 0;
+    uint32_t bits = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (i % 32 == 0) bits = stream.next();
+      s += (bits >> (i % 32)) & 1 ? -d[i] : d[i];
+    }
+    extreme += std::fabs(s) >= observed;
+  }
+  t.resamples = options.resamples;
+  t.p = double(1 + extreme) / double(1 + options.resamples);
+  return t;
+}
+
+double cohens_d(std::span<const double> a, std::span<const double> b) {
+  check_size("cohens_d", a, 2);
+  check_size("cohens_d", b, 2);
+  if (has_nan(a) || has_nan(b)) return kNaN;
+  const double na = double(a.size()), nb = double(b.size());
+  const double pooled = ((na - 1) * variance_of(a) + (nb - 1) * variance_of(b)) / (na + nb - 2);
+  return (mean_of(a) - mean_of(b)) / std::sqrt(pooled);
+}
+
+double cliffs_delta(std::span<const double> a, std::span<const double> b) {
+  check_size("cliffs_delta", a, 1);
+  check_size("cliffs_delta", b, 1);
+  if (has_nan(a) || has_nan(b)) return kNaN;
+  // Sort b once; for each a_i, count b below and above it by binary search: O((n_a + n_b) log n_b).
+  std::vector<double> sb(b.begin(), b.end());
+  std::sort(sb.begin(), sb.end());
+  int64_t more = 0, less = 0;
+  for (double v : a) {
+    more += std::lower_bound(sb.begin(), sb.end(), v) - sb.begin();  // b_j < a_i
+    less += sb.end() - std::upper_bound(sb.begin(), sb.end(), v);    // b_j > a_i
+  }
+  return double(more - less) / (double(a.size()) * double(b.size()));
+}
+
+double normal_cdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+
+double normal_quantile(double p) {
+  ASC_CHECK(p > 0 && p < 1, "normal_quantile: p must be in (0, 1), got {}", p);
+  // The upper half by symmetry: 1 - p is exact for p >= 0.5 (Sterbenz), while cdf(x) - p near 1 would cancel.
+  if (p > 0.5) return -normal_quantile(1 - p);
+  // Acklam's rational approximation (relative error 1.15e-9) ...
+  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+                                 1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
+  static constexpr double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+                                 6.680131188771972e+01, -1.328068155288572e+01};
+  static constexpr double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+                                 -2.549732539343734e+00, 4.374664141464968e+00,  2.938163982698783e+00};
+  static constexpr double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+                                 3.754408661907416e+00};
+  constexpr double p_low = 0.02425;
+  auto tail = [&](double q) {
+    return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+           ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  };
+  double x;
+  if (p < p_low) {
+    x = tail(std::sqrt(-2 * std::log(p)));
+  } else {
+    const double q = p - 0.5, r = q * q;
+    x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+        (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+  }
+  // ... then Halley's method on cdf(x) - p, which converges cubically: two steps reach double precision.
+  for (int step = 0; step < 2; ++step) {
+    const double e = normal_cdf(x) - p;
+    const double u = e * std::sqrt(2 * M_PI) * std::exp(x * x / 2);
+    x -= u / (1 + x * u / 2);
+  }
+  return x;
+}
+
+double minimum_detectable_effect(double se, double alpha, double power) {
+  ASC_CHECK(se >= 0, "minimum_detectable_effect: se must be >= 0, got {}", se);
+  ASC_CHECK(alpha > 0 && alpha < 1, "minimum_detectable_effect: alpha must be in (0, 1), got {}", alpha);
+  ASC_CHECK(power > 0 && power < 1, "minimum_detectable_effect: power must be in (0, 1), got {}", power);
+  return (normal_quantile(1 - alpha / 2) + normal_quantile(power)) * se;
+}
+
+double accuracy_difference_se(double p, int64_t n) {
+  ASC_CHECK(p >= 0 && p <= 1, "accuracy_difference_se: p must be in [0, 1], got {}", p);
+  ASC_CHECK(n >= 1, "accuracy_difference_se: n must be >= 1, got {}", n);
+  return std::sqrt(2 * p * (1 - p) / double(n));
+}
+
+double seed_difference_se(double sd, int64_t n_a, int64_t n_b) {
+  ASC_CHECK(sd >= 0 || std::isnan(sd), "seed_difference_se: sd must be >= 0, got {}", sd);
+  ASC_CHECK(n_a >= 1 && n_b >= 1, "seed_difference_se: seed counts must be >= 1, got {} and {}", n_a, n_b);
+  return sd * std::sqrt(1.0 / double(n_a) + 1.0 / double(n_b));
+}
+
+}  // namespace asc::stats

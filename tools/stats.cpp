@@ -1,0 +1,376 @@
+// stats: compare trained models with the statistics of stats/stats.h, or compute any of them over numbers given as
+// JSON (the interface the experiment scripts and the scipy / scikit-learn cross-check use).
+//
+//   stats compare --a runs/asc-s0 runs/asc-s1 ... --b runs/dense-s0 runs/dense-s1 ...   # a markdown table
+//   stats compare --a ... --b ... --json cmp.json                                      # and every figure as JSON
+//   echo '{"op": "paired_bootstrap", "a": [1, 0, 1], "b": [0, 0, 1]}' | stats json     # one request (or a list)
+//
+// compare reads each run's summary.json (the metric, default test_accuracy, and the seed) and predictions.csv (for
+// the tests over test examples: each example's correctness averaged over a model's seeds, then the paired
+// bootstrap and approximate randomisation over examples). docs/stats.md explains each figure.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "stats/cluster.h"
+#include "stats/stats.h"
+#include "tools/cli.h"
+
+namespace {
+
+using asc::tools::Json;
+namespace st = asc::stats;
+namespace fs = std::filesystem;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---- JSON <-> numbers (NaN travels as null: JSON has no NaN) ----------------------------------------------------
+
+Json num(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
+
+std::vector<double> doubles(const Json& request, const char* key) {
+  ASC_CHECK(request.contains(key), "stats json: request '{}' needs an array \"{}\"", request.value("op", ""), key);
+  const Json& a = request.at(key);
+  ASC_CHECK(a.is_array(), "stats json: \"{}\" must be an array of numbers", key);
+  std::vector<double> out;
+  for (const Json& v : a) {
+    ASC_CHECK(v.is_number() || v.is_null(), "stats json: \"{}\" holds {}, not a number (null stands for NaN)", key,
+              v.dump());
+    out.push_back(v.is_null() ? kNaN : v.get<double>());
+  }
+  return out;
+}
+
+std::vector<int64_t> labels(const Json& request, const char* key) {
+  ASC_CHECK(request.contains(key) && request.at(key).is_array(), "stats json: request '{}' needs an array \"{}\"",
+            request.value("op", ""), key);
+  std::vector<int64_t> out;
+  for (const Json& v : request.at(key)) {
+    ASC_CHECK(v.is_number_integer(), "stats json: \"{}\" holds {}, not an integer label", key, v.dump());
+    out.push_back(v.get<int64_t>());
+  }
+  return out;
+}
+
+// Points: "x" as an array of rows (each an array of d numbers).
+std::vector<double> points(const Json& request, int64_t& d) {
+  ASC_CHECK(request.contains("x") && request.at("x").is_array() && !request.at("x").empty(),
+            "stats json: request '{}' needs \"x\", a non-empty array of rows", request.value("op", ""));
+  std::vector<double> flat;
+  d = -1;
+  for (const Json& row : request.at("x")) {
+    ASC_CHECK(row.is_array() && !row.empty(), "stats json: every row of \"x\" must be a non-empty array");
+    ASC_CHECK(d < 0 || int64_t(row.size()) == d, "stats json: rows of \"x\" have {} and {} values", d, row.size());
+    d = static_cast<int64_t>(row.size());
+    for (const Json& v : row) {
+      ASC_CHECK(v.is_number() || v.is_null(), "stats json: \"x\" holds {}, not a number", v.dump());
+      flat.push_back(v.is_null() ? kNaN : v.get<double>());
+    }
+  }
+  return flat;
+}
+
+template <class T>
+T get_or(const Json& request, const char* key, T fallback) {
+  if (!request.contains(key)) return fallback;
+  try {
+    return request.at(key).get<T>();
+  } catch (const Json::exception&) {
+    ASC_THROW("stats json: \"{}\" has the wrong type: {}", key, request.at(key).dump());
+  }
+}
+
+st::BootstrapOptions bootstrap_options(const Json& r) {
+  return {.resamples = get_or<int64_t>(r, "resamples", 10000), .level = get_or<double>(r, "level", 0.95),
+          .seed = get_or<uint64_t>(r, "seed", 0)};
+}
+
+Json interval_json(const st::Interval& i) {
+  return {{"estimate", num(i.estimate)}, {"low", num(i.low)}, {"high", num(i.high)}, {"level", i.level}};
+}
+
+Json paired_json(const st::PairedTest& t) {
+  return {{"delta", num(t.delta)}, {"low", num(t.low)},           {"high", num(t.high)},
+          {"p", num(t.p)},         {"resamples", t.resamples}, {"exact", t.exact}};
+}
+
+// One request {"op": name, arguments...} -> its result.
+Json answer(const Json& r) {
+  ASC_CHECK(r.is_object() && r.contains("op") && r.at("op").is_string(),
+            "stats json: each request is an object with a string \"op\", got {}", r.dump().substr(0, 80));
+  const std::string op = r.at("op").get<std::string>();
+  if (op == "describe") {
+    const st::Summary s = st::describe(doubles(r, "x"));
+    return {{"n", s.n},           {"mean", num(s.mean)},     {"std", num(s.std)}, {"min", num(s.min)},
+            {"max", num(s.max)}, {"median", num(s.median)}, {"iqm", num(s.iqm)}};
+  }
+  if (op == "interquartile_mean") return num(st::interquartile_mean(doubles(r, "x")));
+  if (op == "bootstrap_mean_ci") return interval_json(st::bootstrap_mean_ci(doubles(r, "x"), bootstrap_options(r)));
+  if (op == "bootstrap_difference_ci")
+    return interval_json(st::bootstrap_difference_ci(doubles(r, "a"), doubles(r, "b"), bootstrap_options(r)));
+  if (op == "paired_bootstrap")
+    return paired_json(st::paired_bootstrap(doubles(r, "a"), doubles(r, "b"), bootstrap_options(r)));
+  if (op == "approximate_randomization")
+    return paired_json(st::approximate_randomization(doubles(r, "a"), doubles(r, "b"), bootstrap_options(r)));
+  if (op == "cohens_d") return num(st::cohens_d(doubles(r, "a"), doubles(r, "b")));
+  if (op == "cliffs_delta") return num(st::cliffs_delta(doubles(r, "a"), doubles(r, "b")));
+  if (op == "normal_cdf") return num(st::normal_cdf(get_or<double>(r, "z", kNaN)));
+  if (op == "normal_quantile") return num(st::normal_quantile(get_or<double>(r, "p", kNaN)));
+  if (op == "minimum_detectable_effect")
+    return num(st::minimum_detectable_effect(get_or<double>(r, "se", kNaN), get_or<double>(r, "alpha", 0.05),
+                                             get_or<double>(r, "power", 0.8)));
+  if (op == "accuracy_difference_se")
+    return num(st::accuracy_difference_se(get_or<double>(r, "p", kNaN), get_or<int64_t>(r, "n", 0)));
+  if (op == "seed_difference_se")
+    return num(st::seed_difference_se(get_or<double>(r, "sd", kNaN), get_or<int64_t>(r, "n_a", 0),
+                                      get_or<int64_t>(r, "n_b", 0)));
+  if (op == "normalized_mutual_info") return num(st::normalized_mutual_info(labels(r, "truth"), labels(r, "pred")));
+  if (op == "adjusted_rand_index") return num(st::adjusted_rand_index(labels(r, "truth"), labels(r, "pred")));
+  int64_t d = 0;
+  if (op == "silhouette_score") {
+    const std::vector<double> x = points(r, d);
+    return num(st::silhouette_score(x, d, labels(r, "labels")));
+  }
+  if (op == "calinski_harabasz_score") {
+    const std::vector<double> x = points(r, d);
+    return num(st::calinski_harabasz_score(x, d, labels(r, "labels")));
+  }
+  if (op == "kmeans") {
+    const std::vector<double> x = points(r, d);
+    const st::KMeansResult km = st::kmeans(x, d, get_or<int64_t>(r, "k", 0),
+                                           {.n_init = get_or<int64_t>(r, "n_init", 10),
+                                            .max_iter = get_or<int64_t>(r, "max_iter", 300),
+                                            .tol = get_or<double>(r, "tol", 1e-4),
+                                            .seed = get_or<uint64_t>(r, "seed", 0)});
+    return {{"labels", km.labels}, {"inertia", km.inertia}, {"iterations", km.iterations}};
+  }
+  ASC_THROW("stats json: unknown op '{}' (describe, interquartile_mean, bootstrap_mean_ci, bootstrap_difference_ci, "
+            "paired_bootstrap, approximate_randomization, cohens_d, cliffs_delta, normal_cdf, normal_quantile, "
+            "minimum_detectable_effect, accuracy_difference_se, seed_difference_se, kmeans, normalized_mutual_info, "
+            "adjusted_rand_index, silhouette_score, calinski_harabasz_score)",
+            op);
+}
+
+int run_json(const std::string& input) {
+  std::string text;
+  if (input == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), {});
+  } else {
+    std::ifstream f(input);
+    ASC_CHECK(f, "stats json: cannot read {}", input);
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  Json request;
+  try {
+    request = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    ASC_THROW("stats json: {} is not JSON: {}", input == "-" ? "stdin" : input, e.what());
+  }
+  Json out;
+  if (request.is_array()) {
+    out = Json::array();
+    for (const Json& r : request) out.push_back(answer(r));
+  } else {
+    out = answer(request);
+  }
+  std::cout << out.dump(1) << "\n";
+  return 0;
+}
+
+// ---- compare: two groups of runs ------------------------------------------------------------------------------
+
+struct RunResult {
+  std::string dir;
+  double metric = kNaN;
+  int64_t seed = -1;
+  std::map<int64_t, std::pair<int64_t, double>> correct;  // test index -> (label, correct 0/1)
+};
+
+RunResult read_run(const std::string& dir, const std::string& metric) {
+  RunResult r;
+  r.dir = dir;
+  std::ifstream f(fs::path(dir) / "summary.json");
+  ASC_CHECK(f, "stats compare: {} has no summary.json (is the run finished?)", dir);
+  Json s;
+  try {
+    s = Json::parse(f);
+  } catch (const Json::parse_error& e) {
+    ASC_THROW("stats compare: {}/summary.json is not JSON: {}", dir, e.what());
+  }
+  ASC_CHECK(s.contains(metric), "stats compare: {}/summary.json has no \"{}\"", dir, metric);
+  r.metric = s.at(metric).is_number() ? s.at(metric).get<double>() : kNaN;
+  r.seed = s.value("seed", int64_t(-1));
+  std::ifstream p(fs::path(dir) / "predictions.csv");
+  if (!p) return r;  // an LM run: no per-example predictions
+  std::string line;
+  std::getline(p, line);
+  ASC_CHECK(line.rfind("index,label,prediction,correct", 0) == 0, "stats compare: {}/predictions.csv: header '{}'",
+            dir, line);
+  while (std::getline(p, line)) {
+    long long index = 0, label = 0, prediction = 0, correct = 0;
+    ASC_CHECK(std::sscanf(line.c_str(), "%lld,%lld,%lld,%lld", &index, &label, &prediction, &correct) == 4 &&
+                  (correct == 0 || correct == 1),
+              "stats compare: {}/predictions.csv: bad row '{}'", dir, line);
+    ASC_CHECK(r.correct.emplace(index, std::make_pair(label, double(correct))).second,
+              "stats compare: {}/predictions.csv: example {} twice", dir, index);
+  }
+  return r;
+}
+
+// Each test example's correctness averaged over the runs of one model (the same examples in every run).
+std::vector<double> mean_correct(const std::vector<RunResult>& runs, const std::map<int64_t, int64_t>& examples) {
+  std::vector<double> out(examples.size(), 0.0);
+  for (const RunResult& r : runs) {
+    size_t i = 0;
+    for (const auto& [index, label] : examples) {
+      const auto it = r.correct.find(index);
+      ASC_CHECK(it != r.correct.end() && it->second.first == label,
+                "stats compare: {} was not evaluated on the same test examples as the others (example {})", r.dir,
+                index);
+      out[i++] += it->second.second / double(runs.size());
+    }
+  }
+  return out;
+}
+
+std::string fmt_num(double v, int digits = 4) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "—"; }
+
+std::string interval_text(const st::Interval& i) { return fmt::format("[{}, {}]", fmt_num(i.low), fmt_num(i.high)); }
+
+int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::string>& b_dirs, const std::string& a_name,
+                const std::string& b_name, const std::string& metric, const st::BootstrapOptions& bo,
+                const std::string& json_path) {
+  std::vector<RunResult> a, b;
+  for (const auto& d : a_dirs) a.push_back(read_run(d, metric));
+  for (const auto& d : b_dirs) b.push_back(read_run(d, metric));
+  std::vector<double> am, bm;
+  for (const auto& r : a) am.push_back(r.metric);
+  for (const auto& r : b) bm.push_back(r.metric);
+  const st::Summary sa = st::describe(am), sb = st::describe(bm);
+  Json out = {{"metric", metric}, {"a", a_name}, {"b", b_name}, {"resamples", bo.resamples}, {"seed", bo.seed}};
+
+  // Over seeds: each model's mean with its interval; the difference with its interval and effect sizes.
+  const st::Interval none{kNaN, kNaN, kNaN, bo.level};
+  const st::Interval ci_a = am.size() >= 2 ? st::bootstrap_mean_ci(am, bo) : none;
+  const st::Interval ci_b = bm.size() >= 2 ? st::bootstrap_mean_ci(bm, bo) : none;
+  auto group = [&](const std::vector<RunResult>& runs, const st::Summary& s, const st::Interval& ci) {
+    Json g = {{"runs", Json::array()}, {"n", s.n},          {"mean", num(s.mean)},
+              {"std", num(s.std)},     {"iqm", num(s.iqm)}, {"ci", interval_json(ci)}};
+    for (const auto& r : runs) g["runs"].push_back({{"dir", r.dir}, {"seed", r.seed}, {"value", num(r.metric)}});
+    return g;
+  };
+  out["group_a"] = group(a, sa, ci_a);
+  out["group_b"] = group(b, sb, ci_b);
+  out["difference"] = num(sa.mean - sb.mean);
+  const bool seeds = a.size() >= 2 && b.size() >= 2;
+  st::Interval diff_ci = none;
+  double d = kNaN, delta = kNaN, mde_seeds = kNaN;
+  if (seeds) {
+    diff_ci = st::bootstrap_difference_ci(am, bm, bo);
+    d = st::cohens_d(am, bm);
+    delta = st::cliffs_delta(am, bm);
+    const double pooled_sd = std::sqrt(((sa.n - 1) * sa.std * sa.std + (sb.n - 1) * sb.std * sb.std) /
+                                       double(sa.n + sb.n - 2));
+    mde_seeds = st::minimum_detectable_effect(st::seed_difference_se(pooled_sd, sa.n, sb.n));
+    out["difference_ci"] = interval_json(diff_ci);
+    out["cohens_d"] = num(d);
+    out["cliffs_delta"] = num(delta);
+    out["mde_seeds"] = num(mde_seeds);
+  }
+
+  // Over test examples (classifiers): each example's correctness averaged over a model's runs, paired between models.
+  auto has_predictions = [](const RunResult& r) { return !r.correct.empty(); };
+  const bool per_example = std::all_of(a.begin(), a.end(), has_predictions) &&
+                           std::all_of(b.begin(), b.end(), has_predictions);
+  st::PairedTest pb, ar;
+  double mde_examples = kNaN;
+  size_t n_examples = 0;
+  if (per_example) {
+    std::map<int64_t, int64_t> examples;  // index -> label, from the first run; every other run must match
+    for (const auto& [index, lc] : a.front().correct) examples.emplace(index, lc.first);
+    for (const auto* runs : {&a, &b})
+      for (const auto& r : *runs)
+        ASC_CHECK(r.correct.size() == examples.size(), "stats compare: {} has {} test predictions, {} has {}", r.dir,
+                  r.correct.size(), a.front().dir, examples.size());
+    const std::vector<double> ca = mean_correct(a, examples), cb = mean_correct(b, examples);
+    n_examples = examples.size();
+    pb = st::paired_bootstrap(ca, cb, bo);
+    ar = st::approximate_randomization(ca, cb, bo);
+    double p = 0;
+    for (size_t i = 0; i < ca.size(); ++i) p += (ca[i] + cb[i]) / double(2 * ca.size());
+    mde_examples = st::minimum_detectable_effect(st::accuracy_difference_se(p, int64_t(ca.size())));
+    out["test_examples"] = n_examples;
+    out["paired_bootstrap"] = paired_json(pb);
+    out["approximate_randomization"] = paired_json(ar);
+    out["mde_examples"] = num(mde_examples);
+  }
+
+  fmt::print("| model | runs | {} mean ± std | IQM | {:g} % CI of the mean |\n|---|---|---|---|---|\n", metric,
+             100 * bo.level);
+  fmt::print("| {} | {} | {} ± {} | {} | {} |\n", a_name, sa.n, fmt_num(sa.mean), fmt_num(sa.std), fmt_num(sa.iqm),
+             interval_text(ci_a));
+  fmt::print("| {} | {} | {} ± {} | {} | {} |\n\n", b_name, sb.n, fmt_num(sb.mean), fmt_num(sb.std),
+             fmt_num(sb.iqm), interval_text(ci_b));
+  fmt::print("{} − {}: {}", a_name, b_name, fmt_num(sa.mean - sb.mean));
+  if (seeds)
+    fmt::print(" ({:g} % CI over seeds {}); Cohen's d {}, Cliff's δ {}; smallest difference {} + {} seeds detect "
+               "(α 0.05, power 0.8): {}",
+               100 * bo.level, interval_text(diff_ci), fmt_num(d, 2), fmt_num(delta, 2), sa.n, sb.n,
+               fmt_num(mde_seeds));
+  fmt::print("\n");
+  if (per_example)
+    fmt::print("over {} test examples (each one's correctness averaged over a model's runs): paired bootstrap p {} "
+               "({:g} % CI of the difference {}), approximate randomisation p {}; {} resamples, seed {}; smallest "
+               "difference this test set detects: {}\n",
+               n_examples, fmt_num(pb.p), 100 * bo.level, interval_text({pb.delta, pb.low, pb.high, bo.level}),
+               fmt_num(ar.p), bo.resamples, bo.seed, fmt_num(mde_examples));
+  if (!json_path.empty()) {
+    std::ofstream f(json_path, std::ios::trunc);
+    ASC_CHECK(f, "stats compare: cannot write {}", json_path);
+    f << out.dump(1) << "\n";
+    ASC_CHECK(f.good(), "stats compare: writing {} failed", json_path);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"stats: compare trained models (summary.json, predictions.csv) or compute statistics over JSON "
+               "(docs/stats.md)",
+               "stats"};
+  app.require_subcommand(1);
+  CLI::App* compare = app.add_subcommand("compare", "two groups of runs: mean ± std, intervals, effect sizes, "
+                                                    "paired tests over test examples; a markdown table on stdout");
+  std::vector<std::string> a_dirs, b_dirs;
+  std::string a_name = "A", b_name = "B", metric = "test_accuracy", json_path;
+  int64_t resamples = 10000;
+  uint64_t seed = 0;
+  compare->add_option("--a", a_dirs, "run directories of model A (one per seed)")->required()->check(CLI::ExistingDirectory);
+  compare->add_option("--b", b_dirs, "run directories of model B")->required()->check(CLI::ExistingDirectory);
+  compare->add_option("--a-name", a_name, "A's name in the table")->capture_default_str();
+  compare->add_option("--b-name", b_name, "B's name in the table")->capture_default_str();
+  compare->add_option("--metric", metric, "summary.json field compared over seeds")->capture_default_str();
+  compare->add_option("--resamples", resamples, "bootstrap resamples and randomisation rounds")
+      ->check(asc::tools::int_range(1, int64_t(1) << 32))
+      ->capture_default_str();
+  compare->add_option("--seed", seed, "seed of the resampling")->capture_default_str();
+  compare->add_option("--json", json_path, "also write every figure as JSON to FILE")
+      ->check(asc::tools::output_file())
+      ->type_name("FILE");
+  CLI::App* json = app.add_subcommand("json", "answer statistics requests given as JSON (one object or a list): "
+                                              "{\"op\": \"paired_bootstrap\", \"a\": [...], \"b\": [...]}");
+  std::string input = "-";
+  json->add_option("input", input, "request file ('-': stdin)")->capture_default_str();
+  asc::tools::parse_or_exit(app, argc, argv);
+  return asc::tools::guarded("stats", [&] {
+    if (json->parsed()) return run_json(input);
+    return run_compare(a_dirs, b_dirs, a_name, b_name, metric, {.resamples = resamples, .seed = seed}, json_path);
+  });
+}
