@@ -19,7 +19,8 @@ DecoderLM::DecoderLM(const DecoderLMOptions& o, const nn::AttentionFactory& atte
   detail::check_parameter_memory("DecoderLM", static_cast<double>(o.vocab()) * (o.tie_embeddings() ? 1 : 2),
                                  o.d_model(), o.ffn(), o.layers());
   tok_emb = register_module("tok_emb", std::make_shared<nn::Embedding>(o.vocab(), o.d_model()));
-  auto block = nn::TransformerBlockOptions(o.d_model(), o.heads()).ffn(o.ffn()).dropout(o.dropout()).rope(true);
+  auto block = nn::TransformerBlockOptions(o.d_model(), o.heads()).ffn(o.ffn()).dropout(o.dropout())
+                   .attention_dropout(o.attention_dropout()).rope(true);
   blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
   for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerDecoderBlock>(block, attention));
   norm = register_module("norm", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({o.d_model()})));

@@ -99,6 +99,14 @@ FlopCount count_flops(nn::Module& model, int64_t T) {
     c.forward = 2 * in * P + P + P * a;
   } else if (auto* m = dynamic_cast<nn::Linear*>(&model)) {
     c.forward = linear_flops(*m, 1);
+  } else if (auto* m = dynamic_cast<nn::Sequential*>(&model)) {  // and nn::MLP: its Linear layers
+    for (size_t i = 0; i < m->size(); ++i) {
+      nn::Module& child = *(*m)[i];
+      const std::string& t = child.type_name();
+      // Activations and dropout are element-wise over the width: left out (the conventions above).
+      if (t == "ReLU" || t == "GELU" || t == "SiLU" || t == "Tanh" || t == "Sigmoid" || t == "Dropout") continue;
+      c += count_flops(child, T);
+    }
   } else {
     ASC_THROW("count_flops: no FLOP formula for module type {}", model.type_name());
   }

@@ -35,8 +35,13 @@ TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions&
   if (pos == "sinusoidal")
     pos_enc = register_module("pos_enc", std::make_shared<nn::SinusoidalPositionalEncoding>(o.d_model(), o.max_len()));
   if (pos == "alibi") alibi = register_module("alibi", std::make_shared<nn::ALiBi>(nn::ALiBiOptions(o.heads())));
+  ASC_CHECK(o.attention_dropout() >= 0 && o.attention_dropout() < 1,
+            "TransformerClassifier: attention_dropout {} not in [0, 1)", o.attention_dropout());
+  ASC_CHECK(o.attention_dropout() == 0 || attention || o.attention() != "asam",
+            "TransformerClassifier: ASAM attention has no attention dropout; attention_dropout must be 0, got {}",
+            o.attention_dropout());
   auto block = nn::TransformerBlockOptions(o.d_model(), o.heads()).ffn(o.ffn()).dropout(o.dropout()).norm_first(o.norm_first())
-                   .rope(pos == "rope");
+                   .attention_dropout(o.attention_dropout()).rope(pos == "rope");
   blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
   nn::AttentionFactory factory = attention;
   if (!factory) {
@@ -46,7 +51,7 @@ TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions&
     const int64_t rope_len = std::max<int64_t>(o.max_len(), 1);
     auto dense = [rope_len](const nn::TransformerBlockOptions& b) -> std::shared_ptr<nn::Attention> {
       return std::make_shared<nn::MultiHeadAttention>(nn::MultiHeadAttentionOptions(b.d_model(), b.heads())
-                                                          .dropout(b.dropout()).rope(b.rope()).rope_max_len(rope_len));
+                                                          .dropout(b.attention_dropout()).rope(b.rope()).rope_max_len(rope_len));
     };
     factory = o.attention() == "dense"      ? nn::AttentionFactory(dense)
               : o.attention() == "ascender" ? nn::ascender_attention(nn::AscenderAttentionOptions(o.ascender())
@@ -66,7 +71,7 @@ Tensor TransformerClassifier::forward(const Tensor& tokens, const Tensor& valid)
   Tensor x = (*tok_emb)(tokens);  // (B, T, D)
   if (pos_emb) x = x + (*pos_emb)(arange(T, {.dtype = kInt64, .device = tokens.device()}));
   if (pos_enc) x = (*pos_enc)(x);
-  nn::AttentionArgs args{.key_padding_mask = valid};
+  nn::AttentionArgs args{.key_padding_mask = valid, .need_weights = need_weights};
   if (alibi) {  // (H, T, T), built once per length, dtype and device
     if (!alibi_bias_.defined() || alibi_bias_.size(1) != T || alibi_bias_.dtype() != x.dtype() ||
         alibi_bias_.device() != x.device())

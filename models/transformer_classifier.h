@@ -12,7 +12,7 @@
 //
 // Accepted options (anything else is an asc::Error naming the value, at construction):
 //   vocab, max_len, classes, d_model, heads, ffn   >= 1 (d_model divisible by heads for "dense");
-//   layers >= 1; dropout in [0, 1) (NaN refused); attention "dense", "ascender" or "asam"; positional "learned",
+//   layers >= 1; dropout, attention_dropout in [0, 1) (NaN refused; attention_dropout 0 with asam); attention "dense", "ascender" or "asam"; positional "learned",
 //   "sinusoidal", "none", "rope" or "alibi" (rope / alibi with dense or ascender attention only);
 //   ascender / asam: their d_model and heads are the model's. Left at 0 (the default here) they take the model's; set,
 //     they must equal the model's d_model and heads (a mismatch is refused, naming both, never silently replaced).
@@ -31,7 +31,10 @@ struct TransformerClassifierOptions {
   ASC_ARG(int64_t, heads) = 4;
   ASC_ARG(int64_t, layers) = 2;
   ASC_ARG(int64_t, ffn) = 512;
-  ASC_ARG(double, dropout) = 0.1;
+  ASC_ARG(double, dropout) = 0.1;            // residual and FFN dropout
+  // On the attention probabilities (dense and ASCender; ASAM has none, so a value > 0 with it is refused). 0 by
+  // default: ASCender's fused kernels do not implement it, and a comparison of attentions should regularise them alike.
+  ASC_ARG(double, attention_dropout) = 0.0;
   ASC_ARG(bool, norm_first) = true;
   ASC_ARG(std::string, attention) = "dense";  // "dense", "ascender" or "asam"
   // Where positions enter: "learned" (an embedding added to the tokens'), "sinusoidal" (the fixed table added),
@@ -55,6 +58,9 @@ class TransformerClassifier : public nn::Module {
   // The logits read the final-norm outputs mean-pooled over the real tokens only (over all T without a mask).
   Tensor forward(const Tensor& tokens, const Tensor& valid);
   Tensor forward(const Tensor& tokens) override { return forward(tokens, Tensor()); }
+  // When true, every forward asks each attention layer to keep its probabilities (B, H, T, T), read afterwards with
+  // blocks[i]->attn->attention_weights() — for analysis: ASCender then runs its composed reference path (slower).
+  bool need_weights = false;
   // The auxiliary losses of its attention layers from the last forward (ASCender's ν-weighted terms,
   // docs/ascender.md §11; ASAM's centroid loss), to add to the task loss; 0 with dense attention. Call it after forward() in a statement
   // of its own: in `ce(model->forward(x), y) + model->aux_loss()` C++ may evaluate aux_loss() first.

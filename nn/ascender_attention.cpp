@@ -219,7 +219,7 @@ AttentionFactory ascender_attention(const AscenderAttentionOptions& options) {
     AscenderAttentionOptions o = options;
     const auto [d_model, heads] = attention_shape_for_block("ascender_attention", o.d_model(), o.heads(), block);  // 0: the block's
     o.d_model(d_model).heads(heads);
-    if (o.dropout() == 0) o.dropout(block.dropout());
+    if (o.dropout() == 0) o.dropout(block.attention_dropout());
     return std::make_shared<AscenderAttention>(o);
   };
 }

@@ -10,7 +10,7 @@ namespace asc::nn {
 
 std::shared_ptr<Attention> dense_attention(const TransformerBlockOptions& o) {
   return std::make_shared<MultiHeadAttention>(
-      MultiHeadAttentionOptions(o.d_model(), o.heads()).dropout(o.dropout()).rope(o.rope()));
+      MultiHeadAttentionOptions(o.d_model(), o.heads()).dropout(o.attention_dropout()).rope(o.rope()));
 }
 
 std::pair<int64_t, int64_t> attention_shape_for_block(const char* who, int64_t d_model, int64_t heads,
@@ -33,6 +33,8 @@ TransformerEncoderBlock::TransformerEncoderBlock(const TransformerBlockOptions& 
   ASC_CHECK(o.d_model() > 0 && o.heads() > 0 && o.ffn() > 0, "{}: d_model {}, heads {} and ffn {} must be positive",
             type_name, o.d_model(), o.heads(), o.ffn());
   ASC_CHECK(o.dropout() >= 0 && o.dropout() < 1, "{}: dropout {} not in [0, 1)", type_name, o.dropout());
+  ASC_CHECK(o.attention_dropout() >= 0 && o.attention_dropout() < 1, "{}: attention_dropout {} not in [0, 1)",
+            type_name, o.attention_dropout());
   ASC_CHECK(std::isfinite(o.layer_norm_eps()) && o.layer_norm_eps() >= 0,
             "{}: layer_norm_eps must be finite and >= 0, got {}", type_name, o.layer_norm_eps());
   ASC_CHECK(o.activation() == "gelu" || o.activation() == "relu" || o.activation() == "silu",
@@ -67,8 +69,9 @@ Tensor TransformerEncoderBlock::forward(const Tensor& x, const AttentionArgs& ar
 }
 
 std::string TransformerEncoderBlock::extra_repr() const {
-  return fmt::format("d_model={}, heads={}, ffn={}, dropout={}, activation={}, norm_first={}", options.d_model(),
-                     options.heads(), options.ffn(), options.dropout(), options.activation(), options.norm_first());
+  return fmt::format("d_model={}, heads={}, ffn={}, dropout={}, attention_dropout={}, activation={}, norm_first={}",
+                     options.d_model(), options.heads(), options.ffn(), options.dropout(), options.attention_dropout(),
+                     options.activation(), options.norm_first());
 }
 
 }  // namespace asc::nn

@@ -26,7 +26,11 @@ struct TransformerBlockOptions {
   ASC_ARG(int64_t, d_model);
   ASC_ARG(int64_t, heads);
   ASC_ARG(int64_t, ffn);                  // hidden width of the feed-forward net (default 4 d_model)
-  ASC_ARG(double, dropout) = 0.0;         // residual, FFN and attention-probability dropout
+  ASC_ARG(double, dropout) = 0.0;         // residual and FFN dropout
+  // Dropout on the attention probabilities: the default dense attention's, and nn::ascender_attention's when its own
+  // options leave dropout at 0. Apart from `dropout` because not every attention has it (ASAM has none) and because
+  // ASCender's fused kernels do not implement it (with it, ASCender runs its composed reference: several times slower).
+  ASC_ARG(double, attention_dropout) = 0.0;
   ASC_ARG(std::string, activation) = "gelu";  // "gelu", "relu" or "silu"
   ASC_ARG(bool, norm_first) = true;       // pre-norm (true) or post-norm (false)
   ASC_ARG(double, layer_norm_eps) = 1e-5;
@@ -34,10 +38,10 @@ struct TransformerBlockOptions {
 };
 
 // Accepted (checked when a block is built; anything else is an asc::Error naming the value): d_model >= 1,
-// heads >= 1, ffn >= 1, dropout in [0, 1) (NaN refused), activation "gelu" / "relu" / "silu", layer_norm_eps finite
+// heads >= 1, ffn >= 1, dropout and attention_dropout in [0, 1) (NaN refused), activation "gelu" / "relu" / "silu", layer_norm_eps finite
 // and >= 0. The attention layer adds its own conditions (dense: d_model divisible by heads; RoPE: an even head dim).
 using AttentionFactory = std::function<std::shared_ptr<Attention>(const TransformerBlockOptions&)>;
-// The default factory: dense MultiHeadAttention with the block's d_model, heads, dropout and rope.
+// The default factory: dense MultiHeadAttention with the block's d_model, heads, attention_dropout and rope.
 std::shared_ptr<Attention> dense_attention(const TransformerBlockOptions& o);
 
 // For factories built from an attention layer's own options (nn::ascender_attention(opts), nn::asam_attention(opts)):

@@ -165,6 +165,13 @@ def test_figures(tmp, other):
     expect_png(plot("gate", SEED1, "--out", f("gate1.png")), f("gate1.png"), (650, 450), "gate without a dump")
     expect_png(plot("bench-asam", BENCH, "--out", f("bench.png")), f("bench.png"), (1200, 475), "bench-asam")
     expect_png(plot("firing", SEED0, "--out", f("firing.png")), f("firing.png"), (1200, 450), "firing")
+    xy = os.path.join(tmp, "xy.csv")
+    with open(xy, "w") as fh:
+        fh.write("x,y,yerr,group\n64,0.5,0.01,dense\n128,0.4,,dense\n64,0.55,0.02,ascender\n")
+    expect_png(plot("xy", xy, "--out", f("xy.png"), "--lines", "--logx"), f("xy.png"), (700, 500), "xy")
+    with open(xy, "w") as fh:
+        fh.write("x,y\n1,abc\n")
+    expect_error(plot("xy", xy, "--out", f("xy2.png")), 1, "expected a number", "xy with a bad value")
     expect_png(plot("omega", SEED0, "--out", f("omega200.png"), "--dpi", "200"), f("omega200.png"), (2600, 1250),
                "omega --dpi 200")
     r = plot("heads", SEED0, "--out", f("heads.pdf"))

@@ -75,3 +75,12 @@ TEST_CASE("flops: firing classifier and refusals") {
   CHECK_THROWS_AS(models::measured_gemm_peak(1), Error);
   CHECK(models::measured_gemm_peak(64) > 0);
 }
+
+TEST_CASE("flops: an MLP (the firing network's baseline) is the sum of its Linear layers; a Sequential of unknown "
+          "modules is refused") {
+  nn::MLP mlp(nn::MLPOptions({4, 8, 2}).dropout(0.1));  // Linear(4, 8), ReLU, Dropout, Linear(8, 2)
+  CHECK(models::count_flops(mlp, 1).forward == doctest::Approx(2 * 4 * 8 + 2 * 8 * 2));
+  CHECK(models::count_flops(mlp, 1).attention == 0);
+  nn::Sequential with_norm{std::make_shared<nn::Linear>(4, 4), std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({4}))};
+  CHECK_THROWS_WITH_AS(models::count_flops(with_norm, 1), doctest::Contains("LayerNorm"), Error);
+}

@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "nn/safetensors.h"
 #include "ops/ops.h"
 #include "testing.h"
@@ -222,6 +224,96 @@ TEST_CASE("train: every model kind trains a few steps and logs its mechanism's s
   const double mx = amax(*rates.find("L0.rate")).item<double>(), mn = amin(*rates.find("L0.rate")).item<double>();
   CHECK((mn >= 0 && mx <= 1));
   fs::remove_all(d);
+}
+
+TEST_CASE("train: --cluster-metrics scores each head's attention rows (and ASCender's z) against the true groups") {
+  const std::string small = " --train-size 64 --val-size 32 --test-size 32 --d-model 16 --heads 2 --layers 1 --ffn 32"
+                            " --batch 16 --steps 2 --progress none --threads 1 --task grouping --cluster-metrics 20";
+  for (const std::string model : {"ascender", "dense"}) {
+    CAPTURE(model);
+    const fs::path d = temp_dir("cluster");
+    REQUIRE(run("--model " + model + small + " --out " + d.string(), d.string() + ".log") == 0);
+    const auto j = nlohmann::json::parse(read(d / "cluster_metrics.json"));
+    CHECK(j["examples"] == 20);
+    CHECK(j["spaces"].contains("z") == (model == "ascender"));
+    const auto& heads = j["spaces"]["A"]["layers"][0];
+    REQUIRE(heads.size() == 2);
+    for (const auto& h : heads) {
+      CHECK(h["nmi"].get<double>() >= 0);
+      CHECK(h["nmi"].get<double>() <= 1);
+      CHECK(h["ari"].get<double>() >= -0.5);
+      CHECK(h["ari"].get<double>() <= 1);
+      if (!h["silhouette"].is_null()) CHECK(std::fabs(h["silhouette"].get<double>()) <= 1);
+    }
+    fs::remove_all(d);
+  }
+  const fs::path d = temp_dir("cluster_bad");
+  CHECK(run("--model asam" + small + " --out " + d.string(), d.string() + ".log") == 1);
+  CHECK(read(d.string() + ".log").find("--cluster-metrics needs") != std::string::npos);
+  fs::remove_all(d);
+  CHECK(run(kTiny + " --steps 2 --task listops --min-len 20 --max-len 40 --cluster-metrics 4 --out " + d.string(),
+            d.string() + ".log") == 1);
+  CHECK(read(d.string() + ".log").find("true groups") != std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("train: --params-only prints the size without writing; --attn-dropout > 0 refused with ASAM") {
+  const fs::path d = temp_dir("params");
+  const std::string log = d.string() + ".log";
+  REQUIRE(run(kTiny + " --params-only --out " + d.string(), log) == 0);
+  CHECK(!fs::exists(d));
+  const auto j = nlohmann::json::parse(read(log));
+  CHECK(j["params"].get<int64_t>() > 0);
+  CHECK(j["attention_flops_per_token"].get<double>() > 0);
+  CHECK(run(kTiny + " --model asam --attn-dropout 0.1 --params-only --out " + d.string(), log) == 1);
+  CHECK(read(log).find("ASAM attention has no attention dropout") != std::string::npos);
+}
+
+TEST_CASE("train: rule A moves the first firing layer by its rule alone; the MLP baseline trains") {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    MESSAGE("dataset-fashion-mnist not installed: skipped");
+    return;
+  }
+  const std::string small = " --task fashion-mnist --train-size 64 --val-size 32 --test-size 32 --batch 16 --steps 3"
+                            " --eval-every 3 --progress none --threads 1";
+  // Rule A with all its rates 0: only backprop could move the first layer, and it must not. A run at lr 0.05 and one
+  // at lr 1e-30 (nothing moves) end with the same first layer, bit for bit, and different readouts.
+  const std::string rule_a = "--model firing --firing-hidden 16 --fan-out 2 --firing-init nonnegative --rule A"
+                             " --eta-w 0 --eta-f 0 --eta-sp 0" + small;
+  const fs::path d = temp_dir("rule_a"), still = temp_dir("rule_a_still");
+  REQUIRE(run(rule_a + " --lr 0.05 --out " + d.string(), d.string() + ".log") == 0);
+  REQUIRE(run(rule_a + " --lr 1e-30 --out " + still.string(), still.string() + ".log") == 0);
+  StateDict moved = load_safetensors((d / "best.safetensors").string());
+  StateDict fixed = load_safetensors((still / "best.safetensors").string());
+  int hidden = 0, readout_changed = 0;
+  for (const auto& [name, t] : moved) {
+    CAPTURE(name);
+    const Tensor* u = fixed.find(name);
+    REQUIRE(u != nullptr);
+    const bool same = std::memcmp(u->raw_data(), t.raw_data(),
+                                  static_cast<size_t>(t.numel()) * dtype_size(t.dtype())) == 0;
+    if (name.rfind("hidden.", 0) == 0) {
+      ++hidden;
+      CHECK(same);
+    }
+    if (name.rfind("readout.", 0) == 0 && !same) ++readout_changed;
+  }
+  CHECK(hidden >= 2);
+  CHECK(readout_changed >= 1);
+  fs::remove_all(d);
+  fs::remove_all(still);
+  const fs::path m = temp_dir("mlp");
+  REQUIRE(run("--model mlp --mlp-hidden 32,16" + small + " --out " + m.string(), m.string() + ".log") == 0);
+  CHECK(nlohmann::json::parse(read(m / "summary.json"))["params"] == 784 * 32 + 32 + 32 * 16 + 16 + 16 * 10 + 10);
+  // --eval-only rebuilds the model from config.json, whose empty data_dir must stay empty (it once swallowed the
+  // next option as its value: Fashion-MNIST was then looked for in a directory named "--data-seed=0")
+  const fs::path e = temp_dir("mlp_eval");
+  REQUIRE(run("--eval-only " + (m / "best.safetensors").string() + " --progress none --out " + e.string(),
+              e.string() + ".log") == 0);
+  CHECK(nlohmann::json::parse(read(e / "summary.json"))["test_accuracy"] ==
+        nlohmann::json::parse(read(m / "summary.json"))["test_accuracy"]);
+  fs::remove_all(e);
+  fs::remove_all(m);
 }
 
 TEST_CASE("train: the command-line contract") {

@@ -9,6 +9,7 @@ and the exact commands: docs/figures.md.
     python3 tools/plot.py gate RUN --out gate.png          # ASAM gate over training (+ histogram of the gate dump)
     python3 tools/plot.py bench-asam bench.csv --out b.png # time and peak memory vs sequence length, log-log
     python3 tools/plot.py firing RUN --out firing.png      # firing-rate histogram per layer + threshold trajectories
+    python3 tools/plot.py xy points.csv --out p.png [--lines] [--logx] # x, y[, yerr, group] columns: Pareto fronts
     python3 tools/plot.py all RUN --out-dir figs/          # every figure the run's files allow
 
 Each writes a PNG (a PDF when --out ends in .pdf) of a fixed pixel size (docs/figures.md) and prints its path. Exit
@@ -36,8 +37,9 @@ NO_MATPLOTLIB = ("plot.py: matplotlib is not installed (apt-get install python3-
 SPLITS = ("train", "val", "test")
 # metrics.csv columns that are not mechanism measurements (the rest are "L<l>.<name>" or "L<l>.<name>.h<i>").
 BASE_COLUMNS = ("step", "epoch", "split", "loss", "accuracy", "lr", "tokens_per_s", "time_s", "bits_per_byte")
-# Config keys that differ between the seeds of one experiment and so do not separate curve groups.
-NOT_GROUPING = ("seed", "git_commit", "out")
+# Config keys that differ between the seeds of one experiment (or say only how it ran) and so do not separate curve
+# groups.
+NOT_GROUPING = ("seed", "git_commit", "out", "command", "threads", "progress", "progress_every", "prefetch")
 OMEGAS = (("omega_align", "ω_align"), ("omega_sep", "ω_sep"), ("omega_coh", "ω_coh"))
 
 
@@ -620,6 +622,43 @@ def fig_all(args):
 
 # ---- command line -----------------------------------------------------------------------------------------------
 
+def fig_xy(args):
+    """Points (or lines, --lines) from a CSV with columns x, y and optionally yerr (an error bar) and group (one colour
+    and legend entry per group): the experiments' Pareto fronts and accuracy-per-length curves."""
+    try:
+        with open(args.csv, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise PlotError(f"{args.csv}: {e.strerror}")
+    if not rows or "x" not in rows[0] or "y" not in rows[0]:
+        raise PlotError(f"{args.csv}: expected a header with columns x and y (and optionally yerr, group)")
+    groups = {}
+    for i, r in enumerate(rows):
+        where = f"{args.csv} row {i + 2}"
+        x, y = number(r["x"], where), number(r["y"], where)
+        if x is None or y is None:
+            raise PlotError(f"{where}: x and y must be numbers")
+        e = number(r["yerr"], where) if r.get("yerr") not in (None, "") else 0.0
+        groups.setdefault(r.get("group") or "", []).append((x, y, e))
+    fig, ax = new_figure(args, 7, 5)
+    for gi, (name, pts) in enumerate(groups.items()):
+        pts.sort()
+        xs, ys, es = (np.array(v, dtype=float) for v in zip(*pts))
+        style = "-o" if args.lines else "o"
+        ax.errorbar(xs, ys, yerr=es if es.any() else None, fmt=style, color=f"C{gi % 10}", capsize=3,
+                    label=name or None)
+    if args.logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(args.xlabel)
+    ax.set_ylabel(args.ylabel)
+    if args.title:
+        ax.set_title(args.title)
+    ax.grid(alpha=0.3)
+    if any(groups):
+        ax.legend(fontsize="small")
+    return save(fig, args.out)
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="plot.py", description="Figures from ascender training runs and benchmarks "
                                 "(docs/figures.md). PNG output, PDF when --out ends in .pdf.")
@@ -655,6 +694,14 @@ def build_parser():
     s = add("bench-asam", "time and peak memory vs sequence length from bench_asam --csv", fig_bench_asam)
     s.add_argument("csv", metavar="CSV")
     s.add_argument("--out", required=True, metavar="F")
+    s = add("xy", "points or lines from a CSV (columns x, y, optional yerr and group)", fig_xy)
+    s.add_argument("csv", metavar="CSV")
+    s.add_argument("--out", required=True, metavar="F")
+    s.add_argument("--xlabel", default="x")
+    s.add_argument("--ylabel", default="y")
+    s.add_argument("--title", default="")
+    s.add_argument("--lines", action="store_true", help="join each group's points (sorted by x)")
+    s.add_argument("--logx", action="store_true", help="logarithmic x axis")
     s = add("all", "every figure the run's files allow (the others skipped with a note)", fig_all)
     s.add_argument("run", metavar="RUN")
     s.add_argument("--out-dir", required=True, metavar="D")

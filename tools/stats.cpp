@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <zlib.h>
+
 #include "core/error.h"
 #include "stats/cluster.h"
 #include "stats/stats.h"
@@ -192,6 +194,28 @@ struct RunResult {
   std::map<int64_t, std::pair<int64_t, double>> correct;  // test index -> (label, correct 0/1)
 };
 
+// The lines of a text file, gzip-compressed or not (zlib reads both); false when it does not exist.
+bool read_lines(const fs::path& path, std::vector<std::string>& lines) {
+  if (!fs::exists(path)) return false;
+  gzFile f = gzopen(path.c_str(), "rb");
+  ASC_CHECK(f != nullptr, "stats compare: cannot open {}", path.string());
+  std::string text;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  const bool ok = n == 0;
+  gzclose(f);
+  ASC_CHECK(ok, "stats compare: {} is corrupt or truncated", path.string());
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return true;
+}
+
 RunResult read_run(const std::string& dir, const std::string& metric) {
   RunResult r;
   r.dir = dir;
@@ -206,13 +230,14 @@ RunResult read_run(const std::string& dir, const std::string& metric) {
   ASC_CHECK(s.contains(metric), "stats compare: {}/summary.json has no \"{}\"", dir, metric);
   r.metric = s.at(metric).is_number() ? s.at(metric).get<double>() : kNaN;
   r.seed = s.value("seed", int64_t(-1));
-  std::ifstream p(fs::path(dir) / "predictions.csv");
-  if (!p) return r;  // an LM run: no per-example predictions
-  std::string line;
-  std::getline(p, line);
-  ASC_CHECK(line.rfind("index,label,prediction,correct", 0) == 0, "stats compare: {}/predictions.csv: header '{}'",
-            dir, line);
-  while (std::getline(p, line)) {
+  std::vector<std::string> lines;
+  if (!read_lines(fs::path(dir) / "predictions.csv", lines) && !read_lines(fs::path(dir) / "predictions.csv.gz", lines))
+    return r;  // an LM run: no per-example predictions
+  ASC_CHECK(!lines.empty() && lines[0].rfind("index,label,prediction,correct", 0) == 0,
+            "stats compare: {}/predictions.csv: header '{}'", dir, lines.empty() ? "" : lines[0]);
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    if (line.empty()) continue;
     long long index = 0, label = 0, prediction = 0, correct = 0;
     ASC_CHECK(std::sscanf(line.c_str(), "%lld,%lld,%lld,%lld", &index, &label, &prediction, &correct) == 4 &&
                   (correct == 0 || correct == 1),

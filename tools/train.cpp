@@ -30,6 +30,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -45,6 +46,7 @@
 #include "models/firing_net.h"
 #include "models/flops.h"
 #include "models/transformer_classifier.h"
+#include "stats/cluster.h"
 #include "tools/cli.h"
 
 using namespace asc;
@@ -64,7 +66,7 @@ struct Config {
   // model
   std::string model = "ascender", positional = "learned";
   int64_t d_model = 64, heads = 4, layers = 2, ffn = 128;
-  double dropout = 0.1;
+  double dropout = 0.1, attn_dropout = 0.0;
   bool norm_first = true;
   // ASCender
   std::vector<int64_t> k = {8};
@@ -80,6 +82,7 @@ struct Config {
   double fixed_gate = -1, gate_tau = 1, cluster_loss = 1;
   // firing
   int64_t firing_hidden = 256, fan_out = 4;
+  std::vector<int64_t> mlp_hidden = {256};
   std::string firing_backward = "surrogate", surrogate = "sigmoid", firing_init = "signed", rule = "none";
   double surrogate_width = 4, threshold = 0;
   double eta_w = 1e-3, eta_f = 1e-3, eta_sp = 1e-2, r_target = 0.1, w_min = -1, w_max = 1, f_min = 0, f_max = 1;
@@ -96,6 +99,7 @@ struct Config {
   std::string device = "cpu", out = "runs/latest", progress = "auto";
   double progress_every = 10;
   std::vector<int64_t> dump_decomposition;
+  int64_t cluster_metrics = 0;
 };
 
 // One option: its flag, help, and how it reads and writes config.json.
@@ -145,6 +149,9 @@ class Options {
         for (const json& item : value) v += (v.empty() ? "" : ",") + text(item);
       } else {
         v = text(value);
+        // An empty string is the option's default (every string option's default here is empty or a path the file
+        // states): CLI11 reads "--opt=" as an option without its value, which would take the next argument as it.
+        if (v.empty()) continue;
       }
       std::string flag = "--" + key;
       std::replace(flag.begin(), flag.end(), '_', '-');
@@ -184,15 +191,17 @@ void define_options(Options& o, Config& c) {
   o.add("data_dir", c.data_dir, "where a file task's data lives (empty: its default)");
   o.add("data_seed", c.data_seed, "seed of generated data and file splits (kept apart from --seed)");
   // model
-  o.add("model", c.model, "dense | ascender | asam | window | window-global | firing | lm")
-      ->check(CLI::IsMember({"dense", "ascender", "asam", "window", "window-global", "firing", "lm"}));
+  o.add("model", c.model, "dense | ascender | asam | window | window-global | firing | mlp | lm")
+      ->check(CLI::IsMember({"dense", "ascender", "asam", "window", "window-global", "firing", "mlp", "lm"}));
   o.add("positional", c.positional, "learned | sinusoidal | none | rope | alibi (lm: rope only)")
       ->check(CLI::IsMember({"learned", "sinusoidal", "none", "rope", "alibi"}));
   o.add("d_model", c.d_model, "model width")->check(pos);
   o.add("heads", c.heads, "attention heads")->check(pos);
   o.add("layers", c.layers, "Transformer blocks")->check(pos);
   o.add("ffn", c.ffn, "feed-forward width")->check(pos);
-  o.add("dropout", c.dropout, "dropout probability")->check(CLI::Range(0.0, 0.99));
+  o.add("dropout", c.dropout, "dropout probability (residual and feed-forward)")->check(CLI::Range(0.0, 0.99));
+  o.add("attn_dropout", c.attn_dropout, "dropout on the attention probabilities (dense, ascender; ASCender's fused "
+        "kernels have none: > 0 runs its composed reference, several times slower)")->check(CLI::Range(0.0, 0.99));
   o.add("norm_first", c.norm_first, "pre-norm blocks (false: post-norm)");
   // ASCender
   o.add("k", c.k, "ASCender: neighbourhood size per head (one value: every head), e.g. 4,8,16,32");
@@ -229,6 +238,8 @@ void define_options(Options& o, Config& c) {
   // firing
   o.add("firing_hidden", c.firing_hidden, "firing: neurons of the first layer")->check(pos);
   o.add("fan_out", c.fan_out, "firing: outputs per neuron (the second layer's neurons)")->check(pos);
+  o.add("mlp_hidden", c.mlp_hidden, "mlp: hidden widths (ReLU between), e.g. 256 (about the firing network's size) "
+        "or 512,128")->check(pos);
   o.add("firing_backward", c.firing_backward, "firing: exact | ste | surrogate")
       ->check(CLI::IsMember({"exact", "ste", "surrogate"}));
   o.add("surrogate", c.surrogate, "firing: surrogate derivative (sigmoid, fast_sigmoid, triangle, gaussian)");
@@ -274,6 +285,9 @@ void define_options(Options& o, Config& c) {
   o.add("progress_every", c.progress_every, "seconds between plain progress lines when stderr is not a terminal")
       ->check(pos);
   o.add("dump_decomposition", c.dump_decomposition, "test examples whose ASCender decomposition is written to dumps/");
+  o.add("cluster_metrics", c.cluster_metrics, "grouping task: cluster the tokens of this many test examples by k-means "
+        "on each head's attention rows (and ASCender's latent z); NMI / ARI against the true groups, silhouette and "
+        "Calinski-Harabasz -> cluster_metrics.json (0: off)")->check(nonneg);
 }
 
 // ---- small helpers -----------------------------------------------------------------------------------------------
@@ -311,6 +325,7 @@ struct Run {
   std::shared_ptr<models::TransformerClassifier> classifier;
   std::shared_ptr<models::DecoderLM> lm;
   std::shared_ptr<models::FiringClassifier> firing;
+  std::shared_ptr<nn::MLP> mlp;  // the baseline of the firing network: Linear -> ReLU -> ... -> Linear
   std::vector<std::shared_ptr<nn::Attention>> attention;  // per block
   Device device = Device::cpu();
   bool is_lm() const { return lm != nullptr; }
@@ -352,6 +367,14 @@ void build_model(Run& r) {
                  .init(c.firing_init == "nonnegative" ? nn::FiringInit::NonNegative : nn::FiringInit::Signed);
     r.firing = std::make_shared<models::FiringClassifier>(o);
     r.model = r.firing;
+  } else if (c.model == "mlp") {
+    ASC_CHECK(t.vocab == 0, "the MLP reads fixed-size float inputs (task fashion-mnist); task '{}' gives token "
+              "sequences", t.name);
+    std::vector<int64_t> sizes = {t.max_len};
+    sizes.insert(sizes.end(), c.mlp_hidden.begin(), c.mlp_hidden.end());
+    sizes.push_back(t.classes);
+    r.mlp = std::make_shared<nn::MLP>(nn::MLPOptions(sizes).dropout(c.dropout));
+    r.model = r.mlp;
   } else {
     ASC_CHECK(t.vocab > 0, "model '{}' reads token sequences; task '{}' gives float images (use "
               "fashion-mnist-seq, or --model firing)", c.model, t.name);
@@ -359,7 +382,7 @@ void build_model(Run& r) {
       ASC_CHECK(c.positional == "rope" || c.positional == "learned",
                 "the decoder LM uses rotary positions; --positional {} is not available for it", c.positional);
       auto o = models::DecoderLMOptions(t.vocab).d_model(c.d_model).heads(c.heads).layers(c.layers).ffn(c.ffn)
-                   .dropout(c.dropout);
+                   .dropout(c.dropout).attention_dropout(c.attn_dropout);
       nn::AttentionFactory f = nn::dense_attention;
       if (c.lm_attention == "ascender") f = nn::ascender_attention(ascender_options(c).rope(true));
       if (c.lm_attention == "asam") f = nn::asam_attention(asam_options(c));
@@ -369,7 +392,8 @@ void build_model(Run& r) {
     } else {
       const std::string attn = c.model == "dense" ? "dense" : c.model == "ascender" ? "ascender" : "asam";
       auto o = models::TransformerClassifierOptions(t.vocab, t.max_len, t.classes).d_model(c.d_model).heads(c.heads)
-                   .layers(c.layers).ffn(c.ffn).dropout(c.dropout).norm_first(c.norm_first).attention(attn)
+                   .layers(c.layers).ffn(c.ffn).dropout(c.dropout).attention_dropout(c.attn_dropout)
+                   .norm_first(c.norm_first).attention(attn)
                    .positional(c.positional).ascender(ascender_options(c)).asam(asam_options(c));
       r.classifier = std::make_shared<models::TransformerClassifier>(o);
       r.model = r.classifier;
@@ -510,6 +534,7 @@ BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
     out.count = n;
   } else {
     Tensor logits = r.firing ? r.firing->forward(input.reshape({input.size(0), -1}))
+                    : r.mlp  ? r.mlp->forward(input.reshape({input.size(0), -1}))
                              : r.classifier->forward(input, valid);  // (B, classes)
     Tensor labels = b.labels.to(r.device);
     out.example_loss = cross_entropy(logits, labels, {.reduction = Reduction::None});  // (B)
@@ -656,8 +681,107 @@ void write_json(const fs::path& p, const json& j) {
 
 // ---- the run --------------------------------------------------------------------------------------------------------
 
+// ---- interpretability: do the heads group tokens the way the data's latent groups do? --------------------------------
+
+// For the first n test examples of a task with true groups (grouping): per layer and head, k-means (k = the number of
+// groups in the example) on the rows of the attention matrix A (T, T) and, for ASCender, on the latent z (T, d_z);
+// NMI and ARI of those clusters against the true groups, their silhouette and Calinski-Harabasz in that space. Means
+// over the examples; a score that is undefined for an example (k-means found one cluster) is left out of its mean and
+// counted in "undefined".
+json cluster_metrics(Run& r, int64_t n) {
+  NoGradGuard ng;
+  r.model->eval();
+  r.classifier->need_weights = true;
+  const size_t L = r.attention.size();
+  std::vector<Tensor> inputs(L);  // each ASCender layer's input, for z
+  std::vector<int> hooks(L, -1);
+  for (size_t l = 0; l < L; ++l)
+    if (std::dynamic_pointer_cast<nn::AscenderAttention>(r.attention[l]))
+      hooks[l] = r.attention[l]->add_forward_pre_hook([&inputs, l](nn::Module&, const Tensor& x) -> std::optional<Tensor> {
+        inputs[l] = x.detach();
+        return std::nullopt;
+      });
+  const int64_t H = r.c.heads;
+  // sums[space][l][h][metric], metrics: nmi, ari, silhouette, calinski_harabasz; counts of defined values
+  constexpr int kMetrics = 4;
+  const char* metric_names[kMetrics] = {"nmi", "ari", "silhouette", "calinski_harabasz"};
+  auto grid = [&] { return std::vector<std::vector<std::array<double, kMetrics>>>(L, std::vector<std::array<double, kMetrics>>(H)); };
+  std::map<std::string, decltype(grid())> sums, counts;
+  int64_t seen = 0;
+  struct Stop {};
+  auto score = [&](const std::string& space, size_t l, int64_t h, const std::vector<double>& x, int64_t d,
+                   const std::vector<int64_t>& truth, int64_t k, uint64_t seed) {
+    if (!sums.count(space)) sums[space] = grid(), counts[space] = grid();
+    const stats::KMeansResult km = stats::kmeans(x, d, k, {.seed = seed});
+    const int64_t found = static_cast<int64_t>(std::set<int64_t>(km.labels.begin(), km.labels.end()).size());
+    const int64_t T = static_cast<int64_t>(truth.size());
+    const double v[kMetrics] = {stats::normalized_mutual_info(truth, km.labels), stats::adjusted_rand_index(truth, km.labels),
+                                found >= 2 && found <= T - 1 ? stats::silhouette_score(x, d, km.labels) : std::nan(""),
+                                found >= 2 && found <= T - 1 ? stats::calinski_harabasz_score(x, d, km.labels) : std::nan("")};
+    for (int m = 0; m < kMetrics; ++m)
+      if (std::isfinite(v[m])) sums[space][l][h][m] += v[m], counts[space][l][h][m] += 1;
+  };
+  try {
+    data::for_each_batch(*r.task.test, r.c.batch, r.task.pad_id, [&](const data::Batch& b) {
+      run_batch(r, b, false);
+      const std::vector<int64_t> groups = b.groups.to_vector<int64_t>();  // (B, T)
+      const int64_t B = b.size(), T = b.groups.size(1);
+      for (int64_t i = 0; i < B && seen < n; ++i, ++seen) {
+        std::vector<int64_t> truth(groups.begin() + i * T, groups.begin() + (i + 1) * T);
+        const int64_t k = static_cast<int64_t>(std::set<int64_t>(truth.begin(), truth.end()).size());
+        if (k < 2) continue;  // one group: nothing to recover
+        for (size_t l = 0; l < L; ++l) {
+          // A (B, H, T, T) of this layer; z (B, T, H·d_z) from the layer's input
+          Tensor A = r.attention[l]->attention_weights().to(Device::cpu()).to(kFloat64);
+          Tensor z;
+          if (auto a = std::dynamic_pointer_cast<nn::AscenderAttention>(r.attention[l]))
+            z = (*a->z_proj)(inputs[l]).to(Device::cpu()).to(kFloat64);
+          for (int64_t h = 0; h < H; ++h) {
+            const uint64_t seed = static_cast<uint64_t>(seen) * 1000 + l * 16 + static_cast<uint64_t>(h);
+            score("A", l, h, A.select(0, i).select(0, h).contiguous().to_vector<double>(), T, truth, k, seed);
+            if (z.defined()) {
+              const int64_t dz = z.size(2) / H;
+              Tensor zh = z.select(0, i).view({T, H, dz}).select(1, h).contiguous();  // (T, d_z)
+              score("z", l, h, zh.to_vector<double>(), dz, truth, k, seed);
+            }
+          }
+        }
+      }
+      if (seen >= n) throw Stop{};
+    });
+  } catch (const Stop&) {
+  }
+  r.classifier->need_weights = false;
+  for (size_t l = 0; l < L; ++l)
+    if (hooks[l] >= 0) r.attention[l]->remove_hook(hooks[l]);
+  r.model->train();
+  json out = {{"examples", seen}, {"k", "the number of true groups in each example"}, {"spaces", json::object()}};
+  for (auto& [space, s] : sums) {
+    json layers = json::array();
+    std::array<double, kMetrics> total{}, total_n{};
+    for (size_t l = 0; l < L; ++l) {
+      json heads = json::array();
+      for (int64_t h = 0; h < H; ++h) {
+        json m = json::object();
+        for (int k = 0; k < kMetrics; ++k) {
+          const double c = counts[space][l][h][k];
+          m[metric_names[k]] = c > 0 ? json(s[l][h][k] / c) : json(nullptr);
+          m[std::string(metric_names[k]) + "_undefined"] = static_cast<double>(seen) - c;
+          total[k] += s[l][h][k], total_n[k] += c;
+        }
+        heads.push_back(m);
+      }
+      layers.push_back(heads);
+    }
+    json mean = json::object();
+    for (int k = 0; k < kMetrics; ++k) mean[metric_names[k]] = total_n[k] > 0 ? json(total[k] / total_n[k]) : json(nullptr);
+    out["spaces"][space] = {{"layers", layers}, {"mean_over_heads", mean}};
+  }
+  return out;
+}
+
 int train_main(Config c, const Options& options, bool resume, const std::string& eval_only,
-               const std::string& command) {
+               const std::string& command, bool params_only) {
 #ifdef _OPENMP
   if (c.threads > 0) omp_set_num_threads(static_cast<int>(c.threads));
 #endif
@@ -667,9 +791,9 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
             cuda::is_available() ? "" : "no CUDA device is available in this build / machine");
   r.device = c.device == "cuda" ? Device::cuda(0) : Device::cpu();
   const fs::path out = c.out;
-  fs::create_directories(out / "ckpt");
   const fs::path last_ckpt = out / "ckpt" / "last.safetensors";
-  if (!resume)
+  if (!params_only) fs::create_directories(out / "ckpt");
+  if (!resume && !params_only)
     ASC_CHECK(!fs::exists(out / "metrics.csv"),
               "{} already holds a run (metrics.csv); continue it with --resume or choose another --out",
               out.string());
@@ -683,20 +807,55 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
             r.task.val->size(), r.task.test->size());
   manual_seed(c.seed);  // the model's initialisation depends on --seed only
   build_model(r);
+  if (params_only) {  // the model's size and cost at the task's length, nothing written
+    int64_t n = 0;
+    for (const Tensor& p : r.model->parameters()) n += p.numel();
+    const models::FlopCount f = models::count_flops(*r.model, r.task.max_len);
+    const double len = static_cast<double>(r.task.max_len);
+    fmt::print("{}\n", json({{"params", n}, {"max_len", r.task.max_len}, {"flops_per_token", f.forward / len},
+                              {"attention_flops_per_token", f.attention / len}}).dump());
+    return 0;
+  }
   for (int64_t i : c.dump_decomposition)  // checked now, not after the training it would follow
     ASC_CHECK(i >= 0 && i < r.task.test->size(), "--dump-decomposition {}: the test split has {} examples", i,
               r.task.test->size());
+  ASC_CHECK(c.cluster_metrics == 0 || (r.classifier && c.model != "asam" && c.model != "window" &&
+                                       c.model != "window-global"),
+            "--cluster-metrics needs the attention classifier with dense or ASCender attention (--model dense or "
+            "ascender)");
+  ASC_CHECK(c.cluster_metrics == 0 || r.task.test->get(0).groups.defined(),
+            "--cluster-metrics needs a task whose examples carry their tokens' true groups (--task grouping)");
   ASC_CHECK(c.dump_decomposition.empty() ||
                 std::any_of(r.attention.begin(), r.attention.end(),
                             [](const auto& a) { return std::dynamic_pointer_cast<nn::AscenderAttention>(a) != nullptr; }),
             "--dump-decomposition needs ASCender attention (--model ascender, or --model lm --lm-attention ascender)");
   MechStats mech(r), train_mech(r);  // evaluation's, and the training batches' since the last log row
 
-  std::vector<Tensor> params = r.model->parameters();
+  // Rule A is local only (docs/firing.md §5): the first firing layer's parameters sit in a group of their own at
+  // learning rate 0 and weight decay 0, so only the rule moves them; backprop trains the layers after it.
+  std::vector<Tensor> params, local;
+  const std::vector<Tensor> rule_a_params =
+      r.firing && c.rule == "A" ? r.firing->hidden->parameters() : std::vector<Tensor>{};
+  for (const Tensor& p : r.model->parameters()) {
+    const bool is_local = std::any_of(rule_a_params.begin(), rule_a_params.end(),
+                                      [&](const Tensor& h) { return h.is_same(p); });
+    (is_local ? local : params).push_back(p);
+  }
   std::unique_ptr<optim::Optimizer> opt;
-  if (c.optimizer == "adamw") opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
-  else if (c.optimizer == "adam") opt = std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
-  else opt = std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+  if (c.optimizer == "adamw") {
+    auto o = std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+    if (!local.empty()) o->add_param_group(local, {.lr = 0.0, .weight_decay = 0.0});
+    opt = std::move(o);
+  } else if (c.optimizer == "adam") {
+    auto o = std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+    if (!local.empty()) o->add_param_group(local, {.lr = 0.0, .weight_decay = 0.0});
+    opt = std::move(o);
+  } else {
+    auto o = std::make_unique<optim::SGD>(
+        params, optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+    if (!local.empty()) o->add_param_group(local, {.lr = 0.0, .momentum = 0.0, .weight_decay = 0.0});
+    opt = std::move(o);
+  }
   if (r.firing && c.rule == "B")
     opt->add_local_rule(r.firing->hidden->rule_b({.eta_w = c.eta_w, .eta_f = c.eta_f, .eta_sp = c.eta_sp,
                                                   .r_target = c.r_target, .w_min = c.w_min, .w_max = c.w_max,
@@ -724,7 +883,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
 
   const int64_t n_params = [&] {
     int64_t n = 0;
-    for (const Tensor& p : params) n += p.numel();
+    for (const Tensor& p : r.model->parameters()) n += p.numel();
     return n;
   }();
   const models::FlopCount flops_max = models::count_flops(*r.model, r.task.max_len);
@@ -924,6 +1083,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       if (firing_sum[l].defined()) f.set(fmt::format("L{}.rate", l), firing_sum[l] / std::max(1.0, firing_n));
     if (f.size() > 0) save_safetensors((out / "dumps" / "firing_rates.safetensors").string(), f);
   }
+  if (c.cluster_metrics > 0) write_json(out / "cluster_metrics.json", cluster_metrics(r, c.cluster_metrics));
   for (int64_t i : c.dump_decomposition) {
     std::vector<std::shared_ptr<nn::AscenderAttention>> layers;  // the indices and the layers were checked at start
     for (auto& a : r.attention)
@@ -980,13 +1140,15 @@ int main(int argc, char** argv) {
   Options options(app);
   define_options(options, c);
   std::string config_file, eval_only;
-  bool resume = false;
+  bool resume = false, params_only = false;
   app.add_option("--config", config_file, "a config.json of options (flags given here override it)");
   app.add_flag("--resume", resume, "continue the run in --out from its last checkpoint (its config.json, then these flags)");
   app.add_option("--stop-after", c.stop_after, "train at most this many steps in this process, then checkpoint and exit "
                  "130: a long run in parts that fit a time budget, each continued with --resume (0: no limit)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))->capture_default_str();
   app.add_option("--eval-only", eval_only, "evaluate this model file (best.safetensors) on validation and test, no training");
+  app.add_flag("--params-only", params_only, "print the model's parameter count and FLOPs per token at the task's "
+               "length as one JSON line, train nothing, write nothing");
   // Options come from, in order (each overriding the one before): the defaults; with --resume, the run's own
   // config.json; with --eval-only, the config.json beside the model file (unless --config is given); --config FILE;
   // the flags. A first pass reads only the flags that choose those files (in any of CLI11's spellings, --out=DIR too).
@@ -1040,7 +1202,7 @@ int main(int argc, char** argv) {
   }
   tools::parse_or_exit(app, argc, argv);  // --help: exit 0; a bad flag or value: error + usage, exit 2
   try {
-    return train_main(c, options, resume, eval_only, command);
+    return train_main(c, options, resume, eval_only, command, params_only);
   } catch (const Error& e) {
     fmt::print(stderr, "train: {}\n", e.what());
     return 1;

@@ -1,0 +1,74 @@
+"""Experiment 1: ASCender against dense attention, both with RoPE, on ListOps, the pixel-sequence images and the text
+task at equal budget (the same examples seen, the same model otherwise). Seed 001's claims: up to +8.3 points of
+accuracy (RQ1) and 21 % fewer attention FLOPs (RQ2) against a strong Transformer.
+
+    python3 experiments/queue.py run e1_ascender_dense && python3 experiments/queue.py report e1_ascender_dense
+"""
+import budget
+import lib
+import report_util as ru
+
+TASKS = {"full": ["listops", "image", "text"], "quick": ["image"], "tiny": ["image"]}
+SEEDS = {"full": 5, "quick": 2, "tiny": 2}
+MODELS = ["dense", "ascender"]
+CLAIM_ACC = 8.3     # points, "up to"
+CLAIM_FLOPS = -21   # percent attention FLOPs against dense
+
+
+def runs(scale):
+    out = []
+    for task in TASKS[scale]:
+        asc = budget.train_flags(task, "ascender", scale, ["--positional", "rope"])
+        flags = {"ascender": asc,  # dense widened to ASCender's parameter count (equal size, ±5 %)
+                 "dense": budget.match_params(budget.train_flags(task, "dense", scale, ["--positional", "rope"]),
+                                              budget.params_of(asc))}
+        for model in MODELS:
+            for seed in range(SEEDS[scale]):
+                out.append(lib.Run(id=f"{task}/{model}/s{seed}", arm=f"{task}/{model}", seed=seed, args=flags[model],
+                                   steps=budget.steps(scale), cost=budget.cost(task, model, scale)))
+    return out
+
+
+def report(rep: lib.Report) -> str:
+    scale = rep.scale
+    parts = [ru.header(rep, "Experiment 1 — ASCender vs dense attention (both RoPE)",
+                       f"{budget.steps(scale)} steps of batch 32 per run ({budget.steps(scale) * 32} examples seen), "
+                       f"{SEEDS[scale]} seeds (0–{SEEDS[scale] - 1}) per arm, data seed 0; model: "
+                       f"{' '.join(budget.MODEL)}; {' '.join(budget.OPTIM)}")]
+    acc_rows, eff_rows, verdicts = [], [], []
+    for task in TASKS[scale]:
+        a, b = f"{task}/ascender", f"{task}/dense"
+        cmp = rep.compare(a, b)
+        parts.append(f"### {budget.TASKS[task]['what']}\n")
+        if cmp is None:
+            parts.append("_no finished runs yet_\n")
+            continue
+        parts.append(ru.comparison_table(cmp, "ascender", "dense") + "\n")
+        acc_rows.append(task)
+        verdicts.append(ru.verdict_accuracy(cmp, CLAIM_ACC, f"{task}: ASCender up to +{CLAIM_ACC} points"))
+        eff_rows.append([task, *ru.efficiency_cells(rep, a, b)])
+        fig = rep.plot("curves", rep.done(a) + rep.done(b), f"curves_{task}", "--metric", "accuracy",
+                       "--split", "val", "--label-by", "model")
+        if fig:
+            parts.append(f"![validation accuracy, {task}]({fig})\n")
+        omega = rep.plot("omega", rep.done(a)[:1], f"omega_{task}")
+        if omega:
+            parts.append(f"ω trajectories of the ASCender run with seed 0 (the rule: the first seed): ![ω]({omega})\n")
+    parts.append("## Efficiency at equal budget (seed 001's Table 2)\n")
+    parts.append(lib.md_table(["task", "attention FLOPs / token, ascender", "dense", "ratio", "tokens/s ascender",
+                               "dense", "peak MB ascender", "dense", "params ascender", "dense"], eff_rows) + "\n")
+    if eff_rows:
+        ratios = [float(r[3].rstrip("×")) for r in eff_rows if r[3] != "—"]
+        if ratios:
+            change = 100 * (sum(ratios) / len(ratios) - 1)
+            verdicts.append(f"- **Attention FLOPs {CLAIM_FLOPS:+d} %** (claim) vs **{change:+.0f} %** measured (ASCender "
+                            f"over dense, by the FLOP counter of docs/flops.md at the task lengths): "
+                            f"{'holds' if change <= CLAIM_FLOPS else 'does not hold'}.")
+    parts.append("## Verdicts\n")
+    parts.append("\n".join(verdicts) if verdicts else "_none yet_")
+    parts.append(ru.footer(rep))
+    return "\n".join(parts)
+
+
+EXPERIMENT = lib.Experiment(name="e1_ascender_dense", title="ASCender vs dense (RoPE) on ListOps, image, text",
+                            runs=runs, report=report)

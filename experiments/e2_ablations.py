@@ -1,0 +1,91 @@
+"""Experiment 2: ablations of ASCender (seed 001's Fig. 3) on the pixel-sequence images (196 tokens): each variant
+against the full layer, same budget. Terms removed singly and jointly; neighbourhood size k; the separation and
+cohesion temperatures; neighbourhood reuse; the windowed mode; gates before vs after the row normalisation (before
+it, the gates and λ are inert: docs/ascender.md); separation from step 0 vs delayed (the schedule the seed recommends).
+
+    python3 experiments/queue.py run e2_ablations && python3 experiments/queue.py report e2_ablations
+"""
+import budget
+import lib
+import report_util as ru
+
+TASK = "image"
+SEEDS = {"full": 3, "quick": 2, "tiny": 1}
+STEPS = {"full": 400, "quick": 100, "tiny": 3}
+
+# name -> (extra train flags, what it tests). "full" is the reference every other variant is compared with.
+VARIANTS = {
+    "full": ([], "the layer with every term (k 8, τ 1, gates before the normalisation)"),
+    "no-align": (["--use-align", "0"], "alignment removed"),
+    "no-sep": (["--use-sep", "0"], "separation removed"),
+    "no-coh": (["--use-coh", "0"], "cohesion removed"),
+    "no-terms": (["--use-align", "0", "--use-sep", "0", "--use-coh", "0"], "all three removed (scores only)"),
+    "k16": (["--k", "16"], "k = 16"),
+    "k32": (["--k", "32"], "k = 32"),
+    "tau-sep-0.5": (["--tau-sep", "0.5"], "τ_sep = 0.5"),
+    "tau-sep-2": (["--tau-sep", "2"], "τ_sep = 2"),
+    "tau-coh-0.5": (["--tau-coh", "0.5"], "τ_coh = 0.5"),
+    "tau-coh-2": (["--tau-coh", "2"], "τ_coh = 2"),
+    "reuse": (["--asc-mode", "reuse"], "neighbourhoods reused from the scores (no latent top-k)"),
+    "window-64": (["--asc-mode", "windowed", "--asc-window", "64"], "windowed, w = 64 (+ 4 global tokens)"),
+    "window-128": (["--asc-mode", "windowed", "--asc-window", "128"], "windowed, w = 128 (+ 4 global tokens)"),
+    "gates-after": (["--gate-position", "after"], "gates after the row normalisation (they and λ act)"),
+    "sep-delayed": (None, "separation off for the first 20 % of steps"),
+}
+TINY = ["full", "no-sep", "gates-after"]
+
+
+def variant_flags(name, scale):
+    extra, _ = VARIANTS[name]
+    if extra is None:  # sep-delayed: the step count depends on the scale
+        extra = ["--sep-start", str(STEPS[scale] // 5)]
+    flags = budget.train_flags(TASK, "ascender", scale, ["--positional", "rope", *extra])
+    flags[flags.index("--steps") + 1] = str(STEPS[scale])
+    flags[flags.index("--warmup") + 1] = str(max(1, STEPS[scale] // 10))
+    return flags
+
+
+def runs(scale):
+    names = TINY if scale == "tiny" else list(VARIANTS)
+    return [lib.Run(id=f"{name}/s{seed}", arm=name, seed=seed, args=variant_flags(name, scale), steps=STEPS[scale],
+                    cost=budget.cost(TASK, "ascender", scale))
+            for name in names for seed in range(SEEDS[scale])]
+
+
+def report(rep: lib.Report) -> str:
+    scale = rep.scale
+    parts = [ru.header(rep, "Experiment 2 — ASCender ablations (seed 001, Fig. 3)",
+                       f"{budget.TASKS[TASK]['what']} (flags at this scale: {' '.join(budget.task_flags(TASK, scale))}); "
+                       f"{STEPS[scale]} steps of batch 32 per run, {SEEDS[scale]} seeds per variant; RoPE; "
+                       f"{' '.join(budget.MODEL)}")]
+    rows = []
+    for name in rep.arms():
+        if name == "full":
+            continue
+        cmp = rep.compare(name, "full")
+        what = VARIANTS[name][1]
+        if cmp is None:
+            rows.append([name, what, "—", "—", "—", "—", "—"])
+            continue
+        pb = (cmp.get("paired_bootstrap") or {}).get("p")
+        rows.append([name, what, f"{ru.pct(cmp['group_a']['mean'])} ± {ru.pct(cmp['group_a'].get('std'))}",
+                     f"{100 * cmp['difference']:+.2f}",
+                     f"[{ru.pct((cmp.get('difference_ci') or {}).get('low'))}, "
+                     f"{ru.pct((cmp.get('difference_ci') or {}).get('high'))}]",
+                     lib.fmt_p(pb), ru.pct(max(cmp.get('mde_examples') or 0, cmp.get('mde_seeds') or 0))])
+    full = [rep.summary(d).get("test_accuracy") for d in rep.done("full")]
+    parts.append(f"Full layer: test accuracy {lib.fmt_mean_std([v for v in full if v is not None])} % "
+                 f"over {len(full)} seeds.\n")
+    parts.append(lib.md_table(["variant", "what", "test accuracy %", "Δ vs full (points)", "95 % CI over seeds",
+                               "paired p", "MDE"], rows))
+    parts.append("\nA variant whose interval includes 0 and whose p is above 0.05 is indistinguishable from the full "
+                 "layer at this budget; the MDE column says how large a difference could have been seen.\n")
+    heads = rep.plot("heads", rep.done("full")[:1], "heads_full")
+    if heads:
+        parts.append(f"Head specialisation of the full layer, seed 0 (the first seed): ![heads]({heads})\n")
+    parts.append(ru.footer(rep))
+    return "\n".join(parts)
+
+
+EXPERIMENT = lib.Experiment(name="e2_ablations", title="ASCender ablations (terms, k, τ, reuse, window, gates, schedule)",
+                            runs=runs, report=report)

@@ -1,0 +1,337 @@
+"""What the experiments share: a run (train flags + seed), an experiment (its runs at each scale and its report), the
+resumable run queue, and the report helpers (the stats tool, plot.py, markdown tables).
+
+Standard library only, so Debian's /usr/bin/python3 runs it as is; figures go through tools/plot.py (matplotlib).
+experiments/README.md explains how to use the queue.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import datetime
+import gzip
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parent.parent
+SCALES = ("tiny", "quick", "full")
+# The directories whose last commit is "the version of the code" a result was produced with (results and docs
+# commits do not change it). The queue refuses to mix versions inside one experiment unless told to.
+CODE_DIRS = ["core", "autograd", "ops", "cuda", "nn", "optim", "models", "data", "stats", "tools", "CMakeLists.txt"]
+
+
+@dataclasses.dataclass
+class Run:
+    """One training run: `train` with these flags and this seed, in its own directory."""
+    id: str                # unique inside the experiment and a relative path, e.g. "listops/ascender/s0"
+    arm: str               # what is compared: runs of one arm differ only in the seed, e.g. "listops/ascender"
+    seed: int
+    args: list[str]        # train flags, without --seed and --out
+    steps: int             # optimizer steps (for the time estimate)
+    cost: float = 0.0      # estimated seconds per step on this machine (0: unknown)
+    needs: list[str] = dataclasses.field(default_factory=list)  # files (relative to the root) it reads, made by
+                                                                # other runs: it waits until they exist
+
+
+@dataclasses.dataclass
+class Experiment:
+    name: str                                  # e.g. "e1_ascender_dense"
+    title: str
+    runs: Callable[[str], list[Run]]           # scale -> runs, in the order the queue runs them
+    report: Callable[["Report"], str]          # -> markdown; figures through report.figure / report.plot
+
+
+def tool(name: str) -> Path:
+    """A built tool: $ASC_BUILD_DIR/tools/NAME, else the Release build, else the CPU-only build of README command (1)."""
+    dirs = [Path(os.environ["ASC_BUILD_DIR"])] if os.environ.get("ASC_BUILD_DIR") else []
+    dirs += [REPO / "build" / "release", REPO / "build" / "cpu"]
+    for d in dirs:
+        if (d / "tools" / name).exists():
+            return d / "tools" / name
+    raise SystemExit(f"experiments: no built {name} in {', '.join(map(str, dirs))}: build first "
+                     "(cmake --preset release && cmake --build --preset release)")
+
+
+@functools.lru_cache(maxsize=None)
+def code_version() -> str:
+    out = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h", "--", *CODE_DIRS],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+# ---- the run queue ---------------------------------------------------------------------------------------------
+
+def run_dir(root: Path, exp: Experiment, run: Run) -> Path:
+    return root / exp.name / run.id
+
+
+def state_of(d: Path) -> str:
+    """done (summary.json and the queue's record), partial (a checkpoint to resume), failed, or pending."""
+    record = read_json(d / "queue.json") or {}
+    if (d / "summary.json").exists() and record.get("state") == "done":
+        return "done"
+    if record.get("state") == "failed":
+        return "failed"
+    if (d / "ckpt" / "last.safetensors").exists():
+        return "partial"
+    return "pending"
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_json(path: Path, value) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def fmt_duration(s: float) -> str:
+    if s == float("inf"):
+        return "no limit"
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class Queue:
+    """Runs the pending and partial runs of some experiments in order, each resumable, until a deadline.
+
+    At the deadline the running `train` gets SIGINT: it finishes its step, writes its checkpoint and exits 130; the
+    next `run` resumes it bit-identically. A finished run's light files (config, metrics, summary, predictions
+    gzipped) can be committed at once (commit=True), so a session that ends loses nothing finished."""
+
+    def __init__(self, root: Path, scale: str, threads: int = 0, commit: bool = False, allow_mixed: bool = False,
+                 log=print, progress_every: float = 0):
+        self.root, self.scale, self.threads, self.commit = root, scale, threads, commit
+        self.progress_every = progress_every  # > 0: show train's progress lines (every that many seconds) too
+        self.allow_mixed, self.log = allow_mixed, log
+        self.version = code_version()
+        self.interrupted = False
+
+    def runs(self, exps: list[Experiment]):
+        for exp in exps:
+            for run in exp.runs(self.scale):
+                yield exp, run
+
+    def check_version(self, exp: Experiment) -> None:
+        versions = {r.get("code_version") for r in (read_json(p) for p in (self.root / exp.name).glob("**/queue.json"))
+                    if r}
+        other = versions - {self.version, None}
+        if other and not self.allow_mixed:
+            raise SystemExit(f"queue: {exp.name} has runs made with code version {', '.join(sorted(other))} and the "
+                             f"code is now at {self.version}; one experiment runs on one version of the code. Rerun "
+                             f"them (delete {self.root / exp.name}) or pass --allow-mixed-versions.")
+
+    def run(self, exps: list[Experiment], deadline: float) -> bool:
+        """Returns True when every run that can run is done (or failed), False when the deadline stopped it."""
+        for exp in exps:
+            self.check_version(exp)
+        old = signal.signal(signal.SIGINT, self._on_signal)
+        try:
+            for exp, run in self.runs(exps):
+                d = run_dir(self.root, exp, run)
+                if state_of(d) in ("done", "failed"):
+                    continue
+                if not all((self.root / n).exists() for n in run.needs):
+                    self.log(f"queue: {exp.name}/{run.id}: waiting for {', '.join(run.needs)}")
+                    continue
+                if self.interrupted or time.time() >= deadline:
+                    return False
+                if not self._one(exp, run, d, deadline):
+                    return False
+            return True
+        finally:
+            signal.signal(signal.SIGINT, old)
+
+    def _on_signal(self, *_):
+        self.interrupted = True
+
+    def _one(self, exp: Experiment, run: Run, d: Path, deadline: float) -> bool:
+        train = tool("train")
+        record = read_json(d / "queue.json") or {"code_version": self.version, "parts": []}
+        args = [a.replace("{root}", str(self.root)) for a in run.args]
+        if state_of(d) == "partial":
+            cmd = [str(train), "--out", str(d), "--resume"]
+        else:
+            if d.exists():
+                shutil.rmtree(d)  # a run that died before its first checkpoint starts again
+            d.parent.mkdir(parents=True, exist_ok=True)
+            cmd = [str(train), *args, "--seed", str(run.seed), "--out", str(d)]
+        cmd += ["--progress-every", str(self.progress_every or 60)]
+        if self.threads:
+            cmd += ["--threads", str(self.threads)]
+        record["command"] = " ".join(["train", *args, "--seed", str(run.seed), "--out", str(d.relative_to(REPO)
+                                     if d.is_relative_to(REPO) else d)])
+        left = deadline - time.time()
+        self.log(f"queue: {exp.name}/{run.id}: {'resuming' if '--resume' in cmd else 'starting'} "
+                 f"({run.steps} steps, ~{fmt_duration(run.steps * run.cost) if run.cost else '?'}; "
+                 f"budget left: {fmt_duration(left)})")
+        start = time.time()
+        d.mkdir(parents=True, exist_ok=True)
+        with open(d / "train.log", "a") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stopping, shown = False, log.tell()
+            while proc.poll() is None:
+                time.sleep(0.5)
+                if not stopping and (self.interrupted or time.time() >= deadline):
+                    proc.send_signal(signal.SIGINT)  # train saves its checkpoint and exits 130
+                    stopping = True
+                if self.progress_every:  # train's plain progress lines, as they come
+                    log.flush()
+                    with open(d / "train.log") as f:
+                        f.seek(shown)
+                        new = f.read()
+                        shown = f.tell()
+                    for line in new.splitlines():
+                        if line.strip():
+                            self.log(f"  {run.id}: {line.strip()}")
+        rc = proc.returncode
+        elapsed = time.time() - start
+        record["parts"].append({"start": datetime.datetime.fromtimestamp(start).isoformat(timespec="seconds"),
+                                "seconds": round(elapsed, 1), "exit": rc})
+        record["code_version"] = record.get("code_version", self.version)
+        if rc == 0 and (d / "summary.json").exists():
+            record["state"] = "done"
+            record["wall_s"] = round(sum(p["seconds"] for p in record["parts"]), 1)
+            self._finish(d)
+            write_json(d / "queue.json", record)
+            self.log(f"queue: {exp.name}/{run.id}: done in {fmt_duration(elapsed)}")
+            if self.commit:
+                self._commit(exp, run, d)
+            return True
+        if rc == 130:
+            record["state"] = "partial"
+            write_json(d / "queue.json", record)
+            self.log(f"queue: {exp.name}/{run.id}: stopped at the deadline, checkpoint saved ({fmt_duration(elapsed)})")
+            return False
+        record["state"] = "failed"
+        write_json(d / "queue.json", record)
+        tail = (d / "train.log").read_text(errors="replace").splitlines()[-5:]
+        self.log(f"queue: {exp.name}/{run.id}: FAILED (exit {rc}):\n  " + "\n  ".join(tail))
+        return True  # go on with the next run
+
+    @staticmethod
+    def _finish(d: Path) -> None:
+        """predictions.csv -> predictions.csv.gz (what the stats tool reads and git keeps)."""
+        p = d / "predictions.csv"
+        if p.exists():
+            with open(p, "rb") as src, gzip.open(str(p) + ".gz", "wb", compresslevel=9) as dst:
+                shutil.copyfileobj(src, dst)
+            p.unlink()
+
+    def _commit(self, exp: Experiment, run: Run, d: Path) -> None:
+        files = [str(p) for p in sorted(d.rglob("*")) if p.is_file()]
+        subprocess.run(["git", "-C", str(REPO), "add", "--", *files], check=True, capture_output=True)
+        staged = subprocess.run(["git", "-C", str(REPO), "diff", "--cached", "--name-only", "--", str(d)],
+                                capture_output=True, text=True).stdout.split()
+        if staged:  # --only: just these paths, whatever else is staged
+            subprocess.run(["git", "-C", str(REPO), "commit", "-q", "--only", "-m",
+                            f"experiments: {exp.name}/{run.id} ({self.scale}) done", "--", str(d)], check=True)
+
+
+# ---- reports -----------------------------------------------------------------------------------------------------
+
+class Report:
+    """What an experiment's report function gets: its runs and their directories, the stats tool, figure paths."""
+
+    def __init__(self, exp: Experiment, root: Path, scale: str, out_dir: Path):
+        self.exp, self.root, self.scale, self.out_dir = exp, root, scale, out_dir
+        self.runs = exp.runs(scale)
+        self.fig_dir = out_dir / exp.name
+        self.figures: list[str] = []
+
+    def dir(self, run: Run) -> Path:
+        return run_dir(self.root, self.exp, run)
+
+    def done(self, arm: str) -> list[Path]:
+        """The finished runs of an arm."""
+        return [self.dir(r) for r in self.runs if r.arm == arm and state_of(self.dir(r)) == "done"]
+
+    def arms(self) -> list[str]:
+        return list(dict.fromkeys(r.arm for r in self.runs))
+
+    def summary(self, d: Path) -> dict:
+        return read_json(d / "summary.json") or {}
+
+    def compare(self, a: str, b: str, metric: str = "test_accuracy") -> dict | None:
+        """stats compare between two arms' finished runs (None when either has none)."""
+        da, db = self.done(a), self.done(b)
+        if not da or not db:
+            return None
+        out = self.fig_dir / f"compare_{a}_vs_{b}.json".replace("/", "-")
+        out = self.fig_dir / out.name
+        self.fig_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [str(tool("stats")), "compare", "--a", *map(str, da), "--b", *map(str, db), "--metric", metric,
+               "--a-name", a, "--b-name", b, "--json", str(out)]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        result = json.loads(out.read_text())
+        out.unlink()  # the report keeps the figures it prints; the JSON is regenerated on demand
+        return result
+
+    def stats(self, requests: list[dict]) -> list:
+        out = subprocess.run([str(tool("stats")), "json"], input=json.dumps(requests), capture_output=True, text=True,
+                             check=True)
+        return json.loads(out.stdout)
+
+    def plot(self, kind: str, run_dirs: list[Path], name: str, *extra: str) -> str | None:
+        """tools/plot.py KIND over run directories into FIG_DIR/NAME.png; the relative path, or None without matplotlib."""
+        self.fig_dir.mkdir(parents=True, exist_ok=True)
+        png = self.fig_dir / f"{name}.png"
+        cmd = [python_with_matplotlib(), str(REPO / "tools" / "plot.py"), kind, *map(str, run_dirs), "--out", str(png),
+               *extra]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode == 77:
+            return None
+        if r.returncode != 0:
+            raise SystemExit(f"report: plot.py {kind} failed: {r.stderr.strip()}")
+        self.figures.append(png.name)
+        return f"{self.exp.name}/{png.name}"
+
+
+def python_with_matplotlib() -> str:
+    """Debian's python3 has matplotlib (python3-matplotlib); a pyenv or venv python3 earlier on PATH may not."""
+    return "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+
+
+def fmt_mean_std(values: list[float], digits: int = 2, scale: float = 100.0) -> str:
+    if not values:
+        return "—"
+    m = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{m * scale:.{digits}f}"
+    sd = (sum((v - m) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return f"{m * scale:.{digits}f} ± {sd * scale:.{digits}f}"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def fmt_p(p) -> str:
+    if p is None:
+        return "—"
+    return f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"

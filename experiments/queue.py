@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""The run queue of the experiments: which runs are done, run the rest within a time budget, write the reports.
+
+    python3 experiments/queue.py status                     # every experiment: runs done / partial / pending, time left
+    python3 experiments/queue.py run --budget-min 150 --commit   # run (and commit each finished run) for 150 minutes
+    python3 experiments/queue.py run e1_ascender_dense --scale quick
+    python3 experiments/queue.py report e1_ascender_dense   # bench/results/experiments/e1_ascender_dense.md + PNGs
+
+Runs are resumable: a run stopped by the budget (or Ctrl-C) keeps its checkpoint and continues bit-identically at the
+next `run`, in this session or a later one. experiments/README.md describes the experiments and the files.
+"""
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lib  # noqa: E402
+
+EXPERIMENTS = ["e1_ascender_dense", "e2_ablations", "e3_interpretability", "e4_pareto_length", "e5_asam",
+               "e6_firing"]
+
+
+def load(names: list[str]) -> list[lib.Experiment]:
+    exps = []
+    for name in names or EXPERIMENTS:
+        if name not in EXPERIMENTS:
+            raise SystemExit(f"queue: unknown experiment '{name}' ({', '.join(EXPERIMENTS)})")
+        exps.append(importlib.import_module(name).EXPERIMENT)
+    return exps
+
+
+def default_root(scale: str) -> Path:
+    return lib.REPO / "experiments" / "results" / scale
+
+
+def cmd_status(args) -> int:
+    root = args.root or default_root(args.scale)
+    total_left = 0.0
+    for exp in load(args.experiments):
+        runs = exp.runs(args.scale)
+        states = [lib.state_of(lib.run_dir(root, exp, r)) for r in runs]
+        left = sum(r.steps * r.cost for r, s in zip(runs, states) if s in ("pending", "partial"))
+        total_left += left
+        counts = {s: states.count(s) for s in ("done", "partial", "pending", "failed")}
+        print(f"{exp.name:22s} {len(runs):4d} runs: {counts['done']:4d} done, {counts['partial']:3d} partial, "
+              f"{counts['pending']:4d} pending, {counts['failed']:3d} failed; ~{lib.fmt_duration(left)} of training "
+              f"left — {exp.title}")
+        if args.verbose:
+            for r, s in zip(runs, states):
+                print(f"    {s:8s} {r.id}")
+    print(f"total: ~{lib.fmt_duration(total_left)} of training left at scale '{args.scale}' "
+          f"(estimates from this machine's measured seconds per step); code version {lib.code_version()}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    root = args.root or default_root(args.scale)
+    deadline = time.time() + args.budget_min * 60 if args.budget_min else float("inf")
+    q = lib.Queue(root, args.scale, threads=args.threads, commit=args.commit, allow_mixed=args.allow_mixed_versions,
+                  progress_every=args.progress_every)
+    finished = q.run(load(args.experiments), deadline)
+    print("queue: every run is done" if finished else "queue: stopped at the budget; `run` again to continue")
+    return 0 if finished else 3
+
+
+def cmd_report(args) -> int:
+    root = args.root or default_root(args.scale)
+    out_dir = args.out_dir or lib.REPO / "bench" / "results" / "experiments"
+    if args.scale != "full" and not args.out_dir:
+        out_dir = out_dir / args.scale
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for exp in load(args.experiments):
+        rep = lib.Report(exp, root, args.scale, out_dir)
+        body = exp.report(rep)
+        md = out_dir / f"{exp.name}.md"
+        md.write_text(body.rstrip() + "\n")
+        print(f"report: {md}" + (f" and {len(rep.figures)} figure(s) in {rep.fig_dir}" if rep.figures else ""))
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="queue.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("experiments", nargs="*", help=f"experiments (default: all): {', '.join(EXPERIMENTS)}")
+    common.add_argument("--scale", choices=lib.SCALES, default="full",
+                        help="tiny (seconds: CI), quick (minutes), full (the budgeted study; default)")
+    common.add_argument("--root", type=Path, help="where runs live (default experiments/results/SCALE)")
+    s = sub.add_parser("status", parents=[common], help="runs done / partial / pending and the time left")
+    s.add_argument("-v", "--verbose", action="store_true", help="list every run")
+    r = sub.add_parser("run", parents=[common], help="run pending and partial runs until done or the budget ends")
+    r.add_argument("--budget-min", type=float, default=0, help="minutes, then stop with checkpoints (0: no limit)")
+    r.add_argument("--threads", type=int, default=0, help="CPU threads per run (0: OpenMP's default)")
+    r.add_argument("--commit", action="store_true", help="git-commit each finished run's files")
+    r.add_argument("--progress-every", type=float, default=0, metavar="S",
+                   help="show each run's progress line every S seconds (0: only its start and end)")
+    r.add_argument("--allow-mixed-versions", action="store_true",
+                   help="continue an experiment whose runs were made by another version of the code")
+    rp = sub.add_parser("report", parents=[common], help="tables and figures from the finished runs")
+    rp.add_argument("--out-dir", type=Path, help="default bench/results/experiments (a subfolder per scale)")
+    args = p.parse_args()
+    if getattr(args, "budget_min", 0) < 0 or getattr(args, "threads", 0) < 0 or getattr(args, "progress_every", 0) < 0:
+        p.error("--budget-min, --threads and --progress-every must be >= 0")
+    return {"status": cmd_status, "run": cmd_run, "report": cmd_report}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

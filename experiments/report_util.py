@@ -1,0 +1,105 @@
+"""Pieces of the experiments' markdown reports: the header every table carries (date, CPU, code version, budget),
+comparison tables from `stats compare`, the verdict rule against a claim, efficiency cells, the footer of commands."""
+from __future__ import annotations
+
+import datetime
+
+import lib
+
+
+def header(rep: lib.Report, title: str, budget_text: str) -> str:
+    versions = sorted({(lib.read_json(rep.dir(r) / "queue.json") or {}).get("code_version", "?")
+                       for r in rep.runs if lib.state_of(rep.dir(r)) == "done"})
+    done = sum(lib.state_of(rep.dir(r)) == "done" for r in rep.runs)
+    mixed = "" if len(versions) <= 1 else " — **runs from several code versions: rerun before drawing conclusions**"
+    return (f"# {title}\n\n"
+            f"Scale **{rep.scale}**{' (a smoke test of the script: the numbers mean nothing)' if rep.scale == 'tiny' else ''}; "
+            f"report written {datetime.date.today().isoformat()} from {done} of {len(rep.runs)} runs; "
+            f"CPU: {lib.cpu_model()}; code version (last commit of the library and tools): "
+            f"{', '.join(versions) or '—'}{mixed}.\n\n"
+            f"**Budget**: {budget_text}. Tasks are scaled down from the Long Range Arena to fit this machine; each "
+            f"section names its task's size. Equal budget = the same number of training examples seen; wall time is "
+            f"reported beside, not equalised.\n")
+
+
+def footer(rep: lib.Report) -> str:
+    example = next((lib.read_json(rep.dir(r) / "queue.json") for r in rep.runs
+                    if lib.state_of(rep.dir(r)) == "done"), None) or {}
+    scale = "" if rep.scale == "full" else f" --scale {rep.scale}"
+    return ("\n## How this was made\n\n```sh\n"
+            f"python3 experiments/queue.py run {rep.exp.name}{scale}      # resumable; --budget-min N to stop in time\n"
+            f"python3 experiments/queue.py report {rep.exp.name}{scale}\n"
+            + (f"# one of its runs:\n{example['command']}\n" if example.get("command") else "")
+            + "```\n\nStatistics (docs/stats.md): mean ± sample std over seeds; 95 % percentile-bootstrap intervals "
+            "(10 000 resamples, seed 0); paired bootstrap and approximate randomisation over test examples (each "
+            "example's correctness averaged over a model's seeds); Cohen's d and Cliff's δ over seeds; MDE = the "
+            "smallest difference detectable at α = 0.05 with power 0.8.\n")
+
+
+def pct(v, digits=2) -> str:
+    return "—" if v is None else f"{100 * v:.{digits}f}"
+
+
+def comparison_table(cmp: dict, a_name: str, b_name: str) -> str:
+    def row(name, g):
+        ci = g.get("ci") or {}
+        return [name, g["n"], f"{pct(g['mean'])} ± {pct(g['std'])}" if g.get("std") is not None else pct(g["mean"]),
+                pct(g.get("iqm")), f"[{pct(ci.get('low'))}, {pct(ci.get('high'))}]"]
+    t = lib.md_table(["model", "seeds", "test accuracy % (mean ± std)", "IQM", "95 % CI of the mean"],
+                     [row(a_name, cmp["group_a"]), row(b_name, cmp["group_b"])])
+    lines = [t, ""]
+    diff = f"{a_name} − {b_name}: **{pct(cmp['difference'])} points**"
+    if "difference_ci" in cmp:
+        ci = cmp["difference_ci"]
+        diff += (f" (95 % CI over seeds [{pct(ci['low'])}, {pct(ci['high'])}]; Cohen's d "
+                 f"{_num(cmp.get('cohens_d'))}, Cliff's δ {_num(cmp.get('cliffs_delta'))}; MDE over seeds "
+                 f"{pct(cmp.get('mde_seeds'))} points)")
+    lines.append(diff + ".")
+    if "paired_bootstrap" in cmp:
+        pb, ar = cmp["paired_bootstrap"], cmp["approximate_randomization"]
+        lines.append(f"Over the {cmp['test_examples']} test examples: paired bootstrap p = {lib.fmt_p(pb['p'])} "
+                     f"(95 % CI [{pct(pb['low'])}, {pct(pb['high'])}]), approximate randomisation p = "
+                     f"{lib.fmt_p(ar['p'])}; MDE at this test-set size {pct(cmp.get('mde_examples'))} points.")
+    return "\n".join(lines)
+
+
+def _num(v, digits=2) -> str:
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def verdict_accuracy(cmp: dict, claim_points: float, label: str) -> str:
+    """The rule, the same for every claim of a gain in accuracy:
+    holds          the difference is positive, the paired test over examples has p < 0.05 and the 95 % interval over
+                   seeds excludes 0;
+    does not hold  the claimed gain is at least the larger MDE (examples, seeds), yet the result is not a significant
+                   gain (a significant loss says so);
+    not testable   the claimed gain is below that MDE: this budget could not tell."""
+    diff = 100 * cmp["difference"]
+    p = (cmp.get("paired_bootstrap") or {}).get("p")
+    ci = cmp.get("difference_ci") or {}
+    mde = max(100 * (cmp.get("mde_examples") or 0), 100 * (cmp.get("mde_seeds") or 0))
+    sig_gain = diff > 0 and p is not None and p < 0.05 and ci.get("low") is not None and ci["low"] > 0
+    sig_loss = diff < 0 and p is not None and p < 0.05 and ci.get("high") is not None and ci["high"] < 0
+    if sig_gain:
+        v = f"holds: a significant gain of {diff:+.2f} points"
+    elif claim_points < mde:
+        v = f"not testable at this budget: the claimed {claim_points:+.1f} is below the MDE of {mde:.1f} points"
+    elif sig_loss:
+        v = f"does not hold: a significant loss of {diff:+.2f} points"
+    else:
+        v = (f"does not hold at this budget: {diff:+.2f} points, not significant (paired p {lib.fmt_p(p)}), while a "
+             f"gain of {claim_points:.1f} would have been detected (MDE {mde:.1f})")
+    return f"- **{label}** (claim) — {v}."
+
+
+def efficiency_cells(rep: lib.Report, a: str, b: str) -> list[str]:
+    def mean_of(arm, key):
+        vals = [rep.summary(d).get(key) for d in rep.done(arm)]
+        vals = [v for v in vals if isinstance(v, (int, float))]
+        return sum(vals) / len(vals) if vals else None
+    fa, fb = mean_of(a, "attention_flops_per_token"), mean_of(b, "attention_flops_per_token")
+    ratio = f"{fa / fb:.2f}×" if fa and fb else "—"
+    f = lambda v, d=0: "—" if v is None else f"{v:,.{d}f}"  # noqa: E731
+    return [f(fa), f(fb), ratio, f(mean_of(a, "tokens_per_s")), f(mean_of(b, "tokens_per_s")),
+            f(mean_of(a, "peak_mem_mb")), f(mean_of(b, "peak_mem_mb")), f(mean_of(a, "params")),
+            f(mean_of(b, "params"))]

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""The experiments and their run queue (experiments/): every experiment script runs end to end at the tiny scale
+(a few steps per run) and writes its report; the queue stops a run at its deadline with a checkpoint and resumes it,
+records failures and goes on, waits for the runs another depends on, and refuses to mix code versions.
+
+    ASC_BUILD_DIR=build/release /usr/bin/python3 tests/experiments_test.py      (ctest: experiments_smoke)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "experiments"))
+import lib  # noqa: E402
+
+failures = []
+
+
+def check(ok, what):
+    print(f"{'ok  ' if ok else 'FAIL'} {what}")
+    if not ok:
+        failures.append(what)
+
+
+def queue(*args):
+    return subprocess.run([sys.executable, str(REPO / "experiments" / "queue.py"), *args], capture_output=True,
+                          text=True)
+
+
+def tiny_end_to_end(tmp: Path):
+    root, rep = tmp / "runs", tmp / "reports"
+    r = queue("run", "--scale", "tiny", "--root", str(root))
+    check(r.returncode == 0, f"queue run --scale tiny: exit {r.returncode} {r.stderr.strip()[-300:]}")
+    check("FAILED" not in r.stdout, f"no run failed: {[l for l in r.stdout.splitlines() if 'FAILED' in l][:3]}")
+    s = queue("status", "--scale", "tiny", "--root", str(root))
+    check(s.returncode == 0 and " 0 pending" in s.stdout and "0 failed" in s.stdout,
+          f"status: every run done: {s.stdout.strip()}")
+    r = queue("report", "--scale", "tiny", "--root", str(root), "--out-dir", str(rep))
+    check(r.returncode == 0, f"queue report: exit {r.returncode} {r.stderr.strip()[-300:]}")
+    for name in ("e1_ascender_dense", "e2_ablations", "e3_interpretability", "e4_pareto_length", "e5_asam",
+                 "e6_firing"):
+        md = rep / f"{name}.md"
+        text = md.read_text() if md.exists() else ""
+        check("## How this was made" in text and "CPU:" in text and "**Budget**" in text,
+              f"{name}: report with budget, CPU and commands")
+    e1 = (rep / "e1_ascender_dense.md").read_text()
+    check("| ascender | 2 |" in e1 and "paired bootstrap p" in e1, "e1: the comparison table and the paired test")
+    check("Attention FLOPs" in e1, "e1: the FLOPs claim answered")
+    e4 = (rep / "e4_pareto_length.md").read_text()
+    check("Fig. 5" in e4 and "| dense |" in e4, "e4: evaluated e1's models (it waited for them)")
+    e3 = (rep / "e3_interpretability.md").read_text()
+    check("latent z" in e3, "e3: ASCender's latent z scored")
+    # finished runs keep predictions gzipped and the queue's record
+    d = root / "e1_ascender_dense" / "image" / "dense" / "s0"
+    check((d / "predictions.csv.gz").exists() and not (d / "predictions.csv").exists(), "predictions gzipped")
+    check((lib.read_json(d / "queue.json") or {}).get("state") == "done", "queue.json records done")
+
+
+def mechanics(tmp: Path):
+    root = tmp / "mech"
+    base = ["--task", "grouping", "--train-size", "256", "--val-size", "32", "--test-size", "32", "--d-model", "16",
+            "--heads", "2", "--layers", "1", "--ffn", "32", "--batch", "16", "--progress", "none", "--threads", "1",
+            "--model", "dense"]
+    runs = [lib.Run(id="long", arm="long", seed=0, args=base + ["--steps", "3000", "--eval-every", "100"], steps=3000),
+            lib.Run(id="bad", arm="bad", seed=0, args=base + ["--model", "firing", "--steps", "2"], steps=2),
+            lib.Run(id="waits", arm="waits", seed=0, args=base + ["--steps", "2"], steps=2, needs=["nowhere/file"]),
+            lib.Run(id="short", arm="short", seed=0, args=base + ["--steps", "2"], steps=2)]
+    exp = lib.Experiment(name="mech", title="queue mechanics", runs=lambda scale: runs, report=lambda rep: "")
+    q = lib.Queue(root, "tiny", log=lambda *_: None)
+    t0 = time.time()
+    finished = q.run([exp], deadline=time.time() + 3.0)
+    check(not finished and time.time() - t0 < 60, "the deadline stops the queue")
+    d = root / "mech" / "long"
+    rec = lib.read_json(d / "queue.json") or {}
+    check(lib.state_of(d) == "partial" and rec["parts"][0]["exit"] == 130, f"stopped run is partial: {rec}")
+    check((d / "ckpt" / "last.safetensors").exists(), "its checkpoint is saved")
+    finished = lib.Queue(root, "tiny", log=lambda *_: None).run([exp], deadline=float("inf"))
+    rec = lib.read_json(d / "queue.json") or {}
+    check(finished and lib.state_of(d) == "done" and len(rec["parts"]) == 2, f"resumed and done in two parts: {rec}")
+    check(lib.read_json(d / "summary.json")["steps"] == 3000, "the resumed run ran all its steps")
+    check(lib.state_of(root / "mech" / "bad") == "failed", "a failing run is recorded as failed")
+    check(lib.state_of(root / "mech" / "short") == "done", "the queue went on after the failure")
+    check(lib.state_of(root / "mech" / "waits") == "pending", "a run whose inputs are missing waits")
+    # One experiment, one version of the code.
+    rec["code_version"] = "0000000"
+    lib.write_json(d / "queue.json", rec)
+    try:
+        lib.Queue(root, "tiny", log=lambda *_: None).run([exp], deadline=float("inf"))
+        check(False, "mixed code versions refused")
+    except SystemExit as e:
+        check("one version of the code" in str(e), f"mixed code versions refused: {e}")
+    finished = lib.Queue(root, "tiny", allow_mixed=True, log=lambda *_: None).run([exp], deadline=float("inf"))
+    check(finished, "--allow-mixed-versions continues")
+
+
+def cli(tmp: Path):
+    r = queue("run", "--budget-min", "-1", "--scale", "tiny", "--root", str(tmp / "x"))
+    check(r.returncode == 2 and "usage" in r.stderr, f"negative budget: usage, exit 2 ({r.returncode})")
+    r = queue("status", "nosuchexperiment")
+    check(r.returncode != 0 and "unknown experiment" in r.stderr, "unknown experiment named")
+    r = queue("--help")
+    check(r.returncode == 0 and "status" in r.stdout, "--help")
+
+
+def main():
+    if not (lib.REPO / "build").exists() and not os.environ.get("ASC_BUILD_DIR"):
+        print("experiments_test: no build directory")
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        tiny_end_to_end(tmp)
+        mechanics(tmp)
+        cli(tmp)
+    if failures:
+        print(f"experiments_test: {len(failures)} failure(s)")
+        return 1
+    print("experiments_test: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
