@@ -56,20 +56,21 @@ TASKS = {
     },
 }
 
-# Optimizer steps per run (batch 32: steps × 32 examples seen, the same for every arm of a comparison).
-STEPS = {"full": 1500, "quick": 150, "tiny": 3}
+# Optimizer steps per run (batch 32: steps × 32 examples seen, the same for every arm of a comparison); experiments
+# that need another budget set their own.
+STEPS = {"full": 1000, "quick": 300, "tiny": 3}
 
-# Seconds per training step measured on this machine (AMD EPYC, 2 cores, 2 threads, batch 32, the MODEL above, the
-# full-scale lengths); the queue's time estimates. Regenerate with experiments/measure_cost.sh.
+# Seconds per training step on this machine (AMD EPYC, 2 cores, 2 threads, batch 32, the MODEL above at the
+# full-scale lengths, measured 2026-11-26 from train's tokens/s over 12-step runs): the queue's time estimates.
 COST = {
-    ("listops", "dense"): 0.20, ("listops", "ascender"): 0.9, ("listops", "asam"): 0.5,
-    ("listops", "window"): 0.3, ("listops", "window-global"): 0.3,
-    ("image", "dense"): 0.18, ("image", "ascender"): 0.8, ("image", "asam"): 0.45,
-    ("image", "window"): 0.3, ("image", "window-global"): 0.3,
-    ("text", "dense"): 0.20, ("text", "ascender"): 0.9, ("text", "asam"): 0.5,
-    ("text", "window"): 0.3, ("text", "window-global"): 0.3,
-    ("pathfinder", "dense"): 0.20, ("pathfinder", "ascender"): 0.9, ("pathfinder", "asam"): 0.5,
-    ("pathfinder", "window"): 0.3, ("pathfinder", "window-global"): 0.3,
+    ("listops", "dense"): 0.16, ("listops", "ascender"): 0.71, ("listops", "asam"): 0.28,
+    ("listops", "window"): 0.15, ("listops", "window-global"): 0.15,
+    ("image", "dense"): 0.18, ("image", "ascender"): 0.40, ("image", "asam"): 0.18,
+    ("image", "window"): 0.10, ("image", "window-global"): 0.10,
+    ("text", "dense"): 0.25, ("text", "ascender"): 1.0, ("text", "asam"): 0.4,
+    ("text", "window"): 0.2, ("text", "window-global"): 0.2,
+    ("pathfinder", "dense"): 0.25, ("pathfinder", "ascender"): 1.0, ("pathfinder", "asam"): 0.4,
+    ("pathfinder", "window"): 0.2, ("pathfinder", "window-global"): 0.2,
 }
 
 
@@ -83,7 +84,7 @@ def steps(scale: str) -> int:
 
 def cost(task: str, model: str, scale: str) -> float:
     c = COST.get((task, model), 0.5)
-    return c if scale == "full" else c / 4
+    return c if scale == "full" else c / 4  # the smaller scales use shorter sequences
 
 
 def train_flags(task: str, model: str, scale: str, extra: list[str] | None = None) -> list[str]:
@@ -114,10 +115,18 @@ def params_of(flags: list[str]) -> int:
     return _CACHE[key]
 
 
-def with_ffn(flags: list[str], ffn: int) -> list[str]:
+def set_flag(flags: list[str], name: str, value) -> list[str]:
+    """flags with option `name` set to value (replaced where it is, appended where it is not)."""
     out = list(flags)
-    out[out.index("--ffn") + 1] = str(ffn)
+    if name in out:
+        out[out.index(name) + 1] = str(value)
+    else:
+        out += [name, str(value)]
     return out
+
+
+def with_ffn(flags: list[str], ffn: int) -> list[str]:
+    return set_flag(flags, "--ffn", ffn)
 
 
 def match_params(flags: list[str], target: int) -> list[str]:

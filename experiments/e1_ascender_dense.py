@@ -18,10 +18,12 @@ CLAIM_FLOPS = -21   # percent attention FLOPs against dense
 def runs(scale):
     out = []
     for task in TASKS[scale]:
-        asc = budget.train_flags(task, "ascender", scale, ["--positional", "rope"])
+        def arm(model):
+            f = budget.train_flags(task, model, scale, ["--positional", "rope"])
+            return budget.set_flag(f, "--lr", "3e-3") if scale == "quick" else f  # quick: few steps, a larger rate
+        asc = arm("ascender")
         flags = {"ascender": asc,  # dense widened to ASCender's parameter count (equal size, ±5 %)
-                 "dense": budget.match_params(budget.train_flags(task, "dense", scale, ["--positional", "rope"]),
-                                              budget.params_of(asc))}
+                 "dense": budget.match_params(arm("dense"), budget.params_of(asc))}
         for model in MODELS:
             for seed in range(SEEDS[scale]):
                 out.append(lib.Run(id=f"{task}/{model}/s{seed}", arm=f"{task}/{model}", seed=seed, args=flags[model],
@@ -33,13 +35,15 @@ def report(rep: lib.Report) -> str:
     scale = rep.scale
     parts = [ru.header(rep, "Experiment 1 — ASCender vs dense attention (both RoPE)",
                        f"{budget.steps(scale)} steps of batch 32 per run ({budget.steps(scale) * 32} examples seen), "
-                       f"{SEEDS[scale]} seeds (0–{SEEDS[scale] - 1}) per arm, data seed 0; model: "
-                       f"{' '.join(budget.MODEL)}; {' '.join(budget.OPTIM)}")]
+                       f"{SEEDS[scale]} seeds (0–{SEEDS[scale] - 1}) per arm, data seed 0; the flags of the ASCender "
+                       f"runs: `{' '.join(rep.runs[-1].args)}` (dense: the same, its feed-forward width matched to "
+                       f"ASCender's parameter count)")]
     acc_rows, eff_rows, verdicts = [], [], []
     for task in TASKS[scale]:
         a, b = f"{task}/ascender", f"{task}/dense"
         cmp = rep.compare(a, b)
-        parts.append(f"### {budget.TASKS[task]['what']}\n")
+        parts.append(f"### {budget.TASKS[task]['what']}\n" if scale == "full" else
+                     f"### {task} (this scale: `{' '.join(budget.task_flags(task, scale))}`)\n")
         if cmp is None:
             parts.append("_no finished runs yet_\n")
             continue

@@ -40,9 +40,8 @@ def variant_flags(name, scale):
     if extra is None:  # sep-delayed: the step count depends on the scale
         extra = ["--sep-start", str(STEPS[scale] // 5)]
     flags = budget.train_flags(TASK, "ascender", scale, ["--positional", "rope", *extra])
-    flags[flags.index("--steps") + 1] = str(STEPS[scale])
-    flags[flags.index("--warmup") + 1] = str(max(1, STEPS[scale] // 10))
-    return flags
+    flags = budget.set_flag(flags, "--steps", STEPS[scale])
+    return budget.set_flag(flags, "--warmup", max(1, STEPS[scale] // 10))
 
 
 def runs(scale):

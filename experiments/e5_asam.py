@@ -28,10 +28,11 @@ CLAIMS = {"listops": (37.2, 36.4), "text": (65.1, 64.3), "image": (43.1, 42.2), 
 
 def flags(task, model, scale, extra=()):
     f = budget.train_flags(task, model, scale, ["--positional", "learned", "--asam-patterns", FULL_PATTERNS,
-                                                "--asam-window", "32", *extra])
-    f[f.index("--steps") + 1] = str(STEPS[scale])
-    f[f.index("--warmup") + 1] = str(max(1, STEPS[scale] // 10))
-    return f
+                                                "--asam-window", "32"])
+    for name, value in zip(extra[::2], extra[1::2]):  # the ablation's options replace the full model's
+        f = budget.set_flag(f, name, value)
+    f = budget.set_flag(f, "--steps", STEPS[scale])
+    return budget.set_flag(f, "--warmup", max(1, STEPS[scale] // 10))
 
 
 def runs(scale):
