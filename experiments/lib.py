@@ -242,13 +242,15 @@ class Queue:
             p.unlink()
 
     def _commit(self, exp: Experiment, run: Run, d: Path) -> None:
-        files = [str(p) for p in sorted(d.rglob("*")) if p.is_file()]
-        subprocess.run(["git", "-C", str(REPO), "add", "--", *files], check=True, capture_output=True)
-        staged = subprocess.run(["git", "-C", str(REPO), "diff", "--cached", "--name-only", "--", str(d)],
+        # In the repository that holds the run. The directory, not its files one by one: git then leaves out what
+        # .gitignore names (checkpoints, models). --only: just this run's files, whatever else is staged.
+        subprocess.run(["git", "-C", str(d), "add", "--", "."], check=True, capture_output=True)
+        staged = subprocess.run(["git", "-C", str(d), "diff", "--cached", "--name-only", "--", "."],
                                 capture_output=True, text=True).stdout.split()
-        if staged:  # --only: just these paths, whatever else is staged
-            subprocess.run(["git", "-C", str(REPO), "commit", "-q", "--only", "-m",
-                            f"experiments: {exp.name}/{run.id} ({self.scale}) done", "--", str(d)], check=True)
+        if staged:
+            subprocess.run(["git", "-C", str(d), "commit", "-q", "--only", "-m",
+                            f"experiments: {exp.name}/{run.id} ({self.scale}) done", "--", "."], check=True,
+                           capture_output=True)
 
 
 # ---- reports -----------------------------------------------------------------------------------------------------
@@ -281,7 +283,6 @@ class Report:
         if not da or not db:
             return None
         out = self.fig_dir / f"compare_{a}_vs_{b}.json".replace("/", "-")
-        out = self.fig_dir / out.name
         self.fig_dir.mkdir(parents=True, exist_ok=True)
         cmd = [str(tool("stats")), "compare", "--a", *map(str, da), "--b", *map(str, db), "--metric", metric,
                "--a-name", a, "--b-name", b, "--json", str(out)]

@@ -51,7 +51,9 @@ def comparison_table(cmp: dict, a_name: str, b_name: str) -> str:
     diff = f"{a_name} − {b_name}: **{pct(cmp['difference'])} points**"
     if "difference_ci" in cmp:
         ci = cmp["difference_ci"]
-        diff += (f" (95 % CI over seeds [{pct(ci['low'])}, {pct(ci['high'])}]; Cohen's d "
+        welch = (cmp.get("welch_t_test") or {}).get("p")
+        diff += (f" (95 % CI over seeds [{pct(ci['low'])}, {pct(ci['high'])}]; Welch's t-test p {lib.fmt_p(welch)}; "
+                 f"Cohen's d "
                  f"{_num(cmp.get('cohens_d'))}, Cliff's δ {_num(cmp.get('cliffs_delta'))}; MDE over seeds "
                  f"{pct(cmp.get('mde_seeds'))} points)")
     lines.append(diff + ".")

@@ -301,11 +301,95 @@ double normal_quantile(double p) {
   return x;
 }
 
-double minimum_detectable_effect(double se, double alpha, double power) {
-  ASC_CHECK(se >= 0, "minimum_detectable_effect: se must be >= 0, got {}", se);
+double minimum_detectable_effect(double se, double alpha, double power, double df) {
+  ASC_CHECK(se >= 0 || std::isnan(se), "minimum_detectable_effect: se must be >= 0, got {}", se);
   ASC_CHECK(alpha > 0 && alpha < 1, "minimum_detectable_effect: alpha must be in (0, 1), got {}", alpha);
   ASC_CHECK(power > 0 && power < 1, "minimum_detectable_effect: power must be in (0, 1), got {}", power);
+  ASC_CHECK(df >= 0, "minimum_detectable_effect: df must be >= 0 (0: the normal), got {}", df);
+  if (df > 0) return (student_t_quantile(1 - alpha / 2, df) + student_t_quantile(power, df)) * se;
   return (normal_quantile(1 - alpha / 2) + normal_quantile(power)) * se;
+}
+
+namespace {
+
+// The continued fraction of the incomplete beta function, evaluated by the modified Lentz method.
+double beta_continued_fraction(double a, double b, double x) {
+  constexpr double tiny = 1e-300, eps = 1e-16;
+  double c = 1, d = 1 - (a + b) * x / (a + 1);
+  d = 1 / (std::fabs(d) < tiny ? tiny : d);
+  double h = d;
+  for (int m = 1; m <= 10000; ++m) {
+    const double m2 = 2.0 * m;
+    for (const double term : {m * (b - m) * x / ((a + m2 - 1) * (a + m2)),             // even step
+                              -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1))}) {  // odd step
+      d = 1 + term * d;
+      d = 1 / (std::fabs(d) < tiny ? tiny : d);
+      c = 1 + term / c;
+      c = std::fabs(c) < tiny ? tiny : c;
+      h *= d * c;
+    }
+    if (std::fabs(d * c - 1) < eps) break;
+  }
+  return h;
+}
+
+// The regularised incomplete beta function I_x(a, b), 0 <= x <= 1.
+double incomplete_beta(double a, double b, double x) {
+  if (x <= 0) return 0;
+  if (x >= 1) return 1;
+  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
+                                b * std::log1p(-x));
+  // The fraction converges fast for x < (a + 1) / (a + b + 2); the symmetry I_x(a, b) = 1 - I_{1-x}(b, a) otherwise.
+  if (x < (a + 1) / (a + b + 2)) return front * beta_continued_fraction(a, b, x) / a;
+  return 1 - front * beta_continued_fraction(b, a, 1 - x) / b;
+}
+
+}  // namespace
+
+double student_t_cdf(double t, double df) {
+  ASC_CHECK(df > 0, "student_t_cdf: df must be > 0, got {}", df);
+  if (std::isnan(t)) return kNaN;
+  if (std::isinf(t)) return t > 0 ? 1.0 : 0.0;
+  const double tail = 0.5 * incomplete_beta(df / 2, 0.5, df / (df + t * t));  // P(T > |t|)
+  return t > 0 ? 1 - tail : tail;
+}
+
+double student_t_quantile(double p, double df) {
+  ASC_CHECK(p > 0 && p < 1, "student_t_quantile: p must be in (0, 1), got {}", p);
+  ASC_CHECK(df > 0, "student_t_quantile: df must be > 0, got {}", df);
+  if (p > 0.5) return -student_t_quantile(1 - p, df);  // symmetry; 1 - p is exact for p >= 0.5
+  if (p == 0.5) return 0;
+  // Bracket [lo, hi] with cdf(lo) <= p < cdf(hi) = 0.5, then bisect to the last bit.
+  double lo = -1, hi = 0;
+  while (student_t_cdf(lo, df) > p) lo *= 2;
+  for (int i = 0; i < 2000 && hi - lo > 1e-15 * std::max(1.0, std::fabs(lo)); ++i) {
+    const double mid = lo + (hi - lo) / 2;
+    if (mid <= lo || mid >= hi) break;
+    (student_t_cdf(mid, df) > p ? hi : lo) = mid;
+  }
+  return lo + (hi - lo) / 2;
+}
+
+TTest welch_t_test(std::span<const double> a, std::span<const double> b) {
+  check_size("welch_t_test", a, 2);
+  check_size("welch_t_test", b, 2);
+  TTest r;
+  if (has_nan(a) || has_nan(b)) {
+    r.t = r.df = r.p = kNaN;
+    return r;
+  }
+  const double va = variance_of(a) / double(a.size()), vb = variance_of(b) / double(b.size());
+  const double diff = mean_of(a) - mean_of(b);
+  if (va + vb == 0) {  // no spread at all: the means are equal (p = 1) or differ for certain (p = 0)
+    r.t = diff == 0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), diff);
+    r.df = double(a.size() + b.size() - 2);
+    r.p = diff == 0 ? 1.0 : 0.0;
+    return r;
+  }
+  r.t = diff / std::sqrt(va + vb);
+  r.df = (va + vb) * (va + vb) / (va * va / double(a.size() - 1) + vb * vb / double(b.size() - 1));
+  r.p = 2 * student_t_cdf(-std::fabs(r.t), r.df);
+  return r;
 }
 
 double accuracy_difference_se(double p, int64_t n) {

@@ -85,6 +85,17 @@ double cohens_d(std::span<const double> a, std::span<const double> b);
 // 2 U / (n_a n_b) - 1 with U the Mann-Whitney statistic of a.
 double cliffs_delta(std::span<const double> a, std::span<const double> b);
 
+// Student's t distribution with df > 0 degrees of freedom: cdf (through the regularised incomplete beta function,
+// evaluated by its continued fraction) and its inverse (bisection on the cdf to double precision).
+double student_t_cdf(double t, double df);
+double student_t_quantile(double p, double df);
+
+struct TTest {
+  double t = 0, df = 0, p = 1;  // statistic, Welch-Satterthwaite degrees of freedom, two-sided p
+};
+// Welch's t-test of mean(a) = mean(b), unequal variances (scipy.stats.ttest_ind(a, b, equal_var=False)). Sizes >= 2.
+TTest welch_t_test(std::span<const double> a, std::span<const double> b);
+
 // The standard normal: cdf and its inverse (Acklam's rational approximation refined by one Halley step, relative
 // error near 1e-15). normal_quantile(p) for p in (0, 1).
 double normal_cdf(double z);
@@ -92,7 +103,9 @@ double normal_quantile(double p);
 
 // The smallest true difference a two-sided test at level alpha detects with probability `power`, when the
 // estimate of the difference has standard error `se`: (z_{1 - alpha/2} + z_{power}) se (2.80 se at 0.05 / 0.8).
-double minimum_detectable_effect(double se, double alpha = 0.05, double power = 0.8);
+// With df > 0, t quantiles replace z (the usual approximation for a t-test; with few seeds it is much larger:
+// 5.36 se at df = 2). df = 0: the normal.
+double minimum_detectable_effect(double se, double alpha = 0.05, double power = 0.8, double df = 0);
 // The standard error of the difference of two accuracies near p, each measured on n test examples, if the two
 // models' errors were independent: sqrt(2 p (1 - p) / n). Correlated errors (same examples, similar models)
 // make the paired error smaller; this is the figure to plan with before any run exists.

@@ -36,7 +36,8 @@ def tiny_end_to_end(tmp: Path):
     check(r.returncode == 0, f"queue run --scale tiny: exit {r.returncode} {r.stderr.strip()[-300:]}")
     check("FAILED" not in r.stdout, f"no run failed: {[l for l in r.stdout.splitlines() if 'FAILED' in l][:3]}")
     s = queue("status", "--scale", "tiny", "--root", str(root))
-    check(s.returncode == 0 and " 0 pending" in s.stdout and "0 failed" in s.stdout,
+    lines = [l for l in s.stdout.splitlines() if " runs:" in l]
+    check(s.returncode == 0 and len(lines) == 6 and all(" 0 pending" in l and " 0 failed" in l for l in lines),
           f"status: every run done: {s.stdout.strip()}")
     r = queue("report", "--scale", "tiny", "--root", str(root), "--out-dir", str(rep))
     check(r.returncode == 0, f"queue report: exit {r.returncode} {r.stderr.strip()[-300:]}")
@@ -51,6 +52,8 @@ def tiny_end_to_end(tmp: Path):
     check("Attention FLOPs" in e1, "e1: the FLOPs claim answered")
     e4 = (rep / "e4_pareto_length.md").read_text()
     check("Fig. 5" in e4 and "| dense |" in e4, "e4: evaluated e1's models (it waited for them)")
+    e5 = (rep / "e5_asam.md").read_text()
+    check("## Robustness" in e5, "e5: the robustness table")
     e3 = (rep / "e3_interpretability.md").read_text()
     check("latent z" in e3, "e3: ASCender's latent z scored")
     # finished runs keep predictions gzipped and the queue's record
@@ -96,6 +99,30 @@ def mechanics(tmp: Path):
     check(finished, "--allow-mixed-versions continues")
 
 
+def commits(tmp: Path):
+    """--commit: each finished run's light files land in a commit of their own; checkpoints stay out."""
+    repo = tmp / "repo"
+    repo.mkdir()
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True)  # noqa: E731
+    git("init", "-q")
+    git("config", "user.email", "test@example.com")
+    git("config", "user.name", "test")
+    (repo / ".gitignore").write_text("*.safetensors\nckpt/\nmetrics.jsonl\n")
+    (repo / "staged.txt").write_text("not part of the run\n")
+    git("add", ".gitignore", "staged.txt")
+    base = ["--task", "grouping", "--train-size", "64", "--val-size", "16", "--test-size", "16", "--d-model", "16",
+            "--heads", "2", "--layers", "1", "--ffn", "32", "--batch", "16", "--steps", "2", "--progress", "none",
+            "--threads", "1", "--model", "dense"]
+    exp = lib.Experiment(name="c", title="commits", report=lambda rep: "",
+                         runs=lambda scale: [lib.Run(id="r/s0", arm="r", seed=0, args=base, steps=2)])
+    lib.Queue(repo / "results", "tiny", commit=True, log=lambda *_: None).run([exp], deadline=float("inf"))
+    files = git("show", "--name-only", "--format=%s", "HEAD").stdout.split()
+    check("summary.json" in " ".join(files) and "predictions.csv.gz" in " ".join(files), f"the run committed: {files}")
+    check(not any(f.endswith(".safetensors") for f in files), "no checkpoint committed")
+    check("staged.txt" not in files and "staged.txt" in git("diff", "--cached", "--name-only").stdout,
+          "what else was staged stays staged, out of the run's commit")
+
+
 def cli(tmp: Path):
     r = queue("run", "--budget-min", "-1", "--scale", "tiny", "--root", str(tmp / "x"))
     check(r.returncode == 2 and "usage" in r.stderr, f"negative budget: usage, exit 2 ({r.returncode})")
@@ -113,6 +140,7 @@ def main():
         tmp = Path(tmp)
         tiny_end_to_end(tmp)
         mechanics(tmp)
+        commits(tmp)
         cli(tmp)
     if failures:
         print(f"experiments_test: {len(failures)} failure(s)")

@@ -269,3 +269,36 @@ TEST_CASE("kmeans recovers well-separated blobs, reaches the obvious optimum at 
   CHECK_THROWS_AS(st::kmeans(Vec{0, 1, 2}, 2, 1), asc::Error);
   CHECK_THROWS_AS(st::kmeans(Vec{0, 1}, 1, 1, {.n_init = 0}), asc::Error);
 }
+
+TEST_CASE("Student's t: known quantiles, cdf symmetry, the normal as df grows; Welch's test on a known case") {
+  // Closed forms: df = 2, t = (2p - 1) / sqrt(2 p (1 - p)); df = 1 (Cauchy), t = tan(pi (p - 1/2)).
+  for (double p : {0.01, 0.3, 0.8, 0.975}) {
+    CHECK(st::student_t_quantile(p, 2) == doctest::Approx((2 * p - 1) / std::sqrt(2 * p * (1 - p))).epsilon(1e-13));
+    CHECK(st::student_t_quantile(p, 1) == doctest::Approx(std::tan(M_PI * (p - 0.5))).epsilon(1e-12));
+  }
+  // printed tables (to their digits)
+  CHECK(st::student_t_quantile(0.975, 10) == doctest::Approx(2.228138852).epsilon(1e-9));
+  CHECK(st::student_t_quantile(0.95, 8) == doctest::Approx(1.859548038).epsilon(1e-9));
+  CHECK(st::student_t_cdf(0, 3) == 0.5);
+  CHECK(st::student_t_cdf(1.5, 7) + st::student_t_cdf(-1.5, 7) == doctest::Approx(1.0));
+  // df = 1 is the Cauchy distribution: cdf(t) = 1/2 + atan(t) / pi
+  CHECK(st::student_t_cdf(2.0, 1) == doctest::Approx(0.5 + std::atan(2.0) / M_PI).epsilon(1e-13));
+  CHECK(st::student_t_quantile(0.975, 1e7) == doctest::Approx(1.959963984540054).epsilon(1e-6));
+  for (double df : {1.0, 2.5, 9.0, 120.0})
+    for (double p : {1e-6, 0.01, 0.3, 0.9})
+      CHECK(st::student_t_cdf(st::student_t_quantile(p, df), df) == doctest::Approx(p).epsilon(1e-12));
+  // MDE with few seeds: (t_0.975,2 + t_0.8,2) se = (4.303 + 1.061) se
+  CHECK(st::minimum_detectable_effect(1.0, 0.05, 0.8, 2) ==
+        doctest::Approx(0.95 / std::sqrt(2 * 0.975 * 0.025) + 0.6 / std::sqrt(2 * 0.8 * 0.2)));
+  // Welch: a = {1, 2, 3} (var 1), b = {4, 6, 8} (var 4): t = (2 - 6) / sqrt(1/3 + 4/3) = -3.0984;
+  // df = (5/3)^2 / ((1/3)^2 / 2 + (4/3)^2 / 2) = 2.9412
+  const st::TTest w = st::welch_t_test(std::vector<double>{1, 2, 3}, std::vector<double>{4, 6, 8});
+  CHECK(w.t == doctest::Approx(-4.0 / std::sqrt(5.0 / 3.0)));
+  CHECK(w.df == doctest::Approx((25.0 / 9.0) / ((1.0 / 9.0) / 2 + (16.0 / 9.0) / 2)));
+  CHECK(w.p == doctest::Approx(2 * st::student_t_cdf(w.t, w.df)));
+  CHECK(st::welch_t_test(std::vector<double>{1, 1}, std::vector<double>{1, 1}).p == 1.0);
+  CHECK(st::welch_t_test(std::vector<double>{1, 1}, std::vector<double>{2, 2}).p == 0.0);
+  CHECK_THROWS_AS(st::student_t_quantile(0.5, 0), asc::Error);
+  CHECK_THROWS_AS(st::student_t_cdf(1, -1), asc::Error);
+  CHECK_THROWS_AS(st::welch_t_test(std::vector<double>{1}, std::vector<double>{1, 2}), asc::Error);
+}

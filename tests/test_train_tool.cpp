@@ -42,6 +42,8 @@ int run(const std::string& args, const std::string& log) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+std::string log_of(const fs::path& d) { return d.string() + ".log"; }
+
 std::string read(const fs::path& p) {
   std::ifstream f(p);
   return std::string(std::istreambuf_iterator<char>(f), {});
@@ -267,6 +269,30 @@ TEST_CASE("train: --params-only prints the size without writing; --attn-dropout 
   CHECK(j["attention_flops_per_token"].get<double>() > 0);
   CHECK(run(kTiny + " --model asam --attn-dropout 0.1 --params-only --out " + d.string(), log) == 1);
   CHECK(read(log).find("ASAM attention has no attention dropout") != std::string::npos);
+}
+
+TEST_CASE("train: --robustness measures noise, FGSM, float32 vs float64 and lengths; --on-nonfinite skip counts") {
+  const fs::path d = temp_dir("robust");
+  REQUIRE(run(kTiny + " --steps 2 --model dense --robustness 1 --robustness-max-len 64 --robustness-examples 8 --out " +
+                  d.string(), d.string() + ".log") == 0);
+  const auto j = nlohmann::json::parse(read(d / "robustness.json"));
+  CHECK(j["examples"].get<int64_t>() >= 8);
+  CHECK(std::fabs(j["noise_correlation"].get<double>()) <= 1.0);
+  CHECK(j["noise_correlation"].get<double>() > 0.5);  // 10 % noise leaves the logits strongly correlated
+  CHECK(j["fgsm_relative_change"].get<double>() > 0);
+  CHECK(j["float32_vs_float64_max_relative"].get<double>() < 1e-4);
+  REQUIRE(j["lengths"].size() == 3);  // 16, 32, 64
+  for (const auto& row : j["lengths"]) CHECK(row["ok"].get<bool>());
+  CHECK(run(kTiny + " --steps 2 --robustness 1 --robustness-max-len 100 --out " + d.string() + "x", log_of(d)) == 1);
+  fs::remove_all(d);
+  // An absurd learning rate overflows the weights within a few steps: the default stops with a message, skip counts.
+  const std::string blowup = kTiny + " --model dense --steps 6 --lr 1e38 --clip 0";
+  CHECK(run(blowup + " --out " + d.string(), log_of(d)) == 1);
+  CHECK(read(log_of(d)).find("is not finite") != std::string::npos);
+  fs::remove_all(d);
+  REQUIRE(run(blowup + " --on-nonfinite skip --out " + d.string(), log_of(d)) == 0);
+  CHECK(nlohmann::json::parse(read(d / "summary.json"))["nonfinite_steps"].get<int64_t>() >= 1);
+  fs::remove_all(d);
 }
 
 TEST_CASE("train: rule A moves the first firing layer by its rule alone; the MLP baseline trains") {

@@ -122,11 +122,18 @@ Json answer(const Json& r) {
     return paired_json(st::approximate_randomization(doubles(r, "a"), doubles(r, "b"), bootstrap_options(r)));
   if (op == "cohens_d") return num(st::cohens_d(doubles(r, "a"), doubles(r, "b")));
   if (op == "cliffs_delta") return num(st::cliffs_delta(doubles(r, "a"), doubles(r, "b")));
+  if (op == "welch_t_test") {
+    const st::TTest t = st::welch_t_test(doubles(r, "a"), doubles(r, "b"));
+    return {{"t", num(t.t)}, {"df", num(t.df)}, {"p", num(t.p)}};
+  }
+  if (op == "student_t_cdf") return num(st::student_t_cdf(get_or<double>(r, "t", kNaN), get_or<double>(r, "df", kNaN)));
+  if (op == "student_t_quantile")
+    return num(st::student_t_quantile(get_or<double>(r, "p", kNaN), get_or<double>(r, "df", kNaN)));
   if (op == "normal_cdf") return num(st::normal_cdf(get_or<double>(r, "z", kNaN)));
   if (op == "normal_quantile") return num(st::normal_quantile(get_or<double>(r, "p", kNaN)));
   if (op == "minimum_detectable_effect")
     return num(st::minimum_detectable_effect(get_or<double>(r, "se", kNaN), get_or<double>(r, "alpha", 0.05),
-                                             get_or<double>(r, "power", 0.8)));
+                                             get_or<double>(r, "power", 0.8), get_or<double>(r, "df", 0)));
   if (op == "accuracy_difference_se")
     return num(st::accuracy_difference_se(get_or<double>(r, "p", kNaN), get_or<int64_t>(r, "n", 0)));
   if (op == "seed_difference_se")
@@ -153,7 +160,8 @@ Json answer(const Json& r) {
     return {{"labels", km.labels}, {"inertia", km.inertia}, {"iterations", km.iterations}};
   }
   ASC_THROW("stats json: unknown op '{}' (describe, interquartile_mean, bootstrap_mean_ci, bootstrap_difference_ci, "
-            "paired_bootstrap, approximate_randomization, cohens_d, cliffs_delta, normal_cdf, normal_quantile, "
+            "paired_bootstrap, approximate_randomization, cohens_d, cliffs_delta, welch_t_test, student_t_cdf, "
+            "student_t_quantile, normal_cdf, normal_quantile, "
             "minimum_detectable_effect, accuracy_difference_se, seed_difference_se, kmeans, normalized_mutual_info, "
             "adjusted_rand_index, silhouette_score, calinski_harabasz_score)",
             op);
@@ -296,16 +304,21 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
   const bool seeds = a.size() >= 2 && b.size() >= 2;
   st::Interval diff_ci = none;
   double d = kNaN, delta = kNaN, mde_seeds = kNaN;
+  st::TTest welch{kNaN, kNaN, kNaN};
   if (seeds) {
     diff_ci = st::bootstrap_difference_ci(am, bm, bo);
     d = st::cohens_d(am, bm);
     delta = st::cliffs_delta(am, bm);
+    welch = st::welch_t_test(am, bm);
     const double pooled_sd = std::sqrt(((sa.n - 1) * sa.std * sa.std + (sb.n - 1) * sb.std * sb.std) /
                                        double(sa.n + sb.n - 2));
-    mde_seeds = st::minimum_detectable_effect(st::seed_difference_se(pooled_sd, sa.n, sb.n));
+    // t quantiles at n_a + n_b - 2 degrees of freedom: with a few seeds the normal's 2.8 se would promise too much
+    mde_seeds = st::minimum_detectable_effect(st::seed_difference_se(pooled_sd, sa.n, sb.n), 0.05, 0.8,
+                                              double(sa.n + sb.n - 2));
     out["difference_ci"] = interval_json(diff_ci);
     out["cohens_d"] = num(d);
     out["cliffs_delta"] = num(delta);
+    out["welch_t_test"] = {{"t", num(welch.t)}, {"df", num(welch.df)}, {"p", num(welch.p)}};
     out["mde_seeds"] = num(mde_seeds);
   }
 
@@ -344,9 +357,9 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
              fmt_num(sb.iqm), interval_text(ci_b));
   fmt::print("{} − {}: {}", a_name, b_name, fmt_num(sa.mean - sb.mean));
   if (seeds)
-    fmt::print(" ({:g} % CI over seeds {}); Cohen's d {}, Cliff's δ {}; smallest difference {} + {} seeds detect "
-               "(α 0.05, power 0.8): {}",
-               100 * bo.level, interval_text(diff_ci), fmt_num(d, 2), fmt_num(delta, 2), sa.n, sb.n,
+    fmt::print(" ({:g} % CI over seeds {}; Welch's t-test p {}); Cohen's d {}, Cliff's δ {}; smallest difference "
+               "{} + {} seeds detect (α 0.05, power 0.8): {}",
+               100 * bo.level, interval_text(diff_ci), fmt_num(welch.p), fmt_num(d, 2), fmt_num(delta, 2), sa.n, sb.n,
                fmt_num(mde_seeds));
   fmt::print("\n");
   if (per_example)

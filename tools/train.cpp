@@ -99,7 +99,9 @@ struct Config {
   std::string device = "cpu", out = "runs/latest", progress = "auto";
   double progress_every = 10;
   std::vector<int64_t> dump_decomposition;
-  int64_t cluster_metrics = 0;
+  int64_t cluster_metrics = 0, robustness_examples = 500, robustness_max_len = 4096;
+  bool robustness = false;
+  std::string on_nonfinite = "error";
 };
 
 // One option: its flag, help, and how it reads and writes config.json.
@@ -285,6 +287,15 @@ void define_options(Options& o, Config& c) {
   o.add("progress_every", c.progress_every, "seconds between plain progress lines when stderr is not a terminal")
       ->check(pos);
   o.add("dump_decomposition", c.dump_decomposition, "test examples whose ASCender decomposition is written to dumps/");
+  o.add("robustness", c.robustness, "classifiers: robustness.json — outputs under Gaussian noise (10 % of the "
+        "embeddings' std) and one FGSM step (eps 0.01) on the input embeddings of the test set; the first attention "
+        "layer's float32 vs float64 output and forward + backward at every power of two up to --robustness-max-len");
+  o.add("robustness_examples", c.robustness_examples, "test examples the noise and FGSM measures use")->check(pos);
+  o.add("robustness_max_len", c.robustness_max_len, "longest sequence of the length sweep (a power of two)")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  o.add("on_nonfinite", c.on_nonfinite, "a training step whose loss or gradient is not finite: error (stop with a "
+        "message) | skip (no update; counted in summary.json's nonfinite_steps)")
+      ->check(CLI::IsMember({"error", "skip"}));
   o.add("cluster_metrics", c.cluster_metrics, "grouping task: cluster the tokens of this many test examples by k-means "
         "on each head's attention rows (and ASCender's latent z); NMI / ARI against the true groups, silhouette and "
         "Calinski-Harabasz -> cluster_metrics.json (0: off)")->check(nonneg);
@@ -780,6 +791,111 @@ json cluster_metrics(Run& r, int64_t n) {
   return out;
 }
 
+// ---- robustness: how the trained classifier's outputs respond to perturbed inputs, and its attention to precision and
+// length (the rows of seed 004's robustness table, defined in docs/train.md) -----------------------------------------
+
+json robustness(Run& r) {
+  const Config& c = r.c;
+  auto& model = *r.classifier;
+  model.eval();
+  // (1) The input embeddings of the first examples of the test set, perturbed through a hook on the token embedding.
+  Generator gen(c.seed + 7919);
+  std::function<Tensor(const Tensor&)> perturb;  // embeddings (B, T, D) -> what the model reads
+  const int hook = model.tok_emb->add_forward_post_hook([&](nn::Module&, const Tensor&, const Tensor& out)
+                                                            -> std::optional<Tensor> {
+    if (!perturb) return std::nullopt;
+    return perturb(out);
+  });
+  double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0, n = 0;  // Pearson sums over every logit, clean vs noisy
+  double clean_sq = 0, change_sq = 0;                       // FGSM: ||L_adv - L||² and ||L||²
+  int64_t seen = 0;
+  struct Stop {};
+  try {
+    data::for_each_batch(*r.task.test, c.batch, r.task.pad_id, [&](const data::Batch& b) {
+      if (seen >= c.robustness_examples) throw Stop{};
+      Tensor x = b.input.to(r.device), valid = b.valid.defined() ? b.valid.to(r.device) : Tensor();
+      Tensor labels = b.labels.to(r.device);
+      Tensor clean, noisy, adv;
+      {
+        NoGradGuard ng;
+        perturb = nullptr;
+        clean = model.forward(x, valid);  // (B, classes)
+        perturb = [&](const Tensor& e) {  // Gaussian noise of 10 % of the embeddings' standard deviation
+          const double sd = std::sqrt(mean(pow(e - mean(e), 2.0)).item<double>());
+          return e + randn(e.shape(), {.dtype = e.dtype(), .device = e.device()}, &gen) * (0.1 * sd);
+        };
+        noisy = model.forward(x, valid);
+      }
+      Tensor leaf;  // FGSM: the gradient of the loss with respect to the embeddings
+      perturb = [&](const Tensor& e) {
+        leaf = e.detach();
+        leaf.set_requires_grad(true);
+        return leaf;
+      };
+      cross_entropy(model.forward(x, valid), labels).backward();
+      const Tensor step = (gt(leaf.grad(), 0.0).to(leaf.dtype()) - lt(leaf.grad(), 0.0).to(leaf.dtype())) * 0.01;
+      {
+        NoGradGuard ng;
+        perturb = [&](const Tensor& e) { return e + step; };
+        adv = model.forward(x, valid);
+      }
+      perturb = nullptr;
+      model.zero_grad();
+      const std::vector<double> a = clean.to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
+      const std::vector<double> z = noisy.to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
+      const std::vector<double> v = adv.to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
+      for (size_t i = 0; i < a.size(); ++i) {
+        sx += a[i], sy += z[i], sxx += a[i] * a[i], syy += z[i] * z[i], sxy += a[i] * z[i], n += 1;
+        clean_sq += a[i] * a[i], change_sq += (v[i] - a[i]) * (v[i] - a[i]);
+      }
+      seen += b.size();
+    });
+  } catch (const Stop&) {
+  }
+  perturb = nullptr;
+  model.tok_emb->remove_hook(hook);
+  const double cov = sxy - sx * sy / n, vx = sxx - sx * sx / n, vy = syy - sy * sy / n;
+  json out = {{"examples", seen},
+              {"noise_correlation", jnum(cov / std::sqrt(vx * vy))},
+              {"fgsm_relative_change", jnum(std::sqrt(change_sq / clean_sq))}};
+  // (2) The first attention layer alone on N(0, 1) inputs of width d_model: float32 against float64, same weights.
+  auto& layer = *r.attention[0];
+  const int64_t D = c.d_model, T = r.task.max_len;
+  {
+    NoGradGuard ng;
+    Tensor x = randn({2, T, D}, {.device = r.device}, &gen);
+    Tensor y32 = layer.attend(x, {}).to(Device::cpu()).to(kFloat64);
+    layer.to(kFloat64);
+    Tensor y64 = layer.attend(x.to(kFloat64), {}).to(Device::cpu());
+    layer.to(kFloat32);
+    out["float32_vs_float64_max_relative"] = jnum(amax(abs(y32 - y64)).item<double>() / amax(abs(y64)).item<double>());
+  }
+  // (3) Forward + backward of that layer at every power of two from 16 to --robustness-max-len.
+  json lengths = json::array();
+  for (int64_t len = 16; len <= c.robustness_max_len; len *= 2) {
+    json row = {{"length", len}};
+    try {
+      reset_cpu_peak_memory();
+      const auto t0 = std::chrono::steady_clock::now();
+      Tensor x = randn({1, len, D}, {.device = r.device, .requires_grad = true}, &gen);
+      Tensor y = layer.attend(x, {});
+      sum(y).backward();
+      const bool finite = std::isfinite(sum(y).item<double>()) && std::isfinite(sum(x.grad()).item<double>());
+      row["ok"] = finite;
+      row["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      row["peak_mb"] = static_cast<double>(cpu_memory_stats().peak_allocated) / (1 << 20);
+    } catch (const std::exception& e) {
+      row["ok"] = false;
+      row["error"] = e.what();
+    }
+    layer.zero_grad();
+    lengths.push_back(row);
+  }
+  out["lengths"] = lengths;
+  model.train();
+  return out;
+}
+
 int train_main(Config c, const Options& options, bool resume, const std::string& eval_only,
                const std::string& command, bool params_only) {
 #ifdef _OPENMP
@@ -823,6 +939,10 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
                                        c.model != "window-global"),
             "--cluster-metrics needs the attention classifier with dense or ASCender attention (--model dense or "
             "ascender)");
+  ASC_CHECK(!c.robustness || r.classifier, "--robustness needs an attention classifier (--model dense, ascender, asam, "
+            "window or window-global)");
+  ASC_CHECK(!c.robustness || (c.robustness_max_len & (c.robustness_max_len - 1)) == 0,
+            "--robustness-max-len must be a power of two, got {}", c.robustness_max_len);
   ASC_CHECK(c.cluster_metrics == 0 || r.task.test->get(0).groups.defined(),
             "--cluster-metrics needs a task whose examples carry their tokens' true groups (--task grouping)");
   ASC_CHECK(c.dump_decomposition.empty() ||
@@ -893,6 +1013,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   int64_t step = 0, best_step = -1;
   double best_val = -1, wall_before = 0;
   double acc_loss = 0, acc_correct = 0, acc_count = 0, acc_tokens = 0;
+  int64_t nonfinite_steps = 0;
   auto save_state = [&] {
     std::map<std::string, std::string> m = {
         {"step", std::to_string(step)}, {"best_step", std::to_string(best_step)}, {"best_val", fmt::format("{:a}", best_val)},
@@ -901,6 +1022,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
         {"acc.correct", fmt::format("{:a}", acc_correct)}, {"acc.count", fmt::format("{:a}", acc_count)},
         {"acc.tokens", fmt::format("{:a}", acc_tokens)}, {"mech.train", train_mech.state()}};
     m["wall_s"] = num(wall_before);
+    m["nonfinite_steps"] = std::to_string(nonfinite_steps);
     save_checkpoint(last_ckpt.string(), {.model = r.model.get(), .optimizer = opt.get(), .scheduler = sched.get(),
                                          .generator = &default_generator()}, m);
   };
@@ -933,6 +1055,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
     best_val = real("best_val"), wall_before = real("wall_s");
     acc_loss = real("acc.loss"), acc_correct = real("acc.correct"), acc_count = real("acc.count");
     acc_tokens = real("acc.tokens");
+    nonfinite_steps = m.count("nonfinite_steps") ? integer("nonfinite_steps") : 0;  // older checkpoints: none
     train_mech.set_state(get("mech.train"));
     loader.set_state({integer("loader.epoch"), integer("loader.position"),
                       static_cast<uint64_t>(std::stoull(get("loader.seed")))});
@@ -969,9 +1092,18 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       BatchResult br = run_batch(r, b, true);
       train_mech.observe();
       br.loss.backward();
-      if (c.clip > 0) optim::clip_grad_norm(params, c.clip);
+      // The gradient norm (clipped to --clip when it is set; --clip 0 only measures it): a NaN or infinite loss or
+      // norm stops the run, or with --on-nonfinite skip leaves the parameters as they were and is counted.
+      const double grad_norm = optim::clip_grad_norm(params, c.clip > 0 ? c.clip : std::numeric_limits<double>::infinity(),
+                                                     2.0, /*error_if_nonfinite=*/false);
       lr_used = opt->lr(0);  // the rows report the lr this step ran with, not the next one's
-      opt->step();
+      if (std::isfinite(br.task_loss_sum) && std::isfinite(grad_norm)) {
+        opt->step();
+      } else {
+        ++nonfinite_steps;
+        ASC_CHECK(c.on_nonfinite == "skip", "step {}: the loss ({}) or the gradient norm ({}) is not finite; "
+                  "--on-nonfinite skip skips such steps and counts them", step + 1, br.task_loss_sum, grad_norm);
+      }
       sched->step();
       ++step;
       const int64_t T = b.input.dim() >= 2 ? b.input.size(1) : 1;
@@ -1117,9 +1249,10 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
             {"tokens_per_s", jnum(tokens_per_s)}, {"params", n_params},
             {"flops_per_token", flops_max.forward / static_cast<double>(r.task.max_len)},
             {"attention_flops_per_token", flops_max.attention / static_cast<double>(r.task.max_len)},
-            {"gemm_peak_flops", jnum(peak)}, {"test_examples", test.count}};
+            {"gemm_peak_flops", jnum(peak)}, {"test_examples", test.count}, {"nonfinite_steps", nonfinite_steps}};
   if (r.is_lm()) s["test_bits_per_byte"] = test.loss / std::log(2.0);
   write_json(out / "summary.json", s);
+  if (c.robustness) write_json(out / "robustness.json", robustness(r));  // after the summary: its peak memory is training's
   if (r.is_lm())
     fmt::print("{}: test {:.4f} bits per byte (next-byte accuracy {:.2f}%; best validation at step {}), {} parameters, "
                "{:.1f} s; wrote {}\n", c.task, test.loss / std::log(2.0), 100 * test.accuracy, best_step, n_params,
