@@ -57,11 +57,13 @@ def report(rep: lib.Report) -> str:
                        f"{budget.TASKS[TASK]['what']} (flags at this scale: {' '.join(budget.task_flags(TASK, scale))}); "
                        f"{STEPS[scale]} steps of batch 32 per run, {SEEDS[scale]} seeds per variant; RoPE; "
                        f"{' '.join(budget.MODEL)}")]
-    rows = []
+    rows, verdicts = [], []
     for name in rep.arms():
         if name == "full":
             continue
         cmp = rep.compare(name, "full")
+        if cmp is not None and name in ("no-align", "no-sep", "no-coh", "no-terms"):
+            verdicts.append(ru.verdict_term(cmp, VARIANTS[name][1]))
         what = VARIANTS[name][1]
         if cmp is None:
             rows.append([name, what, "—", "—", "—", "—", "—"])
@@ -79,6 +81,7 @@ def report(rep: lib.Report) -> str:
                                "paired p", "MDE"], rows))
     parts.append("\nA variant whose interval includes 0 and whose p is above 0.05 is indistinguishable from the full "
                  "layer at this budget; the MDE column says how large a difference could have been seen.\n")
+    parts.append("## Verdicts\n\n" + ("\n".join(verdicts) if verdicts else "_none yet_") + "\n")
     heads = rep.plot("heads", rep.done("full")[:1], "heads_full")
     if heads:
         parts.append(f"Head specialisation of the full layer, seed 0 (the first seed): ![heads]({heads})\n")

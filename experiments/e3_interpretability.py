@@ -82,6 +82,7 @@ def report(rep: lib.Report) -> str:
                                "ARI", "silhouette", "Calinski–Harabasz"], rows) + "\n")
     parts.append("NMI / ARI: 0 = no relation to the true groups, 1 = the true partition. Means over heads and layers "
                  "per seed, then mean ± std over seeds; \"best head\" takes each seed's head with the highest NMI.\n")
+    verdicts = []
     for a, b in (("ascender", "dense"),):
         vals = {arm: [] for arm in (a, b)}
         for arm in (a, b):
@@ -94,8 +95,15 @@ def report(rep: lib.Report) -> str:
             ci, d, delta = rep.stats([{"op": "bootstrap_difference_ci", "a": vals[a], "b": vals[b]},
                                       {"op": "cohens_d", "a": vals[a], "b": vals[b]},
                                       {"op": "cliffs_delta", "a": vals[a], "b": vals[b]}])
+            welch = rep.stats([{"op": "welch_t_test", "a": vals[a], "b": vals[b]}])[0]
             parts.append(f"NMI of the attention rows, {a} − {b}: {ci['estimate']:+.3f} (95 % CI over seeds "
-                         f"[{ci['low']:+.3f}, {ci['high']:+.3f}]; Cohen's d {d:.2f}, Cliff's δ {delta:.2f}).\n")
+                         f"[{ci['low']:+.3f}, {ci['high']:+.3f}]; Welch's t-test p {lib.fmt_p(welch['p'])}; "
+                         f"Cohen's d {d:.2f}, Cliff's δ {delta:.2f}).\n")
+            holds = ci["low"] > 0 and welch["p"] is not None and welch["p"] < 0.05
+            verdicts.append(f"- **ASCender's attention clusters match the true groups better than dense attention's** "
+                            f"(seed 001, RQ3) — {'holds' if holds else 'not shown'}: NMI {ci['estimate']:+.3f} "
+                            f"(95 % CI [{ci['low']:+.3f}, {ci['high']:+.3f}], Welch p {lib.fmt_p(welch['p'])}).")
+    parts.append("## Verdicts\n\n" + ("\n".join(verdicts) if verdicts else "_none yet_") + "\n")
     first = rep.done("ascender")[:1]
     for i in (0, 1):
         if first and (first[0] / "dumps" / f"decomposition_{i}.safetensors").exists():

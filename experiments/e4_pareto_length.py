@@ -85,6 +85,18 @@ def report(rep: lib.Report) -> str:
                 parts.append(f"![{name}]({fig})\n")
         for task, arm, m, sd, flops, tps in pts:
             rows.append([task, arm, f"{100 * m:.2f} ± {100 * sd:.2f}", f"{flops:,.0f}", f"{tps:,.0f}"])
+        verdicts = []
+        for task in sorted({p[0] for p in pts}):
+            asc = [p for p in pts if p[0] == task and p[1] == "ascender"]
+            if not asc:
+                continue
+            _, _, m, _, flops, _ = asc[0]
+            dominators = [p[1] for p in pts if p[0] == task and p[1] != "ascender" and p[2] >= m and p[4] <= flops]
+            verdicts.append(f"- **{task}: ASCender moves the accuracy–FLOPs Pareto front** (seed 001, Fig. 2) — "
+                            + (f"does not hold: {', '.join(dominators)} is as accurate or more at fewer attention "
+                               f"FLOPs (means over seeds)" if dominators else
+                               "holds on the means over seeds: no other arm is both as accurate and cheaper") + ".")
+        parts.append("## Verdicts\n\n" + ("\n".join(verdicts) if verdicts else "_none yet_") + "\n")
         parts.insert(1, "## Fig. 2 — accuracy against attention FLOPs and speed\n\n"
                      + lib.md_table(["task", "arm", "test accuracy %", "attention FLOPs / token", "tokens / s"], rows)
                      + "\n\nA point moves the Pareto front when no other point of its task is both more accurate and "

@@ -71,13 +71,46 @@ def cmd_report(args) -> int:
     if args.scale != "full" and not args.out_dir:
         out_dir = out_dir / args.scale
     out_dir.mkdir(parents=True, exist_ok=True)
-    for exp in load(args.experiments):
+    exps = load(args.experiments)
+    for exp in exps:
         rep = lib.Report(exp, root, args.scale, out_dir)
         body = exp.report(rep)
         md = out_dir / f"{exp.name}.md"
         md.write_text(body.rstrip() + "\n")
         print(f"report: {md}" + (f" and {len(rep.figures)} figure(s) in {rep.fig_dir}" if rep.figures else ""))
+    if args.scale == "full" and not args.out_dir and not args.experiments:
+        write_results_page(exps, root, out_dir)
     return 0
+
+
+RESULTS_HEAD = """# Results: the mechanisms' claims against our measurements
+
+Written by `python3 experiments/queue.py report` from the full-scale runs of [`experiments/`](../experiments/README.md)
+— do not edit by hand. Each section is one experiment: its report (tables with budgets, statistics, figures and the
+exact commands) and its verdicts, one line per claim, by the rule of experiments/README.md: **holds** (a significant
+gain), **does not hold** (no significant gain although the budget could have detected the claimed one, or a
+significant loss), **not testable here** (the claimed effect is below what the test set and seed count can detect).
+Every task is scaled down from the Long Range Arena to fit a 2-core machine; the reports say how.
+"""
+
+
+def write_results_page(exps, root, out_dir):
+    """docs/results.md: each experiment's verdict lines (the section "## Verdicts" of its report) and a link to it."""
+    parts = [RESULTS_HEAD]
+    for exp in exps:
+        runs = exp.runs("full")
+        done = sum(lib.state_of(lib.run_dir(root, exp, r)) == "done" for r in runs)
+        text = (out_dir / f"{exp.name}.md").read_text()
+        verdicts = ""
+        if "## Verdicts" in text:
+            verdicts = text.split("## Verdicts", 1)[1].split("\n## ", 1)[0].strip()
+        rel = (out_dir / f"{exp.name}.md").relative_to(lib.REPO)
+        parts.append(f"## {exp.title}\n\n[report](../{rel}) — {done} of {len(runs)} runs finished.\n\n"
+                     + (verdicts if done and verdicts and verdicts != "_none yet_"
+                        else "_Not run at full scale yet: no verdict._") + "\n")
+    page = lib.REPO / "docs" / "results.md"
+    page.write_text("\n".join(parts))
+    print(f"report: {page}")
 
 
 def main() -> int:

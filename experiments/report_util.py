@@ -94,6 +94,22 @@ def verdict_accuracy(cmp: dict, claim_points: float, label: str) -> str:
     return f"- **{label}** (claim) — {v}."
 
 
+def verdict_term(cmp: dict, what: str) -> str:
+    """Seed 001's Fig. 3 claims every term contributes: removing it lowers accuracy. Holds on a significant loss
+    (paired p < 0.05 and the interval over seeds below 0); otherwise no effect was detected, at the stated MDE."""
+    diff = 100 * cmp["difference"]
+    p = (cmp.get("paired_bootstrap") or {}).get("p")
+    ci = cmp.get("difference_ci") or {}
+    mde = max(100 * (cmp.get("mde_examples") or 0), 100 * (cmp.get("mde_seeds") or 0))
+    if diff < 0 and p is not None and p < 0.05 and ci.get("high") is not None and ci["high"] < 0:
+        v = f"holds: {diff:+.2f} points (paired p {lib.fmt_p(p)})"
+    elif diff > 0 and p is not None and p < 0.05 and ci.get("low") is not None and ci["low"] > 0:
+        v = f"does not hold: the layer is better without it, {diff:+.2f} points (paired p {lib.fmt_p(p)})"
+    else:
+        v = f"no effect detected: {diff:+.2f} points (paired p {lib.fmt_p(p)}; differences below {mde:.1f} go unseen)"
+    return f"- **{what} lowers accuracy** (claim) — {v}."
+
+
 def efficiency_cells(rep: lib.Report, a: str, b: str) -> list[str]:
     def mean_of(arm, key):
         vals = [rep.summary(d).get(key) for d in rep.done(arm)]
