@@ -62,7 +62,7 @@ def tool(name: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def code_version() -> str:
-    out = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h", "--", *CODE_DIRS],
+    out = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%H", "--", *CODE_DIRS],
                          capture_output=True, text=True)
     return out.stdout.strip() or "unknown"
 
@@ -145,25 +145,33 @@ class Queue:
                              f"them (delete {self.root / exp.name}) or pass --allow-mixed-versions.")
 
     def run(self, exps: list[Experiment], deadline: float) -> bool:
-        """Returns True when every run that can run is done (or failed), False when the deadline stopped it."""
+        """Returns True when every run is done (or failed); False when the deadline or a signal stopped the queue, or
+        when runs are left waiting for inputs that other runs have not made (yet, or ever: a failed run's)."""
         for exp in exps:
             self.check_version(exp)
-        old = signal.signal(signal.SIGINT, self._on_signal)
+        # SIGINT, SIGTERM and SIGHUP (a closed terminal, the end of a session) all stop the running train the same
+        # way: it writes its checkpoint and exits; nothing is left running without the queue.
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        waiting = []
         try:
             for exp, run in self.runs(exps):
                 d = run_dir(self.root, exp, run)
                 if state_of(d) in ("done", "failed"):
                     continue
                 if not all((self.root / n).exists() for n in run.needs):
-                    self.log(f"queue: {exp.name}/{run.id}: waiting for {', '.join(run.needs)}")
+                    waiting.append(f"{exp.name}/{run.id}")
                     continue
                 if self.interrupted or time.time() >= deadline:
                     return False
                 if not self._one(exp, run, d, deadline):
                     return False
-            return True
+            if waiting:
+                self.log(f"queue: {len(waiting)} run(s) wait for the outputs of others, e.g. {waiting[0]} "
+                         f"(their model files; a fresh clone has none: rerun those runs first)")
+            return not waiting
         finally:
-            signal.signal(signal.SIGINT, old)
+            for s, handler in old.items():
+                signal.signal(s, handler)
 
     def _on_signal(self, *_):
         self.interrupted = True
@@ -190,23 +198,45 @@ class Queue:
                  f"budget left: {fmt_duration(left)})")
         start = time.time()
         d.mkdir(parents=True, exist_ok=True)
-        with open(d / "train.log", "a") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            stopping, shown = False, log.tell()
-            while proc.poll() is None:
-                time.sleep(0.5)
-                if not stopping and (self.interrupted or time.time() >= deadline):
-                    proc.send_signal(signal.SIGINT)  # train saves its checkpoint and exits 130
-                    stopping = True
-                if self.progress_every:  # train's plain progress lines, as they come
-                    log.flush()
-                    with open(d / "train.log") as f:
-                        f.seek(shown)
-                        new = f.read()
-                        shown = f.tell()
-                    for line in new.splitlines():
-                        if line.strip():
-                            self.log(f"  {run.id}: {line.strip()}")
+        lock = d / "queue.lock"  # another queue (another terminal) running this very run: leave it alone
+        if lock.exists():
+            try:
+                os.kill(int(lock.read_text().split()[0]), 0)
+                self.log(f"queue: {exp.name}/{run.id}: being run by process {lock.read_text().split()[0]}; skipped")
+                return True
+            except (ValueError, IndexError, ProcessLookupError, PermissionError):
+                pass  # a stale lock: its queue is gone
+        lock.write_text(f"{os.getpid()}\n")
+        stopping = False
+        try:
+            with open(d / "train.log", "a") as log:
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                shown = log.tell()
+                try:
+                    while proc.poll() is None:
+                        time.sleep(0.5)
+                        if not stopping and (self.interrupted or time.time() >= deadline):
+                            proc.send_signal(signal.SIGINT)  # train saves its checkpoint and exits 130
+                            stopping = True
+                        if self.progress_every:  # train's plain progress lines, as they come
+                            log.flush()
+                            with open(d / "train.log") as f:
+                                f.seek(shown)
+                                new = f.read()
+                                shown = f.tell()
+                            for line in new.splitlines():
+                                if line.strip():
+                                    self.log(f"  {run.id}: {line.strip()}")
+                finally:
+                    if proc.poll() is None:  # the queue itself failed: never leave train running unsupervised
+                        proc.send_signal(signal.SIGINT)
+                        try:
+                            proc.wait(timeout=120)
+                        except subprocess.TimeoutExpired:
+                            proc.kill()
+                            proc.wait()
+        finally:
+            lock.unlink(missing_ok=True)
         rc = proc.returncode
         elapsed = time.time() - start
         record["parts"].append({"start": datetime.datetime.fromtimestamp(start).isoformat(timespec="seconds"),
@@ -221,10 +251,13 @@ class Queue:
             if self.commit:
                 self._commit(exp, run, d)
             return True
-        if rc == 130:
-            record["state"] = "partial"
+        if rc == 130 or stopping:  # stopped by us: resumable, whatever the exit code (a signal during its set-up)
+            has_ckpt = (d / "ckpt" / "last.safetensors").exists()
+            record["state"] = "partial" if has_ckpt else "pending"
             write_json(d / "queue.json", record)
-            self.log(f"queue: {exp.name}/{run.id}: stopped at the deadline, checkpoint saved ({fmt_duration(elapsed)})")
+            self.log(f"queue: {exp.name}/{run.id}: stopped at the deadline"
+                     + (", checkpoint saved" if has_ckpt else ", before its first checkpoint") +
+                     f" ({fmt_duration(elapsed)})")
             return False
         record["state"] = "failed"
         write_json(d / "queue.json", record)
@@ -243,14 +276,21 @@ class Queue:
 
     def _commit(self, exp: Experiment, run: Run, d: Path) -> None:
         # In the repository that holds the run. The directory, not its files one by one: git then leaves out what
-        # .gitignore names (checkpoints, models). --only: just this run's files, whatever else is staged.
-        subprocess.run(["git", "-C", str(d), "add", "--", "."], check=True, capture_output=True)
-        staged = subprocess.run(["git", "-C", str(d), "diff", "--cached", "--name-only", "--", "."],
-                                capture_output=True, text=True).stdout.split()
-        if staged:
-            subprocess.run(["git", "-C", str(d), "commit", "-q", "--only", "-m",
-                            f"experiments: {exp.name}/{run.id} ({self.scale}) done", "--", "."], check=True,
-                           capture_output=True)
+        # .gitignore names (checkpoints, models). --only: just this run's files, whatever else is staged. A run that
+        # git ignores (the tiny and quick scales) or that lies outside a repository is not committed: a warning.
+        git = lambda *a: subprocess.run(["git", "-C", str(d), *a], capture_output=True, text=True)  # noqa: E731
+        if git("check-ignore", "-q", ".").returncode == 0:
+            self.log(f"queue: {exp.name}/{run.id}: not committed: git ignores {d}")
+            return
+        steps = [("add", "--", "."), ("commit", "-q", "--only", "-m",
+                                      f"experiments: {exp.name}/{run.id} ({self.scale}) done", "--", ".")]
+        for i, step in enumerate(steps):
+            if i == 1 and not git("diff", "--cached", "--name-only", "--", ".").stdout.split():
+                return
+            r = git(*step)
+            if r.returncode != 0:
+                self.log(f"queue: {exp.name}/{run.id}: not committed: git {step[0]}: {r.stderr.strip()}")
+                return
 
 
 # ---- reports -----------------------------------------------------------------------------------------------------
@@ -286,7 +326,9 @@ class Report:
         self.fig_dir.mkdir(parents=True, exist_ok=True)
         cmd = [str(tool("stats")), "compare", "--a", *map(str, da), "--b", *map(str, db), "--metric", metric,
                "--a-name", a, "--b-name", b, "--json", str(out)]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"report: stats compare {a} vs {b} failed: {r.stderr.strip()}")
         result = json.loads(out.read_text())
         out.unlink()  # the report keeps the figures it prints; the JSON is regenerated on demand
         return result

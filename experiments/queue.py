@@ -61,7 +61,9 @@ def cmd_run(args) -> int:
     q = lib.Queue(root, args.scale, threads=args.threads, commit=args.commit, allow_mixed=args.allow_mixed_versions,
                   progress_every=args.progress_every)
     finished = q.run(load(args.experiments), deadline)
-    print("queue: every run is done" if finished else "queue: stopped at the budget; `run` again to continue")
+    print("queue: every run is done" if finished else
+          "queue: not every run is done (the budget ended, a signal stopped it, or runs wait for others); "
+          "`run` again to continue")
     return 0 if finished else 3
 
 

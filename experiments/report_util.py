@@ -69,44 +69,57 @@ def _num(v, digits=2) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
+def _tests(cmp: dict):
+    """(difference in points, paired p over examples, Welch p over seeds, MDE in points) — None where a statistic is
+    missing (a single seed, no per-example predictions)."""
+    diff = 100 * cmp["difference"] if cmp.get("difference") is not None else None
+    p = (cmp.get("paired_bootstrap") or {}).get("p")
+    welch = (cmp.get("welch_t_test") or {}).get("p")
+    mdes = [cmp.get("mde_examples"), cmp.get("mde_seeds")]
+    mde = 100 * max(mdes) if all(m is not None for m in mdes) else None
+    return diff, p, welch, mde
+
+
 def verdict_accuracy(cmp: dict, claim_points: float, label: str) -> str:
     """The rule, the same for every claim of a gain in accuracy:
-    holds          the difference is positive, the paired test over examples has p < 0.05 and the 95 % interval over
-                   seeds excludes 0;
-    does not hold  the claimed gain is at least the larger MDE (examples, seeds), yet the result is not a significant
-                   gain (a significant loss says so);
-    not testable   the claimed gain is below that MDE: this budget could not tell."""
-    diff = 100 * cmp["difference"]
-    p = (cmp.get("paired_bootstrap") or {}).get("p")
-    ci = cmp.get("difference_ci") or {}
-    mde = max(100 * (cmp.get("mde_examples") or 0), 100 * (cmp.get("mde_seeds") or 0))
-    sig_gain = diff > 0 and p is not None and p < 0.05 and ci.get("low") is not None and ci["low"] > 0
-    sig_loss = diff < 0 and p is not None and p < 0.05 and ci.get("high") is not None and ci["high"] < 0
-    if sig_gain:
-        v = f"holds: a significant gain of {diff:+.2f} points"
+    holds          the difference is positive with p < 0.05 both in the paired test over test examples and in Welch's
+                   t-test over seeds (a t-test, not the bootstrap interval: with 2-5 seeds that interval is too narrow);
+    does not hold  a significant loss (both tests), or the claimed gain is at least the larger MDE (examples, seeds)
+                   and the result is not a significant gain;
+    not testable   the claimed gain is below that MDE, or a statistic is missing (fewer than 2 seeds per arm, no
+                   per-example predictions): this budget could not tell."""
+    diff, p, welch, mde = _tests(cmp)
+    if None in (diff, p, welch, mde):
+        return (f"- **{label}** (claim) — not testable here: the comparison needs at least 2 finished seeds per arm "
+                f"and per-example predictions.")
+    significant = p < 0.05 and welch < 0.05
+    if significant and diff > 0:
+        v = f"holds: a significant gain of {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)})"
+    elif significant and diff < 0:
+        v = f"does not hold: a significant loss of {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)})"
     elif claim_points < mde:
-        v = f"not testable at this budget: the claimed {claim_points:+.1f} is below the MDE of {mde:.1f} points"
-    elif sig_loss:
-        v = f"does not hold: a significant loss of {diff:+.2f} points"
+        v = (f"not testable at this budget: the claimed {claim_points:+.1f} is below the MDE of {mde:.1f} points "
+             f"(measured {diff:+.2f})")
     else:
-        v = (f"does not hold at this budget: {diff:+.2f} points, not significant (paired p {lib.fmt_p(p)}), while a "
-             f"gain of {claim_points:.1f} would have been detected (MDE {mde:.1f})")
+        v = (f"does not hold at this budget: {diff:+.2f} points, not significant (paired p {lib.fmt_p(p)}, Welch p "
+             f"{lib.fmt_p(welch)}), while a gain of {claim_points:.1f} would have been detected (MDE {mde:.1f})")
     return f"- **{label}** (claim) — {v}."
 
 
 def verdict_term(cmp: dict, what: str) -> str:
     """Seed 001's Fig. 3 claims every term contributes: removing it lowers accuracy. Holds on a significant loss
-    (paired p < 0.05 and the interval over seeds below 0); otherwise no effect was detected, at the stated MDE."""
-    diff = 100 * cmp["difference"]
-    p = (cmp.get("paired_bootstrap") or {}).get("p")
-    ci = cmp.get("difference_ci") or {}
-    mde = max(100 * (cmp.get("mde_examples") or 0), 100 * (cmp.get("mde_seeds") or 0))
-    if diff < 0 and p is not None and p < 0.05 and ci.get("high") is not None and ci["high"] < 0:
-        v = f"holds: {diff:+.2f} points (paired p {lib.fmt_p(p)})"
-    elif diff > 0 and p is not None and p < 0.05 and ci.get("low") is not None and ci["low"] > 0:
+    (paired p < 0.05 and Welch p < 0.05); otherwise no effect was detected, at the stated MDE."""
+    diff, p, welch, mde = _tests(cmp)
+    if None in (diff, p, welch, mde):
+        return f"- **{what} lowers accuracy** (claim) — not testable here: needs 2 seeds per arm and predictions."
+    significant = p < 0.05 and welch < 0.05
+    if significant and diff < 0:
+        v = f"holds: {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)})"
+    elif significant and diff > 0:
         v = f"does not hold: the layer is better without it, {diff:+.2f} points (paired p {lib.fmt_p(p)})"
     else:
-        v = f"no effect detected: {diff:+.2f} points (paired p {lib.fmt_p(p)}; differences below {mde:.1f} go unseen)"
+        v = (f"no effect detected: {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)}; "
+             f"differences below {mde:.1f} go unseen)")
     return f"- **{what} lowers accuracy** (claim) — {v}."
 
 

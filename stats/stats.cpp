@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <numeric>
 
 #include "core/error.h"
@@ -170,7 +171,7 @@ PairedTest paired_bootstrap(std::span<const double> a, std::span<const double> b
   PairedTest t;
   t.resamples = options.resamples;
   if (has_nan(d)) {
-    t.delta = t.low = t.high = t.p = kNaN;
+    t.delta = t.low = t.high = t.p = t.se = kNaN;
     return t;
   }
   const double n = double(d.size());
@@ -188,6 +189,10 @@ PairedTest paired_bootstrap(std::span<const double> a, std::span<const double> b
   for (double s : sums) extreme += std::fabs(s - sum) >= std::fabs(sum) - tol;
   t.p = double(1 + extreme) / double(1 + options.resamples);
   for (double& s : sums) s /= n;
+  double m = 0, ss = 0;
+  for (double s : sums) m += s / double(sums.size());
+  for (double s : sums) ss += (s - m) * (s - m);
+  t.se = sums.size() > 1 ? std::sqrt(ss / double(sums.size() - 1)) : 0.0;
   const Interval ci = interval_from(sums, t.delta, options.level);
   t.low = ci.low;
   t.high = ci.high;
@@ -199,7 +204,7 @@ PairedTest approximate_randomization(std::span<const double> a, std::span<const 
   const std::vector<double> d = paired_differences("approximate_randomization", a, b);
   check_options("approximate_randomization", options);
   PairedTest t;
-  t.low = t.high = kNaN;
+  t.low = t.high = t.se = kNaN;
   if (has_nan(d)) {
     t.delta = t.p = kNaN;
     return t;
@@ -295,7 +300,7 @@ double normal_quantile(double p) {
   // ... then Halley's method on cdf(x) - p, which converges cubically: two steps reach double precision.
   for (int step = 0; step < 2; ++step) {
     const double e = normal_cdf(x) - p;
-    const double u = e * std::sqrt(2 * M_PI) * std::exp(x * x / 2);
+    const double u = e * std::sqrt(2 * std::numbers::pi) * std::exp(x * x / 2);
     x -= u / (1 + x * u / 2);
   }
   return x;
@@ -333,15 +338,16 @@ double beta_continued_fraction(double a, double b, double x) {
   return h;
 }
 
-// The regularised incomplete beta function I_x(a, b), 0 <= x <= 1.
-double incomplete_beta(double a, double b, double x) {
+// The regularised incomplete beta function I_x(a, b), 0 <= x <= 1, given x and y = 1 - x each computed without
+// cancellation by the caller (for the t distribution x = df / (df + t²), y = t² / (df + t²)).
+double incomplete_beta(double a, double b, double x, double y) {
   if (x <= 0) return 0;
-  if (x >= 1) return 1;
+  if (y <= 0) return 1;
   const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
-                                b * std::log1p(-x));
+                                b * std::log(y));
   // The fraction converges fast for x < (a + 1) / (a + b + 2); the symmetry I_x(a, b) = 1 - I_{1-x}(b, a) otherwise.
   if (x < (a + 1) / (a + b + 2)) return front * beta_continued_fraction(a, b, x) / a;
-  return 1 - front * beta_continued_fraction(b, a, 1 - x) / b;
+  return 1 - front * beta_continued_fraction(b, a, y) / b;
 }
 
 }  // namespace
@@ -350,7 +356,7 @@ double student_t_cdf(double t, double df) {
   ASC_CHECK(df > 0, "student_t_cdf: df must be > 0, got {}", df);
   if (std::isnan(t)) return kNaN;
   if (std::isinf(t)) return t > 0 ? 1.0 : 0.0;
-  const double tail = 0.5 * incomplete_beta(df / 2, 0.5, df / (df + t * t));  // P(T > |t|)
+  const double tail = 0.5 * incomplete_beta(df / 2, 0.5, df / (df + t * t), t * t / (df + t * t));  // P(T > |t|)
   return t > 0 ? 1 - tail : tail;
 }
 

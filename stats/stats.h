@@ -66,6 +66,7 @@ Interval bootstrap_difference_ci(std::span<const double> a, std::span<const doub
 struct PairedTest {
   double delta = 0;          // mean(a) - mean(b) over the examples
   double low = 0, high = 0;  // percentile bootstrap interval of delta (paired_bootstrap only; NaN otherwise)
+  double se = 0;             // standard deviation of the bootstrap deltas: delta's standard error (paired_bootstrap)
   double p = 1;              // two-sided p-value of "no difference"
   int64_t resamples = 0;     // resamples (or permutations) used
   bool exact = false;        // approximate_randomization enumerated every swap
@@ -96,7 +97,7 @@ struct TTest {
 // Welch's t-test of mean(a) = mean(b), unequal variances (scipy.stats.ttest_ind(a, b, equal_var=False)). Sizes >= 2.
 TTest welch_t_test(std::span<const double> a, std::span<const double> b);
 
-// The standard normal: cdf and its inverse (Acklam's rational approximation refined by one Halley step, relative
+// The standard normal: cdf and its inverse (Acklam's rational approximation refined by two Halley steps, relative
 // error near 1e-15). normal_quantile(p) for p in (0, 1).
 double normal_cdf(double z);
 double normal_quantile(double p);

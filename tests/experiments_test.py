@@ -52,6 +52,15 @@ def tiny_end_to_end(tmp: Path):
     check("Attention FLOPs" in e1, "e1: the FLOPs claim answered")
     e4 = (rep / "e4_pareto_length.md").read_text()
     check("Fig. 5" in e4 and "| dense |" in e4, "e4: evaluated e1's models (it waited for them)")
+    # a truncated predictions file is refused, not read as shorter
+    e1 = root / "e1_ascender_dense" / "image"
+    bad = tmp / "bad_run"
+    subprocess.run(["cp", "-r", str(e1 / "dense" / "s1"), str(bad)], check=True)
+    data = (bad / "predictions.csv.gz").read_bytes()
+    (bad / "predictions.csv.gz").write_bytes(data[: len(data) // 2])
+    r = subprocess.run([str(lib.tool("stats")), "compare", "--a", str(e1 / "dense" / "s0"), "--b", str(bad)],
+                       capture_output=True, text=True)
+    check(r.returncode == 1 and "corrupt or truncated" in r.stderr, f"truncated gzip refused: {r.stderr.strip()}")
     e5 = (rep / "e5_asam.md").read_text()
     check("## Robustness" in e5, "e5: the robustness table")
     e3 = (rep / "e3_interpretability.md").read_text()
@@ -80,9 +89,14 @@ def mechanics(tmp: Path):
     rec = lib.read_json(d / "queue.json") or {}
     check(lib.state_of(d) == "partial" and rec["parts"][0]["exit"] == 130, f"stopped run is partial: {rec}")
     check((d / "ckpt" / "last.safetensors").exists(), "its checkpoint is saved")
-    finished = lib.Queue(root, "tiny", log=lambda *_: None).run([exp], deadline=float("inf"))
+    (root / "mech" / "short").mkdir(parents=True)
+    (root / "mech" / "short" / "queue.lock").write_text("999999999\n")  # a stale lock: its queue is gone
+    logged = []
+    finished = lib.Queue(root, "tiny", log=logged.append).run([exp], deadline=float("inf"))
     rec = lib.read_json(d / "queue.json") or {}
-    check(finished and lib.state_of(d) == "done" and len(rec["parts"]) == 2, f"resumed and done in two parts: {rec}")
+    check(not finished and any("wait for the outputs of others" in l for l in logged),
+          f"a run left waiting makes the queue report it and return False: {logged[-1:]}")
+    check(lib.state_of(d) == "done" and len(rec["parts"]) == 2, f"resumed and done in two parts: {rec}")
     check(lib.read_json(d / "summary.json")["steps"] == 3000, "the resumed run ran all its steps")
     check(lib.state_of(root / "mech" / "bad") == "failed", "a failing run is recorded as failed")
     check(lib.state_of(root / "mech" / "short") == "done", "the queue went on after the failure")
@@ -95,8 +109,9 @@ def mechanics(tmp: Path):
         check(False, "mixed code versions refused")
     except SystemExit as e:
         check("one version of the code" in str(e), f"mixed code versions refused: {e}")
-    finished = lib.Queue(root, "tiny", allow_mixed=True, log=lambda *_: None).run([exp], deadline=float("inf"))
-    check(finished, "--allow-mixed-versions continues")
+    logged = []
+    lib.Queue(root, "tiny", allow_mixed=True, log=logged.append).run([exp], deadline=float("inf"))
+    check(not any("one version" in l for l in logged), "--allow-mixed-versions continues")
 
 
 def commits(tmp: Path):

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -274,7 +275,7 @@ TEST_CASE("Student's t: known quantiles, cdf symmetry, the normal as df grows; W
   // Closed forms: df = 2, t = (2p - 1) / sqrt(2 p (1 - p)); df = 1 (Cauchy), t = tan(pi (p - 1/2)).
   for (double p : {0.01, 0.3, 0.8, 0.975}) {
     CHECK(st::student_t_quantile(p, 2) == doctest::Approx((2 * p - 1) / std::sqrt(2 * p * (1 - p))).epsilon(1e-13));
-    CHECK(st::student_t_quantile(p, 1) == doctest::Approx(std::tan(M_PI * (p - 0.5))).epsilon(1e-12));
+    CHECK(st::student_t_quantile(p, 1) == doctest::Approx(std::tan(std::numbers::pi * (p - 0.5))).epsilon(1e-12));
   }
   // printed tables (to their digits)
   CHECK(st::student_t_quantile(0.975, 10) == doctest::Approx(2.228138852).epsilon(1e-9));
@@ -282,7 +283,7 @@ TEST_CASE("Student's t: known quantiles, cdf symmetry, the normal as df grows; W
   CHECK(st::student_t_cdf(0, 3) == 0.5);
   CHECK(st::student_t_cdf(1.5, 7) + st::student_t_cdf(-1.5, 7) == doctest::Approx(1.0));
   // df = 1 is the Cauchy distribution: cdf(t) = 1/2 + atan(t) / pi
-  CHECK(st::student_t_cdf(2.0, 1) == doctest::Approx(0.5 + std::atan(2.0) / M_PI).epsilon(1e-13));
+  CHECK(st::student_t_cdf(2.0, 1) == doctest::Approx(0.5 + std::atan(2.0) / std::numbers::pi).epsilon(1e-13));
   CHECK(st::student_t_quantile(0.975, 1e7) == doctest::Approx(1.959963984540054).epsilon(1e-6));
   for (double df : {1.0, 2.5, 9.0, 120.0})
     for (double p : {1e-6, 0.01, 0.3, 0.9})

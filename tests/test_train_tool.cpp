@@ -307,7 +307,8 @@ TEST_CASE("train: rule A moves the first firing layer by its rule alone; the MLP
   const std::string rule_a = "--model firing --firing-hidden 16 --fan-out 2 --firing-init nonnegative --rule A"
                              " --eta-w 0 --eta-f 0 --eta-sp 0" + small;
   const fs::path d = temp_dir("rule_a"), still = temp_dir("rule_a_still");
-  REQUIRE(run(rule_a + " --lr 0.05 --out " + d.string(), d.string() + ".log") == 0);
+  // (--min-lr: the cosine schedule's floor is absolute; it must not reach the rule's layer either)
+  REQUIRE(run(rule_a + " --lr 0.05 --min-lr 0.01 --out " + d.string(), d.string() + ".log") == 0);
   REQUIRE(run(rule_a + " --lr 1e-30 --out " + still.string(), still.string() + ".log") == 0);
   StateDict moved = load_safetensors((d / "best.safetensors").string());
   StateDict fixed = load_safetensors((still / "best.safetensors").string());

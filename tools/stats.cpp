@@ -98,7 +98,7 @@ Json interval_json(const st::Interval& i) {
 }
 
 Json paired_json(const st::PairedTest& t) {
-  return {{"delta", num(t.delta)}, {"low", num(t.low)},           {"high", num(t.high)},
+  return {{"delta", num(t.delta)}, {"low", num(t.low)},           {"high", num(t.high)}, {"se", num(t.se)},
           {"p", num(t.p)},         {"resamples", t.resamples}, {"exact", t.exact}};
 }
 
@@ -211,7 +211,9 @@ bool read_lines(const fs::path& path, std::vector<std::string>& lines) {
   char buf[1 << 16];
   int n;
   while ((n = gzread(f, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
-  const bool ok = n == 0;
+  int err = Z_OK;
+  gzerror(f, &err);  // a truncated stream ends with n == 0 and Z_BUF_ERROR
+  const bool ok = n == 0 && (err == Z_OK || err == Z_STREAM_END);
   gzclose(f);
   ASC_CHECK(ok, "stats compare: {} is corrupt or truncated", path.string());
   size_t start = 0;
@@ -340,9 +342,8 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
     n_examples = examples.size();
     pb = st::paired_bootstrap(ca, cb, bo);
     ar = st::approximate_randomization(ca, cb, bo);
-    double p = 0;
-    for (size_t i = 0; i < ca.size(); ++i) p += (ca[i] + cb[i]) / double(2 * ca.size());
-    mde_examples = st::minimum_detectable_effect(st::accuracy_difference_se(p, int64_t(ca.size())));
+    // The paired difference's own standard error (the bootstrap's): what this test set and these models can resolve
+    mde_examples = st::minimum_detectable_effect(pb.se);
     out["test_examples"] = n_examples;
     out["paired_bootstrap"] = paired_json(pb);
     out["approximate_randomization"] = paired_json(ar);

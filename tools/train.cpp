@@ -712,6 +712,16 @@ json cluster_metrics(Run& r, int64_t n) {
         inputs[l] = x.detach();
         return std::nullopt;
       });
+  struct Restore {  // the model as it was, also when a measure throws
+    Run& r;
+    std::vector<int>& hooks;
+    ~Restore() {
+      r.classifier->need_weights = false;
+      for (size_t l = 0; l < hooks.size(); ++l)
+        if (hooks[l] >= 0) r.attention[l]->remove_hook(hooks[l]);
+      r.model->train();
+    }
+  } restore{r, hooks};
   const int64_t H = r.c.heads;
   // sums[space][l][h][metric], metrics: nmi, ari, silhouette, calinski_harabasz; counts of defined values
   constexpr int kMetrics = 4;
@@ -748,7 +758,7 @@ json cluster_metrics(Run& r, int64_t n) {
           if (auto a = std::dynamic_pointer_cast<nn::AscenderAttention>(r.attention[l]))
             z = (*a->z_proj)(inputs[l]).to(Device::cpu()).to(kFloat64);
           for (int64_t h = 0; h < H; ++h) {
-            const uint64_t seed = static_cast<uint64_t>(seen) * 1000 + l * 16 + static_cast<uint64_t>(h);
+            const uint64_t seed = (static_cast<uint64_t>(seen) * L + l) * static_cast<uint64_t>(H) + h;  // distinct
             score("A", l, h, A.select(0, i).select(0, h).contiguous().to_vector<double>(), T, truth, k, seed);
             if (z.defined()) {
               const int64_t dz = z.size(2) / H;
@@ -762,10 +772,6 @@ json cluster_metrics(Run& r, int64_t n) {
     });
   } catch (const Stop&) {
   }
-  r.classifier->need_weights = false;
-  for (size_t l = 0; l < L; ++l)
-    if (hooks[l] >= 0) r.attention[l]->remove_hook(hooks[l]);
-  r.model->train();
   json out = {{"examples", seen}, {"k", "the number of true groups in each example"}, {"spaces", json::object()}};
   for (auto& [space, s] : sums) {
     json layers = json::array();
@@ -806,6 +812,11 @@ json robustness(Run& r) {
     if (!perturb) return std::nullopt;
     return perturb(out);
   });
+  struct RemoveHook {  // the hook refers to `perturb`: it must not outlive this function, also when a measure throws
+    nn::Module& m;
+    int id;
+    ~RemoveHook() { m.remove_hook(id); }
+  } remove_hook{*model.tok_emb, hook};
   double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0, n = 0;  // Pearson sums over every logit, clean vs noisy
   double clean_sq = 0, change_sq = 0;                       // FGSM: ||L_adv - L||² and ||L||²
   int64_t seen = 0;
@@ -853,7 +864,6 @@ json robustness(Run& r) {
   } catch (const Stop&) {
   }
   perturb = nullptr;
-  model.tok_emb->remove_hook(hook);
   const double cov = sxy - sx * sy / n, vx = sxx - sx * sx / n, vy = syy - sy * sy / n;
   json out = {{"examples", seen},
               {"noise_correlation", jnum(cov / std::sqrt(vx * vy))},
@@ -901,6 +911,10 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
 #ifdef _OPENMP
   if (c.threads > 0) omp_set_num_threads(static_cast<int>(c.threads));
 #endif
+  // First thing: a SIGINT during the set-up (data, model, checkpoint, the GEMM peak measurement) stops the run after
+  // its first step with a checkpoint, like one during training, instead of killing it without one.
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
   Run r;
   r.c = c;
   ASC_CHECK(c.device != "cuda" || cuda::is_available(), "--device cuda, but {}",
@@ -961,6 +975,9 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
                                       [&](const Tensor& h) { return h.is_same(p); });
     (is_local ? local : params).push_back(p);
   }
+  // ... and get no gradient at all: a parameter without a .grad is skipped by the optimizer whatever its group's
+  // learning rate becomes (a schedule's --min-lr would otherwise move them).
+  for (Tensor& p : local) p.set_requires_grad(false);
   std::unique_ptr<optim::Optimizer> opt;
   if (c.optimizer == "adamw") {
     auto o = std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
@@ -1079,8 +1096,6 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   // Throughput windows run from one log row to the next, less the time spent validating and checkpointing.
   double tokens_per_s = 0, flops_done = 0, window_t0 = elapsed(), window_tokens = 0, paused = 0;
 
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
   reset_cpu_peak_memory();
   bool interrupted = false;
   if (eval_only.empty()) {
@@ -1108,7 +1123,8 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       ++step;
       const int64_t T = b.input.dim() >= 2 ? b.input.size(1) : 1;
       flops_done += models::count_flops(*r.model, T).training() * static_cast<double>(b.size());
-      acc_loss += br.task_loss_sum, acc_correct += br.correct, acc_count += br.count;
+      if (std::isfinite(br.task_loss_sum))  // a skipped non-finite step is counted, not averaged into the loss
+        acc_loss += br.task_loss_sum, acc_correct += br.correct, acc_count += br.count;
       acc_tokens += static_cast<double>(b.tokens), window_tokens += static_cast<double>(b.tokens);
       if (step % log_every == 0 || step == total) {
         const double now = elapsed();
@@ -1215,7 +1231,6 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       if (firing_sum[l].defined()) f.set(fmt::format("L{}.rate", l), firing_sum[l] / std::max(1.0, firing_n));
     if (f.size() > 0) save_safetensors((out / "dumps" / "firing_rates.safetensors").string(), f);
   }
-  if (c.cluster_metrics > 0) write_json(out / "cluster_metrics.json", cluster_metrics(r, c.cluster_metrics));
   for (int64_t i : c.dump_decomposition) {
     std::vector<std::shared_ptr<nn::AscenderAttention>> layers;  // the indices and the layers were checked at start
     for (auto& a : r.attention)
@@ -1252,7 +1267,21 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
             {"gemm_peak_flops", jnum(peak)}, {"test_examples", test.count}, {"nonfinite_steps", nonfinite_steps}};
   if (r.is_lm()) s["test_bits_per_byte"] = test.loss / std::log(2.0);
   write_json(out / "summary.json", s);
-  if (c.robustness) write_json(out / "robustness.json", robustness(r));  // after the summary: its peak memory is training's
+  // The analyses, after the summary (its peak memory is training's; a finished run stays finished): an analysis that
+  // fails writes its error into its file and a warning, not a failed run.
+  auto analysis = [&](const char* file, const std::function<json()>& f) {
+    json j;
+    try {
+      j = f();
+    } catch (const std::exception& e) {
+      j = {{"error", e.what()}};
+      fmt::print(stderr, "train: warning: {} failed: {}\n", file, e.what());
+      r.model->train();
+    }
+    write_json(out / file, j);
+  };
+  if (c.cluster_metrics > 0) analysis("cluster_metrics.json", [&] { return cluster_metrics(r, c.cluster_metrics); });
+  if (c.robustness) analysis("robustness.json", [&] { return robustness(r); });
   if (r.is_lm())
     fmt::print("{}: test {:.4f} bits per byte (next-byte accuracy {:.2f}%; best validation at step {}), {} parameters, "
                "{:.1f} s; wrote {}\n", c.task, test.loss / std::log(2.0), 100 * test.accuracy, best_step, n_params,
