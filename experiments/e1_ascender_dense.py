@@ -59,8 +59,11 @@ def report(rep: lib.Report) -> str:
         if omega:
             parts.append(f"ω trajectories of the ASCender run with seed 0 (the rule: the first seed): ![ω]({omega})\n")
     parts.append("## Efficiency at equal budget (seed 001's Table 2)\n")
-    parts.append(lib.md_table(["task", "attention FLOPs / token, ascender", "dense", "ratio", "tokens/s ascender",
-                               "dense", "peak MB ascender", "dense", "params ascender", "dense"], eff_rows) + "\n")
+    parts.append(lib.md_table(["task", "attention FLOPs / token, ascender", "dense", "ratio", "training tokens/s "
+                               "ascender", "dense", "inference ms / example ascender", "dense", "peak MB ascender",
+                               "dense", "params ascender", "dense"], eff_rows) + "\n")
+    parts.append("Equal budget, not equal quality: the accuracies above say whether the quality is equal. Inference "
+                 "latency: the test pass in batches of 32, per example.\n")
     if eff_rows:
         ratios = [float(r[3].rstrip("×")) for r in eff_rows if r[3] != "—"]
         if ratios:

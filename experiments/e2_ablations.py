@@ -31,6 +31,8 @@ VARIANTS = {
     "window-128": (["--asc-mode", "windowed", "--asc-window", "128"], "windowed, w = 128 (+ 4 global tokens)"),
     "gates-after": (["--gate-position", "after"], "gates after the row normalisation (they and λ act)"),
     "sep-delayed": (None, "separation off for the first 20 % of steps"),
+    "pos-alibi": (["--positional", "alibi"], "ALiBi instead of RoPE (RQ4: other positional encodings)"),
+    "pos-learned": (["--positional", "learned"], "learned positions instead of RoPE (RQ4)"),
 }
 TINY = ["full", "no-sep", "gates-after"]
 
@@ -39,7 +41,9 @@ def variant_flags(name, scale):
     extra, _ = VARIANTS[name]
     if extra is None:  # sep-delayed: the step count depends on the scale
         extra = ["--sep-start", str(STEPS[scale] // 5)]
-    flags = budget.train_flags(TASK, "ascender", scale, ["--positional", "rope", *extra])
+    flags = budget.train_flags(TASK, "ascender", scale, ["--positional", "rope"])
+    for name, value in zip(extra[::2], extra[1::2]):  # the variant's options replace the reference's
+        flags = budget.set_flag(flags, name, value)
     flags = budget.set_flag(flags, "--steps", STEPS[scale])
     return budget.set_flag(flags, "--warmup", max(1, STEPS[scale] // 10))
 

@@ -132,5 +132,6 @@ def efficiency_cells(rep: lib.Report, a: str, b: str) -> list[str]:
     ratio = f"{fa / fb:.2f}×" if fa and fb else "—"
     f = lambda v, d=0: "—" if v is None else f"{v:,.{d}f}"  # noqa: E731
     return [f(fa), f(fb), ratio, f(mean_of(a, "tokens_per_s")), f(mean_of(b, "tokens_per_s")),
+            f(mean_of(a, "test_ms_per_example"), 3), f(mean_of(b, "test_ms_per_example"), 3),
             f(mean_of(a, "peak_mem_mb")), f(mean_of(b, "peak_mem_mb")), f(mean_of(a, "params")),
             f(mean_of(b, "params"))]

@@ -1191,6 +1191,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   std::vector<Tensor> firing_sum(2);
   double firing_n = 0;
   EvalResult val = evaluate(r, *r.task.val, 0, mech, false);
+  const auto test_t0 = std::chrono::steady_clock::now();  // inference latency: the whole test pass, per example
   EvalResult test = evaluate(r, *r.task.test, 0, mech, true, [&](const data::Batch& b) {
     for (size_t l = 0; l < r.attention.size(); ++l)
       if (auto a = std::dynamic_pointer_cast<nn::AsamAttention>(r.attention[l])) asam_gates[l].push_back(a->last_gate().to(Device::cpu()));
@@ -1205,6 +1206,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       firing_n += static_cast<double>(b.size());
     }
   });
+  const double test_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - test_t0).count();
   {
     json mj;
     std::map<std::string, double> flat;
@@ -1264,7 +1266,9 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
             {"tokens_per_s", jnum(tokens_per_s)}, {"params", n_params},
             {"flops_per_token", flops_max.forward / static_cast<double>(r.task.max_len)},
             {"attention_flops_per_token", flops_max.attention / static_cast<double>(r.task.max_len)},
-            {"gemm_peak_flops", jnum(peak)}, {"test_examples", test.count}, {"nonfinite_steps", nonfinite_steps}};
+            {"gemm_peak_flops", jnum(peak)}, {"test_examples", test.count}, {"nonfinite_steps", nonfinite_steps},
+            // batches of --batch, the loader and the bookkeeping included (what a user of the model waits for)
+            {"test_ms_per_example", jnum(1000 * test_seconds / std::max(1.0, test.count))}};
   if (r.is_lm()) s["test_bits_per_byte"] = test.loss / std::log(2.0);
   write_json(out / "summary.json", s);
   // The analyses, after the summary (its peak memory is training's; a finished run stays finished): an analysis that
