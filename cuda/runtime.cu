@@ -1,7 +1,7 @@
 // CUDA runtime basics: device queries and the device allocator registered with core/ (the caching allocator of
 // cuda/caching_allocator.h over cudaMalloc, one per device).
-// The op kernels themselves arrive with the CUDA backend issue; this file makes sure the CUDA toolchain,
-// the runtime and cuBLAS compile and link in every build where nvcc is present.
+// The op kernels live in their own files (cuda/*.cu, registered through ops/kernel_list.inc); this one holds what
+// they all stand on.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 

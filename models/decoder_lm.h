@@ -9,7 +9,7 @@
 // Accepted options (anything else is an asc::Error naming the value, at construction): vocab, d_model, heads,
 // layers, ffn >= 1 (the attention adds its own conditions: the default dense one needs d_model divisible by heads
 // and an even head dim for RoPE); dropout, attention_dropout in [0, 1) (NaN refused); the parameters must fit in this machine's memory.
-// The attention factory gets the blocks' options; nn::ascender_attention / nn::asam_attention refuse options whose
+// The attention factory gets the blocks' options; nn::ascender_attention_factory / nn::asam_attention_factory refuse options whose
 // d_model or heads differ from the model's (0 takes the model's).
 #include "nn/nn.h"
 

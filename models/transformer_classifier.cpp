@@ -54,9 +54,9 @@ TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions&
                                                           .dropout(b.attention_dropout()).rope(b.rope()).rope_max_len(rope_len));
     };
     factory = o.attention() == "dense"      ? nn::AttentionFactory(dense)
-              : o.attention() == "ascender" ? nn::ascender_attention(nn::AscenderAttentionOptions(o.ascender())
+              : o.attention() == "ascender" ? nn::ascender_attention_factory(nn::AscenderAttentionOptions(o.ascender())
                                                                          .rope(pos == "rope").rope_max_len(rope_len))
-                                            : nn::asam_attention(o.asam());
+                                            : nn::asam_attention_factory(o.asam());
   }
   for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerEncoderBlock>(block, factory));
   norm = register_module("norm", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({o.d_model()})));

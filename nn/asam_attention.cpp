@@ -297,7 +297,7 @@ std::string AsamAttention::extra_repr() const {
                      options.fixed_gate() >= 0 ? fmt::format("fixed {}", options.fixed_gate()) : "learned");
 }
 
-AttentionFactory asam_attention(const AsamAttentionOptions& options) {
+AttentionFactory asam_attention_factory(const AsamAttentionOptions& options) {
   return [options](const TransformerBlockOptions& block) -> std::shared_ptr<Attention> {
     AsamAttentionOptions o = options;
     const auto [d_model, heads] = attention_shape_for_block("asam_attention", o.d_model(), o.heads(), block);  // 0: the block's

@@ -11,7 +11,7 @@
 //   asc::Tensor y = attn->attend(x, {.key_padding_mask = valid, .causal = true});   // (B, T, 128)
 //   asc::Tensor g = attn->last_gate();                                               // (B, H), for logging
 //   auto block = std::make_shared<asc::nn::TransformerEncoderBlock>(block_opts.norm_first(false),
-//                                                                    asc::nn::asam_attention(opts));
+//                                                                    asc::nn::asam_attention_factory(opts));
 //
 // Patterns by name (ops/sparse_attention.h says exactly which pairs each allows), united when several are named:
 //   "window" (w keys around the query), "strided" (every s-th key), "global" (the first g tokens see and are seen by
@@ -113,6 +113,10 @@ class AsamAttention : public Attention {
 
 // A factory for the Transformer blocks: every block gets its own AsamAttention with these options. Their d_model and
 // heads must be the block's, or 0 to take the block's; another value is an error (attention_shape_for_block).
-AttentionFactory asam_attention(const AsamAttentionOptions& options);
+AttentionFactory asam_attention_factory(const AsamAttentionOptions& options);
+// The factory's name until 0.2, renamed with nn::ascender_attention_factory (whose old name was the op's). Removed
+// in 0.3.
+[[deprecated("renamed asc::nn::asam_attention_factory")]]
+inline AttentionFactory asam_attention(const AsamAttentionOptions& options) { return asam_attention_factory(options); }
 
 }  // namespace asc::nn

@@ -214,7 +214,7 @@ std::string AscenderAttention::extra_repr() const {
                      options.use_coh() ? "c" : "", options.rope());
 }
 
-AttentionFactory ascender_attention(const AscenderAttentionOptions& options) {
+AttentionFactory ascender_attention_factory(const AscenderAttentionOptions& options) {
   return [options](const TransformerBlockOptions& block) -> std::shared_ptr<Attention> {
     AscenderAttentionOptions o = options;
     const auto [d_model, heads] = attention_shape_for_block("ascender_attention", o.d_model(), o.heads(), block);  // 0: the block's

@@ -7,7 +7,7 @@
 //   auto opts = asc::nn::AscenderAttentionOptions(128, 2).k({16}).gate_position(asc::nn::GatePosition::AfterNorm);
 //   auto attn = std::make_shared<asc::nn::AscenderAttention>(opts);
 //   asc::Tensor y = attn->attend(x, {.key_padding_mask = valid, .causal = true});      // (B, T, 128)
-//   auto block = std::make_shared<asc::nn::TransformerEncoderBlock>(block_opts, asc::nn::ascender_attention(opts));
+//   auto block = std::make_shared<asc::nn::TransformerEncoderBlock>(block_opts, asc::nn::ascender_attention_factory(opts));
 //
 // Per head h, on x (B, T, d_model): q, k, v = x W_Q, x W_K, x W_V (d_head each), z = x U_h (d_z, latent
 // coordinates), e = x P_h (d_a, semantic projection; written h in the docs). With w^τ_ij = exp(-|z_i - z_j|² / τ),
@@ -142,7 +142,13 @@ class AscenderAttention : public Attention {
 };
 
 // A factory for the Transformer blocks: every block gets its own AscenderAttention with these options. Their d_model and
-// heads must be the block's, or 0 to take the block's; another value is an error (attention_shape_for_block).
-AttentionFactory ascender_attention(const AscenderAttentionOptions& options);
+// heads must be the block's, or 0 to take the block's; another value is an error (attention_shape_for_block). Its
+// dropout, when 0, is the block's attention_dropout.
+AttentionFactory ascender_attention_factory(const AscenderAttentionOptions& options);
+// The factory's name until 0.2: it shared the name of the op asc::ascender_attention. Removed in 0.3.
+[[deprecated("renamed asc::nn::ascender_attention_factory (the op asc::ascender_attention keeps its name)")]]
+inline AttentionFactory ascender_attention(const AscenderAttentionOptions& options) {
+  return ascender_attention_factory(options);
+}
 
 }  // namespace asc::nn

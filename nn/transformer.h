@@ -27,7 +27,7 @@ struct TransformerBlockOptions {
   ASC_ARG(int64_t, heads);
   ASC_ARG(int64_t, ffn);                  // hidden width of the feed-forward net (default 4 d_model)
   ASC_ARG(double, dropout) = 0.0;         // residual and FFN dropout
-  // Dropout on the attention probabilities: the default dense attention's, and nn::ascender_attention's when its own
+  // Dropout on the attention probabilities: the default dense attention's, and nn::ascender_attention_factory's when its own
   // options leave dropout at 0. Apart from `dropout` because not every attention has it (ASAM has none) and because
   // ASCender's fused kernels do not implement it (with it, ASCender runs its composed reference: several times slower).
   ASC_ARG(double, attention_dropout) = 0.0;
@@ -44,7 +44,7 @@ using AttentionFactory = std::function<std::shared_ptr<Attention>(const Transfor
 // The default factory: dense MultiHeadAttention with the block's d_model, heads, attention_dropout and rope.
 std::shared_ptr<Attention> dense_attention(const TransformerBlockOptions& o);
 
-// For factories built from an attention layer's own options (nn::ascender_attention(opts), nn::asam_attention(opts)):
+// For factories built from an attention layer's own options (nn::ascender_attention_factory(opts), nn::asam_attention_factory(opts)):
 // the options' (d_model, heads) to build for `block`. Each is either 0, meaning "the block's", or must equal the
 // block's: a different value is an asc::Error naming both (`who` and the option), never silently replaced.
 std::pair<int64_t, int64_t> attention_shape_for_block(const char* who, int64_t d_model, int64_t heads,

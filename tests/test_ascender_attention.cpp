@@ -450,7 +450,7 @@ TEST_CASE("AscenderAttention layer: projections + core + output equal the refere
   CHECK(amax(abs(sum(attn->attention_weights(), {-1}) - 1.0)).item<double>() < 1e-12);
   // In a Transformer block through the factory, and a few training steps lower the loss.
   auto block_opts = nn::TransformerBlockOptions(16, 2).ffn(32);
-  auto block = std::make_shared<nn::TransformerEncoderBlock>(block_opts, nn::ascender_attention(opts));
+  auto block = std::make_shared<nn::TransformerEncoderBlock>(block_opts, nn::ascender_attention_factory(opts));
   Tensor target = randn({2, 6, 16});
   Tensor xin = randn({2, 6, 16});
   optim::AdamW opt(block->parameters(), {.lr = 1e-2});

@@ -478,12 +478,12 @@ TEST_CASE("TransformerClassifier: explicit attention widths and head counts must
   build(small_classifier().attention("dense").ascender(nn::AscenderAttentionOptions(128, 2)));
   // The factories refuse the same for any block: DecoderLM and hand-built blocks.
   check_error([] { models::DecoderLM m(models::DecoderLMOptions(8).d_model(8).heads(2).layers(1).ffn(8),
-                                       nn::asam_attention(nn::AsamAttentionOptions(16, 2))); },
+                                       nn::asam_attention_factory(nn::AsamAttentionOptions(16, 2))); },
               "asam_attention: the attention options have d_model 16 but the block (model) has d_model 8");
   check_error([] { nn::TransformerEncoderBlock b(nn::TransformerBlockOptions(8, 2),
-                                                 nn::ascender_attention(nn::AscenderAttentionOptions(8, 4))); },
+                                                 nn::ascender_attention_factory(nn::AscenderAttentionOptions(8, 4))); },
               "ascender_attention: the attention options have heads 4 but the block (model) has heads 2");
-  nn::TransformerEncoderBlock ok(nn::TransformerBlockOptions(8, 2), nn::ascender_attention(nn::AscenderAttentionOptions(0, 0).k({2})));
+  nn::TransformerEncoderBlock ok(nn::TransformerBlockOptions(8, 2), nn::ascender_attention_factory(nn::AscenderAttentionOptions(0, 0).k({2})));
 }
 
 TEST_CASE("TransformerBlockOptions and DecoderLM: the accepted options, each bound on each side") {
@@ -576,3 +576,14 @@ TEST_CASE("DistributedSampler: the accepted options, each bound on each side, an
     }
   }
 }
+
+// The block factories' names until 0.2 still build the same layers (deprecated for one minor version).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_CASE("deprecated factory names: nn::ascender_attention / nn::asam_attention build what the _factory names build") {
+  nn::TransformerEncoderBlock a(nn::TransformerBlockOptions(8, 2), nn::ascender_attention(nn::AscenderAttentionOptions(0, 0)));
+  nn::TransformerEncoderBlock b(nn::TransformerBlockOptions(8, 2), nn::asam_attention(nn::AsamAttentionOptions(0, 0)));
+  CHECK(std::dynamic_pointer_cast<nn::AscenderAttention>(a.attn) != nullptr);
+  CHECK(std::dynamic_pointer_cast<nn::AsamAttention>(b.attn) != nullptr);
+}
+#pragma GCC diagnostic pop

@@ -86,7 +86,7 @@ if step "build" build.log "^\[[0-9]+/[0-9]+\]|error" cmake --build "$BUILD" -j "
   done
   # The mechanism kernels (shared memory, barriers, atomics): memcheck and racecheck on their CUDA test cases.
   for tool in memcheck racecheck; do
-    for mech in test_ascender_attention test_firing test_asam; do
+    for mech in test_ascender_attention test_firing test_sparse_attention test_asam_attention; do
       step "$tool ($mech CUDA cases)" "${tool}_${mech}.log" "ERROR SUMMARY|RACECHECK SUMMARY|test cases:" \
         env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BUILD/tests/$mech" "-tc=*CUDA*"
     done

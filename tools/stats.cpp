@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <zlib.h>
@@ -81,6 +82,9 @@ std::vector<double> points(const Json& request, int64_t& d) {
 template <class T>
 T get_or(const Json& request, const char* key, T fallback) {
   if (!request.contains(key)) return fallback;
+  if constexpr (std::is_unsigned_v<T>)  // nlohmann would wrap -1 to 2^64 - 1
+    ASC_CHECK(request.at(key).is_number_unsigned(), "stats json: \"{}\" must be a non-negative integer, got {}", key,
+              request.at(key).dump());
   try {
     return request.at(key).get<T>();
   } catch (const Json::exception&) {

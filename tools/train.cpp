@@ -395,8 +395,8 @@ void build_model(Run& r) {
       auto o = models::DecoderLMOptions(t.vocab).d_model(c.d_model).heads(c.heads).layers(c.layers).ffn(c.ffn)
                    .dropout(c.dropout).attention_dropout(c.attn_dropout);
       nn::AttentionFactory f = nn::dense_attention;
-      if (c.lm_attention == "ascender") f = nn::ascender_attention(ascender_options(c).rope(true));
-      if (c.lm_attention == "asam") f = nn::asam_attention(asam_options(c));
+      if (c.lm_attention == "ascender") f = nn::ascender_attention_factory(ascender_options(c).rope(true));
+      if (c.lm_attention == "asam") f = nn::asam_attention_factory(asam_options(c));
       r.lm = std::make_shared<models::DecoderLM>(o, f);
       r.model = r.lm;
       for (auto& b : *r.lm->blocks) r.attention.push_back(std::static_pointer_cast<nn::TransformerEncoderBlock>(b)->attn);

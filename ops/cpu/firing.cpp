@@ -158,8 +158,8 @@ ASC_ALWAYS_INLINE void row_derivative(int kind, const Surrogate& s, double w, co
 // Per row, branch-free loops over the block's neurons that vectorise (keep_if zeroes what a silent neuron must not
 // contribute): s' (float64), df's partial sums, then S, dZ and dSP's partial sums. The partial sums are kept in T
 // over blocks of kFlushRows rows counted from b0 (a float32 sum of at most 64 terms), then added into the float64
-// accumulators (measured at B 256, P 1024, α 4, rate 0.5 on 2 cores, against a float64 loop per neuron: the exact
-// gate's backward phase 0.64 -> 0.35 ms). With the exact gate a row where fewer than a quarter of the block's
+// accumulators: about twice as fast as a float64 loop per neuron (bench_firing; bench/results). With the exact gate a
+// row where fewer than a quarter of the block's
 // neurons fire visits only those. The caller gives the scratch: pf (n α) and psp (n) zeroed, zdp (n), d (n) — the
 // block allocates nothing (see backward_block below).
 constexpr int64_t kFlushRows = 64;
@@ -377,8 +377,8 @@ void firing_weight_update(Tensor& W, const Tensor& keep, const Tensor& coef, con
     const scalar_t *k = keep.data_ptr<scalar_t>(), *c = coef.data_ptr<scalar_t>(), *x = X.data_ptr<scalar_t>();
     int64_t nnz = 0;
     for (int64_t i = 0; i < N * P; ++i) nnz += c[i] != scalar_t(0);
-    // Measured on 2 cores (B 256, d 784, P 1024, float32): the sparse path takes 0.6 ms at density 0.1, 1.3 ms at
-    // 0.25 and 2.5 ms at 0.5, against 1.9 ms for the GEMM; it wins below about 1/3.
+    // The sparse path's cost grows with the density of non-zero coefficients, the GEMM's does not: bench_firing puts
+    // the crossover near a density of 1/3 (bench/results).
     if (3 * nnz < N * P) {
       parallel_for(P, capped_cost(nnz / std::max<int64_t>(P, 1) + 1, d), [&](int64_t p0, int64_t p1) {
         std::vector<int64_t> rows(static_cast<size_t>(kSparseBlock * N));
