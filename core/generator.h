@@ -96,6 +96,46 @@ class Generator {
   uint64_t offset_ = 0;
 };
 
+// A sequential stream of Philox4x32-10 words for (key, subsequence), counters 0, 1, 2, ...: for code that draws a
+// varying number of values per item (one generated example, one bootstrap resample) and must get the same numbers on
+// every machine and whatever the thread count. Integers and reals are derived here, not by <random>'s distributions,
+// which differ between standard libraries. Not thread-safe: one stream per item.
+//
+//   asc::PhiloxStream s(/*key=*/seed, /*subsequence=*/example_index);
+//   int64_t i = s.below(10);  double u = s.unit();
+class PhiloxStream {
+ public:
+  PhiloxStream(uint64_t key, uint64_t subsequence) : key_(key), subsequence_(subsequence) {}
+  uint32_t next() {
+    if (pos_ == 4) {
+      block_ = philox4x32(key_, counter_++, subsequence_);
+      pos_ = 0;
+    }
+    return block_[pos_++];
+  }
+  // Uniform in [0, n), n <= 2^32, by multiply-shift (bias below n / 2^32).
+  int64_t below(int64_t n) {
+    return static_cast<int64_t>((static_cast<uint64_t>(next()) * static_cast<uint64_t>(n)) >> 32);
+  }
+  int64_t between(int64_t lo, int64_t hi) { return lo + below(hi - lo + 1); }  // uniform in [lo, hi]
+  double unit() {                                                              // uniform in [0, 1), 53 bits
+    const uint32_t hi = next();
+    return uint_to_unit_double(hi, next());
+  }
+  // Approximately N(0, 1): Irwin-Hall, the sum of 12 uniforms minus 6 (mean 0, variance 1, tails cut at +-6); exact
+  // IEEE arithmetic, so the same bits everywhere, unlike a libm-based normal.
+  double normal() {
+    double z = -6.0;
+    for (int i = 0; i < 12; ++i) z += unit();
+    return z;
+  }
+
+ private:
+  uint64_t key_, subsequence_, counter_ = 0;
+  std::array<uint32_t, 4> block_{};
+  int pos_ = 4;
+};
+
 // The process-wide default generator (used when an op is given none).
 Generator& default_generator();
 void manual_seed(uint64_t seed);

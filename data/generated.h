@@ -19,40 +19,8 @@ inline uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The random stream of one example: Philox4x32-10 blocks for key `key`, subsequence `index`, counters 0, 1, 2, ...
-// Integers and reals are derived here (not by <random>'s distributions, which differ between standard libraries),
-// so the same (key, index) gives the same numbers on every machine.
-class Stream {
- public:
-  Stream(uint64_t key, uint64_t index) : key_(key), index_(index) {}
-  uint32_t next() {
-    if (pos_ == 4) {
-      block_ = philox4x32(key_, counter_++, index_);
-      pos_ = 0;
-    }
-    return block_[pos_++];
-  }
-  // Uniform in [0, n), n <= 2^32, by multiply-shift (bias below n / 2^32: negligible for the n used here).
-  int64_t below(int64_t n) {
-    return static_cast<int64_t>((static_cast<uint64_t>(next()) * static_cast<uint64_t>(n)) >> 32);
-  }
-  int64_t between(int64_t lo, int64_t hi) { return lo + below(hi - lo + 1); }  // uniform in [lo, hi]
-  double unit() {                                                              // uniform in [0, 1), 53 bits
-    const uint32_t hi = next();
-    return uint_to_unit_double(hi, next());
-  }
-  // Approximately N(0, 1): Irwin-Hall, the sum of 12 uniforms minus 6 (mean 0, variance 1, tails cut at +-6).
-  double normal() {
-    double z = -6.0;
-    for (int i = 0; i < 12; ++i) z += unit();
-    return z;
-  }
-
- private:
-  uint64_t key_, index_, counter_ = 0;
-  std::array<uint32_t, 4> block_{};
-  int pos_ = 4;
-};
+// The random stream of one example: key = the (seed, task, split) mix, subsequence = the example's index.
+using Stream = PhiloxStream;
 
 // A Dataset whose example i is make(i), computed on demand (make is a pure function, so get() is thread-safe).
 class GeneratedDataset : public Dataset {

@@ -39,39 +39,20 @@ int64_t dense_labels(std::span<const int64_t> labels, std::vector<int64_t>& out)
   return k;
 }
 
-class UnitStream {  // uniform doubles in [0, 1) from Philox (seed, run)
- public:
-  UnitStream(uint64_t seed, uint64_t run) : seed_(seed), run_(run) {}
-  double next() {
-    if (pos_ == 4) {
-      block_ = philox4x32(seed_, counter_++, run_);
-      pos_ = 0;
-    }
-    const uint32_t hi = block_[pos_], lo = block_[pos_ + 1];
-    pos_ += 2;
-    return uint_to_unit_double(hi, lo);
-  }
-
- private:
-  uint64_t seed_, run_, counter_ = 0;
-  std::array<uint32_t, 4> block_{};
-  int pos_ = 4;
-};
-
 // One k-means run: k-means++ seeding from `stream`, then Lloyd. x (n, d).
 KMeansResult kmeans_run(const double* x, int64_t n, int64_t d, int64_t k, const KMeansOptions& o, double tol,
-                        UnitStream& stream) {
+                        PhiloxStream& stream) {
   std::vector<double> centres(static_cast<size_t>(k * d));
   // Seeding: the first centre uniform, each next one with probability proportional to D^2 (its squared distance
   // to the nearest centre chosen so far). A draw that lands on D^2 = 0 everywhere (fewer distinct points than k)
   // takes the first point, which leaves a duplicate centre that Lloyd's empty-cluster rule then handles.
   std::vector<double> nearest(size_t(n), std::numeric_limits<double>::infinity());
-  int64_t pick = std::min<int64_t>(static_cast<int64_t>(stream.next() * double(n)), n - 1);
+  int64_t pick = std::min<int64_t>(static_cast<int64_t>(stream.unit() * double(n)), n - 1);
   for (int64_t c = 0; c < k; ++c) {
     if (c > 0) {
       double total = 0;
       for (int64_t i = 0; i < n; ++i) total += nearest[i];
-      double target = stream.next() * total;
+      double target = stream.unit() * total;
       int64_t last = 0;  // the last point with mass, in case rounding leaves target >= 0 after the loop
       pick = -1;
       for (int64_t i = 0; i < n && pick < 0; ++i) {
@@ -205,7 +186,7 @@ KMeansResult kmeans(std::span<const double> x, int64_t d, int64_t k, const KMean
   const double tol = options.tol * mean_variance / double(d);
   KMeansResult best;
   for (int64_t run = 0; run < options.n_init; ++run) {
-    UnitStream stream(options.seed, static_cast<uint64_t>(run));
+    PhiloxStream stream(options.seed, static_cast<uint64_t>(run));
     KMeansResult r = kmeans_run(x.data(), n, d, k, options, tol, stream);
     if (run == 0 || r.inertia < best.inertia) best = std::move(r);
   }

@@ -39,26 +39,6 @@ double percentile_sorted(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (pos - double(lo)) * (sorted[hi] - sorted[lo]);
 }
 
-// The random stream of resample r: Philox4x32-10 with key = seed, subsequence = r. Indices in [0, n) by
-// multiply-shift of a 32-bit word (bias below n / 2^32).
-class ResampleStream {
- public:
-  ResampleStream(uint64_t seed, uint64_t resample) : seed_(seed), resample_(resample) {}
-  uint32_t next() {
-    if (pos_ == 4) {
-      block_ = philox4x32(seed_, counter_++, resample_);
-      pos_ = 0;
-    }
-    return block_[pos_++];
-  }
-  size_t below(size_t n) { return static_cast<size_t>((uint64_t(next()) * uint64_t(n)) >> 32); }
-
- private:
-  uint64_t seed_, resample_, counter_ = 0;
-  std::array<uint32_t, 4> block_{};
-  int pos_ = 4;
-};
-
 void check_options(const char* what, const BootstrapOptions& o) {
   ASC_CHECK(o.resamples >= 1 && o.resamples <= (int64_t(1) << 32), "{}: resamples must be in [1, 2^32], got {}",
             what, o.resamples);
@@ -72,9 +52,9 @@ void check_size(const char* what, std::span<const double> x, size_t min_n) {
 }
 
 // The mean of one bootstrap resample of x drawn from `stream`.
-double resampled_mean(std::span<const double> x, ResampleStream& stream) {
+double resampled_mean(std::span<const double> x, PhiloxStream& stream) {
   double s = 0;
-  for (size_t i = 0; i < x.size(); ++i) s += x[stream.below(x.size())];
+  for (size_t i = 0; i < x.size(); ++i) s += x[static_cast<size_t>(stream.below(static_cast<int64_t>(x.size())))];
   return s / double(x.size());
 }
 
@@ -122,7 +102,7 @@ Interval bootstrap_mean_ci(std::span<const double> x, const BootstrapOptions& op
   std::vector<double> means(static_cast<size_t>(options.resamples));
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < options.resamples; ++r) {
-    ResampleStream stream(options.seed, static_cast<uint64_t>(r));
+    PhiloxStream stream(options.seed, static_cast<uint64_t>(r));
     means[r] = resampled_mean(x, stream);
   }
   return interval_from(means, mean_of(x), options.level);
@@ -137,7 +117,7 @@ Interval bootstrap_difference_ci(std::span<const double> a, std::span<const doub
   std::vector<double> diffs(static_cast<size_t>(options.resamples));
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < options.resamples; ++r) {
-    ResampleStream stream(options.seed, static_cast<uint64_t>(r));  // a's draws, then b's, from one stream
+    PhiloxStream stream(options.seed, static_cast<uint64_t>(r));  // a's draws, then b's, from one stream
     const double ma = resampled_mean(a, stream);
     diffs[r] = ma - resampled_mean(b, stream);
   }
@@ -180,7 +160,7 @@ PairedTest paired_bootstrap(std::span<const double> a, std::span<const double> b
   std::vector<double> sums(static_cast<size_t>(options.resamples));
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < options.resamples; ++r) {
-    ResampleStream stream(options.seed, static_cast<uint64_t>(r));
+    PhiloxStream stream(options.seed, static_cast<uint64_t>(r));
     sums[r] = resampled_mean(d, stream) * n;
   }
   // Shifted to the null: how often does the resampled delta stray from delta by at least |delta|?
@@ -231,7 +211,7 @@ PairedTest approximate_randomization(std::span<const double> a, std::span<const 
   int64_t extreme = 0;
 #pragma omp parallel for reduction(+ : extreme) schedule(static)
   for (int64_t r = 0; r < options.resamples; ++r) {
-    ResampleStream stream(options.seed, static_cast<uint64_t>(r));
+    PhiloxStream stream(options.seed, static_cast<uint64_t>(r));
     double s = 0;
     uint32_t bits = 0;
     for (size_t i = 0; i < n; ++i) {

@@ -92,7 +92,8 @@ std::map<int64_t, Result> run_seed(const std::vector<int64_t>& ns, int reps) {
   if (twin.empty()) return out;
   std::string list;
   for (int64_t n : ns) list += " " + std::to_string(n);
-  const std::string cmd = "/usr/bin/python3 " + tools::shell_quote(twin) + " --n" + list +
+  const std::string cmd = tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + " --n" +
+                          list +
                           " --batch " + std::to_string(kBatch) + " --d-model " + std::to_string(kDModel) +
                           " --heads " + std::to_string(kHeads) + " --k " + std::to_string(kK) + " --d-z " +
                           std::to_string(kDz) + " --reps " + std::to_string(reps) + " 2>/dev/null";
@@ -159,7 +160,8 @@ int main(int argc, char** argv) {
       if (tools::twin_path("ascender_seed_reference.py").empty())
         std::printf("seed-torch: could not run (ascender_seed_reference.py not found; installed: share/ascender/)\n");
       else
-        std::printf("seed-torch: could not run (needs /usr/bin/python3 with torch)\n");
+        std::printf("seed-torch: could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
+                    "tools/setup_bench.sh, or in /usr/bin/python3)\n");
     }
     for (int64_t n : ns) {
       for (const std::string& impl : impls) {

@@ -102,7 +102,8 @@ std::map<double, double> run_torch(const std::vector<double>& rates, int reps, b
   if (twin.empty()) return out;
   std::string list;
   for (double r : rates) list += fmt::format(" {}", r);  // shortest round-trip form: the twin's rates are ours exactly
-  const std::string cmd = "/usr/bin/python3 " + tools::shell_quote(twin) + " --rates" + list +
+  const std::string cmd = tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + " --rates" +
+                          list +
                           " --reps " + std::to_string(reps) + " --threads 2" + (loss ? " --loss" : "") +
                           " 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
@@ -151,7 +152,8 @@ int main(int argc, char** argv) {
       if (tools::twin_path("bench_firing_torch.py").empty())
         std::printf("torch twin: could not run (bench_firing_torch.py not found; installed: share/ascender/)\n");
       else
-        std::printf("torch twin: could not run (needs /usr/bin/python3 with torch)\n");
+        std::printf("torch twin: could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
+                    "tools/setup_bench.sh, or in /usr/bin/python3)\n");
     }
     std::map<double, double> ours = run_ours(rates, reps, false, loss, progress, done),
                              fused = run_ours(rates, reps, true, loss, progress, done);

@@ -75,7 +75,7 @@ Timing run_ours(const Config& c) {
 double run_torch(const Config& c, std::string& version) {
   const std::string twin = tools::twin_path("bench_train_torch.py");
   if (twin.empty()) return -1;
-  std::string cmd = "/usr/bin/python3 " + tools::shell_quote(twin) + " --batch " +
+  std::string cmd = tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + " --batch " +
                     std::to_string(c.batch) + " --length " + std::to_string(c.length) + " --width " +
                     std::to_string(c.width) + " --layers " + std::to_string(c.layers) + " --heads " +
                     std::to_string(c.heads) + " --ffn " + std::to_string(c.ffn) + " --vocab " +
@@ -155,8 +155,8 @@ int main(int argc, char** argv) {
           if (tools::twin_path("bench_train_torch.py").empty())
             std::printf("PyTorch twin could not run: bench_train_torch.py not found (installed: share/ascender/)\n");
           else
-            std::printf(
-                "PyTorch twin could not run (needs /usr/bin/python3 with torch: apt-get install python3-torch)\n");
+            std::printf("PyTorch twin could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
+                        "tools/setup_bench.sh, or in /usr/bin/python3: apt-get install python3-torch)\n");
           c.torch = false;
         } else {
           torch_ms = std::min(torch_ms, ms);

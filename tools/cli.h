@@ -492,6 +492,20 @@ inline std::string twin_path(const std::string& file) {
   return "";
 }
 
+// The Python that runs the PyTorch twins: $ASC_TORCH_PYTHON; else, from the build tree, the virtual environment that
+// tools/setup_bench.sh makes (current PyTorch from PyPI, its version pinned); else Debian's /usr/bin/python3 with
+// python3-torch. Each twin prints the torch version it ran with, and the tools report it beside its figures.
+inline std::string torch_python() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("ASC_TORCH_PYTHON"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+#ifdef ASC_SOURCE_DIR
+  const fs::path venv = fs::path(ASC_SOURCE_DIR) / ".venv-bench" / "bin" / "python";
+  if (fs::exists(venv, ec)) return venv.string();
+#endif
+  return "/usr/bin/python3";
+}
+
 // s as one word of a /bin/sh command line.
 inline std::string shell_quote(const std::string& s) {
   std::string q = "'";
