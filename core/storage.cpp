@@ -1,6 +1,7 @@
 #include "core/storage.h"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -26,6 +27,15 @@ void count_alloc(size_t bytes) {
 // are recycled through a small per-thread cache: small temporaries are created and freed at a high rate
 // (autograd, per-op outputs) and malloc/free dominate their cost. Sanitizer builds skip the cache so that
 // use-after-free stays detectable.
+// The machine's physical memory in bytes (SIZE_MAX when the system does not say).
+size_t physical_memory() {
+  static const size_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : SIZE_MAX;
+  }();
+  return bytes;
+}
+
 class CpuAllocator final : public Allocator {
   static constexpr size_t kLine = 64, kMaxCached = 4096, kClasses = kMaxCached / kLine, kPerClass = 16;
   struct Cache {
@@ -49,6 +59,10 @@ class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, Device) override {
     if (nbytes == 0) return nullptr;
+    // A request beyond this machine's memory is refused before the system allocator sees it: its answer would be a
+    // pointer the kernel kills the process for later (overcommit) or, under AddressSanitizer, an abort.
+    ASC_CHECK(nbytes <= physical_memory(), "cpu allocator: out of memory: {} bytes requested, more than this "
+              "machine's {} bytes of memory", nbytes, physical_memory());
     size_t rounded = (nbytes + kLine - 1) & ~(kLine - 1);
     if (kUseCache && rounded <= kMaxCached) {
       Cache& c = cache();

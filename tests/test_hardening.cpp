@@ -587,3 +587,11 @@ TEST_CASE("deprecated factory names: nn::ascender_attention / nn::asam_attention
   CHECK(std::dynamic_pointer_cast<nn::AsamAttention>(b.attn) != nullptr);
 }
 #pragma GCC diagnostic pop
+
+TEST_CASE("a tensor larger than this machine's memory is an asc::Error before any allocation (not an abort)") {
+  // 2^40 float32 = 4 TiB: under AddressSanitizer the system allocator would abort, elsewhere overcommit would
+  // promise it and the kernel kill the process on first touch.
+  check_error([] { empty({int64_t(1) << 40}); }, {"cpu allocator", "more than this machine's", "bytes of memory"});
+  check_error([] { randn({int64_t(1) << 20, int64_t(1) << 20}); }, {"more than this machine's"});
+  CHECK(empty({16}).numel() == 16);  // small ones are unaffected
+}
