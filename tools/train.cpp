@@ -747,16 +747,20 @@ json cluster_metrics(Run& r, int64_t n) {
       run_batch(r, b, false);
       const std::vector<int64_t> groups = b.groups.to_vector<int64_t>();  // (B, T)
       const int64_t B = b.size(), T = b.groups.size(1);
+      // Once per batch and layer: A (B, H, T, T); z (B, T, H·d_z) from the layer's input (ASCender only)
+      std::vector<Tensor> As(L), zs(L);
+      for (size_t l = 0; l < L; ++l) {
+        As[l] = r.attention[l]->attention_weights().to(Device::cpu()).to(kFloat64);
+        if (auto a = std::dynamic_pointer_cast<nn::AscenderAttention>(r.attention[l]))
+          zs[l] = (*a->z_proj)(inputs[l]).to(Device::cpu()).to(kFloat64);
+      }
       for (int64_t i = 0; i < B && seen < n; ++i, ++seen) {
         std::vector<int64_t> truth(groups.begin() + i * T, groups.begin() + (i + 1) * T);
         const int64_t k = static_cast<int64_t>(std::set<int64_t>(truth.begin(), truth.end()).size());
         if (k < 2) continue;  // one group: nothing to recover
         for (size_t l = 0; l < L; ++l) {
-          // A (B, H, T, T) of this layer; z (B, T, H·d_z) from the layer's input
-          Tensor A = r.attention[l]->attention_weights().to(Device::cpu()).to(kFloat64);
-          Tensor z;
-          if (auto a = std::dynamic_pointer_cast<nn::AscenderAttention>(r.attention[l]))
-            z = (*a->z_proj)(inputs[l]).to(Device::cpu()).to(kFloat64);
+          const Tensor& A = As[l];
+          const Tensor& z = zs[l];
           for (int64_t h = 0; h < H; ++h) {
             const uint64_t seed = (static_cast<uint64_t>(seen) * L + l) * static_cast<uint64_t>(H) + h;  // distinct
             score("A", l, h, A.select(0, i).select(0, h).contiguous().to_vector<double>(), T, truth, k, seed);
