@@ -114,7 +114,9 @@ void reset_cpu_peak_memory() { g_cpu_peak.store(g_cpu_live.load(std::memory_orde
 
 Allocator* allocator_for(Device device) {
   Allocator* a = g_allocators[static_cast<int>(device.type)];
-  ASC_CHECK(a != nullptr, "device cuda:{}: no CUDA device is available (build without CUDA, or no GPU present)",
+  ASC_CHECK(a != nullptr,
+            "device cuda:{}: no CUDA device is available (the program does not link the CUDA backend, "
+            "ascender::cuda, or no GPU is present)",
             device.index);
   return a;
 }

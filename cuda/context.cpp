@@ -71,38 +71,30 @@ FloatElem float_elem_of(const char* op, DType t) {
 
 }  // namespace asc::cuda
 
-namespace asc {
-
-DeviceScope::DeviceScope(Device device) {
-  if (!device.is_cuda()) return;
-  const int index = device.index;
-  int cur = 0;
-  if (cudaGetDevice(&cur) != cudaSuccess) {  // no usable device: the op's own launch reports that, naming the op
-    cudaGetLastError();
-    return;
-  }
-  if (cur != index) {
-    ASC_CHECK(index >= 0 && index < cuda::device_count(), "cuda:{}: no such CUDA device ({} available)", index,
-              cuda::device_count());
-    ASC_CUDA_CHECK(cudaSetDevice(index));
-    prev_ = cur;
-  }
-}
-DeviceScope::~DeviceScope() {
-  if (prev_ >= 0) cudaSetDevice(prev_);
-}
-
-}  // namespace asc
-
 namespace asc::cuda {
 
+namespace impl {
+
+int current_device_or_none() {
+  int cur = 0;
+  if (cudaGetDevice(&cur) != cudaSuccess) {  // no usable device
+    cudaGetLastError();                      // clear the sticky error
+    return -1;
+  }
+  return cur;
+}
+void set_device(int index) { ASC_CUDA_CHECK(cudaSetDevice(index)); }
+void restore_device(int index) noexcept { cudaSetDevice(index); }
+
 void synchronize() {
-  ASC_CHECK(is_available(), "cuda::synchronize: no CUDA device available");
+  ASC_CHECK(device_count() > 0, "cuda::synchronize: no CUDA device available");
   ASC_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
+
+}  // namespace impl
 
 cublasHandle_t cublas_handle() {
   const auto dev = static_cast<size_t>(current_device());

@@ -1,6 +1,7 @@
 #pragma once
-// CUDA runtime basics: availability, device count, memory. Always declared; in a build without CUDA (or on a
-// machine without a GPU) cuda_is_available() is false and CUDA tensors give a clear asc::Error.
+// CUDA runtime basics: availability, device count, memory. Always declared, and part of the CPU library: the CUDA
+// backend is a library of its own (CMake target ascender::cuda, libascender_cuda) that a program links to use GPUs.
+// Without it — or on a machine without a GPU — is_available() is false and CUDA tensors give a clear asc::Error.
 //   if (asc::cuda::is_available()) x = x.to(asc::Device::cuda());
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +9,9 @@
 
 namespace asc::cuda {
 
+// Whether this program links the CUDA backend (ascender::cuda), GPU or not.
+bool is_built();
+// Whether a CUDA device can be used: the backend is linked and the machine has at least one GPU.
 bool is_available();
 int device_count();
 // Name of device `index` (e.g. "NVIDIA H100 80GB HBM3"); error when unavailable.

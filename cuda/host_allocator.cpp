@@ -183,7 +183,9 @@ const bool g_registered = [] {
 
 bool record_pinned_use(const void* host_ptr, uintptr_t stream) { return pool().record_use(host_ptr, stream); }
 bool is_pinned_pointer(const void* host_ptr) { return pool().contains(host_ptr); }
+namespace impl {
 PinnedStats pinned_memory_stats() { return pool().stats(); }
 void empty_pinned_cache() { pool().empty_cache(); }
+}  // namespace impl
 
 }  // namespace asc::cuda

@@ -10,7 +10,7 @@
 // Thread-safe (one mutex). Blocks are never returned to the driver except by empty_pinned_cache().
 #include <cstdint>
 
-#include "cuda/cuda.h"  // PinnedStats, pinned_memory_stats, empty_pinned_cache
+#include "cuda/cuda.h"  // PinnedStats
 
 namespace asc::cuda {
 

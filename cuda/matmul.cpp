@@ -58,7 +58,7 @@ void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
   const bool f64 = a.dtype() == kFloat64;
   const cublasComputeType_t compute =
       f64 ? CUBLAS_COMPUTE_64F
-          : (a.dtype() == kFloat32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+          : (a.dtype() == kFloat32 && impl::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
   const double one_d = 1.0, zero_d = 0.0;
   const float one_f = 1.0f, zero_f = 0.0f;
   const void* alpha = f64 ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f);

@@ -180,7 +180,9 @@ const bool g_registered = [] {
 
 }  // namespace
 
-bool is_available() { return device_count() > 0; }
+// ---- the backend's side of the public API (cuda/cuda.h), registered by cuda/backend.cpp ----------------------
+namespace impl {
+
 int device_count() {
   static int n = query_count();
   return n;
@@ -195,12 +197,12 @@ std::string device_name(int index) {
 }
 
 MemoryStats memory_stats(int device) {
-  if (!is_available()) return {};
+  if (device_count() == 0) return {};
   return allocator_of(device).stats();
 }
 
 void reset_peak_memory_stats(int device) {
-  if (!is_available()) return;
+  if (device_count() == 0) return;
   allocator_of(device).reset_peak_stats();
 }
 
@@ -209,7 +211,7 @@ void empty_cache() {
 }
 
 void record_stream(const void* data, uintptr_t stream) {
-  ASC_CHECK(is_available(), "cuda::record_stream: no CUDA device available");
+  ASC_CHECK(device_count() > 0, "cuda::record_stream: no CUDA device available");
   for (CachingAllocator* a : device_allocators()) {
     if (a->owns(data)) {
       a->record_stream(data, stream);
@@ -218,6 +220,8 @@ void record_stream(const void* data, uintptr_t stream) {
   }
   ASC_THROW("cuda::record_stream: {} is not a live CUDA buffer of this process", data);
 }
+
+}  // namespace impl
 
 // Touches cuBLAS so that the link against it is exercised in CI builds.
 int cublas_version() {

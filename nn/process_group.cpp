@@ -22,13 +22,13 @@
 
 namespace asc::distributed {
 
-#if defined(ASC_HAVE_NCCL)
-// cuda/process_group_nccl.cpp
-std::shared_ptr<ProcessGroup> make_nccl_group(int rank, int size, const ProcessGroupOptions& options,
-                                              const std::function<void(void*, size_t)>& share);
-#endif
+namespace {
+detail::NcclGroupFactory g_nccl_factory = nullptr;  // registered by the CUDA backend library when built with NCCL
+}  // namespace
 
 namespace detail {
+
+void register_nccl_group_factory(NcclGroupFactory factory) { g_nccl_factory = factory; }
 
 const char* collective_name(Collective op) {
   switch (op) {
@@ -61,9 +61,7 @@ void check_collective_signatures(const std::vector<int64_t>& all, const std::str
 bool backend_available(const std::string& backend) {
 #if defined(ASC_HAVE_MPI)
   if (backend == "mpi") return true;
-#endif
-#if defined(ASC_HAVE_NCCL)
-  if (backend == "nccl") return true;
+  if (backend == "nccl") return g_nccl_factory != nullptr;
 #endif
   return false;
 }
@@ -343,10 +341,9 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
             backend);
   ASC_CHECK(backend_available(backend), "init_process_group: the '{}' backend is not in this build ({})", backend,
             backend == "mpi" ? "MPI was not found at configure time: apt-get install libopenmpi-dev"
-                             : "it needs the CUDA backend, NCCL and MPI at configure time");
+                             : "it needs MPI, and a program linking the CUDA backend built with NCCL");
 #if defined(ASC_HAVE_MPI)
   ensure_mpi_initialized();
-#if defined(ASC_HAVE_NCCL)
   if (backend == "nccl") {
     int rank = 0, size = 0;
     {
@@ -354,12 +351,11 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       MPI_Comm_size(MPI_COMM_WORLD, &size);
     }
-    return make_nccl_group(rank, size, options, [](void* bytes, size_t n) {
+    return g_nccl_factory(rank, size, options, [](void* bytes, size_t n) {
       std::lock_guard lock(g_mpi_mu);
       mpi_check(MPI_Bcast(bytes, static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD), "init_process_group(\"nccl\")");
     });
   }
-#endif
   std::lock_guard lock(g_mpi_mu);
   MPI_Comm comm;
   mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "init_process_group");  // its own communicator: no cross-talk

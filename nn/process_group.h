@@ -16,6 +16,7 @@
 //
 // Unless check_signatures is off, every collective first compares what each rank passes (operation, dtype, element
 // count, root): ranks that disagree all throw the same asc::Error, instead of the transport reading past a buffer.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -72,7 +73,17 @@ class ProcessGroup {
 
 // A new group of all the job's processes on `backend` ("mpi" or "nccl"); throws when the backend was not built.
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, const ProcessGroupOptions& options = {});
-// Whether init_process_group(backend) can work in this build.
+// Whether init_process_group(backend) can work in this program: "mpi" when MPI was found at configure time, "nccl"
+// when the program also links the CUDA backend (ascender::cuda) built with NCCL.
 bool backend_available(const std::string& backend);
+
+namespace detail {
+// The "nccl" group lives in the CUDA backend library (nn/process_group_nccl.cpp, compiled into libascender_cuda),
+// which registers its factory as it loads; init_process_group calls it once MPI has given every rank its place, with
+// `share` copying rank 0's bytes to every rank (an MPI broadcast).
+using NcclGroupFactory = std::shared_ptr<ProcessGroup> (*)(int rank, int size, const ProcessGroupOptions& options,
+                                                           const std::function<void(void*, size_t)>& share);
+void register_nccl_group_factory(NcclGroupFactory factory);
+}  // namespace detail
 
 }  // namespace asc::distributed

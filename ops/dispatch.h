@@ -4,17 +4,19 @@
 // The path of an op, e.g. topk (grep the name to find every piece):
 //   ops/geometry.h           the public op:     ValuesIndices topk(const Tensor& x, int64_t k, ...)
 //   ops/geometry.cpp         validate, allocate outputs, dispatch, record the backward with autograd::record
-//   ops/kernel_list.inc      the kernel's signature, declared ONCE: void topk(const Tensor& x, ..., Tensor& indices)
+//   ops/kernel_list.inc      the kernel's signature, declared ONCE: ASC_DECLARE_KERNEL(topk, (const Tensor& x, ...))
 //   ops/cpu/geometry.cpp     asc::cpu::topk, the CPU kernel
 //   cuda/geometry.cpp (.cu)  asc::cuda::topk, the CUDA kernel (host side, then a plain-data launcher in the .cu)
-// ops/kernels.h includes the list into both namespaces, so each backend must define every kernel (a missing one is a
+// ops/kernels.h declares the list in both namespaces, so each backend must define every kernel (a missing one is a
 // link error, not a runtime surprise), and the op calls
 //
 //   ASC_KERNEL(x.device(), "topk", topk, xc, mask, k, largest, diag_n, values, indices);
 //
-// which runs cpu::topk(...) for CPU tensors and, inside a DeviceScope for the tensors' device, cuda::topk(...) for
-// CUDA tensors. In a build without the CUDA backend a CUDA tensor reaching an op gets a clear error (such a tensor
-// cannot normally be created: the CUDA allocator is missing). Nothing here includes a backend header.
+// which runs cpu::topk(...) for CPU tensors and, inside a DeviceScope for the tensors' device, the CUDA backend's
+// topk for CUDA tensors — through the KernelTable that backend's library registered when it loaded (ops/kernels.h),
+// so the library itself never names a CUDA symbol. A program that does not link the CUDA backend gets a clear error
+// (such a tensor cannot normally be created there: no CUDA allocator is registered). Nothing here includes a backend
+// header.
 #include "core/device.h"
 #include "core/error.h"
 #include "core/format.h"
@@ -22,16 +24,15 @@
 #include "ops/checks.h"
 #include "ops/kernels.h"
 
-#ifdef ASC_HAVE_CUDA
-#define ASC_CUDA_KERNEL_(DEV, OPNAME, FN, ...)          \
-  do {                                                  \
-    const ::asc::DeviceScope asc_on_device_(DEV);       \
-    ::asc::cuda::FN(__VA_ARGS__);                       \
+#define ASC_CUDA_KERNEL_(DEV, OPNAME, FN, ...)                                                                  \
+  do {                                                                                                         \
+    const ::asc::KernelTable* asc_cuda_ = ::asc::cuda_kernels();                                               \
+    ASC_CHECK(asc_cuda_ != nullptr,                                                                            \
+              "{}: no kernel for device {}: this program does not link the CUDA backend (ascender::cuda)", OPNAME, \
+              DEV);                                                                                            \
+    const ::asc::DeviceScope asc_on_device_(DEV);                                                              \
+    asc_cuda_->FN(__VA_ARGS__);                                                                                \
   } while (0)
-#else
-#define ASC_CUDA_KERNEL_(DEV, OPNAME, FN, ...) \
-  ASC_THROW("{}: no kernel for device {} in this build (built without the CUDA backend)", OPNAME, DEV)
-#endif
 
 #define ASC_KERNEL(DEVICE, OPNAME, FN, ...)                                           \
   do {                                                                               \

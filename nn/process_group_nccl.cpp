@@ -1,6 +1,7 @@
-// The "nccl" process group (nn/process_group.h): collectives on CUDA tensors with NCCL, one GPU per rank. Built when
-// the CUDA backend, NCCL and MPI are all found (ASC_HAVE_NCCL); MPI starts the job and hands every rank NCCL's id
-// (nn/process_group.cpp). The communicator is non-blocking (ncclConfig_t::blocking = 0): every call is followed by
+// The "nccl" process group (nn/process_group.h): collectives on CUDA tensors with NCCL, one GPU per rank. Beside
+// the MPI group in source, but compiled into the CUDA backend library (it links CUDA and NCCL) when the CUDA backend,
+// NCCL and MPI are all found (ASC_HAVE_NCCL); it registers its factory as that library loads. MPI starts the job and
+// hands every rank NCCL's id (nn/process_group.cpp). The communicator is non-blocking (ncclConfig_t::blocking = 0): every call is followed by
 // polling ncclCommGetAsyncError, and every collective by polling an event on the stream it was queued on, until done
 // or the group's timeout, when the communicator is aborted (ncclCommAbort) and the group breaks.
 //
@@ -241,6 +242,13 @@ std::shared_ptr<ProcessGroup> make_nccl_group(int rank, int size, const ProcessG
   share(&id, sizeof(id));
   return std::make_shared<NcclGroup>(rank, size, options, id, device);
 }
+
+namespace {
+const bool g_registered = [] {
+  detail::register_nccl_group_factory(&make_nccl_group);
+  return true;
+}();
+}  // namespace
 
 }  // namespace asc::distributed
 #endif  // ASC_HAVE_NCCL
