@@ -5,14 +5,12 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "autograd/node.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "cuda/ascender_launch.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "ops/kernels.h"
-#include "ops/ops.h"
 
 namespace asc::cuda {
 

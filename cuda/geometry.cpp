@@ -11,7 +11,6 @@
 #include "ops/checks.h"
 #include "ops/kernels.h"
 #include "cuda/geometry_launch.h"
-#include "ops/geometry.h"
 
 namespace asc::cuda {
 

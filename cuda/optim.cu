@@ -1,5 +1,5 @@
 // Fused CUDA optimizer kernels (see cuda/optim_launch.h and ops/kernel_list.inc): one grid-stride pass over the
-// parameter, its gradient and state, in place. The arithmetic is the CPU kernels' (optim/kernels_cpu.cpp), step
+// parameter, its gradient and state, in place. The arithmetic is the CPU kernels' (ops/cpu/optim.cpp), step
 // for step in the parameter's dtype, written with the IEEE round-to-nearest intrinsics (__fmul_rn, __fadd_rn,
 // __fdiv_rn, __fsqrt_rn and the double versions): nvcc never contracts those into FMAs, so a step gives the same
 // bits as the CPU kernels (which the generic x86-64 build compiles without FMA contraction).

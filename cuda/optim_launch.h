@@ -2,12 +2,12 @@
 // Launchers of the fused CUDA optimizer kernels (cuda/optim.cu), called by cuda/optim.cpp with plain data. All
 // tensors are contiguous with `numel` elements of float32 (f64 = false) or float64. row_mask: nullptr, or `rows`
 // bools (numel = rows * row_size): a row whose entry is false is neither read nor written. C++17-clean; each
-// launcher returns the launch's cudaError_t. The hyper-parameters are optim/kernel_args.h's *KernelArgs.
+// launcher returns the launch's cudaError_t. The hyper-parameters are ops/optim_kernel_args.h's *KernelArgs.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "optim/kernel_args.h"
+#include "ops/optim_kernel_args.h"
 
 namespace asc::cuda {
 

@@ -7,20 +7,19 @@
 #include "cuda/context.h"
 #include "cuda/sparse_attention_launch.h"
 #include "ops/kernels.h"
-#include "ops/sparse_attention.h"
 
 namespace asc::cuda {
 
 namespace {
 constexpr const char* kOp = "sparse_attention";
-static_assert(sparse_launch::kRowBlock == SparsePattern::kRowBlock &&
-                  sparse_launch::kKeyBlock == SparsePattern::kKeyBlock,
+static_assert(sparse_launch::kRowBlock == SparsePatternView::kRowBlock &&
+                  sparse_launch::kKeyBlock == SparsePatternView::kKeyBlock,
               "the kernels tile by the pattern's block view");
 
-sparse_launch::Pattern pattern_of(const SparsePattern& p) {
-  ASC_CHECK(p.has_block_view(), "{} (CUDA): the pattern has no block view (move it with SparsePattern::to)", kOp);
-  const SparsePattern::BlockView b = p.block_view();
-  return {p.groups(), b.rblk_ptr, b.rblk_keys, b.rblk_bits, b.kblk_ptr, b.kblk_rows, b.kblk_bits};
+sparse_launch::Pattern pattern_of(const SparsePatternView& p) {
+  ASC_CHECK(p.has_blocks, "{} (CUDA): the pattern has no block view (move it with SparsePattern::to)", kOp);
+  const SparsePatternBlocks& b = p.blocks;
+  return {p.groups, b.rblk_ptr, b.rblk_keys, b.rblk_bits, b.kblk_ptr, b.kblk_rows, b.kblk_bits};
 }
 
 sparse_launch::Dims dims_of(const Tensor& q, const Tensor& k) {
@@ -37,7 +36,7 @@ const bool* keep_of(const Tensor& key_keep) { return key_keep.defined() ? key_ke
 DType acc_of(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }  // the kernels' compute type
 }  // namespace
 
-void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
+void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePatternView& pattern,
                               const Tensor& key_keep, double scale, Tensor& o, Tensor& lse) {
   const sparse_launch::Dims d = dims_of(q, k);
   const sparse_launch::Pattern p = pattern_of(pattern);
@@ -48,7 +47,7 @@ void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                         current_stream()));
 }
 
-void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
+void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePatternView& pattern,
                                const Tensor& key_keep, double scale, const Tensor& o, const Tensor& dout,
                                const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv) {
   const sparse_launch::Dims d = dims_of(q, k);

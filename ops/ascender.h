@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/kernel_types.h"  // AscenderKernelInputs, AscenderKernelConfig, AscenderKernelState
 
 namespace asc {
 
@@ -90,26 +91,5 @@ AscenderBackend ascender_backend();
 std::string ascender_choice(const Tensor& q, const Tensor& k_rot, const Tensor& k, const Tensor& v, const Tensor& z,
                             const Tensor& e, const AscenderCoreArgs& args, bool want_decomposition = false);
 
-// What the fused kernels take (plain data besides the tensors): q, k_rot, k, v (B, H, T, d), z (B, H, T, d_z),
-// e (B, H, T, d_a) contiguous, one float dtype; scalars (9, H): ω_align, ω_sep, ω_coh, λ_align, λ_sep, λ_coh, δ, κ,
-// τ_score; keep and bias undefined or (B, H, T, T) views (stride 0 on broadcast dims), bias in the heads' dtype.
-struct AscenderKernelInputs {
-  Tensor q, k_rot, k, v, z, e, scalars, keep, bias;
-};
-struct AscenderKernelConfig {
-  std::vector<int64_t> k;
-  std::vector<double> tau_sep, tau_coh, alpha_align, alpha_coh;
-  bool include_self = false, select_by_scores = false, after_norm = false;
-  bool use_align = true, use_sep = true, use_coh = true;
-  double norm_eps = 1e-6, omega_scale = 1.0;
-  int64_t window = 0, global_tokens = 0;  // AscenderCoreArgs::window: the key columns of each block of rows
-  int64_t row_block = 0;                  // AscenderCoreArgs::row_block
-};
-// What a backend's forward keeps for its backward besides the inputs, when asked to (undefined: the backward
-// recomputes everything). The CPU kernel's per-row statistics (ops/cpu/ascender.cpp, RowState): rows (B, H, T, ·)
-// float64, nbr (B, H, T, k_max) int64. O(T (k + d_z)) per head, never (T, T).
-struct AscenderKernelState {
-  Tensor rows, nbr;
-};
 
 }  // namespace asc

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/kernel_types.h"
 #include "ops/math.h"
 #include "ops/reduce.h"
 
@@ -39,24 +40,13 @@ Tensor normalize_rows(const Tensor& x, double eps = 1e-12);
 Tensor row_standardize(const Tensor& x, const Tensor& mask = {}, double eps = 1e-6);
 
 // ---- the hard gate F = 1[z >= theta] ----------------------------------------------------------------------------
-enum class GateBackward {
-  None,            // exact hard gate: zero gradient to z and theta
-  StraightThrough, // dF/dz = 1, dF/dtheta = -1
-  Surrogate,       // dF/dz = s'(z - theta) from the named surrogate, dF/dtheta = -s'(z - theta)
-};
-
+// GateBackward (the backward's mode) and Surrogate (a surrogate derivative) are kernel arguments: ops/kernel_types.h.
 struct GateOptions {
   GateBackward mode = GateBackward::None;
   std::string surrogate = "sigmoid";  // a name registered in the surrogate registry
   double width = 1.0;                 // the surrogate's scale parameter (> 0)
 };
 
-// A surrogate derivative s'(u; width), integrating to 1 over u, with its name.
-struct Surrogate {
-  std::string name;
-  std::function<double(double u, double width)> derivative;
-  std::optional<math::SurrogateKind> builtin = {};  // set for the built-ins (which also run on CUDA); user entries: none
-};
 // The registry: "sigmoid" (alpha * sigma(alpha u) (1 - sigma(alpha u)), alpha = width),
 // "rectangular" (1/width on |u| < width/2), "triangular" (max(0, 1 - |u|/width) / width),
 // "atan" (width / (2 (1 + (pi/2 width u)^2))). Unknown names are an error listing the known ones.

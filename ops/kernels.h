@@ -1,6 +1,6 @@
 #pragma once
 // The kernel interface of a device backend: every kernel entry point, declared once (ops/kernel_list.inc) and
-// provided by each backend in its own namespace, asc::cpu (ops/cpu/, optim/kernels_cpu.cpp) and asc::cuda (cuda/).
+// provided by each backend in its own namespace, asc::cpu (ops/cpu/) and asc::cuda (cuda/).
 // Ops never call these directly: they go through ASC_KERNEL (ops/dispatch.h), the one place that picks a backend.
 //
 // The CPU kernels are part of the library (libascender). The CUDA kernels live in a library of their own
@@ -14,11 +14,9 @@
 #include <string>
 
 #include "core/tensor.h"
-#include "ops/ascender.h"          // AscenderKernelInputs, AscenderKernelConfig
-#include "ops/geometry.h"          // Surrogate
-#include "ops/math.h"              // math::Unary, math::Binary, math::UnaryParams
-#include "ops/sparse_attention.h"  // SparsePattern
-#include "optim/kernel_args.h"     // optim::SGDKernelArgs, AdamKernelArgs, RMSpropKernelArgs
+#include "ops/kernel_types.h"       // Ascender*, GateBackward, Surrogate, SparsePatternView
+#include "ops/math.h"               // math::Unary, math::Binary, math::UnaryParams
+#include "ops/optim_kernel_args.h"  // optim::SGDKernelArgs, AdamKernelArgs, RMSpropKernelArgs
 
 #define ASC_DECLARE_KERNEL(NAME, PARAMS) void NAME PARAMS;
 namespace asc::cpu {

@@ -186,6 +186,13 @@ SparsePattern::BlockView SparsePattern::block_view() const {
           kblk_ptr_.data_ptr<int64_t>(), kblk_rows_.data_ptr<int64_t>(), kblk_bits_.data_ptr<int64_t>()};
 }
 
+SparsePatternView SparsePattern::view() const {
+  SparsePatternView v{.groups = groups_, .queries = queries_, .keys = keys_, .nnz = nnz_, .max_row = max_row_,
+                      .lists = lists()};
+  if (has_block_view()) v.blocks = block_view(), v.has_blocks = true;
+  return v;
+}
+
 namespace {
 
 // Groups `lists` (n_lists per group, list x = lists_ptr[x] .. lists_ptr[x + 1] of items < n_items) in blocks of
@@ -470,15 +477,15 @@ Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   const Tensor keep = key_keep.defined() ? key_keep.contiguous() : Tensor();
   Tensor o, lse;
-  ASC_KERNEL(qc.device(), kOp, sparse_attention_forward, qc, kc, vc, p, keep, sc, o, lse);
+  ASC_KERNEL(qc.device(), kOp, sparse_attention_forward, qc, kc, vc, p.view(), keep, sc, o, lse);
   if (autograd::needs_grad({&q, &k, &v})) {
     using autograd::SavedTensor;
     autograd::record(kOp, {qc, kc, vc}, {o},
                      [qs = SavedTensor(qc, kOp), ks = SavedTensor(kc, kOp), vs = SavedTensor(vc, kOp),
                       os = SavedTensor(o, kOp), lse, keep, p, sc](const TensorList& g) -> TensorList {
                        Tensor dq, dk, dv;
-                       ASC_KERNEL(g[0].device(), kOp, sparse_attention_backward, qs.get(), ks.get(), vs.get(), p,
-                                  keep, sc, os.get(), g[0].contiguous(), lse, dq, dk, dv);
+                       ASC_KERNEL(g[0].device(), kOp, sparse_attention_backward, qs.get(), ks.get(), vs.get(),
+                                  p.view(), keep, sc, os.get(), g[0].contiguous(), lse, dq, dk, dv);
                        return {dq, dk, dv};
                      });
   }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/kernel_types.h"  // SparsePatternView
 
 namespace asc {
 
@@ -43,7 +44,7 @@ class SparsePattern {
   //                 per row of the block (bit r: row 16 m + r attends the key)
   //   key blocks    keys [8 m, 8 m + 8) of a group: the ascending union of the queries that see them, and per union
   //                 query a bit per key of the block (bit c: the query attends key 8 m + c)
-  static constexpr int64_t kRowBlock = 16, kKeyBlock = 8;
+  static constexpr int64_t kRowBlock = SparsePatternView::kRowBlock, kKeyBlock = SparsePatternView::kKeyBlock;
   // The largest key count (the block view's and the CUDA kernels' indices are 32-bit safe below it).
   static constexpr int64_t kMaxKeys = (int64_t{1} << 31) - 1;
 
@@ -83,16 +84,14 @@ class SparsePattern {
   Tensor kblk_rows() const;
   Tensor kblk_bits() const;
 
-  // For the kernels: read-only pointers into the pattern's own lists, on its device (valid while a copy of the
-  // pattern lives). lists() refuses the empty pattern, block_view() a pattern without a block view.
-  struct Lists {
-    const int64_t *row_ptr, *cols, *col_ptr, *col_rows, *col_pos;
-  };
-  struct BlockView {
-    const int64_t *rblk_ptr, *rblk_keys, *rblk_bits, *kblk_ptr, *kblk_rows, *kblk_bits;
-  };
+  // For the kernels (ops/kernel_types.h): read-only pointers into the pattern's own lists, on its device (valid while
+  // a copy of the pattern lives). lists() and view() refuse the empty pattern, block_view() a pattern without a block
+  // view; view() carries the block view when the pattern has one.
+  using Lists = SparsePatternLists;
+  using BlockView = SparsePatternBlocks;
   Lists lists() const;
   BlockView block_view() const;
+  SparsePatternView view() const;
 
  private:
   void check_lists(const char* who) const;  // every invariant above, on CPU lists

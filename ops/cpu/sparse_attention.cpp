@@ -80,11 +80,12 @@ struct Problem {
   T scale;
   int64_t avg_row;  // keys per query row on average (parallel_for's cost estimate)
 
-  Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const SparsePattern& p, const Tensor& kk, double sc)
-      : B(q_.size(0)), H(q_.size(1)), Tq(q_.size(2)), S(k_.size(2)), D(q_.size(3)), G(p.groups()),
-        q(q_.data_ptr<T>()), k(k_.data_ptr<T>()), v(v_.data_ptr<T>()), row_ptr(p.lists().row_ptr),
-        cols(p.lists().cols), keep(kk.defined() ? kk.data_ptr<bool>() : nullptr), scale(static_cast<T>(sc)),
-        avg_row(std::max<int64_t>(1, p.nnz() / std::max<int64_t>(1, p.groups() * Tq))) {}
+  Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const SparsePatternView& p, const Tensor& kk,
+          double sc)
+      : B(q_.size(0)), H(q_.size(1)), Tq(q_.size(2)), S(k_.size(2)), D(q_.size(3)), G(p.groups),
+        q(q_.data_ptr<T>()), k(k_.data_ptr<T>()), v(v_.data_ptr<T>()), row_ptr(p.lists.row_ptr),
+        cols(p.lists.cols), keep(kk.defined() ? kk.data_ptr<bool>() : nullptr), scale(static_cast<T>(sc)),
+        avg_row(std::max<int64_t>(1, p.nnz / std::max<int64_t>(1, p.groups * Tq))) {}
 
   int64_t group(int64_t bh) const { return G == 1 ? 0 : bh; }
   // parallel_for's cost estimate of an item doing `per_pair` flops per attended pair and column, capped so that the
@@ -149,7 +150,7 @@ ASC_CPU_CLONES T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s, T
 }
 
 template <class T>
-void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const SparsePattern& pat, const Tensor& keep,
+void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const SparsePatternView& pat, const Tensor& keep,
                   double scale, Tensor& o, Tensor& lse_t) {
   const Problem<T> p(qt, kt, vt, pat, keep, scale);
   const int64_t B = p.B, H = p.H, Tq = p.Tq, D = p.D;
@@ -157,7 +158,7 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
   lse_t = Tensor::empty({B, H, Tq}, qt.options());
   T* op = o.data_ptr<T>();
   T* lse = lse_t.data_ptr<T>();
-  const int64_t max_row = pat.max_row();
+  const int64_t max_row = pat.max_row;
   parallel_for(B * H * Tq, p.cost(2), [&](int64_t i0, int64_t i1) {
     Scratch<T> s(static_cast<size_t>(std::max<int64_t>(max_row, 1)));
     for (int64_t item = i0; item < i1; ++item)
@@ -211,7 +212,7 @@ ASC_CPU_CLONES void backward_key(const Problem<T>& p, const int64_t* col_rows, c
 }
 
 template <class T>
-void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const SparsePattern& pat, const Tensor& keep,
+void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const SparsePatternView& pat, const Tensor& keep,
                    double scale, const Tensor& ot, const Tensor& gt, const Tensor& lse_t, Tensor& dq, Tensor& dk,
                    Tensor& dv) {
   const Problem<T> p(qt, kt, vt, pat, keep, scale);
@@ -223,7 +224,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
   const T* g = gt.data_ptr<T>();
   const T* lse = lse_t.data_ptr<T>();
   T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
-  const SparsePattern::Lists lists = pat.lists();
+  const SparsePatternLists& lists = pat.lists;
   const int64_t *col_ptr = lists.col_ptr, *col_rows = lists.col_rows, *col_pos = lists.col_pos;
   // P and dS of one (batch, head): as many pairs as its group has.
   int64_t pairs = 0;
@@ -252,13 +253,13 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
 
 }  // namespace
 
-void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
+void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePatternView& pattern,
                               const Tensor& key_keep, double scale, Tensor& o, Tensor& lse) {
   ASC_DISPATCH_FLOAT(q.dtype(), "sparse_attention",
                      [&] { forward_impl<scalar_t>(q, k, v, pattern, key_keep, scale, o, lse); });
 }
 
-void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
+void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePatternView& pattern,
                                const Tensor& key_keep, double scale, const Tensor& o, const Tensor& dout,
                                const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv) {
   ASC_DISPATCH_FLOAT(q.dtype(), "sparse_attention backward", [&] {

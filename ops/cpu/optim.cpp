@@ -1,6 +1,7 @@
-// CPU optimizer kernels (declared in ops/kernel_list.inc). Each update is one loop over contiguous element ranges; masked rows
-// are skipped by splitting the range into runs of consecutive unmasked rows, so the masked path runs the same
-// per-element arithmetic as the unmasked one (bit-identical results on the rows that move).
+// CPU optimizer kernels (declared in ops/kernel_list.inc; their arguments: ops/optim_kernel_args.h). Each update is
+// one loop over contiguous element ranges; masked rows are skipped by splitting the range into runs of consecutive
+// unmasked rows, so the masked path runs the same per-element arithmetic as the unmasked one (bit-identical results on
+// the rows that move).
 // Note: with GCC's default -fmath-errno the sqrt in Adam / RMSprop is a guarded libm call that keeps those loops
 // scalar (SGD and the clamp vectorise); only the -fno-math-errno compile flag changes that (GCC 12 ignores it as a
 // pragma / function attribute). The AdamW step is memory-bound at the sizes trained here, and the flag showed no gain.
