@@ -107,7 +107,9 @@ double train_sorted(models::TransformerClassifier& model, int steps, int64_t len
 }
 }  // namespace
 
-TEST_CASE("Transformer classifier learns 'is the sequence sorted' to >= 95% in under a minute") {
+// Its time is reported, not checked: speed is measured by the benchmarks, and a wall-clock bound fails at random on a
+// loaded machine.
+TEST_CASE("Transformer classifier learns 'is the sequence sorted' to >= 95%") {
   auto t0 = std::chrono::steady_clock::now();
   manual_seed(0);
   const int64_t len = 8, vocab = 10;
@@ -117,9 +119,6 @@ TEST_CASE("Transformer classifier learns 'is the sequence sorted' to >= 95% in u
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE("sorted-task test accuracy " << acc << " in " << secs << " s");
   CHECK(acc >= 0.95);
-#ifndef ASC_SANITIZE_BUILD
-  CHECK(secs < 60.0);
-#endif
 }
 
 TEST_CASE("Transformer classifier with ASCender attention (chosen by name) learns the sorted task too") {

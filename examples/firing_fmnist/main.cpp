@@ -104,7 +104,8 @@ int run(int argc, char** argv) {
   // ---- as README.md writes them ----
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(784, 128).threshold(0.1));  // W (128, 784)
   optim::Adam opt(layer->parameters(), {.lr = 1e-3});
-  opt.add_local_rule(layer->rule_b({.eta_w = 1e-5, .z_ref = 0.3, .r_target = 0.3, .w_min = -1}));  // + Oja + homeostasis
+  // + rule B: Oja and homeostasis beside backprop
+  opt.add_local_rule(layer->rule_b({.eta_w = 1e-5, .z_ref = 0.3, .r_target = 0.3, .w_min = -1}));
   // ---- added: a linear readout of the 128 neurons, trained with them, and the loop ----
   auto readout = std::make_shared<nn::Linear>(128, 10);
   opt.add_param_group(readout->parameters(), {.lr = 1e-3});
