@@ -173,7 +173,8 @@ struct GraphTask {
       if (roots[i].fn) accumulate(slot(roots[i].fn.get()).buffer[roots[i].input_nr], grad_roots[i]);
     std::vector<Node*> ready;
     for (const Edge& e : roots)
-      if (e.fn && slot(e.fn.get()).dependencies == 0 && std::find(ready.begin(), ready.end(), e.fn.get()) == ready.end())
+      if (e.fn && slot(e.fn.get()).dependencies == 0 &&
+          std::find(ready.begin(), ready.end(), e.fn.get()) == ready.end())
         ready.push_back(e.fn.get());
 
     // 3. Run nodes whose incoming gradients are complete.
@@ -206,11 +207,11 @@ struct GraphTask {
         input_grads = node->apply(grads);
         if (anomaly_enabled()) [[unlikely]]
           for (size_t i = 0; i < input_grads.size(); ++i)
-            ASC_CHECK(all_finite(input_grads[i]),
-                      "anomaly: the backward of '{}' returned NaN/Inf in the gradient of input {} (shape {}); {}",
-                      node->name(), i, input_grads[i].shape(),
-                      node->creation_context().empty() ? "created before anomaly mode was on"
-                                                       : node->creation_context());
+            ASC_CHECK(
+                all_finite(input_grads[i]),
+                "anomaly: the backward of '{}' returned NaN/Inf in the gradient of input {} (shape {}); {}",
+                node->name(), i, input_grads[i].shape(),
+                node->creation_context().empty() ? "created before anomaly mode was on" : node->creation_context());
       }
       if (!retain_graph) node->release();
 
@@ -237,19 +238,21 @@ struct GraphTask {
 namespace {
 
 std::vector<Edge> root_edges(const TensorList& roots, const TensorList& grad_roots, TensorList& seeds) {
-  ASC_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(),
-            "backward: got {} gradients for {} outputs", grad_roots.size(), roots.size());
+  ASC_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: got {} gradients for {} outputs",
+            grad_roots.size(), roots.size());
   std::vector<Edge> edges;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     ASC_CHECK(r.defined() && r.requires_grad(),
               "backward: output {} does not require grad and has no grad_fn (was it computed under NoGradGuard, "
-              "or from tensors without requires_grad?)", i);
+              "or from tensors without requires_grad?)",
+              i);
     Tensor g = i < grad_roots.size() ? grad_roots[i] : Tensor();
     if (!g.defined()) {
       ASC_CHECK(r.numel() == 1,
                 "backward: a gradient must be given for a non-scalar output (shape {}); only one-element outputs "
-                "get an implicit gradient of 1", r.shape());
+                "get an implicit gradient of 1",
+                r.shape());
       g = ones(r.shape(), r.options());
     }
     ASC_CHECK(g.shape() == r.shape(), "backward: gradient shape {} does not match output shape {}", g.shape(),

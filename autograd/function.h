@@ -63,8 +63,10 @@ struct Function {
       result = Derived::forward(*ctx, std::forward<Args>(args)...);
     }
     TensorList outputs;
-    if constexpr (std::is_same_v<std::decay_t<Ret>, Tensor>) outputs = {result};
-    else outputs = result;
+    if constexpr (std::is_same_v<std::decay_t<Ret>, Tensor>)
+      outputs = {result};
+    else
+      outputs = result;
     if (needs_grad(inputs)) {
       // Outputs that alias an input (returned as is) get a fresh handle so the input's history is kept.
       for (auto& o : outputs)
@@ -77,8 +79,10 @@ struct Function {
                   grads.size(), n_in);
         return grads;
       });
-      if constexpr (std::is_same_v<std::decay_t<Ret>, Tensor>) result = outputs[0];
-      else result = outputs;
+      if constexpr (std::is_same_v<std::decay_t<Ret>, Tensor>)
+        result = outputs[0];
+      else
+        result = outputs;
     }
     return result;
   }

@@ -63,8 +63,9 @@ GradcheckResult gradcheck(const std::function<TensorList(const TensorList&)>& fn
       double num = (fp - fm) / (2 * opts.eps);
       double a = an[static_cast<size_t>(e)];
       if (!(std::abs(a - num) <= opts.atol + opts.rtol * std::abs(num))) {
-        return {false, fmt::format("gradcheck: input {} (shape {}), element {}: analytical {:.10g} vs numerical {:.10g}",
-                                   i, inputs[i].shape(), e, a, num)};
+        return {false,
+                fmt::format("gradcheck: input {} (shape {}), element {}: analytical {:.10g} vs numerical {:.10g}", i,
+                            inputs[i].shape(), e, a, num)};
       }
     }
   }

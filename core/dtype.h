@@ -67,11 +67,24 @@ constexpr DType promote_types(DType a, DType b) {
   return dtype_rank(a) >= dtype_rank(b) ? a : b;
 }
 
-template <class T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::Float64;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::Int64;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::Bool;
+};
 
 }  // namespace asc
 
@@ -83,33 +96,32 @@ template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; 
     return __VA_ARGS__();                   \
   }
 
-#define ASC_DISPATCH_FLOAT(DT, NAME, ...)                                                       \
-  [&] {                                                                                         \
-    switch (DT) {                                                                               \
-      ASC_DISPATCH_CASE_(::asc::DType::Float32, float, __VA_ARGS__)                             \
-      ASC_DISPATCH_CASE_(::asc::DType::Float64, double, __VA_ARGS__)                            \
-      default: ASC_THROW("{}: dtype {} is not supported on CPU (float32/float64 only)", NAME,  \
-                         ::asc::dtype_name(DT));                                                \
-    }                                                                                           \
+#define ASC_DISPATCH_FLOAT(DT, NAME, ...)                                                                             \
+  [&] {                                                                                                               \
+    switch (DT) {                                                                                                     \
+      ASC_DISPATCH_CASE_(::asc::DType::Float32, float, __VA_ARGS__)                                                   \
+      ASC_DISPATCH_CASE_(::asc::DType::Float64, double, __VA_ARGS__)                                                  \
+      default: ASC_THROW("{}: dtype {} is not supported on CPU (float32/float64 only)", NAME, ::asc::dtype_name(DT)); \
+    }                                                                                                                 \
   }()
 
-#define ASC_DISPATCH_ALL(DT, NAME, ...)                                                         \
-  [&] {                                                                                         \
-    switch (DT) {                                                                               \
-      ASC_DISPATCH_CASE_(::asc::DType::Float32, float, __VA_ARGS__)                             \
-      ASC_DISPATCH_CASE_(::asc::DType::Float64, double, __VA_ARGS__)                            \
-      ASC_DISPATCH_CASE_(::asc::DType::Int64, int64_t, __VA_ARGS__)                             \
-      ASC_DISPATCH_CASE_(::asc::DType::Bool, bool, __VA_ARGS__)                                 \
-      default: ASC_THROW("{}: dtype {} is not supported on CPU", NAME, ::asc::dtype_name(DT));  \
-    }                                                                                           \
+#define ASC_DISPATCH_ALL(DT, NAME, ...)                                                        \
+  [&] {                                                                                        \
+    switch (DT) {                                                                              \
+      ASC_DISPATCH_CASE_(::asc::DType::Float32, float, __VA_ARGS__)                            \
+      ASC_DISPATCH_CASE_(::asc::DType::Float64, double, __VA_ARGS__)                           \
+      ASC_DISPATCH_CASE_(::asc::DType::Int64, int64_t, __VA_ARGS__)                            \
+      ASC_DISPATCH_CASE_(::asc::DType::Bool, bool, __VA_ARGS__)                                \
+      default: ASC_THROW("{}: dtype {} is not supported on CPU", NAME, ::asc::dtype_name(DT)); \
+    }                                                                                          \
   }()
 
-#define ASC_DISPATCH_NUMERIC(DT, NAME, ...)                                                     \
-  [&] {                                                                                         \
-    switch (DT) {                                                                               \
-      ASC_DISPATCH_CASE_(::asc::DType::Float32, float, __VA_ARGS__)                             \
-      ASC_DISPATCH_CASE_(::asc::DType::Float64, double, __VA_ARGS__)                            \
-      ASC_DISPATCH_CASE_(::asc::DType::Int64, int64_t, __VA_ARGS__)                             \
-      default: ASC_THROW("{}: dtype {} is not supported on CPU", NAME, ::asc::dtype_name(DT));  \
-    }                                                                                           \
+#define ASC_DISPATCH_NUMERIC(DT, NAME, ...)                                                    \
+  [&] {                                                                                        \
+    switch (DT) {                                                                              \
+      ASC_DISPATCH_CASE_(::asc::DType::Float32, float, __VA_ARGS__)                            \
+      ASC_DISPATCH_CASE_(::asc::DType::Float64, double, __VA_ARGS__)                           \
+      ASC_DISPATCH_CASE_(::asc::DType::Int64, int64_t, __VA_ARGS__)                            \
+      default: ASC_THROW("{}: dtype {} is not supported on CPU", NAME, ::asc::dtype_name(DT)); \
+    }                                                                                          \
   }()

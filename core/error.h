@@ -21,11 +21,11 @@ class Error : public std::runtime_error {
 }  // namespace asc
 
 // ASC_CHECK(cond, "op: message {}", args...) throws asc::Error(fmt::format(...)) when cond is false.
-#define ASC_CHECK(cond, ...)                                   \
-  do {                                                         \
-    if (!(cond)) [[unlikely]] {                                \
-      throw ::asc::Error(::fmt::format(__VA_ARGS__));          \
-    }                                                          \
+#define ASC_CHECK(cond, ...)                          \
+  do {                                                \
+    if (!(cond)) [[unlikely]] {                       \
+      throw ::asc::Error(::fmt::format(__VA_ARGS__)); \
+    }                                                 \
   } while (0)
 
 #define ASC_THROW(...) throw ::asc::Error(::fmt::format(__VA_ARGS__))

@@ -35,7 +35,8 @@ bool has_internal_overlap(const Tensor& t) {
   if (t.numel() <= 1) return false;
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size > 1
   for (int d = 0; d < t.dim(); ++d)
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d) < 0 ? -t.stride(d) : t.stride(d), t.size(d));  // mirrored: same overlap
+    if (t.size(d) > 1)
+      dims.emplace_back(t.stride(d) < 0 ? -t.stride(d) : t.stride(d), t.size(d));  // mirrored: same overlap
   std::sort(dims.begin(), dims.end());
   // Dims by increasing stride: each stride must pass the furthest element the smaller dims reach, else two index
   // tuples can meet (or the layout is too tangled to tell, which counts as overlap).

@@ -78,12 +78,14 @@ using Strides = Dims;
 
 inline int64_t checked_mul(int64_t a, int64_t b, const char* op, const char* what = "size") {
   int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) [[unlikely]] throw_size_overflow(op, what, a, b);
+  if (__builtin_mul_overflow(a, b, &r)) [[unlikely]]
+    throw_size_overflow(op, what, a, b);
   return r;
 }
 inline int64_t checked_add(int64_t a, int64_t b, const char* op, const char* what = "size") {
   int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) [[unlikely]] throw_size_overflow(op, what, a, b);
+  if (__builtin_add_overflow(a, b, &r)) [[unlikely]]
+    throw_size_overflow(op, what, a, b);
   return r;
 }
 

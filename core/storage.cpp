@@ -61,8 +61,10 @@ class CpuAllocator final : public Allocator {
     if (nbytes == 0) return nullptr;
     // A request beyond this machine's memory is refused before the system allocator sees it: its answer would be a
     // pointer the kernel kills the process for later (overcommit) or, under AddressSanitizer, an abort.
-    ASC_CHECK(nbytes <= physical_memory(), "cpu allocator: out of memory: {} bytes requested, more than this "
-              "machine's {} bytes of memory", nbytes, physical_memory());
+    ASC_CHECK(nbytes <= physical_memory(),
+              "cpu allocator: out of memory: {} bytes requested, more than this "
+              "machine's {} bytes of memory",
+              nbytes, physical_memory());
     size_t rounded = (nbytes + kLine - 1) & ~(kLine - 1);
     if (kUseCache && rounded <= kMaxCached) {
       Cache& c = cache();

@@ -91,7 +91,8 @@ namespace {
 // A view op: `v` shares x's storage; backward maps the view's gradient back to x's shape.
 Tensor record_view(const char* name, const Tensor& x, Tensor v, std::function<Tensor(const Tensor&)> back) {
   if (autograd::needs_grad(x))
-    autograd::record(name, {x}, {v}, [back = std::move(back)](const TensorList& g) -> TensorList { return {back(g[0])}; });
+    autograd::record(name, {x}, {v},
+                     [back = std::move(back)](const TensorList& g) -> TensorList { return {back(g[0])}; });
   return v;
 }
 
@@ -109,7 +110,8 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
     }
   }
   if (infer >= 0) {
-    ASC_CHECK(known != 0 && numel % known == 0, "{}: shape {} is invalid for a tensor of {} elements", op, shape, numel);
+    ASC_CHECK(known != 0 && numel % known == 0, "{}: shape {} is invalid for a tensor of {} elements", op, shape,
+              numel);
     out[infer] = numel / known;
   }
   ASC_CHECK(checked_numel(out, op) == numel, "{}: shape {} is invalid for a tensor of {} elements", op, shape, numel);
@@ -152,7 +154,8 @@ Tensor Tensor::view(const Shape& shape) const {
   ASC_CHECK(st.has_value(), "view: cannot view a tensor of shape {} with strides {} as {}; use reshape()",
             this->shape(), strides(), ns);
   Shape old = this->shape();
-  return record_view("view", *this, make_view(*this, ns, *st, offset()), [old](const Tensor& g) { return g.reshape(old); });
+  return record_view("view", *this, make_view(*this, ns, *st, offset()),
+                     [old](const Tensor& g) { return g.reshape(old); });
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
@@ -216,30 +219,31 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Strides st = strides();
   ns[dd] = end == start ? 0 : (end - start - 1) / step + 1;  // not (end - start + step - 1) / step: overflows
   st[dd] = ns[dd] > 1 ? checked_mul(st[dd], step, "slice", "stride") : st[dd];
-  const int64_t off = ns[dd] > 0 ? checked_add(offset(), checked_mul(start, stride(dd), "slice", "offset"), "slice", "offset")
-                                 : offset();
+  const int64_t off = ns[dd] > 0
+                          ? checked_add(offset(), checked_mul(start, stride(dd), "slice", "offset"), "slice", "offset")
+                          : offset();
   Shape old = shape();
-  return record_view("slice", *this, make_view(*this, ns, st, off),
-                     [old, dd, start, end, step](const Tensor& g) {
-                       Tensor full = zeros(old, g.options());
-                       full.slice(dd, start, end, step).copy_(g);
-                       return full;
-                     });
+  return record_view("slice", *this, make_view(*this, ns, st, off), [old, dd, start, end, step](const Tensor& g) {
+    Tensor full = zeros(old, g.options());
+    full.slice(dd, start, end, step).copy_(g);
+    return full;
+  });
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   int dd = wrap_dim(d, dim(), "narrow");
-  ASC_CHECK(start >= 0 && length >= 0 && length <= size(dd) && start <= size(dd) - length,  // no start + length: overflows
-            "narrow: start {} and length {} are out of bounds for dimension {} of size {} (shape {})", start, length,
-            dd, size(dd), shape());
+  ASC_CHECK(
+      start >= 0 && length >= 0 && length <= size(dd) && start <= size(dd) - length,  // no start + length: overflows
+      "narrow: start {} and length {} are out of bounds for dimension {} of size {} (shape {})", start, length, dd,
+      size(dd), shape());
   return slice(dd, start, start + length);
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
   int dd = wrap_dim(d, dim(), "select");
   int64_t n = size(dd);
-  ASC_CHECK(index >= -n && index < n, "select: index {} is out of range for dimension {} of size {} (shape {})",
-            index, dd, n, shape());
+  ASC_CHECK(index >= -n && index < n, "select: index {} is out of range for dimension {} of size {} (shape {})", index,
+            dd, n, shape());
   if (index < 0) index += n;
   return narrow(dd, index, 1).squeeze(dd);
 }
@@ -263,7 +267,8 @@ Tensor Tensor::squeeze(std::optional<int64_t> d) const {
       }
   }
   Shape old = shape();
-  return record_view("squeeze", *this, make_view(*this, ns, st, offset()), [old](const Tensor& g) { return g.reshape(old); });
+  return record_view("squeeze", *this, make_view(*this, ns, st, offset()),
+                     [old](const Tensor& g) { return g.reshape(old); });
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -274,7 +279,8 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   ns.insert(dd, 1);
   st.insert(dd, s);
   Shape old = shape();
-  return record_view("unsqueeze", *this, make_view(*this, ns, st, offset()), [old](const Tensor& g) { return g.reshape(old); });
+  return record_view("unsqueeze", *this, make_view(*this, ns, st, offset()),
+                     [old](const Tensor& g) { return g.reshape(old); });
 }
 
 Tensor Tensor::expand(const Shape& shape_in) const {
@@ -293,7 +299,8 @@ Tensor Tensor::expand(const Shape& shape_in) const {
   checked_numel(ns, "expand");
   Strides st = broadcast_strides(shape(), strides(), ns);
   Shape old = shape();
-  return record_view("expand", *this, make_view(*this, ns, st, offset()), [old](const Tensor& g) { return sum_to(g, old); });
+  return record_view("expand", *this, make_view(*this, ns, st, offset()),
+                     [old](const Tensor& g) { return sum_to(g, old); });
 }
 
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
@@ -332,7 +339,8 @@ Tensor Tensor::to(Device dev, bool non_blocking) const {
   }
   if (autograd::needs_grad(*this)) {
     Device back = device();
-    autograd::record("to(device)", {*this}, {out}, [back](const TensorList& g) -> TensorList { return {g[0].to(back)}; });
+    autograd::record("to(device)", {*this}, {out},
+                     [back](const TensorList& g) -> TensorList { return {g[0].to(back)}; });
   }
   return out;
 }
@@ -343,8 +351,7 @@ bool Tensor::is_pinned() const {
 
 Tensor Tensor::pin_memory() const {
   ASC_CHECK(defined(), "pin_memory: undefined tensor");
-  ASC_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got a tensor {} on {}", shape(),
-            device());
+  ASC_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got a tensor {} on {}", shape(), device());
   if (is_pinned()) return *this;
   Allocator* pinned = pinned_allocator();
   ASC_CHECK(pinned != nullptr, "pin_memory: pinned host memory needs a CUDA device (none available; tensor {})",
@@ -459,9 +466,12 @@ std::string to_string(const Tensor& t, int max_per_dim) {
   std::function<void(int, int64_t)> rec = [&](int d, int64_t base) {
     if (d == t.dim()) {
       double x = v[static_cast<size_t>(base)];
-      if (t.dtype() == kBool) s += x != 0 ? "true" : "false";
-      else if (fl) s += fmt::format("{:.4f}", x);
-      else s += fmt::format("{}", static_cast<int64_t>(x));
+      if (t.dtype() == kBool)
+        s += x != 0 ? "true" : "false";
+      else if (fl)
+        s += fmt::format("{:.4f}", x);
+      else
+        s += fmt::format("{}", static_cast<int64_t>(x));
       return;
     }
     s += "[";
@@ -479,8 +489,10 @@ std::string to_string(const Tensor& t, int max_per_dim) {
   rec(0, 0);
   s += fmt::format(", shape={}, dtype={}", t.shape(), t.dtype());
   if (!t.device().is_cpu()) s += fmt::format(", device={}", t.device());
-  if (t.grad_fn()) s += fmt::format(", grad_fn={}", t.grad_fn()->name());
-  else if (t.requires_grad()) s += ", requires_grad=true";
+  if (t.grad_fn())
+    s += fmt::format(", grad_fn={}", t.grad_fn()->name());
+  else if (t.requires_grad())
+    s += ", requires_grad=true";
   return s + ")";
 }
 
@@ -543,8 +555,7 @@ Tensor eye(int64_t n, TensorOptions opts) {
 
 namespace {
 template <class Fill>
-Tensor random_tensor(const Shape& shape, TensorOptions opts, Generator* gen, uint64_t per_block,
-                     Fill fill) {
+Tensor random_tensor(const Shape& shape, TensorOptions opts, Generator* gen, uint64_t per_block, Fill fill) {
   bool rg = opts.requires_grad;
   opts.requires_grad = false;
   Tensor t = Tensor::empty(shape, opts);

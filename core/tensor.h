@@ -42,16 +42,16 @@ struct TensorOptions {
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
-  Strides strides;  // in elements
+  Strides strides;     // in elements
   int64_t offset = 0;  // in elements
   DType dtype = kFloat32;
 
   // --- autograd metadata ---
-  bool requires_grad = false;                          // set on leaves; non-leaves have a grad_fn
-  std::shared_ptr<autograd::Node> grad_fn;             // the node that produced this tensor (non-leaf)
-  uint32_t output_nr = 0;                              // which output of grad_fn this is
-  std::shared_ptr<TensorImpl> grad;                    // accumulated .grad (leaves, or retain_grad)
-  std::shared_ptr<autograd::Node> grad_accumulator;    // leaves requiring grad: their AccumulateGrad node
+  bool requires_grad = false;                        // set on leaves; non-leaves have a grad_fn
+  std::shared_ptr<autograd::Node> grad_fn;           // the node that produced this tensor (non-leaf)
+  uint32_t output_nr = 0;                            // which output of grad_fn this is
+  std::shared_ptr<TensorImpl> grad;                  // accumulated .grad (leaves, or retain_grad)
+  std::shared_ptr<autograd::Node> grad_accumulator;  // leaves requiring grad: their AccumulateGrad node
   bool retains_grad = false;
 };
 
@@ -71,7 +71,7 @@ class Tensor {
   const Shape& shape() const { return checked("shape").shape; }
   const Strides& strides() const { return checked("strides").strides; }
   int dim() const { return checked("dim").shape.size(); }
-  int64_t size(int64_t d) const;   // negative d counts from the end
+  int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t stride(int64_t d) const;
   int64_t numel() const { return numel_of(checked("numel").shape); }
   int64_t offset() const { return checked("offset").offset; }
@@ -80,7 +80,9 @@ class Tensor {
   size_t element_size() const { return dtype_size(checked("element_size").dtype); }
   bool is_contiguous() const;
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
-  bool shares_storage(const Tensor& o) const { return checked("shares_storage").storage == o.checked("shares_storage").storage; }
+  bool shares_storage(const Tensor& o) const {
+    return checked("shares_storage").storage == o.checked("shares_storage").storage;
+  }
   TensorOptions options() const { return {dtype(), device(), false}; }
 
   // Raw element pointer (already offset). CPU kernels only; checks the dtype.
@@ -135,10 +137,10 @@ class Tensor {
   Tensor select(int64_t dim, int64_t index) const;  // removes `dim`
   Tensor squeeze(std::optional<int64_t> dim = std::nullopt) const;
   Tensor unsqueeze(int64_t dim) const;
-  Tensor expand(const Shape& shape) const;  // -1 keeps a size
-  Tensor contiguous() const;               // *this when already contiguous, else a copy
-  Tensor clone() const;                    // always a copy (differentiable)
-  Tensor to(DType dtype) const;            // cast (differentiable between float types)
+  Tensor expand(const Shape& shape) const;                      // -1 keeps a size
+  Tensor contiguous() const;                                    // *this when already contiguous, else a copy
+  Tensor clone() const;                                         // always a copy (differentiable)
+  Tensor to(DType dtype) const;                                 // cast (differentiable between float types)
   Tensor to(Device device) const { return to(device, false); }  // copy to another device (differentiable)
   // non_blocking: a host->device copy from a pinned tensor is queued on the destination device's current stream
   // and returns at once (ops on that stream see the data; do not write the source before cuda::synchronize()).
@@ -183,7 +185,8 @@ class Tensor {
   // The impl, or asc::Error naming `method` for an undefined (default-constructed) tensor: every method checks,
   // as the free functions do, instead of dereferencing null.
   TensorImpl& checked(const char* method) const {
-    if (!impl_) [[unlikely]] throw_undefined(method);
+    if (!impl_) [[unlikely]]
+      throw_undefined(method);
     return *impl_;
   }
   [[noreturn]] static void throw_undefined(const char* method);

@@ -113,12 +113,12 @@ struct RowStats {
 // What row_forward leaves besides the shared arrays: the same values in every thread of the block.
 template <class T>
 struct RowState {
-  int m;                                  // |N(i)|
-  T la, ls, lc;                           // λ times the gate, per term
+  int m;         // |N(i)|
+  T la, ls, lc;  // λ times the gate, per term
   T gamma_a, gamma_c, eta, rho, W, var_c, snorm, cdiv;
-  T fa, fc;                               // raw align = fa r, raw coh = fc dc
+  T fa, fc;  // raw align = fa r, raw coh = fc dc
   RowStats<T> sa, ss, sc;
-  T mx;                                   // max_j S_j / τ over kept keys; -inf: the row keeps no key (A is not set)
+  T mx;  // max_j S_j / τ over kept keys; -inf: the row keeps no key (A is not set)
 };
 
 template <class T>
@@ -152,8 +152,7 @@ __device__ RowStats<T> row_stats(const T* src, T f, const T* keep, int64_t n, do
 // Backward of the standardisation, in place on g: dx_j = (g_j - mean(g) - xc_j mean(g xc) / (σ s)) / s on kept j,
 // 0 elsewhere and on constant rows (x_j = f src_j, xc = x - μ, means over kept entries).
 template <class T>
-__device__ void standardize_backward(const T* src, T f, const T* keep, int64_t n, const RowStats<T>& st, T* g,
-                                     T* red) {
+__device__ void standardize_backward(const T* src, T f, const T* keep, int64_t n, const RowStats<T>& st, T* g, T* red) {
   if (st.constant || st.count == 0) {
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) g[j] = T(0);
     __syncthreads();
@@ -340,8 +339,8 @@ __device__ void row_forward(const Params& p, int64_t i, const RowKeys<T>& w, Row
   const T ws = p.use_sep ? scal(kOmegaS) * om * (after ? st.ls : T(1)) * st.ss.scale : T(0);
   const T wc = p.use_coh ? scal(kOmegaC) * om * (after ? st.lc : T(1)) * st.sc.scale : T(0);
   const In<S> bp{p.bias ? static_cast<const S*>(p.bias) + b * p.bias_stride[0] + h * p.bias_stride[1] +
-                            i * p.bias_stride[2]
-                      : nullptr};
+                              i * p.bias_stride[2]
+                        : nullptr};
   const T inv_tau = T(1) / scal(kTauScore);
   T mx = ninf, nans = 0;  // fmax passes NaN over: count the kept NaN scores, and make the row NaN if there is one
   for (int64_t j = tid; j < n; j += nt) {
@@ -407,8 +406,8 @@ __global__ void row_norms_kernel(In<S> x, int64_t rows, int64_t cols, T* norm) {
 
 // Backward of y = x / max(|x|, eps) per row: dx = (dy - y (y·dy)) / |x|, or dy / eps below eps. One warp per row.
 template <class S, class T>
-__global__ void unit_rows_backward_kernel(In<S> x, const T* norm, const T* dy, int64_t rows, int64_t cols,
-                                          double eps, T* dx) {
+__global__ void unit_rows_backward_kernel(In<S> x, const T* norm, const T* dy, int64_t rows, int64_t cols, double eps,
+                                          T* dx) {
   const int64_t r = blockIdx.x;
   if (r >= rows) return;
   const T nr = norm[r];
@@ -697,8 +696,9 @@ cudaError_t forward(FloatElem t, const Params& p, cudaStream_t stream) {
   const dim3 grid(grid_dim(p.scratch ? p.rows_in_flight : p.T), grid_dim(p.B * p.H, kMaxGridYZ), 1);
   return visit_float_elem(t, [&](auto tag) {
     using S = decltype(tag);
-    const cudaError_t err = p.scratch ? launch_kernel(ascender_forward_kernel<S, true>, grid, dim3(kThreads), stream, p)
-                                      : launch_kernel(ascender_forward_kernel<S, false>, grid, dim3(kThreads), stream, p);
+    const cudaError_t err = p.scratch
+                                ? launch_kernel(ascender_forward_kernel<S, true>, grid, dim3(kThreads), stream, p)
+                                : launch_kernel(ascender_forward_kernel<S, false>, grid, dim3(kThreads), stream, p);
     return err != cudaSuccess ? err : cudaGetLastError();
   });
 }

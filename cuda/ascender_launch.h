@@ -11,9 +11,9 @@
 
 namespace asc::cuda::ascender_launch {
 
-constexpr int kMaxHeads = 16;   // per-head configuration travels in the kernel's parameters
-constexpr int kMaxK = 64;       // neighbourhood size
-constexpr int kMaxDim = 256;    // d, d_z, d_a
+constexpr int kMaxHeads = 16;  // per-head configuration travels in the kernel's parameters
+constexpr int kMaxK = 64;      // neighbourhood size
+constexpr int kMaxDim = 256;   // d, d_z, d_a
 // The (key) arrays a row keeps: seven in the forward, ten in the backward. They live in 48 KiB of static shared
 // memory — with the row's vectors, that holds max_keys / max_keys_backward keys — or, for longer rows, in a global
 // workspace of rows_in_flight rows per head (Params::scratch), which the blocks visit grid-strided: memory linear in

@@ -41,8 +41,9 @@ flash_launch::View4 view_of(const Tensor& t) { return {t.stride(0), t.stride(1),
 
 flash_launch::Problem problem_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask,
                                  const Tensor& bias, bool causal, double scale) {
-  flash_launch::Problem p{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), q.raw_data(), k.raw_data(),
-                          v.raw_data(), view_of(q), view_of(k), view_of(v), nullptr, {}, nullptr, {}, causal, scale};
+  flash_launch::Problem p{q.size(0),    q.size(1),    q.size(2),  k.size(2),  q.size(3),  q.raw_data(),
+                          k.raw_data(), v.raw_data(), view_of(q), view_of(k), view_of(v), nullptr,
+                          {},           nullptr,      {},         causal,     scale};
   if (keep_mask.defined()) p.keep = keep_mask.data_ptr<bool>(), p.sm = view_of(keep_mask);
   if (bias.defined()) p.bias = bias.raw_data(), p.sb = view_of(bias);
   return p;
@@ -60,8 +61,10 @@ void sdpa_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, const T
     return;
   }
   why = flash_why(q);
-  if (why.empty()) engine = "CUDA flash kernel";
-  else why = fmt::format("{}; cuDNN: {}", why, no_cudnn);
+  if (why.empty())
+    engine = "CUDA flash kernel";
+  else
+    why = fmt::format("{}; cuDNN: {}", why, no_cudnn);
 }
 
 void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask, const Tensor& bias,

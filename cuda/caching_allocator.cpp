@@ -55,8 +55,8 @@ struct CachingAllocator::Impl {
   mutable std::mutex mu;
   std::map<std::pair<uintptr_t, bool>, FreeSet> pools;  // (stream, small) -> free blocks
   std::unordered_map<const void*, Block*> live;
-  std::vector<Block*> pending;                  // freed, waiting for recorded streams
-  std::map<const char*, Block*> segments;       // segment base -> its first block (stable for its lifetime)
+  std::vector<Block*> pending;             // freed, waiting for recorded streams
+  std::map<const char*, Block*> segments;  // segment base -> its first block (stable for its lifetime)
   MemoryStats st;
 
   FreeSet& pool_of(const Block* b) { return pools[{b->stream, b->small}]; }
@@ -190,8 +190,8 @@ struct CachingAllocator::Impl {
       for (const Block* b = it->second; b; b = b->next) {
         if (p < b->ptr || p >= b->ptr + b->size) continue;
         if (p == b->ptr && b->state != BlockState::Live)
-          return fmt::format("{}: {} {} (its block of {} is already {})", name, freeing ? "double free of" : "not live:",
-                             ptr, b->size,
+          return fmt::format("{}: {} {} (its block of {} is already {})", name,
+                             freeing ? "double free of" : "not live:", ptr, b->size,
                              b->state == BlockState::Free ? "free" : "freed, waiting for its recorded streams");
         return fmt::format("{}: {} points {} bytes into a block of {}, not at its start", name, ptr, p - b->ptr,
                            b->size);

@@ -43,8 +43,8 @@ class DeviceMemory {
 
 class CachingAllocator {
  public:
-  static constexpr size_t kMinBlock = 512;             // rounding granularity and smallest block
-  static constexpr size_t kSmallSize = size_t{1} << 20;  // requests up to this size use the small pool
+  static constexpr size_t kMinBlock = 512;                  // rounding granularity and smallest block
+  static constexpr size_t kSmallSize = size_t{1} << 20;     // requests up to this size use the small pool
   static constexpr size_t kSmallSegment = size_t{2} << 20;  // segment size of the small pool
   static constexpr size_t kLargeRound = size_t{2} << 20;    // large segments are rounded up to this
 
@@ -66,7 +66,7 @@ class CachingAllocator {
   void empty_cache();
 
   MemoryStats stats() const;
-  void reset_peak_stats();  // peaks := current values
+  void reset_peak_stats();           // peaks := current values
   bool owns(const void* ptr) const;  // ptr is a live block of this allocator
 
   // Rounded block size and segment size for a request (the policy, exposed for tests and diagnostics).

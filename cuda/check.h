@@ -10,24 +10,24 @@
 
 #include "core/error.h"
 
-#define ASC_CUDA_CHECK(call)                                                                              \
-  do {                                                                                                    \
-    cudaError_t asc_err_ = (call);                                                                        \
-    ASC_CHECK(asc_err_ == cudaSuccess, "CUDA error in {}: {} ({})", #call, cudaGetErrorName(asc_err_),     \
-              cudaGetErrorString(asc_err_));                                                              \
+#define ASC_CUDA_CHECK(call)                                                                           \
+  do {                                                                                                 \
+    cudaError_t asc_err_ = (call);                                                                     \
+    ASC_CHECK(asc_err_ == cudaSuccess, "CUDA error in {}: {} ({})", #call, cudaGetErrorName(asc_err_), \
+              cudaGetErrorString(asc_err_));                                                           \
   } while (0)
 
 // After a kernel launch: launch-configuration errors surface here; asynchronous faults at the next sync.
-#define ASC_CUDA_CHECK_LAUNCH(name)                                                                       \
-  do {                                                                                                    \
-    cudaError_t asc_err_ = cudaGetLastError();                                                            \
+#define ASC_CUDA_CHECK_LAUNCH(name)                                                                        \
+  do {                                                                                                     \
+    cudaError_t asc_err_ = cudaGetLastError();                                                             \
     ASC_CHECK(asc_err_ == cudaSuccess, "CUDA kernel launch {}: {} ({})", name, cudaGetErrorName(asc_err_), \
-              cudaGetErrorString(asc_err_));                                                              \
+              cudaGetErrorString(asc_err_));                                                               \
   } while (0)
 
-#define ASC_CUBLAS_CHECK(call)                                                                            \
-  do {                                                                                                    \
-    cublasStatus_t asc_st_ = (call);                                                                      \
-    ASC_CHECK(asc_st_ == CUBLAS_STATUS_SUCCESS, "cuBLAS error in {}: {} ({})", #call,                      \
-              cublasGetStatusName(asc_st_), cublasGetStatusString(asc_st_));                              \
+#define ASC_CUBLAS_CHECK(call)                                                                                      \
+  do {                                                                                                              \
+    cublasStatus_t asc_st_ = (call);                                                                                \
+    ASC_CHECK(asc_st_ == CUBLAS_STATUS_SUCCESS, "cuBLAS error in {}: {} ({})", #call, cublasGetStatusName(asc_st_), \
+              cublasGetStatusString(asc_st_));                                                                      \
   } while (0)

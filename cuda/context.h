@@ -38,19 +38,19 @@ FloatElem float_elem_of(const char* op, DType t);
 // ---- the backend's side of the public API of cuda/cuda.h (same meanings), which cuda/backend.cpp registers with the
 // CPU library (cuda/runtime_api.h). Code of cuda/ may call these directly. ---------------------------------------
 namespace impl {
-int device_count();                       // cuda/runtime.cu
+int device_count();  // cuda/runtime.cu
 std::string device_name(int index);
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 void empty_cache();
 void record_stream(const void* data, uintptr_t stream);
-int current_device_or_none();             // cuda/context.cpp: -1 when no device is usable
+int current_device_or_none();  // cuda/context.cpp: -1 when no device is usable
 void set_device(int index);
 void restore_device(int index) noexcept;  // never throws: DeviceScope's destructor calls it
 void synchronize();
 void set_allow_tf32(bool allow);
 bool allow_tf32();
-PinnedStats pinned_memory_stats();        // cuda/host_allocator.cpp
+PinnedStats pinned_memory_stats();  // cuda/host_allocator.cpp
 void empty_pinned_cache();
 }  // namespace impl
 

@@ -27,13 +27,13 @@ bool allow_tf32();
 // requests rounded up to 512 B (a large block also keeps a remainder of up to 1 MiB that was not worth
 // splitting off); "reserved" is the device memory held in segments, live or cached.
 struct MemoryStats {
-  size_t allocated = 0;             // bytes in live blocks
+  size_t allocated = 0;  // bytes in live blocks
   size_t peak_allocated = 0;
   uint64_t num_device_mallocs = 0;  // segments obtained from the device (cudaMalloc calls that succeeded)
   size_t reserved = 0;              // bytes of segments held (allocated + cached free)
   size_t peak_reserved = 0;
-  uint64_t num_device_frees = 0;    // segments returned to the device (empty_cache, out-of-memory recovery)
-  uint64_t num_allocs = 0;          // successful allocations
+  uint64_t num_device_frees = 0;  // segments returned to the device (empty_cache, out-of-memory recovery)
+  uint64_t num_allocs = 0;        // successful allocations
   uint64_t num_frees = 0;
   uint64_t num_cache_hits = 0;      // allocations served from cached blocks without a device malloc
   uint64_t num_oom_retries = 0;     // device mallocs that failed, emptied the cache and were retried
@@ -52,12 +52,12 @@ void record_stream(const void* data, uintptr_t stream);
 // Counters of the pinned host memory pool behind Tensor::pin_memory() (cuda/host_allocator.h).
 //   auto before = asc::cuda::pinned_memory_stats().num_host_allocs;  // flat in a steady loop: blocks are reused
 struct PinnedStats {
-  size_t allocated = 0;          // bytes in live blocks (sizes rounded up to a power of two, >= 4 KiB)
-  size_t reserved = 0;           // bytes of pinned memory held, live or cached
-  uint64_t num_host_allocs = 0;  // cudaHostAlloc calls
-  uint64_t num_host_frees = 0;   // cudaFreeHost calls (empty_pinned_cache)
-  uint64_t num_allocs = 0;       // blocks handed out
-  uint64_t num_cache_hits = 0;   // ... of which came from the cache
+  size_t allocated = 0;            // bytes in live blocks (sizes rounded up to a power of two, >= 4 KiB)
+  size_t reserved = 0;             // bytes of pinned memory held, live or cached
+  uint64_t num_host_allocs = 0;    // cudaHostAlloc calls
+  uint64_t num_host_frees = 0;     // cudaFreeHost calls (empty_pinned_cache)
+  uint64_t num_allocs = 0;         // blocks handed out
+  uint64_t num_cache_hits = 0;     // ... of which came from the cache
   uint64_t num_recorded_uses = 0;  // asynchronous copies recorded against a block
 };
 PinnedStats pinned_memory_stats();

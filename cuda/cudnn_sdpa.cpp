@@ -82,9 +82,7 @@ DeviceHandle& handle_of(int device) {
 using Dims4 = std::array<int64_t, 4>;
 
 // Unique ids of the graphs' non-virtual tensors (the variant pack binds pointers to them); virtuals count from 100.
-enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kdO, kdQ, kdK, kdV, kSoftmaxSum, kdQAccum, kOne
-};
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kdO, kdQ, kdK, kdV, kSoftmaxSum, kdQAccum, kOne };
 
 // Descriptors of one operation graph under construction; all destroyed with it except the plan it returns.
 class GraphBuilder {
@@ -201,8 +199,8 @@ class GraphBuilder {
     if (device) set(heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &device);
     build_check(cudnnBackendFinalize(heur), "finalize engine heuristics");
     int64_t count = 0;
-    build_check(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                         &count, nullptr),
+    build_check(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                         nullptr),
                 "count engine configs");
     *configs_out = 0;
     if (count == 0) throw BuildError{"no cuDNN engine supports this attention graph on this device"};
@@ -217,10 +215,10 @@ class GraphBuilder {
     for (int64_t i = 0; i < got; ++i) {
       cudnnBackendDescriptor_t plan = nullptr;
       build_check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan), "create plan");
-      cudnnStatus_t s = handle ? cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
-                                                          &handle)
-                               : cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP,
-                                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &device);
+      cudnnStatus_t s =
+          handle ? cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
+                 : cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                            1, &device);
       if (s == CUDNN_STATUS_SUCCESS)
         s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                                      &configs[static_cast<size_t>(i)]);
@@ -283,8 +281,8 @@ cudnnBackendDescriptor_t causal_mask(GraphBuilder& g, cudnnBackendDescriptor_t x
 }
 
 // Forward graph, §1 of the recipe in the file comment.
-void build_forward(GraphBuilder& g, const Dims4& qd, const Dims4& qs, const Dims4& kd, const Dims4& ks,
-                   const Dims4& vs, const Dims4& os, bool causal) {
+void build_forward(GraphBuilder& g, const Dims4& qd, const Dims4& qs, const Dims4& kd, const Dims4& ks, const Dims4& vs,
+                   const Dims4& os, bool causal) {
   const int64_t B = qd[0], H = qd[1], T = qd[2], D = qd[3], S = kd[2];
   const Dims4 scores{B, H, T, S}, row{B, H, T, 1};
   auto q = g.tensor(g.io(), qd, qs, kQ);
@@ -378,8 +376,8 @@ using PlanKey = std::tuple<int, bool, int, Dims4, Dims4, Dims4, Dims4, Dims4, Di
 
 // The cached plan for (device, backward?, dtype, shapes, strides, causal), built on first use. Plans are never
 // destroyed (a handful per model; destroying them at exit races the driver).
-const Plan& plan_for(int device, bool backward, cudnnDataType_t io, const Dims4& qd, const Dims4& qs,
-                     const Dims4& kd, const Dims4& ks, const Dims4& vs, const Dims4& os, bool causal) {
+const Plan& plan_for(int device, bool backward, cudnnDataType_t io, const Dims4& qd, const Dims4& qs, const Dims4& kd,
+                     const Dims4& ks, const Dims4& vs, const Dims4& os, bool causal) {
   static std::mutex mu;
   static std::map<PlanKey, Plan> cache;
   std::lock_guard<std::mutex> lock(mu);
@@ -447,9 +445,10 @@ std::string cudnn_sdpa_unsupported(const Tensor& q, const Tensor& k, const Tenso
   if (causal && q.size(2) != k.size(2)) return "causal with T != S";
   for (const Tensor* t : {&q, &k, &v}) {
     if (t->stride(3) != 1 || t->stride(0) % 8 || t->stride(1) % 8 || t->stride(2) % 8 || !aligned16(*t))
-      return fmt::format("q/k/v of shape {} with strides {} (the fused kernels need unit stride in D and 16-byte "
-                         "aligned rows)",
-                         t->shape(), t->strides());
+      return fmt::format(
+          "q/k/v of shape {} with strides {} (the fused kernels need unit stride in D and 16-byte "
+          "aligned rows)",
+          t->shape(), t->strides());
   }
   const int device = q.device().index;
   const Dims4 os = heads_last_strides(q.size(1), q.size(2), D);
@@ -506,9 +505,9 @@ void cudnn_sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   Tensor dq_accum = zeros({B, H, T, D}, {.dtype = kFloat32, .device = q.device()});
   float scale_f = static_cast<float>(scale), one = 1.0f, neg_inf = -INFINITY;
   std::vector<int64_t> uids{kQ, kK, kV, kO, kdO, kStats, kdQ, kdK, kdV, kSoftmaxSum, kdQAccum, kScale, kOne};
-  std::vector<void*> ptrs{q.raw_data(),  k.raw_data(),  v.raw_data(),  o.raw_data(),
-                          d.raw_data(),  stats.raw_data(), dq.raw_data(), dk.raw_data(),
-                          dv.raw_data(), softmax_sum.raw_data(), dq_accum.raw_data(), &scale_f, &one};
+  std::vector<void*> ptrs{q.raw_data(),        k.raw_data(),  v.raw_data(),  o.raw_data(),  d.raw_data(),
+                          stats.raw_data(),    dq.raw_data(), dk.raw_data(), dv.raw_data(), softmax_sum.raw_data(),
+                          dq_accum.raw_data(), &scale_f,      &one};
   if (causal) uids.push_back(kNegInf), ptrs.push_back(&neg_inf);
   execute(device, p, uids, ptrs);
 }
@@ -541,8 +540,8 @@ std::string cudnn_sdpa_offline_check(const std::string& device_json, DType dtype
       cudnnBackendDestroyDescriptor(plan);
     } catch (const BuildError& e) {
       // With the driver's stub library an accepted graph fails only when its compiled kernel is loaded.
-      status = e.what.find("CUDA_DRIVER") != std::string::npos ? "plans reach kernel load (expected without a GPU)"
-                                                               : e.what;
+      status =
+          e.what.find("CUDA_DRIVER") != std::string::npos ? "plans reach kernel load (expected without a GPU)" : e.what;
     }
     report += fmt::format("{}{}: {} engine configs; {}", backward ? " | " : "", backward ? "backward" : "forward",
                           configs, status);
@@ -564,8 +563,8 @@ std::string cudnn_sdpa_unsupported(const Tensor&, const Tensor&, const Tensor&, 
 void cudnn_sdpa_forward(const Tensor&, const Tensor&, const Tensor&, bool, double, Tensor&, Tensor&) {
   ASC_THROW("scaled_dot_product_attention: this build has no cuDNN");
 }
-void cudnn_sdpa_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         bool, double, Tensor&, Tensor&, Tensor&) {
+void cudnn_sdpa_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool,
+                         double, Tensor&, Tensor&, Tensor&) {
   ASC_THROW("scaled_dot_product_attention: this build has no cuDNN");
 }
 }  // namespace asc::cuda

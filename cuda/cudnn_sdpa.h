@@ -18,8 +18,7 @@ namespace asc::cuda {
 // Empty when the fused kernels can run these inputs (and the backward too, with needs_backward); otherwise why
 // not: a build without cuDNN, a dtype, head dim, stride or alignment cuDNN does not take, or no cuDNN engine
 // for the graph on this device. Builds (and caches) the execution plans it answers for.
-std::string cudnn_sdpa_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                   bool needs_backward);
+std::string cudnn_sdpa_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, bool needs_backward);
 
 // o: (B, H, T, D) like q (allocated here, heads-last layout (B, T, H, D) viewed as (B, H, T, D));
 // stats: (B, H, T, 1) float32 (allocated here).

@@ -10,8 +10,8 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/elementwise_launch.h"
-#include "ops/kernels.h"
 #include "ops/checks.h"
+#include "ops/kernels.h"
 #include "ops/layout.h"
 
 namespace asc::cuda {
@@ -53,11 +53,11 @@ void check_contiguous(const char* name, const Tensor& t) {
   ASC_CHECK(t.is_contiguous(), "{}: the CUDA kernel expects a contiguous output (shape {})", name, t.shape());
 }
 
-#define ASC_LAUNCH(name, call)                                                                                \
-  do {                                                                                                        \
-    cudaError_t asc_e_ = (call);                                                                              \
+#define ASC_LAUNCH(name, call)                                                                                   \
+  do {                                                                                                           \
+    cudaError_t asc_e_ = (call);                                                                                 \
     ASC_CHECK(asc_e_ == cudaSuccess, "{} (CUDA): kernel launch failed: {} ({})", name, cudaGetErrorName(asc_e_), \
-              cudaGetErrorString(asc_e_));                                                                    \
+              cudaGetErrorString(asc_e_));                                                                       \
   } while (0)
 
 }  // namespace
@@ -85,25 +85,23 @@ void binary(math::Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
   const Shape& shape = out.shape();
   auto lay = make_layout<3>(shape, {out.strides(), broadcast_strides(a.shape(), a.strides(), shape),
                                     broadcast_strides(b.shape(), b.strides(), shape)});
-  ASC_LAUNCH("binary",
-             L::binary(op, st(a.dtype()), a.raw_data(), b.raw_data(), out.raw_data(), lay, current_stream()));
+  ASC_LAUNCH("binary", L::binary(op, st(a.dtype()), a.raw_data(), b.raw_data(), out.raw_data(), lay, current_stream()));
 }
 
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
   const Shape& shape = out.shape();
-  auto lay = make_layout<4>(shape, {out.strides(), broadcast_strides(cond.shape(), cond.strides(), shape),
-                                    broadcast_strides(a.shape(), a.strides(), shape),
-                                    broadcast_strides(b.shape(), b.strides(), shape)});
-  ASC_LAUNCH("where", L::where(st(out.dtype()), static_cast<const bool*>(cond.raw_data()), a.raw_data(),
-                               b.raw_data(), out.raw_data(), lay, current_stream()));
+  auto lay = make_layout<4>(
+      shape, {out.strides(), broadcast_strides(cond.shape(), cond.strides(), shape),
+              broadcast_strides(a.shape(), a.strides(), shape), broadcast_strides(b.shape(), b.strides(), shape)});
+  ASC_LAUNCH("where", L::where(st(out.dtype()), static_cast<const bool*>(cond.raw_data()), a.raw_data(), b.raw_data(),
+                               out.raw_data(), lay, current_stream()));
 }
 
 void copy(const Tensor& src, Tensor& dst) {
   ASC_CHECK(src.device() == dst.device(), "copy: tensors are on different devices ({} and {})", src.device(),
             dst.device());
   auto lay = make_layout<2>(dst.shape(), {dst.strides(), broadcast_strides(src.shape(), src.strides(), dst.shape())});
-  ASC_LAUNCH("copy",
-             L::copy(st(src.dtype()), st(dst.dtype()), src.raw_data(), dst.raw_data(), lay, current_stream()));
+  ASC_LAUNCH("copy", L::copy(st(src.dtype()), st(dst.dtype()), src.raw_data(), dst.raw_data(), lay, current_stream()));
 }
 
 void fill(Tensor& dst, double value) {
@@ -114,8 +112,7 @@ void fill(Tensor& dst, double value) {
 void isnan(const Tensor& x, Tensor& out) {
   check_floating("isnan (CUDA)", x);
   auto lay = make_layout<2>(x.shape(), {out.strides(), x.strides()});
-  ASC_LAUNCH("isnan", L::isnan(st(x.dtype()), x.raw_data(), static_cast<bool*>(out.raw_data()), lay,
-                               current_stream()));
+  ASC_LAUNCH("isnan", L::isnan(st(x.dtype()), x.raw_data(), static_cast<bool*>(out.raw_data()), lay, current_stream()));
 }
 
 void sum(const Tensor& x, Tensor& out) {
@@ -137,8 +134,8 @@ void sum(const Tensor& x, Tensor& out) {
     }
   }
   const int64_t m = out.numel(), r = numel_of(rshape);
-  ASC_CHECK(numel_of(kshape) == m || x.numel() == 0, "sum: output shape {} does not match input shape {}",
-            out.shape(), x.shape());
+  ASC_CHECK(numel_of(kshape) == m || x.numel() == 0, "sum: output shape {} does not match input shape {}", out.shape(),
+            x.shape());
   L::Layout<1> kept = make_layout<1>(kshape, {kstr}), red = make_layout<1>(rshape, {rstr});
   kept.numel = m;  // also when x is empty (then r == 0 and every output is 0)
   red.numel = r;
@@ -176,8 +173,8 @@ void normal(Tensor& out, uint64_t seed, uint64_t offset, double mean, double std
 void randint(Tensor& out, uint64_t seed, uint64_t offset, int64_t low, int64_t high) {
   ASC_CHECK(out.dtype() == kInt64, "randint: dtype must be int64, got {}", dtype_name(out.dtype()));
   check_contiguous("randint", out);
-  ASC_LAUNCH("randint", L::randint(static_cast<int64_t*>(out.raw_data()), out.numel(), seed, offset, low, high,
-                                   current_stream()));
+  ASC_LAUNCH("randint",
+             L::randint(static_cast<int64_t*>(out.raw_data()), out.numel(), seed, offset, low, high, current_stream()));
 }
 
 }  // namespace asc::cuda

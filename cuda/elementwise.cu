@@ -41,11 +41,15 @@ __device__ __forceinline__ D convert(S s) {
   } else if constexpr (is_half_v<S>) {
     return convert<D>(static_cast<float>(s));
   } else if constexpr (std::is_same_v<D, bf16>) {
-    if constexpr (std::is_same_v<S, double>) return __double2bfloat16(s);
-    else return __float2bfloat16(static_cast<float>(s));
+    if constexpr (std::is_same_v<S, double>)
+      return __double2bfloat16(s);
+    else
+      return __float2bfloat16(static_cast<float>(s));
   } else if constexpr (std::is_same_v<D, f16>) {
-    if constexpr (std::is_same_v<S, double>) return __double2half(s);
-    else return __float2half(static_cast<float>(s));
+    if constexpr (std::is_same_v<S, double>)
+      return __double2half(s);
+    else
+      return __float2half(static_cast<float>(s));
   } else {
     return static_cast<D>(s);
   }
@@ -118,12 +122,14 @@ __global__ void unary_backward_kernel(const T* __restrict__ g, const T* __restri
 template <class F>
 cudaError_t visit_unary(Unary op, F&& f) {
   switch (op) {
+// clang-format off
 #define ASC_U(name) \
   case Unary::name: return f(std::integral_constant<Unary, Unary::name>{});
     ASC_U(Neg) ASC_U(Exp) ASC_U(Log) ASC_U(Sqrt) ASC_U(Rsqrt) ASC_U(Abs) ASC_U(Relu) ASC_U(Gelu) ASC_U(GeluTanh)
     ASC_U(Silu) ASC_U(Sigmoid) ASC_U(Tanh) ASC_U(Softplus) ASC_U(Clamp) ASC_U(AddScalar) ASC_U(MulScalar)
     ASC_U(RSubScalar) ASC_U(RDivScalar) ASC_U(PowScalar)
 #undef ASC_U
+    // clang-format on
   }
   return cudaErrorInvalidValue;
 }
@@ -181,11 +187,13 @@ __global__ void binary_kernel(const T* __restrict__ a, const T* __restrict__ b, 
 template <class F>
 cudaError_t visit_binary(Binary op, F&& f) {
   switch (op) {
+// clang-format off
 #define ASC_B(name) \
   case Binary::name: return f(std::integral_constant<Binary, Binary::name>{});
-    ASC_B(Add) ASC_B(Sub) ASC_B(Mul) ASC_B(Div) ASC_B(Pow) ASC_B(Max) ASC_B(Min) ASC_B(Eq) ASC_B(Ne) ASC_B(Lt)
-    ASC_B(Le) ASC_B(Gt) ASC_B(Ge) ASC_B(And) ASC_B(Or)
+    ASC_B(Add) ASC_B(Sub) ASC_B(Mul) ASC_B(Div) ASC_B(Pow) ASC_B(Max) ASC_B(Min) ASC_B(Eq) ASC_B(Ne) ASC_B(Lt) ASC_B(Le)
+    ASC_B(Gt) ASC_B(Ge) ASC_B(And) ASC_B(Or)
 #undef ASC_B
+    // clang-format on
   }
   return cudaErrorInvalidValue;
 }
@@ -287,8 +295,10 @@ __global__ void sum_block_kernel(const T* __restrict__ x, T* __restrict__ out, a
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    if (groups == 1) out[j] = convert<T>(buf[0]);
-    else partials[j * groups + g] = buf[0];
+    if (groups == 1)
+      out[j] = convert<T>(buf[0]);
+    else
+      partials[j * groups + g] = buf[0];
   }
 }
 
@@ -320,8 +330,10 @@ __device__ __forceinline__ void for_block_uniforms(int64_t blk, int64_t n, uint6
 #pragma unroll
   for (int64_t j = 0; j < per; ++j) {
     if (i0 + j >= n) break;
-    if constexpr (per == 4) fn(i0 + j, static_cast<double>(uint_to_unit_float(r[j])));
-    else fn(i0 + j, uint_to_unit_double(r[2 * j], r[2 * j + 1]));
+    if constexpr (per == 4)
+      fn(i0 + j, static_cast<double>(uint_to_unit_float(r[j])));
+    else
+      fn(i0 + j, uint_to_unit_double(r[2 * j], r[2 * j + 1]));
   }
 }
 
@@ -334,8 +346,8 @@ __global__ void uniform_kernel(T* __restrict__ out, int64_t n, int64_t blocks, u
 }
 
 template <class T>
-__global__ void dropout_kernel(T* __restrict__ out, int64_t n, int64_t blocks, uint64_t seed, uint64_t offset,
-                               double p, double scale) {
+__global__ void dropout_kernel(T* __restrict__ out, int64_t n, int64_t blocks, uint64_t seed, uint64_t offset, double p,
+                               double scale) {
   const T keep = static_cast<T>(scale), pt = static_cast<T>(p);
   ASC_GRID_STRIDE(blk, blocks) {
     for_block_uniforms<T>(blk, n, seed, offset,
@@ -458,8 +470,8 @@ cudaError_t copy(ScalarType src_t, ScalarType dst_t, const void* src, void* dst,
       using D = decltype(dtag);
       if constexpr (std::is_same_v<S, D>) {
         if (dense) {
-          cudaError_t e = cudaMemcpyAsync(dst, src, static_cast<size_t>(L.numel) * sizeof(S),
-                                          cudaMemcpyDeviceToDevice, stream);
+          cudaError_t e =
+              cudaMemcpyAsync(dst, src, static_cast<size_t>(L.numel) * sizeof(S), cudaMemcpyDeviceToDevice, stream);
           return e != cudaSuccess ? e : cudaGetLastError();
         }
       }
@@ -479,9 +491,12 @@ cudaError_t fill(ScalarType t, void* dst, double value, const Layout<1>& L, cuda
   return visit_all(t, [&](auto tag) {
     using T = decltype(tag);
     T v;
-    if constexpr (std::is_same_v<T, bf16>) v = __double2bfloat16(value);
-    else if constexpr (std::is_same_v<T, f16>) v = __double2half(value);
-    else v = static_cast<T>(value);
+    if constexpr (std::is_same_v<T, bf16>)
+      v = __double2bfloat16(value);
+    else if constexpr (std::is_same_v<T, f16>)
+      v = __double2half(value);
+    else
+      v = static_cast<T>(value);
     launch_kernel(fill_kernel<T>, blocks_for(L.numel), kThreads, stream, static_cast<T*>(dst), v, L);
     return cudaGetLastError();
   });
@@ -505,7 +520,7 @@ SumPlan sum_plan(int64_t m, int64_t r) {
     p.groups = 0;
     return p;
   }
-  int64_t g = (r + 16383) / 16384;            // ~16K elements per block
+  int64_t g = (r + 16383) / 16384;               // ~16K elements per block
   const int64_t cap = m >= 2048 ? 1 : 2048 / m;  // keep the grid to a few thousand blocks
   p.groups = g < 1 ? 1 : (g > cap ? cap : g);
   return p;

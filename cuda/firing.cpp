@@ -1,14 +1,14 @@
 // CUDA entry points of the firing perceptron's output (ops/firing.h): allocate, pass raw pointers to the launchers
 // of cuda/firing.cu, turn a failed launch into an asc::Error. The op has validated shapes, dtypes and devices.
+#include "ops/firing.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/firing_launch.h"
 #include "ops/elementwise.h"
-#include "ops/firing.h"
-#include "ops/linalg.h"
 #include "ops/kernels.h"
+#include "ops/linalg.h"
 
 namespace asc::cuda {
 
@@ -19,8 +19,8 @@ void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& 
   const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
   F = Tensor::empty({N, P}, Z.options());
   Y = Tensor::empty({N, P, A}, Z.options());
-  ASC_CUDA_CHECK(firing_launch::forward(Z.raw_data(), SP.raw_data(), f.raw_data(), N, P, A, F.raw_data(),
-                                        Y.raw_data(), float_elem_of("firing_output", Z.dtype()), current_stream()));
+  ASC_CUDA_CHECK(firing_launch::forward(Z.raw_data(), SP.raw_data(), f.raw_data(), N, P, A, F.raw_data(), Y.raw_data(),
+                                        float_elem_of("firing_output", Z.dtype()), current_stream()));
 }
 
 void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const Tensor& F, const Tensor& dY,
@@ -29,9 +29,11 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
   if (mode == GateBackward::StraightThrough) gate.mode = 1;
   if (mode == GateBackward::Surrogate) {
     // Only the built-in surrogates have device code (math::surrogate_derivative).
-    ASC_CHECK(s.builtin.has_value(), "firing_output (CUDA): surrogate '{}' is a user-registered host function and "
+    ASC_CHECK(s.builtin.has_value(),
+              "firing_output (CUDA): surrogate '{}' is a user-registered host function and "
               "has no CUDA kernel; use a built-in surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run "
-              "the layer on the CPU", s.name);
+              "the layer on the CPU",
+              s.name);
     gate.mode = 2, gate.kind = *s.builtin;
   }
   const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
@@ -40,8 +42,8 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
   df = Tensor::empty({P, A}, Z.options());
   const DType acc = Z.dtype() == kFloat64 ? kFloat64 : kFloat32;  // the kernels' compute type
   const Tensor work = Tensor::empty({firing_launch::backward_workspace(N, P, A)}, {acc, Z.device(), false});
-  ASC_CUDA_CHECK(firing_launch::backward(Z.raw_data(), SP.raw_data(), f.raw_data(), F.raw_data(), dY.raw_data(), N,
-                                         P, A, gate, dZ.raw_data(), dSP.raw_data(), df.raw_data(), work.raw_data(),
+  ASC_CUDA_CHECK(firing_launch::backward(Z.raw_data(), SP.raw_data(), f.raw_data(), F.raw_data(), dY.raw_data(), N, P,
+                                         A, gate, dZ.raw_data(), dSP.raw_data(), df.raw_data(), work.raw_data(),
                                          float_elem_of("firing_output", Z.dtype()), current_stream()));
 }
 

@@ -156,9 +156,8 @@ struct RuleSumValue {
 };
 
 template <class T>
-__global__ void rule_b_coef_kernel(const T* __restrict__ Z, const T* __restrict__ F, double a,
-                                   const T* __restrict__ dZ, const T* __restrict__ c, int64_t N, int64_t P,
-                                   T* __restrict__ coef) {
+__global__ void rule_b_coef_kernel(const T* __restrict__ Z, const T* __restrict__ F, double a, const T* __restrict__ dZ,
+                                   const T* __restrict__ c, int64_t N, int64_t P, T* __restrict__ coef) {
   using Acc = acc_t<T>;
   for (int64_t bp = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; bp < N * P; bp += int64_t(gridDim.x) * blockDim.x) {
     const Acc Fv = to_acc(F[bp]);
@@ -268,8 +267,8 @@ __device__ __forceinline__ Chunk chunk_of(int64_t idx, int64_t Tn, int64_t R, in
 }
 
 template <class T>
-__global__ void scan_chunk_summary(const T* __restrict__ a, const T* __restrict__ u, int64_t B, int64_t Tn,
-                                   int64_t R, int64_t K, acc_t<T>* __restrict__ hend, acc_t<T>* __restrict__ pend) {
+__global__ void scan_chunk_summary(const T* __restrict__ a, const T* __restrict__ u, int64_t B, int64_t Tn, int64_t R,
+                                   int64_t K, acc_t<T>* __restrict__ hend, acc_t<T>* __restrict__ pend) {
   using Acc = acc_t<T>;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < B * K * R;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -388,7 +387,6 @@ __global__ void scan_chunk_apply_back(const T* __restrict__ a, const T* __restri
   }
 }
 
-
 }  // namespace
 
 namespace firing_launch {
@@ -452,10 +450,9 @@ cudaError_t rule_b_coef(const void* Z, const void* F, double a, const void* dZ, 
   if (N * P == 0) return cudaSuccess;
   return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
-    const cudaError_t err = launch_kernel(rule_b_coef_kernel<T>, dim3(grid_for(N * P, kThreads)), dim3(kThreads),
-                                          stream, static_cast<const T*>(Z), static_cast<const T*>(F), a,
-                                          static_cast<const T*>(dZ), static_cast<const T*>(c), N, P,
-                                          static_cast<T*>(coef));
+    const cudaError_t err = launch_kernel(
+        rule_b_coef_kernel<T>, dim3(grid_for(N * P, kThreads)), dim3(kThreads), stream, static_cast<const T*>(Z),
+        static_cast<const T*>(F), a, static_cast<const T*>(dZ), static_cast<const T*>(c), N, P, static_cast<T*>(coef));
     return err != cudaSuccess ? err : cudaGetLastError();
   });
 }
@@ -470,8 +467,8 @@ cudaError_t scan_forward(const void* a, const void* u, const void* s0, int64_t B
     const E *ap = static_cast<const E*>(a), *up = static_cast<const E*>(u), *s0p = static_cast<const E*>(s0);
     if (!scan_chunked(rms_norm, T)) {
       const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(B, 65535LL * 16));
-      return check(launch_kernel(ssm_scan_forward_kernel<E>, dim3(blocks), dim3(kThreads), stream, ap, up, s0p, B, T,
-                                 R, rms_norm, eps, static_cast<E*>(s), static_cast<E*>(rms)));
+      return check(launch_kernel(ssm_scan_forward_kernel<E>, dim3(blocks), dim3(kThreads), stream, ap, up, s0p, B, T, R,
+                                 rms_norm, eps, static_cast<E*>(s), static_cast<E*>(rms)));
     }
     const int64_t K = (T + kScanChunk - 1) / kScanChunk;
     Acc *hend = static_cast<Acc*>(work), *pend = hend + B * K * R, *cin = pend + B * K * R;

@@ -33,11 +33,11 @@ using rows::dlog;
 using rows::from_acc;
 using rows::to_acc;
 
-constexpr int kWarps = 4;       // warps per block
-constexpr int kTile = 32;       // keys per tile (forward, dq) or queries per tile (dk, dv): one per lane
-constexpr int kFwdRows = 4;     // forward: query rows per warp (16 per block)
-constexpr int kDqRows = 2;      // backward dq: query rows per warp (8 per block)
-constexpr int kDkKeys = 2;      // backward dk dv: keys per warp (8 per block)
+constexpr int kWarps = 4;    // warps per block
+constexpr int kTile = 32;    // keys per tile (forward, dq) or queries per tile (dk, dv): one per lane
+constexpr int kFwdRows = 4;  // forward: query rows per warp (16 per block)
+constexpr int kDqRows = 2;   // backward dq: query rows per warp (8 per block)
+constexpr int kDkKeys = 2;   // backward dk dv: keys per warp (8 per block)
 template <class A>
 constexpr int kMaxD = sizeof(A) == 8 ? 64 : 128;  // flash_launch::max_head_dim
 template <class A>
@@ -81,8 +81,22 @@ struct Args {
 };
 template <class T>
 Args<T> args_of(const Problem& p) {
-  return {p.B, p.H, p.T, p.S, p.D, static_cast<const T*>(p.q), static_cast<const T*>(p.k), static_cast<const T*>(p.v),
-          p.sq, p.sk, p.sv, p.keep, p.sm, static_cast<const T*>(p.bias), p.sb, p.causal,
+  return {p.B,
+          p.H,
+          p.T,
+          p.S,
+          p.D,
+          static_cast<const T*>(p.q),
+          static_cast<const T*>(p.k),
+          static_cast<const T*>(p.v),
+          p.sq,
+          p.sk,
+          p.sv,
+          p.keep,
+          p.sm,
+          static_cast<const T*>(p.bias),
+          p.sb,
+          p.causal,
           static_cast<acc_t<T>>(p.scale)};
 }
 
@@ -121,7 +135,7 @@ template <class T>
 __global__ void flash_forward_kernel(Args<T> p, T* __restrict__ o, View4 so, acc_t<T>* __restrict__ lse) {
   using A = acc_t<T>;
   constexpr int DM = kMaxD<A>, PER = kPer<A>, R = kFwdRows, BQ = kWarps * kFwdRows;
-  __shared__ A Qs[BQ][DM];        // the block's query rows (read broadcast)
+  __shared__ A Qs[BQ][DM];         // the block's query rows (read broadcast)
   __shared__ A Ks[kTile][DM + 1];  // a key tile (lane j reads row j: padded)
   __shared__ A Vs[kTile][DM];      // a value tile (lane c reads column c)
   const int lane = threadIdx.x, warp = threadIdx.y;
@@ -194,7 +208,7 @@ __global__ void flash_backward_dq_kernel(Args<T> p, const T* __restrict__ o, Vie
                                          T* __restrict__ dq) {
   using A = acc_t<T>;
   constexpr int DM = kMaxD<A>, PER = kPer<A>, R = kDqRows, BQ = kWarps * kDqRows;
-  __shared__ A Qs[BQ][DM], Gs[BQ][DM];            // the block's q and dO rows (read broadcast)
+  __shared__ A Qs[BQ][DM], Gs[BQ][DM];                // the block's q and dO rows (read broadcast)
   __shared__ A Ks[kTile][DM + 1], Vs[kTile][DM + 1];  // lane j reads row j of both for its dot products
   const int lane = threadIdx.x, warp = threadIdx.y;
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, t0 = int64_t(blockIdx.x) * BQ, D = p.D;
@@ -341,10 +355,10 @@ cudaError_t backward(const Problem& p, const void* o, View4 so, const void* dout
     using A = acc_t<T>;
     if (p.B * p.H == 0) return cudaSuccess;
     if (p.T > 0) {
-      const cudaError_t err = launch_kernel(
-          flash_backward_dq_kernel<T>, grid_of(p.T, kWarps * kDqRows, p.B * p.H), kBlock, stream, args_of<T>(p),
-          static_cast<const T*>(o), so, static_cast<const T*>(dout), sg, static_cast<const A*>(lse),
-          static_cast<A*>(delta), static_cast<T*>(dq));
+      const cudaError_t err =
+          launch_kernel(flash_backward_dq_kernel<T>, grid_of(p.T, kWarps * kDqRows, p.B * p.H), kBlock, stream,
+                        args_of<T>(p), static_cast<const T*>(o), so, static_cast<const T*>(dout), sg,
+                        static_cast<const A*>(lse), static_cast<A*>(delta), static_cast<T*>(dq));
       if (err != cudaSuccess) return err;
     }
     if (p.S == 0) return cudaSuccess;

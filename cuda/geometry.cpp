@@ -8,9 +8,9 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/geometry_launch.h"
 #include "ops/checks.h"
 #include "ops/kernels.h"
-#include "cuda/geometry_launch.h"
 
 namespace asc::cuda {
 
@@ -49,11 +49,12 @@ void topk(const Tensor& x, const Tensor& mask, int64_t k, bool largest, int64_t 
   const int64_t R = n == 0 ? 0 : x.numel() / n;
   ASC_CHECK(n < INT_MAX, "topk (CUDA): rows of {} entries exceed the kernel's int32 column index", n);
   ASC_CHECK(R < INT_MAX, "topk (CUDA): {} rows exceed the grid's limit", R);
-  ASC_CHECK(values.numel() == R * k && indices.numel() == R * k, "topk (CUDA): outputs must have {} x {} elements",
-            R, k);
+  ASC_CHECK(values.numel() == R * k && indices.numel() == R * k, "topk (CUDA): outputs must have {} x {} elements", R,
+            k);
   const bool* mp = mask_ptr("topk", mask, x.numel());
   ASC_CUDA_CHECK(launch_topk(x.raw_data(), mp, R, n, k, largest, diag_n, values.raw_data(),
-                             static_cast<int64_t*>(indices.raw_data()), float_elem_of("topk", x.dtype()), current_stream()));
+                             static_cast<int64_t*>(indices.raw_data()), float_elem_of("topk", x.dtype()),
+                             current_stream()));
 }
 
 void topk_count(const Tensor& mask, int64_t diag_n, Tensor& counts) {
@@ -89,8 +90,7 @@ void normalize_rows(const Tensor& x, double eps, Tensor& y, Tensor& norm) {
   const int64_t d = x.size(-1);
   const int64_t R = d == 0 ? 0 : x.numel() / d;
   ASC_CUDA_CHECK(launch_normalize_rows(x.raw_data(), R, d, eps, y.raw_data(), norm.raw_data(),
-                                       float_elem_of("normalize_rows", x.dtype()),
-                                       current_stream()));
+                                       float_elem_of("normalize_rows", x.dtype()), current_stream()));
 }
 
 void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y, Tensor& sd) {
@@ -101,8 +101,7 @@ void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y,
   const int64_t R = n == 0 ? 0 : x.numel() / n;
   const bool* mp = mask_ptr("row_standardize", mask, x.numel());
   ASC_CUDA_CHECK(launch_row_standardize(x.raw_data(), mp, R, n, eps, y.raw_data(), sd.raw_data(),
-                                        float_elem_of("row_standardize", x.dtype()),
-                                        current_stream()));
+                                        float_elem_of("row_standardize", x.dtype()), current_stream()));
 }
 
 void apply_surrogate(const Surrogate& s, double width, const Tensor& u, Tensor& out) {
@@ -110,12 +109,12 @@ void apply_surrogate(const Surrogate& s, double width, const Tensor& u, Tensor& 
   check_same_dtype("hard_gate", u, out, "output");
   // Only the built-in surrogates have device code (math::surrogate_derivative).
   if (!s.builtin)
-    ASC_THROW("hard_gate (CUDA): surrogate '{}' is a user-registered host function and has no CUDA kernel; use a "
-              "built-in surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run the op on the CPU",
-              s.name);
+    ASC_THROW(
+        "hard_gate (CUDA): surrogate '{}' is a user-registered host function and has no CUDA kernel; use a "
+        "built-in surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run the op on the CPU",
+        s.name);
   ASC_CUDA_CHECK(launch_apply_surrogate(*s.builtin, width, u.raw_data(), u.numel(), out.raw_data(),
-                                        float_elem_of("hard_gate", u.dtype()),
-                                        current_stream()));
+                                        float_elem_of("hard_gate", u.dtype()), current_stream()));
 }
 
 }  // namespace asc::cuda

@@ -149,8 +149,8 @@ void topk_as(const void* x, const bool* mask, int64_t R, int64_t n, int64_t k, b
              void* values, int64_t* indices, cudaStream_t s) {
   // Enough threads that each scans a few dozen entries; at least one warp, at most kTopkMaxWarps.
   const int threads = n <= 1024 ? 32 : (n <= 4096 ? 64 : kTopkMaxWarps * 32);
-  launch_kernel(topk_kernel<S, K>, grid_dim(R), threads, s, static_cast<const S*>(x), mask, n,
-                static_cast<int>(k), largest, diag_n, static_cast<S*>(values), indices);
+  launch_kernel(topk_kernel<S, K>, grid_dim(R), threads, s, static_cast<const S*>(x), mask, n, static_cast<int>(k),
+                largest, diag_n, static_cast<S*>(values), indices);
 }
 
 template <class T>
@@ -158,8 +158,10 @@ void topk_dispatch(const void* x, const bool* mask, int64_t R, int64_t n, int64_
                    void* values, int64_t* indices, cudaStream_t s) {
   // K = 64 lists would need ~200 (float) / ~400 (double) registers per thread and spill heavily; above 32 the
   // kernel makes ceil(k / 32) passes over the row instead.
-  if (k <= 16) topk_as<T, 16>(x, mask, R, n, k, largest, diag_n, values, indices, s);
-  else topk_as<T, 32>(x, mask, R, n, k, largest, diag_n, values, indices, s);
+  if (k <= 16)
+    topk_as<T, 16>(x, mask, R, n, k, largest, diag_n, values, indices, s);
+  else
+    topk_as<T, 32>(x, mask, R, n, k, largest, diag_n, values, indices, s);
 }
 
 // ---- warp-per-row reductions ------------------------------------------------------------------------------------
@@ -177,8 +179,8 @@ __device__ __forceinline__ long long warp_sum(long long v) {
 
 // Loops `r` over the rows this warp owns (grid-stride over warps). Every lane of a warp runs the same rows, so
 // warp shuffles inside the body are safe.
-#define ASC_FOR_WARP_ROWS(r, R)                                                                        \
-  for (int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; r < (R);          \
+#define ASC_FOR_WARP_ROWS(r, R)                                                                 \
+  for (int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; r < (R); \
        r += static_cast<int64_t>(gridDim.x) * blockDim.x / 32)
 
 __global__ void topk_count_kernel(const bool* __restrict__ mask, int64_t R, int64_t n, int64_t diag_n,
@@ -195,8 +197,8 @@ __global__ void topk_count_kernel(const bool* __restrict__ mask, int64_t R, int6
 }
 
 template <class T>
-__global__ void topk_backward_kernel(const T* __restrict__ g, const int64_t* __restrict__ indices, int64_t k,
-                                     int64_t n, T* __restrict__ gx, int64_t total) {
+__global__ void topk_backward_kernel(const T* __restrict__ g, const int64_t* __restrict__ indices, int64_t k, int64_t n,
+                                     T* __restrict__ gx, int64_t total) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / k;
@@ -328,8 +330,8 @@ cudaError_t launch_row_standardize(const void* x, const bool* mask, int64_t R, i
   });
 }
 
-cudaError_t launch_apply_surrogate(math::SurrogateKind kind, double width, const void* u, int64_t N, void* out, FloatElem elem,
-                                   cudaStream_t stream) {
+cudaError_t launch_apply_surrogate(math::SurrogateKind kind, double width, const void* u, int64_t N, void* out,
+                                   FloatElem elem, cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
   return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);

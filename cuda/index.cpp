@@ -7,9 +7,9 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/index_launch.h"
 #include "ops/kernels.h"
 #include "ops/layout.h"
-#include "cuda/index_launch.h"
 
 namespace asc::cuda {
 

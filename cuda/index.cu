@@ -192,9 +192,9 @@ __device__ __forceinline__ void atomic_add(int64_t* p, int64_t v) {  // two's co
 // `len` sources in index order into the output fibre no other thread touches. Layout operands as for
 // scatter_add_kernel, over the index's shape with dim's size set to 1.
 template <class T>
-__global__ void scatter_add_fibres(T* __restrict__ out, const int64_t* __restrict__ index,
-                                   const T* __restrict__ src, IdxLayout L, int64_t fibres, int64_t len,
-                                   int64_t index_step, int64_t src_step, int64_t out_step) {
+__global__ void scatter_add_fibres(T* __restrict__ out, const int64_t* __restrict__ index, const T* __restrict__ src,
+                                   IdxLayout L, int64_t fibres, int64_t len, int64_t index_step, int64_t src_step,
+                                   int64_t out_step) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < fibres;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t off[3];
@@ -244,8 +244,8 @@ void one_hot_as(const int64_t* index, const IdxLayout& L, int64_t numel, void* o
 
 }  // namespace
 
-cudaError_t launch_index_minmax(const int64_t* p, const IdxLayout& layout, int64_t numel, int64_t* scratch,
-                                int64_t* lo, int64_t* hi, cudaStream_t stream) {
+cudaError_t launch_index_minmax(const int64_t* p, const IdxLayout& layout, int64_t numel, int64_t* scratch, int64_t* lo,
+                                int64_t* hi, cudaStream_t stream) {
   if (numel <= 0) return cudaErrorInvalidValue;
   launch_kernel(minmax_init, 1, 1, stream, p, scratch);
   launch_kernel(minmax_kernel, std::min(grid_for(numel, kThreads), 1024u), kThreads, stream, p, layout, numel, scratch);
@@ -261,9 +261,8 @@ cudaError_t launch_index_minmax(const int64_t* p, const IdxLayout& layout, int64
   return cudaSuccess;
 }
 
-cudaError_t launch_index_select(const void* x, void* out, size_t elem_size, int64_t outer, int64_t n,
-                                int64_t inner, const int64_t* index, int64_t index_stride, int64_t k,
-                                cudaStream_t stream) {
+cudaError_t launch_index_select(const void* x, void* out, size_t elem_size, int64_t outer, int64_t n, int64_t inner,
+                                const int64_t* index, int64_t index_stride, int64_t k, cudaStream_t stream) {
   const int64_t total_bytes_per_row = inner * static_cast<int64_t>(elem_size);
   if (outer == 0 || k == 0 || inner == 0) return cudaSuccess;
   // Copy rows in the widest word that divides the row size and both base addresses.
@@ -287,12 +286,18 @@ cudaError_t launch_index_add(void* out, const void* src, IdxDtype dtype, int64_t
                              cudaStream_t stream) {
   if (outer == 0 || k == 0 || inner == 0) return cudaSuccess;
   switch (dtype) {
-    case IdxDtype::F32: index_add_as<float>(out, src, outer, n, inner, index, index_stride, k, skip, deterministic, stream); break;
-    case IdxDtype::F64: index_add_as<double>(out, src, outer, n, inner, index, index_stride, k, skip, deterministic, stream); break;
+    case IdxDtype::F32:
+      index_add_as<float>(out, src, outer, n, inner, index, index_stride, k, skip, deterministic, stream);
+      break;
+    case IdxDtype::F64:
+      index_add_as<double>(out, src, outer, n, inner, index, index_stride, k, skip, deterministic, stream);
+      break;
     case IdxDtype::BF16:
       index_add_as<__nv_bfloat16>(out, src, outer, n, inner, index, index_stride, k, skip, deterministic, stream);
       break;
-    case IdxDtype::F16: index_add_as<__half>(out, src, outer, n, inner, index, index_stride, k, skip, deterministic, stream); break;
+    case IdxDtype::F16:
+      index_add_as<__half>(out, src, outer, n, inner, index, index_stride, k, skip, deterministic, stream);
+      break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -22,14 +22,13 @@ struct IdxLayout {
 
 // lo/hi = min/max of the int64 values at p (layout operand 0), numel >= 1. `scratch` is 2 int64 of device
 // memory; the result is copied to the host and the stream synchronised before returning.
-cudaError_t launch_index_minmax(const int64_t* p, const IdxLayout& layout, int64_t numel, int64_t* scratch,
-                                int64_t* lo, int64_t* hi, cudaStream_t stream);
+cudaError_t launch_index_minmax(const int64_t* p, const IdxLayout& layout, int64_t numel, int64_t* scratch, int64_t* lo,
+                                int64_t* hi, cudaStream_t stream);
 
 // out (outer, k, inner) = x (outer, n, inner)[:, index[j], :]; x and out contiguous, elements of elem_size
 // bytes; index[j] = index_ptr[j * index_stride].
-cudaError_t launch_index_select(const void* x, void* out, size_t elem_size, int64_t outer, int64_t n,
-                                int64_t inner, const int64_t* index, int64_t index_stride, int64_t k,
-                                cudaStream_t stream);
+cudaError_t launch_index_select(const void* x, void* out, size_t elem_size, int64_t outer, int64_t n, int64_t inner,
+                                const int64_t* index, int64_t index_stride, int64_t k, cudaStream_t stream);
 
 // out (outer, n, inner) [:, index[j], :] += src (outer, k, inner) [:, j, :], skipping index == skip; both
 // contiguous; dtype F32 / F64 / BF16 / F16. deterministic: never atomicAdd (a fixed order of additions).

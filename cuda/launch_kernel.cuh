@@ -4,8 +4,8 @@
 //   ASC_CUDA_TRY(launch_kernel(softmax_fwd_kernel<float>, grid, block, stream, x, mask, log, y, rows, n));
 //
 // It goes through cudaLaunchKernel (the runtime call behind <<<...>>>), so the same source runs on a GPU and in the
-// CPU emulator of tests/cuda_emu, which implements that call. The arguments are converted to the kernel's parameter types
-// first, as <<<...>>> would. C++17 and CUDA headers only (included from .cu files).
+// CPU emulator of tests/cuda_emu, which implements that call. The arguments are converted to the kernel's parameter
+// types first, as <<<...>>> would. C++17 and CUDA headers only (included from .cu files).
 #include <cuda_runtime.h>
 
 #include <cstdint>

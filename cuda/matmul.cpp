@@ -51,8 +51,8 @@ void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
   if (!oa.ok) a = a.contiguous(), oa = gemm_operand(M, K, a.stride(d), a.stride(d + 1));
   if (!ob.ok) b = b.contiguous(), ob = gemm_operand(K, N, b.stride(d), b.stride(d + 1));
   const int64_t sa = batched ? a.stride(0) : 0, sb = batched ? b.stride(0) : 0;
-  ASC_CHECK(std::max({M, N, K, oa.ld, ob.ld}) <= INT32_MAX, "matmul (CUDA): dimensions ({}, {}, {}) exceed cuBLAS's int range",
-            M, N, K);
+  ASC_CHECK(std::max({M, N, K, oa.ld, ob.ld}) <= INT32_MAX,
+            "matmul (CUDA): dimensions ({}, {}, {}) exceed cuBLAS's int range", M, N, K);
 
   const cudaDataType_t type = cuda_type(a.dtype());
   const bool f64 = a.dtype() == kFloat64;

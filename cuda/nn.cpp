@@ -11,8 +11,8 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
-#include "ops/kernels.h"
 #include "cuda/nn_launch.h"
+#include "ops/kernels.h"
 
 namespace asc::cuda {
 
@@ -119,10 +119,10 @@ void layer_norm_forward(const Tensor& x_in, const Tensor& weight, const Tensor& 
   }
   if (rows == 0) return;
   const Tensor x = x_in.contiguous();
-  check_launch(op, nn_launch::layer_norm_forward(et, x.raw_data(), w.defined() ? w.raw_data() : nullptr,
-                                                 b.defined() ? b.raw_data() : nullptr, eps, rms, y.raw_data(),
-                                                 rms ? nullptr : mean.raw_data(), rstd.raw_data(), rows, n,
-                                                 current_stream()));
+  check_launch(
+      op, nn_launch::layer_norm_forward(et, x.raw_data(), w.defined() ? w.raw_data() : nullptr,
+                                        b.defined() ? b.raw_data() : nullptr, eps, rms, y.raw_data(),
+                                        rms ? nullptr : mean.raw_data(), rstd.raw_data(), rows, n, current_stream()));
 }
 
 void layer_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& weight, const Tensor& mean_in,
@@ -156,14 +156,15 @@ void layer_norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& w
   const Tensor mean = rms ? Tensor() : mean_in.contiguous();
   const size_t ws_bytes = nn_launch::layer_norm_backward_workspace(et, rms, gw.defined(), gb.defined(), rows, n);
   // Scratch memory through the device allocator (float64 elements: 8-byte granules; the launcher aligns sections).
-  Tensor ws = ws_bytes > 0 ? Tensor::empty({static_cast<int64_t>((ws_bytes + 7) / 8)}, {.dtype = kFloat64, .device = dev})
-                           : Tensor();
-  check_launch(op, nn_launch::layer_norm_backward(
-                       et, g.raw_data(), x.raw_data(), w.defined() ? w.raw_data() : nullptr,
-                       mean.defined() ? mean.raw_data() : nullptr, rstd.raw_data(), rms,
-                       gx.defined() ? gx.raw_data() : nullptr, gw.defined() ? gw.raw_data() : nullptr,
-                       gb.defined() ? gb.raw_data() : nullptr, ws.defined() ? ws.raw_data() : nullptr, rows, n,
-                       current_stream()));
+  Tensor ws = ws_bytes > 0
+                  ? Tensor::empty({static_cast<int64_t>((ws_bytes + 7) / 8)}, {.dtype = kFloat64, .device = dev})
+                  : Tensor();
+  check_launch(
+      op, nn_launch::layer_norm_backward(et, g.raw_data(), x.raw_data(), w.defined() ? w.raw_data() : nullptr,
+                                         mean.defined() ? mean.raw_data() : nullptr, rstd.raw_data(), rms,
+                                         gx.defined() ? gx.raw_data() : nullptr, gw.defined() ? gw.raw_data() : nullptr,
+                                         gb.defined() ? gb.raw_data() : nullptr, ws.defined() ? ws.raw_data() : nullptr,
+                                         rows, n, current_stream()));
 }
 
 void cross_entropy_forward(const Tensor& logits_in, const Tensor& target_in, int64_t ignore_index, double smoothing,
@@ -180,10 +181,9 @@ void cross_entropy_forward(const Tensor& logits_in, const Tensor& target_in, int
   check_out(op, "stats", stats, dev, dt, 2 * rows);
   if (rows == 0) return;
   const Tensor logits = logits_in.contiguous(), target = target_in.contiguous();
-  check_launch(op, nn_launch::cross_entropy_forward(et, logits.raw_data(),
-                                                    static_cast<const int64_t*>(target.raw_data()), ignore_index,
-                                                    smoothing, loss.raw_data(), stats.raw_data(), rows, C,
-                                                    current_stream()));
+  check_launch(op, nn_launch::cross_entropy_forward(
+                       et, logits.raw_data(), static_cast<const int64_t*>(target.raw_data()), ignore_index, smoothing,
+                       loss.raw_data(), stats.raw_data(), rows, C, current_stream()));
 }
 
 void cross_entropy_backward(const Tensor& gloss, double scale, const Tensor& logits_in, const Tensor& target_in,
@@ -206,10 +206,10 @@ void cross_entropy_backward(const Tensor& gloss, double scale, const Tensor& log
   if (rows == 0 || C == 0) return;
   const Tensor logits = logits_in.contiguous(), target = target_in.contiguous(), stats = stats_in.contiguous();
   const int64_t gstride = gloss.dim() == 0 ? 0 : gloss.stride(0);  // any stride (0: a broadcast scalar)
-  check_launch(op, nn_launch::cross_entropy_backward(et, gloss.raw_data(), gstride, scale, logits.raw_data(),
-                                                     static_cast<const int64_t*>(target.raw_data()),
-                                                     stats.raw_data(), ignore_index, smoothing, gx.raw_data(), rows,
-                                                     C, current_stream()));
+  check_launch(op,
+               nn_launch::cross_entropy_backward(et, gloss.raw_data(), gstride, scale, logits.raw_data(),
+                                                 static_cast<const int64_t*>(target.raw_data()), stats.raw_data(),
+                                                 ignore_index, smoothing, gx.raw_data(), rows, C, current_stream()));
 }
 
 }  // namespace asc::cuda

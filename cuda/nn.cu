@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(kMaxThreads)
 template <class T>
 __global__ void __launch_bounds__(kMaxThreads)
     ln_bwd_gx_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w,
-                     const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd, bool rms,
-                     T* __restrict__ gx, int64_t rows, int64_t n) {
+                     const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd, bool rms, T* __restrict__ gx,
+                     int64_t rows, int64_t n) {
   using A = acc_t<T>;
   __shared__ A sh[32];
   const A inv_n = A(1) / static_cast<A>(n);
@@ -204,8 +204,8 @@ constexpr int kColTx = 32, kColTy = 16;
 template <class T>
 __global__ void __launch_bounds__(kColTx* kColTy)
     ln_bwd_cols_kernel(const T* __restrict__ g, const T* __restrict__ x, const acc_t<T>* __restrict__ mean,
-                       const acc_t<T>* __restrict__ rstd, acc_t<T>* __restrict__ part_w,
-                       acc_t<T>* __restrict__ part_b, int64_t rows, int64_t n, int64_t rows_per_chunk) {
+                       const acc_t<T>* __restrict__ rstd, acc_t<T>* __restrict__ part_w, acc_t<T>* __restrict__ part_b,
+                       int64_t rows, int64_t n, int64_t rows_per_chunk) {
   using A = acc_t<T>;
   __shared__ A shw[kColTy][kColTx + 1];
   __shared__ A shb[kColTy][kColTx + 1];
@@ -414,8 +414,8 @@ size_t layer_norm_backward_workspace(Elem t, bool /*rms*/, bool want_gw, bool wa
 }
 
 cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void* weight, const void* mean,
-                                const void* rstd, bool rms, void* gx, void* gw, void* gb, void* workspace,
-                                int64_t rows, int64_t n, cudaStream_t stream) {
+                                const void* rstd, bool rms, void* gx, void* gw, void* gb, void* workspace, int64_t rows,
+                                int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (rows <= 0) {  // sums over no rows
     const size_t es = t == Elem::F64 ? 8 : (t == Elem::F32 ? 4 : 2);

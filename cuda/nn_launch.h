@@ -34,8 +34,8 @@ size_t layer_norm_backward_workspace(Elem t, bool rms, bool want_gw, bool want_g
 // gw, gb: (n), each nullptr when not wanted. workspace: at least layer_norm_backward_workspace(...) bytes,
 // 256-byte aligned (may be nullptr when that is 0).
 cudaError_t layer_norm_backward(Elem t, const void* g, const void* x, const void* weight, const void* mean,
-                                const void* rstd, bool rms, void* gx, void* gw, void* gb, void* workspace,
-                                int64_t rows, int64_t n, cudaStream_t stream);
+                                const void* rstd, bool rms, void* gx, void* gw, void* gb, void* workspace, int64_t rows,
+                                int64_t n, cudaStream_t stream);
 
 // logits: (rows, C); target: (rows) int64 in [0, C) or == ignore_index; loss: (rows); stats: (rows, 2).
 cudaError_t cross_entropy_forward(Elem t, const void* logits, const int64_t* target, int64_t ignore_index,

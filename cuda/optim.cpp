@@ -6,8 +6,8 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
-#include "ops/kernels.h"
 #include "cuda/optim_launch.h"
+#include "ops/kernels.h"
 
 namespace asc::cuda {
 
@@ -63,8 +63,8 @@ void adam_update(const optim::AdamKernelArgs& a, const Tensor& param, const Tens
   void* m = companion(op, param, exp_avg, "exp_avg");
   void* v = companion(op, param, exp_avg_sq, "exp_avg_sq");
   void* vmax = a.amsgrad ? companion(op, param, max_exp_avg_sq, "max_exp_avg_sq") : nullptr;
-  ASC_CUDA_CHECK(launch_adam_update(a, param.raw_data(), g, m, v, vmax, param.numel(),
-                                    row_mask_of(op, param, row_mask), param.dtype() == kFloat64, current_stream()));
+  ASC_CUDA_CHECK(launch_adam_update(a, param.raw_data(), g, m, v, vmax, param.numel(), row_mask_of(op, param, row_mask),
+                                    param.dtype() == kFloat64, current_stream()));
 }
 
 void rmsprop_update(const optim::RMSpropKernelArgs& a, const Tensor& param, const Tensor& grad,
@@ -77,8 +77,7 @@ void rmsprop_update(const optim::RMSpropKernelArgs& a, const Tensor& param, cons
   void* buf = a.momentum > 0 ? companion(op, param, momentum_buf, "momentum_buffer") : nullptr;
   void* ga = a.centered ? companion(op, param, grad_avg, "grad_avg") : nullptr;
   ASC_CUDA_CHECK(launch_rmsprop_update(a, param.raw_data(), g, sq, buf, ga, param.numel(),
-                                       row_mask_of(op, param, row_mask), param.dtype() == kFloat64,
-                                       current_stream()));
+                                       row_mask_of(op, param, row_mask), param.dtype() == kFloat64, current_stream()));
 }
 
 void clamp_inplace(const Tensor& t, double lo, double hi) {

@@ -29,12 +29,10 @@ __device__ __forceinline__ float sqrt_rn(float a) { return __fsqrt_rn(a); }
 __device__ __forceinline__ double sqrt_rn(double a) { return __dsqrt_rn(a); }
 
 // Whether element i belongs to a row that moves.
-__device__ __forceinline__ bool moves(const RowMask& m, int64_t i) {
-  return !m.mask || m.mask[i / m.row_size];
-}
+__device__ __forceinline__ bool moves(const RowMask& m, int64_t i) { return !m.mask || m.mask[i / m.row_size]; }
 
-#define ASC_GRID_STRIDE(i, n)                                                                                 \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);                      \
+#define ASC_GRID_STRIDE(i, n)                                                            \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // Hyper-parameters converted to T on the host exactly as the CPU kernels convert them.
@@ -74,8 +72,10 @@ __global__ void adam_kernel(AdamConsts<T> c, T* __restrict__ p, const T* __restr
     T gi = g[i];
     T pi = p[i];
     if (c.weight_decay) {
-      if (c.decoupled) pi = mul(pi, c.decay);
-      else gi = add(gi, mul(c.wd, pi));
+      if (c.decoupled)
+        pi = mul(pi, c.decay);
+      else
+        gi = add(gi, mul(c.wd, pi));
     }
     const T mi = add(mul(m[i], c.b1), mul(c.one_minus_b1, gi));
     const T vi = add(mul(v[i], c.b2), mul(mul(c.one_minus_b2, gi), gi));
@@ -172,8 +172,8 @@ void adam_as(const AdamKernelArgs& a, void* param, const void* grad, void* m, vo
 }
 
 template <class T>
-void rmsprop_as(const RMSpropKernelArgs& a, void* param, const void* grad, void* sq, void* buf, void* ga,
-                int64_t numel, RowMask mask, cudaStream_t s) {
+void rmsprop_as(const RMSpropKernelArgs& a, void* param, const void* grad, void* sq, void* buf, void* ga, int64_t numel,
+                RowMask mask, cudaStream_t s) {
   RmspropConsts<T> c;
   c.alpha = static_cast<T>(a.alpha);
   c.one_minus_alpha = static_cast<T>(1.0 - a.alpha);
@@ -194,16 +194,20 @@ void rmsprop_as(const RMSpropKernelArgs& a, void* param, const void* grad, void*
 cudaError_t launch_sgd_update(const SGDKernelArgs& a, void* param, const void* grad, void* buf, int64_t numel,
                               RowMask mask, bool f64, cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
-  if (f64) sgd_as<double>(a, param, grad, buf, numel, mask, stream);
-  else sgd_as<float>(a, param, grad, buf, numel, mask, stream);
+  if (f64)
+    sgd_as<double>(a, param, grad, buf, numel, mask, stream);
+  else
+    sgd_as<float>(a, param, grad, buf, numel, mask, stream);
   return cudaGetLastError();
 }
 
 cudaError_t launch_adam_update(const AdamKernelArgs& a, void* param, const void* grad, void* m, void* v, void* vmax,
                                int64_t numel, RowMask mask, bool f64, cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
-  if (f64) adam_as<double>(a, param, grad, m, v, vmax, numel, mask, stream);
-  else adam_as<float>(a, param, grad, m, v, vmax, numel, mask, stream);
+  if (f64)
+    adam_as<double>(a, param, grad, m, v, vmax, numel, mask, stream);
+  else
+    adam_as<float>(a, param, grad, m, v, vmax, numel, mask, stream);
   return cudaGetLastError();
 }
 
@@ -211,8 +215,10 @@ cudaError_t launch_rmsprop_update(const RMSpropKernelArgs& a, void* param, const
                                   void* buf, void* grad_avg, int64_t numel, RowMask mask, bool f64,
                                   cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
-  if (f64) rmsprop_as<double>(a, param, grad, square_avg, buf, grad_avg, numel, mask, stream);
-  else rmsprop_as<float>(a, param, grad, square_avg, buf, grad_avg, numel, mask, stream);
+  if (f64)
+    rmsprop_as<double>(a, param, grad, square_avg, buf, grad_avg, numel, mask, stream);
+  else
+    rmsprop_as<float>(a, param, grad, square_avg, buf, grad_avg, numel, mask, stream);
   return cudaGetLastError();
 }
 

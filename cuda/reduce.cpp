@@ -10,8 +10,8 @@
 #include "core/tensor.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
-#include "ops/kernels.h"
 #include "cuda/reduce_launch.h"
+#include "ops/kernels.h"
 
 namespace asc::cuda {
 
@@ -66,10 +66,10 @@ void max_min_lastdim(const Tensor& x_in, bool is_max, Tensor& values, Tensor& in
   if (rows == 0) return;
   ASC_CHECK(n >= 1, "{} (CUDA): cannot reduce over an empty dimension", op);
   const Tensor x = x_in.contiguous();
-  check_launch(op, reduce_launch::max_min_lastdim(et, x.raw_data(), is_max, values.raw_data(),
-                                                  indices.defined() ? static_cast<int64_t*>(indices.raw_data())
-                                                                    : nullptr,
-                                                  rows, n, current_stream()));
+  check_launch(
+      op, reduce_launch::max_min_lastdim(et, x.raw_data(), is_max, values.raw_data(),
+                                         indices.defined() ? static_cast<int64_t*>(indices.raw_data()) : nullptr, rows,
+                                         n, current_stream()));
 }
 
 void max_min_middim(const Tensor& x_in, bool is_max, Tensor& values, Tensor& indices) {
@@ -83,10 +83,10 @@ void max_min_middim(const Tensor& x_in, bool is_max, Tensor& values, Tensor& ind
   if (outer * inner == 0) return;
   ASC_CHECK(n >= 1, "{} (CUDA): cannot reduce over an empty dimension", op);
   const Tensor x = x_in.contiguous();
-  check_launch(op, reduce_launch::max_min_middim(et, x.raw_data(), is_max, values.raw_data(),
-                                                 indices.defined() ? static_cast<int64_t*>(indices.raw_data())
-                                                                   : nullptr,
-                                                 outer, n, inner, current_stream()));
+  check_launch(
+      op, reduce_launch::max_min_middim(et, x.raw_data(), is_max, values.raw_data(),
+                                        indices.defined() ? static_cast<int64_t*>(indices.raw_data()) : nullptr, outer,
+                                        n, inner, current_stream()));
 }
 
 void logsumexp_lastdim(const Tensor& x_in, Tensor& out) {

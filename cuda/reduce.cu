@@ -26,8 +26,10 @@ using namespace asc::cuda::rows;
 
 template <class A>
 __device__ __forceinline__ bool is_nan(A v) {
-  if constexpr (std::is_floating_point_v<A>) return v != v;
-  else return false;
+  if constexpr (std::is_floating_point_v<A>)
+    return v != v;
+  else
+    return false;
 }
 
 // ---- max / min over the last dim -------------------------------------------------------------------------------
@@ -155,8 +157,8 @@ cudaError_t dispatch(Elem t, F&& f) {
 
 }  // namespace
 
-cudaError_t max_min_lastdim(Elem t, const void* x, bool is_max, void* values, int64_t* indices, int64_t rows,
-                            int64_t n, cudaStream_t stream) {
+cudaError_t max_min_lastdim(Elem t, const void* x, bool is_max, void* values, int64_t* indices, int64_t rows, int64_t n,
+                            cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   if (n <= 0) return cudaErrorInvalidValue;
   const RowLaunch l = row_launch(rows, n);
@@ -168,8 +170,8 @@ cudaError_t max_min_lastdim(Elem t, const void* x, bool is_max, void* values, in
   });
 }
 
-cudaError_t max_min_middim(Elem t, const void* x, bool is_max, void* values, int64_t* indices, int64_t outer,
-                           int64_t n, int64_t inner, cudaStream_t stream) {
+cudaError_t max_min_middim(Elem t, const void* x, bool is_max, void* values, int64_t* indices, int64_t outer, int64_t n,
+                           int64_t inner, cudaStream_t stream) {
   if (outer <= 0 || inner <= 0) return cudaSuccess;
   if (n <= 0) return cudaErrorInvalidValue;
   const int64_t total = outer * inner;

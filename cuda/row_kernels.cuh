@@ -13,10 +13,20 @@
 
 namespace asc::cuda::rows {
 
-template <class T> struct AccOf { using type = T; };
-template <> struct AccOf<__nv_bfloat16> { using type = float; };
-template <> struct AccOf<__half> { using type = float; };
-template <class T> using acc_t = typename AccOf<T>::type;
+template <class T>
+struct AccOf {
+  using type = T;
+};
+template <>
+struct AccOf<__nv_bfloat16> {
+  using type = float;
+};
+template <>
+struct AccOf<__half> {
+  using type = float;
+};
+template <class T>
+using acc_t = typename AccOf<T>::type;
 
 __device__ __forceinline__ float to_acc(float v) { return v; }
 __device__ __forceinline__ double to_acc(double v) { return v; }
@@ -26,9 +36,12 @@ __device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
 
 template <class T, class A>
 __device__ __forceinline__ T from_acc(A v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(v));
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, __half>)
+    return __float2half(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
 }
 
 __device__ __forceinline__ float dexp(float x) { return expf(x); }
@@ -38,8 +51,8 @@ __device__ __forceinline__ double dlog(double x) { return log(x); }
 __device__ __forceinline__ float dsqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double dsqrt(double x) { return sqrt(x); }
 
-constexpr int kMaxThreads = 512;   // block mode; also the __launch_bounds__ of the row kernels
-constexpr int kWarpRows = 8;       // warp mode: rows per block
+constexpr int kMaxThreads = 512;  // block mode; also the __launch_bounds__ of the row kernels
+constexpr int kWarpRows = 8;      // warp mode: rows per block
 constexpr int64_t kMaxBlocks = 65535;
 
 struct RowLaunch {
@@ -63,9 +76,7 @@ inline RowLaunch row_launch(int64_t rows, int64_t n) {
 }
 
 // First row of this thread and the grid stride (rows are uniform over a warp in warp mode, over the block else).
-__device__ __forceinline__ int64_t first_row() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-}
+__device__ __forceinline__ int64_t first_row() { return static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; }
 __device__ __forceinline__ int64_t row_step() { return static_cast<int64_t>(gridDim.x) * blockDim.y; }
 
 // 64-bit values travel through shuffles as long long (int64_t may be `long`).
@@ -73,17 +84,22 @@ template <class A>
 __device__ __forceinline__ A shfl_xor(A v, int o) {
   if constexpr (std::is_same_v<A, int64_t>)
     return static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, static_cast<long long>(v), o));
-  else return __shfl_xor_sync(0xffffffffu, v, o);
+  else
+    return __shfl_xor_sync(0xffffffffu, v, o);
 }
 
 struct SumOp {
   template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return a + b;
+  }
 };
 // NaN is never taken unless `a` already is one (the CPU row max ignores NaN the same way: its partials start at -inf).
 struct MaxOp {
   template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const { return b > a ? b : a; }
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return b > a ? b : a;
+  }
 };
 
 // Reduces v over the threads of this row: the warp (blockDim.x == 32) or the whole block (blockDim.y == 1).

@@ -14,8 +14,8 @@
 #include "cuda/caching_allocator.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
-#include "cuda/host_allocator.h"
 #include "cuda/cuda.h"
+#include "cuda/host_allocator.h"
 
 namespace asc::cuda {
 namespace {
@@ -80,8 +80,7 @@ const std::vector<CachingAllocator*>& device_allocators() {
   static const std::vector<CachingAllocator*> all = [] {
     std::vector<CachingAllocator*> v;
     const int n = query_count();
-    for (int d = 0; d < n; ++d)
-      v.push_back(new CachingAllocator(new CudaDeviceMemory(d), "cuda:" + std::to_string(d)));
+    for (int d = 0; d < n; ++d) v.push_back(new CachingAllocator(new CudaDeviceMemory(d), "cuda:" + std::to_string(d)));
     return v;
   }();
   return all;

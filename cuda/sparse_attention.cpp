@@ -27,8 +27,8 @@ sparse_launch::Dims dims_of(const Tensor& q, const Tensor& k) {
   ASC_CHECK(q.size(3) <= limit, "{} (CUDA): head dimension {} exceeds the kernels' {} for {}", kOp, q.size(3), limit,
             q.dtype());
   // The heads go on the grid's y axis (cuda/sparse_attention.cu).
-  ASC_CHECK(q.size(0) * q.size(1) <= 65535, "{} (CUDA): B·H = {} exceeds the kernels' 65535 (batch, head) pairs",
-            kOp, q.size(0) * q.size(1));
+  ASC_CHECK(q.size(0) * q.size(1) <= 65535, "{} (CUDA): B·H = {} exceeds the kernels' 65535 (batch, head) pairs", kOp,
+            q.size(0) * q.size(1));
   return {q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
 }
 
@@ -43,8 +43,7 @@ void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   o = Tensor::empty({d.B, d.H, d.T, d.D}, q.options());
   lse = Tensor::empty({d.B, d.H, d.T}, {acc_of(q.dtype()), q.device(), false});
   ASC_CUDA_CHECK(sparse_launch::forward(q.raw_data(), k.raw_data(), v.raw_data(), p, keep_of(key_keep), d, scale,
-                                        o.raw_data(), lse.raw_data(), float_elem_of(kOp, q.dtype()),
-                                        current_stream()));
+                                        o.raw_data(), lse.raw_data(), float_elem_of(kOp, q.dtype()), current_stream()));
 }
 
 void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePatternView& pattern,
@@ -57,8 +56,8 @@ void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
   dv = Tensor::empty({d.B, d.H, d.S, d.D}, q.options());
   const Tensor delta = Tensor::empty({d.B, d.H, d.T}, {acc_of(q.dtype()), q.device(), false});  // the rows' dO · o
   ASC_CUDA_CHECK(sparse_launch::backward(q.raw_data(), k.raw_data(), v.raw_data(), p, keep_of(key_keep), d, scale,
-                                         o.raw_data(), dout.raw_data(), lse.raw_data(), delta.raw_data(),
-                                         dq.raw_data(), dk.raw_data(), dv.raw_data(), float_elem_of(kOp, q.dtype()),
+                                         o.raw_data(), dout.raw_data(), lse.raw_data(), delta.raw_data(), dq.raw_data(),
+                                         dk.raw_data(), dv.raw_data(), float_elem_of(kOp, q.dtype()),
                                          current_stream()));
 }
 

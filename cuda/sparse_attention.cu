@@ -35,12 +35,12 @@ using rows::dlog;
 using rows::from_acc;
 using rows::to_acc;
 
-constexpr int kWarps = 4;                          // warps per block
-constexpr int kTile = 32;                          // union entries per tile: one per lane
-constexpr int kFwdRows = kRowBlock / kWarps;       // forward: 4 query rows per warp
-constexpr int kDqBlock = kRowBlock / 2;            // backward dq: half a query block per thread block
-constexpr int kDqRows = kDqBlock / kWarps;         // 2 rows per warp
-constexpr int kDkKeys = kKeyBlock / kWarps;        // backward dk dv: 2 keys per warp
+constexpr int kWarps = 4;                     // warps per block
+constexpr int kTile = 32;                     // union entries per tile: one per lane
+constexpr int kFwdRows = kRowBlock / kWarps;  // forward: 4 query rows per warp
+constexpr int kDqBlock = kRowBlock / 2;       // backward dq: half a query block per thread block
+constexpr int kDqRows = kDqBlock / kWarps;    // 2 rows per warp
+constexpr int kDkKeys = kKeyBlock / kWarps;   // backward dk dv: 2 keys per warp
 template <class A>
 constexpr int kMaxD = sizeof(A) == 8 ? 64 : 128;  // sparse_launch::max_head_dim
 template <class A>
@@ -87,8 +87,17 @@ struct Args {
 };
 template <class T>
 Args<T> args_of(const void* q, const void* k, const void* v, const bool* keep, Pattern p, Dims d, double scale) {
-  return {d.B, d.H, d.T, d.S, d.D, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-          keep, p, static_cast<acc_t<T>>(scale)};
+  return {d.B,
+          d.H,
+          d.T,
+          d.S,
+          d.D,
+          static_cast<const T*>(q),
+          static_cast<const T*>(k),
+          static_cast<const T*>(v),
+          keep,
+          p,
+          static_cast<acc_t<T>>(scale)};
 }
 
 // Rows [r0, r0 + rows) of a contiguous (·, D) matrix into dst (stride ld), 0 past `limit`.
@@ -215,8 +224,8 @@ __global__ void sparse_backward_dq_kernel(Args<T> a, const T* __restrict__ o, co
                                           T* __restrict__ dq) {
   using A = acc_t<T>;
   constexpr int DM = kMaxD<A>, PER = kPer<A>, R = kDqRows;
-  __shared__ A Qs[kDqBlock][DM], Gs[kDqBlock][DM];        // the half block's q and dO rows (read broadcast)
-  __shared__ A Ks[kTile][DM + 1], Vs[kTile][DM + 1];      // lane j reads row j of both for its dot products
+  __shared__ A Qs[kDqBlock][DM], Gs[kDqBlock][DM];    // the half block's q and dO rows (read broadcast)
+  __shared__ A Ks[kTile][DM + 1], Vs[kTile][DM + 1];  // lane j reads row j of both for its dot products
   const int lane = threadIdx.x, warp = threadIdx.y;
   const int64_t bh = blockIdx.y, m = blockIdx.x / 2, D = a.D;
   const int half = blockIdx.x % 2, shift = half * kDqBlock;  // the half's rows are bits shift .. shift + 8
@@ -249,8 +258,7 @@ __global__ void sparse_backward_dq_kernel(Args<T> a, const T* __restrict__ o, co
     gather(&Ks[0][0], DM + 1, kb, keys, n, D);
     gather(&Vs[0][0], DM + 1, vb, keys, n, D);
     __syncthreads();
-    const unsigned bits =
-        lane < n && !(keep && !keep[keys[lane]]) ? unsigned(a.p.rblk_bits[s0 + lane]) >> shift : 0u;
+    const unsigned bits = lane < n && !(keep && !keep[keys[lane]]) ? unsigned(a.p.rblk_bits[s0 + lane]) >> shift : 0u;
     const unsigned any = warp_or(bits);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -285,8 +293,7 @@ __global__ void sparse_backward_dq_kernel(Args<T> a, const T* __restrict__ o, co
 
 template <class T>
 __global__ void sparse_backward_dkv_kernel(Args<T> a, const T* __restrict__ dout, const acc_t<T>* __restrict__ lse,
-                                           const acc_t<T>* __restrict__ delta, T* __restrict__ dk,
-                                           T* __restrict__ dv) {
+                                           const acc_t<T>* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv) {
   using A = acc_t<T>;
   constexpr int DM = kMaxD<A>, PER = kPer<A>, KK = kDkKeys;
   __shared__ A Ks[kKeyBlock][DM], Vs[kKeyBlock][DM];  // the block's keys and values (read broadcast)
@@ -388,9 +395,9 @@ cudaError_t backward(const void* q, const void* k, const void* v, Pattern p, con
     if (d.T == 0 || d.S == 0 || d.B * d.H == 0) return cudaSuccess;
     const Args<T> a = args_of<T>(q, k, v, keep, p, d, scale);
     const cudaError_t err =
-        launch_kernel(sparse_backward_dq_kernel<T>, grid_of(2 * ((d.T + kRowBlock - 1) / kRowBlock), d.B * d.H),
-                      kBlock, stream, a, static_cast<const T*>(o), static_cast<const T*>(dout),
-                      static_cast<const A*>(lse), static_cast<A*>(delta), static_cast<T*>(dq));
+        launch_kernel(sparse_backward_dq_kernel<T>, grid_of(2 * ((d.T + kRowBlock - 1) / kRowBlock), d.B * d.H), kBlock,
+                      stream, a, static_cast<const T*>(o), static_cast<const T*>(dout), static_cast<const A*>(lse),
+                      static_cast<A*>(delta), static_cast<T*>(dq));
     if (err != cudaSuccess) return err;
     return launch_kernel(sparse_backward_dkv_kernel<T>, grid_of((d.S + kKeyBlock - 1) / kKeyBlock, d.B * d.H), kBlock,
                          stream, a, static_cast<const T*>(dout), static_cast<const A*>(lse),

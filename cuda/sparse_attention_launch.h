@@ -16,7 +16,7 @@ namespace asc::cuda::sparse_launch {
 constexpr int64_t kRowBlock = 16, kKeyBlock = 8;
 
 struct Pattern {
-  int64_t groups;  // 1 or B·H
+  int64_t groups;                                   // 1 or B·H
   const int64_t *rblk_ptr, *rblk_keys, *rblk_bits;  // query blocks: their union of keys, a bit per row of the block
   const int64_t *kblk_ptr, *kblk_rows, *kblk_bits;  // key blocks: their union of queries, a bit per key of the block
 };

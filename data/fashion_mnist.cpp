@@ -56,8 +56,13 @@ class FashionMnistDataset : public Dataset {
   FashionMnistDataset(std::shared_ptr<const std::vector<uint8_t>> pixels,
                       std::shared_ptr<const std::vector<uint8_t>> labels, int64_t rows, int64_t cols, int64_t begin,
                       int64_t count, bool as_sequence)
-      : pixels_(std::move(pixels)), labels_(std::move(labels)), rows_(rows), cols_(cols), begin_(begin),
-        count_(count), as_sequence_(as_sequence) {}
+      : pixels_(std::move(pixels)),
+        labels_(std::move(labels)),
+        rows_(rows),
+        cols_(cols),
+        begin_(begin),
+        count_(count),
+        as_sequence_(as_sequence) {}
 
   int64_t size() const override { return count_; }
 

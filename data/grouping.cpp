@@ -17,7 +17,6 @@ using detail::GeneratedDataset;
 using detail::mix64;
 using detail::Stream;
 
-
 constexpr uint64_t kVocabTag = 0x564F434142ull, kSequenceTag = 0x47524F5550ull;  // "VOCAB", "GROUP"
 
 void check_options(const GroupingOptions& o) {
@@ -35,7 +34,6 @@ void check_options(const GroupingOptions& o) {
             o.centre_scale, o.spread);
 }
 
-
 }  // namespace
 
 GroupingVocabulary grouping_vocabulary(uint64_t seed, const GroupingOptions& o) {
@@ -46,11 +44,11 @@ GroupingVocabulary grouping_vocabulary(uint64_t seed, const GroupingOptions& o) 
   // Balanced groups, shuffled (Fisher-Yates) so ids carry no group.
   out.token_group.resize(static_cast<size_t>(V));
   for (int64_t v = 0; v < V; ++v) out.token_group[static_cast<size_t>(v)] = v % G;
-  for (int64_t v = V - 1; v > 0; --v) std::swap(out.token_group[static_cast<size_t>(v)],
-                                                out.token_group[static_cast<size_t>(s.below(v + 1))]);
+  for (int64_t v = V - 1; v > 0; --v)
+    std::swap(out.token_group[static_cast<size_t>(v)], out.token_group[static_cast<size_t>(s.below(v + 1))]);
   std::vector<double> centres(static_cast<size_t>(G * d));  // (G, d)
   for (double& c : centres) c = o.centre_scale * s.normal();
-  std::vector<float> latents(static_cast<size_t>(V * d));   // (V, d)
+  std::vector<float> latents(static_cast<size_t>(V * d));  // (V, d)
   for (int64_t v = 0; v < V; ++v)
     for (int64_t j = 0; j < d; ++j)
       latents[static_cast<size_t>(v * d + j)] = static_cast<float>(
@@ -103,9 +101,10 @@ GroupingSequence grouping_sequence(const GroupingVocabulary& vocab, uint64_t see
     out.label = best;
     return out;
   }
-  ASC_THROW("grouping_sequence: every one of {} draws tied for the largest group (seq_len {}, groups per sequence "
-            "{}..{})",
-            kMaxTries, T, o.min_groups, o.max_groups);
+  ASC_THROW(
+      "grouping_sequence: every one of {} draws tied for the largest group (seq_len {}, groups per sequence "
+      "{}..{})",
+      kMaxTries, T, o.min_groups, o.max_groups);
 }
 
 Task grouping_task(const TaskOptions& options) {
@@ -114,8 +113,10 @@ Task grouping_task(const TaskOptions& options) {
   ASC_CHECK(options.min_len == 0 || options.max_len == 0 || options.min_len == options.max_len,
             "grouping: sequences have one length; min_len and max_len must be equal (or 0), got {} and {}",
             options.min_len, options.max_len);
-  if (options.max_len > 0) go.seq_len = options.max_len;
-  else if (options.min_len > 0) go.seq_len = options.min_len;
+  if (options.max_len > 0)
+    go.seq_len = options.max_len;
+  else if (options.min_len > 0)
+    go.seq_len = options.min_len;
   check_options(go);
   const auto vocab = std::make_shared<const GroupingVocabulary>(grouping_vocabulary(options.seed, go));
   const int64_t sizes[3] = {options.train_size > 0 ? options.train_size : 8000,
@@ -126,7 +127,7 @@ Task grouping_task(const TaskOptions& options) {
     const uint64_t seed = mix64(options.seed) + split;  // each split its own stream key
     splits[split] = std::make_shared<GeneratedDataset>(sizes[split], [seed, go, vocab](int64_t i) {
       GroupingSequence q = grouping_sequence(*vocab, seed, static_cast<uint64_t>(i), go);
-      return Example{.input = tensor(q.tokens, {go.seq_len}),    // (T) int64 token ids
+      return Example{.input = tensor(q.tokens, {go.seq_len}),  // (T) int64 token ids
                      .label = q.label,
                      .groups = tensor(q.groups, {go.seq_len})};  // (T) int64 true groups
     });

@@ -28,14 +28,14 @@
 namespace asc::data {
 
 struct GroupingOptions {
-  int64_t groups = 4;        // G, >= 2; also the number of classes
-  int64_t vocab = 64;        // V, >= G: token ids 0..V-1 (no pad id: every sequence has length seq_len)
-  int64_t seq_len = 64;      // T, >= 2
-  int64_t latent_dim = 16;   // d
-  int64_t min_groups = 2;    // k, the number of groups mixed in one sequence: uniform in [min_groups, max_groups],
-  int64_t max_groups = 3;    // 1 <= min_groups <= max_groups <= G
-  double centre_scale = 4.0; // spread of the centres
-  double spread = 1.0;       // spread of the tokens around their centre
+  int64_t groups = 4;         // G, >= 2; also the number of classes
+  int64_t vocab = 64;         // V, >= G: token ids 0..V-1 (no pad id: every sequence has length seq_len)
+  int64_t seq_len = 64;       // T, >= 2
+  int64_t latent_dim = 16;    // d
+  int64_t min_groups = 2;     // k, the number of groups mixed in one sequence: uniform in [min_groups, max_groups],
+  int64_t max_groups = 3;     // 1 <= min_groups <= max_groups <= G
+  double centre_scale = 4.0;  // spread of the centres
+  double spread = 1.0;        // spread of the tokens around their centre
 };
 
 struct GroupingVocabulary {

@@ -23,7 +23,6 @@ using detail::GeneratedDataset;
 using detail::mix64;
 using detail::Stream;
 
-
 // The value of operator `op` over args[0, n) (operand values 0..9, n >= 1). Sorts args in place for MED.
 int apply_op(int64_t op, int* args, int n) {
   switch (op) {
@@ -53,10 +52,9 @@ void check_options(const ListOpsOptions& o) {
   ASC_CHECK(o.max_depth >= 1 && o.max_depth <= 64, "listops: max_depth must be in [1, 64], got {}", o.max_depth);
   ASC_CHECK(o.max_args >= 2 && o.max_args <= 64, "listops: max_args must be in [2, 64], got {}", o.max_args);
   ASC_CHECK(o.leaf_prob >= 0.0 && o.leaf_prob < 1.0, "listops: leaf_prob must be in [0, 1), got {}", o.leaf_prob);
-  ASC_CHECK(o.max_len >= 4, "listops: max_len must be >= 4 (the shortest expression, [MAX a b ]), got {}",
+  ASC_CHECK(o.max_len >= 4, "listops: max_len must be >= 4 (the shortest expression, [MAX a b ]), got {}", o.max_len);
+  ASC_CHECK(o.min_len >= 0 && o.min_len <= o.max_len, "listops: need 0 <= min_len <= max_len, got {} and {}", o.min_len,
             o.max_len);
-  ASC_CHECK(o.min_len >= 0 && o.min_len <= o.max_len, "listops: need 0 <= min_len <= max_len, got {} and {}",
-            o.min_len, o.max_len);
   const int64_t longest = longest_expression(o.max_depth, o.max_args);
   ASC_CHECK(o.min_len <= longest,
             "listops: min_len {} exceeds the longest expression max_depth {} and max_args {} allow ({} tokens)",
@@ -89,7 +87,6 @@ int grow(Stream& s, const ListOpsOptions& o, int level, bool root, std::vector<i
   return apply_op(op, args.data(), nargs);
 }
 
-
 }  // namespace
 
 ListOpsExpression listops_generate(uint64_t seed, uint64_t index, const ListOpsOptions& options) {
@@ -105,9 +102,10 @@ ListOpsExpression listops_generate(uint64_t seed, uint64_t index, const ListOpsO
     const auto len = static_cast<int64_t>(e.tokens.size());
     if (!overflow && len >= options.min_len && len <= options.max_len) return e;
   }
-  ASC_THROW("listops: no tree of length in [{}, {}] in {} tries (max_depth {}, max_args {}, leaf_prob {}): widen "
-            "the length window",
-            options.min_len, options.max_len, kMaxTries, options.max_depth, options.max_args, options.leaf_prob);
+  ASC_THROW(
+      "listops: no tree of length in [{}, {}] in {} tries (max_depth {}, max_args {}, leaf_prob {}): widen "
+      "the length window",
+      options.min_len, options.max_len, kMaxTries, options.max_depth, options.max_args, options.leaf_prob);
 }
 
 int listops_evaluate(const std::vector<int64_t>& tokens) {
@@ -143,8 +141,10 @@ int listops_evaluate(const std::vector<int64_t>& tokens) {
     } else {
       value = static_cast<int>(t - kListOpsDigit0);
     }
-    if (stack.empty()) result = value;
-    else stack.back().args.push_back(value);
+    if (stack.empty())
+      result = value;
+    else
+      stack.back().args.push_back(value);
   }
   ASC_CHECK(stack.empty(), "listops_evaluate: {} operator(s) not closed at the end ({} tokens)", stack.size(), n);
   return result;

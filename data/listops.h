@@ -43,11 +43,11 @@ inline constexpr int64_t kListOpsVocab = 16;
 extern const std::array<const char*, kListOpsVocab> kListOpsTokenNames;
 
 struct ListOpsOptions {
-  int64_t min_len = 500;   // token count bounds, inclusive (LRA: 500..2000)
+  int64_t min_len = 500;  // token count bounds, inclusive (LRA: 500..2000)
   int64_t max_len = 2000;
-  int max_depth = 10;      // most nested brackets around any token, >= 1
-  int max_args = 10;       // most arguments of one operator, >= 2
-  double leaf_prob = 0.75; // probability that a non-root node within max_depth is a digit (LRA: 1 - VALUE_P = 0.75)
+  int max_depth = 10;       // most nested brackets around any token, >= 1
+  int max_args = 10;        // most arguments of one operator, >= 2
+  double leaf_prob = 0.75;  // probability that a non-root node within max_depth is a digit (LRA: 1 - VALUE_P = 0.75)
 };
 
 struct ListOpsExpression {

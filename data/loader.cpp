@@ -66,8 +66,9 @@ Batch collate(const std::vector<Example>& examples, int64_t pad_id) {
               k, describe(e.input), describe(examples[0].input));
     ASC_CHECK(e.label >= -1, "collate: example {} has label {}; labels are classes >= 0, or -1 (unlabelled)", k,
               e.label);
-    ASC_CHECK(e.groups.defined() == has_groups, "collate: example {} {} groups but example 0 {}; all or none carry them",
-              k, e.groups.defined() ? "has" : "has no", has_groups ? "has" : "has none");
+    ASC_CHECK(e.groups.defined() == has_groups,
+              "collate: example {} {} groups but example 0 {}; all or none carry them", k,
+              e.groups.defined() ? "has" : "has no", has_groups ? "has" : "has none");
     if (has_groups) {
       ASC_CHECK(kind == Kind::Tokens, "collate: example {} has groups with a float input {}; groups are per token", k,
                 describe(e.input));
@@ -99,8 +100,8 @@ Batch collate(const std::vector<Example>& examples, int64_t pad_id) {
     return batch;
   }
 
-  batch.input = empty({B, T}, {.dtype = kInt64});  // (B, T)
-  batch.valid = empty({B, T}, {.dtype = kBool});   // (B, T)
+  batch.input = empty({B, T}, {.dtype = kInt64});                   // (B, T)
+  batch.valid = empty({B, T}, {.dtype = kBool});                    // (B, T)
   if (has_groups) batch.groups = empty({B, T}, {.dtype = kInt64});  // (B, T)
   int64_t* in = batch.input.data_ptr<int64_t>();
   bool* valid = batch.valid.data_ptr<bool>();
@@ -146,8 +147,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   samples_ = distributed::DistributedSampler(n, options_.rank, options_.world_size, {.shuffle = options_.shuffle})
                  .num_samples();
   ASC_CHECK(!options_.drop_last || samples_ >= options_.batch_size,
-            "DataLoader: drop_last with batch_size {} but only {} examples per epoch{} leaves no batch", options_.batch_size,
-            samples_, options_.world_size > 1 ? fmt::format(" on rank {} of {}", options_.rank, options_.world_size) : "");
+            "DataLoader: drop_last with batch_size {} but only {} examples per epoch{} leaves no batch",
+            options_.batch_size, samples_,
+            options_.world_size > 1 ? fmt::format(" on rank {} of {}", options_.rank, options_.world_size) : "");
   batches_per_epoch_ = options_.drop_last ? samples_ / options_.batch_size
                                           : samples_ / options_.batch_size + (samples_ % options_.batch_size != 0);
   if (options_.prefetch > 0) start();
@@ -176,8 +178,7 @@ Batch DataLoader::build(const std::vector<int64_t>& order, int64_t position) con
 
 void DataLoader::advance(int64_t& epoch, int64_t& position) const {
   if (++position < batches_per_epoch_) return;
-  ASC_CHECK(epoch < std::numeric_limits<int64_t>::max(), "DataLoader: the epoch counter reached its maximum {}",
-            epoch);
+  ASC_CHECK(epoch < std::numeric_limits<int64_t>::max(), "DataLoader: the epoch counter reached its maximum {}", epoch);
   ++epoch;
   position = 0;
 }

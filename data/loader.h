@@ -94,8 +94,8 @@ class DataLoader {
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   int64_t samples_per_epoch() const { return samples_; }  // this rank's examples per epoch (before drop_last)
-  int64_t epoch() const { return epoch_; }                 // the epoch the next batch belongs to
-  int64_t position() const { return position_; }           // batches of that epoch handed out so far
+  int64_t epoch() const { return epoch_; }                // the epoch the next batch belongs to
+  int64_t position() const { return position_; }          // batches of that epoch handed out so far
   const LoaderOptions& options() const { return options_; }
 
   LoaderState state() const { return {epoch_, position_, options_.seed}; }
@@ -109,12 +109,12 @@ class DataLoader {
     Batch batch;
     std::exception_ptr error;
   };
-  std::vector<int64_t> epoch_order(int64_t epoch, uint64_t seed) const;           // this rank's dataset indices
-  Batch build(const std::vector<int64_t>& order, int64_t position) const;        // batch `position` of an epoch
-  void advance(int64_t& epoch, int64_t& position) const;                         // to the following batch
-  void produce(int64_t epoch, int64_t position, uint64_t seed);                  // the prefetch thread's body
-  void start();                                                                  // prefetch thread from (epoch_, position_)
-  void stop();                                                                   // joins it, empties the queue
+  std::vector<int64_t> epoch_order(int64_t epoch, uint64_t seed) const;    // this rank's dataset indices
+  Batch build(const std::vector<int64_t>& order, int64_t position) const;  // batch `position` of an epoch
+  void advance(int64_t& epoch, int64_t& position) const;                   // to the following batch
+  void produce(int64_t epoch, int64_t position, uint64_t seed);            // the prefetch thread's body
+  void start();                                                            // prefetch thread from (epoch_, position_)
+  void stop();                                                             // joins it, empties the queue
 
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;

@@ -18,7 +18,6 @@ using detail::GeneratedDataset;
 using detail::mix64;
 using detail::Stream;
 
-
 constexpr int kHeadings = 64;
 
 // (cos, sin) of the 64 headings 2 pi k / 64, from their Taylor series: only +, * and / (exactly rounded IEEE
@@ -29,12 +28,16 @@ const std::array<std::array<double, 2>, kHeadings>& heading_table() {
     constexpr double kPi = 3.141592653589793238462643383279502884;
     for (int k = 0; k < kHeadings; ++k) {
       const double x = (k < kHeadings / 2 ? k : k - kHeadings) * (2.0 * kPi / kHeadings);  // in [-pi, pi)
-      double c = 0.0, s = 0.0, term = 1.0;  // term = x^n / n!
+      double c = 0.0, s = 0.0, term = 1.0;                                                 // term = x^n / n!
       for (int n = 0; n < 40; ++n) {
-        if (n % 4 == 0) c += term;
-        else if (n % 4 == 1) s += term;
-        else if (n % 4 == 2) c -= term;
-        else s -= term;
+        if (n % 4 == 0)
+          c += term;
+        else if (n % 4 == 1)
+          s += term;
+        else if (n % 4 == 2)
+          c -= term;
+        else
+          s -= term;
         term = term * x / (n + 1);
       }
       t[static_cast<size_t>(k)] = {c, s};
@@ -58,8 +61,7 @@ void check_options(const PathfinderOptions& o) {
             o.max_turn);
   ASC_CHECK(o.dash_len >= 0.5 && o.dash_len <= 64.0, "pathfinder: dash_len must be in [0.5, 64] pixels, got {}",
             o.dash_len);
-  ASC_CHECK(o.gap_len >= 1.0 && o.gap_len <= 64.0, "pathfinder: gap_len must be in [1, 64] pixels, got {}",
-            o.gap_len);
+  ASC_CHECK(o.gap_len >= 1.0 && o.gap_len <= 64.0, "pathfinder: gap_len must be in [1, 64] pixels, got {}", o.gap_len);
   ASC_CHECK(o.min_dot_distance >= 0.0 && o.min_dot_distance <= o.size,
             "pathfinder: min_dot_distance must be in [0, size = {}], got {}", o.size, o.min_dot_distance);
 }
@@ -133,7 +135,6 @@ double pixel_distance(int a, int b, int size) {
   return std::sqrt(dr * dr + dc * dc);
 }
 
-
 }  // namespace
 
 PathfinderSample pathfinder_render(uint64_t seed, uint64_t index, const PathfinderOptions& o) {
@@ -153,8 +154,9 @@ PathfinderSample pathfinder_render(uint64_t seed, uint64_t index, const Pathfind
       for (int attempt = 0; attempt < kPathTries && !ok; ++attempt) {
         if (!walk(s, o, id < 2 ? o.path_steps : o.distractor_steps, p)) continue;
         // Path A (id 0) carries both dots (label 1) or one (label 0; path B, id 1, carries the other).
-        if (id == 0) p.dots = label == 1 ? std::vector<int>{p.pixels.front(), p.pixels.back()}
-                                         : std::vector<int>{p.pixels.front()};
+        if (id == 0)
+          p.dots =
+              label == 1 ? std::vector<int>{p.pixels.front(), p.pixels.back()} : std::vector<int>{p.pixels.front()};
         if (id == 1 && label == 0) p.dots = {p.pixels.front()};
         if (id == 0 && label == 1 && pixel_distance(p.dots[0], p.dots[1], S) < o.min_dot_distance) continue;
         if (id == 1 && label == 0 && pixel_distance(paths[0].dots[0], p.dots[0], S) < o.min_dot_distance) continue;
@@ -179,9 +181,10 @@ PathfinderSample pathfinder_render(uint64_t seed, uint64_t index, const Pathfind
     }
     return out;
   }
-  ASC_THROW("pathfinder: could not place {} paths without touching in a {} x {} image in {} scenes (path_steps {}, "
-            "distractors {}): use fewer or shorter paths",
-            paths.size(), S, S, kScenes, o.path_steps, o.distractors);
+  ASC_THROW(
+      "pathfinder: could not place {} paths without touching in a {} x {} image in {} scenes (path_steps {}, "
+      "distractors {}): use fewer or shorter paths",
+      paths.size(), S, S, kScenes, o.path_steps, o.distractors);
 }
 
 Tensor pathfinder_tokens(const PathfinderSample& sample) {

@@ -32,22 +32,22 @@
 namespace asc::data {
 
 struct PathfinderOptions {
-  int size = 32;               // the image is size x size, 8..256
-  int path_steps = 12;         // steps of each of the two long paths (arc length path_steps * step_len)
-  int distractors = 3;         // short paths without dots
-  int distractor_steps = 4;    // steps of each distractor
-  double step_len = 2.0;       // pixels per step, in [0.5, 8]
-  int max_turn = 4;            // largest heading change per step, in 64ths of a full turn, 0..16
-  bool dashed = true;          // false: every path drawn solid (the test's flood-fill view)
-  double dash_len = 3.0;       // pixels of arc drawn per dash ...
-  double gap_len = 2.0;        // ... and left dark between dashes (>= 1 so a gap can show)
+  int size = 32;                  // the image is size x size, 8..256
+  int path_steps = 12;            // steps of each of the two long paths (arc length path_steps * step_len)
+  int distractors = 3;            // short paths without dots
+  int distractor_steps = 4;       // steps of each distractor
+  double step_len = 2.0;          // pixels per step, in [0.5, 8]
+  int max_turn = 4;               // largest heading change per step, in 64ths of a full turn, 0..16
+  bool dashed = true;             // false: every path drawn solid (the test's flood-fill view)
+  double dash_len = 3.0;          // pixels of arc drawn per dash ...
+  double gap_len = 2.0;           // ... and left dark between dashes (>= 1 so a gap can show)
   double min_dot_distance = 6.0;  // smallest Euclidean distance between the two dots, pixels
 };
 
 struct PathfinderSample {
   int size = 0;
-  std::vector<uint8_t> pixels;      // (size, size) row-major, 0 or 255
-  int label = 0;                    // 1: the dots are joined by a path
+  std::vector<uint8_t> pixels;               // (size, size) row-major, 0 or 255
+  int label = 0;                             // 1: the dots are joined by a path
   std::array<std::array<int, 2>, 2> dots{};  // the two dot centres, (row, col)
 };
 

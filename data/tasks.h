@@ -26,15 +26,15 @@
 namespace asc::data {
 
 struct TaskOptions {
-  uint64_t seed = 0;         // generated tasks: the data; file tasks: the train / validation split
-  int64_t train_size = 0;    // 0: the task's default size of each split; smaller: the first n examples
+  uint64_t seed = 0;       // generated tasks: the data; file tasks: the train / validation split
+  int64_t train_size = 0;  // 0: the task's default size of each split; smaller: the first n examples
   int64_t val_size = 0;
   int64_t test_size = 0;
-  int64_t min_len = 0;       // sequence length bounds of generated / read sequences; 0: the task's default
+  int64_t min_len = 0;  // sequence length bounds of generated / read sequences; 0: the task's default
   int64_t max_len = 0;
-  std::string data_dir;      // "": the task's default location (e.g. /usr/share/datasets/fashion-mnist)
-  int64_t image_size = 0;    // image tasks (fashion-mnist*, pathfinder): side after average pooling by a whole factor
-                             // (fashion-mnist 28 -> 14 or 7: 196 or 49 pixel tokens); 0: the native size
+  std::string data_dir;    // "": the task's default location (e.g. /usr/share/datasets/fashion-mnist)
+  int64_t image_size = 0;  // image tasks (fashion-mnist*, pathfinder): side after average pooling by a whole factor
+                           // (fashion-mnist 28 -> 14 or 7: 196 or 49 pixel tokens); 0: the native size
 };
 
 struct Task {

@@ -251,7 +251,8 @@ Task text_task(const TaskOptions& options) {
       "man pages of Debian's manpages + manpages-dev as bytes, labelled by section (2 / 3 / 4+5 / 7): {} train / {} "
       "val / {} test pages (split by file-name hash), cut to {} bytes; skipped: {} symlinks, {} .so stubs, {} in "
       "sections 1/6/8, {} shorter than min_len {}",
-      task.train->size(), task.val->size(), task.test->size(), max_len, links, stubs, dropped_section, too_short, min_len);
+      task.train->size(), task.val->size(), task.test->size(), max_len, links, stubs, dropped_section, too_short,
+      min_len);
   return task;
 }
 
@@ -481,8 +482,8 @@ Task build_file_task(const std::string& path, const TaskOptions& options, std::v
         int64_t v = -1;
         const auto [ptr, ec] = std::from_chars(r.label.data(), r.label.data() + r.label.size(), v);
         ASC_CHECK(ec == std::errc() && v >= 0 && v < kMaxFileClasses,
-                  "file: {}:{}: class id {} is out of range (expected an integer in [0, {}))", f.path, r.line,
-                  r.label, kMaxFileClasses);
+                  "file: {}:{}: class id {} is out of range (expected an integer in [0, {}))", f.path, r.line, r.label,
+                  kMaxFileClasses);
         label = v;
         max_label = std::max(max_label, v);
       }
@@ -547,10 +548,11 @@ Task build_file_task(const std::string& path, const TaskOptions& options, std::v
   std::string from;
   for (size_t fi = 1; fi < files.size(); ++fi) from += ", " + files[fi].path;
   task.description = fmt::format(
-      "{}{}: {} train / {} val / {} test examples{}, {} classes ({}), {}; longest {}{}", path, from,
-      task.train->size(), task.val->size(), task.test->size(), need_val || need_test ? fmt::format(" (cut by seed {})", options.seed) : "", task.classes,
-      first_name ? "names" : "ids", ids_mode ? fmt::format("token ids (vocab {})", task.vocab) : "bytes (vocab 256)",
-      task.max_len, too_short ? fmt::format("; {} shorter than min_len skipped", too_short) : "");
+      "{}{}: {} train / {} val / {} test examples{}, {} classes ({}), {}; longest {}{}", path, from, task.train->size(),
+      task.val->size(), task.test->size(), need_val || need_test ? fmt::format(" (cut by seed {})", options.seed) : "",
+      task.classes, first_name ? "names" : "ids",
+      ids_mode ? fmt::format("token ids (vocab {})", task.vocab) : "bytes (vocab 256)", task.max_len,
+      too_short ? fmt::format("; {} shorter than min_len skipped", too_short) : "");
   return task;
 }
 

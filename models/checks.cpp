@@ -12,8 +12,7 @@ namespace asc::models::detail {
 
 void check_model_options(const char* model, const std::vector<std::pair<const char*, int64_t>>& positive,
                          double dropout) {
-  for (const auto& [name, value] : positive)
-    ASC_CHECK(value >= 1, "{}: {} must be >= 1, got {}", model, name, value);
+  for (const auto& [name, value] : positive) ASC_CHECK(value >= 1, "{}: {} must be >= 1, got {}", model, name, value);
   ASC_CHECK(dropout >= 0 && dropout < 1, "{}: dropout must be in [0, 1), got {}", model, dropout);
 }
 
@@ -33,8 +32,8 @@ void check_parameter_memory(const char* model, double embedding_rows, int64_t d_
   const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   ASC_CHECK(physical <= 0 || bytes <= physical,
             "{}: {} layers of width {} (ffn {}) and {} embedding rows need about {:.3g} GiB of parameters, more than "
-            "this machine's {:.3g} GiB", model, layers, d_model, ffn, embedding_rows, bytes / (1 << 30),
-            physical / (1 << 30));
+            "this machine's {:.3g} GiB",
+            model, layers, d_model, ffn, embedding_rows, bytes / (1 << 30), physical / (1 << 30));
 }
 
 }  // namespace asc::models::detail

@@ -1,7 +1,7 @@
-#include "core/format.h"
-#include "ops/ops.h"
 #include "models/decoder_lm.h"
+#include "core/format.h"
 #include "models/checks.h"
+#include "ops/ops.h"
 
 #include <limits>
 
@@ -11,18 +11,22 @@ namespace asc::models {
 
 DecoderLM::DecoderLM(const DecoderLMOptions& o, const nn::AttentionFactory& attention)
     : Module("DecoderLM"), options(o) {
-  detail::check_model_options("DecoderLM",
-                              {{"vocab", o.vocab()}, {"d_model", o.d_model()}, {"heads", o.heads()},
-                               {"layers", o.layers()}, {"ffn", o.ffn()}},
-                              o.dropout());
+  detail::check_model_options(
+      "DecoderLM",
+      {{"vocab", o.vocab()}, {"d_model", o.d_model()}, {"heads", o.heads()}, {"layers", o.layers()}, {"ffn", o.ffn()}},
+      o.dropout());
   ASC_CHECK(attention != nullptr, "DecoderLM: empty attention factory");
   detail::check_parameter_memory("DecoderLM", static_cast<double>(o.vocab()) * (o.tie_embeddings() ? 1 : 2),
                                  o.d_model(), o.ffn(), o.layers());
   tok_emb = register_module("tok_emb", std::make_shared<nn::Embedding>(o.vocab(), o.d_model()));
-  auto block = nn::TransformerBlockOptions(o.d_model(), o.heads()).ffn(o.ffn()).dropout(o.dropout())
-                   .attention_dropout(o.attention_dropout()).rope(true);
+  auto block = nn::TransformerBlockOptions(o.d_model(), o.heads())
+                   .ffn(o.ffn())
+                   .dropout(o.dropout())
+                   .attention_dropout(o.attention_dropout())
+                   .rope(true);
   blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
-  for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerDecoderBlock>(block, attention));
+  for (int64_t i = 0; i < o.layers(); ++i)
+    blocks->push_back(std::make_shared<nn::TransformerDecoderBlock>(block, attention));
   norm = register_module("norm", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({o.d_model()})));
   // Small embedding init (as GPT-2): tied to the output head, N(0, 1) rows would give logits of size sqrt(D).
   nn::init::normal_(tok_emb->weight, 0.0, 0.02);
@@ -30,9 +34,9 @@ DecoderLM::DecoderLM(const DecoderLMOptions& o, const nn::AttentionFactory& atte
 }
 
 Tensor DecoderLM::forward(const Tensor& tokens) {
-  ASC_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) >= 1, "DecoderLM: expected tokens (B, T >= 1), got {}",
-            tokens.defined() ? tokens.shape() : Shape{});
-  Tensor x = (*tok_emb)(tokens);  // (B, T, D); positions enter through RoPE inside attention
+  ASC_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) >= 1,
+            "DecoderLM: expected tokens (B, T >= 1), got {}", tokens.defined() ? tokens.shape() : Shape{});
+  Tensor x = (*tok_emb)(tokens);        // (B, T, D); positions enter through RoPE inside attention
   for (auto& b : *blocks) x = (*b)(x);  // each block: causal self-attention + FFN
   x = (*norm)(x);
   return head ? (*head)(x) : linear(x, tok_emb->weight);  // (B, T, vocab)
@@ -42,8 +46,8 @@ Tensor DecoderLM::loss(const Tensor& tokens) {
   ASC_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) >= 2,
             "DecoderLM.loss: expected tokens (B, T >= 2), got {}", tokens.defined() ? tokens.shape() : Shape{});
   const int64_t T = tokens.size(1);
-  Tensor logits = forward(tokens.narrow(1, 0, T - 1));                     // (B, T-1, V)
-  Tensor target = tokens.narrow(1, 1, T - 1).contiguous();                 // (B, T-1)
+  Tensor logits = forward(tokens.narrow(1, 0, T - 1));      // (B, T-1, V)
+  Tensor target = tokens.narrow(1, 1, T - 1).contiguous();  // (B, T-1)
   return cross_entropy(logits.reshape({-1, options.vocab()}), target.reshape({-1}));
 }
 

@@ -8,9 +8,9 @@
 //
 // Accepted options (anything else is an asc::Error naming the value, at construction): vocab, d_model, heads,
 // layers, ffn >= 1 (the attention adds its own conditions: the default dense one needs d_model divisible by heads
-// and an even head dim for RoPE); dropout, attention_dropout in [0, 1) (NaN refused); the parameters must fit in this machine's memory.
-// The attention factory gets the blocks' options; nn::ascender_attention_factory / nn::asam_attention_factory refuse options whose
-// d_model or heads differ from the model's (0 takes the model's).
+// and an even head dim for RoPE); dropout, attention_dropout in [0, 1) (NaN refused); the parameters must fit in this
+// machine's memory. The attention factory gets the blocks' options; nn::ascender_attention_factory /
+// nn::asam_attention_factory refuse options whose d_model or heads differ from the model's (0 takes the model's).
 #include "nn/nn.h"
 
 namespace asc::models {
@@ -24,7 +24,7 @@ struct DecoderLMOptions {
   ASC_ARG(int64_t, ffn) = 512;
   ASC_ARG(double, dropout) = 0.0;            // residual and FFN dropout
   ASC_ARG(double, attention_dropout) = 0.0;  // on the attention probabilities (nn::TransformerBlockOptions)
-  ASC_ARG(bool, tie_embeddings) = true;  // the output head reuses the token embedding matrix
+  ASC_ARG(bool, tie_embeddings) = true;      // the output head reuses the token embedding matrix
 };
 
 class DecoderLM : public nn::Module {

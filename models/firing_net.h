@@ -17,8 +17,8 @@ struct FiringClassifierOptions {
   FiringClassifierOptions(int64_t in_features, int64_t classes) : in_features_(in_features), classes_(classes) {}
   ASC_ARG(int64_t, in_features);
   ASC_ARG(int64_t, classes);
-  ASC_ARG(int64_t, hidden) = 256;      // P of the first firing layer
-  ASC_ARG(int64_t, fan_out) = 4;       // its α = the second layer's neuron count
+  ASC_ARG(int64_t, hidden) = 256;                             // P of the first firing layer
+  ASC_ARG(int64_t, fan_out) = 4;                              // its α = the second layer's neuron count
   ASC_ARG(GateBackward, backward) = GateBackward::Surrogate;  // the surrogate lets SP learn too
   ASC_ARG(std::string, surrogate) = "sigmoid";
   ASC_ARG(double, surrogate_width) = 4.0;

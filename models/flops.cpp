@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "autograd/grad_mode.h"
 #include "models/decoder_lm.h"
 #include "models/firing_net.h"
 #include "models/transformer_classifier.h"
-#include "autograd/grad_mode.h"
 #include "ops/ops.h"
 
 namespace asc::models {
@@ -48,13 +48,13 @@ FlopCount attention_flops(nn::Attention& attention, int64_t T, bool causal) {
     const double P = mode == nn::AscenderMode::Windowed
                          ? windowed_pairs(T, asc->options.window(), asc->options.global_tokens())
                          : t * t;
-    double per_head = 4 * P * dh;                      // scores q·k and A·V
+    double per_head = 4 * P * dh;                                 // scores q·k and A·V
     if (mode != nn::AscenderMode::Reuse) per_head += 2 * P * da;  // affinities a_ij (Reuse selects by the scores)
-    per_head += P;                                     // the top-k selection's comparisons
-    per_head += 3 * P * dz + 2 * P;                    // distances |z_i - z_j|² and the two kernels
-    per_head += 2 * P * dh + 4 * P;                    // alignment k̂_j·u_i; separation η w [a - δ]_+
-    per_head += 2 * P * dz + 3 * P * dz;               // cohesion: centroids Σ w z, distances |z_j - c_i|²
-    per_head += 3 * 4 * P + 6 * P;                     // three row normalisations; S = base + Σ ω β̃
+    per_head += P;                                                // the top-k selection's comparisons
+    per_head += 3 * P * dz + 2 * P;                               // distances |z_i - z_j|² and the two kernels
+    per_head += 2 * P * dh + 4 * P;                               // alignment k̂_j·u_i; separation η w [a - δ]_+
+    per_head += 2 * P * dz + 3 * P * dz;                          // cohesion: centroids Σ w z, distances |z_j - c_i|²
+    per_head += 3 * 4 * P + 6 * P;                                // three row normalisations; S = base + Σ ω β̃
     c.forward = linear_flops(*asc->q_proj, T) + linear_flops(*asc->k_proj, T) + linear_flops(*asc->v_proj, T) +
                 linear_flops(*asc->out_proj, T) + linear_flops(*asc->z_proj, T) + linear_flops(*asc->e_proj, T) +
                 H * per_head;

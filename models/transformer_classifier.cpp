@@ -1,9 +1,9 @@
 #include <algorithm>
 
 #include "core/format.h"
-#include "ops/ops.h"
-#include "models/transformer_classifier.h"
 #include "models/checks.h"
+#include "models/transformer_classifier.h"
+#include "ops/ops.h"
 
 namespace asc::models {
 
@@ -12,15 +12,21 @@ TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions&
     : Module("TransformerClassifier"), options(o) {
   using namespace detail;
   check_model_options("TransformerClassifier",
-                      {{"vocab", o.vocab()}, {"max_len", o.max_len()}, {"classes", o.classes()}, {"d_model", o.d_model()},
-                       {"heads", o.heads()}, {"layers", o.layers()}, {"ffn", o.ffn()}},
+                      {{"vocab", o.vocab()},
+                       {"max_len", o.max_len()},
+                       {"classes", o.classes()},
+                       {"d_model", o.d_model()},
+                       {"heads", o.heads()},
+                       {"layers", o.layers()},
+                       {"ffn", o.ffn()}},
                       o.dropout());
   // The attention's own options must not disagree with the model's width and head count (0 takes the model's).
   if (!attention && o.attention() == "ascender")
-    check_attention_shape("TransformerClassifier", "ascender", o.ascender().d_model(), o.ascender().heads(), o.d_model(),
-                          o.heads());
+    check_attention_shape("TransformerClassifier", "ascender", o.ascender().d_model(), o.ascender().heads(),
+                          o.d_model(), o.heads());
   if (!attention && o.attention() == "asam")
-    check_attention_shape("TransformerClassifier", "asam", o.asam().d_model(), o.asam().heads(), o.d_model(), o.heads());
+    check_attention_shape("TransformerClassifier", "asam", o.asam().d_model(), o.asam().heads(), o.d_model(),
+                          o.heads());
   check_parameter_memory("TransformerClassifier", static_cast<double>(o.vocab()) + static_cast<double>(o.max_len()),
                          o.d_model(), o.ffn(), o.layers());
   const std::string& pos = o.positional();
@@ -40,8 +46,12 @@ TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions&
   ASC_CHECK(o.attention_dropout() == 0 || attention || o.attention() != "asam",
             "TransformerClassifier: ASAM attention has no attention dropout; attention_dropout must be 0, got {}",
             o.attention_dropout());
-  auto block = nn::TransformerBlockOptions(o.d_model(), o.heads()).ffn(o.ffn()).dropout(o.dropout()).norm_first(o.norm_first())
-                   .attention_dropout(o.attention_dropout()).rope(pos == "rope");
+  auto block = nn::TransformerBlockOptions(o.d_model(), o.heads())
+                   .ffn(o.ffn())
+                   .dropout(o.dropout())
+                   .norm_first(o.norm_first())
+                   .attention_dropout(o.attention_dropout())
+                   .rope(pos == "rope");
   blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
   nn::AttentionFactory factory = attention;
   if (!factory) {
@@ -51,14 +61,18 @@ TransformerClassifier::TransformerClassifier(const TransformerClassifierOptions&
     const int64_t rope_len = std::max<int64_t>(o.max_len(), 1);
     auto dense = [rope_len](const nn::TransformerBlockOptions& b) -> std::shared_ptr<nn::Attention> {
       return std::make_shared<nn::MultiHeadAttention>(nn::MultiHeadAttentionOptions(b.d_model(), b.heads())
-                                                          .dropout(b.attention_dropout()).rope(b.rope()).rope_max_len(rope_len));
+                                                          .dropout(b.attention_dropout())
+                                                          .rope(b.rope())
+                                                          .rope_max_len(rope_len));
     };
-    factory = o.attention() == "dense"      ? nn::AttentionFactory(dense)
-              : o.attention() == "ascender" ? nn::ascender_attention_factory(nn::AscenderAttentionOptions(o.ascender())
-                                                                         .rope(pos == "rope").rope_max_len(rope_len))
-                                            : nn::asam_attention_factory(o.asam());
+    factory = o.attention() == "dense" ? nn::AttentionFactory(dense)
+              : o.attention() == "ascender"
+                  ? nn::ascender_attention_factory(
+                        nn::AscenderAttentionOptions(o.ascender()).rope(pos == "rope").rope_max_len(rope_len))
+                  : nn::asam_attention_factory(o.asam());
   }
-  for (int64_t i = 0; i < o.layers(); ++i) blocks->push_back(std::make_shared<nn::TransformerEncoderBlock>(block, factory));
+  for (int64_t i = 0; i < o.layers(); ++i)
+    blocks->push_back(std::make_shared<nn::TransformerEncoderBlock>(block, factory));
   norm = register_module("norm", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({o.d_model()})));
   head = register_module("head", std::make_shared<nn::Linear>(o.d_model(), o.classes()));
 }

@@ -12,9 +12,10 @@
 //
 // Accepted options (anything else is an asc::Error naming the value, at construction):
 //   vocab, max_len, classes, d_model, heads, ffn   >= 1 (d_model divisible by heads for "dense");
-//   layers >= 1; dropout, attention_dropout in [0, 1) (NaN refused; attention_dropout 0 with asam); attention "dense", "ascender" or "asam"; positional "learned",
-//   "sinusoidal", "none", "rope" or "alibi" (rope / alibi with dense or ascender attention only);
-//   ascender / asam: their d_model and heads are the model's. Left at 0 (the default here) they take the model's; set,
+//   layers >= 1; dropout, attention_dropout in [0, 1) (NaN refused; attention_dropout 0 with asam); attention "dense",
+//   "ascender" or "asam"; positional "learned", "sinusoidal", "none", "rope" or "alibi" (rope / alibi with dense or
+//   ascender attention only); ascender / asam: their d_model and heads are the model's. Left at 0 (the default here)
+//   they take the model's; set,
 //     they must equal the model's d_model and heads (a mismatch is refused, naming both, never silently replaced).
 //   The parameters must fit in this machine's memory (layers = INT64_MAX is refused, not allocated until killed).
 #include "nn/nn.h"
@@ -31,7 +32,7 @@ struct TransformerClassifierOptions {
   ASC_ARG(int64_t, heads) = 4;
   ASC_ARG(int64_t, layers) = 2;
   ASC_ARG(int64_t, ffn) = 512;
-  ASC_ARG(double, dropout) = 0.1;            // residual and FFN dropout
+  ASC_ARG(double, dropout) = 0.1;  // residual and FFN dropout
   // On the attention probabilities (dense and ASCender; ASAM has none, so a value > 0 with it is refused). 0 by
   // default: ASCender's fused kernels do not implement it, and a comparison of attentions should regularise them alike.
   ASC_ARG(double, attention_dropout) = 0.0;
@@ -62,14 +63,15 @@ class TransformerClassifier : public nn::Module {
   // blocks[i]->attn->attention_weights() — for analysis: ASCender then runs its composed reference path (slower).
   bool need_weights = false;
   // The auxiliary losses of its attention layers from the last forward (ASCender's ν-weighted terms,
-  // docs/ascender.md §11; ASAM's centroid loss), to add to the task loss; 0 with dense attention. Call it after forward() in a statement
-  // of its own: in `ce(model->forward(x), y) + model->aux_loss()` C++ may evaluate aux_loss() first.
+  // docs/ascender.md §11; ASAM's centroid loss), to add to the task loss; 0 with dense attention. Call it after
+  // forward() in a statement of its own: in `ce(model->forward(x), y) + model->aux_loss()` C++ may evaluate aux_loss()
+  // first.
   Tensor aux_loss() const;
 
   TransformerClassifierOptions options;
-  std::shared_ptr<nn::Embedding> tok_emb, pos_emb;             // pos_emb: positional "learned" only
-  std::shared_ptr<nn::SinusoidalPositionalEncoding> pos_enc;     // positional "sinusoidal" only
-  std::shared_ptr<nn::ALiBi> alibi;                              // positional "alibi" only
+  std::shared_ptr<nn::Embedding> tok_emb, pos_emb;            // pos_emb: positional "learned" only
+  std::shared_ptr<nn::SinusoidalPositionalEncoding> pos_enc;  // positional "sinusoidal" only
+  std::shared_ptr<nn::ALiBi> alibi;                           // positional "alibi" only
   std::shared_ptr<nn::ModuleList> blocks;
   std::shared_ptr<nn::LayerNorm> norm;
   std::shared_ptr<nn::Linear> head;

@@ -130,8 +130,8 @@ SparsePattern AsamAttention::pattern(int64_t T, bool causal) {
   if (has("random")) parts.push_back(random_keys_pattern(T, o.random_keys(), o.seed(), causal));
   if (has("hierarchical")) parts.push_back(hierarchical_pattern(T, hierarchical_block(o, T), causal));
   // Only "clustered": an empty shared pattern, which the per-call clustered part joins.
-  cached_pattern_ = parts.empty() ? SparsePattern::from_rows(1, T, T, std::vector<std::vector<int64_t>>(T))
-                                  : pattern_union(parts);
+  cached_pattern_ =
+      parts.empty() ? SparsePattern::from_rows(1, T, T, std::vector<std::vector<int64_t>>(T)) : pattern_union(parts);
   cached_T_ = T, cached_causal_ = causal;
   return cached_pattern_;
 }
@@ -141,8 +141,8 @@ Tensor AsamAttention::gate(const Tensor& x, const Tensor& key_padding_mask) cons
   if (options.fixed_gate() >= 0) return full({B, H}, options.fixed_gate(), x.options());
   // φ(x): masked means of x over s equal segments, for each scale s, concatenated. Padding tokens are replaced by 0
   // (where, not only weighted by 0: a padding token's NaN must not reach the real tokens' gate).
-  const Tensor w = key_padding_mask.defined() ? key_padding_mask.to(x.dtype()).view({B, T, 1})
-                                              : ones({B, T, 1}, x.options());
+  const Tensor w =
+      key_padding_mask.defined() ? key_padding_mask.to(x.dtype()).view({B, T, 1}) : ones({B, T, 1}, x.options());
   const Tensor xr = key_padding_mask.defined() ? where(key_padding_mask.view({B, T, 1}), x, 0.0) : x;
   TensorList feats;
   for (int64_t s : options.pool_scales())
@@ -153,8 +153,8 @@ Tensor AsamAttention::gate(const Tensor& x, const Tensor& key_padding_mask) cons
       const Tensor ws = w.narrow(1, a, e - a);
       feats.push_back(sum(xr.narrow(1, a, e - a) * ws, {1}) / clamp(sum(ws, {1}), 1.0, std::nullopt));  // (B, D)
     }
-  const Tensor phi = cat(feats, 1);                                            // (B, D · Σ s)
-  const Tensor fc = (*complexity)(phi), fp = softplus((*confidence)(phi));    // (B, H)
+  const Tensor phi = cat(feats, 1);                                         // (B, D · Σ s)
+  const Tensor fc = (*complexity)(phi), fp = softplus((*confidence)(phi));  // (B, H)
   const Tensor g = sigmoid((threshold.to(x.dtype()) - fc) / options.gate_tau() * fp);
   return clamp(g, 0.01, 0.99);
 }
@@ -166,14 +166,15 @@ Tensor AsamAttention::aux_loss() const {
 
 Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
   const int64_t D = options.d_model(), H = options.heads(), Dh = d_head;
-  ASC_CHECK(x.defined() && x.dim() == 3 && x.size(2) == D && x.size(1) >= 1, "{}: expected x (B, T, {}), got {}",
-            kName, D, x.defined() ? x.shape() : Shape{});
-  ASC_CHECK(!args.context.defined(), "{}: self-attention only; got a context of shape {}", kName,
-            args.context.shape());
+  ASC_CHECK(x.defined() && x.dim() == 3 && x.size(2) == D && x.size(1) >= 1, "{}: expected x (B, T, {}), got {}", kName,
+            D, x.defined() ? x.shape() : Shape{});
+  ASC_CHECK(!args.context.defined(), "{}: self-attention only; got a context of shape {}", kName, args.context.shape());
   ASC_CHECK(!args.bias.defined(), "{}: an additive score bias is not supported by the sparse kernel (got {})", kName,
             args.bias.shape());
-  ASC_CHECK(!args.need_weights, "{}: need_weights is not available (the sparse branch never forms the (T, T) "
-            "probabilities)", kName);
+  ASC_CHECK(!args.need_weights,
+            "{}: need_weights is not available (the sparse branch never forms the (T, T) "
+            "probabilities)",
+            kName);
   const int64_t B = x.size(0), T = x.size(1);
   const Tensor& valid = args.key_padding_mask;
   if (valid.defined())
@@ -188,7 +189,7 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
   SparsePattern p = pattern(T, args.causal);
   Tensor aux_loss;
   if (has("clustered")) {
-    const Tensor C = centroids.to(x.dtype());                                        // (H, c, Dh)
+    const Tensor C = centroids.to(x.dtype());  // (H, c, Dh)
     const Tensor qd = q.detach();
     const Tensor a = softmax(matmul(qd, C.unsqueeze(0).transpose(-2, -1)) / options.cluster_tau(), -1);  // (B,H,T,c)
     p = pattern_union({p, clustered_part(a, options.cluster_theta(), args.causal)});
@@ -199,15 +200,15 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
       // The padding tokens' queries are set to 0 first, so that their terms (masked below) are finite and pass a
       // zero gradient, not 0 · NaN, to C.
       const Tensor ql = valid.defined() ? where(valid.view({B, 1, T, 1}), qd, 0.0) : qd;
-      const Tensor al = valid.defined() ? softmax(matmul(ql, C.unsqueeze(0).transpose(-2, -1)) / options.cluster_tau(), -1)
-                                        : a;
+      const Tensor al =
+          valid.defined() ? softmax(matmul(ql, C.unsqueeze(0).transpose(-2, -1)) / options.cluster_tau(), -1) : a;
       const Tensor d2 = sum(pow(ql.unsqueeze(3) - C.view({1, H, options.clusters(), Dh}).unsqueeze(2), 2.0), {-1});
       const Tensor per_token = sum(al * d2, {-1});  // (B, H, T)
       if (valid.defined()) {
         const Tensor real = valid.view({B, 1, T});
         const double n_real = static_cast<double>(sum(valid.to(kInt64)).item<int64_t>()) * static_cast<double>(H);
-        aux_loss = sum(where(real.expand({B, H, T}), per_token, 0.0)) / std::max(n_real, 1.0) *
-                   options.cluster_loss_weight();
+        aux_loss =
+            sum(where(real.expand({B, H, T}), per_token, 0.0)) / std::max(n_real, 1.0) * options.cluster_loss_weight();
       } else {
         aux_loss = mean(per_token) * options.cluster_loss_weight();
       }
@@ -225,8 +226,7 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
     if (cached_T_ != T || cached_causal_ != args.causal) {  // another thread's call replaced the cache meanwhile
       p = p.to(x.device());
     } else {
-      if (!device_pattern_.defined() || device_pattern_.device() != x.device())
-        device_pattern_ = p.to(x.device());
+      if (!device_pattern_.defined() || device_pattern_.device() != x.device()) device_pattern_ = p.to(x.device());
       p = device_pattern_;
     }
   }
@@ -269,8 +269,9 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
     // Back to (B·H, ...): a zero row for the skipped (b, h), whose gate is then 1.
     std::vector<int64_t> where(B * H, n);
     for (int64_t i = 0; i < n; ++i) where[need[i]] = i;
-    const Tensor dense = index_select(cat({dense_n, zeros({1, 1, T, Dh}, q.options())}, 0), 0,
-                                      tensor(where, {B * H}).to(x.device())).view({B, H, T, Dh});
+    const Tensor dense =
+        index_select(cat({dense_n, zeros({1, 1, T, Dh}, q.options())}, 0), 0, tensor(where, {B * H}).to(x.device()))
+            .view({B, H, T, Dh});
     std::vector<double> run(B * H, 0.0);
     for (int64_t i : need) run[i] = 1.0;
     const Tensor ran = tensor(run, {B, H, 1, 1}).to(x.dtype()).to(x.device());
@@ -300,7 +301,8 @@ std::string AsamAttention::extra_repr() const {
 AttentionFactory asam_attention_factory(const AsamAttentionOptions& options) {
   return [options](const TransformerBlockOptions& block) -> std::shared_ptr<Attention> {
     AsamAttentionOptions o = options;
-    const auto [d_model, heads] = attention_shape_for_block("asam_attention", o.d_model(), o.heads(), block);  // 0: the block's
+    const auto [d_model, heads] =
+        attention_shape_for_block("asam_attention", o.d_model(), o.heads(), block);  // 0: the block's
     o.d_model(d_model).heads(heads);
     return std::make_shared<AsamAttention>(o);
   };

@@ -43,13 +43,13 @@ struct AsamAttentionOptions {
   ASC_ARG(int64_t, heads);
   // The sparse branch: the union of these patterns (names above).
   ASC_ARG(std::vector<std::string>, patterns) = std::vector<std::string>{"window", "global", "random"};
-  ASC_ARG(int64_t, window) = 64;        // w >= 1 (w > T: every key within reach)
-  ASC_ARG(int64_t, stride) = 16;        // s >= 1 (s >= T: each query its own key)
-  ASC_ARG(int64_t, global_tokens) = 2;  // g >= 0 (g > T: every token global, as g = T)
-  ASC_ARG(int64_t, random_keys) = 4;    // r >= 1 (a row takes min(r, its candidates): T, causal i + 1)
-  ASC_ARG(uint64_t, seed) = 0;          // of the random pattern
-  ASC_ARG(int64_t, clusters) = 4;       // c >= 1 centroids per head
-  ASC_ARG(double, cluster_tau) = 1.0;   // τ_c > 0
+  ASC_ARG(int64_t, window) = 64;         // w >= 1 (w > T: every key within reach)
+  ASC_ARG(int64_t, stride) = 16;         // s >= 1 (s >= T: each query its own key)
+  ASC_ARG(int64_t, global_tokens) = 2;   // g >= 0 (g > T: every token global, as g = T)
+  ASC_ARG(int64_t, random_keys) = 4;     // r >= 1 (a row takes min(r, its candidates): T, causal i + 1)
+  ASC_ARG(uint64_t, seed) = 0;           // of the random pattern
+  ASC_ARG(int64_t, clusters) = 4;        // c >= 1 centroids per head
+  ASC_ARG(double, cluster_tau) = 1.0;    // τ_c > 0
   ASC_ARG(double, cluster_theta) = 0.5;  // θ in [0, 1)
   // Weight of the soft k-means loss that trains the centroids (the 0/1 pattern gives them no task gradient):
   // aux_loss() = ν · mean over (b, h) and the real (unpadded) tokens i of Σ_m a_im |q_i − C_m|², q detached.
@@ -57,8 +57,8 @@ struct AsamAttentionOptions {
   ASC_ARG(int64_t, block) = 0;  // hierarchical block size; 0: round(√T); > T: one block
   // The gate.
   ASC_ARG(std::vector<int64_t>, pool_scales) = std::vector<int64_t>{1, 2, 4};  // segments per scale, each >= 1
-  ASC_ARG(double, gate_tau) = 1.0;        // τ > 0
-  ASC_ARG(double, threshold_init) = 0.0;  // t, finite
+  ASC_ARG(double, gate_tau) = 1.0;                                             // τ > 0
+  ASC_ARG(double, threshold_init) = 0.0;                                       // t, finite
   // >= 0: use this constant g instead of the learned gate (1: sparse only, 0: dense only; an ablation); -1: learned.
   ASC_ARG(double, fixed_gate) = -1.0;
   // Inference only (eval mode): a (sample, head) whose g >= this skips the dense branch and outputs the sparse branch
@@ -116,7 +116,9 @@ class AsamAttention : public Attention {
 AttentionFactory asam_attention_factory(const AsamAttentionOptions& options);
 // The factory's name until 0.2, renamed with nn::ascender_attention_factory (whose old name was the op's). Removed
 // in 0.3.
-[[deprecated("renamed asc::nn::asam_attention_factory")]]
-inline AttentionFactory asam_attention(const AsamAttentionOptions& options) { return asam_attention_factory(options); }
+[[deprecated("renamed asc::nn::asam_attention_factory")]] inline AttentionFactory asam_attention(
+    const AsamAttentionOptions& options) {
+  return asam_attention_factory(options);
+}
 
 }  // namespace asc::nn

@@ -24,11 +24,10 @@ double softplus_inverse(double y) { return y > 20 ? y : std::log(std::expm1(y));
 // One value per head from a per-head option given as one value or H values.
 template <class T>
 std::vector<T> per_head(const std::vector<T>& v, int64_t heads, const char* what) {
-  ASC_CHECK(v.size() == 1 || static_cast<int64_t>(v.size()) == heads,
-            "{}: {} needs 1 or {} (heads) values, got {}", kName, what, heads, v.size());
+  ASC_CHECK(v.size() == 1 || static_cast<int64_t>(v.size()) == heads, "{}: {} needs 1 or {} (heads) values, got {}",
+            kName, what, heads, v.size());
   return v.size() == 1 ? std::vector<T>(heads, v[0]) : v;
 }
-
 
 }  // namespace
 
@@ -66,11 +65,12 @@ AscenderAttention::AscenderAttention(const AscenderAttentionOptions& o) : Attent
   // The scalars are float32 parameters (λ, κ, τ_score through softplus): their initial values must survive that.
   ASC_CHECK(std::abs(o.omega_init()) <= 1e30 && std::abs(o.delta_init()) <= 1e30,
             "{}: omega_init {} and delta_init {} must be finite, |x| <= 1e30", kName, o.omega_init(), o.delta_init());
-  for (auto [name, x] : {std::pair{"lambda_init", o.lambda_init()}, {"kappa_init", o.kappa_init()},
+  for (auto [name, x] : {std::pair{"lambda_init", o.lambda_init()},
+                         {"kappa_init", o.kappa_init()},
                          {"tau_score_init", o.tau_score_init()}})
     ASC_CHECK(x >= 1e-30 && x <= 1e30, "{}: {} must be in [1e-30, 1e30], got {}", kName, name, x);
-  ASC_CHECK(o.window() >= 1 && o.global_tokens() >= 0, "{}: window {} must be >= 1 and global_tokens {} >= 0",
-            kName, o.window(), o.global_tokens());
+  ASC_CHECK(o.window() >= 1 && o.global_tokens() >= 0, "{}: window {} must be >= 1 and global_tokens {} >= 0", kName,
+            o.window(), o.global_tokens());
   ASC_CHECK(o.norm_eps() >= 1e-12 && finite(o.norm_eps()), "{}: norm_eps must be finite and >= 1e-12, got {}", kName,
             o.norm_eps());
   ASC_CHECK(o.dropout() >= 0 && o.dropout() < 1, "{}: dropout {} not in [0, 1)", kName, o.dropout());
@@ -78,17 +78,15 @@ AscenderAttention::AscenderAttention(const AscenderAttentionOptions& o) : Attent
   ASC_CHECK(!o.rope() || (o.rope_max_len() >= 1 && o.rope_max_len() <= kMaxRopeLen),
             "{}: rope_max_len must be in [1, {}] (its cos / sin tables are built at construction), got {}", kName,
             kMaxRopeLen, o.rope_max_len());
-  ASC_CHECK(o.aux_coh() >= 0 && o.aux_sep() >= 0 && o.aux_align() >= 0 && finite(o.aux_coh()) &&
-                finite(o.aux_sep()) && finite(o.aux_align()),
+  ASC_CHECK(o.aux_coh() >= 0 && o.aux_sep() >= 0 && o.aux_align() >= 0 && finite(o.aux_coh()) && finite(o.aux_sep()) &&
+                finite(o.aux_align()),
             "{}: auxiliary loss weights must be finite and >= 0, got coh {}, sep {}, align {}", kName, o.aux_coh(),
             o.aux_sep(), o.aux_align());
   ASC_CHECK(o.warmup_steps() >= 0 && o.sep_start_step() >= 0 && o.aux_start_step() >= -1,
-            "{}: warmup_steps {} and sep_start_step {} must be >= 0, aux_start_step {} >= -1", kName,
-            o.warmup_steps(), o.sep_start_step(), o.aux_start_step());
+            "{}: warmup_steps {} and sep_start_step {} must be >= 0, aux_start_step {} >= -1", kName, o.warmup_steps(),
+            o.sep_start_step(), o.aux_start_step());
 
-  auto proj = [&](int64_t out, bool bias) {
-    return std::make_shared<Linear>(LinearOptions(D, out).bias(bias));
-  };
+  auto proj = [&](int64_t out, bool bias) { return std::make_shared<Linear>(LinearOptions(D, out).bias(bias)); };
   q_proj = register_module("q_proj", proj(D, o.bias()));
   k_proj = register_module("k_proj", proj(D, o.bias()));
   v_proj = register_module("v_proj", proj(D, o.bias()));
@@ -147,8 +145,10 @@ Tensor AscenderAttention::attend(const Tensor& x, const AttentionArgs& args) {
   const int64_t D = options.d_model(), H = options.heads();
   ASC_CHECK(x.defined() && x.dim() == 3 && x.size(2) == D, "{}: expected x (B, T, {}), got {}", kName, D,
             x.defined() ? x.shape() : Shape{});
-  ASC_CHECK(!args.context.defined(), "{}: self-attention only (its geometry relates a sequence to itself); got a "
-            "context of shape {}", kName, args.context.shape());
+  ASC_CHECK(!args.context.defined(),
+            "{}: self-attention only (its geometry relates a sequence to itself); got a "
+            "context of shape {}",
+            kName, args.context.shape());
   const int64_t B = x.size(0), T = x.size(1);
   // (B, T, H·c) -> (B, H, T, c)
   auto heads = [&](const Tensor& t, int64_t c) { return t.view({B, T, H, c}).permute({0, 2, 1, 3}); };
@@ -180,8 +180,8 @@ Tensor AscenderAttention::attend(const Tensor& x, const AttentionArgs& args) {
 
   AscenderDecomposition dec;
   AscenderAux aux;
-  Tensor y = ascender_attention(q_rot, k_rot, k, v, z, e, a,
-                                need_decomposition || args.need_weights ? &dec : nullptr, a.want_aux ? &aux : nullptr);
+  Tensor y = ascender_attention(q_rot, k_rot, k, v, z, e, a, need_decomposition || args.need_weights ? &dec : nullptr,
+                                a.want_aux ? &aux : nullptr);
   weights_.set(args.need_weights ? dec.A : Tensor());
   decomposition_.set(need_decomposition ? dec : AscenderDecomposition{});
   aux_.set(aux);
@@ -206,18 +206,20 @@ std::string AscenderAttention::extra_repr() const {
     if (!ks.empty()) ks += ',';
     ks += std::to_string(k);
   }
-  return fmt::format("d_model={}, heads={}, d_z={}, d_a={}, k={}, gate_position={}, include_self={}, "
-                     "terms={}{}{}, rope={}",
-                     options.d_model(), options.heads(), d_z, d_a, ks,
-                     options.gate_position() == GatePosition::AfterNorm ? "after_norm" : "before_norm",
-                     options.neighbors_include_self(), options.use_align() ? "a" : "", options.use_sep() ? "s" : "",
-                     options.use_coh() ? "c" : "", options.rope());
+  return fmt::format(
+      "d_model={}, heads={}, d_z={}, d_a={}, k={}, gate_position={}, include_self={}, "
+      "terms={}{}{}, rope={}",
+      options.d_model(), options.heads(), d_z, d_a, ks,
+      options.gate_position() == GatePosition::AfterNorm ? "after_norm" : "before_norm",
+      options.neighbors_include_self(), options.use_align() ? "a" : "", options.use_sep() ? "s" : "",
+      options.use_coh() ? "c" : "", options.rope());
 }
 
 AttentionFactory ascender_attention_factory(const AscenderAttentionOptions& options) {
   return [options](const TransformerBlockOptions& block) -> std::shared_ptr<Attention> {
     AscenderAttentionOptions o = options;
-    const auto [d_model, heads] = attention_shape_for_block("ascender_attention", o.d_model(), o.heads(), block);  // 0: the block's
+    const auto [d_model, heads] =
+        attention_shape_for_block("ascender_attention", o.d_model(), o.heads(), block);  // 0: the block's
     o.d_model(d_model).heads(heads);
     if (o.dropout() == 0) o.dropout(block.attention_dropout());
     return std::make_shared<AscenderAttention>(o);

@@ -7,7 +7,8 @@
 //   auto opts = asc::nn::AscenderAttentionOptions(128, 2).k({16}).gate_position(asc::nn::GatePosition::AfterNorm);
 //   auto attn = std::make_shared<asc::nn::AscenderAttention>(opts);
 //   asc::Tensor y = attn->attend(x, {.key_padding_mask = valid, .causal = true});      // (B, T, 128)
-//   auto block = std::make_shared<asc::nn::TransformerEncoderBlock>(block_opts, asc::nn::ascender_attention_factory(opts));
+//   auto block = std::make_shared<asc::nn::TransformerEncoderBlock>(block_opts,
+//   asc::nn::ascender_attention_factory(opts));
 //
 // Per head h, on x (B, T, d_model): q, k, v = x W_Q, x W_K, x W_V (d_head each), z = x U_h (d_z, latent
 // coordinates), e = x P_h (d_a, semantic projection; written h in the docs). With w^τ_ij = exp(-|z_i - z_j|² / τ),
@@ -24,8 +25,8 @@
 #include <vector>
 
 #include "nn/attention.h"
-#include "ops/ascender.h"
 #include "nn/transformer.h"  // AttentionFactory
+#include "ops/ascender.h"
 
 namespace asc::nn {
 
@@ -36,7 +37,6 @@ enum class AscenderMode {
              // neighbourhoods, kernels, centroids, variances and row statistics all restricted to that set
   Reuse,     // full, but N(i) = the top-k of the base scores q·k instead of the affinities (one selection pass)
 };
-
 
 struct AscenderAttentionOptions {
   AscenderAttentionOptions(int64_t d_model, int64_t heads) : d_model_(d_model), heads_(heads) {}
@@ -55,11 +55,11 @@ struct AscenderAttentionOptions {
   ASC_ARG(AscenderMode, mode) = AscenderMode::Full;
   ASC_ARG(int64_t, window) = 128;       // Windowed: a query sees keys j with |i - j| < window (>= 1)
   ASC_ARG(int64_t, global_tokens) = 4;  // Windowed: tokens 0 .. g-1 see and are seen by every token
-  ASC_ARG(bool, use_align) = true;  // switch a bias off for ablations
+  ASC_ARG(bool, use_align) = true;      // switch a bias off for ablations
   ASC_ARG(bool, use_sep) = true;
   ASC_ARG(bool, use_coh) = true;
   // Initial values of the learnable per-head scalars; λ, κ and τ_score stay positive (stored through softplus).
-  ASC_ARG(double, omega_init) = 0.1;  // ω_align, ω_sep, ω_coh
+  ASC_ARG(double, omega_init) = 0.1;   // ω_align, ω_sep, ω_coh
   ASC_ARG(double, lambda_init) = 1.0;  // λ_align, λ_sep, λ_coh
   ASC_ARG(double, delta_init) = 0.2;
   ASC_ARG(double, kappa_init) = 32.0;
@@ -141,13 +141,15 @@ class AscenderAttention : public Attention {
   LastForward<Tensor> aux_loss_;
 };
 
-// A factory for the Transformer blocks: every block gets its own AscenderAttention with these options. Their d_model and
-// heads must be the block's, or 0 to take the block's; another value is an error (attention_shape_for_block). Its
+// A factory for the Transformer blocks: every block gets its own AscenderAttention with these options. Their d_model
+// and heads must be the block's, or 0 to take the block's; another value is an error (attention_shape_for_block). Its
 // dropout, when 0, is the block's attention_dropout.
 AttentionFactory ascender_attention_factory(const AscenderAttentionOptions& options);
 // The factory's name until 0.2: it shared the name of the op asc::ascender_attention. Removed in 0.3.
-[[deprecated("renamed asc::nn::ascender_attention_factory (the op asc::ascender_attention keeps its name)")]]
-inline AttentionFactory ascender_attention(const AscenderAttentionOptions& options) {
+[[deprecated(
+    "renamed asc::nn::ascender_attention_factory (the op asc::ascender_attention keeps its "
+    "name)")]] inline AttentionFactory
+ascender_attention(const AscenderAttentionOptions& options) {
   return ascender_attention_factory(options);
 }
 

@@ -38,7 +38,8 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o)
   k_proj = register_module("k_proj", proj());
   v_proj = register_module("v_proj", proj());
   out_proj = register_module("out_proj", proj());
-  if (o.rope()) rope = register_module("rope", std::make_shared<RotaryEmbedding>(o.d_model() / o.heads(), o.rope_max_len()));
+  if (o.rope())
+    rope = register_module("rope", std::make_shared<RotaryEmbedding>(o.d_model() / o.heads(), o.rope_max_len()));
 }
 
 Tensor MultiHeadAttention::attend(const Tensor& x, const AttentionArgs& args) {
@@ -64,16 +65,20 @@ Tensor MultiHeadAttention::attend(const Tensor& x, const AttentionArgs& args) {
     k = rope->forward(k, 0);
   }
   Tensor w;
-  Tensor y = scaled_dot_product_attention(
-      q, k, v, {.keep_mask = keep, .bias = args.bias, .causal = args.causal, .dropout = options.dropout(),
-                .training = is_training(), .weights = args.need_weights ? &w : nullptr});
+  Tensor y = scaled_dot_product_attention(q, k, v,
+                                          {.keep_mask = keep,
+                                           .bias = args.bias,
+                                           .causal = args.causal,
+                                           .dropout = options.dropout(),
+                                           .training = is_training(),
+                                           .weights = args.need_weights ? &w : nullptr});
   weights_.set(w);
   return (*out_proj)(y.permute({0, 2, 1, 3}).reshape({B, T, D}));  // (B, T, D)
 }
 
 std::string MultiHeadAttention::extra_repr() const {
-  return fmt::format("d_model={}, heads={}, dropout={}, rope={}", options.d_model(), options.heads(),
-                     options.dropout(), options.rope());
+  return fmt::format("d_model={}, heads={}, dropout={}, rope={}", options.d_model(), options.heads(), options.dropout(),
+                     options.rope());
 }
 
 }  // namespace asc::nn

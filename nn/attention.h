@@ -7,18 +7,18 @@
 //   asc::Tensor y = mha->attend(x, {.key_padding_mask = valid, .causal = true, .need_weights = true});
 //   asc::Tensor A = mha->attention_weights();                    // (B, H, T, T), rows sum to 1 over kept keys
 #include "nn/linear.h"
-#include "ops/attention.h"
 #include "nn/module.h"
+#include "ops/attention.h"
 
 namespace asc::nn {
 
 // What a block hands to its attention besides the input x (B, T, D).
 struct AttentionArgs {
   Tensor key_padding_mask = {};  // (B, S) bool, true = real token (attend to it), false = padding; undefined = none
-  bool causal = false;      // query t attends to keys s <= t (+ the offset S - T when S > T)
+  bool causal = false;           // query t attends to keys s <= t (+ the offset S - T when S > T)
   Tensor bias = {};              // additive score bias broadcastable to (B, H, T, S): ALiBi, relative positions
   Tensor context = {};           // (B, S, D) source of keys/values for cross-attention; undefined = self-attention
-  bool need_weights = false;  // keep the attention probabilities for attention_weights()
+  bool need_weights = false;     // keep the attention probabilities for attention_weights()
 };
 
 class Attention : public Module {
@@ -49,9 +49,9 @@ struct MultiHeadAttentionOptions {
   MultiHeadAttentionOptions(int64_t d_model, int64_t heads) : d_model_(d_model), heads_(heads) {}
   ASC_ARG(int64_t, d_model);
   ASC_ARG(int64_t, heads);
-  ASC_ARG(double, dropout) = 0.0;  // on the attention probabilities, in training mode
-  ASC_ARG(bool, bias) = true;      // biases of the input and output projections
-  ASC_ARG(bool, rope) = false;     // rotary position embedding on q and k (positions 0..T-1)
+  ASC_ARG(double, dropout) = 0.0;         // on the attention probabilities, in training mode
+  ASC_ARG(bool, bias) = true;             // biases of the input and output projections
+  ASC_ARG(bool, rope) = false;            // rotary position embedding on q and k (positions 0..T-1)
   ASC_ARG(int64_t, rope_max_len) = 4096;  // positions the cached RoPE tables cover
 };
 
@@ -75,8 +75,8 @@ class MultiHeadAttention : public Attention {
 //   asc::Tensor y = asc::nn::scaled_dot_product_attention(q, k, v, {.causal = true});
 using asc::scaled_dot_product_attention;
 using asc::sdpa_backend;
-using asc::SdpaBackend;
 using asc::sdpa_choice;
+using asc::SdpaBackend;
 using asc::SdpaOptions;
 using asc::set_sdpa_backend;
 

@@ -27,14 +27,14 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     std::shared_ptr<Work> work;    // the all-reduce, once started
   };
   std::shared_ptr<ProcessGroup> group;
-  std::vector<Tensor> params;       // the wrapped module's parameters that require grad
-  std::vector<size_t> bucket_of;    // parameter -> bucket
-  std::vector<size_t> slot_of;      // parameter -> its position in the bucket
-  std::vector<bool> ready;          // parameter's gradient came in during this backward
-  std::vector<Bucket> buckets;      // in launch order
-  size_t next_launch = 0;           // buckets [0, next_launch) have started
+  std::vector<Tensor> params;     // the wrapped module's parameters that require grad
+  std::vector<size_t> bucket_of;  // parameter -> bucket
+  std::vector<size_t> slot_of;    // parameter -> its position in the bucket
+  std::vector<bool> ready;        // parameter's gradient came in during this backward
+  std::vector<Bucket> buckets;    // in launch order
+  size_t next_launch = 0;         // buckets [0, next_launch) have started
   bool in_backward = false;
-  int64_t reductions = 0;           // all-reduces started since construction
+  int64_t reductions = 0;  // all-reduces started since construction
 
   Tensor slice(const Bucket& b, size_t j) const {
     const Tensor& p = params[b.params[j]];
@@ -88,8 +88,10 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
         const size_t i = b.params[j];
         if (ready[i]) continue;
         const Tensor g = params[i].grad();
-        if (g.defined()) slice(b, j).copy_(g);
-        else slice(b, j).zero_();
+        if (g.defined())
+          slice(b, j).copy_(g);
+        else
+          slice(b, j).zero_();
         ready[i] = true, --b.pending;
       }
     }
@@ -99,8 +101,10 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       for (size_t j = 0; j < b.params.size(); ++j) {
         Tensor& p = params[b.params[j]];
         const Tensor g = p.grad();
-        if (g.defined() && g.shape() == p.shape() && g.is_contiguous()) g.detach().copy_(slice(b, j));
-        else p.set_grad(slice(b, j).clone());
+        if (g.defined() && g.shape() == p.shape() && g.is_contiguous())
+          g.detach().copy_(slice(b, j));
+        else
+          p.set_grad(slice(b, j).clone());
       }
     }
     reset();
@@ -139,9 +143,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> m, 
 
   // 1. Every rank must wrap the same model: compare (count, signature) of the parameter lists.
   const auto named = module->named_parameters();
-  const Tensor mine = tensor(std::vector<int64_t>{static_cast<int64_t>(named.size()),
-                                                  static_cast<int64_t>(parameter_signature(named))},
-                             {2});
+  const Tensor mine = tensor(
+      std::vector<int64_t>{static_cast<int64_t>(named.size()), static_cast<int64_t>(parameter_signature(named))}, {2});
   const auto all = group->all_gather(mine).to_vector<int64_t>();  // (size, 2)
   for (int r = 1; r < group->size(); ++r)
     ASC_CHECK(all[2 * r] == all[0] && all[2 * r + 1] == all[1],
@@ -200,9 +203,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> m, 
 
   // 4. The hooks.
   for (size_t i = 0; i < r.params.size(); ++i)
-    autograd::register_post_accumulate_grad_hook(r.params[i], [weak = std::weak_ptr<Reducer>(reducer_), i](const Tensor&) {
-      if (auto self = weak.lock()) self->on_grad(i);
-    });
+    autograd::register_post_accumulate_grad_hook(r.params[i],
+                                                 [weak = std::weak_ptr<Reducer>(reducer_), i](const Tensor&) {
+                                                   if (auto self = weak.lock()) self->on_grad(i);
+                                                 });
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -236,7 +240,8 @@ std::vector<int64_t> DistributedSampler::indices() const {
   // Memory: this rank's num_samples indices, plus, when shuffling, the whole permutation and its random keys
   // (16 bytes per example). Refused with an asc::Error rather than std::bad_alloc / std::length_error, or an
   // out-of-memory kill, when that is more than the machine has.
-  const double bytes = 8.0 * static_cast<double>(num_samples_) + (options_.shuffle ? 16.0 * static_cast<double>(n_) : 0.0);
+  const double bytes =
+      8.0 * static_cast<double>(num_samples_) + (options_.shuffle ? 16.0 * static_cast<double>(n_) : 0.0);
   const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   ASC_CHECK(physical <= 0 || bytes <= physical,
             "DistributedSampler.indices: {} examples{} need {:.3g} GiB, more than this machine's {:.3g} GiB", n_,

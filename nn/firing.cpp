@@ -83,17 +83,17 @@ Tensor CrossPathSSM::messages(const Tensor& Z, const Tensor& F) {
   ASC_CHECK(Z.defined() && F.defined() && Z.dim() == 3 && Z.size(2) == neurons && F.shape() == Z.shape(),
             "CrossPathSSM: expects Z and F (B, T, {}); got {}, {}", neurons, Z.defined() ? Z.shape() : Shape{},
             F.defined() ? F.shape() : Shape{});
-  const Tensor t = F * Z;                                                            // t_t = F_t ⊙ Z_t
+  const Tensor t = F * Z;  // t_t = F_t ⊙ Z_t
   const Tensor a = clamp(sigmoid(matmul(matmul(t, V_r), W_lambda) + b_lambda), options.a_min, options.a_max);
-  Tensor u = matmul(F * t, V_b);                                                     // (B, T, R)
+  Tensor u = matmul(F * t, V_b);  // (B, T, R)
   if (options.scale_input) u = u / std::sqrt(static_cast<double>(rank));
   const Tensor s = ssm_scan(a, u, s0.to(a.dtype()), options.rms_norm, options.rms_eps);  // (B, T, R)
-  return matmul(s, V_o);                                                             // t̃ (B, T, P)
+  return matmul(s, V_o);                                                                 // t̃ (B, T, P)
 }
 
 Tensor CrossPathSSM::forward(const Tensor& Z, const Tensor& F, const Tensor& f) {
-  ASC_CHECK(f.defined() && f.dim() == 2 && f.size(0) == neurons, "CrossPathSSM: expects f ({}, alpha), got {}",
-            neurons, f.defined() ? f.shape() : Shape{});
+  ASC_CHECK(f.defined() && f.dim() == 2 && f.size(0) == neurons, "CrossPathSSM: expects f ({}, alpha), got {}", neurons,
+            f.defined() ? f.shape() : Shape{});
   const Tensor tt = messages(Z, F);
   const int64_t B = Z.size(0), T = Z.size(1), P = neurons, A = f.size(1);
   return (F * tt).view({B, T, P, 1}) * f.view({1, 1, P, A});  // F f t̃
@@ -108,9 +108,12 @@ std::shared_ptr<optim::FiringRuleB> FiringLayer::rule_b(const optim::RuleBOption
   if (o.fuse_sgd) {
     ASC_CHECK(type_name() == "FiringLinear" && !options.channels(),
               "{}: rule B's fuse_sgd folds W's gradient dZᵀX into the Oja product; it needs a FiringLinear with "
-              "dense input (not channels, not the index path)", type_name());
-    ASC_CHECK(fused_rule_ == nullptr, "{}: a rule B with fuse_sgd is already attached; W's SGD step can be taken "
-              "by one rule only", type_name());
+              "dense input (not channels, not the index path)",
+              type_name());
+    ASC_CHECK(fused_rule_ == nullptr,
+              "{}: a rule B with fuse_sgd is already attached; W's SGD step can be taken "
+              "by one rule only",
+              type_name());
   }
   auto rule = std::make_shared<optim::FiringRuleB>(tensors(), o);
   rules_.push_back(rule);
@@ -152,13 +155,15 @@ std::shared_ptr<optim::FiringRuleA> FiringLayer::rule_a(const optim::RuleAOption
 
 Tensor FiringLayer::fire(const Tensor& Z, const Shape& lead, const Tensor& X, const Tensor& tok,
                          std::shared_ptr<Tensor> dZ) {
-  const GateOptions gate{.mode = options.backward(), .surrogate = options.surrogate(),
-                         .width = options.surrogate_width()};
+  const GateOptions gate{
+      .mode = options.backward(), .surrogate = options.surrogate(), .width = options.surrogate_width()};
   Tensor Y;  // (N, P, α), or with the SSM (B, T, P, α)
   Tensor F;  // (N, P), detached
   if (ssm) {
-    ASC_CHECK(lead.size() == 2, "{}: with the cross-path SSM the input needs a time axis: (B, T, ...), got leading "
-              "axes {}", type_name(), lead);
+    ASC_CHECK(lead.size() == 2,
+              "{}: with the cross-path SSM the input needs a time axis: (B, T, ...), got leading "
+              "axes {}",
+              type_name(), lead);
     const Tensor Z3 = Z.view({lead[0], lead[1], options.neurons()});
     const Tensor F3 = hard_gate(Z3, SP, gate);  // the gate with this layer's backward
     Y = ssm->forward(Z3, F3, f);
@@ -171,8 +176,13 @@ Tensor FiringLayer::fire(const Tensor& Z, const Shape& lead, const Tensor& X, co
   last_F_.set(F);
   if (is_training() && !rules_.empty()) {
     // Copies of f and SP: the optimizer moves them before the rule reads the snapshot.
-    optim::FiringSnapshot s{X.defined() ? X.detach() : Tensor(), tok, Z.detach(), F, f.detach().clone(),
-                            SP.detach().clone(), std::move(dZ)};
+    optim::FiringSnapshot s{X.defined() ? X.detach() : Tensor(),
+                            tok,
+                            Z.detach(),
+                            F,
+                            f.detach().clone(),
+                            SP.detach().clone(),
+                            std::move(dZ)};
     for (const auto& rule : rules_) rule->observe(s);
   }
   Shape out = lead;
@@ -218,8 +228,8 @@ Tensor FiringLinear::forward(const Tensor& x) {
               "FiringLinear: with channels, expected input (..., {}, {}) (neuron p reads channel p), got {}", d, P,
               x.defined() ? x.shape() : Shape{});
     const Shape lead(std::span<const int64_t>(x.shape().begin(), x.shape().end() - 2));
-    const Tensor X = x.reshape({-1, d, P});                                   // (N, d, P)
-    const Tensor Z = sum(X * W.t().reshape({1, d, P}), {1});                  // (N, P): Σ_c W[p, c] X[b, c, p]
+    const Tensor X = x.reshape({-1, d, P});                   // (N, d, P)
+    const Tensor Z = sum(X * W.t().reshape({1, d, P}), {1});  // (N, P): Σ_c W[p, c] X[b, c, p]
     return fire(Z, lead, X, Tensor());
   }
   ASC_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == d, "FiringLinear: expected input (..., {}), got {}", d,
@@ -244,12 +254,12 @@ FiringEmbedding::FiringEmbedding(const FiringOptions& o) : FiringLayer("FiringEm
 Tensor FiringEmbedding::forward(const Tensor& tok) {
   ASC_CHECK(tok.defined() && tok.dtype() == kInt64, "FiringEmbedding: expected int64 token ids, got {}",
             tok.defined() ? fmt::format("{} {}", tok.dtype(), tok.shape()) : std::string("an undefined tensor"));
-  const Tensor ids = tok.reshape({-1}).contiguous();                // (N)
+  const Tensor ids = tok.reshape({-1}).contiguous();  // (N)
   if (ids.numel() > 0) {
     const int64_t lo = amin(ids).item<int64_t>(), hi = amax(ids).item<int64_t>(), V = options.in_features();
     ASC_CHECK(lo >= 0 && hi < V, "FiringEmbedding: token {} out of range [0, {})", lo < 0 ? lo : hi, V);
   }
-  const Tensor Z = index_select(W, 1, ids).t();                      // (N, P): W[p, tok_b]; ids are bounds-checked
+  const Tensor Z = index_select(W, 1, ids).t();  // (N, P): W[p, tok_b]; ids are bounds-checked
   return fire(Z, tok.shape(), Tensor(), ids.detach());
 }
 

@@ -14,7 +14,8 @@
 //
 //   auto layer = std::make_shared<asc::nn::FiringLinear>(asc::nn::FiringOptions(64, 128).threshold(0.1));
 //   asc::optim::SGD opt(layer->parameters(), {.lr = 1e-2});
-//   opt.add_local_rule(layer->rule_b({.eta_w = 1e-3, .r_target = 0.1, .w_min = -1, .mask_w = asc::optim::UpdateMask::Active}));
+//   opt.add_local_rule(layer->rule_b({.eta_w = 1e-3, .r_target = 0.1, .w_min = -1, .mask_w =
+//   asc::optim::UpdateMask::Active}));
 // (a signed range for the signed default initialisation; or FiringOptions::init(FiringInit::NonNegative) with the
 // rule's default range [0, 1]: a rule whose range does not hold the layer is refused when attached)
 //   auto net = std::make_shared<asc::nn::FiringStack>(std::vector<int64_t>{64, 128, 32});  // (.., 64) -> (.., 32)
@@ -34,7 +35,7 @@ struct SSMOptions {
   bool scale_input = true;             // the 1/√P_r on the input term
   bool rms_norm = false;               // s_t <- s_t / RMS(s_t)
   double rms_eps = 1e-6;
-  bool learn_s0 = false;               // s_0 a parameter (else zero)
+  bool learn_s0 = false;  // s_0 a parameter (else zero)
 };
 
 // W's initialisation. Signed: uniform in ±1/√d (as nn::Linear), for a rule B with a signed range (w_min = −w_max).
@@ -44,15 +45,15 @@ enum class FiringInit { Signed, NonNegative };
 
 struct FiringOptions {
   FiringOptions(int64_t in_features, int64_t neurons) : in_features_(in_features), neurons_(neurons) {}
-  ASC_ARG(int64_t, in_features);   // d (dense, channels) or the vocabulary V (FiringEmbedding)
-  ASC_ARG(int64_t, neurons);       // P
-  ASC_ARG(int64_t, fan_out) = 1;   // α, outputs per neuron (the next firing layer's neuron count)
-  ASC_ARG(bool, channels) = false; // FiringLinear: input (..., d, P), neuron p reads its own channel
+  ASC_ARG(int64_t, in_features);    // d (dense, channels) or the vocabulary V (FiringEmbedding)
+  ASC_ARG(int64_t, neurons);        // P
+  ASC_ARG(int64_t, fan_out) = 1;    // α, outputs per neuron (the next firing layer's neuron count)
+  ASC_ARG(bool, channels) = false;  // FiringLinear: input (..., d, P), neuron p reads its own channel
   ASC_ARG(GateBackward, backward) = GateBackward::None;  // None: exact gate; StraightThrough; Surrogate
   ASC_ARG(std::string, surrogate) = "sigmoid";           // for GateBackward::Surrogate
   ASC_ARG(double, surrogate_width) = 1.0;
-  ASC_ARG(double, threshold) = 0.0;                      // initial SP of every neuron
-  ASC_ARG(FiringInit, init) = FiringInit::Signed;        // W uniform in ±1/√d, or [0, 1/√d) (NonNegative)
+  ASC_ARG(double, threshold) = 0.0;                // initial SP of every neuron
+  ASC_ARG(FiringInit, init) = FiringInit::Signed;  // W uniform in ±1/√d, or [0, 1/√d) (NonNegative)
   ASC_ARG(int64_t, ssm_rank) = 0;  // > 0: the output is the cross-path SSM's F f t̃ (input (B, T, ·) needed)
   ASC_ARG(SSMOptions, ssm);
 };
@@ -123,7 +124,7 @@ class FiringLinear : public FiringLayer {
 class FiringEmbedding : public FiringLayer {
  public:
   explicit FiringEmbedding(const FiringOptions& o);  // in_features = V
-  Tensor forward(const Tensor& tok) override;         // (...) int64 in [0, V) -> (..., P[, α])
+  Tensor forward(const Tensor& tok) override;        // (...) int64 in [0, V) -> (..., P[, α])
 };
 
 // sizes {d, P1, P2, ..., Pk}: layer 1 reads (..., d) densely, has P1 neurons and P2 outputs each; layer i > 1 has

@@ -30,8 +30,8 @@ void xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 void xavier_normal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 
 struct KaimingOptions {
-  double a = 0.0;                      // negative slope for leaky_relu
-  bool fan_out = false;                // use fan_out instead of fan_in
+  double a = 0.0;        // negative slope for leaky_relu
+  bool fan_out = false;  // use fan_out instead of fan_in
   std::string nonlinearity = "leaky_relu";
 };
 // U(-b, b), b = gain * sqrt(3 / fan);  N(0, gain^2 / fan);  gain = calculate_gain(nonlinearity, a).

@@ -19,10 +19,14 @@ size_t invalid_utf8_at(std::string_view s) {
     }
     int len;
     uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
-    else return i;
+    if (c >= 0xC2 && c <= 0xDF)
+      len = 2, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+      len = 3, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4)
+      len = 4, cp = c & 0x07;
+    else
+      return i;
     if (n - i < static_cast<size_t>(len)) return i;
     for (int k = 1; k < len; ++k) {
       auto cc = static_cast<unsigned char>(s[i + k]);
@@ -157,9 +161,12 @@ class Parser {
     for (int k = 0; k < 4; ++k) {
       char c = s_[i_++];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
+      if (c >= '0' && c <= '9')
+        v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<uint32_t>(c - 'A' + 10);
       else {
         --i_;
         fail("bad hex digit in a \\u escape");
@@ -200,7 +207,8 @@ class Parser {
           uint32_t cp = hex4();
           if (cp >= 0xDC00 && cp <= 0xDFFF) fail("unpaired low surrogate in a \\u escape");
           if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (s_.size() - i_ < 2 || s_[i_] != '\\' || s_[i_ + 1] != 'u') fail("unpaired high surrogate in a \\u escape");
+            if (s_.size() - i_ < 2 || s_[i_] != '\\' || s_[i_ + 1] != 'u')
+              fail("unpaired high surrogate in a \\u escape");
             i_ += 2;
             uint32_t lo = hex4();
             if (lo < 0xDC00 || lo > 0xDFFF) fail("high surrogate not followed by a low surrogate");
@@ -251,10 +259,14 @@ void write_string(std::string& out, std::string_view s) {
   out += '"';
   for (char ch : s) {
     auto c = static_cast<unsigned char>(ch);
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-    else out += ch;
+    if (c == '"')
+      out += "\\\"";
+    else if (c == '\\')
+      out += "\\\\";
+    else if (c < 0x20)
+      out += fmt::format("\\u{:04x}", c);
+    else
+      out += ch;
   }
   out += '"';
 }

@@ -18,7 +18,7 @@ struct Value {
   std::string str;
   int64_t num = 0;
   std::vector<std::string> keys;  // Object: keys[i] -> items[i], in file order
-  std::vector<Value> items;        // Object values or Array elements
+  std::vector<Value> items;       // Object values or Array elements
 
   static const char* kind_name(Kind k) {
     switch (k) {
@@ -30,7 +30,6 @@ struct Value {
     return "?";
   }
 };
-
 
 // Parses one JSON document (the whole of `text`, surrounding whitespace allowed). `ctx` prefixes error messages.
 Value parse(std::string_view text, const std::string& ctx);

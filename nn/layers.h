@@ -187,9 +187,9 @@ class ModuleList : public Module {
 
 struct MLPOptions {
   MLPOptions(std::vector<int64_t> sizes) : sizes_(std::move(sizes)) {}
-  ASC_ARG(std::vector<int64_t>, sizes);          // (in, hidden..., out), at least 2 entries
-  ASC_ARG(std::string, activation) = "relu";     // see make_activation
-  ASC_ARG(double, dropout) = 0.0;                // after each hidden activation when > 0
+  ASC_ARG(std::vector<int64_t>, sizes);       // (in, hidden..., out), at least 2 entries
+  ASC_ARG(std::string, activation) = "relu";  // see make_activation
+  ASC_ARG(double, dropout) = 0.0;             // after each hidden activation when > 0
   ASC_ARG(bool, bias) = true;
 };
 

@@ -3,7 +3,8 @@
 //
 //   auto fc = std::make_shared<asc::nn::Linear>(128, 512);                                   // with bias
 //   auto proj = std::make_shared<asc::nn::Linear>(asc::nn::LinearOptions(128, 128).bias(false));
-//   asc::Tensor y = (*fc)(x);                                                                // (..., 128) -> (..., 512)
+//   asc::Tensor y = (*fc)(x);                                                                // (..., 128) -> (...,
+//   512)
 #include "nn/module.h"
 
 namespace asc::nn {

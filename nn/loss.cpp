@@ -64,8 +64,8 @@ MSELoss::MSELoss(Reduction r) : Module("MSELoss"), reduction(r) {}
 
 Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
   ASC_CHECK(input.defined() && target.defined(), "MSELoss: undefined input or target");
-  ASC_CHECK(input.shape() == target.shape(), "MSELoss: input {} and target {} must have the same shape",
-            input.shape(), target.shape());
+  ASC_CHECK(input.shape() == target.shape(), "MSELoss: input {} and target {} must have the same shape", input.shape(),
+            target.shape());
   return call_with_hooks(input, [&](const Tensor& in) { return mse_loss(in, target, reduction); });
 }
 
@@ -82,9 +82,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   ASC_CHECK(input.shape() == target.shape(),
             "binary_cross_entropy_with_logits: input {} and target {} must have the same shape", input.shape(),
             target.shape());
-  ASC_CHECK(!pos_weight.defined() || (is_floating(pos_weight.dtype()) && broadcasts_to(pos_weight.shape(), input.shape())),
-            "binary_cross_entropy_with_logits: pos_weight {} ({}) must be floating and broadcastable to the input {}",
-            shape_of(pos_weight), pos_weight.defined() ? dtype_name(pos_weight.dtype()) : "undefined", input.shape());
+  ASC_CHECK(
+      !pos_weight.defined() || (is_floating(pos_weight.dtype()) && broadcasts_to(pos_weight.shape(), input.shape())),
+      "binary_cross_entropy_with_logits: pos_weight {} ({}) must be floating and broadcastable to the input {}",
+      shape_of(pos_weight), pos_weight.defined() ? dtype_name(pos_weight.dtype()) : "undefined", input.shape());
   const Tensor& x = input;
   const Tensor y = target.dtype() == x.dtype() ? target : target.to(x.dtype());
   // softplus switches to the identity above `threshold`; its error there is log1p(exp(-threshold)), below the

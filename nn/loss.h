@@ -4,8 +4,8 @@
 // forward hooks see `input`.
 //
 //   asc::nn::CrossEntropyLoss ce(asc::nn::CrossEntropyLossOptions().ignore_index(0).label_smoothing(0.1));
-//   asc::Tensor l = ce(logits, targets);                 // logits (N, C) or (N, C, d...), targets int64 (N) / (N, d...)
-//   asc::nn::BCEWithLogitsLoss bce(asc::nn::BCEWithLogitsLossOptions().pos_weight(asc::full({C}, 3.0)));
+//   asc::Tensor l = ce(logits, targets);                 // logits (N, C) or (N, C, d...), targets int64 (N) / (N,
+//   d...) asc::nn::BCEWithLogitsLoss bce(asc::nn::BCEWithLogitsLossOptions().pos_weight(asc::full({C}, 3.0)));
 //   asc::Tensor b = bce(logits, labels);                 // logits, labels (..., C) floating
 #include "nn/module.h"
 #include "ops/nn_functional.h"

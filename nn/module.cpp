@@ -256,8 +256,8 @@ LoadStateDictResult Module::load_state_dict(const StateDict& state, bool strict)
       msg += fmt::format("missing key{} {}", result.missing_keys.size() == 1 ? "" : "s",
                          describe_keys(result.missing_keys, mine));
     if (!result.unexpected_keys.empty())
-      msg += fmt::format("{}unexpected key{} {}", msg.empty() ? "" : "; ", result.unexpected_keys.size() == 1 ? "" : "s",
-                         describe_keys(result.unexpected_keys, state));
+      msg += fmt::format("{}unexpected key{} {}", msg.empty() ? "" : "; ",
+                         result.unexpected_keys.size() == 1 ? "" : "s", describe_keys(result.unexpected_keys, state));
     if (result.unexpected_keys.size() == state.size() && !state.empty())
       msg += " (no key of the state dict matches: was it saved from another model, or with another prefix?)";
     ASC_THROW("{}.load_state_dict: {}; use strict = false to load only the keys that match", type_name_, msg);

@@ -32,15 +32,15 @@ namespace asc::nn {
 
 // Fluent option setters: `ASC_ARG(int64_t, heads) = 4;` declares a field `heads_` (default 4), a setter
 // `heads(int64_t)` returning *this for chaining, and a getter `heads()`.
-#define ASC_ARG(T, name)                  \
- public:                                  \
-  auto& name(const T& new_##name) {       \
-    this->name##_ = new_##name;           \
-    return *this;                         \
-  }                                       \
+#define ASC_ARG(T, name)                    \
+ public:                                    \
+  auto& name(const T& new_##name) {         \
+    this->name##_ = new_##name;             \
+    return *this;                           \
+  }                                         \
   const T& name() const { return name##_; } \
-                                          \
- private:                                 \
+                                            \
+ private:                                   \
   T name##_
 
 // What a forward pass leaves behind for the caller to read afterwards (attention weights, a gate, an auxiliary loss).

@@ -17,8 +17,8 @@ Shape shape_of(const Tensor& x) { return x.defined() ? x.shape() : Shape{}; }
 // ---- sinusoidal / learned ------------------------------------------------------------------------------------------
 
 Tensor sinusoidal_encoding(int64_t len, int64_t dim, int64_t offset, double base, DType dtype) {
-  ASC_CHECK(len >= 0 && dim > 0 && offset >= 0, "sinusoidal_encoding: need len >= 0, dim > 0, offset >= 0; got {}, {}, {}",
-            len, dim, offset);
+  ASC_CHECK(len >= 0 && dim > 0 && offset >= 0,
+            "sinusoidal_encoding: need len >= 0, dim > 0, offset >= 0; got {}, {}, {}", len, dim, offset);
   ASC_CHECK(base > 0, "sinusoidal_encoding: base must be positive, got {}", base);
   ASC_CHECK(is_floating(dtype), "sinusoidal_encoding: dtype must be floating, got {}", dtype);
   std::vector<double> pe(static_cast<size_t>(len * dim));
@@ -42,12 +42,12 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t dim_, int64_t
 }
 
 Tensor SinusoidalPositionalEncoding::forward(const Tensor& x, int64_t offset) {
-  ASC_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == dim, "SinusoidalPositionalEncoding: expected input (..., T, {}), got {}",
-            dim, shape_of(x));
+  ASC_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == dim,
+            "SinusoidalPositionalEncoding: expected input (..., T, {}), got {}", dim, shape_of(x));
   ASC_CHECK(is_floating(x.dtype()), "SinusoidalPositionalEncoding: expected a floating input, got {}", x.dtype());
   const int64_t t = x.size(-2);
-  ASC_CHECK(offset >= 0 && offset + t <= max_len,
-            "SinusoidalPositionalEncoding: positions [{}, {}) exceed max_len {}", offset, offset + t, max_len);
+  ASC_CHECK(offset >= 0 && offset + t <= max_len, "SinusoidalPositionalEncoding: positions [{}, {}) exceed max_len {}",
+            offset, offset + t, max_len);
   Tensor table = pe.narrow(0, offset, t);  // (T, dim)
   if (table.dtype() != x.dtype()) table = table.to(x.dtype());
   return x + table;
@@ -69,17 +69,15 @@ LearnedPositionalEmbedding::LearnedPositionalEmbedding(int64_t max_len_, int64_t
 void LearnedPositionalEmbedding::reset_parameters() { init::normal_(weight, 0.0, init_std); }
 
 Tensor LearnedPositionalEmbedding::forward(const Tensor& x, int64_t offset) {
-  ASC_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == dim, "LearnedPositionalEmbedding: expected input (..., T, {}), got {}",
-            dim, shape_of(x));
+  ASC_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == dim,
+            "LearnedPositionalEmbedding: expected input (..., T, {}), got {}", dim, shape_of(x));
   const int64_t t = x.size(-2);
   ASC_CHECK(offset >= 0 && offset + t <= max_len, "LearnedPositionalEmbedding: positions [{}, {}) exceed max_len {}",
             offset, offset + t, max_len);
   return x + weight.narrow(0, offset, t);
 }
 
-std::string LearnedPositionalEmbedding::extra_repr() const {
-  return fmt::format("max_len={}, dim={}", max_len, dim);
-}
+std::string LearnedPositionalEmbedding::extra_repr() const { return fmt::format("max_len={}, dim={}", max_len, dim); }
 
 // ---- RoPE --------------------------------------------------------------------------------------------------------
 

@@ -25,8 +25,7 @@ namespace asc::nn {
 
 // (len, dim) table PE[pos, 2i] = sin(pos / base^(2i/dim)), PE[pos, 2i+1] = cos(pos / base^(2i/dim)), positions
 // offset .. offset + len - 1 (an odd dim ends with a sin column). Computed in float64, returned in `dtype`.
-Tensor sinusoidal_encoding(int64_t len, int64_t dim, int64_t offset = 0, double base = 10000.0,
-                           DType dtype = kFloat32);
+Tensor sinusoidal_encoding(int64_t len, int64_t dim, int64_t offset = 0, double base = 10000.0, DType dtype = kFloat32);
 
 // x + PE[offset : offset + T] for x (..., T, dim), in x's dtype. The table (max_len, dim) is a non-persistent
 // float64 buffer "pe".

@@ -3,11 +3,11 @@
 // asc::Error instead of a hang.
 #include "nn/process_group.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <climits>
-#include <functional>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -89,8 +89,10 @@ void ensure_mpi_initialized() {
     if (initialized) return;  // the application initialised MPI itself (and finalises it)
     int provided = 0;
     mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init_process_group(\"mpi\")");
-    ASC_CHECK(provided >= MPI_THREAD_SERIALIZED, "init_process_group(\"mpi\"): this MPI provides thread level {}, "
-              "MPI_THREAD_SERIALIZED ({}) is needed", provided, MPI_THREAD_SERIALIZED);
+    ASC_CHECK(provided >= MPI_THREAD_SERIALIZED,
+              "init_process_group(\"mpi\"): this MPI provides thread level {}, "
+              "MPI_THREAD_SERIALIZED ({}) is needed",
+              provided, MPI_THREAD_SERIALIZED);
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);
@@ -242,9 +244,10 @@ class MpiGroup final : public ProcessGroup, public std::enable_shared_from_this<
       if (done) return;
       const double waited = std::chrono::duration<double>(clock::now() - start).count();
       if (waited > options().timeout_s) {
-        broken_ = fmt::format("{} timed out on rank {} after {:.1f} s (timeout_s = {}): another rank stopped taking "
-                              "part (it is stuck, died, or called a different collective)",
-                              what, rank(), waited, options().timeout_s);
+        broken_ = fmt::format(
+            "{} timed out on rank {} after {:.1f} s (timeout_s = {}): another rank stopped taking "
+            "part (it is stuck, died, or called a different collective)",
+            what, rank(), waited, options().timeout_s);
         ASC_CHECK(false, "{}", broken_);
       }
       // MPI's non-blocking collectives advance only inside MPI calls, one step per MPI_Test: poll without pause while
@@ -303,7 +306,7 @@ MpiWork::~MpiWork() {
     try {
       group_->wait_request(request_, "all_reduce");
       completed = true;
-      finish();  // as if waited for: an Average is divided
+      finish();      // as if waited for: an Average is divided
     } catch (...) {  // a destructor must not throw
     }
   }

@@ -27,8 +27,8 @@ namespace asc::distributed {
 enum class ReduceOp { Sum, Average, Max, Min };
 
 struct ProcessGroupOptions {
-  double timeout_s = 300.0;       // per collective
-  bool check_signatures = true;   // one small all-gather before each collective (DDP's buckets skip it)
+  double timeout_s = 300.0;      // per collective
+  bool check_signatures = true;  // one small all-gather before each collective (DDP's buckets skip it)
 };
 
 // A collective in flight (all_reduce_async).

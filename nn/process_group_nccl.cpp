@@ -1,9 +1,10 @@
 // The "nccl" process group (nn/process_group.h): collectives on CUDA tensors with NCCL, one GPU per rank. Beside
 // the MPI group in source, but compiled into the CUDA backend library (it links CUDA and NCCL) when the CUDA backend,
 // NCCL and MPI are all found (ASC_HAVE_NCCL); it registers its factory as that library loads. MPI starts the job and
-// hands every rank NCCL's id (nn/process_group.cpp). The communicator is non-blocking (ncclConfig_t::blocking = 0): every call is followed by
-// polling ncclCommGetAsyncError, and every collective by polling an event on the stream it was queued on, until done
-// or the group's timeout, when the communicator is aborted (ncclCommAbort) and the group breaks.
+// hands every rank NCCL's id (nn/process_group.cpp). The communicator is non-blocking (ncclConfig_t::blocking = 0):
+// every call is followed by polling ncclCommGetAsyncError, and every collective by polling an event on the stream it
+// was queued on, until done or the group's timeout, when the communicator is aborted (ncclCommAbort) and the group
+// breaks.
 //
 // Compiled in CUDA builds, never run here: this project's machines have had no GPU (and the CPU CUDA emulator has no
 // NCCL). tests/test_distributed.cpp covers the "mpi" group; run it with the "nccl" backend on a multi-GPU machine.
@@ -133,8 +134,10 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
     while (!fn()) {
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > options().timeout_s) {
-        broken_ = fmt::format("{} timed out on rank {} after {:.1f} s (timeout_s = {}): another rank stopped taking "
-                              "part", what, rank(), waited, options().timeout_s);
+        broken_ = fmt::format(
+            "{} timed out on rank {} after {:.1f} s (timeout_s = {}): another rank stopped taking "
+            "part",
+            what, rank(), waited, options().timeout_s);
         ncclCommAbort(comm_);
         ASC_CHECK(false, "{}", broken_);
       }

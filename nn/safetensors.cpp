@@ -92,13 +92,19 @@ std::vector<Entry> parse_header(std::string_view header, uint64_t data_len, cons
     const json::Value *dt = nullptr, *shape = nullptr, *offs = nullptr;
     for (size_t f = 0; f < v.keys.size(); ++f) {
       const std::string& key = v.keys[f];
-      if (key == "dtype") dt = &v.items[f];
-      else if (key == "shape") shape = &v.items[f];
-      else if (key == "data_offsets") offs = &v.items[f];
-      else ASC_THROW("{}: tensor '{}' has an unknown field '{}'", ctx, name, key);
+      if (key == "dtype")
+        dt = &v.items[f];
+      else if (key == "shape")
+        shape = &v.items[f];
+      else if (key == "data_offsets")
+        offs = &v.items[f];
+      else
+        ASC_THROW("{}: tensor '{}' has an unknown field '{}'", ctx, name, key);
     }
     ASC_CHECK(dt && shape && offs, "{}: tensor '{}' lacks '{}'", ctx, name,
-              !dt ? "dtype" : !shape ? "shape" : "data_offsets");
+              !dt      ? "dtype"
+              : !shape ? "shape"
+                       : "data_offsets");
 
     Entry e;
     e.name = name;
@@ -119,8 +125,10 @@ std::vector<Entry> parse_header(std::string_view header, uint64_t data_len, cons
       ASC_CHECK(d.kind == json::Value::Kind::Int, "{}: tensor '{}': shape entries must be integers", ctx, name);
       ASC_CHECK(d.num >= 0, "{}: tensor '{}' has a negative dimension {} in its shape", ctx, name, d.num);
       e.shape.push_back(d.num);
-      if (d.num == 0) has_zero = true;
-      else too_big = too_big || __builtin_mul_overflow(nonzero, d.num, &nonzero);
+      if (d.num == 0)
+        has_zero = true;
+      else
+        too_big = too_big || __builtin_mul_overflow(nonzero, d.num, &nonzero);
     }
     ASC_CHECK(!too_big, "{}: tensor '{}' shape {} overflows: its nonzero dimensions multiply past 2^63 - 1", ctx, name,
               e.shape);
@@ -137,9 +145,8 @@ std::vector<Entry> parse_header(std::string_view header, uint64_t data_len, cons
     ASC_CHECK(b >= 0 && en >= b, "{}: tensor '{}' has invalid data_offsets [{}, {}]", ctx, name, b, en);
     e.begin = static_cast<uint64_t>(b);
     e.end = static_cast<uint64_t>(en);
-    ASC_CHECK(e.end - e.begin == nbytes,
-              "{}: tensor '{}' ({} {}) needs {} bytes but data_offsets [{}, {}] span {}", ctx, name, dt->str,
-              e.shape, nbytes, b, en, e.end - e.begin);
+    ASC_CHECK(e.end - e.begin == nbytes, "{}: tensor '{}' ({} {}) needs {} bytes but data_offsets [{}, {}] span {}",
+              ctx, name, dt->str, e.shape, nbytes, b, en, e.end - e.begin);
     ASC_CHECK(e.end <= data_len, "{}: tensor '{}' data_offsets [{}, {}] exceed the {} data bytes (truncated file?)",
               ctx, name, b, en, data_len);
     entries.push_back(std::move(e));
@@ -204,9 +211,10 @@ void encode(const char* op, const StateDict& tensors, const std::map<std::string
   for (const auto& [name, t] : tensors) {
     ASC_CHECK(t.defined(), "{}: tensor '{}' is undefined", op, name);
     ASC_CHECK(name != kMetadataKey, "{}: '__metadata__' is reserved and cannot name a tensor", op);
-    ASC_CHECK(json::invalid_utf8_at(name) == std::string_view::npos, "{}: tensor name '{}' is not valid UTF-8", op, name);
-    ASC_CHECK(st_dtype_name(t.dtype()) != nullptr, "{}: tensor '{}' has dtype {} which safetensors cannot store",
-              op, name, dtype_name(t.dtype()));
+    ASC_CHECK(json::invalid_utf8_at(name) == std::string_view::npos, "{}: tensor name '{}' is not valid UTF-8", op,
+              name);
+    ASC_CHECK(st_dtype_name(t.dtype()) != nullptr, "{}: tensor '{}' has dtype {} which safetensors cannot store", op,
+              name, dtype_name(t.dtype()));
   }
   for (const auto& [k, v] : metadata)
     ASC_CHECK(json::invalid_utf8_at(k) == std::string_view::npos && json::invalid_utf8_at(v) == std::string_view::npos,
@@ -297,7 +305,8 @@ struct Fd {
 
 // ---- public API --------------------------------------------------------------------------------------------
 
-std::vector<uint8_t> serialize_safetensors(const StateDict& tensors, const std::map<std::string, std::string>& metadata) {
+std::vector<uint8_t> serialize_safetensors(const StateDict& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
   std::vector<uint8_t> out;
   encode("serialize_safetensors", tensors, metadata, [&](const void* p, size_t n) {
     auto* b = static_cast<const uint8_t*>(p);
@@ -411,8 +420,8 @@ StateDict generator_state_dict(const Generator& gen) {
 
 void load_generator_state(Generator& gen, const StateDict& state) {
   for (const auto& [name, t] : state)
-    ASC_CHECK(name == "seed" || name == "offset", "load_generator_state: unexpected entry '{}' (expected 'seed' and 'offset')",
-              name);
+    ASC_CHECK(name == "seed" || name == "offset",
+              "load_generator_state: unexpected entry '{}' (expected 'seed' and 'offset')", name);
   uint64_t v[2];
   const char* names[2] = {"seed", "offset"};
   for (int i = 0; i < 2; ++i) {

@@ -36,8 +36,10 @@ void load_checkpoint(const std::string& path, const TrainingState& s, std::map<s
   for (const auto& [name, t] : all) {
     bool known = false;
     for (const char* part : {"model.", "optim.", "sched.", "rng."}) known = known || name.rfind(part, 0) == 0;
-    ASC_CHECK(known, "load_checkpoint: '{}': unexpected entry '{}' (checkpoint entries start with model., optim., "
-              "sched. or rng.)", path, name);
+    ASC_CHECK(known,
+              "load_checkpoint: '{}': unexpected entry '{}' (checkpoint entries start with model., optim., "
+              "sched. or rng.)",
+              path, name);
   }
   for (const char* part : {"model.", "optim.", "sched.", "rng."}) {
     bool wanted = (part[0] == 'm' && s.model) || (part[0] == 'o' && s.optimizer) || (part[0] == 's' && s.scheduler) ||

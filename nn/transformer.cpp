@@ -17,10 +17,12 @@ std::pair<int64_t, int64_t> attention_shape_for_block(const char* who, int64_t d
                                                       const TransformerBlockOptions& block) {
   ASC_CHECK(d_model == 0 || d_model == block.d_model(),
             "{}: the attention options have d_model {} but the block (model) has d_model {}; make them equal, or "
-            "leave the attention's d_model 0 to take the block's", who, d_model, block.d_model());
+            "leave the attention's d_model 0 to take the block's",
+            who, d_model, block.d_model());
   ASC_CHECK(heads == 0 || heads == block.heads(),
             "{}: the attention options have heads {} but the block (model) has heads {}; make them equal, or leave "
-            "the attention's heads 0 to take the block's", who, heads, block.heads());
+            "the attention's heads 0 to take the block's",
+            who, heads, block.heads());
   return {block.d_model(), block.heads()};
 }
 
@@ -43,8 +45,10 @@ TransformerEncoderBlock::TransformerEncoderBlock(const TransformerBlockOptions& 
   std::shared_ptr<Attention> a = attention(o);
   ASC_CHECK(a != nullptr, "{}: the attention factory returned null", type_name);
   attn = register_module("attn", a);
-  norm1 = register_module("norm1", std::make_shared<LayerNorm>(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
-  norm2 = register_module("norm2", std::make_shared<LayerNorm>(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  norm1 =
+      register_module("norm1", std::make_shared<LayerNorm>(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
+  norm2 =
+      register_module("norm2", std::make_shared<LayerNorm>(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())));
   linear1 = register_module("linear1", std::make_shared<Linear>(o.d_model(), o.ffn()));
   linear2 = register_module("linear2", std::make_shared<Linear>(o.ffn(), o.d_model()));
   dropout = register_module("dropout", std::make_shared<Dropout>(o.dropout()));

@@ -20,7 +20,6 @@ namespace asc {
 
 namespace {
 
-
 // (H) values as a (1, H, 1, 1) tensor that broadcasts over (B, H, T, T).
 Tensor head_scalar(const std::vector<double>& v, const Tensor& like) {
   return tensor(v, {1, static_cast<int64_t>(v.size()), 1, 1}).to(like.dtype()).to(like.device());
@@ -47,7 +46,8 @@ bool finite(double x) { return std::isfinite(x); }
 // the CUDA kernel refuse the same inputs with the same messages (docs/ascender.md, "Accepted options").
 void check_core_inputs(const Tensor& q, const Tensor& k_rot, const Tensor& k, const Tensor& v, const Tensor& z,
                        const Tensor& e, const AscenderCoreArgs& a) {
-  for (const Tensor* t : {&q, &k_rot, &k, &v, &z, &e}) ASC_CHECK(t->defined() && t->dim() == 4, "{}: q, k_rot, k, v, z, e must be defined (B, H, T, ·) tensors", kOp);
+  for (const Tensor* t : {&q, &k_rot, &k, &v, &z, &e})
+    ASC_CHECK(t->defined() && t->dim() == 4, "{}: q, k_rot, k, v, z, e must be defined (B, H, T, ·) tensors", kOp);
   ASC_CHECK(is_floating(q.dtype()), "{}: the heads must be floating-point, got {}", kOp, q.dtype());
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
   for (const Tensor* t : {&k_rot, &k, &v, &z, &e})
@@ -59,14 +59,14 @@ void check_core_inputs(const Tensor& q, const Tensor& k_rot, const Tensor& k, co
             v.shape());
   // The (B, H, T, T) scores, and the (T, T) tiles times the widths the kernels' cost estimates form, fit int64.
   const int64_t widths = 16 * (1 + q.size(3) + z.size(3) + e.size(3));
-  checked_mul(checked_mul(checked_mul(B, H, kOp, "B·H"), checked_mul(T, T, kOp, "T·T"), kOp, "B·H·T·T"), widths,
-              kOp, "B·H·T·T·(d + d_z + d_a)");
+  checked_mul(checked_mul(checked_mul(B, H, kOp, "B·H"), checked_mul(T, T, kOp, "T·T"), kOp, "B·H·T·T"), widths, kOp,
+              "B·H·T·T·(d + d_z + d_a)");
   const Shape scores{B, H, T, T};
-  check_same_device(kOp, {&q, &k_rot, &k, &v, &z, &e, &a.keep_mask, &a.bias, &a.omega_align, &a.omega_sep,
-                          &a.omega_coh, &a.lambda_align, &a.lambda_sep, &a.lambda_coh, &a.delta, &a.kappa,
-                          &a.tau_score});
-  ASC_CHECK(!a.keep_mask.defined() || a.keep_mask.dtype() == kBool, "{}: keep_mask must be bool (true = attend), got {}",
-            kOp, a.keep_mask.defined() ? a.keep_mask.dtype() : kBool);
+  check_same_device(kOp, {&q, &k_rot, &k, &v, &z, &e, &a.keep_mask, &a.bias, &a.omega_align, &a.omega_sep, &a.omega_coh,
+                          &a.lambda_align, &a.lambda_sep, &a.lambda_coh, &a.delta, &a.kappa, &a.tau_score});
+  ASC_CHECK(!a.keep_mask.defined() || a.keep_mask.dtype() == kBool,
+            "{}: keep_mask must be bool (true = attend), got {}", kOp,
+            a.keep_mask.defined() ? a.keep_mask.dtype() : kBool);
   check_scores_operand(a.keep_mask, scores, "keep_mask");
   ASC_CHECK(!a.bias.defined() || is_floating(a.bias.dtype()), "{}: bias must be floating-point, got {}", kOp,
             a.bias.defined() ? a.bias.dtype() : q.dtype());
@@ -133,10 +133,11 @@ AscenderKernelInputs kernel_inputs(const Tensor& q, const Tensor& k_rot, const T
   in.q = q.contiguous(), in.k_rot = k_rot.contiguous(), in.k = k.contiguous(), in.v = v.contiguous();
   in.z = z.contiguous(), in.e = e.contiguous();
   auto as_q = [&](const Tensor& t) { return t.dtype() == q.dtype() ? t : t.to(q.dtype()); };
-  in.scalars = stack({  // rows in ascender::Scalar order (ops/ascender_scalars.h)
-                      as_q(a.omega_align), as_q(a.omega_sep), as_q(a.omega_coh), as_q(a.lambda_align),
-                      as_q(a.lambda_sep), as_q(a.lambda_coh), as_q(a.delta), as_q(a.kappa), as_q(a.tau_score)},
-                     0)
+  in.scalars = stack(
+                   {// rows in ascender::Scalar order (ops/ascender_scalars.h)
+                    as_q(a.omega_align), as_q(a.omega_sep), as_q(a.omega_coh), as_q(a.lambda_align), as_q(a.lambda_sep),
+                    as_q(a.lambda_coh), as_q(a.delta), as_q(a.kappa), as_q(a.tau_score)},
+                   0)
                    .reshape({9, q.size(1)});
   if (a.keep_mask.defined()) in.keep = a.keep_mask.expand(scores);
   if (a.bias.defined()) in.bias = as_q(a.bias).detach().expand(scores);
@@ -151,9 +152,22 @@ AscenderKernelConfig kernel_config(const AscenderCoreArgs& a, int64_t T) {
   const int64_t t1 = std::max<int64_t>(T, 1);
   std::vector<int64_t> k = a.k;
   for (int64_t& kh : k) kh = std::min(kh, t1);
-  return {std::move(k), a.tau_sep, a.tau_coh, a.alpha_align, a.alpha_coh, a.include_self, a.select_by_scores,
-          a.gate_position == GatePosition::AfterNorm, a.use_align, a.use_sep, a.use_coh, a.norm_eps, a.omega_scale,
-          std::min(a.window, t1), std::min(a.global_tokens, t1), std::min(a.row_block, t1)};
+  return {std::move(k),
+          a.tau_sep,
+          a.tau_coh,
+          a.alpha_align,
+          a.alpha_coh,
+          a.include_self,
+          a.select_by_scores,
+          a.gate_position == GatePosition::AfterNorm,
+          a.use_align,
+          a.use_sep,
+          a.use_coh,
+          a.norm_eps,
+          a.omega_scale,
+          std::min(a.window, t1),
+          std::min(a.global_tokens, t1),
+          std::min(a.row_block, t1)};
 }
 
 // Forward through the kernel; one graph node whose backward is the kernel's backward.
@@ -169,8 +183,8 @@ Tensor ascender_fused(const AscenderKernelInputs& in, const AscenderKernelConfig
                       v = SavedTensor(in.v, kOp), z = SavedTensor(in.z, kOp), e = SavedTensor(in.e, kOp),
                       sc = SavedTensor(in.scalars, kOp), keep = in.keep, bias = in.bias, state,
                       cfg](const TensorList& g) -> TensorList {
-                       const AscenderKernelInputs saved{q.get(), kr.get(), k.get(), v.get(), z.get(), e.get(),
-                                                        sc.get(), keep, bias};
+                       const AscenderKernelInputs saved{q.get(), kr.get(), k.get(), v.get(), z.get(),
+                                                        e.get(), sc.get(), keep,    bias};
                        TensorList grads;
                        ASC_KERNEL(g[0].device(), kOp, ascender_backward, saved, cfg, state, g[0], grads);
                        return grads;
@@ -222,11 +236,11 @@ Tensor ascender_attention_reference(const Tensor& q, const Tensor& k_rot, const 
   Tensor keep = p.keep_mask;  // (B|1, H|1, T|1, T) or undefined
   if (p.window > 0) {
     const int64_t t1 = std::max<int64_t>(T, 1);  // beyond T they mean the same (kernel_config)
-    Tensor win = ascender_window_mask(T, std::min(p.window, t1), std::min(p.global_tokens, t1), q.device())
-                     .view({1, 1, T, T});
+    Tensor win =
+        ascender_window_mask(T, std::min(p.window, t1), std::min(p.global_tokens, t1), q.device()).view({1, 1, T, T});
     keep = keep.defined() ? logical_and(keep, win) : win;
   }
-  const Tensor keep_b = keep.defined() ? keep.expand(scores) : Tensor();  // bool (B, H, T, T)
+  const Tensor keep_b = keep.defined() ? keep.expand(scores) : Tensor();             // bool (B, H, T, T)
   Tensor valid = keep.defined() ? keep_b.to(q.dtype()) : ones(scores, q.options());  // (B, H, T, T)
   Tensor eye_t = eye(T, {.dtype = q.dtype(), .device = q.device()}).view({1, 1, T, T});
   // Masked entries are replaced by 0, not multiplied by it: NaN · 0 is NaN, and a NaN of a key that row i does not
@@ -235,8 +249,8 @@ Tensor ascender_attention_reference(const Tensor& q, const Tensor& k_rot, const 
 
   // ---- base scores, affinity, neighbourhoods (§1-2) --------------------------------------------------------------
   Tensor S_base = matmul(q, k_rot.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));  // (B, H, T, T)
-  Tensor a = cosine_similarity_matrix(e, e);                                                // (B, H, T, T)
-  Tensor d2 = pairwise_sqdist(z, z);                                                        // |z_i - z_j|²
+  Tensor a = cosine_similarity_matrix(e, e);                                               // (B, H, T, T)
+  Tensor d2 = pairwise_sqdist(z, z);                                                       // |z_i - z_j|²
   Tensor M;        // (B, H, T, T): 1 where j ∈ N(i); not differentiable (a selection)
   Tensor nan_sel;  // (B, H, T, 1) bool: a NaN among row i's candidates, so N(i) is undefined (u_i is NaN)
   int64_t kmax = 0;
@@ -256,7 +270,7 @@ Tensor ascender_attention_reference(const Tensor& q, const Tensor& k_rot, const 
     Tensor slot = arange(kcap, {.dtype = kInt64, .device = q.device()}).view({1, 1, 1, kcap});
     std::vector<double> kh(p.k.begin(), p.k.end());
     Tensor slot_ok = logical_and(gt(top.values, -inf), lt(slot.to(q.dtype()), head_scalar(kh, q)));  // (B, H, T, kcap)
-    M = scatter_add(zeros(scores, q.options()), 3, top.indices, slot_ok.to(q.dtype()));  // (B, H, T, T)
+    M = scatter_add(zeros(scores, q.options()), 3, top.indices, slot_ok.to(q.dtype()));              // (B, H, T, T)
   }
   Tensor lam_a = head_scalar(p.lambda_align), lam_s = head_scalar(p.lambda_sep), lam_c = head_scalar(p.lambda_coh);
   const bool after = p.gate_position == GatePosition::AfterNorm;
@@ -267,7 +281,7 @@ Tensor ascender_attention_reference(const Tensor& q, const Tensor& k_rot, const 
 
   // ---- alignment (§3): keys before RoPE ---------------------------------------------------------------------------
   if (p.use_align) {
-    Tensor k_hat = normalize_rows(k);                                   // (B, H, T, d) unit keys
+    Tensor k_hat = normalize_rows(k);  // (B, H, T, d) unit keys
     // Σ_{l∈N(i)} k̂_l over the neighbours only (matmul(M, k̂) would multiply a non-neighbour's NaN by 0): NaN keys
     // enter as 0, and the rows with a NaN neighbour (or a NaN candidate) become NaN.
     Tensor nan_row;
@@ -277,7 +291,7 @@ Tensor ascender_attention_reference(const Tensor& q, const Tensor& k_rot, const 
       nan_row = logical_or(nan_sel, gt(matmul(M, nan_key), 0.0));
     }
     Tensor k_sum = where(nan_row, nan, matmul(M, where(isnan(k_hat), 0.0, k_hat)));  // Σ_{l∈N(i)} k̂_l
-    Tensor n_nbr = sum(M, {-1}, true);                                  // |N(i)|
+    Tensor n_nbr = sum(M, {-1}, true);                                               // |N(i)|
     Tensor k_bar = k_sum / clamp(n_nbr, 1.0, std::nullopt);
     // u_i = s_i / |s_i|, and 0 where the headings cancel, |s_i| <= kConstantRow |N(i)| (docs §3): |s_i| is then the
     // rounding of the sum, and its direction noise. An empty neighbourhood (s_i = 0) is such a row; a NaN is not.
@@ -287,10 +301,10 @@ Tensor ascender_attention_reference(const Tensor& q, const Tensor& k_rot, const 
       cancelled = le(sqrt(sum(k_sum.detach() * k_sum.detach(), {-1}, true)), n_nbr * ascender::kConstantRow);
     }
     u = where(cancelled, 0.0, normalize_rows(k_sum));
-    Tensor r = matmul(u, k_hat.transpose(-2, -1));                      // r_ij = k̂_j · u_i
+    Tensor r = matmul(u, k_hat.transpose(-2, -1));  // r_ij = k̂_j · u_i
     // 1 - |k̄_i|²; 0 over an empty neighbourhood (SPEC §1.16: the variance of no vectors), so γ = σ(0) = 1/2 there
     Tensor var = where(logical_or(gt(n_nbr, 0.0), nan_row), 1.0 - sum(k_bar * k_bar, {-1}, true), 0.0);
-    Tensor gamma = sigmoid(-var * head_scalar(p.alpha_align, q));       // (B, H, T, 1)
+    Tensor gamma = sigmoid(-var * head_scalar(p.alpha_align, q));  // (B, H, T, 1)
     Tensor raw = after ? r : lam_a * gamma * r;
     Tensor b = ascender_normalize(kept_only(raw), keep, p.norm_eps);
     if (after) b = lam_a * gamma * b;
@@ -299,14 +313,14 @@ Tensor ascender_attention_reference(const Tensor& q, const Tensor& k_rot, const 
   }
   // ---- separation (§4) ----------------------------------------------------------------------------------------
   if (p.use_sep) {
-    Tensor w = exp(-d2 / head_scalar(p.tau_sep, q));                    // w^{τs}_ij
-    Tensor others = eq(eye_t, 0.0);                                     // l ≠ i
+    Tensor w = exp(-d2 / head_scalar(p.tau_sep, q));  // w^{τs}_ij
+    Tensor others = eq(eye_t, 0.0);                   // l ≠ i
     if (keep_b.defined()) others = logical_and(keep_b, others);
-    Tensor rho = sum(where(others, w, 0.0), {-1}, true);                // Σ_{l≠i, kept} w_il
+    Tensor rho = sum(where(others, w, 0.0), {-1}, true);  // Σ_{l≠i, kept} w_il
     Tensor ratio = rho / head_scalar(p.kappa);
-    Tensor eta = where(ge(ratio, 1.0), 1.0, ratio);                     // min(1, ρ/κ), NaN stays NaN
+    Tensor eta = where(ge(ratio, 1.0), 1.0, ratio);  // min(1, ρ/κ), NaN stays NaN
     Tensor hinge = a - head_scalar(p.delta);
-    phi = w * where(le(hinge, 0.0), 0.0, hinge);                        // w_ij [a_ij - δ]_+, NaN stays NaN
+    phi = w * where(le(hinge, 0.0), 0.0, hinge);  // w_ij [a_ij - δ]_+, NaN stays NaN
     Tensor raw = after ? -phi : -(lam_s * eta * phi);
     Tensor b = ascender_normalize(kept_only(raw), keep, p.norm_eps);
     if (after) b = lam_s * eta * b;
@@ -316,10 +330,10 @@ Tensor ascender_attention_reference(const Tensor& q, const Tensor& k_rot, const 
   // ---- cohesion (§5) ------------------------------------------------------------------------------------------
   if (p.use_coh) {
     const Tensor tau = head_scalar(p.tau_coh, q);
-    Tensor w = kept_only(exp(-d2 / tau));                               // kept keys only, i included
-    Tensor wsum = clamp(sum(w, {-1}, true), 1e-30, std::nullopt);       // >= w_ii = 1 unless i is masked
-    Tensor c = matmul(w, z) / wsum;                                     // (B, H, T, d_z) local centroids
-    dc = pairwise_sqdist(c, z);                                         // |z_j - c_i|²
+    Tensor w = kept_only(exp(-d2 / tau));                          // kept keys only, i included
+    Tensor wsum = clamp(sum(w, {-1}, true), 1e-30, std::nullopt);  // >= w_ii = 1 unless i is masked
+    Tensor c = matmul(w, z) / wsum;                                // (B, H, T, d_z) local centroids
+    dc = pairwise_sqdist(c, z);                                    // |z_j - c_i|²
     Tensor var = sum(w * kept_only(dc), {-1}, true) / wsum;
     Tensor gamma = sigmoid(-var * head_scalar(p.alpha_coh, q));
     Tensor raw = after ? -dc : -(lam_c * gamma * dc) / tau;
@@ -336,16 +350,22 @@ Tensor ascender_attention_reference(const Tensor& q, const Tensor& k_rot, const 
     auto keep_or_zero = [&](const Tensor& t) { return t.defined() ? t.detach() : zeros(scores, q.options()); };
     // S is -inf outside the attended set (docs §6), as the softmax reads it.
     Tensor S_out = keep_b.defined() ? where(keep_b, S.detach(), -inf) : S.detach();
-    *out = AscenderDecomposition{S_base.detach(), keep_or_zero(dec.align), keep_or_zero(dec.sep),
-                                 keep_or_zero(dec.coh), S_out, A.detach(), keep_or_zero(dec.raw_align),
-                                 keep_or_zero(dec.raw_sep), keep_or_zero(dec.raw_coh),
+    *out = AscenderDecomposition{S_base.detach(),
+                                 keep_or_zero(dec.align),
+                                 keep_or_zero(dec.sep),
+                                 keep_or_zero(dec.coh),
+                                 S_out,
+                                 A.detach(),
+                                 keep_or_zero(dec.raw_align),
+                                 keep_or_zero(dec.raw_sep),
+                                 keep_or_zero(dec.raw_coh),
                                  dec.gamma_align.defined() ? dec.gamma_align.detach() : Tensor(),
                                  dec.eta.defined() ? dec.eta.detach() : Tensor(),
                                  dec.gamma_coh.defined() ? dec.gamma_coh.detach() : Tensor()};
   }
   if (aux && p.want_aux) {
     // Means over the query rows that attend to something (and, for alignment, that have a neighbourhood).
-    Tensor live = gt(sum(valid, {-1}, true), 0.0).to(q.dtype());        // (B, H, T, 1)
+    Tensor live = gt(sum(valid, {-1}, true), 0.0).to(q.dtype());  // (B, H, T, 1)
     auto row_mean = [](const Tensor& per_row, const Tensor& rows) {
       return sum(per_row * rows) / clamp(sum(rows), 1.0, std::nullopt);
     };
@@ -354,7 +374,7 @@ Tensor ascender_attention_reference(const Tensor& q, const Tensor& k_rot, const 
     if (phi.defined()) aux->sep = row_mean(sum(A * phi, {-1}, true), live);
     if (u.defined()) {
       Tensor count = sum(M, {-1}, true);
-      Tensor u_bar = matmul(M, u) / clamp(count, 1.0, std::nullopt);     // mean of the neighbours' u (not renormalised)
+      Tensor u_bar = matmul(M, u) / clamp(count, 1.0, std::nullopt);  // mean of the neighbours' u (not renormalised)
       aux->align = row_mean(1.0 - sum(u * u_bar, {-1}, true), gt(count, 0.0).to(q.dtype()));
     }
   }
@@ -375,8 +395,7 @@ std::string ascender_choice(const Tensor& q, const Tensor& k_rot, const Tensor& 
 }
 
 Tensor ascender_attention(const Tensor& q, const Tensor& k_rot, const Tensor& k, const Tensor& v, const Tensor& z,
-                          const Tensor& e, const AscenderCoreArgs& args, AscenderDecomposition* out,
-                          AscenderAux* aux) {
+                          const Tensor& e, const AscenderCoreArgs& args, AscenderDecomposition* out, AscenderAux* aux) {
   check_core_inputs(q, k_rot, k, v, z, e, args);
   const AscenderBackend backend = ascender_backend();
   if (backend != AscenderBackend::Reference) {

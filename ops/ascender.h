@@ -15,23 +15,23 @@ namespace asc {
 
 enum class GatePosition {
   BeforeNorm,  // β̃ = normalize(λ γ r): the original order, in which λ, γ_align, η, γ_coh have (almost) no effect
-  AfterNorm,   // β̃ = λ γ normalize(r): the gates act
+  AfterNorm,  // β̃ = λ γ normalize(r): the gates act
 };
 
 // What the attention computed, per head, detached, on request (AscenderAttention::need_decomposition). Scores are
 // (B, H, T, T); gates (B, H, T, 1). S = S_base + ω_a align + ω_s sep + ω_c coh + bias, A = softmax(S / τ_score).
 struct AscenderDecomposition {
-  Tensor S_base, align, sep, coh, S, A;     // align/sep/coh: the normalised terms β̃ (0 where a term is off)
-  Tensor raw_align, raw_sep, raw_coh;       // β before normalisation (before_norm) or r (after_norm), 0 off
-  Tensor gamma_align, eta, gamma_coh;       // the gates
+  Tensor S_base, align, sep, coh, S, A;  // align/sep/coh: the normalised terms β̃ (0 where a term is off)
+  Tensor raw_align, raw_sep, raw_coh;    // β before normalisation (before_norm) or r (after_norm), 0 off
+  Tensor gamma_align, eta, gamma_coh;    // the gates
 };
 
 // ---- the attention core on projected heads ---------------------------------------------------------------------
 // Everything the core reads besides the heads: per-head configuration and the learnable scalars, as tensors of
 // shape (H) already mapped to their domain (λ, κ, τ_score positive).
 struct AscenderCoreArgs {
-  std::vector<int64_t> k;                                  // (H)
-  std::vector<double> tau_sep, tau_coh, alpha_align, alpha_coh;  // (H)
+  std::vector<int64_t> k;                                                                                   // (H)
+  std::vector<double> tau_sep, tau_coh, alpha_align, alpha_coh;                                             // (H)
   Tensor omega_align, omega_sep, omega_coh, lambda_align, lambda_sep, lambda_coh, delta, kappa, tau_score;  // (H)
   bool include_self = false;
   bool select_by_scores = false;  // AscenderMode::Reuse: N(i) from the base scores instead of the affinities
@@ -43,7 +43,7 @@ struct AscenderCoreArgs {
   // j < global_tokens (ANDed with keep_mask). Given this way, not as a (T, T) mask, the fused kernel visits only the
   // window: O(T (window + global_tokens)) per head.
   int64_t window = 0, global_tokens = 0;
-  Tensor bias = {};       // additive β^other broadcastable to (B, H, T, T) (ALiBi, relative positions)
+  Tensor bias = {};  // additive β^other broadcastable to (B, H, T, T) (ALiBi, relative positions)
   double dropout = 0.0;
   bool training = false;
   double omega_scale = 1.0;  // the schedule's warm-up factor m_ω on every ω
@@ -90,6 +90,5 @@ AscenderBackend ascender_backend();
 // "fused (CPU)" / "fused (CUDA)", or "reference: " and why the device's fused kernel does not run these inputs.
 std::string ascender_choice(const Tensor& q, const Tensor& k_rot, const Tensor& k, const Tensor& v, const Tensor& z,
                             const Tensor& e, const AscenderCoreArgs& args, bool want_decomposition = false);
-
 
 }  // namespace asc

@@ -103,15 +103,15 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
   const bool needs_backward = autograd::needs_grad({&q, &k, &v});
   ASC_KERNEL(q.device(), kOp, sdpa_forward, q, k, v, m.keep, m.bias, causal, needs_backward, scale, o, stats);
   if (needs_backward) {
-    autograd::record(kOp, {q, k, v}, {o},
-                     [qs = autograd::SavedTensor(q, kOp), ks = autograd::SavedTensor(k, kOp),
-                      vs = autograd::SavedTensor(v, kOp), os = autograd::SavedTensor(o, kOp), stats, m, causal,
-                      scale](const TensorList& g) -> TensorList {
-                       Tensor dq, dk, dv;
-                       ASC_KERNEL(g[0].device(), kOp, sdpa_backward, qs.get(), ks.get(), vs.get(), m.keep, m.bias,
-                                  os.get(), g[0], stats, causal, scale, dq, dk, dv);
-                       return {dq, dk, dv};
-                     });
+    autograd::record(
+        kOp, {q, k, v}, {o},
+        [qs = autograd::SavedTensor(q, kOp), ks = autograd::SavedTensor(k, kOp), vs = autograd::SavedTensor(v, kOp),
+         os = autograd::SavedTensor(o, kOp), stats, m, causal, scale](const TensorList& g) -> TensorList {
+          Tensor dq, dk, dv;
+          ASC_KERNEL(g[0].device(), kOp, sdpa_backward, qs.get(), ks.get(), vs.get(), m.keep, m.bias, os.get(), g[0],
+                     stats, causal, scale, dq, dk, dv);
+          return {dq, dk, dv};
+        });
   }
   return o;
 }
@@ -151,8 +151,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask,
                                     const Tensor& bias, double dropout_p, bool training, Tensor* weights) {
   return scaled_dot_product_attention(
-      q, k, v, SdpaOptions{.keep_mask = keep_mask, .bias = bias, .dropout = dropout_p, .training = training,
-                           .weights = weights});
+      q, k, v,
+      SdpaOptions{
+          .keep_mask = keep_mask, .bias = bias, .dropout = dropout_p, .training = training, .weights = weights});
 }
 
 }  // namespace asc

@@ -24,10 +24,10 @@
 namespace asc {
 
 struct SdpaOptions {
-  Tensor keep_mask = {};      // bool, broadcastable to (B, H, T, S); true = attend; undefined = none
-  Tensor bias = {};           // additive, broadcastable to (B, H, T, S)
-  bool causal = false;        // query t sees keys s <= t + (S - T)
-  double dropout = 0.0;       // on the probabilities, when training
+  Tensor keep_mask = {};  // bool, broadcastable to (B, H, T, S); true = attend; undefined = none
+  Tensor bias = {};       // additive, broadcastable to (B, H, T, S)
+  bool causal = false;    // query t sees keys s <= t + (S - T)
+  double dropout = 0.0;   // on the probabilities, when training
   bool training = false;
   Tensor* weights = nullptr;  // if set, receives the probabilities (B, H, T, S), detached
 };

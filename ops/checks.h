@@ -13,10 +13,11 @@ inline void check_same_device(const char* op, std::initializer_list<const Tensor
   const Tensor* first = nullptr;
   for (const Tensor* t : ts) {
     if (!t->defined()) continue;
-    if (!first) first = t;
+    if (!first)
+      first = t;
     else
-      ASC_CHECK(t->device() == first->device(), "{}: tensors are on different devices ({} and {})", op,
-                first->device(), t->device());
+      ASC_CHECK(t->device() == first->device(), "{}: tensors are on different devices ({} and {})", op, first->device(),
+                t->device());
   }
 }
 

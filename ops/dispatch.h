@@ -24,24 +24,24 @@
 #include "ops/checks.h"
 #include "ops/kernels.h"
 
-#define ASC_CUDA_KERNEL_(DEV, OPNAME, FN, ...)                                                                  \
-  do {                                                                                                         \
-    const ::asc::KernelTable* asc_cuda_ = ::asc::cuda_kernels();                                               \
-    ASC_CHECK(asc_cuda_ != nullptr,                                                                            \
+#define ASC_CUDA_KERNEL_(DEV, OPNAME, FN, ...)                                                                     \
+  do {                                                                                                             \
+    const ::asc::KernelTable* asc_cuda_ = ::asc::cuda_kernels();                                                   \
+    ASC_CHECK(asc_cuda_ != nullptr,                                                                                \
               "{}: no kernel for device {}: this program does not link the CUDA backend (ascender::cuda)", OPNAME, \
-              DEV);                                                                                            \
-    const ::asc::DeviceScope asc_on_device_(DEV);                                                              \
-    asc_cuda_->FN(__VA_ARGS__);                                                                                \
+              DEV);                                                                                                \
+    const ::asc::DeviceScope asc_on_device_(DEV);                                                                  \
+    asc_cuda_->FN(__VA_ARGS__);                                                                                    \
   } while (0)
 
-#define ASC_KERNEL(DEVICE, OPNAME, FN, ...)                                           \
-  do {                                                                               \
-    const ::asc::Device asc_dev_ = (DEVICE);                                         \
-    if (asc_dev_.is_cpu()) {                                                         \
-      ::asc::cpu::FN(__VA_ARGS__);                                                   \
-    } else if (asc_dev_.is_cuda()) {                                                 \
-      ASC_CUDA_KERNEL_(asc_dev_, OPNAME, FN, __VA_ARGS__);                           \
-    } else {                                                                         \
-      ASC_THROW("{}: no kernel for device {} in this build", OPNAME, asc_dev_);      \
-    }                                                                                \
+#define ASC_KERNEL(DEVICE, OPNAME, FN, ...)                                     \
+  do {                                                                          \
+    const ::asc::Device asc_dev_ = (DEVICE);                                    \
+    if (asc_dev_.is_cpu()) {                                                    \
+      ::asc::cpu::FN(__VA_ARGS__);                                              \
+    } else if (asc_dev_.is_cuda()) {                                            \
+      ASC_CUDA_KERNEL_(asc_dev_, OPNAME, FN, __VA_ARGS__);                      \
+    } else {                                                                    \
+      ASC_THROW("{}: no kernel for device {} in this build", OPNAME, asc_dev_); \
+    }                                                                           \
   } while (0)

@@ -10,10 +10,10 @@
 
 namespace asc {
 
+using autograd::SavedTensor;
 using math::Binary;
 using math::Unary;
 using math::UnaryParams;
-using autograd::SavedTensor;
 
 // ---- unary ------------------------------------------------------------------------------------------------------
 
@@ -229,8 +229,8 @@ Tensor compare(const char* name, Binary op, Tensor a, Tensor b) {
 }
 Tensor compare_scalar(const char* name, Binary op, const Tensor& a, double b) {
   check_defined(name, a);
-  return compare(name, op, a, scalar_tensor(b, {.dtype = is_floating(a.dtype()) ? a.dtype() : kFloat64,
-                                                 .device = a.device()}));
+  return compare(name, op, a,
+                 scalar_tensor(b, {.dtype = is_floating(a.dtype()) ? a.dtype() : kFloat64, .device = a.device()}));
 }
 Tensor logical(const char* name, Binary op, Tensor a, Tensor b) {
   check_defined(name, a);
@@ -292,7 +292,8 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
     bool ga = a.requires_grad(), gb = b.requires_grad();
     autograd::record("where", {a, b}, {out}, [=, cs = SavedTensor(cond, "where")](const TensorList& g) -> TensorList {
       Tensor z = zeros({}, g[0].options());
-      return {ga ? sum_to(where(cs.get(), g[0], z), sa) : Tensor(), gb ? sum_to(where(cs.get(), z, g[0]), sb) : Tensor()};
+      return {ga ? sum_to(where(cs.get(), g[0], z), sa) : Tensor(),
+              gb ? sum_to(where(cs.get(), z, g[0]), sb) : Tensor()};
     });
   }
   return out;

@@ -16,7 +16,7 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
-Tensor pow(const Tensor& a, const Tensor& b);  // a > 0 where b is not an integer; gradient to b uses log(a)
+Tensor pow(const Tensor& a, const Tensor& b);      // a > 0 where b is not an integer; gradient to b uses log(a)
 Tensor maximum(const Tensor& a, const Tensor& b);  // ties split the gradient equally
 Tensor minimum(const Tensor& a, const Tensor& b);
 
@@ -35,8 +35,8 @@ Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
-Tensor abs(const Tensor& x);  // gradient sign(x), 0 at 0
-Tensor relu(const Tensor& x);  // gradient 1[x > 0]
+Tensor abs(const Tensor& x);                                    // gradient sign(x), 0 at 0
+Tensor relu(const Tensor& x);                                   // gradient 1[x > 0]
 Tensor gelu(const Tensor& x, bool tanh_approximation = false);  // exact: x * Phi(x)
 Tensor silu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);

@@ -30,8 +30,7 @@ FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, c
   check_same_device(kOp, {&Z, &SP, &f});
   check_float(kOp, Z, "Z");
   ASC_CHECK(Z.dim() == 2 && SP.dim() == 1 && f.dim() == 2 && SP.size(0) == Z.size(1) && f.size(0) == Z.size(1),
-            "{}: expects Z (N, P), SP (P), f (P, alpha); got Z {}, SP {}, f {}", kOp, Z.shape(), SP.shape(),
-            f.shape());
+            "{}: expects Z (N, P), SP (P), f (P, alpha); got Z {}, SP {}, f {}", kOp, Z.shape(), SP.shape(), f.shape());
   ASC_CHECK(SP.dtype() == Z.dtype() && f.dtype() == Z.dtype(), "{}: Z, SP and f must share a dtype; got {}, {}, {}",
             kOp, Z.dtype(), SP.dtype(), f.dtype());
   ASC_CHECK(f.size(1) >= 1, "{}: f must have at least one output per neuron (alpha >= 1), got f {}", kOp, f.shape());
@@ -49,7 +48,8 @@ FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, c
     sur = surrogate(gate.surrogate);
     ASC_CHECK(!Z.device().is_cuda() || sur.builtin.has_value(),
               "{}: surrogate '{}' is a user-registered host function and has no CUDA kernel; use a built-in one "
-              "(sigmoid, rectangular, triangular, atan) on CUDA", kOp, gate.surrogate);
+              "(sigmoid, rectangular, triangular, atan) on CUDA",
+              kOp, gate.surrogate);
   }
   const Tensor z = Z.contiguous(), sp = SP.contiguous(), fw = f.contiguous();
   FiringOutput out;
@@ -59,8 +59,8 @@ FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, c
     const GateBackward mode = gate.mode;
     const double width = gate.width;
     autograd::record(kOp, {z, sp, fw}, {out.Y},
-                     [zs = SavedTensor(z, kOp), sps = SavedTensor(sp, kOp), fs = SavedTensor(fw, kOp), F = out.F,
-                      mode, width, sur](const TensorList& g) -> TensorList {
+                     [zs = SavedTensor(z, kOp), sps = SavedTensor(sp, kOp), fs = SavedTensor(fw, kOp), F = out.F, mode,
+                      width, sur](const TensorList& g) -> TensorList {
                        Tensor dZ, dSP, df;
                        ASC_KERNEL(g[0].device(), kOp, firing_backward, zs.get(), sps.get(), fs.get(), F,
                                   g[0].contiguous(), mode, sur, width, dZ, dSP, df);
@@ -82,14 +82,15 @@ void firing_weight_update_(Tensor& W, const Tensor& keep, const Tensor& coef, co
             "{}: expects W (P, d), keep (P), coef (N, P), X (N, d); got W {}, keep {}, coef {}, X {}", op, W.shape(),
             keep.shape(), coef.shape(), X.shape());
   ASC_CHECK(keep.dtype() == W.dtype() && coef.dtype() == W.dtype() && X.dtype() == W.dtype(),
-            "{}: W, keep, coef and X must share a dtype; got {}, {}, {}, {}", op, W.dtype(), keep.dtype(),
-            coef.dtype(), X.dtype());
+            "{}: W, keep, coef and X must share a dtype; got {}, {}, {}, {}", op, W.dtype(), keep.dtype(), coef.dtype(),
+            X.dtype());
   ASC_CHECK(W.dtype() == kFloat32 || W.dtype() == kFloat64, "{}: needs float32 or float64, got {}", op, W.dtype());
   ASC_CHECK(W.is_contiguous(), "{}: W must be contiguous (it is written in place), got strides {}", op, W.strides());
   // No graph is recorded: refuse rather than return a W whose gradient silently stops here.
   ASC_CHECK(!autograd::needs_grad({&W, &keep, &coef, &X}),
             "{}: is not differentiable and writes W {} in place, but an input requires grad; call it under "
-            "NoGradGuard (an optimizer-side update)", op, W.shape());
+            "NoGradGuard (an optimizer-side update)",
+            op, W.shape());
   // The kernel reads keep, coef and X while it writes W: an input that shares W's memory (W itself, a view of it, a
   // partly overlapping view) is read from a copy, so the result is that of the call with unaliased inputs.
   auto read = [&](const Tensor& t) {
@@ -166,10 +167,11 @@ Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0_in, bool rms_
     // which need not fit in memory (or in int64) when T = 0 and B is huge.
     Tensor s = Tensor::empty(a.shape(), a.options());
     if (autograd::needs_grad({&a, &u, &s0_in}))
-      autograd::record(op, {a, u, s0_in}, {s}, [shape = a.shape(), s0_shape = s0_in.shape(),
-                                                 opts = a.options()](const TensorList&) -> TensorList {
-        return {zeros(shape, opts), zeros(shape, opts), zeros(s0_shape, opts)};
-      });
+      autograd::record(
+          op, {a, u, s0_in}, {s},
+          [shape = a.shape(), s0_shape = s0_in.shape(), opts = a.options()](const TensorList&) -> TensorList {
+            return {zeros(shape, opts), zeros(shape, opts), zeros(s0_shape, opts)};
+          });
     return s;
   }
   const Tensor ac = a.contiguous(), uc = u.contiguous();

@@ -36,9 +36,9 @@ FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, c
 // a view of it, or overlap it partly): they are then read from a copy, so the result is that of the unaliased call.
 // NaN in any input propagates to the rows it touches, except through a zero coefficient: coef[b, p] == 0 meeting a
 // non-finite X[b, :] adds nothing on the sparse path and NaN on the dense one (0 · NaN in the GEMM); rule B never forms
-// that pair (a NaN input makes Z, hence the coefficient, NaN). On the CPU the result does not depend on the thread count
-// with use_deterministic_algorithms(true); by default the dense path's BLAS products follow the thread count. Zero
-// entries of coef cost nothing on the CPU when they are most of it — with the exact gate coef is zero wherever the
+// that pair (a NaN input makes Z, hence the coefficient, NaN). On the CPU the result does not depend on the thread
+// count with use_deterministic_algorithms(true); by default the dense path's BLAS products follow the thread count.
+// Zero entries of coef cost nothing on the CPU when they are most of it — with the exact gate coef is zero wherever the
 // neuron was silent, so at firing rates below about 1/3 each neuron adds only its firing rows' inputs instead of
 // running a dense GEMM.
 //

@@ -12,9 +12,9 @@
 
 #include "autograd/node.h"
 #include "core/format.h"
-#include "ops/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/kernels.h"
 #include "ops/linalg.h"
 
 namespace asc {
@@ -53,8 +53,8 @@ ValuesIndices topk(const Tensor& x, int64_t k, const TopkOptions& opts) {
   ASC_CHECK(x.dim() >= 1, "topk: expected an input with at least 1 dimension, got shape {}", x.shape());
   const int64_t n = x.size(-1);
   if (opts.exclude_diagonal)
-    ASC_CHECK(x.dim() >= 2 && x.size(-2) == n,
-              "topk: exclude_diagonal needs a square (.., n, n) input, got shape {}", x.shape());
+    ASC_CHECK(x.dim() >= 2 && x.size(-2) == n, "topk: exclude_diagonal needs a square (.., n, n) input, got shape {}",
+              x.shape());
   ASC_CHECK(k >= 1, "topk: k must be at least 1, got k = {} (input shape {})", k, x.shape());
   const int64_t diag_n = opts.exclude_diagonal ? n : 0;
   Tensor mask;
@@ -62,8 +62,8 @@ ValuesIndices topk(const Tensor& x, int64_t k, const TopkOptions& opts) {
   {
     if (!mask.defined()) {
       const int64_t sel = n - (opts.exclude_diagonal ? 1 : 0);
-      ASC_CHECK(k <= sel, "topk: k = {} exceeds the {} selectable entries per row (row length {}{}, input shape {})",
-                k, sel, n, opts.exclude_diagonal ? ", diagonal excluded" : "", x.shape());
+      ASC_CHECK(k <= sel, "topk: k = {} exceeds the {} selectable entries per row (row length {}{}, input shape {})", k,
+                sel, n, opts.exclude_diagonal ? ", diagonal excluded" : "", x.shape());
     } else {
       Shape cs = x.shape();
       cs.erase(cs.size() - 1);
@@ -72,8 +72,8 @@ ValuesIndices topk(const Tensor& x, int64_t k, const TopkOptions& opts) {
       std::vector<int64_t> c = counts.to_vector<int64_t>();
       for (size_t r = 0; r < c.size(); ++r)
         ASC_CHECK(k <= c[r],
-                  "topk: k = {} exceeds the {} selectable entries of row {} (row length {}, mask{}, input shape {})",
-                  k, c[r], r, n, opts.exclude_diagonal ? " and diagonal excluded" : " applied", x.shape());
+                  "topk: k = {} exceeds the {} selectable entries of row {} (row length {}, mask{}, input shape {})", k,
+                  c[r], r, n, opts.exclude_diagonal ? " and diagonal excluded" : " applied", x.shape());
     }
   }
   Tensor xc = x.contiguous();
@@ -119,9 +119,9 @@ Tensor pairwise_sqdist(const Tensor& X, const Tensor& Y) {
   Tensor out;
   {
     NoGradGuard ng;
-    Tensor xx = sum(mul(X, X), {-1}, /*keepdim=*/true);                        // (.., n, 1)
-    Tensor yy = sum(mul(Y, Y), {-1}, /*keepdim=*/true).transpose(-1, -2);      // (.., 1, m)
-    Tensor xy = matmul(X, Y.transpose(-1, -2));                                // (.., n, m)
+    Tensor xx = sum(mul(X, X), {-1}, /*keepdim=*/true);                    // (.., n, 1)
+    Tensor yy = sum(mul(Y, Y), {-1}, /*keepdim=*/true).transpose(-1, -2);  // (.., 1, m)
+    Tensor xy = matmul(X, Y.transpose(-1, -2));                            // (.., n, m)
     out = clamp(add(add(mul(xy, -2.0), xx), yy), 0.0, std::nullopt);
   }
   if (autograd::needs_grad(X, Y)) {
@@ -129,20 +129,18 @@ Tensor pairwise_sqdist(const Tensor& X, const Tensor& Y) {
     Shape sx = X.shape(), sy = Y.shape();
     // ||x - y||^2 is smooth; the clamp only removes rounding below 0, so the gradient is the unclamped one:
     // dX = 2 (rowsum(G) X - G Y), dY = 2 (colsum(G)^T Y - G^T X).
-    autograd::record("pairwise_sqdist", {X, Y}, {out},
-                     [=, xs = SavedTensor(X, "pairwise_sqdist"), ys = SavedTensor(Y, "pairwise_sqdist")](
-                         const TensorList& g) -> TensorList {
-                       const Tensor &G = g[0], &Xv = xs.get(), &Yv = ys.get();
-                       Tensor dX, dY;
-                       if (gx)
-                         dX = sum_to(mul(sub(mul(sum(G, {-1}, true), Xv), matmul(G, Yv)), 2.0), sx);
-                       if (gy)
-                         dY = sum_to(mul(sub(mul(sum(G, {-2}, true).transpose(-1, -2), Yv),
-                                             matmul(G.transpose(-1, -2), Xv)),
-                                         2.0),
-                                     sy);
-                       return {dX, dY};
-                     });
+    autograd::record(
+        "pairwise_sqdist", {X, Y}, {out},
+        [=, xs = SavedTensor(X, "pairwise_sqdist"),
+         ys = SavedTensor(Y, "pairwise_sqdist")](const TensorList& g) -> TensorList {
+          const Tensor &G = g[0], &Xv = xs.get(), &Yv = ys.get();
+          Tensor dX, dY;
+          if (gx) dX = sum_to(mul(sub(mul(sum(G, {-1}, true), Xv), matmul(G, Yv)), 2.0), sx);
+          if (gy)
+            dY = sum_to(mul(sub(mul(sum(G, {-2}, true).transpose(-1, -2), Yv), matmul(G.transpose(-1, -2), Xv)), 2.0),
+                        sy);
+          return {dX, dY};
+        });
   }
   return out;
 }
@@ -165,8 +163,8 @@ Tensor normalize_rows(const Tensor& x, double eps) {
   if (autograd::needs_grad(x)) {
     // y = x / r, r = max(||x||, eps): dx = (g - y (g . y)) / r where ||x|| > eps, else g / eps.
     autograd::record("normalize_rows", {x}, {y},
-                     [eps, ys = SavedTensor(y, "normalize_rows"), ns = SavedTensor(norm, "normalize_rows")](
-                         const TensorList& g) -> TensorList {
+                     [eps, ys = SavedTensor(y, "normalize_rows"),
+                      ns = SavedTensor(norm, "normalize_rows")](const TensorList& g) -> TensorList {
                        const Tensor &yv = ys.get(), &nv = ns.get();
                        Tensor proj = mul(yv, sum(mul(g[0], yv), {-1}, true));
                        Tensor live = gt(nv, eps);
@@ -194,8 +192,8 @@ Tensor row_standardize(const Tensor& x, const Tensor& mask_in, double eps) {
     //   dx = valid * (g - mean(g) - xc * mean(g xc) / (sd s)) / s;  the last term is 0 where sd == 0.
     autograd::record("row_standardize", {x}, {y},
                      [eps, n, ys = SavedTensor(y, "row_standardize"), ss = SavedTensor(sd, "row_standardize"),
-                      ms = mask.defined() ? SavedTensor(mask, "row_standardize") : SavedTensor()](
-                         const TensorList& g) -> TensorList {
+                      ms = mask.defined() ? SavedTensor(mask, "row_standardize")
+                                          : SavedTensor()](const TensorList& g) -> TensorList {
                        const Tensor &yv = ys.get(), &sdv = ss.get();
                        Tensor s = add(sdv, eps);
                        Tensor xcv = mul(yv, s);
@@ -278,8 +276,8 @@ void register_surrogate(Surrogate s) {
   s.builtin.reset();  // a user entry is a host function: only the registry's own formulas have CUDA code
   Registry& reg = registry();
   std::lock_guard lock(reg.mu);
-  ASC_CHECK(!reg.entries.contains(s.name), "register_surrogate: a surrogate named '{}' is already registered (known: {})",
-            s.name, reg.names());
+  ASC_CHECK(!reg.entries.contains(s.name),
+            "register_surrogate: a surrogate named '{}' is already registered (known: {})", s.name, reg.names());
   reg.add(std::move(s));
 }
 
@@ -309,23 +307,23 @@ Tensor hard_gate(const Tensor& z, const Tensor& theta_in, const GateOptions& opt
     const GateBackward mode = opts.mode;
     const double width = opts.width;
     Surrogate s = sur ? *sur : Surrogate{};
-    autograd::record(
-        "hard_gate", {z, theta}, {F},
-        [=, zsv = SavedTensor(z, "hard_gate"), tsv = SavedTensor(theta, "hard_gate")](const TensorList& g) -> TensorList {
-          Tensor dz;
-          switch (mode) {
-            case GateBackward::None: dz = zeros(zs, g[0].options()); break;
-            case GateBackward::StraightThrough: dz = g[0]; break;
-            case GateBackward::Surrogate: {
-              Tensor u = sub(zsv.get(), tsv.get()).contiguous();
-              Tensor sp = Tensor::empty(u.shape(), u.options());
-              ASC_KERNEL(u.device(), "hard_gate", apply_surrogate, s, width, u, sp);
-              dz = mul(g[0], sp);
-              break;
-            }
-          }
-          return {gz ? dz : Tensor(), gt_ ? neg(sum_to(dz, ts)) : Tensor()};
-        });
+    autograd::record("hard_gate", {z, theta}, {F},
+                     [=, zsv = SavedTensor(z, "hard_gate"),
+                      tsv = SavedTensor(theta, "hard_gate")](const TensorList& g) -> TensorList {
+                       Tensor dz;
+                       switch (mode) {
+                         case GateBackward::None: dz = zeros(zs, g[0].options()); break;
+                         case GateBackward::StraightThrough: dz = g[0]; break;
+                         case GateBackward::Surrogate: {
+                           Tensor u = sub(zsv.get(), tsv.get()).contiguous();
+                           Tensor sp = Tensor::empty(u.shape(), u.options());
+                           ASC_KERNEL(u.device(), "hard_gate", apply_surrogate, s, width, u, sp);
+                           dz = mul(g[0], sp);
+                           break;
+                         }
+                       }
+                       return {gz ? dz : Tensor(), gt_ ? neg(sum_to(dz, ts)) : Tensor()};
+                     });
   }
   return F;
 }

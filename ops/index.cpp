@@ -6,8 +6,8 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "core/format.h"
-#include "ops/kernels.h"
 #include "ops/dispatch.h"
+#include "ops/kernels.h"
 
 namespace asc {
 
@@ -23,8 +23,7 @@ void check_index_dtype(const char* op, const Tensor& index) {
 
 // Throws unless every value of `index` lies in [0, size). `what` describes the range, e.g. "dimension 1 of size 5".
 template <class... Args>
-void check_bounds(const char* op, const Tensor& index, int64_t size, fmt::format_string<Args...> what,
-                  Args&&... args) {
+void check_bounds(const char* op, const Tensor& index, int64_t size, fmt::format_string<Args...> what, Args&&... args) {
   if (index.numel() == 0) return;
   int64_t lo = 0, hi = 0;
   ASC_KERNEL(index.device(), op, index_minmax, index, lo, hi);
@@ -109,9 +108,10 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   ASC_KERNEL(x.device(), "gather", gather, as_1d(x), d, as_1d(index), out1);
   if (autograd::needs_grad(x)) {
     Shape xs = x.shape();
-    autograd::record("gather", {x}, {out}, [d, xs, is = SavedTensor(index, "gather")](const TensorList& g) -> TensorList {
-      return {scatter_add(zeros(xs, g[0].options()), d, is.get(), g[0])};
-    });
+    autograd::record("gather", {x}, {out},
+                     [d, xs, is = SavedTensor(index, "gather")](const TensorList& g) -> TensorList {
+                       return {scatter_add(zeros(xs, g[0].options()), d, is.get(), g[0])};
+                     });
   }
   return out;
 }
@@ -156,15 +156,14 @@ namespace {
 // Common checks of cat/stack: non-empty, defined, same dtype/device/rank; returns nothing, throws on a mismatch.
 void check_join_list(const char* op, const TensorList& xs) {
   ASC_CHECK(!xs.empty(), "{}: expected a non-empty list of tensors", op);
-  for (size_t i = 0; i < xs.size(); ++i)
-    ASC_CHECK(xs[i].defined(), "{}: tensor at position {} is undefined", op, i);
+  for (size_t i = 0; i < xs.size(); ++i) ASC_CHECK(xs[i].defined(), "{}: tensor at position {} is undefined", op, i);
   const Tensor& a = xs[0];
   for (size_t i = 1; i < xs.size(); ++i) {
     const Tensor& b = xs[i];
     ASC_CHECK(b.dtype() == a.dtype(), "{}: tensor at position {} has dtype {} but tensor 0 has dtype {}", op, i,
               b.dtype(), a.dtype());
-    ASC_CHECK(b.device() == a.device(), "{}: tensor at position {} is on {} but tensor 0 is on {}", op, i,
-              b.device(), a.device());
+    ASC_CHECK(b.device() == a.device(), "{}: tensor at position {} is on {} but tensor 0 is on {}", op, i, b.device(),
+              a.device());
     ASC_CHECK(b.dim() == a.dim(),
               "{}: tensor at position {} has {} dimensions (shape {}) but tensor 0 has {} (shape {})", op, i, b.dim(),
               b.shape(), a.dim(), a.shape());

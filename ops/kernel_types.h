@@ -24,7 +24,8 @@ enum class GateBackward {
 struct Surrogate {
   std::string name;
   std::function<double(double u, double width)> derivative;
-  std::optional<math::SurrogateKind> builtin = {};  // set for the built-ins (which also run on CUDA); user entries: none
+  std::optional<math::SurrogateKind> builtin =
+      {};  // set for the built-ins (which also run on CUDA); user entries: none
 };
 
 // ---- fused ASCender attention (ops/ascender.h) ------------------------------------------------------------------

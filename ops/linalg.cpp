@@ -52,10 +52,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   ASC_CHECK(is_floating(a_in.dtype()) && a_in.dtype() == b_in.dtype(),
             "matmul: operands must share a floating dtype, got {} and {}", a_in.dtype(), b_in.dtype());
   const bool a_vec = a_in.dim() == 1, b_vec = b_in.dim() == 1;
-  Tensor a = a_vec ? a_in.unsqueeze(0) : a_in;  // (K) -> (1, K)
+  Tensor a = a_vec ? a_in.unsqueeze(0) : a_in;   // (K) -> (1, K)
   Tensor b = b_vec ? b_in.unsqueeze(-1) : b_in;  // (K) -> (K, 1)
-  ASC_CHECK(a.size(-1) == b.size(-2), "matmul: inner dimensions differ: {} @ {} ({} vs {})", a_in.shape(),
-            b_in.shape(), a.size(-1), b.size(-2));
+  ASC_CHECK(a.size(-1) == b.size(-2), "matmul: inner dimensions differ: {} @ {} ({} vs {})", a_in.shape(), b_in.shape(),
+            a.size(-1), b.size(-2));
   Tensor out;
   {
     NoGradGuard ng;  // the views above are recorded by autograd on their own; the product node is recorded below
@@ -72,15 +72,17 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     const bool plain = a.dim() == 2 && b.dim() == 2;  // no batch dims to broadcast or sum over
     const bool at = plain && transposed(a), bt = plain && transposed(b);
     autograd::record("matmul", {a, b}, {out},
-                     [=, as = autograd::SavedTensor(a, "matmul"), bs = autograd::SavedTensor(b, "matmul")](
-                         const TensorList& g) -> TensorList {
+                     [=, as = autograd::SavedTensor(a, "matmul"),
+                      bs = autograd::SavedTensor(b, "matmul")](const TensorList& g) -> TensorList {
                        // dA = dC B^T (summed over broadcast batch dims), dB = A^T dC; for a transposed operand
                        // dA = (B dCᵀ)ᵀ, dB = (dCᵀ A)ᵀ.
                        Tensor da, db;
-                       if (ga) da = at ? matmul_nd(bs.get(), g[0].transpose(-1, -2)).transpose(-1, -2)
-                                       : sum_to(matmul_nd(g[0], bs.get().transpose(-1, -2)), sa);
-                       if (gb) db = bt ? matmul_nd(g[0].transpose(-1, -2), as.get()).transpose(-1, -2)
-                                       : sum_to(matmul_nd(as.get().transpose(-1, -2), g[0]), sb);
+                       if (ga)
+                         da = at ? matmul_nd(bs.get(), g[0].transpose(-1, -2)).transpose(-1, -2)
+                                 : sum_to(matmul_nd(g[0], bs.get().transpose(-1, -2)), sa);
+                       if (gb)
+                         db = bt ? matmul_nd(g[0].transpose(-1, -2), as.get()).transpose(-1, -2)
+                                 : sum_to(matmul_nd(as.get().transpose(-1, -2), g[0]), sb);
                        return {da, db};
                      });
   }

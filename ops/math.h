@@ -14,8 +14,25 @@
 namespace asc::math {
 
 enum class Unary : uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Relu, Gelu, GeluTanh, Silu, Sigmoid, Tanh, Softplus, Clamp,
-  AddScalar, MulScalar, RSubScalar, RDivScalar, PowScalar,
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Abs,
+  Relu,
+  Gelu,
+  GeluTanh,
+  Silu,
+  Sigmoid,
+  Tanh,
+  Softplus,
+  Clamp,
+  AddScalar,
+  MulScalar,
+  RSubScalar,
+  RDivScalar,
+  PowScalar,
 };
 
 // Parameters of a unary op: scalar operand (a), bounds (lo/hi), softplus beta/threshold (a/b).
@@ -31,20 +48,27 @@ ASC_HD T sigmoid(T x) {
 // What the derivative of each unary op reads, so autograd saves only that.
 constexpr bool unary_grad_uses_x(Unary u) {
   switch (u) {
-    case Unary::Neg: case Unary::AddScalar: case Unary::MulScalar: case Unary::RSubScalar:
-    case Unary::Exp: case Unary::Sqrt: case Unary::Rsqrt: case Unary::Sigmoid: case Unary::Tanh:
-      return false;
-    default:
-      return true;
+    case Unary::Neg:
+    case Unary::AddScalar:
+    case Unary::MulScalar:
+    case Unary::RSubScalar:
+    case Unary::Exp:
+    case Unary::Sqrt:
+    case Unary::Rsqrt:
+    case Unary::Sigmoid:
+    case Unary::Tanh: return false;
+    default: return true;
   }
 }
 constexpr bool unary_grad_uses_y(Unary u) {
   switch (u) {
-    case Unary::Exp: case Unary::Sqrt: case Unary::Rsqrt: case Unary::Sigmoid: case Unary::Tanh:
-    case Unary::RDivScalar:
-      return true;
-    default:
-      return false;
+    case Unary::Exp:
+    case Unary::Sqrt:
+    case Unary::Rsqrt:
+    case Unary::Sigmoid:
+    case Unary::Tanh:
+    case Unary::RDivScalar: return true;
+    default: return false;
   }
 }
 
@@ -54,28 +78,46 @@ ASC_HD T unary_fwd(T x, const UnaryParams& p) {
   constexpr T kInvSqrt2 = T(0.70710678118654752440), kInvSqrt2Pi = T(0.39894228040143267794);
   constexpr T kSqrt2OverPi = T(0.79788456080286535588), kC = T(0.044715);
   (void)kInvSqrt2Pi;
-  if constexpr (U == Unary::Neg) return -x;
-  else if constexpr (U == Unary::Exp) return std::exp(x);
-  else if constexpr (U == Unary::Log) return std::log(x);
-  else if constexpr (U == Unary::Sqrt) return std::sqrt(x);
-  else if constexpr (U == Unary::Rsqrt) return T(1) / std::sqrt(x);
-  else if constexpr (U == Unary::Abs) return std::abs(x);
+  if constexpr (U == Unary::Neg)
+    return -x;
+  else if constexpr (U == Unary::Exp)
+    return std::exp(x);
+  else if constexpr (U == Unary::Log)
+    return std::log(x);
+  else if constexpr (U == Unary::Sqrt)
+    return std::sqrt(x);
+  else if constexpr (U == Unary::Rsqrt)
+    return T(1) / std::sqrt(x);
+  else if constexpr (U == Unary::Abs)
+    return std::abs(x);
   // !(x <= 0) rather than x > 0: NaN passes through, as in PyTorch (relu(NaN) = NaN).
-  else if constexpr (U == Unary::Relu) return !(x <= T(0)) ? x : T(0);
-  else if constexpr (U == Unary::Gelu) return T(0.5) * x * (T(1) + std::erf(x * kInvSqrt2));
-  else if constexpr (U == Unary::GeluTanh) return T(0.5) * x * (T(1) + std::tanh(kSqrt2OverPi * (x + kC * x * x * x)));
-  else if constexpr (U == Unary::Silu) return x * sigmoid(x);
-  else if constexpr (U == Unary::Sigmoid) return sigmoid(x);
-  else if constexpr (U == Unary::Tanh) return std::tanh(x);
+  else if constexpr (U == Unary::Relu)
+    return !(x <= T(0)) ? x : T(0);
+  else if constexpr (U == Unary::Gelu)
+    return T(0.5) * x * (T(1) + std::erf(x * kInvSqrt2));
+  else if constexpr (U == Unary::GeluTanh)
+    return T(0.5) * x * (T(1) + std::tanh(kSqrt2OverPi * (x + kC * x * x * x)));
+  else if constexpr (U == Unary::Silu)
+    return x * sigmoid(x);
+  else if constexpr (U == Unary::Sigmoid)
+    return sigmoid(x);
+  else if constexpr (U == Unary::Tanh)
+    return std::tanh(x);
   else if constexpr (U == Unary::Softplus) {
     T bx = T(p.a) * x;
     return bx > T(p.b) ? x : std::log1p(std::exp(bx)) / T(p.a);
-  } else if constexpr (U == Unary::Clamp) return x < T(p.lo) ? T(p.lo) : (x > T(p.hi) ? T(p.hi) : x);
-  else if constexpr (U == Unary::AddScalar) return x + T(p.a);
-  else if constexpr (U == Unary::MulScalar) return x * T(p.a);
-  else if constexpr (U == Unary::RSubScalar) return T(p.a) - x;
-  else if constexpr (U == Unary::RDivScalar) return T(p.a) / x;
-  else if constexpr (U == Unary::PowScalar) return std::pow(x, T(p.a));
+  } else if constexpr (U == Unary::Clamp)
+    return x < T(p.lo) ? T(p.lo) : (x > T(p.hi) ? T(p.hi) : x);
+  else if constexpr (U == Unary::AddScalar)
+    return x + T(p.a);
+  else if constexpr (U == Unary::MulScalar)
+    return x * T(p.a);
+  else if constexpr (U == Unary::RSubScalar)
+    return T(p.a) - x;
+  else if constexpr (U == Unary::RDivScalar)
+    return T(p.a) / x;
+  else if constexpr (U == Unary::PowScalar)
+    return std::pow(x, T(p.a));
 }
 
 // Derivative dy/dx of unary op U at x (with y = forward value).
@@ -83,14 +125,21 @@ template <Unary U, class T>
 ASC_HD T unary_grad(T x, T y, const UnaryParams& p) {
   constexpr T kInvSqrt2 = T(0.70710678118654752440), kInvSqrt2Pi = T(0.39894228040143267794);
   constexpr T kSqrt2OverPi = T(0.79788456080286535588), kC = T(0.044715);
-  if constexpr (U == Unary::Neg) return T(-1);
-  else if constexpr (U == Unary::Exp) return y;
-  else if constexpr (U == Unary::Log) return T(1) / x;
-  else if constexpr (U == Unary::Sqrt) return T(0.5) / y;
-  else if constexpr (U == Unary::Rsqrt) return T(-0.5) * y * y * y;
-  else if constexpr (U == Unary::Abs) return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+  if constexpr (U == Unary::Neg)
+    return T(-1);
+  else if constexpr (U == Unary::Exp)
+    return y;
+  else if constexpr (U == Unary::Log)
+    return T(1) / x;
+  else if constexpr (U == Unary::Sqrt)
+    return T(0.5) / y;
+  else if constexpr (U == Unary::Rsqrt)
+    return T(-0.5) * y * y * y;
+  else if constexpr (U == Unary::Abs)
+    return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
   // PyTorch passes the gradient where relu(x) is not <= 0, NaN included (threshold_backward).
-  else if constexpr (U == Unary::Relu) return !(x <= T(0)) ? T(1) : T(0);
+  else if constexpr (U == Unary::Relu)
+    return !(x <= T(0)) ? T(1) : T(0);
   else if constexpr (U == Unary::Gelu)
     return T(0.5) * (T(1) + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(T(-0.5) * x * x);
   else if constexpr (U == Unary::GeluTanh) {
@@ -99,39 +148,62 @@ ASC_HD T unary_grad(T x, T y, const UnaryParams& p) {
   } else if constexpr (U == Unary::Silu) {
     T s = sigmoid(x);
     return s * (T(1) + x * (T(1) - s));
-  } else if constexpr (U == Unary::Sigmoid) return y * (T(1) - y);
-  else if constexpr (U == Unary::Tanh) return T(1) - y * y;
+  } else if constexpr (U == Unary::Sigmoid)
+    return y * (T(1) - y);
+  else if constexpr (U == Unary::Tanh)
+    return T(1) - y * y;
   else if constexpr (U == Unary::Softplus) {
     T bx = T(p.a) * x;
     return bx > T(p.b) ? T(1) : sigmoid(bx);
-  } else if constexpr (U == Unary::Clamp) return (x >= T(p.lo) && x <= T(p.hi)) ? T(1) : T(0);
-  else if constexpr (U == Unary::AddScalar) return T(1);
-  else if constexpr (U == Unary::MulScalar) return T(p.a);
-  else if constexpr (U == Unary::RSubScalar) return T(-1);
-  else if constexpr (U == Unary::RDivScalar) return -y / x;
-  else if constexpr (U == Unary::PowScalar) return T(p.a) * std::pow(x, T(p.a) - T(1));
+  } else if constexpr (U == Unary::Clamp)
+    return (x >= T(p.lo) && x <= T(p.hi)) ? T(1) : T(0);
+  else if constexpr (U == Unary::AddScalar)
+    return T(1);
+  else if constexpr (U == Unary::MulScalar)
+    return T(p.a);
+  else if constexpr (U == Unary::RSubScalar)
+    return T(-1);
+  else if constexpr (U == Unary::RDivScalar)
+    return -y / x;
+  else if constexpr (U == Unary::PowScalar)
+    return T(p.a) * std::pow(x, T(p.a) - T(1));
 }
 
 enum class Binary : uint8_t { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
 
 template <Binary B, class T>
 ASC_HD auto binary_fwd(T a, T b) {
-  if constexpr (B == Binary::Add) return a + b;
-  else if constexpr (B == Binary::Sub) return a - b;
-  else if constexpr (B == Binary::Mul) return a * b;
-  else if constexpr (B == Binary::Div) return a / b;
-  else if constexpr (B == Binary::Pow) return static_cast<T>(std::pow(a, b));
+  if constexpr (B == Binary::Add)
+    return a + b;
+  else if constexpr (B == Binary::Sub)
+    return a - b;
+  else if constexpr (B == Binary::Mul)
+    return a * b;
+  else if constexpr (B == Binary::Div)
+    return a / b;
+  else if constexpr (B == Binary::Pow)
+    return static_cast<T>(std::pow(a, b));
   // NaN in either operand gives NaN (PyTorch's maximum / minimum); a != a is false for integers.
-  else if constexpr (B == Binary::Max) return (a > b || a != a) ? a : b;
-  else if constexpr (B == Binary::Min) return (a < b || a != a) ? a : b;
-  else if constexpr (B == Binary::Eq) return a == b;
-  else if constexpr (B == Binary::Ne) return a != b;
-  else if constexpr (B == Binary::Lt) return a < b;
-  else if constexpr (B == Binary::Le) return a <= b;
-  else if constexpr (B == Binary::Gt) return a > b;
-  else if constexpr (B == Binary::Ge) return a >= b;
-  else if constexpr (B == Binary::And) return static_cast<bool>(a) && static_cast<bool>(b);
-  else if constexpr (B == Binary::Or) return static_cast<bool>(a) || static_cast<bool>(b);
+  else if constexpr (B == Binary::Max)
+    return (a > b || a != a) ? a : b;
+  else if constexpr (B == Binary::Min)
+    return (a < b || a != a) ? a : b;
+  else if constexpr (B == Binary::Eq)
+    return a == b;
+  else if constexpr (B == Binary::Ne)
+    return a != b;
+  else if constexpr (B == Binary::Lt)
+    return a < b;
+  else if constexpr (B == Binary::Le)
+    return a <= b;
+  else if constexpr (B == Binary::Gt)
+    return a > b;
+  else if constexpr (B == Binary::Ge)
+    return a >= b;
+  else if constexpr (B == Binary::And)
+    return static_cast<bool>(a) && static_cast<bool>(b);
+  else if constexpr (B == Binary::Or)
+    return static_cast<bool>(a) || static_cast<bool>(b);
 }
 
 constexpr bool is_comparison(Binary b) { return b >= Binary::Eq; }

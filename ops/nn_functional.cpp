@@ -8,9 +8,9 @@
 
 #include "autograd/node.h"
 #include "core/generator.h"
-#include "ops/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/kernels.h"
 #include "ops/linalg.h"
 #include "ops/reduce.h"
 
@@ -46,8 +46,7 @@ Tensor softmax_impl(const char* name, bool log, const Tensor& x_in, int64_t dim,
   check_same_device(name, {&x_in, &mask_in});
   const int d0 = wrap_dim(dim, x_in.dim(), name);
   if (mask_in.defined()) {
-    ASC_CHECK(mask_in.dtype() == kBool, "{}: mask must be a bool tensor (true = keep), got {}", name,
-              mask_in.dtype());
+    ASC_CHECK(mask_in.dtype() == kBool, "{}: mask must be a bool tensor (true = keep), got {}", name, mask_in.dtype());
     ASC_CHECK(broadcasts_to(mask_in.shape(), x_in.shape()), "{}: mask of shape {} does not broadcast to input shape {}",
               name, mask_in.shape(), x_in.shape());
   }
@@ -86,8 +85,8 @@ Tensor softmax_impl(const char* name, bool log, const Tensor& x_in, int64_t dim,
 
 // ---- layer_norm / rms_norm -------------------------------------------------------------------------------------
 
-Tensor norm_impl(const char* name, bool rms, const Tensor& x, const Shape& ns, const Tensor& weight,
-                 const Tensor& bias, double eps) {
+Tensor norm_impl(const char* name, bool rms, const Tensor& x, const Shape& ns, const Tensor& weight, const Tensor& bias,
+                 double eps) {
   check_defined(name, x);
   check_floating(name, x);
   check_same_device(name, {&x, &weight, &bias});
@@ -142,7 +141,9 @@ Tensor norm_impl(const char* name, bool rms, const Tensor& x, const Shape& ns, c
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim, const Tensor& mask) { return softmax_impl("softmax", false, x, dim, mask); }
+Tensor softmax(const Tensor& x, int64_t dim, const Tensor& mask) {
+  return softmax_impl("softmax", false, x, dim, mask);
+}
 
 Tensor log_softmax(const Tensor& x, int64_t dim, const Tensor& mask) {
   return softmax_impl("log_softmax", true, x, dim, mask);
@@ -180,8 +181,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
     for (int64_t r = 0; r < R; ++r) {
       const int64_t t = tp[r];
       if (t == opts.ignore_index) continue;
-      ASC_CHECK(t >= 0 && t < C, "cross_entropy: target value {} is out of range for {} classes (valid: [0, {}) or "
-                "ignore_index {})", t, C, C, opts.ignore_index);
+      ASC_CHECK(t >= 0 && t < C,
+                "cross_entropy: target value {} is out of range for {} classes (valid: [0, {}) or "
+                "ignore_index {})",
+                t, C, C, opts.ignore_index);
       ++count;
     }
   }
@@ -205,7 +208,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
     switch (opts.reduction) {
       case Reduction::None: out = loss.view(tshape); break;
       case Reduction::Sum: out = sum(loss); break;
-      case Reduction::Mean: out = count > 0 ? div(sum(loss), static_cast<double>(count)) : zeros({}, logits.options()); break;
+      case Reduction::Mean:
+        out = count > 0 ? div(sum(loss), static_cast<double>(count)) : zeros({}, logits.options());
+        break;
     }
   }
   if (autograd::needs_grad(logits)) {
@@ -248,8 +253,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
             "mse_loss: input and target must be floating point, got {} and {}", input.dtype(), target.dtype());
   ASC_CHECK(input.shape() == target.shape(), "mse_loss: input shape {} and target shape {} must be equal",
             input.shape(), target.shape());
-  ASC_CHECK(reduction != Reduction::Mean || input.numel() > 0,
-            "mse_loss: reduction {} of an empty input (shape {})", reduction_name(reduction), input.shape());
+  ASC_CHECK(reduction != Reduction::Mean || input.numel() > 0, "mse_loss: reduction {} of an empty input (shape {})",
+            reduction_name(reduction), input.shape());
   Tensor d = sub(input, target);
   Tensor sq = mul(d, d);
   switch (reduction) {
@@ -297,16 +302,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_floating("linear", x);
   ASC_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out, in), got shape {}", weight.shape());
   ASC_CHECK(x.dim() >= 1, "linear: input must have at least 1 dimension (..., in), got shape {}", x.shape());
-  ASC_CHECK(x.size(-1) == weight.size(1),
-            "linear: input shape {} has {} features but weight shape {} expects {}", x.shape(), x.size(-1),
-            weight.shape(), weight.size(1));
+  ASC_CHECK(x.size(-1) == weight.size(1), "linear: input shape {} has {} features but weight shape {} expects {}",
+            x.shape(), x.size(-1), weight.shape(), weight.size(1));
   ASC_CHECK(weight.dtype() == x.dtype(), "linear: weight dtype {} differs from input dtype {}", weight.dtype(),
             x.dtype());
   if (bias.defined()) {
     ASC_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0),
               "linear: bias shape {} must be ({}) for weight shape {}", bias.shape(), weight.size(0), weight.shape());
-    ASC_CHECK(bias.dtype() == x.dtype(), "linear: bias dtype {} differs from input dtype {}", bias.dtype(),
-              x.dtype());
+    ASC_CHECK(bias.dtype() == x.dtype(), "linear: bias dtype {} differs from input dtype {}", bias.dtype(), x.dtype());
   }
   const int64_t in = weight.size(1), out = weight.size(0);
   // One GEMM over all leading dims: (rows, in) @ (in, out).

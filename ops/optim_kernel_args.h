@@ -1,6 +1,7 @@
 #pragma once
 // The hyper-parameters of the fused optimizer kernels, as plain data: shared by the CPU kernels
-// (ops/kernel_list.inc, ops/cpu/optim.cpp) and the CUDA launchers (cuda/optim_launch.h), so this header stays C++17-clean (no core/).
+// (ops/kernel_list.inc, ops/cpu/optim.cpp) and the CUDA launchers (cuda/optim_launch.h), so this header stays
+// C++17-clean (no core/).
 namespace asc::optim {
 
 // SGD (torch.optim.SGD): d = g + wd p; with momentum, buf = init_buf ? d : momentum buf + (1 - dampening) d and

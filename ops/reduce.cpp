@@ -7,9 +7,9 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
-#include "ops/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/kernels.h"
 #include "ops/reduce.h"
 
 namespace asc {
@@ -54,9 +54,12 @@ void run_max_min(const Tensor& x, const Dims& axes, bool is_max, Tensor& values,
   if (consecutive) {
     int64_t outer = 1, n = 1, inner = 1;
     for (int i = 0; i < x.dim(); ++i) {
-      if (i < axes[0]) outer *= x.size(i);
-      else if (i <= axes[axes.size() - 1]) n *= x.size(i);
-      else inner *= x.size(i);
+      if (i < axes[0])
+        outer *= x.size(i);
+      else if (i <= axes[axes.size() - 1])
+        n *= x.size(i);
+      else
+        inner *= x.size(i);
     }
     Tensor vflat = values.view({outer * inner});
     Tensor iflat = indices.defined() ? indices.view({outer * inner}) : Tensor();
@@ -103,16 +106,17 @@ ValuesIndices max_min(const Tensor& x_in, int64_t dim, bool keepdim, bool is_max
   if (is_floating(x.dtype()) && autograd::needs_grad(x)) {
     Shape kept = r.values.shape(), in_shape = x.shape();
     const int64_t n = x.size(d);
-    autograd::record(op, {x}, {values, indices},
-                     [kept, in_shape, n, d, is = autograd::SavedTensor(r.indices, op)](const TensorList& g) -> TensorList {
-                       const Tensor& idx = is.get();  // (kept) int64
-                       // The gradient goes to the selected element: mask[..., j, ...] = (j == idx[..., 0, ...]).
-                       Shape pos_shape;
-                       for (int i = 0; i < in_shape.size(); ++i) pos_shape.push_back(i == d ? n : 1);
-                       Tensor pos = arange(n, {.dtype = kInt64, .device = idx.device()}).view(pos_shape);
-                       Tensor mask = eq(pos, idx);  // (in_shape) bool
-                       return {where(mask, g[0].reshape(kept), 0.0).expand(in_shape).contiguous()};
-                     });
+    autograd::record(
+        op, {x}, {values, indices},
+        [kept, in_shape, n, d, is = autograd::SavedTensor(r.indices, op)](const TensorList& g) -> TensorList {
+          const Tensor& idx = is.get();  // (kept) int64
+          // The gradient goes to the selected element: mask[..., j, ...] = (j == idx[..., 0, ...]).
+          Shape pos_shape;
+          for (int i = 0; i < in_shape.size(); ++i) pos_shape.push_back(i == d ? n : 1);
+          Tensor pos = arange(n, {.dtype = kInt64, .device = idx.device()}).view(pos_shape);
+          Tensor mask = eq(pos, idx);  // (in_shape) bool
+          return {where(mask, g[0].reshape(kept), 0.0).expand(in_shape).contiguous()};
+        });
   }
   return {values, indices};
 }
@@ -142,7 +146,7 @@ Tensor amax_amin(const Tensor& x, const Dims& dims, bool keepdim, bool is_max, c
                       ys = autograd::SavedTensor(kept_out, op)](const TensorList& g) -> TensorList {
                        // Ties share the gradient equally: g * 1[x == y] / count.
                        const Tensor& x = xs.get();
-                       Tensor mask = eq(x, ys.get()).to(x.dtype());     // (in_shape)
+                       Tensor mask = eq(x, ys.get()).to(x.dtype());       // (in_shape)
                        Tensor count = sum(mask, axes, /*keepdim=*/true);  // (kept)
                        return {mask * (g[0].reshape(kept) / count)};
                      });
@@ -160,8 +164,8 @@ Tensor var(const Tensor& x_in, const Dims& dims, int64_t correction, bool keepdi
   const int64_t n = reduced_count(x_in, axes);
   // correction < n, not n - correction > 0: the subtraction overflows for correction near INT64_MIN.
   ASC_CHECK(correction >= 0 && correction < n,
-            "var: correction must be in [0, N), got N = {} and correction = {} (shape {}, dims {})", n,
-            correction, x_in.shape(), dims);
+            "var: correction must be in [0, N), got N = {} and correction = {} (shape {}, dims {})", n, correction,
+            x_in.shape(), dims);
   Tensor x = as_floating(x_in);
   // Two passes (mean, then squared deviations) keep the result accurate when |mean| >> std.
   Tensor d = x - mean(x, dims, /*keepdim=*/true);
@@ -174,8 +178,8 @@ Tensor std(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) 
   const int64_t n = reduced_count(x, axes);
   // correction < n, not n - correction > 0: the subtraction overflows for correction near INT64_MIN.
   ASC_CHECK(correction >= 0 && correction < n,
-            "std: correction must be in [0, N), got N = {} and correction = {} (shape {}, dims {})", n,
-            correction, x.shape(), dims);
+            "std: correction must be in [0, N), got N = {} and correction = {} (shape {}, dims {})", n, correction,
+            x.shape(), dims);
   return sqrt(var(x, dims, correction, keepdim));
 }
 
@@ -215,7 +219,7 @@ Tensor logsumexp(const Tensor& x_in, const Dims& dims, bool keepdim) {
                        Tensor finite = logical_and(ne(y, kInf), ne(y, -kInf));  // (kept) bool
                        Tensor shift = where(finite, y, 0.0);
                        Tensor sm = where(finite, exp(x - shift), 0.0);  // (in_shape)
-                       Tensor pos_inf = eq(y, kInf);                     // (kept) bool
+                       Tensor pos_inf = eq(y, kInf);                    // (kept) bool
                        Tensor is_pinf = eq(x, kInf).to(x.dtype());      // (in_shape)
                        Tensor share = is_pinf / sum(is_pinf, axes, /*keepdim=*/true);
                        sm = where(pos_inf, share, sm);

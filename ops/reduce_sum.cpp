@@ -30,8 +30,10 @@ Shape reduced_shape(const Shape& shape, const Dims& axes, bool keepdim) {
   for (int i = 0; i < shape.size(); ++i) {
     bool reduced = a < axes.size() && axes[a] == i;
     if (reduced) ++a;
-    if (!reduced) out.push_back(shape[i]);
-    else if (keepdim) out.push_back(1);
+    if (!reduced)
+      out.push_back(shape[i]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }

@@ -15,9 +15,9 @@
 #include "ops/attention.h"
 #include "ops/checks.h"
 #include "ops/dispatch.h"
-#include "ops/kernels.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
+#include "ops/kernels.h"
 #include "ops/linalg.h"
 #include "ops/nn_functional.h"
 #include "ops/reduce.h"
@@ -50,8 +50,8 @@ SparsePattern SparsePattern::from_rows(int64_t groups, int64_t queries, int64_t 
   // The sizes of the lists: every product checked before anything is allocated or indexed.
   const int64_t n_rows = checked_mul(groups, queries, who, "groups x queries");
   const int64_t n_cols = checked_add(checked_mul(groups, keys, who, "groups x keys"), 1, who, "groups x keys + 1");
-  ASC_CHECK(static_cast<int64_t>(rows.size()) == n_rows,
-            "{}: expected {} row lists (groups {} x queries {}), got {}", who, n_rows, groups, queries, rows.size());
+  ASC_CHECK(static_cast<int64_t>(rows.size()) == n_rows, "{}: expected {} row lists (groups {} x queries {}), got {}",
+            who, n_rows, groups, queries, rows.size());
   int64_t nnz = 0;
   for (auto& r : rows) {
     std::sort(r.begin(), r.end());
@@ -128,9 +128,9 @@ void SparsePattern::check_lists(const char* who) const {
     ASC_CHECK(cp[c] <= cp[c + 1], "{}: corrupt pattern (transpose column {})", who, c);
     for (int64_t y = cp[c]; y < cp[c + 1]; ++y) {
       const int64_t g = c / keys_, i = crow[y], x = cpos[y];
-      ASC_CHECK(i >= 0 && i < queries_ && x >= rp[g * queries_ + i] && x < rp[g * queries_ + i + 1] &&
-                    cols[x] == c % keys_,
-                "{}: corrupt pattern (transpose entry {})", who, y);
+      ASC_CHECK(
+          i >= 0 && i < queries_ && x >= rp[g * queries_ + i] && x < rp[g * queries_ + i + 1] && cols[x] == c % keys_,
+          "{}: corrupt pattern (transpose entry {})", who, y);
     }
   }
 }
@@ -187,8 +187,8 @@ SparsePattern::BlockView SparsePattern::block_view() const {
 }
 
 SparsePatternView SparsePattern::view() const {
-  SparsePatternView v{.groups = groups_, .queries = queries_, .keys = keys_, .nnz = nnz_, .max_row = max_row_,
-                      .lists = lists()};
+  SparsePatternView v{
+      .groups = groups_, .queries = queries_, .keys = keys_, .nnz = nnz_, .max_row = max_row_, .lists = lists()};
   if (has_block_view()) v.blocks = block_view(), v.has_blocks = true;
   return v;
 }
@@ -238,10 +238,10 @@ SparsePattern SparsePattern::to(Device device) const {
       if (t->defined()) *t = t->to(d);
   };
   if (!p.row_ptr_.device().is_cpu()) move_all(Device::cpu());  // from a device: by way of the host
-  p.check_lists("SparsePattern::to");  // O(nnz + groups · keys), as cheap as the copy itself
+  p.check_lists("SparsePattern::to");                          // O(nnz + groups · keys), as cheap as the copy itself
   if (device.is_cuda() && !p.has_block_view()) {
-    block_union(p.groups_, p.queries_, p.keys_, kRowBlock, p.row_ptr_.data_ptr<int64_t>(),
-                p.cols_.data_ptr<int64_t>(), p.rblk_ptr_, p.rblk_keys_, p.rblk_bits_);
+    block_union(p.groups_, p.queries_, p.keys_, kRowBlock, p.row_ptr_.data_ptr<int64_t>(), p.cols_.data_ptr<int64_t>(),
+                p.rblk_ptr_, p.rblk_keys_, p.rblk_bits_);
     block_union(p.groups_, p.keys_, p.queries_, kKeyBlock, p.col_ptr_.data_ptr<int64_t>(),
                 p.col_rows_.data_ptr<int64_t>(), p.kblk_ptr_, p.kblk_rows_, p.kblk_bits_);
   }
@@ -370,8 +370,8 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
   const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
   const double* ap = a.data_ptr<double>();
   for (int64_t x = 0; x < a.numel(); ++x) {
-    ASC_CHECK(std::isfinite(ap[x]), "{}: the assignments contain a non-finite value ({}) at flat index {}", who,
-              ap[x], x);
+    ASC_CHECK(std::isfinite(ap[x]), "{}: the assignments contain a non-finite value ({}) at flat index {}", who, ap[x],
+              x);
     ASC_CHECK(ap[x] >= 0, "{}: the assignments must be >= 0; got {} at flat index {}", who, ap[x], x);
   }
   // The bucket bound θ / 2 assumes rows summing to 1 (ops/sparse_attention.h). Dividing by the largest row sum
@@ -463,8 +463,7 @@ double check_inputs(const char* who, const Tensor& q, const Tensor& k, const Ten
               "{}: key_keep must be bool (B, S) = ({}, {}); got {} {}", who, B, S, key_keep.dtype(), key_keep.shape());
     ASC_CHECK(key_keep.device() == q.device(), "{}: key_keep is on {}, q on {}", who, key_keep.device(), q.device());
   }
-  ASC_CHECK(std::isfinite(scale) && scale >= 0, "{}: scale must be finite and >= 0 (0: 1/sqrt(D)), got {}", who,
-            scale);
+  ASC_CHECK(std::isfinite(scale) && scale >= 0, "{}: scale must be finite and >= 0 (0: 1/sqrt(D)), got {}", who, scale);
   return scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
 }
 
@@ -484,8 +483,8 @@ Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
                      [qs = SavedTensor(qc, kOp), ks = SavedTensor(kc, kOp), vs = SavedTensor(vc, kOp),
                       os = SavedTensor(o, kOp), lse, keep, p, sc](const TensorList& g) -> TensorList {
                        Tensor dq, dk, dv;
-                       ASC_KERNEL(g[0].device(), kOp, sparse_attention_backward, qs.get(), ks.get(), vs.get(),
-                                  p.view(), keep, sc, os.get(), g[0].contiguous(), lse, dq, dk, dv);
+                       ASC_KERNEL(g[0].device(), kOp, sparse_attention_backward, qs.get(), ks.get(), vs.get(), p.view(),
+                                  keep, sc, os.get(), g[0].contiguous(), lse, dq, dk, dv);
                        return {dq, dk, dv};
                      });
   }
@@ -496,7 +495,7 @@ Tensor sparse_attention_reference(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& key_keep, double scale) {
   const double sc = check_inputs("sparse_attention_reference", q, k, v, pattern, key_keep, scale);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), S = k.size(2);
-  Tensor mask = pattern.dense_mask().to(q.device());                                     // (G, T, S)
+  Tensor mask = pattern.dense_mask().to(q.device());  // (G, T, S)
   mask = pattern.groups() == 1 ? mask.view({1, 1, T, S}) : mask.view({B, H, T, S});
   if (key_keep.defined()) mask = logical_and(mask, key_keep.view({B, 1, 1, S}));
   // The composed ops: scores (B, H, T, S), masked softmax (a row with no kept key is zero), A V.

@@ -137,8 +137,9 @@ SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
 // one float dtype and device; key_keep (B, S) bool (false = padding) or undefined; scale 0 means 1/√D. A query
 // with no kept key outputs 0 (and passes no gradient); any other row is computed in IEEE arithmetic, so a NaN in
 // its query, or in a key or value it attends, makes the row NaN (a padding key's values are never read). Every
-// check runs here, before a backend is chosen: the CPU and CUDA kernels see the same validated inputs. Differentiable in q, k and v: the backward recomputes each row's probabilities from
-// the saved log-sum-exp, writes dq per row, then sums dk and dv per key over the transpose (no atomics, no n × n).
+// check runs here, before a backend is chosen: the CPU and CUDA kernels see the same validated inputs. Differentiable
+// in q, k and v: the backward recomputes each row's probabilities from the saved log-sum-exp, writes dq per row, then
+// sums dk and dv per key over the transpose (no atomics, no n × n).
 Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
                         const Tensor& key_keep = {}, double scale = 0);
 // The readable reference: the pattern's dense mask and the composed attention ops (matmul, masked softmax,

@@ -50,7 +50,7 @@ class GradScaler {
 
   double get_scale() const { return scale_; }
   bool enabled() const { return o_.enabled; }
-  StateDict state_dict() const;        // "scale" (float64), "growth_tracker" (int64)
+  StateDict state_dict() const;               // "scale" (float64), "growth_tracker" (int64)
   void load_state_dict(const StateDict& sd);  // validates before changing
 
  private:

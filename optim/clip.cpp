@@ -34,8 +34,10 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
       if (!std::isnan(nonfinite)) nonfinite = s;
       continue;
     }
-    if (inf_norm) acc = std::max(acc, amax(a).item<double>());
-    else acc += sum(norm_type == 2.0 ? a * a : pow(a, norm_type)).item<double>();
+    if (inf_norm)
+      acc = std::max(acc, amax(a).item<double>());
+    else
+      acc += sum(norm_type == 2.0 ? a * a : pow(a, norm_type)).item<double>();
   }
   double total = inf_norm ? acc : (norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type));
   if (nonfinite != 0) total = nonfinite;

@@ -24,8 +24,7 @@ namespace {
 DType acc_of(const Tensor& W) { return W.dtype() == kFloat64 ? kFloat64 : kFloat32; }
 
 void check_tensors(const char* rule, const FiringTensors& t, bool rule_b) {
-  ASC_CHECK(t.W.defined() && t.f.defined() && t.SP.defined() && t.W.dim() == 2 && t.f.dim() == 2 &&
-                t.SP.dim() == 1,
+  ASC_CHECK(t.W.defined() && t.f.defined() && t.SP.defined() && t.W.dim() == 2 && t.f.dim() == 2 && t.SP.dim() == 1,
             "{}: needs W (P, d), f (P, alpha) and SP (P)", rule);
   const int64_t P = t.W.size(0);
   ASC_CHECK(t.f.size(0) == P && t.SP.size(0) == P, "{}: W {}, f {} and SP {} disagree on the number of neurons", rule,
@@ -58,9 +57,10 @@ void check_in_range(const char* rule, const char* what, const Tensor& t, double 
   const Tensor v = t.detach().to(kFloat64);
   const int64_t outside = sum(logical_or(lt(v, lo), gt(v, hi)).to(kInt64)).item<int64_t>();
   if (outside == 0) return;
-  ASC_THROW("{}: {} of the {} entries of the layer's {} lie outside the rule's clip range [{}, {}] (they span [{}, "
-            "{}]); the first step would clip them. {}", rule, outside, t.numel(), what, lo, hi,
-            amin(v).item<double>(), amax(v).item<double>(), fix);
+  ASC_THROW(
+      "{}: {} of the {} entries of the layer's {} lie outside the rule's clip range [{}, {}] (they span [{}, "
+      "{}]); the first step would clip them. {}",
+      rule, outside, t.numel(), what, lo, hi, amin(v).item<double>(), amax(v).item<double>(), fix);
 }
 
 // Σ_b coef[b, p] x_b(p) for each neuron p, where x_b(p) is what neuron p read in row b: X_b (dense), X[b, :, p]
@@ -86,10 +86,10 @@ void check_snapshot(const std::string& rule, const FiringSnapshot& s, const Firi
     return x.defined() ? fmt::format("{} {} on {}", x.dtype(), x.shape(), x.device()) : std::string("undefined");
   };
   ASC_CHECK(s.Z.defined() && s.F.defined() && s.f.defined() && s.SP.defined(),
-            "{}: the snapshot needs Z, F, f and SP; got Z {}, F {}, f {}, SP {}", rule, desc(s.Z), desc(s.F),
-            desc(s.f), desc(s.SP));
-  ASC_CHECK(s.Z.dim() == 2 && s.Z.size(1) == P && s.F.shape() == s.Z.shape() && s.SP.dim() == 1 &&
-                s.SP.size(0) == P && s.f.shape() == t.f.shape(),
+            "{}: the snapshot needs Z, F, f and SP; got Z {}, F {}, f {}, SP {}", rule, desc(s.Z), desc(s.F), desc(s.f),
+            desc(s.SP));
+  ASC_CHECK(s.Z.dim() == 2 && s.Z.size(1) == P && s.F.shape() == s.Z.shape() && s.SP.dim() == 1 && s.SP.size(0) == P &&
+                s.f.shape() == t.f.shape(),
             "{}: snapshot Z {}, F {}, f {}, SP {} do not match {} neurons with {} outputs", rule, s.Z.shape(),
             s.F.shape(), s.f.shape(), s.SP.shape(), P, t.f.size(1));
   ASC_CHECK(is_float(s.Z.dtype()) && s.F.dtype() == s.Z.dtype() && is_float(s.f.dtype()) && is_float(s.SP.dtype()),
@@ -101,8 +101,8 @@ void check_snapshot(const std::string& rule, const FiringSnapshot& s, const Firi
   if (s.X.defined()) {
     const bool ok = (s.X.dim() == 2 || (s.X.dim() == 3 && s.X.size(2) == P)) && is_float(s.X.dtype()) &&
                     s.X.size(0) == N && s.X.size(1) == cols;
-    ASC_CHECK(ok, "{}: snapshot X must be floating ({}, {}) or ({}, {}, {}) for W {}; got {}", rule,
-              N, cols, N, cols, P, t.W.shape(), desc(s.X));
+    ASC_CHECK(ok, "{}: snapshot X must be floating ({}, {}) or ({}, {}, {}) for W {}; got {}", rule, N, cols, N, cols,
+              P, t.W.shape(), desc(s.X));
   } else {
     ASC_CHECK(s.tok.dtype() == kInt64 && s.tok.dim() == 1 && s.tok.size(0) == N,
               "{}: snapshot tok must be int64 ({}); got {}", rule, N, desc(s.tok));
@@ -143,21 +143,36 @@ void FiringRule::zero_grad() {
 
 FiringRuleB::FiringRuleB(FiringTensors t, RuleBOptions o) : FiringRule(std::move(t)), o_(o) {
   check_tensors("FiringRuleB", t_, true);
-  check_finite("FiringRuleB", {{"eta_w", o.eta_w}, {"eta_f", o.eta_f}, {"eta_sp", o.eta_sp}, {"z_ref", o.z_ref},
-                               {"y_ref", o.y_ref}, {"eps_z", o.eps_z}, {"eps_y", o.eps_y}, {"beta_r", o.beta_r},
-                               {"beta_m", o.beta_m}, {"r_target", o.r_target}, {"m_target", o.m_target},
-                               {"lambda_r", o.lambda_r}, {"lambda_m", o.lambda_m}, {"w_min", o.w_min},
-                               {"w_max", o.w_max}, {"f_min", o.f_min}, {"f_max", o.f_max}, {"sp_min", o.sp_min},
+  check_finite("FiringRuleB", {{"eta_w", o.eta_w},
+                               {"eta_f", o.eta_f},
+                               {"eta_sp", o.eta_sp},
+                               {"z_ref", o.z_ref},
+                               {"y_ref", o.y_ref},
+                               {"eps_z", o.eps_z},
+                               {"eps_y", o.eps_y},
+                               {"beta_r", o.beta_r},
+                               {"beta_m", o.beta_m},
+                               {"r_target", o.r_target},
+                               {"m_target", o.m_target},
+                               {"lambda_r", o.lambda_r},
+                               {"lambda_m", o.lambda_m},
+                               {"w_min", o.w_min},
+                               {"w_max", o.w_max},
+                               {"f_min", o.f_min},
+                               {"f_max", o.f_max},
+                               {"sp_min", o.sp_min},
                                {"sp_max", o.sp_max}});
   ASC_CHECK(o.eta_w >= 0 && o.eta_f >= 0 && o.eta_sp >= 0 && o.lambda_r >= 0 && o.lambda_m >= 0,
             "FiringRuleB: learning rates and lambdas must be >= 0 (eta_w {}, eta_f {}, eta_sp {}, lambda_r {}, "
-            "lambda_m {})", o.eta_w, o.eta_f, o.eta_sp, o.lambda_r, o.lambda_m);
+            "lambda_m {})",
+            o.eta_w, o.eta_f, o.eta_sp, o.lambda_r, o.lambda_m);
   ASC_CHECK(o.z_ref > 0 && o.y_ref > 0 && o.eps_z > 0 && o.eps_y > 0,
             "FiringRuleB: z_ref, y_ref, eps_z, eps_y must be > 0 (got {}, {}, {}, {})", o.z_ref, o.y_ref, o.eps_z,
             o.eps_y);
   ASC_CHECK(std::isfinite(o.z_ref * o.z_ref + o.eps_z) && std::isfinite(o.y_ref * o.y_ref + o.eps_y),
             "FiringRuleB: z_ref^2 + eps_z and y_ref^2 + eps_y must be finite (z_ref {}, y_ref {}): the Oja decay "
-            "divides by them", o.z_ref, o.y_ref);
+            "divides by them",
+            o.z_ref, o.y_ref);
   ASC_CHECK(o.beta_r > 0 && o.beta_r <= 1 && o.beta_m > 0 && o.beta_m <= 1,
             "FiringRuleB: beta_r {} and beta_m {} must lie in (0, 1]", o.beta_r, o.beta_m);
   ASC_CHECK(o.r_target >= 0 && o.r_target <= 1 && o.m_target >= 0 && o.m_target <= 1,
@@ -168,7 +183,8 @@ FiringRuleB::FiringRuleB(FiringTensors t, RuleBOptions o) : FiringRule(std::move
   check_in_range("FiringRuleB", "W", t_.W, o.w_min, o.w_max,
                  fmt::format("Either give the rule a signed range (w_min = -w_max, e.g. .w_min = {}, .w_max = {}) or "
                              "build the layer with non-negative weights (nn::FiringOptions::init(nn::FiringInit::"
-                             "NonNegative)) and a w_max that holds them", -std::abs(o.w_max), std::abs(o.w_max)));
+                             "NonNegative)) and a w_max that holds them",
+                             -std::abs(o.w_max), std::abs(o.w_max)));
   check_in_range("FiringRuleB", "output weights f", t_.f, o.f_min, o.f_max,
                  fmt::format("Either give the rule a signed range (f_min = -f_max, e.g. .f_min = {}, .f_max = {}) or "
                              "one that holds the layer's f (a layer's f starts at 1: f_min <= 1 <= f_max)",
@@ -185,11 +201,14 @@ void FiringRuleB::prepare(const Optimizer& opt) {
   const int64_t g = opt.group_of(t_.W);
   w_moves_ = g >= 0 && t_.W.grad().defined();
   if (!o_.fuse_sgd) return;
-  ASC_CHECK(g >= 0, "FiringRuleB (fuse_sgd): W {} is not a parameter of the {} optimizer the rule is attached to; "
-            "fuse_sgd takes that optimizer's SGD step on W", t_.W.shape(), opt.name());
+  ASC_CHECK(g >= 0,
+            "FiringRuleB (fuse_sgd): W {} is not a parameter of the {} optimizer the rule is attached to; "
+            "fuse_sgd takes that optimizer's SGD step on W",
+            t_.W.shape(), opt.name());
   ASC_CHECK(opt.name() == "SGD" && opt.option(g, "momentum") == 0,
             "FiringRuleB (fuse_sgd): folds plain SGD (momentum 0) on W into its Oja product; W is in a {} group{}. "
-            "Use fuse_sgd = false with this optimizer", opt.name(),
+            "Use fuse_sgd = false with this optimizer",
+            opt.name(),
             opt.name() == "SGD" ? fmt::format(" with momentum {}", opt.option(g, "momentum")) : std::string());
   for (const auto& rule : opt.local_rules())
     ASC_CHECK(rule.get() == this || !rule->masks(t_.W),
@@ -197,7 +216,8 @@ void FiringRuleB::prepare(const Optimizer& opt) {
               rule->name());
   ASC_CHECK(!(holds_deferred_gradient() && t_.W.grad().defined()),
             "FiringRuleB (fuse_sgd): W {} has a .grad besides the gradient the layer deferred to the rule (W was used "
-            "outside the layer's forward); its SGD step would be taken twice", t_.W.shape());
+            "outside the layer's forward); its SGD step would be taken twice",
+            t_.W.shape());
   lr_w_ = opt.lr(static_cast<size_t>(g));
   wd_w_ = opt.option(static_cast<size_t>(g), "weight_decay");
 }
@@ -275,8 +295,10 @@ void FiringRuleB::pre_update() {
 namespace {
 // t <- t + d in t's own dtype (d in the rules' arithmetic dtype).
 void add_into(const Tensor& t, const Tensor& d) {
-  if (t.dtype() == d.dtype()) Tensor(t).add_(d);
-  else Tensor(t).copy_(t.to(d.dtype()) + d);
+  if (t.dtype() == d.dtype())
+    Tensor(t).add_(d);
+  else
+    Tensor(t).copy_(t.to(d.dtype()) + d);
 }
 }  // namespace
 
@@ -326,7 +348,7 @@ void FiringRuleB::apply_sequential() {
   } else {
     // W (1 − η_w / N · Σ F Z² / Z_ref2) + η_w / N · Σ_b F Z x_b: one pass over W besides the product.
     Tensor keep = 1.0 - sum_FZ2 * (o_.eta_w / (N * z_ref2));  // (P, 1)
-    Tensor coef;                                               // (N, P)
+    Tensor coef;                                              // (N, P)
     if (holds_deferred_gradient()) {
       // fuse_sgd, sequential: k (1 − lr wd m) W + (η_w/N F Z − lr k m dZ)ᵀ X, the SGD step then the Oja term.
       const Tensor mask = row_mask(t_.W);
@@ -365,18 +387,27 @@ void FiringRuleB::apply_sequential() {
 
 FiringRuleA::FiringRuleA(FiringTensors t, RuleAOptions o) : FiringRule(std::move(t)), o_(o) {
   check_tensors("FiringRuleA", t_, false);
-  check_finite("FiringRuleA", {{"eta_plus", o.eta_plus}, {"eta_minus", o.eta_minus}, {"rho_plus", o.rho_plus},
-                               {"rho_minus", o.rho_minus}, {"eta_sp", o.eta_sp}, {"z_max", o.z_max},
-                               {"w_max", o.w_max}, {"f_max", o.f_max}, {"beta", o.beta}, {"r_target", o.r_target},
-                               {"sp_min", o.sp_min}, {"sp_max", o.sp_max}});
+  check_finite("FiringRuleA", {{"eta_plus", o.eta_plus},
+                               {"eta_minus", o.eta_minus},
+                               {"rho_plus", o.rho_plus},
+                               {"rho_minus", o.rho_minus},
+                               {"eta_sp", o.eta_sp},
+                               {"z_max", o.z_max},
+                               {"w_max", o.w_max},
+                               {"f_max", o.f_max},
+                               {"beta", o.beta},
+                               {"r_target", o.r_target},
+                               {"sp_min", o.sp_min},
+                               {"sp_max", o.sp_max}});
   ASC_CHECK(o.eta_plus >= 0 && o.eta_minus >= 0 && o.rho_plus >= 0 && o.rho_minus >= 0 && o.eta_sp >= 0,
             "FiringRuleA: learning rates must be >= 0 (eta_plus {}, eta_minus {}, rho_plus {}, rho_minus {}, "
-            "eta_sp {})", o.eta_plus, o.eta_minus, o.rho_plus, o.rho_minus, o.eta_sp);
-  ASC_CHECK(o.z_max > 0 && o.w_max > 0 && o.f_max > 0, "FiringRuleA: z_max {}, w_max {}, f_max {} must be > 0",
-            o.z_max, o.w_max, o.f_max);
+            "eta_sp {})",
+            o.eta_plus, o.eta_minus, o.rho_plus, o.rho_minus, o.eta_sp);
+  ASC_CHECK(o.z_max > 0 && o.w_max > 0 && o.f_max > 0, "FiringRuleA: z_max {}, w_max {}, f_max {} must be > 0", o.z_max,
+            o.w_max, o.f_max);
   ASC_CHECK(o.beta > 0 && o.beta <= 1 && o.r_target >= 0 && o.r_target <= 1 && o.sp_min < o.sp_max,
-            "FiringRuleA: needs beta in (0, 1] (got {}), r_target in [0, 1] (got {}), sp_min < sp_max ({}, {})",
-            o.beta, o.r_target, o.sp_min, o.sp_max);
+            "FiringRuleA: needs beta in (0, 1] (got {}), r_target in [0, 1] (got {}), sp_min < sp_max ({}, {})", o.beta,
+            o.r_target, o.sp_min, o.sp_max);
   check_in_range("FiringRuleA", "W", t_.W, 0.0, o.w_max,
                  "Rule A keeps W in [0, w_max]: build the layer with non-negative weights (nn::FiringOptions::init("
                  "nn::FiringInit::NonNegative)) and a w_max that holds them (or use rule B, which has a signed range)");

@@ -21,8 +21,8 @@ namespace asc::optim {
 // What a firing layer hands its rules after a training-mode forward pass: detached, batch and time axes flattened
 // into N rows. Exactly one of X and tok is defined.
 struct FiringSnapshot {
-  Tensor X;    // dense (N, d), or (N, d, P) when neuron p reads channel p of its input (stacked layers)
-  Tensor tok;  // index path: (N) int64, the columns of W (P, V) looked up
+  Tensor X;     // dense (N, d), or (N, d, P) when neuron p reads channel p of its input (stacked layers)
+  Tensor tok;   // index path: (N) int64, the columns of W (P, V) looked up
   Tensor Z, F;  // (N, P)
   Tensor f;     // (P, α): the output weights of the forward pass, so the local output Y = F f Z need not be stored
   Tensor SP;    // (P), the thresholds the forward pass compared with
@@ -100,7 +100,7 @@ struct RuleBOptions {
   double w_min = 0.0, w_max = 1.0, f_min = 0.0, f_max = 1.0;  // signed weights: w_min = -w_max, f_min = -f_max
   double sp_min = -1e9, sp_max = 1e9;
   UpdateMask mask_w = UpdateMask::All, mask_f = UpdateMask::All;  // rows the backprop update may move
-  bool fuse_sgd = false;    // fold W's SGD step into the Oja product (above)
+  bool fuse_sgd = false;                                          // fold W's SGD step into the Oja product (above)
   bool sequential = false;  // the local terms from the post-step W and f (above); default: the pre-step ones
 };
 
@@ -118,7 +118,7 @@ class FiringRuleB : public FiringRule {
   void apply_sequential();
   RuleBOptions o_;
   double lr_w_ = 0, wd_w_ = 0;  // fuse_sgd: the optimizer's lr and weight decay for W, read by prepare()
-  bool w_moves_ = true;         // whether this step's gradient update moves W (prepare()): W in the optimizer with a .grad
+  bool w_moves_ = true;  // whether this step's gradient update moves W (prepare()): W in the optimizer with a .grad
   // What pre_update() computed from the pre-step tensors, added by apply(). W: either dW (added), or keep and coef
   // (W <- keep ∘ W + coefᵀ X in place, exact when nothing else moves W in between: fuse_sgd, or W without a .grad).
   struct Staged {

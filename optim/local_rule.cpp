@@ -52,9 +52,10 @@ Tensor LocalRule::row_mask(const Tensor& param) const {
   Tensor f = fired(param);
   if (!f.defined()) return {};  // no snapshot: no information, every row moves
   const int64_t rows = param.size(0);
-  ASC_CHECK(f.dtype() == kBool && f.dim() == 1 && f.size(0) == rows,
-            "{}: fired() must return a bool tensor of shape [{}] (rows of the parameter of shape {}), got {} of shape {}",
-            name(), rows, param.shape(), f.dtype(), f.shape());
+  ASC_CHECK(
+      f.dtype() == kBool && f.dim() == 1 && f.size(0) == rows,
+      "{}: fired() must return a bool tensor of shape [{}] (rows of the parameter of shape {}), got {} of shape {}",
+      name(), rows, param.shape(), f.dtype(), f.shape());
   NoGradGuard g;
   Tensor m = entry->mode == UpdateMask::Active ? f : logical_not(f);
   return m.contiguous();

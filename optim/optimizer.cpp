@@ -12,8 +12,8 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "ops/dispatch.h"
-#include "ops/ops.h"
 #include "ops/kernels.h"
+#include "ops/ops.h"
 
 namespace asc::optim {
 
@@ -32,8 +32,10 @@ namespace {
 std::vector<std::string> split_dots(const std::string& s) {
   std::vector<std::string> out(1);
   for (char c : s) {
-    if (c == '.') out.emplace_back();
-    else out.back() += c;
+    if (c == '.')
+      out.emplace_back();
+    else
+      out.back() += c;
   }
   return out;
 }
@@ -205,7 +207,8 @@ void Optimizer::step() {
       // Module::to() may have re-pointed the parameter since it was added: the fused kernels take float32/float64.
       ASC_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64,
                 "{}.step: parameter {} of group {} is {}; optimizers update float32/float64 parameters (keep "
-                "float32 master weights for lower-precision models, optim/amp.h)", name_, i, gi, p.dtype());
+                "float32 master weights for lower-precision models, optim/amp.h)",
+                name_, i, gi, p.dtype());
       Tensor mask;
       for (const auto& rule : rules_) {
         if (!rule->masks(p)) continue;
@@ -266,7 +269,8 @@ StateDict Optimizer::state_dict() const {
   StateDict sd;
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t k = 0; k < option_names_.size(); ++k)
-      sd.set(fmt::format("groups.{}.{}", g, option_names_[k]), scalar_tensor(groups_[g].options[k], {.dtype = kFloat64}));
+      sd.set(fmt::format("groups.{}.{}", g, option_names_[k]),
+             scalar_tensor(groups_[g].options[k], {.dtype = kFloat64}));
     sd.set(fmt::format("groups.{}.num_params", g),
            tensor(std::vector<int64_t>{static_cast<int64_t>(groups_[g].params.size())}, Shape{}));
   }
@@ -277,7 +281,8 @@ StateDict Optimizer::state_dict() const {
       const ParamState& st = it->second;
       sd.set(fmt::format("state.{}.{}.step", g, i), tensor(std::vector<int64_t>{st.step}, Shape{}));
       for (size_t k = 0; k < st.bufs.size(); ++k)
-        if (st.bufs[k].defined()) sd.set(fmt::format("state.{}.{}.{}", g, i, state_names_[k]), st.bufs[k].detach().clone());
+        if (st.bufs[k].defined())
+          sd.set(fmt::format("state.{}.{}.{}", g, i, state_names_[k]), st.bufs[k].detach().clone());
     }
   }
   return sd;
@@ -297,8 +302,8 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     if (parts.size() == 3 && parts[0] == "groups") {
       int64_t g = parse_state_index(parts[1]);
       ASC_CHECK(g >= 0, "{}.load_state_dict: unexpected entry '{}'", who, key);
-      ASC_CHECK(static_cast<size_t>(g) < G, "{}.load_state_dict: entry '{}' names group {} but the optimizer has {} groups",
-                who, key, g, G);
+      ASC_CHECK(static_cast<size_t>(g) < G,
+                "{}.load_state_dict: entry '{}' names group {} but the optimizer has {} groups", who, key, g, G);
       if (parts[2] == "num_params") {
         double n = scalar_entry(name_, key, t, kInt64);
         ASC_CHECK(n == static_cast<double>(groups_[g].params.size()),
@@ -335,8 +340,9 @@ void Optimizer::load_state_dict(const StateDict& sd) {
         continue;
       }
       auto it = std::find(state_names_.begin(), state_names_.end(), parts[3]);
-      ASC_CHECK(it != state_names_.end(), "{}.load_state_dict: unexpected entry '{}' (no state buffer '{}'; buffers: {})",
-                who, key, parts[3], fmt::join(state_names_, ", "));
+      ASC_CHECK(it != state_names_.end(),
+                "{}.load_state_dict: unexpected entry '{}' (no state buffer '{}'; buffers: {})", who, key, parts[3],
+                fmt::join(state_names_, ", "));
       ASC_CHECK(t.defined() && t.shape() == p.shape() && t.dtype() == p.dtype(),
                 "{}.load_state_dict: entry '{}' is {} but parameter {} of group {} is {} {}", who, key,
                 t.defined() ? fmt::format("{} {}", t.dtype(), t.shape()) : std::string("undefined"), i, g, p.dtype(),

@@ -40,7 +40,9 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
   add_group(std::move(params), pack(options));
 }
 
-void SGD::add_param_group(std::vector<Tensor> params, SGDOptions options) { add_group(std::move(params), pack(options)); }
+void SGD::add_param_group(std::vector<Tensor> params, SGDOptions options) {
+  add_group(std::move(params), pack(options));
+}
 
 SGDOptions SGD::options(size_t group) const {
   return {option(group, "lr"), option(group, "momentum"), option(group, "dampening"), option(group, "weight_decay"),
@@ -103,9 +105,15 @@ void AdamBase::update(const std::vector<double>& o, const Tensor& param, const T
   // so a row that resumes after being masked gets the bias correction of the parameter's step count.
   ++st.step;
   const double s = static_cast<double>(st.step);
-  AdamKernelArgs a{.lr = o[0], .beta1 = o[1], .beta2 = o[2], .eps = o[3], .weight_decay = o[4],
-                   .decoupled = decoupled_, .amsgrad = o[5] != 0,
-                   .bias_correction1 = 1.0 - std::pow(o[1], s), .bias_correction2 = 1.0 - std::pow(o[2], s)};
+  AdamKernelArgs a{.lr = o[0],
+                   .beta1 = o[1],
+                   .beta2 = o[2],
+                   .eps = o[3],
+                   .weight_decay = o[4],
+                   .decoupled = decoupled_,
+                   .amsgrad = o[5] != 0,
+                   .bias_correction1 = 1.0 - std::pow(o[1], s),
+                   .bias_correction2 = 1.0 - std::pow(o[2], s)};
   Tensor& m = ensure(st.bufs[0], param);
   Tensor& v = ensure(st.bufs[1], param);
   Tensor vmax = a.amsgrad ? ensure(st.bufs[2], param) : Tensor();
@@ -122,8 +130,8 @@ void Adam::add_param_group(std::vector<Tensor> params, AdamOptions options) {
   add_group(std::move(params), pack_adam(options));
 }
 AdamOptions Adam::options(size_t g) const {
-  return {option(g, "lr"), option(g, "beta1"), option(g, "beta2"), option(g, "eps"), option(g, "weight_decay"),
-          option(g, "amsgrad") != 0};
+  return {option(g, "lr"),  option(g, "beta1"),        option(g, "beta2"),
+          option(g, "eps"), option(g, "weight_decay"), option(g, "amsgrad") != 0};
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : AdamBase("AdamW", true) {
@@ -133,8 +141,8 @@ void AdamW::add_param_group(std::vector<Tensor> params, AdamWOptions options) {
   add_group(std::move(params), pack_adam(options));
 }
 AdamWOptions AdamW::options(size_t g) const {
-  return {option(g, "lr"), option(g, "beta1"), option(g, "beta2"), option(g, "eps"), option(g, "weight_decay"),
-          option(g, "amsgrad") != 0};
+  return {option(g, "lr"),  option(g, "beta1"),        option(g, "beta2"),
+          option(g, "eps"), option(g, "weight_decay"), option(g, "amsgrad") != 0};
 }
 
 // ---- RMSprop -------------------------------------------------------------------------------------------------------
@@ -154,8 +162,8 @@ void RMSprop::add_param_group(std::vector<Tensor> params, RMSpropOptions options
   add_group(std::move(params), pack(options));
 }
 RMSpropOptions RMSprop::options(size_t g) const {
-  return {option(g, "lr"), option(g, "alpha"), option(g, "eps"), option(g, "weight_decay"), option(g, "momentum"),
-          option(g, "centered") != 0};
+  return {option(g, "lr"),           option(g, "alpha"),    option(g, "eps"),
+          option(g, "weight_decay"), option(g, "momentum"), option(g, "centered") != 0};
 }
 
 void RMSprop::check_options(const std::vector<double>& o) const {
@@ -169,8 +177,8 @@ void RMSprop::check_options(const std::vector<double>& o) const {
 
 void RMSprop::update(const std::vector<double>& o, const Tensor& param, const Tensor& grad, ParamState& st,
                      const Tensor& row_mask) {
-  RMSpropKernelArgs a{.lr = o[0], .alpha = o[1], .eps = o[2], .weight_decay = o[3], .momentum = o[4],
-                      .centered = o[5] != 0};
+  RMSpropKernelArgs a{
+      .lr = o[0], .alpha = o[1], .eps = o[2], .weight_decay = o[3], .momentum = o[4], .centered = o[5] != 0};
   ++st.step;
   Tensor& sq = ensure(st.bufs[0], param);
   Tensor buf = a.momentum > 0 ? ensure(st.bufs[1], param) : Tensor();

@@ -49,8 +49,9 @@ StateDict LRScheduler::state_dict() const {
 void LRScheduler::load_state_dict(const StateDict& sd) {
   const Tensor* ls = sd.find("last_step");
   ASC_CHECK(ls != nullptr, "{}.load_state_dict: missing entry 'last_step'", name_);
-  ASC_CHECK(ls->dtype() == kInt64 && ls->numel() == 1, "{}.load_state_dict: 'last_step' must be a one-element int64 tensor, got {} of shape {}",
-            name_, ls->dtype(), ls->shape());
+  ASC_CHECK(ls->dtype() == kInt64 && ls->numel() == 1,
+            "{}.load_state_dict: 'last_step' must be a one-element int64 tensor, got {} of shape {}", name_,
+            ls->dtype(), ls->shape());
   const int64_t step = ls->item<int64_t>();
   ASC_CHECK(step >= 0, "{}.load_state_dict: 'last_step' is negative ({})", name_, step);
   std::vector<double> base(opt_.num_groups());
@@ -63,15 +64,16 @@ void LRScheduler::load_state_dict(const StateDict& sd) {
     ASC_CHECK(g < base.size(), "{}.load_state_dict: entry '{}' names group {} but the optimizer has {} groups", name_,
               key, g, base.size());
     ASC_CHECK(t.dtype() == kFloat64 && t.numel() == 1,
-              "{}.load_state_dict: '{}' must be a one-element float64 tensor, got {} of shape {}", name_, key, t.dtype(),
-              t.shape());
+              "{}.load_state_dict: '{}' must be a one-element float64 tensor, got {} of shape {}", name_, key,
+              t.dtype(), t.shape());
     base[g] = t.item<double>();
     ASC_CHECK(std::isfinite(base[g]) && base[g] >= 0, "{}.load_state_dict: '{}' is {} (must be finite and >= 0)", name_,
               key, base[g]);
     ++found;
   }
-  ASC_CHECK(found == base.size(), "{}.load_state_dict: expected base_lrs.0 .. base_lrs.{} ({} groups), found {} entries",
-            name_, base.size() - 1, base.size(), found);
+  ASC_CHECK(found == base.size(),
+            "{}.load_state_dict: expected base_lrs.0 .. base_lrs.{} ({} groups), found {} entries", name_,
+            base.size() - 1, base.size(), found);
   auto old_base = base_lrs_;
   auto old_step = last_step_;
   base_lrs_ = std::move(base);
@@ -89,9 +91,10 @@ void LRScheduler::load_state_dict(const StateDict& sd) {
 
 WarmupCosine::WarmupCosine(Optimizer& opt, WarmupCosineOptions o) : LRScheduler(opt, "WarmupCosine"), o_(o) {
   ASC_CHECK(o.warmup_steps >= 0, "WarmupCosine: warmup_steps must be >= 0, got {}", o.warmup_steps);
-  ASC_CHECK(o.total_steps >= o.warmup_steps && o.total_steps > 0,
-            "WarmupCosine: need total_steps > 0 and total_steps >= warmup_steps, got total_steps {} and warmup_steps {}",
-            o.total_steps, o.warmup_steps);
+  ASC_CHECK(
+      o.total_steps >= o.warmup_steps && o.total_steps > 0,
+      "WarmupCosine: need total_steps > 0 and total_steps >= warmup_steps, got total_steps {} and warmup_steps {}",
+      o.total_steps, o.warmup_steps);
   ASC_CHECK(std::isfinite(o.min_lr) && o.min_lr >= 0, "WarmupCosine: min_lr must be finite and >= 0, got {}", o.min_lr);
   ASC_CHECK(o.start_factor >= 0 && o.start_factor <= 1, "WarmupCosine: start_factor must be in [0, 1], got {}",
             o.start_factor);
@@ -104,7 +107,8 @@ double WarmupCosine::lr_at(size_t group, int64_t s) const {
     return base * (o_.start_factor + (1.0 - o_.start_factor) * static_cast<double>(s) / o_.warmup_steps);
   if (s == o_.warmup_steps) return base;  // also when total_steps == warmup_steps
   if (s >= o_.total_steps) return o_.min_lr;
-  const double progress = static_cast<double>(s - o_.warmup_steps) / static_cast<double>(o_.total_steps - o_.warmup_steps);
+  const double progress =
+      static_cast<double>(s - o_.warmup_steps) / static_cast<double>(o_.total_steps - o_.warmup_steps);
   return o_.min_lr + (base - o_.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
 }
 

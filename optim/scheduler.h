@@ -54,8 +54,8 @@ class LRScheduler {
 struct WarmupCosineOptions {
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
-  double min_lr = 0;           // absolute, the same for every group
-  double start_factor = 0;     // in [0, 1]
+  double min_lr = 0;        // absolute, the same for every group
+  double start_factor = 0;  // in [0, 1]
 };
 class WarmupCosine : public LRScheduler {
  public:

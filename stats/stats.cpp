@@ -40,14 +40,13 @@ double percentile_sorted(const std::vector<double>& sorted, double q) {
 }
 
 void check_options(const char* what, const BootstrapOptions& o) {
-  ASC_CHECK(o.resamples >= 1 && o.resamples <= (int64_t(1) << 32), "{}: resamples must be in [1, 2^32], got {}",
-            what, o.resamples);
+  ASC_CHECK(o.resamples >= 1 && o.resamples <= (int64_t(1) << 32), "{}: resamples must be in [1, 2^32], got {}", what,
+            o.resamples);
   ASC_CHECK(o.level > 0 && o.level < 1, "{}: level must be in (0, 1), got {}", what, o.level);
 }
 
 void check_size(const char* what, std::span<const double> x, size_t min_n) {
-  ASC_CHECK(x.size() >= min_n, "{}: needs at least {} value{}, got {}", what, min_n, min_n == 1 ? "" : "s",
-            x.size());
+  ASC_CHECK(x.size() >= min_n, "{}: needs at least {} value{}, got {}", what, min_n, min_n == 1 ? "" : "s", x.size());
   ASC_CHECK(x.size() <= (size_t(1) << 32), "{}: at most 2^32 values, got {}", what, x.size());
 }
 
@@ -256,7 +255,7 @@ double normal_quantile(double p) {
   // The upper half by symmetry: 1 - p is exact for p >= 0.5 (Sterbenz), while cdf(x) - p near 1 would cancel.
   if (p > 0.5) return -normal_quantile(1 - p);
   // Acklam's rational approximation (relative error 1.15e-9) ...
-  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
                                  1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
   static constexpr double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
                                  6.680131188771972e+01, -1.328068155288572e+01};
@@ -305,7 +304,7 @@ double beta_continued_fraction(double a, double b, double x) {
   double h = d;
   for (int m = 1; m <= 10000; ++m) {
     const double m2 = 2.0 * m;
-    for (const double term : {m * (b - m) * x / ((a + m2 - 1) * (a + m2)),             // even step
+    for (const double term : {m * (b - m) * x / ((a + m2 - 1) * (a + m2)),                // even step
                               -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1))}) {  // odd step
       d = 1 + term * d;
       d = 1 / (std::fabs(d) < tiny ? tiny : d);
@@ -323,8 +322,8 @@ double beta_continued_fraction(double a, double b, double x) {
 double incomplete_beta(double a, double b, double x, double y) {
   if (x <= 0) return 0;
   if (y <= 0) return 1;
-  const double front = std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
-                                b * std::log(y));
+  const double front =
+      std::exp(std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log(y));
   // The fraction converges fast for x < (a + 1) / (a + b + 2); the symmetry I_x(a, b) = 1 - I_{1-x}(b, a) otherwise.
   if (x < (a + 1) / (a + b + 2)) return front * beta_continued_fraction(a, b, x) / a;
   return 1 - front * beta_continued_fraction(b, a, y) / b;

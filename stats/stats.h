@@ -37,7 +37,7 @@ struct Summary {
   int64_t n = 0;
   double mean = 0, std = 0;  // std with n - 1 in the denominator (NaN when n == 1)
   double min = 0, max = 0, median = 0;
-  double iqm = 0;            // interquartile mean: the mean of the middle half (rliable), robust to one bad seed
+  double iqm = 0;  // interquartile mean: the mean of the middle half (rliable), robust to one bad seed
 };
 Summary describe(std::span<const double> x);
 
@@ -73,8 +73,7 @@ struct PairedTest {
 };
 
 // a[i], b[i]: the two models' results on test example i (1/0 for correct/wrong, or a loss). Same length >= 1.
-PairedTest paired_bootstrap(std::span<const double> a, std::span<const double> b,
-                            const BootstrapOptions& options = {});
+PairedTest paired_bootstrap(std::span<const double> a, std::span<const double> b, const BootstrapOptions& options = {});
 PairedTest approximate_randomization(std::span<const double> a, std::span<const double> b,
                                      const BootstrapOptions& options = {});
 

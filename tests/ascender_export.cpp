@@ -36,8 +36,9 @@ std::string join(const std::vector<int64_t>& v) {
 // Everything the script needs to rebuild the layer, as safetensors metadata strings.
 std::map<std::string, std::string> metadata(const Case& c, const nn::AscenderAttention& layer, int64_t B, int64_t T) {
   const auto& o = c.opts;
-  const char* mode = o.mode() == nn::AscenderMode::Full ? "full" : o.mode() == nn::AscenderMode::Windowed ? "windowed"
-                                                                                                         : "reuse";
+  const char* mode = o.mode() == nn::AscenderMode::Full       ? "full"
+                     : o.mode() == nn::AscenderMode::Windowed ? "windowed"
+                                                              : "reuse";
   return {{"B", std::to_string(B)},
           {"T", std::to_string(T)},
           {"d_model", std::to_string(o.d_model())},
@@ -132,16 +133,30 @@ int main(int argc, char** argv) {
   std::vector<Case> cases = {
       {"full_before_padding", base().k({3, 5}).tau_sep({0.7, 1.6}).tau_coh({1.3, 0.6}), true, false, false},
       {"full_after_causal_rope_self",
-       base().k({4}).gate_position(GatePosition::AfterNorm).neighbors_include_self(true).rope(true)
-           .alpha_align({0.5, 2.0}).alpha_coh({1.5, 0.3}).tau_sep({0.8}).tau_coh({1.1}),
+       base()
+           .k({4})
+           .gate_position(GatePosition::AfterNorm)
+           .neighbors_include_self(true)
+           .rope(true)
+           .alpha_align({0.5, 2.0})
+           .alpha_coh({1.5, 0.3})
+           .tau_sep({0.8})
+           .tau_coh({1.1}),
        true, true, false},
-      {"windowed_after", base().k({3}).mode(AscenderMode::Windowed).window(4).global_tokens(2)
-                             .gate_position(GatePosition::AfterNorm).tau_sep({0.9}).tau_coh({0.8}),
+      {"windowed_after",
+       base()
+           .k({3})
+           .mode(AscenderMode::Windowed)
+           .window(4)
+           .global_tokens(2)
+           .gate_position(GatePosition::AfterNorm)
+           .tau_sep({0.9})
+           .tau_coh({0.8}),
        true, false, false},
       {"reuse_bias_warmup", base().k({2, 6}).mode(AscenderMode::Reuse).warmup_steps(4).tau_sep({1.2}).tau_coh({0.9}),
        false, false, true, 4},
-      {"ablation_no_sep_after", base().k({5}).use_sep(false).gate_position(GatePosition::AfterNorm).bias(false),
-       true, true, false},
+      {"ablation_no_sep_after", base().k({5}).use_sep(false).gate_position(GatePosition::AfterNorm).bias(false), true,
+       true, false},
   };
   for (const Case& c : cases) export_case(c, argv[1]);
   return 0;

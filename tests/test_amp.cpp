@@ -14,16 +14,16 @@ TEST_CASE("GradScaler: scales the loss, unscales gradients exactly, grows after 
   std::vector<double> expect = {1.0, 2.0, 3.0};
   for (int step = 0; step < 3; ++step) {
     opt.zero_grad();
-    Tensor loss = sum(w * w) * 0.5;                  // grad = w
+    Tensor loss = sum(w * w) * 0.5;  // grad = w
     Tensor scaled = scaler.scale(loss);
     CHECK(scaled.item<double>() == loss.item<double>() * 1024.0);
     scaled.backward();
-    CHECK(scaler.step(opt));                         // finite: steps with the unscaled gradient
-    for (double& e : expect) e -= 0.5 * e;           // SGD on grad = w (power-of-two scale: exact)
+    CHECK(scaler.step(opt));                // finite: steps with the unscaled gradient
+    for (double& e : expect) e -= 0.5 * e;  // SGD on grad = w (power-of-two scale: exact)
     check_close(w, expect, 0, 0);
     scaler.update();
   }
-  CHECK(scaler.get_scale() == 2048.0);               // grown after growth_interval = 3 clean steps
+  CHECK(scaler.get_scale() == 2048.0);  // grown after growth_interval = 3 clean steps
 
   // A step with an inf gradient is skipped (parameters bit-identical), the scale backs off, the tracker resets.
   opt.zero_grad();

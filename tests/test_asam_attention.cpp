@@ -120,14 +120,22 @@ Tensor layer_by_reference(nn::AsamAttention& m, const Tensor& x, const Tensor& v
 TEST_CASE("AsamAttention equals its formula composed from reference ops (every pattern, padding, causal)") {
   const int64_t B = 2, T = 17, D = 8, H = 2;
   const std::vector<std::vector<std::string>> sets = {
-      {"window"}, {"strided"}, {"global", "random"}, {"hierarchical"}, {"clustered"},
-      {"window", "global", "random", "clustered", "hierarchical", "strided"}};
+      {"window"},       {"strided"},   {"global", "random"},
+      {"hierarchical"}, {"clustered"}, {"window", "global", "random", "clustered", "hierarchical", "strided"}};
   for (const auto& names : sets)
     for (bool causal : {false, true}) {
       CAPTURE(fmt::format("{}", fmt::join(names, "+")));
       CAPTURE(causal);
-      auto m = make_layer(nn::AsamAttentionOptions(D, H).patterns(names).window(5).stride(4).global_tokens(2)
-                              .random_keys(3).block(4).clusters(3).cluster_theta(0.3).pool_scales({1, 2, 3}));
+      auto m = make_layer(nn::AsamAttentionOptions(D, H)
+                              .patterns(names)
+                              .window(5)
+                              .stride(4)
+                              .global_tokens(2)
+                              .random_keys(3)
+                              .block(4)
+                              .clusters(3)
+                              .cluster_theta(0.3)
+                              .pool_scales({1, 2, 3}));
       Tensor x = randn64({B, T, D}, false, 2), valid = padding_mask(B, T, 5);
       Tensor y = m->attend(x, {.key_padding_mask = valid, .causal = causal});
       check_close(y, layer_by_reference(*m, x, valid, causal), 1e-10, 1e-10);
@@ -136,11 +144,22 @@ TEST_CASE("AsamAttention equals its formula composed from reference ops (every p
 
 TEST_CASE("AsamAttention gradcheck (float64) through both branches and the gate; the centroid loss reaches C") {
   const int64_t B = 2, T = 9, D = 6, H = 2;
-  auto m = make_layer(nn::AsamAttentionOptions(D, H).patterns({"window", "random", "hierarchical", "clustered"})
-                          .window(3).random_keys(2).block(3).clusters(2).cluster_theta(0.2).pool_scales({1, 2}));
+  auto m = make_layer(nn::AsamAttentionOptions(D, H)
+                          .patterns({"window", "random", "hierarchical", "clustered"})
+                          .window(3)
+                          .random_keys(2)
+                          .block(3)
+                          .clusters(2)
+                          .cluster_theta(0.2)
+                          .pool_scales({1, 2}));
   Tensor x = randn64({B, T, D}, true, 4), valid = padding_mask(B, T, 2);
-  TensorList inputs = {x, m->threshold.detach(), m->complexity->weight.detach(), m->confidence->weight.detach(),
-                       m->q_proj->weight.detach(), m->v_proj->weight.detach(), m->centroids.detach()};
+  TensorList inputs = {x,
+                       m->threshold.detach(),
+                       m->complexity->weight.detach(),
+                       m->confidence->weight.detach(),
+                       m->q_proj->weight.detach(),
+                       m->v_proj->weight.detach(),
+                       m->centroids.detach()};
   for (size_t i = 1; i < inputs.size(); ++i) inputs[i].set_requires_grad(true);
   m->attend(x, {.key_padding_mask = valid, .causal = true});
   // The gate is inside the clamp for every (sample, head) here (else its gradient is 0 and the check is weaker).
@@ -213,24 +232,36 @@ TEST_CASE("AsamAttention gate: clamped to [0.01, 0.99] with no gradient there; f
 }
 
 TEST_CASE("AsamAttention: bad options and inputs give clear errors") {
-  check_error([] { nn::AsamAttention(nn::AsamAttentionOptions(8, 2).patterns({"window", "diagonal"})); },
-              {"AsamAttention", "unknown pattern 'diagonal'", "window, strided"});
+  check_error(
+      [] {
+        nn::AsamAttention(nn::AsamAttentionOptions(8, 2).patterns({"window", "diagonal"}));
+      },
+      {"AsamAttention", "unknown pattern 'diagonal'", "window, strided"});
   check_error([] { nn::AsamAttention(nn::AsamAttentionOptions(8, 2).window(0)); }, {"AsamAttention", "window", "0"});
   check_error([] { nn::AsamAttention(nn::AsamAttentionOptions(8, 2).skip_dense_above(1.0)); },
               {"AsamAttention", "skip_dense_above"});
   check_error([] { nn::AsamAttention(nn::AsamAttentionOptions(8, 3)); }, {"AsamAttention", "multiple of heads"});
   nn::AsamAttention ok(nn::AsamAttentionOptions(8, 2).random_keys(2));
-  check_error([&] { ok.attend(randn({2, 10, 8}), {.key_padding_mask = ones({2, 9}, {.dtype = kBool})}); },
-              {"AsamAttention", "key_padding_mask", "[2, 9]"});
+  check_error(
+      [&] {
+        ok.attend(randn({2, 10, 8}), {.key_padding_mask = ones({2, 9}, {.dtype = kBool})});
+      },
+      {"AsamAttention", "key_padding_mask", "[2, 9]"});
   check_error([&] { ok.attend(randn({2, 10, 7}), {}); }, {"AsamAttention", "[2, 10, 7]"});
 }
 
 TEST_CASE("TransformerClassifier with attention \"asam\" trains (post-norm blocks)") {
   manual_seed(3);
   auto model = std::make_shared<models::TransformerClassifier>(
-      models::TransformerClassifierOptions(8, 32, 2).d_model(16).heads(2).layers(2).ffn(32).dropout(0).norm_first(false)
-          .attention("asam").asam(nn::AsamAttentionOptions(16, 2).patterns({"window", "global", "clustered"})
-                                      .window(5).clusters(2)));
+      models::TransformerClassifierOptions(8, 32, 2)
+          .d_model(16)
+          .heads(2)
+          .layers(2)
+          .ffn(32)
+          .dropout(0)
+          .norm_first(false)
+          .attention("asam")
+          .asam(nn::AsamAttentionOptions(16, 2).patterns({"window", "global", "clustered"}).window(5).clusters(2)));
   // Task: is token 1 present anywhere in the sequence?
   Generator gen(9);
   Tensor tokens = randint(2, 8, {32, 24}, {.dtype = kInt64}, &gen);
@@ -259,8 +290,8 @@ TEST_CASE("AsamAttention CUDA: the layer on the device equals the layer on the C
   for (const std::vector<std::string>& names :
        {std::vector<std::string>{"window", "global", "random", "clustered", "hierarchical"},
         std::vector<std::string>{"window", "strided", "hierarchical"}}) {  // the second: the device copy is cached
-    auto opts = nn::AsamAttentionOptions(D, H).patterns(names).window(4).random_keys(2).block(4).clusters(2)
-                    .cluster_theta(0.3);
+    auto opts =
+        nn::AsamAttentionOptions(D, H).patterns(names).window(4).random_keys(2).block(4).clusters(2).cluster_theta(0.3);
     auto cpu = make_layer(opts), dev = make_layer(opts);
     dev->to(Device::cuda());
     Tensor x = randn64({B, T, D}, false, 12), valid = padding_mask(B, T, 3);

@@ -13,9 +13,9 @@
 
 using namespace asc;
 using namespace asc::testing;
+using asc::AscenderBackend;
 using nn::AscenderCoreArgs;
 using nn::GatePosition;
-using asc::AscenderBackend;
 
 namespace {
 
@@ -70,8 +70,8 @@ Inputs as_dtype(Inputs in, DType dt) {
   return in;
 }
 AscenderCoreArgs as_dtype(AscenderCoreArgs a, DType dt) {
-  for (Tensor* t : {&a.omega_align, &a.omega_sep, &a.omega_coh, &a.lambda_align, &a.lambda_sep, &a.lambda_coh,
-                    &a.delta, &a.kappa, &a.tau_score})
+  for (Tensor* t : {&a.omega_align, &a.omega_sep, &a.omega_coh, &a.lambda_align, &a.lambda_sep, &a.lambda_coh, &a.delta,
+                    &a.kappa, &a.tau_score})
     *t = t->detach().to(dt);
   return a;
 }
@@ -123,7 +123,9 @@ Naive naive(const Inputs& in, const AscenderCoreArgs& p, const Tensor& keep_bhtt
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t bh = b * H + h;
-      auto row = [&](const Vec& M, int64_t i, int64_t w) { return Vec(M.begin() + (bh * T + i) * w, M.begin() + (bh * T + i + 1) * w); };
+      auto row = [&](const Vec& M, int64_t i, int64_t w) {
+        return Vec(M.begin() + (bh * T + i) * w, M.begin() + (bh * T + i + 1) * w);
+      };
       auto dot = [](const Vec& x, const Vec& y) { return std::inner_product(x.begin(), x.end(), y.begin(), 0.0); };
       auto sqd = [](const Vec& x, const Vec& y) {
         double s = 0;
@@ -363,7 +365,7 @@ TEST_CASE("AscenderAttention core: float64 gradcheck w.r.t. every input and ever
     p.gate_position = gp;
     p.keep_mask = causal_keep_mask(6, 6, Device::cpu()).view({1, 1, 6, 6});
     TensorList scalars = {p.omega_align, p.omega_sep, p.omega_coh, p.lambda_align, p.lambda_sep,
-                          p.lambda_coh, p.delta, p.kappa, p.tau_score};
+                          p.lambda_coh,  p.delta,     p.kappa,     p.tau_score};
     for (Tensor& s : scalars) s.set_requires_grad(true);
     TensorList inputs = {in.q, in.k_rot, in.k, in.v, in.z, in.e};
     inputs.insert(inputs.end(), scalars.begin(), scalars.end());
@@ -466,11 +468,14 @@ TEST_CASE("AscenderAttention layer: projections + core + output equal the refere
 }
 
 TEST_CASE("AscenderAttention: bad options and inputs are clear errors") {
-  check_error([] { nn::AscenderAttention(nn::AscenderAttentionOptions(10, 3)); }, {"AscenderAttention",
-                                                                                  "multiple of heads 3"});
+  check_error([] { nn::AscenderAttention(nn::AscenderAttentionOptions(10, 3)); },
+              {"AscenderAttention", "multiple of heads 3"});
   check_error([] { nn::AscenderAttention(nn::AscenderAttentionOptions(8, 2).k({0})); }, {"k must be >= 1"});
-  check_error([] { nn::AscenderAttention(nn::AscenderAttentionOptions(8, 2).k({1, 2, 3})); },
-              {"k needs 1 or 2 (heads) values, got 3"});
+  check_error(
+      [] {
+        nn::AscenderAttention(nn::AscenderAttentionOptions(8, 2).k({1, 2, 3}));
+      },
+      {"k needs 1 or 2 (heads) values, got 3"});
   check_error([] { nn::AscenderAttention(nn::AscenderAttentionOptions(8, 2).tau_sep({0.0})); },
               {"tau_sep must be > 0"});
   check_error([] { nn::AscenderAttention(nn::AscenderAttentionOptions(8, 2).tau_coh({-1.0})); },
@@ -479,8 +484,11 @@ TEST_CASE("AscenderAttention: bad options and inputs are clear errors") {
               {"alpha_align must be >= 0"});
   nn::AscenderAttention attn(nn::AscenderAttentionOptions(8, 2));
   check_error([&] { attn.attend(randn({2, 5, 6}), {}); }, {"expected x (B, T, 8)"});
-  check_error([&] { attn.attend(randn({2, 5, 8}), {.key_padding_mask = ones({2, 4}).to(kBool)}); },
-              {"key_padding_mask must be bool (B, S) = (2, 5)"});
+  check_error(
+      [&] {
+        attn.attend(randn({2, 5, 8}), {.key_padding_mask = ones({2, 4}).to(kBool)});
+      },
+      {"key_padding_mask must be bool (B, S) = (2, 5)"});
   check_error([&] { attn.attend(randn({2, 5, 8}), {.context = randn({2, 3, 8})}); }, {"self-attention only"});
 }
 
@@ -524,7 +532,7 @@ TEST_CASE("AscenderAttention schedule: ω warm-up, separation from its step, aux
   CHECK(amax(abs(attn->decomposition().sep)).item<double>() == 0.0);
   CHECK(attn->aux_loss().item<double>() == 0.0);
   CHECK(attn->step() == 1);
-  attn->attend(x, {});  // step 1: m_ω = 1/4
+  attn->attend(x, {});                                 // step 1: m_ω = 1/4
   CHECK(attn->omega_scale() == doctest::Approx(0.5));  // already the next step's factor
   const nn::AscenderDecomposition& d = attn->decomposition();
   Tensor expect = d.S_base + (head(attn->omega_align).to(kFloat64) * d.align + head(attn->omega_coh) * d.coh) * 0.25;
@@ -551,8 +559,9 @@ TEST_CASE("AscenderAttention schedule: ω warm-up, separation from its step, aux
   check_error([&] { attn->set_step(-1); }, {"step must be >= 0"});
 }
 
-TEST_CASE("AscenderAttention modes: windowed restricts every statistic to the window (and equals full when it "
-          "covers the sequence); reuse selects neighbours by the base scores") {
+TEST_CASE(
+    "AscenderAttention modes: windowed restricts every statistic to the window (and equals full when it "
+    "covers the sequence); reuse selects neighbours by the base scores") {
   // Windowed = the core with the window's keep-mask: checked against the loops with that mask.
   Tensor win = nn::ascender_window_mask(9, 2, 1, Device::cpu());  // |i - j| < 2, token 0 global
   std::vector<int64_t> expect;
@@ -595,8 +604,8 @@ struct BackendScope {
 
 // Moves the tensors of the arguments (scalars, mask, bias) to `dev`.
 AscenderCoreArgs args_to(AscenderCoreArgs a, Device dev) {
-  for (Tensor* t : {&a.omega_align, &a.omega_sep, &a.omega_coh, &a.lambda_align, &a.lambda_sep, &a.lambda_coh,
-                    &a.delta, &a.kappa, &a.tau_score, &a.keep_mask, &a.bias})
+  for (Tensor* t : {&a.omega_align, &a.omega_sep, &a.omega_coh, &a.lambda_align, &a.lambda_sep, &a.lambda_coh, &a.delta,
+                    &a.kappa, &a.tau_score, &a.keep_mask, &a.bias})
     if (t->defined()) *t = t->to(dev);
   return a;
 }
@@ -607,8 +616,9 @@ TensorList run_core(const Inputs& in, const AscenderCoreArgs& p0, const Tensor& 
                     Device dev = Device::cpu()) {
   BackendScope scope(backend);
   const AscenderCoreArgs p = args_to(p0, dev);
-  TensorList leaves = {in.q, in.k_rot, in.k, in.v, in.z, in.e, p.omega_align, p.omega_sep, p.omega_coh,
-                       p.lambda_align, p.lambda_sep, p.lambda_coh, p.delta, p.kappa, p.tau_score};
+  TensorList leaves = {in.q,         in.k_rot,      in.k,        in.v,        in.z,
+                       in.e,         p.omega_align, p.omega_sep, p.omega_coh, p.lambda_align,
+                       p.lambda_sep, p.lambda_coh,  p.delta,     p.kappa,     p.tau_score};
   for (Tensor& t : leaves) t = t.detach().to(dev).clone().set_requires_grad(true);
   AscenderCoreArgs a = p;
   a.omega_align = leaves[6], a.omega_sep = leaves[7], a.omega_coh = leaves[8], a.lambda_align = leaves[9];
@@ -631,9 +641,9 @@ TensorList run_core(const Inputs& in, const AscenderCoreArgs& p0, const Tensor& 
   return out;
 }
 
-const char* const kGradNames[] = {"y", "dq", "dk_rot", "dk", "dv", "dz", "de", "domega_align", "domega_sep",
-                                  "domega_coh", "dlambda_align", "dlambda_sep", "dlambda_coh", "ddelta", "dkappa",
-                                  "dtau_score"};
+const char* const kGradNames[] = {
+    "y",          "dq",         "dk_rot",        "dk",          "dv",          "dz",     "de",     "domega_align",
+    "domega_sep", "domega_coh", "dlambda_align", "dlambda_sep", "dlambda_coh", "ddelta", "dkappa", "dtau_score"};
 
 void compare_fused(const Inputs& in, const AscenderCoreArgs& p, double tol) {
   Tensor w = randn64(in.v.shape(), false, 999).to(in.q.dtype());
@@ -725,7 +735,7 @@ TEST_CASE("AscenderAttention fused CPU kernel: float64 gradcheck, and float32 cl
   p.gate_position = GatePosition::AfterNorm;
   p.keep_mask = causal_keep_mask(35, 35, Device::cpu()).view({1, 1, 35, 35});
   TensorList scalars = {p.omega_align, p.omega_sep, p.omega_coh, p.lambda_align, p.lambda_sep,
-                        p.lambda_coh, p.delta, p.kappa, p.tau_score};
+                        p.lambda_coh,  p.delta,     p.kappa,     p.tau_score};
   for (Tensor& s : scalars) s.set_requires_grad(true);
   TensorList inputs = {in.q, in.k_rot, in.k, in.v, in.z, in.e};
   inputs.insert(inputs.end(), scalars.begin(), scalars.end());
@@ -791,9 +801,8 @@ TEST_CASE("AscenderAttention fused CPU kernel, windowed: only the window's key c
   p.window = 3, p.global_tokens = 0;
   p.gate_position = GatePosition::AfterNorm;
   BackendScope fused(AscenderBackend::Fused);
-  check_grad(
-      [&](const TensorList& x) { return TensorList{ascender_attention(x[0], x[1], x[2], x[3], x[4], x[5], p)}; },
-      {in.q, in.k_rot, in.k, in.v, in.z, in.e});
+  check_grad([&](const TensorList& x) { return TensorList{ascender_attention(x[0], x[1], x[2], x[3], x[4], x[5], p)}; },
+             {in.q, in.k_rot, in.k, in.v, in.z, in.e});
   AscenderCoreArgs bad = p;
   bad.window = -1;
   check_error([&] { ascender_attention(in.q, in.k_rot, in.k, in.v, in.z, in.e, bad); },
@@ -832,8 +841,9 @@ TEST_CASE("AscenderAttention fused CPU kernel: when it runs, and why not") {
   check_error([&] { ascender_attention(in.q, in.k_rot, in.k, in.v, in.z, in.e, bad); }, {"k has 1 values for 2 heads"});
 }
 
-TEST_CASE("AscenderAttention fused CUDA kernels: forward and every gradient equal the CPU kernel (float64, float32, "
-          "bfloat16, float16; short and long rows)") {
+TEST_CASE(
+    "AscenderAttention fused CUDA kernels: forward and every gradient equal the CPU kernel (float64, float32, "
+    "bfloat16, float16; short and long rows)") {
   if (!cuda::is_available()) {
     MESSAGE("no CUDA device: skipped (the emulator build runs it)");
     return;
@@ -943,8 +953,10 @@ TEST_CASE("AscenderAttention fused CUDA kernels: forward and every gradient equa
     Inputs in = make_inputs(1, 2, T, 320 + kind);
     AscenderCoreArgs p = make_args(2, 321);
     p.k = {4, 9};
-    if (kind == 0) p.keep_mask = causal_keep_mask(T, T, Device::cpu()).view({1, 1, T, T});
-    else p.window = 40, p.global_tokens = 3, p.gate_position = GatePosition::AfterNorm;
+    if (kind == 0)
+      p.keep_mask = causal_keep_mask(T, T, Device::cpu()).view({1, 1, T, T});
+    else
+      p.window = 40, p.global_tokens = 3, p.gate_position = GatePosition::AfterNorm;
     Tensor w = randn64(in.v.shape(), false, 998);
     TensorList cpu_out = run_core(in, p, w, AscenderBackend::Fused);
     TensorList gpu_out = run_core(in, p, w, AscenderBackend::Fused, gpu);
@@ -954,13 +966,17 @@ TEST_CASE("AscenderAttention fused CUDA kernels: forward and every gradient equa
     }
   }
   setenv("ASC_ASCENDER_SCRATCH_MB", "lots", 1);
-  check_error([&] { run_core(make_inputs(1, 1, 700, 330), make_args(1, 331), randn64({1, 1, 700, 4}, false, 332),
-                             AscenderBackend::Fused, gpu); },
-              {"ASC_ASCENDER_SCRATCH_MB must be a positive number of MiB, got 'lots'"});
+  check_error(
+      [&] {
+        run_core(make_inputs(1, 1, 700, 330), make_args(1, 331), randn64({1, 1, 700, 4}, false, 332),
+                 AscenderBackend::Fused, gpu);
+      },
+      {"ASC_ASCENDER_SCRATCH_MB must be a positive number of MiB, got 'lots'"});
 }
 
-TEST_CASE("AscenderAttention in deterministic mode on CUDA: the reference runs instead of the atomicAdd backward, "
-          "and its gradients repeat bit for bit and equal the CPU's") {
+TEST_CASE(
+    "AscenderAttention in deterministic mode on CUDA: the reference runs instead of the atomicAdd backward, "
+    "and its gradients repeat bit for bit and equal the CPU's") {
   if (!cuda::is_available()) {
     MESSAGE("no CUDA device: skipped (the emulator build runs it)");
     return;
@@ -989,9 +1005,9 @@ TEST_CASE("AscenderAttention in deterministic mode on CUDA: the reference runs i
     BackendScope scope(AscenderBackend::Fused);
     const AscenderCoreArgs pg = args_to(p, gpu);
     Tensor q = in.q.to(gpu).set_requires_grad(true);
-    CHECK_THROWS_WITH_AS(ascender_attention(q, in.k_rot.to(gpu), in.k.to(gpu), in.v.to(gpu), in.z.to(gpu),
-                                            in.e.to(gpu), pg),
-                         doctest::Contains("deterministic mode"), Error);
+    CHECK_THROWS_WITH_AS(
+        ascender_attention(q, in.k_rot.to(gpu), in.k.to(gpu), in.v.to(gpu), in.z.to(gpu), in.e.to(gpu), pg),
+        doctest::Contains("deterministic mode"), Error);
   }
   use_deterministic_algorithms(false);
   const TensorList cpu = run_core(in, p, w, AscenderBackend::Reference);

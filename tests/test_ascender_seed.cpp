@@ -6,9 +6,9 @@
 // This test is the proof that the op set suffices to write ASCender.
 //
 // Choices where the seeds leave room (and the naive reference follows them): phi_ij includes j == i, as in the
-// seed's formula and the 001 PyTorch reference; rho_i excludes l == i (docs/ascender.md §4); the cohesion centroid and its
-// variance sum over every l including i (docs/ascender.md §5); softmax is composed as exp(T - c) / sum exp(T - c) with c a
-// detached per-row maximum (from topk with k = 1), since the softmax op belongs to another group.
+// seed's formula and the 001 PyTorch reference; rho_i excludes l == i (docs/ascender.md §4); the cohesion centroid and
+// its variance sum over every l including i (docs/ascender.md §5); softmax is composed as exp(T - c) / sum exp(T - c)
+// with c a detached per-row maximum (from topk with k = 1), since the softmax op belongs to another group.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -55,11 +55,11 @@ AscOut ascender_head(const Tensor& X, const Tensor& WQ, const Tensor& WK, const 
   Tensor w_coh = exp(div(neg(d2), p.tau_coh));
 
   // (3) alignment
-  Tensor k_hat = normalize_rows(K);                       // (n, d)
-  Tensor k_sum = matmul(M, k_hat);                        // sum over the neighbours, (n, d)
-  Tensor k_bar = div(k_sum, static_cast<double>(p.k));    // mean unit key of the neighbours
+  Tensor k_hat = normalize_rows(K);                     // (n, d)
+  Tensor k_sum = matmul(M, k_hat);                      // sum over the neighbours, (n, d)
+  Tensor k_bar = div(k_sum, static_cast<double>(p.k));  // mean unit key of the neighbours
   Tensor u = normalize_rows(k_sum);
-  Tensor r_align = matmul(u, k_hat.t());                  // r[i, j] = k_hat[j] . u[i]
+  Tensor r_align = matmul(u, k_hat.t());                             // r[i, j] = k_hat[j] . u[i]
   Tensor var_align = rsub(1.0, sum(mul(k_bar, k_bar), {-1}, true));  // (n, 1): 1 - ||k_bar||^2
   Tensor gate_align = sigmoid(mul(var_align, -p.alpha_align));
   Tensor b_align = mul(mul(gate_align, r_align), p.lambda_align);
@@ -72,9 +72,9 @@ AscOut ascender_head(const Tensor& X, const Tensor& WQ, const Tensor& WK, const 
   Tensor b_sep = mul(mul(eta, phi), -p.lambda_sep);
 
   // (5) cohesion
-  Tensor w_row = sum(w_coh, {-1}, true);                 // (n, 1)
-  Tensor C = div(matmul(w_coh, Z), w_row);               // weighted centroids c_i, (n, d_z)
-  Tensor dc = pairwise_sqdist(C, Z);                     // dc[i, j] = ||z_j - c_i||^2
+  Tensor w_row = sum(w_coh, {-1}, true);    // (n, 1)
+  Tensor C = div(matmul(w_coh, Z), w_row);  // weighted centroids c_i, (n, d_z)
+  Tensor dc = pairwise_sqdist(C, Z);        // dc[i, j] = ||z_j - c_i||^2
   Tensor var_coh = div(sum(mul(w_coh, dc), {-1}, true), w_row);
   Tensor gate_coh = sigmoid(mul(var_coh, -p.alpha_coh));
   Tensor b_coh = mul(mul(gate_coh, neg(dc)), p.lambda_coh / p.tau_coh);
@@ -97,9 +97,9 @@ using Vec = std::vector<double>;
 
 struct NaiveOut {
   Vec S_base, b_align, b_sep, b_coh, S, A, Y;
-  Vec a, rho;                                  // for the margin checks
-  std::vector<std::vector<int64_t>> nbr;        // neighbour lists
-  std::vector<std::vector<int64_t>> order;      // every j != i sorted by affinity
+  Vec a, rho;                               // for the margin checks
+  std::vector<std::vector<int64_t>> nbr;    // neighbour lists
+  std::vector<std::vector<int64_t>> order;  // every j != i sorted by affinity
 };
 
 Vec naive_mm(const Vec& A, const Vec& B, int64_t n, int64_t p, int64_t m) {
@@ -232,7 +232,8 @@ struct Inputs {
 };
 
 Inputs make_inputs(uint64_t seed) {
-  return {randn64({n, dm}, true, seed), mul(randn64({dm, d}, false, seed + 1), 0.6).set_requires_grad(true),
+  return {randn64({n, dm}, true, seed),
+          mul(randn64({dm, d}, false, seed + 1), 0.6).set_requires_grad(true),
           mul(randn64({dm, d}, false, seed + 2), 0.6).set_requires_grad(true),
           mul(randn64({dm, d}, false, seed + 3), 0.6).set_requires_grad(true),
           mul(randn64({dm, dz}, false, seed + 4), 0.5).set_requires_grad(true),
@@ -259,9 +260,9 @@ double pick_kappa(const Vec& rho) {
 void require_margins(const NaiveOut& o, const AscParams& p) {
   for (int64_t i = 0; i < n; ++i) {
     const auto& js = o.order[i];
-    REQUIRE(o.a[i * n + js[p.k - 1]] - o.a[i * n + js[p.k]] > 1e-3);  // no top-k tie at the boundary
+    REQUIRE(o.a[i * n + js[p.k - 1]] - o.a[i * n + js[p.k]] > 1e-3);                     // no top-k tie at the boundary
     for (int64_t j = 0; j < n; ++j) REQUIRE(std::abs(o.a[i * n + j] - p.delta) > 1e-3);  // relu(a - delta) kink
-    REQUIRE(std::abs(o.rho[i] / p.kappa - 1.0) > 1e-3);                                   // min(1, rho/kappa) kink
+    REQUIRE(std::abs(o.rho[i] / p.kappa - 1.0) > 1e-3);                                  // min(1, rho/kappa) kink
   }
 }
 
@@ -327,9 +328,8 @@ TEST_CASE("ASCender seed head: gradcheck of Y w.r.t. X, W_Q, W_K, W_V, U, P (flo
     AscParams p;
     p.kappa = pick_kappa(naive_of(in, p).rho);
     require_margins(naive_of(in, p), p);
-    check_grad(
-        [p](const TensorList& t) { return TensorList{ascender_head(t[0], t[1], t[2], t[3], t[4], t[5], p).Y}; },
-        in.list());
+    check_grad([p](const TensorList& t) { return TensorList{ascender_head(t[0], t[1], t[2], t[3], t[4], t[5], p).Y}; },
+               in.list());
     // A scalar loss through the whole head reaches every parameter.
     Tensor loss = sum(mul(ascender_head(in.X, in.WQ, in.WK, in.WV, in.U, in.P, p).Y, randn64({n, d}, false, 9)));
     loss.backward();

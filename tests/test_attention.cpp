@@ -99,7 +99,8 @@ TEST_CASE("MultiHeadAttention: self-attention forward and weights match naive lo
     auto m = make_mha(8, 2, rope);
     Tensor x = randn64({2, 5, 8});
     Tensor y = m->attend(x, {.need_weights = true});
-    auto ref = naive_mha(*m, x, x, [](auto...) { return true; }, [](auto...) { return 0.0; });
+    auto ref = naive_mha(
+        *m, x, x, [](auto...) { return true; }, [](auto...) { return 0.0; });
     check_close(y, ref.y, 1e-10, 1e-9);
     check_close(m->attention_weights(), ref.probs, 1e-12, 1e-9);
     CHECK(m->attention_weights().shape() == Shape{2, 2, 5, 5});
@@ -130,7 +131,7 @@ TEST_CASE("MultiHeadAttention: padding mask, causal mask and additive bias match
 TEST_CASE("MultiHeadAttention: fully masked rows give a zero attention output, never NaN") {
   auto m = make_mha(4, 1);
   Tensor x = randn64({1, 3, 4});
-  Tensor valid = tensor(std::vector<int64_t>{0, 1, 1}, {1, 3}).to(kBool) ;
+  Tensor valid = tensor(std::vector<int64_t>{0, 1, 1}, {1, 3}).to(kBool);
   // causal + key 0 padded: query 0 sees nothing.
   Tensor y = m->attend(x, {.key_padding_mask = valid, .causal = true, .need_weights = true});
   auto ref = naive_mha(
@@ -169,8 +170,11 @@ TEST_CASE("MultiHeadAttention: bad configuration and input are clear errors") {
   check_error([] { nn::MultiHeadAttention(nn::MultiHeadAttentionOptions(6, 2).rope(true)); }, {"RoPE", "even"});
   auto m = make_mha(8, 2);
   check_error([&] { m->attend(randn64({2, 5, 7}), {}); }, {"MultiHeadAttention", "[2, 5, 7]"});
-  check_error([&] { m->attend(randn64({2, 5, 8}), {.key_padding_mask = ones({2, 4}).to(kBool)}); },
-              {"key_padding_mask", "[2, 4]"});
+  check_error(
+      [&] {
+        m->attend(randn64({2, 5, 8}), {.key_padding_mask = ones({2, 4}).to(kBool)});
+      },
+      {"key_padding_mask", "[2, 4]"});
   check_error([&] { m->attend(randn64({2, 5, 8}), {.key_padding_mask = ones({2, 5})}); }, {"key_padding_mask", "bool"});
   check_error([&] { m->attend(randn64({2, 5, 8}), {.context = randn64({3, 5, 8})}); }, {"context", "[3, 5, 8]"});
 }
@@ -194,8 +198,10 @@ Vec naive_block(nn::TransformerEncoderBlock& blk, const Tensor& x, bool causal) 
   auto ln = [&](const Vec& v, nn::LayerNorm& n) { return naive_layer_norm(v, B * T, D, n.weight, n.bias, 1e-5); };
   auto attn = [&](const Vec& v) {
     Tensor t = tensor(v, {B, T, D});
-    return naive_mha(mha, t, t, [&](int64_t, int64_t tq, int64_t s) { return !causal || s <= tq; },
-                     [](auto...) { return 0.0; }).y;
+    return naive_mha(
+               mha, t, t, [&](int64_t, int64_t tq, int64_t s) { return !causal || s <= tq; },
+               [](auto...) { return 0.0; })
+        .y;
   };
   auto ffn = [&](const Vec& v) {
     Vec h = naive_linear(v, B * T, D, blk.linear1->weight, blk.linear1->bias);

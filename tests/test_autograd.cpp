@@ -7,9 +7,9 @@ using namespace asc::testing;
 
 TEST_CASE("diamond graph: both paths are summed before the shared node runs") {
   Tensor x = tensor({2.0}, {.dtype = kFloat64, .requires_grad = true});
-  Tensor a = x * 3.0;      // a = 3x
-  Tensor b = a * a;        // b = 9x^2
-  Tensor c = exp(a * 0.1); // c = exp(0.3x)
+  Tensor a = x * 3.0;       // a = 3x
+  Tensor b = a * a;         // b = 9x^2
+  Tensor c = exp(a * 0.1);  // c = exp(0.3x)
   Tensor y = b + c;
   y.backward();
   double expected = 18.0 * 2.0 + 0.3 * std::exp(0.6);
@@ -51,12 +51,18 @@ TEST_CASE("no-grad mode records nothing; detach cuts the graph") {
 
 TEST_CASE("views propagate gradients") {
   Tensor x = randn64({3, 4}, true);
-  check_grad([](const TensorList& in) {
-    const Tensor& t = in[0];
-    return TensorList{t.transpose(0, 1).reshape({2, 6}) * 2.0 + t.slice(1, 1, 4, 2).sum() +
-                      t.select(0, 1).unsqueeze(0).expand({2, 4}).sum() + t.narrow(0, 1, 2).flatten().sum()};
-  }, {x});
-  check_grad([](const TensorList& in) { return TensorList{in[0].permute({1, 0}).contiguous().view({12}).squeeze()}; }, {x});
+  check_grad(
+      [](const TensorList& in) {
+        const Tensor& t = in[0];
+        return TensorList{t.transpose(0, 1).reshape({2, 6}) * 2.0 + t.slice(1, 1, 4, 2).sum() +
+                          t.select(0, 1).unsqueeze(0).expand({2, 4}).sum() + t.narrow(0, 1, 2).flatten().sum()};
+      },
+      {x});
+  check_grad(
+      [](const TensorList& in) {
+        return TensorList{in[0].permute({1, 0}).contiguous().view({12}).squeeze()};
+      },
+      {x});
   check_grad([](const TensorList& in) { return TensorList{in[0].to(kFloat32).to(kFloat64) * in[0]}; }, {x},
              {.eps = 1e-3, .atol = 1e-3, .rtol = 1e-3});
 }
@@ -174,7 +180,7 @@ TEST_CASE("graph memory is released after backward") {
   }
   CHECK(!inter.expired());  // only the graph's saved tensors keep h's storage alive now
   y.backward();
-  CHECK(inter.expired());   // backward released them
+  CHECK(inter.expired());  // backward released them
 }
 
 TEST_CASE("autograd::grad returns gradients without touching .grad") {
@@ -190,8 +196,8 @@ TEST_CASE("gradcheck detects a wrong backward") {
     static Tensor forward(autograd::Context&, const Tensor& x) { return x * x; }
     static TensorList backward(autograd::Context&, const TensorList& g) { return {g[0]}; }  // should be 2x g
   };
-  auto r = autograd::gradcheck([](const TensorList& in) { return TensorList{Wrong::apply(in[0])}; },
-                               {randn64({3}, true)});
+  auto r =
+      autograd::gradcheck([](const TensorList& in) { return TensorList{Wrong::apply(in[0])}; }, {randn64({3}, true)});
   CHECK(!r.ok);
   CHECK(r.message.find("analytical") != std::string::npos);
 }

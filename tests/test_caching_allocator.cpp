@@ -21,7 +21,6 @@
 #include "cuda/caching_allocator.h"
 #include "cuda/cuda.h"
 
-
 using asc::cuda::CachingAllocator;
 using asc::cuda::MemoryStats;
 using State = CachingAllocator::BlockState;
@@ -185,13 +184,12 @@ TEST_CASE("caching allocator: splitting, best fit and coalescing") {
   auto snap = a.snapshot();
   REQUIRE(snap.size() == 1);
   CHECK(blocks_of(snap[0]) == std::vector<B>{{0, 1024, State::Live},
-                                              {1024, 1024, State::Free},
-                                              {2048, 1024, State::Live},
-                                              {3072, 2 * MiB - 3072, State::Free}});
+                                             {1024, 1024, State::Free},
+                                             {2048, 1024, State::Live},
+                                             {3072, 2 * MiB - 3072, State::Free}});
   a.free(x);  // merges with the free block after it
-  CHECK(blocks_of(a.snapshot()[0]) == std::vector<B>{{0, 2048, State::Free},
-                                                      {2048, 1024, State::Live},
-                                                      {3072, 2 * MiB - 3072, State::Free}});
+  CHECK(blocks_of(a.snapshot()[0]) ==
+        std::vector<B>{{0, 2048, State::Free}, {2048, 1024, State::Live}, {3072, 2 * MiB - 3072, State::Free}});
   void* w = a.malloc(2048, 0);  // best fit: the 2048 hole, not the big tail
   CHECK(w == x);
   a.free(w);
@@ -208,11 +206,11 @@ TEST_CASE("caching allocator: splitting, best fit and coalescing") {
   void* m = a.malloc(1500, 0);
   CHECK(m == h2);
   CHECK(blocks_of(a.snapshot()[0]) == std::vector<B>{{0, 4096, State::Free},
-                                                      {4096, 512, State::Live},
-                                                      {4608, 1536, State::Live},
-                                                      {6144, 512, State::Free},
-                                                      {6656, 512, State::Live},
-                                                      {7168, 2 * MiB - 7168, State::Free}});
+                                                     {4096, 512, State::Live},
+                                                     {4608, 1536, State::Live},
+                                                     {6144, 512, State::Free},
+                                                     {6656, 512, State::Live},
+                                                     {7168, 2 * MiB - 7168, State::Free}});
   a.free(m);
   a.free(s1);
   a.free(s2);
@@ -297,12 +295,12 @@ TEST_CASE("caching allocator: exact statistics, peaks and reset") {
 TEST_CASE("caching allocator: empty_cache returns exactly the fully free segments") {
   MockMemory mem;
   CachingAllocator a(&mem);
-  void* live_small = a.malloc(4096, 0);   // segment A (stream 0, small): stays partly used
-  void* freed_small = a.malloc(4096, 5);  // segment B (stream 5, small): becomes fully free
-  void* large0 = a.malloc(3 * MiB, 0);    // segment C (stream 0, large 4 MiB): freed
-  void* large7 = a.malloc(8 * MiB, 7);    // segment D (stream 7, large 8 MiB): freed
+  void* live_small = a.malloc(4096, 0);     // segment A (stream 0, small): stays partly used
+  void* freed_small = a.malloc(4096, 5);    // segment B (stream 5, small): becomes fully free
+  void* large0 = a.malloc(3 * MiB, 0);      // segment C (stream 0, large 4 MiB): freed
+  void* large7 = a.malloc(8 * MiB, 7);      // segment D (stream 7, large 8 MiB): freed
   void* large_live = a.malloc(2 * MiB, 0);  // segment E (stream 0, large 2 MiB): stays live
-  void* tmp = a.malloc(8192, 0);           // second block of segment A, freed
+  void* tmp = a.malloc(8192, 0);            // second block of segment A, freed
   CHECK(mem.live.size() == 5);
   a.free(freed_small);
   a.free(large0);
@@ -340,9 +338,9 @@ TEST_CASE("caching allocator: a steady training loop makes no device malloc afte
     std::mt19937 rng(seed);
     auto draw = [&] {
       int kind = static_cast<int>(rng() % 10);
-      if (kind < 4) return size_t{64} + rng() % (64 * KiB);            // biases, norms, small temporaries
-      if (kind < 8) return size_t{100 * KiB} + rng() % (900 * KiB);    // medium activations
-      return size_t{1 * MiB} + rng() % (24 * MiB);                      // big activations / weights
+      if (kind < 4) return size_t{64} + rng() % (64 * KiB);          // biases, norms, small temporaries
+      if (kind < 8) return size_t{100 * KiB} + rng() % (900 * KiB);  // medium activations
+      return size_t{1 * MiB} + rng() % (24 * MiB);                   // big activations / weights
     };
     std::vector<size_t> params(8), acts(20), temps(10), grads(12);
     for (auto* v : {&params, &acts, &temps, &grads})
@@ -613,8 +611,9 @@ TEST_CASE("caching allocator: concurrent allocations from several threads") {
 // The real thing: CUDA storages come from the caching allocator. Runs only where a GPU is present.
 TEST_CASE("cuda caching allocator: tensors reuse cached device memory (GPU)") {
   if (!asc::cuda::is_available()) {
-    MESSAGE("skipped: no CUDA device available (this build or machine has none); the policy tests above ran on "
-            "the mock backend");
+    MESSAGE(
+        "skipped: no CUDA device available (this build or machine has none); the policy tests above ran on "
+        "the mock backend");
     MemoryStats st = asc::cuda::memory_stats();
     CHECK(st.allocated == 0);
     CHECK(st.num_device_mallocs == 0);

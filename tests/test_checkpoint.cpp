@@ -18,7 +18,12 @@ namespace {
 auto make_model(int64_t d_model = 16, const std::string& attention = "dense") {
   // With ASCender attention the schedule's step counter (ω warm-up, separation from step 4) is part of the state.
   return std::make_shared<models::TransformerClassifier>(
-      models::TransformerClassifierOptions(8, 6, 3).d_model(d_model).heads(2).layers(1).ffn(32).dropout(0.2)
+      models::TransformerClassifierOptions(8, 6, 3)
+          .d_model(d_model)
+          .heads(2)
+          .layers(1)
+          .ffn(32)
+          .dropout(0.2)
           .attention(attention)
           .ascender(nn::AscenderAttentionOptions(d_model, 2).k({2}).warmup_steps(6).sep_start_step(4).aux_coh(0.1)));
 }
@@ -37,10 +42,12 @@ struct Run {
     manual_seed(seed);
     model = make_model(16, attention);
     opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
-    sched = std::make_unique<optim::WarmupCosine>(*opt, optim::WarmupCosineOptions{.warmup_steps = 3, .total_steps = 12});
+    sched =
+        std::make_unique<optim::WarmupCosine>(*opt, optim::WarmupCosineOptions{.warmup_steps = 3, .total_steps = 12});
   }
-  TrainingState state() { return {.model = model.get(), .optimizer = opt.get(), .scheduler = sched.get(),
-                                  .generator = &default_generator()}; }
+  TrainingState state() {
+    return {.model = model.get(), .optimizer = opt.get(), .scheduler = sched.get(), .generator = &default_generator()};
+  }
   std::vector<double> train(int from, int to) {
     std::vector<double> losses;
     for (int i = from; i < to; ++i) {
@@ -181,7 +188,8 @@ TEST_CASE("gradient checkpointing: an empty segment, a recomputation that differ
     return calls == 1 ? TensorList{in[0] * 2.0} : TensorList{in[0] * 2.0, in[0]};
   };
   TensorList out = checkpoint(changing, {x});
-  testing::check_error([&] { sum(out[0]).backward(); }, {"recomputed segment returned 2 outputs, the forward returned 1"});
+  testing::check_error([&] { sum(out[0]).backward(); },
+                       {"recomputed segment returned 2 outputs, the forward returned 1"});
   calls = 0;
   auto reshaping = [&](const TensorList& in) {
     ++calls;

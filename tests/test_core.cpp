@@ -181,6 +181,11 @@ TEST_CASE("device errors are clear when no CUDA device exists") {
 
 TEST_CASE("shape errors name the op and the shapes") {
   check_error([] { tensor({1, 2, 3}, {3}) + tensor({1, 2}, {2}); }, {"add", "[3]", "[2]", "broadcastable"});
-  check_error([] { Dims d; for (int i = 0; i < 9; ++i) d.push_back(1); }, {"at most 8"});
+  check_error(
+      [] {
+        Dims d;
+        for (int i = 0; i < 9; ++i) d.push_back(1);
+      },
+      {"at most 8"});
   check_error([] { ones({2}).item<float>(); }, {"item", "[2]"});
 }

@@ -44,8 +44,11 @@ TEST_CASE("without the CUDA backend library the CUDA API says so and answers no"
 }
 
 TEST_CASE("without the CUDA backend library no CUDA tensor is made, and ops refuse one") {
-  testing::check_error([] { (void)Tensor::empty({2, 3}, {.device = Device::cuda()}); },
-                       {"no CUDA device", "ascender::cuda"});
+  testing::check_error(
+      [] {
+        (void)Tensor::empty({2, 3}, {.device = Device::cuda()});
+      },
+      {"no CUDA device", "ascender::cuda"});
   testing::check_error([] { (void)ones({2}).to(Device::cuda()); }, {"no CUDA device"});
 
   static HostMemoryAsCuda fake;

@@ -1,8 +1,9 @@
 // The fused attention paths on CUDA of nn::scaled_dot_product_attention — cuDNN flash attention
 // (cuda/cudnn_sdpa.cpp) and our tiled flash kernels (cuda/flash_attention.cu): when each is chosen and why not, and
-// their forward and backward against the composed path computed in float64 on the CPU from the same rounded inputs. Under the CUDA emulator the cuDNN graphs are interpreted op by op
-// (tests/cuda_emu/cudnn.cpp), which checks the graphs' wiring and math; whether a given cuDNN release accepts them is
-// shown only on a GPU (tools/gpu_check.sh). GPU cases skip, saying so, where no CUDA device is present.
+// their forward and backward against the composed path computed in float64 on the CPU from the same rounded inputs.
+// Under the CUDA emulator the cuDNN graphs are interpreted op by op (tests/cuda_emu/cudnn.cpp), which checks the
+// graphs' wiring and math; whether a given cuDNN release accepts them is shown only on a GPU (tools/gpu_check.sh). GPU
+// cases skip, saying so, where no CUDA device is present.
 #include <cmath>
 
 #include "ascender.h"
@@ -123,7 +124,8 @@ TEST_CASE("fused attention: when the fused kernels are used, and why not") {
   // What cuDNN does not take runs the flash kernel (float32, head dims cuDNN refuses, masks, a bias, causal T != S,
   // D not innermost) up to its head-dim limit; beyond it, the composed ops.
   const std::string flash = "fused (CUDA flash kernel)";
-  CHECK(nn::sdpa_choice(cu({2, 2, 8, 16}, kFloat32), cu({2, 2, 8, 16}, kFloat32), cu({2, 2, 8, 16}, kFloat32)) == flash);
+  CHECK(nn::sdpa_choice(cu({2, 2, 8, 16}, kFloat32), cu({2, 2, 8, 16}, kFloat32), cu({2, 2, 8, 16}, kFloat32)) ==
+        flash);
   CHECK(nn::sdpa_choice(cu({1, 1, 8, 12}), cu({1, 1, 8, 12}), cu({1, 1, 8, 12})) == flash);
   CHECK(nn::sdpa_choice(cu({1, 1, 8, 136}), cu({1, 1, 8, 136}), cu({1, 1, 8, 136}))
             .starts_with("math: head dim 136 (the flash kernel takes up to 128 in bfloat16); cuDNN: head dim 136"));
@@ -242,14 +244,15 @@ void check_flash(DType dt, int64_t B, int64_t H, int64_t T, int64_t S, int64_t D
 
 }  // namespace
 
-TEST_CASE("CUDA flash kernel: forward and gradients equal float64 math (float64, float32, bf16; masks, bias, causal "
-          "with T <, =, > S; partial tiles; heads-last)") {
+TEST_CASE(
+    "CUDA flash kernel: forward and gradients equal float64 math (float64, float32, bf16; masks, bias, causal "
+    "with T <, =, > S; partial tiles; heads-last)") {
   if (!gpu_or_skip()) return;
   // Sizes cross the tiles: 16 query rows per forward block, 8 per dq block, 8 keys per dk/dv block, tiles of 32.
   check_flash(kFloat64, 2, 2, 37, 45, 24, false, 0, false, false);
   check_flash(kFloat64, 2, 2, 37, 45, 40, false, 1, true, true);
   check_flash(kFloat64, 1, 3, 33, 33, 64, true, 2, false, false);
-  check_flash(kFloat64, 2, 1, 20, 50, 16, true, 1, true, true);   // T < S: query t sits at t + 30
+  check_flash(kFloat64, 2, 1, 20, 50, 16, true, 1, true, true);    // T < S: query t sits at t + 30
   check_flash(kFloat64, 1, 2, 50, 20, 16, true, 0, false, false);  // T > S: the first 30 rows see no key
   check_flash(kFloat32, 2, 2, 37, 45, 40, true, 2, true, true);
   check_flash(kFloat32, 1, 1, 70, 70, 128, false, 0, false, false);
@@ -260,7 +263,8 @@ TEST_CASE("CUDA flash kernel: empty inputs, and MultiHeadAttention in float32 on
   if (!gpu_or_skip()) return;
   const Device gpu = Device::cuda();
   for (auto [T, S] : {std::pair<int64_t, int64_t>{0, 5}, {4, 0}}) {
-    Tensor q = randn({1, 2, T, 8}).to(gpu).set_requires_grad(true), k = randn({1, 2, S, 8}).to(gpu).set_requires_grad(true);
+    Tensor q = randn({1, 2, T, 8}).to(gpu).set_requires_grad(true),
+           k = randn({1, 2, S, 8}).to(gpu).set_requires_grad(true);
     Tensor v = randn({1, 2, S, 8}).to(gpu).set_requires_grad(true);
     Tensor y = nn::scaled_dot_product_attention(q, k, v, nn::SdpaOptions{});
     CHECK(y.shape() == Shape{1, 2, T, 8});

@@ -43,13 +43,13 @@ Device gpu() {
 }
 
 // The guard every GPU case starts with.
-#define ASC_GPU_GUARD()                                                                       \
-  do {                                                                                        \
-    if (!asc::cuda::is_available()) {                                                         \
-      if (gpu_required()) FAIL("ASC_REQUIRE_GPU=1 but no CUDA device is available");          \
-      MESSAGE("no CUDA device: skipped");                                                     \
-      return;                                                                                 \
-    }                                                                                         \
+#define ASC_GPU_GUARD()                                                              \
+  do {                                                                               \
+    if (!asc::cuda::is_available()) {                                                \
+      if (gpu_required()) FAIL("ASC_REQUIRE_GPU=1 but no CUDA device is available"); \
+      MESSAGE("no CUDA device: skipped");                                            \
+      return;                                                                        \
+    }                                                                                \
   } while (0)
 
 enum class Kind { Normal, Positive, Index, Mask, Int };
@@ -327,7 +327,9 @@ TEST_CASE("cuda parity: unary ops") {
       {"rsub_scalar", {x}, [](const TensorList& a) { return one(rsub(2.0, a[0])); }},
       {"rdiv_scalar", {xp}, [](const TensorList& a) { return one(rdiv(2.0, a[0])); }},
       {"pow_scalar", {xp}, [](const TensorList& a) { return one(pow(a[0], 2.5)); }},
-      {"to_dtype_roundtrip", {x}, [](const TensorList& a) {
+      {"to_dtype_roundtrip",
+       {x},
+       [](const TensorList& a) {
          DType other = a[0].dtype() == kFloat32 ? kFloat64 : kFloat32;
          return one(a[0].to(other).to(a[0].dtype()));
        }},
@@ -340,8 +342,8 @@ TEST_CASE("cuda parity: unary ops") {
 
 TEST_CASE("cuda parity: binary ops and broadcasting") {
   // Same shapes, row broadcast, column broadcast, and a 3-D outer broadcast.
-  const std::vector<std::pair<Shape, Shape>> shapes = {{{4, 6}, {4, 6}}, {{4, 6}, {1, 6}}, {{4, 6}, {4, 1}},
-                                                       {{3, 1, 6}, {4, 6}}};
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{4, 6}, {4, 6}}, {{4, 6}, {1, 6}}, {{4, 6}, {4, 1}}, {{3, 1, 6}, {4, 6}}};
   std::vector<Case> cases;
   for (auto& [sa, sb] : shapes) {
     const std::string tag = fmt::format(" {}x{}", sa, sb);
@@ -353,29 +355,39 @@ TEST_CASE("cuda parity: binary ops and broadcasting") {
     cases.push_back({"pow" + tag, {ap, b}, [](const TensorList& t) { return one(pow(t[0], t[1])); }});
     cases.push_back({"maximum" + tag, {a, b}, [](const TensorList& t) { return one(maximum(t[0], t[1])); }});
     cases.push_back({"minimum" + tag, {a, b}, [](const TensorList& t) { return one(minimum(t[0], t[1])); }});
-    cases.push_back({"eq/ne/lt/le/gt/ge" + tag, {a, b}, [](const TensorList& t) {
+    cases.push_back({"eq/ne/lt/le/gt/ge" + tag,
+                     {a, b},
+                     [](const TensorList& t) {
                        return TensorList{eq(t[0], t[1]), ne(t[0], t[1]), lt(t[0], t[1]),
                                          le(t[0], t[1]), gt(t[0], t[1]), ge(t[0], t[1])};
-                     }, false});
-    cases.push_back({"where" + tag, {In{sa, Kind::Mask}, a, b},
-                     [](const TensorList& t) { return one(where(t[0], t[1], t[2])); }});
+                     },
+                     false});
+    cases.push_back(
+        {"where" + tag, {In{sa, Kind::Mask}, a, b}, [](const TensorList& t) { return one(where(t[0], t[1], t[2])); }});
   }
-  cases.push_back({"logical_and/or/not", {In{{4, 6}, Kind::Mask}, In{{1, 6}, Kind::Mask}}, [](const TensorList& t) {
+  cases.push_back({"logical_and/or/not",
+                   {In{{4, 6}, Kind::Mask}, In{{1, 6}, Kind::Mask}},
+                   [](const TensorList& t) {
                      return TensorList{logical_and(t[0], t[1]), logical_or(t[0], t[1]), logical_not(t[0])};
-                   }, false});
-  cases.push_back({"masked_fill", {In{{4, 6}}, In{{4, 6}, Kind::Mask}},
-                   [](const TensorList& t) { return one(masked_fill(t[0], t[1], -2.5)); }});
+                   },
+                   false});
+  cases.push_back({"masked_fill", {In{{4, 6}}, In{{4, 6}, Kind::Mask}}, [](const TensorList& t) {
+                     return one(masked_fill(t[0], t[1], -2.5));
+                   }});
   cases.push_back({"expand+copy_", {In{{1, 6}}}, [](const TensorList& t) {
                      Tensor dst = zeros({4, 6}, {.dtype = t[0].dtype(), .device = t[0].device()});
                      NoGradGuard ng;
                      dst.copy_(t[0].detach());
                      return TensorList{dst, t[0].expand({4, 6}).contiguous()};
                    }});
-  cases.push_back({"fill_", {In{{4, 6}}}, [](const TensorList& t) {
+  cases.push_back({"fill_",
+                   {In{{4, 6}}},
+                   [](const TensorList& t) {
                      Tensor d = t[0].detach().clone();
                      d.fill_(0.375);
                      return one(d);
-                   }, false});
+                   },
+                   false});
   run_family("binary", cases);
 }
 
@@ -386,26 +398,61 @@ TEST_CASE("cuda parity: reductions") {
   std::vector<Case> cases = {
       {"sum all", {x}, [](const TensorList& a) { return one(sum(a[0])); }},
       {"sum dim 1", {x}, [](const TensorList& a) { return one(sum(a[0], {1})); }},
-      {"sum dims 0,2 keepdim", {x}, [](const TensorList& a) { return one(sum(a[0], {0, 2}, true)); }},
+      {"sum dims 0,2 keepdim",
+       {x},
+       [](const TensorList& a) {
+         return one(sum(a[0], {0, 2}, true));
+       }},
       {"sum large", {In{{3, 3000}}}, [](const TensorList& a) { return one(sum(a[0], {1})); }},
       {"sum all large", {In{{257, 300}}}, [](const TensorList& a) { return one(sum(a[0])); }},
       {"mean", {x}, [](const TensorList& a) { return one(mean(a[0], {-1})); }},
       {"var", {x}, [](const TensorList& a) { return one(var(a[0], {1})); }},
-      {"std", {x}, [](const TensorList& a) { return one(asc::std(a[0], {0, 2})); }},
-      {"max dim", {x}, [](const TensorList& a) { auto r = max(a[0], 1); return TensorList{r.values, r.indices}; }},
-      {"min dim", {x}, [](const TensorList& a) { auto r = min(a[0], -1); return TensorList{r.values, r.indices}; }},
-      {"amax", {x}, [](const TensorList& a) { return one(amax(a[0], {0, 1})); }},
+      {"std",
+       {x},
+       [](const TensorList& a) {
+         return one(asc::std(a[0], {0, 2}));
+       }},
+      {"max dim",
+       {x},
+       [](const TensorList& a) {
+         auto r = max(a[0], 1);
+         return TensorList{r.values, r.indices};
+       }},
+      {"min dim",
+       {x},
+       [](const TensorList& a) {
+         auto r = min(a[0], -1);
+         return TensorList{r.values, r.indices};
+       }},
+      {"amax",
+       {x},
+       [](const TensorList& a) {
+         return one(amax(a[0], {0, 1}));
+       }},
       {"amin", {x}, [](const TensorList& a) { return one(amin(a[0])); }},
-      {"argmax/argmin", {x}, [](const TensorList& a) { return TensorList{argmax(a[0], 2), argmin(a[0], 0)}; },
+      {"argmax/argmin",
+       {x},
+       [](const TensorList& a) {
+         return TensorList{argmax(a[0], 2), argmin(a[0], 0)};
+       },
        false},
       {"logsumexp", {x}, [](const TensorList& a) { return one(logsumexp(a[0], {-1})); }},
       {"norm p=2", {x}, [](const TensorList& a) { return one(norm(a[0], 2.0, {1})); }},
       {"norm p=1", {x}, [](const TensorList& a) { return one(norm(a[0], 1.0, {2})); }},
       {"norm p=inf", {x}, [](const TensorList& a) { return one(norm(a[0], INFINITY, {2})); }},
       // Long rows take the block-per-row kernels (n > 256); a long middle dimension the strided max/min kernel.
-      {"max dim large", {In{{3, 2000}}}, [](const TensorList& a) { auto r = max(a[0], 1); return TensorList{r.values, r.indices}; }},
-      {"min middle dim large", {In{{4, 700, 3}}},
-       [](const TensorList& a) { auto r = min(a[0], 1); return TensorList{r.values, r.indices}; }},
+      {"max dim large",
+       {In{{3, 2000}}},
+       [](const TensorList& a) {
+         auto r = max(a[0], 1);
+         return TensorList{r.values, r.indices};
+       }},
+      {"min middle dim large",
+       {In{{4, 700, 3}}},
+       [](const TensorList& a) {
+         auto r = min(a[0], 1);
+         return TensorList{r.values, r.indices};
+       }},
       {"logsumexp large", {In{{3, 2000}}}, [](const TensorList& a) { return one(logsumexp(a[0], {-1})); }},
   };
   run_family("reductions", cases);
@@ -418,24 +465,28 @@ TEST_CASE("cuda parity: matmul and nn functional") {
       {"matmul 2d", {In{{5, 7}}, In{{7, 3}}}, [](const TensorList& a) { return one(matmul(a[0], a[1])); }},
       {"matmul batched", {In{{2, 5, 7}}, In{{2, 7, 3}}}, [](const TensorList& a) { return one(matmul(a[0], a[1])); }},
       {"matmul broadcast", {In{{2, 5, 7}}, In{{7, 3}}}, [](const TensorList& a) { return one(matmul(a[0], a[1])); }},
-      {"linear", {In{{4, 6}}, In{{3, 6}}, In{{3}}},
-       [](const TensorList& a) { return one(linear(a[0], a[1], a[2])); }},
+      {"linear", {In{{4, 6}}, In{{3, 6}}, In{{3}}}, [](const TensorList& a) { return one(linear(a[0], a[1], a[2])); }},
       {"softmax", {In{{4, 9}}}, [](const TensorList& a) { return one(softmax(a[0], -1)); }},
       {"softmax dim 0", {In{{4, 9}}}, [](const TensorList& a) { return one(softmax(a[0], 0)); }},
-      {"softmax masked", {In{{4, 9}}, In{{4, 9}, Kind::Mask}},
+      {"softmax masked",
+       {In{{4, 9}}, In{{4, 9}, Kind::Mask}},
        [](const TensorList& a) { return one(softmax(a[0], -1, a[1])); }},
       {"log_softmax", {In{{4, 9}}}, [](const TensorList& a) { return one(log_softmax(a[0], -1)); }},
-      {"log_softmax masked", {In{{4, 9}}, In{{4, 9}, Kind::Mask}},
+      {"log_softmax masked",
+       {In{{4, 9}}, In{{4, 9}, Kind::Mask}},
        [](const TensorList& a) { return one(log_softmax(a[0], -1, a[1])); }},
-      {"cross_entropy", {In{{6, 5}}, In{{6}, Kind::Index, 5}},
+      {"cross_entropy",
+       {In{{6, 5}}, In{{6}, Kind::Index, 5}},
        [](const TensorList& a) { return one(cross_entropy(a[0], a[1])); }},
-      {"cross_entropy smoothing+ignore+sum", {In{{6, 5}}, In{{6}, Kind::Index, 5}},
+      {"cross_entropy smoothing+ignore+sum",
+       {In{{6, 5}}, In{{6}, Kind::Index, 5}},
        [](const TensorList& a) {
          Tensor t = where(eq(a[1], 2.0), full({6}, -100.0, {.dtype = kInt64, .device = a[1].device()}), a[1]);
          return one(cross_entropy(a[0], t, {.label_smoothing = 0.1, .reduction = Reduction::Sum}));
        }},
       {"mse_loss", {In{{4, 6}}, In{{4, 6}}}, [](const TensorList& a) { return one(mse_loss(a[0], a[1])); }},
-      {"layer_norm", {In{{4, 8}}, In{{8}}, In{{8}}},
+      {"layer_norm",
+       {In{{4, 8}}, In{{8}}, In{{8}}},
        [](const TensorList& a) { return one(layer_norm(a[0], {8}, a[1], a[2])); }},
       {"layer_norm no affine", {In{{3, 4, 8}}}, [](const TensorList& a) { return one(layer_norm(a[0], {8})); }},
       {"rms_norm", {In{{4, 8}}, In{{8}}}, [](const TensorList& a) { return one(rms_norm(a[0], {8}, a[1])); }},
@@ -443,15 +494,20 @@ TEST_CASE("cuda parity: matmul and nn functional") {
       // sizes are not multiples of anything.
       {"matmul odd sizes", {In{{33, 65}}, In{{65, 17}}}, [](const TensorList& a) { return one(matmul(a[0], a[1])); }},
       {"softmax long rows", {In{{3, 700}}}, [](const TensorList& a) { return one(softmax(a[0], -1)); }},
-      {"log_softmax masked long rows", {In{{3, 700}}, In{{3, 700}, Kind::Mask}},
+      {"log_softmax masked long rows",
+       {In{{3, 700}}, In{{3, 700}, Kind::Mask}},
        [](const TensorList& a) { return one(log_softmax(a[0], -1, a[1])); }},
-      {"cross_entropy many classes", {In{{4, 600}}, In{{4}, Kind::Index, 600}},
+      {"cross_entropy many classes",
+       {In{{4, 600}}, In{{4}, Kind::Index, 600}},
        [](const TensorList& a) { return one(cross_entropy(a[0], a[1])); }},
-      {"layer_norm long rows", {In{{3, 1000}}, In{{1000}}, In{{1000}}},
+      {"layer_norm long rows",
+       {In{{3, 1000}}, In{{1000}}, In{{1000}}},
        [](const TensorList& a) { return one(layer_norm(a[0], {1000}, a[1], a[2])); }},
-      {"layer_norm many rows", {In{{600, 24}}, In{{24}}, In{{24}}},
+      {"layer_norm many rows",
+       {In{{600, 24}}, In{{24}}, In{{24}}},
        [](const TensorList& a) { return one(layer_norm(a[0], {24}, a[1], a[2])); }},
-      {"rms_norm long rows", {In{{3, 1000}}, In{{1000}}},
+      {"rms_norm long rows",
+       {In{{3, 1000}}, In{{1000}}},
        [](const TensorList& a) { return one(rms_norm(a[0], {1000}, a[1])); }},
   };
   run_family("matmul/nn", cases);
@@ -461,59 +517,103 @@ TEST_CASE("cuda parity: matmul and nn functional") {
 
 TEST_CASE("cuda parity: geometry and indexing ops") {
   std::vector<Case> cases = {
-      {"topk", {In{{4, 9}}}, [](const TensorList& a) { auto r = topk(a[0], 3); return TensorList{r.values, r.indices}; }},
-      {"topk smallest no-diag", {In{{2, 6, 6}}}, [](const TensorList& a) {
+      {"topk",
+       {In{{4, 9}}},
+       [](const TensorList& a) {
+         auto r = topk(a[0], 3);
+         return TensorList{r.values, r.indices};
+       }},
+      {"topk smallest no-diag",
+       {In{{2, 6, 6}}},
+       [](const TensorList& a) {
          auto r = topk(a[0], 2, {.largest = false, .exclude_diagonal = true});
          return TensorList{r.values, r.indices};
        }},
-      {"topk masked", {In{{2, 6, 6}}, In{{2, 6, 6}, Kind::Mask}}, [](const TensorList& a) {
+      {"topk masked",
+       {In{{2, 6, 6}}, In{{2, 6, 6}, Kind::Mask}},
+       [](const TensorList& a) {
          Tensor m = logical_or(a[1], eye(6, {.dtype = kBool, .device = a[1].device()}));  // >= 1 selectable per row
          auto r = topk(a[0], 1, {.mask = m});
          return TensorList{r.values, r.indices};
        }},
-      {"pairwise_sqdist", {In{{5, 3}}, In{{4, 3}}},
+      {"pairwise_sqdist",
+       {In{{5, 3}}, In{{4, 3}}},
        [](const TensorList& a) { return one(pairwise_sqdist(a[0], a[1])); }},
-      {"cosine_similarity_matrix", {In{{5, 3}}, In{{4, 3}}},
+      {"cosine_similarity_matrix",
+       {In{{5, 3}}, In{{4, 3}}},
        [](const TensorList& a) { return one(cosine_similarity_matrix(a[0], a[1])); }},
       {"normalize_rows", {In{{5, 4}}}, [](const TensorList& a) { return one(normalize_rows(a[0])); }},
       {"row_standardize", {In{{5, 6}}}, [](const TensorList& a) { return one(row_standardize(a[0])); }},
-      {"row_standardize masked", {In{{5, 6}}, In{{5, 6}, Kind::Mask}},
+      {"row_standardize masked",
+       {In{{5, 6}}, In{{5, 6}, Kind::Mask}},
        [](const TensorList& a) { return one(row_standardize(a[0], a[1])); }},
-      {"hard_gate surrogate", {In{{5, 6}}, In{{1, 6}}}, [](const TensorList& a) {
+      {"hard_gate surrogate",
+       {In{{5, 6}}, In{{1, 6}}},
+       [](const TensorList& a) {
          return one(hard_gate(a[0], a[1], {.mode = GateBackward::Surrogate, .surrogate = "sigmoid", .width = 2.0}));
        }},
       // Long rows: 64 / 128 threads per row, lists of 32, and k > 32 in two passes over the row.
-      {"topk long rows k=20", {In{{3, 1500}}},
-       [](const TensorList& a) { auto r = topk(a[0], 20); return TensorList{r.values, r.indices}; }},
-      {"topk long rows k=40", {In{{2, 3000}}},
-       [](const TensorList& a) { auto r = topk(a[0], 40); return TensorList{r.values, r.indices}; }},
-      {"topk masked long rows", {In{{2, 1500}}, In{{2, 1500}, Kind::Mask}}, [](const TensorList& a) {
+      {"topk long rows k=20",
+       {In{{3, 1500}}},
+       [](const TensorList& a) {
+         auto r = topk(a[0], 20);
+         return TensorList{r.values, r.indices};
+       }},
+      {"topk long rows k=40",
+       {In{{2, 3000}}},
+       [](const TensorList& a) {
+         auto r = topk(a[0], 40);
+         return TensorList{r.values, r.indices};
+       }},
+      {"topk masked long rows",
+       {In{{2, 1500}}, In{{2, 1500}, Kind::Mask}},
+       [](const TensorList& a) {
          auto r = topk(a[0], 5, {.largest = false, .mask = a[1]});
          return TensorList{r.values, r.indices};
        }},
       {"normalize_rows long rows", {In{{4, 700}}}, [](const TensorList& a) { return one(normalize_rows(a[0])); }},
-      {"row_standardize masked long rows", {In{{4, 700}}, In{{4, 700}, Kind::Mask}},
+      {"row_standardize masked long rows",
+       {In{{4, 700}}, In{{4, 700}, Kind::Mask}},
        [](const TensorList& a) { return one(row_standardize(a[0], a[1])); }},
-      {"index_select", {In{{5, 6}}, In{{4}, Kind::Index, 5}},
+      {"index_select",
+       {In{{5, 6}}, In{{4}, Kind::Index, 5}},
        [](const TensorList& a) { return one(index_select(a[0], 0, a[1])); }},
-      {"gather", {In{{5, 6}}, In{{5, 3}, Kind::Index, 6}}, [](const TensorList& a) { return one(gather(a[0], 1, a[1])); }},
-      {"scatter_add", {In{{5, 6}}, In{{5, 3}, Kind::Index, 6}, In{{5, 3}}},
+      {"gather",
+       {In{{5, 6}}, In{{5, 3}, Kind::Index, 6}},
+       [](const TensorList& a) { return one(gather(a[0], 1, a[1])); }},
+      {"scatter_add",
+       {In{{5, 6}}, In{{5, 3}, Kind::Index, 6}, In{{5, 3}}},
        [](const TensorList& a) { return one(scatter_add(a[0], 1, a[1], a[2])); }},
-      {"embedding", {In{{7, 4}}, In{{3, 2}, Kind::Index, 7}},
+      {"embedding",
+       {In{{7, 4}}, In{{3, 2}, Kind::Index, 7}},
        [](const TensorList& a) { return one(embedding(a[0], a[1])); }},
       // 60 indices into a 4-wide table: the backward's index_add takes the atomic path.
-      {"embedding many indices", {In{{7, 4}}, In{{10, 6}, Kind::Index, 7}},
+      {"embedding many indices",
+       {In{{7, 4}}, In{{10, 6}, Kind::Index, 7}},
        [](const TensorList& a) { return one(embedding(a[0], a[1])); }},
       {"one_hot", {In{{6}, Kind::Index, 4}}, [](const TensorList& a) { return one(one_hot(a[0], 4)); }, false},
-      {"cat", {In{{3, 4}}, In{{2, 4}}}, [](const TensorList& a) { return one(cat({a[0], a[1]}, 0)); }},
-      {"stack", {In{{3, 4}}, In{{3, 4}}}, [](const TensorList& a) { return one(stack({a[0], a[1]}, 1)); }},
-      {"split/chunk", {In{{6, 4}}}, [](const TensorList& a) {
+      {"cat",
+       {In{{3, 4}}, In{{2, 4}}},
+       [](const TensorList& a) {
+         return one(cat({a[0], a[1]}, 0));
+       }},
+      {"stack",
+       {In{{3, 4}}, In{{3, 4}}},
+       [](const TensorList& a) {
+         return one(stack({a[0], a[1]}, 1));
+       }},
+      {"split/chunk",
+       {In{{6, 4}}},
+       [](const TensorList& a) {
          TensorList s = split(a[0], 2, 0), c = chunk(a[0], 2, 1);
          s.insert(s.end(), c.begin(), c.end());
          return s;
        }},
-      {"permute+reshape", {In{{2, 3, 4}}},
-       [](const TensorList& a) { return one(a[0].permute({2, 0, 1}).reshape({4, 6})); }},
+      {"permute+reshape",
+       {In{{2, 3, 4}}},
+       [](const TensorList& a) {
+         return one(a[0].permute({2, 0, 1}).reshape({4, 6}));
+       }},
   };
   run_family("geometry/index", cases);
 }
@@ -611,7 +711,8 @@ TEST_CASE("cuda parity: optimizer steps") {
   run("SGD", [](std::vector<Tensor> p) { return optim::SGD(p, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}); });
   run("Adam", [](std::vector<Tensor> p) { return optim::Adam(p, {.lr = 0.01, .amsgrad = true}); });
   run("AdamW", [](std::vector<Tensor> p) { return optim::AdamW(p, {.lr = 0.01}); });
-  run("RMSprop", [](std::vector<Tensor> p) { return optim::RMSprop(p, {.lr = 0.01, .momentum = 0.5, .centered = true}); });
+  run("RMSprop",
+      [](std::vector<Tensor> p) { return optim::RMSprop(p, {.lr = 0.01, .momentum = 0.5, .centered = true}); });
 }
 
 TEST_CASE("cuda parity: 16-bit embedding / index_select gradients and scatter_add accumulate in float32") {
@@ -623,7 +724,8 @@ TEST_CASE("cuda parity: 16-bit embedding / index_select gradients and scatter_ad
     for (const DType dt : {kBFloat16, kFloat16}) {
       INFO(fmt::format("{}", dt));
       const int64_t n = 2048;
-      const double addend = full({1}, 0.01, {.dtype = dt, .device = dev}).to(kFloat64).item<double>();  // 0.01 rounded to dt
+      const double addend =
+          full({1}, 0.01, {.dtype = dt, .device = dev}).to(kFloat64).item<double>();  // 0.01 rounded to dt
       const double want = full({1}, n * addend, {.dtype = dt, .device = dev}).to(kFloat64).item<double>();
       Tensor index = full({n}, 1, {.dtype = kInt64, .device = dev});  // every index is row 1
       Tensor w = zeros({4, 3}, {.dtype = dt, .device = dev, .requires_grad = true});
@@ -639,8 +741,9 @@ TEST_CASE("cuda parity: 16-bit embedding / index_select gradients and scatter_ad
       index_select(x, 0, index).backward(full({n, 3}, 0.01, {.dtype = dt, .device = dev}));
       CHECK(x.grad().to(kFloat64).cpu().to_vector<double>()[5] == want);
 
-      Tensor acc = scatter_add(zeros({2}, {.dtype = dt, .device = dev}), 0, zeros({n}, {.dtype = kInt64, .device = dev}),
-                               full({n}, 0.01, {.dtype = dt, .device = dev}));
+      Tensor acc =
+          scatter_add(zeros({2}, {.dtype = dt, .device = dev}), 0, zeros({n}, {.dtype = kInt64, .device = dev}),
+                      full({n}, 0.01, {.dtype = dt, .device = dev}));
       CHECK(acc.dtype() == dt);
       CHECK(acc.to(kFloat64).cpu().to_vector<double>() == std::vector<double>{want, 0.0});
     }

@@ -12,8 +12,8 @@ using asc::testing::gpu_or_skip;
 
 TEST_CASE("pin_memory: errors without a device or on a CUDA tensor") {
   if (!cuda::is_available()) {
-    CHECK_THROWS_WITH_AS(ones({3}).pin_memory(), doctest::Contains("pin_memory: pinned host memory needs a CUDA device"),
-                         Error);
+    CHECK_THROWS_WITH_AS(ones({3}).pin_memory(),
+                         doctest::Contains("pin_memory: pinned host memory needs a CUDA device"), Error);
     CHECK_FALSE(ones({3}).is_pinned());
     return;
   }
@@ -98,8 +98,8 @@ TEST_CASE("pinned pool: statistics and empty_pinned_cache") {
   cuda::empty_pinned_cache();
   const cuda::PinnedStats s0 = cuda::pinned_memory_stats();
   {
-    Tensor a = zeros({100}).pin_memory();         // 400 B -> 4 KiB (the minimum)
-    Tensor b = zeros({5000}).pin_memory();        // 20 000 B -> 32 KiB
+    Tensor a = zeros({100}).pin_memory();   // 400 B -> 4 KiB (the minimum)
+    Tensor b = zeros({5000}).pin_memory();  // 20 000 B -> 32 KiB
     const cuda::PinnedStats s1 = cuda::pinned_memory_stats();
     CHECK(s1.allocated == s0.allocated + 4096 + 32768);
     CHECK(s1.reserved == s0.reserved + 4096 + 32768);

@@ -77,7 +77,7 @@ TEST_CASE("CUDA mixed precision: bf16 and f16 compute with float32 master weight
   std::vector<double> ref = train(Device::cuda(), 200);
   for (DType dt : {kBFloat16, kFloat16}) {
     std::vector<double> mp = train(Device::cuda(), 200, dt);
-    CHECK_MESSAGE(mp.back() < 2 * ref.back() + 0.05, "dtype " << dtype_name(dt) << ": final loss " << mp.back()
-                                                               << " vs float32 " << ref.back());
+    CHECK_MESSAGE(mp.back() < 2 * ref.back() + 0.05,
+                  "dtype " << dtype_name(dt) << ": final loss " << mp.back() << " vs float32 " << ref.back());
   }
 }

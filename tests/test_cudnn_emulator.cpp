@@ -15,8 +15,8 @@
 #include "emu_testing.h"
 
 using asc::testing::device_alloc;
-using asc::testing::to_host;
 using asc::testing::to_device;
+using asc::testing::to_host;
 
 namespace {
 

@@ -46,9 +46,7 @@ void write_plain(const std::string& path, const Bytes& b) {
   out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
   REQUIRE(out.good());
 }
-void write_text(const std::string& path, const std::string& s) {
-  write_plain(path, Bytes(s.begin(), s.end()));
-}
+void write_text(const std::string& path, const std::string& s) { write_plain(path, Bytes(s.begin(), s.end())); }
 void write_gz(const std::string& path, const Bytes& b) {
   gzFile f = gzopen(path.c_str(), "wb");
   REQUIRE(f != nullptr);
@@ -141,8 +139,12 @@ TEST_CASE("read_idx refuses every malformed file with an error naming it") {
   expect_error(idx_bytes(0x00000803u, {2, 3}, iota_bytes(6)), " is truncated");  // claims 3 dims, gives 2 (+payload)
   expect_error(idx_ubyte({2, 0, 3}, {}), ": dimension 1 has size 0");
   expect_error(idx_ubyte({0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, {}), ": dimension 1 of size 4294967295");  // overflow
-  expect_error(idx_ubyte({0xFFFFFFFFu, 2}, {}),
-               ": dimension 1 of size 2 (after [4294967295]) takes the payload past the 4294967296 byte limit");  // 8 GiB claimed, refused early
+  expect_error(
+      idx_ubyte({0xFFFFFFFFu, 2}, {}),
+      ": dimension 1 of size 2 (after [4294967295]) takes the payload past the 4294967296 byte limit");  // 8 GiB
+                                                                                                         // claimed,
+                                                                                                         // refused
+                                                                                                         // early
 
   // A corrupt gzip stream (a damaged deflate body) and a cut one.
   write_gz(dir / "c.gz", idx_ubyte({64, 64}, iota_bytes(4096, 13)));
@@ -225,8 +227,8 @@ TEST_CASE("fashion-mnist: splits, pixels and labels of a generated set match the
   CHECK_THROWS_AS(img.train->get(6), Error);
   CHECK_THROWS_AS(img.test->get(-1), Error);
 
-  const Task small = make_task("fashion-mnist", {.train_size = 2, .val_size = 3, .test_size = 4,
-                                                 .data_dir = dir.path.string()});
+  const Task small =
+      make_task("fashion-mnist", {.train_size = 2, .val_size = 3, .test_size = 4, .data_dir = dir.path.string()});
   CHECK(small.train->size() == 2);
   CHECK(small.val->size() == 3);
   CHECK(small.test->size() == 4);
@@ -385,8 +387,7 @@ TEST_CASE("text: man pages by section, counts match the packages, inputs in rang
   const Task longer = make_task("text", {.min_len = 4096});
   CHECK(longer.train->size() < t.train->size());
   for (int64_t i = 0; i < longer.test->size(); ++i) CHECK(longer.test->get(i).input.numel() == 4096);
-  CHECK_THROWS_WITH_AS(make_task("text", {.data_dir = "/tmp"}), has("data_dir '/tmp' is not used"),
-                       Error);
+  CHECK_THROWS_WITH_AS(make_task("text", {.data_dir = "/tmp"}), has("data_dir '/tmp' is not used"), Error);
 }
 
 // ---- file:PATH ----------------------------------------------------------------------------------------------------
@@ -458,9 +459,9 @@ TEST_CASE("file: CSV quoting, integer class ids, sniffed separators") {
   CHECK(t.classes == 4);  // ids 0..3, class 2 unused
   CHECK(t.class_names == std::vector<std::string>{"0", "1", "2", "3"});
   CHECK(pairs_of(t) == std::multiset<std::pair<std::string, std::string>>{{"1", "plain text, with a comma"},
-                                                                           {"0", "he said \"hi\", then left"},
-                                                                           {"3", "two\nlines"},
-                                                                           {"1", "\"quoted start"}});
+                                                                          {"0", "he said \"hi\", then left"},
+                                                                          {"3", "two\nlines"},
+                                                                          {"1", "\"quoted start"}});
   // No extension: the first line decides the separator.
   write_text(dir / "data.txt", "a,x y\nb,z\na,w\n");
   CHECK(pairs_of(make_task("file:" + (dir / "data.txt"))) ==
@@ -492,7 +493,7 @@ TEST_CASE("file: sibling val / test files are the splits; a missing one is cut f
   CHECK(t1.test->size() == 2);
   CHECK(bytes_of(t1.test->get(0).input) == "test 0");
   CHECK(t1.class_names == std::vector<std::string>{"a", "b", "c"});  // the test file's new name numbered last
-  CHECK(t1.val->size() == 2);                                          // cut: 10 % of 20
+  CHECK(t1.val->size() == 2);                                        // cut: 10 % of 20
   CHECK(t1.train->size() == 18);
   write_text(dir / "my_val.tsv", "label\ttext\nb\tval 0\n");  // a header in a sibling is fine when it agrees
   const Task t2 = make_task("file:" + (dir / "my_train.tsv"));

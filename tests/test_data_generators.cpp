@@ -99,8 +99,10 @@ int64_t majority(const std::vector<int64_t>& groups) {
   int64_t best = -1, best_n = -1;
   bool tie = false;
   for (auto [g, n] : count) {
-    if (n > best_n) best = g, best_n = n, tie = false;
-    else if (n == best_n) tie = true;
+    if (n > best_n)
+      best = g, best_n = n, tie = false;
+    else if (n == best_n)
+      tie = true;
   }
   return tie ? -1 : best;
 }
@@ -110,10 +112,10 @@ int64_t majority(const std::vector<int64_t>& groups) {
 TEST_CASE("listops: hand-written expressions have their known values") {
   CHECK(eval_text("[MAX 2 9 [MIN 4 7 ] 0 ]") == 9);
   CHECK(eval_text("[SM 5 6 7 ]") == 8);
-  CHECK(eval_text("[MED 3 1 2 ]") == 2);          // odd count: the middle value
-  CHECK(eval_text("[MED 3 4 6 9 ]") == 5);        // even: (4 + 6) / 2
-  CHECK(eval_text("[MED 1 2 ]") == 1);            // even: 1.5 truncated
-  CHECK(eval_text("[MED 9 8 ]") == 8);            // 8.5 truncated
+  CHECK(eval_text("[MED 3 1 2 ]") == 2);    // odd count: the middle value
+  CHECK(eval_text("[MED 3 4 6 9 ]") == 5);  // even: (4 + 6) / 2
+  CHECK(eval_text("[MED 1 2 ]") == 1);      // even: 1.5 truncated
+  CHECK(eval_text("[MED 9 8 ]") == 8);      // 8.5 truncated
   CHECK(eval_text("[MIN [MAX 1 8 ] [SM 9 9 ] 9 ]") == 8);
   CHECK(eval_text("[SM [SM 9 9 9 ] [MED 0 0 7 ] 5 ]") == 2);  // (7 + 0 + 5) % 10
   CHECK(eval_text("7") == 7);
@@ -163,8 +165,10 @@ TEST_CASE("listops: labels equal two independent evaluators; lengths, depth and 
       most_args = std::max(most_args, p.max_args);
     }
     // The bounds are reached, not just respected.
-    if (c.o.max_depth <= 3) CHECK(deepest == c.o.max_depth);
-    else CHECK(deepest >= 4);
+    if (c.o.max_depth <= 3)
+      CHECK(deepest == c.o.max_depth);
+    else
+      CHECK(deepest >= 4);
     CHECK(most_args == c.o.max_args);
     if (c.n >= 2000) {
       std::string dist;
@@ -213,8 +217,8 @@ TEST_CASE("listops: bad options are errors") {
 }
 
 TEST_CASE("listops task: fields, lazily generated splits, labels") {
-  const Task t = make_task("listops", {.seed = 2, .train_size = 40, .val_size = 8, .test_size = 6, .min_len = 20,
-                                       .max_len = 60});
+  const Task t =
+      make_task("listops", {.seed = 2, .train_size = 40, .val_size = 8, .test_size = 6, .min_len = 20, .max_len = 60});
   CHECK(t.name == "listops");
   CHECK(t.vocab == kListOpsVocab);
   CHECK(t.classes == 10);
@@ -422,8 +426,12 @@ TEST_CASE("generated tasks: get() from several threads at once returns what a si
     for (int64_t i = 0; i < 64; ++i) serial.push_back(t.train->get(i).input.to_vector<int64_t>());
     std::vector<std::vector<int64_t>> a(64), b(64);
     auto tokens = [&](int64_t i) { return t.train->get(i).input.to_vector<int64_t>(); };
-    std::thread ta([&] { for (int64_t i = 0; i < 64; ++i) a[static_cast<size_t>(i)] = tokens(i); });
-    std::thread tb([&] { for (int64_t i = 63; i >= 0; --i) b[static_cast<size_t>(i)] = tokens(i); });
+    std::thread ta([&] {
+      for (int64_t i = 0; i < 64; ++i) a[static_cast<size_t>(i)] = tokens(i);
+    });
+    std::thread tb([&] {
+      for (int64_t i = 63; i >= 0; --i) b[static_cast<size_t>(i)] = tokens(i);
+    });
     ta.join();
     tb.join();
     CHECK(a == serial);

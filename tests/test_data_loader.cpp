@@ -107,8 +107,7 @@ TEST_CASE("collate pads groups with -1 and reads strided example tensors correct
   Tensor long_tokens = tensor(std::vector<int64_t>{3, 0, 4, 0, 5, 0}, {6});
   Tensor long_groups = tensor(std::vector<int64_t>{2, 0, 0, 0, 1, 0}, {6});
   std::vector<Example> ex = {
-      {.input = tensor(std::vector<int64_t>{1, 2}, {2}), .label = 1,
-       .groups = tensor(std::vector<int64_t>{0, 1}, {2})},
+      {.input = tensor(std::vector<int64_t>{1, 2}, {2}), .label = 1, .groups = tensor(std::vector<int64_t>{0, 1}, {2})},
       {.input = long_tokens.slice(0, 0, 6, 2), .label = 0, .groups = long_groups.slice(0, 0, 6, 2)},
   };
   const Batch b = collate(ex, 0);
@@ -166,8 +165,12 @@ TEST_CASE("every example exactly once per epoch, with and without shuffle and dr
           CAPTURE(bs);
           CAPTURE(shuffle);
           CAPTURE(drop_last);
-          DataLoader loader(ds, {.batch_size = bs, .shuffle = shuffle, .seed = 3, .drop_last = drop_last,
-                                 .prefetch = bs % 2, .pad_id = -7});
+          DataLoader loader(ds, {.batch_size = bs,
+                                 .shuffle = shuffle,
+                                 .seed = 3,
+                                 .drop_last = drop_last,
+                                 .prefetch = bs % 2,
+                                 .pad_id = -7});
           const int64_t full = n / bs, expect_batches = drop_last ? full : (n + bs - 1) / bs;
           REQUIRE(loader.batches_per_epoch() == expect_batches);
           for (int64_t epoch = 0; epoch < 2; ++epoch) {

@@ -42,7 +42,8 @@ Tensor mse(const Tensor& y, const Tensor& target) { return mean(pow(y - target, 
 
 }  // namespace
 
-TEST_CASE("collectives: all_reduce (sum, average, max, min), broadcast, all_gather and barrier give the expected values") {
+TEST_CASE(
+    "collectives: all_reduce (sum, average, max, min), broadcast, all_gather and barrier give the expected values") {
   auto pg = world();
   const int r = pg->rank(), n = pg->size();
   REQUIRE(pg->backend() == "mpi");
@@ -78,7 +79,8 @@ TEST_CASE("collectives: all_reduce (sum, average, max, min), broadcast, all_gath
   Tensor mine = arange(0, 6, 1, {.dtype = kFloat32}).view({2, 3}) + 100.0 * r;
   Tensor all = pg->all_gather(mine);
   REQUIRE(all.shape() == Shape{n, 2, 3});
-  for (int k = 0; k < n; ++k) testing::check_close(all.select(0, k), arange(0, 6, 1, {.dtype = kFloat32}).view({2, 3}) + 100.0 * k, 0, 0);
+  for (int k = 0; k < n; ++k)
+    testing::check_close(all.select(0, k), arange(0, 6, 1, {.dtype = kFloat32}).view({2, 3}) + 100.0 * k, 0, 0);
   pg->barrier();
 }
 
@@ -185,8 +187,10 @@ TEST_CASE("DistributedSampler: disjoint shares that cover the dataset, one shuff
       }
       std::sort(seen.begin(), seen.end());
       const auto distinct = static_cast<size_t>(std::unique(seen.begin(), seen.end()) - seen.begin());
-      if (drop_last) CHECK(distinct == static_cast<size_t>(10 / world_size * world_size));  // none repeated
-      else CHECK(distinct == 10u);                                                          // all covered
+      if (drop_last)
+        CHECK(distinct == static_cast<size_t>(10 / world_size * world_size));  // none repeated
+      else
+        CHECK(distinct == 10u);  // all covered
     }
   }
   DistributedSampler a(10, 0, 2, {.seed = 3}), b(10, 0, 2, {.seed = 3});

@@ -153,8 +153,8 @@ std::vector<double> naive_broadcast(const Tensor& a, const Tensor& b, const std:
 }  // namespace
 
 TEST_CASE("binary ops: broadcasting and non-contiguous operands vs naive") {
-  const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{3, 1}, {1, 4}}, {{2, 3, 4}, {3, 1}}, {{4}, {2, 3, 4}}, {{}, {2, 3}}};
+  const std::vector<std::pair<Shape, Shape>> shapes = {{{3, 4}, {3, 4}},    {{3, 4}, {4}},    {{3, 1}, {1, 4}},
+                                                       {{2, 3, 4}, {3, 1}}, {{4}, {2, 3, 4}}, {{}, {2, 3}}};
   for (const auto& c : binary_cases()) {
     CAPTURE(c.name);
     for (auto& [sa, sb] : shapes) {

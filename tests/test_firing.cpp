@@ -6,8 +6,8 @@
 // Oja's norm to its fixed point, frozen silent rows, no adaptation in eval mode, bit-identical resume.
 #include <array>
 #include <cmath>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numbers>
 #include <string>
@@ -40,7 +40,8 @@ double surrogate_ref(const std::string& name, double u, double w) {
 void register_test_surrogate() {
   static bool done = false;
   if (done) return;
-  register_surrogate({"test_parabola", [](double u, double w) { return std::max(0.0, 1 - (u / w) * (u / w)) * 0.75 / w; }});
+  register_surrogate(
+      {"test_parabola", [](double u, double w) { return std::max(0.0, 1 - (u / w) * (u / w)) * 0.75 / w; }});
   done = true;
 }
 
@@ -65,9 +66,9 @@ Grads naive(const Vec& Z, const Vec& SP, const Vec& f, const Vec& dY, int64_t N,
         S += dY[(b * P + p) * A + g] * f[p * A + g];
         r.df[p * A + g] += dY[(b * P + p) * A + g] * F * z;
       }
-      const double d = mode == GateBackward::None ? 0.0
+      const double d = mode == GateBackward::None              ? 0.0
                        : mode == GateBackward::StraightThrough ? 1.0
-                                                                : surrogate_ref(sur, z - SP[p], width);
+                                                               : surrogate_ref(sur, z - SP[p], width);
       r.dZ[b * P + p] = S * (F + z * d);
       r.dSP[p] -= S * z * d;
     }
@@ -80,8 +81,13 @@ struct OpCase {
 };
 
 OpCase op_case(int64_t N, int64_t P, int64_t A, uint64_t seed) {
-  OpCase c{N, P, A, randn64({N, P}, false, seed), randn64({P}, false, seed + 1) * 0.3,
-           randn64({P, A}, false, seed + 2), randn64({N, P, A}, false, seed + 3)};
+  OpCase c{N,
+           P,
+           A,
+           randn64({N, P}, false, seed),
+           randn64({P}, false, seed + 1) * 0.3,
+           randn64({P, A}, false, seed + 2),
+           randn64({N, P, A}, false, seed + 3)};
   // Two entries exactly at their threshold: equality fires.
   std::vector<double> z = c.Z.to_vector<double>(), sp = c.SP.to_vector<double>();
   z[0] = sp[0], z[P + 1] = sp[1];
@@ -107,8 +113,8 @@ OpRun run_op(const OpCase& c, const GateOptions& gate, DType dt = kFloat64, Devi
 TEST_CASE("firing_output forward: F = 1[Z >= SP] (equality fires), Y = F f Z, silent outputs exactly 0") {
   OpCase c = op_case(9, 5, 3, 10);
   FiringOutput o = firing_output(c.Z, c.SP, c.f);
-  Grads r = naive(c.Z.to_vector<double>(), c.SP.to_vector<double>(), c.f.to_vector<double>(),
-                  c.dY.to_vector<double>(), 9, 5, 3, GateBackward::None, "", 1);
+  Grads r = naive(c.Z.to_vector<double>(), c.SP.to_vector<double>(), c.f.to_vector<double>(), c.dY.to_vector<double>(),
+                  9, 5, 3, GateBackward::None, "", 1);
   CHECK(o.F.to_vector<double>() == r.F);
   check_close(o.Y, r.Y, 1e-15, 0);
   CHECK(r.F[0] == 1.0);  // Z == SP
@@ -149,8 +155,9 @@ TEST_CASE("firing_output backward: dZ, dSP, df against float64 loops, exact gate
     }
 }
 
-TEST_CASE("firing_output kernels: each fan-out path (alpha 1, 2, 3, 4) and rows that fire rarely or often, against "
-          "loops") {
+TEST_CASE(
+    "firing_output kernels: each fan-out path (alpha 1, 2, 3, 4) and rows that fire rarely or often, against "
+    "loops") {
   // The CPU kernels compile α = 1, 2, 4 separately from the general loop, and with the exact gate a row where fewer
   // than a quarter of the neurons fire takes a skipping loop while a busier row takes a branch-free one.
   const int64_t N = 10, P = 40;
@@ -229,8 +236,11 @@ TEST_CASE("firing_weight_update_: W <- keep W + coef^T X against loops, on the s
   throws([&] { firing_weight_update_(W, keep, zeros({N, P}, {kFloat64}), X.narrow(0, 0, 5)); }, "X [5, 13]");
   throws([&] { firing_weight_update_(W, keep.to(kFloat32), zeros({N, P}, {kFloat64}), X); }, "share a dtype");
   Tensor Wt = W0.t();
-  throws([&] { firing_weight_update_(Wt, ones({d}, {kFloat64}), zeros({N, d}, {kFloat64}), randn64({N, P})); },
-         "contiguous");
+  throws(
+      [&] {
+        firing_weight_update_(Wt, ones({d}, {kFloat64}), zeros({N, d}, {kFloat64}), randn64({N, P}));
+      },
+      "contiguous");
   Tensor Wg = W0.clone().set_requires_grad(true);
   throws([&] { firing_weight_update_(Wg, keep, zeros({N, P}, {kFloat64}), X); }, "NoGradGuard");
   Tensor cg = zeros({N, P}, {kFloat64}).set_requires_grad(true);  // no graph would reach coef
@@ -238,8 +248,9 @@ TEST_CASE("firing_weight_update_: W <- keep W + coef^T X against loops, on the s
   CHECK(W.to_vector<double>() == W0.to_vector<double>());  // nothing was written by a refused call
 }
 
-TEST_CASE("firing_output backward, many rows, every gate: the exact gate's float32 partial sums of df are flushed "
-          "every 64 rows; a silent neuron adds nothing even where dY is NaN") {
+TEST_CASE(
+    "firing_output backward, many rows, every gate: the exact gate's float32 partial sums of df are flushed "
+    "every 64 rows; a silent neuron adds nothing even where dY is NaN") {
   // The CPU kernel sums df in the layer's dtype over blocks of 64 rows, then in float64: 150 rows cross two flushes
   // and end in a partial block; every third row is quiet (the skipping loop), the rest busy. The straight-through and
   // surrogate paths run the same rows through their own loops.
@@ -251,13 +262,11 @@ TEST_CASE("firing_output backward, many rows, every gate: the exact gate's float
     for (int64_t p = 0; p < P; ++p) z[b * P + p] -= 2.5;
   c.Z = tensor(z, {N, P});
   const Vec Z = c.Z.to_vector<double>(), SP = c.SP.to_vector<double>(), f = c.f.to_vector<double>();
-  const std::vector<std::pair<GateBackward, std::string>> modes = {{GateBackward::None, "sigmoid"},
-                                                                   {GateBackward::StraightThrough, "sigmoid"},
-                                                                   {GateBackward::Surrogate, "sigmoid"},
-                                                                   {GateBackward::Surrogate, "rectangular"},
-                                                                   {GateBackward::Surrogate, "triangular"},
-                                                                   {GateBackward::Surrogate, "atan"},
-                                                                   {GateBackward::Surrogate, "test_parabola"}};
+  const std::vector<std::pair<GateBackward, std::string>> modes = {
+      {GateBackward::None, "sigmoid"},           {GateBackward::StraightThrough, "sigmoid"},
+      {GateBackward::Surrogate, "sigmoid"},      {GateBackward::Surrogate, "rectangular"},
+      {GateBackward::Surrogate, "triangular"},   {GateBackward::Surrogate, "atan"},
+      {GateBackward::Surrogate, "test_parabola"}};
   for (const auto& [mode, sur] : modes) {
     CAPTURE(static_cast<int>(mode));
     CAPTURE(sur);
@@ -361,8 +370,9 @@ TEST_CASE("firing_batch_sums and firing_rule_b_coef (rule B's fused passes) agai
   throws([&] { firing_rule_b_coef(k.Z, k.F, 1.0, k.dZ.to(kFloat32), k.c); }, "share a dtype");
 }
 
-TEST_CASE("firing_output gradcheck: the exact gate away from the threshold; the surrogate paths are the derivative "
-          "of F0 + G(Z - SP) - G(Z0 - SP0) with G the surrogate's integral") {
+TEST_CASE(
+    "firing_output gradcheck: the exact gate away from the threshold; the surrogate paths are the derivative "
+    "of F0 + G(Z - SP) - G(Z0 - SP0) with G the surrogate's integral") {
   // Exact gate: piecewise f Z, so finite differences hold where no entry sits within eps of its threshold.
   {
     Tensor SP = tensor(Vec{0.1, -0.2, 0.3}, {3}, {.dtype = kFloat64}).set_requires_grad(true);
@@ -384,7 +394,8 @@ TEST_CASE("firing_output gradcheck: the exact gate away from the threshold; the 
     CAPTURE(sur);
     const double w = 1.3;
     auto G = [&](double u) {
-      return sur == "sigmoid" ? 1 / (1 + std::exp(-w * u)) : std::atan(std::numbers::pi / 2 * w * u) / std::numbers::pi + 0.5;
+      return sur == "sigmoid" ? 1 / (1 + std::exp(-w * u))
+                              : std::atan(std::numbers::pi / 2 * w * u) / std::numbers::pi + 0.5;
     };
     const int64_t N = 6, P = 3, A = 2;
     OpCase c = op_case(N, P, A, 40);
@@ -541,7 +552,7 @@ NaiveLayer naive_layer(Path path, uint64_t seed, bool nonnegative = false) {
   for (int64_t b = 0; b < n.N; ++b) n.tok.push_back((b * 7 + 3) % n.D);
   n.W = draw(n.P * n.D);
   for (double& w : n.W) w = nonnegative ? 0.8 * w : 0.7 * (2 * w - 1);  // inside the rules' ranges below
-  n.SP = {-0.1, 0.05, -0.2, 100.0};  // neuron 3 never fires
+  n.SP = {-0.1, 0.05, -0.2, 100.0};                                     // neuron 3 never fires
   if (path == Path::Index) n.SP = {0.3, 0.2, 0.1, 100.0};
   n.f = draw(n.P * n.A);
   for (double& v : n.f) v = 0.2 + 0.6 * v;
@@ -568,8 +579,8 @@ TEST_CASE("FiringLinear / FiringEmbedding forward against loops; shapes; FiringS
   auto emb = std::make_shared<nn::FiringEmbedding>(nn::FiringOptions(9, 4).fan_out(2));
   CHECK(emb->forward(tensor(std::vector<int64_t>{1, 2, 8, 0, 3, 3}, {2, 3})).shape() == Shape{2, 3, 4, 2});
   // A stack {5, 4, 3}: layer 0 has 4 neurons with 3 outputs; neuron g of layer 1 reads (Y[b, 1, g], ..., Y[b, 4, g]).
-  auto stack = std::make_shared<nn::FiringStack>(std::vector<int64_t>{5, 4, 3},
-                                                 nn::FiringOptions(1, 1).threshold(-0.3));
+  auto stack =
+      std::make_shared<nn::FiringStack>(std::vector<int64_t>{5, 4, 3}, nn::FiringOptions(1, 1).threshold(-0.3));
   stack->to(kFloat64);
   {
     NoGradGuard ng;
@@ -646,8 +657,8 @@ struct RuleState {
 
 // One optimizer step (SGD, lr, exact gate, loss <G, Y>) with rule B, every term of docs/firing.md §4 in loops: one
 // simultaneous update, the Oja terms from the pre-step W and f (n.W, n.f).
-RuleState naive_rule_b_step(NaiveLayer n, const Vec& G, double lr, const optim::RuleBOptions& o, Vec r_bar,
-                            Vec m_bar, double weight_decay = 0) {
+RuleState naive_rule_b_step(NaiveLayer n, const Vec& G, double lr, const optim::RuleBOptions& o, Vec r_bar, Vec m_bar,
+                            double weight_decay = 0) {
   const int64_t N = n.N, P = n.P, A = n.A, D = n.D;
   Vec Z, F, Y;
   n.forward(Z, F, Y);
@@ -719,8 +730,8 @@ RuleState naive_rule_a_step(const NaiveLayer& n, const optim::RuleAOptions& o, V
         dep += std::max(0.0, n.SP[p] - Z[b * P + p]) * n.reads(b, p, c) / N;
       }
       const double w = n.W[p * D + c];
-      W[p * D + c] = std::clamp(w + o.eta_plus * pot * (1 - w / o.w_max) - o.eta_minus * dep * (w / o.w_max), 0.0,
-                                o.w_max);
+      W[p * D + c] =
+          std::clamp(w + o.eta_plus * pot * (1 - w / o.w_max) - o.eta_minus * dep * (w / o.w_max), 0.0, o.w_max);
     }
     double grow = 0, silent = 0, rate = 0;
     for (int64_t b = 0; b < N; ++b) {
@@ -730,8 +741,8 @@ RuleState naive_rule_a_step(const NaiveLayer& n, const optim::RuleAOptions& o, V
     }
     for (int64_t g = 0; g < A; ++g) {
       const double v = n.f[p * A + g];
-      f[p * A + g] = std::clamp(v + o.rho_plus * grow * (1 - v / o.f_max) - o.rho_minus * silent * (v / o.f_max), 0.0,
-                                o.f_max);
+      f[p * A + g] =
+          std::clamp(v + o.rho_plus * grow * (1 - v / o.f_max) - o.rho_minus * silent * (v / o.f_max), 0.0, o.f_max);
     }
     f_bar[p] = (1 - o.beta) * f_bar[p] + o.beta * rate;
     SP[p] = std::clamp(SP[p] + o.eta_sp * (f_bar[p] - o.r_target), o.sp_min, o.sp_max);
@@ -748,10 +759,25 @@ TEST_CASE("learning rule B, one step: SGD on the masked rows, Oja on W and f, ho
       CAPTURE(static_cast<int>(mask));
       NaiveLayer n = naive_layer(path, 70);
       Built b = build(n);
-      const optim::RuleBOptions o{.eta_w = 0.05, .eta_f = 0.07, .eta_sp = 0.3, .z_ref = 0.8, .y_ref = 0.6,
-                                  .beta_r = 0.3, .beta_m = 0.4, .r_target = 0.2, .m_target = 0.05, .lambda_r = 1.0,
-                                  .lambda_m = 0.5, .w_min = -0.7, .w_max = 0.75, .f_min = -1, .f_max = 0.9,
-                                  .sp_min = -0.15, .sp_max = 50, .mask_w = mask, .mask_f = mask};
+      const optim::RuleBOptions o{.eta_w = 0.05,
+                                  .eta_f = 0.07,
+                                  .eta_sp = 0.3,
+                                  .z_ref = 0.8,
+                                  .y_ref = 0.6,
+                                  .beta_r = 0.3,
+                                  .beta_m = 0.4,
+                                  .r_target = 0.2,
+                                  .m_target = 0.05,
+                                  .lambda_r = 1.0,
+                                  .lambda_m = 0.5,
+                                  .w_min = -0.7,
+                                  .w_max = 0.75,
+                                  .f_min = -1,
+                                  .f_max = 0.9,
+                                  .sp_min = -0.15,
+                                  .sp_max = 50,
+                                  .mask_w = mask,
+                                  .mask_f = mask};
       const Vec r0 = {0.1, 0.5, 0.0, 0.2}, m0 = {0.0, 0.1, 0.2, 0.3};
       {
         NoGradGuard ng;
@@ -774,17 +800,29 @@ TEST_CASE("learning rule B, one step: SGD on the masked rows, Oja on W and f, ho
     }
 }
 
-TEST_CASE("rule B fuse_sgd: the SGD step folded into the Oja product equals SGD then rule B (loops, each mask, "
-          "weight decay); W.grad stays undefined; the input still gets its gradient") {
+TEST_CASE(
+    "rule B fuse_sgd: the SGD step folded into the Oja product equals SGD then rule B (loops, each mask, "
+    "weight decay); W.grad stays undefined; the input still gets its gradient") {
   for (optim::UpdateMask mask : {optim::UpdateMask::All, optim::UpdateMask::Active, optim::UpdateMask::Inactive})
     for (double wd : {0.0, 0.3}) {
       CAPTURE(static_cast<int>(mask));
       CAPTURE(wd);
       NaiveLayer n = naive_layer(Path::Dense, 72);
       Built b = build(n);
-      const optim::RuleBOptions o{.eta_w = 0.05, .eta_f = 0.07, .eta_sp = 0.3, .z_ref = 0.8, .beta_r = 0.3,
-                                  .r_target = 0.2, .lambda_m = 0.5, .w_min = -0.7, .w_max = 0.75, .f_min = -1,
-                                  .f_max = 0.9, .mask_w = mask, .mask_f = mask, .fuse_sgd = true};
+      const optim::RuleBOptions o{.eta_w = 0.05,
+                                  .eta_f = 0.07,
+                                  .eta_sp = 0.3,
+                                  .z_ref = 0.8,
+                                  .beta_r = 0.3,
+                                  .r_target = 0.2,
+                                  .lambda_m = 0.5,
+                                  .w_min = -0.7,
+                                  .w_max = 0.75,
+                                  .f_min = -1,
+                                  .f_max = 0.9,
+                                  .mask_w = mask,
+                                  .mask_f = mask,
+                                  .fuse_sgd = true};
       const double lr = 0.1;
       optim::SGD opt(b.layer->parameters(), {.lr = lr, .weight_decay = wd});
       opt.add_local_rule(b.layer->rule_b(o));
@@ -818,8 +856,14 @@ TEST_CASE("rule B fuse_sgd: several float32 steps track the unfused layer; what 
     manual_seed(7);
     auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(12, 16).fan_out(3).threshold(0.1));
     auto opt = std::make_shared<optim::SGD>(layer->parameters(), so);
-    opt->add_local_rule(layer->rule_b({.eta_w = 1e-2, .eta_f = 1e-2, .eta_sp = 1e-2, .w_min = -1, .w_max = 1,
-                                       .f_min = -2, .f_max = 2, .mask_w = optim::UpdateMask::Active,
+    opt->add_local_rule(layer->rule_b({.eta_w = 1e-2,
+                                       .eta_f = 1e-2,
+                                       .eta_sp = 1e-2,
+                                       .w_min = -1,
+                                       .w_max = 1,
+                                       .f_min = -2,
+                                       .f_max = 2,
+                                       .mask_w = optim::UpdateMask::Active,
                                        .fuse_sgd = fused}));
     return std::make_pair(layer, opt);
   };
@@ -909,8 +953,15 @@ TEST_CASE("learning rule A, one step: potentiation / depression with soft bounds
     CAPTURE(static_cast<int>(path));
     NaiveLayer n = naive_layer(path, 80, true);
     Built b = build(n);
-    const optim::RuleAOptions o{.eta_plus = 0.2, .eta_minus = 0.15, .rho_plus = 0.3, .rho_minus = 0.25,
-                                .eta_sp = 0.4, .z_max = 1.5, .w_max = 0.9, .f_max = 0.85, .beta = 0.3,
+    const optim::RuleAOptions o{.eta_plus = 0.2,
+                                .eta_minus = 0.15,
+                                .rho_plus = 0.3,
+                                .rho_minus = 0.25,
+                                .eta_sp = 0.4,
+                                .z_max = 1.5,
+                                .w_max = 0.9,
+                                .f_max = 0.85,
+                                .beta = 0.3,
                                 .r_target = 0.25};
     const Vec fb0 = {0.3, 0.1, 0.0, 0.6};
     {
@@ -936,9 +987,18 @@ TEST_CASE("rule B alone on linear-Gaussian inputs: firing rate to r* (within 0.0
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(d, P));
   optim::SGD opt(layer->parameters(), {.lr = 0.0});  // η_bp = 0: the local terms alone
   const double r_target = 0.3, z_ref = 1.2;
-  opt.add_local_rule(layer->rule_b({.eta_w = 0.02, .eta_f = 0.0, .eta_sp = 0.05, .z_ref = z_ref, .beta_r = 0.2,
-                                    .r_target = r_target, .lambda_r = 1.0, .lambda_m = 0.0, .w_min = -5,
-                                    .w_max = 5, .f_min = -5, .f_max = 5}));
+  opt.add_local_rule(layer->rule_b({.eta_w = 0.02,
+                                    .eta_f = 0.0,
+                                    .eta_sp = 0.05,
+                                    .z_ref = z_ref,
+                                    .beta_r = 0.2,
+                                    .r_target = r_target,
+                                    .lambda_r = 1.0,
+                                    .lambda_m = 0.0,
+                                    .w_min = -5,
+                                    .w_max = 5,
+                                    .f_min = -5,
+                                    .f_max = 5}));
   Generator g(91);
   Vec rate(P, 0.0);
   const int steps = 1500, tail = 300;
@@ -968,8 +1028,14 @@ TEST_CASE("rule B with mask = active: a silent neuron's rows stay bit-identical 
     layer->SP.copy_(tensor(Vec{-0.5, -0.5, 1e6, -0.5}, {4}, {.dtype = kFloat32}));  // neuron 2 never fires
   }
   optim::SGD opt(layer->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
-  opt.add_local_rule(layer->rule_b({.eta_w = 0.01, .eta_f = 0.01, .w_min = -1, .w_max = 1, .f_min = -2, .f_max = 2,
-                                    .mask_w = optim::UpdateMask::Active, .mask_f = optim::UpdateMask::Active}));
+  opt.add_local_rule(layer->rule_b({.eta_w = 0.01,
+                                    .eta_f = 0.01,
+                                    .w_min = -1,
+                                    .w_max = 1,
+                                    .f_min = -2,
+                                    .f_max = 2,
+                                    .mask_w = optim::UpdateMask::Active,
+                                    .mask_f = optim::UpdateMask::Active}));
   const Tensor W0 = layer->W.clone(), f0 = layer->f.clone();
   for (int step = 0; step < 5; ++step) {
     Tensor y = layer->forward(randn({16, 5}));
@@ -989,8 +1055,15 @@ TEST_CASE("firing rules: no adaptation in eval mode; the rule state checkpoints,
     auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(5, 4).fan_out(2).threshold(0.1));
     return layer;
   };
-  const optim::RuleBOptions o{.eta_w = 0.03, .eta_f = 0.02, .eta_sp = 0.1, .r_target = 0.4, .lambda_m = 0.3,
-                              .w_min = -1, .w_max = 1, .f_min = -2, .f_max = 2};
+  const optim::RuleBOptions o{.eta_w = 0.03,
+                              .eta_f = 0.02,
+                              .eta_sp = 0.1,
+                              .r_target = 0.4,
+                              .lambda_m = 0.3,
+                              .w_min = -1,
+                              .w_max = 1,
+                              .f_min = -2,
+                              .f_max = 2};
   // Eval mode: the forward records nothing, so a step moves nothing (lr 0).
   {
     auto layer = make();
@@ -1087,7 +1160,8 @@ TEST_CASE("ssm_scan: forward against loops, float64 gradcheck through 9 steps (a
   check_error([&] { ssm_scan(a, u, zeros({3}, {.dtype = kFloat64})); }, {"ssm_scan", "s0 must be (4) or (2, 4)"});
 }
 
-TEST_CASE("CrossPathSSM: every formula against loops; gradcheck through 8 steps; a layer with ssm_rank outputs F f t~") {
+TEST_CASE(
+    "CrossPathSSM: every formula against loops; gradcheck through 8 steps; a layer with ssm_rank outputs F f t~") {
   const int64_t B = 2, T = 8, P = 5, R = 3;
   for (bool rms : {false, true}) {
     CAPTURE(rms);
@@ -1168,7 +1242,8 @@ TEST_CASE("CrossPathSSM: every formula against loops; gradcheck through 8 steps;
   check_error([&] { nn::CrossPathSSM(5, 0); }, {"CrossPathSSM", "rank 0"});
   check_error([&] { nn::CrossPathSSM(5, 6); }, {"CrossPathSSM", "rank 6", "neurons 5"});
   check_error([&] { nn::FiringLinear(nn::FiringOptions(4, 3).ssm_rank(4)); }, {"CrossPathSSM", "rank 4", "neurons 3"});
-  check_error([&] { nn::CrossPathSSM(5, 2, {.a_min = 0.9, .a_max = 0.5}); }, {"CrossPathSSM", "a_min 0.9", "a_max 0.5"});
+  check_error([&] { nn::CrossPathSSM(5, 2, {.a_min = 0.9, .a_max = 0.5}); },
+              {"CrossPathSSM", "a_min 0.9", "a_max 0.5"});
   CHECK(nn::CrossPathSSM(5, 5).rank == 5);  // P_r = P is allowed
 }
 
@@ -1182,18 +1257,24 @@ TEST_CASE("rule B on CUDA (plain and fuse_sgd, mask active, weight decay) equals
       layer->to(kFloat64);
       layer->to(dev);
       optim::SGD opt(layer->parameters(), {.lr = 0.05, .weight_decay = 0.01});
-      opt.add_local_rule(layer->rule_b({.eta_w = 0.02, .eta_f = 0.02, .eta_sp = 0.05, .lambda_m = 0.5,
-                                        .w_min = -1, .w_max = 1, .f_min = -2, .f_max = 2,
-                                        .mask_w = optim::UpdateMask::Active, .fuse_sgd = fused}));
+      opt.add_local_rule(layer->rule_b({.eta_w = 0.02,
+                                        .eta_f = 0.02,
+                                        .eta_sp = 0.05,
+                                        .lambda_m = 0.5,
+                                        .w_min = -1,
+                                        .w_max = 1,
+                                        .f_min = -2,
+                                        .f_max = 2,
+                                        .mask_w = optim::UpdateMask::Active,
+                                        .fuse_sgd = fused}));
       for (int step = 0; step < 3; ++step) {
         const Tensor x = randn64({40, 9}, false, 300 + step).to(dev), G = randn64({40, 37, 3}, false, 400 + step);
         sum(layer->forward(x) * G.to(dev)).backward();
         opt.step();
         layer->zero_grad();
       }
-      return std::vector<Tensor>{layer->W.to(Device::cpu()), layer->f.to(Device::cpu()),
-                                 layer->SP.to(Device::cpu()), layer->r_bar.to(Device::cpu()),
-                                 layer->m_bar.to(Device::cpu())};
+      return std::vector<Tensor>{layer->W.to(Device::cpu()), layer->f.to(Device::cpu()), layer->SP.to(Device::cpu()),
+                                 layer->r_bar.to(Device::cpu()), layer->m_bar.to(Device::cpu())};
     };
     const std::vector<Tensor> cpu = run(Device::cpu()), gpu = run(Device::cuda());
     for (size_t i = 0; i < cpu.size(); ++i) {
@@ -1242,8 +1323,9 @@ TEST_CASE("firing_batch_sums and firing_rule_b_coef on CUDA equal the CPU (float
   }
 }
 
-TEST_CASE("ssm_scan CUDA kernels equal the CPU kernel (float64, float32; RMS on and off; the sequential kernels and "
-          "the chunked scan)") {
+TEST_CASE(
+    "ssm_scan CUDA kernels equal the CPU kernel (float64, float32; RMS on and off; the sequential kernels and "
+    "the chunked scan)") {
   if (!gpu_or_skip()) return;
   const Device gpu = Device::cuda();
   // T = 300 without the RMS runs the chunked scan (5 chunks, the last partial); T = 50 and the RMS the sequential one.
@@ -1273,8 +1355,9 @@ TEST_CASE("ssm_scan CUDA kernels equal the CPU kernel (float64, float32; RMS on 
       }
 }
 
-TEST_CASE("models: the firing classifier learns a separable problem; the token model (index path + SSM) learns a "
-          "successor sequence") {
+TEST_CASE(
+    "models: the firing classifier learns a separable problem; the token model (index path + SSM) learns a "
+    "successor sequence") {
   manual_seed(150);
   auto net = std::make_shared<models::FiringClassifier>(models::FiringClassifierOptions(8, 2).hidden(32).fan_out(4));
   optim::Adam opt(net->parameters(), {.lr = 1e-2});

@@ -192,8 +192,9 @@ void check_vec(const Vec& got, const Vec& want, double tol) {
 
 }  // namespace
 
-TEST_CASE("rule B is one simultaneous update: one step against the formula in float64 loops (SGD with momentum and "
-          "weight decay, Adam, fuse_sgd; each mask), and the sequential variant against its own") {
+TEST_CASE(
+    "rule B is one simultaneous update: one step against the formula in float64 loops (SGD with momentum and "
+    "weight decay, Adam, fuse_sgd; each mask), and the sequential variant against its own") {
   const Case c = make_case(11);
   for (Opt kind : {Opt::SGDMomentum, Opt::Adam, Opt::FusedSGD})
     for (optim::UpdateMask mask : {optim::UpdateMask::All, optim::UpdateMask::Active, optim::UpdateMask::Inactive})
@@ -201,10 +202,25 @@ TEST_CASE("rule B is one simultaneous update: one step against the formula in fl
         CAPTURE(static_cast<int>(kind));
         CAPTURE(static_cast<int>(mask));
         CAPTURE(sequential);
-        const optim::RuleBOptions o{.eta_w = 0.05, .eta_f = 0.07, .eta_sp = 0.3, .z_ref = 0.8, .y_ref = 0.6,
-                                    .beta_r = 0.3, .beta_m = 0.4, .r_target = 0.2, .m_target = 0.05,
-                                    .lambda_r = 1.0, .lambda_m = 0.5, .w_min = -0.7, .w_max = 0.75, .f_min = -1,
-                                    .f_max = 0.9, .sp_min = -0.15, .sp_max = 50, .mask_w = mask, .mask_f = mask,
+        const optim::RuleBOptions o{.eta_w = 0.05,
+                                    .eta_f = 0.07,
+                                    .eta_sp = 0.3,
+                                    .z_ref = 0.8,
+                                    .y_ref = 0.6,
+                                    .beta_r = 0.3,
+                                    .beta_m = 0.4,
+                                    .r_target = 0.2,
+                                    .m_target = 0.05,
+                                    .lambda_r = 1.0,
+                                    .lambda_m = 0.5,
+                                    .w_min = -0.7,
+                                    .w_max = 0.75,
+                                    .f_min = -1,
+                                    .f_max = 0.9,
+                                    .sp_min = -0.15,
+                                    .sp_max = 50,
+                                    .mask_w = mask,
+                                    .mask_f = mask,
                                     .sequential = sequential};
         const double lr = kind == Opt::Adam ? 0.02 : 0.1, wd = 0.05;
         const Out got = run_step(c, o, kind, lr, wd), want = naive_step(c, o, kind, lr, wd);
@@ -225,8 +241,9 @@ TEST_CASE("rule B is one simultaneous update: one step against the formula in fl
       }
 }
 
-TEST_CASE("rule B simultaneous: the local terms read the pre-step W even when the optimizer moves W a lot; with lr 0 "
-          "both forms agree") {
+TEST_CASE(
+    "rule B simultaneous: the local terms read the pre-step W even when the optimizer moves W a lot; with lr 0 "
+    "both forms agree") {
   const Case c = make_case(12);
   const optim::RuleBOptions o{.eta_w = 0.05, .eta_f = 0.05, .w_min = -10, .w_max = 10, .f_min = -10, .f_max = 10};
   // lr 0: the optimizer moves nothing, so pre-step = post-step and the two forms give the same W.
@@ -246,8 +263,16 @@ TEST_CASE("rule A reads the pre-step W and f when an optimizer moves them in the
   layer->to(kFloat64);
   const Tensor x = randn({N, D}, {.dtype = kFloat64}, &g), G = randn({N, P}, {.dtype = kFloat64}, &g);
   const Vec W0 = layer->W.to_vector<double>(), f0 = layer->f.to_vector<double>(), X = x.to_vector<double>();
-  const optim::RuleAOptions o{.eta_plus = 0.2, .eta_minus = 0.15, .rho_plus = 0.3, .rho_minus = 0.25, .eta_sp = 0.4,
-                              .z_max = 1.5, .w_max = 0.9, .f_max = 1.5, .beta = 0.3, .r_target = 0.25};
+  const optim::RuleAOptions o{.eta_plus = 0.2,
+                              .eta_minus = 0.15,
+                              .rho_plus = 0.3,
+                              .rho_minus = 0.25,
+                              .eta_sp = 0.4,
+                              .z_max = 1.5,
+                              .w_max = 0.9,
+                              .f_max = 1.5,
+                              .beta = 0.3,
+                              .r_target = 0.25};
   const double lr = 0.3;
   optim::SGD opt(layer->parameters(), {.lr = lr});
   opt.add_local_rule(layer->rule_a(o));
@@ -269,13 +294,15 @@ TEST_CASE("rule A reads the pre-step W and f when an optimizer moves them in the
         dep += std::max(0.0, -Z[b * P + p]) * X[b * D + k] / N;
       }
       const double w = W0[p * D + k];  // the pre-step W in the soft bounds
-      W[p * D + k] = std::clamp(w - lr * dW[p * D + k] + o.eta_plus * pot * (1 - w / o.w_max) -
-                                    o.eta_minus * dep * (w / o.w_max), 0.0, o.w_max);
+      W[p * D + k] =
+          std::clamp(w - lr * dW[p * D + k] + o.eta_plus * pot * (1 - w / o.w_max) - o.eta_minus * dep * (w / o.w_max),
+                     0.0, o.w_max);
     }
     double grow = 0, silent = 0;
     for (int64_t b = 0; b < N; ++b) grow += F[b * P + p] * Z[b * P + p] / o.z_max / N, silent += (1 - F[b * P + p]) / N;
-    f[p] = std::clamp(f0[p] - lr * df[p] + o.rho_plus * grow * (1 - f0[p] / o.f_max) -
-                          o.rho_minus * silent * (f0[p] / o.f_max), 0.0, o.f_max);
+    f[p] = std::clamp(
+        f0[p] - lr * df[p] + o.rho_plus * grow * (1 - f0[p] / o.f_max) - o.rho_minus * silent * (f0[p] / o.f_max), 0.0,
+        o.f_max);
   }
   check_close(layer->W, W, 1e-13, 1e-12);
   check_close(layer->f, f, 1e-13, 1e-12);
@@ -294,7 +321,8 @@ struct Frozen {
 Frozen freeze(const nn::FiringLayer& l, const optim::Optimizer& opt) {
   const Tensor m = opt.state(l.W, "momentum_buffer");
   return {{l.W.clone(), l.f.clone(), l.SP.clone(), l.r_bar.clone(), l.m_bar.clone(), l.f_bar.clone()},
-          opt.step_count(l.W), m.defined() ? m.clone() : Tensor()};
+          opt.step_count(l.W),
+          m.defined() ? m.clone() : Tensor()};
 }
 void check_frozen(const nn::FiringLayer& l, const optim::Optimizer& opt, const Frozen& s) {
   const std::vector<Tensor> now{l.W, l.f, l.SP, l.r_bar, l.m_bar, l.f_bar};
@@ -308,26 +336,54 @@ void check_frozen(const nn::FiringLayer& l, const optim::Optimizer& opt, const F
 
 }  // namespace
 
-TEST_CASE("a snapshot the rule rejects makes step() throw before anything moves; the snapshot is dropped, so the "
-          "next step runs the gradient update alone") {
+TEST_CASE(
+    "a snapshot the rule rejects makes step() throw before anything moves; the snapshot is dropped, so the "
+    "next step runs the gradient update alone") {
   using Snap = optim::FiringSnapshot;
   const int64_t N = 6, D = 5, P = 4;
   const Tensor x = randn({N, D}), tok = tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 5}, {N});
   // Each bad snapshot, made from a good one.
   const std::vector<std::pair<const char*, std::function<void(Snap&)>>> bad = {
-      {"do not match", [&](Snap& s) { s.Z = randn({N, P + 1}); }},
-      {"do not match", [&](Snap& s) { s.F = zeros({N + 1, P}); }},
-      {"do not match", [&](Snap& s) { s.f = ones({P, 2}); }},
+      {"do not match",
+       [&](Snap& s) {
+         s.Z = randn({N, P + 1});
+       }},
+      {"do not match",
+       [&](Snap& s) {
+         s.F = zeros({N + 1, P});
+       }},
+      {"do not match",
+       [&](Snap& s) {
+         s.f = ones({P, 2});
+       }},
       {"do not match", [&](Snap& s) { s.SP = zeros({P + 1}); }},
-      {"snapshot X", [&](Snap& s) { s.X = randn({N, D + 1}); }},
-      {"snapshot X", [&](Snap& s) { s.X = randn({N + 1, D}); }},
-      {"snapshot X", [&](Snap& s) { s.X = randn({N, D, P + 1}); }},
-      {"snapshot X", [&](Snap& s) { s.X = tensor(std::vector<int64_t>(N * D, 1), {N, D}); }},
+      {"snapshot X",
+       [&](Snap& s) {
+         s.X = randn({N, D + 1});
+       }},
+      {"snapshot X",
+       [&](Snap& s) {
+         s.X = randn({N + 1, D});
+       }},
+      {"snapshot X",
+       [&](Snap& s) {
+         s.X = randn({N, D, P + 1});
+       }},
+      {"snapshot X",
+       [&](Snap& s) {
+         s.X = tensor(std::vector<int64_t>(N * D, 1), {N, D});
+       }},
       {"exactly one of X and tok", [&](Snap& s) { s.tok = tok; }},
       {"exactly one of X and tok", [&](Snap& s) { s.X = Tensor(); }},
-      {"must be floating", [&](Snap& s) { s.F = zeros({N, P}, {.dtype = kFloat64}); }},
+      {"must be floating",
+       [&](Snap& s) {
+         s.F = zeros({N, P}, {.dtype = kFloat64});
+       }},
       {"needs Z, F, f and SP", [&](Snap& s) { s.Z = Tensor(); }},
-      {"deferred gradient", [&](Snap& s) { s.dZ = std::make_shared<Tensor>(randn({N, P + 2})); }},
+      {"deferred gradient",
+       [&](Snap& s) {
+         s.dZ = std::make_shared<Tensor>(randn({N, P + 2}));
+       }},
   };
   for (const auto& [fragment, spoil] : bad) {
     CAPTURE(fragment);
@@ -389,8 +445,8 @@ TEST_CASE("a step that fails on a gradient or on another rule leaves every layer
   CHECK(rb->has_snapshot());
   b->f.set_grad(good);
   // b's snapshot spoilt: the whole step is refused, a's rule included.
-  rb->observe({x.detach(), Tensor(), randn({8, 7}), ones({8, 7}), b->f.detach().clone(), b->SP.detach().clone(),
-               nullptr});
+  rb->observe(
+      {x.detach(), Tensor(), randn({8, 7}), ones({8, 7}), b->f.detach().clone(), b->SP.detach().clone(), nullptr});
   check_error([&] { opt.step(); }, {"FiringRuleB", "do not match"});
   check_frozen(*a, opt, fa);
   check_frozen(*b, opt, fb);
@@ -404,16 +460,18 @@ TEST_CASE("a step that fails on a gradient or on another rule leaves every layer
 
 // ---- fuse_sgd and zero_grad ------------------------------------------------------------------------------------
 
-TEST_CASE("fuse_sgd: zero_grad() (optimizer, layer, a module holding it) drops W's deferred gradient, exactly as it "
-          "drops W.grad without fuse_sgd") {
+TEST_CASE(
+    "fuse_sgd: zero_grad() (optimizer, layer, a module holding it) drops W's deferred gradient, exactly as it "
+    "drops W.grad without fuse_sgd") {
   const Tensor x = randn64({9, 5}, false, 30), G = randn64({9, 4, 2}, false, 31);
   const optim::RuleBOptions base{.eta_w = 0.05, .eta_f = 0.05, .w_min = -1, .f_min = -2, .f_max = 2};
   auto make = [&](bool fused) {
     manual_seed(32);
-    auto stack = std::make_shared<nn::FiringStack>(std::vector<int64_t>{5, 4, 2}, nn::FiringOptions(1, 1).threshold(-0.1));
+    auto stack =
+        std::make_shared<nn::FiringStack>(std::vector<int64_t>{5, 4, 2}, nn::FiringOptions(1, 1).threshold(-0.1));
     stack->to(kFloat64);
-    auto opt = std::make_shared<optim::SGD>(stack->layers[0]->parameters(), optim::SGDOptions{.lr = 0.2,
-                                                                                             .weight_decay = 0.1});
+    auto opt =
+        std::make_shared<optim::SGD>(stack->layers[0]->parameters(), optim::SGDOptions{.lr = 0.2, .weight_decay = 0.1});
     optim::RuleBOptions o = base;
     o.fuse_sgd = fused;
     auto rule = stack->layers[0]->rule_b(o);
@@ -434,7 +492,7 @@ TEST_CASE("fuse_sgd: zero_grad() (optimizer, layer, a module holding it) drops W
       if (way == Parent) stack->zero_grad();
       if (fused) CHECK(rule->holds_deferred_gradient() == (way == None));
       if (way != None) CHECK_NOTHROW(layer.forward(x));  // no pending gradient: not "accumulation"
-      if (way != None) layer.forward(x);  // the snapshot of this forward (no backward after it)
+      if (way != None) layer.forward(x);                 // the snapshot of this forward (no backward after it)
       opt->step();
       W.push_back(layer.W.clone());
     }
@@ -455,8 +513,9 @@ TEST_CASE("fuse_sgd: zero_grad() (optimizer, layer, a module holding it) drops W
 
 // ---- defaults that do no harm ----------------------------------------------------------------------------------
 
-TEST_CASE("attaching a rule whose clip range does not hold the layer is refused, naming both fixes; the layer's "
-          "non-negative initialisation") {
+TEST_CASE(
+    "attaching a rule whose clip range does not hold the layer is refused, naming both fixes; the layer's "
+    "non-negative initialisation") {
   // The default rule B range [0, 1] on the default (signed) layer: refused before anything is attached.
   auto lin = std::make_shared<nn::FiringLinear>(nn::FiringOptions(64, 128).threshold(0.1));
   check_error([&] { lin->rule_b({.eta_w = 1e-3, .r_target = 0.1}); },
@@ -482,7 +541,8 @@ TEST_CASE("attaching a rule whose clip range does not hold the layer is refused,
   check_error([&] { pos->rule_b({.f_max = 0.5}); }, {"FiringRuleB", "output weights f", "[0, 0.5]", "f_min"});
   check_error([&] { pos->rule_a({.f_max = 0.5}); }, {"FiringRuleA", "output weights f", "f_max >= 1"});
   // SP is not: a threshold outside [sp_min, sp_max] is moved into it at the first step, by design.
-  auto high = std::make_shared<nn::FiringLinear>(nn::FiringOptions(4, 2).threshold(5).init(nn::FiringInit::NonNegative));
+  auto high =
+      std::make_shared<nn::FiringLinear>(nn::FiringOptions(4, 2).threshold(5).init(nn::FiringInit::NonNegative));
   CHECK_NOTHROW(high->rule_b({.sp_max = 1}));
   CHECK_NOTHROW(high->rule_a({.sp_min = 6, .sp_max = 7}));
   // A NaN weight is not "outside": it stays visible (NaN in, NaN out).
@@ -613,10 +673,10 @@ TEST_CASE("rule B options: each bound of the table, each side; NaN and +-inf ref
 TEST_CASE("rule A options: each bound of the table, each side; NaN and +-inf refused by name") {
   using O = optim::RuleAOptions;
   const std::vector<std::pair<const char*, double O::*>> all = {
-      {"eta_plus", &O::eta_plus}, {"eta_minus", &O::eta_minus}, {"rho_plus", &O::rho_plus},
-      {"rho_minus", &O::rho_minus}, {"eta_sp", &O::eta_sp},     {"z_max", &O::z_max},
-      {"w_max", &O::w_max},       {"f_max", &O::f_max},         {"beta", &O::beta},
-      {"r_target", &O::r_target}, {"sp_min", &O::sp_min},       {"sp_max", &O::sp_max}};
+      {"eta_plus", &O::eta_plus},   {"eta_minus", &O::eta_minus}, {"rho_plus", &O::rho_plus},
+      {"rho_minus", &O::rho_minus}, {"eta_sp", &O::eta_sp},       {"z_max", &O::z_max},
+      {"w_max", &O::w_max},         {"f_max", &O::f_max},         {"beta", &O::beta},
+      {"r_target", &O::r_target},   {"sp_min", &O::sp_min},       {"sp_max", &O::sp_max}};
   for (const auto& [name, member] : all)
     for (double v : {kNaN, kInf, -kInf}) {
       CAPTURE(name);
@@ -632,7 +692,7 @@ TEST_CASE("rule A options: each bound of the table, each side; NaN and +-inf ref
     refuses_a([&](O& o) { o.*m = -1; }, {"FiringRuleA", "must be > 0"});
   }
   accepts_a([](O& o) { o.z_max = 1e-9; });
-  refuses_a([](O& o) { o.w_max = 0.1; }, {"FiringRuleA", "W lie outside"});     // W reaches 1/√5
+  refuses_a([](O& o) { o.w_max = 0.1; }, {"FiringRuleA", "W lie outside"});       // W reaches 1/√5
   refuses_a([](O& o) { o.f_max = 0.999; }, {"FiringRuleA", "output weights f"});  // f starts at 1
   accepts_a([](O& o) { o.w_max = 1e300, o.f_max = 1e300; });
   refuses_a([](O& o) { o.beta = 0; }, {"FiringRuleA", "beta in (0, 1]"});
@@ -646,8 +706,9 @@ TEST_CASE("rule A options: each bound of the table, each side; NaN and +-inf ref
   accepts_a([](O& o) { o.sp_min = 0.5; });
 }
 
-TEST_CASE("loaded rule state passes the checks of the table: r_bar, f_bar in [0, 1], m_bar >= 0, SP finite; a "
-          "refused load leaves the layer untouched") {
+TEST_CASE(
+    "loaded rule state passes the checks of the table: r_bar, f_bar in [0, 1], m_bar >= 0, SP finite; a "
+    "refused load leaves the layer untouched") {
   manual_seed(50);
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(5, 4));
   const StateDict good = [&] {
@@ -661,11 +722,17 @@ TEST_CASE("loaded rule state passes the checks of the table: r_bar, f_bar in [0,
     sd.set(name, tensor(v, {4}).to(kFloat32));
     return sd;
   };
-  const std::vector<std::pair<const char*, Vec>> refused = {
-      {"r_bar", {0, 0.5, 1.0 + 1e-6, 0}}, {"r_bar", {-1e-6, 0, 0, 0}}, {"r_bar", {kNaN, 0, 0, 0}},
-      {"f_bar", {0, 0, 2, 0}},            {"f_bar", {0, -kInf, 0, 0}},  {"m_bar", {0, -1e-6, 0, 0}},
-      {"m_bar", {0, kInf, 0, 0}},         {"m_bar", {kNaN, 0, 0, 0}},   {"SP", {0, kInf, 0, 0}},
-      {"SP", {0, 0, -kInf, 0}},           {"SP", {kNaN, 0, 0, 0}}};
+  const std::vector<std::pair<const char*, Vec>> refused = {{"r_bar", {0, 0.5, 1.0 + 1e-6, 0}},
+                                                            {"r_bar", {-1e-6, 0, 0, 0}},
+                                                            {"r_bar", {kNaN, 0, 0, 0}},
+                                                            {"f_bar", {0, 0, 2, 0}},
+                                                            {"f_bar", {0, -kInf, 0, 0}},
+                                                            {"m_bar", {0, -1e-6, 0, 0}},
+                                                            {"m_bar", {0, kInf, 0, 0}},
+                                                            {"m_bar", {kNaN, 0, 0, 0}},
+                                                            {"SP", {0, kInf, 0, 0}},
+                                                            {"SP", {0, 0, -kInf, 0}},
+                                                            {"SP", {kNaN, 0, 0, 0}}};
   for (const auto& [name, v] : refused) {
     CAPTURE(name);
     CAPTURE(v[0]);
@@ -696,16 +763,18 @@ TEST_CASE("docs/firing.md's Accepted options table names every option this file 
   const size_t at = text.find("## 7. Accepted options: learning rules");
   REQUIRE(at != std::string::npos);
   const std::string table = text.substr(at);
-  for (const char* name : {"eta_w", "eta_f", "eta_sp", "z_ref", "y_ref", "eps_z", "eps_y", "beta_r", "beta_m",
-                           "r_target", "m_target", "lambda_r", "lambda_m", "w_min", "w_max", "f_min", "f_max",
-                           "sp_min", "sp_max", "mask_w", "mask_f", "fuse_sgd", "sequential", "eta_plus", "eta_minus",
-                           "rho_plus", "rho_minus", "z_max", "beta", "r_bar", "m_bar", "f_bar", "init"}) {
+  for (const char* name :
+       {"eta_w",    "eta_f",    "eta_sp",   "z_ref",    "y_ref",      "eps_z",    "eps_y",     "beta_r",   "beta_m",
+        "r_target", "m_target", "lambda_r", "lambda_m", "w_min",      "w_max",    "f_min",     "f_max",    "sp_min",
+        "sp_max",   "mask_w",   "mask_f",   "fuse_sgd", "sequential", "eta_plus", "eta_minus", "rho_plus", "rho_minus",
+        "z_max",    "beta",     "r_bar",    "m_bar",    "f_bar",      "init"}) {
     CAPTURE(name);
     CHECK(table.find(std::string("`") + name + "`") != std::string::npos);
   }
 }
 
-TEST_CASE("examples/firing_fmnist builds the layer, the optimizer and the rule exactly as the README's firing snippet") {
+TEST_CASE(
+    "examples/firing_fmnist builds the layer, the optimizer and the rule exactly as the README's firing snippet") {
   const std::filesystem::path root = std::filesystem::path(__FILE__).parent_path().parent_path();
   auto read = [](const std::filesystem::path& p) {
     std::ifstream in(p);

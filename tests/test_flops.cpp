@@ -11,22 +11,23 @@ using namespace asc;
 TEST_CASE("flops: a dense Transformer classifier counted by hand") {
   // D 8, H 2, F 16, 1 layer, 3 classes, T 4:
   //   projections 4 · 2·T·D·D = 2048, scores + A·V 4·T²·D = 512, FFN 2 · 2·T·D·F = 2048, head 2·D·C = 48.
-  auto m = models::TransformerClassifier(models::TransformerClassifierOptions(10, 4, 3).d_model(8).heads(2).ffn(16)
-                                             .layers(1).dropout(0));
+  auto m = models::TransformerClassifier(
+      models::TransformerClassifierOptions(10, 4, 3).d_model(8).heads(2).ffn(16).layers(1).dropout(0));
   const models::FlopCount c = models::count_flops(m, 4);
   CHECK(c.attention == doctest::Approx(2048 + 512));
   CHECK(c.forward == doctest::Approx(2048 + 512 + 2048 + 48));
   CHECK(c.training() == doctest::Approx(3 * c.forward));
   // Two layers: twice the blocks, one head.
-  auto m2 = models::TransformerClassifier(models::TransformerClassifierOptions(10, 4, 3).d_model(8).heads(2).ffn(16)
-                                              .layers(2).dropout(0));
+  auto m2 = models::TransformerClassifier(
+      models::TransformerClassifierOptions(10, 4, 3).d_model(8).heads(2).ffn(16).layers(2).dropout(0));
   CHECK(models::count_flops(m2, 4).forward == doctest::Approx(2 * (2048 + 512 + 2048) + 48));
 }
 
 TEST_CASE("flops: the LM's head runs at every position") {
   auto lm = models::DecoderLM(models::DecoderLMOptions(32).d_model(8).heads(2).ffn(16).layers(1));
   const double T = 6, D = 8, F = 16, V = 32;
-  CHECK(models::count_flops(lm, 6).forward == doctest::Approx(8 * T * D * D + 4 * T * T * D + 4 * T * D * F + 2 * T * D * V));
+  CHECK(models::count_flops(lm, 6).forward ==
+        doctest::Approx(8 * T * D * D + 4 * T * T * D + 4 * T * D * F + 2 * T * D * V));
 }
 
 TEST_CASE("flops: ASAM's sparse branch counts the pattern's pairs, its dense branch T² unless the gate is fixed at 1") {
@@ -47,10 +48,10 @@ TEST_CASE("flops: ASAM's sparse branch counts the pattern's pairs, its dense bra
 TEST_CASE("flops: ASCender's extra cost scales with the attended pairs") {
   const int64_t D = 16, H = 2, T = 20;
   auto full = nn::AscenderAttention(nn::AscenderAttentionOptions(D, H).k({4}));
-  auto wide = nn::AscenderAttention(nn::AscenderAttentionOptions(D, H).k({4}).mode(nn::AscenderMode::Windowed)
-                                        .window(1000).global_tokens(0));
-  auto narrow = nn::AscenderAttention(nn::AscenderAttentionOptions(D, H).k({4}).mode(nn::AscenderMode::Windowed)
-                                          .window(3).global_tokens(0));
+  auto wide = nn::AscenderAttention(
+      nn::AscenderAttentionOptions(D, H).k({4}).mode(nn::AscenderMode::Windowed).window(1000).global_tokens(0));
+  auto narrow = nn::AscenderAttention(
+      nn::AscenderAttentionOptions(D, H).k({4}).mode(nn::AscenderMode::Windowed).window(3).global_tokens(0));
   auto reuse = nn::AscenderAttention(nn::AscenderAttentionOptions(D, H).k({4}).mode(nn::AscenderMode::Reuse));
   auto mha = nn::MultiHeadAttention(nn::MultiHeadAttentionOptions(D, H));
   const double f_full = models::attention_flops(full, T).forward;
@@ -76,11 +77,13 @@ TEST_CASE("flops: firing classifier and refusals") {
   CHECK(models::measured_gemm_peak(64) > 0);
 }
 
-TEST_CASE("flops: an MLP (the firing network's baseline) is the sum of its Linear layers; a Sequential of unknown "
-          "modules is refused") {
+TEST_CASE(
+    "flops: an MLP (the firing network's baseline) is the sum of its Linear layers; a Sequential of unknown "
+    "modules is refused") {
   nn::MLP mlp(nn::MLPOptions({4, 8, 2}).dropout(0.1));  // Linear(4, 8), ReLU, Dropout, Linear(8, 2)
   CHECK(models::count_flops(mlp, 1).forward == doctest::Approx(2 * 4 * 8 + 2 * 8 * 2));
   CHECK(models::count_flops(mlp, 1).attention == 0);
-  nn::Sequential with_norm{std::make_shared<nn::Linear>(4, 4), std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({4}))};
+  nn::Sequential with_norm{std::make_shared<nn::Linear>(4, 4),
+                           std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({4}))};
   CHECK_THROWS_WITH_AS(models::count_flops(with_norm, 1), doctest::Contains("LayerNorm"), Error);
 }

@@ -172,9 +172,8 @@ std::map<std::string, Bytes> make_corpus() {
   StateDict with_meta;  // metadata with escapes and non-ASCII text
   with_meta.set("emb", u16_tensor({0x3FC0, 0xC000, 0x4050, 0x0000}, {2, 2}, kBFloat16));
   with_meta.set("b", tensor(std::vector<double>{1.0 / 3, -0.0}, {2}));
-  c["metadata.safetensors"] =
-      serialize_safetensors(with_meta, {{"format", "pt"}, {"note", "\u00fc\u2192\U0001F600 \"q\"\n\\"},
-                                        {"", "empty key"}});
+  c["metadata.safetensors"] = serialize_safetensors(
+      with_meta, {{"format", "pt"}, {"note", "\u00fc\u2192\U0001F600 \"q\"\n\\"}, {"", "empty key"}});
 
   c["no_tensors.safetensors"] = serialize_safetensors({});
 
@@ -218,8 +217,10 @@ std::vector<Seed> load_corpus() {
   std::vector<Seed> seeds;
   for (const auto& entry : fs::directory_iterator(corpus_dir()))
     if (entry.path().extension() == ".safetensors")
-      seeds.push_back({entry.path().filename().string(), read_file(entry.path()),
-                       entry.path().filename().string().rfind("checkpoint", 0) == 0, {}});
+      seeds.push_back({entry.path().filename().string(),
+                       read_file(entry.path()),
+                       entry.path().filename().string().rfind("checkpoint", 0) == 0,
+                       {}});
   // The file written by the real safetensors library (Python) too: its header is laid out differently.
   seeds.push_back({"../reference.safetensors", read_file(data_dir() / "reference.safetensors"), false, {}});
   std::sort(seeds.begin(), seeds.end(), [](const Seed& a, const Seed& b) { return a.name < b.name; });  // stable replay
@@ -311,11 +312,32 @@ class Mutator {
   // Numbers that sit on a boundary of some check: int64 / uint64 / 2^32 / 2^53 edges, the file size, small values,
   // and malformed ones (leading zero, fraction, exponent).
   std::string edge_number(size_t file_size) {
-    static constexpr const char* fixed[] = {
-        "0", "1", "2", "3", "4", "8", "-1", "-0", "00", "01", "1.5", "1e3", "2147483647", "2147483648", "4294967295",
-        "4294967296", "9007199254740993", "4611686018427387904", "4611686018427387903", "9223372036854775807",
-        "9223372036854775808", "-9223372036854775808", "-9223372036854775809", "18446744073709551615",
-        "18446744073709551616", "99999999999999999999999"};
+    static constexpr const char* fixed[] = {"0",
+                                            "1",
+                                            "2",
+                                            "3",
+                                            "4",
+                                            "8",
+                                            "-1",
+                                            "-0",
+                                            "00",
+                                            "01",
+                                            "1.5",
+                                            "1e3",
+                                            "2147483647",
+                                            "2147483648",
+                                            "4294967295",
+                                            "4294967296",
+                                            "9007199254740993",
+                                            "4611686018427387904",
+                                            "4611686018427387903",
+                                            "9223372036854775807",
+                                            "9223372036854775808",
+                                            "-9223372036854775808",
+                                            "-9223372036854775809",
+                                            "18446744073709551615",
+                                            "18446744073709551616",
+                                            "99999999999999999999999"};
     switch (below(4)) {
       case 0: return std::to_string(file_size + below(3) - 1);
       case 1: return std::to_string(below(64));
@@ -325,19 +347,40 @@ class Mutator {
 
   uint64_t edge_word(const Bytes& b) {
     const uint64_t n = b.size(), hl = b.size() >= 8 ? read_le64(b.data()) : 0;
-    const uint64_t v[] = {0,     1,         8,     0x7FFFFFFFFFFFFFFFull, ~0ull,       1ull << 32, (1ull << 32) - 1,
-                          1ull << 63, n,     n - 1, n + 1,                 n - 8,       n - 9,      100'000'000,
-                          100'000'001, hl + 1, hl - 1, hl + 8};
+    const uint64_t v[] = {
+        0,     1,     8,     0x7FFFFFFFFFFFFFFFull, ~0ull,       1ull << 32, (1ull << 32) - 1, 1ull << 63, n, n - 1,
+        n + 1, n - 8, n - 9, 100'000'000,           100'000'001, hl + 1,     hl - 1,           hl + 8};
     return v[below(std::size(v))];
   }
 
   // A value on an edge of what the state loaders check (negative steps, 2^53 + 1 and int64 extremes through a
   // double, NaN / inf / huge options, bool bytes other than 0 / 1), in a field's dtype.
   void write_edge_value(uint8_t* p, DType dt) {
-    static constexpr int64_t ints[] = {0, 1, -1, 2, 3, 1000000, (int64_t{1} << 53) + 1, int64_t{1} << 62,
-                                       INT64_MAX, INT64_MIN, INT64_MAX - 1, int64_t{1} << 32};
-    static constexpr double reals[] = {0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e308, -1e308, 5e-324, 1e-300,
-                                       9.3e18, -9.3e18, std::numeric_limits<double>::infinity(),
+    static constexpr int64_t ints[] = {0,
+                                       1,
+                                       -1,
+                                       2,
+                                       3,
+                                       1000000,
+                                       (int64_t{1} << 53) + 1,
+                                       int64_t{1} << 62,
+                                       INT64_MAX,
+                                       INT64_MIN,
+                                       INT64_MAX - 1,
+                                       int64_t{1} << 32};
+    static constexpr double reals[] = {0.0,
+                                       -0.0,
+                                       1.0,
+                                       -1.0,
+                                       0.5,
+                                       2.0,
+                                       1e308,
+                                       -1e308,
+                                       5e-324,
+                                       1e-300,
+                                       9.3e18,
+                                       -9.3e18,
+                                       std::numeric_limits<double>::infinity(),
                                        -std::numeric_limits<double>::infinity(),
                                        std::numeric_limits<double>::quiet_NaN()};
     switch (dt) {
@@ -442,9 +485,7 @@ class Mutator {
         size_t at = below(b.size());
         uint64_t k = below(3);
         // Random bytes are printable ASCII half the time: in the header those get past the UTF-8 check.
-        b[at] = k == 0   ? 0x00
-                : k == 1 ? 0xFF
-                         : static_cast<uint8_t>(below(2) ? 0x20 + below(95) : rng_());
+        b[at] = k == 0 ? 0x00 : k == 1 ? 0xFF : static_cast<uint8_t>(below(2) ? 0x20 + below(95) : rng_());
         note("byte {} = {:#04x}", at, b[at]);
         return;
       }
@@ -508,15 +549,15 @@ class Mutator {
       }
       case 10: {  // a dtype string to another one, supported or not
         static constexpr const char* dtypes[] = {"\"F32\"", "\"F64\"", "\"I64\"", "\"BOOL\"", "\"BF16\"", "\"F16\""};
-        static constexpr const char* into[] = {"\"F32\"", "\"F64\"", "\"I64\"", "\"BOOL\"", "\"BF16\"", "\"F16\"",
-                                               "\"U8\"",  "\"I32\"", "\"F8_E4M3\"", "\"C64\"", "\"f32\"", "\"\"",
-                                               "\"F32 \"", "32",     "[\"F32\"]", "null"};
+        static constexpr const char* into[] = {"\"F32\"",  "\"F64\"", "\"I64\"",     "\"BOOL\"", "\"BF16\"", "\"F16\"",
+                                               "\"U8\"",   "\"I32\"", "\"F8_E4M3\"", "\"C64\"",  "\"f32\"",  "\"\"",
+                                               "\"F32 \"", "32",      "[\"F32\"]",   "null"};
         replace_token(b, h, dtypes, into, "dtype");
         return;
       }
       case 11: {  // a field name to another (missing, duplicate or unknown field)
         static constexpr const char* keys[] = {"\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\""};
-        static constexpr const char* into[] = {"\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\"",
+        static constexpr const char* into[] = {"\"dtype\"", "\"shape\"",       "\"data_offsets\"", "\"__metadata__\"",
                                                "\"extra\"", "\"__metadata_\"", "\"DTYPE\""};
         replace_token(b, h, keys, into, "key");
         return;
@@ -588,8 +629,9 @@ struct Current {
 
 void write_crash_file() {
   if (!g_current.mutant) return;
-  std::string p = (fs::temp_directory_path() /
-                   fmt::format("asc_fuzz_failure_{}_{}.safetensors", g_current.seed, g_current.iter)).string();
+  std::string p =
+      (fs::temp_directory_path() / fmt::format("asc_fuzz_failure_{}_{}.safetensors", g_current.seed, g_current.iter))
+          .string();
   if (FILE* f = std::fopen(p.c_str(), "wb")) {
     std::fwrite(g_current.mutant->data(), 1, g_current.mutant->size(), f);
     std::fclose(f);
@@ -654,9 +696,9 @@ void check_loaded(const StateDict& sd, const Meta& meta, const Bytes& file) {
       for (double v : t.to_vector<double>()) valsum += v;
   }
   g_sink = valsum + static_cast<double>(bytesum);
-  FUZZ_EXPECT(covered == file.size() - 8 - read_le64(file.data()),
-              "the tensors hold " << covered << " bytes but the data section has "
-                                  << file.size() - 8 - read_le64(file.data()));
+  FUZZ_EXPECT(covered == file.size() - 8 - read_le64(file.data()), "the tensors hold "
+                                                                       << covered << " bytes but the data section has "
+                                                                       << file.size() - 8 - read_le64(file.data()));
 
   Bytes again, twice;
   Meta meta2;
@@ -675,15 +717,15 @@ void check_loaded(const StateDict& sd, const Meta& meta, const Bytes& file) {
 // own state. (Optimizer steps are read as int64, exactly: 2^53 + 1 and INT64_MAX - 1 come back unchanged.)
 void check_saved_back(const StateDict& file, const TinyRun& run) {
   const StateDict now = run.snapshot();
-  FUZZ_EXPECT(now.size() == file.size(), "the checkpoint has " << file.size() << " entries, the loaded state saves "
-                                                               << now.size());
+  FUZZ_EXPECT(now.size() == file.size(),
+              "the checkpoint has " << file.size() << " entries, the loaded state saves " << now.size());
   for (const auto& [name, t] : file) {
     const Tensor* mine = now.find(name);
     FUZZ_EXPECT(mine != nullptr, "'" << name << "' loaded but is not saved back");
     if (name.starts_with("model.") && mine->dtype() != t.dtype()) continue;
     if (name.starts_with("optim.groups.") && name.ends_with(".lr")) continue;
-    FUZZ_EXPECT(same_tensor(*mine, t), "'" << name << "' is saved back as " << fmt::format("{}", mine->shape())
-                                           << " " << dtype_name(mine->dtype()) << " with other contents");
+    FUZZ_EXPECT(same_tensor(*mine, t), "'" << name << "' is saved back as " << fmt::format("{}", mine->shape()) << " "
+                                           << dtype_name(mine->dtype()) << " with other contents");
   }
 }
 
@@ -716,8 +758,10 @@ void run_mutant(const Seed& seed, const Bytes& m, const fs::path& tmp, bool via_
   Meta cmeta;
   const bool ok_ckpt = loads("load_checkpoint", [&] { load_checkpoint(tmp.string(), run.state(), &cmeta); });
   FUZZ_EXPECT(!ok_ckpt || ok_file, "load_checkpoint accepted a file load_safetensors rejects");
-  if (!ok_ckpt) FUZZ_EXPECT(same_dicts(before, run.snapshot()), "a rejected checkpoint changed the training state");
-  else check_saved_back(fsd, run);
+  if (!ok_ckpt)
+    FUZZ_EXPECT(same_dicts(before, run.snapshot()), "a rejected checkpoint changed the training state");
+  else
+    check_saved_back(fsd, run);
   ++tally.checkpoints;
   tally.checkpoints_loaded += ok_ckpt;
 }
@@ -773,9 +817,12 @@ TEST_CASE("fuzz regressions: a 0 dimension does not hide an overflowing shape") 
     check_error([&] { load_safetensors(p.string()); }, {"'z'", "overflows"});
   }
   // Elements that fit but bytes that do not: 2^61 float64.
-  check_error([] { deserialize_safetensors(make_file(
-                       R"({"z":{"dtype":"F64","shape":[1152921504606846976,2],"data_offsets":[0,0]}})")); },
-              {"'z'", "overflows", "bytes"});
+  check_error(
+      [] {
+        deserialize_safetensors(
+            make_file(R"({"z":{"dtype":"F64","shape":[1152921504606846976,2],"data_offsets":[0,0]}})"));
+      },
+      {"'z'", "overflows", "bytes"});
   // Empty, and every product within int64: a valid (if odd) tensor.
   StateDict sd = deserialize_safetensors(
       make_file(R"({"z":{"dtype":"F32","shape":[0,9223372036854775807],"data_offsets":[0,0]}})"));
@@ -840,8 +887,9 @@ TEST_CASE("fuzz: mutated safetensors and checkpoint files load or throw asc::Err
   fs::remove(tmp);
 
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  MESSAGE(fmt::format("{} mutants in {:.1f} s ({:.0f} per second): {} loaded; {} checkpoint mutants, {} loaded by "
-                      "load_checkpoint",
-                      done, elapsed, static_cast<double>(done) / std::max(elapsed, 1e-9), tally.loaded,
-                      tally.checkpoints, tally.checkpoints_loaded));
+  MESSAGE(
+      fmt::format("{} mutants in {:.1f} s ({:.0f} per second): {} loaded; {} checkpoint mutants, {} loaded by "
+                  "load_checkpoint",
+                  done, elapsed, static_cast<double>(done) / std::max(elapsed, 1e-9), tally.loaded, tally.checkpoints,
+                  tally.checkpoints_loaded));
 }

@@ -144,14 +144,15 @@ struct Fuzzer {
           spread_in = spread_in || (std::isnan(x) && (t == &v || (t == &z && a.use_coh)));
           break;
         }
-    INFO(fmt::format("B {} H {} T {} d {} d_z {} d_a {}; k {} tau_sep {} tau_coh {} alpha_align {} alpha_coh {}; "
-                     "include_self {} select_by_scores {} after_norm {} align/sep/coh {}{}{} norm_eps {} omega_scale {} "
-                     "window {} global {} row_block {} keep_mask {} bias {}; non-finite in: {}",
-                     B, H, T, d, dz, da, a.k, a.tau_sep, a.tau_coh, a.alpha_align, a.alpha_coh, a.include_self,
-                     a.select_by_scores, a.gate_position == GatePosition::AfterNorm, a.use_align, a.use_sep, a.use_coh,
-                     a.norm_eps, a.omega_scale, a.window, a.global_tokens, a.row_block,
-                     a.keep_mask.defined() ? fmt::format("{} {}", a.keep_mask.shape(), a.keep_mask.dtype()) : "none",
-                     a.bias.defined(), nan_in));
+    INFO(
+        fmt::format("B {} H {} T {} d {} d_z {} d_a {}; k {} tau_sep {} tau_coh {} alpha_align {} alpha_coh {}; "
+                    "include_self {} select_by_scores {} after_norm {} align/sep/coh {}{}{} norm_eps {} omega_scale {} "
+                    "window {} global {} row_block {} keep_mask {} bias {}; non-finite in: {}",
+                    B, H, T, d, dz, da, a.k, a.tau_sep, a.tau_coh, a.alpha_align, a.alpha_coh, a.include_self,
+                    a.select_by_scores, a.gate_position == GatePosition::AfterNorm, a.use_align, a.use_sep, a.use_coh,
+                    a.norm_eps, a.omega_scale, a.window, a.global_tokens, a.row_block,
+                    a.keep_mask.defined() ? fmt::format("{} {}", a.keep_mask.shape(), a.keep_mask.dtype()) : "none",
+                    a.bias.defined(), nan_in));
     bool ref_ok = true, op_ok = true;
     std::string ref_error, op_error;
     Tensor y_ref, y_op;
@@ -280,10 +281,10 @@ struct Fuzzer {
     const std::vector<double> got = W.to_vector<double>();
     std::string why_skip, why_ieee;
     for (size_t i = 0; i < got.size(); ++i) {
-      const bool ok = same_values({got[i]}, {skip[i]}, 1e-12, &why_skip) ||
-                      same_values({got[i]}, {ieee[i]}, 1e-12, &why_ieee);
+      const bool ok =
+          same_values({got[i]}, {skip[i]}, 1e-12, &why_skip) || same_values({got[i]}, {ieee[i]}, 1e-12, &why_ieee);
       REQUIRE_MESSAGE(ok, "firing_weight_update_ (alias case " << alias << "), element " << i << ": " << got[i]
-                                                                << " where " << skip[i] << " was expected");
+                                                               << " where " << skip[i] << " was expected");
     }
     checked();
   }
@@ -337,8 +338,8 @@ TEST_CASE("fuzz: the mechanism ops either throw asc::Error or agree with an inde
     try {
       f.step();
     } catch (...) {
-      MESSAGE("reproduce with ASC_FUZZ_SEED=" << seed << " ASC_FUZZ_FIRST_STEP=" << steps << " (a '" << std::string(f.last)
-                                               << "' step)");
+      MESSAGE("reproduce with ASC_FUZZ_SEED=" << seed << " ASC_FUZZ_FIRST_STEP=" << steps << " (a '"
+                                              << std::string(f.last) << "' step)");
       throw;
     }
     ++steps;

@@ -82,7 +82,8 @@ struct Fuzzer {
   int64_t size() {
     // Not 2^31 or 2^32: those fit in this machine's memory and would be allocated and filled for real. 2^40
     // elements do not: the allocator refuses them.
-    if (chance(0.03)) return pick<int64_t>({-1, -7, int64_t{1} << 40, int64_t{1} << 62, std::numeric_limits<int64_t>::max()});
+    if (chance(0.03))
+      return pick<int64_t>({-1, -7, int64_t{1} << 40, int64_t{1} << 62, std::numeric_limits<int64_t>::max()});
     return pick<int64_t>({0, 1, 1, 2, 2, 3, 3, 4, 5});
   }
   Shape shape(int max_rank = 4) {
@@ -91,12 +92,15 @@ struct Fuzzer {
     for (int i = 0; i < r; ++i) s.push_back(size());
     return s;
   }
-  int64_t dim_arg(int rank) { return chance(0.05) ? uniform(-9, 9) : uniform(-std::max(rank, 1), std::max(rank, 1) - 1); }
+  int64_t dim_arg(int rank) {
+    return chance(0.05) ? uniform(-9, 9) : uniform(-std::max(rank, 1), std::max(rank, 1) - 1);
+  }
 
   // A random input: a fresh tensor, or a non-contiguous view of one (transposed, sliced, expanded).
   Tensor input(const Shape& s, DType dt, Device dev) {
-    Tensor t = dt == kInt64 ? randint(-3, 4, s, {}, nullptr) : dt == kBool ? randint(0, 2, s).to(kBool)
-                                                                          : randn(s, {.dtype = dt});
+    Tensor t = dt == kInt64  ? randint(-3, 4, s, {}, nullptr)
+               : dt == kBool ? randint(0, 2, s).to(kBool)
+                             : randn(s, {.dtype = dt});
     if (s.size() >= 2 && chance(0.3)) t = t.transpose(0, 1).contiguous().transpose(0, 1);  // same values, strided
     return t.to(dev);
   }
@@ -107,7 +111,7 @@ struct Fuzzer {
     const Device dev = pick(devices);
     const DType dt = chance(0.1) ? kInt64 : chance(0.5) ? kFloat64 : kFloat32;
     const int op = static_cast<int>(uniform(0, 9));
-    static const char* const names[] = {"unary", "binary", "reduce", "matmul", "view",
+    static const char* const names[] = {"unary", "binary", "reduce",   "matmul",  "view",
                                         "cat",   "gather", "creation", "softmax", "convert"};
     last = names[op];
     try {
@@ -151,9 +155,12 @@ struct Fuzzer {
     Tensor x = input(shape(), dt, dev);
     const int which = static_cast<int>(uniform(0, 6));
     static const std::vector<std::pair<const char*, std::function<double(double)>>> fs = {
-        {"exp", [](double v) { return std::exp(v); }},       {"abs", [](double v) { return std::abs(v); }},
-        {"relu", [](double v) { return v > 0 ? v : 0.0; }},  {"tanh", [](double v) { return std::tanh(v); }},
-        {"sigmoid", [](double v) { return 1 / (1 + std::exp(-v)); }}, {"neg", [](double v) { return -v; }},
+        {"exp", [](double v) { return std::exp(v); }},
+        {"abs", [](double v) { return std::abs(v); }},
+        {"relu", [](double v) { return v > 0 ? v : 0.0; }},
+        {"tanh", [](double v) { return std::tanh(v); }},
+        {"sigmoid", [](double v) { return 1 / (1 + std::exp(-v)); }},
+        {"neg", [](double v) { return -v; }},
         {"sqrt", [](double v) { return std::sqrt(v); }}};
     Tensor y;
     switch (which) {
@@ -278,8 +285,9 @@ struct Fuzzer {
         break;
       }
       case 1: {
-        const int64_t d = dim_arg(r), start = chance(0.1) ? pick<int64_t>({-1, std::numeric_limits<int64_t>::max() - 1})
-                                                         : uniform(0, 3),
+        const int64_t d = dim_arg(r),
+                      start =
+                          chance(0.1) ? pick<int64_t>({-1, std::numeric_limits<int64_t>::max() - 1}) : uniform(0, 3),
                       len = chance(0.1) ? std::numeric_limits<int64_t>::max() : uniform(0, 3);
         y = x.narrow(d, start, len);
         const int wd = wrap_dim(d, r, "fuzz");
@@ -339,8 +347,7 @@ struct Fuzzer {
         }
         y = x.reshape(target);  // keeps the row-major order: compared flat
         if (y.numel() != x.numel()) FAIL("reshape changed the element count");
-        expect_close(y.contiguous().reshape({-1}), Host{{static_cast<int64_t>(h.v.size())}, h.v}, x.dtype(),
-                     "reshape");
+        expect_close(y.contiguous().reshape({-1}), Host{{static_cast<int64_t>(h.v.size())}, h.v}, x.dtype(), "reshape");
         return;
       }
       default: {
@@ -502,8 +509,8 @@ TEST_CASE("fuzz: random op sequences either throw asc::Error or return results a
     try {
       f.step();
     } catch (...) {  // anything but asc::Error (which step() absorbs) escapes: name the seed, then rethrow
-      MESSAGE("reproduce with ASC_FUZZ_SEED=" << seed << " ASC_FUZZ_FIRST_STEP=" << steps << " (a '" << std::string(f.last)
-                                               << "' step)");
+      MESSAGE("reproduce with ASC_FUZZ_SEED=" << seed << " ASC_FUZZ_FIRST_STEP=" << steps << " (a '"
+                                              << std::string(f.last) << "' step)");
       throw;
     }
     ++steps;
@@ -536,7 +543,11 @@ struct SparseFuzzer {
   bool chance(double p) { return std::bernoulli_distribution(p)(rng); }
   int64_t arg() {  // an integer argument: mostly small, sometimes hostile
     if (chance(0.15))
-      return std::vector<int64_t>{-1, 0, int64_t{1} << 31, int64_t{1} << 40, int64_t{1} << 62,
+      return std::vector<int64_t>{-1,
+                                  0,
+                                  int64_t{1} << 31,
+                                  int64_t{1} << 40,
+                                  int64_t{1} << 62,
                                   std::numeric_limits<int64_t>::max(),
                                   std::numeric_limits<int64_t>::min()}[static_cast<size_t>(uniform(0, 6))];
     return uniform(0, 9);
@@ -550,10 +561,13 @@ struct SparseFuzzer {
       case 2: return global_tokens_pattern(T, arg(), causal);
       case 3: return random_keys_pattern(T, arg(), static_cast<uint64_t>(rng()), causal);
       case 4: return hierarchical_pattern(T, arg(), causal);
-      case 5: return pattern_union({local_window_pattern(T, uniform(1, 4), causal), global_tokens_pattern(T, arg(), causal)});
+      case 5:
+        return pattern_union({local_window_pattern(T, uniform(1, 4), causal), global_tokens_pattern(T, arg(), causal)});
       default: {  // from_rows with random (sometimes hostile) lists
-        const int64_t groups = chance(0.9) ? 1 : arg(), queries = chance(0.9) ? T : arg(), keys = chance(0.9) ? T : arg();
-        const int64_t n = groups >= 0 && queries >= 0 && groups <= 64 && queries <= 64 ? groups * queries : uniform(0, 4);
+        const int64_t groups = chance(0.9) ? 1 : arg(), queries = chance(0.9) ? T : arg(),
+                      keys = chance(0.9) ? T : arg();
+        const int64_t n =
+            groups >= 0 && queries >= 0 && groups <= 64 && queries <= 64 ? groups * queries : uniform(0, 4);
         std::vector<std::vector<int64_t>> rows(static_cast<size_t>(n));
         for (auto& r : rows)
           for (int64_t x = uniform(0, 4); x > 0; --x) {
@@ -580,12 +594,14 @@ struct SparseFuzzer {
       }
       for (int64_t i = 0; i < p.queries(); ++i) {
         const auto row = p.row(0, i);
-        for (size_t x = 0; x < row.size(); ++x) REQUIRE((row[x] >= 0 && row[x] < p.keys() && (x == 0 || row[x] > row[x - 1])));
+        for (size_t x = 0; x < row.size(); ++x)
+          REQUIRE((row[x] >= 0 && row[x] < p.keys() && (x == 0 || row[x] > row[x - 1])));
       }
       // D: small, or hostile without 2^31 (which this machine could allocate and fill for real).
-      const int64_t D = chance(0.05) ? std::vector<int64_t>{-1, 0, int64_t{1} << 40, int64_t{1} << 62,
-                                                            std::numeric_limits<int64_t>::max()}[static_cast<size_t>(uniform(0, 4))]
-                                     : uniform(1, 6);
+      const int64_t D =
+          chance(0.05) ? std::vector<int64_t>{-1, 0, int64_t{1} << 40, int64_t{1} << 62,
+                                              std::numeric_limits<int64_t>::max()}[static_cast<size_t>(uniform(0, 4))]
+                       : uniform(1, 6);
       const int64_t B = uniform(1, 2), H = uniform(1, 2);
       const DType dt = chance(0.5) ? kFloat64 : kFloat32;
       Tensor q = randn({B, H, p.queries(), std::max<int64_t>(D, 0)}, {.dtype = kFloat64});
@@ -593,7 +609,8 @@ struct SparseFuzzer {
       Tensor v = randn({B, H, p.keys(), std::max<int64_t>(D, 0)}, {.dtype = kFloat64});
       Tensor keep;
       if (chance(0.5)) keep = randint(0, 2, {B, p.keys()}).to(chance(0.95) ? kBool : kFloat32);
-      const Tensor want = sparse_attention_reference(q, k, v, p, keep.defined() && keep.dtype() == kBool ? keep : Tensor());
+      const Tensor want =
+          sparse_attention_reference(q, k, v, p, keep.defined() && keep.dtype() == kBool ? keep : Tensor());
       const Tensor got = sparse_attention(q.to(dt).to(dev), k.to(dt).to(dev), v.to(dt).to(dev), p,
                                           keep.defined() ? keep.to(dev) : keep);
       const auto g = got.to(kFloat64).cpu().to_vector<double>(), w = want.to_vector<double>();

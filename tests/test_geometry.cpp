@@ -127,7 +127,9 @@ double closed_form(const std::string& name, double u, double w) {
 
 Tensor bool_mask(const std::vector<double>& v, const Shape& s) { return ne(tensor(v, s), 0.0); }
 
-std::vector<double> expand_values(const Tensor& t, const Shape& s) { return t.expand(s).contiguous().to_vector<double>(); }
+std::vector<double> expand_values(const Tensor& t, const Shape& s) {
+  return t.expand(s).contiguous().to_vector<double>();
+}
 
 }  // namespace
 
@@ -224,8 +226,9 @@ TEST_CASE("topk: gradient scatters into the selected entries") {
   check_grad([](const TensorList& in) { return TensorList{topk(in[0], 2, {.largest = false}).values}; }, {x});
   Tensor sq = randn64({2, 5, 5}, true, 6);
   Tensor mask = bool_mask({1, 1, 0, 1, 1}, {5});
-  check_grad([&](const TensorList& in) { return TensorList{topk(in[0], 2, {.exclude_diagonal = true, .mask = mask}).values}; },
-             {sq});
+  check_grad(
+      [&](const TensorList& in) { return TensorList{topk(in[0], 2, {.exclude_diagonal = true, .mask = mask}).values}; },
+      {sq});
   // Non-contiguous input.
   Tensor base = randn64({7, 4}, true, 8);
   check_grad([](const TensorList& in) { return TensorList{topk(in[0].t(), 2).values}; }, {base});
@@ -253,7 +256,8 @@ TEST_CASE("topk: bad inputs") {
   // The column mask leaves 2 entries per row; with the diagonal also excluded, row 0 keeps only 1.
   Tensor mask = bool_mask({1, 1, 0, 0}, {4});
   check_error([&] { topk(x, 3, {.mask = mask}); }, {"topk", "k = 3", "2 selectable", "row 0", "[2, 4, 4]"});
-  check_error([&] { topk(x, 2, {.exclude_diagonal = true, .mask = mask}); }, {"topk", "k = 2", "1 selectable", "row 0"});
+  check_error([&] { topk(x, 2, {.exclude_diagonal = true, .mask = mask}); },
+              {"topk", "k = 2", "1 selectable", "row 0"});
   check_error([&] { topk(x, 1, {.mask = ones({4})}); }, {"topk", "mask must be a bool", "float32"});
   check_error([&] { topk(x, 1, {.mask = bool_mask({1, 1, 1}, {3})}); }, {"topk", "mask of shape [3]", "[2, 4, 4]"});
   check_error([&] { topk(randint(0, 5, {3, 4}), 1); }, {"topk", "int64"});
@@ -278,14 +282,14 @@ TEST_CASE("pairwise_sqdist: forward vs naive, broadcast batch, non-contiguous, f
     Tensor Xb = randn64({2, 1, 5, 3}, false, 3).to(dt), Yb = randn64({3, 4, 3}, false, 4).to(dt);
     Tensor Db = pairwise_sqdist(Xb, Yb);
     CHECK(Db.shape() == Shape{2, 3, 5, 4});
-    check_close(Db,
-                naive_sqdist(expand_values(Xb, {2, 3, 5, 3}), expand_values(Yb, {2, 3, 4, 3}), 6, 5, 4, 3), tol, tol);
+    check_close(Db, naive_sqdist(expand_values(Xb, {2, 3, 5, 3}), expand_values(Yb, {2, 3, 4, 3}), 6, 5, 4, 3), tol,
+                tol);
 
     // Non-contiguous: transposed views.
     Tensor Xt = randn64({3, 6}, false, 5).to(dt).t(), Yt = randn64({3, 4}, false, 6).to(dt).t();
     check_close(pairwise_sqdist(Xt, Yt),
-                naive_sqdist(Xt.contiguous().to_vector<double>(), Yt.contiguous().to_vector<double>(), 1, 6, 4, 3),
-                tol, tol);
+                naive_sqdist(Xt.contiguous().to_vector<double>(), Yt.contiguous().to_vector<double>(), 1, 6, 4, 3), tol,
+                tol);
 
     // Z against itself: zero diagonal (clamped at 0, never negative), symmetric.
     Tensor Z = randn64({7, 4}, false, 7).to(dt);
@@ -303,15 +307,20 @@ TEST_CASE("pairwise_sqdist: gradcheck (several shapes, broadcast, X == Y)") {
              {randn64({4, 3}, true, 1), randn64({5, 3}, true, 2)});
   check_grad([](const TensorList& in) { return TensorList{pairwise_sqdist(in[0], in[1])}; },
              {randn64({2, 1, 3, 2}, true, 3), randn64({3, 4, 2}, true, 4)});
-  check_grad([](const TensorList& in) { return TensorList{pairwise_sqdist(in[0], in[0])}; }, {randn64({2, 5, 3}, true, 5)});
+  check_grad([](const TensorList& in) { return TensorList{pairwise_sqdist(in[0], in[0])}; },
+             {randn64({2, 5, 3}, true, 5)});
   // Only one side requiring grad, non-contiguous.
   Tensor Yc = randn64({4, 3}, false, 6);
-  check_grad([&](const TensorList& in) { return TensorList{pairwise_sqdist(in[0].t(), Yc)}; }, {randn64({3, 5}, true, 7)});
+  check_grad([&](const TensorList& in) { return TensorList{pairwise_sqdist(in[0].t(), Yc)}; },
+             {randn64({3, 5}, true, 7)});
 }
 
 TEST_CASE("pairwise_sqdist: bad inputs") {
-  check_error([] { pairwise_sqdist(randn64({4, 3}), randn64({4, 2})); },
-              {"pairwise_sqdist", "feature sizes differ", "[4, 3]", "[4, 2]"});
+  check_error(
+      [] {
+        pairwise_sqdist(randn64({4, 3}), randn64({4, 2}));
+      },
+      {"pairwise_sqdist", "feature sizes differ", "[4, 3]", "[4, 2]"});
   check_error([] { pairwise_sqdist(randn64({4, 3}), randn32({4, 3})); }, {"pairwise_sqdist", "float64", "float32"});
   check_error([] { pairwise_sqdist(randn64({3}), randn64({4, 3})); }, {"pairwise_sqdist", "(.., n, d)", "[3]"});
   check_error([] { pairwise_sqdist(randn64({2, 4, 3}), randn64({3, 4, 3})); }, {"pairwise_sqdist", "[2]", "[3]"});
@@ -331,18 +340,24 @@ TEST_CASE("cosine_similarity_matrix: forward vs naive (zero row uses eps), gradc
     Tensor Y3 = randn64({2, 3, 5}, false, 4).to(dt).transpose(-1, -2);  // (2, 5, 3), non-contiguous
     Tensor C = cosine_similarity_matrix(X0, Y3, 0.5);
     CHECK(C.shape() == Shape{2, 4, 5});
-    check_close(C, naive_cosine(expand_values(X0, {2, 4, 3}), Y3.contiguous().to_vector<double>(), 2, 4, 5, 3, 0.5), tol,
-                tol);
+    check_close(C, naive_cosine(expand_values(X0, {2, 4, 3}), Y3.contiguous().to_vector<double>(), 2, 4, 5, 3, 0.5),
+                tol, tol);
     for (double c : C.to_vector<double>()) CHECK(std::isfinite(c));
   }
   check_grad([](const TensorList& in) { return TensorList{cosine_similarity_matrix(in[0], in[1])}; },
              {randn64({2, 4, 3}, true, 5), randn64({2, 3, 3}, true, 6)});
   check_grad([](const TensorList& in) { return TensorList{cosine_similarity_matrix(in[0], in[0])}; },
              {randn64({5, 4}, true, 7)});
-  check_error([] { cosine_similarity_matrix(randn64({4, 3}), randn64({4, 2})); },
-              {"cosine_similarity_matrix", "feature sizes differ"});
-  check_error([] { cosine_similarity_matrix(randn64({4, 3}), randn64({4, 3}), -1.0); },
-              {"cosine_similarity_matrix", "eps", "-1"});
+  check_error(
+      [] {
+        cosine_similarity_matrix(randn64({4, 3}), randn64({4, 2}));
+      },
+      {"cosine_similarity_matrix", "feature sizes differ"});
+  check_error(
+      [] {
+        cosine_similarity_matrix(randn64({4, 3}), randn64({4, 3}), -1.0);
+      },
+      {"cosine_similarity_matrix", "eps", "-1"});
 }
 
 // =================================================================================================================
@@ -412,10 +427,13 @@ TEST_CASE("row_standardize: forward vs naive, with and without mask, non-contigu
 
 TEST_CASE("row_standardize: gradcheck with and without a mask; fully invalid rows get zero gradient") {
   check_grad([](const TensorList& in) { return TensorList{row_standardize(in[0])}; }, {randn64({3, 5}, true, 3)});
-  check_grad([](const TensorList& in) { return TensorList{row_standardize(in[0], {}, 0.3)}; }, {randn64({2, 2, 4}, true, 4)});
+  check_grad([](const TensorList& in) { return TensorList{row_standardize(in[0], {}, 0.3)}; },
+             {randn64({2, 2, 4}, true, 4)});
   Tensor mask = bool_mask({1, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1}, {3, 5});
-  check_grad([&](const TensorList& in) { return TensorList{row_standardize(in[0], mask)}; }, {randn64({2, 3, 5}, true, 5)});
-  check_grad([&](const TensorList& in) { return TensorList{row_standardize(in[0].t(), mask)}; }, {randn64({5, 3}, true, 6)});
+  check_grad([&](const TensorList& in) { return TensorList{row_standardize(in[0], mask)}; },
+             {randn64({2, 3, 5}, true, 5)});
+  check_grad([&](const TensorList& in) { return TensorList{row_standardize(in[0].t(), mask)}; },
+             {randn64({5, 3}, true, 6)});
 
   Tensor x = randn64({3, 5}, true, 7);
   Tensor g = randn64({3, 5}, false, 8);
@@ -432,8 +450,11 @@ TEST_CASE("row_standardize: gradcheck with and without a mask; fully invalid row
   sum(mul(row_standardize(c, {}, 0.5), gc)).backward();
   check_close(c.grad(), {-2.0 / 0.5, -1.0 / 0.5, 0.0, 3.0 / 0.5}, 1e-12, 0);
 
-  check_error([] { row_standardize(randn64({3, 4}), bool_mask({1, 1, 1}, {3})); },
-              {"row_standardize", "mask of shape [3]", "[3, 4]"});
+  check_error(
+      [] {
+        row_standardize(randn64({3, 4}), bool_mask({1, 1, 1}, {3}));
+      },
+      {"row_standardize", "mask of shape [3]", "[3, 4]"});
   check_error([] { row_standardize(randn64({3, 4}), ones({4})); }, {"row_standardize", "bool", "float32"});
   check_error([] { row_standardize(randn64({3, 4}), {}, -1.0); }, {"row_standardize", "eps", "-1"});
   check_error([] { row_standardize(randint(0, 3, {2, 2})); }, {"row_standardize", "int64"});
@@ -488,7 +509,8 @@ TEST_CASE("hard_gate: forward F = 1[z >= theta] with broadcast theta, float32/fl
     Tensor zt = z.t();
     Tensor F2 = hard_gate(zt, scalar_tensor(0.05, {.dtype = kFloat64}));
     auto ztv = zt.contiguous().to_vector<double>();
-    for (size_t i = 0; i < ztv.size(); ++i) CHECK(F2.to_vector<double>()[i] == (ztv[i] >= (dt == kFloat32 ? double(float(0.05)) : 0.05) ? 1.0 : 0.0));
+    for (size_t i = 0; i < ztv.size(); ++i)
+      CHECK(F2.to_vector<double>()[i] == (ztv[i] >= (dt == kFloat32 ? double(float(0.05)) : 0.05) ? 1.0 : 0.0));
   }
 }
 
@@ -538,17 +560,19 @@ TEST_CASE("hard_gate: backward modes none / straight-through / every registered 
 }
 
 TEST_CASE("hard_gate: a registered custom surrogate is used by the backward; registry errors") {
-  register_surrogate({"test_quadratic", [](double u, double w) {
-                        return std::abs(u) < w ? 0.75 / w * (1.0 - (u / w) * (u / w)) : 0.0;
-                      }});
+  register_surrogate({"test_quadratic",
+                      [](double u, double w) { return std::abs(u) < w ? 0.75 / w * (1.0 - (u / w) * (u / w)) : 0.0; }});
   auto names = surrogate_names();
   CHECK(std::find(names.begin(), names.end(), "test_quadratic") != names.end());
   Tensor z = tensor({-0.5, 0.2, 1.5}, {.dtype = kFloat64, .requires_grad = true});
   Tensor th = scalar_tensor(0.0, {.dtype = kFloat64});
   sum(hard_gate(z, th, {.mode = GateBackward::Surrogate, .surrogate = "test_quadratic", .width = 1.0})).backward();
   check_close(z.grad(), {0.75 * 0.75, 0.75 * 0.96, 0.0}, 1e-12, 0);
-  check_error([] { register_surrogate({"sigmoid", [](double, double) { return 0.0; }}); },
-              {"register_surrogate", "sigmoid", "already registered"});
+  check_error(
+      [] {
+        register_surrogate({"sigmoid", [](double, double) { return 0.0; }});
+      },
+      {"register_surrogate", "sigmoid", "already registered"});
   check_error([] { register_surrogate({"", [](double, double) { return 0.0; }}); }, {"register_surrogate", "name"});
   check_error([] { register_surrogate({"test_empty", {}}); }, {"register_surrogate", "test_empty", "derivative"});
 }

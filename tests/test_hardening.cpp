@@ -1,8 +1,8 @@
 // Hostile input that used to get past the checks (issue #15): sizes whose products overflow 64 bits, methods of an
 // undefined Tensor, an optimizer with nothing to optimise. Each must throw asc::Error naming the op; none may crash
 // or hand back a tensor whose shape is larger than its storage.
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <limits>
 #include <set>
 
@@ -44,11 +44,11 @@ TEST_CASE("creation: element and byte counts that overflow int64 are refused") {
 }
 
 TEST_CASE("creation ops that multiply sizes internally: eye, one_hot, arange") {
-  check_error([] { eye(int64_t{1} << 32); }, "eye");          // n * n = 2^64
-  check_error([] { eye(3037000500); }, "eye");                // n * n just above 2^63
+  check_error([] { eye(int64_t{1} << 32); }, "eye");  // n * n = 2^64
+  check_error([] { eye(3037000500); }, "eye");        // n * n just above 2^63
   Tensor idx = tensor(std::vector<int64_t>{0, 1, 2}, {3});
-  check_error([&] { one_hot(idx, kMax); }, "one_hot");        // 3 * (2^63 - 1)
-  check_error([] { arange(0.0, 1e300); }, "arange");           // does not fit in int64
+  check_error([&] { one_hot(idx, kMax); }, "one_hot");  // 3 * (2^63 - 1)
+  check_error([] { arange(0.0, 1e300); }, "arange");    // does not fit in int64
   check_error([] { arange(0.0, 1e19); }, "arange");
   check_error([] { arange(0.0, 1.0, std::numeric_limits<double>::quiet_NaN()); }, "arange");
   // The rewritten loops still produce the right values.
@@ -106,13 +106,13 @@ TEST_CASE("found by the op fuzzer: randint over a range wider than 2^63, empty c
 
 TEST_CASE("make_view: a view reaching outside its storage is refused, whatever produced it") {
   Tensor x = zeros({2, 3});
-  check_error([&] { make_view(x, {2, 3}, {3, 1}, 1); }, "outside the storage");     // last element at 6
+  check_error([&] { make_view(x, {2, 3}, {3, 1}, 1); }, "outside the storage");  // last element at 6
   check_error([&] { make_view(x, {3, 3}, {3, 1}, 0); }, "outside the storage");
-  check_error([&] { make_view(x, {2}, {kMax, 1}, 0); }, "view");                    // shape and strides differ
+  check_error([&] { make_view(x, {2}, {kMax, 1}, 0); }, "view");  // shape and strides differ
   check_error([&] { make_view(x, {2}, {kMax}, 0); }, "outside the storage");
   check_error([&] { make_view(x, {3}, {kMax}, 0); }, "offset overflow");
   check_error([&] { make_view(x, {2}, {-1}, 0); }, "outside the storage");
-  CHECK(make_view(x, {2}, {-1}, 1).numel() == 2);  // negative strides within bounds are fine
+  CHECK(make_view(x, {2}, {-1}, 1).numel() == 2);              // negative strides within bounds are fine
   CHECK(make_view(x, {0, 5}, {kMax, kMax}, 99).numel() == 0);  // nothing addressed
 }
 
@@ -326,17 +326,17 @@ TEST_CASE("aliasing: an in-place op whose input shares the output's memory gives
     CHECK(values(a) != values(x0));  // the op did something
   };
   auto in = [](const Tensor& t, bool cloned) { return cloned ? t.clone() : t; };
-  both([&](Tensor& x, bool c) { x.add_(in(x.t(), c)); });                     // transposed self: x + x^T
+  both([&](Tensor& x, bool c) { x.add_(in(x.t(), c)); });  // transposed self: x + x^T
   both([&](Tensor& x, bool c) { x.add_(in(x.t(), c), -2.5); });
-  both([&](Tensor& x, bool c) { x.add_(in(x, c)); });                         // exactly itself
-  both([&](Tensor& x, bool c) { x.add_(in(x.select(0, 2), c)); });            // a row of itself, broadcast
+  both([&](Tensor& x, bool c) { x.add_(in(x, c)); });                                   // exactly itself
+  both([&](Tensor& x, bool c) { x.add_(in(x.select(0, 2), c)); });                      // a row of itself, broadcast
   both([&](Tensor& x, bool c) { x.narrow(0, 1, 3).copy_(in(x.narrow(0, 0, 3), c)); });  // shifted down one row
   both([&](Tensor& x, bool c) { x.narrow(0, 0, 3).copy_(in(x.narrow(0, 1, 3), c)); });  // shifted up one row
-  both([&](Tensor& x, bool c) { x.copy_(in(x.t(), c)); });                    // transpose in place
-  both([&](Tensor& x, bool c) { x.narrow(1, 1, 3).add_(in(x.narrow(1, 0, 3), c)); });  // overlapping columns
+  both([&](Tensor& x, bool c) { x.copy_(in(x.t(), c)); });                              // transpose in place
+  both([&](Tensor& x, bool c) { x.narrow(1, 1, 3).add_(in(x.narrow(1, 0, 3), c)); });   // overlapping columns
   both([&](Tensor& x, bool c) {
     Tensor flat = x.view({16});
-    flat.slice(0, 0, 16, 2).copy_(in(flat.slice(0, 1, 16, 2), c));           // interleaved, never the same element
+    flat.slice(0, 0, 16, 2).copy_(in(flat.slice(0, 1, 16, 2), c));  // interleaved, never the same element
   });
 }
 
@@ -344,7 +344,11 @@ TEST_CASE("aliasing: a destination whose elements share memory (expand) is refus
   Tensor base = arange(0, 4, 1, {.dtype = kFloat64}).view({1, 4});
   Tensor e = base.expand({3, 4});
   const auto before = values(base);
-  check_error([&] { e.copy_(randn({3, 4}, {.dtype = kFloat64})); }, "copy_: unsupported operation: more than one element");
+  check_error(
+      [&] {
+        e.copy_(randn({3, 4}, {.dtype = kFloat64}));
+      },
+      "copy_: unsupported operation: more than one element");
   check_error([&] { e.add_(ones({3, 4}, {.dtype = kFloat64})); }, "add_: unsupported operation");
   check_error([&] { e.add_(e); }, "add_: unsupported operation");
   check_error([&] { e.mul_(2.0); }, "mul_: unsupported operation");
@@ -360,14 +364,14 @@ TEST_CASE("aliasing: a destination whose elements share memory (expand) is refus
 TEST_CASE("aliasing: mem_overlap, has_internal_overlap and the checks for in-place kernels") {
   Tensor a = arange(0, 12, 1, {.dtype = kFloat32}).view({3, 4});
   CHECK(mem_overlap(a, a) == MemOverlap::Full);
-  CHECK(mem_overlap(a, a.view({3, 4})) == MemOverlap::Full);         // another handle, the same layout
+  CHECK(mem_overlap(a, a.view({3, 4})) == MemOverlap::Full);  // another handle, the same layout
   CHECK(mem_overlap(a, a.clone()) == MemOverlap::None);
   CHECK(mem_overlap(a.narrow(0, 0, 1), a.narrow(0, 2, 1)) == MemOverlap::None);  // disjoint rows
   CHECK(mem_overlap(a.narrow(0, 0, 2), a.narrow(0, 1, 2)) == MemOverlap::Partial);
   CHECK(mem_overlap(a, a.t()) == MemOverlap::Partial);
-  CHECK(mem_overlap(a, a.view({4, 3})) == MemOverlap::Partial);     // same memory, other order
+  CHECK(mem_overlap(a, a.view({4, 3})) == MemOverlap::Partial);                         // same memory, other order
   CHECK(mem_overlap(a.slice(1, 0, 4, 2), a.slice(1, 1, 4, 2)) == MemOverlap::Partial);  // interleaved: conservative
-  CHECK(mem_overlap(a.narrow(0, 0, 0), a) == MemOverlap::None);     // empty
+  CHECK(mem_overlap(a.narrow(0, 0, 0), a) == MemOverlap::None);                         // empty
   CHECK(mem_overlap(a, Tensor()) == MemOverlap::None);
   CHECK(mem_overlap(a.view({12}).to(kFloat32), a) == MemOverlap::Partial);  // to() of the same dtype is a view
   // A reversed view (negative stride, make_view) covers the same bytes.
@@ -380,11 +384,11 @@ TEST_CASE("aliasing: mem_overlap, has_internal_overlap and the checks for in-pla
   CHECK_FALSE(has_internal_overlap(a.narrow(0, 1, 1).expand({1, 4})));
   CHECK_FALSE(has_internal_overlap(make_view(a, {4}, {-1}, 3)));
   CHECK(has_internal_overlap(a.narrow(0, 0, 1).expand({5, 4})));
-  CHECK(has_internal_overlap(make_view(a, {3, 4}, {1, 1}, 0)));     // sliding windows (unfold)
-  CHECK(has_internal_overlap(make_view(a, {2, 3}, {2, 1}, 0)));     // windows of 3 every 2
+  CHECK(has_internal_overlap(make_view(a, {3, 4}, {1, 1}, 0)));  // sliding windows (unfold)
+  CHECK(has_internal_overlap(make_view(a, {2, 3}, {2, 1}, 0)));  // windows of 3 every 2
   CHECK_FALSE(has_internal_overlap(make_view(a, {2, 3}, {3, 1}, 0)));
 
-  check_no_partial_overlap(a, a, "op_");                            // elementwise on itself: allowed
+  check_no_partial_overlap(a, a, "op_");  // elementwise on itself: allowed
   check_no_partial_overlap(a, a.clone(), "op_");
   check_no_partial_overlap(a, Tensor(), "op_");
   check_error([&] { check_no_partial_overlap(a.narrow(0, 1, 2), a.narrow(0, 0, 2), "op_"); },
@@ -453,12 +457,18 @@ TEST_CASE("TransformerClassifier: every integer option at 0, 1, -1, INT64_MIN an
 
 TEST_CASE("TransformerClassifier: explicit attention widths and head counts must be the model's (0 takes them)") {
   // The attention options' d_model / heads are no longer silently replaced by the model's.
-  check_error([] { build(models::TransformerClassifierOptions(8, 6, 3).attention("ascender")
-                             .ascender(nn::AscenderAttentionOptions(128, 2))); },
-              "the ascender attention options have d_model 128 and heads 2, the model has d_model 128 and heads 4");
-  check_error([] { build(models::TransformerClassifierOptions(8, 6, 3).attention("asam")
-                             .asam(nn::AsamAttentionOptions(256, 4))); },
-              "the asam attention options have d_model 256 and heads 4, the model has d_model 128 and heads 4");
+  check_error(
+      [] {
+        build(models::TransformerClassifierOptions(8, 6, 3)
+                  .attention("ascender")
+                  .ascender(nn::AscenderAttentionOptions(128, 2)));
+      },
+      "the ascender attention options have d_model 128 and heads 2, the model has d_model 128 and heads 4");
+  check_error(
+      [] {
+        build(models::TransformerClassifierOptions(8, 6, 3).attention("asam").asam(nn::AsamAttentionOptions(256, 4)));
+      },
+      "the asam attention options have d_model 256 and heads 4, the model has d_model 128 and heads 4");
   check_error([] { build(small_classifier().attention("ascender").ascender(nn::AscenderAttentionOptions(16, 2))); },
               "d_model 16 and heads 2, the model has d_model 8 and heads 2");
   // Equal, or left at 0 (the default): built with the model's width and heads.
@@ -477,13 +487,20 @@ TEST_CASE("TransformerClassifier: explicit attention widths and head counts must
   // A mismatch in the options of an attention that is not used is no error.
   build(small_classifier().attention("dense").ascender(nn::AscenderAttentionOptions(128, 2)));
   // The factories refuse the same for any block: DecoderLM and hand-built blocks.
-  check_error([] { models::DecoderLM m(models::DecoderLMOptions(8).d_model(8).heads(2).layers(1).ffn(8),
-                                       nn::asam_attention_factory(nn::AsamAttentionOptions(16, 2))); },
-              "asam_attention: the attention options have d_model 16 but the block (model) has d_model 8");
-  check_error([] { nn::TransformerEncoderBlock b(nn::TransformerBlockOptions(8, 2),
-                                                 nn::ascender_attention_factory(nn::AscenderAttentionOptions(8, 4))); },
-              "ascender_attention: the attention options have heads 4 but the block (model) has heads 2");
-  nn::TransformerEncoderBlock ok(nn::TransformerBlockOptions(8, 2), nn::ascender_attention_factory(nn::AscenderAttentionOptions(0, 0).k({2})));
+  check_error(
+      [] {
+        models::DecoderLM m(models::DecoderLMOptions(8).d_model(8).heads(2).layers(1).ffn(8),
+                            nn::asam_attention_factory(nn::AsamAttentionOptions(16, 2)));
+      },
+      "asam_attention: the attention options have d_model 16 but the block (model) has d_model 8");
+  check_error(
+      [] {
+        nn::TransformerEncoderBlock b(nn::TransformerBlockOptions(8, 2),
+                                      nn::ascender_attention_factory(nn::AscenderAttentionOptions(8, 4)));
+      },
+      "ascender_attention: the attention options have heads 4 but the block (model) has heads 2");
+  nn::TransformerEncoderBlock ok(nn::TransformerBlockOptions(8, 2),
+                                 nn::ascender_attention_factory(nn::AscenderAttentionOptions(0, 0).k({2})));
 }
 
 TEST_CASE("TransformerBlockOptions and DecoderLM: the accepted options, each bound on each side") {
@@ -499,8 +516,10 @@ TEST_CASE("TransformerBlockOptions and DecoderLM: the accepted options, each bou
   using O = models::DecoderLMOptions;
   auto small = [] { return O(8).d_model(8).heads(2).layers(1).ffn(8); };
   const std::vector<std::pair<const char*, std::function<void(O&, int64_t)>>> ints = {
-      {"vocab", [](O& o, int64_t v) { o.vocab(v); }},   {"d_model", [](O& o, int64_t v) { o.d_model(v).heads(1); }},
-      {"heads", [](O& o, int64_t v) { o.heads(v); }},   {"layers", [](O& o, int64_t v) { o.layers(v); }},
+      {"vocab", [](O& o, int64_t v) { o.vocab(v); }},
+      {"d_model", [](O& o, int64_t v) { o.d_model(v).heads(1); }},
+      {"heads", [](O& o, int64_t v) { o.heads(v); }},
+      {"layers", [](O& o, int64_t v) { o.layers(v); }},
       {"ffn", [](O& o, int64_t v) { o.ffn(v); }}};
   for (const auto& [name, set] : ints) {
     INFO(name);
@@ -531,10 +550,12 @@ TEST_CASE("DistributedSampler: the accepted options, each bound on each side, an
   using distributed::DistributedSampler;
   // world_size >= 1; 0 <= rank < world_size
   for (int w : {0, -1, INT_MIN}) check_error([&] { DistributedSampler s(10, 0, w); }, "world_size must be >= 1");
-  for (int r : {-1, 2, INT_MAX, INT_MIN}) check_error([&] { DistributedSampler s(10, r, 2); }, "is not in a world of size 2");
+  for (int r : {-1, 2, INT_MAX, INT_MIN})
+    check_error([&] { DistributedSampler s(10, r, 2); }, "is not in a world of size 2");
   CHECK(DistributedSampler(10, 1, 2).num_samples() == 5);
   // dataset_size >= 1; with drop_last >= world_size
-  for (int64_t n : {int64_t{0}, int64_t{-1}, kMin}) check_error([&] { DistributedSampler s(n, 0, 1); }, "the dataset is empty");
+  for (int64_t n : {int64_t{0}, int64_t{-1}, kMin})
+    check_error([&] { DistributedSampler s(n, 0, 1); }, "the dataset is empty");
   CHECK(DistributedSampler(1, 0, 1).indices() == std::vector<int64_t>{0});
   check_error([] { DistributedSampler s(2, 0, 3, {.drop_last = true}); }, "drop_last with 2 examples for 3 ranks");
   CHECK(DistributedSampler(3, 2, 3, {.drop_last = true}).num_samples() == 1);
@@ -566,12 +587,15 @@ TEST_CASE("DistributedSampler: the accepted options, each bound on each side, an
         std::vector<int64_t> padded;
         for (int64_t i = 0; i < n; ++i) padded.push_back(i);
         while (padded.size() % w != 0) {
-          if (drop) padded.pop_back();
-          else padded.push_back(padded[padded.size() - static_cast<size_t>(n)]);
+          if (drop)
+            padded.pop_back();
+          else
+            padded.push_back(padded[padded.size() - static_cast<size_t>(n)]);
         }
         std::vector<std::vector<int64_t>> dealt(static_cast<size_t>(w));
         for (size_t p = 0; p < padded.size(); ++p) dealt[p % w].push_back(padded[p]);
-        for (int r = 0; r < w; ++r) CHECK(DistributedSampler(n, r, w, {.shuffle = false, .drop_last = drop}).indices() == dealt[r]);
+        for (int r = 0; r < w; ++r)
+          CHECK(DistributedSampler(n, r, w, {.shuffle = false, .drop_last = drop}).indices() == dealt[r]);
       }
     }
   }
@@ -581,7 +605,8 @@ TEST_CASE("DistributedSampler: the accepted options, each bound on each side, an
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 TEST_CASE("deprecated factory names: nn::ascender_attention / nn::asam_attention build what the _factory names build") {
-  nn::TransformerEncoderBlock a(nn::TransformerBlockOptions(8, 2), nn::ascender_attention(nn::AscenderAttentionOptions(0, 0)));
+  nn::TransformerEncoderBlock a(nn::TransformerBlockOptions(8, 2),
+                                nn::ascender_attention(nn::AscenderAttentionOptions(0, 0)));
   nn::TransformerEncoderBlock b(nn::TransformerBlockOptions(8, 2), nn::asam_attention(nn::AsamAttentionOptions(0, 0)));
   CHECK(std::dynamic_pointer_cast<nn::AscenderAttention>(a.attn) != nullptr);
   CHECK(std::dynamic_pointer_cast<nn::AsamAttention>(b.attn) != nullptr);

@@ -45,8 +45,12 @@ bool same_pattern(const SparsePattern& a, const SparsePattern& b) {
 
 // A compile-time proof that the pattern's sizes cannot be assigned: they are member functions, not fields.
 template <class P>
-constexpr bool sizes_assignable = requires(P p) { p.groups = int64_t{5}; } || requires(P p) { p.keys = int64_t{5}; } ||
-                                  requires(P p) { p.queries = int64_t{5}; } || requires(P p) { p.cols = Tensor(); };
+constexpr bool sizes_assignable = requires(P p) {
+  p.groups = int64_t{5};
+}
+|| requires(P p) { p.keys = int64_t{5}; }
+|| requires(P p) { p.queries = int64_t{5}; }
+|| requires(P p) { p.cols = Tensor(); };
 static_assert(!sizes_assignable<SparsePattern>, "a SparsePattern's sizes and lists must not be writable");
 
 // Every NaN position of t, row by row: rows (of the last dim) that are all NaN, and whether any other element is.
@@ -251,12 +255,21 @@ TEST_CASE("sparse_attention validates every input before dispatch, identically o
     CAPTURE(dev);
     Tensor q = randn32({B, H, T, D}, 1).to(dev), k = randn32({B, H, T, D}, 2).to(dev);
     // A float mask, large enough for the CPU op to go parallel: a clear error, never an abort.
-    check_error([&] { sparse_attention(q, k, k, p, ones({B, T}, {.device = dev})); },
-                {"sparse_attention", "key_keep must be bool"});
-    check_error([&] { sparse_attention(q, k, k, p, ones({B, T}, {.dtype = kInt64, .device = dev})); },
-                {"sparse_attention", "key_keep must be bool"});
-    check_error([&] { sparse_attention(q, k, k, p, ones({B, T + 1}, {.dtype = kBool, .device = dev})); },
-                {"sparse_attention", "key_keep"});
+    check_error(
+        [&] {
+          sparse_attention(q, k, k, p, ones({B, T}, {.device = dev}));
+        },
+        {"sparse_attention", "key_keep must be bool"});
+    check_error(
+        [&] {
+          sparse_attention(q, k, k, p, ones({B, T}, {.dtype = kInt64, .device = dev}));
+        },
+        {"sparse_attention", "key_keep must be bool"});
+    check_error(
+        [&] {
+          sparse_attention(q, k, k, p, ones({B, T + 1}, {.dtype = kBool, .device = dev}));
+        },
+        {"sparse_attention", "key_keep"});
     for (double s : {kNaN, kInf, -1.0})
       check_error([&] { sparse_attention(q, k, k, p, {}, s); }, {"sparse_attention", "scale"});
     check_error([&] { sparse_attention(q.to(kInt64), k.to(kInt64), k.to(kInt64), p); }, {"sparse_attention"});
@@ -267,8 +280,11 @@ TEST_CASE("sparse_attention validates every input before dispatch, identically o
                 {"sparse_attention", "empty"});
     if (dev.is_cuda()) {
       check_error([&] { sparse_attention(q, k.cpu(), k, p); }, {"sparse_attention"});
-      check_error([&] { sparse_attention(q, k, k, p, ones({B, T}, {.dtype = kBool})); },
-                  {"sparse_attention", "key_keep is on"});
+      check_error(
+          [&] {
+            sparse_attention(q, k, k, p, ones({B, T}, {.dtype = kBool}));
+          },
+          {"sparse_attention", "key_keep is on"});
     }
   }
 }
@@ -356,8 +372,8 @@ using Set = std::function<void(Opt&)>;
 
 // Builds the layer from `base` with `set` applied and runs it on a short sequence (T = 3, shorter than the default 4
 // random keys) with padding and both causalities: accepted means both succeed with a finite output.
-void expect_accepted(const Set& set, const std::vector<std::string>& patterns = {"window", "strided", "global",
-                                                                                  "random", "hierarchical", "clustered"}) {
+void expect_accepted(const Set& set, const std::vector<std::string>& patterns = {
+                                         "window", "strided", "global", "random", "hierarchical", "clustered"}) {
   Opt o(8, 2);
   o.patterns(patterns);
   set(o);
@@ -470,8 +486,8 @@ TEST_CASE("AsamAttention defaults: sequences shorter than the 4 random keys; g >
       manual_seed(5);
       nn::AsamAttention dflt(nn::AsamAttentionOptions(8, 2));  // random_keys 4, global_tokens 2
       manual_seed(5);
-      nn::AsamAttention clamped(nn::AsamAttentionOptions(8, 2).random_keys(std::min<int64_t>(4, T))
-                                    .global_tokens(std::min<int64_t>(2, T)));
+      nn::AsamAttention clamped(
+          nn::AsamAttentionOptions(8, 2).random_keys(std::min<int64_t>(4, T)).global_tokens(std::min<int64_t>(2, T)));
       CHECK(same_pattern(dflt.pattern(T, causal), clamped.pattern(T, causal)));
       Tensor x = randn({2, T, 8});
       check_close(dflt.attend(x, {.causal = causal}), clamped.attend(x, {.causal = causal}), 0, 0);
@@ -557,8 +573,8 @@ TEST_CASE("AsamAttention: a NaN token gives NaN where it is attended, without an
     if (i != 4) CHECK(!rows[T + i]);
   // The full layer (dense branch, gate): the NaN reaches the output, no error.
   manual_seed(10);
-  nn::AsamAttention full(nn::AsamAttentionOptions(D, H).patterns({"window", "global", "random", "clustered",
-                                                                  "hierarchical", "strided"}));
+  nn::AsamAttention full(
+      nn::AsamAttentionOptions(D, H).patterns({"window", "global", "random", "clustered", "hierarchical", "strided"}));
   const auto yv = full.attend(x, {}).to_vector<double>();
   CHECK(std::any_of(yv.begin(), yv.end(), [](double v) { return std::isnan(v); }));
 }
@@ -569,7 +585,13 @@ TEST_CASE("AsamAttention: a padding token's content, even NaN, never reaches the
   auto m = std::make_shared<nn::AsamAttention>(
       nn::AsamAttentionOptions(D, H)
           .patterns({"window", "strided", "global", "random", "clustered", "hierarchical"})
-          .window(3).stride(4).global_tokens(1).random_keys(2).block(3).clusters(2).cluster_theta(0.3)
+          .window(3)
+          .stride(4)
+          .global_tokens(1)
+          .random_keys(2)
+          .block(3)
+          .clusters(2)
+          .cluster_theta(0.3)
           .fixed_gate(1.0));  // the sparse branch alone: the dense one is ops/attention's
   m->to(kFloat64);
   Tensor valid = ones({B, T}, {.dtype = kBool});

@@ -84,7 +84,6 @@ Tensor check_accepted(const Heads& x, const AscenderCoreArgs& a, double tol = 1e
   return fused;
 }
 
-
 }  // namespace
 
 // ---- the op's options, the "Accepted options" table of docs/ascender.md, bound by bound ----------------------------
@@ -219,7 +218,8 @@ TEST_CASE("ASCender op: neighbour headings that cancel give u_i = 0, not a direc
   // Rows 0 and 4 are then those of attention without alignment.
   AscenderCoreArgs off = a;
   off.use_align = false;
-  const std::vector<double> y_off = run(x, off, AscenderBackend::Reference).to_vector<double>(), yv = y.to_vector<double>();
+  const std::vector<double> y_off = run(x, off, AscenderBackend::Reference).to_vector<double>(),
+                            yv = y.to_vector<double>();
   for (int64_t i : {0, 4}) CHECK(yv[i] == doctest::Approx(y_off[i]).epsilon(1e-14));
   // The backward: the kernel's gradients are the reference's (no gradient through the cancelled u_i).
   std::vector<Tensor> grads[2];
@@ -461,16 +461,18 @@ TEST_CASE("ASCender NaN: a NaN reaches exactly the rows that read it, in the ker
         auto key_rows = [&](int64_t b, int64_t h, int64_t i) { return b == b0 && h == h0 && kept_w(b, h, i, tok); };
         auto own_row = [&](int64_t b, int64_t h, int64_t i) { return b == b0 && h == h0 && i == tok; };
         switch (which) {
-          case 0: poison(x.q, tok), expected = own_row; break;                 // q_i: its own row
-          case 1: poison(x.k_rot, tok), expected = key_rows; break;            // k_rot_j: the rows that keep j
-          case 2: poison(x.k, tok), expected = key_rows; break;                // k_j (alignment's r_ij)
+          case 0: poison(x.q, tok), expected = own_row; break;       // q_i: its own row
+          case 1: poison(x.k_rot, tok), expected = key_rows; break;  // k_rot_j: the rows that keep j
+          case 2: poison(x.k, tok), expected = key_rows; break;      // k_j (alignment's r_ij)
           case 3: poison(x.v, tok), expected = key_rows, may_leak = true; break;
-          case 4:                                                              // z_j: separation and cohesion
-            poison(x.z, tok), expected = [&](int64_t b, int64_t h, int64_t i) { return key_rows(b, h, i) || own_row(b, h, i); };
+          case 4:  // z_j: separation and cohesion
+            poison(x.z, tok),
+                expected = [&](int64_t b, int64_t h, int64_t i) { return key_rows(b, h, i) || own_row(b, h, i); };
             may_leak = true;
             break;
           case 5:  // e_j: the affinities of the rows that keep j, and every affinity of row j
-            poison(x.e, tok), expected = [&](int64_t b, int64_t h, int64_t i) { return key_rows(b, h, i) || own_row(b, h, i); };
+            poison(x.e, tok),
+                expected = [&](int64_t b, int64_t h, int64_t i) { return key_rows(b, h, i) || own_row(b, h, i); };
             break;
           case 6: {  // a whole token: its row and the rows that keep it
             for (Tensor* t : {&x.q, &x.k_rot, &x.k, &x.v, &x.z, &x.e}) poison(*t, tok);
@@ -482,7 +484,9 @@ TEST_CASE("ASCender NaN: a NaN reaches exactly the rows that read it, in the ker
             Tensor bias = zeros({B, H, T, T}, {.dtype = dt});
             bias.select(0, b0).select(0, h0).select(0, 12).select(0, tok).fill_(kNaN);
             a.bias = bias;
-            expected = [&](int64_t b, int64_t h, int64_t i) { return b == b0 && h == h0 && i == 12 && kept_w(b, h, i, tok); };
+            expected = [&](int64_t b, int64_t h, int64_t i) {
+              return b == b0 && h == h0 && i == 12 && kept_w(b, h, i, tok);
+            };
             break;
           }
           case 8: {  // κ of head 1: every row of head 1 with a key (η is NaN; after_norm multiplies it in)
@@ -691,7 +695,7 @@ TEST_CASE("ASCender on CUDA: the op's checks before dispatch, NaN rows, γ_align
   const std::vector<int> kinds = row_kinds(run(xn, a, AscenderBackend::Fused));
   for (int64_t i = 0; i < T; ++i) {
     CAPTURE(i);
-    CHECK(kinds[i] == 0);                      // head 0: clean
+    CHECK(kinds[i] == 0);                       // head 0: clean
     CHECK(kinds[T + i] == (i >= tok ? 1 : 0));  // head 1: the token's row and the rows that keep it
   }
 }

@@ -129,17 +129,21 @@ struct Case {
   Vec Z, SP, f, dY;
 };
 Case nan_case(int64_t N, int64_t P, int64_t A, bool quiet, uint64_t seed) {
-  Case c{N, P, A, randn64({N, P}, false, seed).to_vector<double>(),
+  Case c{N,
+         P,
+         A,
+         randn64({N, P}, false, seed).to_vector<double>(),
          (randn64({P}, false, seed + 1) * 0.3 + (quiet ? 1.2 : 0.0)).to_vector<double>(),
-         randn64({P, A}, false, seed + 2).to_vector<double>(), randn64({N, P, A}, false, seed + 3).to_vector<double>()};
-  c.Z[1 * P + 2] = kNaN;            // NaN Z
-  c.SP[4] = kNaN;                   // NaN threshold: neuron 4 is undefined in every row
-  c.f[0 * A + (A - 1)] = kNaN;      // a NaN output weight: NaN where neuron 0 fires, 0 where it is silent
-  c.Z[2 * P + 1] = kInf;            // fires
-  c.Z[3 * P + 3] = -kInf;           // silent
-  c.Z[0 * P + 5] = c.SP[5] - 1.0;   // silent, with a NaN upstream gradient: ignored by the exact gate
+         randn64({P, A}, false, seed + 2).to_vector<double>(),
+         randn64({N, P, A}, false, seed + 3).to_vector<double>()};
+  c.Z[1 * P + 2] = kNaN;           // NaN Z
+  c.SP[4] = kNaN;                  // NaN threshold: neuron 4 is undefined in every row
+  c.f[0 * A + (A - 1)] = kNaN;     // a NaN output weight: NaN where neuron 0 fires, 0 where it is silent
+  c.Z[2 * P + 1] = kInf;           // fires
+  c.Z[3 * P + 3] = -kInf;          // silent
+  c.Z[0 * P + 5] = c.SP[5] - 1.0;  // silent, with a NaN upstream gradient: ignored by the exact gate
   c.dY[(0 * P + 5) * A] = kNaN;
-  c.Z[(N - 1) * P + 6] = c.SP[6];   // equality fires
+  c.Z[(N - 1) * P + 6] = c.SP[6];  // equality fires
   return c;
 }
 
@@ -148,8 +152,8 @@ void check_case(const Case& c, const GateOptions& gate, DType dt, Device dev) {
   const Tensor dY = tensor(c.dY, {c.N, c.P, c.A});
   // The reference sees the inputs rounded to dt, as the op does.
   auto rounded = [&](const Tensor& t) { return t.to(dt).to(kFloat64).to_vector<double>(); };
-  const Ref r = reference(rounded(Z), rounded(SP), rounded(f), rounded(dY), c.N, c.P, c.A, gate.mode, gate.surrogate,
-                          gate.width);
+  const Ref r =
+      reference(rounded(Z), rounded(SP), rounded(f), rounded(dY), c.N, c.P, c.A, gate.mode, gate.surrogate, gate.width);
   const Run o = run(Z, SP, f, dY, gate, dt, dev);
   const double tol = dt == kFloat64 ? 1e-12 : 2e-5;
   check_close(o.Y, r.Y, tol, tol);
@@ -183,8 +187,9 @@ std::vector<GateOptions> every_gate(bool with_user) {
 
 // ---- class 6: NaN propagates through the gate ------------------------------------------------------------------
 
-TEST_CASE("firing_output NaN: an undefined neuron (Z or SP NaN) outputs NaN and gets NaN gradients; a silent one "
-          "with a finite Z outputs exactly 0 — every gate, every fan-out path, float64 and float32, against loops") {
+TEST_CASE(
+    "firing_output NaN: an undefined neuron (Z or SP NaN) outputs NaN and gets NaN gradients; a silent one "
+    "with a finite Z outputs exactly 0 — every gate, every fan-out path, float64 and float32, against loops") {
   register_user_surrogates();
   for (int64_t A : {1, 2, 3, 4})
     for (bool quiet : {false, true})
@@ -211,8 +216,9 @@ TEST_CASE("firing_output NaN on CUDA: the same NaN and silent-neuron results as 
       }
 }
 
-TEST_CASE("firing layers NaN: NaN in the input, in W (dense and index path), in f and in SP shows in the output "
-          "and the gradients; the other neurons are untouched") {
+TEST_CASE(
+    "firing layers NaN: NaN in the input, in W (dense and index path), in f and in SP shows in the output "
+    "and the gradients; the other neurons are untouched") {
   manual_seed(11);
   auto lin = std::make_shared<nn::FiringLinear>(nn::FiringOptions(3, 4).fan_out(2).threshold(-0.5));
   lin->to(kFloat64);
@@ -229,8 +235,8 @@ TEST_CASE("firing layers NaN: NaN in the input, in W (dense and index path), in 
   sum(y).backward();
   CHECK(std::isnan(x.grad().to_vector<double>()[1 * 3 + 2]));  // dX = dZ W: row 1 NaN
   CHECK(std::isnan(x.grad().to_vector<double>()[0]) == false);
-  CHECK(has_non_finite(lin->W.grad()));   // dW = dZᵀ X: NaN
-  CHECK(has_non_finite(lin->f.grad()));   // df = Σ_b dY F Z: NaN
+  CHECK(has_non_finite(lin->W.grad()));  // dW = dZᵀ X: NaN
+  CHECK(has_non_finite(lin->f.grad()));  // df = Σ_b dY F Z: NaN
 
   // NaN in W[2, :]: neuron 2 is undefined in every row; the others are not.
   lin->zero_grad();
@@ -275,8 +281,10 @@ TEST_CASE("firing layers NaN: a NaN threshold or output weight; the gate F repor
     for (int64_t g = 0; g < 2; ++g) {
       CHECK(std::isnan(Y[(b * 4 + 3) * 2 + g]));
       // NaN f: NaN where neuron 0 fires, exactly 0 where it is silent (its f Z is never formed).
-      if (F[b * 4 + 0] == 1) CHECK(std::isnan(Y[(b * 4 + 0) * 2 + g]));
-      else CHECK(Y[(b * 4 + 0) * 2 + g] == 0);
+      if (F[b * 4 + 0] == 1)
+        CHECK(std::isnan(Y[(b * 4 + 0) * 2 + g]));
+      else
+        CHECK(Y[(b * 4 + 0) * 2 + g] == 0);
     }
   }
   // With the cross-path SSM: a NaN input at step 2 of sequence 1 reaches that sequence's output (from step 2 on,
@@ -292,8 +300,9 @@ TEST_CASE("firing layers NaN: a NaN threshold or output weight; the gate F repor
   }
 }
 
-TEST_CASE("firing_batch_sums / firing_rule_b_coef NaN: an undefined gate or NaN Z makes the sums NaN (max(0, NaN) "
-          "is NaN); a silent (b, p) adds nothing, even an infinite Z") {
+TEST_CASE(
+    "firing_batch_sums / firing_rule_b_coef NaN: an undefined gate or NaN Z makes the sums NaN (max(0, NaN) "
+    "is NaN); a silent (b, p) adds nothing, even an infinite Z") {
   NoGradGuard ng;
   for (Device dev : {Device::cpu(), Device::cuda()}) {
     if (dev.is_cuda() && !cuda::is_available()) continue;
@@ -320,8 +329,9 @@ TEST_CASE("firing_batch_sums / firing_rule_b_coef NaN: an undefined gate or NaN 
 
 // ---- class 3: a user surrogate that throws ---------------------------------------------------------------------
 
-TEST_CASE("firing_output: a user surrogate that throws in the backward pass reaches the caller (sizes that go "
-          "parallel), and the op works again after it") {
+TEST_CASE(
+    "firing_output: a user surrogate that throws in the backward pass reaches the caller (sizes that go "
+    "parallel), and the op works again after it") {
   register_user_surrogates();
   for (const char* name : {"b1_throws", "b1_throws_asc"}) {
     CAPTURE(name);
@@ -343,8 +353,9 @@ TEST_CASE("firing_output: a user surrogate that throws in the backward pass reac
 
 // ---- class 2: integer options at the extremes; size products --------------------------------------------------
 
-TEST_CASE("firing ops at the size extremes: 0, 1, n, n+1 rows/neurons/outputs; empty tensors with an INT64_MAX "
-          "dimension return at once; outputs whose size overflows are refused") {
+TEST_CASE(
+    "firing ops at the size extremes: 0, 1, n, n+1 rows/neurons/outputs; empty tensors with an INT64_MAX "
+    "dimension return at once; outputs whose size overflows are refused") {
   // Fan-out alpha: 0 refused; 1, 4 (n), 5 (n + 1) run against the loops (the specialised and the generic path).
   check_error([&] { firing_output(randn64({2, 3}), randn64({3}), randn64({3, 0})); }, {"firing_output", "alpha >= 1"});
   for (int64_t A : {1, 4, 5})
@@ -374,15 +385,18 @@ TEST_CASE("firing ops at the size extremes: 0, 1, n, n+1 rows/neurons/outputs; e
     CHECK(o.Y.shape() == Shape{kMax, 0, 1});
     o.Y.backward(Tensor::empty({kMax, 0, 1}, {.dtype = kFloat64}));
     CHECK(f.grad().shape() == Shape{0, 1});
-    check_error([&] { firing_output(Z, SP, Tensor::empty({0, 3}, {.dtype = kFloat64}), {.mode = mode}); },
-                {"firing_output", "more elements than fit"});
+    check_error(
+        [&] {
+          firing_output(Z, SP, Tensor::empty({0, 3}, {.dtype = kFloat64}), {.mode = mode});
+        },
+        {"firing_output", "more elements than fit"});
   }
   // alpha = INT64_MAX (f (0, INT64_MAX) is a valid empty tensor): Y (1, 0, INT64_MAX) is empty and fine; with two
   // rows its size overflows and is refused by the op.
   {
     Tensor f = Tensor::empty({0, kMax}, {.dtype = kFloat64});
-    FiringOutput o = firing_output(Tensor::empty({1, 0}, {.dtype = kFloat64}), Tensor::empty({0}, {.dtype = kFloat64}),
-                                   f);
+    FiringOutput o =
+        firing_output(Tensor::empty({1, 0}, {.dtype = kFloat64}), Tensor::empty({0}, {.dtype = kFloat64}), f);
     CHECK(o.Y.numel() == 0);
     const Tensor Z2 = Tensor::empty({2, 0}, {.dtype = kFloat64}), SP0 = Tensor::empty({0}, {.dtype = kFloat64});
     check_error([&] { firing_output(Z2, SP0, f); }, {"firing_output", "more elements than fit"});
@@ -458,8 +472,9 @@ TEST_CASE("firing layers: integer options at 0, 1, n, n+1 and INT64_MAX — refu
 
 // ---- class 5: non-finite options; the accepted-options table, walked ------------------------------------------
 
-TEST_CASE("accepted options, ops: each bound of docs/firing.md's table, each side — refused with a clear error "
-          "or accepted") {
+TEST_CASE(
+    "accepted options, ops: each bound of docs/firing.md's table, each side — refused with a clear error "
+    "or accepted") {
   const Tensor Z = randn64({4, 3}), SP = randn64({3}), f = randn64({3, 2});
   // gate.width: finite and > 0.
   for (double w : {0.0, -1.0, kNaN, kInf, -kInf})
@@ -489,8 +504,9 @@ TEST_CASE("accepted options, ops: each bound of docs/firing.md's table, each sid
   for (double eps : {1e-300, 1e-6, 1e300}) CHECK(ssm_scan(a, u, s0, true, eps).shape() == a.shape());
 }
 
-TEST_CASE("accepted options, layers: threshold, surrogate_width, backward, and the SSM's a_min, a_max, rms_eps — "
-          "each bound, each side") {
+TEST_CASE(
+    "accepted options, layers: threshold, surrogate_width, backward, and the SSM's a_min, a_max, rms_eps — "
+    "each bound, each side") {
   using nn::FiringOptions;
   auto build = [](const FiringOptions& o) { return std::make_shared<nn::FiringLinear>(o); };
   // threshold: finite in float32 (SP's dtype at construction).
@@ -507,8 +523,8 @@ TEST_CASE("accepted options, layers: threshold, surrogate_width, backward, and t
   check_error([&] { build(FiringOptions(3, 4).backward(GateBackward::Surrogate).surrogate("nope")); }, {"nope"});
   // The SSM: 0 <= a_min <= a_max <= 1, rms_eps finite > 0.
   auto ssm = [&](nn::SSMOptions s) { return build(FiringOptions(3, 4).ssm_rank(2).ssm(s)); };
-  for (auto [lo, hi] : {std::pair{-1e-9, 0.5}, {0.5, 1 + 1e-9}, {0.6, 0.5}, {kNaN, 0.5}, {0.1, kNaN}, {-kInf, 0.5},
-                        {0.1, kInf}})
+  for (auto [lo, hi] :
+       {std::pair{-1e-9, 0.5}, {0.5, 1 + 1e-9}, {0.6, 0.5}, {kNaN, 0.5}, {0.1, kNaN}, {-kInf, 0.5}, {0.1, kInf}})
     check_error([&] { ssm({.a_min = lo, .a_max = hi}); }, {"CrossPathSSM", "a_min <= a_max"});
   for (auto [lo, hi] : {std::pair{0.0, 1.0}, {0.5, 0.5}, {0.0, 0.0}, {1.0, 1.0}})
     CHECK(ssm({.a_min = lo, .a_max = hi})->ssm);
@@ -532,14 +548,23 @@ TEST_CASE("firing ops on CUDA refuse what the CPU refuses, with the same message
     check_error([&] { firing_output(Z, SP.to(kFloat32), f); }, {"firing_output", "share a dtype"});
     NoGradGuard ng;
     Tensor W = d(randn64({3, 2}));
-    check_error([&] { firing_weight_update_(W, d(randn64({3})), d(randn64({4, 3})), d(randn64({4, 2})).to(kFloat32)); },
-                {"firing_weight_update_", "share a dtype"});
-    check_error([&] { firing_weight_update_(W, d(randn64({2})), d(randn64({4, 3})), d(randn64({4, 2}))); },
-                {"firing_weight_update_", "keep [2]"});
+    check_error(
+        [&] {
+          firing_weight_update_(W, d(randn64({3})), d(randn64({4, 3})), d(randn64({4, 2})).to(kFloat32));
+        },
+        {"firing_weight_update_", "share a dtype"});
+    check_error(
+        [&] {
+          firing_weight_update_(W, d(randn64({2})), d(randn64({4, 3})), d(randn64({4, 2})));
+        },
+        {"firing_weight_update_", "keep [2]"});
     check_error([&] { firing_rule_b_coef(Z, Z, kInf); }, {"firing_rule_b_coef", "finite"});
     check_error([&] { firing_batch_sums(Z, Z.to(kFloat32), SP); }, {"firing_batch_sums", "share a dtype"});
-    check_error([&] { ssm_scan(d(randn64({1, 2, 3})), d(randn64({1, 2, 3})), d(randn64({3})), true, kNaN); },
-                {"ssm_scan", "eps"});
+    check_error(
+        [&] {
+          ssm_scan(d(randn64({1, 2, 3})), d(randn64({1, 2, 3})), d(randn64({3})), true, kNaN);
+        },
+        {"ssm_scan", "eps"});
   }
   // What only CUDA cannot run is refused by the op too: a user surrogate, more than 1024 state channels.
   const Tensor Z = randn64({4, 3}).to(Device::cuda()), SP = randn64({3}).to(Device::cuda());
@@ -553,8 +578,9 @@ TEST_CASE("firing ops on CUDA refuse what the CPU refuses, with the same message
 
 // ---- class 7: aliasing -----------------------------------------------------------------------------------------
 
-TEST_CASE("firing_weight_update_: keep, coef or X sharing W's memory (W itself, a view, a partial overlap) give the "
-          "result of the unaliased call — sparse and dense path, CPU and CUDA") {
+TEST_CASE(
+    "firing_weight_update_: keep, coef or X sharing W's memory (W itself, a view, a partial overlap) give the "
+    "result of the unaliased call — sparse and dense path, CPU and CUDA") {
   NoGradGuard ng;
   std::vector<Device> devs = {Device::cpu()};
   if (cuda::is_available()) devs.push_back(Device::cuda());
@@ -581,29 +607,35 @@ TEST_CASE("firing_weight_update_: keep, coef or X sharing W's memory (W itself, 
         CHECK(same_bits(al[0].to(Device::cpu()), rf[0].to(Device::cpu())));
       };
       const Tensor kp = (randn64({P}, false, 41) * 0.1 + 1).to(dev), cf = coef_of(42);
-      check("X = W", [&](Tensor& b) { Tensor W = b.narrow(0, 0, P); return Args{W, kp, cf, W}; });
+      check("X = W", [&](Tensor& b) {
+        Tensor W = b.narrow(0, 0, P);
+        return Args{W, kp, cf, W};
+      });
       const Tensor Xr = randn64({P, P}, false, 43).to(dev);
       check("coef = W", [&](Tensor& b) {
         Tensor W = b.narrow(0, 0, P);
         return Args{W, kp, W, Xr};
       });
-      check("keep = a column of W",
-            [&](Tensor& b) {
-              Tensor W = b.narrow(0, 0, P);
-              return Args{W, W.select(1, 2), cf, Xr};
-            });
-      check("X overlaps W by 3 rows",
-            [&](Tensor& b) { return Args{b.narrow(0, 0, P), kp, cf, b.narrow(0, 3, P)}; });
-      check("X = W transposed", [&](Tensor& b) { Tensor W = b.narrow(0, 0, P); return Args{W, kp, cf, W.t()}; });
-      check("X next to W, not overlapping",
-            [&](Tensor& b) { return Args{b.narrow(0, 3, P), kp, cf.narrow(0, 0, 3), b.narrow(0, 0, 3)}; });
+      check("keep = a column of W", [&](Tensor& b) {
+        Tensor W = b.narrow(0, 0, P);
+        return Args{W, W.select(1, 2), cf, Xr};
+      });
+      check("X overlaps W by 3 rows", [&](Tensor& b) { return Args{b.narrow(0, 0, P), kp, cf, b.narrow(0, 3, P)}; });
+      check("X = W transposed", [&](Tensor& b) {
+        Tensor W = b.narrow(0, 0, P);
+        return Args{W, kp, cf, W.t()};
+      });
+      check("X next to W, not overlapping", [&](Tensor& b) {
+        return Args{b.narrow(0, 3, P), kp, cf.narrow(0, 0, 3), b.narrow(0, 0, 3)};
+      });
     }
 }
 
 // ---- class 12: determinism across thread counts ----------------------------------------------------------------
 
-TEST_CASE("firing ops with use_deterministic_algorithms: bit-identical results for 1, 2 and 3 threads (forward, "
-          "backward of every gate, weight update, rule sums and coefficients, the scan)") {
+TEST_CASE(
+    "firing ops with use_deterministic_algorithms: bit-identical results for 1, 2 and 3 threads (forward, "
+    "backward of every gate, weight update, rule sums and coefficients, the scan)") {
   register_user_surrogates();
   Deterministic det;
   auto outputs = [&]() {

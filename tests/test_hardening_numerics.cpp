@@ -17,9 +17,7 @@
 using namespace asc;
 using namespace asc::testing;
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
 // Exceptions inside parallel regions: without a capture, an exception leaving an OpenMP region calls
@@ -58,27 +56,26 @@ TEST_CASE("for_each_strided: exceptions from the callback reach the caller (one 
   ThreadCount tc(4);
   const int64_t n = 1 << 18;
   // One long contiguous run: split into chunks across threads.
-  CHECK_THROWS_AS(cpu::for_each_strided<1>(
-                      Shape{n}, {Strides{1}},
-                      [&](const std::array<int64_t, 1>& off, int64_t, const std::array<int64_t, 1>&) {
-                        if (off[0] == 0) throw asc::Error("first chunk");
-                      }),
-                  asc::Error);
+  CHECK_THROWS_AS(
+      cpu::for_each_strided<1>(Shape{n}, {Strides{1}},
+                               [&](const std::array<int64_t, 1>& off, int64_t, const std::array<int64_t, 1>&) {
+                                 if (off[0] == 0) throw asc::Error("first chunk");
+                               }),
+      asc::Error);
   // Many rows (a transposed operand keeps the rows apart): only the row holding element 0 throws.
-  CHECK_THROWS_WITH_AS(cpu::for_each_strided<2>(
-                           Shape{512, 512}, {Strides{512, 1}, Strides{1, 512}},
-                           [&](const std::array<int64_t, 2>& off, int64_t, const std::array<int64_t, 2>&) {
-                             if (off[0] == 0) throw std::invalid_argument("row zero");
-                           }),
-                       doctest::Contains("row zero"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      cpu::for_each_strided<2>(Shape{512, 512}, {Strides{512, 1}, Strides{1, 512}},
+                               [&](const std::array<int64_t, 2>& off, int64_t, const std::array<int64_t, 2>&) {
+                                 if (off[0] == 0) throw std::invalid_argument("row zero");
+                               }),
+      doctest::Contains("row zero"), std::invalid_argument);
   // Serial request: the exception passes straight through.
-  CHECK_THROWS_AS(cpu::for_each_strided<1>(
-                      Shape{n}, {Strides{1}},
-                      [&](const std::array<int64_t, 1>&, int64_t, const std::array<int64_t, 1>&) {
-                        throw asc::Error("serial");
-                      },
-                      false),
-                  asc::Error);
+  CHECK_THROWS_AS(
+      cpu::for_each_strided<1>(
+          Shape{n}, {Strides{1}},
+          [&](const std::array<int64_t, 1>&, int64_t, const std::array<int64_t, 1>&) { throw asc::Error("serial"); },
+          false),
+      asc::Error);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -128,7 +125,9 @@ TEST_CASE("determinism: reductions give the same bits at 1, 2, 3 and 4 threads")
     require_thread_independent("mean", [&] { return TensorList{mean(x), mean(big), mean(xt, {1})}; });
     require_thread_independent("var/std", [&] { return TensorList{var(x), asc::std(big), var(x, {0})}; });
     require_thread_independent("norm", [&] { return TensorList{norm(x), norm(big, 1.0), norm(x, 3.0, {1})}; });
-    require_thread_independent("logsumexp/amax", [&] { return TensorList{logsumexp(x, {1}), amax(x, {0}), argmax(x, 1)}; });
+    require_thread_independent("logsumexp/amax", [&] {
+      return TensorList{logsumexp(x, {1}), amax(x, {0}), argmax(x, 1)};
+    });
   }
 }
 
@@ -140,8 +139,8 @@ TEST_CASE("determinism: nn ops forward and backward give the same bits at 1, 2, 
     Tensor x = x0.clone(), w = w0.clone(), b = b0.clone();
     x.set_requires_grad(true), w.set_requires_grad(true), b.set_requires_grad(true);
     Tensor y = layer_norm(x, {96}, w, b);
-    Tensor loss = cross_entropy(y, tgt) + softmax(y, 1).pow(2.0).mean() + log_softmax(x, 0).mean() +
-                  rms_norm(x, {96}, w).mean();
+    Tensor loss =
+        cross_entropy(y, tgt) + softmax(y, 1).pow(2.0).mean() + log_softmax(x, 0).mean() + rms_norm(x, {96}, w).mean();
     loss.backward();
     return TensorList{loss, y, grad_of(x), grad_of(w), grad_of(b)};
   });
@@ -151,8 +150,9 @@ TEST_CASE("determinism: matmul and linear give the same bits at 1, 2, 3 and 4 th
   Generator g(7);
   for (auto [M, K, N] : {std::array<int64_t, 3>{7, 300, 500}, {513, 257, 129}, {1000, 64, 3}, {2, 4096, 33}}) {
     const Tensor a = randn({M, K}, {}, &g), b = randn({K, N}, {}, &g);
-    require_thread_independent(fmt::format("matmul {}x{}x{}", M, K, N),
-                               [&] { return TensorList{matmul(a, b), matmul(b.transpose(0, 1), a.transpose(0, 1))}; });
+    require_thread_independent(fmt::format("matmul {}x{}x{}", M, K, N), [&] {
+      return TensorList{matmul(a, b), matmul(b.transpose(0, 1), a.transpose(0, 1))};
+    });
   }
   const Tensor a3 = randn({3, 129, 70}, {}, &g), b3 = randn({3, 70, 300}, {}, &g);
   require_thread_independent("batched matmul", [&] { return TensorList{matmul(a3, b3)}; });
@@ -307,9 +307,9 @@ TEST_CASE("NaN: softmax and log_softmax give NaN on a row holding a NaN; only ma
         const TensorOptions o{.dtype = dt, .device = dev};
         auto sm = [&](const Tensor& x, const Tensor& m = {}) { return log ? log_softmax(x, 1, m) : softmax(x, 1, m); };
         // Rows: all NaN; one NaN; NaN and -inf; all -inf (a dead row); +inf and a finite value; a plain row.
-        const Tensor x = tensor({kNaN, kNaN, kNaN, 1.0, kNaN, 2.0, kNaN, -kInf, -kInf, -kInf, -kInf, -kInf, kInf, 0.0,
-                                 1.0, 0.0, 0.0, 0.0},
-                                {6, 3}, o);
+        const Tensor x = tensor(
+            {kNaN, kNaN, kNaN, 1.0, kNaN, 2.0, kNaN, -kInf, -kInf, -kInf, -kInf, -kInf, kInf, 0.0, 1.0, 0.0, 0.0, 0.0},
+            {6, 3}, o);
         Tensor y = sm(x);
         const std::vector<int> nan_rows{1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0};
         CHECK(nan_pattern(y) == nan_rows);
@@ -405,7 +405,8 @@ TEST_CASE("accepted options: each bound of docs/ops.md's table, each side, on ev
     // softmax / log_softmax: dim in [-ndim, ndim); mask bool and broadcastable.
     CHECK(softmax(x, -2).shape() == x.shape());
     CHECK(softmax(x, 1).shape() == x.shape());
-    for (int64_t d : {int64_t{2}, int64_t{-3}, kMax, kMin}) check_error([&] { softmax(x, d); }, {"softmax", "out of range"});
+    for (int64_t d : {int64_t{2}, int64_t{-3}, kMax, kMin})
+      check_error([&] { softmax(x, d); }, {"softmax", "out of range"});
     check_error([&] { softmax(x, 1, ones({3, 4}, o)); }, {"softmax", "mask must be a bool"});
     check_error([&] { log_softmax(x, 1, gt(ones({5}, o), 0.0)); }, {"log_softmax", "does not broadcast"});
 
@@ -422,9 +423,13 @@ TEST_CASE("accepted options: each bound of docs/ops.md's table, each side, on ev
     for (double s : {0.0, 1.0}) CHECK(std::isfinite(cross_entropy(x, t, {.label_smoothing = s}).item<double>()));
     for (double s : {-1e-12, 1.0 + 1e-12, kNaN, kInf})
       check_error([&] { cross_entropy(x, t, {.label_smoothing = s}); }, {"cross_entropy", "label_smoothing"});
-    for (int64_t ig : {kMin, kMax, int64_t{0}}) CHECK(std::isfinite(cross_entropy(x, t, {.ignore_index = ig}).item<double>()));
-    check_error([&] { cross_entropy(x, tensor({0.0, 4.0, 1.0}, {.dtype = kInt64, .device = dev})); },
-                {"cross_entropy", "out of range"});
+    for (int64_t ig : {kMin, kMax, int64_t{0}})
+      CHECK(std::isfinite(cross_entropy(x, t, {.ignore_index = ig}).item<double>()));
+    check_error(
+        [&] {
+          cross_entropy(x, tensor({0.0, 4.0, 1.0}, {.dtype = kInt64, .device = dev}));
+        },
+        {"cross_entropy", "out of range"});
 
     // dropout: p in [0, 1] (1 drops everything).
     CHECK(dropout(x, 0.0).to(Device::cpu()).to_vector<double>() == x.to(Device::cpu()).to_vector<double>());
@@ -472,21 +477,29 @@ TEST_CASE("accepted options: each bound of docs/ops.md's table, each side, on ev
     const Tensor q = randn({1, 2, 3, 4}, {}, &g).to(dev);
     CHECK(scaled_dot_product_attention(q, q, q, {}, {}, 0.0, true).shape() == q.shape());
     for (double p : {1.0, -1e-12, kNaN, kInf})
-      check_error([&] { scaled_dot_product_attention(q, q, q, {}, {}, p, true); }, {"scaled_dot_product_attention", "dropout"});
+      check_error([&] { scaled_dot_product_attention(q, q, q, {}, {}, p, true); },
+                  {"scaled_dot_product_attention", "dropout"});
     for (SdpaBackend backend : {SdpaBackend::Auto, SdpaBackend::Math, SdpaBackend::Fused}) {
       const SdpaBackend prev = sdpa_backend();
       set_sdpa_backend(backend);
-      check_error([&] { scaled_dot_product_attention(q, q, q, ones({1, 1, 3, 3}, o)); },
-                  {"scaled_dot_product_attention", "keep_mask must be bool"});
-      check_error([&] { scaled_dot_product_attention(q, q, q, {}, gt(ones({1, 1, 3, 3}, o), 0.0)); },
-                  {"scaled_dot_product_attention", "bias must be floating"});
+      check_error(
+          [&] {
+            scaled_dot_product_attention(q, q, q, ones({1, 1, 3, 3}, o));
+          },
+          {"scaled_dot_product_attention", "keep_mask must be bool"});
+      check_error(
+          [&] {
+            scaled_dot_product_attention(q, q, q, {}, gt(ones({1, 1, 3, 3}, o), 0.0));
+          },
+          {"scaled_dot_product_attention", "bias must be floating"});
       set_sdpa_backend(prev);
     }
   }
 }
 
-TEST_CASE("determinism: a training step (linear, layer_norm, attention, cross-entropy, AdamW) has the same bits at 1 "
-          "and 2 threads") {
+TEST_CASE(
+    "determinism: a training step (linear, layer_norm, attention, cross-entropy, AdamW) has the same bits at 1 "
+    "and 2 threads") {
   // Large enough that every op goes parallel: B·T = 512 rows of width 128, 4 heads of 32, T = 64.
   const int64_t B = 8, T = 64, D = 128, C = 10;
   Generator g(21);

@@ -14,7 +14,9 @@ Tensor rand_index(int64_t n, const Shape& s, uint64_t seed) {
   return randint(0, n, s, {.dtype = kInt64}, &g);
 }
 
-Tensor rand_of(DType dt, const Shape& s, uint64_t seed) { return dt == kFloat64 ? randn64(s, false, seed) : randn32(s, seed); }
+Tensor rand_of(DType dt, const Shape& s, uint64_t seed) {
+  return dt == kFloat64 ? randn64(s, false, seed) : randn32(s, seed);
+}
 
 double tol(DType dt) { return dt == kFloat64 ? 1e-12 : 1e-6; }
 
@@ -137,8 +139,11 @@ TEST_CASE("index_select: backward accumulates repeated indices; gradcheck") {
   }
   // Through a non-contiguous input.
   Tensor base = randn64({5, 4}, true, 9);
-  check_grad([&](const TensorList& in) { return TensorList{index_select(in[0].t(), 1, itensor({4, 0, 4}, {3}))}; },
-             {base});
+  check_grad(
+      [&](const TensorList& in) {
+        return TensorList{index_select(in[0].t(), 1, itensor({4, 0, 4}, {3}))};
+      },
+      {base});
 }
 
 // ---- gather -----------------------------------------------------------------------------------------------------
@@ -155,8 +160,8 @@ TEST_CASE("gather: forward vs naive, smaller index, non-contiguous x and index")
       check_close(y, ref_gather(x, d, index), tol(dt), 0);
       check_close(gather(x, d - 3, index), ref_gather(x, d, index), tol(dt), 0);  // negative dim
     }
-    Tensor xt = rand_of(dt, {5, 4}, 22).t();                  // (4, 5), transposed
-    Tensor it = rand_index(5, {3, 4}, 23).t();                // (4, 3), transposed
+    Tensor xt = rand_of(dt, {5, 4}, 22).t();    // (4, 5), transposed
+    Tensor it = rand_index(5, {3, 4}, 23).t();  // (4, 3), transposed
     CHECK_FALSE(it.is_contiguous());
     check_close(gather(xt, 1, it), ref_gather(xt, 1, it), tol(dt), 0);
     Tensor it0 = rand_index(4, {6, 10}, 24).slice(1, 1, 10, 2);  // (6, 5), strided
@@ -199,9 +204,9 @@ TEST_CASE("scatter_add: forward vs naive with repeated indices, non-contiguous, 
       check_close(scatter_add(x, d, index, src), ref_scatter_add(x, d, index, src), tol(dt), tol(dt));
     }
     CHECK(x.to_vector<double>() == x_before);
-    Tensor xt = rand_of(dt, {5, 4}, 62).t();        // (4, 5)
-    Tensor it = rand_index(4, {5, 3}, 63).t();      // (3, 5) along dim 0
-    Tensor st = rand_of(dt, {5, 3}, 64).t();        // (3, 5)
+    Tensor xt = rand_of(dt, {5, 4}, 62).t();    // (4, 5)
+    Tensor it = rand_index(4, {5, 3}, 63).t();  // (3, 5) along dim 0
+    Tensor st = rand_of(dt, {5, 3}, 64).t();    // (3, 5)
     check_close(scatter_add(xt, 0, it, st), ref_scatter_add(xt, 0, it, st), tol(dt), tol(dt));
   }
   Tensor xi = zeros({3}, {.dtype = kInt64});
@@ -290,8 +295,11 @@ TEST_CASE("stack: forward vs naive; backward selects slices; gradcheck") {
   check_close(a.grad(), {wv[0], wv[1], wv[2], wv[6], wv[7], wv[8]}, 0, 0);
   check_close(b.grad(), {wv[3], wv[4], wv[5], wv[9], wv[10], wv[11]}, 0, 0);
   for (int d = 0; d < 3; ++d)
-    check_grad([&](const TensorList& in) { return TensorList{stack({in[0], in[1].t(), in[0]}, d)}; },
-               {randn64({2, 3}, true, 190), randn64({3, 2}, true, 191)});
+    check_grad(
+        [&](const TensorList& in) {
+          return TensorList{stack({in[0], in[1].t(), in[0]}, d)};
+        },
+        {randn64({2, 3}, true, 190), randn64({3, 2}, true, 191)});
   // A scalar list stacks into a vector.
   check_close(stack({scalar_tensor(1.0), scalar_tensor(2.0)}, 0), {1, 2}, 0, 0);
 }
@@ -421,15 +429,27 @@ TEST_CASE("errors: index dtype, bounds (checked before writing), shapes") {
   // scatter_add validates before writing: x is untouched and no partial result is produced.
   Tensor xs = randn64({3, 4});
   auto before = xs.to_vector<double>();
-  check_error([&] { scatter_add(xs, 0, itensor({0, 1, 3, 0}, {1, 4}), randn64({1, 4})); },
-              {"scatter_add", "index 3", "size 3"});
+  check_error(
+      [&] {
+        scatter_add(xs, 0, itensor({0, 1, 3, 0}, {1, 4}), randn64({1, 4}));
+      },
+      {"scatter_add", "index 3", "size 3"});
   CHECK(xs.to_vector<double>() == before);
-  check_error([&] { scatter_add(xs, 0, itensor({0, 1, 2, 0}, {1, 4}), randn64({2, 4})); },
-              {"scatter_add", "src shape [2, 4]", "index shape [1, 4]"});
-  check_error([&] { scatter_add(xs, 0, itensor({0, 1, 2, 0}, {1, 4}), randn32({1, 4})); },
-              {"scatter_add", "float32", "float64"});
-  check_error([&] { scatter_add(xs, 1, zeros({4, 1}, {.dtype = kInt64}), randn64({4, 1})); },
-              {"scatter_add", "[4, 1]", "[3, 4]"});
+  check_error(
+      [&] {
+        scatter_add(xs, 0, itensor({0, 1, 2, 0}, {1, 4}), randn64({2, 4}));
+      },
+      {"scatter_add", "src shape [2, 4]", "index shape [1, 4]"});
+  check_error(
+      [&] {
+        scatter_add(xs, 0, itensor({0, 1, 2, 0}, {1, 4}), randn32({1, 4}));
+      },
+      {"scatter_add", "float32", "float64"});
+  check_error(
+      [&] {
+        scatter_add(xs, 1, zeros({4, 1}, {.dtype = kInt64}), randn64({4, 1}));
+      },
+      {"scatter_add", "[4, 1]", "[3, 4]"});
 
   check_error([&] { one_hot(itensor({0, 3}, {2}), 3); }, {"one_hot", "index 3", "num_classes 3"});
   check_error([&] { one_hot(itensor({-1}, {1}), 3); }, {"one_hot", "index -1"});

@@ -15,8 +15,9 @@ using namespace asc::optim;
 
 namespace {
 
-
-bool same_row_bits(const Tensor& a, const Tensor& b, int64_t row) { return same_bits(a.select(0, row), b.select(0, row)); }
+bool same_row_bits(const Tensor& a, const Tensor& b, int64_t row) {
+  return same_bits(a.select(0, row), b.select(0, row));
+}
 
 // A rule with a fixed "fired" pattern that is only known after observe() (the snapshot), and nothing of its own
 // to apply.
@@ -39,7 +40,8 @@ std::unique_ptr<Optimizer> make(const std::string& kind, std::vector<Tensor> ps)
   if (kind == "adamw_amsgrad")
     return std::make_unique<AdamW>(ps, AdamWOptions{.lr = 0.01, .weight_decay = 0.1, .amsgrad = true});
   if (kind == "rmsprop")
-    return std::make_unique<RMSprop>(ps, RMSpropOptions{.lr = 0.01, .weight_decay = 0.1, .momentum = 0.5, .centered = true});
+    return std::make_unique<RMSprop>(
+        ps, RMSpropOptions{.lr = 0.01, .weight_decay = 0.1, .momentum = 0.5, .centered = true});
   FAIL("unknown " << kind);
   return nullptr;
 }
@@ -99,7 +101,8 @@ TEST_CASE("masked rows and their optimizer state stay bit-identical; unmasked ro
         CAPTURE(r);
         if (fired[r]) {
           CHECK(same_row_bits(pa, p_before, r));
-          for (size_t k = 0; k < st_before.size(); ++k) CHECK(same_row_bits(A->state(pa, state_names(kind)[k]), st_before[k], r));
+          for (size_t k = 0; k < st_before.size(); ++k)
+            CHECK(same_row_bits(A->state(pa, state_names(kind)[k]), st_before[k], r));
         } else {
           CHECK(same_row_bits(pa, pb, r));
           CHECK_FALSE(same_row_bits(pa, p_before, r));
@@ -281,10 +284,10 @@ struct OjaRule : LocalRule {
   void apply() override {
     if (!X.defined()) return;
     Tensor x = X.to(kFloat64), wv = w.detach().to(kFloat64);
-    Tensor y = matmul(x, wv.unsqueeze(1)).squeeze(1);                       // (B,)
+    Tensor y = matmul(x, wv.unsqueeze(1)).squeeze(1);  // (B,)
     const double B = static_cast<double>(x.size(0));
-    Tensor hebb = matmul(x.t(), y.unsqueeze(1)).squeeze(1) / B;              // mean_b y x, (d,)
-    Tensor decay = wv * (sum(y * y) / B);                                    // mean_b y^2 w
+    Tensor hebb = matmul(x.t(), y.unsqueeze(1)).squeeze(1) / B;  // mean_b y x, (d,)
+    Tensor decay = wv * (sum(y * y) / B);                        // mean_b y^2 w
     w.add_((hebb - decay).to(w.dtype()), eta);
   }
   void clear() override { X = Tensor(); }
@@ -386,7 +389,7 @@ TEST_CASE("a homeostatic EMA threshold drives every neuron to the target firing 
   Tensor Wdir = randn({P, d}, {.dtype = kFloat64}, &gen);
   Wdir = Wdir / sqrt(sum(Wdir * Wdir, {1}, true));
   Tensor scale = arange(0, P, 1, {.dtype = kFloat64}) * (1.5 / (P - 1)) + 0.5;
-  Tensor W = Wdir * scale.unsqueeze(1);                                    // (P, d)
+  Tensor W = Wdir * scale.unsqueeze(1);                                        // (P, d)
   Tensor bias = arange(0, P, 1, {.dtype = kFloat64}) * (2.0 / (P - 1)) - 1.0;  // (P,)
   auto layer_z = [&](int n) {
     Tensor x = randn({n, d}, {.dtype = kFloat64}, &gen);

@@ -30,8 +30,8 @@ std::vector<double> naive_matmul(const Tensor& a, const Tensor& b) {
 
 TEST_CASE("matmul forward vs naive") {
   const std::vector<std::pair<Shape, Shape>> cases = {
-      {{3, 4}, {4, 5}}, {{2, 3, 4}, {2, 4, 5}}, {{2, 3, 4}, {4, 5}}, {{3, 4}, {2, 4, 5}},
-      {{2, 1, 3, 4}, {3, 4, 2}}, {{1, 1}, {1, 1}}, {{64, 33}, {33, 70}}};
+      {{3, 4}, {4, 5}},          {{2, 3, 4}, {2, 4, 5}}, {{2, 3, 4}, {4, 5}}, {{3, 4}, {2, 4, 5}},
+      {{2, 1, 3, 4}, {3, 4, 2}}, {{1, 1}, {1, 1}},       {{64, 33}, {33, 70}}};
   for (auto& [sa, sb] : cases) {
     CAPTURE(sa);
     Tensor a = randn64(sa, false, 1), b = randn64(sb, false, 2);

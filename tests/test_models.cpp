@@ -125,7 +125,8 @@ TEST_CASE("Transformer classifier with ASCender attention (chosen by name) learn
   manual_seed(0);
   const int64_t len = 8, vocab = 10;
   auto opts = models::TransformerClassifierOptions(vocab, len, 2).d_model(32).heads(2).layers(2).ffn(64).dropout(0.0);
-  opts.attention("ascender").ascender(nn::AscenderAttentionOptions(32, 2).k({3}).gate_position(nn::GatePosition::AfterNorm));
+  opts.attention("ascender")
+      .ascender(nn::AscenderAttentionOptions(32, 2).k({3}).gate_position(nn::GatePosition::AfterNorm));
   auto model = std::make_shared<models::TransformerClassifier>(opts);
   REQUIRE(model->to_string().find("AscenderAttention") != std::string::npos);
   double acc = train_sorted(*model, 500, len, vocab);
@@ -179,19 +180,27 @@ TEST_CASE("TransformerClassifier: positional options — only 'none' is blind to
       CAPTURE(attention);
       CAPTURE(pos);
       manual_seed(3);
-      auto m = models::TransformerClassifier(models::TransformerClassifierOptions(8, 8, 3).d_model(16).heads(2).ffn(32)
-                                                 .layers(1).dropout(0).attention(attention).positional(pos)
+      auto m = models::TransformerClassifier(models::TransformerClassifierOptions(8, 8, 3)
+                                                 .d_model(16)
+                                                 .heads(2)
+                                                 .ffn(32)
+                                                 .layers(1)
+                                                 .dropout(0)
+                                                 .attention(attention)
+                                                 .positional(pos)
                                                  .ascender(nn::AscenderAttentionOptions(0, 0).k({3})));
       m.eval();
       NoGradGuard ng;
       const double diff = amax(abs(m.forward(tokens) - m.forward(swapped))).item<double>();
-      if (pos == "none") CHECK(diff < 1e-5);
-      else CHECK(diff > 1e-4);
+      if (pos == "none")
+        CHECK(diff < 1e-5);
+      else
+        CHECK(diff > 1e-4);
       CHECK((m.pos_emb != nullptr) == (pos == "learned"));
     }
-  CHECK_THROWS_WITH_AS(models::TransformerClassifier(models::TransformerClassifierOptions(8, 8, 3).attention("asam")
-                                                         .positional("rope")),
-                       doctest::Contains("ASAM"), Error);
+  CHECK_THROWS_WITH_AS(
+      models::TransformerClassifier(models::TransformerClassifierOptions(8, 8, 3).attention("asam").positional("rope")),
+      doctest::Contains("ASAM"), Error);
   CHECK_THROWS_WITH_AS(models::TransformerClassifier(models::TransformerClassifierOptions(8, 8, 3).positional("abs")),
                        doctest::Contains("unknown positional"), Error);
 }

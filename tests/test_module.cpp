@@ -261,8 +261,8 @@ TEST_CASE("Module: state_dict names and order, round trip, copies not aliases") 
   std::vector<std::string> names;
   for (auto& [n, t] : a.state_dict()) names.push_back(n);
   // parameters first (registration order, depth first), then persistent buffers; non-persistent ones left out
-  CHECK(names ==
-        std::vector<std::string>{"bias", "mid.scale", "mid.leaf.w", "mid.fc.weight", "mid.fc.bias", "mid.leaf.running"});
+  CHECK(names == std::vector<std::string>{"bias", "mid.scale", "mid.leaf.w", "mid.fc.weight", "mid.fc.bias",
+                                          "mid.leaf.running"});
   CHECK(a.state_dict().at("mid.leaf.w").is_same(a.mid->leaf->w));
   {
     NoGradGuard g;

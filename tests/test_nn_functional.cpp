@@ -50,8 +50,10 @@ std::vector<double> naive_softmax(const std::vector<double>& x, const Shape& s, 
     for (auto fl : flats)
       if (kept(fl)) z += std::exp(x[fl] - m);
     for (auto fl : flats) {
-      if (!kept(fl)) y[fl] = log ? -kInf : 0.0;
-      else y[fl] = log ? x[fl] - m - std::log(z) : std::exp(x[fl] - m) / z;
+      if (!kept(fl))
+        y[fl] = log ? -kInf : 0.0;
+      else
+        y[fl] = log ? x[fl] - m - std::log(z) : std::exp(x[fl] - m) / z;
     }
   }
   return y;
@@ -59,7 +61,9 @@ std::vector<double> naive_softmax(const std::vector<double>& x, const Shape& s, 
 
 std::vector<double> vec(const Tensor& t) { return t.to_vector<double>(); }
 
-Tensor randn_dt(const Shape& s, DType dt, uint64_t seed) { return dt == kFloat64 ? randn64(s, false, seed) : randn32(s, seed); }
+Tensor randn_dt(const Shape& s, DType dt, uint64_t seed) {
+  return dt == kFloat64 ? randn64(s, false, seed) : randn32(s, seed);
+}
 
 // asc::log (the name `log` is shadowed by bool flags in some tests).
 Tensor log_fn_guard(const Tensor& t) { return asc::log(t); }
@@ -85,15 +89,13 @@ TEST_CASE("softmax/log_softmax forward vs naive: dims, dtypes, non-contiguous in
       Tensor base = randn_dt({6, 7}, dt, 12);
       Tensor xt = base.t();  // (7, 6)
       CHECK(!xt.is_contiguous());
-      check_close(log ? log_softmax(xt, 1) : softmax(xt, 1),
-                  naive_softmax(vec(xt), xt.shape(), 1, {}, log), tol, tol);
+      check_close(log ? log_softmax(xt, 1) : softmax(xt, 1), naive_softmax(vec(xt), xt.shape(), 1, {}, log), tol, tol);
       Tensor xs = base.slice(1, 0, 7, 2);  // (6, 4), stride 2
-      check_close(log ? log_softmax(xs, -1) : softmax(xs, -1),
-                  naive_softmax(vec(xs), xs.shape(), 1, {}, log), tol, tol);
+      check_close(log ? log_softmax(xs, -1) : softmax(xs, -1), naive_softmax(vec(xs), xs.shape(), 1, {}, log), tol,
+                  tol);
       // Long rows (exercise the vectorised loops and their tails).
       Tensor xl = randn_dt({5, 1003}, dt, 13) * 10.0;
-      check_close(log ? log_softmax(xl, 1) : softmax(xl, 1),
-                  naive_softmax(vec(xl), xl.shape(), 1, {}, log), tol, tol);
+      check_close(log ? log_softmax(xl, 1) : softmax(xl, 1), naive_softmax(vec(xl), xl.shape(), 1, {}, log), tol, tol);
     }
   }
 }
@@ -134,8 +136,10 @@ TEST_CASE("softmax/log_softmax with broadcast masks, partially and fully masked 
       auto yv = vec(y);
       for (size_t i = 0; i < yv.size(); ++i) {
         CHECK(!std::isnan(yv[i]));
-        if (i >= 27) CHECK(yv[i] == 0.0);  // batch 1: fully masked
-        else if (!keep[i]) CHECK(yv[i] == (log ? -kInf : 0.0));
+        if (i >= 27)
+          CHECK(yv[i] == 0.0);  // batch 1: fully masked
+        else if (!keep[i])
+          CHECK(yv[i] == (log ? -kInf : 0.0));
       }
       // Mask along a non-last dim, broadcast (1, 3, 1) -> row masks over dim 1.
       Tensor m2 = gt(tensor({1.0, 0.0, 1.0}, {1, 3, 1}), 0.5);
@@ -156,9 +160,9 @@ TEST_CASE("softmax/log_softmax: fully masked rows get zero gradient, never NaN")
     // Keep -inf out of the loss: use only kept entries.
     sum(where(mask, y, 0.0) * g).backward();
     auto gv = vec(x.grad());
-    for (int j = 0; j < 5; ++j) CHECK(gv[5 + j] == 0.0);      // fully masked row
-    for (int j : {1, 4}) CHECK(gv[j] == 0.0);                 // masked entries of row 0
-    for (int j : {0, 1, 2, 3, 4}) CHECK(gv[10 + j] == 0.0);   // a single kept entry: constant output
+    for (int j = 0; j < 5; ++j) CHECK(gv[5 + j] == 0.0);     // fully masked row
+    for (int j : {1, 4}) CHECK(gv[j] == 0.0);                // masked entries of row 0
+    for (int j : {0, 1, 2, 3, 4}) CHECK(gv[10 + j] == 0.0);  // a single kept entry: constant output
     for (double v : gv) CHECK(std::isfinite(v));
   }
   // Rows that are entirely -inf without a mask behave as fully masked.
@@ -175,11 +179,14 @@ TEST_CASE("softmax/log_softmax gradcheck (dims, masks)") {
   Tensor mask = gt(tensor({1, 1, 0, 1, 0, 1, 1, 1, 0, 0, 0, 0}, {3, 4}), 0.5);
   for (bool log : {false, true}) {
     CAPTURE(log);
-    auto f = [log](const Tensor& x, int64_t dim, const Tensor& m) { return log ? log_softmax(x, dim, m) : softmax(x, dim, m); };
+    auto f = [log](const Tensor& x, int64_t dim, const Tensor& m) {
+      return log ? log_softmax(x, dim, m) : softmax(x, dim, m);
+    };
     check_grad([&](const TensorList& in) { return TensorList{f(in[0], -1, Tensor())}; }, {randn64({3, 4}, true, 41)});
     check_grad([&](const TensorList& in) { return TensorList{f(in[0], 0, Tensor())}; }, {randn64({3, 4}, true, 42)});
     check_grad([&](const TensorList& in) { return TensorList{f(in[0], 1, Tensor())}; }, {randn64({2, 3, 4}, true, 43)});
-    check_grad([&](const TensorList& in) { return TensorList{f(in[0].t(), 0, Tensor())}; }, {randn64({4, 3}, true, 44)});
+    check_grad([&](const TensorList& in) { return TensorList{f(in[0].t(), 0, Tensor())}; },
+               {randn64({4, 3}, true, 44)});
     // Masked (row 2 fully masked); masked log-probs are -inf, so the checked output zeroes them.
     check_grad([&](const TensorList& in) { return TensorList{where(mask, f(in[0], 1, mask), 0.0)}; },
                {randn64({3, 4}, true, 45)});
@@ -252,8 +259,10 @@ TEST_CASE("cross_entropy forward vs naive: (N, C) and (N, C, d1, d2), ignore_ind
       tv[3] = 7;     // a custom ignore_index below
       for (int64_t ignore : {int64_t{-100}, int64_t{7}}) {
         std::vector<int64_t> tv2 = tv;
-        if (ignore == 7) tv2[1] = 0;
-        else tv2[3] = 2;
+        if (ignore == 7)
+          tv2[1] = 0;
+        else
+          tv2[3] = 2;
         Tensor tt = tensor(tv2, ts);
         for (double s : {0.0, 0.1, 1.0}) {
           CAPTURE(s);
@@ -261,9 +270,11 @@ TEST_CASE("cross_entropy forward vs naive: (N, C) and (N, C, d1, d2), ignore_ind
           auto ref = naive_ce(vec(x), ls, tv2, ignore, s, count);
           double total = 0;
           for (double v : ref) total += v;
-          check_close(cross_entropy(x, tt, {.ignore_index = ignore, .label_smoothing = s, .reduction = Reduction::None}),
-                      ref, tol, tol);
-          Tensor ls_none = cross_entropy(x, tt, {.ignore_index = ignore, .label_smoothing = s, .reduction = Reduction::None});
+          check_close(
+              cross_entropy(x, tt, {.ignore_index = ignore, .label_smoothing = s, .reduction = Reduction::None}), ref,
+              tol, tol);
+          Tensor ls_none =
+              cross_entropy(x, tt, {.ignore_index = ignore, .label_smoothing = s, .reduction = Reduction::None});
           CHECK(ls_none.shape() == ts);
           check_close(cross_entropy(x, tt, {.ignore_index = ignore, .label_smoothing = s, .reduction = Reduction::Sum}),
                       {total}, tol, tol);
@@ -320,31 +331,49 @@ TEST_CASE("cross_entropy gradcheck w.r.t. logits") {
   for (Reduction red : {Reduction::None, Reduction::Mean, Reduction::Sum})
     for (double s : {0.0, 0.15}) {
       CAPTURE(s);
-      check_grad([&](const TensorList& in) {
-        return TensorList{cross_entropy(in[0], t2, {.label_smoothing = s, .reduction = red})};
-      }, {randn64({5, 4}, true, 71)});
-      check_grad([&](const TensorList& in) {
-        return TensorList{cross_entropy(in[0], t4, {.label_smoothing = s, .reduction = red})};
-      }, {randn64({2, 4, 3, 2}, true, 72)});
+      check_grad(
+          [&](const TensorList& in) {
+            return TensorList{cross_entropy(in[0], t2, {.label_smoothing = s, .reduction = red})};
+          },
+          {randn64({5, 4}, true, 71)});
+      check_grad(
+          [&](const TensorList& in) {
+            return TensorList{cross_entropy(in[0], t4, {.label_smoothing = s, .reduction = red})};
+          },
+          {randn64({2, 4, 3, 2}, true, 72)});
       // Non-contiguous logits.
-      check_grad([&](const TensorList& in) {
-        return TensorList{cross_entropy(in[0].t(), t2, {.label_smoothing = s, .reduction = red})};
-      }, {randn64({4, 5}, true, 73)});
+      check_grad(
+          [&](const TensorList& in) {
+            return TensorList{cross_entropy(in[0].t(), t2, {.label_smoothing = s, .reduction = red})};
+          },
+          {randn64({4, 5}, true, 73)});
     }
 }
 
 TEST_CASE("cross_entropy errors") {
   Tensor x = randn64({3, 4});
-  check_error([&] { cross_entropy(x, tensor(std::vector<int64_t>{0, 4, 1}, {3})); },
-              {"cross_entropy", "target value 4", "4 classes"});
-  check_error([&] { cross_entropy(x, tensor(std::vector<int64_t>{0, -1, 1}, {3})); },
-              {"cross_entropy", "target value -1", "4 classes"});
+  check_error(
+      [&] {
+        cross_entropy(x, tensor(std::vector<int64_t>{0, 4, 1}, {3}));
+      },
+      {"cross_entropy", "target value 4", "4 classes"});
+  check_error(
+      [&] {
+        cross_entropy(x, tensor(std::vector<int64_t>{0, -1, 1}, {3}));
+      },
+      {"cross_entropy", "target value -1", "4 classes"});
   check_error([&] { cross_entropy(x, tensor(std::vector<int64_t>{0, 1}, {2})); }, {"cross_entropy", "[2]", "[3, 4]"});
   check_error([&] { cross_entropy(x, randn64({3})); }, {"cross_entropy", "int64", "float64"});
-  check_error([&] { cross_entropy(x, tensor(std::vector<int64_t>{0, 1, 1}, {3}), {.label_smoothing = 1.5}); },
-              {"cross_entropy", "label_smoothing", "1.5"});
-  check_error([&] { cross_entropy(randn64({2, 3, 4}), tensor(std::vector<int64_t>{0, 1}, {2})); },
-              {"cross_entropy", "[2]", "[2, 3, 4]", "[2, 4]"});
+  check_error(
+      [&] {
+        cross_entropy(x, tensor(std::vector<int64_t>{0, 1, 1}, {3}), {.label_smoothing = 1.5});
+      },
+      {"cross_entropy", "label_smoothing", "1.5"});
+  check_error(
+      [&] {
+        cross_entropy(randn64({2, 3, 4}), tensor(std::vector<int64_t>{0, 1}, {2}));
+      },
+      {"cross_entropy", "[2]", "[2, 3, 4]", "[2, 4]"});
 }
 
 // ---- mse_loss --------------------------------------------------------------------------------------------------
@@ -409,8 +438,9 @@ TEST_CASE("layer_norm / rms_norm forward vs naive") {
           if (rms && bv.defined()) continue;
           Tensor y = rms ? rms_norm(x, ns, wv, 1e-5) : layer_norm(x, ns, wv, bv, 1e-5);
           CHECK(y.shape() == x.shape());
-          check_close(y, naive_norm(vec(x), n, wv.defined() ? vec(wv) : std::vector<double>{},
-                                    bv.defined() ? vec(bv) : std::vector<double>{}, 1e-5, rms),
+          check_close(y,
+                      naive_norm(vec(x), n, wv.defined() ? vec(wv) : std::vector<double>{},
+                                 bv.defined() ? vec(bv) : std::vector<double>{}, 1e-5, rms),
                       tol, tol);
         }
       }
@@ -420,8 +450,8 @@ TEST_CASE("layer_norm / rms_norm forward vs naive") {
       check_close(rms ? rms_norm(xt, {7}, w) : layer_norm(xt, {7}, w),
                   naive_norm(vec(xt), 7, vec(w), {}, rms ? 1e-6 : 1e-5, rms), tol, tol);
       Tensor xl = randn_dt({3, 1001}, dt, 96);
-      check_close(rms ? rms_norm(xl, {1001}) : layer_norm(xl, {1001}), naive_norm(vec(xl), 1001, {}, {}, rms ? 1e-6 : 1e-5, rms),
-                  tol * 10, tol * 10);
+      check_close(rms ? rms_norm(xl, {1001}) : layer_norm(xl, {1001}),
+                  naive_norm(vec(xl), 1001, {}, {}, rms ? 1e-6 : 1e-5, rms), tol * 10, tol * 10);
     }
   }
 }
@@ -429,15 +459,21 @@ TEST_CASE("layer_norm / rms_norm forward vs naive") {
 TEST_CASE("layer_norm / rms_norm gradcheck w.r.t. x, weight, bias") {
   check_grad([](const TensorList& in) { return TensorList{layer_norm(in[0], {5}, in[1], in[2])}; },
              {randn64({3, 5}, true, 101), randn64({5}, true, 102), randn64({5}, true, 103)});
-  check_grad([](const TensorList& in) { return TensorList{layer_norm(in[0], {2, 4}, in[1], in[2], 1e-3)}; },
-             {randn64({3, 2, 4}, true, 104), randn64({2, 4}, true, 105), randn64({2, 4}, true, 106)});
+  check_grad(
+      [](const TensorList& in) {
+        return TensorList{layer_norm(in[0], {2, 4}, in[1], in[2], 1e-3)};
+      },
+      {randn64({3, 2, 4}, true, 104), randn64({2, 4}, true, 105), randn64({2, 4}, true, 106)});
   check_grad([](const TensorList& in) { return TensorList{layer_norm(in[0], {4})}; }, {randn64({2, 3, 4}, true, 107)});
   check_grad([](const TensorList& in) { return TensorList{layer_norm(in[0].t(), {3}, in[1])}; },
              {randn64({3, 4}, true, 108), randn64({3}, true, 109)});
   check_grad([](const TensorList& in) { return TensorList{rms_norm(in[0], {5}, in[1])}; },
              {randn64({3, 5}, true, 111), randn64({5}, true, 112)});
-  check_grad([](const TensorList& in) { return TensorList{rms_norm(in[0], {2, 3}, in[1], 1e-3)}; },
-             {randn64({2, 2, 3}, true, 113), randn64({2, 3}, true, 114)});
+  check_grad(
+      [](const TensorList& in) {
+        return TensorList{rms_norm(in[0], {2, 3}, in[1], 1e-3)};
+      },
+      {randn64({2, 2, 3}, true, 113), randn64({2, 3}, true, 114)});
   check_grad([](const TensorList& in) { return TensorList{rms_norm(in[0], {4})}; }, {randn64({3, 4}, true, 115)});
   // Only the weight requires grad.
   Tensor x = randn64({3, 5}, false, 116);
@@ -492,10 +528,12 @@ TEST_CASE("dropout: generator-driven mask, scaling, identities") {
 }
 
 TEST_CASE("dropout gradcheck with a fixed generator") {
-  check_grad([](const TensorList& in) {
-    Generator g(1234);
-    return TensorList{dropout(in[0], 0.4, true, &g)};
-  }, {randn64({4, 6}, true, 131)});
+  check_grad(
+      [](const TensorList& in) {
+        Generator g(1234);
+        return TensorList{dropout(in[0], 0.4, true, &g)};
+      },
+      {randn64({4, 6}, true, 131)});
   check_grad([](const TensorList& in) { return TensorList{dropout(in[0], 1.0)}; }, {randn64({3}, true, 132)});
 }
 

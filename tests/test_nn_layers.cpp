@@ -155,8 +155,10 @@ TEST_CASE("Dropout: eval is the identity (same tensor), train statistics, errors
   int64_t zeros_n = 0;
   bool values_ok = true;
   for (double v : yv) {
-    if (v == 0.0) ++zeros_n;
-    else values_ok &= std::abs(v - 1.0 / 0.7) < 1e-6;
+    if (v == 0.0)
+      ++zeros_n;
+    else
+      values_ok &= std::abs(v - 1.0 / 0.7) < 1e-6;
   }
   CHECK(values_ok);
   const double frac = static_cast<double>(zeros_n) / 200000.0;
@@ -360,7 +362,7 @@ TEST_CASE("RoPE: <rope(q, m), rope(k, n)> depends only on m - n") {
   CHECK(std::abs(score(10, 7) - d3) < 1e-10);
   CHECK(std::abs(score(103, 100) - d3) < 1e-10);
   CHECK(std::abs(score(5, 5) - dot(q, k)) < 1e-10);  // zero distance: the plain dot product
-  CHECK(std::abs(score(5, 1) - d3) > 1e-3);           // a different distance gives a different score
+  CHECK(std::abs(score(5, 1) - d3) > 1e-3);          // a different distance gives a different score
   // the same through the module's caches
   nn::RotaryEmbedding rope(16, 128);
   rope.to(kFloat64);
@@ -568,9 +570,13 @@ TEST_CASE("binary_cross_entropy_with_logits: gradcheck in x, y and pos_weight; e
         return TensorList{nn::binary_cross_entropy_with_logits(in[0], in[1], in[2], Reduction::None)};
       },
       {x, y, pw});
-  check_error([] { nn::binary_cross_entropy_with_logits(randn64({3}), randn64({4})); }, {"binary_cross_entropy", "[3]", "[4]"});
-  check_error([] { nn::binary_cross_entropy_with_logits(randn64({3}), tensor(std::vector<int64_t>{0, 1, 1}, {3})); },
-              {"binary_cross_entropy", "floating"});
+  check_error([] { nn::binary_cross_entropy_with_logits(randn64({3}), randn64({4})); },
+              {"binary_cross_entropy", "[3]", "[4]"});
+  check_error(
+      [] {
+        nn::binary_cross_entropy_with_logits(randn64({3}), tensor(std::vector<int64_t>{0, 1, 1}, {3}));
+      },
+      {"binary_cross_entropy", "floating"});
   nn::BCEWithLogitsLoss bad(nn::BCEWithLogitsLossOptions().pos_weight(ones({5})));
   check_error([&] { bad(randn32({2, 4}), randn32({2, 4})); }, {"BCEWithLogitsLoss", "pos_weight", "[5]", "[2, 4]"});
   check_error([] { nn::BCEWithLogitsLoss(nn::BCEWithLogitsLossOptions().pos_weight(ones({2}, {.dtype = kInt64}))); },
@@ -605,7 +611,8 @@ TEST_CASE("CrossEntropyLoss module: ignore_index and label smoothing vs naive, r
     }
     nn::CrossEntropyLoss mean_ce(nn::CrossEntropyLossOptions().ignore_index(0).label_smoothing(s));
     check_close(mean_ce(logits, target), {total / counted}, 1e-12, 1e-10);
-    nn::CrossEntropyLoss sum_ce(nn::CrossEntropyLossOptions().ignore_index(0).label_smoothing(s).reduction(Reduction::Sum));
+    nn::CrossEntropyLoss sum_ce(
+        nn::CrossEntropyLossOptions().ignore_index(0).label_smoothing(s).reduction(Reduction::Sum));
     check_close(sum_ce(logits, target), {total}, 1e-12, 1e-10);
     nn::CrossEntropyLoss none_ce(
         nn::CrossEntropyLossOptions().ignore_index(0).label_smoothing(s).reduction(Reduction::None));

@@ -81,8 +81,10 @@ Shape expected_shape(const Shape& s, std::vector<int64_t> axes, bool keepdim) {
   Shape out;
   for (int i = 0; i < s.size(); ++i) {
     bool r = std::find(axes.begin(), axes.end(), i) != axes.end();
-    if (!r) out.push_back(s[i]);
-    else if (keepdim) out.push_back(1);
+    if (!r)
+      out.push_back(s[i]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -92,9 +94,9 @@ std::vector<Tensor> forward_inputs() {
   std::vector<Tensor> xs;
   for (bool f64 : {false, true}) {
     Tensor base = f64 ? randn64({4, 5, 6}, false, 11) : randn32({4, 5, 6}, 11);
-    xs.push_back(base);                                                  // (4, 5, 6) contiguous
-    xs.push_back(base.transpose(0, 2));                                  // (6, 5, 4) transposed
-    xs.push_back(base.slice(1, 0, 5, 2).slice(2, 1, 6, 1));              // (4, 3, 5) sliced
+    xs.push_back(base);                                      // (4, 5, 6) contiguous
+    xs.push_back(base.transpose(0, 2));                      // (6, 5, 4) transposed
+    xs.push_back(base.slice(1, 0, 5, 2).slice(2, 1, 6, 1));  // (4, 3, 5) sliced
   }
   return xs;
 }
@@ -134,9 +136,8 @@ TEST_CASE("sum of int64 and bool stays integral; mean of int64 is float32") {
   Generator g(5);
   Tensor x = randint(-50, 50, {5, 7}, {.dtype = kInt64}, &g);
   for (const auto& dims : kDimSets)
-    if (dims.size() <= 2 && (dims.empty() || std::all_of(dims.begin(), dims.end(), [](int64_t d) {
-                               return d >= -2 && d <= 1;
-                             }))) {
+    if (dims.size() <= 2 &&
+        (dims.empty() || std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d >= -2 && d <= 1; }))) {
       Tensor s = sum(x, Dims(dims));
       CHECK(s.dtype() == kInt64);
       check_close(s, naive(x, dims, nsum), 0, 0);

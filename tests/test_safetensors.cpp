@@ -28,9 +28,12 @@ fs::path temp_path(const std::string& name) { return fs::temp_directory_path() /
 double half_to_double(uint16_t h) {
   int sign = h >> 15, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
   double v;
-  if (exp == 0) v = std::ldexp(man, -24);
-  else if (exp == 31) v = man ? NAN : INFINITY;
-  else v = std::ldexp(1024 + man, exp - 25);
+  if (exp == 0)
+    v = std::ldexp(man, -24);
+  else if (exp == 31)
+    v = man ? NAN : INFINITY;
+  else
+    v = std::ldexp(1024 + man, exp - 25);
   return sign ? -v : v;
 }
 // bfloat16 is the top half of a float32.
@@ -91,8 +94,8 @@ TEST_CASE("safetensors: file written by the real safetensors library") {
   Meta meta;
   StateDict sd = load_safetensors((data_dir() / "reference.safetensors").string(), &meta);
   // The Python library orders the data by dtype alignment then name; the loader keeps that (data-offset) order.
-  CHECK(names_of(sd) == std::vector<std::string>{"i64", "f64", "layer.0.weight", "empty", "f32", "scalar", "brain",
-                                                 "half", "mask"});
+  CHECK(names_of(sd) ==
+        std::vector<std::string>{"i64", "f64", "layer.0.weight", "empty", "f32", "scalar", "brain", "half", "mask"});
   CHECK(meta == Meta{{"format", "np"}, {"producer", "gen_safetensors.py"}, {"unicode", "\u00fc\u2192\U0001F600"}});
 
   const Tensor& f32 = sd.at("f32");
@@ -209,11 +212,11 @@ TEST_CASE("safetensors: round trip of every dtype, 0-d, empty and non-contiguous
   sd.set("bf16", u16_tensor(bbits, {3, 2}, kBFloat16));
   sd.set("scalar", scalar_tensor(-4.5, {.dtype = kFloat64}));
   sd.set("empty", zeros({2, 0, 3}));
-  sd.set("f32.T", b32.t());                               // [3, 4] transposed view
-  sd.set("f64.step", b64.slice(0, 1, 4, 2));              // rows 1 and 3
-  sd.set("f64.narrow", b64.narrow(0, 2, 2));              // contiguous, non-zero storage offset
+  sd.set("f32.T", b32.t());                                            // [3, 4] transposed view
+  sd.set("f64.step", b64.slice(0, 1, 4, 2));                           // rows 1 and 3
+  sd.set("f64.narrow", b64.narrow(0, 2, 2));                           // contiguous, non-zero storage offset
   sd.set("i64.expand", i64.select(0, 1).unsqueeze(0).expand({2, 4}));  // stride 0
-  sd.set("bf16.T", sd.at("bf16").t());                    // non-contiguous view of a dtype with no CPU kernels
+  sd.set("bf16.T", sd.at("bf16").t());  // non-contiguous view of a dtype with no CPU kernels
   sd.set("grad", tensor(std::vector<double>{1, 2}, {2}, {.dtype = kFloat64, .requires_grad = true}));
   Meta meta_in = {{"step", "7"}, {"esc", "\"\\\n\t\x01 \u00fc"}};
 
@@ -310,7 +313,8 @@ TEST_CASE("safetensors: atomic save; a failed save leaves the old file alone") {
   check_error([&] { save_safetensors(nodir, a); }, {"save_safetensors", "asc_no_such_dir", "cannot open"});
   // Loading files that are not there / not files.
   check_error([&] { load_safetensors(nodir); }, {"load_safetensors", "asc_no_such_dir", "cannot open"});
-  check_error([&] { load_safetensors(fs::temp_directory_path().string()); }, {"load_safetensors", "not a regular file"});
+  check_error([&] { load_safetensors(fs::temp_directory_path().string()); },
+              {"load_safetensors", "not a regular file"});
   // A short file on disk names the path.
   fs::path shortf = temp_path("asc_short.safetensors");
   { std::ofstream(shortf, std::ios::binary) << "abc"; }
@@ -393,8 +397,7 @@ TEST_CASE("safetensors: malformed input is an asc::Error naming the source and t
                {"'t'", "needs 8 bytes", "[0, 4]", "span 4"}, four);
     bad_header(entry("\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]"), {"'t'", "invalid data_offsets [4, 0]"},
                four);
-    bad_header(entry("\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]"), {"'t'", "invalid data_offsets"},
-               four);
+    bad_header(entry("\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]"), {"'t'", "invalid data_offsets"}, four);
     bad_header(entry("\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]"), {"'t'", "two integers"}, four);
     bad_header(entry("\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]"), {"'t'", "exceed the 4 data bytes"},
                four);
@@ -417,9 +420,8 @@ TEST_CASE("safetensors: malformed input is an asc::Error naming the source and t
           std::vector<std::string>{"a", "e", "b"});
   }
   SUBCASE("BOOL bytes") {
-    bad_header("{\"m\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[0,3]}}", {"bad.st", "'m'", "byte value 2",
-                                                                                        "element 1"},
-               {1, 2, 0});
+    bad_header("{\"m\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[0,3]}}",
+               {"bad.st", "'m'", "byte value 2", "element 1"}, {1, 2, 0});
     fs::path p = temp_path("asc_badbool.safetensors");
     {
       Bytes b = make_file("{\"m\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}", {0, 255});
@@ -473,8 +475,10 @@ TEST_CASE("safetensors: fuzz — every truncation and random header byte flips")
     int flips = 1 + static_cast<int>(rng() % 3);
     for (int f = 0; f < flips; ++f) {
       size_t pos = rng() % (8 + hlen);
-      if (rng() % 2) b[pos] ^= static_cast<uint8_t>(1u << (rng() % 8));
-      else b[pos] = static_cast<uint8_t>(rng());
+      if (rng() % 2)
+        b[pos] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      else
+        b[pos] = static_cast<uint8_t>(rng());
     }
     if (rng() % 8 == 0) b[8 + hlen + 15 * 4 + rng() % 3] = static_cast<uint8_t>(rng());  // a mask byte
     try {
@@ -568,7 +572,8 @@ TEST_CASE("safetensors: writes asc_written.safetensors for check_safetensors.py 
   sd.set("scalar", scalar_tensor(-7.25, {.dtype = kFloat64}));
   sd.set("empty", zeros({2, 0}, {.dtype = kInt64}));
   sd.merge(generator_state_dict(g), "rng.");
-  const Meta meta = {{"writer", "test_safetensors"}, {"step", "42"}, {"note", "quote\" backslash\\ newline\n tab\t \u00fc"}};
+  const Meta meta = {
+      {"writer", "test_safetensors"}, {"step", "42"}, {"note", "quote\" backslash\\ newline\n tab\t \u00fc"}};
   fs::path p = temp_path("asc_written.safetensors");
   save_safetensors(p.string(), sd, meta);
   MESSAGE("wrote " << p.string() << "; check it with: python3 tests/data/check_safetensors.py " << p.string());

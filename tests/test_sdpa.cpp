@@ -20,9 +20,7 @@ struct BackendScope {
   ~BackendScope() { set_sdpa_backend(prev); }
 };
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  return amax(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>();
-}
+double max_diff(const Tensor& a, const Tensor& b) { return amax(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>(); }
 
 // O[b,h,t] = Σ_s p_s v_s with p = softmax over kept s of q·k_s/√D + bias, in plain loops (zero row if none kept).
 Tensor naive_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep, const Tensor& bias,
@@ -82,8 +80,8 @@ TEST_CASE("sdpa CPU: the fused kernel equals float64 loops and the composed ops 
 }
 
 TEST_CASE("sdpa CPU: strided views (a permuted projection) need no copy and give the same result") {
-  Tensor x = randn64({2, 9, 4, 6}, false, 11);  // (B, T, H, D) as a projection leaves it
-  Tensor q = x.permute({0, 2, 1, 3});           // (B, H, T, D) view, head dim contiguous
+  Tensor x = randn64({2, 9, 4, 6}, false, 11);                    // (B, T, H, D) as a projection leaves it
+  Tensor q = x.permute({0, 2, 1, 3});                             // (B, H, T, D) view, head dim contiguous
   Tensor k = randn64({2, 4, 6, 9}, false, 12).transpose(-2, -1);  // (B, H, 9, 6) with a strided head dim
   Tensor v = randn64({2, 4, 9, 6}, false, 13);
   Tensor y = scaled_dot_product_attention(q, k, v, {.causal = true});
@@ -142,15 +140,24 @@ TEST_CASE("sdpa CPU: what the fused kernel does not take runs the composed ops, 
 
 TEST_CASE("sdpa: bad input is a clear error") {
   Tensor q = randn64({1, 2, 4, 8});
-  check_error([&] { scaled_dot_product_attention(q, randn64({1, 2, 4, 6}), q); }, {"scaled_dot_product_attention",
-                                                                                    "incompatible q"});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(q, randn64({1, 2, 4, 6}), q);
+      },
+      {"scaled_dot_product_attention", "incompatible q"});
   check_error([&] { scaled_dot_product_attention(q.view({2, 4, 8}), q, q); }, {"rank 4"});
   check_error([&] { scaled_dot_product_attention(q, q.to(kFloat32), q); }, {"dtypes float64, float32"});
   check_error([&] { scaled_dot_product_attention(q, q, q, ones({1, 2, 4, 4})); }, {"keep_mask must be bool"});
-  check_error([&] { scaled_dot_product_attention(q, q, q, ones({1, 2, 4, 3}).to(kBool)); },
-              {"broadcastable to the scores [1, 2, 4, 4]"});
-  check_error([&] { scaled_dot_product_attention(q, q, q, {}, ones({3, 4}, {.dtype = kFloat64})); },
-              {"bias must be floating and broadcastable"});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(q, q, q, ones({1, 2, 4, 3}).to(kBool));
+      },
+      {"broadcastable to the scores [1, 2, 4, 4]"});
+  check_error(
+      [&] {
+        scaled_dot_product_attention(q, q, q, {}, ones({3, 4}, {.dtype = kFloat64}));
+      },
+      {"bias must be floating and broadcastable"});
   check_error([&] { scaled_dot_product_attention(q, q, q, {.dropout = 1.0}); }, {"dropout 1 not in [0, 1)"});
 }
 

@@ -114,9 +114,8 @@ TEST_CASE("pattern builders allow exactly the pairs of their definitions") {
     const int64_t T = 19;
     for (int64_t w : {1, 4, 5, 40}) {
       CAPTURE(w);
-      check_pattern(local_window_pattern(T, w, causal), [&](int64_t i, int64_t j) {
-        return causal ? (j <= i && j > i - w) : std::abs(i - j) <= w / 2;
-      });
+      check_pattern(local_window_pattern(T, w, causal),
+                    [&](int64_t i, int64_t j) { return causal ? (j <= i && j > i - w) : std::abs(i - j) <= w / 2; });
     }
     for (int64_t s : {1, 3, 7}) {
       CAPTURE(s);
@@ -156,8 +155,9 @@ TEST_CASE("pattern builders allow exactly the pairs of their definitions") {
   }
   // The transpose lists, for each key, the queries that see it and where.
   SparsePattern u = pattern_union({local_window_pattern(11, 3, false), strided_pattern(11, 4, false)});
-  auto rp = u.row_ptr().to_vector<int64_t>(), cols = u.cols().to_vector<int64_t>(), cp = u.col_ptr().to_vector<int64_t>(),
-       cr = u.col_rows().to_vector<int64_t>(), cpos = u.col_pos().to_vector<int64_t>();
+  auto rp = u.row_ptr().to_vector<int64_t>(), cols = u.cols().to_vector<int64_t>(),
+       cp = u.col_ptr().to_vector<int64_t>(), cr = u.col_rows().to_vector<int64_t>(),
+       cpos = u.col_pos().to_vector<int64_t>();
   CHECK(cp.back() == u.nnz());
   for (int64_t j = 0; j < 11; ++j)
     for (int64_t y = cp[j]; y < cp[j + 1]; ++y) {
@@ -187,15 +187,19 @@ TEST_CASE("hierarchical_summaries: block means over real tokens (loops), a paddi
         for (int64_t h = 0; h < H; ++h)
           for (int64_t t = m * b; t < std::min(T, m * b + b); ++t)
             if (!masked || kv[bb * T + t])
-              for (int64_t c = 0; c < d; ++c) want[((bb * H + h) * nb + m) * d + c] += xv[((bb * H + h) * T + t) * d + c] / n;
+              for (int64_t c = 0; c < d; ++c)
+                want[((bb * H + h) * nb + m) * d + c] += xv[((bb * H + h) * T + t) * d + c] / n;
       }
     check_close(s.means, want, 1e-14, 1e-14);
     CHECK(s.kept.to_vector<bool>() == kept);
   }
   check_grad([&](const TensorList& in) { return TensorList{hierarchical_summaries(in[0], b, keep).means}; }, {x});
   check_error([&] { hierarchical_summaries(x, 0); }, {"hierarchical_summaries", "block size"});
-  check_error([&] { hierarchical_summaries(x, b, ones({B, T + 1}, {.dtype = kBool})); },
-              {"hierarchical_summaries", "key_keep", "[2, 12]"});
+  check_error(
+      [&] {
+        hierarchical_summaries(x, b, ones({B, T + 1}, {.dtype = kBool}));
+      },
+      {"hierarchical_summaries", "key_keep", "[2, 12]"});
   check_error([&] { hierarchical_summaries(randn64({B, T, d}), b); }, {"hierarchical_summaries", "(B, H, T, d)"});
 }
 
@@ -217,10 +221,13 @@ TEST_CASE("pattern_union is the set union; a shared pattern joins every group of
   SparsePattern c = clustered_pattern(a, 0.5, false), cw = pattern_union({c, local_window_pattern(T, 2, false)});
   CHECK(cw.groups() == 4);
   for (int64_t g = 0; g < 4; ++g)
-    check_pattern(cw, [&](int64_t i, int64_t j) {
-      const auto cr = c.row(g, i);
-      return std::abs(i - j) <= 1 || std::count(cr.begin(), cr.end(), j) > 0;
-    }, g);
+    check_pattern(
+        cw,
+        [&](int64_t i, int64_t j) {
+          const auto cr = c.row(g, i);
+          return std::abs(i - j) <= 1 || std::count(cr.begin(), cr.end(), j) > 0;
+        },
+        g);
 }
 
 TEST_CASE("clustered_pattern: bucketing finds exactly the pairs with a_i · a_j > θ") {
@@ -237,11 +244,14 @@ TEST_CASE("clustered_pattern: bucketing finds exactly the pairs with a_i · a_j 
         CHECK(p.groups() == B * H);
         auto av = a.to_vector<double>();
         for (int64_t g = 0; g < B * H; ++g)
-          check_pattern(p, [&](int64_t i, int64_t j) {
-            double d = 0;
-            for (int64_t m = 0; m < c; ++m) d += av[(g * T + i) * c + m] * av[(g * T + j) * c + m];
-            return d > theta && (!causal || j <= i);
-          }, g);
+          check_pattern(
+              p,
+              [&](int64_t i, int64_t j) {
+                double d = 0;
+                for (int64_t m = 0; m < c; ++m) d += av[(g * T + i) * c + m] * av[(g * T + j) * c + m];
+                return d > theta && (!causal || j <= i);
+              },
+              g);
       }
 }
 
@@ -252,12 +262,18 @@ TEST_CASE("pattern builders reject bad arguments with clear errors") {
   check_error([] { global_tokens_pattern(8, -1, false); }, {"global_tokens_pattern", ">= 0", "-1"});
   check_error([] { hierarchical_pattern(8, 0, false); }, {"hierarchical_pattern", "block size"});
   check_error([] { local_window_pattern(0, 3, false); }, {"local_window_pattern", "sequence length", "0"});
-  check_error([] { clustered_pattern(zeros({2, 3, 4}, {.dtype = kFloat64}), 0.5, false); },
-              {"clustered_pattern", "(B, H, T, c)", "[2, 3, 4]"});
+  check_error(
+      [] {
+        clustered_pattern(zeros({2, 3, 4}, {.dtype = kFloat64}), 0.5, false);
+      },
+      {"clustered_pattern", "(B, H, T, c)", "[2, 3, 4]"});
   Tensor nan_a = full({1, 1, 3, 2}, std::nan(""), {.dtype = kFloat64});
   check_error([&] { clustered_pattern(nan_a, 0.5, false); }, {"clustered_pattern", "non-finite"});
-  check_error([] { pattern_union({local_window_pattern(8, 3, false), local_window_pattern(9, 3, false)}); },
-              {"pattern_union", "8", "9"});
+  check_error(
+      [] {
+        pattern_union({local_window_pattern(8, 3, false), local_window_pattern(9, 3, false)});
+      },
+      {"pattern_union", "8", "9"});
   check_error([] { SparsePattern::from_rows(1, 2, 3, {{0, 5}, {1}}); }, {"SparsePattern", "5", "[0, 3)"});
 }
 
@@ -272,9 +288,10 @@ TEST_CASE("sparse_attention equals float64 loops over the dense mask: forward an
   Tensor a = softmax(randn({B, H, T, 3}, {.dtype = kFloat64}, &gen) * 2.0, -1);
   std::vector<Case> cases = {
       {"window", local_window_pattern(T, 6, false), false},
-      {"causal window + global + random", pattern_union({local_window_pattern(T, 4, true),
-                                                         global_tokens_pattern(T, 2, true),
-                                                         random_keys_pattern(T, 3, 9, true)}), true},
+      {"causal window + global + random",
+       pattern_union(
+           {local_window_pattern(T, 4, true), global_tokens_pattern(T, 2, true), random_keys_pattern(T, 3, 9, true)}),
+       true},
       {"strided", strided_pattern(T, 5, false), true},
       {"hierarchical", hierarchical_pattern(T, 6, false), false},
       {"causal hierarchical", hierarchical_pattern(T, 5, true), true},
@@ -283,7 +300,8 @@ TEST_CASE("sparse_attention equals float64 loops over the dense mask: forward an
   for (const Case& c : cases) {
     CAPTURE(c.name);
     const int64_t S = c.p.keys();
-    Tensor q = randn64({B, H, T, D}, false, 1), k = randn64({B, H, S, D}, false, 2), v = randn64({B, H, S, D}, false, 3);
+    Tensor q = randn64({B, H, T, D}, false, 1), k = randn64({B, H, S, D}, false, 2),
+           v = randn64({B, H, S, D}, false, 3);
     Tensor dout = randn64({B, H, T, D}, false, 4);
     Tensor keep;
     if (c.padding) {  // batch 1: its last 7 tokens are padding (and, for summaries, their block stays kept)
@@ -334,8 +352,8 @@ TEST_CASE("sparse_attention: rows with no kept key give zeros and no gradient, n
 
 TEST_CASE("sparse_attention gradcheck (float64 finite differences) in q, k and v") {
   const int64_t T = 13, D = 5;
-  SparsePattern p = pattern_union({local_window_pattern(T, 4, true), hierarchical_pattern(T, 4, true),
-                                   random_keys_pattern(T, 2, 3, true)});
+  SparsePattern p = pattern_union(
+      {local_window_pattern(T, 4, true), hierarchical_pattern(T, 4, true), random_keys_pattern(T, 2, 3, true)});
   Tensor q = randn64({1, 2, T, D}, true, 1), k = randn64({1, 2, p.keys(), D}, true, 2),
          v = randn64({1, 2, p.keys(), D}, true, 3);
   Tensor keep = ones({1, p.keys()}, {.dtype = kBool});
@@ -347,10 +365,16 @@ TEST_CASE("sparse_attention rejects bad inputs with clear errors") {
   SparsePattern p = local_window_pattern(8, 3, false);
   Tensor q = randn64({1, 2, 8, 4}), k = randn64({1, 2, 8, 4});
   check_error([&] { sparse_attention(q, k, randn64({1, 2, 7, 4}), p); }, {"sparse_attention", "[1, 2, 7, 4]"});
-  check_error([&] { sparse_attention(randn64({1, 2, 9, 4}), randn64({1, 2, 9, 4}), randn64({1, 2, 9, 4}), p); },
-              {"sparse_attention", "8 queries", "T = 9"});
-  check_error([&] { sparse_attention(q, k, k, p, ones({1, 7}, {.dtype = kBool})); },
-              {"sparse_attention", "key_keep", "[1, 7]"});
+  check_error(
+      [&] {
+        sparse_attention(randn64({1, 2, 9, 4}), randn64({1, 2, 9, 4}), randn64({1, 2, 9, 4}), p);
+      },
+      {"sparse_attention", "8 queries", "T = 9"});
+  check_error(
+      [&] {
+        sparse_attention(q, k, k, p, ones({1, 7}, {.dtype = kBool}));
+      },
+      {"sparse_attention", "key_keep", "[1, 7]"});
   check_error([&] { sparse_attention(q, k, k, p, ones({1, 8})); }, {"sparse_attention", "key_keep"});
   check_error([&] { sparse_attention(q, k.to(kFloat32), k, p); }, {"sparse_attention", "dtype"});
   check_error([&] { sparse_attention(q, k, k, SparsePattern{}); }, {"sparse_attention", "pattern is empty"});
@@ -369,7 +393,8 @@ TEST_CASE("sparse_attention CUDA kernels equal the CPU kernel (float64, float32,
                                                 hierarchical_pattern(T, 7, true)}),
                                  pattern_union({clustered_pattern(a, 0.4, false), strided_pattern(T, 4, false)})}) {
     const int64_t S = p.keys();
-    Tensor q = randn64({B, H, T, D}, false, 1), k = randn64({B, H, S, D}, false, 2), v = randn64({B, H, S, D}, false, 3);
+    Tensor q = randn64({B, H, T, D}, false, 1), k = randn64({B, H, S, D}, false, 2),
+           v = randn64({B, H, S, D}, false, 3);
     Tensor dout = randn64({B, H, T, D}, false, 4);
     Tensor keep = ones({B, S}, {.dtype = kBool});
     for (int64_t j = T - 5; j < T; ++j) keep.data_ptr<bool>()[S + j] = false;
@@ -475,8 +500,8 @@ TEST_CASE("sparse_attention CUDA kernels: unions over several tiles, rows withou
 
 TEST_CASE("sparse attention at n = 4096 allocates no n × n buffer (CPU allocator peak)") {
   const int64_t T = 4096, D = 32;
-  SparsePattern p = pattern_union({local_window_pattern(T, 64, true), global_tokens_pattern(T, 2, true),
-                                   random_keys_pattern(T, 4, 1, true)});
+  SparsePattern p = pattern_union(
+      {local_window_pattern(T, 64, true), global_tokens_pattern(T, 2, true), random_keys_pattern(T, 4, 1, true)});
   Tensor q = randn({1, 2, T, D}, {.requires_grad = true}), k = randn({1, 2, T, D}, {.requires_grad = true}),
          v = randn({1, 2, T, D}, {.requires_grad = true});
   const size_t before = cpu_memory_stats().allocated;

@@ -113,8 +113,8 @@ TEST_CASE("paired_bootstrap: interval and p of degenerate and clear cases") {
   // A difference of 10 points on 1000 examples with 20 % discordant pairs: SE = sqrt((0.2 - 0.01) / 1000) = 0.0138,
   // so the 95 % interval is about delta +- 0.027 and p is about 2 (1 - Phi(0.1 / 0.0138)) < 1e-3.
   Vec a(1000, 0.0), b(1000, 0.0);
-  for (int i = 0; i < 150; ++i) a[i] = 1;        // A right, B wrong
-  for (int i = 150; i < 200; ++i) b[i] = 1;      // B right, A wrong
+  for (int i = 0; i < 150; ++i) a[i] = 1;    // A right, B wrong
+  for (int i = 150; i < 200; ++i) b[i] = 1;  // B right, A wrong
   for (int i = 200; i < 700; ++i) a[i] = b[i] = 1;
   const st::PairedTest t = st::paired_bootstrap(a, b, {.resamples = 4000, .seed = 3});
   CHECK(t.delta == doctest::Approx(0.1));

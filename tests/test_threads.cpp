@@ -95,8 +95,12 @@ std::vector<ModelKind> model_kinds() {
       auto o = models::TransformerClassifierOptions(kVocab, kMaxLen, 3).d_model(16).heads(2).layers(2).ffn(32);
       o.attention(attention);
       o.ascender(nn::AscenderAttentionOptions(16, 2).k({3}).aux_coh(0.1).aux_sep(0.1).aux_align(0.1).rope(true));
-      o.asam(nn::AsamAttentionOptions(16, 2).patterns({"window", "random", "hierarchical", "clustered"}).window(3)
-                 .random_keys(2).block(4).clusters(2));
+      o.asam(nn::AsamAttentionOptions(16, 2)
+                 .patterns({"window", "random", "hierarchical", "clustered"})
+                 .window(3)
+                 .random_keys(2)
+                 .block(4)
+                 .clusters(2));
       return std::static_pointer_cast<nn::Module>(std::make_shared<models::TransformerClassifier>(o));
     };
   };
@@ -300,8 +304,12 @@ TEST_CASE("deterministic mode: every model trains to the same bits at 1, 2 and 3
                  auto o = models::TransformerClassifierOptions(kV, 96, 3).d_model(64).heads(2).layers(2).ffn(128);
                  o.attention(attention);
                  o.ascender(nn::AscenderAttentionOptions(64, 2).k({3}).aux_coh(0.1).aux_sep(0.1).aux_align(0.1));
-                 o.asam(nn::AsamAttentionOptions(64, 2).patterns({"window", "random", "hierarchical", "clustered"})
-                            .window(3).random_keys(2).block(4).clusters(2));
+                 o.asam(nn::AsamAttentionOptions(64, 2)
+                            .patterns({"window", "random", "hierarchical", "clustered"})
+                            .window(3)
+                            .random_keys(2)
+                            .block(4)
+                            .clusters(2));
                  return std::static_pointer_cast<nn::Module>(std::make_shared<models::TransformerClassifier>(o));
                },
                [toks](nn::Module& m) {
@@ -350,8 +358,10 @@ TEST_CASE("deterministic mode: every model trains to the same bits at 1, 2 and 3
         opt.step();
       }
       for (const auto& [name, t] : m->state_dict()) {
-        if (threads == 1) ref[name] = t.clone();
-        else CHECK_NOTHROW(require_same(ref.at(name), t, fmt::format("{} at {} threads", name, threads)));
+        if (threads == 1)
+          ref[name] = t.clone();
+        else
+          CHECK_NOTHROW(require_same(ref.at(name), t, fmt::format("{} at {} threads", name, threads)));
       }
     }
   }

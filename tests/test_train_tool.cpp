@@ -58,7 +58,8 @@ void check_same_tensors(const fs::path& a, const fs::path& b) {
     const Tensor* u = y.find(name);
     REQUIRE(u != nullptr);
     REQUIRE(u->shape() == t.shape());
-    CHECK(std::memcmp(u->raw_data(), t.raw_data(), static_cast<size_t>(t.numel() * static_cast<int64_t>(dtype_size(t.dtype())))) == 0);
+    CHECK(std::memcmp(u->raw_data(), t.raw_data(),
+                      static_cast<size_t>(t.numel() * static_cast<int64_t>(dtype_size(t.dtype())))) == 0);
   }
 }
 
@@ -83,9 +84,9 @@ std::string rows_without_time(const fs::path& csv) {
 TEST_CASE("train: the files of a run") {
   const fs::path d = temp_dir("files");
   REQUIRE(run(kTiny + " --steps 16 --dump-decomposition 0,3 --out " + d.string(), d.string() + ".log") == 0);
-  for (const char* f : {"config.json", "metrics.csv", "metrics.jsonl", "summary.json", "predictions.csv",
-                        "best.safetensors", "ckpt/last.safetensors", "dumps/decomposition_0.safetensors",
-                        "dumps/decomposition_3.safetensors"})
+  for (const char* f :
+       {"config.json", "metrics.csv", "metrics.jsonl", "summary.json", "predictions.csv", "best.safetensors",
+        "ckpt/last.safetensors", "dumps/decomposition_0.safetensors", "dumps/decomposition_3.safetensors"})
     CHECK_MESSAGE(fs::exists(d / f), f);
   // predictions: a header and one row per test example
   const std::string pred = read(d / "predictions.csv");
@@ -130,7 +131,8 @@ TEST_CASE("train: --resume continues bit-identically, after a checkpoint and aft
     _exit(127);
   }
   // wait until it has trained a step (its first metrics row), then interrupt it
-  for (int i = 0; i < 600 && !fs::exists(sig / "metrics.csv"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 600 && !fs::exists(sig / "metrics.csv"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ::kill(pid, SIGINT);
   int status = 0;
@@ -148,12 +150,14 @@ TEST_CASE("train: --resume continues bit-identically, after a checkpoint and aft
 }
 
 TEST_CASE("train: resume mid-window: the training rows' partial sums (loss and ASAM gate) are checkpointed too") {
-  const std::string args = " --task grouping --train-size 128 --val-size 32 --test-size 32 --model asam --asam-window 4"
-                           " --d-model 16 --heads 2 --layers 1 --ffn 32 --batch 16 --steps 16 --log-every 4"
-                           " --eval-every 8 --eval-batches 1 --progress none --threads 1";
+  const std::string args =
+      " --task grouping --train-size 128 --val-size 32 --test-size 32 --model asam --asam-window 4"
+      " --d-model 16 --heads 2 --layers 1 --ffn 32 --batch 16 --steps 16 --log-every 4"
+      " --eval-every 8 --eval-batches 1 --progress none --threads 1";
   const fs::path full = temp_dir("mw_full"), split = temp_dir("mw_split");
   REQUIRE(run(args + " --out " + full.string(), full.string() + ".log") == 0);
-  REQUIRE(run(args + " --out " + split.string() + " --stop-after 5", split.string() + ".log") == 130);  // step 5 of a 4-step row
+  REQUIRE(run(args + " --out " + split.string() + " --stop-after 5", split.string() + ".log") ==
+          130);  // step 5 of a 4-step row
   REQUIRE(run(args + " --out=" + split.string() + " --resume", split.string() + ".log") == 0);  // the --out= spelling
   CHECK(rows_without_time(full / "metrics.csv") == rows_without_time(split / "metrics.csv"));
   check_same_tensors(full / "ckpt/last.safetensors", split / "ckpt/last.safetensors");
@@ -188,8 +192,9 @@ TEST_CASE("train: --config, with flags overriding it; a run directory is not ove
 }
 
 TEST_CASE("train: every model kind trains a few steps and logs its mechanism's statistics") {
-  const std::string small = " --train-size 64 --val-size 32 --test-size 32 --d-model 16 --heads 2 --layers 1 --ffn 32"
-                            " --batch 16 --steps 4 --eval-every 2 --progress none --threads 1";
+  const std::string small =
+      " --train-size 64 --val-size 32 --test-size 32 --d-model 16 --heads 2 --layers 1 --ffn 32"
+      " --batch 16 --steps 4 --eval-every 2 --progress none --threads 1";
   struct Case {
     std::string args, column, dump;
   };
@@ -229,8 +234,9 @@ TEST_CASE("train: every model kind trains a few steps and logs its mechanism's s
 }
 
 TEST_CASE("train: --cluster-metrics scores each head's attention rows (and ASCender's z) against the true groups") {
-  const std::string small = " --train-size 64 --val-size 32 --test-size 32 --d-model 16 --heads 2 --layers 1 --ffn 32"
-                            " --batch 16 --steps 2 --progress none --threads 1 --task grouping --cluster-metrics 20";
+  const std::string small =
+      " --train-size 64 --val-size 32 --test-size 32 --d-model 16 --heads 2 --layers 1 --ffn 32"
+      " --batch 16 --steps 2 --progress none --threads 1 --task grouping --cluster-metrics 20";
   for (const std::string model : {"ascender", "dense"}) {
     CAPTURE(model);
     const fs::path d = temp_dir("cluster");
@@ -274,7 +280,8 @@ TEST_CASE("train: --params-only prints the size without writing; --attn-dropout 
 TEST_CASE("train: --robustness measures noise, FGSM, float32 vs float64 and lengths; --on-nonfinite skip counts") {
   const fs::path d = temp_dir("robust");
   REQUIRE(run(kTiny + " --steps 2 --model dense --robustness 1 --robustness-max-len 64 --robustness-examples 8 --out " +
-                  d.string(), d.string() + ".log") == 0);
+                  d.string(),
+              d.string() + ".log") == 0);
   const auto j = nlohmann::json::parse(read(d / "robustness.json"));
   CHECK(j["examples"].get<int64_t>() >= 8);
   CHECK(std::fabs(j["noise_correlation"].get<double>()) <= 1.0);
@@ -300,12 +307,15 @@ TEST_CASE("train: rule A moves the first firing layer by its rule alone; the MLP
     MESSAGE("dataset-fashion-mnist not installed: skipped");
     return;
   }
-  const std::string small = " --task fashion-mnist --train-size 64 --val-size 32 --test-size 32 --batch 16 --steps 3"
-                            " --eval-every 3 --progress none --threads 1";
+  const std::string small =
+      " --task fashion-mnist --train-size 64 --val-size 32 --test-size 32 --batch 16 --steps 3"
+      " --eval-every 3 --progress none --threads 1";
   // Rule A with all its rates 0: only backprop could move the first layer, and it must not. A run at lr 0.05 and one
   // at lr 1e-30 (nothing moves) end with the same first layer, bit for bit, and different readouts.
-  const std::string rule_a = "--model firing --firing-hidden 16 --fan-out 2 --firing-init nonnegative --rule A"
-                             " --eta-w 0 --eta-f 0 --eta-sp 0" + small;
+  const std::string rule_a =
+      "--model firing --firing-hidden 16 --fan-out 2 --firing-init nonnegative --rule A"
+      " --eta-w 0 --eta-f 0 --eta-sp 0" +
+      small;
   const fs::path d = temp_dir("rule_a"), still = temp_dir("rule_a_still");
   // (--min-lr: the cosine schedule's floor is absolute; it must not reach the rule's layer either)
   REQUIRE(run(rule_a + " --lr 0.05 --min-lr 0.01 --out " + d.string(), d.string() + ".log") == 0);
@@ -317,8 +327,8 @@ TEST_CASE("train: rule A moves the first firing layer by its rule alone; the MLP
     CAPTURE(name);
     const Tensor* u = fixed.find(name);
     REQUIRE(u != nullptr);
-    const bool same = std::memcmp(u->raw_data(), t.raw_data(),
-                                  static_cast<size_t>(t.numel()) * dtype_size(t.dtype())) == 0;
+    const bool same =
+        std::memcmp(u->raw_data(), t.raw_data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype())) == 0;
     if (name.rfind("hidden.", 0) == 0) {
       ++hidden;
       CHECK(same);

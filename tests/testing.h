@@ -61,8 +61,7 @@ inline void check_close(const Tensor& actual, const std::vector<double>& expecte
   std::vector<double> a = actual.to_vector<double>();
   REQUIRE(a.size() == expected.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    bool ok = (std::isnan(a[i]) && std::isnan(expected[i])) ||
-              (std::isinf(a[i]) && a[i] == expected[i]) ||
+    bool ok = (std::isnan(a[i]) && std::isnan(expected[i])) || (std::isinf(a[i]) && a[i] == expected[i]) ||
               std::abs(a[i] - expected[i]) <= atol + rtol * std::abs(expected[i]);
     if (!ok) {
       FAIL_CHECK("element " << i << ": got " << a[i] << ", expected " << expected[i]);
@@ -92,7 +91,8 @@ void check_error(F&& fn, std::initializer_list<const char*> fragments) {
     FAIL_CHECK("expected asc::Error containing '" << *fragments.begin() << "', nothing was thrown");
   } catch (const asc::Error& e) {
     std::string msg = e.what();
-    for (const char* f : fragments) CHECK_MESSAGE(msg.find(f) != std::string::npos, "message: " << msg << " lacks: " << std::string(f));
+    for (const char* f : fragments)
+      CHECK_MESSAGE(msg.find(f) != std::string::npos, "message: " << msg << " lacks: " << std::string(f));
   }
 }
 

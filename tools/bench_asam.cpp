@@ -85,8 +85,11 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
     if (impl == "mha") {
       layer = std::make_shared<nn::MultiHeadAttention>(nn::MultiHeadAttentionOptions(D, kHeads));
     } else {
-      auto o = nn::AsamAttentionOptions(D, kHeads).patterns({"window", "global", "random"}).window(kWindow)
-                   .global_tokens(16).random_keys(16);
+      auto o = nn::AsamAttentionOptions(D, kHeads)
+                   .patterns({"window", "global", "random"})
+                   .window(kWindow)
+                   .global_tokens(16)
+                   .random_keys(16);
       if (impl == "asam-skip") o.skip_dense_above(0.01);
       layer = std::make_shared<nn::AsamAttention>(o);
     }
@@ -94,13 +97,14 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
     layer->to(g_device);
     layer->to(g_dtype);
     Tensor x = leaf({kBatch, n, D}, false);
-    Result r = measure(impl, n, reps, [&] { return layer->attend(x, {}); }, [&] { layer->zero_grad(); },
-                       impl != "asam-skip");
+    Result r = measure(
+        impl, n, reps, [&] { return layer->attend(x, {}); }, [&] { layer->zero_grad(); }, impl != "asam-skip");
     if (auto a = std::dynamic_pointer_cast<nn::AsamAttention>(layer))
       r.pairs = static_cast<double>(a->pattern(n, false).nnz());
     if (impl == "asam") r.note = "both branches";
     if (impl == "asam-skip")
-      r.note = fmt::format("skipped dense in {}/{} (sample, head)", std::dynamic_pointer_cast<nn::AsamAttention>(layer)->dense_skipped(),
+      r.note = fmt::format("skipped dense in {}/{} (sample, head)",
+                           std::dynamic_pointer_cast<nn::AsamAttention>(layer)->dense_skipped(),
                            std::dynamic_pointer_cast<nn::AsamAttention>(layer)->dense_considered());
     return r;
   }
@@ -117,7 +121,8 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
       return r;
     }
     set_sdpa_backend(impl == "naive" ? SdpaBackend::Math : SdpaBackend::Fused);
-    Result r = measure(impl, n, reps, [&] { return scaled_dot_product_attention(q, k, v, SdpaOptions{}); }, zero);
+    Result r = measure(
+        impl, n, reps, [&] { return scaled_dot_product_attention(q, k, v, SdpaOptions{}); }, zero);
     set_sdpa_backend(SdpaBackend::Auto);
     r.pairs = double(n) * n;
     return r;
@@ -159,16 +164,17 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
 
 int main(int argc, char** argv) {
   std::vector<int64_t> ns = {512, 1024, 2048, 4096, 8192, 16384};
-  const std::vector<std::string> known = {"naive", "chunked", "window", "strided", "random", "global", "clustered",
-                                          "hierarchical", "w+g+r", "asam", "asam-skip", "mha"};
+  const std::vector<std::string> known = {"naive",     "chunked",      "window", "strided", "random",    "global",
+                                          "clustered", "hierarchical", "w+g+r",  "asam",    "asam-skip", "mha"};
   std::vector<std::string> impls = known;
   int reps = 3;
   double naive_gb = 6;
   std::string device = "cpu";
   tools::Outputs out;
-  CLI::App app{"bench_asam: dense attention (naive, chunked) against the sparse patterns and the ASAM layer, "
-               "forward and forward + backward, peak memory",
-               "bench_asam"};
+  CLI::App app{
+      "bench_asam: dense attention (naive, chunked) against the sparse patterns and the ASAM layer, "
+      "forward and forward + backward, peak memory",
+      "bench_asam"};
   app.option_defaults()->always_capture_default();
   tools::add_int_list(app, "--n", ns, "sequence lengths", 1, 1 << 20);
   tools::add_name_list(app, "--impl", impls, "rows to run", known);
@@ -195,8 +201,8 @@ int main(int argc, char** argv) {
     std::printf("bench_asam: B%lld, %lld heads of %lld, %s, %s, %d threads, best of %d (1 above n = 4096)\n",
                 (long long)kBatch, (long long)kHeads, (long long)kDHead, std::string(dtype_name(g_dtype)).c_str(),
                 g_device.is_cuda() ? "CUDA" : "CPU", threads, reps);
-    std::printf("%-12s %6s %10s %10s %9s %12s %9s %8s  %s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB",
-                "pairs/head", "vs chunk", "fwd TF/s", "note");
+    std::printf("%-12s %6s %10s %10s %9s %12s %9s %8s  %s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB", "pairs/head",
+                "vs chunk", "fwd TF/s", "note");
     std::vector<Result> all;
     std::map<int64_t, double> chunked_ms;
     tools::Progress progress(static_cast<int64_t>(ns.size() * impls.size()), "bench_asam");
@@ -253,8 +259,8 @@ int main(int argc, char** argv) {
       std::printf("  window growth 4096 -> 16384: time %.2fx, peak memory %.2fx (target <= 4.6x each): %s\n",
                   w16->fwd_bwd_ms / w4->fwd_bwd_ms, w16->peak_mb / w4->peak_mb,
                   (w16->fwd_bwd_ms / w4->fwd_bwd_ms <= 4.6 && w16->peak_mb / w4->peak_mb <= 4.6) ? "met" : "NOT met");
-    tools::Table table({"impl", "n", "forward_ms", "fwd_bwd_ms", "peak_mb", "pairs_per_head", "speedup_vs_chunked",
-                        "note"});
+    tools::Table table(
+        {"impl", "n", "forward_ms", "fwd_bwd_ms", "peak_mb", "pairs_per_head", "speedup_vs_chunked", "note"});
     for (const Result& r : all) {
       const double c = chunked_ms.count(r.n) ? chunked_ms[r.n] : -1;
       table.add({tools::Cell::str(r.impl), tools::Cell::integer(r.n), tools::Cell::fixed(r.fwd_ms, 3),

@@ -8,8 +8,8 @@
 //   seed-torch   the PyTorch reference head of the method description (tools/ascender_seed_reference.py, a twin of
 //                that code with its behaviour; Debian's python3-torch), same sizes, same thread count
 // Columns: best-of-reps milliseconds, peak CPU memory of forward + backward above what was live before
-// (asc::cpu_memory_stats: tensors and kernel scratch in blocks above 4 KiB), the matrix-product FLOPs of attention (an analytic count, below), tokens per second of
-// forward + backward, and each row's time relative to dense.
+// (asc::cpu_memory_stats: tensors and kernel scratch in blocks above 4 KiB), the matrix-product FLOPs of attention (an
+// analytic count, below), tokens per second of forward + backward, and each row's time relative to dense.
 //   ./build/release/tools/bench_ascender [--n 128,512,1024,2048] [--reps 3] [--csv out.csv] [--json out.json]
 //                                        [--no-torch] [--impl dense,reference,fused,windowed,reuse] [--device cpu|cuda]
 // --device cuda (a GPU build on a GPU machine) runs our rows on the GPU: times after a device synchronisation, peak
@@ -92,11 +92,10 @@ std::map<int64_t, Result> run_seed(const std::vector<int64_t>& ns, int reps) {
   if (twin.empty()) return out;
   std::string list;
   for (int64_t n : ns) list += " " + std::to_string(n);
-  const std::string cmd = tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + " --n" +
-                          list +
-                          " --batch " + std::to_string(kBatch) + " --d-model " + std::to_string(kDModel) +
-                          " --heads " + std::to_string(kHeads) + " --k " + std::to_string(kK) + " --d-z " +
-                          std::to_string(kDz) + " --reps " + std::to_string(reps) + " 2>/dev/null";
+  const std::string cmd = tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + " --n" + list +
+                          " --batch " + std::to_string(kBatch) + " --d-model " + std::to_string(kDModel) + " --heads " +
+                          std::to_string(kHeads) + " --k " + std::to_string(kK) + " --d-z " + std::to_string(kDz) +
+                          " --reps " + std::to_string(reps) + " 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return out;
   char buf[1024];
@@ -125,9 +124,10 @@ int main(int argc, char** argv) {
   tools::Outputs out;
   const std::vector<std::string> known = {"dense", "reference", "fused", "windowed", "reuse"};
   std::vector<std::string> impls = known;
-  CLI::App app{"bench_ascender: one attention layer, dense against ASCender (reference, fused, windowed, reuse) and "
-               "the PyTorch seed twin (tools/ascender_seed_reference.py), forward and forward + backward",
-               "bench_ascender"};
+  CLI::App app{
+      "bench_ascender: one attention layer, dense against ASCender (reference, fused, windowed, reuse) and "
+      "the PyTorch seed twin (tools/ascender_seed_reference.py), forward and forward + backward",
+      "bench_ascender"};
   app.option_defaults()->always_capture_default();
   tools::add_int_list(app, "--n", ns, "sequence lengths", 1, 1 << 20);
   app.add_option("--reps", reps, "repetitions per measurement (best counts)")->check(tools::int_range(1, 1000));
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (g_device.is_cuda()) torch = false;  // the seed reference is a CPU row
-    setenv("OMP_NUM_THREADS", "2", 1);  // the PyTorch child gets the same two threads
+    setenv("OMP_NUM_THREADS", "2", 1);      // the PyTorch child gets the same two threads
 #ifdef _OPENMP
     omp_set_num_threads(2);
 #endif
@@ -160,8 +160,9 @@ int main(int argc, char** argv) {
       if (tools::twin_path("ascender_seed_reference.py").empty())
         std::printf("seed-torch: could not run (ascender_seed_reference.py not found; installed: share/ascender/)\n");
       else
-        std::printf("seed-torch: could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
-                    "tools/setup_bench.sh, or in /usr/bin/python3)\n");
+        std::printf(
+            "seed-torch: could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
+            "tools/setup_bench.sh, or in /usr/bin/python3)\n");
     }
     for (int64_t n : ns) {
       for (const std::string& impl : impls) {

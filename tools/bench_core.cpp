@@ -54,9 +54,10 @@ struct Row {
 int main(int argc, char** argv) {
   bool quick = false;
   tools::Outputs out;
-  CLI::App app{"bench_core: matmul against direct BLAS, per-op overhead, a 100-op autograd chain, softmax "
-               "throughput, fused attention against the composed ops",
-               "bench_core"};
+  CLI::App app{
+      "bench_core: matmul against direct BLAS, per-op overhead, a 100-op autograd chain, softmax "
+      "throughput, fused attention against the composed ops",
+      "bench_core"};
   app.add_flag("--quick", quick, "3 repetitions per row instead of 7");
   tools::add_output_options(app, out);
   tools::parse_or_exit(app, argc, argv);

@@ -72,9 +72,10 @@ int main(int argc, char** argv) {
   int64_t batch = 256;
   tools::Outputs out;
   const std::vector<int64_t> caps = {64 << 10, 1 << 20, 25 << 20};
-  CLI::App app{"bench_ddp: data-parallel training step time, 1 rank on the whole batch against N ranks "
-               "(run under mpirun -np N)",
-               "bench_ddp"};
+  CLI::App app{
+      "bench_ddp: data-parallel training step time, 1 rank on the whole batch against N ranks "
+      "(run under mpirun -np N)",
+      "bench_ddp"};
   app.option_defaults()->always_capture_default();
   app.add_option("--steps", steps, "timed SGD steps per configuration (after 3 untimed)")
       ->check(tools::int_range(1, 1000000));
@@ -87,8 +88,9 @@ int main(int argc, char** argv) {
     const int rank = pg->rank(), world = pg->size();
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (batch % world != 0) {
-      if (rank == 0) std::fprintf(stderr, "bench_ddp: --batch %lld is not divisible by %d ranks\n",
-                                  static_cast<long long>(batch), world);
+      if (rank == 0)
+        std::fprintf(stderr, "bench_ddp: --batch %lld is not divisible by %d ranks\n", static_cast<long long>(batch),
+                     world);
       return 2;
     }
     Generator data(1);
@@ -140,8 +142,10 @@ int main(int argc, char** argv) {
     if (rank != 0) return 0;
     progress->finish();
 
-    fmt::print("bench_ddp: MLP 256-1024-1024-256-10 (1.6 M parameters, float32), global batch {}, {} ranks, {} cores "
-               "({} thread(s) per rank), median of {} SGD steps\n\n", batch, world, cores, per_rank, steps);
+    fmt::print(
+        "bench_ddp: MLP 256-1024-1024-256-10 (1.6 M parameters, float32), global batch {}, {} ranks, {} cores "
+        "({} thread(s) per rank), median of {} SGD steps\n\n",
+        batch, world, cores, per_rank, steps);
     fmt::print("| configuration | bucket cap | step ms | speedup vs 1 rank | efficiency |\n|---|---|---|---|---|\n");
     for (const Row& r : rows) {
       const double speedup = t1 / r.ms;

@@ -59,8 +59,15 @@ std::map<double, double> run_ours(const std::vector<double>& rates, int reps, bo
   manual_seed(0);
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(kD, kP).fan_out(kA));
   optim::SGD opt(layer->parameters(), {.lr = 1e-3});
-  opt.add_local_rule(layer->rule_b({.eta_w = 1e-3, .eta_f = 1e-3, .eta_sp = 1e-2, .r_target = 0.1, .w_min = -1,
-                                    .w_max = 1, .f_min = -1, .f_max = 1, .fuse_sgd = fuse_sgd,
+  opt.add_local_rule(layer->rule_b({.eta_w = 1e-3,
+                                    .eta_f = 1e-3,
+                                    .eta_sp = 1e-2,
+                                    .r_target = 0.1,
+                                    .w_min = -1,
+                                    .w_max = 1,
+                                    .f_min = -1,
+                                    .f_max = 1,
+                                    .fuse_sgd = fuse_sgd,
                                     .sequential = sequential}));
   Tensor x = randn({kBatch, kD}), G = randn({kBatch, kP, kA});
   std::map<double, double> out;
@@ -77,8 +84,10 @@ std::map<double, double> run_ours(const std::vector<double>& rates, int reps, bo
     auto step = [&] {
       layer->zero_grad();
       Tensor y = layer->forward(x);  // (B, P, α)
-      if (loss) sum(y * G).backward();
-      else y.backward(G);
+      if (loss)
+        sum(y * G).backward();
+      else
+        y.backward(G);
       opt.step();
     };
     reset();
@@ -103,8 +112,7 @@ std::map<double, double> run_torch(const std::vector<double>& rates, int reps, b
   std::string list;
   for (double r : rates) list += fmt::format(" {}", r);  // shortest round-trip form: the twin's rates are ours exactly
   const std::string cmd = tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + " --rates" +
-                          list +
-                          " --reps " + std::to_string(reps) + " --threads 2" + (loss ? " --loss" : "") +
+                          list + " --reps " + std::to_string(reps) + " --threads 2" + (loss ? " --loss" : "") +
                           " 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return out;
@@ -124,9 +132,10 @@ int main(int argc, char** argv) {
   bool no_torch = false, no_scan = false, loss = false, sequential = false;
   tools::Outputs out;
   std::vector<double> rates = {0.5, 0.25, 0.1, 0.05};
-  CLI::App app{"bench_firing: a firing layer's training step with rule B next to its PyTorch twin "
-               "(tools/bench_firing_torch.py), and the SSM scan",
-               "bench_firing"};
+  CLI::App app{
+      "bench_firing: a firing layer's training step with rule B next to its PyTorch twin "
+      "(tools/bench_firing_torch.py), and the SSM scan",
+      "bench_firing"};
   app.option_defaults()->always_capture_default();
   app.add_option("--reps", reps, "repetitions per measurement (best counts)")->check(tools::int_range(1, 10000));
   tools::add_real_list(app, "--rates", rates, "target firing rates (thresholds set per neuron)", 0.01, 1.0);
@@ -152,8 +161,9 @@ int main(int argc, char** argv) {
       if (tools::twin_path("bench_firing_torch.py").empty())
         std::printf("torch twin: could not run (bench_firing_torch.py not found; installed: share/ascender/)\n");
       else
-        std::printf("torch twin: could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
-                    "tools/setup_bench.sh, or in /usr/bin/python3)\n");
+        std::printf(
+            "torch twin: could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
+            "tools/setup_bench.sh, or in /usr/bin/python3)\n");
     }
     std::map<double, double> ours = run_ours(rates, reps, false, loss, progress, done),
                              fused = run_ours(rates, reps, true, loss, progress, done);
@@ -166,11 +176,12 @@ int main(int argc, char** argv) {
     }
 
     progress.clear();
-    std::printf("\nfiring layer training step (forward + backward %s + SGD + rule B), B %lld, d %lld, P %lld, "
-                "alpha %lld, float32, 2 threads\n", loss ? "of <G, Y>" : "of dL/dY = G", (long long)kBatch, (long long)kD,
-                (long long)kP, (long long)kA);
-    std::printf("%-12s %10s %12s %12s %10s %12s\n", "firing rate", "ours ms", "fuse_sgd ms", "PyTorch ms",
-                "speed-up", "(fuse_sgd)");
+    std::printf(
+        "\nfiring layer training step (forward + backward %s + SGD + rule B), B %lld, d %lld, P %lld, "
+        "alpha %lld, float32, 2 threads\n",
+        loss ? "of <G, Y>" : "of dL/dY = G", (long long)kBatch, (long long)kD, (long long)kP, (long long)kA);
+    std::printf("%-12s %10s %12s %12s %10s %12s\n", "firing rate", "ours ms", "fuse_sgd ms", "PyTorch ms", "speed-up",
+                "(fuse_sgd)");
     auto ratio = [](double t, double o) { return t > 0 ? fmt::format("{:.2f}x", t / o) : std::string("-"); };
     for (double r : rates) {
       const double t = theirs.count(r) ? theirs[r] : -1;

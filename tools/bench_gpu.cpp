@@ -86,8 +86,8 @@ void gemm_rows(std::vector<Row>& rows, int64_t n, int reps) {
     auto ours = [&] { c = matmul(a, b); };
     const float one = 1, zero = 0;
     auto ref = [&] {  // C^T = B^T A^T in column-major, as asc::matmul does
-      ASC_CUBLAS_CHECK(cublasGemmEx(cuda::cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b.raw_data(), v.type,
-                                    n, a.raw_data(), v.type, n, &zero, c.raw_data(), v.type, n, v.compute,
+      ASC_CUBLAS_CHECK(cublasGemmEx(cuda::cublas_handle(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b.raw_data(),
+                                    v.type, n, a.raw_data(), v.type, n, &zero, c.raw_data(), v.type, n, v.compute,
                                     CUBLAS_GEMM_DEFAULT));
     };
     double t_ours = 1e30, t_ref = 1e30;
@@ -108,9 +108,10 @@ void gemm_rows(std::vector<Row>& rows, int64_t n, int reps) {
 int main(int argc, char** argv) {
   bool quick = false;
   tools::Outputs out;
-  CLI::App app{"bench_gpu: GEMM against cuBLAS, memory-bound kernels against the bandwidth, allocator and pinned-copy "
-               "counters, attention paths (needs an NVIDIA GPU)",
-               "bench_gpu"};
+  CLI::App app{
+      "bench_gpu: GEMM against cuBLAS, memory-bound kernels against the bandwidth, allocator and pinned-copy "
+      "counters, attention paths (needs an NVIDIA GPU)",
+      "bench_gpu"};
   app.add_flag("--quick", quick, "smaller sizes, 2 repetitions instead of 5");
   tools::add_output_options(app, out);
   tools::parse_or_exit(app, argc, argv);
@@ -188,16 +189,14 @@ int main(int argc, char** argv) {
         return t;
       };
       Tensor q = make(), k = make(), v = make();
-      auto step = [&] {
-        nn::scaled_dot_product_attention(q, k, v, {.causal = true}).sum().backward();
-      };
+      auto step = [&] { nn::scaled_dot_product_attention(q, k, v, {.causal = true}).sum().backward(); };
       const std::string choice = nn::sdpa_choice(q, k, v, {.causal = true});
       const double fused = gpu_time(step, reps, 3);
       nn::set_sdpa_backend(nn::SdpaBackend::Math);
       const double math = gpu_time(step, reps, 3);
       nn::set_sdpa_backend(nn::SdpaBackend::Auto);
-      rows.push_back({fmt::format("attention bf16 causal fwd+bwd T={}", T), "ms", fused * 1e3, math * 1e3,
-                      math / fused, "ref: composed ops (Math backend); auto path: " + choice});
+      rows.push_back({fmt::format("attention bf16 causal fwd+bwd T={}", T), "ms", fused * 1e3, math * 1e3, math / fused,
+                      "ref: composed ops (Math backend); auto path: " + choice});
     }
     tick();
 

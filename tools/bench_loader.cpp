@@ -35,21 +35,29 @@ int main(int argc, char** argv) {
   std::vector<std::string> tasks = {"fashion-mnist-seq", "listops"};
   int64_t batch = 32, steps = 10, rounds = 4, prefetch = 2, d_model = 64, layers = 1, train_size = 2048;
   tools::Outputs out;
-  CLI::App app{"bench_loader: a training step fed by the prefetching DataLoader against the same batches built in "
-               "memory beforehand, alternating rounds",
-               "bench_loader"};
+  CLI::App app{
+      "bench_loader: a training step fed by the prefetching DataLoader against the same batches built in "
+      "memory beforehand, alternating rounds",
+      "bench_loader"};
   tools::add_name_list(app, "--tasks", tasks, "tasks (data/tasks.h)",
                        {"fashion-mnist-seq", "listops", "text", "pathfinder", "grouping"});
   app.add_option("--batch", batch, "batch size")->check(tools::int_range(1, 4096))->capture_default_str();
-  app.add_option("--steps", steps, "training steps per round")->check(tools::int_range(1, 100000))->capture_default_str();
-  app.add_option("--rounds", rounds, "rounds of each feeding (alternating)")->check(tools::int_range(1, 1000))
+  app.add_option("--steps", steps, "training steps per round")
+      ->check(tools::int_range(1, 100000))
       ->capture_default_str();
-  app.add_option("--prefetch", prefetch, "the loader's prefetch depth")->check(tools::int_range(1, 64))
+  app.add_option("--rounds", rounds, "rounds of each feeding (alternating)")
+      ->check(tools::int_range(1, 1000))
       ->capture_default_str();
-  app.add_option("--d-model", d_model, "model width (4 heads)")->check(tools::int_range(4, 4096))->capture_default_str();
+  app.add_option("--prefetch", prefetch, "the loader's prefetch depth")
+      ->check(tools::int_range(1, 64))
+      ->capture_default_str();
+  app.add_option("--d-model", d_model, "model width (4 heads)")
+      ->check(tools::int_range(4, 4096))
+      ->capture_default_str();
   app.add_option("--layers", layers, "Transformer blocks")->check(tools::int_range(1, 64))->capture_default_str();
   app.add_option("--train-size", train_size, "training examples the loader draws from")
-      ->check(tools::int_range(1, 1 << 24))->capture_default_str();
+      ->check(tools::int_range(1, 1 << 24))
+      ->capture_default_str();
   tools::add_output_options(app, out);
   tools::parse_or_exit(app, argc, argv);
   if (d_model % 4) tools::usage_error(app, fmt::format("--d-model {} is not divisible by the 4 heads", d_model));
@@ -63,10 +71,14 @@ int main(int argc, char** argv) {
       data::Task task = data::make_task(name, {.seed = 0, .train_size = train_size, .val_size = 1, .test_size = 1});
       manual_seed(0);
       models::TransformerClassifier model(models::TransformerClassifierOptions(task.vocab, task.max_len, task.classes)
-                                              .d_model(d_model).heads(4).ffn(2 * d_model).layers(layers).dropout(0));
+                                              .d_model(d_model)
+                                              .heads(4)
+                                              .ffn(2 * d_model)
+                                              .layers(layers)
+                                              .dropout(0));
       optim::AdamW opt(model.parameters(), {.lr = 1e-4});
-      const data::LoaderOptions lo{.batch_size = batch, .seed = 1, .drop_last = true, .prefetch = prefetch,
-                                   .pad_id = task.pad_id};
+      const data::LoaderOptions lo{
+          .batch_size = batch, .seed = 1, .drop_last = true, .prefetch = prefetch, .pad_id = task.pad_id};
       auto step = [&](const data::Batch& b) {
         opt.zero_grad();
         cross_entropy(model.forward(b.input, b.valid), b.labels).backward();
@@ -79,8 +91,8 @@ int main(int argc, char** argv) {
         // The round's batches, the same for both feedings: round r reads steps [r * steps, (r + 1) * steps).
         data::LoaderState at{.epoch = 0, .position = 0, .seed = 1};
         {
-          data::DataLoader probe(task.train, {.batch_size = batch, .seed = 1, .drop_last = true, .prefetch = 0,
-                                              .pad_id = task.pad_id});
+          data::DataLoader probe(
+              task.train, {.batch_size = batch, .seed = 1, .drop_last = true, .prefetch = 0, .pad_id = task.pad_id});
           const int64_t first = r * steps;
           at.epoch = first / probe.batches_per_epoch(), at.position = first % probe.batches_per_epoch();
         }
@@ -100,7 +112,8 @@ int main(int argc, char** argv) {
             T = std::max(T, b.input.size(1));
             step(b);
           }
-          const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / static_cast<double>(steps);
+          const double ms =
+              std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / static_cast<double>(steps);
           (use_loader ? with_loader : in_memory).push_back(ms);
           progress.update(++done, fmt::format("{} round {}", name, r + 1));
         }

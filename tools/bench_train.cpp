@@ -48,9 +48,13 @@ struct Timing {
 
 Timing run_ours(const Config& c) {
   manual_seed(0);
-  auto model = std::make_shared<models::TransformerClassifier>(
-      models::TransformerClassifierOptions(c.vocab, c.length, c.classes)
-          .d_model(c.width).heads(c.heads).layers(c.layers).ffn(c.ffn).dropout(c.dropout));
+  auto model =
+      std::make_shared<models::TransformerClassifier>(models::TransformerClassifierOptions(c.vocab, c.length, c.classes)
+                                                          .d_model(c.width)
+                                                          .heads(c.heads)
+                                                          .layers(c.layers)
+                                                          .ffn(c.ffn)
+                                                          .dropout(c.dropout));
   optim::AdamW opt(model->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
   Generator g(1);
   Tensor tokens = randint(0, c.vocab, {c.batch, c.length}, {.dtype = kInt64}, &g);
@@ -106,9 +110,10 @@ double run_torch(const Config& c, std::string& version) {
 
 int main(int argc, char** argv) {
   Config c;
-  CLI::App app{"bench_train: one AdamW training step of the Transformer classifier, ascender next to its PyTorch "
-               "twin (tools/bench_train_torch.py) in alternating rounds",
-               "bench_train"};
+  CLI::App app{
+      "bench_train: one AdamW training step of the Transformer classifier, ascender next to its PyTorch "
+      "twin (tools/bench_train_torch.py) in alternating rounds",
+      "bench_train"};
   app.option_defaults()->always_capture_default();
   app.add_option("--steps", c.steps, "timed steps per round (after 3 warm-up steps)")
       ->check(tools::int_range(1, 100000));
@@ -155,8 +160,9 @@ int main(int argc, char** argv) {
           if (tools::twin_path("bench_train_torch.py").empty())
             std::printf("PyTorch twin could not run: bench_train_torch.py not found (installed: share/ascender/)\n");
           else
-            std::printf("PyTorch twin could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
-                        "tools/setup_bench.sh, or in /usr/bin/python3: apt-get install python3-torch)\n");
+            std::printf(
+                "PyTorch twin could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
+                "tools/setup_bench.sh, or in /usr/bin/python3: apt-get install python3-torch)\n");
           c.torch = false;
         } else {
           torch_ms = std::min(torch_ms, ms);
@@ -165,10 +171,11 @@ int main(int argc, char** argv) {
     }
     progress.finish();
 
-    std::printf("Transformer classifier training step (AdamW), batch %lld, length %lld, width %lld, %lld layers, "
-                "%lld heads, FFN %lld, dropout %.2f, %d threads\n",
-                (long long)c.batch, (long long)c.length, (long long)c.width, (long long)c.layers, (long long)c.heads,
-                (long long)c.ffn, c.dropout, c.threads);
+    std::printf(
+        "Transformer classifier training step (AdamW), batch %lld, length %lld, width %lld, %lld layers, "
+        "%lld heads, FFN %lld, dropout %.2f, %d threads\n",
+        (long long)c.batch, (long long)c.length, (long long)c.width, (long long)c.layers, (long long)c.heads,
+        (long long)c.ffn, c.dropout, c.threads);
     std::printf("%-28s %12s\n", "", "ms/step");
     std::printf("%-28s %12.2f   (forward %.2f, backward %.2f, optimizer %.2f)\n", "ascender", best.step, best.fwd,
                 best.bwd, best.opt);

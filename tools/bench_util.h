@@ -34,8 +34,10 @@ inline size_t live_bytes(Device d) {
   return d.is_cuda() ? cuda::memory_stats().allocated : cpu_memory_stats().allocated;
 }
 inline void reset_peak(Device d) {
-  if (d.is_cuda()) cuda::reset_peak_memory_stats();
-  else reset_cpu_peak_memory();
+  if (d.is_cuda())
+    cuda::reset_peak_memory_stats();
+  else
+    reset_cpu_peak_memory();
 }
 inline size_t peak_bytes(Device d) {
   return d.is_cuda() ? cuda::memory_stats().peak_allocated : cpu_memory_stats().peak_allocated;

@@ -37,8 +37,8 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 namespace asc::tools {
@@ -272,8 +272,7 @@ inline std::string format_si(double v) {
   int i = 0;
   while (std::fabs(v) >= 999.5 && i < 4) v /= 1000, ++i;
   if (i == 0) return fmt::format("{:.0f}", v);
-  return fmt::format(std::fabs(v) < 9.995 ? "{:.2f}{}" : std::fabs(v) < 99.95 ? "{:.1f}{}" : "{:.0f}{}", v,
-                     suffix[i]);
+  return fmt::format(std::fabs(v) < 9.995 ? "{:.2f}{}" : std::fabs(v) < 99.95 ? "{:.1f}{}" : "{:.0f}{}", v, suffix[i]);
 }
 
 // A progress reporter on stderr:  label  done/total  [#####-----]  fields  elapsed  ETA
@@ -284,8 +283,12 @@ inline std::string format_si(double v) {
 class Progress {
  public:
   Progress(int64_t total, std::string label, std::FILE* out = stderr)
-      : total_(std::max<int64_t>(total, 0)), label_(std::move(label)), out_(out),
-        terminal_(isatty(fileno(out)) != 0), start_(Clock::now()), last_(start_) {}
+      : total_(std::max<int64_t>(total, 0)),
+        label_(std::move(label)),
+        out_(out),
+        terminal_(isatty(fileno(out)) != 0),
+        start_(Clock::now()),
+        last_(start_) {}
   ~Progress() {
     if (drawn_) std::fputc('\n', out_);  // an exception left the line open: keep the next message on its own line
   }

@@ -20,9 +20,10 @@ using namespace asc;
 int main(int argc, char** argv) {
   std::vector<std::string> devices;
   tools::Outputs out;
-  CLI::App app{"cudnn_sdpa_check: how many cuDNN engines take each of ascender's fused-attention graphs, for GPUs "
-               "described by JSON device files (no GPU needed; run through tools/cudnn_sdpa_check.sh)",
-               "cudnn_sdpa_check"};
+  CLI::App app{
+      "cudnn_sdpa_check: how many cuDNN engines take each of ascender's fused-attention graphs, for GPUs "
+      "described by JSON device files (no GPU needed; run through tools/cudnn_sdpa_check.sh)",
+      "cudnn_sdpa_check"};
   app.add_option("devices", devices, "cuDNN device-property files (tools/cudnn_devices/*.json)")
       ->required()
       ->check(CLI::ExistingFile)
@@ -37,9 +38,9 @@ int main(int argc, char** argv) {
       bool causal, heads_last;
     };
     const Case cases[] = {
-        {asc::kBFloat16, 2, 3, 24, 24, 16, false, false}, {asc::kBFloat16, 2, 3, 24, 24, 16, true, false},
-        {asc::kFloat16, 1, 2, 10, 33, 8, false, false},   {asc::kBFloat16, 2, 2, 17, 17, 32, true, true},
-        {asc::kBFloat16, 1, 1, 40, 40, 64, true, true},   {asc::kBFloat16, 8, 16, 1024, 1024, 64, true, true},
+        {asc::kBFloat16, 2, 3, 24, 24, 16, false, false},    {asc::kBFloat16, 2, 3, 24, 24, 16, true, false},
+        {asc::kFloat16, 1, 2, 10, 33, 8, false, false},      {asc::kBFloat16, 2, 2, 17, 17, 32, true, true},
+        {asc::kBFloat16, 1, 1, 40, 40, 64, true, true},      {asc::kBFloat16, 8, 16, 1024, 1024, 64, true, true},
         {asc::kFloat16, 4, 8, 2048, 2048, 128, false, true},
     };
     int rejected = 0;
@@ -54,8 +55,8 @@ int main(int argc, char** argv) {
       json << f.rdbuf();
       std::printf("== %s\n", device.c_str());
       for (const Case& c : cases) {
-        const std::string r = asc::cuda::cudnn_sdpa_offline_check(json.str(), c.dtype, c.B, c.H, c.T, c.S, c.D,
-                                                                  c.causal, c.heads_last);
+        const std::string r =
+            asc::cuda::cudnn_sdpa_offline_check(json.str(), c.dtype, c.B, c.H, c.T, c.S, c.D, c.causal, c.heads_last);
         std::printf("%-8s B=%-2lld H=%-2lld T=%-5lld S=%-5lld D=%-3lld causal=%d heads_last=%d  %s\n",
                     c.dtype == asc::kBFloat16 ? "bf16" : "f16", static_cast<long long>(c.B),
                     static_cast<long long>(c.H), static_cast<long long>(c.T), static_cast<long long>(c.S),

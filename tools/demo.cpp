@@ -61,8 +61,7 @@ int main(int argc, char** argv) {
   int steps = 1000;
   int64_t hidden = 32;
   uint64_t seed = 2026;
-  CLI::App app{"demo: a 2-H-H-1 tanh MLP learns two moons with SGD + momentum; exit 1 if test accuracy < 0.95",
-               "demo"};
+  CLI::App app{"demo: a 2-H-H-1 tanh MLP learns two moons with SGD + momentum; exit 1 if test accuracy < 0.95", "demo"};
   app.option_defaults()->always_capture_default();
   app.add_option("--steps", steps, "full-batch SGD steps")->check(tools::int_range(1, 1000000));
   app.add_option("--hidden", hidden, "hidden width H")->check(tools::int_range(1, 4096));
@@ -77,8 +76,8 @@ int main(int argc, char** argv) {
     for (const Tensor& p : model.params()) velocity.push_back(zeros_like(p));
     const double lr = 0.1, momentum = 0.9;
 
-    fmt::print("ascender demo: 2-{}-{}-1 tanh MLP on two moons (512 train / 512 test), SGD lr {} momentum {}\n",
-               hidden, hidden, lr, momentum);
+    fmt::print("ascender demo: 2-{}-{}-1 tanh MLP on two moons (512 train / 512 test), SGD lr {} momentum {}\n", hidden,
+               hidden, lr, momentum);
     auto t0 = std::chrono::steady_clock::now();
     tools::Progress progress(steps + 1, "demo");
     for (int step = 0; step <= steps; ++step) {

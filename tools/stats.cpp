@@ -93,7 +93,8 @@ T get_or(const Json& request, const char* key, T fallback) {
 }
 
 st::BootstrapOptions bootstrap_options(const Json& r) {
-  return {.resamples = get_or<int64_t>(r, "resamples", 10000), .level = get_or<double>(r, "level", 0.95),
+  return {.resamples = get_or<int64_t>(r, "resamples", 10000),
+          .level = get_or<double>(r, "level", 0.95),
           .seed = get_or<uint64_t>(r, "seed", 0)};
 }
 
@@ -102,7 +103,7 @@ Json interval_json(const st::Interval& i) {
 }
 
 Json paired_json(const st::PairedTest& t) {
-  return {{"delta", num(t.delta)}, {"low", num(t.low)},           {"high", num(t.high)}, {"se", num(t.se)},
+  return {{"delta", num(t.delta)}, {"low", num(t.low)},        {"high", num(t.high)}, {"se", num(t.se)},
           {"p", num(t.p)},         {"resamples", t.resamples}, {"exact", t.exact}};
 }
 
@@ -113,7 +114,7 @@ Json answer(const Json& r) {
   const std::string op = r.at("op").get<std::string>();
   if (op == "describe") {
     const st::Summary s = st::describe(doubles(r, "x"));
-    return {{"n", s.n},           {"mean", num(s.mean)},     {"std", num(s.std)}, {"min", num(s.min)},
+    return {{"n", s.n},          {"mean", num(s.mean)},     {"std", num(s.std)}, {"min", num(s.min)},
             {"max", num(s.max)}, {"median", num(s.median)}, {"iqm", num(s.iqm)}};
   }
   if (op == "interquartile_mean") return num(st::interquartile_mean(doubles(r, "x")));
@@ -163,12 +164,13 @@ Json answer(const Json& r) {
                                             .seed = get_or<uint64_t>(r, "seed", 0)});
     return {{"labels", km.labels}, {"inertia", km.inertia}, {"iterations", km.iterations}};
   }
-  ASC_THROW("stats json: unknown op '{}' (describe, interquartile_mean, bootstrap_mean_ci, bootstrap_difference_ci, "
-            "paired_bootstrap, approximate_randomization, cohens_d, cliffs_delta, welch_t_test, student_t_cdf, "
-            "student_t_quantile, normal_cdf, normal_quantile, "
-            "minimum_detectable_effect, accuracy_difference_se, seed_difference_se, kmeans, normalized_mutual_info, "
-            "adjusted_rand_index, silhouette_score, calinski_harabasz_score)",
-            op);
+  ASC_THROW(
+      "stats json: unknown op '{}' (describe, interquartile_mean, bootstrap_mean_ci, bootstrap_difference_ci, "
+      "paired_bootstrap, approximate_randomization, cohens_d, cliffs_delta, welch_t_test, student_t_cdf, "
+      "student_t_quantile, normal_cdf, normal_quantile, "
+      "minimum_detectable_effect, accuracy_difference_se, seed_difference_se, kmeans, normalized_mutual_info, "
+      "adjusted_rand_index, silhouette_score, calinski_harabasz_score)",
+      op);
 }
 
 int run_json(const std::string& input) {
@@ -282,9 +284,9 @@ std::string fmt_num(double v, int digits = 4) { return std::isfinite(v) ? fmt::f
 
 std::string interval_text(const st::Interval& i) { return fmt::format("[{}, {}]", fmt_num(i.low), fmt_num(i.high)); }
 
-int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::string>& b_dirs, const std::string& a_name,
-                const std::string& b_name, const std::string& metric, const st::BootstrapOptions& bo,
-                const std::string& json_path) {
+int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::string>& b_dirs,
+                const std::string& a_name, const std::string& b_name, const std::string& metric,
+                const st::BootstrapOptions& bo, const std::string& json_path) {
   std::vector<RunResult> a, b;
   for (const auto& d : a_dirs) a.push_back(read_run(d, metric));
   for (const auto& d : b_dirs) b.push_back(read_run(d, metric));
@@ -316,8 +318,8 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
     d = st::cohens_d(am, bm);
     delta = st::cliffs_delta(am, bm);
     welch = st::welch_t_test(am, bm);
-    const double pooled_sd = std::sqrt(((sa.n - 1) * sa.std * sa.std + (sb.n - 1) * sb.std * sb.std) /
-                                       double(sa.n + sb.n - 2));
+    const double pooled_sd =
+        std::sqrt(((sa.n - 1) * sa.std * sa.std + (sb.n - 1) * sb.std * sb.std) / double(sa.n + sb.n - 2));
     // t quantiles at n_a + n_b - 2 degrees of freedom: with a few seeds the normal's 2.8 se would promise too much
     mde_seeds = st::minimum_detectable_effect(st::seed_difference_se(pooled_sd, sa.n, sb.n), 0.05, 0.8,
                                               double(sa.n + sb.n - 2));
@@ -330,8 +332,8 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
 
   // Over test examples (classifiers): each example's correctness averaged over a model's runs, paired between models.
   auto has_predictions = [](const RunResult& r) { return !r.correct.empty(); };
-  const bool per_example = std::all_of(a.begin(), a.end(), has_predictions) &&
-                           std::all_of(b.begin(), b.end(), has_predictions);
+  const bool per_example =
+      std::all_of(a.begin(), a.end(), has_predictions) && std::all_of(b.begin(), b.end(), has_predictions);
   st::PairedTest pb, ar;
   double mde_examples = kNaN;
   size_t n_examples = 0;
@@ -358,21 +360,23 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
              100 * bo.level);
   fmt::print("| {} | {} | {} ± {} | {} | {} |\n", a_name, sa.n, fmt_num(sa.mean), fmt_num(sa.std), fmt_num(sa.iqm),
              interval_text(ci_a));
-  fmt::print("| {} | {} | {} ± {} | {} | {} |\n\n", b_name, sb.n, fmt_num(sb.mean), fmt_num(sb.std),
-             fmt_num(sb.iqm), interval_text(ci_b));
+  fmt::print("| {} | {} | {} ± {} | {} | {} |\n\n", b_name, sb.n, fmt_num(sb.mean), fmt_num(sb.std), fmt_num(sb.iqm),
+             interval_text(ci_b));
   fmt::print("{} − {}: {}", a_name, b_name, fmt_num(sa.mean - sb.mean));
   if (seeds)
-    fmt::print(" ({:g} % CI over seeds {}; Welch's t-test p {}); Cohen's d {}, Cliff's δ {}; smallest difference "
-               "{} + {} seeds detect (α 0.05, power 0.8): {}",
-               100 * bo.level, interval_text(diff_ci), fmt_num(welch.p), fmt_num(d, 2), fmt_num(delta, 2), sa.n, sb.n,
-               fmt_num(mde_seeds));
+    fmt::print(
+        " ({:g} % CI over seeds {}; Welch's t-test p {}); Cohen's d {}, Cliff's δ {}; smallest difference "
+        "{} + {} seeds detect (α 0.05, power 0.8): {}",
+        100 * bo.level, interval_text(diff_ci), fmt_num(welch.p), fmt_num(d, 2), fmt_num(delta, 2), sa.n, sb.n,
+        fmt_num(mde_seeds));
   fmt::print("\n");
   if (per_example)
-    fmt::print("over {} test examples (each one's correctness averaged over a model's runs): paired bootstrap p {} "
-               "({:g} % CI of the difference {}), approximate randomisation p {}; {} resamples, seed {}; smallest "
-               "difference this test set detects: {}\n",
-               n_examples, fmt_num(pb.p), 100 * bo.level, interval_text({pb.delta, pb.low, pb.high, bo.level}),
-               fmt_num(ar.p), bo.resamples, bo.seed, fmt_num(mde_examples));
+    fmt::print(
+        "over {} test examples (each one's correctness averaged over a model's runs): paired bootstrap p {} "
+        "({:g} % CI of the difference {}), approximate randomisation p {}; {} resamples, seed {}; smallest "
+        "difference this test set detects: {}\n",
+        n_examples, fmt_num(pb.p), 100 * bo.level, interval_text({pb.delta, pb.low, pb.high, bo.level}), fmt_num(ar.p),
+        bo.resamples, bo.seed, fmt_num(mde_examples));
   if (!json_path.empty()) {
     std::ofstream f(json_path, std::ios::trunc);
     ASC_CHECK(f, "stats compare: cannot write {}", json_path);
@@ -385,17 +389,21 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"stats: compare trained models (summary.json, predictions.csv) or compute statistics over JSON "
-               "(docs/stats.md)",
-               "stats"};
+  CLI::App app{
+      "stats: compare trained models (summary.json, predictions.csv) or compute statistics over JSON "
+      "(docs/stats.md)",
+      "stats"};
   app.require_subcommand(1);
-  CLI::App* compare = app.add_subcommand("compare", "two groups of runs: mean ± std, intervals, effect sizes, "
-                                                    "paired tests over test examples; a markdown table on stdout");
+  CLI::App* compare = app.add_subcommand("compare",
+                                         "two groups of runs: mean ± std, intervals, effect sizes, "
+                                         "paired tests over test examples; a markdown table on stdout");
   std::vector<std::string> a_dirs, b_dirs;
   std::string a_name = "A", b_name = "B", metric = "test_accuracy", json_path;
   int64_t resamples = 10000;
   uint64_t seed = 0;
-  compare->add_option("--a", a_dirs, "run directories of model A (one per seed)")->required()->check(CLI::ExistingDirectory);
+  compare->add_option("--a", a_dirs, "run directories of model A (one per seed)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   compare->add_option("--b", b_dirs, "run directories of model B")->required()->check(CLI::ExistingDirectory);
   compare->add_option("--a-name", a_name, "A's name in the table")->capture_default_str();
   compare->add_option("--b-name", b_name, "B's name in the table")->capture_default_str();
@@ -407,8 +415,9 @@ int main(int argc, char** argv) {
   compare->add_option("--json", json_path, "also write every figure as JSON to FILE")
       ->check(asc::tools::output_file())
       ->type_name("FILE");
-  CLI::App* json = app.add_subcommand("json", "answer statistics requests given as JSON (one object or a list): "
-                                              "{\"op\": \"paired_bootstrap\", \"a\": [...], \"b\": [...]}");
+  CLI::App* json = app.add_subcommand("json",
+                                      "answer statistics requests given as JSON (one object or a list): "
+                                      "{\"op\": \"paired_bootstrap\", \"a\": [...], \"b\": [...]}");
   std::string input = "-";
   json->add_option("input", input, "request file ('-': stdin)")->capture_default_str();
   asc::tools::parse_or_exit(app, argc, argv);

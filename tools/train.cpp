@@ -30,8 +30,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -119,8 +119,10 @@ class Options {
     std::string flag = "--" + key;
     std::replace(flag.begin(), flag.end(), '_', '-');
     CLI::Option* o = app_.add_option(flag, field, help)->capture_default_str();
-    if constexpr (requires { field.begin(); } && !std::is_same_v<T, std::string>) o->delimiter(',');
-    else o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a flag given twice: the last one counts
+    if constexpr (requires { field.begin(); } && !std::is_same_v<T, std::string>)
+      o->delimiter(',');
+    else
+      o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a flag given twice: the last one counts
     return o;
   }
   json save() const {
@@ -184,7 +186,9 @@ void define_options(Options& o, Config& c) {
   const CLI::Validator pos = bound(true), nonneg = bound(false);
   // task
   o.add("task", c.task, "fashion-mnist | fashion-mnist-seq | listops | text | pathfinder | grouping | file:PATH");
-  o.add("image_size", c.image_size, "image tasks: side after average pooling (fashion-mnist 28 -> 14: 196 tokens); 0 native")->check(nonneg);
+  o.add("image_size", c.image_size,
+        "image tasks: side after average pooling (fashion-mnist 28 -> 14: 196 tokens); 0 native")
+      ->check(nonneg);
   o.add("train_size", c.train_size, "examples of the training split (0: the task's default)")->check(nonneg);
   o.add("val_size", c.val_size, "examples of the validation split (0: default)")->check(nonneg);
   o.add("test_size", c.test_size, "examples of the test split (0: default)")->check(nonneg);
@@ -202,8 +206,10 @@ void define_options(Options& o, Config& c) {
   o.add("layers", c.layers, "Transformer blocks")->check(pos);
   o.add("ffn", c.ffn, "feed-forward width")->check(pos);
   o.add("dropout", c.dropout, "dropout probability (residual and feed-forward)")->check(CLI::Range(0.0, 0.99));
-  o.add("attn_dropout", c.attn_dropout, "dropout on the attention probabilities (dense, ascender; ASCender's fused "
-        "kernels have none: > 0 runs its composed reference, several times slower)")->check(CLI::Range(0.0, 0.99));
+  o.add("attn_dropout", c.attn_dropout,
+        "dropout on the attention probabilities (dense, ascender; ASCender's fused "
+        "kernels have none: > 0 runs its composed reference, several times slower)")
+      ->check(CLI::Range(0.0, 0.99));
   o.add("norm_first", c.norm_first, "pre-norm blocks (false: post-norm)");
   // ASCender
   o.add("k", c.k, "ASCender: neighbourhood size per head (one value: every head), e.g. 4,8,16,32");
@@ -213,7 +219,8 @@ void define_options(Options& o, Config& c) {
   o.add("alpha_coh", c.alpha_coh, "ASCender: cohesion gate sharpness per head");
   o.add("gate_position", c.gate_position, "ASCender: gates before or after the row normalisation")
       ->check(CLI::IsMember({"before", "after"}));
-  o.add("asc_mode", c.asc_mode, "ASCender: full | windowed | reuse")->check(CLI::IsMember({"full", "windowed", "reuse"}));
+  o.add("asc_mode", c.asc_mode, "ASCender: full | windowed | reuse")
+      ->check(CLI::IsMember({"full", "windowed", "reuse"}));
   o.add("asc_window", c.asc_window, "ASCender windowed mode: window")->check(pos);
   o.add("asc_global", c.asc_global, "ASCender windowed mode: global tokens")->check(nonneg);
   o.add("use_align", c.use_align, "ASCender: the alignment term (ablation switch)");
@@ -226,9 +233,11 @@ void define_options(Options& o, Config& c) {
   o.add("aux_align", c.aux_align, "ASCender: auxiliary alignment loss weight")->check(nonneg);
   o.add("aux_sep", c.aux_sep, "ASCender: auxiliary separation loss weight")->check(nonneg);
   o.add("aux_coh", c.aux_coh, "ASCender: auxiliary cohesion loss weight")->check(nonneg);
-  o.add("aux_start", c.aux_start, "ASCender: step from which the auxiliary losses count (-1: from the end of --omega-warmup)");
+  o.add("aux_start", c.aux_start,
+        "ASCender: step from which the auxiliary losses count (-1: from the end of --omega-warmup)");
   // ASAM
-  o.add("asam_patterns", c.asam_patterns, "ASAM: sparse patterns, from window,strided,global,random,clustered,hierarchical");
+  o.add("asam_patterns", c.asam_patterns,
+        "ASAM: sparse patterns, from window,strided,global,random,clustered,hierarchical");
   o.add("asam_window", c.asam_window, "ASAM: local window w (also the window models')")->check(pos);
   o.add("asam_stride", c.asam_stride, "ASAM: stride")->check(pos);
   o.add("asam_global", c.asam_global, "ASAM: global tokens (also window-global's)")->check(nonneg);
@@ -240,15 +249,19 @@ void define_options(Options& o, Config& c) {
   // firing
   o.add("firing_hidden", c.firing_hidden, "firing: neurons of the first layer")->check(pos);
   o.add("fan_out", c.fan_out, "firing: outputs per neuron (the second layer's neurons)")->check(pos);
-  o.add("mlp_hidden", c.mlp_hidden, "mlp: hidden widths (ReLU between), e.g. 256 (about the firing network's size) "
-        "or 512,128")->check(pos);
+  o.add("mlp_hidden", c.mlp_hidden,
+        "mlp: hidden widths (ReLU between), e.g. 256 (about the firing network's size) "
+        "or 512,128")
+      ->check(pos);
   o.add("firing_backward", c.firing_backward, "firing: exact | ste | surrogate")
       ->check(CLI::IsMember({"exact", "ste", "surrogate"}));
   o.add("surrogate", c.surrogate, "firing: surrogate derivative (sigmoid, fast_sigmoid, triangle, gaussian)");
   o.add("surrogate_width", c.surrogate_width, "firing: surrogate width")->check(pos);
   o.add("threshold", c.threshold, "firing: initial threshold SP");
-  o.add("firing_init", c.firing_init, "firing: signed | nonnegative weights")->check(CLI::IsMember({"signed", "nonnegative"}));
-  o.add("rule", c.rule, "firing: local rule on the first layer: none | A | B")->check(CLI::IsMember({"none", "A", "B"}));
+  o.add("firing_init", c.firing_init, "firing: signed | nonnegative weights")
+      ->check(CLI::IsMember({"signed", "nonnegative"}));
+  o.add("rule", c.rule, "firing: local rule on the first layer: none | A | B")
+      ->check(CLI::IsMember({"none", "A", "B"}));
   o.add("eta_w", c.eta_w, "rule B: Oja rate on W (rule A: eta+ and eta-)")->check(nonneg);
   o.add("eta_f", c.eta_f, "rule B: rate on f (rule A: rho+ and rho-)")->check(nonneg);
   o.add("eta_sp", c.eta_sp, "rules: homeostatic threshold rate")->check(nonneg);
@@ -258,7 +271,8 @@ void define_options(Options& o, Config& c) {
   o.add("f_min", c.f_min, "rule B: f range low");
   o.add("f_max", c.f_max, "rules: f range high")->check(pos);
   // lm
-  o.add("lm_attention", c.lm_attention, "lm: dense | ascender | asam")->check(CLI::IsMember({"dense", "ascender", "asam"}));
+  o.add("lm_attention", c.lm_attention, "lm: dense | ascender | asam")
+      ->check(CLI::IsMember({"dense", "ascender", "asam"}));
   // optimisation
   o.add("optimizer", c.optimizer, "adamw | adam | sgd")->check(CLI::IsMember({"adamw", "adam", "sgd"}));
   o.add("lr", c.lr, "learning rate")->check(pos);
@@ -287,18 +301,22 @@ void define_options(Options& o, Config& c) {
   o.add("progress_every", c.progress_every, "seconds between plain progress lines when stderr is not a terminal")
       ->check(pos);
   o.add("dump_decomposition", c.dump_decomposition, "test examples whose ASCender decomposition is written to dumps/");
-  o.add("robustness", c.robustness, "classifiers: robustness.json — outputs under Gaussian noise (10 % of the "
+  o.add("robustness", c.robustness,
+        "classifiers: robustness.json — outputs under Gaussian noise (10 % of the "
         "embeddings' std) and one FGSM step (eps 0.01) on the input embeddings of the test set; the first attention "
         "layer's float32 vs float64 output and forward + backward at every power of two up to --robustness-max-len");
   o.add("robustness_examples", c.robustness_examples, "test examples the noise and FGSM measures use")->check(pos);
   o.add("robustness_max_len", c.robustness_max_len, "longest sequence of the length sweep (a power of two)")
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
-  o.add("on_nonfinite", c.on_nonfinite, "a training step whose loss or gradient is not finite: error (stop with a "
+  o.add("on_nonfinite", c.on_nonfinite,
+        "a training step whose loss or gradient is not finite: error (stop with a "
         "message) | skip (no update; counted in summary.json's nonfinite_steps)")
       ->check(CLI::IsMember({"error", "skip"}));
-  o.add("cluster_metrics", c.cluster_metrics, "grouping task: cluster the tokens of this many test examples by k-means "
+  o.add("cluster_metrics", c.cluster_metrics,
+        "grouping task: cluster the tokens of this many test examples by k-means "
         "on each head's attention rows (and ASCender's latent z); NMI / ARI against the true groups, silhouette and "
-        "Calinski-Harabasz -> cluster_metrics.json (0: off)")->check(nonneg);
+        "Calinski-Harabasz -> cluster_metrics.json (0: off)")
+      ->check(nonneg);
 }
 
 // ---- small helpers -----------------------------------------------------------------------------------------------
@@ -343,23 +361,44 @@ struct Run {
 };
 
 nn::AscenderAttentionOptions ascender_options(const Config& c) {
-  auto mode = c.asc_mode == "full" ? nn::AscenderMode::Full
-              : c.asc_mode == "windowed" ? nn::AscenderMode::Windowed : nn::AscenderMode::Reuse;
+  auto mode = c.asc_mode == "full"       ? nn::AscenderMode::Full
+              : c.asc_mode == "windowed" ? nn::AscenderMode::Windowed
+                                         : nn::AscenderMode::Reuse;
   return nn::AscenderAttentionOptions(0, 0)
-      .k(c.k).tau_sep(c.tau_sep).tau_coh(c.tau_coh).alpha_align(c.alpha_align).alpha_coh(c.alpha_coh)
+      .k(c.k)
+      .tau_sep(c.tau_sep)
+      .tau_coh(c.tau_coh)
+      .alpha_align(c.alpha_align)
+      .alpha_coh(c.alpha_coh)
       .neighbors_include_self(c.include_self)
       .gate_position(c.gate_position == "after" ? nn::GatePosition::AfterNorm : nn::GatePosition::BeforeNorm)
-      .mode(mode).window(c.asc_window).global_tokens(c.asc_global)
-      .use_align(c.use_align).use_sep(c.use_sep).use_coh(c.use_coh).omega_init(c.omega_init)
-      .aux_align(c.aux_align).aux_sep(c.aux_sep).aux_coh(c.aux_coh).aux_start_step(c.aux_start)
-      .warmup_steps(c.omega_warmup).sep_start_step(c.sep_start);
+      .mode(mode)
+      .window(c.asc_window)
+      .global_tokens(c.asc_global)
+      .use_align(c.use_align)
+      .use_sep(c.use_sep)
+      .use_coh(c.use_coh)
+      .omega_init(c.omega_init)
+      .aux_align(c.aux_align)
+      .aux_sep(c.aux_sep)
+      .aux_coh(c.aux_coh)
+      .aux_start_step(c.aux_start)
+      .warmup_steps(c.omega_warmup)
+      .sep_start_step(c.sep_start);
 }
 
 nn::AsamAttentionOptions asam_options(const Config& c) {
   auto o = nn::AsamAttentionOptions(0, 0)
-               .patterns(c.asam_patterns).window(c.asam_window).stride(c.asam_stride).global_tokens(c.asam_global)
-               .random_keys(c.asam_random).clusters(c.asam_clusters).fixed_gate(c.fixed_gate).gate_tau(c.gate_tau)
-               .cluster_loss_weight(c.cluster_loss).seed(c.seed);
+               .patterns(c.asam_patterns)
+               .window(c.asam_window)
+               .stride(c.asam_stride)
+               .global_tokens(c.asam_global)
+               .random_keys(c.asam_random)
+               .clusters(c.asam_clusters)
+               .fixed_gate(c.fixed_gate)
+               .gate_tau(c.gate_tau)
+               .cluster_loss_weight(c.cluster_loss)
+               .seed(c.seed);
   if (c.model == "window") o.patterns({"window"}).fixed_gate(1.0);
   if (c.model == "window-global") o.patterns({"window", "global"}).fixed_gate(1.0);
   return o;
@@ -369,43 +408,68 @@ void build_model(Run& r) {
   const Config& c = r.c;
   const data::Task& t = r.task;
   if (c.model == "firing") {
-    ASC_CHECK(t.vocab == 0, "the firing network reads fixed-size float inputs (task fashion-mnist); task '{}' "
-              "gives token sequences", t.name);
-    auto o = models::FiringClassifierOptions(t.max_len, t.classes).hidden(c.firing_hidden).fan_out(c.fan_out)
+    ASC_CHECK(t.vocab == 0,
+              "the firing network reads fixed-size float inputs (task fashion-mnist); task '{}' "
+              "gives token sequences",
+              t.name);
+    auto o = models::FiringClassifierOptions(t.max_len, t.classes)
+                 .hidden(c.firing_hidden)
+                 .fan_out(c.fan_out)
                  .backward(c.firing_backward == "exact" ? GateBackward::None
-                           : c.firing_backward == "ste" ? GateBackward::StraightThrough : GateBackward::Surrogate)
-                 .surrogate(c.surrogate).surrogate_width(c.surrogate_width).threshold(c.threshold)
+                           : c.firing_backward == "ste" ? GateBackward::StraightThrough
+                                                        : GateBackward::Surrogate)
+                 .surrogate(c.surrogate)
+                 .surrogate_width(c.surrogate_width)
+                 .threshold(c.threshold)
                  .init(c.firing_init == "nonnegative" ? nn::FiringInit::NonNegative : nn::FiringInit::Signed);
     r.firing = std::make_shared<models::FiringClassifier>(o);
     r.model = r.firing;
   } else if (c.model == "mlp") {
-    ASC_CHECK(t.vocab == 0, "the MLP reads fixed-size float inputs (task fashion-mnist); task '{}' gives token "
-              "sequences", t.name);
+    ASC_CHECK(t.vocab == 0,
+              "the MLP reads fixed-size float inputs (task fashion-mnist); task '{}' gives token "
+              "sequences",
+              t.name);
     std::vector<int64_t> sizes = {t.max_len};
     sizes.insert(sizes.end(), c.mlp_hidden.begin(), c.mlp_hidden.end());
     sizes.push_back(t.classes);
     r.mlp = std::make_shared<nn::MLP>(nn::MLPOptions(sizes).dropout(c.dropout));
     r.model = r.mlp;
   } else {
-    ASC_CHECK(t.vocab > 0, "model '{}' reads token sequences; task '{}' gives float images (use "
-              "fashion-mnist-seq, or --model firing)", c.model, t.name);
+    ASC_CHECK(t.vocab > 0,
+              "model '{}' reads token sequences; task '{}' gives float images (use "
+              "fashion-mnist-seq, or --model firing)",
+              c.model, t.name);
     if (c.model == "lm") {
       ASC_CHECK(c.positional == "rope" || c.positional == "learned",
                 "the decoder LM uses rotary positions; --positional {} is not available for it", c.positional);
-      auto o = models::DecoderLMOptions(t.vocab).d_model(c.d_model).heads(c.heads).layers(c.layers).ffn(c.ffn)
-                   .dropout(c.dropout).attention_dropout(c.attn_dropout);
+      auto o = models::DecoderLMOptions(t.vocab)
+                   .d_model(c.d_model)
+                   .heads(c.heads)
+                   .layers(c.layers)
+                   .ffn(c.ffn)
+                   .dropout(c.dropout)
+                   .attention_dropout(c.attn_dropout);
       nn::AttentionFactory f = nn::dense_attention;
       if (c.lm_attention == "ascender") f = nn::ascender_attention_factory(ascender_options(c).rope(true));
       if (c.lm_attention == "asam") f = nn::asam_attention_factory(asam_options(c));
       r.lm = std::make_shared<models::DecoderLM>(o, f);
       r.model = r.lm;
-      for (auto& b : *r.lm->blocks) r.attention.push_back(std::static_pointer_cast<nn::TransformerEncoderBlock>(b)->attn);
+      for (auto& b : *r.lm->blocks)
+        r.attention.push_back(std::static_pointer_cast<nn::TransformerEncoderBlock>(b)->attn);
     } else {
       const std::string attn = c.model == "dense" ? "dense" : c.model == "ascender" ? "ascender" : "asam";
-      auto o = models::TransformerClassifierOptions(t.vocab, t.max_len, t.classes).d_model(c.d_model).heads(c.heads)
-                   .layers(c.layers).ffn(c.ffn).dropout(c.dropout).attention_dropout(c.attn_dropout)
-                   .norm_first(c.norm_first).attention(attn)
-                   .positional(c.positional).ascender(ascender_options(c)).asam(asam_options(c));
+      auto o = models::TransformerClassifierOptions(t.vocab, t.max_len, t.classes)
+                   .d_model(c.d_model)
+                   .heads(c.heads)
+                   .layers(c.layers)
+                   .ffn(c.ffn)
+                   .dropout(c.dropout)
+                   .attention_dropout(c.attn_dropout)
+                   .norm_first(c.norm_first)
+                   .attention(attn)
+                   .positional(c.positional)
+                   .ascender(ascender_options(c))
+                   .asam(asam_options(c));
       r.classifier = std::make_shared<models::TransformerClassifier>(o);
       r.model = r.classifier;
       for (auto& b : *r.classifier->blocks)
@@ -426,7 +490,8 @@ class MechStats {
       if (auto a = std::dynamic_pointer_cast<nn::AscenderAttention>(r_.attention[l]))
         for (const char* w : {"omega_align", "omega_sep", "omega_coh"})
           for (int64_t h = 0; h < a->options.heads(); ++h) cols.push_back(fmt::format("L{}.{}.h{}", l, w, h));
-      if (std::dynamic_pointer_cast<nn::AsamAttention>(r_.attention[l])) cols.push_back(fmt::format("L{}.asam_gate", l));
+      if (std::dynamic_pointer_cast<nn::AsamAttention>(r_.attention[l]))
+        cols.push_back(fmt::format("L{}.asam_gate", l));
     }
     if (r_.firing)
       for (int l = 0; l < 2; ++l) {
@@ -447,8 +512,8 @@ class MechStats {
     std::vector<double> v;
     for (const std::string& item : tools::split_list(s))
       if (!item.empty()) v.push_back(std::strtod(item.c_str(), nullptr));
-    ASC_CHECK(v.size() == 2 * sums_.size(), "checkpoint's mechanism sums have {} values, this model needs {}",
-              v.size(), 2 * sums_.size());
+    ASC_CHECK(v.size() == 2 * sums_.size(), "checkpoint's mechanism sums have {} values, this model needs {}", v.size(),
+              2 * sums_.size());
     for (size_t i = 0; i < sums_.size(); ++i) sums_[i] = v[2 * i], counts_[i] = v[2 * i + 1];
   }
   // After a forward: accumulate the gates and firing rates of that batch.
@@ -506,19 +571,18 @@ class MechStats {
     for (auto& a : r_.attention) n += std::dynamic_pointer_cast<nn::AsamAttention>(a) ? 1 : 0;
     return n + (r_.firing ? 2 : 0);
   }
-  double mean_of(size_t s) const {
-    return s < counts_.size() && counts_[s] > 0 ? sums_[s] / counts_[s] : std::nan("");
-  }
+  double mean_of(size_t s) const { return s < counts_.size() && counts_[s] > 0 ? sums_[s] / counts_[s] : std::nan(""); }
   const Run& r_;
   std::vector<double> sums_, counts_;
 };
 
-// ---- one step's arithmetic: loss and accuracy of a batch -------------------------------------------------------------
+// ---- one step's arithmetic: loss and accuracy of a batch
+// -------------------------------------------------------------
 
 struct BatchResult {
-  Tensor loss;           // scalar: the mean task loss (+ auxiliary losses when training)
-  Tensor example_loss;   // (B) per-example loss (classifiers) — for predictions
-  Tensor prediction;     // (B) classifiers, or (B, T-1) the LM's next-byte guesses
+  Tensor loss;               // scalar: the mean task loss (+ auxiliary losses when training)
+  Tensor example_loss;       // (B) per-example loss (classifiers) — for predictions
+  Tensor prediction;         // (B) classifiers, or (B, T-1) the LM's next-byte guesses
   double task_loss_sum = 0;  // summed over the examples (classifier) or the predicted bytes (LM)
   double correct = 0, count = 0;
 };
@@ -630,8 +694,14 @@ class MetricsWriter {
       csv_ << "," << (it == flat.end() ? "" : num(it->second));
     }
     csv_ << "\n";
-    json j = {{"step", step}, {"epoch", epoch}, {"split", split}, {"loss", jnum(loss)}, {"accuracy", jnum(acc)},
-              {"lr", lr}, {"tokens_per_s", jnum(tps)}, {"time_s", time_s}};
+    json j = {{"step", step},
+              {"epoch", epoch},
+              {"split", split},
+              {"loss", jnum(loss)},
+              {"accuracy", jnum(acc)},
+              {"lr", lr},
+              {"tokens_per_s", jnum(tps)},
+              {"time_s", time_s}};
     if (lm_) j["bits_per_byte"] = jnum(loss / std::log(2.0));
     j["mech"] = mech.is_null() ? json::object() : mech;
     jsonl_ << j.dump() << "\n";
@@ -692,7 +762,8 @@ void write_json(const fs::path& p, const json& j) {
 
 // ---- the run --------------------------------------------------------------------------------------------------------
 
-// ---- interpretability: do the heads group tokens the way the data's latent groups do? --------------------------------
+// ---- interpretability: do the heads group tokens the way the data's latent groups do?
+// --------------------------------
 
 // For the first n test examples of a task with true groups (grouping): per layer and head, k-means (k = the number of
 // groups in the example) on the rows of the attention matrix A (T, T) and, for ASCender, on the latent z (T, d_z);
@@ -708,10 +779,11 @@ json cluster_metrics(Run& r, int64_t n) {
   std::vector<int> hooks(L, -1);
   for (size_t l = 0; l < L; ++l)
     if (std::dynamic_pointer_cast<nn::AscenderAttention>(r.attention[l]))
-      hooks[l] = r.attention[l]->add_forward_pre_hook([&inputs, l](nn::Module&, const Tensor& x) -> std::optional<Tensor> {
-        inputs[l] = x.detach();
-        return std::nullopt;
-      });
+      hooks[l] =
+          r.attention[l]->add_forward_pre_hook([&inputs, l](nn::Module&, const Tensor& x) -> std::optional<Tensor> {
+            inputs[l] = x.detach();
+            return std::nullopt;
+          });
   struct Restore {  // the model as it was, also when a measure throws
     Run& r;
     std::vector<int>& hooks;
@@ -726,7 +798,9 @@ json cluster_metrics(Run& r, int64_t n) {
   // sums[space][l][h][metric], metrics: nmi, ari, silhouette, calinski_harabasz; counts of defined values
   constexpr int kMetrics = 4;
   const char* metric_names[kMetrics] = {"nmi", "ari", "silhouette", "calinski_harabasz"};
-  auto grid = [&] { return std::vector<std::vector<std::array<double, kMetrics>>>(L, std::vector<std::array<double, kMetrics>>(H)); };
+  auto grid = [&] {
+    return std::vector<std::vector<std::array<double, kMetrics>>>(L, std::vector<std::array<double, kMetrics>>(H));
+  };
   std::map<std::string, decltype(grid())> sums, counts;
   int64_t seen = 0;
   struct Stop {};
@@ -736,9 +810,10 @@ json cluster_metrics(Run& r, int64_t n) {
     const stats::KMeansResult km = stats::kmeans(x, d, k, {.seed = seed});
     const int64_t found = static_cast<int64_t>(std::set<int64_t>(km.labels.begin(), km.labels.end()).size());
     const int64_t T = static_cast<int64_t>(truth.size());
-    const double v[kMetrics] = {stats::normalized_mutual_info(truth, km.labels), stats::adjusted_rand_index(truth, km.labels),
-                                found >= 2 && found <= T - 1 ? stats::silhouette_score(x, d, km.labels) : std::nan(""),
-                                found >= 2 && found <= T - 1 ? stats::calinski_harabasz_score(x, d, km.labels) : std::nan("")};
+    const double v[kMetrics] = {
+        stats::normalized_mutual_info(truth, km.labels), stats::adjusted_rand_index(truth, km.labels),
+        found >= 2 && found <= T - 1 ? stats::silhouette_score(x, d, km.labels) : std::nan(""),
+        found >= 2 && found <= T - 1 ? stats::calinski_harabasz_score(x, d, km.labels) : std::nan("")};
     for (int m = 0; m < kMetrics; ++m)
       if (std::isfinite(v[m])) sums[space][l][h][m] += v[m], counts[space][l][h][m] += 1;
   };
@@ -795,7 +870,8 @@ json cluster_metrics(Run& r, int64_t n) {
       layers.push_back(heads);
     }
     json mean = json::object();
-    for (int k = 0; k < kMetrics; ++k) mean[metric_names[k]] = total_n[k] > 0 ? json(total[k] / total_n[k]) : json(nullptr);
+    for (int k = 0; k < kMetrics; ++k)
+      mean[metric_names[k]] = total_n[k] > 0 ? json(total[k] / total_n[k]) : json(nullptr);
     out["spaces"][space] = {{"layers", layers}, {"mean_over_heads", mean}};
   }
   return out;
@@ -811,11 +887,11 @@ json robustness(Run& r) {
   // (1) The input embeddings of the first examples of the test set, perturbed through a hook on the token embedding.
   Generator gen(c.seed + 7919);
   std::function<Tensor(const Tensor&)> perturb;  // embeddings (B, T, D) -> what the model reads
-  const int hook = model.tok_emb->add_forward_post_hook([&](nn::Module&, const Tensor&, const Tensor& out)
-                                                            -> std::optional<Tensor> {
-    if (!perturb) return std::nullopt;
-    return perturb(out);
-  });
+  const int hook =
+      model.tok_emb->add_forward_post_hook([&](nn::Module&, const Tensor&, const Tensor& out) -> std::optional<Tensor> {
+        if (!perturb) return std::nullopt;
+        return perturb(out);
+      });
   struct RemoveHook {  // the hook refers to `perturb`: it must not outlive this function, also when a measure throws
     nn::Module& m;
     int id;
@@ -910,8 +986,8 @@ json robustness(Run& r) {
   return out;
 }
 
-int train_main(Config c, const Options& options, bool resume, const std::string& eval_only,
-               const std::string& command, bool params_only) {
+int train_main(Config c, const Options& options, bool resume, const std::string& eval_only, const std::string& command,
+               bool params_only) {
 #ifdef _OPENMP
   if (c.threads > 0) omp_set_num_threads(static_cast<int>(c.threads));
 #endif
@@ -929,16 +1005,20 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   if (!params_only) fs::create_directories(out / "ckpt");
   if (!resume && !params_only)
     ASC_CHECK(!fs::exists(out / "metrics.csv"),
-              "{} already holds a run (metrics.csv); continue it with --resume or choose another --out",
-              out.string());
+              "{} already holds a run (metrics.csv); continue it with --resume or choose another --out", out.string());
 
   manual_seed(c.seed);
-  r.task = data::make_task(c.task, {.seed = c.data_seed, .train_size = c.train_size, .val_size = c.val_size,
-                                    .test_size = c.test_size, .min_len = c.min_len, .max_len = c.max_len,
-                                    .data_dir = c.data_dir, .image_size = c.image_size});
+  r.task = data::make_task(c.task, {.seed = c.data_seed,
+                                    .train_size = c.train_size,
+                                    .val_size = c.val_size,
+                                    .test_size = c.test_size,
+                                    .min_len = c.min_len,
+                                    .max_len = c.max_len,
+                                    .data_dir = c.data_dir,
+                                    .image_size = c.image_size});
   ASC_CHECK(r.task.train->size() > 0 && r.task.val->size() > 0 && r.task.test->size() > 0,
-            "task {} has an empty split (train {}, val {}, test {})", c.task, r.task.train->size(),
-            r.task.val->size(), r.task.test->size());
+            "task {} has an empty split (train {}, val {}, test {})", c.task, r.task.train->size(), r.task.val->size(),
+            r.task.test->size());
   manual_seed(c.seed);  // the model's initialisation depends on --seed only
   build_model(r);
   if (params_only) {  // the model's size and cost at the task's length, nothing written
@@ -946,27 +1026,32 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
     for (const Tensor& p : r.model->parameters()) n += p.numel();
     const models::FlopCount f = models::count_flops(*r.model, r.task.max_len);
     const double len = static_cast<double>(r.task.max_len);
-    fmt::print("{}\n", json({{"params", n}, {"max_len", r.task.max_len}, {"flops_per_token", f.forward / len},
-                              {"attention_flops_per_token", f.attention / len}}).dump());
+    fmt::print("{}\n", json({{"params", n},
+                             {"max_len", r.task.max_len},
+                             {"flops_per_token", f.forward / len},
+                             {"attention_flops_per_token", f.attention / len}})
+                           .dump());
     return 0;
   }
   for (int64_t i : c.dump_decomposition)  // checked now, not after the training it would follow
     ASC_CHECK(i >= 0 && i < r.task.test->size(), "--dump-decomposition {}: the test split has {} examples", i,
               r.task.test->size());
-  ASC_CHECK(c.cluster_metrics == 0 || (r.classifier && c.model != "asam" && c.model != "window" &&
-                                       c.model != "window-global"),
+  ASC_CHECK(c.cluster_metrics == 0 ||
+                (r.classifier && c.model != "asam" && c.model != "window" && c.model != "window-global"),
             "--cluster-metrics needs the attention classifier with dense or ASCender attention (--model dense or "
             "ascender)");
-  ASC_CHECK(!c.robustness || r.classifier, "--robustness needs an attention classifier (--model dense, ascender, asam, "
+  ASC_CHECK(!c.robustness || r.classifier,
+            "--robustness needs an attention classifier (--model dense, ascender, asam, "
             "window or window-global)");
   ASC_CHECK(!c.robustness || (c.robustness_max_len & (c.robustness_max_len - 1)) == 0,
             "--robustness-max-len must be a power of two, got {}", c.robustness_max_len);
   ASC_CHECK(c.cluster_metrics == 0 || r.task.test->get(0).groups.defined(),
             "--cluster-metrics needs a task whose examples carry their tokens' true groups (--task grouping)");
-  ASC_CHECK(c.dump_decomposition.empty() ||
-                std::any_of(r.attention.begin(), r.attention.end(),
-                            [](const auto& a) { return std::dynamic_pointer_cast<nn::AscenderAttention>(a) != nullptr; }),
-            "--dump-decomposition needs ASCender attention (--model ascender, or --model lm --lm-attention ascender)");
+  ASC_CHECK(
+      c.dump_decomposition.empty() ||
+          std::any_of(r.attention.begin(), r.attention.end(),
+                      [](const auto& a) { return std::dynamic_pointer_cast<nn::AscenderAttention>(a) != nullptr; }),
+      "--dump-decomposition needs ASCender attention (--model ascender, or --model lm --lm-attention ascender)");
   MechStats mech(r), train_mech(r);  // evaluation's, and the training batches' since the last log row
 
   // Rule A is local only (docs/firing.md §5): the first firing layer's parameters sit in a group of their own at
@@ -975,8 +1060,8 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   const std::vector<Tensor> rule_a_params =
       r.firing && c.rule == "A" ? r.firing->hidden->parameters() : std::vector<Tensor>{};
   for (const Tensor& p : r.model->parameters()) {
-    const bool is_local = std::any_of(rule_a_params.begin(), rule_a_params.end(),
-                                      [&](const Tensor& h) { return h.is_same(p); });
+    const bool is_local =
+        std::any_of(rule_a_params.begin(), rule_a_params.end(), [&](const Tensor& h) { return h.is_same(p); });
     (is_local ? local : params).push_back(p);
   }
   // ... and get no gradient at all: a parameter without a .grad is skipped by the optimizer whatever its group's
@@ -998,25 +1083,41 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
     opt = std::move(o);
   }
   if (r.firing && c.rule == "B")
-    opt->add_local_rule(r.firing->hidden->rule_b({.eta_w = c.eta_w, .eta_f = c.eta_f, .eta_sp = c.eta_sp,
-                                                  .r_target = c.r_target, .w_min = c.w_min, .w_max = c.w_max,
-                                                  .f_min = c.f_min, .f_max = c.f_max}));
+    opt->add_local_rule(r.firing->hidden->rule_b({.eta_w = c.eta_w,
+                                                  .eta_f = c.eta_f,
+                                                  .eta_sp = c.eta_sp,
+                                                  .r_target = c.r_target,
+                                                  .w_min = c.w_min,
+                                                  .w_max = c.w_max,
+                                                  .f_min = c.f_min,
+                                                  .f_max = c.f_max}));
   if (r.firing && c.rule == "A")
-    opt->add_local_rule(r.firing->hidden->rule_a({.eta_plus = c.eta_w, .eta_minus = c.eta_w, .rho_plus = c.eta_f,
-                                                  .rho_minus = c.eta_f, .eta_sp = c.eta_sp, .w_max = c.w_max,
-                                                  .f_max = c.f_max, .r_target = c.r_target}));
+    opt->add_local_rule(r.firing->hidden->rule_a({.eta_plus = c.eta_w,
+                                                  .eta_minus = c.eta_w,
+                                                  .rho_plus = c.eta_f,
+                                                  .rho_minus = c.eta_f,
+                                                  .eta_sp = c.eta_sp,
+                                                  .w_max = c.w_max,
+                                                  .f_max = c.f_max,
+                                                  .r_target = c.r_target}));
   ASC_CHECK(!(c.rule != "none" && !r.firing), "--rule {} applies to --model firing only", c.rule);
 
-  data::DataLoader loader(r.task.train, {.batch_size = c.batch, .shuffle = true, .seed = c.seed, .drop_last = true,
-                                         .prefetch = c.prefetch, .pad_id = r.task.pad_id});
+  data::DataLoader loader(r.task.train, {.batch_size = c.batch,
+                                         .shuffle = true,
+                                         .seed = c.seed,
+                                         .drop_last = true,
+                                         .prefetch = c.prefetch,
+                                         .pad_id = r.task.pad_id});
   const int64_t total = c.steps > 0 ? c.steps : c.epochs * loader.batches_per_epoch();
   const int64_t eval_every = c.eval_every > 0 ? c.eval_every : std::max<int64_t>(1, total / 10);
   const int64_t log_every = c.log_every > 0 ? c.log_every : std::max<int64_t>(1, std::min(eval_every, total / 50));
   const int64_t ckpt_every = c.ckpt_every > 0 ? c.ckpt_every : eval_every;
   std::unique_ptr<optim::LRScheduler> sched;
   if (c.schedule == "cosine")
-    sched = std::make_unique<optim::WarmupCosine>(*opt, optim::WarmupCosineOptions{
-        .warmup_steps = std::min(c.warmup, total), .total_steps = std::max<int64_t>(total, 1), .min_lr = c.min_lr});
+    sched = std::make_unique<optim::WarmupCosine>(
+        *opt,
+        optim::WarmupCosineOptions{
+            .warmup_steps = std::min(c.warmup, total), .total_steps = std::max<int64_t>(total, 1), .min_lr = c.min_lr});
   else
     sched = std::make_unique<optim::LambdaLR>(*opt, [w = c.warmup](int64_t s) {
       return w > 0 && s < w ? static_cast<double>(s + 1) / static_cast<double>(w) : 1.0;
@@ -1036,16 +1137,23 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   double acc_loss = 0, acc_correct = 0, acc_count = 0, acc_tokens = 0;
   int64_t nonfinite_steps = 0;
   auto save_state = [&] {
-    std::map<std::string, std::string> m = {
-        {"step", std::to_string(step)}, {"best_step", std::to_string(best_step)}, {"best_val", fmt::format("{:a}", best_val)},
-        {"loader.epoch", std::to_string(loader.state().epoch)}, {"loader.position", std::to_string(loader.state().position)},
-        {"loader.seed", std::to_string(loader.state().seed)}, {"acc.loss", fmt::format("{:a}", acc_loss)},
-        {"acc.correct", fmt::format("{:a}", acc_correct)}, {"acc.count", fmt::format("{:a}", acc_count)},
-        {"acc.tokens", fmt::format("{:a}", acc_tokens)}, {"mech.train", train_mech.state()}};
+    std::map<std::string, std::string> m = {{"step", std::to_string(step)},
+                                            {"best_step", std::to_string(best_step)},
+                                            {"best_val", fmt::format("{:a}", best_val)},
+                                            {"loader.epoch", std::to_string(loader.state().epoch)},
+                                            {"loader.position", std::to_string(loader.state().position)},
+                                            {"loader.seed", std::to_string(loader.state().seed)},
+                                            {"acc.loss", fmt::format("{:a}", acc_loss)},
+                                            {"acc.correct", fmt::format("{:a}", acc_correct)},
+                                            {"acc.count", fmt::format("{:a}", acc_count)},
+                                            {"acc.tokens", fmt::format("{:a}", acc_tokens)},
+                                            {"mech.train", train_mech.state()}};
     m["wall_s"] = num(wall_before);
     m["nonfinite_steps"] = std::to_string(nonfinite_steps);
-    save_checkpoint(last_ckpt.string(), {.model = r.model.get(), .optimizer = opt.get(), .scheduler = sched.get(),
-                                         .generator = &default_generator()}, m);
+    save_checkpoint(
+        last_ckpt.string(),
+        {.model = r.model.get(), .optimizer = opt.get(), .scheduler = sched.get(), .generator = &default_generator()},
+        m);
   };
 
   if (!eval_only.empty()) {
@@ -1053,8 +1161,10 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   } else if (resume) {
     ASC_CHECK(fs::exists(last_ckpt), "--resume, but {} has no checkpoint ({})", out.string(), last_ckpt.string());
     std::map<std::string, std::string> m;
-    load_checkpoint(last_ckpt.string(), {.model = r.model.get(), .optimizer = opt.get(), .scheduler = sched.get(),
-                                         .generator = &default_generator()}, &m);
+    load_checkpoint(
+        last_ckpt.string(),
+        {.model = r.model.get(), .optimizer = opt.get(), .scheduler = sched.get(), .generator = &default_generator()},
+        &m);
     auto get = [&](const std::string& k) {
       ASC_CHECK(m.count(k), "checkpoint {} lacks '{}' (not written by train?)", last_ckpt.string(), k);
       return m.at(k);
@@ -1062,7 +1172,8 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
     auto integer = [&](const std::string& k) {
       const std::string v = get(k);
       int64_t x = 0;
-      ASC_CHECK(tools::detail::parse_int(v, x), "checkpoint {}: '{}' is not an integer ('{}')", last_ckpt.string(), k, v);
+      ASC_CHECK(tools::detail::parse_int(v, x), "checkpoint {}: '{}' is not an integer ('{}')", last_ckpt.string(), k,
+                v);
       return x;
     };
     auto real = [&](const std::string& k) {  // hex floats (exact) or decimal
@@ -1078,8 +1189,8 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
     acc_tokens = real("acc.tokens");
     nonfinite_steps = m.count("nonfinite_steps") ? integer("nonfinite_steps") : 0;  // older checkpoints: none
     train_mech.set_state(get("mech.train"));
-    loader.set_state({integer("loader.epoch"), integer("loader.position"),
-                      static_cast<uint64_t>(std::stoull(get("loader.seed")))});
+    loader.set_state(
+        {integer("loader.epoch"), integer("loader.position"), static_cast<uint64_t>(std::stoull(get("loader.seed")))});
     truncate_metrics(out, step);
   }
   json cfg = options.save();
@@ -1094,7 +1205,9 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
 
   MetricsWriter metrics(out, mech.columns(), r.is_lm(), resume || !eval_only.empty());
   auto t_start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return wall_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
+  auto elapsed = [&] {
+    return wall_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  };
   double lr_used = opt->lr(0);
   auto lr_now = [&] { return lr_used; };
   // Throughput windows run from one log row to the next, less the time spent validating and checkpointing.
@@ -1113,15 +1226,17 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       br.loss.backward();
       // The gradient norm (clipped to --clip when it is set; --clip 0 only measures it): a NaN or infinite loss or
       // norm stops the run, or with --on-nonfinite skip leaves the parameters as they were and is counted.
-      const double grad_norm = optim::clip_grad_norm(params, c.clip > 0 ? c.clip : std::numeric_limits<double>::infinity(),
-                                                     2.0, /*error_if_nonfinite=*/false);
+      const double grad_norm = optim::clip_grad_norm(
+          params, c.clip > 0 ? c.clip : std::numeric_limits<double>::infinity(), 2.0, /*error_if_nonfinite=*/false);
       lr_used = opt->lr(0);  // the rows report the lr this step ran with, not the next one's
       if (std::isfinite(br.task_loss_sum) && std::isfinite(grad_norm)) {
         opt->step();
       } else {
         ++nonfinite_steps;
-        ASC_CHECK(c.on_nonfinite == "skip", "step {}: the loss ({}) or the gradient norm ({}) is not finite; "
-                  "--on-nonfinite skip skips such steps and counts them", step + 1, br.task_loss_sum, grad_norm);
+        ASC_CHECK(c.on_nonfinite == "skip",
+                  "step {}: the loss ({}) or the gradient norm ({}) is not finite; "
+                  "--on-nonfinite skip skips such steps and counts them",
+                  step + 1, br.task_loss_sum, grad_norm);
       }
       sched->step();
       ++step;
@@ -1145,8 +1260,9 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
                     acc, lr_now(), tokens_per_s, now, mj, flat);
         acc_loss = acc_correct = acc_count = acc_tokens = 0;
         if (show)
-          progress.update(step, fmt::format("loss {:.4f}  acc {:.1f}%  {:.0f} tok/s  MFU {}", loss, 100 * acc,
-                                            tokens_per_s, std::isfinite(mfu) ? fmt::format("{:.1f}%", 100 * mfu) : "n/a"));
+          progress.update(step,
+                          fmt::format("loss {:.4f}  acc {:.1f}%  {:.0f} tok/s  MFU {}", loss, 100 * acc, tokens_per_s,
+                                      std::isfinite(mfu) ? fmt::format("{:.1f}%", 100 * mfu) : "n/a"));
       }
       const double pause_t0 = elapsed();
       if (step % eval_every == 0 || step == total) {
@@ -1159,8 +1275,9 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
         const double score = r.is_lm() ? -v.loss : v.accuracy;
         if (best_step < 0 || score > best_val) {
           best_val = score, best_step = step;
-          save_safetensors((out / "best.safetensors").string(), r.model->state_dict(),
-                           {{"step", std::to_string(step)}, {"val_accuracy", num(v.accuracy)}, {"val_loss", num(v.loss)}});
+          save_safetensors(
+              (out / "best.safetensors").string(), r.model->state_dict(),
+              {{"step", std::to_string(step)}, {"val_accuracy", num(v.accuracy)}, {"val_loss", num(v.loss)}});
         }
         if (show)
           progress.update(step, fmt::format("val loss {:.4f}  val acc {:.1f}%  (best at step {})", v.loss,
@@ -1179,8 +1296,9 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
         break;
       }
     }
-    if (show) progress.finish(interrupted ? fmt::format("interrupted at step {}: saved {}", step, last_ckpt.string())
-                                          : fmt::format("done: best validation at step {}", best_step));
+    if (show)
+      progress.finish(interrupted ? fmt::format("interrupted at step {}: saved {}", step, last_ckpt.string())
+                                  : fmt::format("done: best validation at step {}", best_step));
   }
   if (interrupted) {
     fmt::print(stderr, "train: {} at step {} of {}; saved {} (continue with --resume --out {})\n",
@@ -1198,7 +1316,8 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   const auto test_t0 = std::chrono::steady_clock::now();  // inference latency: the whole test pass, per example
   EvalResult test = evaluate(r, *r.task.test, 0, mech, true, [&](const data::Batch& b) {
     for (size_t l = 0; l < r.attention.size(); ++l)
-      if (auto a = std::dynamic_pointer_cast<nn::AsamAttention>(r.attention[l])) asam_gates[l].push_back(a->last_gate().to(Device::cpu()));
+      if (auto a = std::dynamic_pointer_cast<nn::AsamAttention>(r.attention[l]))
+        asam_gates[l].push_back(a->last_gate().to(Device::cpu()));
     if (r.firing) {
       int l = 0;
       for (auto* layer : {r.firing->hidden.get(), r.firing->second.get()}) {
@@ -1225,7 +1344,8 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       p << static_cast<int64_t>(row[0]) << "," << static_cast<int64_t>(row[1]) << "," << static_cast<int64_t>(row[2])
         << "," << static_cast<int64_t>(row[3]) << "," << num(row[4]) << "\n";
   }
-  // ---- dumps ---------------------------------------------------------------------------------------------------------
+  // ---- dumps
+  // ---------------------------------------------------------------------------------------------------------
   fs::create_directories(out / "dumps");
   {
     StateDict g;
@@ -1253,8 +1373,9 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       if (!a) continue;
       AscenderDecomposition dec = a->decomposition();
       const std::pair<const char*, Tensor> parts[] = {{"S_base", dec.S_base}, {"align", dec.align}, {"sep", dec.sep},
-                                                      {"coh", dec.coh}, {"S", dec.S}, {"A", dec.A}};
-      for (const auto& [name, t] : parts) d.set(fmt::format("L{}.{}", l, name), t.select(0, 0).to(Device::cpu()).to(kFloat32).contiguous());
+                                                      {"coh", dec.coh},       {"S", dec.S},         {"A", dec.A}};
+      for (const auto& [name, t] : parts)
+        d.set(fmt::format("L{}.{}", l, name), t.select(0, 0).to(Device::cpu()).to(kFloat32).contiguous());
       a->need_decomposition = false;
     }
     d.set("tokens", b.input.select(0, 0).contiguous());
@@ -1262,15 +1383,26 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
                      {{"example", std::to_string(i)}, {"label", std::to_string(ex.label)}});
     r.model->train();
   }
-  // ---- summary -------------------------------------------------------------------------------------------------------
-  json s = {{"task", c.task}, {"model", c.model}, {"seed", c.seed}, {"best_step", best_step},
-            {"val_accuracy", jnum(val.accuracy)}, {"val_loss", jnum(val.loss)}, {"test_accuracy", jnum(test.accuracy)},
-            {"test_loss", jnum(test.loss)}, {"steps", step}, {"wall_s", elapsed()},
+  // ---- summary
+  // -------------------------------------------------------------------------------------------------------
+  json s = {{"task", c.task},
+            {"model", c.model},
+            {"seed", c.seed},
+            {"best_step", best_step},
+            {"val_accuracy", jnum(val.accuracy)},
+            {"val_loss", jnum(val.loss)},
+            {"test_accuracy", jnum(test.accuracy)},
+            {"test_loss", jnum(test.loss)},
+            {"steps", step},
+            {"wall_s", elapsed()},
             {"peak_mem_mb", static_cast<double>(cpu_memory_stats().peak_allocated) / (1 << 20)},
-            {"tokens_per_s", jnum(tokens_per_s)}, {"params", n_params},
+            {"tokens_per_s", jnum(tokens_per_s)},
+            {"params", n_params},
             {"flops_per_token", flops_max.forward / static_cast<double>(r.task.max_len)},
             {"attention_flops_per_token", flops_max.attention / static_cast<double>(r.task.max_len)},
-            {"gemm_peak_flops", jnum(peak)}, {"test_examples", test.count}, {"nonfinite_steps", nonfinite_steps},
+            {"gemm_peak_flops", jnum(peak)},
+            {"test_examples", test.count},
+            {"nonfinite_steps", nonfinite_steps},
             // batches of --batch, the loader and the bookkeeping included (what a user of the model waits for)
             {"test_ms_per_example", jnum(1000 * test_seconds / std::max(1.0, test.count))}};
   if (r.is_lm()) s["test_bits_per_byte"] = test.loss / std::log(2.0);
@@ -1291,9 +1423,10 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   if (c.cluster_metrics > 0) analysis("cluster_metrics.json", [&] { return cluster_metrics(r, c.cluster_metrics); });
   if (c.robustness) analysis("robustness.json", [&] { return robustness(r); });
   if (r.is_lm())
-    fmt::print("{}: test {:.4f} bits per byte (next-byte accuracy {:.2f}%; best validation at step {}), {} parameters, "
-               "{:.1f} s; wrote {}\n", c.task, test.loss / std::log(2.0), 100 * test.accuracy, best_step, n_params,
-               elapsed(), out.string());
+    fmt::print(
+        "{}: test {:.4f} bits per byte (next-byte accuracy {:.2f}%; best validation at step {}), {} parameters, "
+        "{:.1f} s; wrote {}\n",
+        c.task, test.loss / std::log(2.0), 100 * test.accuracy, best_step, n_params, elapsed(), out.string());
   else
     fmt::print("{}: test accuracy {:.2f}% (best validation {:.2f}% at step {}), {} parameters, {:.1f} s; wrote {}\n",
                c.task, 100 * test.accuracy, 100 * val.accuracy, best_step, n_params, elapsed(), out.string());
@@ -1304,20 +1437,27 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
 
 int main(int argc, char** argv) {
   Config c;
-  CLI::App app{"train: train and evaluate one model on one task; every output goes to --out DIR (see "
-               "docs/train.md)", "train"};
+  CLI::App app{
+      "train: train and evaluate one model on one task; every output goes to --out DIR (see "
+      "docs/train.md)",
+      "train"};
   app.set_help_flag("-h,--help", "print this help (every option with its default) and exit");
   Options options(app);
   define_options(options, c);
   std::string config_file, eval_only;
   bool resume = false, params_only = false;
   app.add_option("--config", config_file, "a config.json of options (flags given here override it)");
-  app.add_flag("--resume", resume, "continue the run in --out from its last checkpoint (its config.json, then these flags)");
-  app.add_option("--stop-after", c.stop_after, "train at most this many steps in this process, then checkpoint and exit "
+  app.add_flag("--resume", resume,
+               "continue the run in --out from its last checkpoint (its config.json, then these flags)");
+  app.add_option("--stop-after", c.stop_after,
+                 "train at most this many steps in this process, then checkpoint and exit "
                  "130: a long run in parts that fit a time budget, each continued with --resume (0: no limit)")
-      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))->capture_default_str();
-  app.add_option("--eval-only", eval_only, "evaluate this model file (best.safetensors) on validation and test, no training");
-  app.add_flag("--params-only", params_only, "print the model's parameter count and FLOPs per token at the task's "
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))
+      ->capture_default_str();
+  app.add_option("--eval-only", eval_only,
+                 "evaluate this model file (best.safetensors) on validation and test, no training");
+  app.add_flag("--params-only", params_only,
+               "print the model's parameter count and FLOPs per token at the task's "
                "length as one JSON line, train nothing, write nothing");
   // Options come from, in order (each overriding the one before): the defaults; with --resume, the run's own
   // config.json; with --eval-only, the config.json beside the model file (unless --config is given); --config FILE;
@@ -1340,12 +1480,14 @@ int main(int argc, char** argv) {
       // the real parse below reports it
     }
     std::vector<std::string> files;
-    if (pre_resume && fs::exists(fs::path(pre_out) / "config.json")) files.push_back((fs::path(pre_out) / "config.json").string());
+    if (pre_resume && fs::exists(fs::path(pre_out) / "config.json"))
+      files.push_back((fs::path(pre_out) / "config.json").string());
     if (!pre_eval.empty() && pre_config.empty()) {
       const fs::path beside = fs::path(pre_eval).parent_path() / "config.json";
       if (!fs::exists(beside))
         tools::usage_error(app, fmt::format("--eval-only {}: no config.json beside it to build the model from; give "
-                                            "the run's options with --config FILE", pre_eval));
+                                            "the run's options with --config FILE",
+                                            pre_eval));
       files.push_back(beside.string());
     }
     if (!pre_config.empty()) files.push_back(pre_config);

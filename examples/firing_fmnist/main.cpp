@@ -3,9 +3,10 @@
 //
 //   firing_fmnist [--data DIR] [--epochs 3] [--limit N] [--test-limit N] [--expect ACC]
 //
-// DIR holds the four IDX files (gzip-compressed, as Debian's dataset-fashion-mnist installs them; default: $ASC_FMNIST_DIR,
-// else /usr/share/datasets/fashion-mnist), read by the library's task (data/tasks.h: the first 55000 training images;
-// the last 5000 are its validation split, unused here) and batched by asc::data::DataLoader (shuffled with seed 1).
+// DIR holds the four IDX files (gzip-compressed, as Debian's dataset-fashion-mnist installs them; default:
+// $ASC_FMNIST_DIR, else /usr/share/datasets/fashion-mnist), read by the library's task (data/tasks.h: the first 55000
+// training images; the last 5000 are its validation split, unused here) and batched by asc::data::DataLoader (shuffled
+// with seed 1).
 // --limit / --test-limit train / test on the first N examples only;
 // --expect fails (exit 1) when the final test accuracy is below ACC. Exit code 77 when the dataset is not there, so
 // a test that runs this program is skipped rather than failed.
@@ -93,8 +94,10 @@ int run(int argc, char** argv) {
     if (!ok) return usage_error(fmt::format("bad value '{}' for {}", v, a));
   }
   if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz")) {
-    fmt::print("firing_fmnist: no Fashion-MNIST in {} (apt-get install dataset-fashion-mnist, or --data DIR): "
-               "skipped\n", dir);
+    fmt::print(
+        "firing_fmnist: no Fashion-MNIST in {} (apt-get install dataset-fashion-mnist, or --data DIR): "
+        "skipped\n",
+        dir);
     return 77;
   }
   const data::Task task =
@@ -137,7 +140,8 @@ int run(int argc, char** argv) {
     }
     acc = accuracy();
     fmt::print("epoch {}: train loss {:.4f}, firing rate {:.3f}, test accuracy {:.2f} %\n", epoch,
-               loss_sum / static_cast<double>(loader.batches_per_epoch()), mean(layer->r_bar).item<double>(), 100 * acc);
+               loss_sum / static_cast<double>(loader.batches_per_epoch()), mean(layer->r_bar).item<double>(),
+               100 * acc);
   }
   fmt::print("test accuracy after {} epochs: {:.2f} % ({} training, {} test examples)\n", epochs, 100 * acc,
              task.train->size(), task.test->size());

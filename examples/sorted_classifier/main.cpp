@@ -23,8 +23,13 @@ int main() {
   manual_seed(0);
   Generator data(1);
   const int64_t len = 8, vocab = 10;
-  auto opts = models::TransformerClassifierOptions(vocab, len, /*classes=*/2).d_model(32).heads(2).layers(2).ffn(64)
-                  .dropout(0.0).attention("ascender");
+  auto opts = models::TransformerClassifierOptions(vocab, len, /*classes=*/2)
+                  .d_model(32)
+                  .heads(2)
+                  .layers(2)
+                  .ffn(64)
+                  .dropout(0.0)
+                  .attention("ascender");
   opts.ascender(nn::AscenderAttentionOptions(32, 2).k({3}));
   auto model = std::make_shared<models::TransformerClassifier>(opts);
   optim::AdamW opt(model->parameters(), {.lr = 3e-3});

@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "core/format.h"
+#include "ops/ascender_scalars.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
-#include "ops/ascender_scalars.h"
 #include "ops/cpu/scratch.h"
 #include "ops/kernels.h"
 
@@ -60,18 +60,17 @@ template <class T>
 struct HeadData {
   int64_t T_, d, dz, da;
   const T *q, *kr, *v, *z;
-  std::vector<T> qs;               // q / √d (T, d): the base scores' GEMM reads it
-  std::vector<T> khat, ehat, zz;   // k̂ (T, d), ê (T, da), |z_j|² (T)
-  std::vector<T> zT, ehatT;        // z (dz, T) and ê (da, T) transposed: the B operands of the d_z / d_a products
+  std::vector<T> qs;              // q / √d (T, d): the base scores' GEMM reads it
+  std::vector<T> khat, ehat, zz;  // k̂ (T, d), ê (T, da), |z_j|² (T)
+  std::vector<T> zT, ehatT;       // z (dz, T) and ê (da, T) transposed: the B operands of the d_z / d_a products
   std::vector<double> knorm, enorm;
-  const bool* mask = nullptr;      // row i of the keep-mask at mask + i * mask_t, stride mask_s
+  const bool* mask = nullptr;  // row i of the keep-mask at mask + i * mask_t, stride mask_s
   int64_t mask_t = 0, mask_s = 0;
   const T* bias = nullptr;
   int64_t bias_t = 0, bias_s = 0;
-  double sc[kNumScalars];          // this head's ω, λ, δ, κ, τ_score
-  int64_t k;                       // k_h
+  double sc[kNumScalars];  // this head's ω, λ, δ, κ, τ_score
+  int64_t k;               // k_h
   double tau_sep, tau_coh, alpha_a, alpha_c;
-
 };
 
 // x (rows, cols) -> out (cols, rows)
@@ -190,7 +189,7 @@ ASC_ALWAYS_INLINE RowSums<T> row_sums(const T* x, const T* keep, int64_t n) {
     const T xj = x[j];  // loaded unconditionally: a load under the select would keep the loop scalar
     const T kx = keep[j] != T(0) ? xj : T(0);
     sum += kx;
-    count += keep[j];  // 0 or 1
+    count += keep[j];                   // 0 or 1
     const T ax = kx < T(0) ? -kx : kx;  // no std::abs / std::max here: they would not inline into this region
     big = big > ax ? big : ax;
   }
@@ -260,9 +259,9 @@ struct Block {
   std::vector<char> nan_nbr;              // a NaN among row i's candidates: N(i) is undefined, u_i is NaN
   std::vector<int64_t> self;              // the column position of key i (-1: not among the columns)
   std::vector<double> snorm, cnt, kbar2, gamma_a, rho, eta, W, var_c, gamma_c, la, ls, lc;  // la = λγ_a etc.
-  std::vector<double> fa, fs, fc;         // the raw terms' row factors
-  std::vector<double> kept;               // the number of kept keys of each row
-  std::vector<double> smax, inv_z;        // the softmax's row max (of S/τ) and 1 / Σ e (0: no kept key)
+  std::vector<double> fa, fs, fc;   // the raw terms' row factors
+  std::vector<double> kept;         // the number of kept keys of each row
+  std::vector<double> smax, inv_z;  // the softmax's row max (of S/τ) and 1 / Σ e (0: no kept key)
   std::vector<NormStats> st_a, st_s, st_c;
   std::vector<double> s;  // Σ_{l∈N(i)} k̂_l (R, d)
 
@@ -297,9 +296,7 @@ struct RowState {
   static constexpr int64_t kFields = 14;  // 3 × (μ, σ, count, constant), smax, inv_z; then c_i
   static constexpr int64_t kNanNbr = -2;
   static void put(const NormStats& st, double* p) { p[0] = st.mu, p[1] = st.sd, p[2] = st.count, p[3] = st.constant; }
-  static NormStats get(const double* p, double eps) {
-    return {p[0], p[1], p[1] + eps, p[2], p[3] != 0};
-  }
+  static NormStats get(const double* p, double eps) { return {p[0], p[1], p[1] + eps, p[2], p[3] != 0}; }
   template <class T>
   static void save(const Block<T>& b, int64_t R, int64_t dz, int64_t kmax, double* rows, int64_t* nbr) {
     for (int64_t r = 0; r < R; ++r) {
@@ -487,7 +484,8 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       }
   }
   // ---- separation (§4) and the cohesion kernel (§5), one pass over d² = |z_i|² + |z_j|² - 2 z_i·z_j (rounding below
-  // 0 clamped): w = exp(-d²/τ_sep), ρ, φ = w [a - δ]_+; w' = exp(-d²/τ_coh) on kept keys, W = Σ w' ---------------------
+  // 0 clamped): w = exp(-d²/τ_sep), ρ, φ = w [a - δ]_+; w' = exp(-d²/τ_coh) on kept keys, W = Σ w'
+  // ---------------------
   if (sep || coh) {
     const T inv_ts = static_cast<T>(1 / h.tau_sep), inv_tc = static_cast<T>(1 / h.tau_coh);
     const T delta = static_cast<T>(h.sc[kDelta]), ninf = -std::numeric_limits<T>::infinity();
@@ -501,7 +499,8 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
       // One pass over key columns [j0, j1), adding to the row's sums. ρ_i sums over l ≠ i: the self column gets a pass
       // of its own whose ρ is dropped, rather than subtracting w_ii = 1 from the total afterwards — for an isolated
       // token (ρ_i << 1) that difference would keep no relative precision.
-      auto pass = [&](int64_t j0, int64_t j1, T& rho_o, T& W_o, T& psum_o, T& pbig_o) __attribute__((always_inline)) {
+      auto pass = [&](int64_t j0, int64_t j1, T & rho_o, T & W_o, T & psum_o, T & pbig_o)
+          __attribute__((always_inline)) {
         T rho = 0, W = 0, psum = 0, pbig = 0;  // φ's first statistics pass rides along (φ >= 0: |φ| = φ)
         if (sep && coh) {
           ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
@@ -560,7 +559,8 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
         b.ls[r] = h.sc[kLambdaS] * b.eta[r];
         b.fs[r] = after ? -1.0 : -b.ls[r];  // raw = -λη φ (before_norm) or -φ
         if (!replay)
-          b.st_s[r] = term_stats(phi, keep, n, RowSums<T>{psum, static_cast<T>(b.kept[r]), pbig}, b.fs[r], cfg.norm_eps);
+          b.st_s[r] =
+              term_stats(phi, keep, n, RowSums<T>{psum, static_cast<T>(b.kept[r]), pbig}, b.fs[r], cfg.norm_eps);
       }
       if (coh) b.W[r] = std::max(double(W), 1e-30);
     }
@@ -617,8 +617,7 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
     T coef[3] = {0, 0, 0};
     const T* x[3] = {b.s0.data() + r * n, b.s0.data() + r * n, b.s0.data() + r * n};
     double c0 = 0;
-    auto term = [&](int t, bool on, const Scratch<T>& tile, const NormStats& st, double f, double omega,
-                    double gate) {
+    auto term = [&](int t, bool on, const Scratch<T>& tile, const NormStats& st, double f, double omega, double gate) {
       if (!on) return;
       const Normalised nz = normalised(st);
       const double wt = omega * (after ? gate : 1.0) * nz.scale;
@@ -774,7 +773,7 @@ struct BackwardWork {
   std::vector<T> colsum;
   std::vector<T> dv_l, dkr_l, dkhat_l, dehat_l, dz_l;  // a gathered block's key gradients, (m, ·)
   std::vector<double> dks_l, zcol_l;
-  Scratch<T> gys;    // the block's rows of dy / Σ e (R, d)
+  Scratch<T> gys;  // the block's rows of dy / Σ e (R, d)
   std::vector<double> dW, dsv;
   // The head's per-key accumulators: k̂ and ê gradients (GEMM-accumulated, plus the neighbour scatter), and the
   // coefficient of z_j in dz_j (from every |·|² term).
@@ -845,8 +844,8 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
   // One bias term (raw = fx x: its tile x and row factor fx), from dβ̃ = ω' dS back to d(raw): one pass over the row
   // for the scalars' gradients and d raw's coefficients (RawGrad); d(factor_i) of after_norm goes to `dfactor`.
   auto term_backward = [&](int64_t r, double omega, double factor, const Scratch<T>& tile, double fx,
-                           const NormStats& st, int scalar, double& dfactor)
-                           __attribute__((always_inline)) -> RawGrad<T> {
+                           const NormStats& st, int scalar, double& dfactor) __attribute__((always_inline))
+                           ->RawGrad<T> {
     // β̃_ij = f nr_j (f = factor after_norm, else 1), nr_j = (fx x_j - μ) / s:  dω += Σ dS β̃;  df = ω Σ dS nr
     const T* x = tile.data() + r * n;
     const T* dSr = dS.data() + r * n;
@@ -998,7 +997,8 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
         ddcr[j] = x;
         rowsum += x;
       }
-      // dc = |c|² + |z_j|² - 2 c·z_j:  dz_j += 2 z_j Σ_i ddc_ij (colsum) - 2 Σ_i ddc_ij c_i;  dc_i = 2 c_i Σ_j ddc_ij - ...
+      // dc = |c|² + |z_j|² - 2 c·z_j:  dz_j += 2 z_j Σ_i ddc_ij (colsum) - 2 Σ_i ddc_ij c_i;  dc_i = 2 c_i Σ_j ddc_ij -
+      // ...
       const T* cr = b.c.data() + r * dz;
       T* dCr = dC.data() + r * dz;
       for (int64_t c = 0; c < dz; ++c) dCr[c] = static_cast<T>(2 * cr[c] * rowsum);
@@ -1130,8 +1130,8 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
     BackwardWork<T> work;
     for (int64_t bh = i0; bh < i1; ++bh) {
       const HeadData<T> h = head_data<T>(in, cfg, bh / H, bh % H);
-      const HeadGrads<T> out{gy.data_ptr<T>() + bh * Tn * d, dq.data_ptr<T>() + bh * Tn * d,
-                             dkr.data_ptr<T>() + bh * Tn * d, dv.data_ptr<T>() + bh * Tn * d,
+      const HeadGrads<T> out{gy.data_ptr<T>() + bh * Tn * d,    dq.data_ptr<T>() + bh * Tn * d,
+                             dkr.data_ptr<T>() + bh * Tn * d,   dv.data_ptr<T>() + bh * Tn * d,
                              dz_t.data_ptr<T>() + bh * Tn * dz, dsc.data() + bh * kNumScalars};
       T* dzp = out.dz;
       auto &dkhat = work.dkhat, &dehat = work.dehat, &dkhat_scatter = work.dkhat_scatter, &zcol = work.zcol;
@@ -1154,7 +1154,8 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
   Tensor dscalars = zeros({kNumScalars, H}, in.scalars.options());
   T* dsp = dscalars.data_ptr<T>();
   for (int64_t bh = 0; bh < B * H; ++bh)
-    for (int s = 0; s < kNumScalars; ++s) dsp[s * H + bh % H] = static_cast<T>(dsp[s * H + bh % H] + dsc[bh * kNumScalars + s]);
+    for (int s = 0; s < kNumScalars; ++s)
+      dsp[s * H + bh % H] = static_cast<T>(dsp[s * H + bh % H] + dsc[bh * kNumScalars + s]);
   grads = {dq, dkr, dk, dv, dz_t, de, dscalars};
 }
 
@@ -1171,8 +1172,8 @@ void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig
   ASC_DISPATCH_FLOAT(in.q.dtype(), "ascender_attention", [&] { forward_impl<scalar_t>(in, cfg, y, state); });
 }
 
-void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const AscenderKernelState& state,
-                       const Tensor& gy, TensorList& grads) {
+void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg,
+                       const AscenderKernelState& state, const Tensor& gy, TensorList& grads) {
   ASC_DISPATCH_FLOAT(in.q.dtype(), "ascender_attention backward",
                      [&] { backward_impl<scalar_t>(in, cfg, state, gy, grads); });
 }

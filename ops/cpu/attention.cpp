@@ -52,8 +52,19 @@ struct Problem {
   T scale;
 
   Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const Tensor& m, const Tensor& bi, bool c, double sc)
-      : B(q_.size(0)), H(q_.size(1)), Tq(q_.size(2)), S(k_.size(2)), D(q_.size(3)), q(q_.data_ptr<T>()),
-        k(k_.data_ptr<T>()), v(v_.data_ptr<T>()), sq(q_), sk(k_), sv(v_), causal(c), scale(static_cast<T>(sc)) {
+      : B(q_.size(0)),
+        H(q_.size(1)),
+        Tq(q_.size(2)),
+        S(k_.size(2)),
+        D(q_.size(3)),
+        q(q_.data_ptr<T>()),
+        k(k_.data_ptr<T>()),
+        v(v_.data_ptr<T>()),
+        sq(q_),
+        sk(k_),
+        sv(v_),
+        causal(c),
+        scale(static_cast<T>(sc)) {
     if (m.defined()) mask = m.data_ptr<bool>(), sm = Strides4(m);
     if (bi.defined()) bias = bi.data_ptr<T>(), sb = Strides4(bi);
   }

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/generator.h"
-#include "ops/kernels.h"
 #include "ops/cpu/loops.h"
+#include "ops/kernels.h"
 
 namespace asc::cpu {
 namespace {
@@ -54,12 +54,14 @@ void unary_backward_impl(const UnaryParams& p, const Tensor& g, const Tensor& x,
 template <class F>
 void visit_unary(Unary op, F&& f) {
   switch (op) {
+// clang-format off
 #define ASC_U(name) \
   case Unary::name: return f.template operator()<Unary::name>();
     ASC_U(Neg) ASC_U(Exp) ASC_U(Log) ASC_U(Sqrt) ASC_U(Rsqrt) ASC_U(Abs) ASC_U(Relu) ASC_U(Gelu) ASC_U(GeluTanh)
     ASC_U(Silu) ASC_U(Sigmoid) ASC_U(Tanh) ASC_U(Softplus) ASC_U(Clamp) ASC_U(AddScalar) ASC_U(MulScalar)
     ASC_U(RSubScalar) ASC_U(RDivScalar) ASC_U(PowScalar)
 #undef ASC_U
+    // clang-format on
   }
 }
 
@@ -91,11 +93,13 @@ void binary_impl(const Tensor& a, const Tensor& b, Tensor& out) {
 template <class F>
 void visit_binary(Binary op, F&& f) {
   switch (op) {
+// clang-format off
 #define ASC_B(name) \
   case Binary::name: return f.template operator()<Binary::name>();
-    ASC_B(Add) ASC_B(Sub) ASC_B(Mul) ASC_B(Div) ASC_B(Pow) ASC_B(Max) ASC_B(Min) ASC_B(Eq) ASC_B(Ne) ASC_B(Lt)
-    ASC_B(Le) ASC_B(Gt) ASC_B(Ge) ASC_B(And) ASC_B(Or)
+    ASC_B(Add) ASC_B(Sub) ASC_B(Mul) ASC_B(Div) ASC_B(Pow) ASC_B(Max) ASC_B(Min) ASC_B(Eq) ASC_B(Ne) ASC_B(Lt) ASC_B(Le)
+    ASC_B(Gt) ASC_B(Ge) ASC_B(And) ASC_B(Or)
 #undef ASC_B
+    // clang-format on
   }
 }
 
@@ -136,8 +140,10 @@ void copy_impl(const Tensor& src, Tensor& dst) {
     D* o = dp + off[0];
     const S* s = sp + off[1];
     if (st[0] == 1 && st[1] == 1) {
-      if constexpr (std::is_same_v<S, D>) std::memcpy(o, s, n * sizeof(D));
-      else for (int64_t i = 0; i < n; ++i) o[i] = static_cast<D>(s[i]);
+      if constexpr (std::is_same_v<S, D>)
+        std::memcpy(o, s, n * sizeof(D));
+      else
+        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<D>(s[i]);
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * st[0]] = static_cast<D>(s[i * st[1]]);
     }
@@ -147,22 +153,19 @@ void copy_impl(const Tensor& src, Tensor& dst) {
 }  // namespace
 
 void unary(Unary op, const UnaryParams& p, const Tensor& x, Tensor& out) {
-  ASC_DISPATCH_FLOAT(x.dtype(), "unary", [&] {
-    visit_unary(op, [&]<Unary U>() { unary_impl<U, scalar_t>(p, x, out); });
-  });
+  ASC_DISPATCH_FLOAT(x.dtype(), "unary",
+                     [&] { visit_unary(op, [&]<Unary U>() { unary_impl<U, scalar_t>(p, x, out); }); });
 }
 
 void unary_backward(Unary op, const UnaryParams& p, const Tensor& g, const Tensor& x, const Tensor& y, Tensor& gx) {
-  ASC_DISPATCH_FLOAT(x.dtype(), "unary_backward", [&] {
-    visit_unary(op, [&]<Unary U>() { unary_backward_impl<U, scalar_t>(p, g, x, y, gx); });
-  });
+  ASC_DISPATCH_FLOAT(x.dtype(), "unary_backward",
+                     [&] { visit_unary(op, [&]<Unary U>() { unary_backward_impl<U, scalar_t>(p, g, x, y, gx); }); });
 }
 
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
   ASC_DISPATCH_ALL(a.dtype(), "binary", [&] {
     visit_binary(op, [&]<Binary B>() {
-      if constexpr (std::is_same_v<scalar_t, bool> && !math::is_comparison(B) && B != Binary::Max &&
-                    B != Binary::Min) {
+      if constexpr (std::is_same_v<scalar_t, bool> && !math::is_comparison(B) && B != Binary::Max && B != Binary::Min) {
         // Arithmetic on bools is promoted to int64 by the op layer; only logic reaches here.
         ASC_THROW("binary: op not defined for bool tensors");
       } else {

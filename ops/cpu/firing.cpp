@@ -241,8 +241,8 @@ template <class T>
 void backward_block_plain(const T* z, const T* sp, const T* fw, const T* Fp, const T* dy, int64_t b0, int64_t b1,
                           int64_t p0, int64_t p1, int64_t P, int64_t A, int kind, const Surrogate& s, double w, T* dz,
                           double* acc_sp, double* acc_f, T* pf, T* psp, T* zdp, double* d) {
-  backward_block_body<T, 0, false>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s, w, dz, acc_sp, acc_f, pf, psp,
-                                   zdp, d);
+  backward_block_body<T, 0, false>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s, w, dz, acc_sp, acc_f, pf, psp, zdp,
+                                   d);
 }
 
 }  // namespace
@@ -259,9 +259,9 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
   df = Tensor::empty({P, A}, Z.options());
   const bool user = mode == GateBackward::Surrogate && !s.builtin;
   const int kind = mode == GateBackward::StraightThrough ? kStraightThrough
-                   : user                                 ? kUserSurrogate
-                   : mode == GateBackward::Surrogate      ? int(*s.builtin)
-                                                          : 0;
+                   : user                                ? kUserSurrogate
+                   : mode == GateBackward::Surrogate     ? int(*s.builtin)
+                                                         : 0;
   // The plan: at most kMaxChunks chunks, and at most about kAccBudget float64 accumulators in all.
   constexpr int64_t kMaxChunks = 64, kAccBudget = int64_t(1) << 21;
   const int64_t blocks = N == 0 ? 0 : (N - 1) / kFlushRows + 1;
@@ -291,8 +291,8 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
         std::fill(part_sp.begin(), part_sp.end(), scalar_t(0));
         scalar_t *pf = part_f.data(), *psp = part_sp.data(), *zdp = zd.data();
         if (user) {
-          backward_block_plain<scalar_t>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s, width, dz, asp, af, pf,
-                                         psp, zdp, d.data());
+          backward_block_plain<scalar_t>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s, width, dz, asp, af, pf, psp,
+                                         zdp, d.data());
           continue;
         }
         with_fan_out(A, [&](auto kA) {
@@ -300,13 +300,15 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
             backward_block<scalar_t, kA(), true>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s, width, dz, asp, af,
                                                  pf, psp, zdp, d.data());
           else
-            backward_block<scalar_t, kA(), false>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s, width, dz, asp,
-                                                  af, pf, psp, zdp, d.data());
+            backward_block<scalar_t, kA(), false>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s, width, dz, asp, af,
+                                                  pf, psp, zdp, d.data());
         });
       }
     };
-    if (user) tasks(0, chunks);
-    else parallel_for(chunks * ranges, capped_cost(chunk_rows / ranges + 1, P * (A + 2)), tasks);
+    if (user)
+      tasks(0, chunks);
+    else
+      parallel_for(chunks * ranges, capped_cost(chunk_rows / ranges + 1, P * (A + 2)), tasks);
     // The chunks in order, for each (neuron, output): float64 additions in a fixed order.
     for (int64_t p = 0; p < P; ++p) {
       double t = 0;
@@ -548,7 +550,7 @@ void ssm_scan_backward(const Tensor& a, const Tensor& s0, const Tensor& s, const
           const scalar_t* prev = t > 0 ? sp + o - R : s0p + b * R;
           for (int64_t c = 0; c < R; ++c) {
             const double dh = rms_norm ? (gs[c] - double(sp[o + c]) * mean_gs) / r : gs[c];
-            dup[o + c] = static_cast<scalar_t>(dh);                      // h = a s_{t-1} + u
+            dup[o + c] = static_cast<scalar_t>(dh);  // h = a s_{t-1} + u
             dap[o + c] = static_cast<scalar_t>(dh * double(prev[c]));
             carry[c] = dh * double(ap[o + c]);
           }

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/kernels.h"
 #include "ops/cpu/loops.h"
+#include "ops/kernels.h"
 
 namespace asc::cpu {
 
@@ -41,7 +41,8 @@ void topk(const Tensor& x, const Tensor& mask, int64_t k, bool largest, int64_t 
           return a < b;
         };
         const auto kk = static_cast<std::ptrdiff_t>(k);
-        if (static_cast<int64_t>(cand.size()) > k) std::nth_element(cand.begin(), cand.begin() + kk, cand.end(), better);
+        if (static_cast<int64_t>(cand.size()) > k)
+          std::nth_element(cand.begin(), cand.begin() + kk, cand.end(), better);
         std::sort(cand.begin(), cand.begin() + kk, better);
         for (int64_t j = 0; j < k; ++j) {
           ip[r * k + j] = cand[static_cast<size_t>(j)];
@@ -135,7 +136,8 @@ void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y,
         const double sdv = std::sqrt(ss / static_cast<double>(cnt));
         const double inv = 1.0 / (sdv + eps);
         sp[r] = static_cast<scalar_t>(sdv);
-        for (int64_t j = 0; j < n; ++j) yr[j] = (!mr || mr[j]) ? static_cast<scalar_t>((xr[j] - mu) * inv) : scalar_t(0);
+        for (int64_t j = 0; j < n; ++j)
+          yr[j] = (!mr || mr[j]) ? static_cast<scalar_t>((xr[j] - mu) * inv) : scalar_t(0);
       }
     });
   });

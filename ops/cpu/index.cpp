@@ -6,8 +6,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "ops/kernels.h"
 #include "ops/cpu/loops.h"
+#include "ops/kernels.h"
 
 namespace asc::cpu {
 namespace {

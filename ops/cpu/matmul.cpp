@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "core/determinism.h"
-#include "ops/kernels.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
+#include "ops/kernels.h"
 #include "ops/layout.h"
 
 #ifdef ASC_HAVE_CBLAS
@@ -79,8 +79,8 @@ void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak,
 }
 template void gemm<float>(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
                           float*, int64_t, bool);
-template void gemm<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t, const double*, int64_t,
-                           int64_t, double*, int64_t, bool);
+template void gemm<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t, const double*, int64_t, int64_t,
+                           double*, int64_t, bool);
 
 void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
   // a: (M, K) or (Bt, M, K); b: (K, N) or (Bt, K, N) (batch stride may be 0); out: contiguous (.., M, N).
@@ -97,8 +97,8 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
     if (Bt >= 4 || M < 2) {  // many products: one (or a few) whole GEMMs per thread
       parallel_for(Bt, work, [&](int64_t b0, int64_t b1) {
         for (int64_t i = b0; i < b1; ++i)
-          gemm<scalar_t>(M, N, K, A + i * sab, a.stride(d), a.stride(d + 1), B + i * sbb, b.stride(d),
-                         b.stride(d + 1), C + i * M * N, N);
+          gemm<scalar_t>(M, N, K, A + i * sab, a.stride(d), a.stride(d + 1), B + i * sbb, b.stride(d), b.stride(d + 1),
+                         C + i * M * N, N);
       });
       return;
     }

@@ -87,8 +87,10 @@ void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor&
       T* yr = yp + r * n;
       const T m = kr ? row_max_masked(xr, kr, n) : row_max(xr, n);
       if (m == kNegInf<T>) {  // nothing kept (or every kept entry is -inf or NaN)
-        if (row_has_nan(xr, kr, n)) fill_nan_row(yr, kr, n, log);
-        else std::memset(yr, 0, sizeof(T) * n);  // a dead row: nothing kept, or every kept entry is -inf
+        if (row_has_nan(xr, kr, n))
+          fill_nan_row(yr, kr, n, log);
+        else
+          std::memset(yr, 0, sizeof(T) * n);  // a dead row: nothing kept, or every kept entry is -inf
         continue;
       }
       T s = 0;
@@ -204,8 +206,8 @@ void softmax_backward_impl(const Tensor& g, const Tensor& y, const Tensor& mask,
 }
 
 template <class T>
-void layer_norm_forward_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms,
-                             Tensor& y, Tensor& mean, Tensor& rstd) {
+void layer_norm_forward_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms, Tensor& y,
+                             Tensor& mean, Tensor& rstd) {
   int64_t rows, n;
   rows_of(x, rows, n);
   const T* xp = x.data_ptr<T>();
@@ -412,8 +414,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
                      [&] { layer_norm_forward_impl<scalar_t>(x, weight, bias, eps, rms, y, mean, rstd); });
 }
 
-void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, bool rms, Tensor& gx, Tensor& gw, Tensor& gb) {
+void layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                         bool rms, Tensor& gx, Tensor& gw, Tensor& gb) {
   ASC_DISPATCH_FLOAT(x.dtype(), rms ? "rms_norm backward" : "layer_norm backward",
                      [&] { layer_norm_backward_impl<scalar_t>(g, x, weight, mean, rstd, rms, gx, gw, gb); });
 }

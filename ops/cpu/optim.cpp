@@ -47,8 +47,10 @@ void for_moving_ranges(int64_t numel, const Tensor& row_mask, F&& body) {
 // branches.
 template <class F>
 void with_flag(bool b, F&& f) {
-  if (b) f(std::true_type{});
-  else f(std::false_type{});
+  if (b)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
 }
 
 template <class T>
@@ -97,8 +99,10 @@ void adam_impl(const optim::AdamKernelArgs& a, const Tensor& param, const Tensor
       T gi = g[i];
       T pi = p[i];
       if constexpr (kWd) {
-        if constexpr (kDecoupled) pi = pi * decay;
-        else gi = gi + wd * pi;
+        if constexpr (kDecoupled)
+          pi = pi * decay;
+        else
+          gi = gi + wd * pi;
       }
       const T mi = m[i] * b1 + one_minus_b1 * gi;
       const T vi = v[i] * b2 + one_minus_b2 * gi * gi;

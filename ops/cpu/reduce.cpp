@@ -13,15 +13,17 @@ namespace {
 
 template <class T>
 bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
-  else return false;
+  if constexpr (std::is_floating_point_v<T>)
+    return std::isnan(v);
+  else
+    return false;
 }
 
 template <class T, bool IsMax>
 void max_min_impl(const Tensor& x, Tensor& values, Tensor& indices) {
   const int64_t rows = x.size(0), n = x.size(1);
-  const T* xp = x.data_ptr<T>();  // (rows, n)
-  T* vp = values.data_ptr<T>();   // (rows,)
+  const T* xp = x.data_ptr<T>();                                            // (rows, n)
+  T* vp = values.data_ptr<T>();                                             // (rows,)
   int64_t* ip = indices.defined() ? indices.data_ptr<int64_t>() : nullptr;  // (rows,)
   parallel_for(rows, n, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -51,8 +53,8 @@ void max_min_impl(const Tensor& x, Tensor& values, Tensor& indices) {
 template <class T, bool IsMax>
 void max_min_mid_impl(const Tensor& x, Tensor& values, Tensor& indices) {
   const int64_t outer = x.size(0), n = x.size(1), inner = x.size(2);
-  const T* xp = x.data_ptr<T>();  // (outer, n, inner)
-  T* vp = values.data_ptr<T>();   // (outer, inner)
+  const T* xp = x.data_ptr<T>();                                            // (outer, n, inner)
+  T* vp = values.data_ptr<T>();                                             // (outer, inner)
   int64_t* ip = indices.defined() ? indices.data_ptr<int64_t>() : nullptr;  // (outer, inner)
   // Work items: (outer index, block of inner columns); each walks the n rows of its block, updating a running
   // extreme per column with contiguous, vectorisable inner loops. A NaN, once taken, is never replaced.
@@ -114,15 +116,19 @@ void logsumexp_impl(const Tensor& x, Tensor& out) {
 
 void max_min_lastdim(const Tensor& x, bool is_max, Tensor& values, Tensor& indices) {
   ASC_DISPATCH_NUMERIC(x.dtype(), is_max ? "max" : "min", [&] {
-    if (is_max) max_min_impl<scalar_t, true>(x, values, indices);
-    else max_min_impl<scalar_t, false>(x, values, indices);
+    if (is_max)
+      max_min_impl<scalar_t, true>(x, values, indices);
+    else
+      max_min_impl<scalar_t, false>(x, values, indices);
   });
 }
 
 void max_min_middim(const Tensor& x, bool is_max, Tensor& values, Tensor& indices) {
   ASC_DISPATCH_NUMERIC(x.dtype(), is_max ? "max" : "min", [&] {
-    if (is_max) max_min_mid_impl<scalar_t, true>(x, values, indices);
-    else max_min_mid_impl<scalar_t, false>(x, values, indices);
+    if (is_max)
+      max_min_mid_impl<scalar_t, true>(x, values, indices);
+    else
+      max_min_mid_impl<scalar_t, false>(x, values, indices);
   });
 }
 

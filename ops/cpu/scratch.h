@@ -16,7 +16,9 @@ struct ScratchAllocator {
   ScratchAllocator() = default;
   template <class U>
   ScratchAllocator(const ScratchAllocator<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(allocator_for(Device::cpu())->allocate(n * sizeof(T), Device::cpu())); }
+  T* allocate(size_t n) {
+    return static_cast<T*>(allocator_for(Device::cpu())->allocate(n * sizeof(T), Device::cpu()));
+  }
   void deallocate(T* p, size_t n) { allocator_for(Device::cpu())->deallocate(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const ScratchAllocator<U>&) const {

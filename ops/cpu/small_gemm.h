@@ -22,7 +22,7 @@ namespace asc::cpu {
 template <class T>
 ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
                                    T* C, int64_t ldc, bool accumulate = false) {
-  typedef T V __attribute__((vector_size(32)));  // 8 floats or 4 doubles
+  typedef T V __attribute__((vector_size(32)));     // 8 floats or 4 doubles
   constexpr int64_t L = 32 / sizeof(T), W = 2 * L;  // lanes; columns per block
   // Vectors move through memcpy (unaligned loads and stores) and never cross a call: no lambdas here (GCC warns that
   // passing them changes the ABI between the clones).

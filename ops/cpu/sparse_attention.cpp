@@ -80,17 +80,28 @@ struct Problem {
   T scale;
   int64_t avg_row;  // keys per query row on average (parallel_for's cost estimate)
 
-  Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const SparsePatternView& p, const Tensor& kk,
-          double sc)
-      : B(q_.size(0)), H(q_.size(1)), Tq(q_.size(2)), S(k_.size(2)), D(q_.size(3)), G(p.groups),
-        q(q_.data_ptr<T>()), k(k_.data_ptr<T>()), v(v_.data_ptr<T>()), row_ptr(p.lists.row_ptr),
-        cols(p.lists.cols), keep(kk.defined() ? kk.data_ptr<bool>() : nullptr), scale(static_cast<T>(sc)),
+  Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const SparsePatternView& p, const Tensor& kk, double sc)
+      : B(q_.size(0)),
+        H(q_.size(1)),
+        Tq(q_.size(2)),
+        S(k_.size(2)),
+        D(q_.size(3)),
+        G(p.groups),
+        q(q_.data_ptr<T>()),
+        k(k_.data_ptr<T>()),
+        v(v_.data_ptr<T>()),
+        row_ptr(p.lists.row_ptr),
+        cols(p.lists.cols),
+        keep(kk.defined() ? kk.data_ptr<bool>() : nullptr),
+        scale(static_cast<T>(sc)),
         avg_row(std::max<int64_t>(1, p.nnz / std::max<int64_t>(1, p.groups * Tq))) {}
 
   int64_t group(int64_t bh) const { return G == 1 ? 0 : bh; }
   // parallel_for's cost estimate of an item doing `per_pair` flops per attended pair and column, capped so that the
   // estimate times the item count cannot overflow (it only decides whether to go parallel).
-  int64_t cost(int64_t per_pair) const { return std::min<int64_t>(avg_row, int64_t{1} << 20) * std::min<int64_t>(D, int64_t{1} << 20) * per_pair; }
+  int64_t cost(int64_t per_pair) const {
+    return std::min<int64_t>(avg_row, int64_t{1} << 20) * std::min<int64_t>(D, int64_t{1} << 20) * per_pair;
+  }
   // Whether key j of head bh is padding (never read: its score is −inf and its value is skipped).
   bool masked(int64_t bh, int64_t j) const { return keep && !keep[(bh / H) * S + j]; }
   // Where row i of head bh lies in cols: entries [e0, e0 + len).
@@ -150,8 +161,8 @@ ASC_CPU_CLONES T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s, T
 }
 
 template <class T>
-void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const SparsePatternView& pat, const Tensor& keep,
-                  double scale, Tensor& o, Tensor& lse_t) {
+void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const SparsePatternView& pat,
+                  const Tensor& keep, double scale, Tensor& o, Tensor& lse_t) {
   const Problem<T> p(qt, kt, vt, pat, keep, scale);
   const int64_t B = p.B, H = p.H, Tq = p.Tq, D = p.D;
   o = Tensor::empty({B, H, Tq, D}, qt.options());
@@ -212,9 +223,9 @@ ASC_CPU_CLONES void backward_key(const Problem<T>& p, const int64_t* col_rows, c
 }
 
 template <class T>
-void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const SparsePatternView& pat, const Tensor& keep,
-                   double scale, const Tensor& ot, const Tensor& gt, const Tensor& lse_t, Tensor& dq, Tensor& dk,
-                   Tensor& dv) {
+void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const SparsePatternView& pat,
+                   const Tensor& keep, double scale, const Tensor& ot, const Tensor& gt, const Tensor& lse_t,
+                   Tensor& dq, Tensor& dk, Tensor& dv) {
   const Problem<T> p(qt, kt, vt, pat, keep, scale);
   const int64_t B = p.B, H = p.H, Tq = p.Tq, S = p.S, D = p.D, G = p.G;
   dq = Tensor::empty({B, H, Tq, D}, qt.options());
@@ -245,8 +256,8 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
     // Pass 2, per key: dv and dk from the queries that see it.
     parallel_for(S, p.cost(2), [&](int64_t j0, int64_t j1) {
       for (int64_t j = j0; j < j1; ++j)
-        backward_key(p, col_rows, col_pos, col_ptr[gr * S + j], col_ptr[gr * S + j + 1], base, prob.data(),
-                     dsc.data(), qb, gb, dkp + (bh * S + j) * D, dvp + (bh * S + j) * D);
+        backward_key(p, col_rows, col_pos, col_ptr[gr * S + j], col_ptr[gr * S + j + 1], base, prob.data(), dsc.data(),
+                     qb, gb, dkp + (bh * S + j) * D, dvp + (bh * S + j) * D);
     });
   }
 }
@@ -262,9 +273,8 @@ void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePatternView& pattern,
                                const Tensor& key_keep, double scale, const Tensor& o, const Tensor& dout,
                                const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv) {
-  ASC_DISPATCH_FLOAT(q.dtype(), "sparse_attention backward", [&] {
-    backward_impl<scalar_t>(q, k, v, pattern, key_keep, scale, o, dout, lse, dq, dk, dv);
-  });
+  ASC_DISPATCH_FLOAT(q.dtype(), "sparse_attention backward",
+                     [&] { backward_impl<scalar_t>(q, k, v, pattern, key_keep, scale, o, dout, lse, dq, dk, dv); });
 }
 
 }  // namespace asc::cpu

@@ -45,7 +45,7 @@ namespace asc::cpu {
 // (truncation ~4e-18 relative).
 inline float exp_nonpos(float x) {
   constexpr float lo = -87.0f;
-  const float xc = x < lo ? lo : x;  // NaN stays NaN
+  const float xc = x < lo ? lo : x;                         // NaN stays NaN
   const float t = xc * 1.44269504088896341f + 12582912.0f;  // + 1.5 * 2^23 rounds to an integer
   const float nf = t - 12582912.0f;
   const uint32_t n = __builtin_bit_cast(uint32_t, t) - 0x4B400000u;  // that integer, two's complement

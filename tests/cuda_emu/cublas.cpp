@@ -25,15 +25,11 @@ using namespace asc::cuda::emu;
 
 size_t element_size(cudaDataType_t t) {
   switch (t) {
-    case CUDA_R_32F:
-      return 4;
-    case CUDA_R_64F:
-      return 8;
+    case CUDA_R_32F: return 4;
+    case CUDA_R_64F: return 8;
     case CUDA_R_16F:
-    case CUDA_R_16BF:
-      return 2;
-    default:
-      return 0;
+    case CUDA_R_16BF: return 2;
+    default: return 0;
   }
 }
 
@@ -52,33 +48,20 @@ double load(const void* p, cudaDataType_t t, int64_t i, bool tf32) {
       const float v = static_cast<const float*>(p)[i];
       return tf32 ? to_tf32(v) : v;
     }
-    case CUDA_R_64F:
-      return static_cast<const double*>(p)[i];
-    case CUDA_R_16F:
-      return static_cast<float>(static_cast<const __half*>(p)[i]);
-    case CUDA_R_16BF:
-      return static_cast<float>(static_cast<const __nv_bfloat16*>(p)[i]);
-    default:
-      return 0;
+    case CUDA_R_64F: return static_cast<const double*>(p)[i];
+    case CUDA_R_16F: return static_cast<float>(static_cast<const __half*>(p)[i]);
+    case CUDA_R_16BF: return static_cast<float>(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return 0;
   }
 }
 
 void store(void* p, cudaDataType_t t, int64_t i, double v) {
   switch (t) {
-    case CUDA_R_32F:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case CUDA_R_64F:
-      static_cast<double*>(p)[i] = v;
-      break;
-    case CUDA_R_16F:
-      static_cast<__half*>(p)[i] = __half(v);
-      break;
-    case CUDA_R_16BF:
-      static_cast<__nv_bfloat16*>(p)[i] = __nv_bfloat16(v);
-      break;
-    default:
-      break;
+    case CUDA_R_32F: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case CUDA_R_64F: static_cast<double*>(p)[i] = v; break;
+    case CUDA_R_16F: static_cast<__half*>(p)[i] = __half(v); break;
+    case CUDA_R_16BF: static_cast<__nv_bfloat16*>(p)[i] = __nv_bfloat16(v); break;
+    default: break;
   }
 }
 
@@ -120,7 +103,8 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-  const unsigned base = static_cast<unsigned>(mode) & ~static_cast<unsigned>(CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+  const unsigned base =
+      static_cast<unsigned>(mode) & ~static_cast<unsigned>(CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
   if (base > CUBLAS_TF32_TENSOR_OP_MATH) return report(CUBLAS_STATUS_INVALID_VALUE, "cublasSetMathMode: unknown mode");
   handle->math = static_cast<cublasMath_t>(base);
   return CUBLAS_STATUS_SUCCESS;
@@ -133,41 +117,26 @@ cublasStatus_t cublasGetProperty(libraryPropertyType type, int* value) {
 
 const char* cublasGetStatusName(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS:
-      return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-      return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR:
-      return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED:
-      return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR:
-      return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
   }
   return "CUBLAS_STATUS_UNKNOWN";
 }
 const char* cublasGetStatusString(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS:
-      return "success";
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return "an invalid value was used as an argument";
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-      return "the functionality requested is not supported";
-    case CUBLAS_STATUS_EXECUTION_FAILED:
-      return "the GPU program failed to execute";
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-      return "the library was not initialized";
-    default:
-      return cublasGetStatusName(status);
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid value was used as an argument";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    default: return cublasGetStatusName(status);
   }
 }
 

@@ -42,80 +42,49 @@ cudnnStatus_t fail(cudnnStatus_t status, const std::string& why) {
 
 std::string descriptor_name(cudnnBackendDescriptorType_t t) {
   switch (t) {
-    case CUDNN_BACKEND_POINTWISE_DESCRIPTOR:
-      return "POINTWISE";
-    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR:
-      return "ENGINECFG";
-    case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR:
-      return "ENGINEHEUR";
-    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR:
-      return "EXECUTION_PLAN";
-    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR:
-      return "OPERATION_POINTWISE";
-    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
-      return "OPERATIONGRAPH";
-    case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR:
-      return "VARIANT_PACK";
-    case CUDNN_BACKEND_TENSOR_DESCRIPTOR:
-      return "TENSOR";
-    case CUDNN_BACKEND_MATMUL_DESCRIPTOR:
-      return "MATMUL";
-    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR:
-      return "OPERATION_MATMUL";
-    case CUDNN_BACKEND_REDUCTION_DESCRIPTOR:
-      return "REDUCTION";
-    case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
-      return "OPERATION_REDUCTION";
-    case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR:
-      return "OPERATION_RESHAPE";
-    case CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR:
-      return "DEVICEPROP";
+    case CUDNN_BACKEND_POINTWISE_DESCRIPTOR: return "POINTWISE";
+    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR: return "ENGINECFG";
+    case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR: return "ENGINEHEUR";
+    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: return "EXECUTION_PLAN";
+    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: return "OPERATION_POINTWISE";
+    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR: return "OPERATIONGRAPH";
+    case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: return "VARIANT_PACK";
+    case CUDNN_BACKEND_TENSOR_DESCRIPTOR: return "TENSOR";
+    case CUDNN_BACKEND_MATMUL_DESCRIPTOR: return "MATMUL";
+    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: return "OPERATION_MATMUL";
+    case CUDNN_BACKEND_REDUCTION_DESCRIPTOR: return "REDUCTION";
+    case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: return "OPERATION_REDUCTION";
+    case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR: return "OPERATION_RESHAPE";
+    case CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR: return "DEVICEPROP";
   }
   return "descriptor type " + std::to_string(static_cast<int>(t));
 }
 
 std::string type_name(cudnnBackendAttributeType_t t) {
   switch (t) {
-    case CUDNN_TYPE_HANDLE:
-      return "CUDNN_TYPE_HANDLE";
-    case CUDNN_TYPE_DATA_TYPE:
-      return "CUDNN_TYPE_DATA_TYPE";
-    case CUDNN_TYPE_BOOLEAN:
-      return "CUDNN_TYPE_BOOLEAN";
-    case CUDNN_TYPE_INT64:
-      return "CUDNN_TYPE_INT64";
-    case CUDNN_TYPE_FLOAT:
-      return "CUDNN_TYPE_FLOAT";
-    case CUDNN_TYPE_DOUBLE:
-      return "CUDNN_TYPE_DOUBLE";
-    case CUDNN_TYPE_VOID_PTR:
-      return "CUDNN_TYPE_VOID_PTR";
-    case CUDNN_TYPE_HEUR_MODE:
-      return "CUDNN_TYPE_HEUR_MODE";
-    case CUDNN_TYPE_POINTWISE_MODE:
-      return "CUDNN_TYPE_POINTWISE_MODE";
-    case CUDNN_TYPE_BACKEND_DESCRIPTOR:
-      return "CUDNN_TYPE_BACKEND_DESCRIPTOR";
-    case CUDNN_TYPE_REDUCTION_OPERATOR_TYPE:
-      return "CUDNN_TYPE_REDUCTION_OPERATOR_TYPE";
-    case CUDNN_TYPE_CHAR:
-      return "CUDNN_TYPE_CHAR";
+    case CUDNN_TYPE_HANDLE: return "CUDNN_TYPE_HANDLE";
+    case CUDNN_TYPE_DATA_TYPE: return "CUDNN_TYPE_DATA_TYPE";
+    case CUDNN_TYPE_BOOLEAN: return "CUDNN_TYPE_BOOLEAN";
+    case CUDNN_TYPE_INT64: return "CUDNN_TYPE_INT64";
+    case CUDNN_TYPE_FLOAT: return "CUDNN_TYPE_FLOAT";
+    case CUDNN_TYPE_DOUBLE: return "CUDNN_TYPE_DOUBLE";
+    case CUDNN_TYPE_VOID_PTR: return "CUDNN_TYPE_VOID_PTR";
+    case CUDNN_TYPE_HEUR_MODE: return "CUDNN_TYPE_HEUR_MODE";
+    case CUDNN_TYPE_POINTWISE_MODE: return "CUDNN_TYPE_POINTWISE_MODE";
+    case CUDNN_TYPE_BACKEND_DESCRIPTOR: return "CUDNN_TYPE_BACKEND_DESCRIPTOR";
+    case CUDNN_TYPE_REDUCTION_OPERATOR_TYPE: return "CUDNN_TYPE_REDUCTION_OPERATOR_TYPE";
+    case CUDNN_TYPE_CHAR: return "CUDNN_TYPE_CHAR";
   }
   return "attribute type " + std::to_string(static_cast<int>(t));
 }
 
 std::string data_type_name(cudnnDataType_t t) {
   switch (t) {
-    case CUDNN_DATA_FLOAT:
-      return "FLOAT";
-    case CUDNN_DATA_HALF:
-      return "HALF";
-    case CUDNN_DATA_INT32:
-      return "INT32";
-    case CUDNN_DATA_BFLOAT16:
-      return "BFLOAT16";
-    case CUDNN_DATA_BOOLEAN:
-      return "BOOLEAN";
+    case CUDNN_DATA_FLOAT: return "FLOAT";
+    case CUDNN_DATA_HALF: return "HALF";
+    case CUDNN_DATA_INT32: return "INT32";
+    case CUDNN_DATA_BFLOAT16: return "BFLOAT16";
+    case CUDNN_DATA_BOOLEAN: return "BOOLEAN";
   }
   return "data type " + std::to_string(static_cast<int>(t));
 }
@@ -124,26 +93,16 @@ bool data_type_ok(cudnnDataType_t t) { return data_type_name(t).find(' ') == std
 
 std::string pointwise_name(cudnnPointwiseMode_t m) {
   switch (m) {
-    case CUDNN_POINTWISE_ADD:
-      return "ADD";
-    case CUDNN_POINTWISE_MUL:
-      return "MUL";
-    case CUDNN_POINTWISE_DIV:
-      return "DIV";
-    case CUDNN_POINTWISE_SUB:
-      return "SUB";
-    case CUDNN_POINTWISE_EXP:
-      return "EXP";
-    case CUDNN_POINTWISE_LOG:
-      return "LOG";
-    case CUDNN_POINTWISE_IDENTITY:
-      return "IDENTITY";
-    case CUDNN_POINTWISE_CMP_GE:
-      return "CMP_GE";
-    case CUDNN_POINTWISE_GEN_INDEX:
-      return "GEN_INDEX";
-    case CUDNN_POINTWISE_BINARY_SELECT:
-      return "BINARY_SELECT";
+    case CUDNN_POINTWISE_ADD: return "ADD";
+    case CUDNN_POINTWISE_MUL: return "MUL";
+    case CUDNN_POINTWISE_DIV: return "DIV";
+    case CUDNN_POINTWISE_SUB: return "SUB";
+    case CUDNN_POINTWISE_EXP: return "EXP";
+    case CUDNN_POINTWISE_LOG: return "LOG";
+    case CUDNN_POINTWISE_IDENTITY: return "IDENTITY";
+    case CUDNN_POINTWISE_CMP_GE: return "CMP_GE";
+    case CUDNN_POINTWISE_GEN_INDEX: return "GEN_INDEX";
+    case CUDNN_POINTWISE_BINARY_SELECT: return "BINARY_SELECT";
   }
   return "";
 }
@@ -154,24 +113,18 @@ int pointwise_extra_inputs(cudnnPointwiseMode_t m) {
     case CUDNN_POINTWISE_EXP:
     case CUDNN_POINTWISE_LOG:
     case CUDNN_POINTWISE_IDENTITY:
-    case CUDNN_POINTWISE_GEN_INDEX:
-      return 0;
-    case CUDNN_POINTWISE_BINARY_SELECT:
-      return 2;
-    default:
-      return 1;
+    case CUDNN_POINTWISE_GEN_INDEX: return 0;
+    case CUDNN_POINTWISE_BINARY_SELECT: return 2;
+    default: return 1;
   }
 }
 
 size_t element_size(cudnnDataType_t t) {
   switch (t) {
     case CUDNN_DATA_HALF:
-    case CUDNN_DATA_BFLOAT16:
-      return 2;
-    case CUDNN_DATA_BOOLEAN:
-      return 1;
-    default:
-      return 4;
+    case CUDNN_DATA_BFLOAT16: return 2;
+    case CUDNN_DATA_BOOLEAN: return 1;
+    default: return 4;
   }
 }
 
@@ -379,8 +332,7 @@ struct TensorDesc : Descriptor {
         ASC_CUDNN_TRY(expect(*this, a, CUDNN_TYPE_BOOLEAN, 1, 1));
         t.by_value = value<bool>(a);
         return CUDNN_STATUS_SUCCESS;
-      default:
-        return unknown_attr(*this, a);
+      default: return unknown_attr(*this, a);
     }
   }
 
@@ -434,14 +386,10 @@ struct PointwiseDesc : Descriptor {
   std::optional<int64_t> axis;
   cudnnStatus_t set(const Attr& a) override {
     switch (a.name) {
-      case CUDNN_ATTR_POINTWISE_MODE:
-        return set_one(*this, a, CUDNN_TYPE_POINTWISE_MODE, &mode);
-      case CUDNN_ATTR_POINTWISE_MATH_PREC:
-        return set_one(*this, a, CUDNN_TYPE_DATA_TYPE, &prec);
-      case CUDNN_ATTR_POINTWISE_AXIS:
-        return set_one(*this, a, CUDNN_TYPE_INT64, &axis);
-      default:
-        return unknown_attr(*this, a);
+      case CUDNN_ATTR_POINTWISE_MODE: return set_one(*this, a, CUDNN_TYPE_POINTWISE_MODE, &mode);
+      case CUDNN_ATTR_POINTWISE_MATH_PREC: return set_one(*this, a, CUDNN_TYPE_DATA_TYPE, &prec);
+      case CUDNN_ATTR_POINTWISE_AXIS: return set_one(*this, a, CUDNN_TYPE_INT64, &axis);
+      default: return unknown_attr(*this, a);
     }
   }
   cudnnStatus_t finalize() override {
@@ -468,14 +416,11 @@ struct ReductionDesc : Descriptor {
   std::optional<bool> deterministic;
   cudnnStatus_t set(const Attr& a) override {
     switch (a.name) {
-      case CUDNN_ATTR_REDUCTION_OPERATOR:
-        return set_one(*this, a, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &op);
-      case CUDNN_ATTR_REDUCTION_COMP_TYPE:
-        return set_one(*this, a, CUDNN_TYPE_DATA_TYPE, &comp);
+      case CUDNN_ATTR_REDUCTION_OPERATOR: return set_one(*this, a, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &op);
+      case CUDNN_ATTR_REDUCTION_COMP_TYPE: return set_one(*this, a, CUDNN_TYPE_DATA_TYPE, &comp);
       case CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC:  // the emulator always is
         return set_one(*this, a, CUDNN_TYPE_BOOLEAN, &deterministic);
-      default:
-        return unknown_attr(*this, a);
+      default: return unknown_attr(*this, a);
     }
   }
   cudnnStatus_t finalize() override {
@@ -497,12 +442,9 @@ struct MatmulDesc : Descriptor {
   std::optional<double> padding;
   cudnnStatus_t set(const Attr& a) override {
     switch (a.name) {
-      case CUDNN_ATTR_MATMUL_COMP_TYPE:
-        return set_one(*this, a, CUDNN_TYPE_DATA_TYPE, &comp);
-      case CUDNN_ATTR_MATMUL_PADDING_VALUE:
-        return set_one(*this, a, CUDNN_TYPE_DOUBLE, &padding);
-      default:
-        return unknown_attr(*this, a);
+      case CUDNN_ATTR_MATMUL_COMP_TYPE: return set_one(*this, a, CUDNN_TYPE_DATA_TYPE, &comp);
+      case CUDNN_ATTR_MATMUL_PADDING_VALUE: return set_one(*this, a, CUDNN_TYPE_DOUBLE, &padding);
+      default: return unknown_attr(*this, a);
     }
   }
   cudnnStatus_t finalize() override {
@@ -571,43 +513,31 @@ struct OperationDesc : Descriptor {
           case CUDNN_ATTR_OPERATION_POINTWISE_XDESC:
           case CUDNN_ATTR_OPERATION_POINTWISE_BDESC:
           case CUDNN_ATTR_OPERATION_POINTWISE_TDESC:
-          case CUDNN_ATTR_OPERATION_POINTWISE_YDESC:
-            return set_port(a);
-          case CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1:
-            return set_alpha(a, &alpha1);
-          case CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2:
-            return set_alpha(a, &alpha2);
-          default:
-            return unknown_attr(*this, a);
+          case CUDNN_ATTR_OPERATION_POINTWISE_YDESC: return set_port(a);
+          case CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1: return set_alpha(a, &alpha1);
+          case CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2: return set_alpha(a, &alpha2);
+          default: return unknown_attr(*this, a);
         }
       case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
         switch (a.name) {
-          case CUDNN_ATTR_OPERATION_REDUCTION_DESC:
-            return set_desc(a, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &red);
+          case CUDNN_ATTR_OPERATION_REDUCTION_DESC: return set_desc(a, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &red);
           case CUDNN_ATTR_OPERATION_REDUCTION_XDESC:
-          case CUDNN_ATTR_OPERATION_REDUCTION_YDESC:
-            return set_port(a);
-          default:
-            return unknown_attr(*this, a);
+          case CUDNN_ATTR_OPERATION_REDUCTION_YDESC: return set_port(a);
+          default: return unknown_attr(*this, a);
         }
       case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR:
         switch (a.name) {
-          case CUDNN_ATTR_OPERATION_MATMUL_DESC:
-            return set_desc(a, CUDNN_BACKEND_MATMUL_DESCRIPTOR, &mm);
+          case CUDNN_ATTR_OPERATION_MATMUL_DESC: return set_desc(a, CUDNN_BACKEND_MATMUL_DESCRIPTOR, &mm);
           case CUDNN_ATTR_OPERATION_MATMUL_ADESC:
           case CUDNN_ATTR_OPERATION_MATMUL_BDESC:
-          case CUDNN_ATTR_OPERATION_MATMUL_CDESC:
-            return set_port(a);
-          default:
-            return unknown_attr(*this, a);
+          case CUDNN_ATTR_OPERATION_MATMUL_CDESC: return set_port(a);
+          default: return unknown_attr(*this, a);
         }
       default:  // reshape
         switch (a.name) {
           case CUDNN_ATTR_OPERATION_RESHAPE_XDESC:
-          case CUDNN_ATTR_OPERATION_RESHAPE_YDESC:
-            return set_port(a);
-          default:
-            return unknown_attr(*this, a);
+          case CUDNN_ATTR_OPERATION_RESHAPE_YDESC: return set_port(a);
+          default: return unknown_attr(*this, a);
         }
     }
   }
@@ -761,8 +691,7 @@ struct GraphDesc : Descriptor {
         has_ops = true;
         return CUDNN_STATUS_SUCCESS;
       }
-      default:
-        return unknown_attr(*this, a);
+      default: return unknown_attr(*this, a);
     }
   }
 
@@ -858,15 +787,13 @@ struct HeurDesc : Descriptor {
         graph = static_cast<GraphDesc*>(d)->graph;
         return CUDNN_STATUS_SUCCESS;
       }
-      case CUDNN_ATTR_ENGINEHEUR_MODE:
-        return set_one(*this, a, CUDNN_TYPE_HEUR_MODE, &mode);
+      case CUDNN_ATTR_ENGINEHEUR_MODE: return set_one(*this, a, CUDNN_TYPE_HEUR_MODE, &mode);
       case CUDNN_ATTR_ENGINEHEUR_DEVICEPROP: {
         ASC_CUDNN_TRY(expect(*this, a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, 1));
         Descriptor* d = nullptr;
         return descriptor_arg(*this, a, values<const void*>(a)[0], CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, &d);
       }
-      default:
-        return unknown_attr(*this, a);
+      default: return unknown_attr(*this, a);
     }
   }
   cudnnStatus_t finalize() override {
@@ -920,8 +847,7 @@ struct PlanDesc : Descriptor {
         graph = static_cast<EngineCfgDesc*>(d)->graph;
         return CUDNN_STATUS_SUCCESS;
       }
-      default:
-        return unknown_attr(*this, a);
+      default: return unknown_attr(*this, a);
     }
   }
   cudnnStatus_t finalize() override {
@@ -955,8 +881,7 @@ struct VariantPackDesc : Descriptor {
         ASC_CUDNN_TRY(expect(*this, a, CUDNN_TYPE_VOID_PTR, 1, 1));
         workspace = values<void*>(a)[0];
         return CUDNN_STATUS_SUCCESS;
-      default:
-        return unknown_attr(*this, a);
+      default: return unknown_attr(*this, a);
     }
   }
   cudnnStatus_t finalize() override {
@@ -990,14 +915,10 @@ struct Bound {
     if (t->by_value) return scalar;
     if (t->is_virtual) return scratch[static_cast<size_t>(off)];
     switch (t->dtype) {
-      case CUDNN_DATA_FLOAT:
-        return reinterpret_cast<const float*>(ptr)[off];
-      case CUDNN_DATA_HALF:
-        return static_cast<float>(reinterpret_cast<const __half*>(ptr)[off]);
-      case CUDNN_DATA_BFLOAT16:
-        return static_cast<float>(reinterpret_cast<const __nv_bfloat16*>(ptr)[off]);
-      default:
-        return reinterpret_cast<const int32_t*>(ptr)[off];
+      case CUDNN_DATA_FLOAT: return reinterpret_cast<const float*>(ptr)[off];
+      case CUDNN_DATA_HALF: return static_cast<float>(reinterpret_cast<const __half*>(ptr)[off]);
+      case CUDNN_DATA_BFLOAT16: return static_cast<float>(reinterpret_cast<const __nv_bfloat16*>(ptr)[off]);
+      default: return reinterpret_cast<const int32_t*>(ptr)[off];
     }
   }
   // Rounded once, from double, to the declared type; virtual tensors too, as the library's kernels store them so.
@@ -1073,36 +994,16 @@ void run_op(const Op& op, std::map<int64_t, Bound>& b) {
         const double bb = in.size() > 1 ? in[1]->read(in[1]->offset(idx)) : 0.0;
         double v = 0;
         switch (op.mode) {
-          case CUDNN_POINTWISE_ADD:
-            v = x + bb;
-            break;
-          case CUDNN_POINTWISE_MUL:
-            v = x * bb;
-            break;
-          case CUDNN_POINTWISE_DIV:
-            v = x / bb;
-            break;
-          case CUDNN_POINTWISE_SUB:
-            v = x - bb;
-            break;
-          case CUDNN_POINTWISE_EXP:
-            v = std::exp(x);
-            break;
-          case CUDNN_POINTWISE_LOG:
-            v = std::log(x);
-            break;
-          case CUDNN_POINTWISE_IDENTITY:
-            v = x;
-            break;
-          case CUDNN_POINTWISE_CMP_GE:
-            v = x >= bb ? 1.0 : 0.0;
-            break;
-          case CUDNN_POINTWISE_GEN_INDEX:
-            v = static_cast<double>(idx[static_cast<size_t>(op.axis)]);
-            break;
-          case CUDNN_POINTWISE_BINARY_SELECT:
-            v = in[2]->read(in[2]->offset(idx)) != 0.0 ? x : bb;
-            break;
+          case CUDNN_POINTWISE_ADD: v = x + bb; break;
+          case CUDNN_POINTWISE_MUL: v = x * bb; break;
+          case CUDNN_POINTWISE_DIV: v = x / bb; break;
+          case CUDNN_POINTWISE_SUB: v = x - bb; break;
+          case CUDNN_POINTWISE_EXP: v = std::exp(x); break;
+          case CUDNN_POINTWISE_LOG: v = std::log(x); break;
+          case CUDNN_POINTWISE_IDENTITY: v = x; break;
+          case CUDNN_POINTWISE_CMP_GE: v = x >= bb ? 1.0 : 0.0; break;
+          case CUDNN_POINTWISE_GEN_INDEX: v = static_cast<double>(idx[static_cast<size_t>(op.axis)]); break;
+          case CUDNN_POINTWISE_BINARY_SELECT: v = in[2]->read(in[2]->offset(idx)) != 0.0 ? x : bb; break;
         }
         out.push_back({y.offset(idx), v});
       });
@@ -1250,18 +1151,12 @@ size_t cudnnGetVersion() { return CUDNN_VERSION; }
 
 const char* cudnnGetErrorString(cudnnStatus_t status) {
   switch (status) {
-    case CUDNN_STATUS_SUCCESS:
-      return "CUDNN_STATUS_SUCCESS";
-    case CUDNN_STATUS_NOT_INITIALIZED:
-      return "CUDNN_STATUS_NOT_INITIALIZED";
-    case CUDNN_STATUS_BAD_PARAM:
-      return "CUDNN_STATUS_BAD_PARAM";
-    case CUDNN_STATUS_NOT_SUPPORTED:
-      return "CUDNN_STATUS_NOT_SUPPORTED";
-    case CUDNN_STATUS_INTERNAL_ERROR:
-      return "CUDNN_STATUS_INTERNAL_ERROR";
-    case CUDNN_STATUS_EXECUTION_FAILED:
-      return "CUDNN_STATUS_EXECUTION_FAILED";
+    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
+    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
+    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
+    case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
   }
   return "CUDNN_STATUS_UNKNOWN";
 }
@@ -1306,42 +1201,20 @@ cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type, cu
   if (!descriptor) return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendCreateDescriptor: null descriptor pointer");
   Descriptor* d = nullptr;
   switch (type) {
-    case CUDNN_BACKEND_TENSOR_DESCRIPTOR:
-      d = new TensorDesc;
-      break;
-    case CUDNN_BACKEND_POINTWISE_DESCRIPTOR:
-      d = new PointwiseDesc;
-      break;
-    case CUDNN_BACKEND_REDUCTION_DESCRIPTOR:
-      d = new ReductionDesc;
-      break;
-    case CUDNN_BACKEND_MATMUL_DESCRIPTOR:
-      d = new MatmulDesc;
-      break;
+    case CUDNN_BACKEND_TENSOR_DESCRIPTOR: d = new TensorDesc; break;
+    case CUDNN_BACKEND_POINTWISE_DESCRIPTOR: d = new PointwiseDesc; break;
+    case CUDNN_BACKEND_REDUCTION_DESCRIPTOR: d = new ReductionDesc; break;
+    case CUDNN_BACKEND_MATMUL_DESCRIPTOR: d = new MatmulDesc; break;
     case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR:
     case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
     case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR:
-    case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR:
-      d = new OperationDesc(type);
-      break;
-    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
-      d = new GraphDesc;
-      break;
-    case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR:
-      d = new HeurDesc;
-      break;
-    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR:
-      d = new EngineCfgDesc;
-      break;
-    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR:
-      d = new PlanDesc;
-      break;
-    case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR:
-      d = new VariantPackDesc;
-      break;
-    case CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR:
-      d = new DevicePropDesc;
-      break;
+    case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR: d = new OperationDesc(type); break;
+    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR: d = new GraphDesc; break;
+    case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR: d = new HeurDesc; break;
+    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR: d = new EngineCfgDesc; break;
+    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: d = new PlanDesc; break;
+    case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: d = new VariantPackDesc; break;
+    case CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR: d = new DevicePropDesc; break;
     default:
       return fail(CUDNN_STATUS_NOT_SUPPORTED,
                   "cudnnBackendCreateDescriptor: " + descriptor_name(type) + " is not emulated");
@@ -1398,18 +1271,12 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor
     case CUDNN_BACKEND_TENSOR_DESCRIPTOR: {
       const TensorInfo& t = static_cast<TensorDesc*>(d)->t;
       switch (attributeName) {
-        case CUDNN_ATTR_TENSOR_DATA_TYPE:
-          return get(CUDNN_TYPE_DATA_TYPE, std::vector<cudnnDataType_t>{t.dtype});
-        case CUDNN_ATTR_TENSOR_DIMENSIONS:
-          return get(CUDNN_TYPE_INT64, t.dims);
-        case CUDNN_ATTR_TENSOR_STRIDES:
-          return get(CUDNN_TYPE_INT64, t.strides);
-        case CUDNN_ATTR_TENSOR_UNIQUE_ID:
-          return get(CUDNN_TYPE_INT64, std::vector<int64_t>{t.uid});
-        case CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT:
-          return get(CUDNN_TYPE_INT64, std::vector<int64_t>{t.alignment});
-        default:
-          break;
+        case CUDNN_ATTR_TENSOR_DATA_TYPE: return get(CUDNN_TYPE_DATA_TYPE, std::vector<cudnnDataType_t>{t.dtype});
+        case CUDNN_ATTR_TENSOR_DIMENSIONS: return get(CUDNN_TYPE_INT64, t.dims);
+        case CUDNN_ATTR_TENSOR_STRIDES: return get(CUDNN_TYPE_INT64, t.strides);
+        case CUDNN_ATTR_TENSOR_UNIQUE_ID: return get(CUDNN_TYPE_INT64, std::vector<int64_t>{t.uid});
+        case CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT: return get(CUDNN_TYPE_INT64, std::vector<int64_t>{t.alignment});
+        default: break;
       }
       break;
     }
@@ -1443,8 +1310,7 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor
         return CUDNN_STATUS_SUCCESS;
       }
       break;
-    default:
-      break;
+    default: break;
   }
   return fail(CUDNN_STATUS_BAD_PARAM, attr_str(*d, attributeName) + ": cannot be read (or not emulated)");
 }

@@ -471,9 +471,10 @@ bool device_range_ok(const void* p, size_t bytes, const char* what, std::string*
       *why = format("%s [%p, +%zu bytes) runs outside its device allocation [%p, +%zu bytes)", what, p, bytes,
                     static_cast<void*>(r->user), r->user_len);
     } else {
-      *why = format("%s %p is memory of device %d, but device %d is current: the operation would be ordered on "
-                    "device %d's stream only (make device %d current; between devices use cudaMemcpyPeer)",
-                    what, p, r->device, t_device, t_device, r->device);
+      *why = format(
+          "%s %p is memory of device %d, but device %d is current: the operation would be ordered on "
+          "device %d's stream only (make device %d current; between devices use cudaMemcpyPeer)",
+          what, p, r->device, t_device, t_device, r->device);
     }
   }
   return false;
@@ -650,32 +651,15 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   cudaDeviceProp p;
   if (cudaError_t e = cudaGetDeviceProperties(&p, device); e != cudaSuccess) return e;
   switch (attr) {
-    case cudaDevAttrMaxThreadsPerBlock:
-      *value = p.maxThreadsPerBlock;
-      break;
-    case cudaDevAttrMaxSharedMemoryPerBlock:
-      *value = static_cast<int>(p.sharedMemPerBlock);
-      break;
-    case cudaDevAttrWarpSize:
-      *value = 32;
-      break;
-    case cudaDevAttrMultiProcessorCount:
-      *value = p.multiProcessorCount;
-      break;
-    case cudaDevAttrMemoryClockRate:
-      *value = 1000000;
-      break;  // nominal: the emulator has no memory bandwidth
-    case cudaDevAttrGlobalMemoryBusWidth:
-      *value = 64;
-      break;
-    case cudaDevAttrComputeCapabilityMajor:
-      *value = p.major;
-      break;
-    case cudaDevAttrComputeCapabilityMinor:
-      *value = p.minor;
-      break;
-    default:
-      return record(cudaErrorInvalidValue);
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(p.sharedMemPerBlock); break;
+    case cudaDevAttrWarpSize: *value = 32; break;
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+    case cudaDevAttrMemoryClockRate: *value = 1000000; break;  // nominal: the emulator has no memory bandwidth
+    case cudaDevAttrGlobalMemoryBusWidth: *value = 64; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    default: return record(cudaErrorInvalidValue);
   }
   return cudaSuccess;
 }
@@ -704,34 +688,20 @@ cudaError_t cudaPeekAtLastError() { return t_last; }
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
-    case cudaSuccess:
-      return "cudaSuccess";
-    case cudaErrorInvalidValue:
-      return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation:
-      return "cudaErrorMemoryAllocation";
-    case cudaErrorInitializationError:
-      return "cudaErrorInitializationError";
-    case cudaErrorInvalidConfiguration:
-      return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevicePointer:
-      return "cudaErrorInvalidDevicePointer";
-    case cudaErrorInvalidMemcpyDirection:
-      return "cudaErrorInvalidMemcpyDirection";
-    case cudaErrorNoDevice:
-      return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice:
-      return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle:
-      return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady:
-      return "cudaErrorNotReady";
-    case cudaErrorIllegalAddress:
-      return "cudaErrorIllegalAddress";
-    case cudaErrorLaunchFailure:
-      return "cudaErrorLaunchFailure";
-    case cudaErrorNotSupported:
-      return "cudaErrorNotSupported";
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
   }
   return "cudaErrorUnknown";
 }
@@ -739,24 +709,15 @@ const char* cudaGetErrorName(cudaError_t error) {
 const char* cudaGetErrorString(cudaError_t error) {
   if (error != cudaSuccess && error == t_detail_code && !t_detail.empty()) return t_detail.c_str();
   switch (error) {
-    case cudaSuccess:
-      return "no error";
-    case cudaErrorInvalidValue:
-      return "invalid argument";
-    case cudaErrorMemoryAllocation:
-      return "out of memory";
-    case cudaErrorInvalidConfiguration:
-      return "invalid configuration argument";
-    case cudaErrorNoDevice:
-      return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice:
-      return "invalid device ordinal";
-    case cudaErrorNotReady:
-      return "device not ready";
-    case cudaErrorLaunchFailure:
-      return "unspecified launch failure";
-    default:
-      return cudaGetErrorName(error);
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    default: return cudaGetErrorName(error);
   }
 }
 

@@ -39,9 +39,12 @@ inline float small_float_value(uint16_t bits, int mant, int exp_bits) {
   const int field = (bits >> mant) & max_field;
   const uint32_t frac = bits & ((1u << mant) - 1);
   double v;
-  if (field == 0) v = std::ldexp(static_cast<double>(frac), 1 - bias - mant);
-  else if (field == max_field) v = frac ? NAN : INFINITY;
-  else v = std::ldexp(static_cast<double>(frac | (1u << mant)), field - bias - mant);
+  if (field == 0)
+    v = std::ldexp(static_cast<double>(frac), 1 - bias - mant);
+  else if (field == max_field)
+    v = frac ? NAN : INFINITY;
+  else
+    v = std::ldexp(static_cast<double>(frac | (1u << mant)), field - bias - mant);
   return static_cast<float>(neg ? -v : v);
 }
 

@@ -35,8 +35,8 @@
 #include <type_traits>
 #include <utility>
 
-#include <cmath>
 #include <math.h>
+#include <cmath>
 
 #define ASC_CUDA_EMULATION_RUNTIME 1
 #define CUDART_VERSION 13000
@@ -184,7 +184,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
-// ---- the emulator's engine (tests/cuda_emu/runtime.cpp) ---------------------------------------------------------------
+// ---- the emulator's engine (tests/cuda_emu/runtime.cpp)
+// ---------------------------------------------------------------
 
 namespace asc::cuda::emu {
 
@@ -200,12 +201,12 @@ extern const Builtins* g_builtins;  // the running fibre's (kernels run one at a
 // Runs body(ctx) once per thread of the grid, block by block; returns the launch's error (also the last error).
 // pointers[0..count) are the kernel's pointer arguments: each non-null one must point into a live allocation of the
 // current device (a host pointer, a freed block or another device's memory is an error before anything runs).
-cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void (*body)(void*),
-                        void* ctx, const void* const* pointers, int count);
+cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void (*body)(void*), void* ctx,
+                        const void* const* pointers, int count);
 
 // Synchronisation points, called from kernel code.
-void block_barrier();                                         // __syncthreads()
-void warp_barrier(unsigned mask);                             // __syncwarp(mask)
+void block_barrier();                                                // __syncthreads()
+void warp_barrier(unsigned mask);                                    // __syncwarp(mask)
 uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane);  // value of `bits` held by lane src_lane
 int lane_id();
 
@@ -238,28 +239,30 @@ cudaError_t cudaLaunchKernel(void (*func)(P...), dim3 grid, dim3 block, void** a
     void (*func)(P...);
     Params params;
   };
-  Call call{func, [&]<size_t... I>(std::index_sequence<I...>) {
-              return Params(*static_cast<std::decay_t<P>*>(args[I])...);
-            }(std::index_sequence_for<P...>{})};
-  const void* pointers[sizeof...(P) + 1] = {};
-  int count = 0;
-  std::apply(
-      [&](const auto&... a) {
-        (
-            [&](const auto& v) {
-              if constexpr (std::is_pointer_v<std::decay_t<decltype(v)>>) pointers[count] = v;
-              ++count;  // argument position, pointer or not: messages name it
-            }(a),
-            ...);
-      },
-      call.params);
-  return asc::cuda::emu::launch_grid(
-      grid, block, shared_bytes, stream,
-      [](void* c) {
-        Call& k = *static_cast<Call*>(c);
-        std::apply([&](const auto&... a) { k.func(a...); }, k.params);  // each thread gets its own copies
-      },
-      &call, pointers, count);
+  Call call{func, [&]<size_t... I>(std::index_sequence<I...>){return Params(*static_cast<std::decay_t<P>*>(args[I])...);
+}
+(std::index_sequence_for<P...>{})
+}
+;
+const void* pointers[sizeof...(P) + 1] = {};
+int count = 0;
+std::apply(
+    [&](const auto&... a) {
+      (
+          [&](const auto& v) {
+            if constexpr (std::is_pointer_v<std::decay_t<decltype(v)>>) pointers[count] = v;
+            ++count;  // argument position, pointer or not: messages name it
+          }(a),
+          ...);
+    },
+    call.params);
+return asc::cuda::emu::launch_grid(
+    grid, block, shared_bytes, stream,
+    [](void* c) {
+      Call& k = *static_cast<Call*>(c);
+      std::apply([&](const auto&... a) { k.func(a...); }, k.params);  // each thread gets its own copies
+    },
+    &call, pointers, count);
 }
 
 // ---- device side: qualifiers, built-in variables, synchronisation, atomics, intrinsics ----------------------------
