@@ -23,19 +23,28 @@ void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& 
                                         float_elem_of("firing_output", Z.dtype()), current_stream()));
 }
 
-void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const Tensor& F, const Tensor& dY,
-                     GateBackward mode, const Surrogate& s, double width, Tensor& dZ, Tensor& dSP, Tensor& df) {
-  firing_launch::Gate gate{0, math::SurrogateKind{}, width};
-  if (mode == GateBackward::StraightThrough) gate.mode = 1;
-  if (mode == GateBackward::Surrogate) {
-    // Only the built-in surrogates have device code (math::surrogate_derivative).
-    ASC_CHECK(s.builtin.has_value(),
-              "firing_output (CUDA): surrogate '{}' is a user-registered host function and "
-              "has no CUDA kernel; use a built-in surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run "
-              "the layer on the CPU",
-              s.name);
-    gate.mode = 2, gate.kind = *s.builtin;
+namespace {
+// The launchers' gate: GateBackward's value as its mode (0 exact, 1 straight-through, 2 surrogate) and the built-in
+// surrogate's kind. Only the built-ins have device code (math::surrogate_derivative); gate_spec refuses the others
+// on CUDA, and so does this for a kernel called directly.
+firing_launch::Gate gate_of(const char* op, const GateSpec& spec) {
+  static_assert(static_cast<int>(GateBackward::None) == 0 && static_cast<int>(GateBackward::StraightThrough) == 1 &&
+                static_cast<int>(GateBackward::Surrogate) == 2);
+  firing_launch::Gate gate{static_cast<int>(spec.mode), math::SurrogateKind{}, spec.width};
+  if (spec.mode == GateBackward::Surrogate) {
+    ASC_CHECK(spec.surrogate.builtin.has_value(),
+              "{} (CUDA): surrogate '{}' is a user-registered host function and has no CUDA kernel; use a built-in "
+              "surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run on the CPU",
+              op, spec.surrogate.name);
+    gate.kind = *spec.surrogate.builtin;
   }
+  return gate;
+}
+}  // namespace
+
+void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const Tensor& F, const Tensor& dY,
+                     const GateSpec& spec, Tensor& dZ, Tensor& dSP, Tensor& df) {
+  const firing_launch::Gate gate = gate_of("firing_output", spec);
   const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
   dZ = Tensor::empty({N, P}, Z.options());
   dSP = Tensor::empty({P}, Z.options());

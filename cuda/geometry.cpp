@@ -104,7 +104,9 @@ void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y,
                                         float_elem_of("row_standardize", x.dtype()), current_stream()));
 }
 
-void apply_surrogate(const Surrogate& s, double width, const Tensor& u, Tensor& out) {
+void apply_surrogate(const GateSpec& gate, const Tensor& u, Tensor& out) {
+  const Surrogate& s = gate.surrogate;
+  const double width = gate.width;
   check_cuda_float("hard_gate", u, "u");
   check_same_dtype("hard_gate", u, out, "output");
   // Only the built-in surrogates have device code (math::surrogate_derivative).

@@ -35,35 +35,18 @@ FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, c
             kOp, Z.dtype(), SP.dtype(), f.dtype());
   ASC_CHECK(f.size(1) >= 1, "{}: f must have at least one output per neuron (alpha >= 1), got f {}", kOp, f.shape());
   checked_numel({Z.size(0), Z.size(1), f.size(1)}, kOp);  // Y (N, P, alpha): N P alpha must fit in int64
-  ASC_CHECK(gate.mode == GateBackward::None || gate.mode == GateBackward::StraightThrough ||
-                gate.mode == GateBackward::Surrogate,
-            "{}: unknown gate backward mode {} (None, StraightThrough or Surrogate)", kOp, static_cast<int>(gate.mode));
-  ASC_CHECK(std::isfinite(gate.width) && gate.width > 0, "{}: the surrogate width must be positive and finite, got {}",
-            kOp, gate.width);
-  Surrogate sur;
-  if (gate.mode == GateBackward::Surrogate) {
-    const std::vector<std::string> known = surrogate_names();
-    ASC_CHECK(std::find(known.begin(), known.end(), gate.surrogate) != known.end(),
-              "{}: unknown surrogate '{}' (known: {})", kOp, gate.surrogate, fmt::join(known, ", "));
-    sur = surrogate(gate.surrogate);
-    ASC_CHECK(!Z.device().is_cuda() || sur.builtin.has_value(),
-              "{}: surrogate '{}' is a user-registered host function and has no CUDA kernel; use a built-in one "
-              "(sigmoid, rectangular, triangular, atan) on CUDA",
-              kOp, gate.surrogate);
-  }
+  const GateSpec spec = gate_spec(kOp, gate, Z.device());
   const Tensor z = Z.contiguous(), sp = SP.contiguous(), fw = f.contiguous();
   FiringOutput out;
   ASC_KERNEL(z.device(), kOp, firing_forward, z, sp, fw, out.F, out.Y);
   if (autograd::needs_grad({&Z, &SP, &f})) {
     using autograd::SavedTensor;
-    const GateBackward mode = gate.mode;
-    const double width = gate.width;
     autograd::record(kOp, {z, sp, fw}, {out.Y},
-                     [zs = SavedTensor(z, kOp), sps = SavedTensor(sp, kOp), fs = SavedTensor(fw, kOp), F = out.F, mode,
-                      width, sur](const TensorList& g) -> TensorList {
+                     [zs = SavedTensor(z, kOp), sps = SavedTensor(sp, kOp), fs = SavedTensor(fw, kOp), F = out.F,
+                      spec](const TensorList& g) -> TensorList {
                        Tensor dZ, dSP, df;
                        ASC_KERNEL(g[0].device(), kOp, firing_backward, zs.get(), sps.get(), fs.get(), F,
-                                  g[0].contiguous(), mode, sur, width, dZ, dSP, df);
+                                  g[0].contiguous(), spec, dZ, dSP, df);
                        return {dZ, dSP, df};
                      });
   }

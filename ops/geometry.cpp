@@ -262,6 +262,23 @@ const Surrogate& find_surrogate(const std::string& name, const char* op) {
 
 const Surrogate& surrogate(const std::string& name) { return find_surrogate(name, "surrogate"); }
 
+GateSpec gate_spec(const char* op, const GateOptions& opts, Device device) {
+  ASC_CHECK(opts.mode == GateBackward::None || opts.mode == GateBackward::StraightThrough ||
+                opts.mode == GateBackward::Surrogate,
+            "{}: unknown gate backward mode {} (None, StraightThrough or Surrogate)", op, static_cast<int>(opts.mode));
+  ASC_CHECK(std::isfinite(opts.width) && opts.width > 0, "{}: the surrogate width must be positive and finite, got {}",
+            op, opts.width);
+  GateSpec spec{.mode = opts.mode, .width = opts.width};
+  if (opts.mode == GateBackward::Surrogate) {
+    spec.surrogate = find_surrogate(opts.surrogate, op);
+    ASC_CHECK(!device.is_cuda() || spec.surrogate.builtin.has_value(),
+              "{}: surrogate '{}' is a user-registered host function and has no CUDA kernel; use a built-in one "
+              "(sigmoid, rectangular, triangular, atan) on CUDA, or run on the CPU",
+              op, opts.surrogate);
+  }
+  return spec;
+}
+
 std::vector<std::string> surrogate_names() {
   Registry& reg = registry();
   std::lock_guard lock(reg.mu);
@@ -293,8 +310,7 @@ Tensor hard_gate(const Tensor& z, const Tensor& theta_in, const GateOptions& opt
     ok = ts == zs || ts == 1;
   }
   ASC_CHECK(ok, "hard_gate: theta of shape {} does not broadcast to z's shape {}", theta_in.shape(), z.shape());
-  ASC_CHECK(opts.width > 0, "hard_gate: width must be positive, got {}", opts.width);
-  const Surrogate* sur = opts.mode == GateBackward::Surrogate ? &find_surrogate(opts.surrogate, "hard_gate") : nullptr;
+  const GateSpec spec = gate_spec("hard_gate", opts, z.device());
   Tensor theta = theta_in.dtype() == z.dtype() ? theta_in : theta_in.to(z.dtype());
   Tensor F;
   {
@@ -304,20 +320,17 @@ Tensor hard_gate(const Tensor& z, const Tensor& theta_in, const GateOptions& opt
   if (autograd::needs_grad(z, theta)) {
     const bool gz = z.requires_grad(), gt_ = theta.requires_grad();
     Shape zs = z.shape(), ts = theta.shape();
-    const GateBackward mode = opts.mode;
-    const double width = opts.width;
-    Surrogate s = sur ? *sur : Surrogate{};
     autograd::record("hard_gate", {z, theta}, {F},
                      [=, zsv = SavedTensor(z, "hard_gate"),
                       tsv = SavedTensor(theta, "hard_gate")](const TensorList& g) -> TensorList {
                        Tensor dz;
-                       switch (mode) {
+                       switch (spec.mode) {
                          case GateBackward::None: dz = zeros(zs, g[0].options()); break;
                          case GateBackward::StraightThrough: dz = g[0]; break;
                          case GateBackward::Surrogate: {
                            Tensor u = sub(zsv.get(), tsv.get()).contiguous();
                            Tensor sp = Tensor::empty(u.shape(), u.options());
-                           ASC_KERNEL(u.device(), "hard_gate", apply_surrogate, s, width, u, sp);
+                           ASC_KERNEL(u.device(), "hard_gate", apply_surrogate, spec, u, sp);
                            dz = mul(g[0], sp);
                            break;
                          }

@@ -54,6 +54,11 @@ const Surrogate& surrogate(const std::string& name);
 std::vector<std::string> surrogate_names();
 void register_surrogate(Surrogate s);
 
+// GateOptions checked and resolved for `op` on `device` — the one place every gated op (hard_gate, firing_output)
+// checks them: an unknown mode, a width that is not finite and > 0, an unknown surrogate name (the error lists the
+// known ones) or, on CUDA, a user-registered surrogate (a host function, no device code) is an asc::Error naming op.
+GateSpec gate_spec(const char* op, const GateOptions& opts, Device device);
+
 // z (..), theta broadcastable to z -> F in {0, 1} of z's dtype.
 Tensor hard_gate(const Tensor& z, const Tensor& theta, const GateOptions& opts = {});
 

@@ -24,8 +24,17 @@ enum class GateBackward {
 struct Surrogate {
   std::string name;
   std::function<double(double u, double width)> derivative;
-  std::optional<math::SurrogateKind> builtin =
-      {};  // set for the built-ins (which also run on CUDA); user entries: none
+  // Set for the built-ins (which also run on CUDA); user entries: none.
+  std::optional<math::SurrogateKind> builtin = {};
+};
+
+// The gate's backward as every kernel takes it, resolved once from the user's GateOptions by gate_spec()
+// (ops/geometry.h), which checks it: the mode, the surrogate's width (finite, > 0) and, in Surrogate mode, the
+// registry's entry — copied, so a backward that runs later does not depend on the registry.
+struct GateSpec {
+  GateBackward mode = GateBackward::None;
+  double width = 1.0;
+  Surrogate surrogate;  // Surrogate mode only
 };
 
 // ---- fused ASCender attention (ops/ascender.h) ------------------------------------------------------------------

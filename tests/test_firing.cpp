@@ -434,6 +434,36 @@ TEST_CASE(
   }
 }
 
+// Every gated op checks its GateOptions through gate_spec: the same errors from hard_gate as from firing_output, for
+// every bad width, an unknown mode and an unknown surrogate, and nothing is recorded for a refused call.
+TEST_CASE("gate options: hard_gate and firing_output refuse the same bad options the same way") {
+  Tensor Z = randn64({4, 3}, true), SP = randn64({3}, true), f = randn64({3, 2});
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (const double w : {0.0, -1.0, inf, -inf, nan}) {
+    CAPTURE(w);
+    const GateOptions bad{.mode = GateBackward::Surrogate, .surrogate = "sigmoid", .width = w};
+    check_error([&] { (void)hard_gate(Z, SP, bad); }, {"hard_gate", "width must be positive and finite"});
+    check_error([&] { (void)firing_output(Z, SP, f, bad); }, {"firing_output", "width must be positive and finite"});
+  }
+  const GateOptions odd_mode{.mode = static_cast<GateBackward>(5)};
+  check_error([&] { (void)hard_gate(Z, SP, odd_mode); }, {"hard_gate", "unknown gate backward mode 5"});
+  check_error([&] { (void)firing_output(Z, SP, f, odd_mode); }, {"firing_output", "unknown gate backward mode 5"});
+  const GateOptions unknown{.mode = GateBackward::Surrogate, .surrogate = "nope"};
+  check_error([&] { (void)hard_gate(Z, SP, unknown); }, {"hard_gate", "unknown surrogate 'nope'", "atan"});
+  check_error([&] { (void)firing_output(Z, SP, f, unknown); }, {"firing_output", "unknown surrogate 'nope'", "atan"});
+  // The resolved spec: the registry's entry, copied.
+  const GateSpec spec =
+      gate_spec("test", {.mode = GateBackward::Surrogate, .surrogate = "atan", .width = 2}, Device::cpu());
+  CHECK(spec.mode == GateBackward::Surrogate);
+  CHECK(spec.width == 2);
+  CHECK(spec.surrogate.name == "atan");
+  REQUIRE(spec.surrogate.builtin.has_value());
+  CHECK(*spec.surrogate.builtin == math::SurrogateKind::Atan);
+  // A mode without a surrogate ignores the name (as before), but still wants a valid width.
+  CHECK(gate_spec("test", {.mode = GateBackward::StraightThrough, .surrogate = "nope"}, Device::cpu()).mode ==
+        GateBackward::StraightThrough);
+}
+
 TEST_CASE("firing_output: bad input gives a clear error") {
   Tensor Z = randn64({4, 3}), SP = randn64({3}), f = randn64({3, 2});
   check_error([&] { firing_output(Z, randn64({2}), f); }, {"firing_output", "SP [2]"});

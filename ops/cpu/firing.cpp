@@ -252,7 +252,10 @@ void backward_block_plain(const T* z, const T* sp, const T* fw, const T* Fp, con
 // order. Tasks are (chunk, range of neurons) pairs — a neuron's sum does not depend on how the neurons are split,
 // so the neuron split may follow the thread count. Same inputs, same bits, with 1, 2 or 64 threads.
 void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const Tensor& F, const Tensor& dY,
-                     GateBackward mode, const Surrogate& s, double width, Tensor& dZ, Tensor& dSP, Tensor& df) {
+                     const GateSpec& gate, Tensor& dZ, Tensor& dSP, Tensor& df) {
+  const GateBackward mode = gate.mode;
+  const Surrogate& s = gate.surrogate;
+  const double width = gate.width;
   const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
   dZ = Tensor::empty({N, P}, Z.options());
   dSP = Tensor::empty({P}, Z.options());

@@ -143,7 +143,9 @@ void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y,
   });
 }
 
-void apply_surrogate(const Surrogate& s, double width, const Tensor& u, Tensor& out) {
+void apply_surrogate(const GateSpec& gate, const Tensor& u, Tensor& out) {
+  const Surrogate& s = gate.surrogate;
+  const double width = gate.width;
   const int64_t N = u.numel();
   ASC_DISPATCH_FLOAT(u.dtype(), "hard_gate", [&] {
     const scalar_t* up = u.data_ptr<scalar_t>();
