@@ -6,7 +6,6 @@
 #include "autograd/anomaly.h"
 #include "autograd/node.h"
 #include "core/format.h"
-#include "ops/elementwise.h"
 
 namespace asc {
 

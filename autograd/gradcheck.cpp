@@ -4,8 +4,6 @@
 
 #include "core/format.h"
 #include "core/generator.h"
-#include "ops/elementwise.h"
-#include "ops/reduce.h"
 
 namespace asc::autograd {
 
@@ -41,7 +39,7 @@ GradcheckResult gradcheck(const std::function<TensorList(const TensorList&)>& fn
     NoGradGuard ng;
     TensorList o = fn(in);
     double s = 0;
-    for (size_t k = 0; k < root_index.size(); ++k) s += sum(mul(o[root_index[k]].to(kFloat64), cot[k])).item<double>();
+    for (size_t k = 0; k < root_index.size(); ++k) s += (o[root_index[k]].to(kFloat64) * cot[k]).sum().item<double>();
     return s;
   };
 
