@@ -10,6 +10,12 @@ namespace asc::cuda {
 namespace {
 // Zero-initialised before any constructor runs: the backend's start-up registration cannot precede it.
 const Runtime* g_runtime = nullptr;
+
+// The registered backend, for a call that cannot answer without it: an asc::Error naming `who` otherwise.
+const Runtime& linked(const char* who) {
+  ASC_CHECK(g_runtime, "{}: this program does not link the CUDA backend (ascender::cuda)", who);
+  return *g_runtime;
+}
 }  // namespace
 
 void register_runtime(const Runtime* runtime) { g_runtime = runtime; }
@@ -17,14 +23,8 @@ void register_runtime(const Runtime* runtime) { g_runtime = runtime; }
 bool is_built() { return g_runtime != nullptr; }
 bool is_available() { return device_count() > 0; }
 int device_count() { return g_runtime ? g_runtime->device_count() : 0; }
-std::string device_name(int index) {
-  ASC_CHECK(g_runtime, "cuda::device_name: this program does not link the CUDA backend (ascender::cuda)");
-  return g_runtime->device_name(index);
-}
-void synchronize() {
-  ASC_CHECK(g_runtime, "cuda::synchronize: this program does not link the CUDA backend (ascender::cuda)");
-  g_runtime->synchronize();
-}
+std::string device_name(int index) { return linked("cuda::device_name").device_name(index); }
+void synchronize() { linked("cuda::synchronize").synchronize(); }
 void set_allow_tf32(bool allow) {
   if (g_runtime) g_runtime->set_allow_tf32(allow);
 }
@@ -36,10 +36,7 @@ void reset_peak_memory_stats(int device) {
 void empty_cache() {
   if (g_runtime) g_runtime->empty_cache();
 }
-void record_stream(const void* data, uintptr_t stream) {
-  ASC_CHECK(g_runtime, "cuda::record_stream: this program does not link the CUDA backend (ascender::cuda)");
-  g_runtime->record_stream(data, stream);
-}
+void record_stream(const void* data, uintptr_t stream) { linked("cuda::record_stream").record_stream(data, stream); }
 PinnedStats pinned_memory_stats() { return g_runtime ? g_runtime->pinned_memory_stats() : PinnedStats{}; }
 void empty_pinned_cache() {
   if (g_runtime) g_runtime->empty_pinned_cache();
@@ -51,7 +48,8 @@ namespace asc {
 
 DeviceScope::DeviceScope(Device device) {
   if (!device.is_cuda()) return;
-  ASC_CHECK(cuda::is_built(), "cuda:{}: this program does not link the CUDA backend (ascender::cuda)", device.index);
+  // Not linked(): the message names the device, and this runs for every CUDA op (formatted only on failure).
+  ASC_CHECK(cuda::g_runtime, "cuda:{}: this program does not link the CUDA backend (ascender::cuda)", device.index);
   const cuda::Runtime& rt = *cuda::g_runtime;
   const int cur = rt.current_device_or_none();
   if (cur < 0) return;  // no usable device: the op's own launch reports that, naming the op

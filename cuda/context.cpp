@@ -6,6 +6,7 @@
 #include "core/format.h"
 #include "cuda/check.h"
 #include "cuda/cuda.h"
+#include "ops/kernel_types.h"
 
 namespace asc::cuda {
 namespace {
@@ -67,6 +68,14 @@ FloatElem float_elem_of(const char* op, DType t) {
     case kFloat16: return FloatElem::F16;
     default: ASC_THROW("{}: dtype {} is not supported on CUDA (float32/float64/bfloat16/float16 only)", op, t);
   }
+}
+
+math::SurrogateKind surrogate_kind_of(const char* op, const GateSpec& gate) {
+  ASC_CHECK(gate.surrogate.builtin.has_value(),
+            "{} (CUDA): surrogate '{}' is a user-registered host function and has no CUDA kernel; use a built-in "
+            "surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run the op on the CPU",
+            op, gate.surrogate.name);
+  return *gate.surrogate.builtin;
 }
 
 }  // namespace asc::cuda

@@ -13,6 +13,11 @@
 #include "cuda/check.h"
 #include "cuda/cuda.h"
 #include "cuda/float_elem.h"
+#include "ops/math.h"  // math::SurrogateKind
+
+namespace asc {
+struct GateSpec;  // ops/kernel_types.h
+}  // namespace asc
 
 namespace asc::cuda {
 
@@ -34,6 +39,10 @@ cublasHandle_t cublas_handle();
 
 // The launchers' element type of a floating dtype; an asc::Error naming `op` for any other dtype.
 FloatElem float_elem_of(const char* op, DType t);
+// The built-in surrogate of a gate in Surrogate mode, the kind its device code computes (math::surrogate_derivative);
+// an asc::Error naming `op` for a user-registered one, a host function with no device code. gate_spec refuses those
+// on CUDA already; this guards a kernel called directly.
+math::SurrogateKind surrogate_kind_of(const char* op, const GateSpec& gate);
 
 // ---- the backend's side of the public API of cuda/cuda.h (same meanings), which cuda/backend.cpp registers with the
 // CPU library (cuda/runtime_api.h). Code of cuda/ may call these directly. ---------------------------------------

@@ -25,19 +25,12 @@ void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& 
 
 namespace {
 // The launchers' gate: GateBackward's value as its mode (0 exact, 1 straight-through, 2 surrogate) and the built-in
-// surrogate's kind. Only the built-ins have device code (math::surrogate_derivative); gate_spec refuses the others
-// on CUDA, and so does this for a kernel called directly.
+// surrogate's kind.
 firing_launch::Gate gate_of(const char* op, const GateSpec& spec) {
   static_assert(static_cast<int>(GateBackward::None) == 0 && static_cast<int>(GateBackward::StraightThrough) == 1 &&
                 static_cast<int>(GateBackward::Surrogate) == 2);
   firing_launch::Gate gate{static_cast<int>(spec.mode), math::SurrogateKind{}, spec.width};
-  if (spec.mode == GateBackward::Surrogate) {
-    ASC_CHECK(spec.surrogate.builtin.has_value(),
-              "{} (CUDA): surrogate '{}' is a user-registered host function and has no CUDA kernel; use a built-in "
-              "surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run on the CPU",
-              op, spec.surrogate.name);
-    gate.kind = *spec.surrogate.builtin;
-  }
+  if (spec.mode == GateBackward::Surrogate) gate.kind = surrogate_kind_of(op, spec);
   return gate;
 }
 }  // namespace

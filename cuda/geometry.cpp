@@ -105,17 +105,10 @@ void row_standardize(const Tensor& x, const Tensor& mask, double eps, Tensor& y,
 }
 
 void apply_surrogate(const GateSpec& gate, const Tensor& u, Tensor& out) {
-  const Surrogate& s = gate.surrogate;
-  const double width = gate.width;
   check_cuda_float("hard_gate", u, "u");
   check_same_dtype("hard_gate", u, out, "output");
-  // Only the built-in surrogates have device code (math::surrogate_derivative).
-  if (!s.builtin)
-    ASC_THROW(
-        "hard_gate (CUDA): surrogate '{}' is a user-registered host function and has no CUDA kernel; use a "
-        "built-in surrogate (sigmoid, rectangular, triangular, atan) on CUDA, or run the op on the CPU",
-        s.name);
-  ASC_CUDA_CHECK(launch_apply_surrogate(*s.builtin, width, u.raw_data(), u.numel(), out.raw_data(),
+  const math::SurrogateKind kind = surrogate_kind_of("hard_gate", gate);
+  ASC_CUDA_CHECK(launch_apply_surrogate(kind, gate.width, u.raw_data(), u.numel(), out.raw_data(),
                                         float_elem_of("hard_gate", u.dtype()), current_stream()));
 }
 

@@ -17,7 +17,7 @@ static_assert(sparse_launch::kRowBlock == SparsePatternView::kRowBlock &&
               "the kernels tile by the pattern's block view");
 
 sparse_launch::Pattern pattern_of(const SparsePatternView& p) {
-  ASC_CHECK(p.has_blocks, "{} (CUDA): the pattern has no block view (move it with SparsePattern::to)", kOp);
+  ASC_CHECK(p.has_blocks(), "{} (CUDA): the pattern has no block view (move it with SparsePattern::to)", kOp);
   const SparsePatternBlocks& b = p.blocks;
   return {p.groups, b.rblk_ptr, b.rblk_keys, b.rblk_bits, b.kblk_ptr, b.kblk_rows, b.kblk_bits};
 }

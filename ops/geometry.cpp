@@ -268,7 +268,7 @@ GateSpec gate_spec(const char* op, const GateOptions& opts, Device device) {
             "{}: unknown gate backward mode {} (None, StraightThrough or Surrogate)", op, static_cast<int>(opts.mode));
   ASC_CHECK(std::isfinite(opts.width) && opts.width > 0, "{}: the surrogate width must be positive and finite, got {}",
             op, opts.width);
-  GateSpec spec{.mode = opts.mode, .width = opts.width};
+  GateSpec spec{.mode = opts.mode, .width = opts.width, .surrogate = {}};
   if (opts.mode == GateBackward::Surrogate) {
     spec.surrogate = find_surrogate(opts.surrogate, op);
     ASC_CHECK(!device.is_cuda() || spec.surrogate.builtin.has_value(),

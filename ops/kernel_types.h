@@ -75,8 +75,8 @@ struct SparsePatternView {
   static constexpr int64_t kRowBlock = 16, kKeyBlock = 8;  // the block view's row and key blocks
   int64_t groups = 0, queries = 0, keys = 0, nnz = 0, max_row = 0;
   SparsePatternLists lists{};
-  SparsePatternBlocks blocks{};
-  bool has_blocks = false;
+  SparsePatternBlocks blocks{};  // null pointers without a block view
+  bool has_blocks() const { return blocks.rblk_ptr != nullptr; }
 };
 
 }  // namespace asc

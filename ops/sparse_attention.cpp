@@ -189,7 +189,7 @@ SparsePattern::BlockView SparsePattern::block_view() const {
 SparsePatternView SparsePattern::view() const {
   SparsePatternView v{
       .groups = groups_, .queries = queries_, .keys = keys_, .nnz = nnz_, .max_row = max_row_, .lists = lists()};
-  if (has_block_view()) v.blocks = block_view(), v.has_blocks = true;
+  if (has_block_view()) v.blocks = block_view();
   return v;
 }
 

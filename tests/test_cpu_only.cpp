@@ -3,26 +3,11 @@
 // asc::Error, and an op that meets a CUDA tensor anyway (a stand-in allocator makes one) is refused by the dispatch
 // with a message naming the library to link. tools/check_package.sh checks the other half: such a program loads no
 // CUDA library (ldd, and the loader's own trace).
-#include <cstdlib>
-#include <cstring>
-
 #include "ascender.h"
-#include "core/allocator.h"
 #include "cuda/cuda.h"
 #include "testing.h"
 
 using namespace asc;
-
-namespace {
-class HostMemoryAsCuda final : public Allocator {
- public:
-  void* allocate(size_t n, Device) override { return n ? std::malloc(n) : nullptr; }
-  void deallocate(void* p, size_t) override { std::free(p); }
-  void copy(void* d, const void* s, size_t n) override {
-    if (n) std::memcpy(d, s, n);
-  }
-};
-}  // namespace
 
 TEST_CASE("without the CUDA backend library the CUDA API says so and answers no") {
   CHECK_FALSE(cuda::is_built());
@@ -51,11 +36,7 @@ TEST_CASE("without the CUDA backend library no CUDA tensor is made, and ops refu
       {"no CUDA device", "ascender::cuda"});
   testing::check_error([] { (void)ones({2}).to(Device::cuda()); }, {"no CUDA device"});
 
-  static HostMemoryAsCuda fake;
-  register_allocator(Device::Type::CUDA, &fake);
-  struct Restore {
-    ~Restore() { register_allocator(Device::Type::CUDA, nullptr); }
-  } restore;
+  const testing::HostMemoryAsCuda fake;
   Tensor x = ones({2, 3}).to(Device::cuda());
   REQUIRE(x.device() == Device::cuda());
   testing::check_error([&] { (void)exp(x); }, {"no kernel for device cuda:0", "ascender::cuda"});

@@ -798,19 +798,6 @@ TEST_CASE("cuda parity: a model on the second device trains like the CPU one; de
 
 // ---- runs everywhere: CUDA tensors in a process without a GPU -----------------------------------------------------
 
-namespace {
-// Hands out host memory as "CUDA" storage so that a CUDA-device tensor can exist in a process without a GPU: the
-// op layer then dispatches to the CUDA entry points, which must fail with asc::Error (never crash).
-class FakeCudaAllocator final : public Allocator {
- public:
-  void* allocate(size_t n, Device) override { return n ? std::malloc(n) : nullptr; }
-  void deallocate(void* p, size_t) override { std::free(p); }
-  void copy(void* d, const void* s, size_t n) override {
-    if (n) std::memcpy(d, s, n);
-  }
-};
-}  // namespace
-
 TEST_CASE("no GPU: CUDA tensors cannot be created, and ops on them are an asc::Error") {
   if (cuda::is_available()) {
     MESSAGE("a CUDA device is present: the no-GPU error paths are not reachable here");
@@ -820,11 +807,7 @@ TEST_CASE("no GPU: CUDA tensors cannot be created, and ops on them are an asc::E
   testing::check_error([] { (void)Tensor::empty({2, 3}, {.device = Device::cuda()}); }, {"no CUDA device"});
   testing::check_error([] { (void)ones({2}).to(Device::cuda()); }, {"no CUDA device"});
 
-  static FakeCudaAllocator fake;
-  register_allocator(Device::Type::CUDA, &fake);
-  struct Restore {
-    ~Restore() { register_allocator(Device::Type::CUDA, nullptr); }
-  } restore;
+  const testing::HostMemoryAsCuda fake;
   Tensor x = ones({2, 3}).to(Device::cuda());
   REQUIRE(x.device() == Device::cuda());
 #ifdef ASC_HAVE_CUDA

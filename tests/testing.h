@@ -3,11 +3,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "ascender.h"
+#include "core/allocator.h"
 
 #ifdef ASC_HAVE_OPENMP
 #include <omp.h>
@@ -105,6 +107,23 @@ inline bool same_bits(const Tensor& a, const Tensor& b) {
   Tensor ca = a.contiguous(), cb = b.contiguous();
   return std::memcmp(ca.raw_data(), cb.raw_data(), static_cast<size_t>(a.numel()) * a.element_size()) == 0;
 }
+
+// While it lives, host memory stands in as "CUDA" storage (it is the registered CUDA allocator), so that a CUDA-device
+// tensor can exist in a process without a GPU: the op layer then dispatches to the CUDA entry points (or refuses,
+// without the CUDA backend), which must fail with asc::Error, never crash. Only where no real CUDA allocator is
+// registered (no GPU); declare it before the tensors it makes.
+class HostMemoryAsCuda final : public Allocator {
+ public:
+  HostMemoryAsCuda() { register_allocator(Device::Type::CUDA, this); }
+  ~HostMemoryAsCuda() override { register_allocator(Device::Type::CUDA, nullptr); }
+  HostMemoryAsCuda(const HostMemoryAsCuda&) = delete;
+  HostMemoryAsCuda& operator=(const HostMemoryAsCuda&) = delete;
+  void* allocate(size_t n, Device) override { return n ? std::malloc(n) : nullptr; }
+  void deallocate(void* p, size_t) override { std::free(p); }
+  void copy(void* d, const void* s, size_t n) override {
+    if (n) std::memcpy(d, s, n);
+  }
+};
 
 // Row-major multi-index helpers for naive reference loops.
 inline std::vector<int64_t> unravel(int64_t flat, const Shape& s) {
