@@ -4,15 +4,33 @@
 # tools/bench_gpu exists; write bench/results/<date>_gpu_check_<device>.md with the device, the commit, each command
 # and its pass/fail summary.
 #
-#   tools/gpu_check.sh [build-dir]        # default build-gpu
+#   tools/gpu_check.sh [build-dir]               # configure + build in build-dir (default build-gpu), then check
+#   tools/gpu_check.sh --prebuilt build-dir      # check a build made elsewhere (no configure, no build): e.g. one
+#                                                # configured with -DASC_LINK_SHARED=ON and copied to the GPU machine
+#
+# Every step runs under a time limit (STEP_TIMEOUT seconds, default 600); the sanitizer runs, independent of each
+# other, run SANITIZER_JOBS at a time (default 1; they share the GPU, and each is mostly host work); the benchmarks run
+# last and alone.
 #
 # Exit status: 0 all passed, 1 something failed, 2 no GPU on this machine (nothing run).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${1:-$ROOT/build-gpu}"
+PREBUILT=0
+if [ "${1:-}" = "--prebuilt" ]; then
+  PREBUILT=1
+  shift
+  [ -n "${1:-}" ] || { echo "usage: tools/gpu_check.sh [--prebuilt] [build-dir]" >&2; exit 2; }
+fi
+BUILD="$(realpath -m "${1:-$ROOT/build-gpu}")"
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 4)}"
+STEP_TIMEOUT="${STEP_TIMEOUT:-600}"
+SANITIZER_JOBS="${SANITIZER_JOBS:-1}"
 cd "$ROOT"
+if [ $PREBUILT -eq 1 ] && [ ! -x "$BUILD/tests/test_cuda_parity" ]; then
+  echo "gpu_check: --prebuilt $BUILD: no tests/test_cuda_parity there (build it with the CUDA backend first)" >&2
+  exit 2
+fi
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_check: no NVIDIA GPU on this machine (nvidia-smi missing or finds no device): nothing was run" >&2
@@ -39,88 +57,133 @@ SANITIZER="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sa
   echo "- commit: $COMMIT$DIRTY"
   echo "- nvcc: $("$NVCC" --version 2>/dev/null | tail -n1)"
   echo "- host: $(uname -srm), $(nproc) cores"
+  [ $PREBUILT -eq 1 ] && echo "- build: prebuilt ($BUILD, configured elsewhere; not rebuilt here)"
   echo
   echo "| step | command | result | summary |"
   echo "|---|---|---|---|"
 } >"$REPORT"
 
 FAILED=0
-# step NAME LOGFILE SUMMARY_REGEX COMMAND...: runs the command, logs it, adds a report row.
+ROWS="$LOGDIR/rows"
+rm -rf "$ROWS"
+mkdir -p "$ROWS"
+ROW=0
+# step NAME LOGFILE SUMMARY_REGEX COMMAND...: runs the command under STEP_TIMEOUT, logs it, writes its report row to
+# its own numbered file (steps run in the background finish in any order; the report lists them in order).
 step() {
-  local name="$1" log="$LOGDIR/$2" pattern="$3"
-  shift 3
+  ROW=$((ROW + 1))
+  run_step "$ROW" "$@"
+}
+# bg_step ...: step in the background, at most SANITIZER_JOBS at a time (the row is numbered before the fork).
+bg_step() {
+  while [ "$(jobs -rp | wc -l)" -ge "$SANITIZER_JOBS" ]; do wait -n; done
+  ROW=$((ROW + 1))
+  run_step "$ROW" "$@" &
+}
+run_step() {
+  local row
+  row="$(printf '%s/%03d' "$ROWS" "$1")"
+  local name="$2" log="$LOGDIR/$3" pattern="$4"
+  shift 4
   echo "== $name: $*"
   local t0=$SECONDS
-  "$@" >"$log" 2>&1
+  timeout --kill-after=10 "$STEP_TIMEOUT" "$@" >"$log" 2>&1
   local rc=$?
   local summary
   summary="$(grep -E "$pattern" "$log" | tail -n 2 | tr '\n' ' ' | sed 's/|/\\|/g')"
   local result="PASS"
-  if [ $rc -ne 0 ]; then result="FAIL (exit $rc)"; FAILED=1; fi
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    result="TIMEOUT (over ${STEP_TIMEOUT} s)"
+  elif [ $rc -ne 0 ]; then
+    result="FAIL (exit $rc)"
+  fi
   echo "   $result in $((SECONDS - t0)) s; log: $log"
-  echo "| $name | \`$*\` | $result | ${summary:-see log} ($((SECONDS - t0)) s) |" >>"$REPORT"
+  echo "| $name | \`$*\` | $result | ${summary:-see log} ($((SECONDS - t0)) s) |" >"$row"
   return $rc
 }
+# The report's rows so far, in order; FAILED=1 if one is neither a PASS nor a SKIPPED.
+flush_rows() {
+  wait
+  local f
+  for f in "$ROWS"/*; do
+    [ -e "$f" ] || continue
+    grep -qE '\| (PASS|SKIPPED) \|' "$f" || FAILED=1
+    cat "$f" >>"$REPORT"
+    rm -f "$f"
+  done
+}
 
-step "configure" configure.log "CUDA backend|Build files" \
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DASC_WITH_CUDA=ON
-if ! grep -q "CUDA backend enabled" "$LOGDIR/configure.log"; then
-  echo "| configure | | FAIL | the CUDA backend was not enabled (nvcc not found?) |" >>"$REPORT"
-  FAILED=1
+BUILT=1
+if [ $PREBUILT -eq 0 ]; then
+  step "configure" configure.log "CUDA backend|Build files" \
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DASC_WITH_CUDA=ON
+  step "build" build.log "^\[[0-9]+/[0-9]+\]|error" cmake --build "$BUILD" -j "$JOBS" || BUILT=0
+  flush_rows
+  if ! grep -q "CUDA backend enabled" "$LOGDIR/configure.log"; then
+    echo "| configure | | FAIL | the CUDA backend was not enabled (nvcc not found?) |" >>"$REPORT"
+    FAILED=1
+  fi
 fi
-if step "build" build.log "^\[[0-9]+/[0-9]+\]|error" cmake --build "$BUILD" -j "$JOBS"; then
+if [ $BUILT -eq 1 ]; then
+  SECTIONS="$LOGDIR/sections.md"  # benchmark outputs, appended after the table
+  : >"$SECTIONS"
   # ASC_REQUIRE_GPU=1: the parity suite fails instead of skipping if it cannot see the device.
-  step "ctest" ctest.log "tests passed|tests failed" \
-    env ASC_REQUIRE_GPU=1 ctest --test-dir "$BUILD" --output-on-failure -j 2
   step "parity suite" parity.log "test cases:|assertions:|passed, .* failed" \
     env ASC_REQUIRE_GPU=1 "$BUILD/tests/test_cuda_parity"
-  step "memcheck (parity suite)" memcheck.log "ERROR SUMMARY|test cases:" \
+  # CTEST_ARGS: more ctest arguments, e.g. -E to leave out tests that need this machine's packages.
+  # shellcheck disable=SC2086
+  step "ctest" ctest.log "tests passed|tests failed" \
+    env ASC_REQUIRE_GPU=1 ctest --test-dir "$BUILD" --output-on-failure -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-}
+  flush_rows
+  bg_step "memcheck (parity suite)" memcheck.log "ERROR SUMMARY|test cases:" \
     env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool memcheck --error-exitcode 3 --leak-check none \
     "$BUILD/tests/test_cuda_parity"
   # Every other test executable that touches CUDA, under memcheck too.
   for exe in "$BUILD"/tests/test_cuda_*; do
     [ -x "$exe" ] || continue
     case "$(basename "$exe")" in test_cuda_parity) continue ;; esac
-    step "memcheck ($(basename "$exe"))" "memcheck_$(basename "$exe").log" "ERROR SUMMARY|test cases:" \
+    bg_step "memcheck ($(basename "$exe"))" "memcheck_$(basename "$exe").log" "ERROR SUMMARY|test cases:" \
       env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool memcheck --error-exitcode 3 --leak-check none "$exe"
   done
   # The mechanism kernels (shared memory, barriers, atomics): memcheck and racecheck on their CUDA test cases.
   for tool in memcheck racecheck; do
     for mech in test_ascender_attention test_firing test_sparse_attention test_asam_attention; do
-      step "$tool ($mech CUDA cases)" "${tool}_${mech}.log" "ERROR SUMMARY|RACECHECK SUMMARY|test cases:" \
+      bg_step "$tool ($mech CUDA cases)" "${tool}_${mech}.log" "ERROR SUMMARY|RACECHECK SUMMARY|test cases:" \
         env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BUILD/tests/$mech" "-tc=*CUDA*"
     done
   done
   # Our flash attention kernels (cuda/flash_attention.cu: shared-memory tiles, barriers, shuffles).
-  step "racecheck (flash attention cases)" racecheck_flash.log "RACECHECK SUMMARY|test cases:" \
+  bg_step "racecheck (flash attention cases)" racecheck_flash.log "RACECHECK SUMMARY|test cases:" \
     env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool racecheck --error-exitcode 3 "$BUILD/tests/test_cuda_attention" \
     "-tc=*flash*"
-  if [ -x "$BUILD/tools/bench_ascender" ]; then
-    step "ASCender GPU benchmark" bench_ascender_gpu.log "fused|windowed|dense" "$BUILD/tools/bench_ascender" \
-      --device cuda --n 1024,4096,16384 --impl dense,fused,windowed --reps 3 \
-      --csv "$LOGDIR/bench_ascender_gpu.csv"
-    if [ -s "$LOGDIR/bench_ascender_gpu.log" ]; then
-      { echo; echo "## tools/bench_ascender --device cuda output"; echo; echo '```'; cat "$LOGDIR/bench_ascender_gpu.log"
-        echo '```'; } >>"$REPORT"
+  flush_rows
+  # The benchmarks, alone on the machine: one at a time, after the sanitizers.
+  # bench TITLE LOG PATTERN COMMAND...: a benchmark step and its output as a section of the report.
+  bench() {
+    local title="$1" log="$2"
+    step "$@"
+    if [ -s "$LOGDIR/$log" ]; then
+      { echo; echo "## ${title} output"; echo; echo '```'; cat "$LOGDIR/$log"; echo '```'; } >>"$SECTIONS"
     fi
+  }
+  if [ -x "$BUILD/tools/bench_ascender" ]; then
+    bench "tools/bench_ascender --device cuda" bench_ascender_gpu.log "fused|windowed|dense" \
+      "$BUILD/tools/bench_ascender" --device cuda --n 1024,4096,16384 --impl dense,fused,windowed --reps 3 \
+      --csv "$LOGDIR/bench_ascender_gpu.csv"
   fi
   if [ -x "$BUILD/tools/bench_asam" ]; then
-    step "ASAM GPU benchmark" bench_asam_gpu.log "window|chunked|targets" "$BUILD/tools/bench_asam" \
-      --device cuda --n 1024,4096,16384 --impl naive,chunked,window,w+g+r,asam,asam-skip,mha --reps 3 \
-      --csv "$LOGDIR/bench_asam_gpu.csv"
-    if [ -s "$LOGDIR/bench_asam_gpu.log" ]; then
-      { echo; echo "## tools/bench_asam --device cuda output"; echo; echo '```'; cat "$LOGDIR/bench_asam_gpu.log"
-        echo '```'; } >>"$REPORT"
-    fi
+    bench "tools/bench_asam --device cuda" bench_asam_gpu.log "window|chunked|targets" \
+      "$BUILD/tools/bench_asam" --device cuda --n 1024,4096,16384 \
+      --impl naive,chunked,window,w+g+r,asam,asam-skip,mha --reps 3 --csv "$LOGDIR/bench_asam_gpu.csv"
   fi
   if [ -x "$BUILD/tools/bench_gpu" ]; then
-    step "GPU benchmarks" bench_gpu.log "." "$BUILD/tools/bench_gpu"
-    if [ -s "$LOGDIR/bench_gpu.log" ]; then
-      { echo; echo "## tools/bench_gpu output"; echo; echo '```'; cat "$LOGDIR/bench_gpu.log"; echo '```'; } >>"$REPORT"
-    fi
+    bench "tools/bench_gpu" bench_gpu.log "." "$BUILD/tools/bench_gpu"
   else
-    echo "| GPU benchmarks | tools/bench_gpu | SKIPPED | no bench_gpu target in this tree yet (or tools not built) |" >>"$REPORT"
+    echo "| GPU benchmarks | tools/bench_gpu | SKIPPED | no bench_gpu target in this tree yet (or tools not built) |" \
+      >"$ROWS/999"
   fi
+  flush_rows
+  cat "$SECTIONS" >>"$REPORT"
 else
   echo "| tests, memcheck, benchmarks | | NOT RUN | the build failed |" >>"$REPORT"
 fi
