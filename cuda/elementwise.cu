@@ -171,8 +171,18 @@ __device__ __forceinline__ auto binary_value(T a, T b) {
   }
 }
 
+// The element type a binary op writes: bool for comparisons and logic, T otherwise. Spelled out, never deduced from
+// binary_value: nvcc's host pass sees a __device__ function as returning void, so a type deduced from one differs
+// between the host pass (which takes the kernel's address to launch it) and the device pass (which registers the
+// kernels it compiled), and the launch of an instantiation that was never registered fails with
+// cudaErrorInvalidResourceHandle. The kernel checks, in the device pass, that the two agree.
+template <Binary B, class T>
+using binary_out_t = std::conditional_t<math::is_comparison(B), bool, T>;
+
 template <Binary B, class T, class R, bool Dense>
 __global__ void binary_kernel(const T* __restrict__ a, const T* __restrict__ b, R* __restrict__ out, Layout<3> L) {
+  static_assert(std::is_same_v<R, bool> == std::is_same_v<decltype(binary_value<B, T>(T{}, T{})), bool>,
+                "binary_out_t disagrees with binary_value's type");
   ASC_GRID_STRIDE(i, L.numel) {
     if constexpr (Dense) {
       out[i] = convert<R>(binary_value<B, T>(a[i], b[i]));
@@ -434,8 +444,7 @@ cudaError_t binary(Binary op, ScalarType t, const void* a, const void* b, void* 
       if constexpr (std::is_same_v<T, bool> && !math::is_comparison(B) && B != Binary::Max && B != Binary::Min) {
         return cudaErrorNotSupported;  // arithmetic on bools is promoted by the op layer; only logic reaches here
       } else {
-        using V = decltype(binary_value<B, T>(T{}, T{}));
-        using R = std::conditional_t<std::is_same_v<V, bool>, bool, T>;
+        using R = binary_out_t<B, T>;
         auto ap = static_cast<const T*>(a), bp = static_cast<const T*>(b);
         if (dense)
           launch_kernel(binary_kernel<B, T, R, true>, blocks_for(L.numel), kThreads, stream, ap, bp,

@@ -136,14 +136,14 @@ if [ $BUILT -eq 1 ]; then
     env ASC_REQUIRE_GPU=1 ctest --test-dir "$BUILD" --output-on-failure -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-}
   flush_rows
   bg_step "memcheck (parity suite)" memcheck.log "ERROR SUMMARY|test cases:" \
-    env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool memcheck --error-exitcode 3 --leak-check none \
+    env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool memcheck --error-exitcode 3 --leak-check no \
     "$BUILD/tests/test_cuda_parity"
   # Every other test executable that touches CUDA, under memcheck too.
   for exe in "$BUILD"/tests/test_cuda_*; do
     [ -x "$exe" ] || continue
     case "$(basename "$exe")" in test_cuda_parity) continue ;; esac
     bg_step "memcheck ($(basename "$exe"))" "memcheck_$(basename "$exe").log" "ERROR SUMMARY|test cases:" \
-      env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool memcheck --error-exitcode 3 --leak-check none "$exe"
+      env ASC_REQUIRE_GPU=1 "$SANITIZER" --tool memcheck --error-exitcode 3 --leak-check no "$exe"
   done
   # The mechanism kernels (shared memory, barriers, atomics): memcheck and racecheck on their CUDA test cases.
   for tool in memcheck racecheck; do
