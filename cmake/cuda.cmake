@@ -90,6 +90,17 @@ if(ASC_HAVE_CUDA AND NOT ASC_CUDA_EMULATION)
   set_target_properties(ascender_cuda_static PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
                                                         CUDA_STANDARD 17)
   target_compile_options(ascender_cuda_static PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
+  # nvcc's host pass turns a __device__ function into a stub that exits the program (and one with a deduced return
+  # type into a void one): host code calling one compiles without a word and fails only on a GPU. With this option
+  # nvcc keeps the host-pass sources in <build>/nvcc_keep and the test cuda_host_pass reads them
+  # (tools/check_cuda_host_pass.py). On in the release preset, which CI builds.
+  option(ASC_CUDA_KEEP_HOST_PASS "Keep nvcc's host-pass sources and test them for calls of __device__ functions" OFF)
+  if(ASC_CUDA_KEEP_HOST_PASS)
+    set(ASC_NVCC_KEEP_DIR ${CMAKE_BINARY_DIR}/nvcc_keep)
+    file(MAKE_DIRECTORY ${ASC_NVCC_KEEP_DIR})
+    target_compile_options(ascender_cuda_static PRIVATE
+                           "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:-keep -keep-dir ${ASC_NVCC_KEEP_DIR}>")
+  endif()
   target_link_libraries(ascender_cuda_static PUBLIC CUDA::cudart CUDA::cublas)
   message(STATUS "ascender: CUDA backend enabled (archs ${CMAKE_CUDA_ARCHITECTURES}): library ascender_cuda")
   # cuDNN (fused attention, cuda/cudnn_sdpa.cpp) when its header and library are present; optional.

@@ -433,9 +433,10 @@ Tensor& Tensor::mul_(double value) {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  Tensor c = cpu().contiguous();
+  // bfloat16 / float16 (CUDA dtypes) are read through float32, which holds each of their values exactly.
+  Tensor c = (is_reduced_float(dtype()) ? to(kFloat32).cpu() : cpu()).contiguous();
   std::vector<T> out(static_cast<size_t>(numel()));
-  ASC_DISPATCH_ALL(dtype(), "to_vector", [&] {
+  ASC_DISPATCH_ALL(c.dtype(), "to_vector", [&] {
     const scalar_t* p = c.data_ptr<scalar_t>();
     for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
   });

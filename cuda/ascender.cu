@@ -60,8 +60,10 @@ struct In {
   const S* p;
   __device__ __forceinline__ auto operator[](int64_t i) const { return rows::to_acc(p[i]); }
 };
+// Host and device: the launchers build In views for their kernels' arguments too (a __device__-only function called
+// from host code compiles, under nvcc, to a stub that exits the program; tools/check_cuda_host_pass.py finds them).
 template <class S>
-__device__ __forceinline__ In<S> in(const void* base, int64_t offset) {
+__host__ __device__ __forceinline__ In<S> in(const void* base, int64_t offset) {
   return {static_cast<const S*>(base) + offset};
 }
 

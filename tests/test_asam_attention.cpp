@@ -310,3 +310,25 @@ TEST_CASE("AsamAttention CUDA: the layer on the device equals the layer on the C
     }
   }
 }
+
+TEST_CASE("AsamAttention CUDA: skip-dense inference in bfloat16 skips the pairs the float64 CPU layer skips") {
+  if (!gpu_or_skip()) return;
+  // The gate is read back to the host to choose the pairs; a bfloat16 gate must be readable (it threw).
+  const int64_t B = 2, T = 16, D = 8, H = 2;
+  auto opts = nn::AsamAttentionOptions(D, H).window(3).random_keys(2);
+  auto cpu = make_layer(opts), dev = make_layer(opts);
+  dev->to(Device::cuda());
+  dev->to(kBFloat16);
+  Tensor x = randn64({B, T, D}, false, 5);
+  for (double thr : {0.01, 0.99}) {  // every pair skips the dense branch; none does
+    CAPTURE(thr);
+    cpu->options.skip_dense_above(thr), dev->options.skip_dense_above(thr);
+    cpu->eval(), dev->eval();
+    const int64_t cpu_before = cpu->dense_skipped(), dev_before = dev->dense_skipped();
+    Tensor yc = cpu->attend(x, {});
+    Tensor yd = dev->attend(x.to(Device::cuda()).to(kBFloat16), {});
+    CHECK(yd.dtype() == kBFloat16);
+    CHECK(dev->dense_skipped() - dev_before == cpu->dense_skipped() - cpu_before);
+    check_close(yd.to(kFloat32).to(Device::cpu()).to(kFloat64), yc, 0.05, 0.05);
+  }
+}

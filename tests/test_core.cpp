@@ -137,6 +137,25 @@ TEST_CASE("dtype conversion and promotion") {
   check_close(tensor({1.7, -1.7}, {2}).to(kInt64), {1, -1});
 }
 
+TEST_CASE("to_vector and item read every floating dtype, bfloat16 and float16 (CUDA) too; values exact, views") {
+  // Values each reduced format holds exactly; a transposed view so the read goes through contiguous().
+  const std::vector<double> v = {0.5, -1.25, 3.0, 1024.0, -0.0078125, 7.5};
+  std::vector<std::pair<DType, Device>> cases = {{kFloat32, Device::cpu()}, {kFloat64, Device::cpu()}};
+  if (cuda::is_available())  // bfloat16 / float16 tensors live on CUDA devices
+    for (DType dt : {kBFloat16, kFloat16, kFloat32}) cases.push_back({dt, Device::cuda()});
+  for (auto [dt, dev] : cases) {
+    CAPTURE(dt);
+    CAPTURE(dev);
+    Tensor t = tensor(v, {2, 3}).to(dev).to(dt).transpose(0, 1);  // (3, 2): column-major order of v
+    const std::vector<double> got = t.to_vector<double>();
+    const std::vector<double> want = {v[0], v[3], v[1], v[4], v[2], v[5]};
+    CHECK(got == want);
+    CHECK(t.to_vector<float>()[1] == 1024.0f);
+    CHECK(t.to_vector<int64_t>()[2] == -1);  // -1.25 truncated, as static_cast does
+    CHECK(t.select(0, 2).select(0, 1).item<double>() == 7.5);
+  }
+}
+
 TEST_CASE("in-place ops bump the version and are refused on tensors that require grad") {
   Tensor x = zeros({3});
   uint64_t v0 = x.impl()->storage->version();
