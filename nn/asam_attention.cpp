@@ -30,7 +30,7 @@ int64_t hierarchical_block(const AsamAttentionOptions& o, int64_t T) {
 // the composed attention, instead of aborting the call (clustered_pattern refuses non-finite input) or leaking into
 // the rows of other tokens.
 SparsePattern clustered_part(const Tensor& a_in, double theta, bool causal) {
-  const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
+  const Tensor a = a_in.detach().to(kFloat64).to(Device::cpu()).contiguous();
   const int64_t G = a.size(0) * a.size(1), T = a.size(2), c = a.size(3);
   const double* ap = a.data_ptr<double>();
   std::vector<int64_t> bad;  // flat rows g · T + i with a non-finite entry
@@ -241,7 +241,7 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
   std::vector<int64_t> need;  // flat (b, h) that run the dense branch
   const bool skipping = !is_training() && thr > 0 && options.fixed_gate() != 0;
   if (skipping) {
-    const auto gv = g.detach().to(Device::cpu()).to_vector<double>();
+    const auto gv = g.detach().to_vector<double>();  // read on the host in float64, any dtype
     for (int64_t i = 0; i < B * H; ++i)
       if (gv[i] < thr) need.push_back(i);
     considered_ += B * H, skipped_ += B * H - static_cast<int64_t>(need.size());
@@ -285,7 +285,7 @@ void AsamAttention::check_state(const StateDict& incoming) const {
   for (const char* name : {"threshold", "centroids"}) {
     const Tensor* t = incoming.find(name);
     if (!t) continue;
-    const auto v = t->detach().to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
+    const auto v = t->detach().to_vector<double>();
     for (size_t x = 0; x < v.size(); ++x)
       ASC_CHECK(std::isfinite(v[x]), "{}: a loaded {} must be finite (as threshold_init must be), got {} at index {}",
                 kName, name, v[x], x);

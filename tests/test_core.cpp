@@ -137,12 +137,43 @@ TEST_CASE("dtype conversion and promotion") {
   check_close(tensor({1.7, -1.7}, {2}).to(kInt64), {1, -1});
 }
 
-TEST_CASE("to_vector and item read every floating dtype, bfloat16 and float16 (CUDA) too; values exact, views") {
+TEST_CASE("CPU casts to and from bfloat16 / float16: round to nearest even, NaN / inf / overflow as IEEE") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  // bfloat16: 8 significant bits. 1 + 2^-8 is a tie between 1 and 1 + 2^-7: to even, 1. 1 + 3 * 2^-8 is a tie
+  // between 1 + 2^-7 (odd) and 1 + 2^-6 (even): 1 + 2^-6. 3.4e38 rounds past the largest finite to inf.
+  {
+    Tensor x = tensor({1.0 + 0x1p-8, 1.0 + 3 * 0x1p-8, -2.5, 1e-40, 3.4e38, inf, -inf, nan}, {8}).to(kFloat64);
+    const std::vector<double> got = x.to(kBFloat16).to(kFloat64).to_vector<double>();
+    const std::vector<double> want = {1.0, 1.0 + 0x1p-6, -2.5, 0x1p-133, inf, inf, -inf};  // 1e-40: a subnormal
+    for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == want[i]);
+    CHECK(std::isnan(got[7]));
+  }
+  // float16: 11 significant bits, largest finite 65504; 65520 is the tie to the next (unrepresentable) step: inf.
+  {
+    Tensor x = tensor({1.0 + 0x1p-11, 65504.0, 65520.0, 0x1p-24, -0.0, nan}, {6}).to(kFloat64);
+    const std::vector<double> got = x.to(kFloat16).to(kFloat64).to_vector<double>();
+    CHECK(got[0] == 1.0);
+    CHECK(got[1] == 65504.0);
+    CHECK(got[2] == inf);
+    CHECK(got[3] == 0x1p-24);  // the smallest subnormal
+    CHECK((got[4] == 0.0 && std::signbit(got[4])));
+    CHECK(std::isnan(got[5]));
+  }
+  // Between the reduced types, from and to int64 / bool, and through strided views.
+  Tensor h = tensor({0.5, -3.0, 0.0, 7.0}, {2, 2}).to(kFloat16);
+  check_close(h.to(kBFloat16).transpose(0, 1).to(kFloat32), {0.5, 0.0, -3.0, 7.0});
+  CHECK(h.to(kInt64).to_vector<int64_t>() == std::vector<int64_t>{0, -3, 0, 7});
+  CHECK(h.to(kBool).to_vector<bool>() == std::vector<bool>{true, true, false, true});
+}
+
+TEST_CASE("to_vector and item read every floating dtype, bfloat16 and float16 too, on each device; values exact") {
   // Values each reduced format holds exactly; a transposed view so the read goes through contiguous().
   const std::vector<double> v = {0.5, -1.25, 3.0, 1024.0, -0.0078125, 7.5};
-  std::vector<std::pair<DType, Device>> cases = {{kFloat32, Device::cpu()}, {kFloat64, Device::cpu()}};
-  if (cuda::is_available())  // bfloat16 / float16 tensors live on CUDA devices
-    for (DType dt : {kBFloat16, kFloat16, kFloat32}) cases.push_back({dt, Device::cuda()});
+  std::vector<std::pair<DType, Device>> cases;
+  for (DType dt : {kBFloat16, kFloat16, kFloat32, kFloat64}) {
+    cases.push_back({dt, Device::cpu()});
+    if (cuda::is_available()) cases.push_back({dt, Device::cuda()});
+  }
   for (auto [dt, dev] : cases) {
     CAPTURE(dt);
     CAPTURE(dev);

@@ -103,6 +103,56 @@ void visit_binary(Binary op, F&& f) {
   }
 }
 
+// ---- copies and casts, bfloat16 / float16 included ----------------------------------------------------------------
+// A CPU tensor of a reduced float holds data (moved from a GPU, loaded from a file) and converts to and from the
+// other dtypes; no other CPU kernel takes one. bfloat16 is its bit pattern (the top half of a float32); float16 is
+// the compiler's _Float16. Both convert through float32, as PyTorch's CPU casts do.
+struct BFloat16Bits {
+  uint16_t bits;
+};
+inline float to_float(BFloat16Bits v) {
+  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+// Round to nearest, ties to even; a NaN stays a (quiet) NaN of the same sign instead of rounding to infinity.
+inline BFloat16Bits to_bfloat16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {static_cast<uint16_t>(u >> 16)};
+}
+template <class D, class S>
+inline D cast(S s) {
+  if constexpr (std::is_same_v<S, D>)
+    return s;
+  else if constexpr (std::is_same_v<S, BFloat16Bits>)
+    return cast<D>(to_float(s));
+  else if constexpr (std::is_same_v<S, _Float16>)
+    return cast<D>(static_cast<float>(s));
+  else if constexpr (std::is_same_v<D, BFloat16Bits>)
+    return to_bfloat16(static_cast<float>(s));
+  else if constexpr (std::is_same_v<D, _Float16>)
+    return static_cast<_Float16>(static_cast<float>(s));
+  else
+    return static_cast<D>(s);
+}
+// f(tag) with a value of the storage type of dt, for every dtype.
+template <class F>
+void visit_storage(DType dt, F&& f) {
+  switch (dt) {
+    case DType::Float32: return f(float{});
+    case DType::Float64: return f(double{});
+    case DType::Int64: return f(int64_t{});
+    case DType::Bool: return f(bool{});
+    case DType::BFloat16: return f(BFloat16Bits{});
+    case DType::Float16: return f(_Float16{});
+  }
+  ASC_THROW("copy: unknown dtype");
+}
+
 // Copy where the destination runs along the source's slow axis (a transpose: dst inner stride 1, src inner
 // stride large, and the reverse one level up). Walking the destination in order would read the source one
 // cache line per element; 32 x 32 tiles keep both sides in cache.
@@ -124,7 +174,7 @@ bool copy_transposed(const S* sp, D* dp, const StridedLayout<2>& L) {
       D* d = dp + b * db;
       for (int64_t c0 = 0; c0 < C; c0 += T)
         for (int64_t r = r0; r < std::min(R, r0 + T); ++r)
-          for (int64_t c = c0; c < std::min(C, c0 + T); ++c) d[r * dr + c] = static_cast<D>(s[r + c * sc]);
+          for (int64_t c = c0; c < std::min(C, c0 + T); ++c) d[r * dr + c] = cast<D>(s[r + c * sc]);
     }
   });
   return true;
@@ -143,9 +193,9 @@ void copy_impl(const Tensor& src, Tensor& dst) {
       if constexpr (std::is_same_v<S, D>)
         std::memcpy(o, s, n * sizeof(D));
       else
-        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<D>(s[i]);
+        for (int64_t i = 0; i < n; ++i) o[i] = cast<D>(s[i]);
     } else {
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = static_cast<D>(s[i * st[1]]);
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = cast<D>(s[i * st[1]]);
     }
   });
 }
@@ -193,9 +243,8 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void copy(const Tensor& src, Tensor& dst) {
-  ASC_DISPATCH_ALL(src.dtype(), "copy", [&] {
-    using S = scalar_t;
-    ASC_DISPATCH_ALL(dst.dtype(), "copy", [&] { copy_impl<S, scalar_t>(src, dst); });
+  visit_storage(src.dtype(), [&](auto s) {
+    visit_storage(dst.dtype(), [&](auto d) { copy_impl<decltype(s), decltype(d)>(src, dst); });
   });
 }
 
