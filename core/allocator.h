@@ -34,12 +34,19 @@ void reset_cpu_peak_memory();  // peak := current
 
 // The allocator for `device`; throws asc::Error when that device type has no backend in this build/machine.
 Allocator* allocator_for(Device device);
-// Installs the allocator for a device type (called by the CUDA backend at start-up).
+// Installs the allocator for a device type (a test's stand-in device; nullptr removes it).
 void register_allocator(Device::Type type, Allocator* alloc);
 
 // The allocator of page-locked ("pinned") host memory, which the GPU can read and write by DMA while the host
 // goes on; nullptr when there is no CUDA device. CPU tensors whose storage comes from it are "pinned".
 Allocator* pinned_allocator();
-void register_pinned_allocator(Allocator* alloc);
+
+// How the CUDA backend installs its allocators as its library loads: a function that returns the allocator, or
+// nullptr when the machine has no device, called once, at the first use of that device type. Not at load: asking
+// the driver for its devices initialises CUDA, which a program must not pay for (nor suffer: before a fork(), or
+// ahead of a tool such as compute-sanitizer that must attach first) unless it uses a device.
+using AllocatorProvider = Allocator* (*)();
+void register_allocator_provider(Device::Type type, AllocatorProvider provider);
+void register_pinned_allocator_provider(AllocatorProvider provider);
 
 }  // namespace asc

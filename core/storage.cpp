@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include "core/error.h"
@@ -106,6 +107,9 @@ const bool g_malloc_tuned = [] {
 }();
 Allocator* g_allocators[2] = {&g_cpu_allocator, nullptr};
 Allocator* g_pinned_allocator = nullptr;
+AllocatorProvider g_providers[2] = {nullptr, nullptr};
+AllocatorProvider g_pinned_provider = nullptr;
+std::once_flag g_provided[2], g_pinned_provided;
 
 }  // namespace
 
@@ -115,7 +119,12 @@ CpuMemoryStats cpu_memory_stats() {
 void reset_cpu_peak_memory() { g_cpu_peak.store(g_cpu_live.load(std::memory_order_relaxed)); }
 
 Allocator* allocator_for(Device device) {
-  Allocator* a = g_allocators[static_cast<int>(device.type)];
+  const int t = static_cast<int>(device.type);
+  if (g_providers[t])  // the first use of the device type asks the backend (once; later calls: one atomic load)
+    std::call_once(g_provided[t], [t] {
+      if (!g_allocators[t]) g_allocators[t] = g_providers[t]();
+    });
+  Allocator* a = g_allocators[t];
   ASC_CHECK(a != nullptr,
             "device cuda:{}: no CUDA device is available (the program does not link the CUDA backend, "
             "ascender::cuda, or no GPU is present)",
@@ -125,8 +134,15 @@ Allocator* allocator_for(Device device) {
 
 void register_allocator(Device::Type type, Allocator* alloc) { g_allocators[static_cast<int>(type)] = alloc; }
 
-Allocator* pinned_allocator() { return g_pinned_allocator; }
-void register_pinned_allocator(Allocator* alloc) { g_pinned_allocator = alloc; }
+Allocator* pinned_allocator() {
+  if (g_pinned_provider) std::call_once(g_pinned_provided, [] { g_pinned_allocator = g_pinned_provider(); });
+  return g_pinned_allocator;
+}
+
+void register_allocator_provider(Device::Type type, AllocatorProvider provider) {
+  g_providers[static_cast<int>(type)] = provider;
+}
+void register_pinned_allocator_provider(AllocatorProvider provider) { g_pinned_provider = provider; }
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), alloc_(allocator_for(device)) {
   data_ = alloc_->allocate(nbytes, device);

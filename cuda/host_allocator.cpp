@@ -168,14 +168,17 @@ class PinnedAllocator final : public Allocator {
   }
 };
 
+// The pinned pool, when a device exists, found at its first use (core/allocator.h says why not at start-up).
 const bool g_registered = [] {
-  static PinnedAllocator alloc;
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    n = 0;
-  }
-  if (n > 0) register_pinned_allocator(&alloc);
+  register_pinned_allocator_provider([]() -> Allocator* {
+    static PinnedAllocator alloc;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      n = 0;
+    }
+    return n > 0 ? &alloc : nullptr;
+  });
   return true;
 }();
 

@@ -170,10 +170,13 @@ int query_count() {
   return n;
 }
 
-// Registers the allocator at start-up when a device exists.
+// Registers, at start-up, how to get the allocator: at the first CUDA tensor, when a device exists (core/allocator.h
+// says why not at start-up).
 const bool g_registered = [] {
-  static CudaAllocator alloc;
-  if (query_count() > 0) register_allocator(Device::Type::CUDA, &alloc);
+  register_allocator_provider(Device::Type::CUDA, []() -> Allocator* {
+    static CudaAllocator alloc;
+    return impl::device_count() > 0 ? &alloc : nullptr;
+  });
   return true;
 }();
 

@@ -8,7 +8,8 @@
 #   tools/gpu_check.sh --prebuilt build-dir      # check a build made elsewhere (no configure, no build): e.g. one
 #                                                # configured with -DASC_LINK_SHARED=ON and copied to the GPU machine
 #
-# Every step runs under a time limit (STEP_TIMEOUT seconds, default 600); the sanitizer runs, independent of each
+# SKIP_BENCH=1 leaves the benchmarks out (a SKIPPED row). Every step runs under a time limit (STEP_TIMEOUT seconds,
+# default 600); the sanitizer runs, independent of each
 # other, run SANITIZER_JOBS at a time (default 1; they share the GPU, and each is mostly host work); the benchmarks run
 # last and alone.
 #
@@ -166,17 +167,21 @@ if [ $BUILT -eq 1 ]; then
       { echo; echo "## ${title} output"; echo; echo '```'; cat "$LOGDIR/$log"; echo '```'; } >>"$SECTIONS"
     fi
   }
-  if [ -x "$BUILD/tools/bench_ascender" ]; then
+  if [ "${SKIP_BENCH:-0}" = 1 ]; then
+    echo "| benchmarks | | SKIPPED | SKIP_BENCH=1 |" >"$ROWS/998"
+  elif [ -x "$BUILD/tools/bench_ascender" ]; then
     bench "tools/bench_ascender --device cuda" bench_ascender_gpu.log "fused|windowed|dense" \
       "$BUILD/tools/bench_ascender" --device cuda --n 1024,4096,16384 --impl dense,fused,windowed --reps 3 \
       --csv "$LOGDIR/bench_ascender_gpu.csv"
   fi
-  if [ -x "$BUILD/tools/bench_asam" ]; then
+  if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x "$BUILD/tools/bench_asam" ]; then
     bench "tools/bench_asam --device cuda" bench_asam_gpu.log "window|chunked|targets" \
       "$BUILD/tools/bench_asam" --device cuda --n 1024,4096,16384 \
       --impl naive,chunked,window,w+g+r,asam,asam-skip,mha --reps 3 --csv "$LOGDIR/bench_asam_gpu.csv"
   fi
-  if [ -x "$BUILD/tools/bench_gpu" ]; then
+  if [ "${SKIP_BENCH:-0}" = 1 ]; then
+    :
+  elif [ -x "$BUILD/tools/bench_gpu" ]; then
     bench "tools/bench_gpu" bench_gpu.log "." "$BUILD/tools/bench_gpu"
   else
     echo "| GPU benchmarks | tools/bench_gpu | SKIPPED | no bench_gpu target in this tree yet (or tools not built) |" \
