@@ -71,8 +71,11 @@ def check(path, repo):
 
 
 def main(argv):
-    if len(argv) != 2 or argv[1] in ("-h", "--help"):
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+    if len(argv) == 2 and argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    if len(argv) != 2 or argv[1].startswith("-"):
+        print("usage: " + __doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
     keep = pathlib.Path(argv[1])
     files = sorted(keep.glob("*.cudafe1.cpp"))
