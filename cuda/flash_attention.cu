@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention_tiles.cuh"
 #include "cuda/flash_attention_launch.h"
 #include "cuda/launch_kernel.cuh"
 #include "cuda/row_kernels.cuh"
@@ -33,34 +34,18 @@ using rows::dlog;
 using rows::from_acc;
 using rows::to_acc;
 
-constexpr int kWarps = 4;    // warps per block
-constexpr int kTile = 32;    // keys per tile (forward, dq) or queries per tile (dk, dv): one per lane
+using tiles::kMaxD;
+using tiles::kPer;
+using tiles::kTile;  // keys per tile (forward, dq) or queries per tile (dk, dv): one per lane
+using tiles::kWarps;
+using tiles::neg_inf;
+using tiles::warp_max;
+using tiles::warp_sum;
 constexpr int kFwdRows = 4;  // forward: query rows per warp (16 per block)
 constexpr int kDqRows = 2;   // backward dq: query rows per warp (8 per block)
 constexpr int kDkKeys = 2;   // backward dk dv: keys per warp (8 per block)
-template <class A>
-constexpr int kMaxD = sizeof(A) == 8 ? 64 : 128;  // flash_launch::max_head_dim
-template <class A>
-constexpr int kPer = kMaxD<A> / 32;  // accumulator columns per lane
-
-template <class A>
-__device__ __forceinline__ A neg_inf() {
-  return -static_cast<A>(INFINITY);
-}
-template <class A>
-__device__ __forceinline__ A warp_sum(A v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-// The warp's max; NaN if any lane holds one (a NaN score must make its row NaN, as in PyTorch, not vanish).
-template <class A>
-__device__ __forceinline__ A warp_max(A v) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const A w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = (w > v || w != w) ? w : v;
-  }
-  return v;
-}
+static_assert(kMaxD<double> == max_head_dim(FloatElem::F64) && kMaxD<float> == max_head_dim(FloatElem::F32),
+              "the tiles' head-dimension bound is the launcher's");
 
 __device__ __forceinline__ int64_t at(const View4& s, int64_t b, int64_t h, int64_t t, int64_t c) {
   return b * s.b + h * s.h + t * s.t + c * s.c;
@@ -123,12 +108,7 @@ __device__ __forceinline__ int64_t keys_for(const Args<T>& p, int64_t t0, int64_
 template <class T, class A>
 __device__ __forceinline__ void stage(A* dst, int ld, const T* __restrict__ x, const View4& s, int64_t b, int64_t h,
                                       int64_t r0, int rows, int64_t limit, int64_t D) {
-  const int tid = threadIdx.y * 32 + threadIdx.x;
-  for (int64_t e = tid; e < rows * D; e += 32 * kWarps) {
-    const int r = static_cast<int>(e / D);
-    const int64_t c = e % D;
-    dst[r * ld + c] = r0 + r < limit ? to_acc(x[at(s, b, h, r0 + r, c)]) : A(0);
-  }
+  tiles::stage_rows(dst, ld, r0, rows, limit, D, [&](int64_t r, int64_t c) { return x[at(s, b, h, r, c)]; });
 }
 
 template <class T>

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention_tiles.cuh"
 #include "cuda/launch_kernel.cuh"
 #include "cuda/row_kernels.cuh"
 #include "cuda/sparse_attention_launch.h"
@@ -35,36 +36,21 @@ using rows::dlog;
 using rows::from_acc;
 using rows::to_acc;
 
-constexpr int kWarps = 4;                     // warps per block
-constexpr int kTile = 32;                     // union entries per tile: one per lane
+using tiles::kMaxD;
+using tiles::kPer;
+using tiles::kTile;  // union entries per tile: one per lane
+using tiles::kWarps;
+using tiles::nan_max;
+using tiles::neg_inf;
+using tiles::warp_max;
+using tiles::warp_sum;
 constexpr int kFwdRows = kRowBlock / kWarps;  // forward: 4 query rows per warp
 constexpr int kDqBlock = kRowBlock / 2;       // backward dq: half a query block per thread block
 constexpr int kDqRows = kDqBlock / kWarps;    // 2 rows per warp
 constexpr int kDkKeys = kKeyBlock / kWarps;   // backward dk dv: 2 keys per warp
-template <class A>
-constexpr int kMaxD = sizeof(A) == 8 ? 64 : 128;  // sparse_launch::max_head_dim
-template <class A>
-constexpr int kPer = kMaxD<A> / 32;  // accumulator columns per lane
+static_assert(kMaxD<double> == max_head_dim(FloatElem::F64) && kMaxD<float> == max_head_dim(FloatElem::F32),
+              "the tiles' head-dimension bound is the launcher's");
 
-template <class A>
-__device__ __forceinline__ A neg_inf() {
-  return -static_cast<A>(INFINITY);
-}
-template <class A>
-__device__ __forceinline__ A warp_sum(A v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-// max(a, b) that returns NaN when either is NaN (fmax would drop it, and a NaN score must make its row NaN).
-template <class A>
-__device__ __forceinline__ A nan_max(A a, A b) {
-  return (b > a || b != b) ? b : a;
-}
-template <class A>
-__device__ __forceinline__ A warp_max(A v) {
-  for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 __device__ __forceinline__ unsigned warp_or(unsigned v) {
   for (int o = 16; o > 0; o >>= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -104,12 +90,7 @@ Args<T> args_of(const void* q, const void* k, const void* v, const bool* keep, P
 template <class T, class A>
 __device__ __forceinline__ void stage(A* dst, int ld, const T* __restrict__ x, int64_t r0, int rows, int64_t limit,
                                       int64_t D) {
-  const int tid = threadIdx.y * 32 + threadIdx.x;
-  for (int64_t e = tid; e < rows * D; e += 32 * kWarps) {
-    const int r = static_cast<int>(e / D);
-    const int64_t c = e % D;
-    dst[r * ld + c] = r0 + r < limit ? to_acc(x[(r0 + r) * D + c]) : A(0);
-  }
+  tiles::stage_rows(dst, ld, r0, rows, limit, D, [&](int64_t r, int64_t c) { return x[r * D + c]; });
 }
 // Rows idx[0 .. n) of a contiguous (·, D) matrix into dst (stride ld), 0 for the slots n .. kTile.
 template <class T, class A>
