@@ -51,4 +51,24 @@ __device__ __forceinline__ void stage_rows(A* dst, int ld, int64_t r0, int rows,
   }
 }
 
+// A lane's share of a D-wide row held in registers: columns lane, lane + 32, ... (acc[u] is column lane + 32 u).
+// acc += w · row, row a D-wide row of a tile in shared memory.
+template <int PER, class A>
+__device__ __forceinline__ void axpy_row(A (&acc)[PER], A w, const A* row, int64_t D) {
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    const int64_t c = threadIdx.x + 32 * u;
+    if (c < D) acc[u] += w * row[c];
+  }
+}
+// dst[c · stride] = scale · acc, in the storage type T.
+template <class T, int PER, class A>
+__device__ __forceinline__ void store_row(T* dst, int64_t stride, const A (&acc)[PER], A scale, int64_t D) {
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    const int64_t c = threadIdx.x + 32 * u;
+    if (c < D) dst[c * stride] = rows::from_acc<T>(acc[u] * scale);
+  }
+}
+
 }  // namespace asc::cuda::tiles

@@ -151,11 +151,7 @@ __global__ void flash_forward_kernel(Args<T> p, T* __restrict__ o, View4 so, acc
       for (int u = 0; u < PER; ++u) acc[r][u] *= corr;
       for (int j = 0; j < kTile; ++j) {
         const A pk = __shfl_sync(0xffffffffu, pj, j);
-#pragma unroll
-        for (int u = 0; u < PER; ++u) {
-          const int64_t c = lane + 32 * u;
-          if (c < D) acc[r][u] += pk * Vs[j][c];
-        }
+        tiles::axpy_row(acc[r], pk, Vs[j], D);
       }
     }
   }
@@ -165,11 +161,7 @@ __global__ void flash_forward_kernel(Args<T> p, T* __restrict__ o, View4 so, acc
     if (t >= p.Tq) break;
     const bool live = l[r] > A(0) || l[r] != l[r];  // no kept key: a zero row; a NaN row stays NaN
     const A inv = live ? A(1) / l[r] : A(0);
-#pragma unroll
-    for (int u = 0; u < PER; ++u) {
-      const int64_t c = lane + 32 * u;
-      if (c < D) o[at(so, b, h, t, c)] = from_acc<T>(acc[r][u] * inv);
-    }
+    tiles::store_row(o + at(so, b, h, t, 0), so.c, acc[r], inv, D);
     if (lane == 0) lse[bh * p.Tq + t] = live ? m[r] + dlog(l[r]) : neg_inf<A>();
   }
 }
@@ -224,11 +216,7 @@ __global__ void flash_backward_dq_kernel(Args<T> p, const T* __restrict__ o, Vie
       const A ds = p.scale * pj * (gv - dl[r]);
       for (int j = 0; j < kTile; ++j) {
         const A dk = __shfl_sync(0xffffffffu, ds, j);
-#pragma unroll
-        for (int u = 0; u < PER; ++u) {
-          const int64_t c = lane + 32 * u;
-          if (c < D) acc[r][u] += dk * Ks[j][c];
-        }
+        tiles::axpy_row(acc[r], dk, Ks[j], D);
       }
     }
   }
@@ -236,11 +224,7 @@ __global__ void flash_backward_dq_kernel(Args<T> p, const T* __restrict__ o, Vie
   for (int r = 0; r < R; ++r) {
     const int64_t t = t0 + warp * R + r;
     if (t >= p.Tq) break;
-#pragma unroll
-    for (int u = 0; u < PER; ++u) {
-      const int64_t c = lane + 32 * u;
-      if (c < D) dq[(bh * p.Tq + t) * D + c] = from_acc<T>(acc[r][u]);
-    }
+    tiles::store_row(dq + (bh * p.Tq + t) * D, 1, acc[r], A(1), D);
   }
 }
 
@@ -285,11 +269,8 @@ __global__ void flash_backward_dkv_kernel(Args<T> p, const T* __restrict__ dout,
       const A ds = p.scale * pi * (gv - Ds[lane]);
       for (int i = 0; i < kTile; ++i) {
         const A pk = __shfl_sync(0xffffffffu, pi, i), dk_i = __shfl_sync(0xffffffffu, ds, i);
-#pragma unroll
-        for (int u = 0; u < PER; ++u) {
-          const int64_t c = lane + 32 * u;
-          if (c < D) dva[kk][u] += pk * Gs[i][c], dka[kk][u] += dk_i * Qs[i][c];
-        }
+        tiles::axpy_row(dva[kk], pk, Gs[i], D);
+        tiles::axpy_row(dka[kk], dk_i, Qs[i], D);
       }
     }
   }
@@ -297,14 +278,8 @@ __global__ void flash_backward_dkv_kernel(Args<T> p, const T* __restrict__ dout,
   for (int kk = 0; kk < KK; ++kk) {
     const int64_t j = j0 + warp * KK + kk;
     if (j >= p.S) break;
-#pragma unroll
-    for (int u = 0; u < PER; ++u) {
-      const int64_t c = lane + 32 * u;
-      if (c < D) {
-        dk[(bh * p.S + j) * D + c] = from_acc<T>(dka[kk][u]);
-        dv[(bh * p.S + j) * D + c] = from_acc<T>(dva[kk][u]);
-      }
-    }
+    tiles::store_row(dk + (bh * p.S + j) * D, 1, dka[kk], A(1), D);
+    tiles::store_row(dv + (bh * p.S + j) * D, 1, dva[kk], A(1), D);
   }
 }
 

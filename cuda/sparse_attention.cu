@@ -166,11 +166,7 @@ __global__ void sparse_forward_kernel(Args<T> a, T* __restrict__ o, acc_t<T>* __
       for (int j = 0; j < n; ++j) {
         if (!((att >> j) & 1u)) continue;  // warp-uniform
         const A pk = __shfl_sync(0xffffffffu, pj, j);
-#pragma unroll
-        for (int u = 0; u < PER; ++u) {
-          const int64_t c = lane + 32 * u;
-          if (c < D) acc[r][u] += pk * Vs[j][c];
-        }
+        tiles::axpy_row(acc[r], pk, Vs[j], D);
       }
     }
   }
@@ -181,11 +177,7 @@ __global__ void sparse_forward_kernel(Args<T> a, T* __restrict__ o, acc_t<T>* __
     // No kept key: a zero row. Otherwise 1 / l, NaN propagating: l is NaN for a NaN score, and 0 (so o = 0 · inf,
     // NaN) only when every kept score is -inf — the composed softmax of such a row is NaN too.
     const A inv = seen[r] ? A(1) / l[r] : A(0);
-#pragma unroll
-    for (int u = 0; u < PER; ++u) {
-      const int64_t c = lane + 32 * u;
-      if (c < D) o[(bh * a.Tq + t) * D + c] = from_acc<T>(acc[r][u] * inv);
-    }
+    tiles::store_row(o + (bh * a.Tq + t) * D, 1, acc[r], inv, D);
     if (lane == 0)
       lse[bh * a.Tq + t] = !seen[r] ? neg_inf<A>() : l[r] > A(0) ? mx[r] + dlog(l[r]) : static_cast<A>(NAN);
   }
@@ -252,11 +244,7 @@ __global__ void sparse_backward_dq_kernel(Args<T> a, const T* __restrict__ o, co
       for (int j = 0; j < n; ++j) {
         if (!((att >> j) & 1u)) continue;  // warp-uniform
         const A dk = __shfl_sync(0xffffffffu, ds, j);
-#pragma unroll
-        for (int u = 0; u < PER; ++u) {
-          const int64_t c = lane + 32 * u;
-          if (c < D) acc[r][u] += dk * Ks[j][c];
-        }
+        tiles::axpy_row(acc[r], dk, Ks[j], D);
       }
     }
   }
@@ -264,11 +252,7 @@ __global__ void sparse_backward_dq_kernel(Args<T> a, const T* __restrict__ o, co
   for (int r = 0; r < R; ++r) {
     const int64_t t = t0 + warp * R + r;
     if (t >= a.Tq) break;
-#pragma unroll
-    for (int u = 0; u < PER; ++u) {
-      const int64_t c = lane + 32 * u;
-      if (c < D) dq[(bh * a.Tq + t) * D + c] = from_acc<T>(acc[r][u]);
-    }
+    tiles::store_row(dq + (bh * a.Tq + t) * D, 1, acc[r], A(1), D);
   }
 }
 
@@ -324,11 +308,8 @@ __global__ void sparse_backward_dkv_kernel(Args<T> a, const T* __restrict__ dout
       for (int i = 0; i < n; ++i) {
         if (!((att >> i) & 1u)) continue;  // warp-uniform
         const A pk = __shfl_sync(0xffffffffu, pi, i), dk_i = __shfl_sync(0xffffffffu, ds, i);
-#pragma unroll
-        for (int u = 0; u < PER; ++u) {
-          const int64_t c = lane + 32 * u;
-          if (c < D) dva[kk][u] += pk * Gs[i][c], dka[kk][u] += dk_i * Qs[i][c];
-        }
+        tiles::axpy_row(dva[kk], pk, Gs[i], D);
+        tiles::axpy_row(dka[kk], dk_i, Qs[i], D);
       }
     }
   }
@@ -336,14 +317,8 @@ __global__ void sparse_backward_dkv_kernel(Args<T> a, const T* __restrict__ dout
   for (int kk = 0; kk < KK; ++kk) {
     const int64_t j = j0 + warp * KK + kk;
     if (j >= a.S) break;
-#pragma unroll
-    for (int u = 0; u < PER; ++u) {
-      const int64_t c = lane + 32 * u;
-      if (c < D) {
-        dk[(bh * a.S + j) * D + c] = from_acc<T>(dka[kk][u]);
-        dv[(bh * a.S + j) * D + c] = from_acc<T>(dva[kk][u]);
-      }
-    }
+    tiles::store_row(dk + (bh * a.S + j) * D, 1, dka[kk], A(1), D);
+    tiles::store_row(dv + (bh * a.S + j) * D, 1, dva[kk], A(1), D);
   }
 }
 
