@@ -99,7 +99,7 @@ if(ASC_HAVE_CUDA AND NOT ASC_CUDA_EMULATION)
     set(ASC_NVCC_KEEP_DIR ${CMAKE_BINARY_DIR}/nvcc_keep)
     file(MAKE_DIRECTORY ${ASC_NVCC_KEEP_DIR})
     target_compile_options(ascender_cuda_static PRIVATE
-                           "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:-keep -keep-dir ${ASC_NVCC_KEEP_DIR}>")
+                           "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:-keep -keep-dir \"${ASC_NVCC_KEEP_DIR}\">")
   endif()
   target_link_libraries(ascender_cuda_static PUBLIC CUDA::cudart CUDA::cublas)
   message(STATUS "ascender: CUDA backend enabled (archs ${CMAKE_CUDA_ARCHITECTURES}): library ascender_cuda")

@@ -118,13 +118,17 @@ CpuMemoryStats cpu_memory_stats() {
 }
 void reset_cpu_peak_memory() { g_cpu_peak.store(g_cpu_live.load(std::memory_order_relaxed)); }
 
+namespace {
+// The allocator installed for device type t; the first call asks the backend's provider (once; later calls cost one
+// atomic load).
+Allocator* installed(int t) {
+  if (g_providers[t]) std::call_once(g_provided[t], [t] { g_allocators[t] = g_providers[t](); });
+  return g_allocators[t];
+}
+}  // namespace
+
 Allocator* allocator_for(Device device) {
-  const int t = static_cast<int>(device.type);
-  if (g_providers[t])  // the first use of the device type asks the backend (once; later calls: one atomic load)
-    std::call_once(g_provided[t], [t] {
-      if (!g_allocators[t]) g_allocators[t] = g_providers[t]();
-    });
-  Allocator* a = g_allocators[t];
+  Allocator* a = installed(static_cast<int>(device.type));
   ASC_CHECK(a != nullptr,
             "device cuda:{}: no CUDA device is available (the program does not link the CUDA backend, "
             "ascender::cuda, or no GPU is present)",
@@ -132,7 +136,10 @@ Allocator* allocator_for(Device device) {
   return a;
 }
 
-void register_allocator(Device::Type type, Allocator* alloc) { g_allocators[static_cast<int>(type)] = alloc; }
+void register_allocator(Device::Type type, Allocator* alloc) {
+  installed(static_cast<int>(type));  // the provider has had its turn: it never overwrites `alloc` later
+  g_allocators[static_cast<int>(type)] = alloc;
+}
 
 Allocator* pinned_allocator() {
   if (g_pinned_provider) std::call_once(g_pinned_provided, [] { g_pinned_allocator = g_pinned_provider(); });

@@ -171,13 +171,13 @@ class PinnedAllocator final : public Allocator {
 // The pinned pool, when a device exists, found at its first use (core/allocator.h says why not at start-up).
 const bool g_registered = [] {
   register_pinned_allocator_provider([]() -> Allocator* {
-    static PinnedAllocator alloc;
+    static PinnedAllocator* const alloc = new PinnedAllocator;  // never destroyed (see cuda/runtime.cu)
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
       cudaGetLastError();
       n = 0;
     }
-    return n > 0 ? &alloc : nullptr;
+    return n > 0 ? alloc : nullptr;
   });
   return true;
 }();

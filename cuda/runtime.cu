@@ -174,8 +174,9 @@ int query_count() {
 // says why not at start-up).
 const bool g_registered = [] {
   register_allocator_provider(Device::Type::CUDA, []() -> Allocator* {
-    static CudaAllocator alloc;
-    return impl::device_count() > 0 ? &alloc : nullptr;
+    // Never destroyed: a tensor in a static object may be freed after this function's statics are gone.
+    static CudaAllocator* const alloc = new CudaAllocator;
+    return impl::device_count() > 0 ? alloc : nullptr;
   });
   return true;
 }();

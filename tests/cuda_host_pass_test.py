@@ -25,6 +25,10 @@ value(T a, T b) {int volatile ___ = 1;(void)a;(void)b;
 { return a < b; }
 #endif
 template< class T> inline T host_and_device(T x) { return x; }
+struct Row { __attribute((always_inline)) inline float
+get(long i) const noexcept {int volatile ___ = 1;(void)i;
+::exit(___);}
+};
 '''
 CLEAN = STUBS + '''
 void launch(const void *p) {
@@ -62,6 +66,12 @@ if rc != 1 or "'helper'" not in out:
 rc, out = run({"decl.cudafe1.cpp": DECLTYPE})
 if rc != 1 or "'value'" not in out:
     failures.append(f"decltype of a __device__ function not reported: exit {rc}\n{out}")
+rc, out = run({"member.cudafe1.cpp": STUBS + "void f(const Row &r) { float x = r.get(3); }\n"})
+if rc != 1 or "'get'" not in out:
+    failures.append(f"a member call of a __device__ (noexcept) function not reported: exit {rc}\n{out}")
+rc, out = run({"other.cudafe1.cpp": STUBS.replace(str(ROOT), "/elsewhere") + "void f() { helper< float> (0, 0); }\n"})
+if rc != 2:
+    failures.append(f"a host pass of sources outside this checkout: exit {rc} (want 2: nothing checked)\n{out}")
 rc, out = run({})
 if rc != 2:
     failures.append(f"an empty directory: exit {rc} (want 2)\n{out}")

@@ -159,6 +159,19 @@ TEST_CASE("CPU casts to and from bfloat16 / float16: round to nearest even, NaN 
     CHECK((got[4] == 0.0 && std::signbit(got[4])));
     CHECK(std::isnan(got[5]));
   }
+  // From float64, one rounding, as CUDA's __double2bfloat16 / __double2half: 1 + 2^-8 + 2^-30 is above the bfloat16
+  // tie 1 + 2^-8, so it rounds up to 1 + 2^-7 (through a float32 rounded to nearest it would become the tie, then 1);
+  // the same for float16 at 1 + 2^-11 + 2^-40. Just below the ties they round down; exact ties go to even.
+  {
+    Tensor x = tensor(std::vector<double>{1.0 + 0x1p-8 + 0x1p-30, 1.0 + 0x1p-8 - 0x1p-30, -(1.0 + 0x1p-8 + 0x1p-40)},
+                      {3}, {.dtype = kFloat64});
+    CHECK(x.to(kBFloat16).to(kFloat64).to_vector<double>() == std::vector<double>{1.0 + 0x1p-7, 1.0, -(1.0 + 0x1p-7)});
+    Tensor y = tensor(std::vector<double>{1.0 + 0x1p-11 + 0x1p-40, 1.0 + 0x1p-11 - 0x1p-40, 1.0 + 3 * 0x1p-11}, {3},
+                      {.dtype = kFloat64});
+    CHECK(y.to(kFloat16).to(kFloat64).to_vector<double>() == std::vector<double>{1.0 + 0x1p-10, 1.0, 1.0 + 0x1p-9});
+    CHECK(tensor(std::vector<int64_t>{2049, 2051}, {2}).to(kFloat16).to(kFloat64).to_vector<double>() ==
+          std::vector<double>{2048.0, 2052.0});  // ties to even at integer spacing 2
+  }
   // Between the reduced types, from and to int64 / bool, and through strided views.
   Tensor h = tensor({0.5, -3.0, 0.0, 7.0}, {2, 2}).to(kFloat16);
   check_close(h.to(kBFloat16).transpose(0, 1).to(kFloat32), {0.5, 0.0, -3.0, 7.0});

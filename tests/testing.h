@@ -111,11 +111,11 @@ inline bool same_bits(const Tensor& a, const Tensor& b) {
 // While it lives, host memory stands in as "CUDA" storage (it is the registered CUDA allocator), so that a CUDA-device
 // tensor can exist in a process without a GPU: the op layer then dispatches to the CUDA entry points (or refuses,
 // without the CUDA backend), which must fail with asc::Error, never crash. Only where no real CUDA allocator is
-// registered (no GPU); declare it before the tensors it makes.
+// registered (no GPU); declare it before the tensors it makes. The allocator it replaces comes back when it goes.
 class HostMemoryAsCuda final : public Allocator {
  public:
-  HostMemoryAsCuda() { register_allocator(Device::Type::CUDA, this); }
-  ~HostMemoryAsCuda() override { register_allocator(Device::Type::CUDA, nullptr); }
+  HostMemoryAsCuda() : previous_(installed()) { register_allocator(Device::Type::CUDA, this); }
+  ~HostMemoryAsCuda() override { register_allocator(Device::Type::CUDA, previous_); }
   HostMemoryAsCuda(const HostMemoryAsCuda&) = delete;
   HostMemoryAsCuda& operator=(const HostMemoryAsCuda&) = delete;
   void* allocate(size_t n, Device) override { return n ? std::malloc(n) : nullptr; }
@@ -123,6 +123,16 @@ class HostMemoryAsCuda final : public Allocator {
   void copy(void* d, const void* s, size_t n) override {
     if (n) std::memcpy(d, s, n);
   }
+
+ private:
+  static Allocator* installed() {
+    try {
+      return allocator_for(Device::cuda());
+    } catch (const Error&) {
+      return nullptr;  // no CUDA allocator: none comes back
+    }
+  }
+  Allocator* previous_;
 };
 
 // Row-major multi-index helpers for naive reference loops.

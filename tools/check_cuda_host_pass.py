@@ -11,7 +11,9 @@ return type (`auto`) returns void. Two mistakes therefore compile without a diag
     arguments): the host launches an instantiation the device pass never compiled or registered, and the launch
     fails with cudaErrorInvalidResourceHandle.
 
-The CUDA emulator (tests/cuda_emu) compiles both passes as one C++ program, so neither shows there. This check reads
+The CUDA emulator (tests/cuda_emu) compiles both passes as one C++ program, so neither shows there. Not covered:
+__device__ operators and constructors (their uses have no name to match), and a host function that shares a
+__device__ function's name is reported too (rename one of them). This check reads
 the host-pass sources nvcc leaves with `-keep` (the *.cudafe1.cpp files; cmake -DASC_CUDA_KEEP_HOST_PASS=ON puts them
 in <build>/nvcc_keep) and reports every call of a stubbed __device__ function, and every decltype of one, in live
 (not `#if 0`) code of this repository's sources.
@@ -24,7 +26,8 @@ import sys
 
 # A stub definition: name, optional template arguments, parameters, then the stub body nvcc writes.
 PARAMS = r"[^{};()]*(?:\([^{};()]*\)[^{};()]*)*"  # a parameter list: one level of nested parentheses
-STUB = re.compile(r"([A-Za-z_]\w*)\s*(?:<[^{};()]*>)?\s*\(" + PARAMS + r"\)\s*(?:const\s*)?\{\s*int volatile ___ = 1;")
+STUB = re.compile(r"([A-Za-z_]\w*)\s*(?:<[^{};()]*>)?\s*\(" + PARAMS +
+                  r"\)\s*(?:const\s*)?(?:noexcept\s*)?\{\s*int volatile ___ = 1;")
 LINE_MARK = re.compile(r'#\s*\d+\s+"([^"]+)"')
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "alignof", "decltype", "static_assert"}
 
@@ -51,23 +54,27 @@ def live_lines(text):
 
 
 def check(path, repo):
+    """(findings, number of stubbed __device__ functions of this repository seen in the file)."""
     lines = list(live_lines(path.read_text(errors="replace")))
     ours = [(f, l) for f, l in lines if f.startswith(repo)]
     text = "\n".join(l for _, l in ours)
     stubs = {m.group(1) for m in STUB.finditer(text)} - KEYWORDS
     if not stubs:
-        return []
+        return [], 0
     # Drop the stub definitions themselves, then look for any other mention that calls or decltypes a stub.
     body = STUB.sub("{", text)
     names = "|".join(sorted(map(re.escape, stubs), key=len, reverse=True))
-    use = re.compile(r"(?<![\w.>:~])(?:[\w:]*::)?(" + names + r")\s*(?:<[^;{}()]*>)?\s*\(")
+    # A call (free, qualified or a member's: x.f( / p->f( / ns::f<T>( ) or an address taken (&f).
+    use = re.compile(r"(?<![\w:~])(?:[\w:]*::)?(" + names + r")\s*(?:<[^;{}]*?>)?\s*\(|&\s*(?:[\w:]*::)?(" + names +
+                     r")\b")
     findings = []
     for lineno, line in enumerate(body.split("\n")):
         if "__device_stub__" in line or "__cudaLaunch" in line:
             continue
         for m in use.finditer(line):
-            findings.append(f"{path.name}: host code uses __device__ function '{m.group(1)}': {line.strip()[:160]}")
-    return findings
+            name = m.group(1) or m.group(2)
+            findings.append(f"{path.name}: host code uses __device__ function '{name}': {line.strip()[:160]}")
+    return findings, len(stubs)
 
 
 def main(argv):
@@ -84,7 +91,17 @@ def main(argv):
               file=sys.stderr)
         return 2
     repo = str(pathlib.Path(__file__).resolve().parent.parent) + "/"
-    findings = [f for path in files for f in check(path, repo)]
+    findings, stubs = [], 0
+    for path in files:
+        f, n = check(path, repo)
+        findings += f
+        stubs += n
+    if stubs == 0:
+        # Nothing of ours recognised: nvcc's stub text changed, or the build's sources are not this checkout (a build
+        # made elsewhere): a pass here would check nothing.
+        print(f"check_cuda_host_pass: {len(files)} host-pass files but no stubbed __device__ function of {repo} in "
+              "them: nothing was checked", file=sys.stderr)
+        return 2
     for f in findings:
         print(f)
     print(f"check_cuda_host_pass: {len(files)} host-pass files, {len(findings)} finding(s)")

@@ -8,8 +8,8 @@
 #   tools/gpu_check.sh --prebuilt build-dir      # check a build made elsewhere (no configure, no build): e.g. one
 #                                                # configured with -DASC_LINK_SHARED=ON and copied to the GPU machine
 #
-# SKIP_BENCH=1 leaves the benchmarks out (a SKIPPED row). Every step runs under a time limit (STEP_TIMEOUT seconds,
-# default 600); the sanitizer runs, independent of each
+# SKIP_BENCH=1 leaves the benchmarks out (a SKIPPED row). Every step but the configure, the build and ctest (which
+# has its own per-test limits) runs under a time limit (STEP_TIMEOUT seconds, default 600); the sanitizer runs, independent of each
 # other, run SANITIZER_JOBS at a time (default 1; they share the GPU, and each is mostly host work); the benchmarks run
 # last and alone.
 #
@@ -27,6 +27,9 @@ BUILD="$(realpath -m "${1:-$ROOT/build-gpu}")"
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 4)}"
 STEP_TIMEOUT="${STEP_TIMEOUT:-600}"
 SANITIZER_JOBS="${SANITIZER_JOBS:-1}"
+for v in STEP_TIMEOUT SANITIZER_JOBS; do
+  case "${!v}" in '' | *[!0-9]* | 0) echo "gpu_check: $v must be a whole number of at least 1, got '${!v}'" >&2; exit 2 ;; esac
+done
 cd "$ROOT"
 if [ $PREBUILT -eq 1 ] && [ ! -x "$BUILD/tests/test_cuda_parity" ]; then
   echo "gpu_check: --prebuilt $BUILD: no tests/test_cuda_parity there (build it with the CUDA backend first)" >&2
@@ -88,7 +91,11 @@ run_step() {
   shift 4
   echo "== $name: $*"
   local t0=$SECONDS
-  timeout --kill-after=10 "$STEP_TIMEOUT" "$@" >"$log" 2>&1
+  if [ "${NO_LIMIT:-0}" = 1 ]; then
+    "$@" >"$log" 2>&1
+  else
+    timeout --kill-after=10 "$STEP_TIMEOUT" "$@" >"$log" 2>&1
+  fi
   local rc=$?
   local summary
   summary="$(grep -E "$pattern" "$log" | tail -n 2 | tr '\n' ' ' | sed 's/|/\\|/g')"
@@ -99,13 +106,21 @@ run_step() {
     result="FAIL (exit $rc)"
   fi
   echo "   $result in $((SECONDS - t0)) s; log: $log"
-  echo "| $name | \`$*\` | $result | ${summary:-see log} ($((SECONDS - t0)) s) |" >"$row"
+  local cmd="$*"
+  echo "| $name | \`${cmd//|/\\|}\` | $result | ${summary:-see log} ($((SECONDS - t0)) s) |" >"$row"
   return $rc
 }
-# The report's rows so far, in order; FAILED=1 if one is neither a PASS nor a SKIPPED.
+# The report's rows so far, in order; FAILED=1 if one is neither a PASS nor a SKIPPED, or if a step left no row (killed
+# before it wrote one).
+FLUSHED=0
 flush_rows() {
   wait
-  local f
+  local f n
+  for ((n = FLUSHED + 1; n <= ROW; n++)); do
+    [ -e "$(printf '%s/%03d' "$ROWS" "$n")" ] ||
+      echo "| step $n | | FAIL | no result: the step was killed before it reported |" >"$(printf '%s/%03d' "$ROWS" "$n")"
+  done
+  FLUSHED=$ROW
   for f in "$ROWS"/*; do
     [ -e "$f" ] || continue
     grep -qE '\| (PASS|SKIPPED) \|' "$f" || FAILED=1
@@ -116,9 +131,9 @@ flush_rows() {
 
 BUILT=1
 if [ $PREBUILT -eq 0 ]; then
-  step "configure" configure.log "CUDA backend|Build files" \
+  NO_LIMIT=1 step "configure" configure.log "CUDA backend|Build files" \
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DASC_WITH_CUDA=ON
-  step "build" build.log "^\[[0-9]+/[0-9]+\]|error" cmake --build "$BUILD" -j "$JOBS" || BUILT=0
+  NO_LIMIT=1 step "build" build.log "^\[[0-9]+/[0-9]+\]|error" cmake --build "$BUILD" -j "$JOBS" || BUILT=0
   flush_rows
   if ! grep -q "CUDA backend enabled" "$LOGDIR/configure.log"; then
     echo "| configure | | FAIL | the CUDA backend was not enabled (nvcc not found?) |" >>"$REPORT"
@@ -133,7 +148,7 @@ if [ $BUILT -eq 1 ]; then
     env ASC_REQUIRE_GPU=1 "$BUILD/tests/test_cuda_parity"
   # CTEST_ARGS: more ctest arguments, e.g. -E to leave out tests that need this machine's packages.
   # shellcheck disable=SC2086
-  step "ctest" ctest.log "tests passed|tests failed" \
+  NO_LIMIT=1 step "ctest" ctest.log "tests passed|tests failed" \
     env ASC_REQUIRE_GPU=1 ctest --test-dir "$BUILD" --output-on-failure -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-}
   flush_rows
   bg_step "memcheck (parity suite)" memcheck.log "ERROR SUMMARY|test cases:" \

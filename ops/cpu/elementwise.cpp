@@ -106,7 +106,7 @@ void visit_binary(Binary op, F&& f) {
 // ---- copies and casts, bfloat16 / float16 included ----------------------------------------------------------------
 // A CPU tensor of a reduced float holds data (moved from a GPU, loaded from a file) and converts to and from the
 // other dtypes; no other CPU kernel takes one. bfloat16 is its bit pattern (the top half of a float32); float16 is
-// the compiler's _Float16. Both convert through float32, as PyTorch's CPU casts do.
+// the compiler's _Float16. A value rounds once, to nearest even, as CUDA's conversions do.
 struct BFloat16Bits {
   uint16_t bits;
 };
@@ -124,6 +124,19 @@ inline BFloat16Bits to_bfloat16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return {static_cast<uint16_t>(u >> 16)};
 }
+// float64 -> float32 rounded to odd: truncated toward zero, the last bit set when anything was cut off. Rounding that
+// to bfloat16 (8 bits fewer than float32's 24) then equals rounding the double directly, as CUDA's __double2bfloat16
+// does: rounding to nearest twice would turn 1 + 2^-8 + 2^-30 into the tie 1 + 2^-8, and that into 1.
+inline float to_float_round_to_odd(double d) {
+  float f = static_cast<float>(d);
+  if (!std::isfinite(d) || static_cast<double>(f) == d) return f;
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) --u;  // rounded away from zero: one step back
+  u |= 1u;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
 template <class D, class S>
 inline D cast(S s) {
   if constexpr (std::is_same_v<S, D>)
@@ -132,10 +145,12 @@ inline D cast(S s) {
     return cast<D>(to_float(s));
   else if constexpr (std::is_same_v<S, _Float16>)
     return cast<D>(static_cast<float>(s));
+  else if constexpr (std::is_same_v<D, BFloat16Bits> && std::is_same_v<S, float>)
+    return to_bfloat16(s);
   else if constexpr (std::is_same_v<D, BFloat16Bits>)
-    return to_bfloat16(static_cast<float>(s));
+    return to_bfloat16(to_float_round_to_odd(static_cast<double>(s)));
   else if constexpr (std::is_same_v<D, _Float16>)
-    return static_cast<_Float16>(static_cast<float>(s));
+    return static_cast<_Float16>(s);  // one rounding, from any of float32, float64, int64, bool
   else
     return static_cast<D>(s);
 }
