@@ -30,7 +30,7 @@ int64_t hierarchical_block(const AsamAttentionOptions& o, int64_t T) {
 // the composed attention, instead of aborting the call (clustered_pattern refuses non-finite input) or leaking into
 // the rows of other tokens.
 SparsePattern clustered_part(const Tensor& a_in, double theta, bool causal) {
-  const Tensor a = a_in.detach().to(kFloat64).to(Device::cpu()).contiguous();
+  const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
   const int64_t G = a.size(0) * a.size(1), T = a.size(2), c = a.size(3);
   const double* ap = a.data_ptr<double>();
   std::vector<int64_t> bad;  // flat rows g · T + i with a non-finite entry

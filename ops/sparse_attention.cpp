@@ -367,7 +367,7 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
   ASC_CHECK(std::isfinite(theta) && theta >= 0, "{}: theta must be finite and >= 0, got {}", who, theta);
   const int64_t B = a_in.size(0), H = a_in.size(1), T = a_in.size(2), c = a_in.size(3);
   check_length(who, T);
-  const Tensor a = a_in.detach().to(kFloat64).to(Device::cpu()).contiguous();
+  const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
   const double* ap = a.data_ptr<double>();
   for (int64_t x = 0; x < a.numel(); ++x) {
     ASC_CHECK(std::isfinite(ap[x]), "{}: the assignments contain a non-finite value ({}) at flat index {}", who, ap[x],

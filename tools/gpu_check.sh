@@ -9,9 +9,9 @@
 #                                                # configured with -DASC_LINK_SHARED=ON and copied to the GPU machine
 #
 # SKIP_BENCH=1 leaves the benchmarks out (a SKIPPED row). Every step but the configure, the build and ctest (which
-# has its own per-test limits) runs under a time limit (STEP_TIMEOUT seconds, default 600); the sanitizer runs, independent of each
-# other, run SANITIZER_JOBS at a time (default 1; they share the GPU, and each is mostly host work); the benchmarks run
-# last and alone.
+# has its own per-test limits) runs under a time limit (STEP_TIMEOUT seconds, default 600); the sanitizer runs,
+# independent of each other, run SANITIZER_JOBS at a time (default 1; they share the GPU, and each is mostly host
+# work); the benchmarks run last and alone.
 #
 # Exit status: 0 all passed, 1 something failed, 2 no GPU on this machine (nothing run).
 set -uo pipefail
@@ -28,7 +28,9 @@ JOBS="${JOBS:-$(nproc 2>/dev/null || echo 4)}"
 STEP_TIMEOUT="${STEP_TIMEOUT:-600}"
 SANITIZER_JOBS="${SANITIZER_JOBS:-1}"
 for v in STEP_TIMEOUT SANITIZER_JOBS; do
-  case "${!v}" in '' | *[!0-9]* | 0) echo "gpu_check: $v must be a whole number of at least 1, got '${!v}'" >&2; exit 2 ;; esac
+  case "${!v}" in
+    '' | *[!0-9]* | 0) echo "gpu_check: $v must be a whole number of at least 1, got '${!v}'" >&2; exit 2 ;;
+  esac
 done
 cd "$ROOT"
 if [ $PREBUILT -eq 1 ] && [ ! -x "$BUILD/tests/test_cuda_parity" ]; then
@@ -117,8 +119,8 @@ flush_rows() {
   wait
   local f n
   for ((n = FLUSHED + 1; n <= ROW; n++)); do
-    [ -e "$(printf '%s/%03d' "$ROWS" "$n")" ] ||
-      echo "| step $n | | FAIL | no result: the step was killed before it reported |" >"$(printf '%s/%03d' "$ROWS" "$n")"
+    f="$(printf '%s/%03d' "$ROWS" "$n")"
+    [ -e "$f" ] || echo "| step $n | | FAIL | no result: the step was killed before it reported |" >"$f"
   done
   FLUSHED=$ROW
   for f in "$ROWS"/*; do
@@ -183,24 +185,23 @@ if [ $BUILT -eq 1 ]; then
     fi
   }
   if [ "${SKIP_BENCH:-0}" = 1 ]; then
-    echo "| benchmarks | | SKIPPED | SKIP_BENCH=1 |" >"$ROWS/998"
-  elif [ -x "$BUILD/tools/bench_ascender" ]; then
-    bench "tools/bench_ascender --device cuda" bench_ascender_gpu.log "fused|windowed|dense" \
-      "$BUILD/tools/bench_ascender" --device cuda --n 1024,4096,16384 --impl dense,fused,windowed --reps 3 \
-      --csv "$LOGDIR/bench_ascender_gpu.csv"
-  fi
-  if [ "${SKIP_BENCH:-0}" != 1 ] && [ -x "$BUILD/tools/bench_asam" ]; then
-    bench "tools/bench_asam --device cuda" bench_asam_gpu.log "window|chunked|targets" \
-      "$BUILD/tools/bench_asam" --device cuda --n 1024,4096,16384 \
-      --impl naive,chunked,window,w+g+r,asam,asam-skip,mha --reps 3 --csv "$LOGDIR/bench_asam_gpu.csv"
-  fi
-  if [ "${SKIP_BENCH:-0}" = 1 ]; then
-    :
-  elif [ -x "$BUILD/tools/bench_gpu" ]; then
-    bench "tools/bench_gpu" bench_gpu.log "." "$BUILD/tools/bench_gpu"
+    echo "| benchmarks | | SKIPPED | SKIP_BENCH=1 |" >"$ROWS/999"
   else
-    echo "| GPU benchmarks | tools/bench_gpu | SKIPPED | no bench_gpu target in this tree yet (or tools not built) |" \
-      >"$ROWS/999"
+    if [ -x "$BUILD/tools/bench_ascender" ]; then
+      bench "tools/bench_ascender --device cuda" bench_ascender_gpu.log "fused|windowed|dense" \
+        "$BUILD/tools/bench_ascender" --device cuda --n 1024,4096,16384 --impl dense,fused,windowed --reps 3 \
+        --csv "$LOGDIR/bench_ascender_gpu.csv"
+    fi
+    if [ -x "$BUILD/tools/bench_asam" ]; then
+      bench "tools/bench_asam --device cuda" bench_asam_gpu.log "window|chunked|targets" \
+        "$BUILD/tools/bench_asam" --device cuda --n 1024,4096,16384 \
+        --impl naive,chunked,window,w+g+r,asam,asam-skip,mha --reps 3 --csv "$LOGDIR/bench_asam_gpu.csv"
+    fi
+    if [ -x "$BUILD/tools/bench_gpu" ]; then
+      bench "tools/bench_gpu" bench_gpu.log "." "$BUILD/tools/bench_gpu"
+    else
+      echo "| GPU benchmarks | tools/bench_gpu | SKIPPED | no bench_gpu in this build (tools not built) |" >"$ROWS/999"
+    fi
   fi
   flush_rows
   cat "$SECTIONS" >>"$REPORT"
