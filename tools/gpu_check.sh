@@ -17,11 +17,17 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+usage() { echo "usage: tools/gpu_check.sh [--prebuilt] [build-dir]   (see the comment at the top of this script)"; }
+case "${1:-}" in
+  -h | --help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  --prebuilt | "") ;;
+  -*) usage >&2; exit 2 ;;
+esac
 PREBUILT=0
 if [ "${1:-}" = "--prebuilt" ]; then
   PREBUILT=1
   shift
-  [ -n "${1:-}" ] || { echo "usage: tools/gpu_check.sh [--prebuilt] [build-dir]" >&2; exit 2; }
+  [ -n "${1:-}" ] || { usage >&2; exit 2; }
 fi
 BUILD="$(realpath -m "${1:-$ROOT/build-gpu}")"
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 4)}"
