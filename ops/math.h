@@ -213,21 +213,37 @@ constexpr bool is_comparison(Binary b) { return b >= Binary::Eq; }
 // functions and the CUDA kernel both evaluate this one definition.
 enum class SurrogateKind : uint8_t { Sigmoid, Rectangular, Triangular, Atan };
 
+// One built-in derivative s'(u) of width w. `exp_nonpos(x)` is e^x for x <= 0: std::exp below; the CPU firing kernel
+// passes its vectorisable one and calls this from its loops (forced inline on the host so that it compiles inside
+// that kernel's no-trapping-math region, where its selects become branch-free).
+#if defined(__CUDACC__)
+#define ASC_HD_FORCE ASC_HD
+#else
+#define ASC_HD_FORCE [[gnu::always_inline]] inline
+#endif
+template <SurrogateKind K, class Exp>
+ASC_HD_FORCE double surrogate_derivative_of(double u, double w, Exp exp_nonpos) {
+  if constexpr (K == SurrogateKind::Sigmoid) {  // w σ(wu)(1 - σ(wu)) = w e^{-|wu|} / (1 + e^{-|wu|})^2, stable
+    const double e = exp_nonpos(-__builtin_fabs(w * u));
+    return w * e / ((1.0 + e) * (1.0 + e));
+  } else if constexpr (K == SurrogateKind::Rectangular) {
+    return __builtin_fabs(u) < w / 2 ? 1.0 / w : 0.0;
+  } else if constexpr (K == SurrogateKind::Triangular) {
+    const double t = 1.0 - __builtin_fabs(u) / w;
+    return (t > 0.0 ? t : 0.0) / w;
+  } else {  // Atan
+    const double t = 3.14159265358979323846 / 2 * w * u;
+    return w / (2.0 * (1.0 + t * t));
+  }
+}
+
 ASC_HD double surrogate_derivative(SurrogateKind kind, double u, double w) {
+  const auto ex = [](double x) { return std::exp(x); };
   switch (kind) {
-    case SurrogateKind::Sigmoid: {  // w σ(wu)(1 - σ(wu)) = w e^{-|wu|} / (1 + e^{-|wu|})^2, stable for any u
-      const double e = std::exp(-std::fabs(w * u));
-      return w * e / ((1.0 + e) * (1.0 + e));
-    }
-    case SurrogateKind::Rectangular: return std::fabs(u) < w / 2 ? 1.0 / w : 0.0;
-    case SurrogateKind::Triangular: {
-      const double t = 1.0 - std::fabs(u) / w;
-      return (t > 0.0 ? t : 0.0) / w;
-    }
-    case SurrogateKind::Atan: {
-      const double t = 3.14159265358979323846 / 2 * w * u;
-      return w / (2.0 * (1.0 + t * t));
-    }
+    case SurrogateKind::Sigmoid: return surrogate_derivative_of<SurrogateKind::Sigmoid>(u, w, ex);
+    case SurrogateKind::Rectangular: return surrogate_derivative_of<SurrogateKind::Rectangular>(u, w, ex);
+    case SurrogateKind::Triangular: return surrogate_derivative_of<SurrogateKind::Triangular>(u, w, ex);
+    case SurrogateKind::Atan: return surrogate_derivative_of<SurrogateKind::Atan>(u, w, ex);
   }
   return 0.0;
 }

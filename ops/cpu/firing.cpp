@@ -115,6 +115,11 @@ namespace {
 // derivative (math::surrogate_derivative's formulas as loops that vectorise: the sigmoid's exp is exp_nonpos), or a
 // user-registered one (a call per neuron).
 constexpr int kStraightThrough = -1, kUserSurrogate = -2;
+template <math::SurrogateKind K, class T>
+ASC_ALWAYS_INLINE void row_builtin(double w, const T* zr, const T* sp, int64_t P, double* d) {
+  const auto ex = [](double x) __attribute__((always_inline)) { return exp_nonpos(x); };
+  for (int64_t p = 0; p < P; ++p) d[p] = math::surrogate_derivative_of<K>(double(zr[p]) - double(sp[p]), w, ex);
+}
 template <class T>
 ASC_ALWAYS_INLINE void row_derivative(int kind, const Surrogate& s, double w, const T* zr, const T* sp, int64_t P,
                                       double* d) {
@@ -126,27 +131,10 @@ ASC_ALWAYS_INLINE void row_derivative(int kind, const Surrogate& s, double w, co
     case kUserSurrogate:
       for (int64_t p = 0; p < P; ++p) d[p] = s.derivative(double(zr[p]) - double(sp[p]), w);
       return;
-    case int(K::Sigmoid):  // w σ(wu)(1 − σ(wu)) = w e^{−|wu|} / (1 + e^{−|wu|})²
-      for (int64_t p = 0; p < P; ++p) {
-        const double e = exp_nonpos(-__builtin_fabs(w * (double(zr[p]) - double(sp[p]))));
-        d[p] = w * e / ((1.0 + e) * (1.0 + e));
-      }
-      return;
-    case int(K::Rectangular):
-      for (int64_t p = 0; p < P; ++p) d[p] = __builtin_fabs(double(zr[p]) - double(sp[p])) < w / 2 ? 1.0 / w : 0.0;
-      return;
-    case int(K::Triangular):
-      for (int64_t p = 0; p < P; ++p) {
-        const double t = 1.0 - __builtin_fabs(double(zr[p]) - double(sp[p])) / w;
-        d[p] = (t > 0.0 ? t : 0.0) / w;
-      }
-      return;
-    case int(K::Atan):
-      for (int64_t p = 0; p < P; ++p) {
-        const double t = 3.14159265358979323846 / 2 * w * (double(zr[p]) - double(sp[p]));
-        d[p] = w / (2.0 * (1.0 + t * t));
-      }
-      return;
+    case int(K::Sigmoid): return row_builtin<K::Sigmoid>(w, zr, sp, P, d);
+    case int(K::Rectangular): return row_builtin<K::Rectangular>(w, zr, sp, P, d);
+    case int(K::Triangular): return row_builtin<K::Triangular>(w, zr, sp, P, d);
+    case int(K::Atan): return row_builtin<K::Atan>(w, zr, sp, P, d);
   }
 }
 
