@@ -15,6 +15,8 @@
 #include "ops/checks.h"
 #include "ops/dispatch.h"
 #include "ops/kernels.h"
+#include "ops/linalg.h"         // matmul
+#include "ops/nn_functional.h"  // linear
 #include "ops/reduce.h"
 
 namespace asc {
@@ -184,6 +186,28 @@ Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0_in, bool rms_
                      });
   }
   return s;
+}
+
+Tensor linear_deferred_weight_grad(const Tensor& X, const Tensor& W, const std::shared_ptr<Tensor>& deferred_dZ) {
+  constexpr const char* op = "linear_deferred_weight_grad";
+  ASC_CHECK(deferred_dZ != nullptr, "{}: no tensor to hold the deferred dL/dZ (null pointer)", op);
+  check_defined(op, X, "X");
+  check_defined(op, W, "W");
+  ASC_CHECK(X.dim() == 2 && W.dim() == 2 && X.size(1) == W.size(1), "{}: expects X (N, d) and W (P, d); got X {}, W {}",
+            op, X.shape(), W.shape());
+  Tensor Z;  // (N, P)
+  {
+    NoGradGuard ng;
+    Z = linear(X, W);
+  }
+  if (autograd::needs_grad({&X, &W}))
+    autograd::record(op, {X, W}, {Z},
+                     [Ws = autograd::SavedTensor(W, op), deferred_dZ,
+                      x_grad = X.requires_grad()](const TensorList& g) -> TensorList {
+                       *deferred_dZ = deferred_dZ->defined() ? *deferred_dZ + g[0] : g[0].contiguous();
+                       return {x_grad ? matmul(g[0], Ws.get()) : Tensor(), Tensor()};
+                     });
+  return Z;
 }
 
 }  // namespace asc
