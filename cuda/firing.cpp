@@ -1,7 +1,6 @@
 // CUDA entry points of the firing perceptron's output (ops/firing.h): pass raw pointers to the launchers of
 // cuda/firing.cu (and, for the weight update, to cuBLAS), turn a failed launch into an asc::Error. The op has
 // validated shapes, dtypes and devices and allocated the outputs; only the launchers' workspaces are allocated here.
-#include "ops/firing.h"
 
 #include <cublas_v2.h>
 
@@ -18,7 +17,7 @@
 namespace asc::cuda {
 
 static_assert(kSsmScanMaxCudaChannels == firing_launch::kMaxScanChannels,
-              "ops/firing.h states the CUDA scan's channel limit of cuda/firing_launch.h");
+              "ops/kernel_types.h states the CUDA scan's channel limit of cuda/firing_launch.h");
 
 void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& F, Tensor& Y) {
   const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);

@@ -74,8 +74,7 @@ Tensor firing_rule_b_coef(const Tensor& Z, const Tensor& F, double a, const Tens
 //
 //   Tensor s = asc::ssm_scan(a, u, zeros({R}), /*rms_norm=*/true);
 Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0, bool rms_norm = false, double eps = 1e-6);
-// The most state channels R the CUDA kernels of ssm_scan take (a row's state lives in one thread block).
-inline constexpr int64_t kSsmScanMaxCudaChannels = 1024;
+// kSsmScanMaxCudaChannels (ops/kernel_types.h, included through ops/geometry.h): the most channels R on CUDA.
 
 // Z = X Wᵀ (N, P) as linear(X, W), X (N, d), W (P, d), with W's gradient deferred: the backward gives X its gradient
 // dZ W and W none, and adds dL/dZ (N, P) into *deferred_dZ (set to it when undefined) instead. Rule B with fuse_sgd
