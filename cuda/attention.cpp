@@ -75,9 +75,6 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   }
   const std::string why = flash_why(q);
   ASC_CHECK(why.empty(), "{} (CUDA): the flash kernel cannot run q {}: {}", kOp, q.shape(), why);
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  o = Tensor::empty({B, T, H, D}, q.options()).permute({0, 2, 1, 3});  // heads-last storage, as the CPU kernel's
-  stats = Tensor::empty({B, H, T, 1}, {acc_of(q), q.device(), false});
   ASC_CUDA_CHECK(flash_launch::forward(problem_of(q, k, v, keep_mask, bias, causal, scale), o.raw_data(), view_of(o),
                                        stats.raw_data(), float_elem_of(kOp, q.dtype()), current_stream()));
 }
@@ -89,10 +86,7 @@ void sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     cudnn_sdpa_backward(q, k, v, o, dout, stats, causal, scale, dq, dk, dv);
     return;
   }
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), S = k.size(2), D = q.size(3);
-  dq = Tensor::empty({B, H, T, D}, q.options());
-  dk = Tensor::empty({B, H, S, D}, q.options());
-  dv = Tensor::empty({B, H, S, D}, q.options());
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
   const Tensor delta = Tensor::empty({B, H, T}, {acc_of(q), q.device(), false});
   ASC_CUDA_CHECK(flash_launch::backward(problem_of(q, k, v, keep_mask, bias, causal, scale), o.raw_data(), view_of(o),
                                         dout.raw_data(), view_of(dout), stats.raw_data(), delta.raw_data(),

@@ -468,10 +468,11 @@ void cudnn_sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool 
   const std::string why = cudnn_sdpa_unsupported(q, k, v, causal, false);
   ASC_CHECK(why.empty(), "scaled_dot_product_attention (cuDNN): q {} k {} v {}: {}", q.shape(), k.shape(), v.shape(),
             why);
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t H = q.size(1), T = q.size(2), D = q.size(3);
   const int device = q.device().index;
-  o = Tensor::empty({B, T, H, D}, {q.dtype(), q.device()}).permute({0, 2, 1, 3});  // (B, H, T, D), heads last
-  stats = Tensor::empty({B, H, T, 1}, {kFloat32, q.device()});
+  ASC_CHECK(strides_of(o) == heads_last_strides(H, T, D) && stats.is_contiguous() && stats.dtype() == kFloat32,
+            "scaled_dot_product_attention (cuDNN): o {} must be heads-last and stats {} contiguous float32",
+            o.strides(), stats.shape());
   const Plan& p = plan_for(device, false, io_type(q.dtype()), dims_of(q), strides_of(q), dims_of(k), strides_of(k),
                            strides_of(v), strides_of(o), causal);
   float scale_f = static_cast<float>(scale), neg_inf = -INFINITY;
@@ -483,7 +484,7 @@ void cudnn_sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool 
 
 void cudnn_sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& dout,
                          const Tensor& stats, bool causal, double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int device = q.device().index;
   const Dims4 os = heads_last_strides(H, T, D);
   ASC_CHECK(strides_of(o) == os && stats.is_contiguous() && stats.dtype() == kFloat32,
@@ -498,9 +499,6 @@ void cudnn_sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
     d = Tensor::empty({B, T, H, D}, {o.dtype(), o.device()}).permute({0, 2, 1, 3});
     d.copy_(dout);
   }
-  dq = Tensor::empty({B, H, T, D}, {q.dtype(), q.device()});
-  dk = Tensor::empty({B, H, S, D}, {q.dtype(), q.device()});
-  dv = Tensor::empty({B, H, S, D}, {q.dtype(), q.device()});
   Tensor softmax_sum = Tensor::empty({B, H, T, 1}, {kFloat32, q.device()});
   Tensor dq_accum = zeros({B, H, T, D}, {.dtype = kFloat32, .device = q.device()});
   float scale_f = static_cast<float>(scale), one = 1.0f, neg_inf = -INFINITY;

@@ -20,12 +20,13 @@ namespace asc::cuda {
 // for the graph on this device. Builds (and caches) the execution plans it answers for.
 std::string cudnn_sdpa_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, bool needs_backward);
 
-// o: (B, H, T, D) like q (allocated here, heads-last layout (B, T, H, D) viewed as (B, H, T, D));
-// stats: (B, H, T, 1) float32 (allocated here).
+// Writes o: (B, H, T, D) like q, in the heads-last layout (B, T, H, D) viewed as (B, H, T, D), and stats:
+// (B, H, T, 1) float32 contiguous, both allocated by the caller.
 void cudnn_sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, Tensor& o,
                         Tensor& stats);
 
-// Gradients of the forward's o w.r.t. q, k, v given dout (any strides; copied to o's layout when they differ).
+// Gradients of the forward's o w.r.t. q, k, v given dout (any strides; copied to o's layout when they differ), written
+// into dq, dk, dv: contiguous, the shapes and dtype of q, k, v, allocated by the caller.
 void cudnn_sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& dout,
                          const Tensor& stats, bool causal, double scale, Tensor& dq, Tensor& dk, Tensor& dv);
 

@@ -167,6 +167,14 @@ __global__ void rule_b_coef_kernel(const T* __restrict__ Z, const T* __restrict_
   }
 }
 
+// W[p, i] *= keep[p], one thread per element (grid-strided, rows contiguous): the decay of firing_weight_update, as
+// the CPU's dense path does it (keep = 0 on a non-finite W gives NaN there too).
+template <class T>
+__global__ void scale_rows_kernel(T* __restrict__ W, const T* __restrict__ keep, int64_t P, int64_t d) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < P * d; i += int64_t(gridDim.x) * blockDim.x)
+    W[i] = from_acc<T>(to_acc(W[i]) * to_acc(keep[i / d]));
+}
+
 // ---- the SSM scan: a block per batch row, threads over channels, sequential in time --------------------------------
 // Each thread owns channels c = tid + k blockDim (k < kScanPer) and keeps their state (forward) or carried gradient
 // (backward) in registers, in the compute type; a channel's recurrence reads only itself, so the one cross-thread
@@ -453,6 +461,16 @@ cudaError_t rule_b_coef(const void* Z, const void* F, double a, const void* dZ, 
     const cudaError_t err = launch_kernel(
         rule_b_coef_kernel<T>, dim3(grid_for(N * P, kThreads)), dim3(kThreads), stream, static_cast<const T*>(Z),
         static_cast<const T*>(F), a, static_cast<const T*>(dZ), static_cast<const T*>(c), N, P, static_cast<T*>(coef));
+    return err != cudaSuccess ? err : cudaGetLastError();
+  });
+}
+
+cudaError_t scale_rows(void* W, const void* keep, int64_t P, int64_t d, FloatElem elem, cudaStream_t stream) {
+  if (P * d == 0) return cudaSuccess;
+  return visit_float_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    const cudaError_t err = launch_kernel(scale_rows_kernel<T>, dim3(grid_for(P * d, kThreads)), dim3(kThreads), stream,
+                                          static_cast<T*>(W), static_cast<const T*>(keep), P, d);
     return err != cudaSuccess ? err : cudaGetLastError();
   });
 }

@@ -43,6 +43,9 @@ cudaError_t batch_sums(const void* Z, const void* F, const void* SP, int64_t N, 
 // coef (N, P) = a F Z − c dZ (dZ and c null: a F Z), a thread per (b, p).
 cudaError_t rule_b_coef(const void* Z, const void* F, double a, const void* dZ, const void* c, int64_t N, int64_t P,
                         void* coef, FloatElem elem, cudaStream_t stream);
+// W (P, d) <- keep (P) ∘ W, row p scaled by keep[p] in place: firing_weight_update's decay, before its GEMM adds
+// coefᵀ X (cuda/firing.cpp).
+cudaError_t scale_rows(void* W, const void* keep, int64_t P, int64_t d, FloatElem elem, cudaStream_t stream);
 
 // The SSM scan of ops/firing.h: a, u, s (B, T, R), s0 (B, R), rms (B, T).
 //   With the RMS normalisation (channels coupled at every step): one thread block per batch row, its threads over the

@@ -40,8 +40,6 @@ void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& key_keep, double scale, Tensor& o, Tensor& lse) {
   const sparse_launch::Dims d = dims_of(q, k);
   const sparse_launch::Pattern p = pattern_of(pattern);
-  o = Tensor::empty({d.B, d.H, d.T, d.D}, q.options());
-  lse = Tensor::empty({d.B, d.H, d.T}, {acc_of(q.dtype()), q.device(), false});
   ASC_CUDA_CHECK(sparse_launch::forward(q.raw_data(), k.raw_data(), v.raw_data(), p, keep_of(key_keep), d, scale,
                                         o.raw_data(), lse.raw_data(), float_elem_of(kOp, q.dtype()), current_stream()));
 }
@@ -51,9 +49,6 @@ void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
                                const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv) {
   const sparse_launch::Dims d = dims_of(q, k);
   const sparse_launch::Pattern p = pattern_of(pattern);
-  dq = Tensor::empty({d.B, d.H, d.T, d.D}, q.options());
-  dk = Tensor::empty({d.B, d.H, d.S, d.D}, q.options());
-  dv = Tensor::empty({d.B, d.H, d.S, d.D}, q.options());
   const Tensor delta = Tensor::empty({d.B, d.H, d.T}, {acc_of(q.dtype()), q.device(), false});  // the rows' dO · o
   ASC_CUDA_CHECK(sparse_launch::backward(q.raw_data(), k.raw_data(), v.raw_data(), p, keep_of(key_keep), d, scale,
                                          o.raw_data(), dout.raw_data(), lse.raw_data(), delta.raw_data(), dq.raw_data(),

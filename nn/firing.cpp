@@ -202,25 +202,6 @@ std::string FiringLayer::extra_repr() const {
 
 FiringLinear::FiringLinear(const FiringOptions& o) : FiringLayer("FiringLinear", o, o.in_features()) {}
 
-namespace {
-// Z = X Wᵀ (N, P) whose backward gives X its gradient (dZ W) but W none: it adds dL/dZ to *dZ_sink for the
-// rule B that takes W's SGD step (fuse_sgd), which folds W's product dZᵀ X into its Oja product.
-Tensor linear_deferring_weight_grad(const Tensor& X, const Tensor& W, const std::shared_ptr<Tensor>& dZ_sink) {
-  Tensor Z;
-  {
-    NoGradGuard ng;
-    Z = linear(X, W);
-  }
-  autograd::record("firing_linear", {X, W}, {Z},
-                   [Ws = autograd::SavedTensor(W, "firing_linear"), dZ_sink,
-                    x_grad = X.requires_grad()](const TensorList& g) -> TensorList {
-                     *dZ_sink = dZ_sink->defined() ? *dZ_sink + g[0] : g[0].contiguous();
-                     return {x_grad ? matmul(g[0], Ws.get()) : Tensor(), Tensor()};
-                   });
-  return Z;
-}
-}  // namespace
-
 Tensor FiringLinear::forward(const Tensor& x) {
   const int64_t d = options.in_features(), P = options.neurons();
   if (options.channels()) {
@@ -242,7 +223,7 @@ Tensor FiringLinear::forward(const Tensor& x) {
               "rule B's fuse_sgd, W's gradient waits in the rule for the step and would be lost (fuse_sgd does not "
               "support gradient accumulation over several forward passes)");
     auto dZ = std::make_shared<Tensor>();
-    return fire(linear_deferring_weight_grad(X, W, dZ), lead, X, Tensor(), dZ);
+    return fire(linear_deferred_weight_grad(X, W, dZ), lead, X, Tensor(), dZ);
   }
   return fire(linear(X, W), lead, X, Tensor());  // Z = X Wᵀ (linear's backward writes dW without a transpose)
 }

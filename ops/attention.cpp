@@ -99,7 +99,11 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   const KernelMasks m = kernel_masks(q, k, opts);
   const bool causal = opts.causal;
-  Tensor o, stats;  // (B, H, T, Dh), (B, H, T, 1)
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  // o (B, H, T, D) stored heads-last, (B, T, H, D), the layout the kernels write and the output projection reads;
+  // stats (B, H, T, 1), the rows' log-sum-exp in the kernels' compute type (float32 for 16-bit inputs)
+  Tensor o = Tensor::empty({B, T, H, D}, q.options()).permute({0, 2, 1, 3});
+  Tensor stats = Tensor::empty({B, H, T, 1}, {accumulate_dtype(q.dtype()), q.device()});
   const bool needs_backward = autograd::needs_grad({&q, &k, &v});
   ASC_KERNEL(q.device(), kOp, sdpa_forward, q, k, v, m.keep, m.bias, causal, needs_backward, scale, o, stats);
   if (needs_backward) {
@@ -107,9 +111,11 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
         kOp, {q, k, v}, {o},
         [qs = autograd::SavedTensor(q, kOp), ks = autograd::SavedTensor(k, kOp), vs = autograd::SavedTensor(v, kOp),
          os = autograd::SavedTensor(o, kOp), stats, m, causal, scale](const TensorList& g) -> TensorList {
-          Tensor dq, dk, dv;
-          ASC_KERNEL(g[0].device(), kOp, sdpa_backward, qs.get(), ks.get(), vs.get(), m.keep, m.bias, os.get(), g[0],
-                     stats, causal, scale, dq, dk, dv);
+          const Tensor q = qs.get(), k = ks.get(), v = vs.get();
+          Tensor dq = Tensor::empty(q.shape(), q.options()), dk = Tensor::empty(k.shape(), q.options()),
+                 dv = Tensor::empty(v.shape(), q.options());  // the kernels write every element
+          ASC_KERNEL(g[0].device(), kOp, sdpa_backward, q, k, v, m.keep, m.bias, os.get(), g[0], stats, causal, scale,
+                     dq, dk, dv);
           return {dq, dk, dv};
         });
   }

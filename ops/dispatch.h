@@ -7,6 +7,9 @@
 //   ops/kernel_list.inc      the kernel's signature, declared ONCE: ASC_DECLARE_KERNEL(topk, (const Tensor& x, ...))
 //   ops/cpu/geometry.cpp     asc::cpu::topk, the CPU kernel
 //   cuda/geometry.cpp (.cu)  asc::cuda::topk, the CUDA kernel (host side, then a plain-data launcher in the .cu)
+// One pattern for every op: ops validate, allocate every output, dispatch once and record the backward; kernels are
+// leaves: they write into the outputs they are given, record nothing and compose no ops (a contiguous copy of an
+// input, or scratch space, is theirs to take).
 // ops/kernels.h declares the list in both namespaces, so each backend must define every kernel (a missing one is a
 // link error, not a runtime surprise), and the op calls
 //

@@ -15,6 +15,8 @@
 #include "ops/checks.h"
 #include "ops/dispatch.h"
 #include "ops/kernels.h"
+#include "ops/linalg.h"         // matmul
+#include "ops/nn_functional.h"  // linear
 #include "ops/reduce.h"
 
 namespace asc {
@@ -37,14 +39,19 @@ FiringOutput firing_output(const Tensor& Z, const Tensor& SP, const Tensor& f, c
   checked_numel({Z.size(0), Z.size(1), f.size(1)}, kOp);  // Y (N, P, alpha): N P alpha must fit in int64
   const GateSpec spec = gate_spec(kOp, gate, Z.device());
   const Tensor z = Z.contiguous(), sp = SP.contiguous(), fw = f.contiguous();
+  const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
   FiringOutput out;
+  out.F = Tensor::empty({N, P}, z.options());     // (N, P)
+  out.Y = Tensor::empty({N, P, A}, z.options());  // (N, P, alpha)
   ASC_KERNEL(z.device(), kOp, firing_forward, z, sp, fw, out.F, out.Y);
   if (autograd::needs_grad({&Z, &SP, &f})) {
     using autograd::SavedTensor;
     autograd::record(kOp, {z, sp, fw}, {out.Y},
-                     [zs = SavedTensor(z, kOp), sps = SavedTensor(sp, kOp), fs = SavedTensor(fw, kOp), F = out.F,
+                     [zs = SavedTensor(z, kOp), sps = SavedTensor(sp, kOp), fs = SavedTensor(fw, kOp), F = out.F, A,
                       spec](const TensorList& g) -> TensorList {
-                       Tensor dZ, dSP, df;
+                       const int64_t N = F.size(0), P = F.size(1);  // F: (N, P) in Z's dtype, on Z's device
+                       Tensor dZ = Tensor::empty({N, P}, F.options()), dSP = Tensor::empty({P}, F.options()),
+                              df = Tensor::empty({P, A}, F.options());
                        ASC_KERNEL(g[0].device(), kOp, firing_backward, zs.get(), sps.get(), fs.get(), F,
                                   g[0].contiguous(), spec, dZ, dSP, df);
                        return {dZ, dSP, df};
@@ -97,7 +104,8 @@ FiringBatchSums firing_batch_sums(const Tensor& Z, const Tensor& F, const Tensor
             SP.dtype());
   ASC_CHECK(!autograd::needs_grad({&Z, &F, &SP}),
             "{}: is not differentiable, but an input requires grad; call it under NoGradGuard", op);
-  FiringBatchSums s;
+  const int64_t P = Z.size(1);
+  FiringBatchSums s{Tensor::empty({P}, Z.options()), Tensor::empty({P}, Z.options()), Tensor::empty({P}, Z.options())};
   ASC_KERNEL(Z.device(), op, firing_batch_sums, Z.contiguous(), F.contiguous(), SP.contiguous(), s.fz2, s.fired,
              s.margin);
   return s;
@@ -120,7 +128,7 @@ Tensor firing_rule_b_coef(const Tensor& Z, const Tensor& F, double a, const Tens
   ASC_CHECK(!autograd::needs_grad({&Z, &F, &dZ, &c}),
             "{}: is not differentiable, but an input requires grad; call it under NoGradGuard", op);
   ASC_CHECK(std::isfinite(a), "{}: the coefficient a must be finite, got {}", op, a);
-  Tensor coef;
+  Tensor coef = Tensor::empty(Z.shape(), Z.options());  // (N, P)
   ASC_KERNEL(Z.device(), op, firing_rule_b_coef, Z.contiguous(), F.contiguous(), a,
              dZ.defined() ? dZ.contiguous() : Tensor(), c.defined() ? c.contiguous() : Tensor(), coef);
   return coef;
@@ -159,7 +167,8 @@ Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0_in, bool rms_
   }
   const Tensor ac = a.contiguous(), uc = u.contiguous();
   const Tensor s0 = s0_in.dim() == 1 ? s0_in.view({1, R}).expand({B, R}).contiguous() : s0_in.contiguous();
-  Tensor s, rms;
+  const int64_t T = a.size(1);
+  Tensor s = Tensor::empty({B, T, R}, ac.options()), rms = Tensor::empty({B, T}, ac.options());
   ASC_KERNEL(ac.device(), op, ssm_scan_forward, ac, uc, s0, rms_norm, eps, s, rms);
   if (autograd::needs_grad({&a, &u, &s0_in})) {
     using autograd::SavedTensor;
@@ -167,13 +176,38 @@ Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0_in, bool rms_
     autograd::record(op, {ac, uc, s0_in}, {s},
                      [as = SavedTensor(ac, op), s0s = SavedTensor(s0, op), out = s.detach(), rms, rms_norm,
                       s0_shape](const TensorList& g) -> TensorList {
-                       Tensor da, du, ds0;
+                       // out: (B, T, R) in a's dtype, on a's device
+                       Tensor da = Tensor::empty(out.shape(), out.options()),
+                              du = Tensor::empty(out.shape(), out.options()),
+                              ds0 = Tensor::empty({out.size(0), out.size(2)}, out.options());  // (B, R)
                        ASC_KERNEL(g[0].device(), "ssm_scan", ssm_scan_backward, as.get(), s0s.get(), out, rms,
                                   g[0].contiguous(), rms_norm, da, du, ds0);
                        return {da, du, s0_shape.size() == 1 ? sum(ds0, {0}) : ds0};
                      });
   }
   return s;
+}
+
+Tensor linear_deferred_weight_grad(const Tensor& X, const Tensor& W, const std::shared_ptr<Tensor>& deferred_dZ) {
+  constexpr const char* op = "linear_deferred_weight_grad";
+  ASC_CHECK(deferred_dZ != nullptr, "{}: no tensor to hold the deferred dL/dZ (null pointer)", op);
+  check_defined(op, X, "X");
+  check_defined(op, W, "W");
+  ASC_CHECK(X.dim() == 2 && W.dim() == 2 && X.size(1) == W.size(1), "{}: expects X (N, d) and W (P, d); got X {}, W {}",
+            op, X.shape(), W.shape());
+  Tensor Z;  // (N, P)
+  {
+    NoGradGuard ng;
+    Z = linear(X, W);
+  }
+  if (autograd::needs_grad({&X, &W}))
+    autograd::record(op, {X, W}, {Z},
+                     [Ws = autograd::SavedTensor(W, op), deferred_dZ,
+                      x_grad = X.requires_grad()](const TensorList& g) -> TensorList {
+                       *deferred_dZ = deferred_dZ->defined() ? *deferred_dZ + g[0] : g[0].contiguous();
+                       return {x_grad ? matmul(g[0], Ws.get()) : Tensor(), Tensor()};
+                     });
+  return Z;
 }
 
 }  // namespace asc

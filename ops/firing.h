@@ -6,6 +6,8 @@
 //   asc::FiringOutput o = asc::firing_output(Z, SP, f);               // exact gate: SP gets no gradient
 //   asc::FiringOutput s = asc::firing_output(Z, SP, f, {.mode = asc::GateBackward::Surrogate, .surrogate = "atan"});
 //   o.Y;  // (N, P, α): F f Z        o.F;  // (N, P): the gate, detached (what the local rules read)
+#include <memory>
+
 #include "core/tensor.h"
 #include "ops/geometry.h"  // GateOptions, GateBackward, the surrogate registry
 
@@ -72,7 +74,16 @@ Tensor firing_rule_b_coef(const Tensor& Z, const Tensor& F, double a, const Tens
 //
 //   Tensor s = asc::ssm_scan(a, u, zeros({R}), /*rms_norm=*/true);
 Tensor ssm_scan(const Tensor& a, const Tensor& u, const Tensor& s0, bool rms_norm = false, double eps = 1e-6);
-// The most state channels R the CUDA kernels of ssm_scan take (a row's state lives in one thread block).
-inline constexpr int64_t kSsmScanMaxCudaChannels = 1024;
+// kSsmScanMaxCudaChannels (ops/kernel_types.h, included through ops/geometry.h): the most channels R on CUDA.
+
+// Z = X Wᵀ (N, P) as linear(X, W), X (N, d), W (P, d), with W's gradient deferred: the backward gives X its gradient
+// dZ W and W none, and adds dL/dZ (N, P) into *deferred_dZ (set to it when undefined) instead. Rule B with fuse_sgd
+// (optim/firing_rules.h) holds deferred_dZ and folds W's product dZᵀ X into its own update at step(); until then the
+// deferred gradient is W's .grad in all but storage: Optimizer::zero_grad() drops it, and gradient clipping and DDP's
+// all-reduce never see it (the rule refuses the configurations where they would have to: nn/firing.cpp).
+//
+//   auto dZ = std::make_shared<Tensor>();
+//   Tensor Z = asc::linear_deferred_weight_grad(X, W, dZ);   // after backward(): *dZ = dL/dZ, W.grad() undefined
+Tensor linear_deferred_weight_grad(const Tensor& X, const Tensor& W, const std::shared_ptr<Tensor>& deferred_dZ);
 
 }  // namespace asc

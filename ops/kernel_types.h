@@ -37,6 +37,10 @@ struct GateSpec {
   Surrogate surrogate;  // Surrogate mode only
 };
 
+// ---- the SSM scan (ops/firing.h: ssm_scan) ----------------------------------------------------------------------
+// The most state channels R the CUDA kernels of ssm_scan take (a row's state lives in one thread block).
+inline constexpr int64_t kSsmScanMaxCudaChannels = 1024;
+
 // ---- fused ASCender attention (ops/ascender.h) ------------------------------------------------------------------
 // What the fused kernels take (plain data besides the tensors): q, k_rot, k, v (B, H, T, d), z (B, H, T, d_z),
 // e (B, H, T, d_a) contiguous, one float dtype; scalars (9, H): ω_align, ω_sep, ω_coh, λ_align, λ_sep, λ_coh, δ, κ,

@@ -475,16 +475,20 @@ Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   const SparsePattern p = pattern.to(q.device());
   const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   const Tensor keep = key_keep.defined() ? key_keep.contiguous() : Tensor();
-  Tensor o, lse;
+  // o (B, H, T, D); lse (B, H, T), the rows' log-sum-exp in the kernels' compute type (float32 for 16-bit inputs)
+  Tensor o = Tensor::empty(qc.shape(), qc.options());
+  Tensor lse = Tensor::empty({qc.size(0), qc.size(1), qc.size(2)}, {accumulate_dtype(qc.dtype()), qc.device()});
   ASC_KERNEL(qc.device(), kOp, sparse_attention_forward, qc, kc, vc, p.view(), keep, sc, o, lse);
   if (autograd::needs_grad({&q, &k, &v})) {
     using autograd::SavedTensor;
     autograd::record(kOp, {qc, kc, vc}, {o},
                      [qs = SavedTensor(qc, kOp), ks = SavedTensor(kc, kOp), vs = SavedTensor(vc, kOp),
                       os = SavedTensor(o, kOp), lse, keep, p, sc](const TensorList& g) -> TensorList {
-                       Tensor dq, dk, dv;
-                       ASC_KERNEL(g[0].device(), kOp, sparse_attention_backward, qs.get(), ks.get(), vs.get(), p.view(),
-                                  keep, sc, os.get(), g[0].contiguous(), lse, dq, dk, dv);
+                       const Tensor q = qs.get(), k = ks.get(), v = vs.get();
+                       Tensor dq = Tensor::empty(q.shape(), q.options()), dk = Tensor::empty(k.shape(), q.options()),
+                              dv = Tensor::empty(v.shape(), q.options());  // the kernels write every element
+                       ASC_KERNEL(g[0].device(), kOp, sparse_attention_backward, q, k, v, p.view(), keep, sc, os.get(),
+                                  g[0].contiguous(), lse, dq, dk, dv);
                        return {dq, dk, dv};
                      });
   }

@@ -212,6 +212,40 @@ Tensor sparse_coef(int64_t N, int64_t P, double density, uint64_t seed) {
 }
 }  // namespace
 
+TEST_CASE("linear_deferred_weight_grad: Z = X W^T; X's gradient as linear's, W's deferred into dZ, summed; bad input") {
+  const int64_t N = 5, P = 4, d = 3;
+  const Tensor X0 = randn64({N, d}, false, 70), W0 = randn64({P, d}, false, 71), G = randn64({N, P}, false, 72);
+  Tensor Xr = X0.clone().set_requires_grad(true), Wr = W0.clone().set_requires_grad(true);
+  const Tensor Zr = linear(Xr, Wr);
+  (Zr * G).sum().backward();  // the reference: linear's own gradients, dL/dZ = G
+
+  Tensor X = X0.clone().set_requires_grad(true), W = W0.clone().set_requires_grad(true);
+  auto dZ = std::make_shared<Tensor>();
+  Tensor Z = linear_deferred_weight_grad(X, W, dZ);
+  check_close(Z, Zr, 1e-15, 0);
+  (Z * G).sum().backward();
+  check_close(X.grad(), Xr.grad(), 1e-15, 0);
+  CHECK_FALSE(W.grad().defined());  // W's gradient is deferred, never formed
+  REQUIRE(dZ->defined());
+  check_close(*dZ, G, 0, 0);
+  check_close(matmul(dZ->t(), X0), Wr.grad(), 1e-14, 0);  // what the rule forms from it: dZ^T X = W's gradient
+
+  // A second backward pass (another forward) adds into the same deferred gradient.
+  (linear_deferred_weight_grad(X, W, dZ) * G).sum().backward();
+  check_close(*dZ, G * 2.0, 0, 0);
+
+  // Nothing requires grad: no graph, nothing deferred.
+  auto untouched = std::make_shared<Tensor>();
+  const Tensor Zn = linear_deferred_weight_grad(X0, W0, untouched);
+  CHECK_FALSE(Zn.requires_grad());
+
+  auto throws = [&](auto fn, const char* what) { CHECK_THROWS_WITH_AS(fn(), doctest::Contains(what), asc::Error); };
+  throws([&] { linear_deferred_weight_grad(X, W, nullptr); }, "null pointer");
+  throws([&] { linear_deferred_weight_grad(X, W0.narrow(1, 0, 2), dZ); }, "expects X (N, d) and W (P, d)");
+  throws([&] { linear_deferred_weight_grad(X.view({N, d, 1}), W, dZ); }, "expects X (N, d) and W (P, d)");
+  throws([&] { linear_deferred_weight_grad(Tensor(), W, dZ); }, "X");
+}
+
 TEST_CASE("firing_weight_update_: W <- keep W + coef^T X against loops, on the sparse and the dense path; bad input") {
   // 37 rows (not a multiple of the 4 inputs added at a time), 21 neurons (one block of 16 and a tail), d 13.
   const int64_t N = 37, P = 21, d = 13;

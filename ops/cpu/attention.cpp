@@ -113,8 +113,6 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Te
                   bool causal, double scale, Tensor& o, Tensor& stats) {
   const Problem<T> p(qt, kt, vt, mask, bias, causal, scale);
   const int64_t B = p.B, H = p.H, Tq = p.Tq, S = p.S, D = p.D;
-  o = Tensor::empty({B, Tq, H, D}, qt.options()).permute({0, 2, 1, 3});  // heads-last storage
-  stats = Tensor::empty({B, H, Tq, 1}, qt.options());
   T* op = o.data_ptr<T>();
   T* lse = stats.data_ptr<T>();
   const Strides4 so(o);
@@ -167,9 +165,8 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const T
                    Tensor& dk, Tensor& dv) {
   const Problem<T> p(qt, kt, vt, mask, bias, causal, scale);
   const int64_t B = p.B, H = p.H, Tq = p.Tq, S = p.S, D = p.D;
-  dq = Tensor::empty({B, H, Tq, D}, qt.options());
-  dk = zeros({B, H, S, D}, qt.options());
-  dv = zeros({B, H, S, D}, qt.options());
+  std::fill_n(dk.data_ptr<T>(), B * H * S * D, T(0));  // both accumulate over the row blocks
+  std::fill_n(dv.data_ptr<T>(), B * H * S * D, T(0));
   const T* o = ot.data_ptr<T>();
   const T* g = gt.data_ptr<T>();
   const T* lse = stats.data_ptr<T>();

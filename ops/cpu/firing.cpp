@@ -97,8 +97,6 @@ void forward_rows(const T* z, const T* sp, const T* fw, T* Fp, T* y, int64_t b0,
 
 void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& F, Tensor& Y) {
   const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
-  F = Tensor::empty({N, P}, Z.options());
-  Y = Tensor::empty({N, P, A}, Z.options());
   if (N == 0 || P == 0) return;  // nothing to do (and no row loop over a huge empty N)
   ASC_DISPATCH_FLOAT(Z.dtype(), "firing_output", [&] {
     const scalar_t *z = Z.data_ptr<scalar_t>(), *sp = SP.data_ptr<scalar_t>(), *fw = f.data_ptr<scalar_t>();
@@ -245,9 +243,6 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
   const Surrogate& s = gate.surrogate;
   const double width = gate.width;
   const int64_t N = Z.size(0), P = Z.size(1), A = f.size(1);
-  dZ = Tensor::empty({N, P}, Z.options());
-  dSP = Tensor::empty({P}, Z.options());
-  df = Tensor::empty({P, A}, Z.options());
   const bool user = mode == GateBackward::Surrogate && !s.builtin;
   const int kind = mode == GateBackward::StraightThrough ? kStraightThrough
                    : user                                ? kUserSurrogate
@@ -455,9 +450,6 @@ ASC_CPU_CLONES void rule_b_coef_rows(const T* z, const T* Fp, T a, const T* dz, 
 
 void firing_batch_sums(const Tensor& Z, const Tensor& F, const Tensor& SP, Tensor& fz2, Tensor& fired, Tensor& margin) {
   const int64_t N = Z.size(0), P = Z.size(1);
-  fz2 = Tensor::empty({P}, Z.options());
-  fired = Tensor::empty({P}, Z.options());
-  margin = Tensor::empty({P}, Z.options());
   if (P == 0) return;
   ASC_DISPATCH_FLOAT(Z.dtype(), "firing_batch_sums", [&] {
     const scalar_t *z = Z.data_ptr<scalar_t>(), *Fp = F.data_ptr<scalar_t>(), *sp = SP.data_ptr<scalar_t>();
@@ -469,7 +461,6 @@ void firing_batch_sums(const Tensor& Z, const Tensor& F, const Tensor& SP, Tenso
 
 void firing_rule_b_coef(const Tensor& Z, const Tensor& F, double a, const Tensor& dZ, const Tensor& c, Tensor& coef) {
   const int64_t N = Z.size(0), P = Z.size(1);
-  coef = Tensor::empty({N, P}, Z.options());
   if (N == 0 || P == 0) return;
   ASC_DISPATCH_FLOAT(Z.dtype(), "firing_rule_b_coef", [&] {
     const scalar_t *z = Z.data_ptr<scalar_t>(), *Fp = F.data_ptr<scalar_t>();
@@ -486,8 +477,6 @@ void firing_rule_b_coef(const Tensor& Z, const Tensor& F, double a, const Tensor
 void ssm_scan_forward(const Tensor& a, const Tensor& u, const Tensor& s0, bool rms_norm, double eps, Tensor& s,
                       Tensor& rms) {
   const int64_t B = a.size(0), T = a.size(1), R = a.size(2);
-  s = Tensor::empty({B, T, R}, a.options());
-  rms = Tensor::empty({B, T}, a.options());
   if (B == 0 || T == 0) return;  // no steps (and no row loop over a huge empty B)
   ASC_DISPATCH_FLOAT(a.dtype(), "ssm_scan", [&] {
     const scalar_t *ap = a.data_ptr<scalar_t>(), *up = u.data_ptr<scalar_t>(), *s0p = s0.data_ptr<scalar_t>();
@@ -517,9 +506,6 @@ void ssm_scan_forward(const Tensor& a, const Tensor& u, const Tensor& s0, bool r
 void ssm_scan_backward(const Tensor& a, const Tensor& s0, const Tensor& s, const Tensor& rms, const Tensor& ds,
                        bool rms_norm, Tensor& da, Tensor& du, Tensor& ds0) {
   const int64_t B = a.size(0), T = a.size(1), R = a.size(2);
-  da = Tensor::empty({B, T, R}, a.options());
-  du = Tensor::empty({B, T, R}, a.options());
-  ds0 = Tensor::empty({B, R}, a.options());
   if (B == 0 || R == 0) return;  // nothing to write (and no row loop over a huge empty B)
   ASC_DISPATCH_FLOAT(a.dtype(), "ssm_scan backward", [&] {
     const scalar_t *ap = a.data_ptr<scalar_t>(), *s0p = s0.data_ptr<scalar_t>(), *sp = s.data_ptr<scalar_t>();

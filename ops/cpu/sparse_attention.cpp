@@ -165,8 +165,6 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
                   const Tensor& keep, double scale, Tensor& o, Tensor& lse_t) {
   const Problem<T> p(qt, kt, vt, pat, keep, scale);
   const int64_t B = p.B, H = p.H, Tq = p.Tq, D = p.D;
-  o = Tensor::empty({B, H, Tq, D}, qt.options());
-  lse_t = Tensor::empty({B, H, Tq}, qt.options());
   T* op = o.data_ptr<T>();
   T* lse = lse_t.data_ptr<T>();
   const int64_t max_row = pat.max_row;
@@ -228,9 +226,6 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
                    Tensor& dq, Tensor& dk, Tensor& dv) {
   const Problem<T> p(qt, kt, vt, pat, keep, scale);
   const int64_t B = p.B, H = p.H, Tq = p.Tq, S = p.S, D = p.D, G = p.G;
-  dq = Tensor::empty({B, H, Tq, D}, qt.options());
-  dk = Tensor::empty({B, H, S, D}, qt.options());
-  dv = Tensor::empty({B, H, S, D}, qt.options());
   const T* o = ot.data_ptr<T>();
   const T* g = gt.data_ptr<T>();
   const T* lse = lse_t.data_ptr<T>();

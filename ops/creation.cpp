@@ -1,0 +1,138 @@
+// The creation functions declared in core/tensor.h: empty, full / zeros / ones (and *_like), arange, eye, rand, randn,
+// randint and tensor(values). Filled by the fill / random kernels, or on the host and copied to the device.
+#include <cmath>
+
+#include "core/format.h"
+#include "core/generator.h"
+#include "core/tensor.h"
+#include "ops/dispatch.h"
+
+namespace asc {
+
+// ---- creation ---------------------------------------------------------------------------------------------------
+
+Tensor empty(const Shape& shape, TensorOptions opts) { return Tensor::empty(shape, opts); }
+
+Tensor full(const Shape& shape, double value, TensorOptions opts) {
+  bool rg = opts.requires_grad;
+  opts.requires_grad = false;
+  Tensor t = Tensor::empty(shape, opts);
+  ASC_KERNEL(opts.device, "full", fill, t, value);
+  if (rg) t.set_requires_grad(true);
+  return t;
+}
+Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0.0, opts); }
+Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, opts); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
+Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, t.options()); }
+Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
+
+namespace {
+// A tensor of `shape` whose elements fill(p) writes on the host (p: the element type's pointer, row-major), then
+// moved to opts.device: how creation ops with computed contents (arange, eye, tensor(values)) are made.
+template <class Fill>
+Tensor host_filled(const char* op, const Shape& shape, TensorOptions opts, Fill fill) {
+  Tensor host = Tensor::empty(shape, {opts.dtype, Device::cpu()});
+  ASC_DISPATCH_ALL(opts.dtype, op, [&] { fill(host.data_ptr<scalar_t>()); });
+  Tensor t = host.to(opts.device);
+  if (opts.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+}  // namespace
+
+Tensor arange(double start, double end, double step, TensorOptions opts) {
+  ASC_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+            "arange: invalid range [{}, {}) step {}", start, end, step);
+  const double count = std::ceil((end - start) / step);
+  // 2^53: beyond it consecutive values are no longer distinct doubles (and the cast to int64 below would overflow).
+  ASC_CHECK(std::isfinite(count) && count <= 9007199254740992.0,
+            "arange: range [{}, {}) step {} has {} elements, more than 2^53", start, end, step, count);
+  const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  return host_filled("arange", {n}, opts, [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
+  });
+}
+Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, static_cast<double>(end), 1.0, opts); }
+
+Tensor eye(int64_t n, TensorOptions opts) {
+  ASC_CHECK(n >= 0, "eye: negative size {}", n);
+  checked_nbytes(checked_numel({n, n}, "eye"), dtype_size(opts.dtype), "eye");  // n * n, named as eye's
+  return host_filled("eye", {n, n}, opts, [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    std::fill(p, p + n * n, T(0));
+    for (int64_t i = 0; i < n; ++i) p[i * n + i] = T(1);
+  });
+}
+
+namespace {
+template <class Fill>
+Tensor random_tensor(const Shape& shape, TensorOptions opts, Generator* gen, uint64_t per_block, Fill fill) {
+  bool rg = opts.requires_grad;
+  opts.requires_grad = false;
+  Tensor t = Tensor::empty(shape, opts);
+  Generator& g = gen ? *gen : default_generator();
+  uint64_t n = static_cast<uint64_t>(t.numel());
+  const Generator::State s = g.draw((n + per_block - 1) / per_block);
+  fill(t, s.seed, s.offset);
+  if (rg) t.set_requires_grad(true);
+  return t;
+}
+}  // namespace
+
+Tensor rand(const Shape& shape, TensorOptions opts, Generator* gen) {
+  ASC_CHECK(is_floating(opts.dtype), "rand: expected a floating-point dtype, got {}", opts.dtype);
+  uint64_t per = opts.dtype == kFloat64 ? 2 : 4;
+  return random_tensor(shape, opts, gen, per, [&](Tensor& t, uint64_t seed, uint64_t off) {
+    ASC_KERNEL(t.device(), "rand", uniform, t, seed, off, 0.0, 1.0);
+  });
+}
+
+Tensor randn(const Shape& shape, TensorOptions opts, Generator* gen) {
+  ASC_CHECK(is_floating(opts.dtype), "randn: expected a floating-point dtype, got {}", opts.dtype);
+  return random_tensor(shape, opts, gen, 2, [&](Tensor& t, uint64_t seed, uint64_t off) {
+    ASC_KERNEL(t.device(), "randn", normal, t, seed, off, 0.0, 1.0);
+  });
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts, Generator* gen) {
+  ASC_CHECK(low < high, "randint: empty range [{}, {})", low, high);
+  ASC_CHECK(opts.dtype == kInt64, "randint: dtype must be int64, got {}", opts.dtype);
+  return random_tensor(shape, opts, gen, 2, [&](Tensor& t, uint64_t seed, uint64_t off) {
+    ASC_KERNEL(t.device(), "randint", randint, t, seed, off, low, high);
+  });
+}
+
+namespace {
+template <class T>
+Tensor from_host(const T* data, size_t n, const Shape& shape, TensorOptions opts) {
+  const int64_t numel = checked_numel(shape, "tensor");  // numel_of would overflow for a hostile shape
+  ASC_CHECK(static_cast<int64_t>(n) == numel, "tensor: {} values given for shape {} ({} elements)", n, shape, numel);
+  return host_filled("tensor", shape, opts, [&](auto* p) {
+    using E = std::remove_pointer_t<decltype(p)>;
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<E>(data[i]);
+  });
+}
+}  // namespace
+
+Tensor tensor(std::span<const double> values, const Shape& shape, TensorOptions opts) {
+  return from_host(values.data(), values.size(), shape, opts);
+}
+Tensor tensor(std::initializer_list<double> values, const Shape& shape, TensorOptions opts) {
+  return from_host(values.begin(), values.size(), shape, opts);
+}
+Tensor tensor(std::initializer_list<double> values, TensorOptions opts) {
+  return from_host(values.begin(), values.size(), {static_cast<int64_t>(values.size())}, opts);
+}
+Tensor tensor(const std::vector<float>& values, const Shape& shape, TensorOptions opts) {
+  return from_host(values.data(), values.size(), shape, opts);
+}
+Tensor tensor(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
+  return from_host(values.data(), values.size(), shape, opts);
+}
+Tensor tensor(const std::vector<int64_t>& values, const Shape& shape, TensorOptions opts) {
+  return from_host(values.data(), values.size(), shape, opts);
+}
+
+}  // namespace asc
