@@ -89,7 +89,6 @@ void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig
   const FloatElem t = float_elem_of("ascender_attention", in.q.dtype());
   L::Params p = params(in, cfg);
   const Tensor scratch = row_workspace(in, p, L::max_keys(t), L::kForwardArrays);
-  y = Tensor::empty(in.q.shape(), in.q.options());
   p.y = y.raw_data();
   ASC_CUDA_CHECK(L::forward(t, p, current_stream()));
 }
@@ -102,22 +101,30 @@ void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfi
   const Tensor scratch = row_workspace(in, p.fwd, L::max_keys_backward(t), L::kBackwardArrays);
   const Tensor gy = gy_in.contiguous();
   const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);
-  // Gradients accumulate (atomics) in the compute type: float32 for bfloat16 / float16, converted at the end.
+  // Gradients accumulate (atomics) in the compute type: into the op's gradients (ops/kernel_list.inc) when they have
+  // it, else (bfloat16 / float16) into float32 accumulators converted into them at the end.
   const DType acc = in.q.dtype() == kFloat64 ? kFloat64 : kFloat32;
   const TensorOptions opt{acc, in.q.device(), false};
-  Tensor dq = zeros(in.q.shape(), opt), dkr = zeros(in.q.shape(), opt), dk = zeros(in.q.shape(), opt);
-  Tensor dv = zeros(in.q.shape(), opt), dz = zeros(in.z.shape(), opt), de = zeros(in.e.shape(), opt);
-  Tensor dscalars = zeros(in.scalars.shape(), opt);
-  Tensor dkhat = zeros(in.q.shape(), opt), dehat = zeros(in.e.shape(), opt);  // workspace
+  auto zeroed = [&](const Shape& shape) {
+    Tensor t = Tensor::empty(shape, opt);
+    cuda::fill(t, 0.0);  // this backend's fill kernel (a leaf, not the op)
+    return t;
+  };
+  TensorList sums = grads;
+  if (acc != in.q.dtype())
+    for (Tensor& s : sums) s = Tensor::empty(s.shape(), opt);
+  for (Tensor& s : sums) cuda::fill(s, 0.0);
+  Tensor &dq = sums[0], &dkr = sums[1], &dk = sums[2], &dv = sums[3], &dz = sums[4], &de = sums[5];
+  Tensor& dscalars = sums[6];
+  Tensor dkhat = zeroed(in.q.shape()), dehat = zeroed(in.e.shape());  // workspace
   Tensor knorm = Tensor::empty({B, H, T}, opt), enorm = Tensor::empty({B, H, T}, opt);
   p.gy = gy.raw_data();
   p.dq = dq.raw_data(), p.dkr = dkr.raw_data(), p.dk = dk.raw_data(), p.dv = dv.raw_data();
   p.dz = dz.raw_data(), p.de = de.raw_data(), p.dscalars = dscalars.raw_data();
   p.dkhat = dkhat.raw_data(), p.dehat = dehat.raw_data(), p.knorm = knorm.raw_data(), p.enorm = enorm.raw_data();
   ASC_CUDA_CHECK(L::backward(t, p, current_stream()));
-  grads = {dq, dkr, dk, dv, dz, de, dscalars};
   if (acc != in.q.dtype())
-    for (Tensor& g : grads) g = g.to(in.q.dtype());
+    for (size_t i = 0; i < grads.size(); ++i) cuda::copy(sums[i], grads[i]);  // this backend's casting copy kernel
 }
 
 }  // namespace asc::cuda

@@ -152,43 +152,46 @@ AscenderKernelConfig kernel_config(const AscenderCoreArgs& a, int64_t T) {
   const int64_t t1 = std::max<int64_t>(T, 1);
   std::vector<int64_t> k = a.k;
   for (int64_t& kh : k) kh = std::min(kh, t1);
-  return {std::move(k),
-          a.tau_sep,
-          a.tau_coh,
-          a.alpha_align,
-          a.alpha_coh,
-          a.include_self,
-          a.select_by_scores,
-          a.gate_position == GatePosition::AfterNorm,
-          a.use_align,
-          a.use_sep,
-          a.use_coh,
-          a.norm_eps,
-          a.omega_scale,
-          std::min(a.window, t1),
-          std::min(a.global_tokens, t1),
-          std::min(a.row_block, t1)};
+  return {.k = std::move(k),
+          .tau_sep = a.tau_sep,
+          .tau_coh = a.tau_coh,
+          .alpha_align = a.alpha_align,
+          .alpha_coh = a.alpha_coh,
+          .include_self = a.include_self,
+          .select_by_scores = a.select_by_scores,
+          .after_norm = a.gate_position == GatePosition::AfterNorm,
+          .use_align = a.use_align,
+          .use_sep = a.use_sep,
+          .use_coh = a.use_coh,
+          .norm_eps = a.norm_eps,
+          .omega_scale = a.omega_scale,
+          .window = std::min(a.window, t1),
+          .global_tokens = std::min(a.global_tokens, t1),
+          .row_block = std::min(a.row_block, t1)};
 }
 
 // Forward through the kernel; one graph node whose backward is the kernel's backward.
 Tensor ascender_fused(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg) {
-  Tensor y;
+  Tensor y = Tensor::empty(in.q.shape(), in.q.options());  // (B, H, T, d)
   const bool backward = autograd::needs_grad({&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e, &in.scalars});
-  AscenderKernelState state;
+  AscenderKernelState state;  // the backend's own record for its backward (it sizes it: ops/kernel_list.inc)
   ASC_KERNEL(in.q.device(), kOp, ascender_forward, in, cfg, y, backward ? &state : nullptr);
   if (backward) {
     using autograd::SavedTensor;
-    autograd::record(kOp, {in.q, in.k_rot, in.k, in.v, in.z, in.e, in.scalars}, {y},
-                     [q = SavedTensor(in.q, kOp), kr = SavedTensor(in.k_rot, kOp), k = SavedTensor(in.k, kOp),
-                      v = SavedTensor(in.v, kOp), z = SavedTensor(in.z, kOp), e = SavedTensor(in.e, kOp),
-                      sc = SavedTensor(in.scalars, kOp), keep = in.keep, bias = in.bias, state,
-                      cfg](const TensorList& g) -> TensorList {
-                       const AscenderKernelInputs saved{q.get(), kr.get(), k.get(), v.get(), z.get(),
-                                                        e.get(), sc.get(), keep,    bias};
-                       TensorList grads;
-                       ASC_KERNEL(g[0].device(), kOp, ascender_backward, saved, cfg, state, g[0], grads);
-                       return grads;
-                     });
+    autograd::record(
+        kOp, {in.q, in.k_rot, in.k, in.v, in.z, in.e, in.scalars}, {y},
+        [q = SavedTensor(in.q, kOp), kr = SavedTensor(in.k_rot, kOp), k = SavedTensor(in.k, kOp),
+         v = SavedTensor(in.v, kOp), z = SavedTensor(in.z, kOp), e = SavedTensor(in.e, kOp),
+         sc = SavedTensor(in.scalars, kOp), keep = in.keep, bias = in.bias, state,
+         cfg](const TensorList& g) -> TensorList {
+          const AscenderKernelInputs saved{q.get(), kr.get(), k.get(), v.get(), z.get(), e.get(), sc.get(), keep, bias};
+          // the gradients of q, k_rot, k, v, z, e and the (9, H) scalars, in their shapes and q's dtype
+          TensorList grads;
+          for (const Tensor* t : {&saved.q, &saved.k_rot, &saved.k, &saved.v, &saved.z, &saved.e, &saved.scalars})
+            grads.push_back(Tensor::empty(t->shape(), saved.q.options()));
+          ASC_KERNEL(g[0].device(), kOp, ascender_backward, saved, cfg, state, g[0], grads);
+          return grads;
+        });
   }
   return y;
 }

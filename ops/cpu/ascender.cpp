@@ -49,9 +49,8 @@ namespace {
 
 // Query rows per block when the config leaves it to the kernel: about 64K elements per (rows, keys) tile (256 KiB in
 // float32), between 16 and 128 rows. Larger blocks make the GEMMs more efficient until the block's tiles spill from
-// the cache. Measured on the 2-core CI machine (float32, forward + backward): at n = 512, 128 rows beat 64 by ~4% and
-// 256 by ~12%; at n = 2048, 32 rows beat 128 by ~25%. In windowed mode a block's keys number about R + 2w + g whatever
-// n is, so every extra row widens every row's band: at most 64 rows there.
+// the cache (bench/results/2026-11-26_kernel_tuning_figures.md has the measurements). In windowed mode a block's keys
+// number about R + 2w + g whatever n is, so every extra row widens every row's band: at most 64 rows there.
 int64_t row_block(const AscenderKernelConfig& cfg, int64_t n) {
   if (cfg.row_block > 0) return cfg.row_block;
   const int64_t keys = cfg.window > 0 ? std::min(n, 2 * cfg.window + cfg.global_tokens) : n;
@@ -207,7 +206,6 @@ template <class T>
 void forward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y,
                   AscenderKernelState* state) {
   const int64_t B = in.q.size(0), H = in.q.size(1), Tn = in.q.size(2), d = in.q.size(3), dz = in.z.size(3);
-  y = Tensor::empty({B, H, Tn, d}, in.q.options());
   T* yp = y.data_ptr<T>();
   const int64_t kmax = max_k(cfg);
   double* rows_p = nullptr;
@@ -289,9 +287,9 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
   const int64_t B = in.q.size(0), H = in.q.size(1), Tn = in.q.size(2), d = in.q.size(3);
   const int64_t dz = in.z.size(3), da = in.e.size(3);
   const Tensor gy = gy_in.contiguous();
-  Tensor dq = zeros(in.q.shape(), in.q.options()), dkr = zeros(in.q.shape(), in.q.options());
-  Tensor dk = zeros(in.k.shape(), in.k.options()), dv = zeros(in.v.shape(), in.v.options());
-  Tensor dz_t = zeros(in.z.shape(), in.z.options()), de = zeros(in.e.shape(), in.e.options());
+  // The op's gradients (ops/kernel_list.inc), zeroed: the blocks and heads accumulate into them.
+  for (Tensor& g : grads) std::fill_n(g.data_ptr<T>(), g.numel(), T(0));
+  Tensor &dq = grads[0], &dkr = grads[1], &dk = grads[2], &dv = grads[3], &dz_t = grads[4], &de = grads[5];
   std::vector<double> dsc(static_cast<size_t>(B * H * kNumScalars), 0.0);  // per task, reduced below
   const int64_t rows = row_block(cfg, Tn);
   const int64_t blocks = (Tn + rows - 1) / rows;
@@ -326,12 +324,10 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
       unit_rows_backward(h.ehat, h.enorm, ge, Tn, da, 1e-8, de.data_ptr<T>() + bh * Tn * da);
     }
   });
-  Tensor dscalars = zeros({kNumScalars, H}, in.scalars.options());
-  T* dsp = dscalars.data_ptr<T>();
+  T* dsp = grads[6].data_ptr<T>();  // dscalars (9, H)
   for (int64_t bh = 0; bh < B * H; ++bh)
     for (int s = 0; s < kNumScalars; ++s)
       dsp[s * H + bh % H] = static_cast<T>(dsp[s * H + bh % H] + dsc[bh * kNumScalars + s]);
-  grads = {dq, dkr, dk, dv, dz_t, de, dscalars};
 }
 
 }  // namespace

@@ -378,8 +378,8 @@ void firing_weight_update(Tensor& W, const Tensor& keep, const Tensor& coef, con
     // Dense: scale the rows, then GEMMs accumulating into W (coefᵀ is coef read with strides (1, P): no copy). A BLAS
     // sums a product differently for a different number of rows, so the row split decides W's last bits: by default
     // one GEMM per thread's rows (the fastest; the bits then depend on the thread count), and with
-    // use_deterministic_algorithms one per fixed block of kGemmRows neurons, whatever the thread count (measured at
-    // P 1024, d 784, B 256 on one thread: about 10% slower).
+    // use_deterministic_algorithms one per fixed block of kGemmRows neurons, whatever the thread count (a little
+    // slower: bench/results/2026-11-26_kernel_tuning_figures.md).
     constexpr int64_t kGemmRows = 64;
     const bool fixed = deterministic_algorithms_enabled();
     const int64_t rows = fixed ? kGemmRows : std::max<int64_t>(1, (P + max_threads() - 1) / max_threads());
