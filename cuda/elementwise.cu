@@ -2,7 +2,9 @@
 // functors as the CPU kernels) and the random streams are core/generator.h's Philox, element for element as on
 // the CPU. Strided operands: a grid-stride loop over the linear index of a host-coalesced layout (<= 8 dims), each
 // operand's offset computed by divmod per dim; a contiguous fast path when every operand is one dense run.
-// bfloat16 / float16 compute in float. Compiled as C++17: no core/ headers beyond math.h and generator.h.
+// bfloat16 / float16 compute in float. Compiled as C++17: no core/ headers beyond math.h and generator.h. Longer than
+// the project's 600 lines by design: the six families share one strided-layout view and one dtype visit, which
+// splitting the file would duplicate or move into a header of their own.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
