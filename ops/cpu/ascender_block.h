@@ -16,12 +16,7 @@
 #include "ops/cpu/scratch.h"
 #include "ops/kernel_types.h"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-// the region of ops/cpu/ascender.cpp (see there and ops/cpu/vec_math.h): the row loops here and in the term headers
-// vectorise, and the x86-64-v3 clones that inline them fuse a * b + c into FMAs
-#pragma GCC optimize("no-trapping-math", "fp-contract=fast")
-#endif
+#include "ops/cpu/vec_region_fma_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
 
 #include "ops/cpu/vec_math.h"
 
@@ -209,6 +204,4 @@ struct BackwardWork {
 }  // namespace
 }  // namespace asc::cpu
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+#include "ops/cpu/vec_region_end.h"

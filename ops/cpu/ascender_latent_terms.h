@@ -14,11 +14,7 @@
 #include "ops/cpu/gemm.h"
 #include "ops/kernel_types.h"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-// the region of ops/cpu/ascender.cpp (see there and ops/cpu/vec_math.h)
-#pragma GCC optimize("no-trapping-math", "fp-contract=fast")
-#endif
+#include "ops/cpu/vec_region_fma_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
 
 #include "ops/cpu/small_gemm.h"
 #include "ops/cpu/vec_math.h"
@@ -360,6 +356,4 @@ ASC_ALWAYS_INLINE void distances_backward(const HeadData<T>& h, const AscenderKe
 }  // namespace
 }  // namespace asc::cpu
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+#include "ops/cpu/vec_region_end.h"

@@ -22,11 +22,7 @@
 #include "ops/kernel_types.h"
 #include "ops/math.h"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-// the region of ops/cpu/ascender.cpp (see there and ops/cpu/vec_math.h)
-#pragma GCC optimize("no-trapping-math", "fp-contract=fast")
-#endif
+#include "ops/cpu/vec_region_fma_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
 
 #include "ops/cpu/small_gemm.h"
 #include "ops/cpu/vec_math.h"
@@ -526,6 +522,4 @@ ASC_ALWAYS_INLINE void output_backward(int64_t R, int64_t d, const T* gy0, Backw
 }  // namespace
 }  // namespace asc::cpu
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+#include "ops/cpu/vec_region_end.h"

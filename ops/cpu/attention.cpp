@@ -17,10 +17,7 @@
 #include "ops/cpu/scratch.h"
 #include "ops/kernels.h"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("no-trapping-math")  // see ops/cpu/vec_math.h
-#endif
+#include "ops/cpu/vec_region_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
 
 #include "ops/cpu/vec_math.h"
 
@@ -251,6 +248,4 @@ void sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 }  // namespace asc::cpu
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+#include "ops/cpu/vec_region_end.h"

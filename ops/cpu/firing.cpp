@@ -23,10 +23,7 @@
 // No trapping math in the kernels (as in ops/cpu/nn.cpp): GCC then if-converts the float selects of exp_nonpos and of
 // the surrogate derivatives, so their loops vectorise. Functions defined outside this region are not inlined into it,
 // so the loops use builtins (__builtin_fabs, __builtin_bit_cast) and plain expressions.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("no-trapping-math")
-#endif
+#include "ops/cpu/vec_region_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
 
 #include "ops/cpu/vec_math.h"  // inside the region: exp_nonpos
 
@@ -540,6 +537,4 @@ void ssm_scan_backward(const Tensor& a, const Tensor& s0, const Tensor& s, const
 
 }  // namespace asc::cpu
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+#include "ops/cpu/vec_region_end.h"

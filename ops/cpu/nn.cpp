@@ -16,10 +16,7 @@
 // exp_nonpos / the masked loops and so their vectorisation. The kernels never read FP exception flags. Functions
 // defined outside this region (std::max, std::bit_cast, ...) are not inlined into it (mismatched options), so the
 // hot loops use only builtins and plain expressions.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("no-trapping-math")
-#endif
+#include "ops/cpu/vec_region_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
 
 #include "ops/cpu/vec_math.h"  // inside the region: exp_nonpos, ASC_SIMD_REDUCE
 
@@ -436,6 +433,4 @@ void cross_entropy_backward(const Tensor& gloss, double scale, const Tensor& log
 
 }  // namespace asc::cpu
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+#include "ops/cpu/vec_region_end.h"

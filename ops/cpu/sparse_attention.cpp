@@ -18,12 +18,7 @@
 #include "ops/cpu/scratch.h"
 #include "ops/kernels.h"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-// see ops/cpu/vec_math.h: no-trapping-math lets the masked row loops vectorise; fp-contract lets the x86-64-v3 clones
-// fuse a * b + c into one FMA (one rounding instead of two; the tests' tolerances hold either way)
-#pragma GCC optimize("no-trapping-math", "fp-contract=fast")
-#endif
+#include "ops/cpu/vec_region_fma_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
 
 #include "ops/cpu/vec_math.h"
 
@@ -274,6 +269,4 @@ void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
 
 }  // namespace asc::cpu
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+#include "ops/cpu/vec_region_end.h"
