@@ -111,9 +111,10 @@ void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfi
     return t;
   };
   TensorList sums = grads;
-  if (acc != in.q.dtype())
-    for (Tensor& s : sums) s = Tensor::empty(s.shape(), opt);
-  for (Tensor& s : sums) cuda::fill(s, 0.0);
+  for (Tensor& s : sums) {
+    if (acc != in.q.dtype()) s = Tensor::empty(s.shape(), opt);  // float32 sums for bfloat16 / float16 gradients
+    cuda::fill(s, 0.0);
+  }
   Tensor &dq = sums[0], &dkr = sums[1], &dk = sums[2], &dv = sums[3], &dz = sums[4], &de = sums[5];
   Tensor& dscalars = sums[6];
   Tensor dkhat = zeroed(in.q.shape()), dehat = zeroed(in.e.shape());  // workspace

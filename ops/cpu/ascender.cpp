@@ -283,7 +283,7 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
   const int64_t dz = in.z.size(3), da = in.e.size(3);
   const Tensor gy = gy_in.contiguous();
   // The op's gradients (ops/kernel_list.inc), zeroed: the blocks and heads accumulate into them.
-  for (Tensor& g : grads) std::fill_n(g.data_ptr<T>(), g.numel(), T(0));
+  for (Tensor& g : grads) cpu::fill(g, 0.0);  // this backend's fill kernel, as the CUDA backward zeroes its sums
   Tensor &dq = grads[0], &dkr = grads[1], &dk = grads[2], &dv = grads[3], &dz_t = grads[4], &de = grads[5];
   std::vector<double> dsc(static_cast<size_t>(B * H * kNumScalars), 0.0);  // per task, reduced below
   const int64_t rows = row_block(cfg, Tn);

@@ -162,8 +162,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const T
                    Tensor& dk, Tensor& dv) {
   const Problem<T> p(qt, kt, vt, mask, bias, causal, scale);
   const int64_t B = p.B, H = p.H, Tq = p.Tq, S = p.S, D = p.D;
-  std::fill_n(dk.data_ptr<T>(), B * H * S * D, T(0));  // both accumulate over the row blocks
-  std::fill_n(dv.data_ptr<T>(), B * H * S * D, T(0));
+  cpu::fill(dk, 0.0), cpu::fill(dv, 0.0);  // both accumulate over the row blocks (this backend's fill kernel)
   const T* o = ot.data_ptr<T>();
   const T* g = gt.data_ptr<T>();
   const T* lse = stats.data_ptr<T>();
