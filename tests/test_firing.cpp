@@ -230,6 +230,13 @@ TEST_CASE("linear_deferred_weight_grad: Z = X W^T; X's gradient as linear's, W's
   check_close(*dZ, G, 0, 0);
   check_close(matmul(dZ->t(), X0), Wr.grad(), 1e-14, 0);  // what the rule forms from it: dZ^T X = W's gradient
 
+  // float64 gradcheck of X's gradient against central differences (W's is deferred: W is held constant here).
+  auto sink = std::make_shared<Tensor>();
+  const auto gc = autograd::gradcheck(
+      [&](const TensorList& in) { return TensorList{linear_deferred_weight_grad(in[0], W0, sink)}; },
+      {X0.clone().set_requires_grad(true)});
+  CHECK_MESSAGE(gc.ok, gc.message);
+
   // A second backward pass (another forward) adds into the same deferred gradient.
   (linear_deferred_weight_grad(X, W, dZ) * G).sum().backward();
   check_close(*dZ, G * 2.0, 0, 0);
