@@ -13,6 +13,7 @@
 #include "core/determinism.h"
 #include "core/format.h"
 #include "core/generator.h"
+#include "core/profiler.h"
 #include "core/tensor.h"
 #include "cuda/cuda.h"
 #include "nn/distributed.h"

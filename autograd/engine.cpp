@@ -1,11 +1,13 @@
 // The backward engine: dependency counting over the reachable graph, then a ready queue, so every node runs
 // exactly once, after all gradients flowing into it have been summed (Kahn's topological order).
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "autograd/anomaly.h"
 #include "autograd/node.h"
 #include "core/format.h"
+#include "core/profiler.h"
 
 namespace asc {
 
@@ -203,7 +205,13 @@ struct GraphTask {
             const OutputMeta& m = node->outputs()[i];
             grads[i] = zeros(m.shape, {.dtype = m.dtype, .device = m.device});
           }
-        input_grads = node->apply(grads);
+        {
+          // the profiler's range for this node: its kernels nest inside, its self time is autograd's glue
+          std::optional<profiler::Range> range;
+          if (profiler::detail::recording()) [[unlikely]]
+            range.emplace(node->name() + " backward");
+          input_grads = node->apply(grads);
+        }
         if (anomaly_enabled()) [[unlikely]]
           for (size_t i = 0; i < input_grads.size(); ++i)
             ASC_CHECK(

@@ -32,6 +32,10 @@ struct CpuMemoryStats {
 CpuMemoryStats cpu_memory_stats();
 void reset_cpu_peak_memory();  // peak := current
 
+// Bytes of tensor storage (any device, every size) the calling thread has allocated since it started: the
+// profiler's per-op allocation counts (core/profiler.h).
+size_t thread_allocated_bytes();
+
 // The allocator for `device`; throws asc::Error when that device type has no backend in this build/machine.
 Allocator* allocator_for(Device device);
 // Installs the allocator for a device type (a test's stand-in device; nullptr removes it).

@@ -16,6 +16,7 @@ namespace {
 
 // cpu_memory_stats(): live bytes in blocks above the cache's 4 KiB, and their peak.
 std::atomic<size_t> g_cpu_live{0}, g_cpu_peak{0};
+thread_local size_t t_allocated = 0;  // thread_allocated_bytes()
 
 void count_alloc(size_t bytes) {
   const size_t now = g_cpu_live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
@@ -117,6 +118,7 @@ CpuMemoryStats cpu_memory_stats() {
   return {g_cpu_live.load(std::memory_order_relaxed), g_cpu_peak.load(std::memory_order_relaxed)};
 }
 void reset_cpu_peak_memory() { g_cpu_peak.store(g_cpu_live.load(std::memory_order_relaxed)); }
+size_t thread_allocated_bytes() { return t_allocated; }
 
 namespace {
 // The allocator installed for device type t; the first call asks the backend's provider (once; later calls cost one
@@ -153,10 +155,12 @@ void register_pinned_allocator_provider(AllocatorProvider provider) { g_pinned_p
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device), alloc_(allocator_for(device)) {
   data_ = alloc_->allocate(nbytes, device);
+  t_allocated += nbytes;
 }
 
 Storage::Storage(size_t nbytes, Device device, Allocator* alloc) : nbytes_(nbytes), device_(device), alloc_(alloc) {
   data_ = alloc_->allocate(nbytes, device);
+  t_allocated += nbytes;
 }
 
 Storage::~Storage() {

@@ -16,7 +16,7 @@ namespace asc::cuda {
 
 namespace L = ascender_launch;
 
-void ascender_unsupported(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, std::string& why) {
+void ascender_unsupported(const AscenderKernelInputs& in, const AscenderConfig& cfg, std::string& why) {
   why.clear();
   const int64_t B = in.q.size(0), H = in.q.size(1);
   const int64_t dims = std::max({in.q.size(3), in.z.size(3), in.e.size(3)});
@@ -29,7 +29,7 @@ void ascender_unsupported(const AscenderKernelInputs& in, const AscenderKernelCo
 namespace {
 
 // The forward's parameters: raw pointers (y's is set by the caller), sizes, the per-head configuration.
-L::Params params(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg) {
+L::Params params(const AscenderKernelInputs& in, const AscenderConfig& cfg) {
   std::string why;
   ascender_unsupported(in, cfg, why);
   ASC_CHECK(why.empty(), "ascender_attention (CUDA): the fused kernel cannot run these inputs: {}", why);
@@ -47,7 +47,7 @@ L::Params params(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg
   p.B = in.q.size(0), p.H = in.q.size(1), p.T = in.q.size(2), p.d = in.q.size(3);
   p.dz = in.z.size(3), p.da = in.e.size(3);
   p.window = cfg.window, p.global_tokens = cfg.global_tokens;
-  p.include_self = cfg.include_self, p.select_by_scores = cfg.select_by_scores, p.after_norm = cfg.after_norm;
+  p.include_self = cfg.include_self, p.select_by_scores = cfg.select_by_scores, p.after_norm = cfg.after_norm();
   p.use_align = cfg.use_align, p.use_sep = cfg.use_sep, p.use_coh = cfg.use_coh;
   p.norm_eps = cfg.norm_eps, p.omega_scale = cfg.omega_scale;
   for (int64_t h = 0; h < p.H; ++h) {
@@ -84,7 +84,7 @@ Tensor row_workspace(const AscenderKernelInputs& in, L::Params& p, int64_t share
 }  // namespace
 
 // The CUDA kernels keep no state between the passes (*state stays empty): the backward recomputes each row.
-void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y,
+void ascender_forward(const AscenderKernelInputs& in, const AscenderConfig& cfg, Tensor& y,
                       AscenderKernelState* /*state*/) {
   const FloatElem t = float_elem_of("ascender_attention", in.q.dtype());
   L::Params p = params(in, cfg);
@@ -93,8 +93,8 @@ void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig
   ASC_CUDA_CHECK(L::forward(t, p, current_stream()));
 }
 
-void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg,
-                       const AscenderKernelState& /*state*/, const Tensor& gy_in, TensorList& grads) {
+void ascender_backward(const AscenderKernelInputs& in, const AscenderConfig& cfg, const AscenderKernelState& /*state*/,
+                       const Tensor& gy_in, TensorList& grads) {
   const FloatElem t = float_elem_of("ascender_attention backward", in.q.dtype());
   L::BackwardParams p{};
   p.fwd = params(in, cfg);

@@ -8,6 +8,7 @@
 #include "models/decoder_lm.h"
 #include "models/firing_net.h"
 #include "models/transformer_classifier.h"
+#include "ops/flops.h"
 #include "ops/ops.h"
 
 namespace asc::models {
@@ -15,12 +16,6 @@ namespace asc::models {
 namespace {
 
 double d(int64_t v) { return static_cast<double>(v); }
-
-// Attended (query, key) pairs of a T-token window of half-width w (|i - j| < w) plus g global tokens, clipped to T².
-double windowed_pairs(int64_t T, int64_t window, int64_t global) {
-  const double t = d(T), w = std::min<double>(d(window), t), g = std::min<double>(d(global), t);
-  return std::min(t * t, t * (2 * w - 1) + 2 * g * t);
-}
 
 FlopCount block_flops(nn::TransformerEncoderBlock& block, int64_t T, bool causal) {
   FlopCount c = attention_flops(*block.attn, T, causal);
@@ -31,7 +26,7 @@ FlopCount block_flops(nn::TransformerEncoderBlock& block, int64_t T, bool causal
 }  // namespace
 
 double linear_flops(const nn::Linear& layer, int64_t rows) {
-  return 2.0 * d(rows) * d(layer.weight.size(0)) * d(layer.weight.size(1));
+  return flops::gemm(1, rows, layer.weight.size(0), layer.weight.size(1));
 }
 
 FlopCount attention_flops(nn::Attention& attention, int64_t T, bool causal) {
@@ -39,22 +34,15 @@ FlopCount attention_flops(nn::Attention& attention, int64_t T, bool causal) {
   FlopCount c;
   const double t = d(T);
   if (auto* mha = dynamic_cast<nn::MultiHeadAttention*>(&attention)) {
-    const double D = d(mha->options.d_model());
     c.forward = linear_flops(*mha->q_proj, T) + linear_flops(*mha->k_proj, T) + linear_flops(*mha->v_proj, T) +
-                linear_flops(*mha->out_proj, T) + 4 * t * t * D;
+                linear_flops(*mha->out_proj, T) + flops::attention(1, flops::dense_pairs(T, T), mha->options.d_model());
   } else if (auto* asc = dynamic_cast<nn::AscenderAttention*>(&attention)) {
-    const double H = d(asc->options.heads()), dh = d(asc->d_head), dz = d(asc->d_z), da = d(asc->d_a);
+    const double H = d(asc->options.heads());
     const auto mode = asc->options.mode();
     const double P = mode == nn::AscenderMode::Windowed
-                         ? windowed_pairs(T, asc->options.window(), asc->options.global_tokens())
+                         ? flops::windowed_pairs(T, asc->options.window(), asc->options.global_tokens())
                          : t * t;
-    double per_head = 4 * P * dh;                                 // scores q·k and A·V
-    if (mode != nn::AscenderMode::Reuse) per_head += 2 * P * da;  // affinities a_ij (Reuse selects by the scores)
-    per_head += P;                                                // the top-k selection's comparisons
-    per_head += 3 * P * dz + 2 * P;                               // distances |z_i - z_j|² and the two kernels
-    per_head += 2 * P * dh + 4 * P;                               // alignment k̂_j·u_i; separation η w [a - δ]_+
-    per_head += 2 * P * dz + 3 * P * dz;                          // cohesion: centroids Σ w z, distances |z_j - c_i|²
-    per_head += 3 * 4 * P + 6 * P;                                // three row normalisations; S = base + Σ ω β̃
+    const double per_head = flops::ascender_head(P, asc->d_head, asc->d_z, asc->d_a, mode == nn::AscenderMode::Reuse);
     c.forward = linear_flops(*asc->q_proj, T) + linear_flops(*asc->k_proj, T) + linear_flops(*asc->v_proj, T) +
                 linear_flops(*asc->out_proj, T) + linear_flops(*asc->z_proj, T) + linear_flops(*asc->e_proj, T) +
                 H * per_head;

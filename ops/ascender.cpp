@@ -14,6 +14,7 @@
 #include "core/format.h"
 #include "ops/ascender_scalars.h"
 #include "ops/dispatch.h"
+#include "ops/flops.h"
 #include "ops/ops.h"
 
 namespace asc {
@@ -115,7 +116,7 @@ std::string op_unsupported(const AscenderCoreArgs& a, bool want_out, bool want_a
   return "";
 }
 
-std::string kernel_unsupported(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg) {
+std::string kernel_unsupported(const AscenderKernelInputs& in, const AscenderConfig& cfg) {
   // The CUDA kernel's backward sums the gradients of k, v, z, e and the scalars over rows with atomicAdd.
   if (deterministic_algorithms_enabled() && in.q.device().is_cuda() &&
       autograd::needs_grad({&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e, &in.scalars}))
@@ -148,34 +149,31 @@ AscenderKernelInputs kernel_inputs(const Tensor& q, const Tensor& k_rot, const T
 // in the result): a row has at most T keys to select (k), |i - j| < T holds for every pair (window), at most T
 // tokens can be global and a block holds at most T rows. So no kernel sizes anything by an unclamped option
 // (k = INT64_MAX would size its top-k lists; window = INT64_MAX would overflow the block's key range).
-AscenderKernelConfig kernel_config(const AscenderCoreArgs& a, int64_t T) {
+AscenderConfig kernel_config(const AscenderCoreArgs& a, int64_t T) {
   const int64_t t1 = std::max<int64_t>(T, 1);
-  std::vector<int64_t> k = a.k;
-  for (int64_t& kh : k) kh = std::min(kh, t1);
-  return {.k = std::move(k),
-          .tau_sep = a.tau_sep,
-          .tau_coh = a.tau_coh,
-          .alpha_align = a.alpha_align,
-          .alpha_coh = a.alpha_coh,
-          .include_self = a.include_self,
-          .select_by_scores = a.select_by_scores,
-          .after_norm = a.gate_position == GatePosition::AfterNorm,
-          .use_align = a.use_align,
-          .use_sep = a.use_sep,
-          .use_coh = a.use_coh,
-          .norm_eps = a.norm_eps,
-          .omega_scale = a.omega_scale,
-          .window = std::min(a.window, t1),
-          .global_tokens = std::min(a.global_tokens, t1),
-          .row_block = std::min(a.row_block, t1)};
+  AscenderConfig cfg = a;  // the configuration part of the arguments
+  for (int64_t& kh : cfg.k) kh = std::min(kh, t1);
+  cfg.window = std::min(cfg.window, t1);
+  cfg.global_tokens = std::min(cfg.global_tokens, t1);
+  cfg.row_block = std::min(cfg.row_block, t1);
+  return cfg;
+}
+
+// The kernels' FLOPs (ops/flops.h), every (batch, head) over its attended pairs.
+double forward_flops(const AscenderKernelInputs& in, const AscenderConfig& cfg) {
+  const int64_t T = in.q.size(2);
+  const double P = cfg.window > 0 ? flops::windowed_pairs(T, cfg.window, cfg.global_tokens) : flops::dense_pairs(T, T);
+  return static_cast<double>(in.q.size(0) * in.q.size(1)) *
+         flops::ascender_head(P, in.q.size(3), in.z.size(3), in.e.size(3), cfg.select_by_scores);
 }
 
 // Forward through the kernel; one graph node whose backward is the kernel's backward.
-Tensor ascender_fused(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg) {
+Tensor ascender_fused(const AscenderKernelInputs& in, const AscenderConfig& cfg) {
   Tensor y = Tensor::empty(in.q.shape(), in.q.options());  // (B, H, T, d)
   const bool backward = autograd::needs_grad({&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e, &in.scalars});
   AscenderKernelState state;  // the backend's own record for its backward (it sizes it: ops/kernel_list.inc)
-  ASC_KERNEL(in.q.device(), kOp, ascender_forward, in, cfg, y, backward ? &state : nullptr);
+  ASC_KERNEL_COUNTED(in.q.device(), kOp, forward_flops(in, cfg), ascender_forward, in, cfg, y,
+                     backward ? &state : nullptr);
   if (backward) {
     using autograd::SavedTensor;
     autograd::record(
@@ -189,7 +187,8 @@ Tensor ascender_fused(const AscenderKernelInputs& in, const AscenderKernelConfig
           TensorList grads;
           for (const Tensor* t : {&saved.q, &saved.k_rot, &saved.k, &saved.v, &saved.z, &saved.e, &saved.scalars})
             grads.push_back(Tensor::empty(t->shape(), saved.q.options()));
-          ASC_KERNEL(g[0].device(), kOp, ascender_backward, saved, cfg, state, g[0], grads);
+          ASC_KERNEL_COUNTED(g[0].device(), kOp, 2 * forward_flops(saved, cfg), ascender_backward, saved, cfg, state,
+                             g[0], grads);
           return grads;
         });
   }
@@ -405,7 +404,7 @@ Tensor ascender_attention(const Tensor& q, const Tensor& k_rot, const Tensor& k,
     std::string why = op_unsupported(args, out != nullptr, aux != nullptr && args.want_aux);
     if (why.empty()) {
       const AscenderKernelInputs in = kernel_inputs(q, k_rot, k, v, z, e, args);
-      const AscenderKernelConfig cfg = kernel_config(args, q.size(2));
+      const AscenderConfig cfg = kernel_config(args, q.size(2));
       why = kernel_unsupported(in, cfg);
       if (why.empty()) return ascender_fused(in, cfg);
     }

@@ -9,14 +9,9 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "ops/kernel_types.h"  // AscenderKernelInputs, AscenderKernelConfig, AscenderKernelState
+#include "ops/kernel_types.h"  // GatePosition, AscenderConfig, AscenderKernelInputs, AscenderKernelState
 
 namespace asc {
-
-enum class GatePosition {
-  BeforeNorm,  // β̃ = normalize(λ γ r): the original order, in which λ, γ_align, η, γ_coh have (almost) no effect
-  AfterNorm,  // β̃ = λ γ normalize(r): the gates act
-};
 
 // What the attention computed, per head, detached, on request (AscenderAttention::need_decomposition). Scores are
 // (B, H, T, T); gates (B, H, T, 1). S = S_base + ω_a align + ω_s sep + ω_c coh + bias, A = softmax(S / τ_score).
@@ -27,29 +22,16 @@ struct AscenderDecomposition {
 };
 
 // ---- the attention core on projected heads ---------------------------------------------------------------------
-// Everything the core reads besides the heads: per-head configuration and the learnable scalars, as tensors of
-// shape (H) already mapped to their domain (λ, κ, τ_score positive).
-struct AscenderCoreArgs {
-  std::vector<int64_t> k;                                                                                   // (H)
-  std::vector<double> tau_sep, tau_coh, alpha_align, alpha_coh;                                             // (H)
+// Everything the core reads besides the heads: the configuration (ops/kernel_types.h: AscenderConfig — k, τ, α per
+// head, switches, window) and, as tensors of shape (H) already mapped to their domain (λ, κ, τ_score positive), the
+// learnable scalars; masks; the training switches.
+struct AscenderCoreArgs : AscenderConfig {
   Tensor omega_align, omega_sep, omega_coh, lambda_align, lambda_sep, lambda_coh, delta, kappa, tau_score;  // (H)
-  bool include_self = false;
-  bool select_by_scores = false;  // AscenderMode::Reuse: N(i) from the base scores instead of the affinities
-  GatePosition gate_position = GatePosition::BeforeNorm;
-  bool use_align = true, use_sep = true, use_coh = true;
-  double norm_eps = 1e-6;
   Tensor keep_mask = {};  // bool broadcastable to (B, H, T, T); true = attend; undefined = every key
-  // AscenderMode::Windowed when window > 0: row i keeps key j only if |i - j| < window, i < global_tokens or
-  // j < global_tokens (ANDed with keep_mask). Given this way, not as a (T, T) mask, the fused kernel visits only the
-  // window: O(T (window + global_tokens)) per head.
-  int64_t window = 0, global_tokens = 0;
-  Tensor bias = {};  // additive β^other broadcastable to (B, H, T, T) (ALiBi, relative positions)
+  Tensor bias = {};       // additive β^other broadcastable to (B, H, T, T) (ALiBi, relative positions)
   double dropout = 0.0;
   bool training = false;
-  double omega_scale = 1.0;  // the schedule's warm-up factor m_ω on every ω
-  bool want_aux = false;     // compute the auxiliary losses (AscenderAux)
-  int64_t row_block = 0;     // query rows per tile of the fused CPU kernel; 0: its choice (16-128, by length).
-                             // Tests use small tiles to cover several blocks with short sequences.
+  bool want_aux = false;  // compute the auxiliary losses (AscenderAux)
 };
 
 // The auxiliary losses of one call (docs §11), differentiable scalars averaged over batch, heads and the query

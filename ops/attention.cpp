@@ -8,6 +8,7 @@
 #include "autograd/node.h"
 #include "core/format.h"
 #include "ops/dispatch.h"
+#include "ops/flops.h"
 #include "ops/ops.h"
 
 namespace asc {
@@ -105,19 +106,22 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
   Tensor o = Tensor::empty({B, T, H, D}, q.options()).permute({0, 2, 1, 3});
   Tensor stats = Tensor::empty({B, H, T, 1}, {accumulate_dtype(q.dtype()), q.device()});
   const bool needs_backward = autograd::needs_grad({&q, &k, &v});
-  ASC_KERNEL(q.device(), kOp, sdpa_forward, q, k, v, m.keep, m.bias, causal, needs_backward, scale, o, stats);
+  // FLOPs over the pairs causality keeps (the kernels skip the others); a keep mask's holes are counted
+  const double pairs = causal ? flops::causal_pairs(T, k.size(2)) : flops::dense_pairs(T, k.size(2));
+  ASC_KERNEL_COUNTED(q.device(), kOp, flops::attention(B * H, pairs, D), sdpa_forward, q, k, v, m.keep, m.bias, causal,
+                     needs_backward, scale, o, stats);
   if (needs_backward) {
-    autograd::record(
-        kOp, {q, k, v}, {o},
-        [qs = autograd::SavedTensor(q, kOp), ks = autograd::SavedTensor(k, kOp), vs = autograd::SavedTensor(v, kOp),
-         os = autograd::SavedTensor(o, kOp), stats, m, causal, scale](const TensorList& g) -> TensorList {
-          const Tensor q = qs.get(), k = ks.get(), v = vs.get();
-          Tensor dq = Tensor::empty(q.shape(), q.options()), dk = Tensor::empty(k.shape(), q.options()),
-                 dv = Tensor::empty(v.shape(), q.options());  // the kernels write every element
-          ASC_KERNEL(g[0].device(), kOp, sdpa_backward, q, k, v, m.keep, m.bias, os.get(), g[0], stats, causal, scale,
-                     dq, dk, dv);
-          return {dq, dk, dv};
-        });
+    autograd::record(kOp, {q, k, v}, {o},
+                     [qs = autograd::SavedTensor(q, kOp), ks = autograd::SavedTensor(k, kOp),
+                      vs = autograd::SavedTensor(v, kOp), os = autograd::SavedTensor(o, kOp), stats, m, causal, scale,
+                      fwd_flops = flops::attention(B * H, pairs, D)](const TensorList& g) -> TensorList {
+                       const Tensor q = qs.get(), k = ks.get(), v = vs.get();
+                       Tensor dq = Tensor::empty(q.shape(), q.options()), dk = Tensor::empty(k.shape(), q.options()),
+                              dv = Tensor::empty(v.shape(), q.options());  // the kernels write every element
+                       ASC_KERNEL_COUNTED(g[0].device(), kOp, 2 * fwd_flops, sdpa_backward, q, k, v, m.keep, m.bias,
+                                          os.get(), g[0], stats, causal, scale, dq, dk, dv);
+                       return {dq, dk, dv};
+                     });
   }
   return o;
 }

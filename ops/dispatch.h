@@ -23,6 +23,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "core/profiler.h"
 #include "core/tensor.h"
 #include "ops/checks.h"
 #include "ops/kernels.h"
@@ -37,7 +38,22 @@
     asc_cuda_->FN(__VA_ARGS__);                                                                                    \
   } while (0)
 
-#define ASC_KERNEL(DEVICE, OPNAME, FN, ...)                                     \
+// Every dispatch is a kernel event of the profiler (core/profiler.h) named after the op and the kernel.
+#define ASC_KERNEL(DEVICE, OPNAME, FN, ...)                     \
+  do {                                                          \
+    const ::asc::profiler::KernelScope asc_event_(OPNAME, #FN); \
+    ASC_KERNEL_DISPATCH_(DEVICE, OPNAME, FN, __VA_ARGS__);      \
+  } while (0)
+
+// The same, for a kernel whose FLOPs the op knows (ops/flops.h): FLOPS is evaluated only while a profile records.
+#define ASC_KERNEL_COUNTED(DEVICE, OPNAME, FLOPS, FN, ...) \
+  do {                                                     \
+    ::asc::profiler::KernelScope asc_event_(OPNAME, #FN);  \
+    if (asc_event_.open()) asc_event_.set_flops(FLOPS);    \
+    ASC_KERNEL_DISPATCH_(DEVICE, OPNAME, FN, __VA_ARGS__); \
+  } while (0)
+
+#define ASC_KERNEL_DISPATCH_(DEVICE, OPNAME, FN, ...)                           \
   do {                                                                          \
     const ::asc::Device asc_dev_ = (DEVICE);                                    \
     if (asc_dev_.is_cpu()) {                                                    \

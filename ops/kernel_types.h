@@ -48,15 +48,37 @@ inline constexpr int64_t kSsmScanMaxCudaChannels = 1024;
 struct AscenderKernelInputs {
   Tensor q, k_rot, k, v, z, e, scalars, keep, bias;
 };
-struct AscenderKernelConfig {
-  std::vector<int64_t> k;
-  std::vector<double> tau_sep, tau_coh, alpha_align, alpha_coh;
-  bool include_self = false, select_by_scores = false, after_norm = false;
-  bool use_align = true, use_sep = true, use_coh = true;
-  double norm_eps = 1e-6, omega_scale = 1.0;
-  int64_t window = 0, global_tokens = 0;  // AscenderCoreArgs::window: the key columns of each block of rows
-  int64_t row_block = 0;                  // AscenderCoreArgs::row_block
+// Where the gates act: before or after the row standardisation (docs/ascender.md §6).
+enum class GatePosition {
+  BeforeNorm,  // β̃ = normalize(λ γ r): the original order, in which λ, γ_align, η, γ_coh have (almost) no effect
+  AfterNorm,  // β̃ = λ γ normalize(r): the gates act
 };
+
+// The core's configuration, everything in it that is not a tensor, as one type from the layer to the kernels:
+// nn::AscenderAttention fills it as the base of AscenderCoreArgs (ops/ascender.h, which adds the learnable scalars,
+// masks and training switches), the op clamps it to the sequence length (ops/ascender.cpp: kernel_config), the CPU
+// kernels read it as it is, and the CUDA launcher copies it into the kernels' by-value parameters
+// (cuda/ascender_launch.h: Params, per-head values in fixed arrays, as a kernel argument must be).
+struct AscenderConfig {
+  std::vector<int64_t> k;                                        // (H) neighbourhood sizes
+  std::vector<double> tau_sep, tau_coh, alpha_align, alpha_coh;  // (H)
+  bool include_self = false;
+  bool select_by_scores = false;  // AscenderMode::Reuse: N(i) from the base scores instead of the affinities
+  GatePosition gate_position = GatePosition::BeforeNorm;
+  bool use_align = true, use_sep = true, use_coh = true;
+  double norm_eps = 1e-6;
+  // AscenderMode::Windowed when window > 0: row i keeps key j only if |i - j| < window, i < global_tokens or
+  // j < global_tokens (ANDed with any keep mask). Given this way, not as a (T, T) mask, the fused kernels visit only
+  // the window: O(T (window + global_tokens)) per head.
+  int64_t window = 0, global_tokens = 0;
+  double omega_scale = 1.0;  // the schedule's warm-up factor m_ω on every ω
+  int64_t row_block = 0;     // query rows per tile of the fused CPU kernel; 0: its choice (16-128, by length).
+                             // Tests use small tiles to cover several blocks with short sequences.
+
+  bool after_norm() const { return gate_position == GatePosition::AfterNorm; }
+};
+using AscenderKernelConfig [[deprecated("renamed AscenderConfig in 0.2.0")]] = AscenderConfig;
+
 // What a backend's forward keeps for its backward besides the inputs, when asked to (undefined: the backward
 // recomputes everything). The CPU kernel's per-row statistics (ops/cpu/ascender.cpp, RowState): rows (B, H, T, ·)
 // float64, nbr (B, H, T, k_max) int64. O(T (k + d_z)) per head, never (T, T).

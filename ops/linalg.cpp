@@ -3,6 +3,7 @@
 #include "autograd/node.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/flops.h"
 
 namespace asc {
 
@@ -22,7 +23,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return out;  // nothing to compute (and a loop over a huge batch of empty matrices to skip)
   if (K == 0) return out.zero_();
   if (batch.empty()) {
-    ASC_KERNEL(a.device(), "matmul", matmul, a, b, out);
+    ASC_KERNEL_COUNTED(a.device(), "matmul", flops::gemm(1, M, N, K), matmul, a, b, out);
     return out;
   }
   // Collapse the batch dims to one: a view when the operand's batch dims are mergeable (always for expand of a
@@ -37,7 +38,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   };
   Tensor a3 = as3(a, M, K), b3 = as3(b, K, N);
   Tensor o3 = out.view({nb, M, N});
-  ASC_KERNEL(a.device(), "matmul", matmul, a3, b3, o3);
+  ASC_KERNEL_COUNTED(a.device(), "matmul", flops::gemm(nb, M, N, K), matmul, a3, b3, o3);
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/firing.h"
+#include "ops/flops.h"
 #include "ops/geometry.h"
 #include "ops/index.h"
 #include "ops/linalg.h"

@@ -16,6 +16,7 @@
 #include "ops/checks.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/flops.h"
 #include "ops/index.h"
 #include "ops/kernels.h"
 #include "ops/linalg.h"
@@ -467,6 +468,13 @@ double check_inputs(const char* who, const Tensor& q, const Tensor& k, const Ten
   return scale > 0 ? scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
 }
 
+// The kernels' FLOPs (ops/flops.h) over the pattern's pairs: nnz / groups per (batch, head).
+double forward_flops(const Tensor& q, const SparsePattern& p) {
+  return flops::attention(q.size(0) * q.size(1),
+                          static_cast<double>(p.nnz()) / static_cast<double>(std::max<int64_t>(p.groups(), 1)),
+                          q.size(3));
+}
+
 }  // namespace
 
 Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& pattern,
@@ -478,7 +486,8 @@ Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   // o (B, H, T, D); lse (B, H, T), the rows' log-sum-exp in the kernels' compute type (float32 for 16-bit inputs)
   Tensor o = Tensor::empty(qc.shape(), qc.options());
   Tensor lse = Tensor::empty({qc.size(0), qc.size(1), qc.size(2)}, {accumulate_dtype(qc.dtype()), qc.device()});
-  ASC_KERNEL(qc.device(), kOp, sparse_attention_forward, qc, kc, vc, p.view(), keep, sc, o, lse);
+  ASC_KERNEL_COUNTED(qc.device(), kOp, forward_flops(qc, p), sparse_attention_forward, qc, kc, vc, p.view(), keep, sc,
+                     o, lse);
   if (autograd::needs_grad({&q, &k, &v})) {
     using autograd::SavedTensor;
     autograd::record(kOp, {qc, kc, vc}, {o},
@@ -487,8 +496,8 @@ Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
                        const Tensor q = qs.get(), k = ks.get(), v = vs.get();
                        Tensor dq = Tensor::empty(q.shape(), q.options()), dk = Tensor::empty(k.shape(), q.options()),
                               dv = Tensor::empty(v.shape(), q.options());  // the kernels write every element
-                       ASC_KERNEL(g[0].device(), kOp, sparse_attention_backward, q, k, v, p.view(), keep, sc, os.get(),
-                                  g[0].contiguous(), lse, dq, dk, dv);
+                       ASC_KERNEL_COUNTED(g[0].device(), kOp, 2 * forward_flops(q, p), sparse_attention_backward, q, k,
+                                          v, p.view(), keep, sc, os.get(), g[0].contiguous(), lse, dq, dk, dv);
                        return {dq, dk, dv};
                      });
   }

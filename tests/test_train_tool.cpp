@@ -353,13 +353,33 @@ TEST_CASE("train: rule A moves the first firing layer by its rule alone; the MLP
   fs::remove_all(m);
 }
 
+TEST_CASE("train: --profile N records N steps after a warm-up step: the table and a Chrome trace") {
+  const fs::path d = temp_dir("profile");
+  REQUIRE(run(kTiny + " --steps 5 --profile 3 --out " + d.string(), log_of(d)) == 0);
+  const std::string table = read(d / "profile.txt");
+  CHECK(table.find("3 step(s) from step 2") != std::string::npos);
+  CHECK(table.find("train_step") != std::string::npos);
+  CHECK(table.find("matmul") != std::string::npos);
+  CHECK(table.find("ascender_attention") != std::string::npos);    // the fused attention kernel of the model
+  CHECK(read(log_of(d)).find("train_step") != std::string::npos);  // printed too
+  const nlohmann::json trace = nlohmann::json::parse(read(d / "profile_trace.json"));
+  int64_t steps = 0;
+  for (const auto& e : trace["traceEvents"]) steps += e["name"] == "train_step";
+  CHECK(steps == 3);
+  // more steps than the run has: what was recorded (no warm-up step then)
+  const fs::path d2 = temp_dir("profile_short");
+  REQUIRE(run(kTiny + " --steps 2 --profile 5 --out " + d2.string(), log_of(d2)) == 0);
+  CHECK(read(d2 / "profile.txt").find("2 step(s) from step 1") != std::string::npos);
+  fs::remove_all(d), fs::remove_all(d2);
+}
+
 TEST_CASE("train: the command-line contract") {
   const fs::path d = temp_dir("cli");
   const std::string log = d.string() + ".log";
   CHECK(run("--help", log) == 0);
   CHECK(read(log).find("--dump-decomposition") != std::string::npos);
   for (const std::string bad : {"--steps -1", "--batch 0", "--model bogus", "--lr abc", "--task", "--bogus 1",
-                                "--k 4,x", "--dropout 1.5", "--config /nonexistent.json"}) {
+                                "--k 4,x", "--dropout 1.5", "--config /nonexistent.json", "--profile -1"}) {
     CAPTURE(bad);
     CHECK(run(bad + " --out " + d.string(), log) == 2);
   }

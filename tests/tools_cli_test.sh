@@ -12,7 +12,7 @@ set -u
 bad_values() {
   case $1 in
     demo) printf '%s\n' "--steps 0" "--steps -5" "--hidden abc" "--steps 1.5" ;;
-    bench_core) printf '%s\n' "--csv /nonexistent-dir/out.csv" "--json /" ;;
+    bench_core) printf '%s\n' "--csv /nonexistent-dir/out.csv" "--json /" "--profile /nonexistent-dir/trace.json" ;;
     bench_train) printf '%s\n' "--steps 0" "--rounds 0" "--threads x" "--heads 3" "--batch 1e3" ;;
     bench_ascender) printf '%s\n' "--n abc" "--n -5" "--n 128,0" "--n 128,,512" "--reps 0" "--impl dense,bogus" \
                               "--device tpu" ;;
@@ -22,7 +22,7 @@ bad_values() {
     bench_ddp) printf '%s\n' "--steps 0" "--batch abc" ;;
     cudnn_sdpa_check) printf '%s\n' "/nonexistent-dir/device.json" ;;
     # ---- tools added later: their cases here (and the tool in tools/CMakeLists.txt's ASC_TOOLS) ----
-    train) printf '%s\n' "--model bogus" "--heads 0" "--dropout 2" "--d-model abc" ;;
+    train) printf '%s\n' "--model bogus" "--heads 0" "--dropout 2" "--d-model abc" "--profile x" ;;
     bench_loader) printf '%s\n' "--tasks bogus" "--batch 0" "--steps abc" "--d-model 6" ;;
     stats) printf '%s\n' "bogus" "compare --a /nonexistent-dir --b /nonexistent-dir" "compare --resamples 0" \
                          "compare --a . --b . --resamples abc" "json a.json b.json" ;;

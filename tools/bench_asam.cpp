@@ -193,6 +193,7 @@ int main(int argc, char** argv) {
     }
     g_device = Device::cuda(), g_dtype = kBFloat16;
   }
+  tools::ProfileRun profile_run(out.profile);
   return tools::guarded("bench_asam", [&] {
     int threads = 1;
 #ifdef _OPENMP

@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
   tools::parse_or_exit(app, argc, argv);
   bool torch = !no_torch;
   if (device == "cuda") g_device = Device::cuda();
+  tools::ProfileRun profile_run(out.profile);
   return tools::guarded("bench_ascender", [&] {
     if (g_device.is_cuda() && !cuda::is_available()) {
       std::fprintf(stderr, "bench_ascender: --device cuda needs a CUDA build on a machine with a GPU\n");

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "3 repetitions per row instead of 7");
   tools::add_output_options(app, out);
   tools::parse_or_exit(app, argc, argv);
+  tools::ProfileRun profile_run(out.profile);
   return tools::guarded("bench_core", [&] {
     const int reps = quick ? 3 : 7;
     std::vector<Row> rows;

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
       ->check(tools::int_range(1, int64_t{1} << 24));
   tools::add_output_options(app, out);
   tools::parse_or_exit(app, argc, argv);
+  tools::ProfileRun profile_run(out.profile);
   return tools::guarded("bench_ddp", [&] {
     auto pg = distributed::init_process_group("mpi");
     const int rank = pg->rank(), world = pg->size();

@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
   tools::add_output_options(app, out);
   tools::parse_or_exit(app, argc, argv);
   const bool torch = !no_torch, scan_rows = !no_scan;
+  tools::ProfileRun profile_run(out.profile);
   return tools::guarded("bench_firing", [&] {
     setenv("OMP_NUM_THREADS", "2", 1);
 #ifdef _OPENMP

@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "smaller sizes, 2 repetitions instead of 5");
   tools::add_output_options(app, out);
   tools::parse_or_exit(app, argc, argv);
+  tools::ProfileRun profile_run(out.profile);
   return tools::guarded("bench_gpu", [&] {
     if (!cuda::is_available()) {
       std::printf("bench_gpu: no CUDA device available (this build %s CUDA); nothing to measure\n",

@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
   tools::parse_or_exit(app, argc, argv);
   if (d_model % 4) tools::usage_error(app, fmt::format("--d-model {} is not divisible by the 4 heads", d_model));
 
+  tools::ProfileRun profile_run(out.profile);
+
   return tools::guarded("bench_loader", [&] {
     tools::Table table({"task", "T", "batch", "steps", "rounds", "loader_ms", "memory_ms", "overhead_pct"});
     fmt::print("{:<20} {:>6} {:>12} {:>12} {:>10}\n", "task", "T", "loader ms", "memory ms", "overhead");

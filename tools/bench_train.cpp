@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
   c.torch = !no_torch;
   if (c.width % c.heads != 0)
     tools::usage_error(app, fmt::format("--heads {} does not divide --width {}", c.heads, c.width));
+  tools::ProfileRun profile_run(c.out.profile);
   return tools::guarded("bench_train", [&] {
     // Both frameworks get the same thread count (OpenMP loops and OpenBLAS read these at start-up).
     std::string threads = std::to_string(c.threads);

@@ -32,6 +32,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -40,6 +41,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+
+#include "core/profiler.h"
 
 namespace asc::tools {
 
@@ -243,16 +246,51 @@ inline CLI::Validator output_file() {
       "");
 }
 
-// --csv FILE and --json FILE of every benchmark.
+// --csv FILE, --json FILE and --profile FILE of every benchmark.
 struct Outputs {
-  std::string csv, json;
+  std::string csv, json, profile;
 };
 inline void add_output_options(CLI::App& app, Outputs& out) {
+  app.add_option("--profile", out.profile,
+                 "profile the whole run (core/profiler.h): the ops by self time on stderr at the end, a Chrome trace "
+                 "in FILE (Perfetto opens it)")
+      ->check(output_file())
+      ->type_name("FILE");
   app.add_option("--csv", out.csv, "write the result rows as CSV to FILE")->check(output_file())->type_name("FILE");
   app.add_option("--json", out.json, "write the result rows as JSON to FILE: {\"rows\": [{column: value}], run facts}")
       ->check(output_file())
       ->type_name("FILE");
 }
+
+// A benchmark's --profile FILE: records from construction to destruction, then prints the table on stderr and writes
+// the trace (under mpirun, rank r > 0 writes FILE.rank<r>). An empty path: nothing.
+//   tools::ProfileRun profile_run(out.profile);
+//   return tools::guarded("bench_x", [&] { ... });
+class ProfileRun {
+ public:
+  explicit ProfileRun(std::string path) : path_(std::move(path)) {
+    if (path_.empty()) return;
+    if (const char* rank = std::getenv("OMPI_COMM_WORLD_RANK"); rank && std::string(rank) != "0")
+      path_ += std::string(".rank") + rank;
+    profile_.emplace();
+  }
+  ~ProfileRun() {
+    if (!profile_) return;
+    try {
+      profile_->stop();
+      profile_->write_chrome_trace(path_);
+      std::fprintf(stderr, "%sprofile: trace in %s\n", profile_->table(30).c_str(), path_.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "profile: %s\n", e.what());
+    }
+  }
+  ProfileRun(const ProfileRun&) = delete;
+  ProfileRun& operator=(const ProfileRun&) = delete;
+
+ private:
+  std::string path_;
+  std::optional<asc::profiler::Profile> profile_;
+};
 
 // ---- progress -------------------------------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -96,6 +97,7 @@ struct Config {
   // run
   int64_t threads = 0, prefetch = 2, ckpt_every = 0;
   int64_t stop_after = 0;  // this process only: not written to config.json
+  int64_t profile = 0;     // this process only: steps to profile (--profile)
   std::string device = "cpu", out = "runs/latest", progress = "auto";
   double progress_every = 10;
   std::vector<int64_t> dump_decomposition;
@@ -1218,7 +1220,25 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   if (eval_only.empty()) {
     r.model->train();
     const int64_t first_step = step;
+    // --profile N: steps [profile_from, profile_from + N), after one warm-up step when the run has room for it
+    const int64_t profile_from = total - first_step > c.profile ? first_step + 1 : first_step;
+    std::optional<profiler::Profile> prof;
+    auto finish_profile = [&] {
+      prof->stop();
+      const int64_t steps = std::min(step, profile_from + c.profile) - profile_from;
+      const std::string table = fmt::format("train --profile: {} step(s) from step {} ({})\n{}", steps,
+                                            profile_from + 1, out.string(), prof->table(30));
+      std::ofstream(out / "profile.txt") << table;
+      prof->write_chrome_trace((out / "profile_trace.json").string());
+      progress.clear();
+      fmt::print("{}profile: {} and {}\n", table, (out / "profile.txt").string(),
+                 (out / "profile_trace.json").string());
+      prof.reset();
+    };
     while (step < total) {
+      if (c.profile > 0 && step == profile_from) prof.emplace();
+      std::optional<profiler::Range> step_range;
+      if (prof) step_range.emplace("train_step");
       data::Batch b = loader.next();
       opt->zero_grad();
       BatchResult br = run_batch(r, b, true);
@@ -1240,6 +1260,8 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       }
       sched->step();
       ++step;
+      step_range.reset();
+      if (prof && step == profile_from + c.profile) finish_profile();
       const int64_t T = b.input.dim() >= 2 ? b.input.size(1) : 1;
       flops_done += models::count_flops(*r.model, T).training() * static_cast<double>(b.size());
       if (std::isfinite(br.task_loss_sum))  // a skipped non-finite step is counted, not averaged into the loss
@@ -1296,6 +1318,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
         break;
       }
     }
+    if (prof) finish_profile();  // the run ended before N steps: what was recorded
     if (show)
       progress.finish(interrupted ? fmt::format("interrupted at step {}: saved {}", step, last_ckpt.string())
                                   : fmt::format("done: best validation at step {}", best_step));
@@ -1453,6 +1476,12 @@ int main(int argc, char** argv) {
                  "train at most this many steps in this process, then checkpoint and exit "
                  "130: a long run in parts that fit a time budget, each continued with --resume (0: no limit)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))
+      ->capture_default_str();
+  app.add_option("--profile", c.profile,
+                 "profile this many training steps, after this process's first (warm-up) step: a table of the ops by "
+                 "self time on stdout and in OUT/profile.txt, a Chrome trace in OUT/profile_trace.json (Perfetto "
+                 "opens it); 0: off")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->capture_default_str();
   app.add_option("--eval-only", eval_only,
                  "evaluate this model file (best.safetensors) on validation and test, no training");

@@ -46,7 +46,7 @@ namespace {
 // float32), between 16 and 128 rows. Larger blocks make the GEMMs more efficient until the block's tiles spill from
 // the cache (bench/results/2026-11-26_kernel_tuning_figures.md has the measurements). In windowed mode a block's keys
 // number about R + 2w + g whatever n is, so every extra row widens every row's band: at most 64 rows there.
-int64_t row_block(const AscenderKernelConfig& cfg, int64_t n) {
+int64_t row_block(const AscenderConfig& cfg, int64_t n) {
   if (cfg.row_block > 0) return cfg.row_block;
   const int64_t keys = cfg.window > 0 ? std::min(n, 2 * cfg.window + cfg.global_tokens) : n;
   return std::clamp<int64_t>(65536 / std::max<int64_t>(keys, 1), 16, cfg.window > 0 ? 64 : 128);
@@ -140,7 +140,7 @@ struct RowState {
 // RowState already loaded into `b`; the passes that write tiles still run, and recompute their by-products (ρ, W,
 // Var) exactly as the forward did.
 template <class T>
-ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg, int64_t t0,
+ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderConfig& cfg, int64_t t0,
                                   int64_t R, Block<T>& b, bool replay) {
   products_forward(h, kt, cfg, t0, R, b);  // s0, affinities, z_i · z_j
   keep_mask(h, kt, cfg, t0, R, b);
@@ -155,7 +155,7 @@ ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const
 
 // Builds a head's data for (b, h) from the op's contiguous inputs.
 template <class T>
-HeadData<T> head_data(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, int64_t b, int64_t hh) {
+HeadData<T> head_data(const AscenderKernelInputs& in, const AscenderConfig& cfg, int64_t b, int64_t hh) {
   HeadData<T> h;
   const int64_t H = in.q.size(1), Tn = in.q.size(2);
   h.T_ = Tn, h.d = in.q.size(3), h.dz = in.z.size(3), h.da = in.e.size(3);
@@ -191,15 +191,14 @@ HeadData<T> head_data(const AscenderKernelInputs& in, const AscenderKernelConfig
   return h;
 }
 
-int64_t max_k(const AscenderKernelConfig& cfg) {
+int64_t max_k(const AscenderConfig& cfg) {
   int64_t k = 1;
   for (int64_t x : cfg.k) k = std::max(k, x);
   return k;
 }
 
 template <class T>
-void forward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y,
-                  AscenderKernelState* state) {
+void forward_impl(const AscenderKernelInputs& in, const AscenderConfig& cfg, Tensor& y, AscenderKernelState* state) {
   const int64_t B = in.q.size(0), H = in.q.size(1), Tn = in.q.size(2), d = in.q.size(3), dz = in.z.size(3);
   T* yp = y.data_ptr<T>();
   const int64_t kmax = max_k(cfg);
@@ -234,7 +233,7 @@ void forward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cf
 // The backward of rows [t0, t0 + R) of one head: rebuilds the block's tiles (forward_block's replay, from the rows'
 // saved state: kFields + d_z doubles per row at `rows`, k_max neighbours at `nbr`), then runs the chain rule.
 template <class T>
-ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_t t0, int64_t R,
+ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderConfig& cfg, int64_t t0, int64_t R,
                                    const double* rows, const int64_t* nbr, int64_t kmax, BackwardWork<T>& work,
                                    const HeadGrads<T>& out) {
   const int64_t d = h.d, dz = h.dz, da = h.da;
@@ -277,7 +276,7 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderKernelCon
 }
 
 template <class T>
-void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, const AscenderKernelState& state,
+void backward_impl(const AscenderKernelInputs& in, const AscenderConfig& cfg, const AscenderKernelState& state,
                    const Tensor& gy_in, TensorList& grads) {
   const int64_t B = in.q.size(0), H = in.q.size(1), Tn = in.q.size(2), d = in.q.size(3);
   const int64_t dz = in.z.size(3), da = in.e.size(3);
@@ -327,19 +326,19 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderKernelConfig& c
 
 }  // namespace
 
-void ascender_unsupported(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, std::string& why) {
+void ascender_unsupported(const AscenderKernelInputs& in, const AscenderConfig& cfg, std::string& why) {
   why.clear();
   if (in.q.dtype() != kFloat32 && in.q.dtype() != kFloat64)
     why = fmt::format("dtype {} (the CPU kernel computes in float32 / float64)", in.q.dtype());
 }
 
-void ascender_forward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg, Tensor& y,
+void ascender_forward(const AscenderKernelInputs& in, const AscenderConfig& cfg, Tensor& y,
                       AscenderKernelState* state) {
   ASC_DISPATCH_FLOAT(in.q.dtype(), "ascender_attention", [&] { forward_impl<scalar_t>(in, cfg, y, state); });
 }
 
-void ascender_backward(const AscenderKernelInputs& in, const AscenderKernelConfig& cfg,
-                       const AscenderKernelState& state, const Tensor& gy, TensorList& grads) {
+void ascender_backward(const AscenderKernelInputs& in, const AscenderConfig& cfg, const AscenderKernelState& state,
+                       const Tensor& gy, TensorList& grads) {
   ASC_DISPATCH_FLOAT(in.q.dtype(), "ascender_attention backward",
                      [&] { backward_impl<scalar_t>(in, cfg, state, gy, grads); });
 }

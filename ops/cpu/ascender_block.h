@@ -65,7 +65,7 @@ struct Keys {
   const T *zT = nullptr, *ehatT = nullptr;  // (dz, m) and (da, m): row stride m
   std::vector<T> kr_, khat_, ehat_, z_, zz_, v_, zT_, ehatT_;
 
-  void select(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_t t0, int64_t R) {
+  void select(const HeadData<T>& h, const AscenderConfig& cfg, int64_t t0, int64_t R) {
     const int64_t n = h.T_, w = cfg.window, g = std::min(cfg.global_tokens, n);
     cols.clear();
     if (w > 0 && t0 >= g) {

@@ -35,10 +35,10 @@ ASC_ALWAYS_INLINE T sq_dist(T a2, T b2, T ab) {
 // Separation: w = exp(-d²/τ_sep), ρ_i = Σ_{kept l ≠ i} w_il, η = min(1, ρ/κ), φ = w [a - δ]_+ and (forward only) φ's
 // statistics; the cohesion kernel: w' = exp(-d²/τ_coh) on kept keys, W = Σ w'.
 template <class T>
-ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg,
+ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderConfig& cfg,
                                               int64_t t0, int64_t R, Block<T>& b, bool replay) {
   const int64_t n = kt.m;
-  const bool after = cfg.after_norm, sep = cfg.use_sep, coh = cfg.use_coh;
+  const bool after = cfg.after_norm(), sep = cfg.use_sep, coh = cfg.use_coh;
   const T inv_ts = static_cast<T>(1 / h.tau_sep), inv_tc = static_cast<T>(1 / h.tau_coh);
   const T delta = static_cast<T>(h.sc[kDelta]), ninf = -std::numeric_limits<T>::infinity();
   const T* zzk = kt.zz;
@@ -123,11 +123,11 @@ ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T
 // λη:  dλ += d(λη) η;  η = min(1, ρ / κ):  dρ = dη / κ, dκ = -dη ρ / κ² while ρ / κ < 1
 // ρ = Σ_{kept l ≠ i} w_il and w = exp(-d² / τ_sep):  dd² = -(dw + dρ) w / τ_sep (the self entry without dρ)
 template <class T>
-ASC_ALWAYS_INLINE void separation_backward_row(const HeadData<T>& h, const AscenderKernelConfig& cfg,
-                                               BackwardWork<T>& w, int64_t r, double* ds) {
+ASC_ALWAYS_INLINE void separation_backward_row(const HeadData<T>& h, const AscenderConfig& cfg, BackwardWork<T>& w,
+                                               int64_t r, double* ds) {
   const Block<T>& b = w.b;
   const int64_t n = w.keys.m;
-  const bool after = cfg.after_norm;
+  const bool after = cfg.after_norm();
   const double wsep = h.sc[kOmegaS] * cfg.omega_scale;
   const T delta = static_cast<T>(h.sc[kDelta]);
   const T* dSr = w.dS.data() + r * n;
@@ -189,10 +189,10 @@ ASC_ALWAYS_INLINE void affinity_backward(const HeadData<T>& h, int64_t t0, int64
 // The centroid c_i = Σ_l w'_il z_l / W_i (forward only: replay loads it), dc_ij = |z_j - c_i|², its weighted
 // variance Var_i = Σ_j w'_ij dc_ij / W_i, the gate γ = σ(-α Var) and (forward only) dc's statistics.
 template <class T>
-ASC_ALWAYS_INLINE void cohesion_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg,
-                                        int64_t R, Block<T>& b, bool replay) {
+ASC_ALWAYS_INLINE void cohesion_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderConfig& cfg, int64_t R,
+                                        Block<T>& b, bool replay) {
   const int64_t n = kt.m, dz = h.dz;
-  const bool after = cfg.after_norm;
+  const bool after = cfg.after_norm();
   if (!replay) {
     gemm_narrow<T>(R, dz, n, b.wc.data(), n, kt.z, dz, b.c.data(), dz);  // Σ_l w'_il z_l
     for (int64_t r = 0; r < R; ++r) {
@@ -236,11 +236,11 @@ ASC_ALWAYS_INLINE void cohesion_forward(const HeadData<T>& h, const Keys<T>& kt,
 // var = Σ w' dc / W:  dw' = dvar dc / W;  ddc += dvar w' / W;  dW = -dvar var / W
 // dc = |c|² + |z_j|² - 2 c·z_j:  dc_i = 2 c_i Σ_j ddc_ij (here) - 2 Σ_j ddc_ij z_j (centroid_backward); dz_j: there
 template <class T>
-ASC_ALWAYS_INLINE void cohesion_backward_row(const HeadData<T>& h, const AscenderKernelConfig& cfg, BackwardWork<T>& w,
+ASC_ALWAYS_INLINE void cohesion_backward_row(const HeadData<T>& h, const AscenderConfig& cfg, BackwardWork<T>& w,
                                              int64_t r, double* ds) {
   const Block<T>& b = w.b;
   const int64_t n = w.keys.m, dz = h.dz;
-  const bool after = cfg.after_norm;
+  const bool after = cfg.after_norm();
   const double wcoh = h.sc[kOmegaC] * cfg.omega_scale;
   const T* dSr = w.dS.data() + r * n;
   const T* keep = b.keep_row(r, n);
@@ -311,7 +311,7 @@ ASC_ALWAYS_INLINE void centroid_backward(const HeadData<T>& h, int64_t R, Backwa
 // - 2 z_i·z_j:  dz_i += 2 z_i Σ_j dd²_ij, dz_j += 2 z_j Σ_i dd²_ij (with cohesion's ddc: the |z|² coefficients zcol,
 // applied per key after the head's blocks);  dz_i -= 2 Σ_j dd²_ij z_j;  dz_j -= 2 Σ_i dd²_ij z_i (GEMMs)
 template <class T>
-ASC_ALWAYS_INLINE void distances_backward(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_t t0, int64_t R,
+ASC_ALWAYS_INLINE void distances_backward(const HeadData<T>& h, const AscenderConfig& cfg, int64_t t0, int64_t R,
                                           BackwardWork<T>& w, const KeyGrads<T>& kg, T* dzp) {
   const Block<T>& b = w.b;
   const int64_t n = w.keys.m, dz = h.dz;

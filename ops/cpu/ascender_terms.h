@@ -139,8 +139,8 @@ ASC_ALWAYS_INLINE RawGrad<T> standardise_backward(const T* x, const T* dSr, int6
 // z_i · z_j by the separation and cohesion kernels, which form |z_i - z_j|² from it in their own pass. Their
 // backwards: affinity_backward and distances_backward, ops/cpu/ascender_latent_terms.h.)
 template <class T>
-ASC_ALWAYS_INLINE void products_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg,
-                                        int64_t t0, int64_t R, Block<T>& b) {
+ASC_ALWAYS_INLINE void products_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderConfig& cfg, int64_t t0,
+                                        int64_t R, Block<T>& b) {
   const int64_t n = kt.m, d = h.d, dz = h.dz, da = h.da;
   gemm<T>(R, n, d, h.qs.data() + t0 * d, d, 1, kt.kr, 1, d, b.s0.data(), n);
   const bool sep = cfg.use_sep, coh = cfg.use_coh;
@@ -163,7 +163,7 @@ ASC_ALWAYS_INLINE void base_scores_backward(const HeadData<T>& h, const Keys<T>&
 // The keep mask of the block's rows (the mask, the window, the global tokens; or all_kept: no tile), the number of
 // kept keys per row and the column of each row's own key. No gradient.
 template <class T>
-ASC_ALWAYS_INLINE void keep_mask(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg, int64_t t0,
+ASC_ALWAYS_INLINE void keep_mask(const HeadData<T>& h, const Keys<T>& kt, const AscenderConfig& cfg, int64_t t0,
                                  int64_t R, Block<T>& b) {
   const int64_t n = kt.m;
   const int64_t w = cfg.window, g = cfg.global_tokens;
@@ -210,7 +210,7 @@ ASC_ALWAYS_INLINE void keep_mask(const HeadData<T>& h, const Keys<T>& kt, const 
 //     enters only if it beats the current k-th (ties keep the lower index, as topk).
 // A selection has no gradient: the backward reaches the keys through s_i = Σ_{l∈N(i)} k̂_l only.
 template <class T>
-ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderKernelConfig& cfg, int64_t n, int64_t R,
+ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderConfig& cfg, int64_t n, int64_t R,
                                       Block<T>& b) {
   const int64_t K = h.k, G = (2 * K + 7) / 8 * 8;
   // Plain arrays through raw pointers in the row loop: std:: members do not inline in this region.
@@ -280,10 +280,10 @@ ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderKernel
 // The headings u_i = s_i / |s_i| of the neighbourhoods, the gate γ = σ(-α Var) with Var = 1 - |k̄|², the tile
 // r_ij = u_i · k̂_j and (forward only) its statistics.
 template <class T>
-ASC_ALWAYS_INLINE void alignment_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg,
-                                         int64_t R, Block<T>& b, bool replay) {
+ASC_ALWAYS_INLINE void alignment_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderConfig& cfg, int64_t R,
+                                         Block<T>& b, bool replay) {
   const int64_t n = kt.m, d = h.d;
-  const bool after = cfg.after_norm;
+  const bool after = cfg.after_norm();
   for (int64_t r = 0; r < R; ++r) {
     // s_i = Σ_{l∈N(i)} k̂_l, summed in T in u's row (k unit vectors: float loses nothing that matters here)
     double* s = b.s.data() + r * d;
@@ -325,11 +325,11 @@ ASC_ALWAYS_INLINE void alignment_forward(const HeadData<T>& h, const Keys<T>& kt
 // raw = λγ r (before_norm) or r:  dr = (λγ or 1) draw;  d(λγ) += Σ_j draw r (before_norm)
 // λγ:  dλ += d(λγ) γ;  γ = σ(-α var):  dvar = d(λγ) λ γ (1 - γ) (-α);  var = 1 - |s / cnt|²:  ds = -2 s / cnt² dvar
 template <class T>
-ASC_ALWAYS_INLINE void alignment_backward_row(const HeadData<T>& h, const AscenderKernelConfig& cfg, BackwardWork<T>& w,
+ASC_ALWAYS_INLINE void alignment_backward_row(const HeadData<T>& h, const AscenderConfig& cfg, BackwardWork<T>& w,
                                               int64_t r, double* ds) {
   const Block<T>& b = w.b;
   const int64_t n = w.keys.m, d = h.d;
-  const bool after = cfg.after_norm;
+  const bool after = cfg.after_norm();
   const double wa = h.sc[kOmegaA] * cfg.omega_scale;
   const T* dSr = w.dS.data() + r * n;
   const T* keep = b.keep_row(r, n);
@@ -386,10 +386,10 @@ ASC_ALWAYS_INLINE void alignment_backward(const HeadData<T>& h, int64_t R, Backw
 // S = s0 (+ β^other) + Σ_⋆ ω'_⋆ β̃_⋆ and the softmax numerators e = exp(S/τ - max) over kept keys (A), with the row
 // max and 1 / Σ e (forward; replay reads them from RowState).
 template <class T>
-ASC_ALWAYS_INLINE void scores_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderKernelConfig& cfg,
-                                      int64_t t0, int64_t R, Block<T>& b, bool replay) {
+ASC_ALWAYS_INLINE void scores_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderConfig& cfg, int64_t t0,
+                                      int64_t R, Block<T>& b, bool replay) {
   const int64_t n = kt.m;
-  const bool after = cfg.after_norm, sep = cfg.use_sep, coh = cfg.use_coh;
+  const bool after = cfg.after_norm(), sep = cfg.use_sep, coh = cfg.use_coh;
   const double wa = h.sc[kOmegaA] * cfg.omega_scale, wsep = h.sc[kOmegaS] * cfg.omega_scale;
   const double wcoh = h.sc[kOmegaC] * cfg.omega_scale, tau = h.sc[kTauScore];
   const T inv_tau = static_cast<T>(1 / tau), ninf = -std::numeric_limits<T>::infinity();

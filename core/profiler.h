@@ -1,0 +1,146 @@
+#pragma once
+// asc::profiler: where a program's time and memory go, op by op (like torch.profiler).
+//
+//   {
+//     asc::profiler::Profile prof;              // records from here ...
+//     for (int s = 0; s < 5; ++s) {
+//       asc::profiler::Range step("train_step");  // a named scope of your own (torch's record_function)
+//       train_step();
+//     }
+//     prof.stop();                              // ... to here (or the end of the scope)
+//     std::cout << prof.table();                // ops sorted by self time: calls, self / total ms, GFLOP/s, MB
+//     prof.write_chrome_trace("trace.json");    // open in https://ui.perfetto.dev or chrome://tracing
+//   }
+//
+// What is recorded, on every thread that calls into the framework:
+// - kernel events: every dispatch of an op's kernel (ops/dispatch.h: ASC_KERNEL), named after the op ("matmul",
+//   "mul", "softmax", "adamw"). Kernels are leaves (they call no op), so an event's time is its own. Their FLOPs
+//   where the op knows them (GEMMs, the attention kernels; counted as ops/flops.h counts), and the bytes of tensor
+//   storage the calling thread allocated since the previous kernel event ended on it: the op's outputs and
+//   temporaries, which the op allocates just before it dispatches (ops/dispatch.h states the rule).
+// - range events: Range scopes, and the backward of each autograd node ("matmul backward"), with the kernels they
+//   ran as children: a range's self time is its time outside its children (the glue: autograd, views, checks).
+// - memory: the peak of live CPU tensor storage over the profile (core/allocator.h: cpu_memory_stats), and a
+//   "CPU memory" counter track in the trace.
+// Times are host wall-clock times: on CUDA a kernel event measures its launch, not its run on the device (profile
+// with ASC_CUDA_LAUNCH_BLOCKING=1 to make them agree).
+//
+// Off (no Profile alive), each dispatch pays one relaxed atomic load and a predictable branch; built with
+// -DASC_WITH_PROFILER=OFF, nothing (ASC_PROFILER_ENABLED is 0 and the hooks compile away). One Profile at a time
+// per process; a second is an asc::Error.
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#ifndef ASC_PROFILER_ENABLED
+#define ASC_PROFILER_ENABLED 1
+#endif
+
+namespace asc::profiler {
+
+enum class EventKind { Kernel, Range };
+
+struct Event {
+  std::string name;           // the op ("matmul"), or the range's name
+  std::string kernel;         // kernel events: the backend kernel the op dispatched ("unary_backward"); else empty
+  EventKind kind = EventKind::Kernel;
+  int thread = 0;             // 0 for the thread that started the profile, then 1, 2, ... in order of first event
+  int64_t start_ns = 0;       // since the profile started
+  int64_t duration_ns = 0;    // wall time, children included
+  int64_t self_ns = 0;        // duration minus the direct children's durations
+  double flops = -1;          // -1: not known
+  // tensor storage allocated: kernel, since the thread's previous kernel event (its first: since the profile began,
+  // or on another thread since the event began); range, inside it
+  int64_t bytes = 0;
+  int64_t live_bytes = 0;     // live CPU tensor storage at the event's end
+  int depth = 0;              // enclosing events on the same thread
+};
+
+// One row of the table: the events of one name and kind.
+struct OpStats {
+  std::string name;  // the op, then the kernel in parentheses when its name differs: "exp (unary_backward)"
+  EventKind kind = EventKind::Kernel;
+  int64_t calls = 0;
+  int64_t self_ns = 0, total_ns = 0;
+  double flops = 0;        // of the calls whose FLOPs are known
+  int64_t counted = 0;     // calls with known FLOPs
+  int64_t bytes = 0;
+};
+
+class Profile {
+ public:
+  Profile();  // starts recording; an asc::Error if another Profile is recording
+  ~Profile();
+  Profile(const Profile&) = delete;
+  Profile& operator=(const Profile&) = delete;
+
+  void stop();  // stops recording (the destructor does it too); the results stay readable
+  bool recording() const { return recording_; }
+
+  const std::vector<Event>& events() const { return events_; }
+  // Aggregated by name and kind, sorted by self time (largest first).
+  std::vector<OpStats> stats() const;
+  // Kernel events of the op `op` (any kernel), or of that op's kernel `kernel`.
+  int64_t calls(const std::string& op, const std::string& kernel = "") const;
+
+  double wall_ms() const { return static_cast<double>(wall_ns_) * 1e-6; }
+  // Σ of every event's self time on the profile's first thread: the time its recorded scopes account for.
+  double recorded_ms() const;
+  // Peak live CPU tensor storage during the profile, in bytes (blocks above 4 KiB, core/allocator.h).
+  int64_t peak_cpu_bytes() const { return peak_bytes_; }
+
+  // The table, `rows` rows (0: all), then the totals: wall time, recorded time, peak memory.
+  std::string table(size_t rows = 25) const;
+  // Chrome trace-event JSON ("X" events, µs, one track per thread, plus the memory counter); an asc::Error naming the
+  // file when it cannot be written.
+  void write_chrome_trace(const std::string& path) const;
+
+ private:
+  bool recording_ = false;
+  int64_t wall_ns_ = 0, peak_bytes_ = 0;
+  std::vector<Event> events_;
+};
+
+// A named scope recorded as a range event while a Profile records (nothing otherwise).
+class Range {
+ public:
+  explicit Range(const char* name);
+  explicit Range(std::string name);
+  ~Range();
+  Range(const Range&) = delete;
+  Range& operator=(const Range&) = delete;
+
+ private:
+  bool open_ = false;
+};
+
+namespace detail {
+extern std::atomic<bool> g_recording;
+inline bool recording() { return ASC_PROFILER_ENABLED && g_recording.load(std::memory_order_relaxed); }
+bool begin(EventKind kind, std::string name, const char* kernel = "");  // false: not recording after all
+void end(double flops);  // closes the innermost open event of this thread
+}  // namespace detail
+
+// The event of one kernel dispatch (ASC_KERNEL); flops, if known, set before it closes.
+class KernelScope {
+ public:
+  KernelScope(const char* op, const char* kernel) {
+    if (detail::recording()) [[unlikely]]
+      open_ = detail::begin(EventKind::Kernel, op, kernel);
+  }
+  ~KernelScope() {
+    if (open_) [[unlikely]]
+      detail::end(flops_);
+  }
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+  bool open() const { return open_; }
+  void set_flops(double flops) { flops_ = flops; }
+
+ private:
+  bool open_ = false;
+  double flops_ = -1;
+};
+
+}  // namespace asc::profiler

@@ -1,0 +1,245 @@
+// The op profiler (core/profiler.h): exact kernel counts and FLOPs for a known model, the bytes an op allocates,
+// ranges and their self time, the table's total against the wall time, threads, the Chrome trace, and misuse.
+#include <filesystem>
+#include <set>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/profiler.h"
+#include "models/flops.h"
+#include "ops/flops.h"
+#include "testing.h"
+
+using namespace asc;
+namespace prof = asc::profiler;
+
+namespace {
+
+int64_t count_kind(const prof::Profile& p, prof::EventKind kind) {
+  int64_t n = 0;
+  for (const auto& e : p.events()) n += e.kind == kind;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("profiler: a 3-layer MLP's kernels are counted exactly, forward and backward, with the model's FLOPs") {
+  Generator gen(3);
+  auto mlp = nn::MLP(nn::MLPOptions({32, 64, 64, 10}));  // Linear, ReLU, Linear, ReLU, Linear
+  const int64_t batch = 16;
+  Tensor x = randn({batch, 32}, {}, &gen);
+  {
+    prof::Profile p;
+    NoGradGuard ng;
+    mlp.forward(x);
+    p.stop();
+    // one GEMM and one bias add per layer, one ReLU between layers
+    CHECK(p.calls("matmul") == 3);
+    CHECK(p.calls("add") == 3);
+    CHECK(p.calls("relu") == 2);
+    CHECK(count_kind(p, prof::EventKind::Range) == 0);  // no backward ran
+    // The GEMMs' FLOPs, summed over the events, are the model counter's forward count (the same formula).
+    double gemm_flops = 0;
+    for (const auto& e : p.events())
+      if (e.name == "matmul") gemm_flops += e.flops;
+    CHECK(gemm_flops == doctest::Approx(models::count_flops(mlp, 1).forward * batch).epsilon(1e-12));
+  }
+  {
+    prof::Profile p;
+    sum(mlp.forward(x)).backward();
+    p.stop();
+    // forward 3 GEMMs; backward: dW for each layer, dX for the two layers whose input needs a gradient (x does not)
+    CHECK(p.calls("matmul") == 3 + 3 + 2);
+    CHECK(p.calls("relu", "unary") == 2);
+    CHECK(p.calls("relu", "unary_backward") == 2);
+    // one backward range per recorded node that ran: its kernels are its children
+    int64_t matmul_ranges = 0;
+    for (const auto& e : p.events())
+      if (e.kind == prof::EventKind::Range && e.name == "matmul backward") {
+        ++matmul_ranges;
+        CHECK(e.self_ns >= 0);
+        CHECK(e.self_ns <= e.duration_ns);
+      }
+    CHECK(matmul_ranges == 3);
+    for (const auto& e : p.events())
+      if (e.name == "matmul" && e.depth == 1) CHECK(e.flops > 0);  // backward GEMMs are counted too
+  }
+}
+
+TEST_CASE("profiler: a kernel event carries the bytes its op allocated and the exact GEMM FLOPs") {
+  Generator gen(5);
+  const int64_t M = 48, K = 40, N = 72;
+  Tensor a = randn({M, K}, {}, &gen), b = randn({K, N}, {}, &gen);
+  prof::Profile p;
+  Tensor c = matmul(a, b);
+  p.stop();
+  REQUIRE(p.events().size() == 1);
+  const prof::Event& e = p.events()[0];
+  CHECK(e.name == "matmul");
+  CHECK(e.kernel == "matmul");
+  CHECK(e.kind == prof::EventKind::Kernel);
+  CHECK(e.flops == 2.0 * M * N * K);
+  CHECK(e.flops == flops::gemm(1, M, N, K));
+  CHECK(e.bytes == M * N * 4);  // the output, nothing else
+  CHECK(e.thread == 0);
+  CHECK(e.depth == 0);
+
+  // A batched product counts every matrix.
+  Tensor a3 = randn({3, M, K}, {}, &gen), b3 = randn({3, K, N}, {}, &gen);
+  prof::Profile p3;
+  matmul(a3, b3);
+  p3.stop();
+  REQUIRE(p3.calls("matmul") == 1);
+  CHECK(p3.events()[0].flops == 3 * 2.0 * M * N * K);
+}
+
+TEST_CASE("profiler: attention kernels count 4 pairs D forward and twice that backward") {
+  Generator gen(7);
+  const int64_t B = 2, H = 3, T = 24, D = 16;
+  Tensor q = randn({B, H, T, D}, {.requires_grad = true}, &gen), k = randn({B, H, T, D}, {.requires_grad = true}, &gen),
+         v = randn({B, H, T, D}, {.requires_grad = true}, &gen);
+  for (bool causal : {false, true}) {
+    prof::Profile p;
+    sum(scaled_dot_product_attention(q, k, v, {.causal = causal})).backward();
+    p.stop();
+    double fwd = -1, bwd = -1;
+    for (const auto& e : p.events()) {
+      if (e.kernel == "sdpa_forward") fwd = e.flops;
+      if (e.kernel == "sdpa_backward") bwd = e.flops;
+    }
+    const double pairs = causal ? T * (T + 1) / 2.0 : double(T * T);  // the kept (query, key) pairs
+    CHECK(fwd == 4.0 * B * H * pairs * D);
+    CHECK(bwd == 2 * fwd);
+  }
+  CHECK(flops::causal_pairs(3, 5) == 3 + 4 + 5);  // query t sees keys s <= t + 2
+  CHECK(flops::causal_pairs(5, 3) == 0 + 0 + 1 + 2 + 3);
+}
+
+TEST_CASE("profiler: ranges nest, and a range's self time is its time outside its children") {
+  Generator gen(9);
+  Tensor a = randn({64, 64}, {}, &gen);
+  prof::Profile p;
+  {
+    prof::Range outer("outer");
+    matmul(a, a);
+    {
+      prof::Range inner(std::string("inner"));
+      matmul(a, a);
+    }
+  }
+  p.stop();
+  REQUIRE(p.events().size() == 4);
+  const prof::Event *outer = nullptr, *inner = nullptr;
+  int64_t children_of_outer = 0, children_of_inner = 0;
+  for (const auto& e : p.events()) {
+    if (e.name == "outer") outer = &e;
+    if (e.name == "inner") inner = &e;
+  }
+  REQUIRE(outer);
+  REQUIRE(inner);
+  CHECK(outer->depth == 0);
+  CHECK(inner->depth == 1);
+  for (const auto& e : p.events()) {
+    if (e.name != "matmul") continue;
+    if (e.depth == 1) children_of_outer += e.duration_ns;
+    if (e.depth == 2) children_of_inner += e.duration_ns;
+  }
+  CHECK(inner->self_ns == inner->duration_ns - children_of_inner);
+  CHECK(outer->self_ns == outer->duration_ns - children_of_outer - inner->duration_ns);
+  // Σ self over the profiling thread = the outermost range's duration
+  CHECK(p.recorded_ms() == doctest::Approx(outer->duration_ns * 1e-6).epsilon(1e-9));
+  CHECK(outer->bytes >= 2 * 64 * 64 * 4);  // a range counts everything allocated inside it
+}
+
+TEST_CASE("profiler: the recorded time accounts for the wall time of a kernel-bound loop") {
+  // 512³ GEMMs: the op's own work outside its kernel (checks, one allocation) is microseconds against milliseconds.
+  Generator gen(11);
+  Tensor a = randn({512, 512}, {}, &gen), b = randn({512, 512}, {}, &gen);
+  matmul(a, b);  // warm-up
+  prof::Profile p;
+  for (int i = 0; i < 8; ++i) matmul(a, b);
+  p.stop();
+  CHECK(p.calls("matmul") == 8);
+  CHECK(p.recorded_ms() <= p.wall_ms());
+  CHECK(p.recorded_ms() >= 0.8 * p.wall_ms());
+  const auto st = p.stats();
+  REQUIRE(!st.empty());
+  CHECK(st[0].name == "matmul");
+  CHECK(st[0].calls == 8);
+  CHECK(st[0].counted == 8);
+  CHECK(st[0].flops == doctest::Approx(8 * 2.0 * 512 * 512 * 512));
+  const std::string table = p.table();
+  CHECK(table.find("matmul") != std::string::npos);
+  CHECK(table.find("wall") != std::string::npos);
+  CHECK(table.find("peak live CPU tensor storage") != std::string::npos);
+}
+
+TEST_CASE("profiler: events from other threads get their own track; peak memory covers a freed tensor") {
+  Generator gen(13);
+  Tensor a = randn({32, 32}, {}, &gen);
+  prof::Profile p;
+  matmul(a, a);
+  std::thread worker([&] { matmul(a, a); });
+  worker.join();
+  { Tensor big = zeros({4 << 20}); }  // 16 MiB, freed at once
+  p.stop();
+  std::set<int> threads;
+  for (const auto& e : p.events()) threads.insert(e.thread);
+  CHECK(threads == std::set<int>{0, 1});
+  CHECK(p.peak_cpu_bytes() >= (16 << 20));
+}
+
+TEST_CASE("profiler: the Chrome trace is JSON with one complete event per recorded event") {
+  Generator gen(15);
+  Tensor x = randn({8, 8}, {.requires_grad = true}, &gen);
+  prof::Profile p;
+  {
+    prof::Range r("step \"1\"\n");  // a name that must be escaped
+    sum(relu(matmul(x, x))).backward();
+  }
+  p.stop();
+  const auto path = std::filesystem::temp_directory_path() / "asc_test_profiler_trace.json";
+  p.write_chrome_trace(path.string());
+  std::ifstream f(path);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::filesystem::remove(path);
+  REQUIRE(j.contains("traceEvents"));
+  int64_t complete = 0, counters = 0;
+  bool found_range = false;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "X") {
+      ++complete;
+      CHECK(e["dur"].get<double>() >= 0);
+      CHECK(e["ts"].get<double>() >= 0);
+      found_range |= e["name"] == "step \"1\"\n";
+    } else if (e["ph"] == "C") {
+      ++counters;
+    }
+  }
+  CHECK(complete == static_cast<int64_t>(p.events().size()));
+  CHECK(counters == count_kind(p, prof::EventKind::Kernel));
+  CHECK(found_range);
+}
+
+TEST_CASE("profiler: one profile at a time; nothing is recorded outside one; bad trace path") {
+  Tensor a = ones({4, 4});
+  prof::Profile p;
+  CHECK_THROWS_WITH_AS(prof::Profile(), doctest::Contains("already recording"), asc::Error);
+  matmul(a, a);
+  p.stop();
+  matmul(a, a);  // after stop: not recorded
+  CHECK(p.events().size() == 1);
+  CHECK(!p.recording());
+  {
+    prof::Range r("outside");  // no profile: a no-op
+    matmul(a, a);
+  }
+  prof::Profile q;  // a new session after the first ended
+  matmul(a, a);
+  q.stop();
+  CHECK(q.events().size() == 1);
+  CHECK_THROWS_WITH_AS(q.write_chrome_trace("/nonexistent-dir/trace.json"), doctest::Contains("cannot write"),
+                       asc::Error);
+}
