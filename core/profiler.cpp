@@ -25,12 +25,12 @@ using Clock = std::chrono::steady_clock;
 // The recording session: one at a time. Events are appended under the mutex (only while recording); each thread
 // keeps its own stack of open events, tagged with the session they belong to.
 std::mutex g_mu;
-bool g_active = false;            // a Profile exists and records (guarded by g_mu)
+bool g_active = false;               // a Profile exists and records (guarded by g_mu)
 std::atomic<uint64_t> g_session{0};  // incremented by every Profile
-Clock::time_point g_t0;           // the session's start
-std::vector<Event> g_events;      // guarded by g_mu
-int g_threads = 0;                // threads seen this session (guarded by g_mu)
-std::atomic<int64_t> g_peak{0};   // the largest live CPU storage sampled at an event's end
+Clock::time_point g_t0;              // the session's start
+std::vector<Event> g_events;         // guarded by g_mu
+int g_threads = 0;                   // threads seen this session (guarded by g_mu)
+std::atomic<int64_t> g_peak{0};      // the largest live CPU storage sampled at an event's end
 
 int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - g_t0).count(); }
 int64_t live_cpu_bytes() { return static_cast<int64_t>(cpu_memory_stats().allocated); }
@@ -104,7 +104,8 @@ bool begin(EventKind kind, std::string name, const char* kernel) {
 void end(double flops) {
   const int64_t t_end = now_ns();
   ThreadState& t = t_state;
-  if (t.session != g_session.load(std::memory_order_relaxed) || t.stack.empty()) return;  // opened in an earlier session
+  if (t.session != g_session.load(std::memory_order_relaxed) || t.stack.empty())
+    return;  // opened in an earlier session
   Open o = std::move(t.stack.back());
   t.stack.pop_back();
   Event& e = o.event;
@@ -210,24 +211,24 @@ std::string Profile::table(size_t rows) const {
     // GFLOP/s over the calls whose FLOPs are known (their share of the self time, assuming equal calls).
     std::string gflops = "";
     if (r.counted > 0 && r.self_ns > 0) {
-      const double known_s = static_cast<double>(r.self_ns) * 1e-9 * static_cast<double>(r.counted) /
-                             static_cast<double>(r.calls);
+      const double known_s =
+          static_cast<double>(r.self_ns) * 1e-9 * static_cast<double>(r.counted) / static_cast<double>(r.calls);
       gflops = fmt::format("{:.1f}", r.flops / known_s * 1e-9);
     }
-    out += fmt::format("{:<40} {:>6} {:>8} {:>10.3f} {:>7.1f} {:>10.3f} {:>10.1f} {:>9} {:>10.2f}\n",
-                       r.name.size() > 40 ? r.name.substr(0, 37) + "..." : r.name,
-                       r.kind == EventKind::Kernel ? "kernel" : "range", r.calls, self_ms,
-                       self_all > 0 ? 100.0 * static_cast<double>(r.self_ns) / static_cast<double>(self_all) : 0.0,
-                       static_cast<double>(r.total_ns) * 1e-6,
-                       static_cast<double>(r.total_ns) * 1e-3 / static_cast<double>(r.calls), gflops,
-                       static_cast<double>(r.bytes) / (1 << 20));
+    out += fmt::format(
+        "{:<40} {:>6} {:>8} {:>10.3f} {:>7.1f} {:>10.3f} {:>10.1f} {:>9} {:>10.2f}\n",
+        r.name.size() > 40 ? r.name.substr(0, 37) + "..." : r.name, r.kind == EventKind::Kernel ? "kernel" : "range",
+        r.calls, self_ms, self_all > 0 ? 100.0 * static_cast<double>(r.self_ns) / static_cast<double>(self_all) : 0.0,
+        static_cast<double>(r.total_ns) * 1e-6, static_cast<double>(r.total_ns) * 1e-3 / static_cast<double>(r.calls),
+        gflops, static_cast<double>(r.bytes) / (1 << 20));
   }
   if (n < st.size()) out += fmt::format("... {} more rows\n", st.size() - n);
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const double recorded = recorded_ms(), wall = wall_ms();
   out += fmt::format(
-      "wall {:.3f} ms; recorded {:.3f} ms ({:.1f} %) on the profiling thread, the rest ran outside any kernel or range\n"
+      "wall {:.3f} ms; recorded {:.3f} ms ({:.1f} %) on the profiling thread, the rest ran outside any kernel or "
+      "range\n"
       "peak live CPU tensor storage {:.2f} MB; process peak resident set {:.1f} MB\n",
       wall, recorded, wall > 0 ? 100 * recorded / wall : 0.0, static_cast<double>(peak_bytes_) / (1 << 20),
       static_cast<double>(ru.ru_maxrss) / 1024);

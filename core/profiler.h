@@ -42,19 +42,19 @@ namespace asc::profiler {
 enum class EventKind { Kernel, Range };
 
 struct Event {
-  std::string name;           // the op ("matmul"), or the range's name
-  std::string kernel;         // kernel events: the backend kernel the op dispatched ("unary_backward"); else empty
+  std::string name;    // the op ("matmul"), or the range's name
+  std::string kernel;  // kernel events: the backend kernel the op dispatched ("unary_backward"); else empty
   EventKind kind = EventKind::Kernel;
-  int thread = 0;             // 0 for the thread that started the profile, then 1, 2, ... in order of first event
-  int64_t start_ns = 0;       // since the profile started
-  int64_t duration_ns = 0;    // wall time, children included
-  int64_t self_ns = 0;        // duration minus the direct children's durations
-  double flops = -1;          // -1: not known
+  int thread = 0;           // 0 for the thread that started the profile, then 1, 2, ... in order of first event
+  int64_t start_ns = 0;     // since the profile started
+  int64_t duration_ns = 0;  // wall time, children included
+  int64_t self_ns = 0;      // duration minus the direct children's durations
+  double flops = -1;        // -1: not known
   // tensor storage allocated: kernel, since the thread's previous kernel event (its first: since the profile began,
   // or on another thread since the event began); range, inside it
   int64_t bytes = 0;
-  int64_t live_bytes = 0;     // live CPU tensor storage at the event's end
-  int depth = 0;              // enclosing events on the same thread
+  int64_t live_bytes = 0;  // live CPU tensor storage at the event's end
+  int depth = 0;           // enclosing events on the same thread
 };
 
 // One row of the table: the events of one name and kind.
@@ -63,8 +63,8 @@ struct OpStats {
   EventKind kind = EventKind::Kernel;
   int64_t calls = 0;
   int64_t self_ns = 0, total_ns = 0;
-  double flops = 0;        // of the calls whose FLOPs are known
-  int64_t counted = 0;     // calls with known FLOPs
+  double flops = 0;     // of the calls whose FLOPs are known
+  int64_t counted = 0;  // calls with known FLOPs
   int64_t bytes = 0;
 };
 

@@ -13,6 +13,26 @@ TEST_CASE("philox4x32-10 matches the Random123 known-answer vectors") {
   CHECK(c == std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
 }
 
+TEST_CASE("rand float32 is the Philox stream word for word: long tensors, odd offsets, a counter's low word wrapping") {
+  // The CPU kernel computes 8 blocks at a time (with AVX2 where the CPU has it) in chunks split across threads;
+  // element i must be uint_to_unit_float(word i % 4 of philox4x32(seed, offset + i / 4)), whatever the split.
+  for (const uint64_t offset : {uint64_t{0}, uint64_t{3}, (uint64_t{1} << 32) - 5, ~uint64_t{0} - 40}) {
+    for (const int64_t n : {int64_t{1}, int64_t{31}, int64_t{33}, int64_t{1025}, int64_t{70001}}) {
+      CAPTURE(offset);
+      CAPTURE(n);
+      Generator g(0x1234567890abcdefull);
+      g.set_offset(offset);
+      const std::vector<float> u = rand({n}, {}, &g).to_vector<float>();
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const auto r = philox4x32(0x1234567890abcdefull, offset + static_cast<uint64_t>(i / 4));
+        wrong += u[i] != uint_to_unit_float(r[i % 4]);
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
+
 TEST_CASE("generator: reproducible, advancing, independent of how the draw is split") {
   Generator g1(42), g2(42);
   auto x = rand({1000}, {}, &g1).to_vector<float>();

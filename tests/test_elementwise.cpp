@@ -86,6 +86,49 @@ TEST_CASE("unary ops: forward vs naive, contiguous and transposed, float32 and f
   }
 }
 
+TEST_CASE(
+    "gelu float32 on the CPU: near float precision in the centre and the tails, contiguous = strided, NaN / inf") {
+  // The float32 CPU kernel computes Φ from erfc (ops/cpu/vec_math.h), so its relative error stays small where
+  // 1 + erf(x/√2) would cancel (x < -4); the reference is float64 erfc. Rows long enough for the vectorised,
+  // multi-threaded loops, and a transposed view of the same values.
+  const int64_t n = 1 << 16;
+  std::vector<float> xs(n);
+  for (int64_t i = 0; i < n; ++i) xs[i] = -9.0f + 18.0f * static_cast<float>(i) / static_cast<float>(n - 1);
+  Tensor x = tensor(xs, {n}, {.requires_grad = true});
+  Tensor y = gelu(x);
+  Tensor g = full({n}, 0.75, {.dtype = kFloat32});
+  y.backward(g);
+  const std::vector<float> yv = y.to_vector<float>(), gv = x.grad().to_vector<float>();
+  double worst_centre = 0, worst_mid = 0, worst_tail = 0, worst_grad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double xd = xs[i], cdf = 0.5 * std::erfc(-xd / std::sqrt(2.0));
+    const double ref = xd * cdf, ref_grad = 0.75 * (cdf + xd * std::exp(-0.5 * xd * xd) / std::sqrt(2 * M_PI));
+    if (ref == 0) continue;
+    const double rel = std::abs(yv[i] - ref) / std::abs(ref);
+    (std::abs(xd) <= 2 ? worst_centre
+     : xd >= -4        ? worst_mid
+                       : worst_tail) = std::max(std::abs(xd) <= 2 ? worst_centre
+                                         : xd >= -4        ? worst_mid
+                                                           : worst_tail,
+                                         rel);
+    worst_grad = std::max(worst_grad, std::abs(gv[i] - ref_grad));
+  }
+  CHECK(worst_centre < 1e-6);
+  CHECK(worst_mid < 3e-6);
+  CHECK(worst_tail < 3e-5);  // values below 1e-4 |x|: the float exponent's own precision
+  CHECK(worst_grad < 1e-6);
+  // a strided view gets the same numbers, bit for bit
+  Tensor x2 = x.detach().reshape({256, 256});
+  CHECK(gelu(x2.t()).contiguous().to_vector<float>() == gelu(x2.t().contiguous()).to_vector<float>());
+  // IEEE specials as x/2 (1 + erf(x/√2)) gives them
+  const std::vector<float> sp =
+      gelu(tensor({NAN, INFINITY, -INFINITY, 0.0}, {4}, {.dtype = kFloat32})).to_vector<float>();
+  CHECK(std::isnan(sp[0]));
+  CHECK(sp[1] == INFINITY);
+  CHECK(std::isnan(sp[2]));
+  CHECK(sp[3] == 0.0f);
+}
+
 TEST_CASE("unary ops: float64 gradcheck") {
   for (const auto& c : unary_cases()) {
     CAPTURE(c.name);

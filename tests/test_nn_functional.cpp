@@ -527,6 +527,24 @@ TEST_CASE("dropout: generator-driven mask, scaling, identities") {
   check_error([] { dropout(randn64({2}), -0.1); }, {"dropout", "-0.1"});
 }
 
+TEST_CASE("dropout float32: the vectorised mask of a long tensor is rand() >= p exactly, at any stream offset") {
+  // 100003 elements: many groups of 8 Philox blocks, split across threads, a partial last group; the generator has
+  // already drawn (an odd offset), so groups do not start at a multiple of 8 blocks.
+  const int64_t n = 100003;
+  Tensor x = full({n}, 1.0, {.dtype = kFloat32});
+  Generator g(11), h(11);
+  rand({5}, {}, &g), rand({5}, {}, &h);  // offset 2 blocks
+  const std::vector<float> y = dropout(x, 0.25, true, &g).to_vector<float>();
+  // the expected mask from the Philox stream itself (core/generator.h), not from another kernel
+  const uint64_t offset = h.offset();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float u = uint_to_unit_float(philox4x32(11, offset + static_cast<uint64_t>(i / 4))[i % 4]);
+    wrong += y[i] != (u >= 0.25f ? 1.0f / 0.75f : 0.0f);
+  }
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("dropout gradcheck with a fixed generator") {
   check_grad(
       [](const TensorList& in) {

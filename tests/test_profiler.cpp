@@ -1,8 +1,8 @@
 // The op profiler (core/profiler.h): exact kernel counts and FLOPs for a known model, the bytes an op allocates,
 // ranges and their self time, the table's total against the wall time, threads, the Chrome trace, and misuse.
 #include <filesystem>
-#include <set>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>

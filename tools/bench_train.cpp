@@ -4,13 +4,23 @@
 //   ./build/release/tools/bench_train [--csv out.csv] [--json out.json] [--steps 20] [--rounds 2] [--threads 2]
 //        [--no-torch] [--batch 16 --length 128 --width 128 --layers 2 --heads 4 --ffn 512]
 // Prints ms/step (median of `steps` timed steps after 3 warm-up steps; best median over rounds) and the split
-// into forward / backward / optimizer for ascender. The twin is found beside an installed binary
+// into forward / backward / optimizer for ascender. --busy N starts N spinning processes for every measurement
+// (both frameworks: the machine shared with another job), --torch-compile times the twin under torch.compile too,
+// --memory measures each framework's peak resident set in a fresh process running only the steps. The twin is found
+// beside an installed binary
 // (<prefix>/share/ascender/) or in the source tree (tools/cli.h: twin_path). --help lists the options; a bad value
 // exits 2 (tools/cli.h). Progress on stderr, one step per round of each framework.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -30,8 +40,8 @@ namespace {
 struct Config {
   int64_t batch = 16, length = 128, width = 128, layers = 2, heads = 4, ffn = 512, vocab = 64, classes = 2;
   double dropout = 0.1;
-  int steps = 20, rounds = 2, threads = 2;
-  bool torch = true;
+  int steps = 20, rounds = 2, threads = 2, busy = 0;
+  bool torch = true, torch_compile = false, memory = false, rss_child = false;
   tools::Outputs out;
 };
 
@@ -75,35 +85,88 @@ Timing run_ours(const Config& c) {
   return {median(step), median(fwd), median(bwd), median(upd)};
 }
 
-// Runs the PyTorch twin; returns its median ms/step, or a negative value when it cannot run.
-double run_torch(const Config& c, std::string& version) {
-  const std::string twin = tools::twin_path("bench_train_torch.py");
-  if (twin.empty()) return -1;
-  std::string cmd = tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + " --batch " +
-                    std::to_string(c.batch) + " --length " + std::to_string(c.length) + " --width " +
-                    std::to_string(c.width) + " --layers " + std::to_string(c.layers) + " --heads " +
-                    std::to_string(c.heads) + " --ffn " + std::to_string(c.ffn) + " --vocab " +
-                    std::to_string(c.vocab) + " --classes " + std::to_string(c.classes) + " --dropout " +
-                    std::to_string(c.dropout) + " --steps " + std::to_string(c.steps) + " --threads " +
-                    std::to_string(c.threads) + " 2>/dev/null";
+// N processes that spin on a core each while alive (killed with the parent, too): the contention of a shared machine.
+class Spinners {
+ public:
+  explicit Spinners(int n) {
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (;;) asm volatile("");
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~Spinners() {
+    for (pid_t pid : pids_) kill(pid, SIGKILL);
+    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
+  }
+  Spinners(const Spinners&) = delete;
+  Spinners& operator=(const Spinners&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+// The model's flags, for the twin and for the fresh process that measures our peak memory.
+std::string model_flags(const Config& c) {
+  return " --batch " + std::to_string(c.batch) + " --length " + std::to_string(c.length) + " --width " +
+         std::to_string(c.width) + " --layers " + std::to_string(c.layers) + " --heads " + std::to_string(c.heads) +
+         " --ffn " + std::to_string(c.ffn) + " --steps " + std::to_string(c.steps) + " --threads " +
+         std::to_string(c.threads);
+}
+
+// A command's stdout, or "" when it fails.
+std::string run_command(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
+  if (!p) return "";
   char buf[4096];
   std::string out;
   while (fgets(buf, sizeof buf, p)) out += buf;
-  if (pclose(p) != 0) return -1;
-  auto field = [&](const std::string& key) -> std::string {
-    size_t k = out.find("\"" + key + "\": ");
-    if (k == std::string::npos) return "";
-    k += key.size() + 4;
-    size_t e = out.find_first_of(",}", k);
-    std::string v = out.substr(k, e - k);
-    if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);  // a JSON string
-    return v;
-  };
-  version = field("version");
-  std::string ms = field("ms_median");
-  return ms.empty() ? -1 : std::atof(ms.c_str());
+  return pclose(p) == 0 ? out : "";
+}
+
+// The value of "key" in a one-line JSON object (a number, or a string without its quotes); "" when absent.
+std::string json_field(const std::string& out, const std::string& key) {
+  size_t k = out.find("\"" + key + "\": ");
+  if (k == std::string::npos) return "";
+  k += key.size() + 4;
+  size_t e = out.find_first_of(",}", k);
+  std::string v = out.substr(k, e - k);
+  if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
+  return v;
+}
+
+// Our peak resident set in a fresh process that runs only the steps (this binary with --rss-child), in MB; < 0 when
+// it cannot run.
+double our_peak_rss_mb(const Config& c) {
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();  // this binary
+  if (ec) return -1;
+  const std::string out = run_command(tools::shell_quote(self) + " --rss-child" + model_flags(c) + " 2>/dev/null");
+  const std::string v = json_field(out, "peak_rss_mb");
+  return v.empty() ? -1 : std::atof(v.c_str());
+}
+
+struct TorchResult {
+  double ms = -1, peak_rss_mb = -1;
+};
+
+// Runs the PyTorch twin; ms < 0 when it cannot run.
+TorchResult run_torch(const Config& c, std::string& version, bool compiled) {
+  const std::string twin = tools::twin_path("bench_train_torch.py");
+  if (twin.empty()) return {};
+  const std::string out =
+      run_command(tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + model_flags(c) +
+                  " --vocab " + std::to_string(c.vocab) + " --classes " + std::to_string(c.classes) + " --dropout " +
+                  std::to_string(c.dropout) + (compiled ? " --compile" : "") + " 2>/dev/null");
+  version = json_field(out, "version");
+  const std::string ms = json_field(out, "ms_median"), rss = json_field(out, "peak_rss_mb");
+  TorchResult r;
+  if (!ms.empty()) r.ms = std::atof(ms.c_str());
+  if (!rss.empty()) r.peak_rss_mb = std::atof(rss.c_str());
+  return r;
 }
 
 }  // namespace
@@ -128,6 +191,15 @@ int main(int argc, char** argv) {
   app.add_option("--heads", c.heads, "attention heads (must divide --width)")
       ->check(tools::int_range(1, int64_t{1} << 14));
   app.add_option("--ffn", c.ffn, "feed-forward width")->check(tools::int_range(1, int64_t{1} << 16));
+  app.add_option("--busy", c.busy,
+                 "spinning processes running during every measurement (1 on a 2-core machine: one core taken)")
+      ->check(tools::int_range(0, 1024));
+  app.add_flag("--torch-compile", c.torch_compile, "also time the PyTorch twin under torch.compile");
+  app.add_flag("--memory", c.memory,
+               "also measure each framework's peak resident set (getrusage) in a fresh process running only the "
+               "steps");
+  app.add_flag("--rss-child", c.rss_child, "internal: run the steps and print this process's peak resident set")
+      ->group("");
   tools::add_output_options(app, c.out);
   tools::parse_or_exit(app, argc, argv);
   c.torch = !no_torch;
@@ -143,55 +215,88 @@ int main(int argc, char** argv) {
     omp_set_num_threads(c.threads);  // libgomp read the environment at load time: set ours directly
 #endif
 
+    if (c.rss_child) {  // the fresh process of --memory: the steps, then the peak resident set
+      run_ours(c);
+      rusage ru{};
+      getrusage(RUSAGE_SELF, &ru);
+      std::printf("{\"peak_rss_mb\": %.1f}\n", static_cast<double>(ru.ru_maxrss) / 1024);
+      return 0;
+    }
     Timing best{1e30, 0, 0, 0};
-    double torch_ms = 1e30;
+    double torch_ms = 1e30, compiled_ms = 1e30, torch_rss = -1;
     std::string torch_version;
-    tools::Progress progress(c.rounds * (c.torch ? 2 : 1), "bench_train");
+    tools::Progress progress(c.rounds * (1 + (c.torch ? 1 + c.torch_compile : 0)), "bench_train");
     int64_t done = 0;
+    auto twin_failed = [&] {
+      progress.clear();
+      if (tools::twin_path("bench_train_torch.py").empty())
+        std::printf("PyTorch twin could not run: bench_train_torch.py not found (installed: share/ascender/)\n");
+      else
+        std::printf(
+            "PyTorch twin could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
+            "tools/setup_bench.sh, or in /usr/bin/python3: apt-get install python3-torch)\n");
+      c.torch = false;
+    };
     for (int r = 0; r < c.rounds; ++r) {
-      Timing t = run_ours(c);
+      Timing t;
+      {
+        Spinners busy(c.busy);
+        t = run_ours(c);
+      }
       if (t.step < best.step) best = t;
       progress.update(++done, fmt::format("round {} ascender {:.2f} ms/step", r + 1, t.step));
-      if (c.torch) {
-        double ms = run_torch(c, torch_version);
-        progress.update(++done, ms < 0 ? fmt::format("round {} pytorch failed", r + 1)
-                                       : fmt::format("round {} pytorch {:.2f} ms/step", r + 1, ms));
-        if (ms < 0) {
-          progress.clear();
-          if (tools::twin_path("bench_train_torch.py").empty())
-            std::printf("PyTorch twin could not run: bench_train_torch.py not found (installed: share/ascender/)\n");
-          else
-            std::printf(
-                "PyTorch twin could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
-                "tools/setup_bench.sh, or in /usr/bin/python3: apt-get install python3-torch)\n");
-          c.torch = false;
+      for (bool compiled : {false, true}) {
+        if (!c.torch || (compiled && !c.torch_compile)) continue;
+        TorchResult tr;
+        {
+          Spinners busy(c.busy);
+          tr = run_torch(c, torch_version, compiled);
+        }
+        progress.update(++done, tr.ms < 0 ? fmt::format("round {} pytorch failed", r + 1)
+                                          : fmt::format("round {} pytorch{} {:.2f} ms/step", r + 1,
+                                                        compiled ? " (compiled)" : "", tr.ms));
+        if (tr.ms < 0) {
+          twin_failed();
+        } else if (compiled) {
+          compiled_ms = std::min(compiled_ms, tr.ms);
         } else {
-          torch_ms = std::min(torch_ms, ms);
+          torch_ms = std::min(torch_ms, tr.ms), torch_rss = tr.peak_rss_mb;
         }
       }
     }
+    const double our_rss = c.memory ? our_peak_rss_mb(c) : -1;
     progress.finish();
 
     std::printf(
         "Transformer classifier training step (AdamW), batch %lld, length %lld, width %lld, %lld layers, "
-        "%lld heads, FFN %lld, dropout %.2f, %d threads\n",
+        "%lld heads, FFN %lld, dropout %.2f, %d threads%s\n",
         (long long)c.batch, (long long)c.length, (long long)c.width, (long long)c.layers, (long long)c.heads,
-        (long long)c.ffn, c.dropout, c.threads);
+        (long long)c.ffn, c.dropout, c.threads,
+        c.busy > 0 ? fmt::format(", {} busy process(es) spinning", c.busy).c_str() : "");
     std::printf("%-28s %12s\n", "", "ms/step");
     std::printf("%-28s %12.2f   (forward %.2f, backward %.2f, optimizer %.2f)\n", "ascender", best.step, best.fwd,
                 best.bwd, best.opt);
     if (c.torch) {
       std::printf("%-28s %12.2f   (torch %s)\n", "pytorch", torch_ms, torch_version.c_str());
-      std::printf("%-28s %12.3f   (target <= 0.8)\n", "ratio ascender / pytorch", best.step / torch_ms);
+      if (c.torch_compile) std::printf("%-28s %12.2f\n", "pytorch, torch.compile", compiled_ms);
+      std::printf("%-28s %12.3f   (target <= 0.5)\n", "ratio ascender / pytorch", best.step / torch_ms);
     }
-    tools::Table table({"framework", "ms_per_step", "forward_ms", "backward_ms", "optimizer_ms"});
+    if (c.memory)
+      std::printf("%-28s %12.1f MB (pytorch %.1f MB)\n", "peak resident set", our_rss, c.torch ? torch_rss : -1.0);
+    tools::Table table({"framework", "ms_per_step", "forward_ms", "backward_ms", "optimizer_ms", "peak_rss_mb"});
+    auto rss_cell = [&](double mb) { return mb >= 0 ? tools::Cell::fixed(mb, 1) : tools::Cell::blank(); };
     table.add({tools::Cell::str("ascender"), tools::Cell::fixed(best.step, 3), tools::Cell::fixed(best.fwd, 3),
-               tools::Cell::fixed(best.bwd, 3), tools::Cell::fixed(best.opt, 3)});
-    if (c.torch)
+               tools::Cell::fixed(best.bwd, 3), tools::Cell::fixed(best.opt, 3), rss_cell(our_rss)});
+    if (c.torch) {
       table.add({tools::Cell::str("pytorch"), tools::Cell::fixed(torch_ms, 3), tools::Cell::blank(),
-                 tools::Cell::blank(), tools::Cell::blank()});
+                 tools::Cell::blank(), tools::Cell::blank(), rss_cell(c.memory ? torch_rss : -1)});
+      if (c.torch_compile)
+        table.add({tools::Cell::str("pytorch_compiled"), tools::Cell::fixed(compiled_ms, 3), tools::Cell::blank(),
+                   tools::Cell::blank(), tools::Cell::blank(), tools::Cell::blank()});
+    }
     auto facts = tools::run_facts("bench_train", argc, argv);
     facts["threads"] = c.threads;
+    facts["busy_processes"] = c.busy;
     if (c.torch) facts["torch_version"] = torch_version;
     if (!tools::write_results(table, c.out, facts, /*announce=*/false)) return 1;
     return 0;

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """The PyTorch twin of tools/bench_train.cpp: the same Transformer classifier (token + learned position
 embeddings, pre-norm encoder blocks with GELU, final LayerNorm, mean pool, linear head), one AdamW training
-step timed the same way. Prints one JSON line. Run with Debian's python3-torch: /usr/bin/python3."""
-import argparse, json, statistics, time
+step timed the same way. Prints one JSON line with the median step time and the process's peak resident set
+(getrusage, as bench_train measures its own). --compile times the model under torch.compile (the compilation runs
+in the warm-up steps, not timed). Run with any PyTorch: bench_train picks $ASC_TORCH_PYTHON, .venv-bench or
+Debian's python3-torch."""
+import argparse, json, resource, statistics, time
 import torch
 import torch.nn as nn
 
@@ -19,6 +22,7 @@ p.add_argument("--dropout", type=float, default=0.1)
 p.add_argument("--steps", type=int, default=20)
 p.add_argument("--warmup", type=int, default=3)
 p.add_argument("--threads", type=int, default=2)
+p.add_argument("--compile", action="store_true", help="torch.compile the model (default mode)")
 a = p.parse_args()
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
@@ -44,13 +48,14 @@ class Classifier(nn.Module):
 
 model = Classifier()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+forward = torch.compile(model) if a.compile else model
 tokens = torch.randint(0, a.vocab, (a.batch, a.length))
 labels = torch.randint(0, a.classes, (a.batch,))
 
 
 def step():
     opt.zero_grad(set_to_none=True)
-    loss = nn.functional.cross_entropy(model(tokens), labels)
+    loss = nn.functional.cross_entropy(forward(tokens), labels)
     loss.backward()
     opt.step()
     return loss.item()
@@ -64,5 +69,6 @@ for _ in range(a.steps):
     step()
     times.append((time.perf_counter() - t0) * 1e3)
 print(json.dumps({"framework": "pytorch", "version": torch.__version__, "threads": torch.get_num_threads(),
-                  "ms_median": statistics.median(times), "ms_min": min(times),
+                  "compiled": a.compile, "ms_median": statistics.median(times), "ms_min": min(times),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                   "params": sum(p.numel() for p in model.parameters())}))

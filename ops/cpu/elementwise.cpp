@@ -2,12 +2,146 @@
 // is a straight-line expression the compiler vectorises when all operands are contiguous.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "core/generator.h"
 #include "ops/cpu/loops.h"
 #include "ops/kernels.h"
+
+// ---- float32 GELU, vectorised: the exact (erf) GELU has no vector libm call, so its rows run these instead --------
+#include "ops/cpu/vec_math.h"  // inside the region: gelu, gelu_grad
+#include "ops/cpu/vec_region_begin.h"
+
+namespace asc::cpu {
+namespace {
+
+ASC_CPU_CLONES void gelu_rows(const float* x, float* y, int64_t n) {
+  ASC_SIMD
+  for (int64_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
+}
+ASC_CPU_CLONES void gelu_backward_rows(const float* g, const float* x, float* gx, int64_t n) {
+  ASC_SIMD
+  for (int64_t i = 0; i < n; ++i) gx[i] = g[i] * gelu_grad(x[i]);
+}
+// The same values on strided operands (a transposed view gets the numbers a contiguous copy would: the same clone,
+// so the same FMA contractions).
+ASC_CPU_CLONES void gelu_strided(const float* x, int64_t sx, float* y, int64_t sy, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i * sy] = gelu(x[i * sx]);
+}
+ASC_CPU_CLONES void gelu_backward_strided(const float* g, int64_t sg, const float* x, int64_t sx, float* gx,
+                                          int64_t sgx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gx[i * sgx] = g[i * sg] * gelu_grad(x[i * sx]);
+}
+
+// The dropout mask from uniforms: keep where u >= p (a vector select: the region allows it).
+ASC_CPU_CLONES void dropout_rows(const float* u, float* m, int64_t n, float p, float keep) {
+  ASC_SIMD
+  for (int64_t i = 0; i < n; ++i) m[i] = u[i] >= p ? keep : 0.0f;
+}
+// U[lo, hi) from U[0, 1): lo + (hi - lo) u in double, rounded once to float (as the other dtypes' path does).
+ASC_CPU_CLONES void uniform_rows(const float* u, float* out, int64_t n, double lo, double hi) {
+  ASC_SIMD
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(lo + (hi - lo) * static_cast<double>(u[i]));
+}
+}  // namespace
+}  // namespace asc::cpu
+#include "ops/cpu/vec_region_end.h"
+
+// ---- float32 uniforms: Philox4x32-10 on 8 counters at once with AVX2 ------------------------------------------------
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define ASC_PHILOX_AVX2 1
+#endif
+
+namespace asc::cpu {
+namespace {
+
+#ifdef ASC_PHILOX_AVX2
+// u[32 g + 4 j + w] = uint_to_unit_float(word w of philox4x32(seed, base + 8 g + j)) for g < groups: the bits of
+// core/generator.h's philox4x32, 8 counters per vector (the compiler does not vectorise its 32 x 32 -> 64-bit
+// products on its own). Called only where the CPU has AVX2.
+__attribute__((target("avx2"))) void philox_unit_floats_avx2(uint64_t seed, uint64_t base, int64_t groups, float* u) {
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u)),
+                m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), sign = _mm256_set1_epi32(INT32_MIN);
+  const __m256 unit = _mm256_set1_ps(1.0f / 16777216.0f);
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint64_t b = base + 8 * static_cast<uint64_t>(g);
+    // counter b + j as (low, high) words: the low word wraps past 2^32 - 1 into a carry (unsigned compare via sign
+    // flip)
+    const __m256i blo = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(b)));
+    const __m256i lo = _mm256_add_epi32(blo, lanes);
+    const __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(blo, sign), _mm256_xor_si256(lo, sign));  // -1 or 0
+    __m256i c0 = lo,
+            c1 = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(b >> 32))), wrapped);
+    __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+      // 64-bit products of the even and odd 32-bit lanes, split into high and low words
+      const __m256i pe0 = _mm256_mul_epu32(c0, m0), po0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
+      const __m256i pe1 = _mm256_mul_epu32(c2, m1), po1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
+      const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(pe0, 32), po0, 0xAA);
+      const __m256i lo0 = _mm256_blend_epi32(pe0, _mm256_slli_epi64(po0, 32), 0xAA);
+      const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(pe1, 32), po1, 0xAA);
+      const __m256i lo1 = _mm256_blend_epi32(pe1, _mm256_slli_epi64(po1, 32), 0xAA);
+      c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(static_cast<int>(k0)));
+      c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(static_cast<int>(k1)));
+      c1 = lo1, c3 = lo0;
+      k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+    }
+    // uint_to_unit_float: the top 24 bits times 2^-24
+    const __m256 A = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c0, 8)), unit);
+    const __m256 B = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c1, 8)), unit);
+    const __m256 C = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c2, 8)), unit);
+    const __m256 D = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c3, 8)), unit);
+    // 4 x 8 transpose into element order 4 j + w
+    const __m256 ab_lo = _mm256_unpacklo_ps(A, B), ab_hi = _mm256_unpackhi_ps(A, B);  // [A0 B0 A1 B1 | A4 B4 A5 B5]
+    const __m256 cd_lo = _mm256_unpacklo_ps(C, D), cd_hi = _mm256_unpackhi_ps(C, D);
+    const __m256 t0 = _mm256_shuffle_ps(ab_lo, cd_lo, 0x44), t1 = _mm256_shuffle_ps(ab_lo, cd_lo, 0xEE);  // j 0|4, 1|5
+    const __m256 t2 = _mm256_shuffle_ps(ab_hi, cd_hi, 0x44), t3 = _mm256_shuffle_ps(ab_hi, cd_hi, 0xEE);  // j 2|6, 3|7
+    float* o = u + 32 * g;
+    _mm256_storeu_ps(o + 0, _mm256_permute2f128_ps(t0, t1, 0x20));
+    _mm256_storeu_ps(o + 8, _mm256_permute2f128_ps(t2, t3, 0x20));
+    _mm256_storeu_ps(o + 16, _mm256_permute2f128_ps(t0, t1, 0x31));
+    _mm256_storeu_ps(o + 24, _mm256_permute2f128_ps(t2, t3, 0x31));
+  }
+}
+#endif
+
+// The same values on any CPU: AVX2 where the processor has it, else one philox4x32 per block. ASC_CPU_NO_AVX2=1 in
+// the environment forces the scalar path (the test suite runs the random tests both ways).
+void philox_unit_floats(uint64_t seed, uint64_t base, int64_t groups, float* u) {
+#ifdef ASC_PHILOX_AVX2
+  static const bool avx2 = __builtin_cpu_supports("avx2") && std::getenv("ASC_CPU_NO_AVX2") == nullptr;
+  if (avx2) return philox_unit_floats_avx2(seed, base, groups, u);
+#endif
+  for (int64_t blk = 0; blk < 8 * groups; ++blk) {
+    const auto r = philox4x32(seed, base + static_cast<uint64_t>(blk));
+    for (int w = 0; w < 4; ++w) u[4 * blk + w] = uint_to_unit_float(r[w]);
+  }
+}
+
+// Calls fn(i0, u, cnt) for consecutive chunks [i0, i0 + cnt) of [0, n), u[e] the float uniform of element i0 + e in
+// the stream at (seed, offset) — element i uses word i % 4 of block offset + i / 4, as for_each_uniform does —, in
+// chunks of at most 1024 elements split across threads.
+template <class F>
+void for_each_uniform_f32(int64_t n, uint64_t seed, uint64_t offset, F&& fn) {
+  constexpr int64_t kChunk = 1024, kGroups = kChunk / 32;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  parallel_for(chunks, 12000, [&](int64_t c0, int64_t c1) {
+    alignas(64) float u[kChunk];
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t i0 = c * kChunk, cnt = std::min(kChunk, n - i0);
+      philox_unit_floats(seed, offset + static_cast<uint64_t>(i0 / 4), std::min(kGroups, (cnt + 31) / 32), u);
+      fn(i0, u, cnt);
+    }
+  });
+}
+
+}  // namespace
+}  // namespace asc::cpu
 
 namespace asc::cpu {
 namespace {
@@ -24,7 +158,12 @@ void unary_impl(const UnaryParams& p, const Tensor& x, Tensor& out) {
     T* o = op + off[0];
     const T* a = xp + off[1];
     if (st[0] == 1 && st[1] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = math::unary_fwd<U, T>(a[i], p);
+      if constexpr (U == Unary::Gelu && std::is_same_v<T, float>)
+        gelu_rows(a, o, n);
+      else
+        for (int64_t i = 0; i < n; ++i) o[i] = math::unary_fwd<U, T>(a[i], p);
+    } else if constexpr (U == Unary::Gelu && std::is_same_v<T, float>) {
+      gelu_strided(a, st[1], o, st[0], n);
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * st[0]] = math::unary_fwd<U, T>(a[i * st[1]], p);
     }
@@ -42,7 +181,12 @@ void unary_backward_impl(const UnaryParams& p, const Tensor& g, const Tensor& x,
                         T* o = op + off[0];
                         const T *gg = gp + off[1], *xx = xp + off[2], *yy = yp + off[3];
                         if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {
-                          for (int64_t i = 0; i < n; ++i) o[i] = gg[i] * math::unary_grad<U, T>(xx[i], yy[i], p);
+                          if constexpr (U == Unary::Gelu && std::is_same_v<T, float>)
+                            gelu_backward_rows(gg, xx, o, n);
+                          else
+                            for (int64_t i = 0; i < n; ++i) o[i] = gg[i] * math::unary_grad<U, T>(xx[i], yy[i], p);
+                        } else if constexpr (U == Unary::Gelu && std::is_same_v<T, float>) {
+                          gelu_backward_strided(gg, st[1], xx, st[2], o, st[0], n);
                         } else {
                           for (int64_t i = 0; i < n; ++i)
                             o[i * st[0]] = gg[i * st[1]] * math::unary_grad<U, T>(xx[i * st[2]], yy[i * st[3]], p);
@@ -394,6 +538,12 @@ void for_each_uniform(int64_t n, uint64_t seed, uint64_t offset, F&& fn) {
 }  // namespace
 
 void uniform(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
+  if (out.dtype() == kFloat32) {  // the vectorised stream; lo + (hi - lo) u rounded once, as below
+    float* p = out.data_ptr<float>();
+    for_each_uniform_f32(out.numel(), seed, offset,
+                         [&](int64_t i0, const float* u, int64_t cnt) { uniform_rows(u, p + i0, cnt, lo, hi); });
+    return;
+  }
   ASC_DISPATCH_FLOAT(out.dtype(), "rand", [&] {
     scalar_t* p = out.data_ptr<scalar_t>();
     for_each_uniform<scalar_t>(out.numel(), seed, offset,
@@ -402,6 +552,13 @@ void uniform(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) 
 }
 
 void dropout_mask(Tensor& out, uint64_t seed, uint64_t offset, double p, double scale) {
+  if (out.dtype() == kFloat32) {  // the vectorised stream
+    float* m = out.data_ptr<float>();
+    const auto pf = static_cast<float>(p), keep = static_cast<float>(scale);
+    for_each_uniform_f32(out.numel(), seed, offset,
+                         [&](int64_t i0, const float* u, int64_t cnt) { dropout_rows(u, m + i0, cnt, pf, keep); });
+    return;
+  }
   ASC_DISPATCH_FLOAT(out.dtype(), "dropout", [&] {
     scalar_t* m = out.data_ptr<scalar_t>();
     const scalar_t keep = static_cast<scalar_t>(scale);
