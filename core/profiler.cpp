@@ -25,7 +25,6 @@ using Clock = std::chrono::steady_clock;
 // The recording session: one at a time. Events are appended under the mutex (only while recording); each thread
 // keeps its own stack of open events, tagged with the session they belong to.
 std::mutex g_mu;
-bool g_active = false;               // a Profile exists and records (guarded by g_mu)
 std::atomic<uint64_t> g_session{0};  // incremented by every Profile
 Clock::time_point g_t0;              // the session's start
 std::vector<Event> g_events;         // guarded by g_mu
@@ -125,7 +124,7 @@ void end(double flops) {
   }
   if (!t.stack.empty()) t.stack.back().children_ns += e.duration_ns;
   std::lock_guard lock(g_mu);
-  if (g_active) g_events.push_back(std::move(e));
+  if (g_recording.load(std::memory_order_relaxed)) g_events.push_back(std::move(e));  // not stopped meanwhile
 }
 
 }  // namespace detail
@@ -134,8 +133,7 @@ void end(double flops) {
 
 Profile::Profile() {
   std::lock_guard lock(g_mu);
-  ASC_CHECK(!g_active, "profiler: a Profile is already recording in this process (one at a time)");
-  g_active = true;
+  ASC_CHECK(!detail::g_recording.load(), "profiler: a Profile is already recording in this process (one at a time)");
   g_session.fetch_add(1);
   g_events.clear();
   // This thread is track 0, and what it allocates from now on is counted (other threads: from their first event).
@@ -156,10 +154,9 @@ Profile::~Profile() { stop(); }
 void Profile::stop() {
   if (!recording_) return;
   recording_ = false;
-  detail::g_recording.store(false);
   std::lock_guard lock(g_mu);
+  detail::g_recording.store(false);
   wall_ns_ = now_ns();
-  g_active = false;
   events_ = std::move(g_events);
   g_events.clear();
   // The allocator's peak since the start, unless a benchmark reset it meanwhile: then the sampled peak still holds.
@@ -170,8 +167,9 @@ void Profile::stop() {
 std::vector<OpStats> Profile::stats() const {
   std::map<std::pair<std::string, int>, OpStats> rows;
   for (const Event& e : events_) {
-    OpStats& r = rows[{display_name(e), static_cast<int>(e.kind)}];
-    if (r.calls == 0) r.name = display_name(e), r.kind = e.kind;
+    std::string name = display_name(e);
+    OpStats& r = rows[{name, static_cast<int>(e.kind)}];
+    if (r.calls == 0) r.name = std::move(name), r.kind = e.kind;
     ++r.calls;
     r.self_ns += e.self_ns;
     r.total_ns += e.duration_ns;

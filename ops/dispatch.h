@@ -38,14 +38,10 @@
     asc_cuda_->FN(__VA_ARGS__);                                                                                    \
   } while (0)
 
-// Every dispatch is a kernel event of the profiler (core/profiler.h) named after the op and the kernel.
-#define ASC_KERNEL(DEVICE, OPNAME, FN, ...)                     \
-  do {                                                          \
-    const ::asc::profiler::KernelScope asc_event_(OPNAME, #FN); \
-    ASC_KERNEL_DISPATCH_(DEVICE, OPNAME, FN, __VA_ARGS__);      \
-  } while (0)
+// Every dispatch is a kernel event of the profiler (core/profiler.h) named after the op and the kernel; FLOPS
+// (ops/flops.h), for a kernel whose FLOPs the op knows, is evaluated only while a profile records (-1: not known).
+#define ASC_KERNEL(DEVICE, OPNAME, FN, ...) ASC_KERNEL_COUNTED(DEVICE, OPNAME, -1.0, FN, __VA_ARGS__)
 
-// The same, for a kernel whose FLOPs the op knows (ops/flops.h): FLOPS is evaluated only while a profile records.
 #define ASC_KERNEL_COUNTED(DEVICE, OPNAME, FLOPS, FN, ...) \
   do {                                                     \
     ::asc::profiler::KernelScope asc_event_(OPNAME, #FN);  \

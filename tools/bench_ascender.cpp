@@ -158,12 +158,7 @@ int main(int argc, char** argv) {
     if (torch) progress.update(++done, "seed-torch");
     if (torch && seed.empty()) {
       progress.clear();
-      if (tools::twin_path("ascender_seed_reference.py").empty())
-        std::printf("seed-torch: could not run (ascender_seed_reference.py not found; installed: share/ascender/)\n");
-      else
-        std::printf(
-            "seed-torch: could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
-            "tools/setup_bench.sh, or in /usr/bin/python3)\n");
+      tools::print_twin_failure("seed-torch", "ascender_seed_reference.py");
     }
     for (int64_t n : ns) {
       for (const std::string& impl : impls) {

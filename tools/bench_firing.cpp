@@ -159,12 +159,7 @@ int main(int argc, char** argv) {
     if (torch) progress.update(++done, "PyTorch twin");
     if (torch && theirs.empty()) {
       progress.clear();
-      if (tools::twin_path("bench_firing_torch.py").empty())
-        std::printf("torch twin: could not run (bench_firing_torch.py not found; installed: share/ascender/)\n");
-      else
-        std::printf(
-            "torch twin: could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
-            "tools/setup_bench.sh, or in /usr/bin/python3)\n");
+      tools::print_twin_failure("torch twin", "bench_firing_torch.py");
     }
     std::map<double, double> ours = run_ours(rates, reps, false, loss, progress, done),
                              fused = run_ours(rates, reps, true, loss, progress, done);

@@ -117,25 +117,10 @@ std::string model_flags(const Config& c) {
          std::to_string(c.threads);
 }
 
-// A command's stdout, or "" when it fails.
-std::string run_command(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return "";
-  char buf[4096];
-  std::string out;
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  return pclose(p) == 0 ? out : "";
-}
-
-// The value of "key" in a one-line JSON object (a number, or a string without its quotes); "" when absent.
-std::string json_field(const std::string& out, const std::string& key) {
-  size_t k = out.find("\"" + key + "\": ");
-  if (k == std::string::npos) return "";
-  k += key.size() + 4;
-  size_t e = out.find_first_of(",}", k);
-  std::string v = out.substr(k, e - k);
-  if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
-  return v;
+// The one JSON line a child process printed (the twin, or --rss-child); an empty object when it printed none.
+nlohmann::json json_line(const std::string& out) {
+  const nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : nlohmann::json::object();
 }
 
 // Our peak resident set in a fresh process that runs only the steps (this binary with --rss-child), in MB; < 0 when
@@ -144,9 +129,9 @@ double our_peak_rss_mb(const Config& c) {
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();  // this binary
   if (ec) return -1;
-  const std::string out = run_command(tools::shell_quote(self) + " --rss-child" + model_flags(c) + " 2>/dev/null");
-  const std::string v = json_field(out, "peak_rss_mb");
-  return v.empty() ? -1 : std::atof(v.c_str());
+  const nlohmann::json j =
+      json_line(tools::run_command(tools::shell_quote(self) + " --rss-child" + model_flags(c) + " 2>/dev/null"));
+  return j.value("peak_rss_mb", -1.0);
 }
 
 struct TorchResult {
@@ -157,16 +142,12 @@ struct TorchResult {
 TorchResult run_torch(const Config& c, std::string& version, bool compiled) {
   const std::string twin = tools::twin_path("bench_train_torch.py");
   if (twin.empty()) return {};
-  const std::string out =
-      run_command(tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + model_flags(c) +
-                  " --vocab " + std::to_string(c.vocab) + " --classes " + std::to_string(c.classes) + " --dropout " +
-                  std::to_string(c.dropout) + (compiled ? " --compile" : "") + " 2>/dev/null");
-  version = json_field(out, "version");
-  const std::string ms = json_field(out, "ms_median"), rss = json_field(out, "peak_rss_mb");
-  TorchResult r;
-  if (!ms.empty()) r.ms = std::atof(ms.c_str());
-  if (!rss.empty()) r.peak_rss_mb = std::atof(rss.c_str());
-  return r;
+  const nlohmann::json j = json_line(
+      tools::run_command(tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + model_flags(c) +
+                         " --vocab " + std::to_string(c.vocab) + " --classes " + std::to_string(c.classes) +
+                         " --dropout " + std::to_string(c.dropout) + (compiled ? " --compile" : "") + " 2>/dev/null"));
+  version = j.value("version", std::string());
+  return {j.value("ms_median", -1.0), j.value("peak_rss_mb", -1.0)};
 }
 
 }  // namespace
@@ -229,12 +210,7 @@ int main(int argc, char** argv) {
     int64_t done = 0;
     auto twin_failed = [&] {
       progress.clear();
-      if (tools::twin_path("bench_train_torch.py").empty())
-        std::printf("PyTorch twin could not run: bench_train_torch.py not found (installed: share/ascender/)\n");
-      else
-        std::printf(
-            "PyTorch twin could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from "
-            "tools/setup_bench.sh, or in /usr/bin/python3: apt-get install python3-torch)\n");
+      tools::print_twin_failure("PyTorch twin", "bench_train_torch.py");
       c.torch = false;
     };
     for (int r = 0; r < c.rounds; ++r) {

@@ -554,4 +554,25 @@ inline std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
+// A command's standard output, or "" when it cannot start or exits with a status other than 0.
+inline std::string run_command(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "";
+  char buf[4096];
+  std::string out;
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  return pclose(p) == 0 ? out : "";
+}
+
+// Why a benchmark's PyTorch twin (`file`, found by twin_path) produced nothing, on stdout under `label`.
+inline void print_twin_failure(const std::string& label, const std::string& file) {
+  if (twin_path(file).empty())
+    std::printf("%s: could not run (%s not found; installed: share/ascender/)\n", label.c_str(), file.c_str());
+  else
+    std::printf(
+        "%s: could not run (needs torch in $ASC_TORCH_PYTHON, in .venv-bench from tools/setup_bench.sh, or in "
+        "/usr/bin/python3: apt-get install python3-torch)\n",
+        label.c_str());
+}
+
 }  // namespace asc::tools
