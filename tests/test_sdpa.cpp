@@ -88,6 +88,42 @@ TEST_CASE("sdpa CPU: strided views (a permuted projection) need no copy and give
   CHECK(max_diff(y, naive_sdpa(q.contiguous(), k.contiguous(), v, {}, {}, true)) < 1e-12);
 }
 
+TEST_CASE("sdpa CPU: long keys, wide heads and strided operands — forward and gradients against the composed ops") {
+  // S = 600 > 256 cuts the products over keys into blocks (small_gemm.h's gemm_narrow_blocked); D = 40 is two
+  // 16-float vector blocks plus a tail; K and V have strided head dims (packed copies), and the gradient reaching
+  // the kernel is a transposed view (dO with a strided head dim).
+  for (DType dt : {kFloat64, kFloat32}) {
+    const double tol = dt == kFloat64 ? 1e-11 : 3e-5;
+    for (bool causal : {false, true}) {
+      CAPTURE(dt);
+      CAPTURE(causal);
+      const int64_t B = 1, H = 2, T = 70, S = 600, D = 40;
+      Tensor xq = randn64({B, T, H, D}, false, 31).to(dt).set_requires_grad();
+      Tensor xk = randn64({B, H, D, S}, false, 32).to(dt).set_requires_grad();
+      Tensor xv = randn64({B, H, D, S}, false, 33).to(dt).set_requires_grad();
+      Tensor keep = gt(randn64({B, 1, T, S}, false, 34), -1.5);
+      Tensor w = randn64({B, H, D, T}, false, 35).to(dt);
+      SdpaOptions o{.keep_mask = keep, .causal = causal};
+      auto run = [&](SdpaBackend backend) {
+        BackendScope scope(backend);
+        Tensor q = xq.permute({0, 2, 1, 3}), k = xk.transpose(-2, -1), v = xv.transpose(-2, -1);
+        if (backend == SdpaBackend::Auto) REQUIRE(sdpa_choice(q, k, v, o) == "fused (CPU)");
+        Tensor y = scaled_dot_product_attention(q, k, v, o);
+        (y.transpose(-2, -1).contiguous() * w).sum().backward();
+        TensorList out{y.detach(), xq.grad(), xk.grad(), xv.grad()};
+        xq.zero_grad(), xk.zero_grad(), xv.zero_grad();
+        return out;
+      };
+      const TensorList fused = run(SdpaBackend::Auto), math = run(SdpaBackend::Math);
+      for (size_t i = 0; i < fused.size(); ++i) {
+        CAPTURE(i);
+        const double scale = std::max(1.0, amax(abs(math[i].to(kFloat64))).item<double>());
+        CHECK(max_diff(fused[i], math[i]) < tol * scale);
+      }
+    }
+  }
+}
+
 TEST_CASE("sdpa CPU: a row with no kept key gives zeros, no NaN, and no gradient") {
   Tensor q = randn64({1, 1, 3, 4}, true, 1), k = randn64({1, 1, 5, 4}, true, 2), v = randn64({1, 1, 5, 4}, true, 3);
   std::vector<int64_t> m(15, 1);

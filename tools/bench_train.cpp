@@ -28,6 +28,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "models/flops.h"
 #include "models/transformer_classifier.h"
 #include "optim/optim.h"
 #include "tools/cli.h"
@@ -54,6 +55,7 @@ double median(std::vector<double> v) {
 
 struct Timing {
   double step, fwd, bwd, opt;
+  double flops = 0;  // one training step's FLOPs by models/flops.h (forward + backward of the batch)
 };
 
 Timing run_ours(const Config& c) {
@@ -82,7 +84,8 @@ Timing run_ours(const Config& c) {
     if (i < 3) continue;
     step.push_back(s), fwd.push_back(f), bwd.push_back(b - f), upd.push_back(s - b);
   }
-  return {median(step), median(fwd), median(bwd), median(upd)};
+  return {median(step), median(fwd), median(bwd), median(upd),
+          models::count_flops(*model, c.length).training() * c.batch};
 }
 
 // N processes that spin on a core each while alive (killed with the parent, too): the contention of a shared machine.
@@ -241,6 +244,9 @@ int main(int argc, char** argv) {
       }
     }
     const double our_rss = c.memory ? our_peak_rss_mb(c) : -1;
+    // The GEMM roofline: the step's FLOPs at the speed of a 512^3 matmul measured now, on this machine.
+    const double gemm_peak = models::measured_gemm_peak();
+    const double roofline_ms = best.flops / gemm_peak * 1e3;
     progress.finish();
 
     std::printf(
@@ -257,6 +263,9 @@ int main(int argc, char** argv) {
       if (c.torch_compile) std::printf("%-28s %12.2f\n", "pytorch, torch.compile", compiled_ms);
       std::printf("%-28s %12.3f   (target <= 0.5)\n", "ratio ascender / pytorch", best.step / torch_ms);
     }
+    std::printf(
+        "%-28s %12.2f   (%.3f GFLOP per step at %.1f GFLOP/s, a 512^3 matmul now; ours at %.0f %%, target >= 50 %%)\n",
+        "GEMM roofline", roofline_ms, best.flops / 1e9, gemm_peak / 1e9, 100 * roofline_ms / best.step);
     if (c.memory)
       std::printf("%-28s %12.1f MB (pytorch %.1f MB)\n", "peak resident set", our_rss, c.torch ? torch_rss : -1.0);
     tools::Table table({"framework", "ms_per_step", "forward_ms", "backward_ms", "optimizer_ms", "peak_rss_mb"});
@@ -273,6 +282,9 @@ int main(int argc, char** argv) {
     auto facts = tools::run_facts("bench_train", argc, argv);
     facts["threads"] = c.threads;
     facts["busy_processes"] = c.busy;
+    facts["step_gflop"] = best.flops / 1e9;
+    facts["gemm_gflops"] = gemm_peak / 1e9;
+    facts["roofline_ms"] = roofline_ms;
     if (c.torch) facts["torch_version"] = torch_version;
     if (!tools::write_results(table, c.out, facts, /*announce=*/false)) return 1;
     return 0;

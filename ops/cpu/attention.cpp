@@ -4,22 +4,24 @@
 // backward recomputes each tile from the saved log-sum-exp:
 //   P = exp(S·scale + bias - lse) on kept keys;   dV += Pᵀ dO;   dP = dO Vᵀ;   dS = P ∘ (dP - rowsum(dO ∘ O))
 //   dQ = scale · dS K;                            dK += scale · dSᵀ Q
-// Operands keep their strides (a (B, T, H, D) projection viewed as (B, H, T, D) costs no copy); the output is
-// allocated heads-last, (B, T, H, D) viewed as (B, H, T, D), so merging the heads afterwards is free.
+// Q and dO are read through their strides (a (B, T, H, D) projection viewed as (B, H, T, D) costs no copy); K and V
+// are copied transposed, (D, S) per head, so that the products over keys read contiguous columns. Every product
+// is small_gemm.h's register-blocked kernel: with D the short dimension (32-64) OpenBLAS spends more time packing
+// than multiplying. The output is allocated heads-last, (B, T, H, D) viewed as (B, H, T, D), so merging the heads
+// afterwards is free.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/format.h"
-#include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/scratch.h"
 #include "ops/kernels.h"
 
 #include "ops/cpu/vec_region_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
 
-#include "ops/cpu/vec_math.h"
+#include "ops/cpu/small_gemm.h"  // inside the region: gemm_narrow, vec_math.h
 
 namespace asc::cpu {
 namespace {
@@ -74,7 +76,7 @@ struct Problem {
 
   // Row t of a tile of raw scores q·k over keys [0, n) becomes x = score · scale + bias, or -inf where the key is
   // not kept. Returns the row's max. Each pass is a plain loop over the row (vectorised); the row is in L1.
-  T prepare_row(int64_t b, int64_t h, int64_t t, T* x, int64_t n) const {
+  ASC_ALWAYS_INLINE T prepare_row(int64_t b, int64_t h, int64_t t, T* x, int64_t n) const {
     const T ninf = -std::numeric_limits<T>::infinity();
     const T sc = scale;
     for (int64_t s = 0; s < n; ++s) x[s] *= sc;
@@ -98,12 +100,112 @@ struct Problem {
     for (int64_t s = 0; s < n; ++s) m = x[s] > m ? x[s] : m;
     return m;
   }
+};
 
-  // tile (rows, n) = Q[b, h, t0:t0+rows] Kᵀ[b, h, 0:n]
-  void scores(int64_t b, int64_t h, int64_t t0, int64_t rows, int64_t n, T* tile) const {
-    gemm<T>(rows, n, D, q + sq.at(b, h, t0), sq.t, sq.s, k + sk.at(b, h, 0), sk.s, sk.t, tile, n);
+// A transposed copy of rows [0, n) of a (n, D) operand with strides (st, sd): out (D, n), rows ld apart — the B
+// operand of a product over keys (gemm_narrow reads B's columns contiguously). In blocks of 16 keys, so that each
+// row of `out` gets whole cache lines; ld is padded off powers of two (transposed_ld), or rows 4 KiB apart would
+// all map to one L1 set.
+template <class T>
+ASC_ALWAYS_INLINE void transpose_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, T* out, int64_t ld) {
+  constexpr int64_t kKeys = 16;
+  for (int64_t j0 = 0; j0 < n; j0 += kKeys) {
+    const int64_t j1 = std::min(n, j0 + kKeys);
+    for (int64_t c = 0; c < D; ++c)
+      for (int64_t j = j0; j < j1; ++j) out[c * ld + j] = x[j * st + c * sd];
+  }
+}
+constexpr int64_t transposed_ld(int64_t S) { return (S + 15) / 16 * 16 + 16; }
+
+// Rows [0, n) of a (n, D) operand with contiguous columns: x itself when it has them (ld = its row stride), else a
+// packed copy in buf (ld = D).
+template <class T>
+ASC_ALWAYS_INLINE const T* unit_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, T* buf, int64_t& ld) {
+  if (sd == 1) {
+    ld = st;
+    return x;
+  }
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t c = 0; c < D; ++c) buf[j * D + c] = x[j * st + c * sd];
+  ld = D;
+  return buf;
+}
+
+// One thread's tiles: scores / probabilities and their gradient (rows, S), Kᵀ and Vᵀ (D, S), and packed rows for
+// operands whose columns are not contiguous (K, V: (S, D); a block of Q or dO: (rows, D)).
+template <class T>
+struct Workspace {
+  Scratch<T> prob, dprob, kt, vt, krows, vrows, qrows, grows, orows;
+  std::vector<T> delta;
+  int64_t kt_head = -1;  // the head whose Kᵀ is in kt (the forward's row blocks of one head share it)
+  Workspace(int64_t rows, int64_t S, int64_t D, bool backward)
+      : prob(static_cast<size_t>(rows * S)),
+        kt(static_cast<size_t>(D * transposed_ld(S))),
+        vrows(static_cast<size_t>(S * D)),
+        orows(static_cast<size_t>(rows * D)) {
+    if (!backward) return;
+    prob.resize(static_cast<size_t>(rows * transposed_ld(S)));
+    dprob.resize(static_cast<size_t>(rows * transposed_ld(S))), vt.resize(static_cast<size_t>(D * transposed_ld(S)));
+    krows.resize(static_cast<size_t>(S * D)), qrows.resize(static_cast<size_t>(rows * D));
+    grows.resize(static_cast<size_t>(rows * D)), delta.resize(static_cast<size_t>(rows));
   }
 };
+
+// Query rows [t0, t0 + rows) of head bh: O = softmax(Q Kᵀ · scale + bias, masked) V and each row's log-sum-exp.
+// Every product is gemm_narrow's (D is the short dimension; OpenBLAS spends more on packing these than multiplying).
+template <class T>
+ASC_CPU_CLONES void forward_block(const Problem<T>& p, int64_t bh, int64_t t0, int64_t rows, Workspace<T>& w, T* o,
+                                  const Strides4& so, T* lse) {
+  const int64_t b = bh / p.H, h = bh % p.H, D = p.D;
+  const int64_t n = p.keys_for(t0, rows);
+  T* tile = w.prob.data();  // (rows, n)
+  const int64_t ldk = transposed_ld(p.S);
+  if (w.kt_head != bh) {  // Kᵀ (D, S) of this head, once per run of its row blocks
+    transpose_rows(p.k + p.sk.at(b, h, 0), p.sk.t, p.sk.s, p.S, D, w.kt.data(), ldk);
+    w.kt_head = bh;
+  }
+  gemm_narrow_blocked<T>(rows, n, D, p.q + p.sq.at(b, h, t0), p.sq.t, p.sq.s, w.kt.data(), ldk, tile, n);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* x = tile + r * n;
+    const T m = p.prepare_row(b, h, t0 + r, x, n);
+    T* l = lse + (bh * p.Tq + t0 + r);
+    if (m == -std::numeric_limits<T>::infinity()) {
+      // The max skips NaN: a row of NaN scores (a NaN query, say) lands here too and must give NaN, as in
+      // PyTorch. prepare_row set every key not kept to -inf, so a NaN left in x is a kept score.
+      bool nan = false;
+      for (int64_t s = 0; s < n; ++s) nan |= x[s] != x[s];
+      if (nan) {
+        for (int64_t s = 0; s < n; ++s) x[s] = x[s] != x[s] ? x[s] : T(0);  // P·V then gives NaN
+        *l = std::numeric_limits<T>::quiet_NaN();
+      } else {  // no key kept (or all -inf): a zero row
+        std::fill(x, x + n, T(0));
+        *l = m;
+      }
+      continue;
+    }
+    T sum = 0;
+    ASC_SIMD_REDUCE(+, sum)
+    for (int64_t s = 0; s < n; ++s) {
+      const T e = exp_nonpos(x[s] - m);
+      x[s] = e;
+      sum += e;
+    }
+    const T inv = T(1) / sum;
+    for (int64_t s = 0; s < n; ++s) x[s] *= inv;
+    *l = m + std::log(sum);
+  }
+  // O[b, h, t0:t0+rows] (rows, D) = P V[b, h, 0:n]
+  int64_t ldv = 0;
+  const T* vr = unit_rows(p.v + p.sv.at(b, h, 0), p.sv.t, p.sv.s, n, D, w.vrows.data(), ldv);
+  T* o0 = o + so.at(b, h, t0);
+  if (so.s == 1) {
+    gemm_narrow_blocked<T>(rows, D, n, tile, n, 1, vr, ldv, o0, so.t);
+  } else {
+    gemm_narrow_blocked<T>(rows, D, n, tile, n, 1, vr, ldv, w.orows.data(), D);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < D; ++c) o0[r * so.t + c * so.s] = w.orows[r * D + c];
+  }
+}
 
 template <class T>
 void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Tensor& mask, const Tensor& bias,
@@ -115,45 +217,74 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Te
   const Strides4 so(o);
   const int64_t blocks = (Tq + kRowBlock - 1) / kRowBlock;
   parallel_for(B * H * blocks, std::min(Tq, kRowBlock) * S * D, [&](int64_t i0, int64_t i1) {
-    Scratch<T> tile(static_cast<size_t>(std::min(Tq, kRowBlock) * S));
+    Workspace<T> w(std::min(Tq, kRowBlock), S, D, /*backward=*/false);
     for (int64_t item = i0; item < i1; ++item) {
-      const int64_t bh = item / blocks, b = bh / H, h = bh % H;
-      const int64_t t0 = (item % blocks) * kRowBlock, rows = std::min(kRowBlock, Tq - t0);
-      const int64_t n = p.keys_for(t0, rows);
-      p.scores(b, h, t0, rows, n, tile.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        T* x = tile.data() + r * n;
-        const T m = p.prepare_row(b, h, t0 + r, x, n);
-        T* l = lse + (bh * Tq + t0 + r);
-        if (m == -std::numeric_limits<T>::infinity()) {
-          // The max skips NaN: a row of NaN scores (a NaN query, say) lands here too and must give NaN, as in
-          // PyTorch. prepare_row set every key not kept to -inf, so a NaN left in x is a kept score.
-          bool nan = false;
-          for (int64_t s = 0; s < n; ++s) nan |= x[s] != x[s];
-          if (nan) {
-            for (int64_t s = 0; s < n; ++s) x[s] = x[s] != x[s] ? x[s] : T(0);  // P·V then gives NaN
-            *l = std::numeric_limits<T>::quiet_NaN();
-          } else {  // no key kept (or all -inf): a zero row
-            std::fill(x, x + n, T(0));
-            *l = m;
-          }
-          continue;
-        }
-        T sum = 0;
-        ASC_SIMD_REDUCE(+, sum)
-        for (int64_t s = 0; s < n; ++s) {
-          const T e = exp_nonpos(x[s] - m);
-          x[s] = e;
-          sum += e;
-        }
-        const T inv = T(1) / sum;
-        for (int64_t s = 0; s < n; ++s) x[s] *= inv;
-        *l = m + std::log(sum);
-      }
-      // O[b, h, t0:t0+rows] = P V[b, h, 0:n]
-      gemm<T>(rows, D, n, tile.data(), n, 1, p.v + p.sv.at(b, h, 0), p.sv.t, p.sv.s, op + so.at(b, h, t0), so.t);
+      const int64_t t0 = (item % blocks) * kRowBlock;
+      forward_block(p, item / blocks, t0, std::min(kRowBlock, Tq - t0), w, op, so, lse);
     }
   });
+}
+
+// Head bh's gradients: dQ of its rows, dK and dV accumulated over its row blocks (from zero).
+template <class T>
+ASC_CPU_CLONES void backward_head(const Problem<T>& p, int64_t bh, const T* o, const Strides4& so, const T* g,
+                                  const Strides4& sg, const T* lse, T* dq, T* dk_bh, T* dv_bh, Workspace<T>& w) {
+  const int64_t b = bh / p.H, h = bh % p.H, Tq = p.Tq, S = p.S, D = p.D;
+  const T ninf = -std::numeric_limits<T>::infinity();
+  const T* kh = p.k + p.sk.at(b, h, 0);
+  // The head's keys and values once: Kᵀ, Vᵀ (D, S) for the products over keys, K with contiguous columns for dQ.
+  const int64_t ldt = transposed_ld(S);
+  transpose_rows(kh, p.sk.t, p.sk.s, S, D, w.kt.data(), ldt);
+  transpose_rows(p.v + p.sv.at(b, h, 0), p.sv.t, p.sv.s, S, D, w.vt.data(), ldt);
+  int64_t ldk = 0;
+  const T* kr = unit_rows(kh, p.sk.t, p.sk.s, S, D, w.krows.data(), ldk);
+  T *prob = w.prob.data(), *dprob = w.dprob.data();
+  for (int64_t t0 = 0; t0 < Tq; t0 += kRowBlock) {
+    const int64_t rows = std::min(kRowBlock, Tq - t0), n = p.keys_for(t0, rows);
+    // P and dS are read down their columns too (Pᵀ dO, dSᵀ Q): rows ldp apart, off powers of two (transposed_ld)
+    const int64_t ldp = transposed_ld(n);
+    const T* q0 = p.q + p.sq.at(b, h, t0);
+    const T* g0 = g + sg.at(b, h, t0);
+    // P (rows, n), recomputed from the saved log-sum-exp; dead rows (lse = -inf) stay 0.
+    gemm_narrow_blocked<T>(rows, n, D, q0, p.sq.t, p.sq.s, w.kt.data(), ldt, prob, ldp);
+    for (int64_t r = 0; r < rows; ++r) {
+      T* x = prob + r * ldp;
+      p.prepare_row(b, h, t0 + r, x, n);
+      const T l = lse[bh * Tq + t0 + r];
+      if (l == ninf) {
+        std::fill(x, x + n, T(0));
+      } else {
+        for (int64_t s = 0; s < n; ++s) {
+          const T z = x[s] - l;  // <= 0 up to rounding: lse >= every kept score; NaN stays NaN
+          x[s] = exp_nonpos(z > T(0) ? T(0) : z);
+        }
+      }
+      // delta_t = rowsum(dO ∘ O)
+      const T* orow = o + so.at(b, h, t0 + r);
+      const T* grow = g0 + r * sg.t;
+      T d = 0;
+      for (int64_t c = 0; c < D; ++c) d += grow[c * sg.s] * orow[c * so.s];
+      w.delta[r] = d;
+    }
+    // dV[0:n] (n, D) += Pᵀ dO   (Pᵀ read through strides: sam = 1, sak = ldp)
+    int64_t ldg = 0;
+    const T* gr = unit_rows(g0, sg.t, sg.s, rows, D, w.grows.data(), ldg);
+    gemm_narrow_blocked<T>(n, D, rows, prob, 1, ldp, gr, ldg, dv_bh, D, true);
+    // dP (rows, n) = dO Vᵀ
+    gemm_narrow_blocked<T>(rows, n, D, g0, sg.t, sg.s, w.vt.data(), ldt, dprob, ldp);
+    // dS = scale · P ∘ (dP - delta), in place of dP
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* pr = prob + r * ldp;
+      T* dr = dprob + r * ldp;
+      const T dl = w.delta[r], sc = p.scale;
+      for (int64_t s = 0; s < n; ++s) dr[s] = sc * pr[s] * (dr[s] - dl);
+    }
+    // dQ (rows, D) = dS K[0:n];  dK[0:n] (n, D) += dSᵀ Q
+    gemm_narrow_blocked<T>(rows, D, n, dprob, ldp, 1, kr, ldk, dq + (bh * Tq + t0) * D, D);
+    int64_t ldq = 0;
+    const T* qr = unit_rows(q0, p.sq.t, p.sq.s, rows, D, w.qrows.data(), ldq);
+    gemm_narrow_blocked<T>(n, D, rows, dprob, 1, ldp, qr, ldq, dk_bh, D, true);
+  }
 }
 
 template <class T>
@@ -168,56 +299,11 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const T
   const T* lse = stats.data_ptr<T>();
   const Strides4 so(ot), sg(gt);
   T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
-  const T ninf = -std::numeric_limits<T>::infinity();
   // One (batch, head) per task: dK and dV of a head accumulate over all of its row blocks.
   parallel_for(B * H, Tq * S * D, [&](int64_t i0, int64_t i1) {
-    const int64_t rows_max = std::min(Tq, kRowBlock);
-    Scratch<T> prob(static_cast<size_t>(rows_max * S)), dprob(static_cast<size_t>(rows_max * S));
-    std::vector<T> delta(static_cast<size_t>(rows_max));
-    for (int64_t bh = i0; bh < i1; ++bh) {
-      const int64_t b = bh / H, h = bh % H;
-      T* dk_bh = dkp + bh * S * D;
-      T* dv_bh = dvp + bh * S * D;
-      for (int64_t t0 = 0; t0 < Tq; t0 += kRowBlock) {
-        const int64_t rows = std::min(kRowBlock, Tq - t0), n = p.keys_for(t0, rows);
-        const T* g0 = g + sg.at(b, h, t0);
-        // P (rows, n), recomputed from the saved log-sum-exp; dead rows (lse = -inf) stay 0.
-        p.scores(b, h, t0, rows, n, prob.data());
-        for (int64_t r = 0; r < rows; ++r) {
-          T* x = prob.data() + r * n;
-          p.prepare_row(b, h, t0 + r, x, n);
-          const T l = lse[bh * Tq + t0 + r];
-          if (l == ninf) {
-            std::fill(x, x + n, T(0));
-          } else {
-            for (int64_t s = 0; s < n; ++s) {
-              const T z = x[s] - l;  // <= 0 up to rounding: lse >= every kept score; NaN stays NaN
-              x[s] = exp_nonpos(z > T(0) ? T(0) : z);
-            }
-          }
-          // delta_t = rowsum(dO ∘ O)
-          const T* orow = o + so.at(b, h, t0 + r);
-          const T* grow = g0 + r * sg.t;
-          T d = 0;
-          for (int64_t c = 0; c < D; ++c) d += grow[c * sg.s] * orow[c * so.s];
-          delta[r] = d;
-        }
-        // dV[0:n] (n, D) += Pᵀ dO
-        gemm<T>(n, D, rows, prob.data(), 1, n, g0, sg.t, sg.s, dv_bh, D, true);
-        // dP (rows, n) = dO Vᵀ
-        gemm<T>(rows, n, D, g0, sg.t, sg.s, p.v + p.sv.at(b, h, 0), p.sv.s, p.sv.t, dprob.data(), n);
-        // dS = scale · P ∘ (dP - delta), in place of dP
-        for (int64_t r = 0; r < rows; ++r) {
-          const T* pr = prob.data() + r * n;
-          T* dr = dprob.data() + r * n;
-          const T dl = delta[r], sc = p.scale;
-          for (int64_t s = 0; s < n; ++s) dr[s] = sc * pr[s] * (dr[s] - dl);
-        }
-        // dQ (rows, D) = dS K[0:n];  dK[0:n] (n, D) += dSᵀ Q
-        gemm<T>(rows, D, n, dprob.data(), n, 1, p.k + p.sk.at(b, h, 0), p.sk.t, p.sk.s, dqp + (bh * Tq + t0) * D, D);
-        gemm<T>(n, D, rows, dprob.data(), 1, n, p.q + p.sq.at(b, h, t0), p.sq.t, p.sq.s, dk_bh, D, true);
-      }
-    }
+    Workspace<T> w(std::min(Tq, kRowBlock), S, D, /*backward=*/true);
+    for (int64_t bh = i0; bh < i1; ++bh)
+      backward_head(p, bh, o, so, g, sg, lse, dqp, dkp + bh * S * D, dvp + bh * S * D, w);
   });
 }
 

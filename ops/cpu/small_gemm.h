@@ -3,7 +3,8 @@
 // attention, 8 to 32 — and a BLAS GEMM spends more time zeroing C (beta = 0), packing and on edge tiles than
 // multiplying: (128 x 512) x 16 runs in about half of OpenBLAS's time, (128 x 16) x 512 in two thirds.
 // Register-blocked 4 rows x 2 vectors of C, K summed in registers, C written once; no packing: B is read as it lies,
-// K x N row-major (for the (rows, keys) products, a transposed copy of the keys' rows).
+// K x N row-major (for the (rows, keys) products, a transposed copy of the keys' rows); A is read through any
+// strides. gemm_narrow_blocked cuts a long B into blocks that stay in L2 (dense attention over long sequences).
 //
 // Include it inside the caller's `#pragma GCC optimize` region and call it from an ASC_CPU_CLONES function: it is
 // forced inline, so each clone gets its own copy (GCC vector extensions lower to AVX2 + FMA in the x86-64-v3 clone
@@ -11,6 +12,7 @@
 //
 //   gemm_narrow<float>(R, n, dz, z_rows, dz, zT, n, zdot, n);  // zdot (R, n) = z_rows (R, dz) · zT (dz, n)
 //   gemm_narrow<float>(R, dz, n, w, n, z, dz, c, dz);          // c (R, dz) = w (R, n) · z (n, dz)
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -18,17 +20,19 @@
 
 namespace asc::cpu {
 
-// C (M, N) = A (M, K; row stride lda) · B (K, N; row stride ldb), into C (row stride ldc); accumulate: C += A B.
+// C (M, N) = A (M, K; element (i, c) at A[i * sam + c * sak]) · B (K, N; row stride ldb, columns contiguous), into
+// C (row stride ldc); accumulate: C += A B. A is read one scalar at a time (broadcast), so any strides cost the same:
+// sam = 1, sak = rows multiplies by a transposed tile without copying it.
 template <class T>
-ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
-                                   T* C, int64_t ldc, bool accumulate = false) {
+ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B,
+                                   int64_t ldb, T* C, int64_t ldc, bool accumulate = false) {
   typedef T V __attribute__((vector_size(32)));     // 8 floats or 4 doubles
   constexpr int64_t L = 32 / sizeof(T), W = 2 * L;  // lanes; columns per block
   // Vectors move through memcpy (unaligned loads and stores) and never cross a call: no lambdas here (GCC warns that
   // passing them changes the ABI between the clones).
   int64_t i = 0;
   for (; i + 4 <= M; i += 4) {
-    const T *a0 = A + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+    const T *a0 = A + i * sam, *a1 = a0 + sam, *a2 = a1 + sam, *a3 = a2 + sam;
     int64_t j = 0;
     for (; j + W <= N; j += W) {
       V c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {};
@@ -36,7 +40,7 @@ ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, 
         V b0, b1;
         std::memcpy(&b0, B + c * ldb + j, sizeof(V));
         std::memcpy(&b1, B + c * ldb + j + L, sizeof(V));
-        const T x0 = a0[c], x1 = a1[c], x2 = a2[c], x3 = a3[c];
+        const T x0 = a0[c * sak], x1 = a1[c * sak], x2 = a2[c * sak], x3 = a3[c * sak];
         c00 += x0 * b0, c01 += x0 * b1, c10 += x1 * b0, c11 += x1 * b1;
         c20 += x2 * b0, c21 += x2 * b1, c30 += x3 * b0, c31 += x3 * b1;
       }
@@ -56,16 +60,39 @@ ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, 
     for (; j < N; ++j)  // the last < W columns
       for (int64_t r = 0; r < 4; ++r) {
         T s = 0;
-        for (int64_t c = 0; c < K; ++c) s += A[(i + r) * lda + c] * B[c * ldb + j];
+        for (int64_t c = 0; c < K; ++c) s += A[(i + r) * sam + c * sak] * B[c * ldb + j];
         C[(i + r) * ldc + j] = accumulate ? C[(i + r) * ldc + j] + s : s;
       }
   }
   for (; i < M; ++i)  // the last < 4 rows
     for (int64_t j = 0; j < N; ++j) {
       T s = 0;
-      for (int64_t c = 0; c < K; ++c) s += A[i * lda + c] * B[c * ldb + j];
+      for (int64_t c = 0; c < K; ++c) s += A[i * sam + c * sak] * B[c * ldb + j];
       C[i * ldc + j] = accumulate ? C[i * ldc + j] + s : s;
     }
+}
+
+// A row-major (row stride lda).
+template <class T>
+ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+                                   T* C, int64_t ldc, bool accumulate = false) {
+  gemm_narrow<T>(M, N, K, A, lda, 1, B, ldb, C, ldc, accumulate);
+}
+
+// gemm_narrow over blocks of B of at most 256 x 256 (256 KiB of float, within L2): every 4 rows of A read all of
+// the B they multiply, so a long B (the keys of a 4096-token sequence) must be cut, or it streams from L3 per row
+// block. The blocks of K accumulate into C in order, so the result does not depend on anything but the shapes.
+template <class T>
+ASC_ALWAYS_INLINE void gemm_narrow_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak,
+                                           const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate = false) {
+  constexpr int64_t kBlock = 256;
+  if (K == 0 && !accumulate)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = T(0);
+  for (int64_t k0 = 0; k0 < K; k0 += kBlock)
+    for (int64_t j0 = 0; j0 < N; j0 += kBlock)
+      gemm_narrow<T>(M, std::min(kBlock, N - j0), std::min(kBlock, K - k0), A + k0 * sak, sam, sak, B + k0 * ldb + j0,
+                     ldb, C + j0, ldc, accumulate || k0 > 0);
 }
 
 }  // namespace asc::cpu
