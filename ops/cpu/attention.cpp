@@ -118,36 +118,33 @@ ASC_ALWAYS_INLINE void transpose_rows(const T* x, int64_t st, int64_t sd, int64_
 constexpr int64_t transposed_ld(int64_t S) { return (S + 15) / 16 * 16 + 16; }
 
 // Rows [0, n) of a (n, D) operand with contiguous columns: x itself when it has them (ld = its row stride), else a
-// packed copy in buf (ld = D).
+// packed copy in buf, grown on first use (ld = D).
 template <class T>
-ASC_ALWAYS_INLINE const T* unit_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, T* buf, int64_t& ld) {
+ASC_ALWAYS_INLINE const T* unit_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, Scratch<T>& buf,
+                                     int64_t& ld) {
   if (sd == 1) {
     ld = st;
     return x;
   }
+  if (buf.size() < static_cast<size_t>(n * D)) buf.resize(static_cast<size_t>(n * D));
   for (int64_t j = 0; j < n; ++j)
     for (int64_t c = 0; c < D; ++c) buf[j * D + c] = x[j * st + c * sd];
   ld = D;
-  return buf;
+  return buf.data();
 }
 
 // One thread's tiles: scores / probabilities and their gradient (rows, S), Kᵀ and Vᵀ (D, S), and packed rows for
-// operands whose columns are not contiguous (K, V: (S, D); a block of Q or dO: (rows, D)).
+// operands whose columns are not contiguous (K, V: (S, D); a block of Q, dO or O: (rows, D); empty until needed).
 template <class T>
 struct Workspace {
   Scratch<T> prob, dprob, kt, vt, krows, vrows, qrows, grows, orows;
   std::vector<T> delta;
   int64_t kt_head = -1;  // the head whose Kᵀ is in kt (the forward's row blocks of one head share it)
   Workspace(int64_t rows, int64_t S, int64_t D, bool backward)
-      : prob(static_cast<size_t>(rows * S)),
-        kt(static_cast<size_t>(D * transposed_ld(S))),
-        vrows(static_cast<size_t>(S * D)),
-        orows(static_cast<size_t>(rows * D)) {
+      : prob(static_cast<size_t>(rows * (backward ? transposed_ld(S) : S))),
+        kt(static_cast<size_t>(D * transposed_ld(S))) {
     if (!backward) return;
-    prob.resize(static_cast<size_t>(rows * transposed_ld(S)));
-    dprob.resize(static_cast<size_t>(rows * transposed_ld(S))), vt.resize(static_cast<size_t>(D * transposed_ld(S)));
-    krows.resize(static_cast<size_t>(S * D)), qrows.resize(static_cast<size_t>(rows * D));
-    grows.resize(static_cast<size_t>(rows * D)), delta.resize(static_cast<size_t>(rows));
+    dprob.resize(prob.size()), vt.resize(kt.size()), delta.resize(static_cast<size_t>(rows));
   }
 };
 
@@ -196,11 +193,12 @@ ASC_CPU_CLONES void forward_block(const Problem<T>& p, int64_t bh, int64_t t0, i
   }
   // O[b, h, t0:t0+rows] (rows, D) = P V[b, h, 0:n]
   int64_t ldv = 0;
-  const T* vr = unit_rows(p.v + p.sv.at(b, h, 0), p.sv.t, p.sv.s, n, D, w.vrows.data(), ldv);
+  const T* vr = unit_rows(p.v + p.sv.at(b, h, 0), p.sv.t, p.sv.s, n, D, w.vrows, ldv);
   T* o0 = o + so.at(b, h, t0);
   if (so.s == 1) {
     gemm_narrow_blocked<T>(rows, D, n, tile, n, 1, vr, ldv, o0, so.t);
   } else {
+    if (w.orows.size() < static_cast<size_t>(rows * D)) w.orows.resize(static_cast<size_t>(rows * D));
     gemm_narrow_blocked<T>(rows, D, n, tile, n, 1, vr, ldv, w.orows.data(), D);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < D; ++c) o0[r * so.t + c * so.s] = w.orows[r * D + c];
@@ -237,7 +235,7 @@ ASC_CPU_CLONES void backward_head(const Problem<T>& p, int64_t bh, const T* o, c
   transpose_rows(kh, p.sk.t, p.sk.s, S, D, w.kt.data(), ldt);
   transpose_rows(p.v + p.sv.at(b, h, 0), p.sv.t, p.sv.s, S, D, w.vt.data(), ldt);
   int64_t ldk = 0;
-  const T* kr = unit_rows(kh, p.sk.t, p.sk.s, S, D, w.krows.data(), ldk);
+  const T* kr = unit_rows(kh, p.sk.t, p.sk.s, S, D, w.krows, ldk);
   T *prob = w.prob.data(), *dprob = w.dprob.data();
   for (int64_t t0 = 0; t0 < Tq; t0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, Tq - t0), n = p.keys_for(t0, rows);
@@ -268,7 +266,7 @@ ASC_CPU_CLONES void backward_head(const Problem<T>& p, int64_t bh, const T* o, c
     }
     // dV[0:n] (n, D) += Pᵀ dO   (Pᵀ read through strides: sam = 1, sak = ldp)
     int64_t ldg = 0;
-    const T* gr = unit_rows(g0, sg.t, sg.s, rows, D, w.grows.data(), ldg);
+    const T* gr = unit_rows(g0, sg.t, sg.s, rows, D, w.grows, ldg);
     gemm_narrow_blocked<T>(n, D, rows, prob, 1, ldp, gr, ldg, dv_bh, D, true);
     // dP (rows, n) = dO Vᵀ
     gemm_narrow_blocked<T>(rows, n, D, g0, sg.t, sg.s, w.vt.data(), ldt, dprob, ldp);
@@ -282,7 +280,7 @@ ASC_CPU_CLONES void backward_head(const Problem<T>& p, int64_t bh, const T* o, c
     // dQ (rows, D) = dS K[0:n];  dK[0:n] (n, D) += dSᵀ Q
     gemm_narrow_blocked<T>(rows, D, n, dprob, ldp, 1, kr, ldk, dq + (bh * Tq + t0) * D, D);
     int64_t ldq = 0;
-    const T* qr = unit_rows(q0, p.sq.t, p.sq.s, rows, D, w.qrows.data(), ldq);
+    const T* qr = unit_rows(q0, p.sq.t, p.sq.s, rows, D, w.qrows, ldq);
     gemm_narrow_blocked<T>(n, D, rows, dprob, 1, ldp, qr, ldq, dk_bh, D, true);
   }
 }
