@@ -156,11 +156,11 @@ void uniform(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) 
   ASC_LAUNCH("rand", L::uniform(st(out.dtype()), out.raw_data(), out.numel(), seed, offset, lo, hi, current_stream()));
 }
 
-void dropout_mask(Tensor& out, uint64_t seed, uint64_t offset, double p, double scale) {
-  check_f32_f64("dropout", out.dtype());
-  check_contiguous("dropout", out);
-  ASC_LAUNCH("dropout",
-             L::dropout_mask(st(out.dtype()), out.raw_data(), out.numel(), seed, offset, p, scale, current_stream()));
+void dropout(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, uint64_t offset, double p, double scale) {
+  check_f32_f64("dropout", x.dtype());
+  check_contiguous("dropout", x), check_contiguous("dropout", out), check_contiguous("dropout", mask);
+  ASC_LAUNCH("dropout", L::dropout(st(x.dtype()), x.raw_data(), out.raw_data(), mask.raw_data(), x.numel(), seed,
+                                   offset, p, scale, current_stream()));
 }
 
 void normal(Tensor& out, uint64_t seed, uint64_t offset, double mean, double stddev) {

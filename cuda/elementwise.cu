@@ -358,12 +358,15 @@ __global__ void uniform_kernel(T* __restrict__ out, int64_t n, int64_t blocks, u
 }
 
 template <class T>
-__global__ void dropout_kernel(T* __restrict__ out, int64_t n, int64_t blocks, uint64_t seed, uint64_t offset, double p,
-                               double scale) {
+__global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, T* __restrict__ mask, int64_t n,
+                               int64_t blocks, uint64_t seed, uint64_t offset, double p, double scale) {
   const T keep = static_cast<T>(scale), pt = static_cast<T>(p);
   ASC_GRID_STRIDE(blk, blocks) {
-    for_block_uniforms<T>(blk, n, seed, offset,
-                          [&](int64_t i, double u) { out[i] = static_cast<T>(u) >= pt ? keep : T(0); });
+    for_block_uniforms<T>(blk, n, seed, offset, [&](int64_t i, double u) {
+      const T m = static_cast<T>(u) >= pt ? keep : T(0);
+      mask[i] = m;
+      y[i] = x[i] * m;
+    });
   }
 }
 
@@ -593,15 +596,15 @@ cudaError_t uniform(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t 
   });
 }
 
-cudaError_t dropout_mask(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t offset, double p, double scale,
-                         cudaStream_t stream) {
+cudaError_t dropout(ScalarType t, const void* x, void* y, void* mask, int64_t n, uint64_t seed, uint64_t offset,
+                    double p, double scale, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   return visit_f32_f64(t, [&](auto tag) {
     using T = decltype(tag);
     constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
     const int64_t blocks = (n + per - 1) / per;
-    launch_kernel(dropout_kernel<T>, blocks_for(blocks), kThreads, stream, static_cast<T*>(out), n, blocks, seed,
-                  offset, p, scale);
+    launch_kernel(dropout_kernel<T>, blocks_for(blocks), kThreads, stream, static_cast<const T*>(x), static_cast<T*>(y),
+                  static_cast<T*>(mask), n, blocks, seed, offset, p, scale);
     return cudaGetLastError();
   });
 }

@@ -60,8 +60,9 @@ cudaError_t sum(ScalarType t, const void* x, void* out, const Layout<1>& kept, c
 // to counters (core/generator.h, ops/cpu/elementwise.cpp).
 cudaError_t uniform(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t offset, double lo, double hi,
                     cudaStream_t stream);
-cudaError_t dropout_mask(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t offset, double p, double scale,
-                         cudaStream_t stream);
+// y = x * mask, mask = (u >= p ? scale : 0), u the uniforms of rand(): one pass, x / y / mask contiguous
+cudaError_t dropout(ScalarType t, const void* x, void* y, void* mask, int64_t n, uint64_t seed, uint64_t offset,
+                    double p, double scale, cudaStream_t stream);
 cudaError_t normal(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t offset, double mean, double stddev,
                    cudaStream_t stream);
 cudaError_t randint(int64_t* out, int64_t n, uint64_t seed, uint64_t offset, int64_t low, int64_t high,

@@ -284,13 +284,19 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   ASC_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got {}", p);
   if (!training || p == 0.0) return x;
   // keep where u >= p, u ~ U[0, 1) drawn exactly as rand(x.shape()) would: probability 1 - p; p = 1 keeps
-  // nothing. One fused pass writes the mask already scaled by 1 / (1 - p); mul's backward gives g * mask.
+  // nothing. One fused pass writes the output and the mask, already scaled by 1 / (1 - p); the backward is g * mask.
   Generator& g = gen ? *gen : default_generator();
+  const Tensor xc = x.detach().contiguous();
+  Tensor out = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   Tensor mask = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   const uint64_t per = x.dtype() == kFloat64 ? 2 : 4, n = static_cast<uint64_t>(x.numel());
   const Generator::State s = g.draw((n + per - 1) / per);
-  ASC_KERNEL(x.device(), "dropout", dropout_mask, mask, s.seed, s.offset, p, p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
-  return mul(x, mask);
+  ASC_KERNEL(x.device(), "dropout", dropout, xc, out, mask, s.seed, s.offset, p, p < 1.0 ? 1.0 / (1.0 - p) : 0.0);
+  if (autograd::needs_grad(x))
+    autograd::record("dropout", {x}, {out}, [ms = SavedTensor(mask, "dropout")](const TensorList& gs) -> TensorList {
+      return {mul(gs[0], ms.get())};
+    });
+  return out;
 }
 
 // ---- linear ----------------------------------------------------------------------------------------------------

@@ -545,6 +545,24 @@ TEST_CASE("dropout float32: the vectorised mask of a long tensor is rand() >= p 
   CHECK(wrong == 0);
 }
 
+TEST_CASE("dropout: the fused pass's gradient is its mask; NaN in gives NaN out, kept or dropped") {
+  for (DType dt : {kFloat32, kFloat64}) {
+    CAPTURE(dt);
+    Tensor x = (randn_dt({1001}, dt, 125) + 5.0).detach().set_requires_grad();  // odd length: a partial vector
+    Generator g(3), h(3);
+    Tensor y = dropout(x, 0.4, true, &g);
+    y.sum().backward();
+    const auto u = vec(rand(x.shape(), {.dtype = dt}, &h)), gx = vec(x.grad()), yv = vec(y), xv = vec(x);
+    for (size_t i = 0; i < u.size(); ++i) {
+      const double keep = u[i] >= 0.4 ? (dt == kFloat32 ? double(static_cast<float>(1.0 / 0.6)) : 1.0 / 0.6) : 0.0;
+      CHECK(gx[i] == keep);
+      CHECK(std::abs(yv[i] - xv[i] * keep) <= 1e-6 * std::abs(xv[i] * keep));
+    }
+    Tensor xn = full({64}, std::numeric_limits<double>::quiet_NaN(), {.dtype = dt});
+    CHECK(sum(isnan(dropout(xn, 0.5, true, &g)).to(kFloat64)).item<double>() == 64.0);
+  }
+}
+
 TEST_CASE("dropout gradcheck with a fixed generator") {
   check_grad(
       [](const TensorList& in) {

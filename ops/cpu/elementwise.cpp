@@ -35,10 +35,15 @@ ASC_CPU_CLONES void gelu_backward_strided(const float* g, int64_t sg, const floa
   for (int64_t i = 0; i < n; ++i) gx[i * sgx] = g[i * sg] * gelu_grad(x[i * sx]);
 }
 
-// The dropout mask from uniforms: keep where u >= p (a vector select: the region allows it).
-ASC_CPU_CLONES void dropout_rows(const float* u, float* m, int64_t n, float p, float keep) {
+// Dropout from uniforms in one pass: the mask keeps where u >= p (a vector select: the region allows it), already
+// scaled, and the output is x times it (NaN stays NaN where dropped, as x * 0 gives it).
+ASC_CPU_CLONES void dropout_rows(const float* u, const float* x, float* y, float* m, int64_t n, float p, float keep) {
   ASC_SIMD
-  for (int64_t i = 0; i < n; ++i) m[i] = u[i] >= p ? keep : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float mi = u[i] >= p ? keep : 0.0f;
+    m[i] = mi;
+    y[i] = x[i] * mi;
+  }
 }
 // U[lo, hi) from U[0, 1): lo + (hi - lo) u in double, rounded once to float (as the other dtypes' path does).
 ASC_CPU_CLONES void uniform_rows(const float* u, float* out, int64_t n, double lo, double hi) {
@@ -551,20 +556,24 @@ void uniform(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) 
   });
 }
 
-void dropout_mask(Tensor& out, uint64_t seed, uint64_t offset, double p, double scale) {
-  if (out.dtype() == kFloat32) {  // the vectorised stream
-    float* m = out.data_ptr<float>();
+void dropout(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, uint64_t offset, double p, double scale) {
+  if (x.dtype() == kFloat32) {  // the vectorised stream
+    const float* xp = x.data_ptr<float>();
+    float *y = out.data_ptr<float>(), *m = mask.data_ptr<float>();
     const auto pf = static_cast<float>(p), keep = static_cast<float>(scale);
-    for_each_uniform_f32(out.numel(), seed, offset,
-                         [&](int64_t i0, const float* u, int64_t cnt) { dropout_rows(u, m + i0, cnt, pf, keep); });
+    for_each_uniform_f32(x.numel(), seed, offset, [&](int64_t i0, const float* u, int64_t cnt) {
+      dropout_rows(u, xp + i0, y + i0, m + i0, cnt, pf, keep);
+    });
     return;
   }
-  ASC_DISPATCH_FLOAT(out.dtype(), "dropout", [&] {
-    scalar_t* m = out.data_ptr<scalar_t>();
-    const scalar_t keep = static_cast<scalar_t>(scale);
+  ASC_DISPATCH_FLOAT(x.dtype(), "dropout", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    scalar_t *y = out.data_ptr<scalar_t>(), *m = mask.data_ptr<scalar_t>();
     // Same u as rand() would draw for this tensor, so the mask is that of `rand(shape) >= p`.
-    for_each_uniform<scalar_t>(out.numel(), seed, offset, [&](int64_t i, double u) {
-      m[i] = static_cast<scalar_t>(static_cast<scalar_t>(u) >= static_cast<scalar_t>(p) ? keep : scalar_t(0));
+    const scalar_t keep = static_cast<scalar_t>(scale), pt = static_cast<scalar_t>(p);
+    for_each_uniform<scalar_t>(x.numel(), seed, offset, [&](int64_t i, double u) {
+      m[i] = static_cast<scalar_t>(u) >= pt ? keep : scalar_t(0);
+      y[i] = xp[i] * m[i];
     });
   });
 }
