@@ -326,6 +326,55 @@ TEST_CASE("sparse_attention equals float64 loops over the dense mask: forward an
   }
 }
 
+TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their keys, rare keys, padding, one head") {
+  // T = 150: ten blocks of 16 rows, the last partial; D = 20: vector blocks and a tail. A window gives each block one
+  // run of keys, global tokens a second; random keys are rare (pair by pair); padding plans each block by marks;
+  // B = H = 1 takes the two-pass backward. Forward and every gradient against float64 loops over the dense mask.
+  const int64_t T = 150, D = 20;
+  struct Case {
+    const char* name;
+    SparsePattern p;
+    bool padding;
+    int64_t B, H;
+  };
+  const std::vector<Case> cases = {
+      {"window", local_window_pattern(T, 24, false), false, 1, 2},
+      {"window + global + random",
+       pattern_union({local_window_pattern(T, 20, false), global_tokens_pattern(T, 9, false),
+                      random_keys_pattern(T, 6, 3, false)}),
+       false, 2, 1},
+      {"causal window + global + random, padding",
+       pattern_union(
+           {local_window_pattern(T, 20, true), global_tokens_pattern(T, 9, true), random_keys_pattern(T, 6, 4, true)}),
+       true, 2, 2},
+      {"hierarchical", hierarchical_pattern(T, 12, false), false, 1, 3},
+      {"window, one head", local_window_pattern(T, 24, false), false, 1, 1},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const int64_t S = c.p.keys(), B = c.B, H = c.H;
+    Tensor q = randn64({B, H, T, D}, false, 11), k = randn64({B, H, S, D}, false, 12),
+           v = randn64({B, H, S, D}, false, 13), dout = randn64({B, H, T, D}, false, 14);
+    Tensor keep;
+    if (c.padding) {  // the last batch's last 23 tokens are padding
+      keep = ones({B, S}, {.dtype = kBool});
+      for (int64_t j = T - 23; j < T; ++j) keep.data_ptr<bool>()[(B - 1) * S + j] = false;
+    }
+    const double scale = 1 / std::sqrt(double(D));
+    Naive want = naive_attention(q, k, v, allowed_mask(c.p, keep, B, H), dout, scale);
+    OpRun got = run_sparse(q, k, v, c.p, keep, dout);
+    check_close(got.o, want.o, 1e-12, 1e-12);
+    check_close(got.dq, want.dq, 1e-12, 1e-12);
+    check_close(got.dk, want.dk, 1e-12, 1e-12);
+    check_close(got.dv, want.dv, 1e-12, 1e-12);
+    OpRun f32 = run_sparse(q, k, v, c.p, keep, dout, kFloat32);
+    check_close(f32.o, want.o, 1e-5, 1e-4);
+    check_close(f32.dq, want.dq, 1e-5, 1e-4);
+    check_close(f32.dk, want.dk, 1e-5, 1e-4);
+    check_close(f32.dv, want.dv, 1e-5, 1e-4);
+  }
+}
+
 TEST_CASE("sparse_attention: rows with no kept key give zeros and no gradient, never NaN") {
   const int64_t T = 6, D = 4;
   // Row 0 sees only key 0, which is padding; rows 1.. see keys 1..i.

@@ -1,17 +1,27 @@
-// CPU kernels of sparse attention over a CSR pattern (ops/sparse_attention.h). Work is O(attended pairs · D) and the
-// only per-pair memory is one row of scores per thread in the forward and two floats per pair of one (batch, head)
-// in the backward — never a (T, S) tile.
+// CPU kernels of sparse attention over a CSR pattern (ops/sparse_attention.h). Work is O(attended pairs · D); memory
+// per thread is one tile of a block of rows and one head's transposed keys and values — never a (T, S) tile.
 //
-// Forward, a task per (batch, head, query row) range: for row i with key list P(i)
+// Tiles. The query rows go in blocks of 16. A block's plan (plan_block, from the pattern alone) merges its rows'
+// keys into intervals: the intervals of at least 8 consecutive keys (a window, global tokens, a hierarchical block
+// and the summary columns) are the columns of a dense tile, every other key (a random key, say) is rare. Scores and
+// products over the tile are small_gemm.h's register-blocked GEMMs straight from the head's Kᵀ, Vᵀ, K and V, pairs
+// outside a row's list are set to −inf (P = 0); rare keys go pair by pair beside them, in the same softmax. A
+// pattern shared by every head (no padding) is planned once per call. A block whose tile would be less than a third
+// full, or whose tile keys hold a non-finite k or v (NaN must reach exactly the rows that attend it, and 0 · NaN in a
+// product would spread it), goes row by row instead:
 //   s_j = scale · q_i · k_j  (−inf where the key is padding),  m = max s,  p_j = exp(s_j − m),  l = Σ p
 //   o_i = Σ p_j v_j / l,  lse_i = m + log l
-// Backward, per (batch, head), two deterministic passes (no atomics):
-//   rows:  P_ij = exp(s_ij − lse_i),  dS_ij = scale · P_ij (dO_i · v_j − dO_i · o_i),  dq_i = Σ_j dS_ij k_j
-//          (P and dS are kept per pair of the head)
-//   keys:  dv_j = Σ_i P_ij dO_i,  dk_j = Σ_i dS_ij q_i   over the pattern's transpose (the queries that see key j)
+// Backward: P_ij = exp(s_ij − lse_i), dS_ij = scale · P_ij (dO_i · v_j − dO_i · o_i), dq_i = Σ_j dS_ij k_j,
+// dv_j = Σ_i P_ij dO_i, dk_j = Σ_i dS_ij q_i. Heads run in parallel, each head's blocks in order, so dK and dV
+// accumulate in place without atomics and the result does not depend on the thread count (tiles where the plan
+// allows, and finite q and dO rows; else row by row, scattering into dK and dV). A single (batch, head) runs two
+// passes parallel within it instead: rows (P and dS kept per pair), then keys over the pattern's transpose.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "core/format.h"
 #include "ops/cpu/loops.h"
@@ -20,13 +30,13 @@
 
 #include "ops/cpu/vec_region_fma_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
 
-#include "ops/cpu/vec_math.h"
+#include "ops/cpu/small_gemm.h"  // inside the region: gemm_narrow, vec_math.h
 
 namespace asc::cpu {
 namespace {
 
 template <class T>
-inline T dot(const T* a, const T* b, int64_t n) {
+ASC_ALWAYS_INLINE T dot(const T* a, const T* b, int64_t n) {
   T s = 0;
   ASC_SIMD_REDUCE(+, s)
   for (int64_t c = 0; c < n; ++c) s += a[c] * b[c];
@@ -36,7 +46,7 @@ inline T dot(const T* a, const T* b, int64_t n) {
 // a · x_0 .. a · x_3 at once: four independent accumulation chains instead of one (a single dot of D = 64 is bound
 // by the latency of its chain of vector FMAs).
 template <class T>
-inline void dot4(const T* a, const T* x0, const T* x1, const T* x2, const T* x3, int64_t n, T* out) {
+ASC_ALWAYS_INLINE void dot4(const T* a, const T* x0, const T* x1, const T* x2, const T* x3, int64_t n, T* out) {
   T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
 #if defined(ASC_HAVE_OPENMP)
 #pragma omp simd reduction(+ : s0, s1, s2, s3)
@@ -52,7 +62,7 @@ inline void dot4(const T* a, const T* x0, const T* x1, const T* x2, const T* x3,
 
 // out[x] = a · base[idx[x] · D] for x < len, four rows at a time.
 template <class T>
-inline void gather_dots(const T* a, const T* base, const int64_t* idx, int64_t len, int64_t D, T* out) {
+ASC_ALWAYS_INLINE void gather_dots(const T* a, const T* base, const int64_t* idx, int64_t len, int64_t D, T* out) {
   int64_t x = 0;
   for (; x + 4 <= len; x += 4)
     dot4(a, base + idx[x] * D, base + idx[x + 1] * D, base + idx[x + 2] * D, base + idx[x + 3] * D, D, out + x);
@@ -60,7 +70,7 @@ inline void gather_dots(const T* a, const T* base, const int64_t* idx, int64_t l
 }
 
 template <class T>
-inline void axpy(T alpha, const T* x, T* y, int64_t n) {
+ASC_ALWAYS_INLINE void axpy(T alpha, const T* x, T* y, int64_t n) {
   for (int64_t c = 0; c < n; ++c) y[c] += alpha * x[c];
 }
 
@@ -155,6 +165,289 @@ ASC_CPU_CLONES T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s, T
   return m + std::log(sum);
 }
 
+// ---- tiles over blocks of query rows ------------------------------------------------------------------------------
+
+constexpr int64_t kBlockRows = 16;  // query rows per block
+constexpr int64_t kMaxRuns = 16;    // tile runs per block
+constexpr int64_t kMinRun = 8;      // a shorter stretch of union keys is rare: its pairs go one by one
+
+// The plan of one block of query rows, from the pattern alone (a shared pattern without padding has one plan per
+// block for every head): the runs of consecutive keys that form the tile's u columns, each row's flags over them,
+// and each row's rare keys — the kept keys outside the runs.
+struct BlockPlan {
+  bool tiled = false;
+  int64_t u = 0, ld = 0;                          // tile columns; tile row stride: u + the most rare keys of a row
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (first key, length), in column order
+  std::vector<unsigned char> allowed;             // (rows, u): row r attends column x
+  std::vector<int64_t> rare, rare_ptr;            // row r's rare keys: rare[rare_ptr[r] .. rare_ptr[r + 1])
+};
+
+// A thread's scratch for planning.
+struct PlanScratch {
+  std::vector<int64_t> mark, slot, keys, stretch_ptr = std::vector<int64_t>(kBlockRows + 1), merged_col;
+  std::vector<std::pair<int64_t, int64_t>> stretches, merged;  // [first key, last key + 1)
+  int64_t stamp = 0;
+  explicit PlanScratch(int64_t S) : mark(static_cast<size_t>(S), -1), slot(static_cast<size_t>(S), -1) {}
+};
+
+// Plans rows [i0, i0 + R) of head bh: the union of their kept keys, its runs of at least kMinRun consecutive keys as
+// the tile (at most kMaxRuns), every other kept key rare. Not tiled where the tile would be less than a third full.
+template <class T>
+void plan_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, PlanScratch& w, BlockPlan& plan) {
+  plan.tiled = false;
+  plan.u = 0;
+  plan.runs.clear();
+  plan.rare.clear();
+  plan.rare_ptr.assign(static_cast<size_t>(R + 1), 0);
+  int64_t tile_pairs = 0;
+  // The union as intervals. Without padding, from each row's stretches of consecutive keys (a window is one, global
+  // tokens another, a random key its own) merged — no per-pair work but a comparison; with padding, from marks.
+  w.merged.clear();
+  if (p.keep == nullptr) {
+    w.stretches.clear();
+    w.stretch_ptr[0] = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      const auto [e0, len] = p.row(bh, i0 + r);
+      const int64_t* c = p.cols + e0;
+      for (int64_t x0 = 0; x0 < len;) {
+        int64_t x1 = x0 + 1;
+        while (x1 < len && c[x1] == c[x1 - 1] + 1) ++x1;
+        w.stretches.push_back({c[x0], c[x0] + (x1 - x0)});
+        x0 = x1;
+      }
+      w.stretch_ptr[r + 1] = static_cast<int64_t>(w.stretches.size());
+    }
+    w.merged.assign(w.stretches.begin(), w.stretches.end());
+    std::sort(w.merged.begin(), w.merged.end());
+  } else {
+    ++w.stamp;
+    w.keys.clear();
+    int64_t lo = p.S, hi = -1;
+    for (int64_t r = 0; r < R; ++r) {
+      const auto [e0, len] = p.row(bh, i0 + r);
+      for (int64_t x = 0; x < len; ++x) {
+        const int64_t j = p.cols[e0 + x];
+        if (p.masked(bh, j) || w.mark[j] == w.stamp) continue;  // padding is never read
+        w.mark[j] = w.stamp, w.keys.push_back(j), lo = std::min(lo, j), hi = std::max(hi, j);
+      }
+    }
+    if (hi - lo + 1 <= 4 * static_cast<int64_t>(w.keys.size())) {  // key order by scanning the range, or sorting
+      w.keys.clear();
+      for (int64_t j = lo; j <= hi; ++j)
+        if (w.mark[j] == w.stamp) w.keys.push_back(j);
+    } else {
+      std::sort(w.keys.begin(), w.keys.end());
+    }
+    for (const int64_t j : w.keys) w.merged.push_back({j, j + 1});
+  }
+  if (w.merged.empty()) return;
+  size_t m = 0;  // merge in place: intervals that overlap or touch become one
+  for (size_t x = 1; x < w.merged.size(); ++x) {
+    if (w.merged[x].first <= w.merged[m].second) {
+      w.merged[m].second = std::max(w.merged[m].second, w.merged[x].second);
+    } else {
+      w.merged[++m] = w.merged[x];
+    }
+  }
+  w.merged.resize(m + 1);
+  // The long intervals are the tile's runs; merged_col: the tile column of an interval's first key, or -1 (rare).
+  w.merged_col.assign(w.merged.size(), -1);
+  for (size_t x = 0; x < w.merged.size(); ++x) {
+    const auto [a, b] = w.merged[x];
+    if (b - a < kMinRun || static_cast<int64_t>(plan.runs.size()) == kMaxRuns) continue;
+    w.merged_col[x] = plan.u;
+    plan.runs.push_back({a, b - a});
+    plan.u += b - a;
+  }
+  if (plan.u == 0) return;
+  plan.allowed.assign(static_cast<size_t>(R * plan.u), 0);
+  int64_t most_rare = 0;
+  auto interval_of = [&](int64_t a) {  // the merged interval holding key a: the last one starting at or before it
+    return static_cast<size_t>(
+        std::upper_bound(w.merged.begin(), w.merged.end(), std::pair<int64_t, int64_t>{a, INT64_MAX}) -
+        w.merged.begin() - 1);
+  };
+  for (int64_t r = 0; r < R; ++r) {
+    unsigned char* ok = plan.allowed.data() + r * plan.u;
+    if (p.keep == nullptr) {
+      for (int64_t e = w.stretch_ptr[r]; e < w.stretch_ptr[r + 1]; ++e) {
+        const auto [a, b] = w.stretches[e];
+        const size_t x = interval_of(a);
+        if (w.merged_col[x] >= 0) {
+          const int64_t c0 = w.merged_col[x] + (a - w.merged[x].first);
+          std::fill(ok + c0, ok + c0 + (b - a), static_cast<unsigned char>(1));
+          tile_pairs += b - a;
+        } else {
+          for (int64_t j = a; j < b; ++j) plan.rare.push_back(j);
+        }
+      }
+    } else {
+      const auto [e0, len] = p.row(bh, i0 + r);
+      for (int64_t e = 0; e < len; ++e) {
+        const int64_t j = p.cols[e0 + e];
+        if (p.masked(bh, j)) continue;
+        const size_t x = interval_of(j);
+        if (w.merged_col[x] >= 0) {
+          ok[w.merged_col[x] + (j - w.merged[x].first)] = 1, ++tile_pairs;
+        } else {
+          plan.rare.push_back(j);
+        }
+      }
+    }
+    plan.rare_ptr[r + 1] = static_cast<int64_t>(plan.rare.size());
+    most_rare = std::max(most_rare, plan.rare_ptr[r + 1] - plan.rare_ptr[r]);
+  }
+  plan.ld = plan.u + most_rare;
+  plan.tiled = 3 * tile_pairs >= R * plan.u;
+}
+
+// The plans of a call: shared by every head when the pattern is (groups == 1) and nothing is padding, made once
+// before the heads run; otherwise made per block as each is reached.
+template <class T>
+struct Plans {
+  const Problem<T>& p;
+  int64_t blocks;
+  std::vector<BlockPlan> shared;
+  Plans(const Problem<T>& pr, int64_t n_blocks) : p(pr), blocks(n_blocks) {
+    if (p.G != 1 || p.keep != nullptr) return;
+    shared.resize(static_cast<size_t>(blocks));
+    parallel_for(blocks, p.cost(1) * kBlockRows, [&](int64_t b0, int64_t b1) {
+      PlanScratch w(p.S);
+      for (int64_t b = b0; b < b1; ++b)
+        plan_block(p, 0, b * kBlockRows, std::min(kBlockRows, p.Tq - b * kBlockRows), w, shared[b]);
+    });
+  }
+  const BlockPlan& get(int64_t bh, int64_t block, PlanScratch& w, BlockPlan& own) const {
+    if (!shared.empty()) return shared[block];
+    plan_block(p, bh, block * kBlockRows, std::min(kBlockRows, p.Tq - block * kBlockRows), w, own);
+    return own;
+  }
+};
+
+// A thread's view of one head for the tiles: Kᵀ (and Vᵀ for the backward), (D, S) with rows ldt apart, and which keys
+// have finite k and v rows; the score tiles.
+template <class T>
+struct HeadTiles {
+  int64_t head = -1, ldt = 0;
+  Scratch<T> kt, vt, tile, dtile;
+  std::vector<unsigned char> finite;
+  HeadTiles(int64_t S, int64_t D, bool backward)
+      : ldt((S + 15) / 16 * 16 + 16),
+        kt(static_cast<size_t>(D * ldt)),
+        vt(backward ? static_cast<size_t>(D * ldt) : 0),
+        finite(static_cast<size_t>(S)) {}
+};
+
+// x (S, D) -> out (D, S; rows ld apart), in blocks of 16 keys (whole cache lines per row of out; ld is off powers of
+// two, or rows 4 KiB apart would share one L1 set).
+template <class T>
+ASC_ALWAYS_INLINE void transpose_keys(const T* x, int64_t S, int64_t D, T* out, int64_t ld) {
+  for (int64_t j0 = 0; j0 < S; j0 += 16) {
+    const int64_t j1 = std::min(S, j0 + 16);
+    for (int64_t c = 0; c < D; ++c)
+      for (int64_t j = j0; j < j1; ++j) out[c * ld + j] = x[j * D + c];
+  }
+}
+
+template <class T>
+ASC_ALWAYS_INLINE bool rows_finite(const T* x, int64_t n) {
+  T bad = 0;  // x - x is NaN for x = NaN or ±inf, else 0
+  ASC_SIMD_REDUCE(+, bad)
+  for (int64_t c = 0; c < n; ++c) bad += x[c] - x[c];
+  return bad == T(0);
+}
+
+// Head bh's Kᵀ (and Vᵀ) and the finiteness of each key's k and v rows.
+template <class T>
+ASC_CPU_CLONES void prepare_head(const Problem<T>& p, int64_t bh, HeadTiles<T>& h) {
+  const int64_t D = p.D, S = p.S;
+  const T* kb = p.k + bh * S * D;
+  const T* vb = p.v + bh * S * D;
+  transpose_keys(kb, S, D, h.kt.data(), h.ldt);
+  if (!h.vt.empty()) transpose_keys(vb, S, D, h.vt.data(), h.ldt);
+  for (int64_t j = 0; j < S; ++j) h.finite[j] = rows_finite(kb + j * D, D) && rows_finite(vb + j * D, D);
+  h.head = bh;
+}
+
+// Whether a planned tile can run on head bh: its keys' k and v rows are finite (NaN must reach exactly the rows that
+// attend it; 0 · NaN in a product would spread it to the others).
+template <class T>
+bool tile_finite(const BlockPlan& plan, const HeadTiles<T>& h) {
+  for (const auto& [a, len] : plan.runs)
+    for (int64_t j = a; j < a + len; ++j)
+      if (!h.finite[j]) return false;
+  return true;
+}
+
+// tile (R, ld) = the block's raw scores x · k over its tile columns (a product per run, from the transposed keys
+// kt) and, after them, each row's rare keys.
+template <class T>
+ASC_ALWAYS_INLINE void block_products(const BlockPlan& plan, int64_t R, int64_t D, const T* x, const T* kt, int64_t ldt,
+                                      const T* keys, T* tile) {
+  for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r)
+    gemm_narrow_blocked<T>(R, plan.runs[r].second, D, x, D, 1, kt + plan.runs[r].first, ldt, tile + off, plan.ld);
+  for (int64_t r = 0; r < R; ++r)
+    gather_dots(x + r * D, keys, plan.rare.data() + plan.rare_ptr[r], plan.rare_ptr[r + 1] - plan.rare_ptr[r], D,
+                tile + r * plan.ld + plan.u);
+}
+
+// Rows [i0, i0 + R) of head bh through their tile: scores, softmax over each row's own keys, O = P V.
+template <class T>
+ASC_CPU_CLONES void forward_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, const BlockPlan& plan,
+                                  HeadTiles<T>& h, T* o, T* lse) {
+  const int64_t D = p.D, u = plan.u, ld = plan.ld;
+  if (h.tile.size() < static_cast<size_t>(R * ld)) h.tile.resize(static_cast<size_t>(R * ld));
+  T* tile = h.tile.data();
+  const T* kb = p.k + bh * p.S * D;
+  const T* vb = p.v + bh * p.S * D;
+  block_products(plan, R, D, p.q + (bh * p.Tq + i0) * D, h.kt.data(), h.ldt, kb, tile);
+  const T ninf = -std::numeric_limits<T>::infinity(), sc = p.scale;
+  for (int64_t r = 0; r < R; ++r) {
+    T* s = tile + r * ld;
+    const unsigned char* ok = plan.allowed.data() + r * u;
+    const int64_t n = u + (plan.rare_ptr[r + 1] - plan.rare_ptr[r]);
+    T m = ninf;
+    int64_t n_nan = 0, kept = n - u;
+    ASC_SIMD_REDUCE(+, kept)
+    for (int64_t x = 0; x < u; ++x) {
+      s[x] = ok[x] ? sc * s[x] : ninf;
+      kept += ok[x];
+    }
+    for (int64_t x = u; x < n; ++x) s[x] *= sc;
+    ASC_SIMD_REDUCE(+, n_nan)
+    for (int64_t x = 0; x < n; ++x) n_nan += s[x] != s[x];
+    ASC_SIMD_REDUCE(max, m)
+    for (int64_t x = 0; x < n; ++x) m = s[x] > m ? s[x] : m;
+    T* l = lse + (bh * p.Tq + i0 + r);
+    if (kept == 0) {  // no kept key: a zero row
+      std::fill(s, s + n, T(0));
+      *l = ninf;
+      continue;
+    }
+    if (n_nan) m = std::numeric_limits<T>::quiet_NaN();  // a NaN score: the row comes out NaN
+    T sum = 0;
+    ASC_SIMD_REDUCE(+, sum)
+    for (int64_t x = 0; x < n; ++x) {
+      const T z = s[x] - m;
+      const T e = exp_nonpos(z > T(0) ? T(0) : z);  // exp(−inf) = 0 outside the row's keys; NaN stays NaN
+      s[x] = e;
+      sum += e;
+    }
+    const T inv = T(1) / sum;
+    for (int64_t x = 0; x < n; ++x) s[x] *= inv;
+    *l = m + std::log(sum);
+  }
+  // O_block (R, D) = P_tile V_runs, accumulated over the runs, then each row's rare keys (a row with no kept key has
+  // none). Every rare key's value is read, even at weight 0: 0 · NaN is NaN, as in the composed op.
+  T* ob = o + (bh * p.Tq + i0) * D;
+  for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r)
+    gemm_narrow_blocked<T>(R, D, plan.runs[r].second, tile + off, ld, 1, vb + plan.runs[r].first * D, D, ob, D, r > 0);
+  for (int64_t r = 0; r < R; ++r) {
+    const T* s = tile + r * ld + u - plan.rare_ptr[r];
+    for (int64_t e = plan.rare_ptr[r]; e < plan.rare_ptr[r + 1]; ++e) axpy(s[e], vb + plan.rare[e] * D, ob + r * D, D);
+  }
+}
+
 template <class T>
 void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const SparsePatternView& pat,
                   const Tensor& keep, double scale, Tensor& o, Tensor& lse_t) {
@@ -163,10 +456,27 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
   T* op = o.data_ptr<T>();
   T* lse = lse_t.data_ptr<T>();
   const int64_t max_row = pat.max_row;
-  parallel_for(B * H * Tq, p.cost(2), [&](int64_t i0, int64_t i1) {
+  const int64_t blocks = (Tq + kBlockRows - 1) / kBlockRows;
+  const Plans<T> plans(p, blocks);
+  parallel_for(B * H * blocks, p.cost(2) * kBlockRows, [&](int64_t b0, int64_t b1) {
     Scratch<T> s(static_cast<size_t>(std::max<int64_t>(max_row, 1)));
-    for (int64_t item = i0; item < i1; ++item)
-      lse[item] = forward_row(p, item / Tq, item % Tq, s.data(), op + item * D);
+    PlanScratch ps(plans.shared.empty() ? p.S : 0);
+    BlockPlan own;
+    HeadTiles<T> h(p.S, D, /*backward=*/false);
+    for (int64_t item = b0; item < b1; ++item) {
+      const int64_t bh = item / blocks, blk = item % blocks, i0 = blk * kBlockRows;
+      const int64_t rows = std::min(kBlockRows, Tq - i0);
+      const BlockPlan& plan = plans.get(bh, blk, ps, own);
+      if (plan.tiled) {
+        if (h.head != bh) prepare_head(p, bh, h);
+        if (tile_finite(plan, h)) {
+          forward_block(p, bh, i0, rows, plan, h, op, lse);
+          continue;
+        }
+      }
+      for (int64_t i = i0; i < i0 + rows; ++i)
+        lse[bh * Tq + i] = forward_row(p, bh, i, s.data(), op + (bh * Tq + i) * D);
+    }
   });
 }
 
@@ -215,11 +525,88 @@ ASC_CPU_CLONES void backward_key(const Problem<T>& p, const int64_t* col_rows, c
   }
 }
 
+// Backward of rows [i0, i0 + R) of head bh through their tile, the head's dK and dV accumulating in place (heads run
+// one per task, their blocks in order: deterministic without atomics):
+//   P = exp(S·scale − lse) on each row's keys, 0 elsewhere;  dP = dO Vᵀ;  dS = scale · P ∘ (dP − rowsum(dO ∘ O))
+//   dQ = dS K;  dV += Pᵀ dO;  dK += dSᵀ Q   — each a product per run, rare keys pair by pair.
+// Needs finite Q and dO rows in the block (a 0 · NaN in the transposed products would spread a NaN to keys the
+// row does not attend); the caller checks.
 template <class T>
-void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const SparsePatternView& pat,
-                   const Tensor& keep, double scale, const Tensor& ot, const Tensor& gt, const Tensor& lse_t,
-                   Tensor& dq, Tensor& dk, Tensor& dv) {
-  const Problem<T> p(qt, kt, vt, pat, keep, scale);
+ASC_CPU_CLONES void backward_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, const BlockPlan& plan,
+                                   HeadTiles<T>& h, const T* o, const T* g, const T* lse, T* dq, T* dk_bh, T* dv_bh) {
+  const int64_t D = p.D, u = plan.u, ld = plan.ld;
+  if (h.tile.size() < static_cast<size_t>(R * ld)) h.tile.resize(static_cast<size_t>(R * ld));
+  if (h.dtile.size() < static_cast<size_t>(R * ld)) h.dtile.resize(static_cast<size_t>(R * ld));
+  T *pt = h.tile.data(), *dt = h.dtile.data();
+  const T* kb = p.k + bh * p.S * D;
+  const T* vb = p.v + bh * p.S * D;
+  const T* qb = p.q + (bh * p.Tq + i0) * D;
+  const T* gb = g + (bh * p.Tq + i0) * D;
+  const T* ob = o + (bh * p.Tq + i0) * D;
+  block_products(plan, R, D, qb, h.kt.data(), h.ldt, kb, pt);  // raw scores
+  block_products(plan, R, D, gb, h.vt.data(), h.ldt, vb, dt);  // dP
+  const T sc = p.scale;
+  for (int64_t r = 0; r < R; ++r) {
+    T* s = pt + r * ld;
+    T* d = dt + r * ld;
+    const unsigned char* ok = plan.allowed.data() + r * u;
+    const int64_t n = u + (plan.rare_ptr[r + 1] - plan.rare_ptr[r]);
+    const T l = lse[bh * p.Tq + i0 + r];
+    if (l == -std::numeric_limits<T>::infinity()) {  // a row with no kept key passes no gradient
+      std::fill(s, s + n, T(0));
+      std::fill(d, d + n, T(0));
+      continue;
+    }
+    const T delta = dot(gb + r * D, ob + r * D, D);
+    for (int64_t x = 0; x < n; ++x) {
+      const T z = sc * s[x] - l;  // <= 0 up to rounding; NaN (a NaN row) stays NaN
+      const T pij = exp_nonpos(z > T(0) ? T(0) : z);
+      const bool in = x >= u || ok[x];
+      s[x] = in ? pij : T(0);
+      d[x] = in ? sc * pij * (d[x] - delta) : T(0);
+    }
+  }
+  // dQ (R, D) = dS K: the runs, then the rare keys
+  T* dqb = dq + (bh * p.Tq + i0) * D;
+  for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r)
+    gemm_narrow_blocked<T>(R, D, plan.runs[r].second, dt + off, ld, 1, kb + plan.runs[r].first * D, D, dqb, D, r > 0);
+  // dV_run += P_runᵀ dO, dK_run += dS_runᵀ Q   (the tiles read down their columns: sam = 1, sak = ld)
+  for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r) {
+    const int64_t a = plan.runs[r].first, len = plan.runs[r].second;
+    gemm_narrow_blocked<T>(len, D, R, pt + off, 1, ld, gb, D, dv_bh + a * D, D, true);
+    gemm_narrow_blocked<T>(len, D, R, dt + off, 1, ld, qb, D, dk_bh + a * D, D, true);
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const T* s = pt + r * ld + u - plan.rare_ptr[r];
+    const T* d = dt + r * ld + u - plan.rare_ptr[r];
+    for (int64_t e = plan.rare_ptr[r]; e < plan.rare_ptr[r + 1]; ++e) {
+      const int64_t j = plan.rare[e];
+      axpy(d[e], kb + j * D, dqb + r * D, D);
+      if (s[e] == T(0) && d[e] == T(0)) continue;  // an exact zero (NaN passes), as the per-key pass skips it
+      axpy(s[e], gb + r * D, dv_bh + j * D, D);
+      axpy(d[e], qb + r * D, dk_bh + j * D, D);
+    }
+  }
+}
+
+// Backward of one query row pair by pair, scattering into the head's dK and dV (the blocks a tile cannot take).
+template <class T>
+ASC_CPU_CLONES void backward_row_scatter(const Problem<T>& p, int64_t bh, int64_t i, const T* pr, const T* dr,
+                                         const T* qi, const T* gi, T* dk_bh, T* dv_bh) {
+  const int64_t D = p.D;
+  const auto [e0, len] = p.row(bh, i);
+  for (int64_t x = 0; x < len; ++x) {
+    if (pr[x] == T(0) && dr[x] == T(0)) continue;  // padding, an empty row, or an exact zero (NaN passes)
+    const int64_t j = p.cols[e0 + x];
+    axpy(pr[x], gi, dv_bh + j * D, D);
+    axpy(dr[x], qi, dk_bh + j * D, D);
+  }
+}
+
+// The backward of a single (batch, head): two passes parallel within the head (rows, then keys over the transpose).
+template <class T>
+void backward_two_pass(const Problem<T>& p, const SparsePatternView& pat, const Tensor& ot, const Tensor& gt,
+                       const Tensor& lse_t, Tensor& dq, Tensor& dk, Tensor& dv) {
   const int64_t B = p.B, H = p.H, Tq = p.Tq, S = p.S, D = p.D, G = p.G;
   const T* o = ot.data_ptr<T>();
   const T* g = gt.data_ptr<T>();
@@ -250,6 +637,51 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
                      qb, gb, dkp + (bh * S + j) * D, dvp + (bh * S + j) * D);
     });
   }
+}
+
+template <class T>
+void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const SparsePatternView& pat,
+                   const Tensor& keep, double scale, const Tensor& ot, const Tensor& gt, const Tensor& lse_t,
+                   Tensor& dq, Tensor& dk, Tensor& dv) {
+  const Problem<T> p(qt, kt, vt, pat, keep, scale);
+  const int64_t B = p.B, H = p.H, Tq = p.Tq, S = p.S, D = p.D;
+  if (B * H == 1) return backward_two_pass(p, pat, ot, gt, lse_t, dq, dk, dv);
+  // Heads in parallel, each one's blocks in order (its dK, dV accumulate in place): tiles where the plan allows.
+  const T* o = ot.data_ptr<T>();
+  const T* g = gt.data_ptr<T>();
+  const T* lse = lse_t.data_ptr<T>();
+  T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
+  const int64_t blocks = (Tq + kBlockRows - 1) / kBlockRows;
+  const Plans<T> plans(p, blocks);
+  parallel_for(B * H, p.cost(5) * Tq, [&](int64_t h0, int64_t h1) {
+    Scratch<T> pr(static_cast<size_t>(std::max<int64_t>(pat.max_row, 1))), dr(pr.size());
+    PlanScratch ps(plans.shared.empty() ? S : 0);
+    BlockPlan own;
+    HeadTiles<T> h(S, D, /*backward=*/true);
+    for (int64_t bh = h0; bh < h1; ++bh) {
+      T* dk_bh = dkp + bh * S * D;
+      T* dv_bh = dvp + bh * S * D;
+      std::fill(dk_bh, dk_bh + S * D, T(0));
+      std::fill(dv_bh, dv_bh + S * D, T(0));
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t i0 = blk * kBlockRows, rows = std::min(kBlockRows, Tq - i0);
+        const BlockPlan& plan = plans.get(bh, blk, ps, own);
+        if (plan.tiled) {
+          if (h.head != bh) prepare_head(p, bh, h);
+          const int64_t at = (bh * Tq + i0) * D;
+          if (tile_finite(plan, h) && rows_finite(p.q + at, rows * D) && rows_finite(g + at, rows * D)) {
+            backward_block(p, bh, i0, rows, plan, h, o, g, lse, dqp, dk_bh, dv_bh);
+            continue;
+          }
+        }
+        for (int64_t i = i0; i < i0 + rows; ++i) {
+          const int64_t at = (bh * Tq + i) * D;
+          backward_row(p, bh, i, lse[bh * Tq + i], o + at, g + at, pr.data(), dr.data(), dqp + at);
+          backward_row_scatter(p, bh, i, pr.data(), dr.data(), p.q + at, g + at, dk_bh, dv_bh);
+        }
+      }
+    }
+  });
 }
 
 }  // namespace
