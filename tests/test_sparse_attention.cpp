@@ -277,6 +277,28 @@ TEST_CASE("pattern builders reject bad arguments with clear errors") {
   check_error([] { SparsePattern::from_rows(1, 2, 3, {{0, 5}, {1}}); }, {"SparsePattern", "5", "[0, 3)"});
 }
 
+namespace {
+
+// The float64 kernel to 1e-12 and the float32 one to 1e-5 (relative 1e-4) against float64 loops over the dense mask
+// of the pattern: the output and every gradient.
+void check_against_loops(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& p, const Tensor& keep,
+                         const Tensor& dout) {
+  const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
+  const Naive want = naive_attention(q, k, v, allowed_mask(p, keep, B, H), dout, 1 / std::sqrt(double(D)));
+  const OpRun got = run_sparse(q, k, v, p, keep, dout);
+  check_close(got.o, want.o, 1e-12, 1e-12);
+  check_close(got.dq, want.dq, 1e-12, 1e-12);
+  check_close(got.dk, want.dk, 1e-12, 1e-12);
+  check_close(got.dv, want.dv, 1e-12, 1e-12);
+  const OpRun f32 = run_sparse(q, k, v, p, keep, dout, kFloat32);
+  check_close(f32.o, want.o, 1e-5, 1e-4);
+  check_close(f32.dq, want.dq, 1e-5, 1e-4);
+  check_close(f32.dk, want.dk, 1e-5, 1e-4);
+  check_close(f32.dv, want.dv, 1e-5, 1e-4);
+}
+
+}  // namespace
+
 TEST_CASE("sparse_attention equals float64 loops over the dense mask: forward and every gradient") {
   const int64_t B = 2, H = 2, T = 29, D = 8;
   struct Case {
@@ -310,19 +332,9 @@ TEST_CASE("sparse_attention equals float64 loops over the dense mask: forward an
       keep = zeros({B, S}, {.dtype = kBool});
       for (int64_t x = 0; x < B * S; ++x) keep.data_ptr<bool>()[x] = kv[x];
     }
-    const double scale = 1 / std::sqrt(double(D));
-    Naive want = naive_attention(q, k, v, allowed_mask(c.p, keep, B, H), dout, scale);
-    OpRun got = run_sparse(q, k, v, c.p, keep, dout);
-    check_close(got.o, want.o, 1e-12, 1e-12);
-    check_close(got.dq, want.dq, 1e-12, 1e-12);
-    check_close(got.dk, want.dk, 1e-12, 1e-12);
-    check_close(got.dv, want.dv, 1e-12, 1e-12);
-    // float32 kernel against the same loops.
-    OpRun f32 = run_sparse(q, k, v, c.p, keep, dout, kFloat32);
-    check_close(f32.o, want.o, 1e-5, 1e-4);
-    check_close(f32.dk, want.dk, 1e-5, 1e-4);
-    // The composed reference gives the same output.
-    check_close(sparse_attention_reference(q, k, v, c.p, keep), want.o, 1e-12, 1e-12);
+    check_against_loops(q, k, v, c.p, keep, dout);
+    // The composed reference gives the same output as the kernel.
+    check_close(sparse_attention_reference(q, k, v, c.p, keep), sparse_attention(q, k, v, c.p, keep), 1e-12, 1e-12);
   }
 }
 
@@ -360,18 +372,7 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
       keep = ones({B, S}, {.dtype = kBool});
       for (int64_t j = T - 23; j < T; ++j) keep.data_ptr<bool>()[(B - 1) * S + j] = false;
     }
-    const double scale = 1 / std::sqrt(double(D));
-    Naive want = naive_attention(q, k, v, allowed_mask(c.p, keep, B, H), dout, scale);
-    OpRun got = run_sparse(q, k, v, c.p, keep, dout);
-    check_close(got.o, want.o, 1e-12, 1e-12);
-    check_close(got.dq, want.dq, 1e-12, 1e-12);
-    check_close(got.dk, want.dk, 1e-12, 1e-12);
-    check_close(got.dv, want.dv, 1e-12, 1e-12);
-    OpRun f32 = run_sparse(q, k, v, c.p, keep, dout, kFloat32);
-    check_close(f32.o, want.o, 1e-5, 1e-4);
-    check_close(f32.dq, want.dq, 1e-5, 1e-4);
-    check_close(f32.dk, want.dk, 1e-5, 1e-4);
-    check_close(f32.dv, want.dv, 1e-5, 1e-4);
+    check_against_loops(q, k, v, c.p, keep, dout);
   }
 }
 

@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -100,12 +99,11 @@ std::map<int64_t, Result> run_seed(const std::vector<int64_t>& ns, int reps) {
   if (!p) return out;
   char buf[1024];
   while (fgets(buf, sizeof buf, p)) {
-    auto field = [&](const char* key) {
-      const char* at = std::strstr(buf, key);
-      return at ? std::atof(at + std::strlen(key) + 3) : -1.0;  // "key": value
-    };
-    Result r{"seed-torch", static_cast<int64_t>(field("\"n"))};
-    r.fwd_ms = field("\"forward_ms"), r.fwd_bwd_ms = field("\"fwd_bwd_ms");
+    const nlohmann::json j = nlohmann::json::parse(buf, nullptr, /*allow_exceptions=*/false);
+    auto number = [&](const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : -1.0; };
+    if (!j.is_object() || number("n") < 0) continue;  // not one of the twin's rows
+    Result r{"seed-torch", static_cast<int64_t>(number("n"))};
+    r.fwd_ms = number("forward_ms"), r.fwd_bwd_ms = number("fwd_bwd_ms");
     r.gflop = attention_gflop("seed-torch", r.n, 0);
     r.note = "PyTorch twin of the method's reference code (self-gather, unbiased std; docs/ascender.md §12.4)";
     out[r.n] = r;

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -118,8 +117,10 @@ std::map<double, double> run_torch(const std::vector<double>& rates, int reps, b
   if (!p) return out;
   char buf[512];
   while (fgets(buf, sizeof buf, p)) {
-    const char *r = std::strstr(buf, "\"rate\": "), *ms = std::strstr(buf, "\"step_ms\": ");
-    if (r && ms) out[std::atof(r + 8)] = std::atof(ms + 11);
+    const nlohmann::json j = nlohmann::json::parse(buf, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("rate") && j["rate"].is_number() && j.contains("step_ms") &&
+        j["step_ms"].is_number())
+      out[j["rate"].get<double>()] = j["step_ms"].get<double>();
   }
   pclose(p);
   return out;

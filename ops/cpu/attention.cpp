@@ -102,21 +102,6 @@ struct Problem {
   }
 };
 
-// A transposed copy of rows [0, n) of a (n, D) operand with strides (st, sd): out (D, n), rows ld apart — the B
-// operand of a product over keys (gemm_narrow reads B's columns contiguously). In blocks of 16 keys, so that each
-// row of `out` gets whole cache lines; ld is padded off powers of two (transposed_ld), or rows 4 KiB apart would
-// all map to one L1 set.
-template <class T>
-ASC_ALWAYS_INLINE void transpose_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, T* out, int64_t ld) {
-  constexpr int64_t kKeys = 16;
-  for (int64_t j0 = 0; j0 < n; j0 += kKeys) {
-    const int64_t j1 = std::min(n, j0 + kKeys);
-    for (int64_t c = 0; c < D; ++c)
-      for (int64_t j = j0; j < j1; ++j) out[c * ld + j] = x[j * st + c * sd];
-  }
-}
-constexpr int64_t transposed_ld(int64_t S) { return (S + 15) / 16 * 16 + 16; }
-
 // Rows [0, n) of a (n, D) operand with contiguous columns: x itself when it has them (ld = its row stride), else a
 // packed copy in buf, grown on first use (ld = D).
 template <class T>

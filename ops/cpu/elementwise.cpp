@@ -520,62 +520,57 @@ void sum(const Tensor& x, Tensor& out) {
 }
 
 namespace {
-// Calls fn(i, u) for every i in [0, n) with u ~ U[0, 1) from the Philox stream at `offset`. float: element i
-// uses lane i % 4 of block offset + i / 4 (24-bit uniform); double: lanes (2(i%2), 2(i%2)+1) of block
-// offset + i / 2 (53-bit). Each block is computed once for the elements that share it.
-template <class T, class F>
-void for_each_uniform(int64_t n, uint64_t seed, uint64_t offset, F&& fn) {
-  constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
-  const int64_t blocks = (n + per - 1) / per;
+// Calls fn(i, u) for every i in [0, n) with u ~ U[0, 1) (53 bits) from lanes (2(i%2), 2(i%2)+1) of Philox block
+// offset + i / 2: the float64 stream (float32 has its own, vectorised: for_each_uniform_f32). Each block is
+// computed once for the two elements that share it.
+template <class F>
+void for_each_uniform_f64(int64_t n, uint64_t seed, uint64_t offset, F&& fn) {
+  const int64_t blocks = (n + 1) / 2;
   parallel_for(blocks, 40, [&](int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) {
       auto r = philox4x32(seed, offset + static_cast<uint64_t>(blk));
-      const int64_t i0 = blk * per, cnt = std::min(per, n - i0);
-      for (int64_t j = 0; j < cnt; ++j) {
-        if constexpr (per == 4)
-          fn(i0 + j, static_cast<double>(uint_to_unit_float(r[j])));
-        else
-          fn(i0 + j, uint_to_unit_double(r[2 * j], r[2 * j + 1]));
-      }
+      const int64_t i0 = blk * 2, cnt = std::min<int64_t>(2, n - i0);
+      for (int64_t j = 0; j < cnt; ++j) fn(i0 + j, uint_to_unit_double(r[2 * j], r[2 * j + 1]));
     }
   });
+}
+
+// out = lo + (hi - lo) u, rounded once to T.
+template <class T>
+void uniform_typed(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
+  T* p = out.data_ptr<T>();
+  if constexpr (std::is_same_v<T, float>)
+    for_each_uniform_f32(out.numel(), seed, offset,
+                         [&](int64_t i0, const float* u, int64_t cnt) { uniform_rows(u, p + i0, cnt, lo, hi); });
+  else
+    for_each_uniform_f64(out.numel(), seed, offset,
+                         [&](int64_t i, double u) { p[i] = static_cast<T>(lo + (hi - lo) * u); });
+}
+
+// mask = (u >= p) * scale with the u rand() would draw for this tensor, out = x * mask.
+template <class T>
+void dropout_typed(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, uint64_t offset, double p, double scale) {
+  const T* xp = x.data_ptr<T>();
+  T *y = out.data_ptr<T>(), *m = mask.data_ptr<T>();
+  const T keep = static_cast<T>(scale), pt = static_cast<T>(p);
+  if constexpr (std::is_same_v<T, float>)
+    for_each_uniform_f32(x.numel(), seed, offset, [&](int64_t i0, const float* u, int64_t cnt) {
+      dropout_rows(u, xp + i0, y + i0, m + i0, cnt, pt, keep);
+    });
+  else
+    for_each_uniform_f64(x.numel(), seed, offset, [&](int64_t i, double u) {
+      m[i] = static_cast<T>(u) >= pt ? keep : T(0);
+      y[i] = xp[i] * m[i];
+    });
 }
 }  // namespace
 
 void uniform(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
-  if (out.dtype() == kFloat32) {  // the vectorised stream; lo + (hi - lo) u rounded once, as below
-    float* p = out.data_ptr<float>();
-    for_each_uniform_f32(out.numel(), seed, offset,
-                         [&](int64_t i0, const float* u, int64_t cnt) { uniform_rows(u, p + i0, cnt, lo, hi); });
-    return;
-  }
-  ASC_DISPATCH_FLOAT(out.dtype(), "rand", [&] {
-    scalar_t* p = out.data_ptr<scalar_t>();
-    for_each_uniform<scalar_t>(out.numel(), seed, offset,
-                               [&](int64_t i, double u) { p[i] = static_cast<scalar_t>(lo + (hi - lo) * u); });
-  });
+  ASC_DISPATCH_FLOAT(out.dtype(), "rand", [&] { uniform_typed<scalar_t>(out, seed, offset, lo, hi); });
 }
 
 void dropout(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, uint64_t offset, double p, double scale) {
-  if (x.dtype() == kFloat32) {  // the vectorised stream
-    const float* xp = x.data_ptr<float>();
-    float *y = out.data_ptr<float>(), *m = mask.data_ptr<float>();
-    const auto pf = static_cast<float>(p), keep = static_cast<float>(scale);
-    for_each_uniform_f32(x.numel(), seed, offset, [&](int64_t i0, const float* u, int64_t cnt) {
-      dropout_rows(u, xp + i0, y + i0, m + i0, cnt, pf, keep);
-    });
-    return;
-  }
-  ASC_DISPATCH_FLOAT(x.dtype(), "dropout", [&] {
-    const scalar_t* xp = x.data_ptr<scalar_t>();
-    scalar_t *y = out.data_ptr<scalar_t>(), *m = mask.data_ptr<scalar_t>();
-    // Same u as rand() would draw for this tensor, so the mask is that of `rand(shape) >= p`.
-    const scalar_t keep = static_cast<scalar_t>(scale), pt = static_cast<scalar_t>(p);
-    for_each_uniform<scalar_t>(x.numel(), seed, offset, [&](int64_t i, double u) {
-      m[i] = static_cast<scalar_t>(u) >= pt ? keep : scalar_t(0);
-      y[i] = xp[i] * m[i];
-    });
-  });
+  ASC_DISPATCH_FLOAT(x.dtype(), "dropout", [&] { dropout_typed<scalar_t>(x, out, mask, seed, offset, p, scale); });
 }
 
 void normal(Tensor& out, uint64_t seed, uint64_t offset, double mean, double stddev) {

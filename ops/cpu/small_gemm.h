@@ -95,4 +95,19 @@ ASC_ALWAYS_INLINE void gemm_narrow_blocked(int64_t M, int64_t N, int64_t K, cons
                      ldb, C + j0, ldc, accumulate || k0 > 0);
 }
 
+// The B operand of a product over keys: a transposed copy of rows [0, n) of a (n, D) operand with strides (st, sd),
+// out (D, n) with rows ld apart (gemm_narrow reads B's rows contiguously). In blocks of 16 keys, so that each row of
+// `out` gets whole cache lines; ld = transposed_ld(n) pads the rows off powers of two, or rows 4 KiB apart would all
+// map to one L1 set.
+template <class T>
+ASC_ALWAYS_INLINE void transpose_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, T* out, int64_t ld) {
+  constexpr int64_t kKeys = 16;
+  for (int64_t j0 = 0; j0 < n; j0 += kKeys) {
+    const int64_t j1 = std::min(n, j0 + kKeys);
+    for (int64_t c = 0; c < D; ++c)
+      for (int64_t j = j0; j < j1; ++j) out[c * ld + j] = x[j * st + c * sd];
+  }
+}
+constexpr int64_t transposed_ld(int64_t n) { return (n + 15) / 16 * 16 + 16; }
+
 }  // namespace asc::cpu

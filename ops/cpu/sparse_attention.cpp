@@ -332,22 +332,11 @@ struct HeadTiles {
   Scratch<T> kt, vt, tile, dtile;
   std::vector<unsigned char> finite;
   HeadTiles(int64_t S, int64_t D, bool backward)
-      : ldt((S + 15) / 16 * 16 + 16),
+      : ldt(transposed_ld(S)),
         kt(static_cast<size_t>(D * ldt)),
         vt(backward ? static_cast<size_t>(D * ldt) : 0),
         finite(static_cast<size_t>(S)) {}
 };
-
-// x (S, D) -> out (D, S; rows ld apart), in blocks of 16 keys (whole cache lines per row of out; ld is off powers of
-// two, or rows 4 KiB apart would share one L1 set).
-template <class T>
-ASC_ALWAYS_INLINE void transpose_keys(const T* x, int64_t S, int64_t D, T* out, int64_t ld) {
-  for (int64_t j0 = 0; j0 < S; j0 += 16) {
-    const int64_t j1 = std::min(S, j0 + 16);
-    for (int64_t c = 0; c < D; ++c)
-      for (int64_t j = j0; j < j1; ++j) out[c * ld + j] = x[j * D + c];
-  }
-}
 
 template <class T>
 ASC_ALWAYS_INLINE bool rows_finite(const T* x, int64_t n) {
@@ -363,8 +352,8 @@ ASC_CPU_CLONES void prepare_head(const Problem<T>& p, int64_t bh, HeadTiles<T>& 
   const int64_t D = p.D, S = p.S;
   const T* kb = p.k + bh * S * D;
   const T* vb = p.v + bh * S * D;
-  transpose_keys(kb, S, D, h.kt.data(), h.ldt);
-  if (!h.vt.empty()) transpose_keys(vb, S, D, h.vt.data(), h.ldt);
+  transpose_rows(kb, D, 1, S, D, h.kt.data(), h.ldt);
+  if (!h.vt.empty()) transpose_rows(vb, D, 1, S, D, h.vt.data(), h.ldt);
   for (int64_t j = 0; j < S; ++j) h.finite[j] = rows_finite(kb + j * D, D) && rows_finite(vb + j * D, D);
   h.head = bh;
 }
