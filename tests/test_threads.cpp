@@ -18,10 +18,15 @@
 #include <mutex>
 #include <thread>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "autograd/anomaly.h"
 #include "models/decoder_lm.h"
 #include "models/firing_net.h"
 #include "models/transformer_classifier.h"
+#include "ops/cpu/loops.h"
+#include "ops/cpu/thread_pool.h"
 #include "testing.h"
 
 #ifdef ASC_HAVE_OPENMP
@@ -371,3 +376,94 @@ TEST_CASE("deterministic mode: every model trains to the same bits at 1, 2 and 3
   MESSAGE("no OpenMP: one thread only");
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// The CPU kernels' thread pool (ops/cpu/thread_pool.h): every chunk runs exactly once, whoever takes it.
+
+namespace {
+
+// Runs `chunks` chunks on `threads` threads and returns how often each ran.
+std::vector<int> chunk_runs(int64_t chunks, int threads) {
+  std::vector<std::atomic<int>> runs(static_cast<size_t>(chunks));
+  auto f = [&](int64_t c) { runs[static_cast<size_t>(c)].fetch_add(1, std::memory_order_relaxed); };
+  cpu::run_chunks(chunks, threads, f);
+  std::vector<int> out;
+  for (auto& r : runs) out.push_back(r.load());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("thread pool: every chunk runs exactly once, for any chunk and thread count") {
+  // 1100000 chunks is more than the pool's segment words count (2^20 - 1): they run in groups.
+  for (int threads : {1, 2, 3, 8})
+    for (int64_t chunks : {1, 2, 3, 8, 100, 1100000}) {
+      INFO("threads ", threads, ", chunks ", chunks);
+      const std::vector<int> runs = chunk_runs(chunks, threads);
+      CHECK(std::count(runs.begin(), runs.end(), 1) == chunks);
+    }
+}
+
+TEST_CASE("thread pool: jobs from several threads at once, and jobs started inside a chunk, all complete") {
+  asc::testing::ThreadCount tc(2);
+  // Four user threads each run many parallel_for jobs; the pool takes one job at a time, the others run inline.
+  std::vector<int64_t> sums(kThreads, 0);
+  run_threads(kThreads, [&](int t) {
+    for (int rep = 0; rep < 200; ++rep) {
+      std::vector<int64_t> out(1 << 12, 0);
+      cpu::parallel_for(static_cast<int64_t>(out.size()), 64, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) out[static_cast<size_t>(i)] = i * (t + 1);
+      });
+      int64_t s = 0;
+      for (int64_t v : out) s += v;
+      ASC_CHECK(s == int64_t{(t + 1)} * 4095 * 4096 / 2, "thread {} rep {}: sum {}", t, rep, s);
+    }
+    sums[static_cast<size_t>(t)] = 1;
+  });
+  CHECK(std::count(sums.begin(), sums.end(), 1) == kThreads);
+  // A job whose chunks start jobs of their own: the inner ones run inline on the chunk's thread.
+  std::vector<std::atomic<int64_t>> cells(64);
+  cpu::parallel_for(64, 1 << 15, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      cpu::parallel_for(1 << 10, 64, [&](int64_t ib, int64_t ie) { cells[static_cast<size_t>(i)] += ie - ib; });
+  });
+  for (auto& c : cells) CHECK(c.load() == 1 << 10);
+}
+
+TEST_CASE("thread pool: a slow chunk does not hold up the others, and the caller waits for it") {
+  asc::testing::ThreadCount tc(2);
+  // Chunk 0 sleeps; whoever takes it, every other chunk is run meanwhile and the job returns only after chunk 0.
+  std::atomic<int> finished{0};
+  std::atomic<bool> slow_done{false};
+  auto f = [&](int64_t c) {
+    if (c == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      slow_done = true;
+    }
+    finished.fetch_add(1);
+  };
+  cpu::run_chunks(8, 2, f);
+  CHECK(slow_done.load());
+  CHECK(finished.load() == 8);
+  // Workers asleep after a pause are woken by the next job.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::vector<int> runs = chunk_runs(16, 2);
+  CHECK(std::count(runs.begin(), runs.end(), 1) == 16);
+}
+
+#if !defined(__SANITIZE_THREAD__)
+TEST_CASE("thread pool: a forked child runs parallel jobs (the parent's workers did not survive the fork)") {
+  asc::testing::ThreadCount tc(2);
+  (void)chunk_runs(8, 2);  // the parent's pool has its workers
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const std::vector<int> runs = chunk_runs(64, 2);
+    _exit(std::count(runs.begin(), runs.end(), 1) == 64 ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+#endif

@@ -46,14 +46,6 @@ inline int64_t capped_cost(int64_t a, int64_t b) {
   return __builtin_mul_overflow(a, b, &r) || r > kParallelGrain ? kParallelGrain : r;
 }
 
-inline int64_t max_threads() {
-#ifdef ASC_HAVE_OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
 // Calls fn(std::integral_constant<int, kA>) with kA = α for the common fan-outs 1, 2, 4, so the kernels' g loops
 // unroll, and kA = 0 (α read at run time) for any other.
 template <class F>

@@ -103,17 +103,21 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
       return;
     }
     // Few large products: split each over its rows. OpenBLAS's result for a row depends on how the rows are split
-    // (its edge kernels sum in another order), so one GEMM per thread's share makes the bits depend on the thread
-    // count. In deterministic mode the rows go in blocks fixed by M alone (at least 128 rows, at most 8 blocks):
-    // B is packed once per block and the threads' shares are less even, which costs up to a few tens of percent
-    // on mid-sized products; otherwise one block per thread.
+    // (its edge kernels sum in another order), so a split by thread count makes the bits depend on it. In
+    // deterministic mode the rows go in blocks fixed by M alone (at least 128 rows, at most 8 blocks): B is packed
+    // once per block and the threads' shares are less even, which costs up to a few tens of percent on mid-sized
+    // products. Otherwise in chunks of at least 128 rows (each chunk packs all of B again: a product with a long
+    // inner dimension, like a weight gradient, spends too much of a thinner chunk packing), one per thread at least,
+    // at most kChunksPerThread per thread.
     const bool fixed = deterministic_algorithms_enabled();
-    const int64_t per = fixed ? std::max<int64_t>(128, (M + 7) / 8) : 1;
+    const int threads = max_threads();
+    const int64_t chunks = std::min(M, std::clamp<int64_t>(M / 512, threads, kChunksPerThread * threads));
+    const int64_t per = fixed ? std::max<int64_t>(128, (M + 7) / 8) : (M + chunks - 1) / chunks;
     const int64_t nblocks = (M + per - 1) / per;
     for (int64_t i = 0; i < Bt; ++i)
       parallel_for(nblocks, per * N * std::max<int64_t>(K, 1), [&](int64_t b0, int64_t b1) {
         const int64_t m0 = b0 * per, m1 = std::min(M, b1 * per);
-        if (!fixed) {  // the thread's whole share in one call
+        if (!fixed) {  // the range's rows in one call
           gemm<scalar_t>(m1 - m0, N, K, A + i * sab + m0 * a.stride(d), a.stride(d), a.stride(d + 1), B + i * sbb,
                          b.stride(d), b.stride(d + 1), C + i * M * N + m0 * N, N);
           return;
