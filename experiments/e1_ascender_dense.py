@@ -27,7 +27,8 @@ def runs(scale):
         for model in MODELS:
             for seed in range(SEEDS[scale]):
                 out.append(lib.Run(id=f"{task}/{model}/s{seed}", arm=f"{task}/{model}", seed=seed, args=flags[model],
-                                   steps=budget.steps(scale), cost=budget.cost(task, model, scale)))
+                                   steps=budget.steps(scale), cost=budget.cost(task, model, scale),
+                                   keep=["best.safetensors"]))  # experiment 4 evaluates it
     return out
 
 

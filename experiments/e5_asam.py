@@ -50,8 +50,10 @@ def runs(scale):
                      "window": flags(task, "window", scale), "window-global": flags(task, "window-global", scale)}
         for model in ARMS:
             for seed in range(SEEDS[scale]):
+                robust_source = task == TASKS[scale][0] and model in ROBUST_ARMS  # the robustness runs evaluate it
                 out.append(lib.Run(id=f"{task}/{model}/s{seed}", arm=f"{task}/{model}", seed=seed,
-                                   args=arm_flags[model], steps=STEPS[scale], cost=budget.cost(task, model, scale)))
+                                   args=arm_flags[model], steps=STEPS[scale], cost=budget.cost(task, model, scale),
+                                   keep=["best.safetensors"] if robust_source else []))
     task = TASKS[scale][0]
     # The robustness table: each trained ListOps model re-evaluated under noise and FGSM, its first attention layer
     # in float32 vs float64 and at every power of two up to 16384 tokens (dense: 4096, its n² memory).

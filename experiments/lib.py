@@ -39,6 +39,8 @@ class Run:
     cost: float = 0.0      # estimated seconds per step on this machine (0: unknown)
     needs: list[str] = dataclasses.field(default_factory=list)  # files (relative to the root) it reads, made by
                                                                 # other runs: it waits until they exist
+    keep: list[str] = dataclasses.field(default_factory=list)  # files of the run that .gitignore leaves out and git
+                                                                # keeps all the same: a model other runs evaluate
 
 
 @dataclasses.dataclass
@@ -163,6 +165,13 @@ class Queue:
                     continue
                 if self.interrupted or time.time() >= deadline:
                     return False
+                # A new run that its estimate (with a quarter to spare) says cannot finish before the deadline is not
+                # started: the budget usually ends with the session, and a run cut short costs its checkpoint's
+                # commit and a resume on the next machine. A partial run resumes whatever is left.
+                if state_of(d) == "pending" and run.cost and time.time() + 1.25 * run.steps * run.cost > deadline:
+                    self.log(f"queue: {exp.name}/{run.id}: needs ~{fmt_duration(run.steps * run.cost)}, more than "
+                             f"the budget left ({fmt_duration(deadline - time.time())}); stopping here")
+                    return False
                 if not self._one(exp, run, d, deadline):
                     return False
             if waiting:
@@ -258,6 +267,8 @@ class Queue:
             self.log(f"queue: {exp.name}/{run.id}: stopped at the deadline"
                      + (", checkpoint saved" if has_ckpt else ", before its first checkpoint") +
                      f" ({fmt_duration(elapsed)})")
+            if self.commit and has_ckpt:
+                self._commit(exp, run, d, partial=True)
             return False
         record["state"] = "failed"
         write_json(d / "queue.json", record)
@@ -274,18 +285,34 @@ class Queue:
                 shutil.copyfileobj(src, dst)
             p.unlink()
 
-    def _commit(self, exp: Experiment, run: Run, d: Path) -> None:
+    def _commit(self, exp: Experiment, run: Run, d: Path, partial: bool = False) -> None:
         # In the repository that holds the run. The directory, not its files one by one: git then leaves out what
         # .gitignore names (checkpoints, models). --only: just this run's files, whatever else is staged. A run that
         # git ignores (the tiny and quick scales) or that lies outside a repository is not committed: a warning.
+        # A run stopped at the deadline (partial) is committed whole, checkpoint and models included (git add -f,
+        # about 1.5 MB for the study's models): the next session may be another machine, which resumes it from the
+        # clone. When it is done, those files leave the tree again (they stay in the history), except the ones the
+        # run keeps (run.keep: a model that other runs evaluate, which another machine needs as well).
         git = lambda *a: subprocess.run(["git", "-C", str(d), *a], capture_output=True, text=True)  # noqa: E731
         if git("check-ignore", "-q", ".").returncode == 0:
             self.log(f"queue: {exp.name}/{run.id}: not committed: git ignores {d}")
             return
-        steps = [("add", "--", "."), ("commit", "-q", "--only", "-m",
-                                      f"experiments: {exp.name}/{run.id} ({self.scale}) done", "--", ".")]
-        for i, step in enumerate(steps):
-            if i == 1 and not git("diff", "--cached", "--name-only", "--", ".").stdout.split():
+        steps = [("add", "-f", "--", ".") if partial else ("add", "--", ".")]
+        if not partial:
+            kept = [f for f in run.keep if (d / f).exists()]
+            if kept:
+                steps.append(("add", "-f", "--", *kept))
+            # What a partial commit brought in and a done run does not keep (its checkpoint): out of the tree and
+            # off the disk (a done run is not resumed), so that the commit below records its removal.
+            dropped = [f for f in git("ls-files", "-ci", "--exclude-standard", "--", ".").stdout.split()
+                       if f not in run.keep]
+            if dropped:
+                steps.append(("rm", "-q", "-f", "--", *dropped))
+        what = "partial: its checkpoint, to resume" if partial else "done"
+        steps.append(("commit", "-q", "--only", "-m", f"experiments: {exp.name}/{run.id} ({self.scale}) {what}", "--",
+                      "."))
+        for step in steps:
+            if step[0] == "commit" and not git("diff", "--cached", "--name-only", "--", ".").stdout.split():
                 return
             r = git(*step)
             if r.returncode != 0:

@@ -123,8 +123,10 @@ def commits(tmp: Path):
     git("config", "user.email", "test@example.com")
     git("config", "user.name", "test")
     (repo / ".gitignore").write_text("*.safetensors\nckpt/\nmetrics.jsonl\n")
+    git("add", ".gitignore")
+    git("commit", "-q", "-m", "what git leaves out")
     (repo / "staged.txt").write_text("not part of the run\n")
-    git("add", ".gitignore", "staged.txt")
+    git("add", "staged.txt")
     base = ["--task", "grouping", "--train-size", "64", "--val-size", "16", "--test-size", "16", "--d-model", "16",
             "--heads", "2", "--layers", "1", "--ffn", "32", "--batch", "16", "--steps", "2", "--progress", "none",
             "--threads", "1", "--model", "dense"]
@@ -136,6 +138,39 @@ def commits(tmp: Path):
     check(not any(f.endswith(".safetensors") for f in files), "no checkpoint committed")
     check("staged.txt" not in files and "staged.txt" in git("diff", "--cached", "--name-only").stdout,
           "what else was staged stays staged, out of the run's commit")
+    # A run stopped at the deadline is committed with its checkpoint; a clone (another machine) resumes it, and once it
+    # is done the checkpoint and models leave the tree.
+    long = base[:base.index("--steps")] + ["--steps", "3000", "--eval-every", "100"] + base[base.index("--steps") + 2:]
+    exp = lib.Experiment(name="p", title="partial", report=lambda rep: "",
+                         runs=lambda scale: [lib.Run(id="r/s0", arm="r", seed=0, args=long, steps=3000,
+                                                     keep=["best.safetensors"])])
+    lib.Queue(repo / "results", "tiny", commit=True, log=lambda *_: None).run([exp], deadline=time.time() + 3.0)
+    tracked = git("ls-files", "results/p").stdout.split()
+    check("results/p/r/s0/ckpt/last.safetensors" in tracked and "results/p/r/s0/config.json" in tracked,
+          f"the stopped run is committed with its checkpoint: {tracked}")
+    clone = tmp / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    cgit = lambda *a: subprocess.run(["git", "-C", str(clone), *a], capture_output=True, text=True)  # noqa: E731
+    cgit("config", "user.email", "test@example.com")
+    cgit("config", "user.name", "test")
+    d = clone / "results" / "p" / "r" / "s0"
+    check(lib.state_of(d) == "partial", "the clone holds a partial run")
+    lib.Queue(clone / "results", "tiny", commit=True, log=lambda *_: None).run([exp], deadline=float("inf"))
+    rec = lib.read_json(d / "queue.json") or {}
+    check(lib.state_of(d) == "done" and len(rec["parts"]) == 2, f"the clone resumed it to the end: {rec}")
+    check(lib.read_json(d / "summary.json")["steps"] == 3000, "all its steps")
+    tracked = cgit("ls-files", "results/p").stdout.split()
+    check("results/p/r/s0/summary.json" in tracked and "results/p/r/s0/best.safetensors" in tracked and
+          not any("ckpt/" in f or f.endswith("metrics.jsonl") for f in tracked),
+          f"done: summary and the kept model committed, the checkpoint out of the tree: {tracked}")
+    check(cgit("status", "--porcelain", "results/p").stdout.strip() == "", "nothing of the run left uncommitted")
+    # A new run whose estimate does not fit the budget left is not started.
+    logged = []
+    exp = lib.Experiment(name="q", title="budget", report=lambda rep: "",
+                         runs=lambda scale: [lib.Run(id="r/s0", arm="r", seed=0, args=long, steps=3000, cost=1.0)])
+    finished = lib.Queue(repo / "results", "tiny", log=logged.append).run([exp], deadline=time.time() + 600)
+    check(not finished and not (repo / "results" / "q").exists() and "more than the budget left" in logged[-1],
+          f"a run longer than the budget is not started: {logged[-1:]}")
 
 
 def cli(tmp: Path):
