@@ -18,9 +18,10 @@ FiringClassifier::FiringClassifier(const FiringClassifierOptions& o) : nn::Modul
 }
 
 Tensor FiringClassifier::forward(const Tensor& x) {
-  Tensor h = (*hidden)(x);  // (B, hidden, fan_out): neuron p's outputs
-  Tensor g = (*second)(h);  // (B, fan_out): neuron g read output g of every hidden neuron
-  return (*readout)(g);     // (B, classes)
+  Tensor h = (*hidden)(x);                          // (B, hidden, fan_out): neuron p's outputs
+  if (options.fan_out() == 1) h = h.unsqueeze(-1);  // with α = 1 the layer drops its last dimension: (B, hidden, 1)
+  Tensor g = (*second)(h);                          // (B, fan_out): neuron g read output g of every hidden neuron
+  return (*readout)(g);                             // (B, classes)
 }
 
 FiringTokenModel::FiringTokenModel(const FiringTokenModelOptions& o) : nn::Module("FiringTokenModel"), options(o) {

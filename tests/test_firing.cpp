@@ -1426,6 +1426,22 @@ TEST_CASE(
       }
 }
 
+TEST_CASE("models: the firing classifier runs with every fan-out, α = 1 included (forward and backward shapes)") {
+  for (int64_t alpha : {1, 2, 3}) {
+    CAPTURE(alpha);
+    manual_seed(149);
+    models::FiringClassifier net(models::FiringClassifierOptions(6, 3).hidden(5).fan_out(alpha));
+    Tensor x = randn({4, 6});
+    Tensor y = net.forward(x);
+    REQUIRE(y.shape() == Shape{4, 3});
+    sum(y).backward();
+    for (const auto& [name, p] : net.named_parameters()) {
+      INFO(name);
+      CHECK(p.grad().defined());
+    }
+  }
+}
+
 TEST_CASE(
     "models: the firing classifier learns a separable problem; the token model (index path + SSM) learns a "
     "successor sequence") {
