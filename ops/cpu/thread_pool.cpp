@@ -124,10 +124,11 @@ class Pool {
     }
   }
 
-  // Returns the first job word whose epoch is not `seen`: spinning for kSpinTime, then asleep on signal_.
-  uint64_t wait_for_job(uint32_t seen) {
+  // Returns the first job word whose epoch is not `seen`: spinning for kSpinTime (when `spin`), then asleep on
+  // signal_.
+  uint64_t wait_for_job(uint32_t seen, bool spin) {
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 1;; ++i) {
+    for (int i = 1; spin; ++i) {
       const uint64_t w = job_.load(std::memory_order_acquire);
       if (Job::unpack(w).epoch != seen) return w;
       cpu_relax();
@@ -142,12 +143,16 @@ class Pool {
     }
   }
 
+  // Worker `index` is thread index + 1 of the jobs that use more than index + 1 threads. One that sat a job out (the
+  // pool once grew for more threads than jobs use now) goes back to sleep at once instead of spinning.
   void worker(int index, uint32_t seen) {
     t_in_pool = true;
+    bool took_part = true;
     for (;;) {
-      const Job j = Job::unpack(wait_for_job(seen));
+      const Job j = Job::unpack(wait_for_job(seen, /*spin=*/took_part));
       seen = j.epoch;
-      if (index + 1 < j.threads) take_chunks(seen, index + 1, j.threads);
+      took_part = index + 1 < j.threads;
+      if (took_part) take_chunks(seen, index + 1, j.threads);
     }
   }
 
