@@ -106,9 +106,9 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
     // (its edge kernels sum in another order), so a split by thread count makes the bits depend on it. In
     // deterministic mode the rows go in blocks fixed by M alone (at least 128 rows, at most 8 blocks): B is packed
     // once per block and the threads' shares are less even, which costs up to a few tens of percent on mid-sized
-    // products. Otherwise in chunks of at least 128 rows (each chunk packs all of B again: a product with a long
-    // inner dimension, like a weight gradient, spends too much of a thinner chunk packing), one per thread at least,
-    // at most kChunksPerThread per thread.
+    // products. Otherwise one chunk per 512 rows (each chunk packs all of B again: a product with a long inner
+    // dimension, like a weight gradient, spends too much of a thinner chunk packing), at least one per thread, at most
+    // kChunksPerThread per thread.
     const bool fixed = deterministic_algorithms_enabled();
     const int threads = max_threads();
     const int64_t chunks = std::min(M, std::clamp<int64_t>(M / 512, threads, kChunksPerThread * threads));

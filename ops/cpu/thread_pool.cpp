@@ -1,4 +1,5 @@
-// The thread pool behind ops/cpu/thread_pool.h: one job at a time, its chunks claimed through one atomic word.
+// The thread pool behind ops/cpu/thread_pool.h: one job at a time, its chunks claimed from one atomic word per
+// thread's share.
 #include "ops/cpu/thread_pool.h"
 
 #include <pthread.h>
