@@ -6,6 +6,7 @@ experiments/README.md explains how to use the queue.
 """
 from __future__ import annotations
 
+import array
 import dataclasses
 import functools
 import datetime
@@ -41,6 +42,8 @@ class Run:
                                                                 # other runs: it waits until they exist
     keep: list[str] = dataclasses.field(default_factory=list)  # files of the run that .gitignore leaves out and git
                                                                 # keeps all the same: a model other runs evaluate
+    after: Callable[[Path], None] | None = None  # called on the run's directory when it is done, before the commit:
+                                                 # writes what the report needs of its model (which git does not keep)
 
 
 @dataclasses.dataclass
@@ -102,6 +105,25 @@ def read_json(path: Path):
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def read_safetensors(path: Path) -> dict[str, tuple[list[int], array.array]]:
+    """A safetensors file's float32 / float64 tensors: name -> (shape, flat values). Standard library only (the
+    format: an 8-byte little-endian header length, a JSON header of dtype / shape / byte offsets, the raw data)."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        code = {"F32": "f", "F64": "d"}.get(t.get("dtype")) if name != "__metadata__" else None
+        if code:
+            start, end = t["data_offsets"]
+            values = array.array(code)
+            values.frombytes(raw[8 + n + start:8 + n + end])
+            if sys.byteorder != "little":
+                values.byteswap()
+            out[name] = (t["shape"], values)
+    return out
 
 
 def write_json(path: Path, value) -> None:
@@ -255,6 +277,8 @@ class Queue:
             record["state"] = "done"
             record["wall_s"] = round(sum(p["seconds"] for p in record["parts"]), 1)
             self._finish(d)
+            if run.after:
+                run.after(d)
             write_json(d / "queue.json", record)
             self.log(f"queue: {exp.name}/{run.id}: done in {fmt_duration(elapsed)}")
             if self.commit:
