@@ -47,6 +47,7 @@ def tiny_end_to_end(tmp: Path):
         text = md.read_text() if md.exists() else ""
         check("## How this was made" in text and "CPU:" in text and "**Budget**" in text,
               f"{name}: report with budget, CPU and commands")
+    check((root / "e6_firing" / "rule-b" / "s0" / "weights.json").exists(), "e6: the after hook wrote weights.json")
     e1 = (rep / "e1_ascender_dense.md").read_text()
     check("| ascender | 2 |" in e1 and "paired bootstrap p" in e1, "e1: the comparison table and the paired test")
     check("Attention FLOPs" in e1, "e1: the FLOPs claim answered")
@@ -182,6 +183,47 @@ def cli(tmp: Path):
     check(r.returncode == 0 and "status" in r.stdout, "--help")
 
 
+def model_summary(tmp: Path):
+    """lib.read_safetensors against a file written here byte by byte, and experiment 6's weights.json (the mean
+    pairwise cosine of W's rows through |sum of unit rows|^2) against the cosine of every pair computed directly."""
+    import json
+    import random
+    import struct
+    import e6_firing
+    rng = random.Random(1)
+    p, d = 5, 7
+    w = [rng.uniform(-1, 1) for _ in range(p * d)]
+    w[2 * d:3 * d] = [0.0] * d  # a zero row: cosine 0 with every other row
+    w[0] = 1.0  # one weight at the clip
+    sp = [0.5, -1.0, 2.0, 0.0, 0.25]
+    tensors = {"model.hidden.W": ("F32", [p, d], struct.pack(f"<{p * d}f", *w)),
+               "model.hidden.SP": ("F64", [p], struct.pack(f"<{p}d", *sp)),
+               "model.step": ("I64", [1], struct.pack("<q", 3))}
+    header, blob = {"__metadata__": {"format": "pt"}}, b""
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(data)]}
+        blob += data
+    h = json.dumps(header).encode()
+    run = tmp / "summary_run"
+    (run / "ckpt").mkdir(parents=True)
+    (run / "ckpt" / "last.safetensors").write_bytes(len(h).to_bytes(8, "little") + h + blob)
+    t = lib.read_safetensors(run / "ckpt" / "last.safetensors")
+    w32 = list(struct.unpack(f"<{p * d}f", struct.pack(f"<{p * d}f", *w)))
+    check(set(t) == {"model.hidden.W", "model.hidden.SP"} and t["model.hidden.W"][0] == [p, d]
+          and list(t["model.hidden.W"][1]) == w32 and list(t["model.hidden.SP"][1]) == sp,
+          "read_safetensors: float tensors with their shapes and values, other dtypes and the metadata left out")
+    e6_firing.weight_summary(run)
+    got = lib.read_json(run / "weights.json") or {}
+    rows = [w32[i * d:(i + 1) * d] for i in range(p)]
+    norm = [sum(v * v for v in r) ** 0.5 for r in rows]
+    pairs = [sum(a * b for a, b in zip(rows[i], rows[j])) / (norm[i] * norm[j]) if norm[i] and norm[j] else 0.0
+             for i in range(p) for j in range(p) if i != j]
+    want = sum(pairs) / len(pairs)
+    check(abs(got.get("w_row_cosine", 9) - want) < 1e-9 and abs(got.get("w_at_clip", 9) - 1 / (p * d)) < 1e-12
+          and abs(got.get("sp_mean", 9) - sum(sp) / p) < 1e-12,
+          f"e6 weights.json: mean pairwise cosine {got.get('w_row_cosine')} (direct: {want}), the fraction at the clip")
+
+
 def main():
     if not (lib.REPO / "build").exists() and not os.environ.get("ASC_BUILD_DIR"):
         print("experiments_test: no build directory")
@@ -189,6 +231,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         tiny_end_to_end(tmp)
+        model_summary(tmp)
         mechanics(tmp)
         commits(tmp)
         cli(tmp)
