@@ -146,6 +146,20 @@ def test_numbers(tmp):
     groups = P.group_runs([SEED0, SEED1, other], None)
     check(sorted((label, len(runs)) for label, runs in groups) == [("model=ascender", 2), ("model=dense", 1)],
           f"group_runs: {groups}")
+    # Groups that differ in many keys: the label names the fewest that tell them apart, however far down the list.
+    variants = []
+    base = {"eta_f": 0.0, "eta_w": 0.0, "firing_init": "signed", "rule": "none"}
+    for name, changes in (("v_a", base), ("v_b", {"eta_f": 0.1, "eta_w": 0.1, "firing_init": "nonnegative", "rule": "A"}),
+                          ("v_c", {"eta_f": 0.1, "eta_w": 0.1, "firing_init": "nonnegative", "rule": "B"})):
+        d = os.path.join(tmp, name)
+        shutil.copytree(SEED1, d)
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        cfg.update(changes)
+        json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+        variants.append(d)
+    labels = [label for label, _ in P.group_runs(variants, None)]
+    check(sorted(labels) == ["eta_f=0.0, rule=none", "eta_f=0.1, rule=A", "eta_f=0.1, rule=B"],
+          f"group_runs: every group told apart, by the fewest keys: {labels}")
     groups = P.group_runs([SEED0, SEED1, other], "task")
     check([(label, len(runs)) for label, runs in groups] == [("task=listops", 3)], f"group_runs --label-by: {groups}")
     return other

@@ -268,14 +268,23 @@ def group_runs(runs, label_by):
              for run, cfg in zip(runs, configs)]
     for key, run, cfg in keyed:
         groups.setdefault(key, []).append((run, cfg))
-    # A group is labelled by the config values that differ between groups (or its model / task when only one).
+    # A group is labelled by the config values that differ between groups (or its model / task when only one): the
+    # fewest keys, taken in order (the telling ones first), that tell every group apart — a key is added only when it
+    # separates groups the keys before it did not.
     cfgs = [members[0][1] for members in groups.values()]
     differing = {k for c in cfgs for k in c if k not in NOT_GROUPING and any(c.get(k) != d.get(k) for d in cfgs)}
-    differing = sorted(differing, key=lambda k: (k not in ("model", "task", "run"), k))  # the telling keys first
+    chosen, distinct = [], 1
+    for k in sorted(differing, key=lambda k: (k not in ("model", "task", "run"), k)):
+        n = len({json.dumps([c.get(key) for key in chosen + [k]]) for c in cfgs})
+        if n > distinct:
+            chosen.append(k)
+            distinct = n
+        if distinct == len(cfgs):
+            break
     out = []
     for members in groups.values():
         cfg = members[0][1]
-        keys = [k for k in differing if k in cfg][:3] or [k for k in ("model", "task") if k in cfg]
+        keys = [k for k in chosen if k in cfg] or [k for k in ("model", "task") if k in cfg]
         label = ", ".join(f"{k}={cfg[k]}" for k in keys) or os.path.basename(os.path.normpath(members[0][0]))
         out.append((label, [run for run, _ in members]))
     return out
