@@ -197,11 +197,11 @@ def report(rep: lib.Report) -> str:
     fig = rep.plot("firing", rep.done("rule-b")[:1], "firing_rule_b")
     if fig:
         parts.append(f"Firing rates and thresholds of rule B, seed 0 (the first seed): ![firing]({fig})\n")
-    curves = rep.plot("curves", [d for n in ("ste", "rule-b", "rule-a") for d in rep.done(n)], "curves",
-                      "--metric", "accuracy", "--split", "val", "--label-by", "rule")
+    curves = rep.plot("curves", [d for n in ("ste", "rule-b", "rule-a", "mlp") for d in rep.done(n)], "curves",
+                      "--metric", "accuracy", "--split", "val")
     if curves:
-        parts.append(f"Validation accuracy of the firing network, by learning rule (none: backprop alone; the MLP "
-                     f"is in the table): ![validation accuracy]({curves})\n")
+        parts.append(f"Validation accuracy of the main arms (rule none: backprop alone): "
+                     f"![validation accuracy]({curves})\n")
     oja = rep.plot("curves", [d for n in ("rule-b", "rule-b-oja1e-4", "rule-b-no-oja") for d in rep.done(n)],
                    "curves_oja_rate", "--metric", "accuracy", "--split", "val", "--label-by", "eta_w")
     if oja:
