@@ -392,7 +392,10 @@ class Report:
         return json.loads(out.stdout)
 
     def plot(self, kind: str, run_dirs: list[Path], name: str, *extra: str) -> str | None:
-        """tools/plot.py KIND over run directories into FIG_DIR/NAME.png; the relative path, or None without matplotlib."""
+        """tools/plot.py KIND over run directories into FIG_DIR/NAME.png; the relative path, or None without matplotlib
+        or without a run to draw (an experiment not run yet)."""
+        if not run_dirs:
+            return None
         self.fig_dir.mkdir(parents=True, exist_ok=True)
         png = self.fig_dir / f"{name}.png"
         cmd = [python_with_matplotlib(), str(REPO / "tools" / "plot.py"), kind, *map(str, run_dirs), "--out", str(png),

@@ -11,6 +11,7 @@ next `run`, in this session or a later one. experiments/README.md describes the 
 """
 import argparse
 import importlib
+import re
 import sys
 import time
 from pathlib import Path
@@ -96,6 +97,12 @@ Every task is scaled down from the Long Range Arena to fit a 2-core machine; the
 """
 
 
+def relink(markdown: str, prefix: str) -> str:
+    """Relative links of a report (relative to its folder) made relative to another page: PREFIX/link. Absolute
+    links, web addresses, anchors and links that already climb (../) are left alone."""
+    return re.sub(r"\]\((?!https?:|/|\.\./|#)([^)]+)\)", lambda m: f"]({prefix}/{m.group(1)})", markdown)
+
+
 def write_results_page(exps, root, out_dir):
     """docs/results.md: each experiment's verdict lines (the section "## Verdicts" of its report) and a link to it."""
     parts = [RESULTS_HEAD]
@@ -107,6 +114,7 @@ def write_results_page(exps, root, out_dir):
         if "## Verdicts" in text:
             verdicts = text.split("## Verdicts", 1)[1].split("\n## ", 1)[0].strip()
         rel = (out_dir / f"{exp.name}.md").relative_to(lib.REPO)
+        verdicts = relink(verdicts, f"../{rel.parent}")
         parts.append(f"## {exp.title}\n\n[report](../{rel}) — {done} of {len(runs)} runs finished.\n\n"
                      + (verdicts if done and verdicts and verdicts != "_none yet_"
                         else "_Not run at full scale yet: no verdict._") + "\n")

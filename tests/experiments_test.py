@@ -48,6 +48,10 @@ def tiny_end_to_end(tmp: Path):
         check("## How this was made" in text and "CPU:" in text and "**Budget**" in text,
               f"{name}: report with budget, CPU and commands")
     check((root / "e6_firing" / "rule-b" / "s0" / "weights.json").exists(), "e6: the after hook wrote weights.json")
+    # every experiment reports before any of its runs is done (docs/results.md is written while the study runs)
+    r = queue("report", "--scale", "tiny", "--root", str(tmp / "no_runs"), "--out-dir", str(tmp / "no_reports"))
+    check(r.returncode == 0 and all((tmp / "no_reports" / f"{n}.md").exists() for n in ("e1_ascender_dense",
+          "e2_ablations", "e6_firing")), f"report with no finished run: exit {r.returncode} {r.stderr.strip()[-300:]}")
     e1 = (rep / "e1_ascender_dense.md").read_text()
     check("| ascender | 2 |" in e1 and "paired bootstrap p" in e1, "e1: the comparison table and the paired test")
     check("Attention FLOPs" in e1, "e1: the FLOPs claim answered")
@@ -174,6 +178,18 @@ def commits(tmp: Path):
           f"a run longer than the budget is not started: {logged[-1:]}")
 
 
+def results_links():
+    """docs/results.md copies the reports' verdicts: their figure links are rewritten to start from docs/."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("experiments_queue", REPO / "experiments" / "queue.py")
+    q = importlib.util.module_from_spec(spec)  # by its path: the standard library has a module named queue too
+    spec.loader.exec_module(q)
+    text = "a ![fig](e3/x.png) b [r](../y.md) c [w](https://e.org/z) d [h](#top) e [f](/abs/p.png)"
+    got = q.relink(text, "../bench/results/experiments")
+    check(got == "a ![fig](../bench/results/experiments/e3/x.png) b [r](../y.md) c [w](https://e.org/z) d [h](#top) "
+          "e [f](/abs/p.png)", f"relink: {got}")
+
+
 def cli(tmp: Path):
     r = queue("run", "--budget-min", "-1", "--scale", "tiny", "--root", str(tmp / "x"))
     check(r.returncode == 2 and "usage" in r.stderr, f"negative budget: usage, exit 2 ({r.returncode})")
@@ -234,6 +250,7 @@ def main():
         model_summary(tmp)
         mechanics(tmp)
         commits(tmp)
+        results_links()
         cli(tmp)
     if failures:
         print(f"experiments_test: {len(failures)} failure(s)")
