@@ -102,6 +102,18 @@ def state_of(d: Path) -> str:
     return "pending"
 
 
+def estimate(root: Path, exp: Experiment, run: Run, all_runs: list[Run] | None = None) -> float:
+    """Seconds the run will take: the mean wall time of its arm's finished runs on this machine (per step, times its
+    steps: evaluation included), else its steps times the cost per step measured beforehand."""
+    per_step = []
+    for other in all_runs if all_runs is not None else exp.runs("full"):
+        if other.arm == run.arm and other.steps:
+            rec = read_json(run_dir(root, exp, other) / "queue.json") or {}
+            if rec.get("state") == "done" and rec.get("wall_s"):
+                per_step.append(rec["wall_s"] / other.steps)
+    return run.steps * (sum(per_step) / len(per_step) if per_step else run.cost)
+
+
 def read_json(path: Path):
     try:
         return json.loads(path.read_text())
@@ -161,6 +173,13 @@ class Queue:
             for run in exp.runs(self.scale):
                 yield exp, run
 
+    def runs_of(self, exp: Experiment) -> list[Run]:
+        """The experiment's runs at this scale (made once: they are read for every run's time estimate)."""
+        cache = self.__dict__.setdefault("_runs_of", {})
+        if exp.name not in cache:
+            cache[exp.name] = exp.runs(self.scale)
+        return cache[exp.name]
+
     def check_version(self, exp: Experiment) -> None:
         versions = {r.get("code_version") for r in (read_json(p) for p in (self.root / exp.name).glob("**/queue.json"))
                     if r}
@@ -192,8 +211,9 @@ class Queue:
                 # A new run that its estimate (with a quarter to spare) says cannot finish before the deadline is not
                 # started: the budget usually ends with the session, and a run cut short costs its checkpoint's
                 # commit and a resume on the next machine. A partial run resumes whatever is left.
-                if state_of(d) == "pending" and run.cost and time.time() + 1.25 * run.steps * run.cost > deadline:
-                    self.log(f"queue: {exp.name}/{run.id}: needs ~{fmt_duration(run.steps * run.cost)}, more than "
+                need = estimate(self.root, exp, run, self.runs_of(exp))
+                if state_of(d) == "pending" and need and time.time() + 1.25 * need > deadline:
+                    self.log(f"queue: {exp.name}/{run.id}: needs ~{fmt_duration(need)}, more than "
                              f"the budget left ({fmt_duration(deadline - time.time())}); stopping here")
                     return False
                 if not self._one(exp, run, d, deadline):
@@ -226,8 +246,9 @@ class Queue:
         record["command"] = " ".join(["train", *args, "--seed", str(run.seed), "--out", str(d.relative_to(REPO)
                                      if d.is_relative_to(REPO) else d)])
         left = deadline - time.time()
+        need = estimate(self.root, exp, run, self.runs_of(exp))
         self.log(f"queue: {exp.name}/{run.id}: {'resuming' if '--resume' in cmd else 'starting'} "
-                 f"({run.steps} steps, ~{fmt_duration(run.steps * run.cost) if run.cost else '?'}; "
+                 f"({run.steps} steps, ~{fmt_duration(need) if need else '?'}; "
                  f"budget left: {fmt_duration(left)})")
         start = time.time()
         d.mkdir(parents=True, exist_ok=True)

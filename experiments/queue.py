@@ -42,7 +42,7 @@ def cmd_status(args) -> int:
     for exp in load(args.experiments):
         runs = exp.runs(args.scale)
         states = [lib.state_of(lib.run_dir(root, exp, r)) for r in runs]
-        left = sum(r.steps * r.cost for r, s in zip(runs, states) if s in ("pending", "partial"))
+        left = sum(lib.estimate(root, exp, r, runs) for r, s in zip(runs, states) if s in ("pending", "partial"))
         total_left += left
         counts = {s: states.count(s) for s in ("done", "partial", "pending", "failed")}
         print(f"{exp.name:22s} {len(runs):4d} runs: {counts['done']:4d} done, {counts['partial']:3d} partial, "
@@ -52,7 +52,8 @@ def cmd_status(args) -> int:
             for r, s in zip(runs, states):
                 print(f"    {s:8s} {r.id}")
     print(f"total: ~{lib.fmt_duration(total_left)} of training left at scale '{args.scale}' "
-          f"(estimates from this machine's measured seconds per step); code version {lib.code_version()}")
+          f"(estimates: the mean wall time of each arm's finished runs, else the seconds per step measured beforehand); "
+          f"code version {lib.code_version()}")
     return 0
 
 

@@ -178,6 +178,23 @@ def commits(tmp: Path):
           f"a run longer than the budget is not started: {logged[-1:]}")
 
 
+def estimates(tmp: Path):
+    """A run's time estimate: its arm's finished runs' mean wall time per step (other states and arms ignored), else
+    its steps times its cost per step."""
+    exp = lib.Experiment(name="est", title="t", report=lambda rep: "",
+                         runs=lambda scale: [lib.Run(id=f"{arm}/s{i}", arm=arm, seed=i, args=[], steps=100, cost=0.5)
+                                             for arm in ("a", "b") for i in range(4)])
+    root = tmp / "est_root"
+    for rid, state, wall in (("a/s0", "done", 30.0), ("a/s1", "done", 50.0), ("a/s2", "failed", 900.0),
+                             ("b/s0", "partial", 70.0)):
+        (root / "est" / rid).mkdir(parents=True)
+        lib.write_json(root / "est" / rid / "queue.json", {"state": state, "wall_s": wall})
+    runs = exp.runs("full")
+    check(abs(lib.estimate(root, exp, lib.Run(id="a/s3", arm="a", seed=3, args=[], steps=200, cost=0.5), runs) - 80.0)
+          < 1e-9, "estimate: twice the steps of the arm's finished runs (40 s each) -> 80 s")
+    check(lib.estimate(root, exp, runs[-1], runs) == 50.0, "estimate: an arm with no finished run -> steps x cost")
+
+
 def results_links():
     """docs/results.md copies the reports' verdicts: their figure links are rewritten to start from docs/."""
     import importlib.util
@@ -250,6 +267,7 @@ def main():
         model_summary(tmp)
         mechanics(tmp)
         commits(tmp)
+        estimates(tmp)
         results_links()
         cli(tmp)
     if failures:
