@@ -50,7 +50,9 @@ def report(rep: lib.Report) -> str:
             continue
         parts.append(ru.comparison_table(cmp, "ascender", "dense") + "\n")
         acc_rows.append(task)
-        verdicts.append(ru.verdict_accuracy(cmp, CLAIM_ACC, f"{task}: ASCender up to +{CLAIM_ACC} points"))
+        verdict = ru.verdict_accuracy(cmp, CLAIM_ACC, f"{task}: ASCender up to +{CLAIM_ACC} points")
+        n_done, n_all = len(rep.done(a)) + len(rep.done(b)), 2 * SEEDS[scale]
+        verdicts.append(verdict + (f" **Preliminary: {n_done} of {n_all} runs finished.**" if n_done < n_all else ""))
         eff_rows.append([task, *ru.efficiency_cells(rep, a, b)])
         fig = rep.plot("curves", rep.done(a) + rep.done(b), f"curves_{task}", "--metric", "accuracy",
                        "--split", "val", "--label-by", "model")
