@@ -102,11 +102,11 @@ def state_of(d: Path) -> str:
     return "pending"
 
 
-def estimate(root: Path, exp: Experiment, run: Run, all_runs: list[Run] | None = None) -> float:
+def estimate(root: Path, exp: Experiment, run: Run, all_runs: list[Run]) -> float:
     """Seconds the run will take: the mean wall time of its arm's finished runs on this machine (per step, times its
     steps: evaluation included), else its steps times the cost per step measured beforehand."""
     per_step = []
-    for other in all_runs if all_runs is not None else exp.runs("full"):
+    for other in all_runs:  # the experiment's runs at the scale being run
         if other.arm == run.arm and other.steps:
             rec = read_json(run_dir(root, exp, other) / "queue.json") or {}
             if rec.get("state") == "done" and rec.get("wall_s"):
@@ -167,18 +167,18 @@ class Queue:
         self.allow_mixed, self.log = allow_mixed, log
         self.version = code_version()
         self.interrupted = False
+        self._runs_of: dict[str, list[Run]] = {}
 
     def runs(self, exps: list[Experiment]):
         for exp in exps:
-            for run in exp.runs(self.scale):
+            for run in self.runs_of(exp):
                 yield exp, run
 
     def runs_of(self, exp: Experiment) -> list[Run]:
         """The experiment's runs at this scale (made once: they are read for every run's time estimate)."""
-        cache = self.__dict__.setdefault("_runs_of", {})
-        if exp.name not in cache:
-            cache[exp.name] = exp.runs(self.scale)
-        return cache[exp.name]
+        if exp.name not in self._runs_of:
+            self._runs_of[exp.name] = exp.runs(self.scale)
+        return self._runs_of[exp.name]
 
     def check_version(self, exp: Experiment) -> None:
         versions = {r.get("code_version") for r in (read_json(p) for p in (self.root / exp.name).glob("**/queue.json"))
@@ -216,7 +216,7 @@ class Queue:
                     self.log(f"queue: {exp.name}/{run.id}: needs ~{fmt_duration(need)}, more than "
                              f"the budget left ({fmt_duration(deadline - time.time())}); stopping here")
                     return False
-                if not self._one(exp, run, d, deadline):
+                if not self._one(exp, run, d, deadline, need):
                     return False
             if waiting:
                 self.log(f"queue: {len(waiting)} run(s) wait for the outputs of others, e.g. {waiting[0]} "
@@ -229,7 +229,7 @@ class Queue:
     def _on_signal(self, *_):
         self.interrupted = True
 
-    def _one(self, exp: Experiment, run: Run, d: Path, deadline: float) -> bool:
+    def _one(self, exp: Experiment, run: Run, d: Path, deadline: float, need: float) -> bool:
         train = tool("train")
         record = read_json(d / "queue.json") or {"code_version": self.version, "parts": []}
         args = [a.replace("{root}", str(self.root)) for a in run.args]
@@ -246,7 +246,6 @@ class Queue:
         record["command"] = " ".join(["train", *args, "--seed", str(run.seed), "--out", str(d.relative_to(REPO)
                                      if d.is_relative_to(REPO) else d)])
         left = deadline - time.time()
-        need = estimate(self.root, exp, run, self.runs_of(exp))
         self.log(f"queue: {exp.name}/{run.id}: {'resuming' if '--resume' in cmd else 'starting'} "
                  f"({run.steps} steps, ~{fmt_duration(need) if need else '?'}; "
                  f"budget left: {fmt_duration(left)})")
