@@ -69,9 +69,13 @@ def tool(name: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def code_version() -> str:
+    """The last commit of the code, with "+uncommitted" when the code's files differ from it: a run made from an
+    edited tree is not recorded as the commit's, and the queue will not mix it with that commit's runs."""
     out = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%H", "--", *CODE_DIRS],
                          capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", *CODE_DIRS],
+                           capture_output=True, text=True)
+    return (out.stdout.strip() or "unknown") + ("+uncommitted" if dirty.stdout.strip() else "")
 
 
 def cpu_model() -> str:

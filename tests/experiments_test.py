@@ -195,6 +195,41 @@ def estimates(tmp: Path):
     check(lib.estimate(root, exp, runs[-1], runs) == 50.0, "estimate: an arm with no finished run -> steps x cost")
 
 
+def versions(tmp: Path):
+    """The code version: the last commit of the code's files, marked +uncommitted when they differ from it (a run
+    from an edited tree is not the commit's); results, docs and tools/plot.py do not change it."""
+    repo = tmp / "version_repo"
+    (repo / "core").mkdir(parents=True)
+    (repo / "tools").mkdir()
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True)  # noqa: E731
+    git("init", "-q")
+    git("config", "user.email", "test@example.com")
+    git("config", "user.name", "test")
+    (repo / "core" / "a.cpp").write_text("int a;\n")
+    (repo / "tools" / "plot.py").write_text("# draws\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "code")
+    head = git("rev-parse", "HEAD").stdout.strip()
+    saved, lib.REPO = lib.REPO, repo
+
+    def version():  # code_version() is cached: one answer per process, asked again here after each edit
+        lib.code_version.cache_clear()
+        return lib.code_version()
+    try:
+        check(version() == head, f"a clean tree: the commit ({version()})")
+        (repo / "notes.md").write_text("a result\n")
+        (repo / "tools" / "plot.py").write_text("# draws differently\n")
+        check(version() == head, "results and tools/plot.py edited: still the commit")
+        (repo / "core" / "a.cpp").write_text("int a = 1;\n")
+        check(version() == head + "+uncommitted", f"the code edited: {version()}")
+        (repo / "core" / "a.cpp").write_text("int a;\n")
+        (repo / "core" / "b.cpp").write_text("int b;\n")
+        check(version() == head + "+uncommitted", "a new, untracked code file: +uncommitted")
+    finally:
+        lib.REPO = saved
+        lib.code_version.cache_clear()
+
+
 def results_links():
     """docs/results.md copies the reports' verdicts: their figure links are rewritten to start from docs/."""
     import importlib.util
@@ -268,6 +303,7 @@ def main():
         mechanics(tmp)
         commits(tmp)
         estimates(tmp)
+        versions(tmp)
         results_links()
         cli(tmp)
     if failures:
