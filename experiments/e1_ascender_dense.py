@@ -36,15 +36,16 @@ def report(rep: lib.Report) -> str:
     scale = rep.scale
     parts = [ru.header(rep, "Experiment 1 — ASCender vs dense attention (both RoPE)",
                        f"{budget.steps(scale)} steps of batch 32 per run ({budget.steps(scale) * 32} examples seen), "
-                       f"{SEEDS[scale]} seeds (0–{SEEDS[scale] - 1}) per arm, data seed 0; the flags of the ASCender "
-                       f"runs: `{' '.join(rep.runs[-1].args)}` (dense: the same, its feed-forward width matched to "
-                       f"ASCender's parameter count)")]
+                       f"{SEEDS[scale]} seeds (0–{SEEDS[scale] - 1}) per arm, data seed 0; each task's flags under its "
+                       f"heading (dense: ASCender's, its feed-forward width matched to ASCender's parameter count)")]
     acc_rows, eff_rows, verdicts = [], [], []
     for task in TASKS[scale]:
         a, b = f"{task}/ascender", f"{task}/dense"
         cmp = rep.compare(a, b)
         parts.append(f"### {budget.TASKS[task]['what']}\n" if scale == "full" else
                      f"### {task} (this scale: `{' '.join(budget.task_flags(task, scale))}`)\n")
+        flags = next(r.args for r in rep.runs if r.arm == a)
+        parts.append(f"ASCender's flags: `{' '.join(flags)}`\n")
         if cmp is None:
             parts.append("_no finished runs yet_\n")
             continue

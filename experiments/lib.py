@@ -396,7 +396,12 @@ class Report:
 
     def compare(self, a: str, b: str, metric: str = "test_accuracy") -> dict | None:
         """stats compare between two arms' finished runs (None when either has none)."""
-        da, db = self.done(a), self.done(b)
+        return self.compare_dirs(self.done(a), self.done(b), a, b, metric)
+
+    def compare_dirs(self, da: list[Path], db: list[Path], a: str, b: str, metric: str = "test_accuracy",
+                     strict: bool = True) -> dict | None:
+        """stats compare between two lists of finished run directories (of any experiment). strict=False: None when
+        stats refuses them (runs of another experiment evaluated on other test examples) instead of stopping."""
         if not da or not db:
             return None
         out = self.fig_dir / f"compare_{a}_vs_{b}.json".replace("/", "-")
@@ -405,6 +410,8 @@ class Report:
                "--a-name", a, "--b-name", b, "--json", str(out)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
+            if not strict:
+                return None
             raise SystemExit(f"report: stats compare {a} vs {b} failed: {r.stderr.strip()}")
         result = json.loads(out.read_text())
         out.unlink()  # the report keeps the figures it prints; the JSON is regenerated on demand

@@ -92,7 +92,8 @@ RESULTS_HEAD = """# Results: the mechanisms' claims against our measurements
 Written by `python3 experiments/queue.py report` from the full-scale runs of [`experiments/`](../experiments/README.md)
 — do not edit by hand. Each section is one experiment: its report (tables with budgets, statistics, figures and the
 exact commands) and its verdicts, one line per claim, by the rule of experiments/README.md: **holds** (a significant
-gain), **does not hold** (no significant gain although the budget could have detected the claimed one, or a
+gain, the claimed size within reach of its intervals), **holds in direction only** (a significant gain, smaller
+than claimed), **does not hold** (no significant gain although the budget could have detected the claimed one, or a
 significant loss), **not testable here** (the claimed effect is below what the test set and seed count can detect).
 Every task is scaled down from the Long Range Arena to fit a 2-core machine; the reports say how.
 """

@@ -29,7 +29,8 @@ def footer(rep: lib.Report) -> str:
     return ("\n## How this was made\n\n```sh\n"
             f"python3 experiments/queue.py run {rep.exp.name}{scale}      # resumable; --budget-min N to stop in time\n"
             f"python3 experiments/queue.py report {rep.exp.name}{scale}\n"
-            + (f"# one of its runs:\n{example['command']}\n" if example.get("command") else "")
+            + (f"# one of its runs:\n{example['command'].replace(str(lib.REPO) + '/', '')}\n"
+               if example.get("command") else "")
             + "```\n\nStatistics (docs/stats.md): mean ± sample std over seeds; 95 % percentile-bootstrap intervals "
             "(10 000 resamples, seed 0); paired bootstrap and approximate randomisation over test examples (each "
             "example's correctness averaged over a model's seeds); Cohen's d and Cliff's δ over seeds; MDE = the "
@@ -83,7 +84,10 @@ def _tests(cmp: dict):
 def verdict_accuracy(cmp: dict, claim_points: float, label: str) -> str:
     """The rule, the same for every claim of a gain in accuracy:
     holds          the difference is positive with p < 0.05 both in the paired test over test examples and in Welch's
-                   t-test over seeds (a t-test, not the bootstrap interval: with 2-5 seeds that interval is too narrow);
+                   t-test over seeds (a t-test, not the bootstrap interval: with 2-5 seeds that interval is too narrow)
+                   and the claimed size is not above both 95 % intervals of the difference (over seeds, over examples);
+    holds in direction only
+                   such a significant gain, but the claimed size lies above both intervals: a gain, smaller than claimed;
     does not hold  a significant loss (both tests), or the claimed gain is at least the larger MDE (examples, seeds)
                    and the result is not a significant gain;
     not testable   the claimed gain is below that MDE, or a statistic is missing (fewer than 2 seeds per arm, no
@@ -93,7 +97,12 @@ def verdict_accuracy(cmp: dict, claim_points: float, label: str) -> str:
         return (f"- **{label}** (claim) — not testable here: the comparison needs at least 2 finished seeds per arm "
                 f"and per-example predictions.")
     significant = p < 0.05 and welch < 0.05
-    if significant and diff > 0:
+    highs = [100 * c["high"] for c in (cmp.get("difference_ci"), cmp.get("paired_bootstrap")) if c and "high" in c]
+    if significant and diff > 0 and highs and claim_points > max(highs):
+        v = (f"holds in direction only: a significant gain of {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p "
+             f"{lib.fmt_p(welch)}), but the claimed {claim_points:+.1f} lies above both 95 % intervals (highest bound "
+             f"{max(highs):+.2f})")
+    elif significant and diff > 0:
         v = f"holds: a significant gain of {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)})"
     elif significant and diff < 0:
         v = f"does not hold: a significant loss of {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)})"

@@ -230,6 +230,74 @@ def versions(tmp: Path):
         lib.code_version.cache_clear()
 
 
+def verdicts():
+    """The accuracy verdict's rule (report_util.verdict_accuracy) on made-up comparisons, one per branch."""
+    import report_util as ru
+
+    def cmp(diff, p, welch, seeds_ci, pair_ci, mde=0.01):
+        return {"difference": diff, "paired_bootstrap": {"p": p, "low": pair_ci[0], "high": pair_ci[1]},
+                "welch_t_test": {"p": welch}, "difference_ci": {"low": seeds_ci[0], "high": seeds_ci[1]},
+                "mde_examples": mde, "mde_seeds": mde}
+    small = ru.verdict_accuracy(cmp(0.011, 0.001, 0.04, (0.005, 0.019), (0.005, 0.017)), 8.3, "c")
+    check("holds in direction only" in small and "+1.90" in small, f"a significant gain far below the claim: {small}")
+    full = ru.verdict_accuracy(cmp(0.07, 0.001, 0.01, (0.05, 0.09), (0.06, 0.08)), 8.3, "c")
+    check("— holds:" in full, f"a significant gain whose interval holds the claim: {full}")
+    loss = ru.verdict_accuracy(cmp(-0.03, 0.001, 0.01, (-0.05, -0.01), (-0.04, -0.02)), 8.3, "c")
+    check("significant loss" in loss, f"a significant loss: {loss}")
+    none = ru.verdict_accuracy(cmp(0.002, 0.4, 0.5, (-0.01, 0.01), (-0.01, 0.01)), 8.3, "c")
+    check("does not hold at this budget" in none, f"no significant gain, the claim detectable: {none}")
+    blind = ru.verdict_accuracy(cmp(0.002, 0.4, 0.5, (-0.1, 0.1), (-0.1, 0.1), mde=0.1), 8.3, "c")
+    check("not testable" in blind, f"the claim below the MDE: {blind}")
+
+
+def e4_verdicts(tmp: Path):
+    """Experiment 4's full-scale verdicts on made-up runs (the tiny scale has no length buckets): per-example
+    predictions drawn so that ASCender is clearly better than dense attention in the training lengths and clearly
+    worse at the longest, and its accuracy falls there; on image its gain is too small to be significant."""
+    import random
+    import gzip
+    import e1_ascender_dense as e1
+    import e4_pareto_length as e4
+    root, rng = tmp / "e4_root", random.Random(0)
+
+    def run(d: Path, rate: float, n: int = 500, correct=None, **summary):
+        d.mkdir(parents=True)
+        correct = correct or [1 if rng.random() < rate else 0 for _ in range(n)]
+        rows = "".join(f"{i},{i % 10},{i % 10 if c else (i + 1) % 10},{c}\n" for i, c in enumerate(correct))
+        with gzip.open(d / "predictions.csv.gz", "wt") as f:
+            f.write("index,label,prediction,correct\n" + rows)
+        lib.write_json(d / "summary.json", {"test_accuracy": sum(correct) / n, **summary})
+        lib.write_json(d / "queue.json", {"state": "done"})
+        (d / "metrics.csv").write_text("step,split,L0.omega_align.h0\n1,val,0.1\n")
+    rate = {("ascender", "128-256"): 0.60, ("dense", "128-256"): 0.40, ("ascender", "512-1024"): 0.15,
+            ("dense", "512-1024"): 0.35}
+    for r in e4.runs("full"):
+        model, bucket = r.arm.split("/")
+        run(root / "e4_pareto_length" / r.id, rate.get((model, bucket), 0.3))
+    for task in ("listops", "image"):
+        for model in e1.MODELS:
+            for seed in range(e1.SEEDS["full"]):
+                flops = 2e5 if model == "dense" else 5e5
+                if task == "listops":  # ASCender 30 points better
+                    rate, correct = (0.8 if model == "ascender" else 0.5), None
+                else:  # the same predictions, but 4 of 2000 examples more right in ASCender's seed 0: a gain, tiny
+                    correct = [i % 2 for i in range(2000)]
+                    if model == "ascender" and seed == 0:
+                        correct[0:8:2] = [1] * 4
+                run(root / "e1_ascender_dense" / task / model / f"s{seed}", rate, n=2000, correct=correct,
+                    attention_flops_per_token=flops, tokens_per_s=1e4)
+    text = e4.report(lib.Report(e4.EXPERIMENT, root, "full", tmp / "e4_out"))
+    verdicts = text.split("## Verdicts", 1)[-1]
+    check("listops: ASCender moves the accuracy–FLOPs Pareto front** (seed 001, Fig. 2) — holds" in verdicts,
+          "e4: a significant gain over the cheaper arm moves the front")
+    check("image: ASCender moves the accuracy–FLOPs Pareto front** (seed 001, Fig. 2) — not shown" in verdicts,
+          "e4: a gain that is not significant does not")
+    check("maintains quality under increasing sequence lengths** (seed 001, Fig. 5; trained on 128-256 tokens) — does "
+          "not hold" in verdicts, "e4: a significant fall at the longest lengths")
+    check("degrades less than dense attention beyond the training lengths** (seed 001, Fig. 5) — does not hold"
+          in verdicts, "e4: significantly below dense attention at the longest lengths")
+
+
 def results_links():
     """docs/results.md copies the reports' verdicts: their figure links are rewritten to start from docs/."""
     import importlib.util
@@ -304,6 +372,8 @@ def main():
         commits(tmp)
         estimates(tmp)
         versions(tmp)
+        verdicts()
+        e4_verdicts(tmp)
         results_links()
         cli(tmp)
     if failures:
