@@ -8,6 +8,8 @@
     python3 experiments/queue.py run e4_pareto_length && python3 experiments/queue.py report e4_pareto_length
 """
 import csv
+from pathlib import Path
+from typing import NamedTuple
 
 import e1_ascender_dense as e1
 import e5_asam as e5
@@ -41,22 +43,34 @@ def runs(scale):
     return out
 
 
-def _arm_points(rep, exp_name, arms_by_task):
-    """(task, arm, mean accuracy, std, mean attention FLOPs/token, mean tokens/s, run directories, accuracies) of
-    finished runs of another experiment, read from its run directories under the same root."""
+class Point(NamedTuple):
+    """One arm of one task on the accuracy–cost plane: means over its finished seeds, and what they came from."""
+    task: str
+    arm: str
+    mean: float             # test accuracy, 0-1
+    sd: float
+    flops: float            # attention FLOPs per token
+    tps: float              # training tokens per second
+    dirs: list[Path]        # the finished runs
+    acc: list[float]        # their test accuracies
+
+
+def _arm_points(rep, exp_name, arms_by_task) -> list[Point]:
+    """The finished runs of another experiment, read from its run directories under the same root."""
     pts = []
     for task, arms in arms_by_task.items():
         for arm in arms:
-            dirs = [d for d in sorted((rep.root / exp_name / task / arm).glob("s*")) if lib.state_of(d) == "done"
-                    and lib.read_json(d / "summary.json")]
-            sums = [lib.read_json(d / "summary.json") for d in dirs]
-            if not sums:
+            done = [(d, lib.read_json(d / "summary.json")) for d in sorted((rep.root / exp_name / task / arm).glob("s*"))
+                    if lib.state_of(d) == "done"]
+            done = [(d, s) for d, s in done if s]
+            if not done:
                 continue
+            sums = [s for _, s in done]
             acc = [s["test_accuracy"] for s in sums]
             m = sum(acc) / len(acc)
             sd = (sum((a - m) ** 2 for a in acc) / (len(acc) - 1)) ** 0.5 if len(acc) > 1 else 0.0
-            pts.append((task, arm, m, sd, sum(s["attention_flops_per_token"] for s in sums) / len(sums),
-                        sum(s["tokens_per_s"] for s in sums) / len(sums), dirs, acc))
+            pts.append(Point(task, arm, m, sd, sum(s["attention_flops_per_token"] for s in sums) / len(sums),
+                             sum(s["tokens_per_s"] for s in sums) / len(sums), [d for d, _ in done], acc))
     return pts
 
 
@@ -65,25 +79,25 @@ def _pareto_verdict(rep, task, pts) -> str:
     accurate and cheaper; one that is on it only by being more accurate than the cheaper arms moves it only if that
     gain is real: significant (paired p < 0.05 over test examples and Welch p < 0.05 over seeds; Welch alone for
     arms evaluated on other test examples) over every cheaper arm."""
-    asc = next(p for p in pts if p[0] == task and p[1] == "ascender")
-    others = [p for p in pts if p[0] == task and p[1] != "ascender"]
+    asc = next(p for p in pts if p.task == task and p.arm == "ascender")
+    others = [p for p in pts if p.task == task and p.arm != "ascender"]
     label = f"- **{task}: ASCender moves the accuracy–FLOPs Pareto front** (seed 001, Fig. 2) — "
-    dominators = [p[1] for p in others if p[2] >= asc[2] and p[4] <= asc[4]]
+    dominators = [p.arm for p in others if p.mean >= asc.mean and p.flops <= asc.flops]
     if dominators:
         return label + (f"does not hold: {', '.join(dominators)} is as accurate or more at fewer attention FLOPs "
                         f"(means over seeds).")
-    cheaper = [p for p in others if p[4] < asc[4]]
+    cheaper = [p for p in others if p.flops < asc.flops]
     if not cheaper:
         return label + "holds: no other arm is as accurate, and none is cheaper (means over seeds)."
     gains, weak = [], []
     for p in cheaper:
-        cmp = rep.compare_dirs(asc[6], p[6], f"{task}/ascender", f"{task}/{p[1]}", strict=False)
-        diff, paired, welch, _ = ru._tests(cmp) if cmp else (100 * (asc[2] - p[2]), None, None, None)
-        if welch is None and len(asc[7]) > 1 and len(p[7]) > 1:
-            welch = rep.stats([{"op": "welch_t_test", "a": asc[7], "b": p[7]}])[0]["p"]
+        cmp = rep.compare_dirs(asc.dirs, p.dirs, f"{task}/ascender", f"{task}/{p.arm}", strict=False)
+        diff, paired, welch, _ = ru._tests(cmp) if cmp else (100 * (asc.mean - p.mean), None, None, None)
+        if welch is None and len(asc.acc) > 1 and len(p.acc) > 1:
+            welch = rep.stats([{"op": "welch_t_test", "a": asc.acc, "b": p.acc}])[0]["p"]
         tests = ", ".join(f"{n} p {lib.fmt_p(v)}" for n, v in (("paired", paired), ("Welch", welch)) if v is not None)
-        text = f"{p[1]} ({diff:+.2f} points, {tests or 'untested'}; ASCender costs {asc[4] / p[4]:.2f}× its FLOPs)"
-        real = diff > 0 and welch is not None and welch < 0.05 and (paired is None or paired < 0.05)
+        text = f"{p.arm} ({diff:+.2f} points, {tests or 'untested'}; ASCender costs {asc.flops / p.flops:.2f}× its FLOPs)"
+        real = diff > 0 and ru.significant(paired, welch, paired_optional=True)
         (gains if real else weak).append(text)
     if weak:
         return label + ("not shown: ASCender is on the front only by its mean accuracy; its gain over the cheaper "
@@ -132,8 +146,8 @@ def _length_section(rep, scale, buckets, verdicts) -> str:
             f"{longest} tokens ({l - t:+.2f} points, Welch p {lib.fmt_p(w)})"
             + (f"; dense attention {d[0]:.2f} → {d[1]:.2f} % ({d[1] - d[0]:+.2f})" if d else "") + ".")
     if longer:
-        wins = [x for x in longer if x[1] > 0 and x[2] is not None and x[2] < 0.05 and x[3] < 0.05]
-        losses = [x for x in longer if x[1] < 0 and x[2] is not None and x[2] < 0.05 and x[3] < 0.05]
+        wins = [x for x in longer if x[1] > 0 and ru.significant(x[2], x[3])]
+        losses = [x for x in longer if x[1] < 0 and ru.significant(x[2], x[3])]
         cells = "; ".join(f"{b}: {diff:+.2f} (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(w)})"
                           for b, diff, p, w in longer)
         verdicts.append(
@@ -151,7 +165,7 @@ def report(rep: lib.Report) -> str:
                        f"re-evaluated on {TEST_SIZE[scale]} regenerated test examples per length bucket")]
     # ---- Fig. 2
     pts = _arm_points(rep, "e1_ascender_dense", {t: e1.MODELS for t in e1.TASKS[scale]})
-    pts += [p for p in _arm_points(rep, "e5_asam", {t: e5.ARMS for t in e5.TASKS[scale]}) if p[1] != "dense"]
+    pts += [p for p in _arm_points(rep, "e5_asam", {t: e5.ARMS for t in e5.TASKS[scale]}) if p.arm != "dense"]
     if pts:
         rep.fig_dir.mkdir(parents=True, exist_ok=True)
         rows = []
@@ -169,8 +183,8 @@ def report(rep: lib.Report) -> str:
                 parts.append(f"![{name}]({fig})\n")
         for task, arm, m, sd, flops, tps, *_ in pts:
             rows.append([task, arm, f"{100 * m:.2f} ± {100 * sd:.2f}", f"{flops:,.0f}", f"{tps:,.0f}"])
-        for task in sorted({p[0] for p in pts}):
-            if any(p[0] == task and p[1] == "ascender" for p in pts):
+        for task in sorted({p.task for p in pts}):
+            if any(p.task == task and p.arm == "ascender" for p in pts):
                 verdicts.append(_pareto_verdict(rep, task, pts))
         parts.insert(1, "## Fig. 2 — accuracy against attention FLOPs and speed\n\n"
                      + lib.md_table(["task", "arm", "test accuracy %", "attention FLOPs / token", "tokens / s"], rows)

@@ -81,6 +81,13 @@ def _tests(cmp: dict):
     return diff, p, welch, mde
 
 
+def significant(paired, welch, paired_optional: bool = False) -> bool:
+    """The project's test of a difference: p < 0.05 both over test examples (paired) and over seeds (Welch). A paired
+    p may be missing (paired_optional) only where the runs compared were evaluated on different test examples."""
+    return (welch is not None and welch < 0.05
+            and (paired < 0.05 if paired is not None else paired_optional))
+
+
 def verdict_accuracy(cmp: dict, claim_points: float, label: str) -> str:
     """The rule, the same for every claim of a gain in accuracy:
     holds          the difference is positive with p < 0.05 both in the paired test over test examples and in Welch's
@@ -96,15 +103,15 @@ def verdict_accuracy(cmp: dict, claim_points: float, label: str) -> str:
     if None in (diff, p, welch, mde):
         return (f"- **{label}** (claim) — not testable here: the comparison needs at least 2 finished seeds per arm "
                 f"and per-example predictions.")
-    significant = p < 0.05 and welch < 0.05
+    sig = significant(p, welch)
     highs = [100 * c["high"] for c in (cmp.get("difference_ci"), cmp.get("paired_bootstrap")) if c and "high" in c]
-    if significant and diff > 0 and highs and claim_points > max(highs):
+    if sig and diff > 0 and highs and claim_points > max(highs):
         v = (f"holds in direction only: a significant gain of {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p "
              f"{lib.fmt_p(welch)}), but the claimed {claim_points:+.1f} lies above both 95 % intervals (highest bound "
              f"{max(highs):+.2f})")
-    elif significant and diff > 0:
+    elif sig and diff > 0:
         v = f"holds: a significant gain of {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)})"
-    elif significant and diff < 0:
+    elif sig and diff < 0:
         v = f"does not hold: a significant loss of {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)})"
     elif claim_points < mde:
         v = (f"not testable at this budget: the claimed {claim_points:+.1f} is below the MDE of {mde:.1f} points "
@@ -121,10 +128,10 @@ def verdict_term(cmp: dict, what: str) -> str:
     diff, p, welch, mde = _tests(cmp)
     if None in (diff, p, welch, mde):
         return f"- **{what} lowers accuracy** (claim) — not testable here: needs 2 seeds per arm and predictions."
-    significant = p < 0.05 and welch < 0.05
-    if significant and diff < 0:
+    sig = significant(p, welch)
+    if sig and diff < 0:
         v = f"holds: {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)})"
-    elif significant and diff > 0:
+    elif sig and diff > 0:
         v = f"does not hold: the layer is better without it, {diff:+.2f} points (paired p {lib.fmt_p(p)})"
     else:
         v = (f"no effect detected: {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)}; "
