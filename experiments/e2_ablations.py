@@ -81,10 +81,15 @@ def report(rep: lib.Report) -> str:
     full = [rep.summary(d).get("test_accuracy") for d in rep.done("full")]
     parts.append(f"Full layer: test accuracy {lib.fmt_mean_std([v for v in full if v is not None])} % "
                  f"over {len(full)} seeds.\n")
+    task_flags = budget.task_flags(TASK, scale)
+    tokens = int(task_flags[task_flags.index("--image-size") + 1]) ** 2  # one token per pixel of the pooled image
     parts.append(lib.md_table(["variant", "what", "test accuracy %", "Δ vs full (points)", "95 % CI over seeds",
                                "paired p", "MDE"], rows))
     parts.append("\nA variant whose interval includes 0 and whose p is above 0.05 is indistinguishable from the full "
-                 "layer at this budget; the MDE column says how large a difference could have been seen.\n")
+                 "layer at this budget; the MDE column says how large a difference could have been seen. The third "
+                 "window of the plan, w = 256, is not run: key j is in row i's window when |i − j| < w, so at "
+                 f"{tokens} tokens a window of 256 holds every key and the variant is the full "
+                 "layer.\n")
     parts.append("## Verdicts\n\n" + ("\n".join(verdicts) if verdicts else "_none yet_") + "\n")
     heads = rep.plot("heads", rep.done("full")[:1], "heads_full")
     if heads:

@@ -92,7 +92,7 @@ def _pareto_verdict(rep, task, pts) -> str:
     gains, weak = [], []
     for p in cheaper:
         cmp = rep.compare_dirs(asc.dirs, p.dirs, f"{task}/ascender", f"{task}/{p.arm}", strict=False)
-        diff, paired, welch, _ = ru._tests(cmp) if cmp else (100 * (asc.mean - p.mean), None, None, None)
+        diff, paired, welch, _ = ru.tests_of(cmp) if cmp else (100 * (asc.mean - p.mean), None, None, None)
         if welch is None and len(asc.acc) > 1 and len(p.acc) > 1:
             welch = rep.stats([{"op": "welch_t_test", "a": asc.acc, "b": p.acc}])[0]["p"]
         tests = ", ".join(f"{n} p {lib.fmt_p(v)}" for n, v in (("paired", paired), ("Welch", welch)) if v is not None)
@@ -123,7 +123,7 @@ def _length_section(rep, scale, buckets, verdicts) -> str:
         cmp = rep.compare(f"ascender/{b}", f"dense/{b}")
         if cmp is None:
             continue
-        diff, paired, welch, mde = ru._tests(cmp)
+        diff, paired, welch, mde = ru.tests_of(cmp)
         rows.append([b, f"{diff:+.2f}", lib.fmt_p(paired), lib.fmt_p(welch), f"{mde:.1f}" if mde else "—"])
         if int(b.split("-")[0]) >= int(train.split("-")[1]):
             longer.append((b, diff, paired, welch))

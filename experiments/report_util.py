@@ -70,7 +70,7 @@ def _num(v, digits=2) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
-def _tests(cmp: dict):
+def tests_of(cmp: dict):
     """(difference in points, paired p over examples, Welch p over seeds, MDE in points) — None where a statistic is
     missing (a single seed, no per-example predictions)."""
     diff = 100 * cmp["difference"] if cmp.get("difference") is not None else None
@@ -99,7 +99,7 @@ def verdict_accuracy(cmp: dict, claim_points: float, label: str) -> str:
                    and the result is not a significant gain;
     not testable   the claimed gain is below that MDE, or a statistic is missing (fewer than 2 seeds per arm, no
                    per-example predictions): this budget could not tell."""
-    diff, p, welch, mde = _tests(cmp)
+    diff, p, welch, mde = tests_of(cmp)
     if None in (diff, p, welch, mde):
         return (f"- **{label}** (claim) — not testable here: the comparison needs at least 2 finished seeds per arm "
                 f"and per-example predictions.")
@@ -125,7 +125,7 @@ def verdict_accuracy(cmp: dict, claim_points: float, label: str) -> str:
 def verdict_term(cmp: dict, what: str) -> str:
     """Seed 001's Fig. 3 claims every term contributes: removing it lowers accuracy. Holds on a significant loss
     (paired p < 0.05 and Welch p < 0.05); otherwise no effect was detected, at the stated MDE."""
-    diff, p, welch, mde = _tests(cmp)
+    diff, p, welch, mde = tests_of(cmp)
     if None in (diff, p, welch, mde):
         return f"- **{what} lowers accuracy** (claim) — not testable here: needs 2 seeds per arm and predictions."
     sig = significant(p, welch)
