@@ -108,14 +108,23 @@ def state_of(d: Path) -> str:
 
 def estimate(root: Path, exp: Experiment, run: Run, all_runs: list[Run]) -> float:
     """Seconds the run will take: the mean wall time of its arm's finished runs on this machine (per step, times its
-    steps: evaluation included), else its steps times the cost per step measured beforehand."""
-    per_step = []
+    steps: evaluation included), else its steps times the cost per step measured beforehand, scaled by how far the
+    experiment's finished runs took longer than that cost said (the cost comes from short runs without evaluation:
+    experiment 2's first arms took 2× their cost)."""
+    per_step, wall, predicted = [], 0.0, 0.0
     for other in all_runs:  # the experiment's runs at the scale being run
-        if other.arm == run.arm and other.steps:
-            rec = read_json(run_dir(root, exp, other) / "queue.json") or {}
-            if rec.get("state") == "done" and rec.get("wall_s"):
-                per_step.append(rec["wall_s"] / other.steps)
-    return run.steps * (sum(per_step) / len(per_step) if per_step else run.cost)
+        if not other.steps:
+            continue
+        rec = read_json(run_dir(root, exp, other) / "queue.json") or {}
+        if rec.get("state") != "done" or not rec.get("wall_s"):
+            continue
+        if other.arm == run.arm:
+            per_step.append(rec["wall_s"] / other.steps)
+        if other.cost:
+            wall, predicted = wall + rec["wall_s"], predicted + other.steps * other.cost
+    if per_step:
+        return run.steps * sum(per_step) / len(per_step)
+    return run.steps * run.cost * (wall / predicted if predicted else 1.0)
 
 
 def read_json(path: Path):

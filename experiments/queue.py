@@ -52,8 +52,8 @@ def cmd_status(args) -> int:
             for r, s in zip(runs, states):
                 print(f"    {s:8s} {r.id}")
     print(f"total: ~{lib.fmt_duration(total_left)} of training left at scale '{args.scale}' "
-          f"(estimates: the mean wall time of each arm's finished runs, else the seconds per step measured beforehand); "
-          f"code version {lib.code_version()}")
+          f"(estimates: the mean wall time of each arm's finished runs, else the seconds per step measured beforehand "
+          f"times the experiment's finished runs' wall time over that measure); code version {lib.code_version()}")
     return 0
 
 

@@ -180,7 +180,7 @@ def commits(tmp: Path):
 
 def estimates(tmp: Path):
     """A run's time estimate: its arm's finished runs' mean wall time per step (other states and arms ignored), else
-    its steps times its cost per step."""
+    its steps times its cost per step, scaled by the experiment's finished runs' wall time over their cost."""
     exp = lib.Experiment(name="est", title="t", report=lambda rep: "",
                          runs=lambda scale: [lib.Run(id=f"{arm}/s{i}", arm=arm, seed=i, args=[], steps=100, cost=0.5)
                                              for arm in ("a", "b") for i in range(4)])
@@ -192,7 +192,10 @@ def estimates(tmp: Path):
     runs = exp.runs("full")
     check(abs(lib.estimate(root, exp, lib.Run(id="a/s3", arm="a", seed=3, args=[], steps=200, cost=0.5), runs) - 80.0)
           < 1e-9, "estimate: twice the steps of the arm's finished runs (40 s each) -> 80 s")
-    check(lib.estimate(root, exp, runs[-1], runs) == 50.0, "estimate: an arm with no finished run -> steps x cost")
+    check(abs(lib.estimate(root, exp, runs[-1], runs) - 40.0) < 1e-9,
+          "estimate: an arm with no finished run -> steps x cost x (80 s taken / 100 s costed by a's runs)")
+    fresh = tmp / "est_fresh"  # nothing finished: the cost alone
+    check(lib.estimate(fresh, exp, runs[-1], runs) == 50.0, "estimate: no finished run at all -> steps x cost")
 
 
 def versions(tmp: Path):
