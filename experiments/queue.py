@@ -94,7 +94,8 @@ Written by `python3 experiments/queue.py report` from the full-scale runs of [`e
 exact commands) and its verdicts, one line per claim, by the rule of experiments/README.md: **holds** (a significant
 gain, the claimed size within reach of its intervals), **holds in direction only** (a significant gain, smaller
 than claimed), **does not hold** (no significant gain although the budget could have detected the claimed one, or a
-significant loss), **not testable here** (the claimed effect is below what the test set and seed count can detect).
+significant loss), **not testable here** (the claimed effect is below what the test set and seed count can detect);
+speed and robustness claims are thresholds, read as the reports say (**mixed**: seeds on both sides of a threshold).
 Every task is scaled down from the Long Range Arena to fit a 2-core machine; the reports say how.
 """
 
