@@ -94,7 +94,7 @@ def report(rep: lib.Report) -> str:
             cells.append(f"{(sum(tps_asam) / len(tps_asam)) / (sum(tps) / len(tps)):.2f}×" if tps and tps_asam
                          else "—")
         rows.append(cells)
-        cmp = rep.compare(f"{task}/asam", f"{task}/dense")
+        cmp = rep.compare_seeds(f"{task}/asam", f"{task}/dense")
         if cmp:
             claimed = CLAIMS[task][0] - CLAIMS[task][1]
             parts.append(f"### {task}: ASAM vs dense\n\n{ru.comparison_table(cmp, 'asam', 'dense')}\n")
@@ -106,14 +106,14 @@ def report(rep: lib.Report) -> str:
     task = TASKS[scale][0]
     ab_rows = []
     for name, (_, what, claimed, _) in ABLATIONS.items():
-        cmp = rep.compare(f"{task}/{name}", f"{task}/asam")
+        cmp = rep.compare_seeds(f"{task}/{name}", f"{task}/asam")
         if cmp is None:
             continue
         ab_rows.append([what, f"{ru.pct(cmp['group_a']['mean'])} ± {ru.pct(cmp['group_a'].get('std'))}",
                         f"{100 * cmp['difference']:+.2f}", lib.fmt_p((cmp.get('paired_bootstrap') or {}).get('p')),
                         f"{claimed - CLAIMS['listops'][0]:+.1f}"])
     for name, (_, _, claimed, removed) in ABLATIONS.items():
-        cmp = rep.compare(f"{task}/asam", f"{task}/{name}")  # full − variant: the claim is a gain of the full model
+        cmp = rep.compare_seeds(f"{task}/asam", f"{task}/{name}")  # full − variant: the claim is the full model's gain
         if cmp is not None:
             gain = CLAIMS["listops"][0] - claimed
             label = (f"{task}: {removed} adds {gain:.1f} points to the full model (seed 004: {CLAIMS['listops'][0]} "

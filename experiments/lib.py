@@ -407,6 +407,14 @@ class Report:
         """stats compare between two arms' finished runs (None when either has none)."""
         return self.compare_dirs(self.done(a), self.done(b), a, b, metric)
 
+    def compare_seeds(self, a: str, b: str, metric: str = "test_accuracy") -> dict | None:
+        """stats compare on the seeds both arms have finished: while an experiment is part-run, an arm that lacks a
+        seed is not set against the other arm's mean over more seeds (one seed's runs share initialisation and data
+        order, and the seeds differ by more than the arms do). The same as compare once both arms are complete."""
+        da, db = self.done(a), self.done(b)
+        both = {d.name for d in da} & {d.name for d in db}
+        return self.compare_dirs([d for d in da if d.name in both], [d for d in db if d.name in both], a, b, metric)
+
     def compare_dirs(self, da: list[Path], db: list[Path], a: str, b: str, metric: str = "test_accuracy",
                      strict: bool = True) -> dict | None:
         """stats compare between two lists of finished run directories (of any experiment). strict=False: None when

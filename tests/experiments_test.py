@@ -354,6 +354,22 @@ def e5_verdicts(tmp: Path):
         check(want in verdicts, f"e5: {what}")
 
 
+def seed_matching(tmp: Path):
+    """Report.compare_seeds sets an arm against another on the seeds both have finished (a part-run arm against its
+    reference's same seeds); compare takes every finished run."""
+    import random
+    exp = lib.Experiment(name="pair", title="t", report=lambda rep: "", runs=lambda scale: [
+        lib.Run(id=f"{arm}/s{i}", arm=arm, seed=i, args=[], steps=1) for arm in ("a", "b") for i in range(3)])
+    root, rng = tmp / "pair_root", random.Random(2)
+    for arm, seeds in (("a", (0, 1, 2)), ("b", (0, 2))):
+        for i in seeds:
+            fake_run(root / "pair" / arm / f"s{i}", rng, 0.5 + 0.1 * i, n=200)
+    rep = lib.Report(exp, root, "full", tmp / "pair_out")
+    got = rep.compare_seeds("a", "b")
+    check(got["group_a"]["n"] == 2 and got["group_b"]["n"] == 2, "compare_seeds: the two seeds both arms finished")
+    check(rep.compare("a", "b")["group_a"]["n"] == 3, "compare: every finished run")
+
+
 def results_links():
     """docs/results.md copies the reports' verdicts: their figure links are rewritten to start from docs/."""
     import importlib.util
@@ -431,6 +447,7 @@ def main():
         verdicts()
         e4_verdicts(tmp)
         e5_verdicts(tmp)
+        seed_matching(tmp)
         results_links()
         cli(tmp)
     if failures:
