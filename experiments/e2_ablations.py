@@ -57,11 +57,8 @@ def runs(scale):
 
 def per_seed_differences(rep: lib.Report, name: str) -> str:
     """The variant's test accuracy minus the full layer's, seed by seed (runs of one seed share their data order)."""
-    def by_seed(arm):
-        return {d.name: rep.summary(d).get("test_accuracy") for d in rep.done(arm)}
-    a, b = by_seed(name), by_seed("full")
-    seeds = sorted(a.keys() & b.keys(), key=lambda s: int(s[1:]))
-    return " / ".join(f"{100 * (a[s] - b[s]):+.2f}" for s in seeds if a[s] is not None and b[s] is not None) or "—"
+    a, b = rep.by_seed(name, "test_accuracy"), rep.by_seed("full", "test_accuracy")
+    return " / ".join(f"{100 * (a[s] - b[s]):+.2f}" for s in a if s in b and None not in (a[s], b[s])) or "—"
 
 
 def report(rep: lib.Report) -> str:

@@ -403,6 +403,11 @@ class Report:
     def summary(self, d: Path) -> dict:
         return read_json(d / "summary.json") or {}
 
+    def by_seed(self, arm: str, key: str) -> dict:
+        """{seed directory ("s0", …): its summary's key} over the arm's finished runs, in seed order: the view to set
+        two arms side by side seed by seed (one seed's runs share initialisation and data order)."""
+        return {d.name: self.summary(d).get(key) for d in self.done(arm)}
+
     def compare(self, a: str, b: str, metric: str = "test_accuracy") -> dict | None:
         """stats compare between two arms' finished runs (None when either has none)."""
         return self.compare_dirs(self.done(a), self.done(b), a, b, metric)

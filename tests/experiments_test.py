@@ -331,6 +331,11 @@ def e5_verdicts(tmp: Path):
         tps = speed.get((task, model), [1e4] * 5)[r.seed]
         fake_run(d, rng, rate.get(r.arm, 0.5), n=2000, tokens_per_s=tps, steps=600, nonfinite_steps=0)
     text = e5.report(lib.Report(e5.EXPERIMENT, root, "full", tmp / "e5_out"))
+    ablation = {row.split(" | ")[0].strip("| "): row.split(" | ")[2] for row in text.splitlines()
+                if row.startswith("| − ")}
+    check(ablation.get("− adaptive gate (fixed at 0.5)", "").startswith("-")
+          and ablation.get("− hierarchical", "").startswith("+"),
+          f"e5: the ablation table gives variant − full (a harmful removal negative): {ablation}")
     verdicts = text.split("## Verdicts", 1)[-1]
     for want, what in [
             ("listops: ASAM 37.2 vs Transformer 36.4 (+0.8)** (claim) — holds", "a significant gain over dense"),
