@@ -61,16 +61,18 @@ TASKS = {
 STEPS = {"full": 1000, "quick": 300, "tiny": 3}
 
 # Seconds per training step on this machine (AMD EPYC, 2 cores, 2 threads, batch 32, the MODEL above at the
-# full-scale lengths, measured 2026-11-26 from train's tokens/s over 12-step runs): the queue's time estimates.
+# full-scale lengths, measured from train's tokens/s over 12-step runs): the queue's time estimates. Dense and
+# ASCender measured 2026-11-26; ASAM, window and window + global 2026-11-27 with experiment 5's flags (ASAM with all
+# five patterns and the adaptive gate: the first measure, of its default patterns, was 2-3x too low).
 COST = {
-    ("listops", "dense"): 0.16, ("listops", "ascender"): 0.71, ("listops", "asam"): 0.28,
-    ("listops", "window"): 0.15, ("listops", "window-global"): 0.15,
-    ("image", "dense"): 0.18, ("image", "ascender"): 0.40, ("image", "asam"): 0.18,
-    ("image", "window"): 0.10, ("image", "window-global"): 0.10,
-    ("text", "dense"): 0.25, ("text", "ascender"): 1.0, ("text", "asam"): 0.4,
-    ("text", "window"): 0.2, ("text", "window-global"): 0.2,
-    ("pathfinder", "dense"): 0.25, ("pathfinder", "ascender"): 1.0, ("pathfinder", "asam"): 0.4,
-    ("pathfinder", "window"): 0.2, ("pathfinder", "window-global"): 0.2,
+    ("listops", "dense"): 0.16, ("listops", "ascender"): 0.71, ("listops", "asam"): 0.57,
+    ("listops", "window"): 0.09, ("listops", "window-global"): 0.09,
+    ("image", "dense"): 0.18, ("image", "ascender"): 0.40, ("image", "asam"): 0.52,
+    ("image", "window"): 0.07, ("image", "window-global"): 0.12,
+    ("text", "dense"): 0.25, ("text", "ascender"): 1.0, ("text", "asam"): 0.70,
+    ("text", "window"): 0.10, ("text", "window-global"): 0.10,
+    ("pathfinder", "dense"): 0.25, ("pathfinder", "ascender"): 1.0, ("pathfinder", "asam"): 0.92,
+    ("pathfinder", "window"): 0.09, ("pathfinder", "window-global"): 0.14,
 }
 
 
