@@ -61,19 +61,43 @@ def per_seed_differences(rep: lib.Report, name: str) -> str:
     return " / ".join(f"{100 * (a[s] - b[s]):+.2f}" for s in a if s in b and None not in (a[s], b[s])) or "—"
 
 
+# The variants that answer a question rather than test a claim: the seed recommends delaying separation and asks
+# (RQ4) whether the layer works with other positional encodings; gates-after asks whether letting the gates act
+# changes anything. Each is answered with the same tests as a claim, without a direction to confirm.
+QUESTIONS = {
+    "sep-delayed": "separation off for the first 20 % of steps (the seed's recommended schedule) against on from step 0",
+    "gates-after": "the gates and λ acting (after the row normalisation) against inert (before it)",
+    "pos-alibi": "RQ4: ALiBi instead of RoPE",
+    "pos-learned": "RQ4: learned absolute positions instead of RoPE",
+}
+
+
+def answer(rep: lib.Report, name: str, cmp: dict) -> str:
+    diff, p, welch, mde = ru.tests_of(cmp)
+    q = QUESTIONS[name]
+    if None in (diff, p, welch, mde):
+        return f"- **{q}** — not testable here: needs 2 seeds per arm and predictions."
+    tests = f"paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)}; per seed {per_seed_differences(rep, name)}"
+    if ru.significant(p, welch):
+        return f"- **{q}** — a difference: {diff:+.2f} points ({tests})."
+    return f"- **{q}** — no difference detected: {diff:+.2f} points ({tests}; differences below {mde:.1f} go unseen)."
+
+
 def report(rep: lib.Report) -> str:
     scale = rep.scale
     parts = [ru.header(rep, "Experiment 2 — ASCender ablations (seed 001, Fig. 3)",
                        f"{budget.TASKS[TASK]['what']} (flags at this scale: {' '.join(budget.task_flags(TASK, scale))}); "
                        f"{STEPS[scale]} steps of batch 32 per run, {SEEDS[scale]} seeds per variant; RoPE; "
                        f"{' '.join(budget.MODEL)}")]
-    rows, verdicts = [], []
+    rows, verdicts, answers = [], [], []
     for name in rep.arms():
         if name == "full":
             continue
         cmp = rep.compare_seeds(name, "full")
         if cmp is not None and name in ("no-align", "no-sep", "no-coh", "no-terms"):
             verdicts.append(ru.verdict_term(cmp, VARIANTS[name][1]))
+        if cmp is not None and name in QUESTIONS:
+            answers.append(answer(rep, name, cmp))
         what = VARIANTS[name][1]
         if cmp is None:
             rows.append([name, what, "—", "—", "—", "—", "—", "—"])
@@ -104,6 +128,8 @@ def report(rep: lib.Report) -> str:
                  "the column is the paired view, shown beside the verdict rule, which stays the one stated in "
                  "experiments/README.md.\n")
     parts.append("## Verdicts\n\n" + ("\n".join(verdicts) if verdicts else "_none yet_") + "\n")
+    if answers:  # inside the verdicts section, which docs/results.md gathers
+        parts.append("### The other variants (questions, not claims)\n\n" + "\n".join(answers) + "\n")
     heads = rep.plot("heads", rep.done("full")[:1], "heads_full")
     if heads:
         parts.append(f"Head specialisation of the full layer, seed 0 (the first seed): ![heads]({heads})\n")

@@ -196,7 +196,7 @@ def robustness_section(rep, task) -> tuple[str, list[str]]:
                          f"{measured}." for what, ok, measured in claims]
         rows.append([model, f"{100 * max(nan_rates or [0]):.2f} %",
                      f"{max(col('float32_vs_float64_max_relative') or [float('nan')]):.1e}",
-                     f"{min(longest)}", lib.fmt_mean_std(col("noise_correlation"), 3, 1),
+                     f"{min(longest)}", lib.fmt_mean_std(col("noise_correlation"), 4, 1),
                      lib.fmt_mean_std(col("fgsm_relative_change"), 3, 1)])
     if not rows:
         return "", []

@@ -57,6 +57,12 @@ def tiny_end_to_end(tmp: Path):
     check("Attention FLOPs" in e1, "e1: the FLOPs claim answered")
     e4 = (rep / "e4_pareto_length.md").read_text()
     check("Fig. 5" in e4 and "| dense |" in e4, "e4: evaluated e1's models (it waited for them)")
+    front, _, apart = e4.partition("At experiment 5's budget")
+    check("| asam |" in apart and "| asam |" not in front.split("## Fig. 2")[-1],
+          "e4: experiment 5's arms (another budget) are listed apart from the front, not on it")
+    e2 = (rep / "e2_ablations.md").read_text()
+    check("### The other variants (questions, not claims)" in e2 and "the gates and λ acting" in e2,
+          "e2: the variants that answer questions (gates-after at this scale) are answered")
     # a truncated predictions file is refused, not read as shorter
     e1 = root / "e1_ascender_dense" / "image"
     bad = tmp / "bad_run"
