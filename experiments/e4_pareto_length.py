@@ -76,6 +76,13 @@ def _arm_points(rep, exp_name, arms_by_task) -> list[Point]:
     return pts
 
 
+POINT_COLUMNS = ["task", "arm", "test accuracy %", "attention FLOPs / token", "tokens / s"]
+
+
+def _point_row(p: Point) -> list[str]:
+    return [p.task, p.arm, f"{100 * p.mean:.2f} ± {100 * p.sd:.2f}", f"{p.flops:,.0f}", f"{p.tps:,.0f}"]
+
+
 def _pareto_verdict(rep, task, pts) -> str:
     """Seed 001's Fig. 2: ASCender moves the accuracy–FLOPs front. A point is on the front when no other is as
     accurate and cheaper; one that is on it only by being more accurate than the cheaper arms moves it only if that
@@ -173,7 +180,6 @@ def report(rep: lib.Report) -> str:
     apart = _arm_points(rep, "e5_asam", {t: e5.ARMS for t in e5.TASKS[scale]})
     if pts:
         rep.fig_dir.mkdir(parents=True, exist_ok=True)
-        rows = []
         for xcol, name, xlabel in ((4, "pareto_flops", "attention FLOPs per token"), (5, "pareto_speed",
                                                                                        "training tokens / s")):
             path = rep.fig_dir / f"{name}.csv"
@@ -186,21 +192,18 @@ def report(rep: lib.Report) -> str:
                            "--title", "accuracy against cost (mean ± std over seeds)")
             if fig:
                 parts.append(f"![{name}]({fig})\n")
-        for task, arm, m, sd, flops, tps, *_ in pts:
-            rows.append([task, arm, f"{100 * m:.2f} ± {100 * sd:.2f}", f"{flops:,.0f}", f"{tps:,.0f}"])
+        rows = [_point_row(p) for p in pts]
         for task in sorted({p.task for p in pts}):
             if any(p.task == task and p.arm == "ascender" for p in pts):
                 verdicts.append(_pareto_verdict(rep, task, pts))
         parts.insert(1, "## Fig. 2 — accuracy against attention FLOPs and speed\n\n"
-                     + lib.md_table(["task", "arm", "test accuracy %", "attention FLOPs / token", "tokens / s"], rows)
+                     + lib.md_table(POINT_COLUMNS, rows)
                      + "\n\nA point is on the Pareto front when no other point of its task is as accurate and cheaper; "
                        "it moves the front only if it is cheaper, or its gain over every cheaper point is "
                        "significant.\n"
                      + (f"\nAt experiment 5's budget ({e5.STEPS[scale]} steps, learned positions; not comparable with "
                         f"the points above, which had {budget.steps(scale)} steps and RoPE, so not on the front):\n\n"
-                        + lib.md_table(["task", "arm", "test accuracy %", "attention FLOPs / token", "tokens / s"],
-                                       [[p.task, p.arm, f"{100 * p.mean:.2f} ± {100 * p.sd:.2f}", f"{p.flops:,.0f}",
-                                         f"{p.tps:,.0f}"] for p in apart]) + "\n" if apart else ""))
+                        + lib.md_table(POINT_COLUMNS, [_point_row(p) for p in apart]) + "\n" if apart else ""))
     # ---- Fig. 4: final ω per layer and head, mean over the seeds of experiment 1
     task = e1.TASKS[scale][0]
     omegas = {}

@@ -18,9 +18,14 @@ SEEDS = {"full": 5, "quick": 2, "tiny": 1}
 STEPS = {"full": 400, "quick": 100, "tiny": 3}
 # The ablation's variants and the robustness evaluations use fewer seeds than the main table: ASAM's training step costs
 # 4-6x dense attention's on this machine (its dense branch and five sparse patterns all run), and a 600-step, 5-seed
-# plan measured 8 hours for this experiment alone. Validation: 4 times per run on at most 512 examples (best checkpoint);
-# the test split is always whole.
+# plan measured 8 hours for this experiment alone.
 SIDE_SEEDS = {"full": 3, "quick": 2, "tiny": 1}
+
+
+def eval_every(scale):
+    """Validation 4 times per run, on at most 16 batches (512 examples), for the best checkpoint; the test split is
+    always whole."""
+    return max(1, STEPS[scale] // 4)
 FULL_PATTERNS = "window,global,random,clustered,hierarchical"
 ARMS = ["asam", "dense", "window", "window-global"]
 ABLATIONS = {  # on ListOps, from the full model: (options, table row, seed 004's accuracy without it, what is removed)
@@ -47,7 +52,7 @@ def flags(task, model, scale, extra=()):
     for name, value in zip(extra[::2], extra[1::2]):  # the ablation's options replace the full model's
         f = budget.set_flag(f, name, value)
     f = budget.set_flag(f, "--steps", STEPS[scale])
-    f = budget.set_flag(f, "--eval-every", max(1, STEPS[scale] // 4))
+    f = budget.set_flag(f, "--eval-every", eval_every(scale))
     f = budget.set_flag(f, "--eval-batches", 16)
     return budget.set_flag(f, "--warmup", max(1, STEPS[scale] // 10))
 
@@ -95,7 +100,7 @@ def report(rep: lib.Report) -> str:
     parts = [ru.header(rep, "Experiment 5 — ASAM on LRA-style tasks (seed 004)",
                        f"{STEPS[scale]} steps of batch 32 per run, {SEEDS[scale]} seeds per arm of the main table and "
                        f"{SIDE_SEEDS[scale]} per ablation variant and robustness evaluation (seeds 0 to "
-                       f"{SIDE_SEEDS[scale] - 1}), validation {max(1, STEPS[scale] // 4)} steps apart on at most 512 "
+                       f"{SIDE_SEEDS[scale] - 1}), validation {eval_every(scale)} steps apart on at most 512 "
                        f"examples (the best checkpoint), the test split whole; learned positions "
                        f"(ASAM's sparse kernels take no RoPE); ASAM = {FULL_PATTERNS} (window 32) with the adaptive "
                        f"gate; dense widened to ASAM's parameter count; {' '.join(budget.MODEL)}")]
