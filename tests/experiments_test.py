@@ -443,6 +443,38 @@ def model_summary(tmp: Path):
           f"e6 weights.json: mean pairwise cosine {got.get('w_row_cosine')} (direct: {want}), the fraction at the clip")
 
 
+def gpu_e5(tmp: Path):
+    """experiments/gpu_e5.sh: usage and exit 2 on bad arguments, `prepare` writes experiment 5's own ListOps flags;
+    the committed GPU report regenerates byte-identical from the committed device outputs."""
+    import budget
+    import e5_asam
+    script = REPO / "experiments" / "gpu_e5.sh"
+    for args in ([], ["run"], ["nosuchmode", "a", "b"]):
+        r = subprocess.run(["bash", str(script), *args], capture_output=True, text=True)
+        check(r.returncode == 2 and "usage" in r.stderr, f"gpu_e5.sh {args}: usage, exit 2 ({r.returncode})")
+    r = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
+    check(r.returncode == 0 and "prepare BUILD BIN" in r.stdout, "gpu_e5.sh --help")
+    build = tmp / "fake_build"
+    (build / "tools").mkdir(parents=True)
+    for f in ("tools/train", "tools/bench_asam", "libascender.so.0.2", "libascender_cuda.so.0.2"):
+        (build / f).write_text(f)
+    r = subprocess.run(["bash", str(script), "prepare", str(build), str(tmp / "bin")], capture_output=True, text=True)
+    asam = e5_asam.flags("listops", "asam", "full")
+    dense = budget.match_params(e5_asam.flags("listops", "dense", "full"), budget.params_of(asam))
+    got = {m: (tmp / "bin" / f"flags_{m}.txt").read_text().split() if (tmp / "bin" / f"flags_{m}.txt").exists()
+           else None for m in ("asam", "dense")}
+    check(r.returncode == 0 and got == {"asam": list(map(str, asam)), "dense": list(map(str, dense))}
+          and (tmp / "bin" / "train").read_text() == "tools/train", f"gpu_e5.sh prepare: {r.stderr}")
+    d = REPO / "bench" / "results" / "experiments" / "e5_gpu"
+    if (d / "COMMAND.txt").exists():
+        out = tmp / "e5_gpu.md"
+        r = subprocess.run([sys.executable, str(REPO / "experiments" / "gpu_e5_report.py"), str(out),
+                            (d / "COMMAND.txt").read_text().strip(), str(d / "part1"), str(d / "part3"),
+                            str(d / "profile")], capture_output=True, text=True)
+        check(r.returncode == 0 and out.exists() and out.read_text() == (d.parent / "e5_gpu.md").read_text(),
+              f"e5_gpu.md regenerates from bench/results/experiments/e5_gpu ({r.stderr[-300:]})")
+
+
 def main():
     if not (lib.REPO / "build").exists() and not os.environ.get("ASC_BUILD_DIR"):
         print("experiments_test: no build directory")
@@ -461,6 +493,7 @@ def main():
         seed_matching(tmp)
         results_links()
         cli(tmp)
+        gpu_e5(tmp)
     if failures:
         print(f"experiments_test: {len(failures)} failure(s)")
         return 1
