@@ -151,6 +151,9 @@ def report(rep: lib.Report) -> str:
     parts.append("A speed ratio below 1 means ASAM trains slower than dense attention at the task's length (its dense "
                  "branch always runs while the gate is learned); the seed's speed-ups are at LRA lengths (1K-16K "
                  "tokens), longer than these tasks: `bench_asam` measures the layers alone at those lengths.\n")
+    if (lib.REPO / "bench" / "results" / "experiments" / "e5_gpu.md").exists():
+        parts.append("On a GPU, at 1K–16K tokens and with more steps (outside the study's queue): "
+                     "[e5_gpu.md](e5_gpu.md).\n")
     parts.append(ru.footer(rep))
     return "\n".join(parts)
 
