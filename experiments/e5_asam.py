@@ -82,14 +82,19 @@ def runs(scale):
     return out
 
 
-def arms(task, scale):
-    """The main table's runs on one task: ASAM, dense attention widened to ASAM's parameter count, the window alone and
-    window + global, SEEDS[scale] seeds each."""
+def arm_flags(task, scale) -> dict[str, list]:
+    """The main table's models on one task: ASAM, dense attention widened to ASAM's parameter count, the window alone
+    and window + global (also what experiments/gpu_e5.sh runs on a GPU)."""
     asam = flags(task, "asam", scale)
-    arm_flags = {"asam": asam, "dense": budget.match_params(flags(task, "dense", scale), budget.params_of(asam)),
-                 "window": flags(task, "window", scale), "window-global": flags(task, "window-global", scale)}
+    return {"asam": asam, "dense": budget.match_params(flags(task, "dense", scale), budget.params_of(asam)),
+            "window": flags(task, "window", scale), "window-global": flags(task, "window-global", scale)}
+
+
+def arms(task, scale):
+    """The main table's runs on one task (arm_flags), SEEDS[scale] seeds each."""
+    arm_flags_ = arm_flags(task, scale)
     keep = task == TASKS[scale][0]  # the robustness runs evaluate the first task's models
-    return [lib.Run(id=f"{task}/{model}/s{seed}", arm=f"{task}/{model}", seed=seed, args=arm_flags[model],
+    return [lib.Run(id=f"{task}/{model}/s{seed}", arm=f"{task}/{model}", seed=seed, args=arm_flags_[model],
                     steps=STEPS[scale], cost=budget.cost(task, model, scale),
                     keep=["best.safetensors"] if keep and model in ROBUST_ARMS and seed < SIDE_SEEDS[scale] else [])
             for model in ARMS for seed in range(SEEDS[scale])]

@@ -28,11 +28,10 @@ prepare)
   cp -L "$BUILD/tools/train" "$BUILD/tools/bench_asam" "$BUILD/libascender.so.0.2" \
     "$BUILD/libascender_cuda.so.0.2" "$BIN/"
   cd "$(dirname "$0")" && python3 - "$BIN" <<'EOF'
-import sys, budget, e5_asam
-asam = e5_asam.flags("listops", "asam", "full")
-dense = budget.match_params(e5_asam.flags("listops", "dense", "full"), budget.params_of(asam))
-for name, f in (("asam", asam), ("dense", dense)):
-    open(f"{sys.argv[1]}/flags_{name}.txt", "w").write(" ".join(map(str, f)) + "\n")
+import sys, e5_asam
+arms = e5_asam.arm_flags("listops", "full")
+for name in ("asam", "dense"):
+    open(f"{sys.argv[1]}/flags_{name}.txt", "w").write(" ".join(map(str, arms[name])) + "\n")
 EOF
   exit ;;
 -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;

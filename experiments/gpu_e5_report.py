@@ -18,10 +18,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def mean_sd(xs):
-    xs = [100 * x for x in xs]
-    if not xs:
-        return "—"
-    return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f} (n={len(xs)})" if len(xs) > 1 else f"{xs[0]:.2f}"
+    return lib.fmt_mean_std(xs) + (f" (n={len(xs)})" if len(xs) > 1 else "")
 
 
 def main(report, command, *outs):
@@ -54,20 +51,18 @@ def main(report, command, *outs):
         rows = {(r["impl"], r["n"]): r for r in bench["rows"]}
         ns = sorted({r["n"] for r in bench["rows"]})
         impls = [i for i in ("chunked", "mha", "window", "w+g+r", "asam") if any((i, n) in rows for n in ns)]
+        sp = {n: rows[("mha", n)]["fwd_bwd_ms"] / rows[("asam", n)]["fwd_bwd_ms"] for n in ns
+              if ("mha", n) in rows and ("asam", n) in rows}  # the standard layer's time over ASAM's, per length
         table = []
         for n in ns:
             cell = lambda i: f"{rows[(i, n)]['fwd_bwd_ms']:.2f}" if (i, n) in rows else "—"
-            ratio = (f"{rows[('mha', n)]['fwd_bwd_ms'] / rows[('asam', n)]['fwd_bwd_ms']:.2f}×"
-                     if ("mha", n) in rows and ("asam", n) in rows else "—")
-            table.append([str(n)] + [cell(i) for i in impls] + [ratio])
+            table.append([str(n)] + [cell(i) for i in impls] + [f"{sp[n]:.2f}×" if n in sp else "—"])
         parts.append(f"## 1. One attention layer, forward + backward (ms; {bench.get('dtype', '?')}, batch 1, 4 heads of "
                      "64; best of 3, 1 above 4096 tokens)\n")
         parts.append("`chunked` is the attention core alone; `mha` and `asam` are whole layers (projections included). "
                      "The last column is seed 004's speed-up (standard attention layer time / ASAM layer time; "
                      "claimed 2.1–4.8×).\n")
         parts.append(lib.md_table(["tokens"] + impls + ["mha / asam"], table) + "\n")
-        sp = {n: rows[("mha", n)]["fwd_bwd_ms"] / rows[("asam", n)]["fwd_bwd_ms"] for n in ns
-              if ("mha", n) in rows and ("asam", n) in rows}
         if sp:
             faster = [n for n in sp if sp[n] >= 2.1]
             parts.append(f"ASAM's layer against the standard one: {min(sp.values()):.2f}–{max(sp.values()):.2f}× over "

@@ -459,6 +459,7 @@ def gpu_e5(tmp: Path):
     for f in ("tools/train", "tools/bench_asam", "libascender.so.0.2", "libascender_cuda.so.0.2"):
         (build / f).write_text(f)
     r = subprocess.run(["bash", str(script), "prepare", str(build), str(tmp / "bin")], capture_output=True, text=True)
+    # built here from e5's pieces, not through e5_asam.arm_flags (which prepare calls)
     asam = e5_asam.flags("listops", "asam", "full")
     dense = budget.match_params(e5_asam.flags("listops", "dense", "full"), budget.params_of(asam))
     got = {m: (tmp / "bin" / f"flags_{m}.txt").read_text().split() if (tmp / "bin" / f"flags_{m}.txt").exists()
