@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lib  # noqa: E402
 
 EXPERIMENTS = ["e1_ascender_dense", "e2_ablations", "e3_interpretability", "e4_pareto_length", "e5_asam",
-               "e6_firing"]
+               "e6_firing", "e7_rule_b_rates"]
 
 
 def load(names: list[str]) -> list[lib.Experiment]:

@@ -37,17 +37,19 @@ def tiny_end_to_end(tmp: Path):
     check("FAILED" not in r.stdout, f"no run failed: {[l for l in r.stdout.splitlines() if 'FAILED' in l][:3]}")
     s = queue("status", "--scale", "tiny", "--root", str(root))
     lines = [l for l in s.stdout.splitlines() if " runs:" in l]
-    check(s.returncode == 0 and len(lines) == 6 and all(" 0 pending" in l and " 0 failed" in l for l in lines),
+    check(s.returncode == 0 and len(lines) == 7 and all(" 0 pending" in l and " 0 failed" in l for l in lines),
           f"status: every run done: {s.stdout.strip()}")
     r = queue("report", "--scale", "tiny", "--root", str(root), "--out-dir", str(rep))
     check(r.returncode == 0, f"queue report: exit {r.returncode} {r.stderr.strip()[-300:]}")
     for name in ("e1_ascender_dense", "e2_ablations", "e3_interpretability", "e4_pareto_length", "e5_asam",
-                 "e6_firing"):
+                 "e6_firing", "e7_rule_b_rates"):
         md = rep / f"{name}.md"
         text = md.read_text() if md.exists() else ""
         check("## How this was made" in text and "CPU:" in text and "**Budget**" in text,
               f"{name}: report with budget, CPU and commands")
     check((root / "e6_firing" / "rule-b" / "s0" / "weights.json").exists(), "e6: the after hook wrote weights.json")
+    e7 = (rep / "e7_rule_b_rates.md").read_text()
+    check("## The default" in e7 and "| oja1e-3 |" in e7, "e7: the rates' table and the default's rule")
     # every experiment reports before any of its runs is done (docs/results.md is written while the study runs)
     r = queue("report", "--scale", "tiny", "--root", str(tmp / "no_runs"), "--out-dir", str(tmp / "no_reports"))
     check(r.returncode == 0 and all((tmp / "no_reports" / f"{n}.md").exists() for n in ("e1_ascender_dense",
@@ -443,6 +445,36 @@ def model_summary(tmp: Path):
           f"e6 weights.json: mean pairwise cosine {got.get('w_row_cosine')} (direct: {want}), the fraction at the clip")
 
 
+def e7_choice():
+    """Experiment 7's rule for rule B's default rate: the largest rate within 0.5 points of η = 0 and not significantly
+    below it; 0 when none qualifies; not chosen while a rate's runs are missing. Stub comparisons, known answers."""
+    import e7_rule_b_rates as e7
+
+    def cmp(diff_points, paired=0.5, welch=0.5):
+        return {"difference": diff_points / 100, "paired_bootstrap": {"p": paired}, "welch_t_test": {"p": welch},
+                "mde_examples": 0.01, "mde_seeds": 0.01}
+
+    class Stub:
+        def __init__(self, table):
+            self.table = table
+
+        def compare(self, a, b):
+            return self.table.get(a)
+
+    cases = [  # (oja1e-6, oja1e-5, oja1e-4, oja1e-3) -> chosen
+        ((cmp(0.1), cmp(-0.3), cmp(-2.0, 0.001, 0.01), cmp(-40, 1e-4, 1e-4)), "1e-5"),
+        ((cmp(0.1), cmp(-0.3), cmp(-0.4, 0.001, 0.01), cmp(-40, 1e-4, 1e-4)), "1e-5"),  # within 0.5 but significant
+        ((cmp(-0.6), cmp(-0.3), cmp(-3.0), cmp(-40)), "1e-5"),  # the largest that qualifies, not the first
+        ((cmp(-0.6), cmp(-1.0), cmp(-3.0), cmp(-40)), "0"),
+        ((cmp(0.2), cmp(0.1), cmp(0.3), cmp(0.4)), "1e-3"),
+    ]
+    for (c6, c5, c4, c3), want in cases:
+        got, _ = e7.choose(Stub({"oja1e-6": c6, "oja1e-5": c5, "oja1e-4": c4, "oja1e-3": c3}))
+        check(got == want, f"e7 default rule: chose {got}, want {want}")
+    got, _ = e7.choose(Stub({"oja1e-6": cmp(0.1)}))
+    check(got is None, f"e7 default rule: nothing chosen while runs are missing (got {got})")
+
+
 def gpu_e5(tmp: Path):
     """experiments/gpu_e5.sh: usage and exit 2 on bad arguments, `prepare` writes experiment 5's own ListOps flags;
     the committed GPU report regenerates byte-identical from the committed device outputs."""
@@ -495,6 +527,7 @@ def main():
         results_links()
         cli(tmp)
         gpu_e5(tmp)
+        e7_choice()
     if failures:
         print(f"experiments_test: {len(failures)} failure(s)")
         return 1
