@@ -175,8 +175,9 @@ def report(rep: lib.Report) -> str:
                                                   f"Oja terms" if cos_n and None not in cos_n else "") +
                         ": Oja's rule, applied to each neuron on its own, pulls every row towards the same "
                         "direction (its fixed point for one neuron is the top eigenvector of the inputs' second-moment "
-                        "matrix). The collapse comes late (figure below): a likely reason, not tested here, is that "
-                        "the cosine schedule lowers backprop's learning rate towards 0 while the Oja rates stay fixed.")
+                        "matrix). The collapse comes late (figure below), but not because the cosine schedule takes "
+                        "backprop's learning rate to 0 while the Oja rates stay fixed: with a constant learning rate "
+                        "the rows collapse as far (experiment 7, e7_rule_b_rates.md).")
     acc_a = [rep.summary(d).get("test_accuracy") for d in rep.done("rule-a")]
     if acc_a:
         mean_a = sum(acc_a) / len(acc_a)

@@ -107,8 +107,9 @@ def report(rep: lib.Report) -> str:
         parts.append(f"### Homeostasis alone against backprop alone\n\n{ru.comparison_table(cmp, 'oja0', 'ste')}\n")
     verdicts = []
     if chosen is not None:
-        verdicts.append(f"- **Rule B's default Oja rate** (the library's choice, by the rule above) — η_w = η_f = "
-                        f"{chosen}" + (": no positive rate of the sweep does no harm, so the Oja terms are off by "
+        verdicts.append(f"- **Rule B's default Oja rate** (the library's choice, by a rule fixed before the runs: the "
+                        f"largest rate within {CHOICE_POINTS} points of rule B at η = 0 and not significantly below "
+                        f"it) — η_w = η_f = {chosen}" + (": no positive rate of the sweep does no harm, so the Oja terms are off by "
                                        "default" if chosen == "0" else "") + ".")
     cos = {n: [(lib.read_json(d / "weights.json") or {}).get("w_row_cosine") for d in rep.done(n)]
            for n in ("oja1e-3", "oja1e-3-constant", "ste-constant")}
