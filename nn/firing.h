@@ -14,7 +14,7 @@
 //
 //   auto layer = std::make_shared<asc::nn::FiringLinear>(asc::nn::FiringOptions(64, 128).threshold(0.1));
 //   asc::optim::SGD opt(layer->parameters(), {.lr = 1e-2});
-//   opt.add_local_rule(layer->rule_b({.eta_w = 1e-3, .r_target = 0.1, .w_min = -1, .mask_w =
+//   opt.add_local_rule(layer->rule_b({.eta_w = 1e-6, .r_target = 0.1, .w_min = -1, .mask_w =
 //   asc::optim::UpdateMask::Active}));
 // (a signed range for the signed default initialisation; or FiringOptions::init(FiringInit::NonNegative) with the
 // rule's default range [0, 1]: a rule whose range does not hold the layer is refused when attached)

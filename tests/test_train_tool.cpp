@@ -353,6 +353,38 @@ TEST_CASE("train: rule A moves the first firing layer by its rule alone; the MLP
   fs::remove_all(m);
 }
 
+TEST_CASE("train: --eta-w / --eta-f default to each rule's own rates, written to config.json as used") {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    MESSAGE("dataset-fashion-mnist not installed: skipped");
+    return;
+  }
+  const std::string small =
+      " --model firing --firing-hidden 8 --fan-out 2 --task fashion-mnist --train-size 32 --val-size 16"
+      " --test-size 16 --batch 16 --steps 1 --progress none --threads 1";
+  struct Case {
+    std::string flags;
+    double eta_w, eta_f;
+  };
+  const Case cases[] = {
+      {"--rule B", optim::RuleBOptions{}.eta_w, optim::RuleBOptions{}.eta_f},
+      {"--rule A --firing-init nonnegative", optim::RuleAOptions{}.eta_plus, optim::RuleAOptions{}.rho_plus},
+      {"--rule B --eta-w 0.25 --eta-f 0", 0.25, 0.0},
+      {"--rule B --eta-w -1", optim::RuleBOptions{}.eta_w, optim::RuleBOptions{}.eta_f},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.flags);
+    const fs::path d = temp_dir("rule_rates");
+    REQUIRE(run(k.flags + small + " --out " + d.string(), log_of(d)) == 0);
+    const auto cfg = nlohmann::json::parse(read(d / "config.json"));
+    CHECK(cfg["eta_w"].get<double>() == k.eta_w);
+    CHECK(cfg["eta_f"].get<double>() == k.eta_f);
+    fs::remove_all(d);
+  }
+  const fs::path bad = temp_dir("rule_rates_bad");
+  CHECK(run("--rule B --eta-w -0.5" + small + " --out " + bad.string(), log_of(bad)) == 2);
+  fs::remove_all(bad);
+}
+
 TEST_CASE("train: --profile N records N steps after a warm-up step: the table and a Chrome trace") {
   const fs::path d = temp_dir("profile");
   REQUIRE(run(kTiny + " --steps 5 --profile 3 --out " + d.string(), log_of(d)) == 0);

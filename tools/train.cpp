@@ -86,7 +86,9 @@ struct Config {
   std::vector<int64_t> mlp_hidden = {256};
   std::string firing_backward = "surrogate", surrogate = "sigmoid", firing_init = "signed", rule = "none";
   double surrogate_width = 4, threshold = 0;
-  double eta_w = 1e-3, eta_f = 1e-3, eta_sp = 1e-2, r_target = 0.1, w_min = -1, w_max = 1, f_min = 0, f_max = 1;
+  // eta_w, eta_f: -1 = the rule's own defaults (optim/firing_rules.h: RuleBOptions, RuleAOptions), resolved before the
+  // run starts and written to config.json as used.
+  double eta_w = -1, eta_f = -1, eta_sp = 1e-2, r_target = 0.1, w_min = -1, w_max = 1, f_min = 0, f_max = 1;
   // language model
   std::string lm_attention = "dense";
   // optimisation
@@ -264,8 +266,10 @@ void define_options(Options& o, Config& c) {
       ->check(CLI::IsMember({"signed", "nonnegative"}));
   o.add("rule", c.rule, "firing: local rule on the first layer: none | A | B")
       ->check(CLI::IsMember({"none", "A", "B"}));
-  o.add("eta_w", c.eta_w, "rule B: Oja rate on W (rule A: eta+ and eta-)")->check(nonneg);
-  o.add("eta_f", c.eta_f, "rule B: rate on f (rule A: rho+ and rho-)")->check(nonneg);
+  // -1 (the default): the rule's own rate, from optim/firing_rules.h
+  const CLI::Validator rule_rate = nonneg | CLI::Range(-1.0, -1.0);
+  o.add("eta_w", c.eta_w, "rule B: Oja rate on W (rule A: eta+ and eta-); -1: the rule's default")->check(rule_rate);
+  o.add("eta_f", c.eta_f, "rule B: rate on f (rule A: rho+ and rho-); -1: the rule's default")->check(rule_rate);
   o.add("eta_sp", c.eta_sp, "rules: homeostatic threshold rate")->check(nonneg);
   o.add("r_target", c.r_target, "rules: target firing rate")->check(CLI::Range(0.0, 1.0));
   o.add("w_min", c.w_min, "rule B: W range low (rule A: 0)");
@@ -997,6 +1001,8 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   // its first step with a checkpoint, like one during training, instead of killing it without one.
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  if (c.eta_w < 0) c.eta_w = c.rule == "A" ? optim::RuleAOptions{}.eta_plus : optim::RuleBOptions{}.eta_w;
+  if (c.eta_f < 0) c.eta_f = c.rule == "A" ? optim::RuleAOptions{}.rho_plus : optim::RuleBOptions{}.eta_f;
   Run r;
   r.c = c;
   ASC_CHECK(c.device != "cuda" || cuda::is_available(), "--device cuda, but {}",
