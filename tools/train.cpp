@@ -1001,8 +1001,6 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   // its first step with a checkpoint, like one during training, instead of killing it without one.
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  if (c.eta_w < 0) c.eta_w = c.rule == "A" ? optim::RuleAOptions{}.eta_plus : optim::RuleBOptions{}.eta_w;
-  if (c.eta_f < 0) c.eta_f = c.rule == "A" ? optim::RuleAOptions{}.rho_plus : optim::RuleBOptions{}.eta_f;
   Run r;
   r.c = c;
   ASC_CHECK(c.device != "cuda" || cuda::is_available(), "--device cuda, but {}",
@@ -1548,6 +1546,9 @@ int main(int argc, char** argv) {
     }
   }
   tools::parse_or_exit(app, argc, argv);  // --help: exit 0; a bad flag or value: error + usage, exit 2
+  // -1: the rule's own rates. Resolved here, in the Config the options write config.json from, so the file holds them.
+  if (c.eta_w < 0) c.eta_w = c.rule == "A" ? optim::RuleAOptions{}.eta_plus : optim::RuleBOptions{}.eta_w;
+  if (c.eta_f < 0) c.eta_f = c.rule == "A" ? optim::RuleAOptions{}.rho_plus : optim::RuleBOptions{}.eta_f;
   try {
     return train_main(c, options, resume, eval_only, command, params_only);
   } catch (const Error& e) {
