@@ -5,7 +5,7 @@
 // ASan/UBSan report, is a bug. What loads is read in full (so ASan sees a view past its storage) and must survive a
 // write / read round trip; a rejected checkpoint must leave model, optimizer, scheduler and generator untouched.
 //
-// Runs ASC_FUZZ_SECONDS seconds (default 3; the sanitizer build's ctest sets 40) from seed ASC_FUZZ_SEED (default
+// Runs ASC_FUZZ_SECONDS seconds (default 3; the sanitizer build's ctest sets 30) from seed ASC_FUZZ_SEED (default
 // 1). A mutant depends only on the seed, its iteration and the corpus, so a failure reported as
 // "ASC_FUZZ_SEED=S ASC_FUZZ_ITER=I" replays alone (printing the mutations) with
 //   ASC_FUZZ_SEED=S ASC_FUZZ_ITER=I ./test_fuzz_loaders -tc='fuzz:*'
