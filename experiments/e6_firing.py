@@ -54,17 +54,28 @@ ARMS = {  # name -> (flags, what, main arm)
 TINY = ["ste", "rule-b", "rule-a", "mlp"]
 
 
-def runs(scale):
+def firing_runs(arms, tiny, scale, seeds=SEEDS, variant_seeds=VARIANT_SEEDS):
+    """The runs of ARMS-like arms (name -> (flags, what, main arm)) on this experiment's setup; experiment 7 uses it
+    too. An arm's flags come after COMMON, so a flag of both (--schedule) takes the arm's value: train keeps the last."""
     out = []
-    for name, (flags, _, main) in ARMS.items():
-        if scale == "tiny" and name not in TINY:
+    for name, (flags, _, main) in arms.items():
+        if scale == "tiny" and name not in tiny:
             continue
         n = STEPS[scale]
         args = [*COMMON, *DATA[scale], *flags, "--steps", str(n), "--warmup", str(max(1, n // 20))]
-        for seed in range((SEEDS if main else VARIANT_SEEDS)[scale]):
+        for seed in range((seeds if main else variant_seeds)[scale]):
             out.append(lib.Run(id=f"{name}/s{seed}", arm=name, seed=seed, args=args, steps=n, cost=0.004,
                                after=weight_summary))
     return out
+
+
+def runs(scale):
+    return firing_runs(ARMS, TINY, scale)
+
+
+def weight_values(dirs, key):
+    """One value of each run's weights.json (weight_summary; None where it is missing)."""
+    return [(lib.read_json(d / "weights.json") or {}).get(key) for d in dirs]
 
 
 def weight_summary(run_dir):
@@ -130,8 +141,7 @@ def report(rep: lib.Report) -> str:
         final = [final_train_accuracy(d) for d in dirs]
         rates = [last_value(d, "L0.firing_rate") for d in dirs]
         thresholds = [last_value(d, "L0.firing_threshold") for d in dirs]
-        cos = [(lib.read_json(d / "weights.json") or {}).get("w_row_cosine") for d in dirs]
-        clip = [(lib.read_json(d / "weights.json") or {}).get("w_at_clip") for d in dirs]
+        cos, clip = weight_values(dirs, "w_row_cosine"), weight_values(dirs, "w_at_clip")
         ok = lambda v: [x for x in v if x is not None]  # noqa: E731
         rows.append([name, ARMS[name][1], len(dirs), lib.fmt_mean_std(ok(acc)), lib.fmt_mean_std(ok(final)),
                      lib.fmt_mean_std(ok(rates), 3, 1), lib.fmt_mean_std(ok(thresholds), 3, 1),
@@ -165,9 +175,7 @@ def report(rep: lib.Report) -> str:
                         f"rule B − backprop alone {diff * 100:+.2f} points (Welch p {lib.fmt_p(welch)}): "
                         + ("does not hold: the local terms cost accuracy." if worse else
                            "holds: no significant loss." if welch is not None else "not testable (too few seeds)."))
-    cos_b = [(lib.read_json(d / "weights.json") or {}).get("w_row_cosine") for d in rep.done("rule-b")]
-    cos_s = [(lib.read_json(d / "weights.json") or {}).get("w_row_cosine") for d in rep.done("ste")]
-    cos_n = [(lib.read_json(d / "weights.json") or {}).get("w_row_cosine") for d in rep.done("rule-b-no-oja")]
+    cos_b, cos_s, cos_n = (weight_values(rep.done(n), "w_row_cosine") for n in ("rule-b", "ste", "rule-b-no-oja"))
     if all(v is not None for v in cos_b + cos_s) and cos_b and cos_s:
         verdicts.append(f"- Why (measured, not claimed by the seed): the first layer's W rows end with mean pairwise "
                         f"cosine {lib.fmt_mean_std(cos_b, 3, 1)} under rule B, {lib.fmt_mean_std(cos_s, 3, 1)} "

@@ -19,7 +19,7 @@ value under the cosine schedule.
 """
 import lib
 import report_util as ru
-from e6_firing import COMMON, DATA, FIRING, R_TARGET, STEPS, last_value, weight_summary
+from e6_firing import COMMON, DATA, FIRING, R_TARGET, STEPS, firing_runs, last_value, weight_values
 
 SEEDS = {"full": 5, "quick": 2, "tiny": 1}
 VARIANT_SEEDS = {"full": 3, "quick": 1, "tiny": 1}
@@ -41,20 +41,7 @@ TINY = ["ste", "oja0", "oja1e-3"]
 
 
 def runs(scale):
-    out = []
-    for name, (flags, _, main) in ARMS.items():
-        if scale == "tiny" and name not in TINY:
-            continue
-        n = STEPS[scale]
-        common = COMMON
-        if "--schedule" in flags:  # the arm's schedule replaces experiment 6's (train takes a flag once)
-            i = COMMON.index("--schedule")
-            common = COMMON[:i] + COMMON[i + 2:]
-        args = [*common, *DATA[scale], *flags, "--steps", str(n), "--warmup", str(max(1, n // 20))]
-        for seed in range((SEEDS if main else VARIANT_SEEDS)[scale]):
-            out.append(lib.Run(id=f"{name}/s{seed}", arm=name, seed=seed, args=args, steps=n, cost=0.004,
-                               after=weight_summary))
-    return out
+    return firing_runs(ARMS, TINY, scale, SEEDS, VARIANT_SEEDS)
 
 
 def choose(rep: lib.Report):
@@ -66,7 +53,7 @@ def choose(rep: lib.Report):
         if not cmp:
             return None, rows
         diff, p, welch, _ = ru.tests_of(cmp)
-        worse = p is not None and ru.significant(p, welch) and diff < 0
+        worse = diff is not None and diff < 0 and ru.significant(p, welch)
         ok = diff is not None and diff >= -CHOICE_POINTS and not worse
         rows.append((eta, diff, p, welch, ok))
         if ok:
@@ -86,7 +73,7 @@ def report(rep: lib.Report) -> str:
         dirs = rep.done(name)
         acc = [rep.summary(d).get("test_accuracy") for d in dirs]
         rates = [last_value(d, "L0.firing_rate") for d in dirs]
-        cos = [(lib.read_json(d / "weights.json") or {}).get("w_row_cosine") for d in dirs]
+        cos = weight_values(dirs, "w_row_cosine")
         ok = lambda v: [x for x in v if x is not None]  # noqa: E731
         rows.append([name, ARMS[name][1], len(dirs), lib.fmt_mean_std(ok(acc)), lib.fmt_mean_std(ok(rates), 3, 1),
                      lib.fmt_mean_std(ok(cos), 3, 1)])
@@ -111,8 +98,7 @@ def report(rep: lib.Report) -> str:
                         f"largest rate within {CHOICE_POINTS} points of rule B at η = 0 and not significantly below "
                         f"it) — η_w = η_f = {chosen}" + (": no positive rate of the sweep does no harm, so the Oja terms are off by "
                                        "default" if chosen == "0" else "") + ".")
-    cos = {n: [(lib.read_json(d / "weights.json") or {}).get("w_row_cosine") for d in rep.done(n)]
-           for n in ("oja1e-3", "oja1e-3-constant", "ste-constant")}
+    cos = {n: weight_values(rep.done(n), "w_row_cosine") for n in ("oja1e-3", "oja1e-3-constant", "ste-constant")}
     if all(cos.values()) and None not in sum(cos.values(), []):
         mean = lambda v: sum(v) / len(v)  # noqa: E731
         acc = {n: [rep.summary(d).get("test_accuracy") for d in rep.done(n)] for n in ("oja1e-3-constant", "ste-constant")}

@@ -44,6 +44,9 @@ int run(const std::string& args, const std::string& log) {
 
 std::string log_of(const fs::path& d) { return d.string() + ".log"; }
 
+// The firing cases train on Fashion-MNIST (Debian's dataset-fashion-mnist); they are skipped without it.
+bool have_fashion_mnist() { return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); }
+
 std::string read(const fs::path& p) {
   std::ifstream f(p);
   return std::string(std::istreambuf_iterator<char>(f), {});
@@ -216,7 +219,7 @@ TEST_CASE("train: every model kind trains a few steps and logs its mechanism's s
     fs::remove_all(d);
   }
   // The firing network on Fashion-MNIST images with rule B (skipped without the dataset).
-  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+  if (!have_fashion_mnist()) {
     MESSAGE("dataset-fashion-mnist not installed: the firing case is skipped");
     return;
   }
@@ -303,7 +306,7 @@ TEST_CASE("train: --robustness measures noise, FGSM, float32 vs float64 and leng
 }
 
 TEST_CASE("train: rule A moves the first firing layer by its rule alone; the MLP baseline trains") {
-  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+  if (!have_fashion_mnist()) {
     MESSAGE("dataset-fashion-mnist not installed: skipped");
     return;
   }
@@ -354,7 +357,7 @@ TEST_CASE("train: rule A moves the first firing layer by its rule alone; the MLP
 }
 
 TEST_CASE("train: --eta-w / --eta-f default to each rule's own rates, written to config.json as used") {
-  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+  if (!have_fashion_mnist()) {
     MESSAGE("dataset-fashion-mnist not installed: skipped");
     return;
   }
