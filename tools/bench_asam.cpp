@@ -202,6 +202,7 @@ int main(int argc, char** argv) {
     std::printf("bench_asam: B%lld, %lld heads of %lld, %s, %s, %d threads, best of %d (1 above n = 4096)\n",
                 (long long)kBatch, (long long)kHeads, (long long)kDHead, std::string(dtype_name(g_dtype)).c_str(),
                 g_device.is_cuda() ? "CUDA" : "CPU", threads, reps);
+    std::printf("%s\n", tools::cpu_line().c_str());
     std::printf("%-12s %6s %10s %10s %9s %12s %9s %8s  %s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB", "pairs/head",
                 "vs chunk", "fwd TF/s", "note");
     std::vector<Result> all;

@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
     std::printf("\nattention layer, B%lld, d_model %lld, %lld heads, k %lld, d_z = d_a = %lld, float32, %s\n",
                 (long long)kBatch, (long long)kDModel, (long long)kHeads, (long long)kK, (long long)kDz,
                 g_device.is_cuda() ? "CUDA device 0" : "2 threads");
+    std::printf("%s\n", tools::cpu_line().c_str());
     std::printf("%-11s %6s %10s %10s %9s %9s %11s %9s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB", "GFLOP",
                 "tokens/s", "f+b/dense");
     std::map<int64_t, double> dense;

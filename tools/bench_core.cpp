@@ -183,7 +183,8 @@ int main(int argc, char** argv) {
     progress.finish();
 
     // ---- output ---------------------------------------------------------------------------------------------------
-    fmt::print("\n{:<28} {:>8} {:>12} {:>12} {:>8}  {}\n", "benchmark", "metric", "ascender", "reference", "ratio",
+    fmt::print("\n{}\n", tools::cpu_line());
+    fmt::print("{:<28} {:>8} {:>12} {:>12} {:>8}  {}\n", "benchmark", "metric", "ascender", "reference", "ratio",
                "notes");
     fmt::print("{}\n", std::string(110, '-'));
     for (const Row& r : rows)

@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
         "\nfiring layer training step (forward + backward %s + SGD + rule B), B %lld, d %lld, P %lld, "
         "alpha %lld, float32, 2 threads\n",
         loss ? "of <G, Y>" : "of dL/dY = G", (long long)kBatch, (long long)kD, (long long)kP, (long long)kA);
+    std::printf("%s\n", tools::cpu_line().c_str());
     std::printf("%-12s %10s %12s %12s %10s %12s\n", "firing rate", "ours ms", "fuse_sgd ms", "PyTorch ms", "speed-up",
                 "(fuse_sgd)");
     auto ratio = [](double t, double o) { return t > 0 ? fmt::format("{:.2f}x", t / o) : std::string("-"); };

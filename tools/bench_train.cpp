@@ -255,6 +255,7 @@ int main(int argc, char** argv) {
         (long long)c.batch, (long long)c.length, (long long)c.width, (long long)c.layers, (long long)c.heads,
         (long long)c.ffn, c.dropout, c.threads,
         c.busy > 0 ? fmt::format(", {} busy process(es) spinning", c.busy).c_str() : "");
+    std::printf("%s\n", tools::cpu_line().c_str());
     std::printf("%-28s %12s\n", "", "ms/step");
     std::printf("%-28s %12.2f   (forward %.2f, backward %.2f, optimizer %.2f)\n", "ascender", best.step, best.fwd,
                 best.bwd, best.opt);

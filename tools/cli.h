@@ -42,6 +42,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/cpu_isa.h"
 #include "core/profiler.h"
 
 namespace asc::tools {
@@ -469,8 +470,37 @@ class Table {
   std::vector<std::vector<Cell>> rows_;
 };
 
-// Facts of the run that make a result file readable on its own: the tool, its arguments, when, where (CPU model,
-// hardware threads, host). Tools add their own (thread count, device).
+// The processor as /proc/cpuinfo names it, with its family and model (a model name such as "AMD EPYC" covers several
+// generations); empty fields where it says nothing.
+struct CpuInfo {
+  std::string model_name, family, model;
+};
+inline CpuInfo cpu_info() {
+  CpuInfo c;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  auto value = [](const std::string& line) { return line.substr(line.find(':') + 2); };
+  for (std::string line; std::getline(cpuinfo, line) && !line.empty();) {
+    if (line.find(':') == std::string::npos || line.find(':') + 2 > line.size()) continue;
+    if (line.rfind("model name", 0) == 0)
+      c.model_name = value(line);
+    else if (line.rfind("cpu family", 0) == 0)
+      c.family = value(line);
+    else if (line.rfind("model", 0) == 0 && line.rfind("model name", 0) != 0)
+      c.model = value(line);
+  }
+  return c;
+}
+
+// One line for a benchmark's header: "AMD EPYC (family 26, model 2), CPU kernels x86-64-v4, GEMM OpenBLAS Cooperlake".
+inline std::string cpu_line() {
+  const CpuInfo c = cpu_info();
+  std::string s = c.model_name.empty() ? "unknown CPU" : c.model_name;
+  if (!c.family.empty()) s += " (family " + c.family + ", model " + c.model + ")";
+  return s + ", CPU kernels " + asc::cpu_isa_name(asc::cpu_isa()) + ", GEMM " + asc::cpu_gemm_kernel();
+}
+
+// Facts of the run that make a result file readable on its own: the tool, its arguments, when, where (CPU model and
+// family, the CPU kernels' instruction set level, hardware threads, host). Tools add their own (thread count, device).
 inline Json run_facts(const std::string& tool, int argc, char** argv) {
   Json j;
   j["tool"] = tool;
@@ -480,12 +510,11 @@ inline Json run_facts(const std::string& tool, int argc, char** argv) {
   const std::time_t now = std::time(nullptr);
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   j["started_utc"] = when;
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);)
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
-      j["cpu"] = line.substr(line.find(':') + 2);
-      break;
-    }
+  const CpuInfo cpu = cpu_info();
+  if (!cpu.model_name.empty()) j["cpu"] = cpu.model_name;
+  if (!cpu.family.empty()) j["cpu_family"] = cpu.family, j["cpu_model"] = cpu.model;
+  j["cpu_isa"] = asc::cpu_isa_name(asc::cpu_isa());
+  j["cpu_gemm"] = asc::cpu_gemm_kernel();
   j["hardware_threads"] = std::thread::hardware_concurrency();
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0) j["host"] = host;

@@ -37,7 +37,7 @@
 
 #include "ops/cpu/vec_region_fma_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
 
-#include "ops/cpu/vec_math.h"  // ASC_CPU_CLONES (already included by the headers above, inside their regions)
+#include "ops/cpu/vec_math.h"  // ASC_CPU_DISPATCH (already included by the headers above, inside their regions)
 
 namespace asc::cpu {
 namespace {
@@ -139,17 +139,17 @@ struct RowState {
 // computing every row statistic. replay = true: the backward rebuilding the block's tiles, with the values of
 // RowState already loaded into `b`; the passes that write tiles still run, and recompute their by-products (ρ, W,
 // Var) exactly as the forward did.
-template <class T>
-ASC_CPU_CLONES void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderConfig& cfg, int64_t t0,
-                                  int64_t R, Block<T>& b, bool replay) {
-  products_forward(h, kt, cfg, t0, R, b);  // s0, affinities, z_i · z_j
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE void forward_block(const HeadData<T>& h, const Keys<T>& kt, const AscenderConfig& cfg, int64_t t0,
+                                     int64_t R, Block<T>& b, bool replay) {
+  products_forward<kIsa>(h, kt, cfg, t0, R, b);  // s0, affinities, z_i · z_j
   keep_mask(h, kt, cfg, t0, R, b);
   if (cfg.use_align) {
     if (!replay) neighbourhoods(h, cfg, kt.m, R, b);
     alignment_forward(h, kt, cfg, R, b, replay);  // u, γ_a, r and its statistics
   }
   if (cfg.use_sep || cfg.use_coh) latent_kernels_forward(h, kt, cfg, t0, R, b, replay);  // w, ρ, η, φ; w', W
-  if (cfg.use_coh) cohesion_forward(h, kt, cfg, R, b, replay);                           // c, dc, Var, γ_c
+  if (cfg.use_coh) cohesion_forward<kIsa>(h, kt, cfg, R, b, replay);                     // c, dc, Var, γ_c
   scores_forward(h, kt, cfg, t0, R, b, replay);                                          // S, e, max, 1 / Σ e
 }
 
@@ -220,7 +220,7 @@ void forward_impl(const AscenderKernelInputs& in, const AscenderConfig& cfg, Ten
         const int64_t t0 = bi * rows, R = std::min(rows, Tn - t0);
         keys.select(h, cfg, t0, R);
         blk.resize(R, keys.m, d, dz);
-        forward_block(h, keys, cfg, t0, R, blk, false);
+        ASC_CPU_DISPATCH(forward_block<kIsa>(h, keys, cfg, t0, R, blk, false));
         output_forward(keys, R, d, blk, yp + (bh * Tn + t0) * d);
         if (state)
           RowState::save(blk, R, dz, kmax, rows_p + (bh * Tn + t0) * (RowState::kFields + dz),
@@ -232,17 +232,17 @@ void forward_impl(const AscenderKernelInputs& in, const AscenderConfig& cfg, Ten
 
 // The backward of rows [t0, t0 + R) of one head: rebuilds the block's tiles (forward_block's replay, from the rows'
 // saved state: kFields + d_z doubles per row at `rows`, k_max neighbours at `nbr`), then runs the chain rule.
-template <class T>
-ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderConfig& cfg, int64_t t0, int64_t R,
-                                   const double* rows, const int64_t* nbr, int64_t kmax, BackwardWork<T>& work,
-                                   const HeadGrads<T>& out) {
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE void backward_block(const HeadData<T>& h, const AscenderConfig& cfg, int64_t t0, int64_t R,
+                                      const double* rows, const int64_t* nbr, int64_t kmax, BackwardWork<T>& work,
+                                      const HeadGrads<T>& out) {
   const int64_t d = h.d, dz = h.dz, da = h.da;
   Block<T>& b = work.b;
   Keys<T>& keys = work.keys;
   keys.select(h, cfg, t0, R);
   b.resize(R, keys.m, d, dz);
   RowState::load(b, R, dz, kmax, rows, nbr, cfg.norm_eps);
-  forward_block(h, keys, cfg, t0, R, b, true);
+  forward_block<kIsa>(h, keys, cfg, t0, R, b, true);
   const int64_t n = keys.m;  // the block's key columns
   // Gradients of the block's keys: in place for full attention, else into (m, ·) buffers scattered at the end.
   const KeyGrads<T> kg = work.key_grads(out, d, da, dz);
@@ -269,9 +269,9 @@ ASC_CPU_CLONES void backward_block(const HeadData<T>& h, const AscenderConfig& c
   }
   base_scores_backward(h, keys, t0, R, work.dS.data(), out.dq, kg.dkr);  // dQ, dKr
   if (cfg.use_align) alignment_backward(h, R, work, kg);                 // dK̂ (r's GEMM and the neighbourhoods)
-  if (cfg.use_coh) centroid_backward(h, R, work, kg);                    // dz through c_i; dw', dW
-  if (cfg.use_sep || cfg.use_coh) distances_backward(h, cfg, t0, R, work, kg, out.dz);  // dz through d²
-  if (cfg.use_sep) affinity_backward(h, t0, R, work, kg);                               // dÊ
+  if (cfg.use_coh) centroid_backward<kIsa>(h, R, work, kg);              // dz through c_i; dw', dW
+  if (cfg.use_sep || cfg.use_coh) distances_backward<kIsa>(h, cfg, t0, R, work, kg, out.dz);  // dz through d²
+  if (cfg.use_sep) affinity_backward<kIsa>(h, t0, R, work, kg);                               // dÊ
   work.scatter(kg, out, d, da, dz);
 }
 
@@ -306,7 +306,8 @@ void backward_impl(const AscenderKernelInputs& in, const AscenderConfig& cfg, co
       dkhat_scatter.assign(Tn * d, 0.0), zcol.assign(Tn, 0.0);
       for (int64_t bi = 0; bi < blocks; ++bi) {
         const int64_t t0 = bi * rows, R = std::min(rows, Tn - t0);
-        backward_block(h, cfg, t0, R, rows_p + (bh * Tn + t0) * fields, nbr_p + (bh * Tn + t0) * kmax, kmax, work, out);
+        ASC_CPU_DISPATCH(backward_block<kIsa>(h, cfg, t0, R, rows_p + (bh * Tn + t0) * fields,
+                                              nbr_p + (bh * Tn + t0) * kmax, kmax, work, out));
       }
       // ---- per-key finishing: |z|² coefficients, the unit-vector backwards ------------------------------------
       for (int64_t j = 0; j < Tn; ++j)

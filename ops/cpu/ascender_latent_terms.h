@@ -176,11 +176,11 @@ ASC_ALWAYS_INLINE void separation_backward_row(const HeadData<T>& h, const Ascen
 
 // a_ij = ê_i · ê_j:  dÊ_i += (da Ê)_i;  dÊ_j += (daᵀ Ê_blk)_j (the block's rows of dÊ into w.dehat, its keys' into
 // kg.dehat)
-template <class T>
+template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void affinity_backward(const HeadData<T>& h, int64_t t0, int64_t R, BackwardWork<T>& w,
                                          const KeyGrads<T>& kg) {
   const int64_t n = w.keys.m, da = h.da;
-  gemm_narrow<T>(R, da, n, w.daff.data(), n, w.keys.ehat, da, w.dehat.data() + t0 * da, da, true);
+  gemm_narrow<T, kIsa>(R, da, n, w.daff.data(), n, w.keys.ehat, da, w.dehat.data() + t0 * da, da, true);
   gemm<T>(n, da, R, w.daff.data(), 1, n, h.ehat.data() + t0 * da, da, 1, kg.dehat, da, true);
 }
 
@@ -188,20 +188,20 @@ ASC_ALWAYS_INLINE void affinity_backward(const HeadData<T>& h, int64_t t0, int64
 
 // The centroid c_i = Σ_l w'_il z_l / W_i (forward only: replay loads it), dc_ij = |z_j - c_i|², its weighted
 // variance Var_i = Σ_j w'_ij dc_ij / W_i, the gate γ = σ(-α Var) and (forward only) dc's statistics.
-template <class T>
+template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void cohesion_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderConfig& cfg, int64_t R,
                                         Block<T>& b, bool replay) {
   const int64_t n = kt.m, dz = h.dz;
   const bool after = cfg.after_norm();
   if (!replay) {
-    gemm_narrow<T>(R, dz, n, b.wc.data(), n, kt.z, dz, b.c.data(), dz);  // Σ_l w'_il z_l
+    gemm_narrow<T, kIsa>(R, dz, n, b.wc.data(), n, kt.z, dz, b.c.data(), dz);  // Σ_l w'_il z_l
     for (int64_t r = 0; r < R; ++r) {
       T* cr = b.c.data() + r * dz;
       const double W = b.W[r];
       for (int64_t c = 0; c < dz; ++c) cr[c] = static_cast<T>(cr[c] / W);
     }
   }
-  gemm_narrow<T>(R, n, dz, b.c.data(), dz, kt.zT, n, b.dc.data(), n);  // c_i · z_j
+  gemm_narrow<T, kIsa>(R, n, dz, b.c.data(), dz, kt.zT, n, b.dc.data(), n);  // c_i · z_j
   for (int64_t r = 0; r < R; ++r) {
     double cc = 0;
     const T* cr = b.c.data() + r * dz;
@@ -276,7 +276,7 @@ ASC_ALWAYS_INLINE void cohesion_backward_row(const HeadData<T>& h, const Ascende
 // The block's cohesion GEMMs, after the row loop: dz_j -= 2 Σ_i ddc_ij c_i;  dc_i -= 2 Σ_j ddc_ij z_j; then through
 // c_i = Σ_l w'_il z_l / W_i:  dz_l += Σ_i (w'_il / W_i) dc_i;  dw'_il += dc_i·z_l / W_i (w.tile, which
 // distances_backward adds);  dW_i -= dc_i·c_i / W_i
-template <class T>
+template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void centroid_backward(const HeadData<T>& h, int64_t R, BackwardWork<T>& w, const KeyGrads<T>& kg) {
   const Block<T>& b = w.b;
   const int64_t n = w.keys.m, dz = h.dz;
@@ -287,7 +287,7 @@ ASC_ALWAYS_INLINE void centroid_backward(const HeadData<T>& h, int64_t R, Backwa
   for (int64_t x = 0; x < n * dz; ++x) kg.dz[x] = static_cast<T>(kg.dz[x] - 2 * tnz[x]);
   w.tmp_rz.resize(R * dz);
   T* trz = w.tmp_rz.data();
-  gemm_narrow<T>(R, dz, n, w.ddc.data(), n, w.keys.z, dz, trz, dz);
+  gemm_narrow<T, kIsa>(R, dz, n, w.ddc.data(), n, w.keys.z, dz, trz, dz);
   for (int64_t x = 0; x < R * dz; ++x) dCp[x] = static_cast<T>(dCp[x] - 2 * trz[x]);
   for (int64_t r = 0; r < R; ++r) {
     double dcc = 0;
@@ -301,7 +301,7 @@ ASC_ALWAYS_INLINE void centroid_backward(const HeadData<T>& h, int64_t R, Backwa
     for (int64_t c = 0; c < dz; ++c) trz[r * dz + c] = dCp[r * dz + c] * inv_w;  // dc_i / W_i
   }
   gemm<T>(n, dz, R, b.wc.data(), 1, n, w.tmp_rz.data(), dz, 1, kg.dz, dz, true);
-  gemm_narrow<T>(R, n, dz, w.tmp_rz.data(), dz, w.keys.zT, n, w.tile.data(), n);  // dc_i · z_l / W_i
+  gemm_narrow<T, kIsa>(R, n, dz, w.tmp_rz.data(), dz, w.keys.zT, n, w.tile.data(), n);  // dc_i · z_l / W_i
 }
 
 // ==== the distances' backward =======================================================================================
@@ -310,7 +310,7 @@ ASC_ALWAYS_INLINE void centroid_backward(const HeadData<T>& h, int64_t R, Backwa
 // dd² += -dw' w' / τ_coh; w' = 0 on masked keys, so they get nothing), added to separation's, and d² = |z_i|² + |z_j|²
 // - 2 z_i·z_j:  dz_i += 2 z_i Σ_j dd²_ij, dz_j += 2 z_j Σ_i dd²_ij (with cohesion's ddc: the |z|² coefficients zcol,
 // applied per key after the head's blocks);  dz_i -= 2 Σ_j dd²_ij z_j;  dz_j -= 2 Σ_i dd²_ij z_i (GEMMs)
-template <class T>
+template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void distances_backward(const HeadData<T>& h, const AscenderConfig& cfg, int64_t t0, int64_t R,
                                           BackwardWork<T>& w, const KeyGrads<T>& kg, T* dzp) {
   const Block<T>& b = w.b;
@@ -345,7 +345,7 @@ ASC_ALWAYS_INLINE void distances_backward(const HeadData<T>& h, const AscenderCo
   for (int64_t j = 0; j < n; ++j) kg.zcol[j] += 2.0 * double(cs[j]);
   w.tmp_rz.resize(R * dz);
   T* trz = w.tmp_rz.data();
-  gemm_narrow<T>(R, dz, n, w.dd2.data(), n, w.keys.z, dz, trz, dz);
+  gemm_narrow<T, kIsa>(R, dz, n, w.dd2.data(), n, w.keys.z, dz, trz, dz);
   for (int64_t x = 0; x < R * dz; ++x) dzp[t0 * dz + x] = static_cast<T>(dzp[t0 * dz + x] - 2 * trz[x]);
   w.tmp_nz.assign(n * dz, T(0));
   T* tnz = w.tmp_nz.data();

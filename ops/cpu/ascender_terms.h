@@ -5,10 +5,10 @@
 // the latent distances, are in ops/cpu/ascender_latent_terms.h.
 //
 // forward_block / backward_block (ops/cpu/ascender.cpp) call these in order, on one block of query rows (Block). Each
-// function they call is forced inline (ASC_ALWAYS_INLINE): the drivers carry ASC_CPU_CLONES, and a function compiled
-// apart would run the baseline ISA in the x86-64-v3 clone. The backward of a per-row step (*_backward_row) runs inside
-// the backward's row loop; the one of a step whose gradient combines rows (the GEMMs) runs after it. Derivations are
-// written beside each backward.
+// function they call is forced inline (ASC_ALWAYS_INLINE): the drivers run through ASC_CPU_DISPATCH, and a function
+// compiled apart would run the baseline instructions at every level. The backward of a per-row step (*_backward_row)
+// runs inside the backward's row loop; the one of a step whose gradient combines rows (the GEMMs) runs after it.
+// Derivations are written beside each backward.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -138,15 +138,15 @@ ASC_ALWAYS_INLINE RawGrad<T> standardise_backward(const T* x, const T* dSr, int6
 // rows. (Affinities a = ê_i · ê_j are read by the separation hinge and, unless selecting by scores, the top-k;
 // z_i · z_j by the separation and cohesion kernels, which form |z_i - z_j|² from it in their own pass. Their
 // backwards: affinity_backward and distances_backward, ops/cpu/ascender_latent_terms.h.)
-template <class T>
+template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void products_forward(const HeadData<T>& h, const Keys<T>& kt, const AscenderConfig& cfg, int64_t t0,
                                         int64_t R, Block<T>& b) {
   const int64_t n = kt.m, d = h.d, dz = h.dz, da = h.da;
   gemm<T>(R, n, d, h.qs.data() + t0 * d, d, 1, kt.kr, 1, d, b.s0.data(), n);
   const bool sep = cfg.use_sep, coh = cfg.use_coh;
   if (sep || (cfg.use_align && !cfg.select_by_scores))
-    gemm_narrow<T>(R, n, da, h.ehat.data() + t0 * da, da, kt.ehatT, n, b.aff.data(), n);
-  if (sep || coh) gemm_narrow<T>(R, n, dz, h.z + t0 * dz, dz, kt.zT, n, b.zdot.data(), n);  // z_i · z_j
+    gemm_narrow<T, kIsa>(R, n, da, h.ehat.data() + t0 * da, da, kt.ehatT, n, b.aff.data(), n);
+  if (sep || coh) gemm_narrow<T, kIsa>(R, n, dz, h.z + t0 * dz, dz, kt.zT, n, b.zdot.data(), n);  // z_i · z_j
 }
 
 // S0 = (Q / √d) Krᵀ:  dQ = dS Kr / √d;  dKr += dSᵀ (Q / √d)

@@ -135,9 +135,9 @@ struct Workspace {
 
 // Query rows [t0, t0 + rows) of head bh: O = softmax(Q Kᵀ · scale + bias, masked) V and each row's log-sum-exp.
 // Every product is gemm_narrow's (D is the short dimension; OpenBLAS spends more on packing these than multiplying).
-template <class T>
-ASC_CPU_CLONES void forward_block(const Problem<T>& p, int64_t bh, int64_t t0, int64_t rows, Workspace<T>& w, T* o,
-                                  const Strides4& so, T* lse) {
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE void forward_block(const Problem<T>& p, int64_t bh, int64_t t0, int64_t rows, Workspace<T>& w, T* o,
+                                     const Strides4& so, T* lse) {
   const int64_t b = bh / p.H, h = bh % p.H, D = p.D;
   const int64_t n = p.keys_for(t0, rows);
   T* tile = w.prob.data();  // (rows, n)
@@ -146,7 +146,7 @@ ASC_CPU_CLONES void forward_block(const Problem<T>& p, int64_t bh, int64_t t0, i
     transpose_rows(p.k + p.sk.at(b, h, 0), p.sk.t, p.sk.s, p.S, D, w.kt.data(), ldk);
     w.kt_head = bh;
   }
-  gemm_narrow_blocked<T>(rows, n, D, p.q + p.sq.at(b, h, t0), p.sq.t, p.sq.s, w.kt.data(), ldk, tile, n);
+  gemm_narrow_blocked<T, kIsa>(rows, n, D, p.q + p.sq.at(b, h, t0), p.sq.t, p.sq.s, w.kt.data(), ldk, tile, n);
   for (int64_t r = 0; r < rows; ++r) {
     T* x = tile + r * n;
     const T m = p.prepare_row(b, h, t0 + r, x, n);
@@ -181,10 +181,10 @@ ASC_CPU_CLONES void forward_block(const Problem<T>& p, int64_t bh, int64_t t0, i
   const T* vr = unit_rows(p.v + p.sv.at(b, h, 0), p.sv.t, p.sv.s, n, D, w.vrows, ldv);
   T* o0 = o + so.at(b, h, t0);
   if (so.s == 1) {
-    gemm_narrow_blocked<T>(rows, D, n, tile, n, 1, vr, ldv, o0, so.t);
+    gemm_narrow_blocked<T, kIsa>(rows, D, n, tile, n, 1, vr, ldv, o0, so.t);
   } else {
     if (w.orows.size() < static_cast<size_t>(rows * D)) w.orows.resize(static_cast<size_t>(rows * D));
-    gemm_narrow_blocked<T>(rows, D, n, tile, n, 1, vr, ldv, w.orows.data(), D);
+    gemm_narrow_blocked<T, kIsa>(rows, D, n, tile, n, 1, vr, ldv, w.orows.data(), D);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < D; ++c) o0[r * so.t + c * so.s] = w.orows[r * D + c];
   }
@@ -203,15 +203,15 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Te
     Workspace<T> w(std::min(Tq, kRowBlock), S, D, /*backward=*/false);
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t t0 = (item % blocks) * kRowBlock;
-      forward_block(p, item / blocks, t0, std::min(kRowBlock, Tq - t0), w, op, so, lse);
+      ASC_CPU_DISPATCH(forward_block<kIsa>(p, item / blocks, t0, std::min(kRowBlock, Tq - t0), w, op, so, lse));
     }
   });
 }
 
 // Head bh's gradients: dQ of its rows, dK and dV accumulated over its row blocks (from zero).
-template <class T>
-ASC_CPU_CLONES void backward_head(const Problem<T>& p, int64_t bh, const T* o, const Strides4& so, const T* g,
-                                  const Strides4& sg, const T* lse, T* dq, T* dk_bh, T* dv_bh, Workspace<T>& w) {
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE void backward_head(const Problem<T>& p, int64_t bh, const T* o, const Strides4& so, const T* g,
+                                     const Strides4& sg, const T* lse, T* dq, T* dk_bh, T* dv_bh, Workspace<T>& w) {
   const int64_t b = bh / p.H, h = bh % p.H, Tq = p.Tq, S = p.S, D = p.D;
   const T ninf = -std::numeric_limits<T>::infinity();
   const T* kh = p.k + p.sk.at(b, h, 0);
@@ -229,7 +229,7 @@ ASC_CPU_CLONES void backward_head(const Problem<T>& p, int64_t bh, const T* o, c
     const T* q0 = p.q + p.sq.at(b, h, t0);
     const T* g0 = g + sg.at(b, h, t0);
     // P (rows, n), recomputed from the saved log-sum-exp; dead rows (lse = -inf) stay 0.
-    gemm_narrow_blocked<T>(rows, n, D, q0, p.sq.t, p.sq.s, w.kt.data(), ldt, prob, ldp);
+    gemm_narrow_blocked<T, kIsa>(rows, n, D, q0, p.sq.t, p.sq.s, w.kt.data(), ldt, prob, ldp);
     for (int64_t r = 0; r < rows; ++r) {
       T* x = prob + r * ldp;
       p.prepare_row(b, h, t0 + r, x, n);
@@ -252,9 +252,9 @@ ASC_CPU_CLONES void backward_head(const Problem<T>& p, int64_t bh, const T* o, c
     // dV[0:n] (n, D) += Pᵀ dO   (Pᵀ read through strides: sam = 1, sak = ldp)
     int64_t ldg = 0;
     const T* gr = unit_rows(g0, sg.t, sg.s, rows, D, w.grows, ldg);
-    gemm_narrow_blocked<T>(n, D, rows, prob, 1, ldp, gr, ldg, dv_bh, D, true);
+    gemm_narrow_blocked<T, kIsa>(n, D, rows, prob, 1, ldp, gr, ldg, dv_bh, D, true);
     // dP (rows, n) = dO Vᵀ
-    gemm_narrow_blocked<T>(rows, n, D, g0, sg.t, sg.s, w.vt.data(), ldt, dprob, ldp);
+    gemm_narrow_blocked<T, kIsa>(rows, n, D, g0, sg.t, sg.s, w.vt.data(), ldt, dprob, ldp);
     // dS = scale · P ∘ (dP - delta), in place of dP
     for (int64_t r = 0; r < rows; ++r) {
       const T* pr = prob + r * ldp;
@@ -263,10 +263,10 @@ ASC_CPU_CLONES void backward_head(const Problem<T>& p, int64_t bh, const T* o, c
       for (int64_t s = 0; s < n; ++s) dr[s] = sc * pr[s] * (dr[s] - dl);
     }
     // dQ (rows, D) = dS K[0:n];  dK[0:n] (n, D) += dSᵀ Q
-    gemm_narrow_blocked<T>(rows, D, n, dprob, ldp, 1, kr, ldk, dq + (bh * Tq + t0) * D, D);
+    gemm_narrow_blocked<T, kIsa>(rows, D, n, dprob, ldp, 1, kr, ldk, dq + (bh * Tq + t0) * D, D);
     int64_t ldq = 0;
     const T* qr = unit_rows(q0, p.sq.t, p.sq.s, rows, D, w.qrows, ldq);
-    gemm_narrow_blocked<T>(n, D, rows, dprob, 1, ldp, qr, ldq, dk_bh, D, true);
+    gemm_narrow_blocked<T, kIsa>(n, D, rows, dprob, 1, ldp, qr, ldq, dk_bh, D, true);
   }
 }
 
@@ -286,7 +286,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const T
   parallel_for(B * H, Tq * S * D, [&](int64_t i0, int64_t i1) {
     Workspace<T> w(std::min(Tq, kRowBlock), S, D, /*backward=*/true);
     for (int64_t bh = i0; bh < i1; ++bh)
-      backward_head(p, bh, o, so, g, sg, lse, dqp, dkp + bh * S * D, dvp + bh * S * D, w);
+      ASC_CPU_DISPATCH(backward_head<kIsa>(p, bh, o, so, g, sg, lse, dqp, dkp + bh * S * D, dvp + bh * S * D, w));
   });
 }
 

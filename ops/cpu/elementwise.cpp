@@ -11,33 +11,34 @@
 #include "ops/kernels.h"
 
 // ---- float32 GELU, vectorised: the exact (erf) GELU has no vector libm call, so its rows run these instead --------
-#include "ops/cpu/vec_math.h"  // inside the region: gelu, gelu_grad
+#include "ops/cpu/vec_math.h"  // inside the region: gelu, gelu_grad, ASC_CPU_DISPATCH
 #include "ops/cpu/vec_region_begin.h"
 
 namespace asc::cpu {
 namespace {
 
-ASC_CPU_CLONES void gelu_rows(const float* x, float* y, int64_t n) {
+ASC_ALWAYS_INLINE void gelu_rows(const float* x, float* y, int64_t n) {
   ASC_SIMD
   for (int64_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
 }
-ASC_CPU_CLONES void gelu_backward_rows(const float* g, const float* x, float* gx, int64_t n) {
+ASC_ALWAYS_INLINE void gelu_backward_rows(const float* g, const float* x, float* gx, int64_t n) {
   ASC_SIMD
   for (int64_t i = 0; i < n; ++i) gx[i] = g[i] * gelu_grad(x[i]);
 }
-// The same values on strided operands (a transposed view gets the numbers a contiguous copy would: the same clone,
+// The same values on strided operands (a transposed view gets the numbers a contiguous copy would: the same level,
 // so the same FMA contractions).
-ASC_CPU_CLONES void gelu_strided(const float* x, int64_t sx, float* y, int64_t sy, int64_t n) {
+ASC_ALWAYS_INLINE void gelu_strided(const float* x, int64_t sx, float* y, int64_t sy, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i * sy] = gelu(x[i * sx]);
 }
-ASC_CPU_CLONES void gelu_backward_strided(const float* g, int64_t sg, const float* x, int64_t sx, float* gx,
-                                          int64_t sgx, int64_t n) {
+ASC_ALWAYS_INLINE void gelu_backward_strided(const float* g, int64_t sg, const float* x, int64_t sx, float* gx,
+                                             int64_t sgx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gx[i * sgx] = g[i * sg] * gelu_grad(x[i * sx]);
 }
 
 // Dropout from uniforms in one pass: the mask keeps where u >= p (a vector select: the region allows it), already
 // scaled, and the output is x times it (NaN stays NaN where dropped, as x * 0 gives it).
-ASC_CPU_CLONES void dropout_rows(const float* u, const float* x, float* y, float* m, int64_t n, float p, float keep) {
+ASC_ALWAYS_INLINE void dropout_rows(const float* u, const float* x, float* y, float* m, int64_t n, float p,
+                                    float keep) {
   ASC_SIMD
   for (int64_t i = 0; i < n; ++i) {
     const float mi = u[i] >= p ? keep : 0.0f;
@@ -46,7 +47,7 @@ ASC_CPU_CLONES void dropout_rows(const float* u, const float* x, float* y, float
   }
 }
 // U[lo, hi) from U[0, 1): lo + (hi - lo) u in double, rounded once to float (as the other dtypes' path does).
-ASC_CPU_CLONES void uniform_rows(const float* u, float* out, int64_t n, double lo, double hi) {
+ASC_ALWAYS_INLINE void uniform_rows(const float* u, float* out, int64_t n, double lo, double hi) {
   ASC_SIMD
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(lo + (hi - lo) * static_cast<double>(u[i]));
 }
@@ -115,12 +116,11 @@ __attribute__((target("avx2"))) void philox_unit_floats_avx2(uint64_t seed, uint
 }
 #endif
 
-// The same values on any CPU: AVX2 where the processor has it, else one philox4x32 per block. ASC_CPU_NO_AVX2=1 in
-// the environment forces the scalar path (the test suite runs the random tests both ways).
+// The same values on any CPU: AVX2 from x86-64-v3 up (core/cpu_isa.h), else one philox4x32 per block.
+// ASC_CPU_ISA=baseline forces the scalar path (the test suite runs the random tests both ways).
 void philox_unit_floats(uint64_t seed, uint64_t base, int64_t groups, float* u) {
 #ifdef ASC_PHILOX_AVX2
-  static const bool avx2 = __builtin_cpu_supports("avx2") && std::getenv("ASC_CPU_NO_AVX2") == nullptr;
-  if (avx2) return philox_unit_floats_avx2(seed, base, groups, u);
+  if (cpu_isa() >= CpuIsa::x86_64_v3) return philox_unit_floats_avx2(seed, base, groups, u);
 #endif
   for (int64_t blk = 0; blk < 8 * groups; ++blk) {
     const auto r = philox4x32(seed, base + static_cast<uint64_t>(blk));
@@ -164,11 +164,11 @@ void unary_impl(const UnaryParams& p, const Tensor& x, Tensor& out) {
     const T* a = xp + off[1];
     if (st[0] == 1 && st[1] == 1) {
       if constexpr (U == Unary::Gelu && std::is_same_v<T, float>)
-        gelu_rows(a, o, n);
+        ASC_CPU_DISPATCH(gelu_rows(a, o, n));
       else
         for (int64_t i = 0; i < n; ++i) o[i] = math::unary_fwd<U, T>(a[i], p);
     } else if constexpr (U == Unary::Gelu && std::is_same_v<T, float>) {
-      gelu_strided(a, st[1], o, st[0], n);
+      ASC_CPU_DISPATCH(gelu_strided(a, st[1], o, st[0], n));
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * st[0]] = math::unary_fwd<U, T>(a[i * st[1]], p);
     }
@@ -187,11 +187,11 @@ void unary_backward_impl(const UnaryParams& p, const Tensor& g, const Tensor& x,
                         const T *gg = gp + off[1], *xx = xp + off[2], *yy = yp + off[3];
                         if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {
                           if constexpr (U == Unary::Gelu && std::is_same_v<T, float>)
-                            gelu_backward_rows(gg, xx, o, n);
+                            ASC_CPU_DISPATCH(gelu_backward_rows(gg, xx, o, n));
                           else
                             for (int64_t i = 0; i < n; ++i) o[i] = gg[i] * math::unary_grad<U, T>(xx[i], yy[i], p);
                         } else if constexpr (U == Unary::Gelu && std::is_same_v<T, float>) {
-                          gelu_backward_strided(gg, st[1], xx, st[2], o, st[0], n);
+                          ASC_CPU_DISPATCH(gelu_backward_strided(gg, st[1], xx, st[2], o, st[0], n));
                         } else {
                           for (int64_t i = 0; i < n; ++i)
                             o[i * st[0]] = gg[i * st[1]] * math::unary_grad<U, T>(xx[i * st[2]], yy[i * st[3]], p);
@@ -540,8 +540,9 @@ template <class T>
 void uniform_typed(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
   T* p = out.data_ptr<T>();
   if constexpr (std::is_same_v<T, float>)
-    for_each_uniform_f32(out.numel(), seed, offset,
-                         [&](int64_t i0, const float* u, int64_t cnt) { uniform_rows(u, p + i0, cnt, lo, hi); });
+    for_each_uniform_f32(out.numel(), seed, offset, [&](int64_t i0, const float* u, int64_t cnt) {
+      ASC_CPU_DISPATCH(uniform_rows(u, p + i0, cnt, lo, hi));
+    });
   else
     for_each_uniform_f64(out.numel(), seed, offset,
                          [&](int64_t i, double u) { p[i] = static_cast<T>(lo + (hi - lo) * u); });
@@ -555,7 +556,7 @@ void dropout_typed(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, ui
   const T keep = static_cast<T>(scale), pt = static_cast<T>(p);
   if constexpr (std::is_same_v<T, float>)
     for_each_uniform_f32(x.numel(), seed, offset, [&](int64_t i0, const float* u, int64_t cnt) {
-      dropout_rows(u, xp + i0, y + i0, m + i0, cnt, pt, keep);
+      ASC_CPU_DISPATCH(dropout_rows(u, xp + i0, y + i0, m + i0, cnt, pt, keep));
     });
   else
     for_each_uniform_f64(x.numel(), seed, offset, [&](int64_t i, double u) {

@@ -60,7 +60,8 @@ decltype(auto) with_fan_out(int64_t A, F&& fn) {
 
 // The forward over rows [b0, b1); kA as in with_fan_out.
 template <class T, int kA>
-void forward_rows(const T* z, const T* sp, const T* fw, T* Fp, T* y, int64_t b0, int64_t b1, int64_t P, int64_t A_) {
+ASC_ALWAYS_INLINE void forward_rows(const T* z, const T* sp, const T* fw, T* Fp, T* y, int64_t b0, int64_t b1,
+                                    int64_t P, int64_t A_) {
   using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
   constexpr U kOne = __builtin_bit_cast(U, T(1)), kQNaN = __builtin_bit_cast(U, std::numeric_limits<T>::quiet_NaN());
   const int64_t A = kA > 0 ? kA : A_;
@@ -91,7 +92,10 @@ void firing_forward(const Tensor& Z, const Tensor& SP, const Tensor& f, Tensor& 
     const scalar_t *z = Z.data_ptr<scalar_t>(), *sp = SP.data_ptr<scalar_t>(), *fw = f.data_ptr<scalar_t>();
     scalar_t *Fp = F.data_ptr<scalar_t>(), *y = Y.data_ptr<scalar_t>();
     parallel_for(N, capped_cost(P, A + 1), [&](int64_t b0, int64_t b1) {
-      with_fan_out(A, [&](auto kA) { forward_rows<scalar_t, kA()>(z, sp, fw, Fp, y, b0, b1, P, A); });
+      with_fan_out(A, [&](auto kA) {
+        constexpr int a = decltype(kA)::value;
+        ASC_CPU_DISPATCH(forward_rows<scalar_t, a>(z, sp, fw, Fp, y, b0, b1, P, A));
+      });
     });
   });
 }
@@ -136,7 +140,7 @@ ASC_ALWAYS_INLINE void row_derivative(int kind, const Surrogate& s, double w, co
 // accumulators: about twice as fast as a float64 loop per neuron (bench_firing; bench/results). With the exact gate a
 // row where fewer than a quarter of the block's
 // neurons fire visits only those. The caller gives the scratch: pf (n α) and psp (n) zeroed, zdp (n), d (n) — the
-// block allocates nothing (see backward_block below).
+// block allocates nothing.
 constexpr int64_t kFlushRows = 64;
 template <class T, int kA, bool kExact>
 ASC_ALWAYS_INLINE void backward_block_body(const T* z, const T* sp, const T* fw, const T* Fp, const T* dy, int64_t b0,
@@ -200,18 +204,8 @@ ASC_ALWAYS_INLINE void backward_block_body(const T* z, const T* sp, const T* fw,
   flush();
 }
 
-// The block, vectorised for the CPU at hand. A function with target_clones must not throw: GCC 12 compiles a call to
-// one as a call that cannot throw, so an exception leaving it calls std::terminate even inside a try block. Hence the
-// scratch comes from the caller, and a user-registered surrogate (a std::function that may throw) runs in the plain
-// instantiation, backward_block_plain.
-template <class T, int kA, bool kExact>
-ASC_CPU_CLONES void backward_block(const T* z, const T* sp, const T* fw, const T* Fp, const T* dy, int64_t b0,
-                                   int64_t b1, int64_t p0, int64_t p1, int64_t P, int64_t A, int kind,
-                                   const Surrogate& s, double w, T* dz, double* acc_sp, double* acc_f, T* pf, T* psp,
-                                   T* zdp, double* d) {
-  backward_block_body<T, kA, kExact>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s, w, dz, acc_sp, acc_f, pf, psp,
-                                     zdp, d);
-}
+// The block with a user-registered surrogate (a std::function, called per element: nothing to vectorise) runs on the
+// baseline alone; the built-in gates run vectorised for the CPU at hand (ASC_CPU_DISPATCH in firing_backward).
 template <class T>
 void backward_block_plain(const T* z, const T* sp, const T* fw, const T* Fp, const T* dy, int64_t b0, int64_t b1,
                           int64_t p0, int64_t p1, int64_t P, int64_t A, int kind, const Surrogate& s, double w, T* dz,
@@ -271,12 +265,13 @@ void firing_backward(const Tensor& Z, const Tensor& SP, const Tensor& f, const T
           continue;
         }
         with_fan_out(A, [&](auto kA) {
+          constexpr int a = decltype(kA)::value;
           if (mode == GateBackward::None)
-            backward_block<scalar_t, kA(), true>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s, width, dz, asp, af,
-                                                 pf, psp, zdp, d.data());
+            ASC_CPU_DISPATCH(backward_block_body<scalar_t, a, true>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s,
+                                                                    width, dz, asp, af, pf, psp, zdp, d.data()));
           else
-            backward_block<scalar_t, kA(), false>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s, width, dz, asp, af,
-                                                  pf, psp, zdp, d.data());
+            ASC_CPU_DISPATCH(backward_block_body<scalar_t, a, false>(z, sp, fw, Fp, dy, b0, b1, p0, p1, P, A, kind, s,
+                                                                     width, dz, asp, af, pf, psp, zdp, d.data()));
         });
       }
     };
@@ -304,12 +299,11 @@ namespace {
 // Neurons [p0, p1) of the sparse path. The coefficients of 16 neurons are gathered in one sweep over the batch (a
 // column of coef is P elements apart: reading it neuron by neuron would reload each cache line 16 times), then each
 // neuron adds its nonzero rows' inputs four at a time, so W's row is loaded and stored once per four inputs.
-// rows and vals: the caller's scratch of kSparseBlock N entries each (a target_clones function must not throw, see
-// backward_block: it allocates nothing).
+// rows and vals: the caller's scratch of kSparseBlock N entries each.
 constexpr int64_t kSparseBlock = 16;
 template <class T>
-ASC_CPU_CLONES void weight_update_sparse(T* W, const T* keep, const T* coef, const T* X, int64_t p0, int64_t p1,
-                                         int64_t N, int64_t P, int64_t d, int64_t* rows, T* vals) {
+ASC_ALWAYS_INLINE void weight_update_sparse(T* W, const T* keep, const T* coef, const T* X, int64_t p0, int64_t p1,
+                                            int64_t N, int64_t P, int64_t d, int64_t* rows, T* vals) {
   constexpr int64_t kBlock = kSparseBlock;
   int64_t count[kBlock];
   for (int64_t pb = p0; pb < p1; pb += kBlock) {
@@ -360,7 +354,7 @@ void firing_weight_update(Tensor& W, const Tensor& keep, const Tensor& coef, con
       parallel_for(P, capped_cost(nnz / std::max<int64_t>(P, 1) + 1, d), [&](int64_t p0, int64_t p1) {
         std::vector<int64_t> rows(static_cast<size_t>(kSparseBlock * N));
         std::vector<scalar_t> vals(static_cast<size_t>(kSparseBlock * N));
-        weight_update_sparse(w, k, c, x, p0, p1, N, P, d, rows.data(), vals.data());
+        ASC_CPU_DISPATCH(weight_update_sparse(w, k, c, x, p0, p1, N, P, d, rows.data(), vals.data()));
       });
       return;
     }
@@ -392,8 +386,8 @@ namespace {
 // infinite Z). Each term carries its factor F (exact for F = 1), so an undefined gate (F NaN) makes the sums NaN,
 // and max(0, NaN) is NaN, as in PyTorch's clamp.
 template <class T>
-ASC_CPU_CLONES void batch_sums_cols(const T* z, const T* Fp, const T* sp, int64_t N, int64_t P, int64_t p0, int64_t p1,
-                                    T* fz2, T* fired, T* margin) {
+ASC_ALWAYS_INLINE void batch_sums_cols(const T* z, const T* Fp, const T* sp, int64_t N, int64_t P, int64_t p0,
+                                       int64_t p1, T* fz2, T* fired, T* margin) {
   constexpr int64_t kCols = 64;
   double s_fz2[kCols], s_fired[kCols], s_margin[kCols];
   for (int64_t c0 = p0; c0 < p1; c0 += kCols) {
@@ -421,8 +415,8 @@ ASC_CPU_CLONES void batch_sums_cols(const T* z, const T* Fp, const T* sp, int64_
 // Rows [b0, b1) of firing_rule_b_coef: coef = a F Z − c dZ (dz null: a F Z); a silent (b, p) has F Z = +0 exactly
 // (keep_if), an undefined one (F NaN) NaN.
 template <class T>
-ASC_CPU_CLONES void rule_b_coef_rows(const T* z, const T* Fp, T a, const T* dz, const T* c, int64_t b0, int64_t b1,
-                                     int64_t P, T* coef) {
+ASC_ALWAYS_INLINE void rule_b_coef_rows(const T* z, const T* Fp, T a, const T* dz, const T* c, int64_t b0, int64_t b1,
+                                        int64_t P, T* coef) {
   for (int64_t b = b0; b < b1; ++b) {
     const T *zr = z + b * P, *Fr = Fp + b * P;
     T* out = coef + b * P;
@@ -443,8 +437,9 @@ void firing_batch_sums(const Tensor& Z, const Tensor& F, const Tensor& SP, Tenso
   ASC_DISPATCH_FLOAT(Z.dtype(), "firing_batch_sums", [&] {
     const scalar_t *z = Z.data_ptr<scalar_t>(), *Fp = F.data_ptr<scalar_t>(), *sp = SP.data_ptr<scalar_t>();
     scalar_t *o1 = fz2.data_ptr<scalar_t>(), *o2 = fired.data_ptr<scalar_t>(), *o3 = margin.data_ptr<scalar_t>();
-    parallel_for(P, capped_cost(N, 4),
-                 [&](int64_t p0, int64_t p1) { batch_sums_cols(z, Fp, sp, N, P, p0, p1, o1, o2, o3); });
+    parallel_for(P, capped_cost(N, 4), [&](int64_t p0, int64_t p1) {
+      ASC_CPU_DISPATCH(batch_sums_cols(z, Fp, sp, N, P, p0, p1, o1, o2, o3));
+    });
   });
 }
 
@@ -457,8 +452,9 @@ void firing_rule_b_coef(const Tensor& Z, const Tensor& F, double a, const Tensor
     const scalar_t* cp = c.defined() ? c.data_ptr<scalar_t>() : nullptr;
     scalar_t* out = coef.data_ptr<scalar_t>();
     const auto as = static_cast<scalar_t>(a);
-    parallel_for(N, capped_cost(P, 3),
-                 [&](int64_t b0, int64_t b1) { rule_b_coef_rows(z, Fp, as, dz, cp, b0, b1, P, out); });
+    parallel_for(N, capped_cost(P, 3), [&](int64_t b0, int64_t b1) {
+      ASC_CPU_DISPATCH(rule_b_coef_rows(z, Fp, as, dz, cp, b0, b1, P, out));
+    });
   });
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/cpu_isa.h"
 #include "core/determinism.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
@@ -12,6 +13,16 @@
 #ifdef ASC_HAVE_CBLAS
 #include <cblas.h>
 #endif
+
+namespace asc {
+std::string cpu_gemm_kernel() {
+#ifdef ASC_HAVE_CBLAS
+  return std::string("OpenBLAS ") + openblas_get_corename();
+#else
+  return "built-in";
+#endif
+}
+}  // namespace asc
 
 namespace asc::cpu {
 namespace {

@@ -33,7 +33,7 @@ inline void rows_of(const Tensor& x, int64_t& rows, int64_t& n) {
 }
 
 template <class T>
-inline T row_max(const T* x, int64_t n) {
+ASC_ALWAYS_INLINE T row_max(const T* x, int64_t n) {
   T m = kNegInf<T>;
   ASC_SIMD_REDUCE(max, m)
   for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
@@ -43,7 +43,7 @@ inline T row_max(const T* x, int64_t n) {
 // Masks are read as bytes (bool is 0/1), and every load is unconditional: a load only on one side of a select
 // would need a masked load, which baseline x86-64 lacks, and the loop would stay scalar.
 template <class T>
-inline T row_max_masked(const T* x, const uint8_t* keep, int64_t n) {
+ASC_ALWAYS_INLINE T row_max_masked(const T* x, const uint8_t* keep, int64_t n) {
   T m = kNegInf<T>;
   ASC_SIMD_REDUCE(max, m)
   for (int64_t j = 0; j < n; ++j) {
@@ -77,7 +77,7 @@ void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor&
   const T* xp = x.data_ptr<T>();
   const uint8_t* mp = mask.defined() ? reinterpret_cast<const uint8_t*>(mask.data_ptr<bool>()) : nullptr;
   T* yp = y.data_ptr<T>();
-  parallel_for(rows, n * 8, [&](int64_t b, int64_t e) {
+  const auto rows_kernel = [&](int64_t b, int64_t e) ASC_INLINE_LAMBDA {
     for (int64_t r = b; r < e; ++r) {
       const T* xr = xp + r * n;
       const uint8_t* kr = mp ? mp + r * n : nullptr;
@@ -140,7 +140,8 @@ void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor&
         }
       }
     }
-  });
+  };
+  parallel_for(rows, n * 8, [&](int64_t b, int64_t e) { ASC_CPU_DISPATCH(rows_kernel(b, e)); });
 }
 
 template <class T>
@@ -151,7 +152,7 @@ void softmax_backward_impl(const Tensor& g, const Tensor& y, const Tensor& mask,
   const T* yp = y.data_ptr<T>();
   const uint8_t* mp = mask.defined() ? reinterpret_cast<const uint8_t*>(mask.data_ptr<bool>()) : nullptr;
   T* op = gx.data_ptr<T>();
-  parallel_for(rows, n * 6, [&](int64_t b, int64_t e) {
+  const auto rows_kernel = [&](int64_t b, int64_t e) ASC_INLINE_LAMBDA {
     for (int64_t r = b; r < e; ++r) {
       const T* gr = gp + r * n;
       const T* yr = yp + r * n;
@@ -199,7 +200,8 @@ void softmax_backward_impl(const Tensor& g, const Tensor& y, const Tensor& mask,
         for (int64_t j = 0; j < n; ++j) o[j] = gr[j] - exp_nonpos(yr[j]) * S;
       }
     }
-  });
+  };
+  parallel_for(rows, n * 6, [&](int64_t b, int64_t e) { ASC_CPU_DISPATCH(rows_kernel(b, e)); });
 }
 
 template <class T>
@@ -215,7 +217,7 @@ void layer_norm_forward_impl(const Tensor& x, const Tensor& weight, const Tensor
   T* rstdp = rstd.data_ptr<T>();
   const T inv_n = T(1) / static_cast<T>(n);
   const T teps = static_cast<T>(eps);
-  parallel_for(rows, n * 4, [&](int64_t b, int64_t e) {
+  const auto rows_kernel = [&](int64_t b, int64_t e) ASC_INLINE_LAMBDA {
     for (int64_t r = b; r < e; ++r) {
       const T* xr = xp + r * n;
       T* yr = yp + r * n;
@@ -243,7 +245,8 @@ void layer_norm_forward_impl(const Tensor& x, const Tensor& weight, const Tensor
         for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mu) * rs;
       }
     }
-  });
+  };
+  parallel_for(rows, n * 4, [&](int64_t b, int64_t e) { ASC_CPU_DISPATCH(rows_kernel(b, e)); });
 }
 
 template <class T>
@@ -266,7 +269,7 @@ void layer_norm_backward_impl(const Tensor& g, const Tensor& x, const Tensor& we
   const size_t width = static_cast<size_t>(n);
   std::vector<T> part_w(want_w ? nblocks * width : 0), part_b(want_b ? nblocks * width : 0);
   const T inv_n = T(1) / static_cast<T>(n);
-  parallel_for(nblocks, per * n * 8, [&](int64_t blk0, int64_t blk1) {
+  const auto rows_kernel = [&](int64_t blk0, int64_t blk1) ASC_INLINE_LAMBDA {
     for (int64_t blk = blk0; blk < blk1; ++blk) {
       const int64_t b = blk * per, e = std::min(rows, b + per);
       T* lw = want_w ? part_w.data() + blk * width : nullptr;
@@ -312,7 +315,8 @@ void layer_norm_backward_impl(const Tensor& g, const Tensor& x, const Tensor& we
         }
       }
     }
-  });
+  };
+  parallel_for(nblocks, per * n * 8, [&](int64_t blk0, int64_t blk1) { ASC_CPU_DISPATCH(rows_kernel(blk0, blk1)); });
   // The block partials, added in block order in double.
   auto combine = [&](const std::vector<T>& part, Tensor& out) {
     std::vector<double> acc(width, 0.0);
@@ -336,7 +340,7 @@ void cross_entropy_forward_impl(const Tensor& logits, const Tensor& target, int6
   T* lp = loss.data_ptr<T>();
   T* sp = stats.data_ptr<T>();
   const T s = static_cast<T>(smoothing), s_over_c = static_cast<T>(smoothing / static_cast<double>(C));
-  parallel_for(rows, C * 6, [&](int64_t b, int64_t e) {
+  const auto rows_kernel = [&](int64_t b, int64_t e) ASC_INLINE_LAMBDA {
     for (int64_t r = b; r < e; ++r) {
       const int64_t t = tp[r];
       if (t == ignore_index) {
@@ -362,7 +366,8 @@ void cross_entropy_forward_impl(const Tensor& logits, const Tensor& target, int6
       sp[2 * r] = m;
       sp[2 * r + 1] = ls;
     }
-  });
+  };
+  parallel_for(rows, C * 6, [&](int64_t b, int64_t e) { ASC_CPU_DISPATCH(rows_kernel(b, e)); });
 }
 
 template <class T>
@@ -376,7 +381,7 @@ void cross_entropy_backward_impl(const Tensor& gloss, double scale, const Tensor
   const T* sp = stats.data_ptr<T>();
   T* op = gx.data_ptr<T>();
   const T s = static_cast<T>(smoothing), s_over_c = static_cast<T>(smoothing / static_cast<double>(C));
-  parallel_for(rows, C * 4, [&](int64_t b, int64_t e) {
+  const auto rows_kernel = [&](int64_t b, int64_t e) ASC_INLINE_LAMBDA {
     for (int64_t r = b; r < e; ++r) {
       T* o = op + r * C;
       const int64_t t = tp[r];
@@ -390,7 +395,8 @@ void cross_entropy_backward_impl(const Tensor& gloss, double scale, const Tensor
       for (int64_t j = 0; j < C; ++j) o[j] = coef * (exp_nonpos((xr[j] - m) - ls) - s_over_c);
       o[t] -= coef * (T(1) - s);
     }
-  });
+  };
+  parallel_for(rows, C * 4, [&](int64_t b, int64_t e) { ASC_CPU_DISPATCH(rows_kernel(b, e)); });
 }
 
 }  // namespace

@@ -6,9 +6,9 @@
 // K x N row-major (for the (rows, keys) products, a transposed copy of the keys' rows); A is read through any
 // strides. gemm_narrow_blocked cuts a long B into blocks that stay in L2 (dense attention over long sequences).
 //
-// Include it inside the caller's `#pragma GCC optimize` region and call it from an ASC_CPU_CLONES function: it is
-// forced inline, so each clone gets its own copy (GCC vector extensions lower to AVX2 + FMA in the x86-64-v3 clone
-// and to SSE2 in the baseline one).
+// Include it inside the caller's `#pragma GCC optimize` region and call it from a kernel that ASC_CPU_DISPATCH runs
+// (ops/cpu/vec_math.h): it is forced inline, so each level gets its own copy (GCC vector extensions lower to AVX2 +
+// FMA at x86-64-v3, to AVX-512 at x86-64-v4 and to SSE2 on the baseline).
 //
 //   gemm_narrow<float>(R, n, dz, z_rows, dz, zT, n, zdot, n);  // zdot (R, n) = z_rows (R, dz) · zT (dz, n)
 //   gemm_narrow<float>(R, dz, n, w, n, z, dz, c, dz);          // c (R, dz) = w (R, n) · z (n, dz)
@@ -20,43 +20,54 @@
 
 namespace asc::cpu {
 
+// Rows i .. i + 3, columns j .. j + 2 L of C (L lanes of kBytes-byte vectors): K summed in 8 vector registers.
+template <class T, int kBytes>
+ASC_ALWAYS_INLINE void gemm_narrow_tile(int64_t i, int64_t j, int64_t K, const T* A, int64_t sam, int64_t sak,
+                                        const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate) {
+  typedef T V __attribute__((vector_size(kBytes)));
+  constexpr int64_t L = kBytes / sizeof(T);
+  const T *a0 = A + i * sam, *a1 = a0 + sam, *a2 = a1 + sam, *a3 = a2 + sam;
+  // Vectors move through memcpy (unaligned loads and stores) and never cross a call: no lambdas here (GCC warns that
+  // passing them changes the ABI between the levels).
+  V c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {};
+  for (int64_t c = 0; c < K; ++c) {
+    V b0, b1;
+    std::memcpy(&b0, B + c * ldb + j, sizeof(V));
+    std::memcpy(&b1, B + c * ldb + j + L, sizeof(V));
+    const T x0 = a0[c * sak], x1 = a1[c * sak], x2 = a2[c * sak], x3 = a3[c * sak];
+    c00 += x0 * b0, c01 += x0 * b1, c10 += x1 * b0, c11 += x1 * b1;
+    c20 += x2 * b0, c21 += x2 * b1, c30 += x3 * b0, c31 += x3 * b1;
+  }
+  T* cr = C + i * ldc + j;
+  if (accumulate) {
+    V t;
+    std::memcpy(&t, cr, sizeof(V)), c00 += t, std::memcpy(&t, cr + L, sizeof(V)), c01 += t;
+    std::memcpy(&t, cr + ldc, sizeof(V)), c10 += t, std::memcpy(&t, cr + ldc + L, sizeof(V)), c11 += t;
+    std::memcpy(&t, cr + 2 * ldc, sizeof(V)), c20 += t, std::memcpy(&t, cr + 2 * ldc + L, sizeof(V)), c21 += t;
+    std::memcpy(&t, cr + 3 * ldc, sizeof(V)), c30 += t, std::memcpy(&t, cr + 3 * ldc + L, sizeof(V)), c31 += t;
+  }
+  std::memcpy(cr, &c00, sizeof(V)), std::memcpy(cr + L, &c01, sizeof(V));
+  std::memcpy(cr + ldc, &c10, sizeof(V)), std::memcpy(cr + ldc + L, &c11, sizeof(V));
+  std::memcpy(cr + 2 * ldc, &c20, sizeof(V)), std::memcpy(cr + 2 * ldc + L, &c21, sizeof(V));
+  std::memcpy(cr + 3 * ldc, &c30, sizeof(V)), std::memcpy(cr + 3 * ldc + L, &c31, sizeof(V));
+}
+
 // C (M, N) = A (M, K; element (i, c) at A[i * sam + c * sak]) · B (K, N; row stride ldb, columns contiguous), into
 // C (row stride ldc); accumulate: C += A B. A is read one scalar at a time (broadcast), so any strides cost the same:
-// sam = 1, sak = rows multiplies by a transposed tile without copying it.
-template <class T>
+// sam = 1, sak = rows multiplies by a transposed tile without copying it. Tiles of 4 rows by 2 vectors: at x86-64-v4
+// (kIsa, from ASC_CPU_DISPATCH; below it 256-bit tiles only) 512-bit vectors where 32 float columns remain (16
+// doubles), then 256-bit ones (16
+// floats, 8 doubles: a short N such as d_z = 16 keeps its vector tile), then scalars.
+template <class T, CpuIsa kIsa = CpuIsa::baseline>
 ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B,
                                    int64_t ldb, T* C, int64_t ldc, bool accumulate = false) {
-  typedef T V __attribute__((vector_size(32)));     // 8 floats or 4 doubles
-  constexpr int64_t L = 32 / sizeof(T), W = 2 * L;  // lanes; columns per block
-  // Vectors move through memcpy (unaligned loads and stores) and never cross a call: no lambdas here (GCC warns that
-  // passing them changes the ABI between the clones).
+  constexpr int64_t W = 64 / sizeof(T), W2 = 128 / sizeof(T);  // columns per 256-bit and per 512-bit tile
   int64_t i = 0;
   for (; i + 4 <= M; i += 4) {
-    const T *a0 = A + i * sam, *a1 = a0 + sam, *a2 = a1 + sam, *a3 = a2 + sam;
     int64_t j = 0;
-    for (; j + W <= N; j += W) {
-      V c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {};
-      for (int64_t c = 0; c < K; ++c) {
-        V b0, b1;
-        std::memcpy(&b0, B + c * ldb + j, sizeof(V));
-        std::memcpy(&b1, B + c * ldb + j + L, sizeof(V));
-        const T x0 = a0[c * sak], x1 = a1[c * sak], x2 = a2[c * sak], x3 = a3[c * sak];
-        c00 += x0 * b0, c01 += x0 * b1, c10 += x1 * b0, c11 += x1 * b1;
-        c20 += x2 * b0, c21 += x2 * b1, c30 += x3 * b0, c31 += x3 * b1;
-      }
-      T* cr = C + i * ldc + j;
-      if (accumulate) {
-        V t;
-        std::memcpy(&t, cr, sizeof(V)), c00 += t, std::memcpy(&t, cr + L, sizeof(V)), c01 += t;
-        std::memcpy(&t, cr + ldc, sizeof(V)), c10 += t, std::memcpy(&t, cr + ldc + L, sizeof(V)), c11 += t;
-        std::memcpy(&t, cr + 2 * ldc, sizeof(V)), c20 += t, std::memcpy(&t, cr + 2 * ldc + L, sizeof(V)), c21 += t;
-        std::memcpy(&t, cr + 3 * ldc, sizeof(V)), c30 += t, std::memcpy(&t, cr + 3 * ldc + L, sizeof(V)), c31 += t;
-      }
-      std::memcpy(cr, &c00, sizeof(V)), std::memcpy(cr + L, &c01, sizeof(V));
-      std::memcpy(cr + ldc, &c10, sizeof(V)), std::memcpy(cr + ldc + L, &c11, sizeof(V));
-      std::memcpy(cr + 2 * ldc, &c20, sizeof(V)), std::memcpy(cr + 2 * ldc + L, &c21, sizeof(V));
-      std::memcpy(cr + 3 * ldc, &c30, sizeof(V)), std::memcpy(cr + 3 * ldc + L, &c31, sizeof(V));
-    }
+    if constexpr (kIsa == CpuIsa::x86_64_v4)
+      for (; j + W2 <= N; j += W2) gemm_narrow_tile<T, 64>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
+    for (; j + W <= N; j += W) gemm_narrow_tile<T, 32>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
     for (; j < N; ++j)  // the last < W columns
       for (int64_t r = 0; r < 4; ++r) {
         T s = 0;
@@ -73,16 +84,16 @@ ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, 
 }
 
 // A row-major (row stride lda).
-template <class T>
+template <class T, CpuIsa kIsa = CpuIsa::baseline>
 ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
                                    T* C, int64_t ldc, bool accumulate = false) {
-  gemm_narrow<T>(M, N, K, A, lda, 1, B, ldb, C, ldc, accumulate);
+  gemm_narrow<T, kIsa>(M, N, K, A, lda, 1, B, ldb, C, ldc, accumulate);
 }
 
 // gemm_narrow over blocks of B of at most 256 x 256 (256 KiB of float, within L2): every 4 rows of A read all of
 // the B they multiply, so a long B (the keys of a 4096-token sequence) must be cut, or it streams from L3 per row
 // block. The blocks of K accumulate into C in order, so the result does not depend on anything but the shapes.
-template <class T>
+template <class T, CpuIsa kIsa = CpuIsa::baseline>
 ASC_ALWAYS_INLINE void gemm_narrow_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak,
                                            const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate = false) {
   constexpr int64_t kBlock = 256;
@@ -91,8 +102,8 @@ ASC_ALWAYS_INLINE void gemm_narrow_blocked(int64_t M, int64_t N, int64_t K, cons
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = T(0);
   for (int64_t k0 = 0; k0 < K; k0 += kBlock)
     for (int64_t j0 = 0; j0 < N; j0 += kBlock)
-      gemm_narrow<T>(M, std::min(kBlock, N - j0), std::min(kBlock, K - k0), A + k0 * sak, sam, sak, B + k0 * ldb + j0,
-                     ldb, C + j0, ldc, accumulate || k0 > 0);
+      gemm_narrow<T, kIsa>(M, std::min(kBlock, N - j0), std::min(kBlock, K - k0), A + k0 * sak, sam, sak,
+                           B + k0 * ldb + j0, ldb, C + j0, ldc, accumulate || k0 > 0);
 }
 
 // The B operand of a product over keys: a transposed copy of rows [0, n) of a (n, D) operand with strides (st, sd),

@@ -142,7 +142,7 @@ struct Problem {
 
 // One query row of the forward: o_i and its log-sum-exp. s: scratch for the row's scores.
 template <class T>
-ASC_CPU_CLONES T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s, T* oi) {
+ASC_ALWAYS_INLINE T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s, T* oi) {
   const int64_t D = p.D;
   const auto [e0, len] = p.row(bh, i);
   for (int64_t c = 0; c < D; ++c) oi[c] = 0;
@@ -348,7 +348,7 @@ ASC_ALWAYS_INLINE bool rows_finite(const T* x, int64_t n) {
 
 // Head bh's Kᵀ (and Vᵀ) and the finiteness of each key's k and v rows.
 template <class T>
-ASC_CPU_CLONES void prepare_head(const Problem<T>& p, int64_t bh, HeadTiles<T>& h) {
+ASC_ALWAYS_INLINE void prepare_head(const Problem<T>& p, int64_t bh, HeadTiles<T>& h) {
   const int64_t D = p.D, S = p.S;
   const T* kb = p.k + bh * S * D;
   const T* vb = p.v + bh * S * D;
@@ -370,26 +370,26 @@ bool tile_finite(const BlockPlan& plan, const HeadTiles<T>& h) {
 
 // tile (R, ld) = the block's raw scores x · k over its tile columns (a product per run, from the transposed keys
 // kt) and, after them, each row's rare keys.
-template <class T>
+template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void block_products(const BlockPlan& plan, int64_t R, int64_t D, const T* x, const T* kt, int64_t ldt,
                                       const T* keys, T* tile) {
   for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r)
-    gemm_narrow_blocked<T>(R, plan.runs[r].second, D, x, D, 1, kt + plan.runs[r].first, ldt, tile + off, plan.ld);
+    gemm_narrow_blocked<T, kIsa>(R, plan.runs[r].second, D, x, D, 1, kt + plan.runs[r].first, ldt, tile + off, plan.ld);
   for (int64_t r = 0; r < R; ++r)
     gather_dots(x + r * D, keys, plan.rare.data() + plan.rare_ptr[r], plan.rare_ptr[r + 1] - plan.rare_ptr[r], D,
                 tile + r * plan.ld + plan.u);
 }
 
 // Rows [i0, i0 + R) of head bh through their tile: scores, softmax over each row's own keys, O = P V.
-template <class T>
-ASC_CPU_CLONES void forward_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, const BlockPlan& plan,
-                                  HeadTiles<T>& h, T* o, T* lse) {
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE void forward_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, const BlockPlan& plan,
+                                     HeadTiles<T>& h, T* o, T* lse) {
   const int64_t D = p.D, u = plan.u, ld = plan.ld;
   if (h.tile.size() < static_cast<size_t>(R * ld)) h.tile.resize(static_cast<size_t>(R * ld));
   T* tile = h.tile.data();
   const T* kb = p.k + bh * p.S * D;
   const T* vb = p.v + bh * p.S * D;
-  block_products(plan, R, D, p.q + (bh * p.Tq + i0) * D, h.kt.data(), h.ldt, kb, tile);
+  block_products<kIsa>(plan, R, D, p.q + (bh * p.Tq + i0) * D, h.kt.data(), h.ldt, kb, tile);
   const T ninf = -std::numeric_limits<T>::infinity(), sc = p.scale;
   for (int64_t r = 0; r < R; ++r) {
     T* s = tile + r * ld;
@@ -430,7 +430,8 @@ ASC_CPU_CLONES void forward_block(const Problem<T>& p, int64_t bh, int64_t i0, i
   // none). Every rare key's value is read, even at weight 0: 0 · NaN is NaN, as in the composed op.
   T* ob = o + (bh * p.Tq + i0) * D;
   for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r)
-    gemm_narrow_blocked<T>(R, D, plan.runs[r].second, tile + off, ld, 1, vb + plan.runs[r].first * D, D, ob, D, r > 0);
+    gemm_narrow_blocked<T, kIsa>(R, D, plan.runs[r].second, tile + off, ld, 1, vb + plan.runs[r].first * D, D, ob, D,
+                                 r > 0);
   for (int64_t r = 0; r < R; ++r) {
     const T* s = tile + r * ld + u - plan.rare_ptr[r];
     for (int64_t e = plan.rare_ptr[r]; e < plan.rare_ptr[r + 1]; ++e) axpy(s[e], vb + plan.rare[e] * D, ob + r * D, D);
@@ -457,22 +458,22 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
       const int64_t rows = std::min(kBlockRows, Tq - i0);
       const BlockPlan& plan = plans.get(bh, blk, ps, own);
       if (plan.tiled) {
-        if (h.head != bh) prepare_head(p, bh, h);
+        if (h.head != bh) ASC_CPU_DISPATCH(prepare_head(p, bh, h));
         if (tile_finite(plan, h)) {
-          forward_block(p, bh, i0, rows, plan, h, op, lse);
+          ASC_CPU_DISPATCH(forward_block<kIsa>(p, bh, i0, rows, plan, h, op, lse));
           continue;
         }
       }
       for (int64_t i = i0; i < i0 + rows; ++i)
-        lse[bh * Tq + i] = forward_row(p, bh, i, s.data(), op + (bh * Tq + i) * D);
+        lse[bh * Tq + i] = ASC_CPU_DISPATCH(forward_row(p, bh, i, s.data(), op + (bh * Tq + i) * D));
     }
   });
 }
 
 // Backward, pass 1, one query row: P and dS of its pairs (into pr, dr) and dq_i.
 template <class T>
-ASC_CPU_CLONES void backward_row(const Problem<T>& p, int64_t bh, int64_t i, T l, const T* oi, const T* gi, T* pr,
-                                 T* dr, T* dqi) {
+ASC_ALWAYS_INLINE void backward_row(const Problem<T>& p, int64_t bh, int64_t i, T l, const T* oi, const T* gi, T* pr,
+                                    T* dr, T* dqi) {
   const int64_t D = p.D;
   const auto [e0, len] = p.row(bh, i);
   for (int64_t c = 0; c < D; ++c) dqi[c] = 0;
@@ -501,9 +502,9 @@ ASC_CPU_CLONES void backward_row(const Problem<T>& p, int64_t bh, int64_t i, T l
 
 // Backward, pass 2, one key: dk_j and dv_j from the entries [y0, y1) of the transpose.
 template <class T>
-ASC_CPU_CLONES void backward_key(const Problem<T>& p, const int64_t* col_rows, const int64_t* col_pos, int64_t y0,
-                                 int64_t y1, int64_t base, const T* prob, const T* dsc, const T* qb, const T* gb,
-                                 T* dkj, T* dvj) {
+ASC_ALWAYS_INLINE void backward_key(const Problem<T>& p, const int64_t* col_rows, const int64_t* col_pos, int64_t y0,
+                                    int64_t y1, int64_t base, const T* prob, const T* dsc, const T* qb, const T* gb,
+                                    T* dkj, T* dvj) {
   const int64_t D = p.D;
   for (int64_t c = 0; c < D; ++c) dkj[c] = 0, dvj[c] = 0;
   for (int64_t y = y0; y < y1; ++y) {
@@ -520,9 +521,10 @@ ASC_CPU_CLONES void backward_key(const Problem<T>& p, const int64_t* col_rows, c
 //   dQ = dS K;  dV += Pᵀ dO;  dK += dSᵀ Q   — each a product per run, rare keys pair by pair.
 // Needs finite Q and dO rows in the block (a 0 · NaN in the transposed products would spread a NaN to keys the
 // row does not attend); the caller checks.
-template <class T>
-ASC_CPU_CLONES void backward_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, const BlockPlan& plan,
-                                   HeadTiles<T>& h, const T* o, const T* g, const T* lse, T* dq, T* dk_bh, T* dv_bh) {
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, const BlockPlan& plan,
+                                      HeadTiles<T>& h, const T* o, const T* g, const T* lse, T* dq, T* dk_bh,
+                                      T* dv_bh) {
   const int64_t D = p.D, u = plan.u, ld = plan.ld;
   if (h.tile.size() < static_cast<size_t>(R * ld)) h.tile.resize(static_cast<size_t>(R * ld));
   if (h.dtile.size() < static_cast<size_t>(R * ld)) h.dtile.resize(static_cast<size_t>(R * ld));
@@ -532,8 +534,8 @@ ASC_CPU_CLONES void backward_block(const Problem<T>& p, int64_t bh, int64_t i0, 
   const T* qb = p.q + (bh * p.Tq + i0) * D;
   const T* gb = g + (bh * p.Tq + i0) * D;
   const T* ob = o + (bh * p.Tq + i0) * D;
-  block_products(plan, R, D, qb, h.kt.data(), h.ldt, kb, pt);  // raw scores
-  block_products(plan, R, D, gb, h.vt.data(), h.ldt, vb, dt);  // dP
+  block_products<kIsa>(plan, R, D, qb, h.kt.data(), h.ldt, kb, pt);  // raw scores
+  block_products<kIsa>(plan, R, D, gb, h.vt.data(), h.ldt, vb, dt);  // dP
   const T sc = p.scale;
   for (int64_t r = 0; r < R; ++r) {
     T* s = pt + r * ld;
@@ -558,12 +560,13 @@ ASC_CPU_CLONES void backward_block(const Problem<T>& p, int64_t bh, int64_t i0, 
   // dQ (R, D) = dS K: the runs, then the rare keys
   T* dqb = dq + (bh * p.Tq + i0) * D;
   for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r)
-    gemm_narrow_blocked<T>(R, D, plan.runs[r].second, dt + off, ld, 1, kb + plan.runs[r].first * D, D, dqb, D, r > 0);
+    gemm_narrow_blocked<T, kIsa>(R, D, plan.runs[r].second, dt + off, ld, 1, kb + plan.runs[r].first * D, D, dqb, D,
+                                 r > 0);
   // dV_run += P_runᵀ dO, dK_run += dS_runᵀ Q   (the tiles read down their columns: sam = 1, sak = ld)
   for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r) {
     const int64_t a = plan.runs[r].first, len = plan.runs[r].second;
-    gemm_narrow_blocked<T>(len, D, R, pt + off, 1, ld, gb, D, dv_bh + a * D, D, true);
-    gemm_narrow_blocked<T>(len, D, R, dt + off, 1, ld, qb, D, dk_bh + a * D, D, true);
+    gemm_narrow_blocked<T, kIsa>(len, D, R, pt + off, 1, ld, gb, D, dv_bh + a * D, D, true);
+    gemm_narrow_blocked<T, kIsa>(len, D, R, dt + off, 1, ld, qb, D, dk_bh + a * D, D, true);
   }
   for (int64_t r = 0; r < R; ++r) {
     const T* s = pt + r * ld + u - plan.rare_ptr[r];
@@ -580,8 +583,8 @@ ASC_CPU_CLONES void backward_block(const Problem<T>& p, int64_t bh, int64_t i0, 
 
 // Backward of one query row pair by pair, scattering into the head's dK and dV (the blocks a tile cannot take).
 template <class T>
-ASC_CPU_CLONES void backward_row_scatter(const Problem<T>& p, int64_t bh, int64_t i, const T* pr, const T* dr,
-                                         const T* qi, const T* gi, T* dk_bh, T* dv_bh) {
+ASC_ALWAYS_INLINE void backward_row_scatter(const Problem<T>& p, int64_t bh, int64_t i, const T* pr, const T* dr,
+                                            const T* qi, const T* gi, T* dk_bh, T* dv_bh) {
   const int64_t D = p.D;
   const auto [e0, len] = p.row(bh, i);
   for (int64_t x = 0; x < len; ++x) {
@@ -615,15 +618,15 @@ void backward_two_pass(const Problem<T>& p, const SparsePatternView& pat, const 
     parallel_for(Tq, p.cost(3), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t e0 = p.row(bh, i).e0 - base;
-        backward_row(p, bh, i, lse[bh * Tq + i], ob + i * D, gb + i * D, prob.data() + e0, dsc.data() + e0,
-                     dqp + (bh * Tq + i) * D);
+        ASC_CPU_DISPATCH(backward_row(p, bh, i, lse[bh * Tq + i], ob + i * D, gb + i * D, prob.data() + e0,
+                                      dsc.data() + e0, dqp + (bh * Tq + i) * D));
       }
     });
     // Pass 2, per key: dv and dk from the queries that see it.
     parallel_for(S, p.cost(2), [&](int64_t j0, int64_t j1) {
       for (int64_t j = j0; j < j1; ++j)
-        backward_key(p, col_rows, col_pos, col_ptr[gr * S + j], col_ptr[gr * S + j + 1], base, prob.data(), dsc.data(),
-                     qb, gb, dkp + (bh * S + j) * D, dvp + (bh * S + j) * D);
+        ASC_CPU_DISPATCH(backward_key(p, col_rows, col_pos, col_ptr[gr * S + j], col_ptr[gr * S + j + 1], base,
+                                      prob.data(), dsc.data(), qb, gb, dkp + (bh * S + j) * D, dvp + (bh * S + j) * D));
     });
   }
 }
@@ -656,17 +659,17 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
         const int64_t i0 = blk * kBlockRows, rows = std::min(kBlockRows, Tq - i0);
         const BlockPlan& plan = plans.get(bh, blk, ps, own);
         if (plan.tiled) {
-          if (h.head != bh) prepare_head(p, bh, h);
+          if (h.head != bh) ASC_CPU_DISPATCH(prepare_head(p, bh, h));
           const int64_t at = (bh * Tq + i0) * D;
           if (tile_finite(plan, h) && rows_finite(p.q + at, rows * D) && rows_finite(g + at, rows * D)) {
-            backward_block(p, bh, i0, rows, plan, h, o, g, lse, dqp, dk_bh, dv_bh);
+            ASC_CPU_DISPATCH(backward_block<kIsa>(p, bh, i0, rows, plan, h, o, g, lse, dqp, dk_bh, dv_bh));
             continue;
           }
         }
         for (int64_t i = i0; i < i0 + rows; ++i) {
           const int64_t at = (bh * Tq + i) * D;
-          backward_row(p, bh, i, lse[bh * Tq + i], o + at, g + at, pr.data(), dr.data(), dqp + at);
-          backward_row_scatter(p, bh, i, pr.data(), dr.data(), p.q + at, g + at, dk_bh, dv_bh);
+          ASC_CPU_DISPATCH(backward_row(p, bh, i, lse[bh * Tq + i], o + at, g + at, pr.data(), dr.data(), dqp + at));
+          ASC_CPU_DISPATCH(backward_row_scatter(p, bh, i, pr.data(), dr.data(), p.q + at, g + at, dk_bh, dv_bh));
         }
       }
     }

@@ -5,6 +5,8 @@
 // float selects nor inlines functions compiled with other options, and either would keep those loops scalar.
 #include <cstdint>
 
+#include "core/cpu_isa.h"
+
 #ifdef ASC_HAVE_OPENMP
 #define ASC_CPU_PRAGMA_(x) _Pragma(#x)
 // A loop without a reduction whose body GCC would not vectorise on its own (a select around a call, say)
@@ -23,21 +25,63 @@
 #define ASC_SIMD_SUMS_MAX(M, ...)
 #endif
 
-// Hot per-row functions of a CPU kernel, compiled twice — for x86-64-v3 (AVX2's 256-bit vectors and FMA) and for
-// the generic x86-64 baseline the rest of the library targets — with the variant chosen once at load time (GCC
-// function multiversioning), so binaries stay portable. Put it on a function that does a row's whole work: a clone is
-// called, not inlined. Not in sanitizer builds (their runtime starts after ifunc resolvers run). FMA is used only
-// where the file's region allows contraction (`#pragma GCC optimize("fp-contract=fast")`): ISO C++ mode turns it off.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ASC_SANITIZE_BUILD)
-#define ASC_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define ASC_CPU_CLONES
-#endif
-// A helper that a clone calls in its loops: forced inline, so it is compiled for the clone's ISA (a call would run
-// the baseline copy).
+// Hot CPU kernels are compiled for three instruction set levels and the call picks one at run time (core/cpu_isa.h:
+// the processor's best, or a lower cap from ASC_CPU_ISA / set_cpu_isa), so binaries stay portable:
+//
+//   ASC_CPU_DISPATCH(forward_block(p, bh, t0, rows, w, o));   // or: T l = ASC_CPU_DISPATCH(forward_row(...));
+//
+// runs the expression inside one of three functions compiled for x86-64-v4 (AVX-512, 512-bit vectors preferred),
+// x86-64-v3 (AVX2 + FMA) or the x86-64 baseline, the names in it bound by reference; kIsa, the level as a
+// constant (asc::CpuIsa), is in scope there for code that picks a vector width (small_gemm.h). A function the
+// expression calls is compiled for the chosen level only when it is inlined: mark a kernel's bodies and helpers
+// ASC_ALWAYS_INLINE (a separate function runs the baseline code). Use it at a call per block or row, not per
+// element (each call reads the level once). Only inside a file's `#pragma GCC optimize` region (vec_region_begin.h):
+// the three functions, defined below, take their options from the region this header is first included in.
+// FMA is used only where that region allows contraction (vec_region_fma_begin.h): ISO C++ mode turns it off.
+#define ASC_CPU_DISPATCH(...) \
+  ::asc::cpu::dispatch_isa([&]<::asc::CpuIsa kIsa>() ASC_INLINE_LAMBDA -> decltype(auto) { return __VA_ARGS__; })
+// A helper that a dispatched kernel calls in its loops: forced inline, so it is compiled for the kernel's level.
 #define ASC_ALWAYS_INLINE [[gnu::always_inline]] inline
+// The same for a lambda, written after its parameters: a kernel's row loop kept where it is read,
+//   const auto rows_kernel = [&](int64_t b, int64_t e) ASC_INLINE_LAMBDA { ... };
+//   parallel_for(rows, cost, [&](int64_t b, int64_t e) { ASC_CPU_DISPATCH(rows_kernel(b, e)); });
+#define ASC_INLINE_LAMBDA __attribute__((always_inline))
 
 namespace asc::cpu {
+
+// Vector width in bytes at a level, for GCC vector extensions: 16 (SSE2), 32 (AVX2), 64 (AVX-512).
+template <CpuIsa kIsa>
+inline constexpr int kVectorBytes = kIsa == CpuIsa::x86_64_v4   ? 64
+                                    : kIsa == CpuIsa::x86_64_v3 ? 32
+                                                                : 16;
+
+#ifdef ASC_CPU_MULTI_ISA
+template <class F>
+[[gnu::target("arch=x86-64-v4,prefer-vector-width=512")]] decltype(auto) run_x86_64_v4(F& f) {
+  return f.template operator()<CpuIsa::x86_64_v4>();
+}
+template <class F>
+[[gnu::target("arch=x86-64-v3")]] decltype(auto) run_x86_64_v3(F& f) {
+  return f.template operator()<CpuIsa::x86_64_v3>();
+}
+#endif
+template <class F>
+decltype(auto) run_baseline(F& f) {
+  return f.template operator()<CpuIsa::baseline>();
+}
+
+// ASC_CPU_DISPATCH's switch: f's body compiled for the level cpu_isa() names
+template <class F>
+decltype(auto) dispatch_isa(F&& f) {
+#ifdef ASC_CPU_MULTI_ISA
+  switch (cpu_isa()) {
+    case CpuIsa::x86_64_v4: return run_x86_64_v4(f);
+    case CpuIsa::x86_64_v3: return run_x86_64_v3(f);
+    case CpuIsa::baseline: break;
+  }
+#endif
+  return run_baseline(f);
+}
 
 // exp(x) for x <= 0 (also -inf -> 0, NaN -> NaN), branch-free so loops over it vectorise. Below the normal range
 // of the type it returns 0 (the callers add it to a sum that is >= 1, so this loses nothing).

@@ -1,0 +1,297 @@
+// The CPU kernels' instruction set levels (core/cpu_isa.h, ops/cpu/vec_math.h: ASC_CPU_DISPATCH): every dispatched
+// kernel — softmax, LayerNorm / RMSNorm, cross-entropy, GELU, dropout, dense fused attention, ASCender attention,
+// ASAM's sparse attention (tiled and row paths), the firing gate and rule B's passes — run at each level the processor
+// has, forward and backward, in float32 and float64: each level's float32 results agree with float64 to float32
+// rounding, each level's float64 results agree with every other's to 1e-12, and dropout's mask is the same bits at
+// every level. The kernels themselves are checked against independent float64 loops by their own test files at the
+// best level; these tests carry that to the other levels. On a processor without AVX-512 the x86-64-v4 kernels are
+// not tested, which the test reports.
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "testing.h"
+
+using namespace asc;
+using namespace asc::testing;
+
+namespace {
+
+// Runs at one level for a scope, then restores the previous one.
+struct IsaScope {
+  CpuIsa prev = cpu_isa();
+  explicit IsaScope(CpuIsa isa) { set_cpu_isa(isa); }
+  ~IsaScope() { set_cpu_isa(prev); }
+};
+
+// The levels this processor runs (the best last), reporting the ones it cannot.
+std::vector<CpuIsa> levels() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::baseline, CpuIsa::x86_64_v3, CpuIsa::x86_64_v4}) {
+    if (isa <= cpu_isa_supported())
+      out.push_back(isa);
+    else
+      MESSAGE("the ", cpu_isa_name(isa), " kernels are not tested: this processor (or this build) runs at most ",
+              cpu_isa_name(cpu_isa_supported()));
+  }
+  return out;
+}
+
+// A workload: outputs and gradients of a small model or op at one dtype.
+using Workload = std::function<TensorList(DType)>;
+
+Tensor rand_like_seeded(const Shape& s, DType dt, uint64_t seed) {
+  Generator g(seed);
+  return randn(s, {.dtype = dt}, &g);
+}
+
+// Leaves of the given shapes (requires_grad), the same values at every dtype (drawn in float64, then cast).
+TensorList leaves(const std::vector<Shape>& shapes, DType dt, uint64_t seed) {
+  TensorList out;
+  for (const Shape& s : shapes) {
+    Tensor t = rand_like_seeded(s, kFloat64, seed++).to(dt);
+    t.set_requires_grad(true);
+    out.push_back(t);
+  }
+  return out;
+}
+
+// y's outputs and the gradients of Σ y·w (w fixed random weights) with respect to the leaves.
+TensorList with_grads(const Tensor& y, const TensorList& xs, uint64_t seed) {
+  Tensor w = rand_like_seeded(y.shape(), kFloat64, seed).to(y.dtype());
+  sum(mul(y, w)).backward();
+  TensorList out{y.detach()};
+  for (const Tensor& x : xs) out.push_back(x.grad());
+  return out;
+}
+
+// A module's output and every parameter's and the input's gradient; the module's parameters are set from a seeded
+// draw at dtype dt (modules are built in float32).
+template <class M>
+TensorList module_grads(M& m, const Tensor& x, uint64_t seed) {
+  Tensor y = m.forward(x);
+  TensorList out = with_grads(y, {x}, seed);
+  for (auto& [name, p] : m.named_parameters())
+    if (p.grad().defined()) out.push_back(p.grad());
+  return out;
+}
+
+template <class M>
+void set_parameters(M& m, DType dt, uint64_t seed) {
+  m.to(dt);
+  NoGradGuard ng;
+  for (auto& [name, p] : m.named_parameters()) p.copy_(mul(rand_like_seeded(p.shape(), kFloat64, seed++), 0.3).to(dt));
+}
+
+// Every level's float32 result within tol of the float64 one (at the best level), every level's float64 result
+// within 1e-12 of the best level's.
+void check_levels(const std::string& name, const Workload& run, double tol32) {
+  CAPTURE(name);
+  const std::vector<CpuIsa> ls = levels();
+  TensorList ref64;
+  {
+    IsaScope s(ls.back());
+    ref64 = run(kFloat64);
+  }
+  for (CpuIsa isa : ls) {
+    const std::string level = cpu_isa_name(isa);
+    CAPTURE(level);
+    IsaScope s(isa);
+    const TensorList r32 = run(kFloat32), r64 = run(kFloat64);
+    REQUIRE(r32.size() == ref64.size());
+    REQUIRE(r64.size() == ref64.size());
+    for (size_t i = 0; i < ref64.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(r32[i].defined());
+      check_close(r32[i].to(kFloat64), ref64[i], tol32, tol32);
+      check_close(r64[i], ref64[i], 1e-12, 1e-12);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cpu_isa: names, parsing and the cap") {
+  CHECK(std::string(cpu_isa_name(CpuIsa::baseline)) == "baseline");
+  CHECK(std::string(cpu_isa_name(CpuIsa::x86_64_v3)) == "x86-64-v3");
+  CHECK(std::string(cpu_isa_name(CpuIsa::x86_64_v4)) == "x86-64-v4");
+  CHECK(parse_cpu_isa("default") == CpuIsa::baseline);
+  CHECK(parse_cpu_isa("avx2") == CpuIsa::x86_64_v3);
+  CHECK(parse_cpu_isa("x86-64-v4") == CpuIsa::x86_64_v4);
+  check_error([] { parse_cpu_isa("avx10"); }, {"avx10", "baseline", "x86-64-v4"});
+  check_error([] { set_cpu_isa(static_cast<CpuIsa>(7)); }, {"set_cpu_isa", "7"});
+  CHECK(cpu_isa() <= cpu_isa_supported());
+  {
+    IsaScope s(CpuIsa::baseline);
+    CHECK(cpu_isa() == CpuIsa::baseline);
+  }
+  if (cpu_isa_supported() < CpuIsa::x86_64_v4) {
+    const CpuIsa before = cpu_isa();
+    check_error([] { set_cpu_isa(CpuIsa::x86_64_v4); }, {"does not support", "x86-64-v4"});
+    CHECK(cpu_isa() == before);  // unchanged by the refusal
+  }
+}
+
+// Run by CTest with ASC_CPU_ISA set (tests/CMakeLists.txt): the level starts capped, before anything else sets it.
+TEST_CASE("cpu_isa: ASC_CPU_ISA caps the level at start" * doctest::skip(std::getenv("ASC_CPU_ISA") == nullptr)) {
+  const std::string env = std::getenv("ASC_CPU_ISA");
+  CpuIsa want = cpu_isa_supported();
+  try {
+    const CpuIsa asked = parse_cpu_isa(env);
+    want = asked < want ? asked : want;
+  } catch (const Error&) {  // an unknown name is ignored (with a warning on stderr)
+  }
+  CAPTURE(env);
+  CHECK(cpu_isa() == want);
+}
+
+TEST_CASE("cpu_isa: softmax, log_softmax (with and without a mask), forward and backward, at every level") {
+  check_levels(
+      "softmax",
+      [](DType dt) {
+        TensorList x = leaves({{7, 37}, {7, 37}}, dt, 1);
+        Tensor keep = gt(rand_like_seeded({7, 37}, kFloat64, 9), -0.8);
+        TensorList out = with_grads(softmax(x[0], -1), {x[0]}, 3);
+        for (const Tensor& t : with_grads(log_softmax(x[1], -1, keep), {x[1]}, 4)) out.push_back(t);
+        return out;
+      },
+      2e-6);
+}
+
+TEST_CASE("cpu_isa: layer_norm, rms_norm and cross_entropy, forward and backward, at every level") {
+  check_levels(
+      "norms",
+      [](DType dt) {
+        TensorList x = leaves({{5, 45}, {45}, {45}, {5, 45}, {45}}, dt, 11);
+        TensorList out = with_grads(layer_norm(x[0], {45}, x[1], x[2]), {x[0], x[1], x[2]}, 12);
+        for (const Tensor& t : with_grads(rms_norm(x[3], {45}, x[4]), {x[3], x[4]}, 13)) out.push_back(t);
+        return out;
+      },
+      2e-5);
+  check_levels(
+      "cross_entropy",
+      [](DType dt) {
+        TensorList x = leaves({{9, 19}}, dt, 21);
+        Tensor target = tensor({0, 3, 18, -100, 7, 7, 2, 11, 5}, {.dtype = kInt64});
+        Tensor loss = cross_entropy(x[0], target, {.ignore_index = -100, .label_smoothing = 0.1});
+        return with_grads(loss, {x[0]}, 22);
+      },
+      2e-6);
+}
+
+TEST_CASE("cpu_isa: GELU (contiguous and transposed) at every level; dropout's mask is the same bits at every level") {
+  check_levels(
+      "gelu",
+      [](DType dt) {
+        TensorList x = leaves({{6, 35}}, dt, 31);
+        TensorList out = with_grads(gelu(x[0]), {x[0]}, 32);
+        x[0].zero_grad();
+        for (const Tensor& t : with_grads(gelu(x[0].transpose(0, 1)), {x[0]}, 33)) out.push_back(t);
+        return out;
+      },
+      2e-6);
+  Tensor x = randn32({1000}, 41);
+  Tensor best;
+  for (CpuIsa isa : levels()) {
+    IsaScope s(isa);
+    Generator g(5);
+    Tensor y = dropout(x, 0.3, true, &g);
+    if (!best.defined())
+      best = y;
+    else
+      CHECK(same_bits(y, best));
+  }
+}
+
+TEST_CASE("cpu_isa: the fused dense attention kernel (causal and masked), forward and backward, at every level") {
+  const SdpaBackend prev = sdpa_backend();
+  set_sdpa_backend(SdpaBackend::Fused);
+  check_levels(
+      "sdpa",
+      [](DType dt) {
+        TensorList x = leaves({{2, 2, 37, 24}, {2, 2, 37, 24}, {2, 2, 37, 24}}, dt, 51);
+        SdpaOptions o;
+        o.causal = true;
+        return with_grads(scaled_dot_product_attention(x[0], x[1], x[2], o), x, 52);
+      },
+      2e-5);
+  set_sdpa_backend(prev);
+}
+
+TEST_CASE("cpu_isa: ASCender attention (full and windowed), forward and backward, at every level") {
+  for (nn::AscenderMode mode : {nn::AscenderMode::Full, nn::AscenderMode::Windowed}) {
+    check_levels(
+        mode == nn::AscenderMode::Full ? "ascender full" : "ascender windowed",
+        [mode](DType dt) {
+          nn::AscenderAttention m(nn::AscenderAttentionOptions(32, 2).k({5}).mode(mode).window(9).global_tokens(2));
+          set_parameters(m, dt, 61);
+          Tensor x = leaves({{2, 41, 32}}, dt, 62)[0];
+          return module_grads(m, x, 63);
+        },
+        5e-5);
+  }
+}
+
+TEST_CASE("cpu_isa: ASAM's sparse attention, every pattern (tiled blocks and single rows), at every level") {
+  check_levels(
+      "asam",
+      [](DType dt) {
+        nn::AsamAttention m(nn::AsamAttentionOptions(32, 2)
+                                .patterns({"window", "global", "random", "clustered", "hierarchical", "strided"})
+                                .window(6)
+                                .stride(7)
+                                .clusters(3)
+                                .block(8)
+                                .fixed_gate(1.0));
+        set_parameters(m, dt, 71);
+        Tensor x = leaves({{2, 83, 32}}, dt, 72)[0];
+        return module_grads(m, x, 73);
+      },
+      5e-5);
+  check_levels(
+      "asam, one head",  // B H = 1: the two-pass backward
+      [](DType dt) {
+        nn::AsamAttention m(nn::AsamAttentionOptions(16, 1).patterns({"window", "random"}).window(5).fixed_gate(1.0));
+        set_parameters(m, dt, 74);
+        Tensor x = leaves({{1, 50, 16}}, dt, 75)[0];
+        return module_grads(m, x, 76);
+      },
+      5e-5);
+}
+
+TEST_CASE("cpu_isa: the firing gate (exact, straight-through, fan-out 1, 2, 3) and rule B's passes, at every level") {
+  for (int64_t fan_out : {1, 2, 3})
+    for (GateBackward mode : {GateBackward::None, GateBackward::StraightThrough}) {
+      check_levels(
+          "firing",
+          [&](DType dt) {
+            nn::FiringLinear m(nn::FiringOptions(13, 37).fan_out(fan_out).backward(mode).threshold(0.05));
+            set_parameters(m, dt, 81);
+            Tensor x = leaves({{70, 13}}, dt, 82)[0];
+            return module_grads(m, x, 83);
+          },
+          2e-5);
+    }
+  check_levels(
+      "rule B passes",
+      [](DType dt) {
+        Tensor Z = rand_like_seeded({70, 37}, kFloat64, 91).to(dt);
+        Tensor SP = mul(rand_like_seeded({37}, kFloat64, 92), 0.2).to(dt);
+        Tensor F = ge(Z, SP).to(dt);
+        Tensor dZ = rand_like_seeded({70, 37}, kFloat64, 93).to(dt);
+        Tensor c = rand_like_seeded({37}, kFloat64, 94).to(dt);
+        FiringBatchSums s = firing_batch_sums(Z, F, SP);
+        Tensor coef = firing_rule_b_coef(Z, F, 0.5, dZ, c);
+        // a sparse coefficient matrix (the sparse update path) and a dense one (the GEMM path)
+        Tensor W1 = rand_like_seeded({37, 13}, kFloat64, 95).to(dt), W2 = W1.clone();
+        Tensor X = rand_like_seeded({70, 13}, kFloat64, 96).to(dt);
+        Tensor keep = full({37}, 0.99, {.dtype = dt});
+        Tensor sparse_coef = mul(coef, gt(Z, add(SP, 1.2)).to(dt));
+        firing_weight_update_(W1, keep, sparse_coef, X);
+        firing_weight_update_(W2, keep, coef, X);
+        return TensorList{s.fz2, s.fired, s.margin, coef, W1, W2};
+      },
+      2e-5);
+}
