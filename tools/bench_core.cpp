@@ -92,10 +92,14 @@ int main(int argc, char** argv) {
         ref();  // wake OpenBLAS's threads outside the timing
         double t = best_time(ref, reps_, inner_);
         openblas_set_num_threads(1);
+        // OpenBLAS's idle threads spin for a while (OPENBLAS_THREAD_TIMEOUT, 2^28 cycles by default) before they
+        // sleep: timed at once, our matmul shared the two cores with them and measured half its speed in some runs.
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
         return t;
       };
       ours();
       for (int r = 0; r < reps; ++r) {  // interleaved so both see the same machine state
+        ours();                           // wake our pool's workers (asleep during the pause) outside the timing
         t_ours = std::min(t_ours, best_time(ours, 1, inner));
         t_ref = std::min(t_ref, ref_threaded(1, inner));
       }
