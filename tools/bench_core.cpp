@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
       };
       ours();
       for (int r = 0; r < reps; ++r) {  // interleaved so both see the same machine state
-        ours();                           // wake our pool's workers (asleep during the pause) outside the timing
+        ours();                         // wake our pool's workers (asleep during the pause) outside the timing
         t_ours = std::min(t_ours, best_time(ours, 1, inner));
         t_ref = std::min(t_ref, ref_threaded(1, inner));
       }
