@@ -117,7 +117,7 @@ ASC_HD T unary_fwd(T x, const UnaryParams& p) {
   else if constexpr (U == Unary::RDivScalar)
     return T(p.a) / x;
   else if constexpr (U == Unary::PowScalar)
-    return std::pow(x, T(p.a));
+    return p.a == 2 ? x * x : std::pow(x, T(p.a));  // a square (distances, k-means losses): exact, no libm call
 }
 
 // Derivative dy/dx of unary op U at x (with y = forward value).
@@ -166,7 +166,7 @@ ASC_HD T unary_grad(T x, T y, const UnaryParams& p) {
   else if constexpr (U == Unary::RDivScalar)
     return -y / x;
   else if constexpr (U == Unary::PowScalar)
-    return T(p.a) * std::pow(x, T(p.a) - T(1));
+    return p.a == 2 ? T(2) * x : T(p.a) * std::pow(x, T(p.a) - T(1));
 }
 
 enum class Binary : uint8_t { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or };

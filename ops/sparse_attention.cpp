@@ -50,7 +50,7 @@ SparsePattern SparsePattern::from_rows(int64_t groups, int64_t queries, int64_t 
             "{}: needs groups, queries, keys >= 1 (keys <= 2^31 - 1); got {}, {}, {}", who, groups, queries, keys);
   // The sizes of the lists: every product checked before anything is allocated or indexed.
   const int64_t n_rows = checked_mul(groups, queries, who, "groups x queries");
-  const int64_t n_cols = checked_add(checked_mul(groups, keys, who, "groups x keys"), 1, who, "groups x keys + 1");
+  checked_add(checked_mul(groups, keys, who, "groups x keys"), 1, who, "groups x keys + 1");
   ASC_CHECK(static_cast<int64_t>(rows.size()) == n_rows, "{}: expected {} row lists (groups {} x queries {}), got {}",
             who, n_rows, groups, queries, rows.size());
   int64_t nnz = 0;
@@ -62,24 +62,32 @@ SparsePattern SparsePattern::from_rows(int64_t groups, int64_t queries, int64_t 
                 r.front() < 0 ? r.front() : r.back(), keys);
     nnz += static_cast<int64_t>(r.size());  // <= the memory the lists already hold: no overflow
   }
-  SparsePattern p;
-  p.groups_ = groups, p.queries_ = queries, p.keys_ = keys, p.nnz_ = nnz;
-  p.row_ptr_ = int64_buffer(n_rows + 1);
-  p.cols_ = int64_buffer(nnz);
-  int64_t* rp = p.row_ptr_.data_ptr<int64_t>();
-  int64_t* cols = p.cols_.data_ptr<int64_t>();
+  Tensor row_ptr = int64_buffer(n_rows + 1), cols_t = int64_buffer(nnz);
+  int64_t* rp = row_ptr.data_ptr<int64_t>();
+  int64_t* cols = cols_t.data_ptr<int64_t>();
   int64_t e = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
     rp[r] = e;
     std::copy(rows[r].begin(), rows[r].end(), cols + e);
     e += static_cast<int64_t>(rows[r].size());
-    p.max_row_ = std::max(p.max_row_, static_cast<int64_t>(rows[r].size()));
   }
   rp[rows.size()] = e;
+  return from_csr(groups, queries, keys, std::move(row_ptr), std::move(cols_t));
+}
+
+SparsePattern SparsePattern::from_csr(int64_t groups, int64_t queries, int64_t keys, Tensor row_ptr, Tensor cols_t) {
+  SparsePattern p;
+  const int64_t n_rows = groups * queries, n_cols = groups * keys + 1;  // checked by the callers
+  const int64_t* rp = row_ptr.data_ptr<int64_t>();
+  const int64_t* cols = cols_t.data_ptr<int64_t>();
+  p.groups_ = groups, p.queries_ = queries, p.keys_ = keys, p.nnz_ = rp[n_rows];
+  for (int64_t r = 0; r < n_rows; ++r) p.max_row_ = std::max(p.max_row_, rp[r + 1] - rp[r]);
+  p.row_ptr_ = std::move(row_ptr);
+  p.cols_ = std::move(cols_t);
   // The transpose, by counting sort per group: entries of key column c of group g in query order.
   p.col_ptr_ = int64_buffer(n_cols);
-  p.col_rows_ = int64_buffer(nnz);
-  p.col_pos_ = int64_buffer(nnz);
+  p.col_rows_ = int64_buffer(p.nnz_);
+  p.col_pos_ = int64_buffer(p.nnz_);
   int64_t* cp = p.col_ptr_.data_ptr<int64_t>();
   int64_t* crow = p.col_rows_.data_ptr<int64_t>();
   int64_t* cpos = p.col_pos_.data_ptr<int64_t>();
@@ -418,18 +426,56 @@ SparsePattern pattern_union(const std::vector<SparsePattern>& patterns) {
     groups = std::max(groups, p.groups());
     keys = std::max(keys, p.keys());
   }
-  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(groups * T));  // groups · T: one input's row count
-  for (const auto& p_any : patterns) {
-    const SparsePattern p = p_any.to(Device::cpu());
-    const SparsePattern::Lists l = p.lists();
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t pg = p.groups() == 1 ? 0 : g;
-      for (int64_t i = 0; i < T; ++i)
-        rows[g * T + i].insert(rows[g * T + i].end(), l.cols + l.row_ptr[pg * T + i],
-                               l.cols + l.row_ptr[pg * T + i + 1]);
+  // Each input's rows are sorted and free of repeats (from_rows makes them so): row (g, i) of the union is their
+  // merge, written straight into the CSR arrays in two passes (its length, then its keys) — no per-row lists, no sort.
+  std::vector<SparsePattern> cpu;
+  std::vector<SparsePattern::Lists> lists;
+  for (const auto& p : patterns) cpu.push_back(p.to(Device::cpu()));
+  for (const auto& p : cpu) lists.push_back(p.lists());
+  const size_t k = lists.size();
+  std::vector<const int64_t*> at(k), end(k);
+  // Visits row (g, i)'s merged keys in ascending order, each once.
+  auto merge_row = [&](int64_t g, int64_t i, auto&& emit) {
+    for (size_t x = 0; x < k; ++x) {
+      const int64_t r = (cpu[x].groups() == 1 ? 0 : g) * T + i;
+      at[x] = lists[x].cols + lists[x].row_ptr[r], end[x] = lists[x].cols + lists[x].row_ptr[r + 1];
     }
-  }
-  return SparsePattern::from_rows(groups, T, keys, std::move(rows));
+    if (k == 2) {  // the common case (a layer's shared pattern and its per-call clustered part): two pointers
+      const int64_t *a = at[0], *b = at[1];
+      while (a != end[0] && b != end[1]) emit(*a < *b ? *a++ : *b < *a ? *b++ : (++b, *a++));
+      for (; a != end[0]; ++a) emit(*a);
+      for (; b != end[1]; ++b) emit(*b);
+      return;
+    }
+    for (;;) {
+      int64_t next = -1;
+      for (size_t x = 0; x < k; ++x)
+        if (at[x] != end[x] && (next < 0 || *at[x] < next)) next = *at[x];
+      if (next < 0) return;
+      emit(next);
+      for (size_t x = 0; x < k; ++x)
+        if (at[x] != end[x] && *at[x] == next) ++at[x];
+    }
+  };
+  const int64_t n_rows = checked_mul(groups, T, "pattern_union", "groups x queries");
+  checked_add(checked_mul(groups, keys, "pattern_union", "groups x keys"), 1, "pattern_union", "groups x keys + 1");
+  Tensor row_ptr = int64_buffer(n_rows + 1);
+  int64_t* rp = row_ptr.data_ptr<int64_t>();
+  rp[0] = 0;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t i = 0; i < T; ++i) {
+      int64_t len = 0;
+      merge_row(g, i, [&](int64_t) { ++len; });
+      rp[g * T + i + 1] = rp[g * T + i] + len;  // <= the inputs' total entries: no overflow
+    }
+  Tensor cols_t = int64_buffer(rp[n_rows]);
+  int64_t* cols = cols_t.data_ptr<int64_t>();
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t i = 0; i < T; ++i) {
+      int64_t e = rp[g * T + i];
+      merge_row(g, i, [&](int64_t j) { cols[e++] = j; });
+    }
+  return SparsePattern::from_csr(groups, T, keys, std::move(row_ptr), std::move(cols_t));
 }
 
 // ---- the op ------------------------------------------------------------------------------------------------------

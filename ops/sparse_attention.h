@@ -95,6 +95,10 @@ class SparsePattern {
 
  private:
   void check_lists(const char* who) const;  // every invariant above, on CPU lists
+  // The pattern of CSR lists whose rows are already sorted, free of repeats and within [0, keys), sizes checked
+  // (from_rows, pattern_union): counts the entries and builds the transpose.
+  static SparsePattern from_csr(int64_t groups, int64_t queries, int64_t keys, Tensor row_ptr, Tensor cols);
+  friend SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
 
   int64_t groups_ = 0, queries_ = 0, keys_ = 0, nnz_ = 0, max_row_ = 0;
   Tensor row_ptr_, cols_, col_ptr_, col_rows_, col_pos_;

@@ -45,6 +45,7 @@ std::vector<UnaryCase> unary_cases() {
       {"div_scalar", [](const Tensor& x) { return x / 4.0; }, [](double x) { return x / 4; }, -2, 2},
       {"rdiv_scalar", [](const Tensor& x) { return 2.0 / x; }, [](double x) { return 2 / x; }, 0.5, 3},
       {"pow_scalar", [](const Tensor& x) { return pow(x, 2.5); }, [](double x) { return std::pow(x, 2.5); }, 0.2, 3},
+      {"pow_square", [](const Tensor& x) { return pow(x, 2.0); }, [](double x) { return x * x; }, -3, 3},
   };
 }
 
@@ -135,6 +136,30 @@ TEST_CASE("unary ops: float64 gradcheck") {
     Tensor x = away_from_kinks(uniform64({3, 4}, c.lo, c.hi, 5)).set_requires_grad(true);
     check_grad([&](const TensorList& in) { return TensorList{c.op(in[0])}; }, {x});
     check_grad([&](const TensorList& in) { return TensorList{c.op(in[0].t())}; }, {x});
+  }
+}
+
+// pow(x, 2) is computed as x · x (no libm call): the square correctly rounded, the special values as pow gives them.
+TEST_CASE("pow(x, 2): the exact square, special values, and its gradient 2x") {
+  const std::vector<double> xs = {-3.0, -0.0, 0.0, 1.1, 1e20, -1e-30, INFINITY, -INFINITY, NAN};
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor x = tensor(xs, {static_cast<int64_t>(xs.size())}, {.dtype = dt, .requires_grad = true});
+    Tensor y = pow(x, 2.0);
+    sum(y).backward();
+    const auto xv = x.to_vector<double>(), yv = y.to_vector<double>(), gv = x.grad().to_vector<double>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      CAPTURE(xs[i]);
+      // the float product of two floats is exact in double: rounding it once gives the correctly rounded square
+      const double want = dt == kFloat32 ? static_cast<double>(static_cast<float>(xv[i] * xv[i])) : xv[i] * xv[i];
+      if (std::isnan(want)) {
+        CHECK(std::isnan(yv[i]));
+        CHECK(std::isnan(gv[i]));
+      } else {
+        CHECK(yv[i] == want);
+        CHECK(!std::signbit(yv[i]));
+        CHECK(gv[i] == 2 * xv[i]);
+      }
+    }
   }
 }
 

@@ -228,6 +228,19 @@ TEST_CASE("pattern_union is the set union; a shared pattern joins every group of
           return std::abs(i - j) <= 1 || std::count(cr.begin(), cr.end(), j) > 0;
         },
         g);
+  // The union writes its lists directly (a merge of sorted rows): every array, the transpose too, equals what
+  // from_rows builds from the same rows.
+  for (const SparsePattern* x : {&u, &cw}) {
+    std::vector<std::vector<int64_t>> rows;
+    for (int64_t g = 0; g < x->groups(); ++g)
+      for (int64_t i = 0; i < T; ++i) rows.push_back(x->row(g, i));
+    const SparsePattern ref = SparsePattern::from_rows(x->groups(), T, x->keys(), rows);
+    CHECK(x->nnz() == ref.nnz());
+    CHECK(x->max_row() == ref.max_row());
+    for (auto part : {&SparsePattern::row_ptr, &SparsePattern::cols, &SparsePattern::col_ptr, &SparsePattern::col_rows,
+                      &SparsePattern::col_pos})
+      CHECK(same_bits((x->*part)(), (ref.*part)()));
+  }
 }
 
 TEST_CASE("clustered_pattern: bucketing finds exactly the pairs with a_i · a_j > θ") {

@@ -49,12 +49,6 @@
 
 namespace asc::cpu {
 
-// Vector width in bytes at a level, for GCC vector extensions: 16 (SSE2), 32 (AVX2), 64 (AVX-512).
-template <CpuIsa kIsa>
-inline constexpr int kVectorBytes = kIsa == CpuIsa::x86_64_v4   ? 64
-                                    : kIsa == CpuIsa::x86_64_v3 ? 32
-                                                                : 16;
-
 #ifdef ASC_CPU_MULTI_ISA
 template <class F>
 [[gnu::target("arch=x86-64-v4,prefer-vector-width=512")]] decltype(auto) run_x86_64_v4(F& f) {
