@@ -117,6 +117,15 @@ TEST_CASE("train: the files of a run") {
 TEST_CASE("train: --resume continues bit-identically, after a checkpoint and after SIGINT") {
   const fs::path full = temp_dir("full"), split = temp_dir("split"), sig = temp_dir("sig");
   REQUIRE(run(kTiny + " --steps 24 --out " + full.string(), full.string() + ".log") == 0);
+  // Resumed with no step left (as after a SIGINT between the last step and the test evaluation): it evaluates again
+  // and writes the same rows — the test row's lr too, the last step's (it reported the scheduler's next lr, 0).
+  {
+    const fs::path again = temp_dir("again");
+    fs::copy(full, again, fs::copy_options::recursive);
+    REQUIRE(run(kTiny + " --steps 24 --out " + again.string() + " --resume", again.string() + ".log") == 0);
+    CHECK(rows_without_time(full / "metrics.csv") == rows_without_time(again / "metrics.csv"));
+    fs::remove_all(again);
+  }
   // Stopped after 10 steps (its checkpoint at step 10), then continued to 24 with the same flags.
   REQUIRE(run(kTiny + " --steps 24 --ckpt-every 5 --out " + split.string() + " --stop-after 10",
               split.string() + ".log") == 130);

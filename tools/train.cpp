@@ -1214,7 +1214,9 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   auto elapsed = [&] {
     return wall_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   };
-  double lr_used = opt->lr(0);
+  // The lr the last step ran with: a run resumed after its last step (a SIGINT between it and the test evaluation)
+  // reports the same test row as an uninterrupted one, not the scheduler's next lr.
+  double lr_used = step > 0 && sched->last_step() > 0 ? sched->lr_at(0, sched->last_step() - 1) : opt->lr(0);
   auto lr_now = [&] { return lr_used; };
   // Throughput windows run from one log row to the next, less the time spent validating and checkpointing.
   double tokens_per_s = 0, flops_done = 0, window_t0 = elapsed(), window_tokens = 0, paused = 0;
