@@ -85,23 +85,23 @@ int main(int argc, char** argv) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data_ptr<float>(), n,
                     b.data_ptr<float>(), n, 0.0f, cref.data_ptr<float>(), n);
       };
-      auto ref_threaded = [&](int reps_, int inner_) {
+      // Both sides are timed the same way: after a pause, warmed for ~20 ms untimed, then the best of 3 batches.
+      // OpenBLAS's idle threads spin for a while (OPENBLAS_THREAD_TIMEOUT, 2^28 cycles by default) before they
+      // sleep: timed at once, our matmul shared the two cores with them and measured half its speed in some runs;
+      // and a side timed straight after the pause (its threads asleep, the clock ramping up) measured up to 25 %
+      // slow at 256³, so the warm-up comes first on both.
+      auto timed_after_pause = [&](const std::function<void()>& fn) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        for (auto t0 = Clock::now(); Clock::now() - t0 < std::chrono::milliseconds(20);) fn();
+        return best_time(fn, 3, inner);
+      };
+      for (int r = 0; r < reps; ++r) {  // interleaved so both see the same machine state
+        t_ours = std::min(t_ours, timed_after_pause(ours));
 #ifdef _OPENMP
         openblas_set_num_threads(omp_get_max_threads());
 #endif
-        ref();  // wake OpenBLAS's threads outside the timing
-        double t = best_time(ref, reps_, inner_);
+        t_ref = std::min(t_ref, timed_after_pause(ref));
         openblas_set_num_threads(1);
-        // OpenBLAS's idle threads spin for a while (OPENBLAS_THREAD_TIMEOUT, 2^28 cycles by default) before they
-        // sleep: timed at once, our matmul shared the two cores with them and measured half its speed in some runs.
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        return t;
-      };
-      ours();
-      for (int r = 0; r < reps; ++r) {  // interleaved so both see the same machine state
-        ours();                         // wake our pool's workers (asleep during the pause) outside the timing
-        t_ours = std::min(t_ours, best_time(ours, 1, inner));
-        t_ref = std::min(t_ref, ref_threaded(1, inner));
       }
       rows.push_back({fmt::format("matmul fp32 {}x{}", n, n), "GFLOP/s", flops / t_ours / 1e9, flops / t_ref / 1e9,
                       t_ref / t_ours, "ref: direct cblas_sgemm (OpenBLAS); target ratio >= 0.95"});
