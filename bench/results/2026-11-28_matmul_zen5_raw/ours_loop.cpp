@@ -1,11 +1,12 @@
-#include "ascender.h"
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
+#include "ascender.h"
 using namespace asc;
 using Clk = std::chrono::steady_clock;
 int main(int argc, char** argv) {
-  int n = argc > 1 ? atoi(argv[1]) : 256; int iters = argc > 2 ? atoi(argv[2]) : 20000;
+  int n = argc > 1 ? atoi(argv[1]) : 256;
+  int iters = argc > 2 ? atoi(argv[2]) : 20000;
   Generator g(1);
   Tensor a = randn({n, n}, {}, &g), b = randn({n, n}, {}, &g);
   Tensor c;
