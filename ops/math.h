@@ -7,8 +7,13 @@
 
 #if defined(__CUDACC__)
 #define ASC_HD __host__ __device__ __forceinline__
+#define ASC_HD_FORCE ASC_HD
 #else
 #define ASC_HD inline
+// Forced inline on the host: the CPU kernels call these from loops compiled for several instruction sets
+// (ops/cpu/vec_math.h, ASC_CPU_DISPATCH) or inside a no-trapping-math region, and a call left out of line would run
+// the baseline code, one element at a time.
+#define ASC_HD_FORCE [[gnu::always_inline]] inline
 #endif
 
 namespace asc::math {
@@ -74,7 +79,7 @@ constexpr bool unary_grad_uses_y(Unary u) {
 
 // Forward value of unary op U.
 template <Unary U, class T>
-ASC_HD T unary_fwd(T x, const UnaryParams& p) {
+ASC_HD_FORCE T unary_fwd(T x, const UnaryParams& p) {
   constexpr T kInvSqrt2 = T(0.70710678118654752440), kInvSqrt2Pi = T(0.39894228040143267794);
   constexpr T kSqrt2OverPi = T(0.79788456080286535588), kC = T(0.044715);
   (void)kInvSqrt2Pi;
@@ -122,7 +127,7 @@ ASC_HD T unary_fwd(T x, const UnaryParams& p) {
 
 // Derivative dy/dx of unary op U at x (with y = forward value).
 template <Unary U, class T>
-ASC_HD T unary_grad(T x, T y, const UnaryParams& p) {
+ASC_HD_FORCE T unary_grad(T x, T y, const UnaryParams& p) {
   constexpr T kInvSqrt2 = T(0.70710678118654752440), kInvSqrt2Pi = T(0.39894228040143267794);
   constexpr T kSqrt2OverPi = T(0.79788456080286535588), kC = T(0.044715);
   if constexpr (U == Unary::Neg)
@@ -172,7 +177,7 @@ ASC_HD T unary_grad(T x, T y, const UnaryParams& p) {
 enum class Binary : uint8_t { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
 
 template <Binary B, class T>
-ASC_HD auto binary_fwd(T a, T b) {
+ASC_HD_FORCE auto binary_fwd(T a, T b) {
   if constexpr (B == Binary::Add)
     return a + b;
   else if constexpr (B == Binary::Sub)
@@ -216,11 +221,6 @@ enum class SurrogateKind : uint8_t { Sigmoid, Rectangular, Triangular, Atan };
 // One built-in derivative s'(u) of width w. `exp_nonpos(x)` is e^x for x <= 0: std::exp below; the CPU firing kernel
 // passes its vectorisable one and calls this from its loops (forced inline on the host so that it compiles inside
 // that kernel's no-trapping-math region, where its selects become branch-free).
-#if defined(__CUDACC__)
-#define ASC_HD_FORCE ASC_HD
-#else
-#define ASC_HD_FORCE [[gnu::always_inline]] inline
-#endif
 template <SurrogateKind K, class Exp>
 ASC_HD_FORCE double surrogate_derivative_of(double u, double w, Exp exp_nonpos) {
   if constexpr (K == SurrogateKind::Sigmoid) {  // w σ(wu)(1 - σ(wu)) = w e^{-|wu|} / (1 + e^{-|wu|})^2, stable

@@ -3,9 +3,12 @@
 // ASAM's sparse attention (tiled and row paths), the firing gate and rule B's passes — run at each level the processor
 // has, forward and backward, in float32 and float64: each level's float32 results agree with float64 to float32
 // rounding, each level's float64 results agree with every other's to 1e-12, and dropout's mask is the same bits at
-// every level. The kernels themselves are checked against independent float64 loops by their own test files at the
-// best level; these tests carry that to the other levels. On a processor without AVX-512 the x86-64-v4 kernels are
-// not tested, which the test reports.
+// every level. The generic elementwise ops (unary with their backward, binary, contiguous and broadcast), sums and
+// max / min / logsumexp are the same bits as the baseline's at every level, NaN, ±inf and ±0 included (a few ulps
+// where an FMA may fuse a multiply and an add). The kernels themselves are checked against independent float64 loops by
+// their own test files at the best level; these tests carry that to the other levels. On a processor without AVX-512
+// the x86-64-v4 kernels are not tested, which the test reports.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -294,4 +297,172 @@ TEST_CASE("cpu_isa: the firing gate (exact, straight-through, fan-out 1, 2, 3) a
         return TensorList{s.fz2, s.fired, s.margin, coef, W1, W2};
       },
       2e-5);
+}
+
+namespace {
+
+// x (n) float64 with the special values a kernel must carry through: NaN, ±inf, ±0, ±1, and ±1e-30 (a float32
+// subnormal after the cast), spread over the vector body and its tail; the rest random, some negative.
+Tensor special_values(int64_t n, DType dt, uint64_t seed) {
+  Tensor x = mul(rand_like_seeded({n}, kFloat64, seed), 3.0);
+  double* p = x.data_ptr<double>();
+  const double specials[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 1.0, -1.0, 1e-30, -1e-30};
+  for (int64_t i = 0; i < n; i += 7) p[i] = specials[(i / 7) % 9];
+  if (n > 2) p[n - 2] = NAN;
+  return x.to(dt);
+}
+
+// Every op's outputs at each level the processor has against the baseline's: the same bits where each element is
+// one IEEE operation (or a chain of them the compiler cannot fuse), else — where GCC contracts a * b + c into an FMA
+// at x86-64-v3 and above — within a few float ulps, NaN where the baseline has NaN.
+void check_same_bits_at_every_level(const std::string& name, const std::function<TensorList()>& run,
+                                    bool exact = true) {
+  CAPTURE(name);
+  const std::vector<CpuIsa> ls = levels();
+  TensorList base;
+  {
+    IsaScope s(CpuIsa::baseline);
+    base = run();
+  }
+  for (CpuIsa isa : ls) {
+    const std::string level = cpu_isa_name(isa);
+    CAPTURE(level);
+    IsaScope s(isa);
+    const TensorList r = run();
+    REQUIRE(r.size() == base.size());
+    for (size_t i = 0; i < r.size(); ++i) {
+      CAPTURE(i);
+      if (exact || isa == CpuIsa::baseline) {
+        CHECK(same_bits(r[i], base[i]));
+      } else {
+        const double tol = r[i].dtype() == kFloat32 ? 1e-6 : 1e-14;
+        check_close(r[i], base[i], tol, tol);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cpu_isa: the generic elementwise ops, forward and backward, are the same bits at every level") {
+  // 1000 + 37: the 512-bit body and a tail; (37, 29) transposed: the strided loops, which stay baseline code.
+  using UnaryFn = std::function<Tensor(const Tensor&)>;
+  const std::vector<std::pair<std::string, UnaryFn>> unary_ops = {
+      {"neg", [](const Tensor& x) { return neg(x); }},
+      {"exp", [](const Tensor& x) { return exp(x); }},
+      {"log", [](const Tensor& x) { return log(x); }},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }},
+      {"abs", [](const Tensor& x) { return abs(x); }},
+      {"relu", [](const Tensor& x) { return relu(x); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, true); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }},
+      {"softplus", [](const Tensor& x) { return softplus(x, 2.0, 5.0); }},
+      {"clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.75); }},
+      {"add_scalar", [](const Tensor& x) { return add(x, 0.25); }},
+      {"mul_scalar", [](const Tensor& x) { return mul(x, -1.5); }},
+      {"rsub_scalar", [](const Tensor& x) { return rsub(2.0, x); }},
+      {"rdiv_scalar", [](const Tensor& x) { return div(full_like(x, 3.0), x); }},
+      {"square", [](const Tensor& x) { return pow(x, 2.0); }},
+      {"pow_scalar", [](const Tensor& x) { return pow(x, 1.7); }},
+  };
+  // Those with a multiply feeding an add in the forward or the derivative: x + c x³, 1 - y², s (1 + x (1 - s)).
+  const std::vector<std::string> fused = {"gelu_tanh", "silu", "tanh"};
+  for (DType dt : {kFloat32, kFloat64})
+    for (const auto& [name, op] : unary_ops) {
+      const bool exact = std::find(fused.begin(), fused.end(), name) == fused.end();
+      check_same_bits_at_every_level(
+          name + (dt == kFloat32 ? " float32" : " float64"),
+          [&, op = op] {
+            Tensor x = special_values(1037, dt, 51);
+            x.set_requires_grad(true);
+            Tensor y = op(x);
+            TensorList out = with_grads(y, {x}, 52);
+            Tensor xt = special_values(37 * 29, dt, 53).reshape({37, 29}).transpose(0, 1);
+            out.push_back(op(xt));
+            return out;
+          },
+          exact);
+    }
+
+  using BinaryFn = std::function<Tensor(const Tensor&, const Tensor&)>;
+  const std::vector<std::pair<std::string, BinaryFn>> binary_ops = {
+      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); }},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+      {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
+      {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }},
+      {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
+      {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }},
+      {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
+      {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }},
+  };
+  for (DType dt : {kFloat32, kFloat64, kInt64})
+    for (const auto& [name, op] : binary_ops) {
+      if (dt == kInt64 && (name == "div" || name == "pow")) continue;
+      check_same_bits_at_every_level(name + " " + std::string(dtype_name(dt)), [&, op = op] {
+        // (29, 37): both contiguous; a (1, 37) row and a (29, 1) column broadcast; a scalar on either side
+        // (int64: random integers, no special values)
+        Tensor a = dt == kInt64 ? mul(rand_like_seeded({29 * 37}, kFloat64, 61), 100.0)
+                                : special_values(29 * 37, kFloat64, 61);
+        Tensor b = dt == kInt64 ? mul(rand_like_seeded({29 * 37}, kFloat64, 62), 100.0)
+                                : special_values(29 * 37, kFloat64, 62);
+        a = a.reshape({29, 37}).to(dt), b = b.reshape({29, 37}).to(dt);
+        Tensor row = b.slice(0, 3, 4), col = b.slice(1, 5, 6), s = b.slice(0, 7, 8).slice(1, 9, 10).reshape({});
+        return TensorList{op(a, b), op(a, row), op(col, a),
+                          op(a, s), op(s, b),   op(a.transpose(0, 1), b.transpose(0, 1))};
+      });
+    }
+  check_same_bits_at_every_level("logical_and / logical_or", [] {
+    Tensor a = gt(special_values(1037, kFloat64, 71), 0.0), b = lt(special_values(1037, kFloat64, 72), 0.5);
+    return TensorList{logical_and(a, b), logical_or(a, b)};
+  });
+}
+
+TEST_CASE("cpu_isa: sums, max / min and logsumexp are the same bits at every level") {
+  for (DType dt : {kFloat32, kFloat64, kInt64})
+    check_same_bits_at_every_level("sum " + std::string(dtype_name(dt)), [dt] {
+      // 40013: three of the full sum's 16384-element blocks and a tail
+      Tensor big = rand_like_seeded({40013}, kFloat64, 81), x = rand_like_seeded({37, 129}, kFloat64, 82);
+      if (dt == kInt64) big = mul(big, 1000.0), x = mul(x, 1000.0);
+      big = big.to(dt), x = x.to(dt);
+      return TensorList{
+          sum(big), sum(x), sum(x, {0}), sum(x, {1}), sum(x.transpose(0, 1), {1}), sum(x.reshape({37, 3, 43}), {1})};
+    });
+  for (DType dt : {kFloat32, kFloat64})
+    check_same_bits_at_every_level("max / min / logsumexp " + std::string(dtype_name(dt)), [dt] {
+      Tensor x = rand_like_seeded({37, 1029}, kFloat64, 91), w = special_values(37 * 1029, kFloat64, 92);
+      x = x.to(dt), w = w.reshape({37, 1029}).to(dt);
+      Tensor x3 = x.reshape({37, 3, 343});
+      auto mx = max(x, 1), mn = min(w, 1), mx3 = max(x3, 1), mn3 = min(w.reshape({37, 3, 343}), 1);
+      return TensorList{mx.values,   mx.indices, mn.values,   mn.indices,        mx3.values,
+                        mx3.indices, mn3.values, mn3.indices, logsumexp(x, {1}), logsumexp(w, {1})};
+    });
+}
+
+TEST_CASE("cpu_isa: max / min along a dim return the first extreme's own element at every level (signed zeros)") {
+  // Zeros of both signs in different vector lanes, everything else below (max) / above (min) them: the value is
+  // the first zero's, sign included, and its index.
+  for (CpuIsa isa : levels()) {
+    CAPTURE(cpu_isa_name(isa));
+    IsaScope s(isa);
+    for (DType dt : {kFloat32, kFloat64}) {
+      std::vector<double> v(40, -1.0);
+      v[5] = -0.0, v[22] = 0.0;
+      auto mx = max(tensor(v, {1, 40}).to(dt), 1);
+      CHECK(mx.indices.item<int64_t>() == 5);
+      CHECK(std::signbit(mx.values.to(kFloat64).item<double>()));
+      v.assign(40, 1.0);
+      v[3] = 0.0, v[30] = -0.0;
+      auto mn = min(tensor(v, {1, 40}).to(dt), 1);
+      CHECK(mn.indices.item<int64_t>() == 3);
+      CHECK_FALSE(std::signbit(mn.values.to(kFloat64).item<double>()));
+    }
+  }
 }

@@ -8,6 +8,8 @@
 //   tiny add: time per asc::add of two 16-element float32 tensors (allocation of the result included);
 //   100-op chain: forward + backward of 100 small ops on a 16-element tensor that requires grad;
 //   softmax: rows/s and GB/s of asc::softmax over the last dim of (4096, 1024) float32;
+//   add, relu, sum, max along a dim: GB/s of 64K-element float32 ops at the processor's instruction set level next to
+//     the same ops at the baseline (set_cpu_isa, alternating in the same run);
 //   attention: forward + backward of scaled_dot_product_attention (causal, float32), the fused CPU kernel next to
 //     the composed ops (SdpaBackend::Math) in the same run.
 #include <algorithm>
@@ -65,7 +67,7 @@ int main(int argc, char** argv) {
   return tools::guarded("bench_core", [&] {
     const int reps = quick ? 3 : 7;
     std::vector<Row> rows;
-    tools::Progress progress(8, "bench_core");  // 3 matmul + add + chain + softmax + 2 attention rows
+    tools::Progress progress(12, "bench_core");  // 3 matmul + add + chain + softmax + 4 levels + 2 attention rows
     auto row_done = [&] { progress.update(static_cast<int64_t>(rows.size()), rows.back().name); };
 
     // ---- matmul vs direct BLAS -----------------------------------------------------------------------------------
@@ -159,6 +161,39 @@ int main(int argc, char** argv) {
       rows.push_back({"softmax fp32 (4096, 1024)", "GB/s", gbs, 0, 0,
                       fmt::format("{:.1f} Mrows/s; read+write bytes / time", R / t / 1e6)});
       row_done();
+    }
+
+    // ---- elementwise ops and reductions: the processor's level against the baseline (SSE2), in the same run ---------
+    // 64K float32 elements per operand (256 KiB: in L2), where the instruction set, not memory, sets the pace.
+    {
+      const int64_t n = 65536;
+      Tensor a = randn({n}), b = randn({n}), m = randn({64, 1024});
+      Tensor y;
+      struct Case {
+        const char* name;
+        double bytes;  // read + written per call
+        std::function<void()> fn;
+      };
+      const Case cases[] = {
+          {"add fp32 (65536)", 3.0 * n * 4, [&] { y = add(a, b); }},
+          {"relu fp32 (65536)", 2.0 * n * 4, [&] { y = relu(a); }},
+          {"sum fp32 (65536)", 1.0 * n * 4, [&] { y = sum(a); }},
+          {"max fp32 (64, 1024) dim 1", 1.0 * n * 4, [&] { y = max(m, 1).values; }},
+      };
+      const CpuIsa best = cpu_isa();
+      for (const Case& c : cases) {
+        double t_best = 1e30, t_base = 1e30;
+        for (int r = 0; r < reps; ++r) {  // alternating, best of each
+          set_cpu_isa(CpuIsa::baseline);
+          t_base = std::min(t_base, best_time(c.fn, 1, 200));
+          set_cpu_isa(best);
+          t_best = std::min(t_best, best_time(c.fn, 1, 200));
+        }
+        rows.push_back({c.name, "GB/s", c.bytes / t_best / 1e9, c.bytes / t_base / 1e9, t_base / t_best,
+                        fmt::format("ours at {}; reference: the same op at the baseline (ASC_CPU_ISA=baseline)",
+                                    cpu_isa_name(best))});
+        row_done();
+      }
     }
 
     // ---- attention: fused CPU kernel vs the composed ops ------------------------------------------------------------

@@ -155,6 +155,35 @@ using math::Binary;
 using math::Unary;
 using math::UnaryParams;
 
+// The contiguous row loops of the generic ops, compiled for each instruction set level and picked at run time
+// (ASC_CPU_DISPATCH, ops/cpu/vec_math.h): the per-element functors (ops/math.h) are forced inline, so a level's
+// loop is that level's code. They sit outside the no-trapping-math region: the functors' std:: calls (abs, sqrt)
+// must inline here, and none of these loops needs a select that only that region would if-convert. An element is
+// the same bits at every level where it is one IEEE operation; where a multiply feeds an add (GELU-tanh, the
+// derivatives of tanh and SiLU) x86-64-v3 and v4 fuse them into an FMA, one rounding fewer. tests/test_cpu_isa.cpp
+// checks both.
+template <Unary U, class T>
+ASC_ALWAYS_INLINE void unary_rows(const T* a, T* o, int64_t n, const UnaryParams& p) {
+  for (int64_t i = 0; i < n; ++i) o[i] = math::unary_fwd<U, T>(a[i], p);
+}
+template <Unary U, class T>
+ASC_ALWAYS_INLINE void unary_backward_rows(const T* g, const T* x, const T* y, T* o, int64_t n, const UnaryParams& p) {
+  for (int64_t i = 0; i < n; ++i) o[i] = g[i] * math::unary_grad<U, T>(x[i], y[i], p);
+}
+// o = x ∘ y with x and y contiguous (sx = sy = 1) or one of them a broadcast scalar (its stride 0)
+template <Binary B, class T, class R>
+ASC_ALWAYS_INLINE void binary_rows(const T* x, int64_t sx, const T* y, int64_t sy, R* o, int64_t n) {
+  if (sx == 1 && sy == 1) {
+    for (int64_t i = 0; i < n; ++i) o[i] = math::binary_fwd<B, T>(x[i], y[i]);
+  } else if (sy == 0) {
+    const T yv = *y;
+    for (int64_t i = 0; i < n; ++i) o[i] = math::binary_fwd<B, T>(x[i], yv);
+  } else {
+    const T xv = *x;
+    for (int64_t i = 0; i < n; ++i) o[i] = math::binary_fwd<B, T>(xv, y[i]);
+  }
+}
+
 template <Unary U, class T>
 void unary_impl(const UnaryParams& p, const Tensor& x, Tensor& out) {
   const T* xp = x.data_ptr<T>();
@@ -166,7 +195,7 @@ void unary_impl(const UnaryParams& p, const Tensor& x, Tensor& out) {
       if constexpr (U == Unary::Gelu && std::is_same_v<T, float>)
         ASC_CPU_DISPATCH(gelu_rows(a, o, n));
       else
-        for (int64_t i = 0; i < n; ++i) o[i] = math::unary_fwd<U, T>(a[i], p);
+        ASC_CPU_DISPATCH(unary_rows<U, T>(a, o, n, p));
     } else if constexpr (U == Unary::Gelu && std::is_same_v<T, float>) {
       ASC_CPU_DISPATCH(gelu_strided(a, st[1], o, st[0], n));
     } else {
@@ -189,7 +218,7 @@ void unary_backward_impl(const UnaryParams& p, const Tensor& g, const Tensor& x,
                           if constexpr (U == Unary::Gelu && std::is_same_v<T, float>)
                             ASC_CPU_DISPATCH(gelu_backward_rows(gg, xx, o, n));
                           else
-                            for (int64_t i = 0; i < n; ++i) o[i] = gg[i] * math::unary_grad<U, T>(xx[i], yy[i], p);
+                            ASC_CPU_DISPATCH(unary_backward_rows<U, T>(gg, xx, yy, o, n, p));
                         } else if constexpr (U == Unary::Gelu && std::is_same_v<T, float>) {
                           ASC_CPU_DISPATCH(gelu_backward_strided(gg, st[1], xx, st[2], o, st[0], n));
                         } else {
@@ -225,14 +254,9 @@ void binary_impl(const Tensor& a, const Tensor& b, Tensor& out) {
   for_each_strided<3>(shape, {out.strides(), sa, sb}, [&](auto off, int64_t n, auto st) {
     R* o = op + off[0];
     const T *x = ap + off[1], *y = bp + off[2];
-    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = math::binary_fwd<B, T>(x[i], y[i]);
-    } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {  // tensor op broadcast scalar/row
-      const T yv = *y;
-      for (int64_t i = 0; i < n; ++i) o[i] = math::binary_fwd<B, T>(x[i], yv);
-    } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
-      const T xv = *x;
-      for (int64_t i = 0; i < n; ++i) o[i] = math::binary_fwd<B, T>(xv, y[i]);
+    // contiguous, or one operand a broadcast scalar / row
+    if (st[0] == 1 && ((st[1] == 1 && (st[2] == 1 || st[2] == 0)) || (st[1] == 0 && st[2] == 1))) {
+      ASC_CPU_DISPATCH((binary_rows<B, T, R>(x, st[1], y, st[2], o, n)));
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * st[0]] = math::binary_fwd<B, T>(x[i * st[1]], y[i * st[2]]);
     }
@@ -434,8 +458,10 @@ void isnan(const Tensor& x, Tensor& out) {
 
 // Sum of n elements `st` apart. Eight independent partial sums when contiguous: one accumulator is a chain of
 // dependent adds (4 cycles each), and the compiler may not reorder floating-point additions itself.
+// Forced inline and called through ASC_CPU_DISPATCH: the eight partial sums are one 512-bit register of doubles at
+// x86-64-v4, and the same additions in the same order at every level, so the same bits.
 template <class acc_t, class scalar_t>
-acc_t run_sum(const scalar_t* a, int64_t n, int64_t st) {
+ASC_ALWAYS_INLINE acc_t run_sum(const scalar_t* a, int64_t n, int64_t st) {
   if (st != 1) {
     acc_t s = 0;
     for (int64_t i = 0; i < n; ++i) s += a[i * st];
@@ -447,6 +473,12 @@ acc_t run_sum(const scalar_t* a, int64_t n, int64_t st) {
     for (int j = 0; j < 8; ++j) part[j] += a[i + j];
   for (; i < n; ++i) part[0] += a[i];
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+// o[i] += a[i]: a row of x added into a row of the float64 (or int64) sums
+template <class acc_t, class scalar_t>
+ASC_ALWAYS_INLINE void add_into(acc_t* o, const scalar_t* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] += a[i];
 }
 
 // Elements per block of a full reduction. The blocks depend on the shape only, never on the thread count, and their
@@ -475,7 +507,8 @@ void sum_impl(const Tensor& x, Tensor& out) {
       part.resize(static_cast<size_t>((n + kSumBlock - 1) / kSumBlock));
       parallel_for(static_cast<int64_t>(part.size()), kSumBlock, [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b)
-          part[b] = run_sum<acc_t>(xp + b * kSumBlock * step, std::min(kSumBlock, n - b * kSumBlock), step);
+          part[b] =
+              ASC_CPU_DISPATCH(run_sum<acc_t>(xp + b * kSumBlock * step, std::min(kSumBlock, n - b * kSumBlock), step));
       });
     } else {  // many runs: blocks of whole runs
       const int64_t per = std::max<int64_t>(1, kSumBlock / n);
@@ -484,7 +517,7 @@ void sum_impl(const Tensor& x, Tensor& out) {
         for (int64_t b = b0; b < b1; ++b) {
           acc_t s = 0;
           auto body = [&](const std::array<int64_t, 1>& off, int64_t len, const std::array<int64_t, 1>& st) {
-            s += run_sum<acc_t>(xp + off[0], len, st[0]);
+            s += ASC_CPU_DISPATCH(run_sum<acc_t>(xp + off[0], len, st[0]));
           };
           for_rows<1>(L, b * per, std::min(rows, (b + 1) * per), body);
           part[b] = s;
@@ -506,7 +539,9 @@ void sum_impl(const Tensor& x, Tensor& out) {
         acc_t* o = ap + off[0];
         const scalar_t* a = xp + off[1];
         if (st[0] == 0) {
-          *o += run_sum<acc_t>(a, n, st[1]);
+          *o += ASC_CPU_DISPATCH(run_sum<acc_t>(a, n, st[1]));
+        } else if (st[0] == 1 && st[1] == 1) {  // a row of x into a row of sums
+          ASC_CPU_DISPATCH(add_into(o, a, n));
         } else {
           for (int64_t i = 0; i < n; ++i) o[i * st[0]] += a[i * st[1]];
         }

@@ -17,12 +17,14 @@
 #define ASC_SIMD_REDUCE3(OP, V1, V2, OP3, V3) ASC_CPU_PRAGMA_(omp simd reduction(OP : V1, V2) reduction(OP3 : V3))
 // A max and any number of sums in one loop: reduction(max : M) reduction(+ : ...)
 #define ASC_SIMD_SUMS_MAX(M, ...) ASC_CPU_PRAGMA_(omp simd reduction(max : M) reduction(+ : __VA_ARGS__))
+#define ASC_SIMD_SUMS_MIN(M, ...) ASC_CPU_PRAGMA_(omp simd reduction(min : M) reduction(+ : __VA_ARGS__))
 #else
 #define ASC_SIMD
 #define ASC_SIMD_REDUCE(OP, VAR)
 #define ASC_SIMD_REDUCE2(OP, V1, V2)
 #define ASC_SIMD_REDUCE3(OP, V1, V2, OP3, V3)
 #define ASC_SIMD_SUMS_MAX(M, ...)
+#define ASC_SIMD_SUMS_MIN(M, ...)
 #endif
 
 // Hot CPU kernels are compiled for three instruction set levels and the call picks one at run time (core/cpu_isa.h:
@@ -37,7 +39,8 @@
 // ASC_ALWAYS_INLINE (a separate function runs the baseline code). Use it at a call per block or row, not per
 // element (each call reads the level once). Only inside a file's `#pragma GCC optimize` region (vec_region_begin.h):
 // the three functions, defined below, take their options from the region this header is first included in.
-// FMA is used only where that region allows contraction (vec_region_fma_begin.h): ISO C++ mode turns it off.
+// At x86-64-v3 and v4 GCC fuses a * b + c into an FMA wherever it can (its default for C++, whatever -std says; the
+// ISO-mode switch to no contraction applies to C only): those levels differ from the baseline in the last bits there.
 #define ASC_CPU_DISPATCH(...) \
   ::asc::cpu::dispatch_isa([&]<::asc::CpuIsa kIsa>() ASC_INLINE_LAMBDA -> decltype(auto) { return __VA_ARGS__; })
 // A helper that a dispatched kernel calls in its loops: forced inline, so it is compiled for the kernel's level.
