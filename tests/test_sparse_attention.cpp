@@ -389,6 +389,46 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
   }
 }
 
+TEST_CASE("sparse_attention CPU tiles: a NaN key and an infinite value just past a block's run stay out of it") {
+  // Window 24 over T = 150 (as above): rows 0-15 attend keys 0-38, and the score product's tail tile reads keys
+  // 32-47 into the tile's room (ops/cpu/small_gemm.h); key 45 is NaN, value 46 +inf. A row that attends neither must
+  // come out as with finite ones there (its dq too); a row that attends one is non-finite.
+  const int64_t T = 150, D = 20, B = 1, H = 2;
+  const SparsePattern p = local_window_pattern(T, 24, false);
+  Tensor q = randn64({B, H, T, D}, false, 11), k = randn64({B, H, T, D}, false, 12),
+         v = randn64({B, H, T, D}, false, 13), dout = randn64({B, H, T, D}, false, 14);
+  Tensor kp = k.clone(), vp = v.clone();
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t e = 0; e < D; ++e) {
+      kp.data_ptr<double>()[(bh * T + 45) * D + e] = std::nan("");
+      vp.data_ptr<double>()[(bh * T + 46) * D + e] = INFINITY;
+    }
+  const std::vector<bool> allowed = allowed_mask(p, Tensor(), B, H).to_vector<bool>();
+  for (DType dt : {kFloat64, kFloat32}) {
+    CAPTURE(dt);
+    const OpRun clean = run_sparse(q, k, v, p, Tensor(), dout, dt), bad = run_sparse(q, kp, vp, p, Tensor(), dout, dt);
+    const auto o = bad.o.to_vector<double>(), o_ref = clean.o.to_vector<double>();
+    const auto dq = bad.dq.to_vector<double>(), dq_ref = clean.dq.to_vector<double>();
+    int64_t clean_rows = 0;
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t row = bh * T + i;
+        const bool sees = allowed[row * T + 45] || allowed[row * T + 46];
+        for (int64_t e = 0; e < D; ++e) {
+          const size_t x = static_cast<size_t>(row * D + e);
+          if (sees) {
+            CHECK_FALSE(std::isfinite(o[x]));
+          } else {
+            CHECK(o[x] == doctest::Approx(o_ref[x]).epsilon(1e-5));
+            CHECK(dq[x] == doctest::Approx(dq_ref[x]).epsilon(1e-5));
+          }
+        }
+        clean_rows += !sees;
+      }
+    CHECK(clean_rows > 16 * B * H);  // the first block's rows at least
+  }
+}
+
 TEST_CASE("sparse_attention: rows with no kept key give zeros and no gradient, never NaN") {
   const int64_t T = 6, D = 4;
   // Row 0 sees only key 0, which is padding; rows 1.. see keys 1..i.

@@ -56,11 +56,16 @@ ASC_ALWAYS_INLINE void gemm_narrow_tile(int64_t i, int64_t j, int64_t K, const T
 // C (row stride ldc); accumulate: C += A B. A is read one scalar at a time (broadcast), so any strides cost the same:
 // sam = 1, sak = rows multiplies by a transposed tile without copying it. Tiles of 4 rows by 2 vectors: at x86-64-v4
 // (kIsa, from ASC_CPU_DISPATCH; below it 256-bit tiles only) 512-bit vectors where 32 float columns remain (16
-// doubles), then 256-bit ones (16
-// floats, 8 doubles: a short N such as d_z = 16 keeps its vector tile), then scalars.
+// doubles), then 256-bit ones (16 floats, 8 doubles: a short N such as d_z = 16 keeps its vector tile), then scalars.
+//
+// room >= N: the columns of B's and C's rows that may be read and written, whatever they hold (a scratch tile whose
+// next columns are written later). Where the last < 16 float columns fit in it, they take one more 256-bit tile
+// instead of the scalar loop, which costs about as much as 16 vector columns: without it, a 268-key window (8 tiles
+// of 32 and 12 scalar columns) spent 40 % of its product's time on those 12. Columns N .. room of C may then hold
+// anything (NaN included: B's extra columns are not read as numbers the caller uses).
 template <class T, CpuIsa kIsa = CpuIsa::baseline>
 ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B,
-                                   int64_t ldb, T* C, int64_t ldc, bool accumulate = false) {
+                                   int64_t ldb, T* C, int64_t ldc, bool accumulate = false, int64_t room = 0) {
   constexpr int64_t W = 64 / sizeof(T), W2 = 128 / sizeof(T);  // columns per 256-bit and per 512-bit tile
   int64_t i = 0;
   for (; i + 4 <= M; i += 4) {
@@ -68,6 +73,10 @@ ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, 
     if constexpr (kIsa == CpuIsa::x86_64_v4)
       for (; j + W2 <= N; j += W2) gemm_narrow_tile<T, 64>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
     for (; j + W <= N; j += W) gemm_narrow_tile<T, 32>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
+    if (j < N && j + W <= room) {  // the tail in the room: one vector tile
+      gemm_narrow_tile<T, 32>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
+      j = N;
+    }
     for (; j < N; ++j)  // the last < W columns
       for (int64_t r = 0; r < 4; ++r) {
         T s = 0;
@@ -93,9 +102,11 @@ ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, 
 // gemm_narrow over blocks of B of at most 256 x 256 (256 KiB of float, within L2): every 4 rows of A read all of
 // the B they multiply, so a long B (the keys of a 4096-token sequence) must be cut, or it streams from L3 per row
 // block. The blocks of K accumulate into C in order, so the result does not depend on anything but the shapes.
+// room: as gemm_narrow's, for the last block of columns.
 template <class T, CpuIsa kIsa = CpuIsa::baseline>
 ASC_ALWAYS_INLINE void gemm_narrow_blocked(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak,
-                                           const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate = false) {
+                                           const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate = false,
+                                           int64_t room = 0) {
   constexpr int64_t kBlock = 256;
   if (K == 0 && !accumulate)
     for (int64_t i = 0; i < M; ++i)
@@ -103,13 +114,14 @@ ASC_ALWAYS_INLINE void gemm_narrow_blocked(int64_t M, int64_t N, int64_t K, cons
   for (int64_t k0 = 0; k0 < K; k0 += kBlock)
     for (int64_t j0 = 0; j0 < N; j0 += kBlock)
       gemm_narrow<T, kIsa>(M, std::min(kBlock, N - j0), std::min(kBlock, K - k0), A + k0 * sak, sam, sak,
-                           B + k0 * ldb + j0, ldb, C + j0, ldc, accumulate || k0 > 0);
+                           B + k0 * ldb + j0, ldb, C + j0, ldc, accumulate || k0 > 0, j0 + kBlock >= N ? room - j0 : 0);
 }
 
 // The B operand of a product over keys: a transposed copy of rows [0, n) of a (n, D) operand with strides (st, sd),
 // out (D, n) with rows ld apart (gemm_narrow reads B's rows contiguously). In blocks of 16 keys, so that each row of
 // `out` gets whole cache lines; ld = transposed_ld(n) pads the rows off powers of two, or rows 4 KiB apart would all
-// map to one L1 set.
+// map to one L1 set, and leaves at least 16 columns of room after the last key (zeroed here) for gemm_narrow's tail
+// tile.
 template <class T>
 ASC_ALWAYS_INLINE void transpose_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, T* out, int64_t ld) {
   constexpr int64_t kKeys = 16;
@@ -118,6 +130,8 @@ ASC_ALWAYS_INLINE void transpose_rows(const T* x, int64_t st, int64_t sd, int64_
     for (int64_t c = 0; c < D; ++c)
       for (int64_t j = j0; j < j1; ++j) out[c * ld + j] = x[j * st + c * sd];
   }
+  for (int64_t c = 0; c < D; ++c)
+    for (int64_t j = n; j < ld; ++j) out[c * ld + j] = T(0);
 }
 constexpr int64_t transposed_ld(int64_t n) { return (n + 15) / 16 * 16 + 16; }
 

@@ -170,13 +170,14 @@ ASC_ALWAYS_INLINE T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s
 constexpr int64_t kBlockRows = 16;  // query rows per block
 constexpr int64_t kMaxRuns = 16;    // tile runs per block
 constexpr int64_t kMinRun = 8;      // a shorter stretch of union keys is rare: its pairs go one by one
+constexpr int64_t kTileRoom = 16;   // columns after a tile row's last: room for the score products' tail tile
 
 // The plan of one block of query rows, from the pattern alone (a shared pattern without padding has one plan per
 // block for every head): the runs of consecutive keys that form the tile's u columns, each row's flags over them,
 // and each row's rare keys — the kept keys outside the runs.
 struct BlockPlan {
   bool tiled = false;
-  int64_t u = 0, ld = 0;                          // tile columns; tile row stride: u + the most rare keys of a row
+  int64_t u = 0, ld = 0;  // tile columns; tile row stride: u + the most rare keys of a row + kTileRoom
   std::vector<std::pair<int64_t, int64_t>> runs;  // (first key, length), in column order
   std::vector<unsigned char> allowed;             // (rows, u): row r attends column x
   std::vector<int64_t> rare, rare_ptr;            // row r's rare keys: rare[rare_ptr[r] .. rare_ptr[r + 1])
@@ -297,7 +298,7 @@ void plan_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, PlanScra
     plan.rare_ptr[r + 1] = static_cast<int64_t>(plan.rare.size());
     most_rare = std::max(most_rare, plan.rare_ptr[r + 1] - plan.rare_ptr[r]);
   }
-  plan.ld = plan.u + most_rare;
+  plan.ld = plan.u + most_rare + kTileRoom;
   plan.tiled = 3 * tile_pairs >= R * plan.u;
 }
 
@@ -373,8 +374,13 @@ bool tile_finite(const BlockPlan& plan, const HeadTiles<T>& h) {
 template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void block_products(const BlockPlan& plan, int64_t R, int64_t D, const T* x, const T* kt, int64_t ldt,
                                       const T* keys, T* tile) {
-  for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r)
-    gemm_narrow_blocked<T, kIsa>(R, plan.runs[r].second, D, x, D, 1, kt + plan.runs[r].first, ldt, tile + off, plan.ld);
+  // Each run may write past its end (gemm_narrow's room: the next run's columns, written after it, or the rare keys'
+  // or the padding at the row's end) and read past its last key in kt (zeroed room after the sequence's keys).
+  for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r) {
+    const auto [first, len] = plan.runs[r];
+    const int64_t room = std::min<int64_t>(plan.ld - static_cast<int64_t>(off), ldt - first);
+    gemm_narrow_blocked<T, kIsa>(R, len, D, x, D, 1, kt + first, ldt, tile + off, plan.ld, false, room);
+  }
   for (int64_t r = 0; r < R; ++r)
     gather_dots(x + r * D, keys, plan.rare.data() + plan.rare_ptr[r], plan.rare_ptr[r + 1] - plan.rare_ptr[r], D,
                 tile + r * plan.ld + plan.u);
