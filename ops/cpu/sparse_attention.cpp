@@ -181,6 +181,7 @@ struct BlockPlan {
   std::vector<std::pair<int64_t, int64_t>> runs;  // (first key, length), in column order
   std::vector<unsigned char> allowed;             // (rows, u): row r attends column x
   std::vector<int64_t> rare, rare_ptr;            // row r's rare keys: rare[rare_ptr[r] .. rare_ptr[r + 1])
+  std::vector<int64_t> kept;                      // row r's kept keys: its allowed tile columns and its rare keys
 };
 
 // A thread's scratch for planning.
@@ -268,8 +269,10 @@ void plan_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, PlanScra
         std::upper_bound(w.merged.begin(), w.merged.end(), std::pair<int64_t, int64_t>{a, INT64_MAX}) -
         w.merged.begin() - 1);
   };
+  plan.kept.assign(static_cast<size_t>(R), 0);
   for (int64_t r = 0; r < R; ++r) {
     unsigned char* ok = plan.allowed.data() + r * plan.u;
+    const int64_t pairs_before = tile_pairs;
     if (p.keep == nullptr) {
       for (int64_t e = w.stretch_ptr[r]; e < w.stretch_ptr[r + 1]; ++e) {
         const auto [a, b] = w.stretches[e];
@@ -297,6 +300,7 @@ void plan_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, PlanScra
     }
     plan.rare_ptr[r + 1] = static_cast<int64_t>(plan.rare.size());
     most_rare = std::max(most_rare, plan.rare_ptr[r + 1] - plan.rare_ptr[r]);
+    plan.kept[r] = tile_pairs - pairs_before + plan.rare_ptr[r + 1] - plan.rare_ptr[r];
   }
   plan.ld = plan.u + most_rare + kTileRoom;
   plan.tiled = 3 * tile_pairs >= R * plan.u;
@@ -402,11 +406,12 @@ ASC_ALWAYS_INLINE void forward_block(const Problem<T>& p, int64_t bh, int64_t i0
     const unsigned char* ok = plan.allowed.data() + r * u;
     const int64_t n = u + (plan.rare_ptr[r + 1] - plan.rare_ptr[r]);
     T m = ninf;
-    int64_t n_nan = 0, kept = n - u;
-    ASC_SIMD_REDUCE(+, kept)
+    int64_t n_nan = 0;
+    const int64_t kept = plan.kept[r];
+    // Both operands of the select read first: a load under the condition keeps GCC from vectorising the loop.
     for (int64_t x = 0; x < u; ++x) {
-      s[x] = ok[x] ? sc * s[x] : ninf;
-      kept += ok[x];
+      const T y = sc * s[x];
+      s[x] = ok[x] ? y : ninf;
     }
     for (int64_t x = u; x < n; ++x) s[x] *= sc;
     ASC_SIMD_REDUCE(+, n_nan)
@@ -555,12 +560,20 @@ ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i
       continue;
     }
     const T delta = dot(gb + r * D, ob + r * D, D);
-    for (int64_t x = 0; x < n; ++x) {
+    // P and dS, the tile columns (where the row attends) and then the rare keys (all attended); every operand of a
+    // select is read first, so both loops vectorise.
+    for (int64_t x = 0; x < u; ++x) {
       const T z = sc * s[x] - l;  // <= 0 up to rounding; NaN (a NaN row) stays NaN
       const T pij = exp_nonpos(z > T(0) ? T(0) : z);
-      const bool in = x >= u || ok[x];
-      s[x] = in ? pij : T(0);
-      d[x] = in ? sc * pij * (d[x] - delta) : T(0);
+      const T ds = sc * pij * (d[x] - delta);
+      s[x] = ok[x] ? pij : T(0);
+      d[x] = ok[x] ? ds : T(0);
+    }
+    for (int64_t x = u; x < n; ++x) {
+      const T z = sc * s[x] - l;
+      const T pij = exp_nonpos(z > T(0) ? T(0) : z);
+      s[x] = pij;
+      d[x] = sc * pij * (d[x] - delta);
     }
   }
   // dQ (R, D) = dS K: the runs, then the rare keys
