@@ -409,11 +409,12 @@ TEST_CASE("cpu_isa: the generic elementwise ops, forward and backward, are the s
       check_same_bits_at_every_level(name + " " + std::string(dtype_name(dt)), [&, op = op] {
         // (29, 37): both contiguous; a (1, 37) row and a (29, 1) column broadcast; a scalar on either side
         // (int64: random integers, no special values)
-        Tensor a = dt == kInt64 ? mul(rand_like_seeded({29 * 37}, kFloat64, 61), 100.0)
-                                : special_values(29 * 37, kFloat64, 61);
-        Tensor b = dt == kInt64 ? mul(rand_like_seeded({29 * 37}, kFloat64, 62), 100.0)
-                                : special_values(29 * 37, kFloat64, 62);
-        a = a.reshape({29, 37}).to(dt), b = b.reshape({29, 37}).to(dt);
+        auto operand = [dt](uint64_t seed) {
+          Tensor t = dt == kInt64 ? mul(rand_like_seeded({29 * 37}, kFloat64, seed), 100.0)
+                                  : special_values(29 * 37, kFloat64, seed);
+          return t.reshape({29, 37}).to(dt);
+        };
+        const Tensor a = operand(61), b = operand(62);
         Tensor row = b.slice(0, 3, 4), col = b.slice(1, 5, 6), s = b.slice(0, 7, 8).slice(1, 9, 10).reshape({});
         return TensorList{op(a, b), op(a, row), op(col, a),
                           op(a, s), op(s, b),   op(a.transpose(0, 1), b.transpose(0, 1))};
