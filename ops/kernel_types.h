@@ -4,6 +4,8 @@
 // user header. The ops' headers include it too, so a user sees these types where the ops are.
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,12 +98,20 @@ struct SparsePatternBlocks {
   const int64_t *rblk_ptr = nullptr, *rblk_keys = nullptr, *rblk_bits = nullptr;
   const int64_t *kblk_ptr = nullptr, *kblk_rows = nullptr, *kblk_bits = nullptr;
 };
-// What the kernels read of a pattern: its sizes and lists (SparsePattern::view()).
+// What a backend derives from a pattern's lists alone and keeps while the pattern lives (the CPU kernels' tile plans):
+// made on the first call that needs it, under `cpu_once`, and shared by every copy of the pattern. Its type belongs to
+// the backend that made it.
+struct SparsePatternCache {
+  std::once_flag cpu_once;
+  std::shared_ptr<const void> cpu_plans;
+};
+// What the kernels read of a pattern: its sizes and lists (SparsePattern::view()), and its cache.
 struct SparsePatternView {
   static constexpr int64_t kRowBlock = 16, kKeyBlock = 8;  // the block view's row and key blocks
   int64_t groups = 0, queries = 0, keys = 0, nnz = 0, max_row = 0;
   SparsePatternLists lists{};
-  SparsePatternBlocks blocks{};  // null pointers without a block view
+  SparsePatternBlocks blocks{};         // null pointers without a block view
+  SparsePatternCache* cache = nullptr;  // null: nothing is kept between calls
   bool has_blocks() const { return blocks.rblk_ptr != nullptr; }
 };
 

@@ -84,6 +84,7 @@ SparsePattern SparsePattern::from_csr(int64_t groups, int64_t queries, int64_t k
   for (int64_t r = 0; r < n_rows; ++r) p.max_row_ = std::max(p.max_row_, rp[r + 1] - rp[r]);
   p.row_ptr_ = std::move(row_ptr);
   p.cols_ = std::move(cols_t);
+  p.cache_ = std::make_shared<SparsePatternCache>();
   // The transpose, by counting sort per group: entries of key column c of group g in query order.
   p.col_ptr_ = int64_buffer(n_cols);
   p.col_rows_ = int64_buffer(p.nnz_);
@@ -199,6 +200,7 @@ SparsePatternView SparsePattern::view() const {
   SparsePatternView v{
       .groups = groups_, .queries = queries_, .keys = keys_, .nnz = nnz_, .max_row = max_row_, .lists = lists()};
   if (has_block_view()) v.blocks = block_view();
+  v.cache = cache_.get();
   return v;
 }
 

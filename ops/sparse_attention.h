@@ -19,6 +19,7 @@
 //                          (batch, head)
 //   pattern_union          the union of patterns: a key allowed by several counts once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
@@ -33,8 +34,9 @@ namespace asc {
 // A pattern is immutable and always valid: from_rows (which every builder goes through) checks the sizes (each
 // >= 1, keys < 2^31, every product of them representable) and every index before anything is built, and nothing
 // can edit the lists afterwards — the accessors below return copies, and the kernels read through const pointers.
-// Copies of a pattern share its (read-only) lists. The default-constructed pattern is the empty one (defined()
-// false): the op refuses it with a clear error.
+// Copies of a pattern share its (read-only) lists, and what the CPU kernels derive from them on the first call and
+// keep (the tile plans: 1-1.5 bytes per attended pair of a group for the built-in patterns, beside the lists' 24). The
+// default-constructed pattern is the empty one (defined() false): the op refuses it with a clear error.
 class SparsePattern {
  public:
   // The block view the CUDA kernels tile by: the same pairs, grouped so that a thread block loads a tile of keys (or
@@ -103,6 +105,8 @@ class SparsePattern {
   int64_t groups_ = 0, queries_ = 0, keys_ = 0, nnz_ = 0, max_row_ = 0;
   Tensor row_ptr_, cols_, col_ptr_, col_rows_, col_pos_;
   Tensor rblk_ptr_, rblk_keys_, rblk_bits_, kblk_ptr_, kblk_rows_, kblk_bits_;
+  // What the kernels derive from the lists and keep (the CPU tile plans), shared by copies: the lists never change.
+  std::shared_ptr<SparsePatternCache> cache_;
 };
 
 // The builders' arguments (docs/asam.md, "Accepted options"): T in [1, 2^30); w, s, r, b >= 1 and g >= 0, each with

@@ -333,7 +333,7 @@ TEST_CASE("sparse_attention equals float64 loops over the dense mask: forward an
       {"clustered (per head)", clustered_pattern(a, 0.4, false), true},
   };
   for (const Case& c : cases) {
-    CAPTURE(c.name);
+    INFO(c.name);
     const int64_t S = c.p.keys();
     Tensor q = randn64({B, H, T, D}, false, 1), k = randn64({B, H, S, D}, false, 2),
            v = randn64({B, H, S, D}, false, 3);
@@ -352,32 +352,37 @@ TEST_CASE("sparse_attention equals float64 loops over the dense mask: forward an
 }
 
 TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their keys, rare keys, padding, one head") {
-  // T = 150: ten blocks of 16 rows, the last partial; D = 20: vector blocks and a tail. A window gives each block one
-  // run of keys, global tokens a second; random keys are rare (pair by pair); padding plans each block by marks;
-  // B = H = 1 takes the two-pass backward. Forward and every gradient against float64 loops over the dense mask.
-  const int64_t T = 150, D = 20;
+  // T = 150: ten blocks of 16 rows, the last partial; D = 20: vector blocks and a tail (72: the rare keys' sums over
+  // 64 float / 32 double columns in registers, and a tail). A window gives each block one run of keys, global tokens
+  // a second; random keys are rare (pair by pair); padding plans each block by marks; B = H = 1 takes the two-pass
+  // backward. Forward and every gradient against float64 loops over the dense mask.
+  const int64_t T = 150;
   struct Case {
     const char* name;
     SparsePattern p;
     bool padding;
-    int64_t B, H;
+    int64_t B, H, D;
   };
   const std::vector<Case> cases = {
-      {"window", local_window_pattern(T, 24, false), false, 1, 2},
+      {"window", local_window_pattern(T, 24, false), false, 1, 2, 20},
       {"window + global + random",
        pattern_union({local_window_pattern(T, 20, false), global_tokens_pattern(T, 9, false),
                       random_keys_pattern(T, 6, 3, false)}),
-       false, 2, 1},
+       false, 2, 1, 20},
+      {"window + global + random, D = 72",
+       pattern_union({local_window_pattern(T, 20, false), global_tokens_pattern(T, 9, false),
+                      random_keys_pattern(T, 6, 5, false)}),
+       false, 2, 2, 72},
       {"causal window + global + random, padding",
        pattern_union(
            {local_window_pattern(T, 20, true), global_tokens_pattern(T, 9, true), random_keys_pattern(T, 6, 4, true)}),
-       true, 2, 2},
-      {"hierarchical", hierarchical_pattern(T, 12, false), false, 1, 3},
-      {"window, one head", local_window_pattern(T, 24, false), false, 1, 1},
+       true, 2, 2, 20},
+      {"hierarchical", hierarchical_pattern(T, 12, false), false, 1, 3, 20},
+      {"window, one head", local_window_pattern(T, 24, false), false, 1, 1, 20},
   };
   for (const Case& c : cases) {
-    CAPTURE(c.name);
-    const int64_t S = c.p.keys(), B = c.B, H = c.H;
+    INFO(c.name);
+    const int64_t S = c.p.keys(), B = c.B, H = c.H, D = c.D;
     Tensor q = randn64({B, H, T, D}, false, 11), k = randn64({B, H, S, D}, false, 12),
            v = randn64({B, H, S, D}, false, 13), dout = randn64({B, H, T, D}, false, 14);
     Tensor keep;
@@ -386,6 +391,44 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
       for (int64_t j = T - 23; j < T; ++j) keep.data_ptr<bool>()[(B - 1) * S + j] = false;
     }
     check_against_loops(q, k, v, c.p, keep, dout);
+  }
+}
+
+TEST_CASE("sparse_attention CPU tiles: the plans a pattern keeps serve every later call, copy and head layout") {
+  // The CPU kernels plan a pattern without padding on its first call and keep the plans in it. One pattern object
+  // through calls that must each see the right plans: padding first (plans per block, nothing kept), then no
+  // padding (planned and kept) for two head layouts, new inputs, a copy of the pattern, and padding again; a
+  // per-head pattern (groups = B · H) keeps a plan per group. Every call against float64 loops over the dense mask.
+  const int64_t T = 150, D = 20, B = 2, H = 2;
+  const SparsePattern shared = pattern_union(
+      {local_window_pattern(T, 20, false), global_tokens_pattern(T, 9, false), random_keys_pattern(T, 6, 7, false)});
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(B * H * T));  // a different window per group
+  for (int64_t g = 0; g < B * H; ++g)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = std::max<int64_t>(0, i - 10 - 4 * g); j <= std::min<int64_t>(T - 1, i + 10 + 4 * g); ++j)
+        rows[static_cast<size_t>(g * T + i)].push_back(j);
+  const SparsePattern per_head = SparsePattern::from_rows(B * H, T, T, rows);
+  Tensor keep = ones({B, T}, {.dtype = kBool});
+  for (int64_t j = T - 23; j < T; ++j) keep.data_ptr<bool>()[(B - 1) * T + j] = false;
+  struct Call {
+    const char* name;
+    const SparsePattern* p;
+    bool padding;
+    int64_t B, H;
+    uint64_t seed;
+  };
+  const SparsePattern copy = shared;
+  const std::vector<Call> calls = {
+      {"shared, padding first", &shared, true, B, H, 20}, {"shared, planned", &shared, false, B, H, 21},
+      {"shared, one head", &shared, false, 1, 1, 22},     {"shared, other heads", &shared, false, 1, 3, 23},
+      {"copy of shared", &copy, false, B, H, 24},         {"shared, padding again", &shared, true, B, H, 25},
+      {"per head, planned", &per_head, false, B, H, 26},  {"per head, again", &per_head, false, B, H, 27},
+  };
+  for (const Call& c : calls) {
+    INFO(c.name);
+    Tensor q = randn64({c.B, c.H, T, D}, false, c.seed), k = randn64({c.B, c.H, T, D}, false, c.seed + 100),
+           v = randn64({c.B, c.H, T, D}, false, c.seed + 200), dout = randn64({c.B, c.H, T, D}, false, c.seed + 300);
+    check_against_loops(q, k, v, *c.p, c.padding ? keep.narrow(0, 0, c.B) : Tensor(), dout);
   }
 }
 

@@ -225,6 +225,33 @@ TEST_CASE("one model shared by several threads in no-grad mode: every call match
   }
 }
 
+TEST_CASE("one sparse pattern's first calls on several threads at once: each plans or waits, every result as alone") {
+  // The CPU sparse kernels plan a pattern without padding on its first call and keep the plans in it (once, for
+  // every copy). Threads that all make that first call at once, on copies of one fresh pattern, forward and backward.
+  const int64_t T = 100, D = 16;
+  auto make = [&] {
+    return pattern_union(
+        {local_window_pattern(T, 20, false), global_tokens_pattern(T, 4, false), random_keys_pattern(T, 5, 9, false)});
+  };
+  auto run = [&](const SparsePattern& p, int t) {
+    Generator g(static_cast<uint64_t>(50 + t));
+    Tensor q = randn({2, 2, T, D}, {}, &g).set_requires_grad(true), k = randn({2, 2, T, D}, {}, &g),
+           v = randn({2, 2, T, D}, {}, &g);
+    Tensor o = sparse_attention(q, k, v, p);
+    o.sum().backward();
+    return std::pair{o.detach(), q.grad()};
+  };
+  std::vector<std::pair<Tensor, Tensor>> alone;
+  for (int t = 0; t < kThreads; ++t) alone.push_back(run(make(), t));  // each on a pattern of its own
+  const SparsePattern shared = make();
+  run_threads(kThreads, [&](int t) {
+    const SparsePattern mine = shared;  // a copy shares the lists and the kept plans
+    const auto [o, dq] = run(mine, t);
+    require_same(o, alone[static_cast<size_t>(t)].first, fmt::format("thread {} output", t));
+    require_same(dq, alone[static_cast<size_t>(t)].second, fmt::format("thread {} dq", t));
+  });
+}
+
 TEST_CASE("grad mode is per thread: a no-grad thread and a recording thread at the same time") {
   manual_seed(4);
   auto lin = std::make_shared<nn::Linear>(4, 3);

@@ -5,10 +5,11 @@
 // keys into intervals: the intervals of at least 8 consecutive keys (a window, global tokens, a hierarchical block
 // and the summary columns) are the columns of a dense tile, every other key (a random key, say) is rare. Scores and
 // products over the tile are small_gemm.h's register-blocked GEMMs straight from the head's Kᵀ, Vᵀ, K and V, pairs
-// outside a row's list are set to −inf (P = 0); rare keys go pair by pair beside them, in the same softmax. A
-// pattern shared by every head (no padding) is planned once per call. A block whose tile would be less than a third
-// full, or whose tile keys hold a non-finite k or v (NaN must reach exactly the rows that attend it, and 0 · NaN in a
-// product would spread it), goes row by row instead:
+// outside a row's list are set to −inf (P = 0); rare keys go pair by pair beside them, in the same softmax. Without
+// padding the plans depend on the pattern alone: made on its first call, kept in the pattern (its cache), and read by
+// the backward and every later call; with padding, made per block and head. A block whose tile would be less than a
+// third full, or whose tile keys hold a non-finite k or v (NaN must reach exactly the rows that attend it, and 0 · NaN
+// in a product would spread it), goes row by row instead:
 //   s_j = scale · q_i · k_j  (−inf where the key is padding),  m = max s,  p_j = exp(s_j − m),  l = Σ p
 //   o_i = Σ p_j v_j / l,  lse_i = m + log l
 // Backward: P_ij = exp(s_ij − lse_i), dS_ij = scale · P_ij (dO_i · v_j − dO_i · o_i), dq_i = Σ_j dS_ij k_j,
@@ -20,6 +21,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -74,39 +77,42 @@ ASC_ALWAYS_INLINE void axpy(T alpha, const T* x, T* y, int64_t n) {
   for (int64_t c = 0; c < n; ++c) y[c] += alpha * x[c];
 }
 
-// The problem with raw pointers; every tensor contiguous, (b, h) flattened to bh.
+// y += Σ_x w[x] · base[idx[x] · D] for x < len, in that order, 64 columns (float; 32 double) at a time summed in
+// registers: y is read and written once, where a chain of axpy calls into one y waits on its own stores pair after
+// pair.
 template <class T>
-struct Problem {
-  int64_t B, H, Tq, S, D, G;
-  const T *q, *k, *v;
+ASC_ALWAYS_INLINE void gather_axpys(const T* w, const T* base, const int64_t* idx, int64_t len, int64_t D, T* y) {
+  typedef T V __attribute__((vector_size(64)));  // one 512-bit register at x86-64-v4, two or four below
+  constexpr int64_t L = 64 / sizeof(T);
+  int64_t c0 = 0;
+  for (; c0 + 4 * L <= D; c0 += 4 * L) {
+    V a0 = {}, a1 = {}, a2 = {}, a3 = {}, t;
+    for (int64_t x = 0; x < len; ++x) {
+      const T a = w[x];
+      const T* row = base + idx[x] * D + c0;
+      std::memcpy(&t, row, sizeof(V)), a0 += a * t;
+      std::memcpy(&t, row + L, sizeof(V)), a1 += a * t;
+      std::memcpy(&t, row + 2 * L, sizeof(V)), a2 += a * t;
+      std::memcpy(&t, row + 3 * L, sizeof(V)), a3 += a * t;
+    }
+    T* yc = y + c0;
+    std::memcpy(&t, yc, sizeof(V)), t += a0, std::memcpy(yc, &t, sizeof(V));
+    std::memcpy(&t, yc + L, sizeof(V)), t += a1, std::memcpy(yc + L, &t, sizeof(V));
+    std::memcpy(&t, yc + 2 * L, sizeof(V)), t += a2, std::memcpy(yc + 2 * L, &t, sizeof(V));
+    std::memcpy(&t, yc + 3 * L, sizeof(V)), t += a3, std::memcpy(yc + 3 * L, &t, sizeof(V));
+  }
+  if (c0 < D)
+    for (int64_t x = 0; x < len; ++x) axpy(w[x], base + idx[x] * D + c0, y + c0, D - c0);
+}
+
+// The pattern side of a problem: which keys each (head, query row) attends. (b, h) flattened to bh.
+struct PatternRows {
+  int64_t H, Tq, S, G;
   const int64_t* row_ptr;
   const int64_t* cols;
   const bool* keep;  // (B, S) or nullptr
-  T scale;
-  int64_t avg_row;  // keys per query row on average (parallel_for's cost estimate)
-
-  Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const SparsePatternView& p, const Tensor& kk, double sc)
-      : B(q_.size(0)),
-        H(q_.size(1)),
-        Tq(q_.size(2)),
-        S(k_.size(2)),
-        D(q_.size(3)),
-        G(p.groups),
-        q(q_.data_ptr<T>()),
-        k(k_.data_ptr<T>()),
-        v(v_.data_ptr<T>()),
-        row_ptr(p.lists.row_ptr),
-        cols(p.lists.cols),
-        keep(kk.defined() ? kk.data_ptr<bool>() : nullptr),
-        scale(static_cast<T>(sc)),
-        avg_row(std::max<int64_t>(1, p.nnz / std::max<int64_t>(1, p.groups * Tq))) {}
 
   int64_t group(int64_t bh) const { return G == 1 ? 0 : bh; }
-  // parallel_for's cost estimate of an item doing `per_pair` flops per attended pair and column, capped so that the
-  // estimate times the item count cannot overflow (it only decides whether to go parallel).
-  int64_t cost(int64_t per_pair) const {
-    return std::min<int64_t>(avg_row, int64_t{1} << 20) * std::min<int64_t>(D, int64_t{1} << 20) * per_pair;
-  }
   // Whether key j of head bh is padding (never read: its score is −inf and its value is skipped).
   bool masked(int64_t bh, int64_t j) const { return keep && !keep[(bh / H) * S + j]; }
   // Where row i of head bh lies in cols: entries [e0, e0 + len).
@@ -116,6 +122,37 @@ struct Problem {
   Row row(int64_t bh, int64_t i) const {
     const int64_t r = group(bh) * Tq + i;
     return {row_ptr[r], row_ptr[r + 1] - row_ptr[r]};
+  }
+};
+
+// The problem with raw pointers; every tensor contiguous.
+template <class T>
+struct Problem : PatternRows {
+  int64_t B, D;
+  const T *q, *k, *v;
+  T scale;
+  int64_t avg_row;  // keys per query row on average (parallel_for's cost estimate)
+
+  Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const SparsePatternView& p, const Tensor& kk, double sc)
+      : PatternRows{.H = q_.size(1),
+                    .Tq = q_.size(2),
+                    .S = k_.size(2),
+                    .G = p.groups,
+                    .row_ptr = p.lists.row_ptr,
+                    .cols = p.lists.cols,
+                    .keep = kk.defined() ? kk.data_ptr<bool>() : nullptr},
+        B(q_.size(0)),
+        D(q_.size(3)),
+        q(q_.data_ptr<T>()),
+        k(k_.data_ptr<T>()),
+        v(v_.data_ptr<T>()),
+        scale(static_cast<T>(sc)),
+        avg_row(std::max<int64_t>(1, p.nnz / std::max<int64_t>(1, p.groups * Tq))) {}
+
+  // parallel_for's cost estimate of an item doing `per_pair` flops per attended pair and column, capped so that the
+  // estimate times the item count cannot overflow (it only decides whether to go parallel).
+  int64_t cost(int64_t per_pair) const {
+    return std::min<int64_t>(avg_row, int64_t{1} << 20) * std::min<int64_t>(D, int64_t{1} << 20) * per_pair;
   }
   // The raw scores of row i of head bh into s[0 .. len) (−inf on padding keys); returns their max, NaN when a kept
   // key's score is NaN (so that the row becomes NaN, as the composed softmax would make it), and counts the row's
@@ -184,18 +221,17 @@ struct BlockPlan {
   std::vector<int64_t> kept;                      // row r's kept keys: its allowed tile columns and its rare keys
 };
 
-// A thread's scratch for planning.
+// A thread's scratch for planning; `mark` (one stamp per key) only where there is padding to plan around.
 struct PlanScratch {
-  std::vector<int64_t> mark, slot, keys, stretch_ptr = std::vector<int64_t>(kBlockRows + 1), merged_col;
+  std::vector<int64_t> mark, keys, stretch_ptr = std::vector<int64_t>(kBlockRows + 1), merged_col;
   std::vector<std::pair<int64_t, int64_t>> stretches, merged;  // [first key, last key + 1)
   int64_t stamp = 0;
-  explicit PlanScratch(int64_t S) : mark(static_cast<size_t>(S), -1), slot(static_cast<size_t>(S), -1) {}
+  explicit PlanScratch(int64_t S) : mark(static_cast<size_t>(S), -1) {}
 };
 
 // Plans rows [i0, i0 + R) of head bh: the union of their kept keys, its runs of at least kMinRun consecutive keys as
 // the tile (at most kMaxRuns), every other kept key rare. Not tiled where the tile would be less than a third full.
-template <class T>
-void plan_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, PlanScratch& w, BlockPlan& plan) {
+void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScratch& w, BlockPlan& plan) {
   plan.tiled = false;
   plan.u = 0;
   plan.runs.clear();
@@ -306,27 +342,50 @@ void plan_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, PlanScra
   plan.tiled = 3 * tile_pairs >= R * plan.u;
 }
 
-// The plans of a call: shared by every head when the pattern is (groups == 1) and nothing is padding, made once
-// before the heads run; otherwise made per block as each is reached.
-template <class T>
-struct Plans {
-  const Problem<T>& p;
-  int64_t blocks;
-  std::vector<BlockPlan> shared;
-  Plans(const Problem<T>& pr, int64_t n_blocks) : p(pr), blocks(n_blocks) {
-    if (p.G != 1 || p.keep != nullptr) return;
-    shared.resize(static_cast<size_t>(blocks));
-    parallel_for(blocks, p.cost(1) * kBlockRows, [&](int64_t b0, int64_t b1) {
-      PlanScratch w(p.S);
-      for (int64_t b = b0; b < b1; ++b)
-        plan_block(p, 0, b * kBlockRows, std::min(kBlockRows, p.Tq - b * kBlockRows), w, shared[b]);
-    });
+// The plans of every group's blocks (group g's block m at g · blocks + m), for a pattern without padding. A plan
+// that is not tiled keeps nothing but its flag.
+std::shared_ptr<const std::vector<BlockPlan>> plan_pattern(const PatternRows& p, int64_t blocks, int64_t block_cost) {
+  auto table = std::make_shared<std::vector<BlockPlan>>(static_cast<size_t>(p.G * blocks));
+  parallel_for(p.G * blocks, block_cost, [&](int64_t x0, int64_t x1) {
+    PlanScratch w(0);
+    for (int64_t x = x0; x < x1; ++x) {
+      const int64_t g = x / blocks, i0 = (x % blocks) * kBlockRows;
+      BlockPlan& plan = (*table)[static_cast<size_t>(x)];
+      plan_block(p, /*bh=*/g, i0, std::min(kBlockRows, p.Tq - i0), w, plan);
+      if (!plan.tiled) plan = BlockPlan{};
+    }
+  });
+  return table;
+}
+
+// The plans of a call. Without padding they depend on the pattern alone: made on the pattern's first call, for every
+// group at once, and kept in its cache (SparsePatternView::cache), so that the backward and every later call with
+// the same pattern read them instead of planning again. With padding (key_keep) a plan depends on the batch: made per
+// block as each is reached.
+class Plans {
+ public:
+  Plans(const PatternRows& p, const SparsePatternView& pat, int64_t blocks, int64_t block_cost)
+      : p_(p), blocks_(blocks) {
+    if (p.keep != nullptr) return;
+    if (pat.cache == nullptr) {  // a view without a cache: plans for this call only
+      table_ = plan_pattern(p, blocks, block_cost);
+      return;
+    }
+    std::call_once(pat.cache->cpu_once, [&] { pat.cache->cpu_plans = plan_pattern(p, blocks, block_cost); });
+    table_ = std::static_pointer_cast<const std::vector<BlockPlan>>(pat.cache->cpu_plans);
   }
+  // The keys a block's own planning needs scratch for (0 where the plans are made).
+  int64_t scratch_keys() const { return table_ ? 0 : p_.S; }
   const BlockPlan& get(int64_t bh, int64_t block, PlanScratch& w, BlockPlan& own) const {
-    if (!shared.empty()) return shared[block];
-    plan_block(p, bh, block * kBlockRows, std::min(kBlockRows, p.Tq - block * kBlockRows), w, own);
+    if (table_) return (*table_)[static_cast<size_t>(p_.group(bh) * blocks_ + block)];
+    plan_block(p_, bh, block * kBlockRows, std::min(kBlockRows, p_.Tq - block * kBlockRows), w, own);
     return own;
   }
+
+ private:
+  const PatternRows& p_;
+  int64_t blocks_;
+  std::shared_ptr<const std::vector<BlockPlan>> table_;  // null with padding
 };
 
 // A thread's view of one head for the tiles: Kᵀ (and Vᵀ for the backward), (D, S) with rows ldt apart, and which keys
@@ -443,10 +502,9 @@ ASC_ALWAYS_INLINE void forward_block(const Problem<T>& p, int64_t bh, int64_t i0
   for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r)
     gemm_narrow_blocked<T, kIsa>(R, D, plan.runs[r].second, tile + off, ld, 1, vb + plan.runs[r].first * D, D, ob, D,
                                  r > 0);
-  for (int64_t r = 0; r < R; ++r) {
-    const T* s = tile + r * ld + u - plan.rare_ptr[r];
-    for (int64_t e = plan.rare_ptr[r]; e < plan.rare_ptr[r + 1]; ++e) axpy(s[e], vb + plan.rare[e] * D, ob + r * D, D);
-  }
+  for (int64_t r = 0; r < R; ++r)
+    gather_axpys(tile + r * ld + u, vb, plan.rare.data() + plan.rare_ptr[r], plan.rare_ptr[r + 1] - plan.rare_ptr[r], D,
+                 ob + r * D);
 }
 
 template <class T>
@@ -458,10 +516,10 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
   T* lse = lse_t.data_ptr<T>();
   const int64_t max_row = pat.max_row;
   const int64_t blocks = (Tq + kBlockRows - 1) / kBlockRows;
-  const Plans<T> plans(p, blocks);
+  const Plans plans(p, pat, blocks, p.cost(1) * kBlockRows);
   parallel_for(B * H * blocks, p.cost(2) * kBlockRows, [&](int64_t b0, int64_t b1) {
     Scratch<T> s(static_cast<size_t>(std::max<int64_t>(max_row, 1)));
-    PlanScratch ps(plans.shared.empty() ? p.S : 0);
+    PlanScratch ps(plans.scratch_keys());
     BlockPlan own;
     HeadTiles<T> h(p.S, D, /*backward=*/false);
     for (int64_t item = b0; item < b1; ++item) {
@@ -590,9 +648,10 @@ ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i
   for (int64_t r = 0; r < R; ++r) {
     const T* s = pt + r * ld + u - plan.rare_ptr[r];
     const T* d = dt + r * ld + u - plan.rare_ptr[r];
+    gather_axpys(d + plan.rare_ptr[r], kb, plan.rare.data() + plan.rare_ptr[r], plan.rare_ptr[r + 1] - plan.rare_ptr[r],
+                 D, dqb + r * D);
     for (int64_t e = plan.rare_ptr[r]; e < plan.rare_ptr[r + 1]; ++e) {
       const int64_t j = plan.rare[e];
-      axpy(d[e], kb + j * D, dqb + r * D, D);
       if (s[e] == T(0) && d[e] == T(0)) continue;  // an exact zero (NaN passes), as the per-key pass skips it
       axpy(s[e], gb + r * D, dv_bh + j * D, D);
       axpy(d[e], qb + r * D, dk_bh + j * D, D);
@@ -663,10 +722,10 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
   const T* lse = lse_t.data_ptr<T>();
   T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
   const int64_t blocks = (Tq + kBlockRows - 1) / kBlockRows;
-  const Plans<T> plans(p, blocks);
+  const Plans plans(p, pat, blocks, p.cost(1) * kBlockRows);
   parallel_for(B * H, p.cost(5) * Tq, [&](int64_t h0, int64_t h1) {
     Scratch<T> pr(static_cast<size_t>(std::max<int64_t>(pat.max_row, 1))), dr(pr.size());
-    PlanScratch ps(plans.shared.empty() ? S : 0);
+    PlanScratch ps(plans.scratch_keys());
     BlockPlan own;
     HeadTiles<T> h(S, D, /*backward=*/true);
     for (int64_t bh = h0; bh < h1; ++bh) {
