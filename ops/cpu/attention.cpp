@@ -143,7 +143,7 @@ ASC_ALWAYS_INLINE void forward_block(const Problem<T>& p, int64_t bh, int64_t t0
   T* tile = w.prob.data();  // (rows, n)
   const int64_t ldk = transposed_ld(p.S);
   if (w.kt_head != bh) {  // Kᵀ (D, S) of this head, once per run of its row blocks
-    transpose_rows(p.k + p.sk.at(b, h, 0), p.sk.t, p.sk.s, p.S, D, w.kt.data(), ldk);
+    transpose_rows<T, kIsa>(p.k + p.sk.at(b, h, 0), p.sk.t, p.sk.s, p.S, D, w.kt.data(), ldk);
     w.kt_head = bh;
   }
   gemm_narrow_blocked<T, kIsa>(rows, n, D, p.q + p.sq.at(b, h, t0), p.sq.t, p.sq.s, w.kt.data(), ldk, tile, n);
@@ -217,8 +217,8 @@ ASC_ALWAYS_INLINE void backward_head(const Problem<T>& p, int64_t bh, const T* o
   const T* kh = p.k + p.sk.at(b, h, 0);
   // The head's keys and values once: Kᵀ, Vᵀ (D, S) for the products over keys, K with contiguous columns for dQ.
   const int64_t ldt = transposed_ld(S);
-  transpose_rows(kh, p.sk.t, p.sk.s, S, D, w.kt.data(), ldt);
-  transpose_rows(p.v + p.sv.at(b, h, 0), p.sv.t, p.sv.s, S, D, w.vt.data(), ldt);
+  transpose_rows<T, kIsa>(kh, p.sk.t, p.sk.s, S, D, w.kt.data(), ldt);
+  transpose_rows<T, kIsa>(p.v + p.sv.at(b, h, 0), p.sv.t, p.sv.s, S, D, w.vt.data(), ldt);
   int64_t ldk = 0;
   const T* kr = unit_rows(kh, p.sk.t, p.sk.s, S, D, w.krows, ldk);
   T *prob = w.prob.data(), *dprob = w.dprob.data();

@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "ops/cpu/vec_math.h"
 
@@ -117,15 +119,54 @@ ASC_ALWAYS_INLINE void gemm_narrow_blocked(int64_t M, int64_t N, int64_t K, cons
                            B + k0 * ldb + j0, ldb, C + j0, ldc, accumulate || k0 > 0, j0 + kBlock >= N ? room - j0 : 0);
 }
 
+// GCC's vector of kBytes bytes of E.
+template <class E, size_t kBytes>
+struct SimdOf {
+  typedef E type __attribute__((vector_size(kBytes)));
+};
+
+// An L x L tile (L = lanes of V) transposed in registers: log2 L rounds, each swapping the off-diagonal h x h blocks
+// of every 2h x 2h block (h = L/2, ..., 1) — rows i and i + h exchange their lanes x with x & h set.
+template <class V, int64_t L, int64_t h>
+ASC_ALWAYS_INLINE void transpose_round(V* r) {
+  using M = typename SimdOf<std::conditional_t<sizeof(V) / L == 4, int32_t, int64_t>, sizeof(V)>::type;  // masks
+  constexpr auto masks = []<int64_t... x>(std::integer_sequence<int64_t, x...>) {
+    return std::pair<M, M>{M{((x & h) ? L + x - h : x)...}, M{((x & h) ? L + x : x + h)...}};
+  }(std::make_integer_sequence<int64_t, L>{});
+  constexpr M lo = masks.first, hi = masks.second;
+  for (int64_t i = 0; i < L; ++i)
+    if ((i & h) == 0) {
+      const V a = r[i], b = r[i + h];
+      r[i] = __builtin_shuffle(a, b, lo);
+      r[i + h] = __builtin_shuffle(a, b, hi);
+    }
+  if constexpr (h > 1) transpose_round<V, L, h / 2>(r);
+}
+
 // The B operand of a product over keys: a transposed copy of rows [0, n) of a (n, D) operand with strides (st, sd),
-// out (D, n) with rows ld apart (gemm_narrow reads B's rows contiguously). In blocks of 16 keys, so that each row of
-// `out` gets whole cache lines; ld = transposed_ld(n) pads the rows off powers of two, or rows 4 KiB apart would all
-// map to one L1 set, and leaves at least 16 columns of room after the last key (zeroed here) for gemm_narrow's tail
-// tile.
-template <class T>
+// out (D, n) with rows ld apart (gemm_narrow reads B's rows contiguously). At x86-64-v4 (kIsa) contiguous rows
+// (sd = 1) go in tiles of 8 x 8 floats (4 x 4 doubles) transposed in registers (two-source permutes; AVX2 has none,
+// and the same code was slower there than the loop); the edges, other levels and other strides in blocks of 16 keys,
+// so that each row of `out` gets whole cache lines. ld = transposed_ld(n) pads the rows off powers of two, or rows 4 KiB
+// apart would all map to one L1 set, and leaves at least 16 columns of room after the last key (zeroed here) for
+// gemm_narrow's tail tile.
+template <class T, CpuIsa kIsa = CpuIsa::baseline>
 ASC_ALWAYS_INLINE void transpose_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, T* out, int64_t ld) {
-  constexpr int64_t kKeys = 16;
-  for (int64_t j0 = 0; j0 < n; j0 += kKeys) {
+  typedef T V __attribute__((vector_size(32)));
+  constexpr int64_t L = 32 / sizeof(T), kKeys = 16;
+  const int64_t nt = kIsa == CpuIsa::x86_64_v4 && sd == 1 ? n / L * L : 0;  // keys the tiles cover
+  const int64_t Dt = D / L * L;                                             // and columns
+  for (int64_t j0 = 0; j0 < nt; j0 += L) {
+    for (int64_t c0 = 0; c0 < Dt; c0 += L) {
+      V r[L];
+      for (int64_t i = 0; i < L; ++i) std::memcpy(&r[i], x + (j0 + i) * st + c0, sizeof(V));
+      transpose_round<V, L, L / 2>(r);
+      for (int64_t i = 0; i < L; ++i) std::memcpy(out + (c0 + i) * ld + j0, &r[i], sizeof(V));
+    }
+    for (int64_t c = Dt; c < D; ++c)
+      for (int64_t j = j0; j < j0 + L; ++j) out[c * ld + j] = x[j * st + c];
+  }
+  for (int64_t j0 = nt; j0 < n; j0 += kKeys) {
     const int64_t j1 = std::min(n, j0 + kKeys);
     for (int64_t c = 0; c < D; ++c)
       for (int64_t j = j0; j < j1; ++j) out[c * ld + j] = x[j * st + c * sd];

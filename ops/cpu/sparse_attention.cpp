@@ -411,13 +411,13 @@ ASC_ALWAYS_INLINE bool rows_finite(const T* x, int64_t n) {
 }
 
 // Head bh's Kᵀ (and Vᵀ) and the finiteness of each key's k and v rows.
-template <class T>
+template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void prepare_head(const Problem<T>& p, int64_t bh, HeadTiles<T>& h) {
   const int64_t D = p.D, S = p.S;
   const T* kb = p.k + bh * S * D;
   const T* vb = p.v + bh * S * D;
-  transpose_rows(kb, D, 1, S, D, h.kt.data(), h.ldt);
-  if (!h.vt.empty()) transpose_rows(vb, D, 1, S, D, h.vt.data(), h.ldt);
+  transpose_rows<T, kIsa>(kb, D, 1, S, D, h.kt.data(), h.ldt);
+  if (!h.vt.empty()) transpose_rows<T, kIsa>(vb, D, 1, S, D, h.vt.data(), h.ldt);
   for (int64_t j = 0; j < S; ++j) h.finite[j] = rows_finite(kb + j * D, D) && rows_finite(vb + j * D, D);
   h.head = bh;
 }
@@ -527,7 +527,7 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
       const int64_t rows = std::min(kBlockRows, Tq - i0);
       const BlockPlan& plan = plans.get(bh, blk, ps, own);
       if (plan.tiled) {
-        if (h.head != bh) ASC_CPU_DISPATCH(prepare_head(p, bh, h));
+        if (h.head != bh) ASC_CPU_DISPATCH(prepare_head<kIsa>(p, bh, h));
         if (tile_finite(plan, h)) {
           ASC_CPU_DISPATCH(forward_block<kIsa>(p, bh, i0, rows, plan, h, op, lse));
           continue;
@@ -737,7 +737,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
         const int64_t i0 = blk * kBlockRows, rows = std::min(kBlockRows, Tq - i0);
         const BlockPlan& plan = plans.get(bh, blk, ps, own);
         if (plan.tiled) {
-          if (h.head != bh) ASC_CPU_DISPATCH(prepare_head(p, bh, h));
+          if (h.head != bh) ASC_CPU_DISPATCH(prepare_head<kIsa>(p, bh, h));
           const int64_t at = (bh * Tq + i0) * D;
           if (tile_finite(plan, h) && rows_finite(p.q + at, rows * D) && rows_finite(g + at, rows * D)) {
             ASC_CPU_DISPATCH(backward_block<kIsa>(p, bh, i0, rows, plan, h, o, g, lse, dqp, dk_bh, dv_bh));
