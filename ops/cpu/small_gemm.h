@@ -125,30 +125,48 @@ struct SimdOf {
   typedef E type __attribute__((vector_size(kBytes)));
 };
 
+// The two shuffles that swap the off-diagonal h x h blocks of rows a and b of an L-lane tile: lanes x with x & h set
+// come from b. __builtin_shuffle(a, b, lo) = a's lanes with b's in those places, shifted down by h; hi: the rest.
+template <class V, int64_t L, int64_t h>
+struct SwapMasks {
+  using M = typename SimdOf<std::conditional_t<sizeof(V) / L == 4, int32_t, int64_t>, sizeof(V)>::type;
+  static constexpr std::pair<M, M> masks = []<int64_t... x>(std::integer_sequence<int64_t, x...>) {
+    return std::pair<M, M>{M{((x & h) ? L + x - h : x)...}, M{((x & h) ? L + x : x + h)...}};
+  }
+  (std::make_integer_sequence<int64_t, L>{});
+  static constexpr M lo = masks.first, hi = masks.second;
+};
+
 // An L x L tile (L = lanes of V) transposed in registers: log2 L rounds, each swapping the off-diagonal h x h blocks
 // of every 2h x 2h block (h = L/2, ..., 1) — rows i and i + h exchange their lanes x with x & h set.
 template <class V, int64_t L, int64_t h>
 ASC_ALWAYS_INLINE void transpose_round(V* r) {
-  using M = typename SimdOf<std::conditional_t<sizeof(V) / L == 4, int32_t, int64_t>, sizeof(V)>::type;  // masks
-  constexpr auto masks = []<int64_t... x>(std::integer_sequence<int64_t, x...>) {
-    return std::pair<M, M>{M{((x & h) ? L + x - h : x)...}, M{((x & h) ? L + x : x + h)...}};
-  }(std::make_integer_sequence<int64_t, L>{});
-  constexpr M lo = masks.first, hi = masks.second;
+  using S = SwapMasks<V, L, h>;
   for (int64_t i = 0; i < L; ++i)
     if ((i & h) == 0) {
       const V a = r[i], b = r[i + h];
-      r[i] = __builtin_shuffle(a, b, lo);
-      r[i + h] = __builtin_shuffle(a, b, hi);
+      r[i] = __builtin_shuffle(a, b, S::lo);
+      r[i + h] = __builtin_shuffle(a, b, S::hi);
     }
   if constexpr (h > 1) transpose_round<V, L, h / 2>(r);
+}
+
+// The horizontal sums of L vectors r[0 .. L) into r[0], lane k = the sum of r[k]'s lanes: log2 L rounds, each adding
+// vectors i and i + h (h = L/2, ..., 1) as the transpose swaps them, so that half the vectors remain.
+template <class V, int64_t L, int64_t h>
+ASC_ALWAYS_INLINE void sum_lanes_round(V* r) {
+  using S = SwapMasks<V, L, h>;
+  for (int64_t i = 0; i < h; ++i)
+    r[i] = __builtin_shuffle(r[i], r[i + h], S::lo) + __builtin_shuffle(r[i], r[i + h], S::hi);
+  if constexpr (h > 1) sum_lanes_round<V, L, h / 2>(r);
 }
 
 // The B operand of a product over keys: a transposed copy of rows [0, n) of a (n, D) operand with strides (st, sd),
 // out (D, n) with rows ld apart (gemm_narrow reads B's rows contiguously). At x86-64-v4 (kIsa) contiguous rows
 // (sd = 1) go in tiles of 8 x 8 floats (4 x 4 doubles) transposed in registers (two-source permutes; AVX2 has none,
 // and the same code was slower there than the loop); the edges, other levels and other strides in blocks of 16 keys,
-// so that each row of `out` gets whole cache lines. ld = transposed_ld(n) pads the rows off powers of two, or rows 4 KiB
-// apart would all map to one L1 set, and leaves at least 16 columns of room after the last key (zeroed here) for
+// so that each row of `out` gets whole cache lines. ld = transposed_ld(n) pads the rows off powers of two, or rows 4
+// KiB apart would all map to one L1 set, and leaves at least 16 columns of room after the last key (zeroed here) for
 // gemm_narrow's tail tile.
 template <class T, CpuIsa kIsa = CpuIsa::baseline>
 ASC_ALWAYS_INLINE void transpose_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, T* out, int64_t ld) {

@@ -63,10 +63,37 @@ ASC_ALWAYS_INLINE void dot4(const T* a, const T* x0, const T* x1, const T* x2, c
   out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
 }
 
-// out[x] = a · base[idx[x] · D] for x < len, four rows at a time.
+// out[k] = a · base[idx[k] · D] for the L = 16 float (8 double) keys k < L at once: a vector of partial sums per key,
+// then their horizontal sums all together (small_gemm.h's sum_lanes_round: two-source permutes, x86-64-v4), which
+// come out in key order in one vector — a quarter of the shuffles that one reduction per key takes.
 template <class T>
+ASC_ALWAYS_INLINE void dot_lanes(const T* a, const T* base, const int64_t* idx, int64_t D, T* out) {
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  const int64_t Dv = D / L * L;
+  V acc[L], av, xv;
+  for (int64_t k = 0; k < L; ++k) acc[k] = V{};
+  for (int64_t c = 0; c < Dv; c += L) {
+    std::memcpy(&av, a + c, sizeof(V));
+    for (int64_t k = 0; k < L; ++k) {
+      std::memcpy(&xv, base + idx[k] * D + c, sizeof(V));
+      acc[k] += av * xv;
+    }
+  }
+  sum_lanes_round<V, L, L / 2>(acc);
+  for (int64_t k = 0; k < L; ++k) {
+    T t = 0;  // the last D % L columns
+    for (int64_t c = Dv; c < D; ++c) t += a[c] * base[idx[k] * D + c];
+    out[k] = acc[0][k] + t;
+  }
+}
+
+// out[x] = a · base[idx[x] · D] for x < len: 16 float (8 double) rows at a time at x86-64-v4, then four at a time.
+template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void gather_dots(const T* a, const T* base, const int64_t* idx, int64_t len, int64_t D, T* out) {
   int64_t x = 0;
+  if constexpr (kIsa == CpuIsa::x86_64_v4)
+    for (constexpr int64_t L = 64 / sizeof(T); x + L <= len; x += L) dot_lanes(a, base, idx + x, D, out + x);
   for (; x + 4 <= len; x += 4)
     dot4(a, base + idx[x] * D, base + idx[x + 1] * D, base + idx[x + 2] * D, base + idx[x + 3] * D, D, out + x);
   for (; x < len; ++x) out[x] = dot(a, base + idx[x] * D, D);
@@ -157,12 +184,13 @@ struct Problem : PatternRows {
   // The raw scores of row i of head bh into s[0 .. len) (−inf on padding keys); returns their max, NaN when a kept
   // key's score is NaN (so that the row becomes NaN, as the composed softmax would make it), and counts the row's
   // kept keys into `kept`.
-  T scores(int64_t bh, int64_t i, T* s, int64_t& kept) const {
+  template <CpuIsa kIsa>
+  ASC_ALWAYS_INLINE T scores(int64_t bh, int64_t i, T* s, int64_t& kept) const {
     const auto [e0, len] = row(bh, i);
     const T* qi = q + (bh * Tq + i) * D;
     const T* kb = k + bh * S * D;
     const bool* kp = keep ? keep + (bh / H) * S : nullptr;
-    gather_dots(qi, kb, cols + e0, len, D, s);
+    gather_dots<kIsa>(qi, kb, cols + e0, len, D, s);
     T m = -std::numeric_limits<T>::infinity();
     int64_t n_kept = 0, n_nan = 0;  // separate reductions: the loop stays vectorisable
     for (int64_t x = 0; x < len; ++x) {
@@ -178,24 +206,32 @@ struct Problem : PatternRows {
 };
 
 // One query row of the forward: o_i and its log-sum-exp. s: scratch for the row's scores.
-template <class T>
+template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s, T* oi) {
   const int64_t D = p.D;
   const auto [e0, len] = p.row(bh, i);
   for (int64_t c = 0; c < D; ++c) oi[c] = 0;
   int64_t kept = 0;
-  const T m = p.scores(bh, i, s, kept);
+  const T m = p.template scores<kIsa>(bh, i, s, kept);
   if (kept == 0) return -std::numeric_limits<T>::infinity();  // no kept key: a zero row
   // m is NaN when a kept score is (NaN q or k), −inf or +inf only for infinite inputs: then s − m is NaN too, and
   // the row comes out NaN, as the composed softmax gives it.
   const T* vb = p.v + bh * p.S * D;
   T sum = 0;
+  ASC_SIMD_REDUCE(+, sum)
   for (int64_t x = 0; x < len; ++x) {
     const T z = s[x] - m;
     const T e = exp_nonpos(z > T(0) ? T(0) : z);  // exp(−inf) = 0 for padding keys; NaN stays NaN
+    s[x] = e;
     sum += e;
-    // Every kept key's value is read, even at weight 0 (an underflow): 0 · NaN is NaN, as in the composed op.
-    if (!p.masked(bh, p.cols[e0 + x])) axpy(e, vb + p.cols[e0 + x] * D, oi, D);
+  }
+  // Every kept key's value is read, even at weight 0 (an underflow): 0 · NaN is NaN, as in the composed op. A padding
+  // key's never is.
+  if (p.keep == nullptr) {
+    gather_axpys(s, vb, p.cols + e0, len, D, oi);
+  } else {
+    for (int64_t x = 0; x < len; ++x)
+      if (!p.masked(bh, p.cols[e0 + x])) axpy(s[x], vb + p.cols[e0 + x] * D, oi, D);
   }
   const T inv = T(1) / sum;
   for (int64_t c = 0; c < D; ++c) oi[c] *= inv;
@@ -418,7 +454,12 @@ ASC_ALWAYS_INLINE void prepare_head(const Problem<T>& p, int64_t bh, HeadTiles<T
   const T* vb = p.v + bh * S * D;
   transpose_rows<T, kIsa>(kb, D, 1, S, D, h.kt.data(), h.ldt);
   if (!h.vt.empty()) transpose_rows<T, kIsa>(vb, D, 1, S, D, h.vt.data(), h.ldt);
-  for (int64_t j = 0; j < S; ++j) h.finite[j] = rows_finite(kb + j * D, D) && rows_finite(vb + j * D, D);
+  // 16 keys at a time (one reduction instead of 32), key by key only in a block that holds a non-finite number
+  for (int64_t j0 = 0; j0 < S; j0 += 16) {
+    const int64_t j1 = std::min(S, j0 + 16);
+    const bool all = rows_finite(kb + j0 * D, (j1 - j0) * D) && rows_finite(vb + j0 * D, (j1 - j0) * D);
+    for (int64_t j = j0; j < j1; ++j) h.finite[j] = all || (rows_finite(kb + j * D, D) && rows_finite(vb + j * D, D));
+  }
   h.head = bh;
 }
 
@@ -445,8 +486,8 @@ ASC_ALWAYS_INLINE void block_products(const BlockPlan& plan, int64_t R, int64_t 
     gemm_narrow_blocked<T, kIsa>(R, len, D, x, D, 1, kt + first, ldt, tile + off, plan.ld, false, room);
   }
   for (int64_t r = 0; r < R; ++r)
-    gather_dots(x + r * D, keys, plan.rare.data() + plan.rare_ptr[r], plan.rare_ptr[r + 1] - plan.rare_ptr[r], D,
-                tile + r * plan.ld + plan.u);
+    gather_dots<kIsa>(x + r * D, keys, plan.rare.data() + plan.rare_ptr[r], plan.rare_ptr[r + 1] - plan.rare_ptr[r], D,
+                      tile + r * plan.ld + plan.u);
 }
 
 // Rows [i0, i0 + R) of head bh through their tile: scores, softmax over each row's own keys, O = P V.
@@ -534,13 +575,13 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
         }
       }
       for (int64_t i = i0; i < i0 + rows; ++i)
-        lse[bh * Tq + i] = ASC_CPU_DISPATCH(forward_row(p, bh, i, s.data(), op + (bh * Tq + i) * D));
+        lse[bh * Tq + i] = ASC_CPU_DISPATCH(forward_row<kIsa>(p, bh, i, s.data(), op + (bh * Tq + i) * D));
     }
   });
 }
 
 // Backward, pass 1, one query row: P and dS of its pairs (into pr, dr) and dq_i.
-template <class T>
+template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void backward_row(const Problem<T>& p, int64_t bh, int64_t i, T l, const T* oi, const T* gi, T* pr,
                                     T* dr, T* dqi) {
   const int64_t D = p.D;
@@ -552,9 +593,9 @@ ASC_ALWAYS_INLINE void backward_row(const Problem<T>& p, int64_t bh, int64_t i, 
   }
   const T* kb = p.k + bh * p.S * D;
   int64_t kept = 0;
-  p.scores(bh, i, pr, kept);
+  p.template scores<kIsa>(bh, i, pr, kept);
   const T delta = dot(gi, oi, D);
-  gather_dots(gi, p.v + bh * p.S * D, p.cols + e0, len, D, dr);  // dP_ij = dO_i · v_j
+  gather_dots<kIsa>(gi, p.v + bh * p.S * D, p.cols + e0, len, D, dr);  // dP_ij = dO_i · v_j
   for (int64_t x = 0; x < len; ++x) {
     if (p.masked(bh, p.cols[e0 + x])) {  // a padding key: no probability, no gradient
       pr[x] = dr[x] = 0;
@@ -563,9 +604,13 @@ ASC_ALWAYS_INLINE void backward_row(const Problem<T>& p, int64_t bh, int64_t i, 
     const T z = pr[x] - l;  // <= 0 up to rounding; NaN (a NaN row) stays NaN, so its gradients are NaN too
     const T pij = exp_nonpos(z > T(0) ? T(0) : z);
     pr[x] = pij;
-    const T ds = p.scale * pij * (dr[x] - delta);
-    dr[x] = ds;
-    axpy(ds, kb + p.cols[e0 + x] * D, dqi, D);
+    dr[x] = p.scale * pij * (dr[x] - delta);
+  }
+  if (p.keep == nullptr) {  // dq_i = Σ_j dS_ij k_j (a padding key's k is never read)
+    gather_axpys(dr, kb, p.cols + e0, len, D, dqi);
+  } else {
+    for (int64_t x = 0; x < len; ++x)
+      if (!p.masked(bh, p.cols[e0 + x])) axpy(dr[x], kb + p.cols[e0 + x] * D, dqi, D);
   }
 }
 
@@ -696,8 +741,8 @@ void backward_two_pass(const Problem<T>& p, const SparsePatternView& pat, const 
     parallel_for(Tq, p.cost(3), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t e0 = p.row(bh, i).e0 - base;
-        ASC_CPU_DISPATCH(backward_row(p, bh, i, lse[bh * Tq + i], ob + i * D, gb + i * D, prob.data() + e0,
-                                      dsc.data() + e0, dqp + (bh * Tq + i) * D));
+        ASC_CPU_DISPATCH(backward_row<kIsa>(p, bh, i, lse[bh * Tq + i], ob + i * D, gb + i * D, prob.data() + e0,
+                                            dsc.data() + e0, dqp + (bh * Tq + i) * D));
       }
     });
     // Pass 2, per key: dv and dk from the queries that see it.
@@ -746,7 +791,8 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
         }
         for (int64_t i = i0; i < i0 + rows; ++i) {
           const int64_t at = (bh * Tq + i) * D;
-          ASC_CPU_DISPATCH(backward_row(p, bh, i, lse[bh * Tq + i], o + at, g + at, pr.data(), dr.data(), dqp + at));
+          ASC_CPU_DISPATCH(
+              backward_row<kIsa>(p, bh, i, lse[bh * Tq + i], o + at, g + at, pr.data(), dr.data(), dqp + at));
           ASC_CPU_DISPATCH(backward_row_scatter(p, bh, i, pr.data(), dr.data(), p.q + at, g + at, dk_bh, dv_bh));
         }
       }
