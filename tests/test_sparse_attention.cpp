@@ -379,6 +379,9 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
        true, 2, 2, 20},
       {"hierarchical", hierarchical_pattern(T, 12, false), false, 1, 3, 20},
       {"window, one head", local_window_pattern(T, 24, false), false, 1, 1, 20},
+      // Every 8th key: a block's tile would be 1/8 full, so rows go one by one — 19 keys each, the dot products 16
+      // float (8 double) keys at a time at x86-64-v4, and the weighted sums in registers.
+      {"strided (row by row), D = 72", strided_pattern(T, 8, false), false, 2, 2, 72},
   };
   for (const Case& c : cases) {
     INFO(c.name);
