@@ -98,12 +98,13 @@ struct SparsePatternBlocks {
   const int64_t *rblk_ptr = nullptr, *rblk_keys = nullptr, *rblk_bits = nullptr;
   const int64_t *kblk_ptr = nullptr, *kblk_rows = nullptr, *kblk_bits = nullptr;
 };
-// What a backend derives from a pattern's lists alone and keeps while the pattern lives (the CPU kernels' tile plans):
-// made on the first call that needs it, under `cpu_once`, and shared by every copy of the pattern. Its type belongs to
-// the backend that made it.
+// What a backend derives from a pattern's lists and keeps while the pattern lives (the CPU kernels' tile plans): made
+// on the first call that needs it and shared by every copy of the pattern. Its types belong to the backend.
 struct SparsePatternCache {
   std::once_flag cpu_once;
-  std::shared_ptr<const void> cpu_plans;
+  std::shared_ptr<const void> cpu_plans;         // without padding: made once
+  std::mutex mu;                                 // guards the next
+  std::shared_ptr<const void> cpu_padded_plans;  // with padding: the last ones made, and for which key_keep
 };
 // What the kernels read of a pattern: its sizes and lists (SparsePattern::view()), and its cache.
 struct SparsePatternView {

@@ -34,8 +34,9 @@ namespace asc {
 // A pattern is immutable and always valid: from_rows (which every builder goes through) checks the sizes (each
 // >= 1, keys < 2^31, every product of them representable) and every index before anything is built, and nothing
 // can edit the lists afterwards — the accessors below return copies, and the kernels read through const pointers.
-// Copies of a pattern share its (read-only) lists, and what the CPU kernels derive from them on the first call and
-// keep (the tile plans: 1-1.5 bytes per attended pair of a group for the built-in patterns, beside the lists' 24). The
+// Copies of a pattern share its (read-only) lists, and the tile plans the CPU kernels derive from them and keep: made
+// on the first call without padding (1-1.5 bytes per attended pair of a group for the built-in patterns, beside the
+// lists' 24), and the last ones made with padding, with the key_keep they are for (the same per batch row). The
 // default-constructed pattern is the empty one (defined() false): the op refuses it with a clear error.
 class SparsePattern {
  public:

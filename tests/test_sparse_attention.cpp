@@ -397,11 +397,14 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
   }
 }
 
-TEST_CASE("sparse_attention CPU tiles: the plans a pattern keeps serve every later call, copy and head layout") {
-  // The CPU kernels plan a pattern without padding on its first call and keep the plans in it. One pattern object
-  // through calls that must each see the right plans: padding first (plans per block, nothing kept), then no
-  // padding (planned and kept) for two head layouts, new inputs, a copy of the pattern, and padding again; a
-  // per-head pattern (groups = B · H) keeps a plan per group. Every call against float64 loops over the dense mask.
+TEST_CASE(
+    "sparse_attention CPU tiles: the plans a pattern keeps serve every later call, copy, head layout and padding") {
+  // The CPU kernels keep a call's plans in the pattern: without padding made once, with padding the last table and
+  // the key_keep it was made for. One pattern object through calls that must each see the right plans: padding A
+  // (planned and kept), no padding (planned once) for two head layouts, new inputs, a copy of the pattern, padding B
+  // (a different mask: planned again), padding A again, A with other head counts (the same mask bytes, another
+  // layout); a per-head pattern (groups = B · H) with and without padding. Each call's forward and backward (which
+  // reads the forward's plans) against float64 loops over the dense mask.
   const int64_t T = 150, D = 20, B = 2, H = 2;
   const SparsePattern shared = pattern_union(
       {local_window_pattern(T, 20, false), global_tokens_pattern(T, 9, false), random_keys_pattern(T, 6, 7, false)});
@@ -411,27 +414,41 @@ TEST_CASE("sparse_attention CPU tiles: the plans a pattern keeps serve every lat
       for (int64_t j = std::max<int64_t>(0, i - 10 - 4 * g); j <= std::min<int64_t>(T - 1, i + 10 + 4 * g); ++j)
         rows[static_cast<size_t>(g * T + i)].push_back(j);
   const SparsePattern per_head = SparsePattern::from_rows(B * H, T, T, rows);
-  Tensor keep = ones({B, T}, {.dtype = kBool});
-  for (int64_t j = T - 23; j < T; ++j) keep.data_ptr<bool>()[(B - 1) * T + j] = false;
+  auto padding = [&](int64_t b_count, int64_t from) {  // batch b's tokens from + 7 b on are padding
+    Tensor keep = ones({b_count, T}, {.dtype = kBool});
+    for (int64_t b = 0; b < b_count; ++b)
+      for (int64_t j = from + 7 * b; j < T; ++j) keep.data_ptr<bool>()[b * T + j] = false;
+    return keep;
+  };
   struct Call {
     const char* name;
     const SparsePattern* p;
-    bool padding;
     int64_t B, H;
-    uint64_t seed;
+    int64_t pad_from;  // -1: no padding
   };
   const SparsePattern copy = shared;
   const std::vector<Call> calls = {
-      {"shared, padding first", &shared, true, B, H, 20}, {"shared, planned", &shared, false, B, H, 21},
-      {"shared, one head", &shared, false, 1, 1, 22},     {"shared, other heads", &shared, false, 1, 3, 23},
-      {"copy of shared", &copy, false, B, H, 24},         {"shared, padding again", &shared, true, B, H, 25},
-      {"per head, planned", &per_head, false, B, H, 26},  {"per head, again", &per_head, false, B, H, 27},
+      {"shared, padding A", &shared, B, H, 120},
+      {"shared, no padding", &shared, B, H, -1},
+      {"shared, one head", &shared, 1, 1, -1},
+      {"shared, other heads", &shared, 1, 3, -1},
+      {"copy of shared", &copy, B, H, -1},
+      {"shared, padding B", &shared, B, H, 90},
+      {"shared, padding A again", &shared, B, H, 120},
+      {"copy, padding A, three heads", &copy, B, 3, 120},
+      {"shared, padding A's first row, four heads", &shared, 1, 4, 120},
+      {"per head, no padding", &per_head, B, H, -1},
+      {"per head, padding A", &per_head, B, H, 120},
+      {"per head, padding B", &per_head, B, H, 90},
+      {"per head, again", &per_head, B, H, -1},
   };
+  uint64_t seed = 20;
   for (const Call& c : calls) {
     INFO(c.name);
-    Tensor q = randn64({c.B, c.H, T, D}, false, c.seed), k = randn64({c.B, c.H, T, D}, false, c.seed + 100),
-           v = randn64({c.B, c.H, T, D}, false, c.seed + 200), dout = randn64({c.B, c.H, T, D}, false, c.seed + 300);
-    check_against_loops(q, k, v, *c.p, c.padding ? keep.narrow(0, 0, c.B) : Tensor(), dout);
+    ++seed;
+    Tensor q = randn64({c.B, c.H, T, D}, false, seed), k = randn64({c.B, c.H, T, D}, false, seed + 100),
+           v = randn64({c.B, c.H, T, D}, false, seed + 200), dout = randn64({c.B, c.H, T, D}, false, seed + 300);
+    check_against_loops(q, k, v, *c.p, c.pad_from < 0 ? Tensor() : padding(c.B, c.pad_from), dout);
   }
 }
 

@@ -5,9 +5,10 @@
 // keys into intervals: the intervals of at least 8 consecutive keys (a window, global tokens, a hierarchical block
 // and the summary columns) are the columns of a dense tile, every other key (a random key, say) is rare. Scores and
 // products over the tile are small_gemm.h's register-blocked GEMMs straight from the head's Kᵀ, Vᵀ, K and V, pairs
-// outside a row's list are set to −inf (P = 0); rare keys go pair by pair beside them, in the same softmax. Without
-// padding the plans depend on the pattern alone: made on its first call, kept in the pattern (its cache), and read by
-// the backward and every later call; with padding, made per block and head. A block whose tile would be less than a
+// outside a row's list are set to −inf (P = 0); rare keys go pair by pair beside them, in the same softmax. A call's
+// plans are kept in the pattern (its cache): without padding they depend on the pattern alone, made on its first call
+// and read by every later one; with padding, the last table made and its key_keep, read by the backward and any call
+// with an equal key_keep. A block whose tile would be less than a
 // third full, or whose tile keys hold a non-finite k or v (NaN must reach exactly the rows that attend it, and 0 · NaN
 // in a product would spread it), goes row by row instead:
 //   s_j = scale · q_i · k_j  (−inf where the key is padding),  m = max s,  p_j = exp(s_j − m),  l = Σ p
@@ -134,7 +135,7 @@ ASC_ALWAYS_INLINE void gather_axpys(const T* w, const T* base, const int64_t* id
 
 // The pattern side of a problem: which keys each (head, query row) attends. (b, h) flattened to bh.
 struct PatternRows {
-  int64_t H, Tq, S, G;
+  int64_t B, H, Tq, S, G;
   const int64_t* row_ptr;
   const int64_t* cols;
   const bool* keep;  // (B, S) or nullptr
@@ -155,20 +156,20 @@ struct PatternRows {
 // The problem with raw pointers; every tensor contiguous.
 template <class T>
 struct Problem : PatternRows {
-  int64_t B, D;
+  int64_t D;
   const T *q, *k, *v;
   T scale;
   int64_t avg_row;  // keys per query row on average (parallel_for's cost estimate)
 
   Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const SparsePatternView& p, const Tensor& kk, double sc)
-      : PatternRows{.H = q_.size(1),
+      : PatternRows{.B = q_.size(0),
+                    .H = q_.size(1),
                     .Tq = q_.size(2),
                     .S = k_.size(2),
                     .G = p.groups,
                     .row_ptr = p.lists.row_ptr,
                     .cols = p.lists.cols,
                     .keep = kk.defined() ? kk.data_ptr<bool>() : nullptr},
-        B(q_.size(0)),
         D(q_.size(3)),
         q(q_.data_ptr<T>()),
         k(k_.data_ptr<T>()),
@@ -378,50 +379,78 @@ void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScr
   plan.tiled = 3 * tile_pairs >= R * plan.u;
 }
 
-// The plans of every group's blocks (group g's block m at g · blocks + m), for a pattern without padding. A plan
-// that is not tiled keeps nothing but its flag.
-std::shared_ptr<const std::vector<BlockPlan>> plan_pattern(const PatternRows& p, int64_t blocks, int64_t block_cost) {
-  auto table = std::make_shared<std::vector<BlockPlan>>(static_cast<size_t>(p.G * blocks));
-  parallel_for(p.G * blocks, block_cost, [&](int64_t x0, int64_t x1) {
-    PlanScratch w(0);
+// The plans of a call, for every (owner, block): owner = the group without padding; with padding (key_keep), the
+// batch row b when the pattern is shared (its H heads see the same keys) and (b, h) when each head has its own group.
+struct PlanTable {
+  std::vector<BlockPlan> plans;     // owner o's block m at o · blocks + m
+  std::vector<unsigned char> keep;  // the key_keep (B, S) they were made for; empty without padding
+  int64_t B = 0, H = 0;
+};
+
+// Which owner's plans head bh reads.
+inline int64_t plan_owner(const PatternRows& p, int64_t bh) {
+  if (p.keep == nullptr) return p.group(bh);
+  return p.G == 1 ? bh / p.H : bh;
+}
+
+// Plans every block of every owner (a plan that is not tiled keeps nothing but its flag).
+std::shared_ptr<PlanTable> plan_table(const PatternRows& p, int64_t blocks, int64_t block_cost) {
+  auto t = std::make_shared<PlanTable>();
+  const int64_t owners = p.keep == nullptr ? p.G : (p.G == 1 ? p.B : p.G);
+  t->plans.resize(static_cast<size_t>(owners * blocks));
+  parallel_for(owners * blocks, block_cost, [&](int64_t x0, int64_t x1) {
+    PlanScratch w(p.keep == nullptr ? 0 : p.S);
     for (int64_t x = x0; x < x1; ++x) {
-      const int64_t g = x / blocks, i0 = (x % blocks) * kBlockRows;
-      BlockPlan& plan = (*table)[static_cast<size_t>(x)];
-      plan_block(p, /*bh=*/g, i0, std::min(kBlockRows, p.Tq - i0), w, plan);
+      const int64_t o = x / blocks, i0 = (x % blocks) * kBlockRows;
+      const int64_t bh = p.keep != nullptr && p.G == 1 ? o * p.H : o;  // a head that reads owner o's plans
+      BlockPlan& plan = t->plans[static_cast<size_t>(x)];
+      plan_block(p, bh, i0, std::min(kBlockRows, p.Tq - i0), w, plan);
       if (!plan.tiled) plan = BlockPlan{};
     }
   });
-  return table;
+  if (p.keep != nullptr) t->keep.assign(p.keep, p.keep + p.B * p.S), t->B = p.B, t->H = p.H;
+  return t;
 }
 
-// The plans of a call. Without padding they depend on the pattern alone: made on the pattern's first call, for every
-// group at once, and kept in its cache (SparsePatternView::cache), so that the backward and every later call with
-// the same pattern read them instead of planning again. With padding (key_keep) a plan depends on the batch: made per
-// block as each is reached.
+// The plans of a call, kept in the pattern (SparsePatternView::cache) for the calls after it. Without padding they
+// depend on the pattern alone: made on its first call, under std::call_once, and read by the backward and every
+// later call. With padding they depend on key_keep too: the pattern keeps the last table made with padding and the
+// key_keep it was made for, and a call with an equal key_keep (the backward of the same call, an evaluation over the
+// same batch) reads it; any other makes a new one.
 class Plans {
  public:
   Plans(const PatternRows& p, const SparsePatternView& pat, int64_t blocks, int64_t block_cost)
       : p_(p), blocks_(blocks) {
-    if (p.keep != nullptr) return;
-    if (pat.cache == nullptr) {  // a view without a cache: plans for this call only
-      table_ = plan_pattern(p, blocks, block_cost);
-      return;
+    SparsePatternCache* cache = pat.cache;
+    if (cache == nullptr) {  // a view without a cache: plans for this call only
+      table_ = plan_table(p, blocks, block_cost);
+    } else if (p.keep == nullptr) {
+      std::call_once(cache->cpu_once, [&] { cache->cpu_plans = plan_table(p, blocks, block_cost); });
+      table_ = std::static_pointer_cast<const PlanTable>(cache->cpu_plans);
+    } else {
+      {
+        std::lock_guard lock(cache->mu);
+        table_ = std::static_pointer_cast<const PlanTable>(cache->cpu_padded_plans);
+      }
+      const bool same = table_ && table_->B == p.B && table_->H == p.H &&
+                        std::equal(table_->keep.begin(), table_->keep.end(), p.keep,
+                                   [](unsigned char a, bool b) { return (a != 0) == b; });
+      if (!same) {
+        auto made = plan_table(p, blocks, block_cost);
+        std::lock_guard lock(cache->mu);
+        cache->cpu_padded_plans = made;
+        table_ = std::move(made);
+      }
     }
-    std::call_once(pat.cache->cpu_once, [&] { pat.cache->cpu_plans = plan_pattern(p, blocks, block_cost); });
-    table_ = std::static_pointer_cast<const std::vector<BlockPlan>>(pat.cache->cpu_plans);
   }
-  // The keys a block's own planning needs scratch for (0 where the plans are made).
-  int64_t scratch_keys() const { return table_ ? 0 : p_.S; }
-  const BlockPlan& get(int64_t bh, int64_t block, PlanScratch& w, BlockPlan& own) const {
-    if (table_) return (*table_)[static_cast<size_t>(p_.group(bh) * blocks_ + block)];
-    plan_block(p_, bh, block * kBlockRows, std::min(kBlockRows, p_.Tq - block * kBlockRows), w, own);
-    return own;
+  const BlockPlan& plan(int64_t bh, int64_t block) const {
+    return table_->plans[static_cast<size_t>(plan_owner(p_, bh) * blocks_ + block)];
   }
 
  private:
   const PatternRows& p_;
   int64_t blocks_;
-  std::shared_ptr<const std::vector<BlockPlan>> table_;  // null with padding
+  std::shared_ptr<const PlanTable> table_;
 };
 
 // A thread's view of one head for the tiles: Kᵀ (and Vᵀ for the backward), (D, S) with rows ldt apart, and which keys
@@ -560,13 +589,11 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
   const Plans plans(p, pat, blocks, p.cost(1) * kBlockRows);
   parallel_for(B * H * blocks, p.cost(2) * kBlockRows, [&](int64_t b0, int64_t b1) {
     Scratch<T> s(static_cast<size_t>(std::max<int64_t>(max_row, 1)));
-    PlanScratch ps(plans.scratch_keys());
-    BlockPlan own;
     HeadTiles<T> h(p.S, D, /*backward=*/false);
     for (int64_t item = b0; item < b1; ++item) {
       const int64_t bh = item / blocks, blk = item % blocks, i0 = blk * kBlockRows;
       const int64_t rows = std::min(kBlockRows, Tq - i0);
-      const BlockPlan& plan = plans.get(bh, blk, ps, own);
+      const BlockPlan& plan = plans.plan(bh, blk);
       if (plan.tiled) {
         if (h.head != bh) ASC_CPU_DISPATCH(prepare_head<kIsa>(p, bh, h));
         if (tile_finite(plan, h)) {
@@ -770,8 +797,6 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
   const Plans plans(p, pat, blocks, p.cost(1) * kBlockRows);
   parallel_for(B * H, p.cost(5) * Tq, [&](int64_t h0, int64_t h1) {
     Scratch<T> pr(static_cast<size_t>(std::max<int64_t>(pat.max_row, 1))), dr(pr.size());
-    PlanScratch ps(plans.scratch_keys());
-    BlockPlan own;
     HeadTiles<T> h(S, D, /*backward=*/true);
     for (int64_t bh = h0; bh < h1; ++bh) {
       T* dk_bh = dkp + bh * S * D;
@@ -780,7 +805,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
       std::fill(dv_bh, dv_bh + S * D, T(0));
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t i0 = blk * kBlockRows, rows = std::min(kBlockRows, Tq - i0);
-        const BlockPlan& plan = plans.get(bh, blk, ps, own);
+        const BlockPlan& plan = plans.plan(bh, blk);
         if (plan.tiled) {
           if (h.head != bh) ASC_CPU_DISPATCH(prepare_head<kIsa>(p, bh, h));
           const int64_t at = (bh * Tq + i0) * D;
