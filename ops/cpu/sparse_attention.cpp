@@ -8,9 +8,9 @@
 // outside a row's list are set to −inf (P = 0); rare keys go pair by pair beside them, in the same softmax. A call's
 // plans are kept in the pattern (its cache): without padding they depend on the pattern alone, made on its first call
 // and read by every later one; with padding, the last table made and its key_keep, read by the backward and any call
-// with an equal key_keep. A block whose tile would be less than a
-// third full, or whose tile keys hold a non-finite k or v (NaN must reach exactly the rows that attend it, and 0 · NaN
-// in a product would spread it), goes row by row instead:
+// with an equal key_keep. A block whose tile would be less than a third full, or whose tile keys hold a non-finite k
+// or v (NaN must reach exactly the rows that attend it, and 0 · NaN in a product would spread it), goes row by row
+// instead:
 //   s_j = scale · q_i · k_j  (−inf where the key is padding),  m = max s,  p_j = exp(s_j − m),  l = Σ p
 //   o_i = Σ p_j v_j / l,  lse_i = m + log l
 // Backward: P_ij = exp(s_ij − lse_i), dS_ij = scale · P_ij (dO_i · v_j − dO_i · o_i), dq_i = Σ_j dS_ij k_j,
