@@ -141,8 +141,11 @@ struct PatternRows {
   const bool* keep;  // (B, S) or nullptr
 
   int64_t group(int64_t bh) const { return G == 1 ? 0 : bh; }
-  // Whether key j of head bh is padding (never read: its score is −inf and its value is skipped).
-  bool masked(int64_t bh, int64_t j) const { return keep && !keep[(bh / H) * S + j]; }
+  // Head bh's row of key_keep (nullptr without padding), taken once per row or block: the division is slow per key.
+  const bool* keep_row(int64_t bh) const { return keep ? keep + (bh / H) * S : nullptr; }
+  // Whether key j is padding in a head whose key_keep row is kp (never read: its score is −inf and its value is
+  // skipped).
+  static bool padding(const bool* kp, int64_t j) { return kp && !kp[j]; }
   // Where row i of head bh lies in cols: entries [e0, e0 + len).
   struct Row {
     int64_t e0, len;
@@ -190,7 +193,7 @@ struct Problem : PatternRows {
     const auto [e0, len] = row(bh, i);
     const T* qi = q + (bh * Tq + i) * D;
     const T* kb = k + bh * S * D;
-    const bool* kp = keep ? keep + (bh / H) * S : nullptr;
+    const bool* kp = keep_row(bh);
     gather_dots<kIsa>(qi, kb, cols + e0, len, D, s);
     T m = -std::numeric_limits<T>::infinity();
     int64_t n_kept = 0, n_nan = 0;  // separate reductions: the loop stays vectorisable
@@ -231,8 +234,9 @@ ASC_ALWAYS_INLINE T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s
   if (p.keep == nullptr) {
     gather_axpys(s, vb, p.cols + e0, len, D, oi);
   } else {
+    const bool* kp = p.keep_row(bh);
     for (int64_t x = 0; x < len; ++x)
-      if (!p.masked(bh, p.cols[e0 + x])) axpy(s[x], vb + p.cols[e0 + x] * D, oi, D);
+      if (!p.padding(kp, p.cols[e0 + x])) axpy(s[x], vb + p.cols[e0 + x] * D, oi, D);
   }
   const T inv = T(1) / sum;
   for (int64_t c = 0; c < D; ++c) oi[c] *= inv;
@@ -269,6 +273,7 @@ struct PlanScratch {
 // Plans rows [i0, i0 + R) of head bh: the union of their kept keys, its runs of at least kMinRun consecutive keys as
 // the tile (at most kMaxRuns), every other kept key rare. Not tiled where the tile would be less than a third full.
 void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScratch& w, BlockPlan& plan) {
+  const bool* kp = p.keep_row(bh);
   plan.tiled = false;
   plan.u = 0;
   plan.runs.clear();
@@ -302,7 +307,7 @@ void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScr
       const auto [e0, len] = p.row(bh, i0 + r);
       for (int64_t x = 0; x < len; ++x) {
         const int64_t j = p.cols[e0 + x];
-        if (p.masked(bh, j) || w.mark[j] == w.stamp) continue;  // padding is never read
+        if (p.padding(kp, j) || w.mark[j] == w.stamp) continue;  // padding is never read
         w.mark[j] = w.stamp, w.keys.push_back(j), lo = std::min(lo, j), hi = std::max(hi, j);
       }
     }
@@ -362,7 +367,7 @@ void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScr
       const auto [e0, len] = p.row(bh, i0 + r);
       for (int64_t e = 0; e < len; ++e) {
         const int64_t j = p.cols[e0 + e];
-        if (p.masked(bh, j)) continue;
+        if (p.padding(kp, j)) continue;
         const size_t x = interval_of(j);
         if (w.merged_col[x] >= 0) {
           ok[w.merged_col[x] + (j - w.merged[x].first)] = 1, ++tile_pairs;
@@ -623,8 +628,9 @@ ASC_ALWAYS_INLINE void backward_row(const Problem<T>& p, int64_t bh, int64_t i, 
   p.template scores<kIsa>(bh, i, pr, kept);
   const T delta = dot(gi, oi, D);
   gather_dots<kIsa>(gi, p.v + bh * p.S * D, p.cols + e0, len, D, dr);  // dP_ij = dO_i · v_j
+  const bool* kp = p.keep_row(bh);
   for (int64_t x = 0; x < len; ++x) {
-    if (p.masked(bh, p.cols[e0 + x])) {  // a padding key: no probability, no gradient
+    if (p.padding(kp, p.cols[e0 + x])) {  // a padding key: no probability, no gradient
       pr[x] = dr[x] = 0;
       continue;
     }
@@ -637,7 +643,7 @@ ASC_ALWAYS_INLINE void backward_row(const Problem<T>& p, int64_t bh, int64_t i, 
     gather_axpys(dr, kb, p.cols + e0, len, D, dqi);
   } else {
     for (int64_t x = 0; x < len; ++x)
-      if (!p.masked(bh, p.cols[e0 + x])) axpy(dr[x], kb + p.cols[e0 + x] * D, dqi, D);
+      if (!p.padding(kp, p.cols[e0 + x])) axpy(dr[x], kb + p.cols[e0 + x] * D, dqi, D);
   }
 }
 
