@@ -69,7 +69,7 @@ Tensor away_from_kinks(const Tensor& x) {
 
 TEST_CASE("unary ops: forward vs naive, contiguous and transposed, float32 and float64") {
   for (const auto& c : unary_cases()) {
-    CAPTURE(c.name);
+    INFO(c.name);
     Tensor x = uniform64({5, 7}, c.lo, c.hi, 3);
     auto xv = x.to_vector<double>();
     std::vector<double> ref;
@@ -132,7 +132,7 @@ TEST_CASE(
 
 TEST_CASE("unary ops: float64 gradcheck") {
   for (const auto& c : unary_cases()) {
-    CAPTURE(c.name);
+    INFO(c.name);
     Tensor x = away_from_kinks(uniform64({3, 4}, c.lo, c.hi, 5)).set_requires_grad(true);
     check_grad([&](const TensorList& in) { return TensorList{c.op(in[0])}; }, {x});
     check_grad([&](const TensorList& in) { return TensorList{c.op(in[0].t())}; }, {x});
@@ -224,7 +224,7 @@ TEST_CASE("binary ops: broadcasting and non-contiguous operands vs naive") {
   const std::vector<std::pair<Shape, Shape>> shapes = {{{3, 4}, {3, 4}},    {{3, 4}, {4}},    {{3, 1}, {1, 4}},
                                                        {{2, 3, 4}, {3, 1}}, {{4}, {2, 3, 4}}, {{}, {2, 3}}};
   for (const auto& c : binary_cases()) {
-    CAPTURE(c.name);
+    INFO(c.name);
     for (auto& [sa, sb] : shapes) {
       Tensor a = uniform64(sa, c.lo, c.hi, 11), b = uniform64(sb, c.lo, c.hi, 12);
       check_close(c.op(a, b), naive_broadcast(a, b, c.ref), 1e-12, 1e-10);
@@ -239,7 +239,7 @@ TEST_CASE("binary ops: broadcasting and non-contiguous operands vs naive") {
 
 TEST_CASE("binary ops: float64 gradcheck with broadcasting") {
   for (const auto& c : binary_cases()) {
-    CAPTURE(c.name);
+    INFO(c.name);
     Tensor a = uniform64({2, 3, 4}, c.lo, c.hi, 21).set_requires_grad(true);
     Tensor b = uniform64({3, 1}, c.lo, c.hi, 22).set_requires_grad(true);
     check_grad([&](const TensorList& in) { return TensorList{c.op(in[0], in[1])}; }, {a, b});
