@@ -156,6 +156,16 @@ struct PatternRows {
   }
 };
 
+// y += Σ_x w[x] · base[idx[x] · D] over the keys that are not padding (kp: the head's key_keep row, or nullptr): a
+// padding key's row is never read. In registers where nothing is padding.
+template <class T>
+ASC_ALWAYS_INLINE void gather_axpys_kept(const T* w, const T* base, const int64_t* idx, int64_t len, int64_t D,
+                                         const bool* kp, T* y) {
+  if (kp == nullptr) return gather_axpys(w, base, idx, len, D, y);
+  for (int64_t x = 0; x < len; ++x)
+    if (!PatternRows::padding(kp, idx[x])) axpy(w[x], base + idx[x] * D, y, D);
+}
+
 // The problem with raw pointers; every tensor contiguous.
 template <class T>
 struct Problem : PatternRows {
@@ -198,7 +208,7 @@ struct Problem : PatternRows {
     T m = -std::numeric_limits<T>::infinity();
     int64_t n_kept = 0, n_nan = 0;  // separate reductions: the loop stays vectorisable
     for (int64_t x = 0; x < len; ++x) {
-      const bool pad = kp && !kp[cols[e0 + x]];
+      const bool pad = padding(kp, cols[e0 + x]);
       n_kept += !pad;
       s[x] = pad ? -std::numeric_limits<T>::infinity() : scale * s[x];
       n_nan += s[x] != s[x];
@@ -231,13 +241,7 @@ ASC_ALWAYS_INLINE T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s
   }
   // Every kept key's value is read, even at weight 0 (an underflow): 0 · NaN is NaN, as in the composed op. A padding
   // key's never is.
-  if (p.keep == nullptr) {
-    gather_axpys(s, vb, p.cols + e0, len, D, oi);
-  } else {
-    const bool* kp = p.keep_row(bh);
-    for (int64_t x = 0; x < len; ++x)
-      if (!p.padding(kp, p.cols[e0 + x])) axpy(s[x], vb + p.cols[e0 + x] * D, oi, D);
-  }
+  gather_axpys_kept(s, vb, p.cols + e0, len, D, p.keep_row(bh), oi);
   const T inv = T(1) / sum;
   for (int64_t c = 0; c < D; ++c) oi[c] *= inv;
   return m + std::log(sum);
@@ -401,7 +405,7 @@ inline int64_t plan_owner(const PatternRows& p, int64_t bh) {
 // Plans every block of every owner (a plan that is not tiled keeps nothing but its flag).
 std::shared_ptr<PlanTable> plan_table(const PatternRows& p, int64_t blocks, int64_t block_cost) {
   auto t = std::make_shared<PlanTable>();
-  const int64_t owners = p.keep == nullptr ? p.G : (p.G == 1 ? p.B : p.G);
+  const int64_t owners = p.keep != nullptr && p.G == 1 ? p.B : p.G;
   t->plans.resize(static_cast<size_t>(owners * blocks));
   parallel_for(owners * blocks, block_cost, [&](int64_t x0, int64_t x1) {
     PlanScratch w(p.keep == nullptr ? 0 : p.S);
@@ -639,12 +643,7 @@ ASC_ALWAYS_INLINE void backward_row(const Problem<T>& p, int64_t bh, int64_t i, 
     pr[x] = pij;
     dr[x] = p.scale * pij * (dr[x] - delta);
   }
-  if (p.keep == nullptr) {  // dq_i = Σ_j dS_ij k_j (a padding key's k is never read)
-    gather_axpys(dr, kb, p.cols + e0, len, D, dqi);
-  } else {
-    for (int64_t x = 0; x < len; ++x)
-      if (!p.padding(kp, p.cols[e0 + x])) axpy(dr[x], kb + p.cols[e0 + x] * D, dqi, D);
-  }
+  gather_axpys_kept(dr, kb, p.cols + e0, len, D, kp, dqi);  // dq_i = Σ_j dS_ij k_j
 }
 
 // Backward, pass 2, one key: dk_j and dv_j from the entries [y0, y1) of the transpose.
