@@ -355,14 +355,21 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
   // T = 150: ten blocks of 16 rows, the last partial; D = 20: vector blocks and a tail (72: the rare keys' sums over
   // 64 float / 32 double columns in registers, and a tail). A window gives each block one run of keys, global tokens
   // a second; random keys are rare (pair by pair); padding plans each block by marks; B = H = 1 takes the two-pass
-  // backward. Forward and every gradient against float64 loops over the dense mask.
+  // backward. Keys a few apart join one run over the gap, whose columns no row attends (a hierarchical block's
+  // summaries skip its own; a window with holes), but never over padding. Forward and every gradient against float64
+  // loops over the dense mask.
   const int64_t T = 150;
   struct Case {
     const char* name;
     SparsePattern p;
     bool padding;
     int64_t B, H, D;
+    std::vector<int64_t> pad_keys = {};  // more padding keys of the last batch row (with padding)
   };
+  std::vector<std::vector<int64_t>> holes(static_cast<size_t>(T));  // a window of ±12 without the multiples of 5
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = std::max<int64_t>(0, i - 12); j <= std::min<int64_t>(T - 1, i + 12); ++j)
+      if (j % 5 != 0 || j == i) holes[static_cast<size_t>(i)].push_back(j);
   const std::vector<Case> cases = {
       {"window", local_window_pattern(T, 24, false), false, 1, 2, 20},
       {"window + global + random",
@@ -378,6 +385,9 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
            {local_window_pattern(T, 20, true), global_tokens_pattern(T, 9, true), random_keys_pattern(T, 6, 4, true)}),
        true, 2, 2, 20},
       {"hierarchical", hierarchical_pattern(T, 12, false), false, 1, 3, 20},
+      {"hierarchical, padding (a summary column too)", hierarchical_pattern(T, 12, false), true, 2, 2, 20, {T + 5}},
+      {"window with holes", SparsePattern::from_rows(1, T, T, holes), false, 2, 1, 20},
+      {"window with holes, padding", SparsePattern::from_rows(1, T, T, holes), true, 2, 2, 20, {40, 41, 77}},
       {"window, one head", local_window_pattern(T, 24, false), false, 1, 1, 20},
       // Every 8th key: a block's tile would be 1/8 full, so rows go one by one — 19 keys each, the dot products 16
       // float (8 double) keys at a time at x86-64-v4, and the weighted sums in registers.
@@ -392,6 +402,7 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
     if (c.padding) {  // the last batch's last 23 tokens are padding
       keep = ones({B, S}, {.dtype = kBool});
       for (int64_t j = T - 23; j < T; ++j) keep.data_ptr<bool>()[(B - 1) * S + j] = false;
+      for (int64_t j : c.pad_keys) keep.data_ptr<bool>()[(B - 1) * S + j] = false;
     }
     check_against_loops(q, k, v, c.p, keep, dout);
   }

@@ -54,6 +54,55 @@ ASC_ALWAYS_INLINE void gemm_narrow_tile(int64_t i, int64_t j, int64_t K, const T
   std::memcpy(cr + 3 * ldc, &c30, sizeof(V)), std::memcpy(cr + 3 * ldc + L, &c31, sizeof(V));
 }
 
+// The same for the last kRows < 4 rows i .. i + kRows - 1 (M not a multiple of 4: a window's 271 keys as the rows of
+// dK += dSᵀ Q), so that they do not fall to a scalar loop over N × K.
+template <class T, int kBytes, int kRows>
+ASC_ALWAYS_INLINE void gemm_narrow_tail_tile(int64_t i, int64_t j, int64_t K, const T* A, int64_t sam, int64_t sak,
+                                             const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate) {
+  typedef T V __attribute__((vector_size(kBytes)));
+  constexpr int64_t L = kBytes / sizeof(T);
+  V c0[kRows] = {}, c1[kRows] = {};  // constant indices only: GCC keeps them in registers
+  for (int64_t c = 0; c < K; ++c) {
+    V b0, b1;
+    std::memcpy(&b0, B + c * ldb + j, sizeof(V));
+    std::memcpy(&b1, B + c * ldb + j + L, sizeof(V));
+    for (int r = 0; r < kRows; ++r) {
+      const T x = A[(i + r) * sam + c * sak];
+      c0[r] += x * b0, c1[r] += x * b1;
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    T* cr = C + (i + r) * ldc + j;
+    if (accumulate) {
+      V t;
+      std::memcpy(&t, cr, sizeof(V)), c0[r] += t, std::memcpy(&t, cr + L, sizeof(V)), c1[r] += t;
+    }
+    std::memcpy(cr, &c0[r], sizeof(V)), std::memcpy(cr + L, &c1[r], sizeof(V));
+  }
+}
+
+// Columns [j0, N) of the last kRows < 4 rows from row i: vector tiles as gemm_narrow's, then scalars.
+template <class T, CpuIsa kIsa, int kRows>
+ASC_ALWAYS_INLINE void gemm_narrow_tail_rows(int64_t i, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak,
+                                             const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate,
+                                             int64_t room) {
+  constexpr int64_t W = 64 / sizeof(T), W2 = 128 / sizeof(T);
+  int64_t j = 0;
+  if constexpr (kIsa == CpuIsa::x86_64_v4)
+    for (; j + W2 <= N; j += W2) gemm_narrow_tail_tile<T, 64, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
+  for (; j + W <= N; j += W) gemm_narrow_tail_tile<T, 32, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
+  if (j < N && j + W <= room) {
+    gemm_narrow_tail_tile<T, 32, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
+    j = N;
+  }
+  for (int64_t r = i; r < i + kRows; ++r)
+    for (int64_t jj = j; jj < N; ++jj) {
+      T s = 0;
+      for (int64_t c = 0; c < K; ++c) s += A[r * sam + c * sak] * B[c * ldb + jj];
+      C[r * ldc + jj] = accumulate ? C[r * ldc + jj] + s : s;
+    }
+}
+
 // C (M, N) = A (M, K; element (i, c) at A[i * sam + c * sak]) · B (K, N; row stride ldb, columns contiguous), into
 // C (row stride ldc); accumulate: C += A B. A is read one scalar at a time (broadcast), so any strides cost the same:
 // sam = 1, sak = rows multiplies by a transposed tile without copying it. Tiles of 4 rows by 2 vectors: at x86-64-v4
@@ -86,12 +135,10 @@ ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, 
         C[(i + r) * ldc + j] = accumulate ? C[(i + r) * ldc + j] + s : s;
       }
   }
-  for (; i < M; ++i)  // the last < 4 rows
-    for (int64_t j = 0; j < N; ++j) {
-      T s = 0;
-      for (int64_t c = 0; c < K; ++c) s += A[i * sam + c * sak] * B[c * ldb + j];
-      C[i * ldc + j] = accumulate ? C[i * ldc + j] + s : s;
-    }
+  // the last < 4 rows
+  if (M - i == 3) gemm_narrow_tail_rows<T, kIsa, 3>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
+  if (M - i == 2) gemm_narrow_tail_rows<T, kIsa, 2>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
+  if (M - i == 1) gemm_narrow_tail_rows<T, kIsa, 1>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
 }
 
 // A row-major (row stride lda).

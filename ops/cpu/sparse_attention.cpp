@@ -2,10 +2,11 @@
 // per thread is one tile of a block of rows and one head's transposed keys and values — never a (T, S) tile.
 //
 // Tiles. The query rows go in blocks of 16. A block's plan (plan_block, from the pattern alone) merges its rows'
-// keys into intervals: the intervals of at least 8 consecutive keys (a window, global tokens, a hierarchical block
-// and the summary columns) are the columns of a dense tile, every other key (a random key, say) is rare. Scores and
-// products over the tile are small_gemm.h's register-blocked GEMMs straight from the head's Kᵀ, Vᵀ, K and V, pairs
-// outside a row's list are set to −inf (P = 0); rare keys go pair by pair beside them, in the same softmax. A call's
+// keys into intervals (across gaps of a few keys that no row attends): the intervals of at least 8 keys (a window,
+// global tokens, a hierarchical block and the summary columns) are the columns of a dense tile, every other key (a
+// random key, say) is rare. Scores and products over the tile are small_gemm.h's register-blocked GEMMs straight
+// from the head's Kᵀ, Vᵀ, K and V, pairs outside a row's list are set to −inf (P = 0); rare keys go pair by pair
+// beside them, in the same softmax, whose passes run over a multiple of 16 columns (no scalar remainder). A call's
 // plans are kept in the pattern (its cache): without padding they depend on the pattern alone, made on its first call
 // and read by every later one; with padding, the last table made and its key_keep, read by the backward and any call
 // with an equal key_keep. A block whose tile would be less than a third full, or whose tile keys hold a non-finite k
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -252,16 +254,20 @@ ASC_ALWAYS_INLINE T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s
 constexpr int64_t kBlockRows = 16;  // query rows per block
 constexpr int64_t kMaxRuns = 16;    // tile runs per block
 constexpr int64_t kMinRun = 8;      // a shorter stretch of union keys is rare: its pairs go one by one
+constexpr int64_t kMaxGap = 4;      // union keys at most this far apart join one run (the keys between: flag 0)
 constexpr int64_t kTileRoom = 16;   // columns after a tile row's last: room for the score products' tail tile
+constexpr int64_t kRowPad = 16;     // the row passes' width is a multiple of this (16 floats: one 512-bit vector)
 
 // The plan of one block of query rows, from the pattern alone (a shared pattern without padding has one plan per
 // block for every head): the runs of consecutive keys that form the tile's u columns, each row's flags over them,
 // and each row's rare keys — the kept keys outside the runs.
 struct BlockPlan {
   bool tiled = false;
-  int64_t u = 0, ld = 0;  // tile columns; tile row stride: u + the most rare keys of a row + kTileRoom
+  // u: tile columns; w: the row passes' width, u + the most rare keys of a row rounded up to kRowPad (the rare keys'
+  // scores follow the tile columns in a row); ld: tile row stride, w + kTileRoom
+  int64_t u = 0, w = 0, ld = 0;
   std::vector<std::pair<int64_t, int64_t>> runs;  // (first key, length), in column order
-  std::vector<unsigned char> allowed;             // (rows, u): row r attends column x
+  std::vector<unsigned char> allowed;             // (rows, w): row r attends column x (its rare keys: x >= u)
   std::vector<int64_t> rare, rare_ptr;            // row r's rare keys: rare[rare_ptr[r] .. rare_ptr[r + 1])
   std::vector<int64_t> kept;                      // row r's kept keys: its allowed tile columns and its rare keys
 };
@@ -325,9 +331,20 @@ void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScr
     for (const int64_t j : w.keys) w.merged.push_back({j, j + 1});
   }
   if (w.merged.empty()) return;
-  size_t m = 0;  // merge in place: intervals that overlap or touch become one
+  // Merge in place: intervals that overlap or touch become one, and so do two whose gap is short (at most kMaxGap
+  // keys and an eighth of the merged span: scattered random keys stay apart); the keys between them are tile
+  // columns no row of the block attends (flag 0), never padding (padding is never read). A hierarchical block's
+  // summary columns, say, skip the block's own summary: one run instead of two, or instead of a run and rare keys.
+  auto bridges = [&](int64_t first, int64_t a, int64_t b, int64_t last) {  // [first, a) + gap [a, b) + [b, last)
+    if (b - a > kMaxGap || 8 * (b - a) > last - first) return false;
+    for (int64_t j = a; j < b; ++j)
+      if (p.padding(kp, j)) return false;
+    return true;
+  };
+  size_t m = 0;
   for (size_t x = 1; x < w.merged.size(); ++x) {
-    if (w.merged[x].first <= w.merged[m].second) {
+    if (w.merged[x].first <= w.merged[m].second ||
+        bridges(w.merged[m].first, w.merged[m].second, w.merged[x].first, w.merged[x].second)) {
       w.merged[m].second = std::max(w.merged[m].second, w.merged[x].second);
     } else {
       w.merged[++m] = w.merged[x];
@@ -384,7 +401,18 @@ void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScr
     most_rare = std::max(most_rare, plan.rare_ptr[r + 1] - plan.rare_ptr[r]);
     plan.kept[r] = tile_pairs - pairs_before + plan.rare_ptr[r + 1] - plan.rare_ptr[r];
   }
-  plan.ld = plan.u + most_rare + kTileRoom;
+  // The row passes run over w columns, a multiple of kRowPad, so that no row ends in a scalar remainder loop: the
+  // flags widen from (R, u) to (R, w), 1 on each row's rare columns, 0 past them.
+  plan.w = (plan.u + most_rare + kRowPad - 1) / kRowPad * kRowPad;
+  plan.ld = plan.w + kTileRoom;
+  plan.allowed.resize(static_cast<size_t>(R * plan.w));
+  for (int64_t r = R - 1; r >= 0; --r) {
+    unsigned char* ok = plan.allowed.data() + r * plan.w;
+    std::memmove(ok, plan.allowed.data() + r * plan.u, static_cast<size_t>(plan.u));
+    const int64_t rare = plan.rare_ptr[r + 1] - plan.rare_ptr[r];
+    std::fill(ok + plan.u, ok + plan.u + rare, static_cast<unsigned char>(1));
+    std::fill(ok + plan.u + rare, ok + plan.w, static_cast<unsigned char>(0));
+  }
   plan.tiled = 3 * tile_pairs >= R * plan.u;
 }
 
@@ -532,28 +560,26 @@ ASC_ALWAYS_INLINE void block_products(const BlockPlan& plan, int64_t R, int64_t 
 template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void forward_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, const BlockPlan& plan,
                                      HeadTiles<T>& h, T* o, T* lse) {
-  const int64_t D = p.D, u = plan.u, ld = plan.ld;
+  const int64_t D = p.D, u = plan.u, ld = plan.ld, n = plan.w;
   if (h.tile.size() < static_cast<size_t>(R * ld)) h.tile.resize(static_cast<size_t>(R * ld));
   T* tile = h.tile.data();
   const T* kb = p.k + bh * p.S * D;
   const T* vb = p.v + bh * p.S * D;
   block_products<kIsa>(plan, R, D, p.q + (bh * p.Tq + i0) * D, h.kt.data(), h.ldt, kb, tile);
   const T ninf = -std::numeric_limits<T>::infinity(), sc = p.scale;
+  // Each row over the plan's w columns: its tile columns, its rare keys, then -inf (whatever the products left there).
   for (int64_t r = 0; r < R; ++r) {
     T* s = tile + r * ld;
-    const unsigned char* ok = plan.allowed.data() + r * u;
-    const int64_t n = u + (plan.rare_ptr[r + 1] - plan.rare_ptr[r]);
-    T m = ninf;
-    int64_t n_nan = 0;
+    const unsigned char* ok = plan.allowed.data() + r * n;
+    T m = ninf, n_nan = 0;  // n_nan counts in T: an int64 count beside float compares keeps the loop narrow
     const int64_t kept = plan.kept[r];
     // Both operands of the select read first: a load under the condition keeps GCC from vectorising the loop.
-    for (int64_t x = 0; x < u; ++x) {
+    for (int64_t x = 0; x < n; ++x) {
       const T y = sc * s[x];
       s[x] = ok[x] ? y : ninf;
     }
-    for (int64_t x = u; x < n; ++x) s[x] *= sc;
     ASC_SIMD_REDUCE(+, n_nan)
-    for (int64_t x = 0; x < n; ++x) n_nan += s[x] != s[x];
+    for (int64_t x = 0; x < n; ++x) n_nan += s[x] != s[x] ? T(1) : T(0);
     ASC_SIMD_REDUCE(max, m)
     for (int64_t x = 0; x < n; ++x) m = s[x] > m ? s[x] : m;
     T* l = lse + (bh * p.Tq + i0 + r);
@@ -562,7 +588,7 @@ ASC_ALWAYS_INLINE void forward_block(const Problem<T>& p, int64_t bh, int64_t i0
       *l = ninf;
       continue;
     }
-    if (n_nan) m = std::numeric_limits<T>::quiet_NaN();  // a NaN score: the row comes out NaN
+    if (n_nan > T(0)) m = std::numeric_limits<T>::quiet_NaN();  // a NaN score: the row comes out NaN
     T sum = 0;
     ASC_SIMD_REDUCE(+, sum)
     for (int64_t x = 0; x < n; ++x) {
@@ -671,7 +697,7 @@ template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, const BlockPlan& plan,
                                       HeadTiles<T>& h, const T* o, const T* g, const T* lse, T* dq, T* dk_bh,
                                       T* dv_bh) {
-  const int64_t D = p.D, u = plan.u, ld = plan.ld;
+  const int64_t D = p.D, u = plan.u, ld = plan.ld, n = plan.w;
   if (h.tile.size() < static_cast<size_t>(R * ld)) h.tile.resize(static_cast<size_t>(R * ld));
   if (h.dtile.size() < static_cast<size_t>(R * ld)) h.dtile.resize(static_cast<size_t>(R * ld));
   T *pt = h.tile.data(), *dt = h.dtile.data();
@@ -686,8 +712,7 @@ ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i
   for (int64_t r = 0; r < R; ++r) {
     T* s = pt + r * ld;
     T* d = dt + r * ld;
-    const unsigned char* ok = plan.allowed.data() + r * u;
-    const int64_t n = u + (plan.rare_ptr[r + 1] - plan.rare_ptr[r]);
+    const unsigned char* ok = plan.allowed.data() + r * n;
     const T l = lse[bh * p.Tq + i0 + r];
     if (l == -std::numeric_limits<T>::infinity()) {  // a row with no kept key passes no gradient
       std::fill(s, s + n, T(0));
@@ -695,20 +720,14 @@ ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i
       continue;
     }
     const T delta = dot(gb + r * D, ob + r * D, D);
-    // P and dS, the tile columns (where the row attends) and then the rare keys (all attended); every operand of a
-    // select is read first, so both loops vectorise.
-    for (int64_t x = 0; x < u; ++x) {
+    // P and dS over the plan's w columns (the tile's, the row's rare keys, 0 past them); every operand of a select
+    // is read first, so the loop vectorises.
+    for (int64_t x = 0; x < n; ++x) {
       const T z = sc * s[x] - l;  // <= 0 up to rounding; NaN (a NaN row) stays NaN
       const T pij = exp_nonpos(z > T(0) ? T(0) : z);
       const T ds = sc * pij * (d[x] - delta);
       s[x] = ok[x] ? pij : T(0);
       d[x] = ok[x] ? ds : T(0);
-    }
-    for (int64_t x = u; x < n; ++x) {
-      const T z = sc * s[x] - l;
-      const T pij = exp_nonpos(z > T(0) ? T(0) : z);
-      s[x] = pij;
-      d[x] = sc * pij * (d[x] - delta);
     }
   }
   // dQ (R, D) = dS K: the runs, then the rare keys
