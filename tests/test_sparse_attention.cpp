@@ -356,8 +356,9 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
   // 64 float / 32 double columns in registers, and a tail). A window gives each block one run of keys, global tokens
   // a second; random keys are rare (pair by pair); padding plans each block by marks; B = H = 1 takes the two-pass
   // backward. Keys a few apart join one run over the gap, whose columns no row attends (a hierarchical block's
-  // summaries skip its own; a window with holes), but never over padding. Forward and every gradient against float64
-  // loops over the dense mask.
+  // summaries skip its own; a window with holes), but never over padding. A head's dK and dV are zeroed as its blocks
+  // reach them, and the keys no row attends at its end. Forward and every gradient against float64 loops over the
+  // dense mask.
   const int64_t T = 150;
   struct Case {
     const char* name;
@@ -370,6 +371,12 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = std::max<int64_t>(0, i - 12); j <= std::min<int64_t>(T - 1, i + 12); ++j)
       if (j % 5 != 0 || j == i) holes[static_cast<size_t>(i)].push_back(j);
+  // ±12 without the multiples of 7, over 2 T keys: no row sees those keys nor the second T (a chunk of keys the
+  // blocks never reach), whose dk and dv must be 0
+  std::vector<std::vector<int64_t>> unseen(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = std::max<int64_t>(0, i - 12); j <= std::min<int64_t>(T - 1, i + 12); ++j)
+      if (j % 7 != 0) unseen[static_cast<size_t>(i)].push_back(j);
   const std::vector<Case> cases = {
       {"window", local_window_pattern(T, 24, false), false, 1, 2, 20},
       {"window + global + random",
@@ -388,6 +395,7 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
       {"hierarchical, padding (a summary column too)", hierarchical_pattern(T, 12, false), true, 2, 2, 20, {T + 5}},
       {"window with holes", SparsePattern::from_rows(1, T, T, holes), false, 2, 1, 20},
       {"window with holes, padding", SparsePattern::from_rows(1, T, T, holes), true, 2, 2, 20, {40, 41, 77}},
+      {"window, keys no row attends", SparsePattern::from_rows(1, T, 2 * T, unseen), false, 2, 2, 20},
       {"window, one head", local_window_pattern(T, 24, false), false, 1, 1, 20},
       // Every 8th key: a block's tile would be 1/8 full, so rows go one by one — 19 keys each, the dot products 16
       // float (8 double) keys at a time at x86-64-v4, and the weighted sums in registers.

@@ -46,8 +46,9 @@ inline void sync(Device d) {
   if (d.is_cuda()) cuda::synchronize();
 }
 
-// forward() timed under no-grad (after one warm-up call), then zero_grad + forward().sum().backward() timed, with
-// its peak memory above what was live before it. With backward = false only the forward is measured (-1 elsewhere).
+// forward() timed under no-grad, then zero_grad + forward().sum().backward() timed, each after one untimed warm-up
+// run, with the latter's peak memory above what was live before it. With backward = false only the forward is measured
+// (-1 elsewhere).
 struct FwdBwd {
   double fwd_ms = -1, fwd_bwd_ms = -1, peak_mb = -1;
 };
@@ -68,6 +69,12 @@ inline FwdBwd time_forward_backward(Device d, int reps, const std::function<Tens
   if (!backward) return r;
   const size_t before = live_bytes(d);
   reset_peak(d);
+  // Warm-up, as for the forward: the backward's first run pays what every later step does not (its buffers' first
+  // page faults, per-thread scratch, kept plans), which with one repetition (bench_asam above n = 4096) was a third
+  // of a fast kernel's time.
+  zero_grad();
+  forward().sum().backward();
+  sync(d);
   r.fwd_bwd_ms = best_ms(
       [&] {
         zero_grad();

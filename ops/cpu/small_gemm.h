@@ -213,10 +213,11 @@ ASC_ALWAYS_INLINE void sum_lanes_round(V* r) {
 // (sd = 1) go in tiles of 8 x 8 floats (4 x 4 doubles) transposed in registers (two-source permutes; AVX2 has none,
 // and the same code was slower there than the loop); the edges, other levels and other strides in blocks of 16 keys,
 // so that each row of `out` gets whole cache lines. ld = transposed_ld(n) pads the rows off powers of two, or rows 4
-// KiB apart would all map to one L1 set, and leaves at least 16 columns of room after the last key (zeroed here) for
-// gemm_narrow's tail tile.
+// KiB apart would all map to one L1 set, and leaves at least 16 columns of room after the last key (zeroed here
+// unless zero_room is false: a caller that transposes a long operand a slice at a time) for gemm_narrow's tail tile.
 template <class T, CpuIsa kIsa = CpuIsa::baseline>
-ASC_ALWAYS_INLINE void transpose_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, T* out, int64_t ld) {
+ASC_ALWAYS_INLINE void transpose_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, T* out, int64_t ld,
+                                      bool zero_room = true) {
   typedef T V __attribute__((vector_size(32)));
   constexpr int64_t L = 32 / sizeof(T), kKeys = 16;
   const int64_t nt = kIsa == CpuIsa::x86_64_v4 && sd == 1 ? n / L * L : 0;  // keys the tiles cover
@@ -236,8 +237,9 @@ ASC_ALWAYS_INLINE void transpose_rows(const T* x, int64_t st, int64_t sd, int64_
     for (int64_t c = 0; c < D; ++c)
       for (int64_t j = j0; j < j1; ++j) out[c * ld + j] = x[j * st + c * sd];
   }
-  for (int64_t c = 0; c < D; ++c)
-    for (int64_t j = n; j < ld; ++j) out[c * ld + j] = T(0);
+  if (zero_room)
+    for (int64_t c = 0; c < D; ++c)
+      for (int64_t j = n; j < ld; ++j) out[c * ld + j] = T(0);
 }
 constexpr int64_t transposed_ld(int64_t n) { return (n + 15) / 16 * 16 + 16; }
 

@@ -257,6 +257,7 @@ constexpr int64_t kMinRun = 8;      // a shorter stretch of union keys is rare: 
 constexpr int64_t kMaxGap = 4;      // union keys at most this far apart join one run (the keys between: flag 0)
 constexpr int64_t kTileRoom = 16;   // columns after a tile row's last: room for the score products' tail tile
 constexpr int64_t kRowPad = 16;     // the row passes' width is a multiple of this (16 floats: one 512-bit vector)
+constexpr int64_t kChunk = 128;     // keys per chunk of a head's Kᵀ, Vᵀ (HeadTiles) and dK, dV (HeadKeyGrads)
 
 // The plan of one block of query rows, from the pattern alone (a shared pattern without padding has one plan per
 // block for every head): the runs of consecutive keys that form the tile's u columns, each row's flags over them,
@@ -491,17 +492,20 @@ class Plans {
 };
 
 // A thread's view of one head for the tiles: Kᵀ (and Vᵀ for the backward), (D, S) with rows ldt apart, and which keys
-// have finite k and v rows; the score tiles.
+// have finite k and v rows, both made kChunk keys at a time when a block first needs them (ensure_keys): a block then
+// reads its keys' columns from the cache right after they are written, where a whole head's transposes ahead of its
+// blocks (8 MiB at n = 16384) went out to memory and back; keys no tile reads are never transposed. The score tiles.
 template <class T>
 struct HeadTiles {
   int64_t head = -1, ldt = 0;
   Scratch<T> kt, vt, tile, dtile;
-  std::vector<unsigned char> finite;
+  std::vector<unsigned char> finite, ready;  // per key; per chunk of keys: its columns and flags made
   HeadTiles(int64_t S, int64_t D, bool backward)
       : ldt(transposed_ld(S)),
         kt(static_cast<size_t>(D * ldt)),
         vt(backward ? static_cast<size_t>(D * ldt) : 0),
-        finite(static_cast<size_t>(S)) {}
+        finite(static_cast<size_t>(S)),
+        ready(static_cast<size_t>((S + kChunk - 1) / kChunk)) {}
 };
 
 template <class T>
@@ -512,32 +516,74 @@ ASC_ALWAYS_INLINE bool rows_finite(const T* x, int64_t n) {
   return bad == T(0);
 }
 
-// Head bh's Kᵀ (and Vᵀ) and the finiteness of each key's k and v rows.
-template <CpuIsa kIsa, class T>
-ASC_ALWAYS_INLINE void prepare_head(const Problem<T>& p, int64_t bh, HeadTiles<T>& h) {
-  const int64_t D = p.D, S = p.S;
-  const T* kb = p.k + bh * S * D;
-  const T* vb = p.v + bh * S * D;
-  transpose_rows<T, kIsa>(kb, D, 1, S, D, h.kt.data(), h.ldt);
-  if (!h.vt.empty()) transpose_rows<T, kIsa>(vb, D, 1, S, D, h.vt.data(), h.ldt);
-  // 16 keys at a time (one reduction instead of 32), key by key only in a block that holds a non-finite number
-  for (int64_t j0 = 0; j0 < S; j0 += 16) {
-    const int64_t j1 = std::min(S, j0 + 16);
-    const bool all = rows_finite(kb + j0 * D, (j1 - j0) * D) && rows_finite(vb + j0 * D, (j1 - j0) * D);
-    for (int64_t j = j0; j < j1; ++j) h.finite[j] = all || (rows_finite(kb + j * D, D) && rows_finite(vb + j * D, D));
-  }
+// Starts head bh: no chunk made yet; the columns after the last key, which gemm_narrow's tail tiles read, zeroed.
+template <class T>
+void start_head(const Problem<T>& p, int64_t bh, HeadTiles<T>& h) {
+  std::fill(h.ready.begin(), h.ready.end(), static_cast<unsigned char>(0));
+  for (Scratch<T>* t : {&h.kt, &h.vt})
+    if (!t->empty())
+      for (int64_t c = 0; c < p.D; ++c) std::fill(t->data() + c * h.ldt + p.S, t->data() + (c + 1) * h.ldt, T(0));
   h.head = bh;
 }
 
-// Whether a planned tile can run on head bh: its keys' k and v rows are finite (NaN must reach exactly the rows that
-// attend it; 0 · NaN in a product would spread it to the others).
-template <class T>
-bool tile_finite(const BlockPlan& plan, const HeadTiles<T>& h) {
-  for (const auto& [a, len] : plan.runs)
-    for (int64_t j = a; j < a + len; ++j)
-      if (!h.finite[j]) return false;
-  return true;
+// The chunks of keys [a, b) of the current head (b clamped to S): their Kᵀ (and Vᵀ) columns and finiteness flags.
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE void ensure_keys(const Problem<T>& p, HeadTiles<T>& h, int64_t a, int64_t b) {
+  const int64_t D = p.D, S = p.S;
+  const T* kb = p.k + h.head * S * D;
+  const T* vb = p.v + h.head * S * D;
+  for (int64_t c = a / kChunk; c * kChunk < std::min(b, S); ++c) {
+    if (h.ready[c]) continue;
+    const int64_t c0 = c * kChunk, c1 = std::min(S, c0 + kChunk);
+    transpose_rows<T, kIsa>(kb + c0 * D, D, 1, c1 - c0, D, h.kt.data() + c0, h.ldt, /*zero_room=*/false);
+    if (!h.vt.empty())
+      transpose_rows<T, kIsa>(vb + c0 * D, D, 1, c1 - c0, D, h.vt.data() + c0, h.ldt, /*zero_room=*/false);
+    // 16 keys at a time (one reduction instead of 32), key by key only in a group that holds a non-finite number
+    for (int64_t j0 = c0; j0 < c1; j0 += 16) {
+      const int64_t j1 = std::min(c1, j0 + 16);
+      const bool all = rows_finite(kb + j0 * D, (j1 - j0) * D) && rows_finite(vb + j0 * D, (j1 - j0) * D);
+      for (int64_t j = j0; j < j1; ++j) h.finite[j] = all || (rows_finite(kb + j * D, D) && rows_finite(vb + j * D, D));
+    }
+    h.ready[c] = 1;
+  }
 }
+
+// Whether a planned tile can run on the current head, its chunks made first: its keys' k and v rows are finite (NaN
+// must reach exactly the rows that attend it; 0 · NaN in a product would spread it to the others). The kTileRoom
+// keys after each run are made too: the score products' tail tile reads their columns.
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE bool tile_finite(const Problem<T>& p, const BlockPlan& plan, HeadTiles<T>& h) {
+  bool finite = true;
+  for (const auto& [a, len] : plan.runs) {
+    ensure_keys<kIsa>(p, h, a, a + len + kTileRoom);
+    for (int64_t j = a; j < a + len; ++j) finite = finite && h.finite[j];
+  }
+  return finite;
+}
+
+// A head's dK and dV (S, D), zeroed a chunk of keys at a time just before a block first adds into it, and the rest
+// when the head is done (a key no row attends gets 0): the zeros are written into the cache right before they are
+// read, where filling the whole head first sent them out to memory and back at long n.
+template <class T>
+struct HeadKeyGrads {
+  T *dk = nullptr, *dv = nullptr;
+  int64_t S = 0, D = 0;
+  std::vector<unsigned char> zeroed;
+  void start(T* dk_bh, T* dv_bh, int64_t keys, int64_t width) {
+    dk = dk_bh, dv = dv_bh, S = keys, D = width;
+    zeroed.assign(static_cast<size_t>((S + kChunk - 1) / kChunk), 0);
+  }
+  void need(int64_t a, int64_t b) {  // keys [a, b)
+    for (int64_t c = a / kChunk; c * kChunk < std::min(b, S); ++c) {
+      if (zeroed[c]) continue;
+      const int64_t c0 = c * kChunk * D, c1 = std::min(S, (c + 1) * kChunk) * D;
+      std::fill(dk + c0, dk + c1, T(0));
+      std::fill(dv + c0, dv + c1, T(0));
+      zeroed[c] = 1;
+    }
+  }
+  void finish() { need(0, S); }
+};
 
 // tile (R, ld) = the block's raw scores x · k over its tile columns (a product per run, from the transposed keys
 // kt) and, after them, each row's rare keys.
@@ -630,8 +676,8 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
       const int64_t rows = std::min(kBlockRows, Tq - i0);
       const BlockPlan& plan = plans.plan(bh, blk);
       if (plan.tiled) {
-        if (h.head != bh) ASC_CPU_DISPATCH(prepare_head<kIsa>(p, bh, h));
-        if (tile_finite(plan, h)) {
+        if (h.head != bh) start_head(p, bh, h);
+        if (ASC_CPU_DISPATCH(tile_finite<kIsa>(p, plan, h))) {
           ASC_CPU_DISPATCH(forward_block<kIsa>(p, bh, i0, rows, plan, h, op, lse));
           continue;
         }
@@ -695,8 +741,8 @@ ASC_ALWAYS_INLINE void backward_key(const Problem<T>& p, const int64_t* col_rows
 // row does not attend); the caller checks.
 template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, const BlockPlan& plan,
-                                      HeadTiles<T>& h, const T* o, const T* g, const T* lse, T* dq, T* dk_bh,
-                                      T* dv_bh) {
+                                      HeadTiles<T>& h, const T* o, const T* g, const T* lse, T* dq,
+                                      HeadKeyGrads<T>& kg) {
   const int64_t D = p.D, u = plan.u, ld = plan.ld, n = plan.w;
   if (h.tile.size() < static_cast<size_t>(R * ld)) h.tile.resize(static_cast<size_t>(R * ld));
   if (h.dtile.size() < static_cast<size_t>(R * ld)) h.dtile.resize(static_cast<size_t>(R * ld));
@@ -738,8 +784,9 @@ ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i
   // dV_run += P_runᵀ dO, dK_run += dS_runᵀ Q   (the tiles read down their columns: sam = 1, sak = ld)
   for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r) {
     const int64_t a = plan.runs[r].first, len = plan.runs[r].second;
-    gemm_narrow_blocked<T, kIsa>(len, D, R, pt + off, 1, ld, gb, D, dv_bh + a * D, D, true);
-    gemm_narrow_blocked<T, kIsa>(len, D, R, dt + off, 1, ld, qb, D, dk_bh + a * D, D, true);
+    kg.need(a, a + len);
+    gemm_narrow_blocked<T, kIsa>(len, D, R, pt + off, 1, ld, gb, D, kg.dv + a * D, D, true);
+    gemm_narrow_blocked<T, kIsa>(len, D, R, dt + off, 1, ld, qb, D, kg.dk + a * D, D, true);
   }
   for (int64_t r = 0; r < R; ++r) {
     const T* s = pt + r * ld + u - plan.rare_ptr[r];
@@ -749,8 +796,9 @@ ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i
     for (int64_t e = plan.rare_ptr[r]; e < plan.rare_ptr[r + 1]; ++e) {
       const int64_t j = plan.rare[e];
       if (s[e] == T(0) && d[e] == T(0)) continue;  // an exact zero (NaN passes), as the per-key pass skips it
-      axpy(s[e], gb + r * D, dv_bh + j * D, D);
-      axpy(d[e], qb + r * D, dk_bh + j * D, D);
+      kg.need(j, j + 1);
+      axpy(s[e], gb + r * D, kg.dv + j * D, D);
+      axpy(d[e], qb + r * D, kg.dk + j * D, D);
     }
   }
 }
@@ -758,14 +806,15 @@ ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i
 // Backward of one query row pair by pair, scattering into the head's dK and dV (the blocks a tile cannot take).
 template <class T>
 ASC_ALWAYS_INLINE void backward_row_scatter(const Problem<T>& p, int64_t bh, int64_t i, const T* pr, const T* dr,
-                                            const T* qi, const T* gi, T* dk_bh, T* dv_bh) {
+                                            const T* qi, const T* gi, HeadKeyGrads<T>& kg) {
   const int64_t D = p.D;
   const auto [e0, len] = p.row(bh, i);
   for (int64_t x = 0; x < len; ++x) {
     if (pr[x] == T(0) && dr[x] == T(0)) continue;  // padding, an empty row, or an exact zero (NaN passes)
     const int64_t j = p.cols[e0 + x];
-    axpy(pr[x], gi, dv_bh + j * D, D);
-    axpy(dr[x], qi, dk_bh + j * D, D);
+    kg.need(j, j + 1);
+    axpy(pr[x], gi, kg.dv + j * D, D);
+    axpy(dr[x], qi, kg.dk + j * D, D);
   }
 }
 
@@ -822,19 +871,18 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
   parallel_for(B * H, p.cost(5) * Tq, [&](int64_t h0, int64_t h1) {
     Scratch<T> pr(static_cast<size_t>(std::max<int64_t>(pat.max_row, 1))), dr(pr.size());
     HeadTiles<T> h(S, D, /*backward=*/true);
+    HeadKeyGrads<T> kg;
     for (int64_t bh = h0; bh < h1; ++bh) {
-      T* dk_bh = dkp + bh * S * D;
-      T* dv_bh = dvp + bh * S * D;
-      std::fill(dk_bh, dk_bh + S * D, T(0));
-      std::fill(dv_bh, dv_bh + S * D, T(0));
+      kg.start(dkp + bh * S * D, dvp + bh * S * D, S, D);
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t i0 = blk * kBlockRows, rows = std::min(kBlockRows, Tq - i0);
         const BlockPlan& plan = plans.plan(bh, blk);
         if (plan.tiled) {
-          if (h.head != bh) ASC_CPU_DISPATCH(prepare_head<kIsa>(p, bh, h));
+          if (h.head != bh) start_head(p, bh, h);
           const int64_t at = (bh * Tq + i0) * D;
-          if (tile_finite(plan, h) && rows_finite(p.q + at, rows * D) && rows_finite(g + at, rows * D)) {
-            ASC_CPU_DISPATCH(backward_block<kIsa>(p, bh, i0, rows, plan, h, o, g, lse, dqp, dk_bh, dv_bh));
+          if (ASC_CPU_DISPATCH(tile_finite<kIsa>(p, plan, h)) && rows_finite(p.q + at, rows * D) &&
+              rows_finite(g + at, rows * D)) {
+            ASC_CPU_DISPATCH(backward_block<kIsa>(p, bh, i0, rows, plan, h, o, g, lse, dqp, kg));
             continue;
           }
         }
@@ -842,9 +890,10 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
           const int64_t at = (bh * Tq + i) * D;
           ASC_CPU_DISPATCH(
               backward_row<kIsa>(p, bh, i, lse[bh * Tq + i], o + at, g + at, pr.data(), dr.data(), dqp + at));
-          ASC_CPU_DISPATCH(backward_row_scatter(p, bh, i, pr.data(), dr.data(), p.q + at, g + at, dk_bh, dv_bh));
+          ASC_CPU_DISPATCH(backward_row_scatter(p, bh, i, pr.data(), dr.data(), p.q + at, g + at, kg));
         }
       }
+      kg.finish();
     }
   });
 }
