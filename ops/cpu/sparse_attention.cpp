@@ -582,6 +582,9 @@ struct HeadKeyGrads {
       zeroed[c] = 1;
     }
   }
+  ASC_ALWAYS_INLINE void need_key(int64_t j) {  // one key: a rare key's or the row path's, a flag test inline
+    if (!zeroed[static_cast<size_t>(j / kChunk)]) need(j, j + 1);
+  }
   void finish() { need(0, S); }
 };
 
@@ -796,7 +799,7 @@ ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i
     for (int64_t e = plan.rare_ptr[r]; e < plan.rare_ptr[r + 1]; ++e) {
       const int64_t j = plan.rare[e];
       if (s[e] == T(0) && d[e] == T(0)) continue;  // an exact zero (NaN passes), as the per-key pass skips it
-      kg.need(j, j + 1);
+      kg.need_key(j);
       axpy(s[e], gb + r * D, kg.dv + j * D, D);
       axpy(d[e], qb + r * D, kg.dk + j * D, D);
     }
@@ -812,7 +815,7 @@ ASC_ALWAYS_INLINE void backward_row_scatter(const Problem<T>& p, int64_t bh, int
   for (int64_t x = 0; x < len; ++x) {
     if (pr[x] == T(0) && dr[x] == T(0)) continue;  // padding, an empty row, or an exact zero (NaN passes)
     const int64_t j = p.cols[e0 + x];
-    kg.need(j, j + 1);
+    kg.need_key(j);
     axpy(pr[x], gi, kg.dv + j * D, D);
     axpy(dr[x], qi, kg.dk + j * D, D);
   }
