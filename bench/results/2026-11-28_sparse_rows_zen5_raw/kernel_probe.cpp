@@ -1,7 +1,7 @@
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <cmath>
 #include "ascender.h"
 using namespace asc;
 // Sparse kernel alone: forward (mode f) or forward + backward (mode b) of one pattern, best of iters.
@@ -46,6 +46,6 @@ int main(int argc, char** argv) {
     best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
   }
   const double pairs = p.defined() ? double(p.nnz()) / p.groups() : double(n) * n;
-  printf("%s %c n %ld: %.3f ms, pairs/head %.0f, %.2f ns/pair/head (rate %.3f TF/s %s)\n", which, mode, n, best * 1e3, pairs,
-         best * 1e9 / (pairs * H), 4.0 * D * pairs * H / best / 1e12, mode == 'b' ? "f+b" : "fwd");
+  printf("%s %c n %ld: %.3f ms, pairs/head %.0f, %.2f ns/pair/head (rate %.3f TF/s %s)\n", which, mode, n, best * 1e3,
+         pairs, best * 1e9 / (pairs * H), 4.0 * D * pairs * H / best / 1e12, mode == 'b' ? "f+b" : "fwd");
 }
