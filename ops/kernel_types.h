@@ -89,7 +89,8 @@ struct AscenderKernelState {
 };
 
 // ---- sparse attention over a CSR pattern (ops/sparse_attention.h: SparsePattern) --------------------------------
-// Read-only pointers into a pattern's own int64 lists, on its device (valid while the pattern lives).
+// Read-only pointers into a pattern's own int64 lists, on its device (valid while the pattern lives); the transpose's
+// (col_*) only where the caller asked for it (SparsePattern::view(true)), else null.
 struct SparsePatternLists {
   const int64_t *row_ptr, *cols, *col_ptr, *col_rows, *col_pos;
 };

@@ -77,52 +77,63 @@ SparsePattern SparsePattern::from_rows(int64_t groups, int64_t queries, int64_t 
 
 SparsePattern SparsePattern::from_csr(int64_t groups, int64_t queries, int64_t keys, Tensor row_ptr, Tensor cols_t) {
   SparsePattern p;
-  const int64_t n_rows = groups * queries, n_cols = groups * keys + 1;  // checked by the callers
+  const int64_t n_rows = groups * queries;  // checked by the callers
   const int64_t* rp = row_ptr.data_ptr<int64_t>();
-  const int64_t* cols = cols_t.data_ptr<int64_t>();
   p.groups_ = groups, p.queries_ = queries, p.keys_ = keys, p.nnz_ = rp[n_rows];
   for (int64_t r = 0; r < n_rows; ++r) p.max_row_ = std::max(p.max_row_, rp[r + 1] - rp[r]);
   p.row_ptr_ = std::move(row_ptr);
   p.cols_ = std::move(cols_t);
   p.cache_ = std::make_shared<SparsePatternCache>();
-  // The transpose, by counting sort per group: entries of key column c of group g in query order.
-  p.col_ptr_ = int64_buffer(n_cols);
-  p.col_rows_ = int64_buffer(p.nnz_);
-  p.col_pos_ = int64_buffer(p.nnz_);
-  int64_t* cp = p.col_ptr_.data_ptr<int64_t>();
-  int64_t* crow = p.col_rows_.data_ptr<int64_t>();
-  int64_t* cpos = p.col_pos_.data_ptr<int64_t>();
-  std::fill(cp, cp + n_cols, int64_t{0});
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t x = rp[g * queries]; x < rp[(g + 1) * queries]; ++x) ++cp[g * keys + cols[x] + 1];
-  std::partial_sum(cp, cp + n_cols, cp);
-  Tensor fill_t = int64_buffer(n_cols - 1);
-  int64_t* fill = fill_t.data_ptr<int64_t>();
-  std::copy(cp, cp + n_cols - 1, fill);
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t i = 0; i < queries; ++i)
-      for (int64_t x = rp[g * queries + i]; x < rp[g * queries + i + 1]; ++x) {
-        const int64_t slot = fill[g * keys + cols[x]]++;
-        crow[slot] = i;
-        cpos[slot] = x;
-      }
+  p.transpose_ = std::make_shared<Transpose>();
   return p;
 }
 
-void SparsePattern::check_lists(const char* who) const {
+const SparsePattern::Transpose& SparsePattern::transposed() const {
+  // Made from the CPU lists, by counting sort per group: entries of key column c of group g in query order. A pattern
+  // on a device got its transpose from `to`, which makes it on the host first.
+  std::call_once(transpose_->once, [this] {
+    const int64_t n_cols = groups_ * keys_ + 1;
+    const int64_t* rp = row_ptr_.data_ptr<int64_t>();
+    const int64_t* cols = cols_.data_ptr<int64_t>();
+    Transpose& t = *transpose_;
+    t.col_ptr = int64_buffer(n_cols);
+    t.col_rows = int64_buffer(nnz_);
+    t.col_pos = int64_buffer(nnz_);
+    int64_t* cp = t.col_ptr.data_ptr<int64_t>();
+    int64_t* crow = t.col_rows.data_ptr<int64_t>();
+    int64_t* cpos = t.col_pos.data_ptr<int64_t>();
+    std::fill(cp, cp + n_cols, int64_t{0});
+    for (int64_t g = 0; g < groups_; ++g)
+      for (int64_t x = rp[g * queries_]; x < rp[(g + 1) * queries_]; ++x) ++cp[g * keys_ + cols[x] + 1];
+    std::partial_sum(cp, cp + n_cols, cp);
+    Tensor fill_t = int64_buffer(n_cols - 1);
+    int64_t* fill = fill_t.data_ptr<int64_t>();
+    std::copy(cp, cp + n_cols - 1, fill);
+    for (int64_t g = 0; g < groups_; ++g)
+      for (int64_t i = 0; i < queries_; ++i)
+        for (int64_t x = rp[g * queries_ + i]; x < rp[g * queries_ + i + 1]; ++x) {
+          const int64_t slot = fill[g * keys_ + cols[x]]++;
+          crow[slot] = i;
+          cpos[slot] = x;
+        }
+  });
+  return *transpose_;
+}
+
+void SparsePattern::check_lists(const char* who, const Tensor& t_ptr, const Tensor& t_rows, const Tensor& t_pos) const {
   // The invariants from_rows establishes, re-checked on a copy (to()): sizes first, then every index, so that a
   // pattern whose storage was damaged is refused instead of read out of bounds.
   ASC_CHECK(groups_ >= 1 && queries_ >= 1 && keys_ >= 1 && keys_ <= kMaxKeys, "{}: invalid pattern sizes {}, {}, {}",
             who, groups_, queries_, keys_);
   const int64_t n_rows = checked_mul(groups_, queries_, who), n_cols = checked_mul(groups_, keys_, who);
-  ASC_CHECK(row_ptr_.numel() == n_rows + 1 && col_ptr_.numel() == n_cols + 1 && cols_.numel() == nnz_ &&
-                col_rows_.numel() == nnz_ && col_pos_.numel() == nnz_,
+  ASC_CHECK(row_ptr_.numel() == n_rows + 1 && t_ptr.numel() == n_cols + 1 && cols_.numel() == nnz_ &&
+                t_rows.numel() == nnz_ && t_pos.numel() == nnz_,
             "{}: the pattern's lists do not match its sizes", who);
   const int64_t* rp = row_ptr_.data_ptr<int64_t>();
   const int64_t* cols = cols_.data_ptr<int64_t>();
-  const int64_t* cp = col_ptr_.data_ptr<int64_t>();
-  const int64_t* crow = col_rows_.data_ptr<int64_t>();
-  const int64_t* cpos = col_pos_.data_ptr<int64_t>();
+  const int64_t* cp = t_ptr.data_ptr<int64_t>();
+  const int64_t* crow = t_rows.data_ptr<int64_t>();
+  const int64_t* cpos = t_pos.data_ptr<int64_t>();
   ASC_CHECK(rp[0] == 0 && rp[n_rows] == nnz_ && cp[0] == 0 && cp[n_cols] == nnz_, "{}: corrupt pattern (list ends)",
             who);
   int64_t longest = 0;
@@ -174,9 +185,9 @@ Tensor copy_of(const Tensor& t) { return t.defined() ? t.clone() : Tensor(); }
 
 Tensor SparsePattern::row_ptr() const { return copy_of(row_ptr_); }
 Tensor SparsePattern::cols() const { return copy_of(cols_); }
-Tensor SparsePattern::col_ptr() const { return copy_of(col_ptr_); }
-Tensor SparsePattern::col_rows() const { return copy_of(col_rows_); }
-Tensor SparsePattern::col_pos() const { return copy_of(col_pos_); }
+Tensor SparsePattern::col_ptr() const { return defined() ? copy_of(transposed().col_ptr) : Tensor(); }
+Tensor SparsePattern::col_rows() const { return defined() ? copy_of(transposed().col_rows) : Tensor(); }
+Tensor SparsePattern::col_pos() const { return defined() ? copy_of(transposed().col_pos) : Tensor(); }
 Tensor SparsePattern::rblk_ptr() const { return copy_of(rblk_ptr_); }
 Tensor SparsePattern::rblk_keys() const { return copy_of(rblk_keys_); }
 Tensor SparsePattern::rblk_bits() const { return copy_of(rblk_bits_); }
@@ -184,10 +195,15 @@ Tensor SparsePattern::kblk_ptr() const { return copy_of(kblk_ptr_); }
 Tensor SparsePattern::kblk_rows() const { return copy_of(kblk_rows_); }
 Tensor SparsePattern::kblk_bits() const { return copy_of(kblk_bits_); }
 
-SparsePattern::Lists SparsePattern::lists() const {
+SparsePattern::Lists SparsePattern::lists(bool transpose) const {
   ASC_CHECK(defined(), "SparsePattern: the pattern is empty (build it with a *_pattern function)");
-  return {row_ptr_.data_ptr<int64_t>(), cols_.data_ptr<int64_t>(), col_ptr_.data_ptr<int64_t>(),
-          col_rows_.data_ptr<int64_t>(), col_pos_.data_ptr<int64_t>()};
+  Lists l{row_ptr_.data_ptr<int64_t>(), cols_.data_ptr<int64_t>(), nullptr, nullptr, nullptr};
+  if (transpose) {
+    const Transpose& t = transposed();
+    l.col_ptr = t.col_ptr.data_ptr<int64_t>(), l.col_rows = t.col_rows.data_ptr<int64_t>();
+    l.col_pos = t.col_pos.data_ptr<int64_t>();
+  }
+  return l;
 }
 
 SparsePattern::BlockView SparsePattern::block_view() const {
@@ -196,9 +212,13 @@ SparsePattern::BlockView SparsePattern::block_view() const {
           kblk_ptr_.data_ptr<int64_t>(), kblk_rows_.data_ptr<int64_t>(), kblk_bits_.data_ptr<int64_t>()};
 }
 
-SparsePatternView SparsePattern::view() const {
-  SparsePatternView v{
-      .groups = groups_, .queries = queries_, .keys = keys_, .nnz = nnz_, .max_row = max_row_, .lists = lists()};
+SparsePatternView SparsePattern::view(bool transpose) const {
+  SparsePatternView v{.groups = groups_,
+                      .queries = queries_,
+                      .keys = keys_,
+                      .nnz = nnz_,
+                      .max_row = max_row_,
+                      .lists = lists(transpose)};
   if (has_block_view()) v.blocks = block_view();
   v.cache = cache_.get();
   return v;
@@ -243,20 +263,28 @@ SparsePattern SparsePattern::to(Device device) const {
   if (!defined()) return *this;  // the empty pattern is empty everywhere (the op refuses it)
   if (row_ptr_.device() == device) return *this;
   SparsePattern p = *this;
-  auto move_all = [&p](Device d) {
-    for (Tensor* t : {&p.row_ptr_, &p.cols_, &p.col_ptr_, &p.col_rows_, &p.col_pos_, &p.rblk_ptr_, &p.rblk_keys_,
-                      &p.rblk_bits_, &p.kblk_ptr_, &p.kblk_rows_, &p.kblk_bits_})
-      if (t->defined()) *t = t->to(d);
+  // The transpose moves too (made here on the host if it was not yet); the copy gets a holder of its own.
+  const Transpose& t = transposed();
+  Tensor col_ptr = t.col_ptr, col_rows = t.col_rows, col_pos = t.col_pos;
+  auto move_all = [&](Device d) {
+    for (Tensor* x : {&p.row_ptr_, &p.cols_, &col_ptr, &col_rows, &col_pos, &p.rblk_ptr_, &p.rblk_keys_, &p.rblk_bits_,
+                      &p.kblk_ptr_, &p.kblk_rows_, &p.kblk_bits_})
+      if (x->defined()) *x = x->to(d);
   };
   if (!p.row_ptr_.device().is_cpu()) move_all(Device::cpu());  // from a device: by way of the host
-  p.check_lists("SparsePattern::to");                          // O(nnz + groups · keys), as cheap as the copy itself
+  // O(nnz + groups · keys), as cheap as the copy itself
+  p.check_lists("SparsePattern::to", col_ptr, col_rows, col_pos);
   if (device.is_cuda() && !p.has_block_view()) {
     block_union(p.groups_, p.queries_, p.keys_, kRowBlock, p.row_ptr_.data_ptr<int64_t>(), p.cols_.data_ptr<int64_t>(),
                 p.rblk_ptr_, p.rblk_keys_, p.rblk_bits_);
-    block_union(p.groups_, p.keys_, p.queries_, kKeyBlock, p.col_ptr_.data_ptr<int64_t>(),
-                p.col_rows_.data_ptr<int64_t>(), p.kblk_ptr_, p.kblk_rows_, p.kblk_bits_);
+    block_union(p.groups_, p.keys_, p.queries_, kKeyBlock, col_ptr.data_ptr<int64_t>(), col_rows.data_ptr<int64_t>(),
+                p.kblk_ptr_, p.kblk_rows_, p.kblk_bits_);
   }
   if (!device.is_cpu()) move_all(device);
+  p.transpose_ = std::make_shared<Transpose>();
+  std::call_once(p.transpose_->once, [&] {
+    p.transpose_->col_ptr = col_ptr, p.transpose_->col_rows = col_rows, p.transpose_->col_pos = col_pos;
+  });
   return p;
 }
 
@@ -542,10 +570,12 @@ Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
                      [qs = SavedTensor(qc, kOp), ks = SavedTensor(kc, kOp), vs = SavedTensor(vc, kOp),
                       os = SavedTensor(o, kOp), lse, keep, p, sc](const TensorList& g) -> TensorList {
                        const Tensor q = qs.get(), k = ks.get(), v = vs.get();
+                       // the CPU backward of a single (batch, head) walks the pattern's transpose
+                       const bool transpose = q.device().is_cpu() && q.size(0) * q.size(1) == 1;
                        Tensor dq = Tensor::empty(q.shape(), q.options()), dk = Tensor::empty(k.shape(), q.options()),
                               dv = Tensor::empty(v.shape(), q.options());  // the kernels write every element
                        ASC_KERNEL_COUNTED(g[0].device(), kOp, 2 * forward_flops(q, p), sparse_attention_backward, q, k,
-                                          v, p.view(), keep, sc, os.get(), g[0].contiguous(), lse, dq, dk, dv);
+                                          v, p.view(transpose), keep, sc, os.get(), g[0].contiguous(), lse, dq, dk, dv);
                        return {dq, dk, dv};
                      });
   }

@@ -20,6 +20,7 @@
 //   pattern_union          the union of patterns: a key allowed by several counts once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "core/tensor.h"
@@ -89,22 +90,33 @@ class SparsePattern {
 
   // For the kernels (ops/kernel_types.h): read-only pointers into the pattern's own lists, on its device (valid while
   // a copy of the pattern lives). lists() and view() refuse the empty pattern, block_view() a pattern without a block
-  // view; view() carries the block view when the pattern has one.
+  // view; view() carries the block view when the pattern has one. The transpose (col_*) is made the first time
+  // something asks for it — lists() with transpose = true, col_ptr() and the others, a move to a device — and kept
+  // for every copy: only the single-(batch, head) CPU backward and the CUDA block view read it, so a pattern made
+  // per call (ASAM's clustered part) need not build it. Without it, lists' col_* pointers are null.
   using Lists = SparsePatternLists;
   using BlockView = SparsePatternBlocks;
-  Lists lists() const;
+  Lists lists(bool transpose = false) const;
   BlockView block_view() const;
-  SparsePatternView view() const;
+  SparsePatternView view(bool transpose = false) const;
 
  private:
-  void check_lists(const char* who) const;  // every invariant above, on CPU lists
+  // every invariant above, on CPU lists and the transpose given
+  void check_lists(const char* who, const Tensor& t_ptr, const Tensor& t_rows, const Tensor& t_pos) const;
   // The pattern of CSR lists whose rows are already sorted, free of repeats and within [0, keys), sizes checked
-  // (from_rows, pattern_union): counts the entries and builds the transpose.
+  // (from_rows, pattern_union): counts the entries (the transpose is made when first asked for).
   static SparsePattern from_csr(int64_t groups, int64_t queries, int64_t keys, Tensor row_ptr, Tensor cols);
   friend SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
+  // The transpose, shared by copies: made once (from the CPU lists), or given by `to` on a device.
+  struct Transpose {
+    std::once_flag once;
+    Tensor col_ptr, col_rows, col_pos;
+  };
+  const Transpose& transposed() const;
 
   int64_t groups_ = 0, queries_ = 0, keys_ = 0, nnz_ = 0, max_row_ = 0;
-  Tensor row_ptr_, cols_, col_ptr_, col_rows_, col_pos_;
+  Tensor row_ptr_, cols_;
+  std::shared_ptr<Transpose> transpose_;
   Tensor rblk_ptr_, rblk_keys_, rblk_bits_, kblk_ptr_, kblk_rows_, kblk_bits_;
   // What the kernels derive from the lists and keep (the CPU tile plans), shared by copies: the lists never change.
   std::shared_ptr<SparsePatternCache> cache_;

@@ -227,8 +227,9 @@ TEST_CASE("one model shared by several threads in no-grad mode: every call match
 
 TEST_CASE("one sparse pattern's first calls on several threads at once: each plans or waits, every result as alone") {
   // The CPU sparse kernels plan a pattern on its first call and keep the plans in it, for every copy (without
-  // padding once; with padding the last table and its key_keep). Threads that all make their first calls at once,
-  // on copies of one fresh pattern, half of them with padding, forward and backward, three times each.
+  // padding once; with padding the last table and its key_keep), and make its transpose the first time a backward
+  // of a single (batch, head) needs it. Threads that all make their first calls at once, on copies of one fresh
+  // pattern, half of them with padding and a quarter on one (batch, head), forward and backward, three times each.
   const int64_t T = 100, D = 16;
   auto make = [&] {
     return pattern_union(
@@ -244,8 +245,9 @@ TEST_CASE("one sparse pattern's first calls on several threads at once: each pla
   };
   auto run = [&](const SparsePattern& p, int t) {
     Generator g(static_cast<uint64_t>(50 + t));
-    Tensor q = randn({2, 2, T, D}, {}, &g).set_requires_grad(true), k = randn({2, 2, T, D}, {}, &g),
-           v = randn({2, 2, T, D}, {}, &g);
+    const int64_t BH = t % 4 == 2 ? 1 : 2;  // B = H = 1: the two-pass backward, over the transpose
+    Tensor q = randn({BH, BH, T, D}, {}, &g).set_requires_grad(true), k = randn({BH, BH, T, D}, {}, &g),
+           v = randn({BH, BH, T, D}, {}, &g);
     Tensor o = sparse_attention(q, k, v, p, keep_of(t));
     o.sum().backward();
     return std::pair{o.detach(), q.grad()};

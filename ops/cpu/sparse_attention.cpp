@@ -831,6 +831,7 @@ void backward_two_pass(const Problem<T>& p, const SparsePatternView& pat, const 
   const T* lse = lse_t.data_ptr<T>();
   T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
   const SparsePatternLists& lists = pat.lists;
+  ASC_CHECK(lists.col_ptr != nullptr, "sparse_attention backward: the pattern's transpose was not passed");
   const int64_t *col_ptr = lists.col_ptr, *col_rows = lists.col_rows, *col_pos = lists.col_pos;
   // P and dS of one (batch, head): as many pairs as its group has.
   int64_t pairs = 0;
