@@ -70,8 +70,8 @@ inline FwdBwd time_forward_backward(Device d, int reps, const std::function<Tens
   const size_t before = live_bytes(d);
   reset_peak(d);
   // Warm-up, as for the forward: the backward's first run pays what every later step does not (its buffers' first
-  // page faults, per-thread scratch, kept plans), which with one repetition (bench_asam above n = 4096) was a third
-  // of a fast kernel's time.
+  // page faults, per-thread scratch, kept plans): timed with one repetition, as bench_asam once did above n = 4096,
+  // it was a third of a fast kernel's time.
   zero_grad();
   forward().sum().backward();
   sync(d);
