@@ -252,7 +252,7 @@ void run_family(const char* family, const std::vector<Case>& cases) {
       for (DType dt : {kFloat32, kFloat64})
         for (View v : c.views) {
           CAPTURE(c.op);
-          CAPTURE(view_name(v));
+          INFO("view: " << view_name(v));  // CAPTURE of a const char* would print the pointer
           CHECK_NOTHROW(run_one(c, dt, v, 1, /*cpu_only=*/true));
           ++n;
         }
@@ -689,7 +689,7 @@ TEST_CASE("cuda parity: copy between every dtype pair") {
 TEST_CASE("cuda parity: optimizer steps") {
   ASC_GPU_GUARD();
   auto run = [](const char* name, auto make) {
-    CAPTURE(name);
+    INFO("case: " << name);
     for (DType dt : {kFloat32, kFloat64}) {
       Generator gen(31);
       Tensor p0 = randn({4, 6}, {.dtype = dt}, &gen), g0 = randn({4, 6}, {.dtype = dt}, &gen);

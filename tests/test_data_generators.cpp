@@ -420,7 +420,7 @@ TEST_CASE("grouping: groups follow the vocabulary and the label is the recounted
 
 TEST_CASE("generated tasks: get() from several threads at once returns what a single thread gets") {
   for (const char* name : {"listops", "pathfinder", "grouping"}) {
-    CAPTURE(name);
+    INFO("task: " << name);  // CAPTURE of a const char* would print the pointer
     const Task t = make_task(name, {.seed = 3, .train_size = 64, .val_size = 1, .test_size = 1});
     std::vector<std::vector<int64_t>> serial;
     for (int64_t i = 0; i < 64; ++i) serial.push_back(t.train->get(i).input.to_vector<int64_t>());

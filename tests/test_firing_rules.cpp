@@ -386,7 +386,7 @@ TEST_CASE(
        }},
   };
   for (const auto& [fragment, spoil] : bad) {
-    CAPTURE(fragment);
+    INFO("refusal: " << fragment);  // CAPTURE of a const char* would print the pointer
     manual_seed(20);
     auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(D, P).threshold(-0.2));
     optim::SGD opt(layer->parameters(), {.lr = 0.1, .momentum = 0.9});
@@ -613,7 +613,7 @@ TEST_CASE("rule B options: each bound of the table, each side; NaN and +-inf ref
       {"f_max", &O::f_max},       {"sp_min", &O::sp_min},     {"sp_max", &O::sp_max}};
   for (const auto& [name, member] : all)
     for (double v : {kNaN, kInf, -kInf}) {
-      CAPTURE(name);
+      INFO("option: " << name);  // CAPTURE of a const char* would print the pointer
       CAPTURE(v);
       const std::string msg = std::string("option ") + name + " must be a finite number";
       refuses_b([&](O& o) { o.*member = v; }, {"FiringRuleB", msg.c_str()});
