@@ -22,46 +22,17 @@
 
 namespace asc::cpu {
 
-// Rows i .. i + 3, columns j .. j + 2 L of C (L lanes of kBytes-byte vectors): K summed in 8 vector registers.
-template <class T, int kBytes>
+// Rows i .. i + kRows - 1, columns j .. j + 2 L of C (L lanes of kBytes-byte vectors): K summed in 2 kRows vector
+// registers (8 for the 4-row tiles; fewer for the last M % 4 rows, which would otherwise take a scalar loop over N × K:
+// a window's 271 keys as the rows of dK += dSᵀ Q). The accumulators are indexed by constants only once the row loops
+// unroll, so GCC keeps them in registers. Vectors move through memcpy (unaligned loads and stores) and never cross a
+// call: no lambdas here (GCC warns that passing them changes the ABI between the levels).
+template <class T, int kBytes, int kRows>
 ASC_ALWAYS_INLINE void gemm_narrow_tile(int64_t i, int64_t j, int64_t K, const T* A, int64_t sam, int64_t sak,
                                         const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate) {
   typedef T V __attribute__((vector_size(kBytes)));
   constexpr int64_t L = kBytes / sizeof(T);
-  const T *a0 = A + i * sam, *a1 = a0 + sam, *a2 = a1 + sam, *a3 = a2 + sam;
-  // Vectors move through memcpy (unaligned loads and stores) and never cross a call: no lambdas here (GCC warns that
-  // passing them changes the ABI between the levels).
-  V c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {};
-  for (int64_t c = 0; c < K; ++c) {
-    V b0, b1;
-    std::memcpy(&b0, B + c * ldb + j, sizeof(V));
-    std::memcpy(&b1, B + c * ldb + j + L, sizeof(V));
-    const T x0 = a0[c * sak], x1 = a1[c * sak], x2 = a2[c * sak], x3 = a3[c * sak];
-    c00 += x0 * b0, c01 += x0 * b1, c10 += x1 * b0, c11 += x1 * b1;
-    c20 += x2 * b0, c21 += x2 * b1, c30 += x3 * b0, c31 += x3 * b1;
-  }
-  T* cr = C + i * ldc + j;
-  if (accumulate) {
-    V t;
-    std::memcpy(&t, cr, sizeof(V)), c00 += t, std::memcpy(&t, cr + L, sizeof(V)), c01 += t;
-    std::memcpy(&t, cr + ldc, sizeof(V)), c10 += t, std::memcpy(&t, cr + ldc + L, sizeof(V)), c11 += t;
-    std::memcpy(&t, cr + 2 * ldc, sizeof(V)), c20 += t, std::memcpy(&t, cr + 2 * ldc + L, sizeof(V)), c21 += t;
-    std::memcpy(&t, cr + 3 * ldc, sizeof(V)), c30 += t, std::memcpy(&t, cr + 3 * ldc + L, sizeof(V)), c31 += t;
-  }
-  std::memcpy(cr, &c00, sizeof(V)), std::memcpy(cr + L, &c01, sizeof(V));
-  std::memcpy(cr + ldc, &c10, sizeof(V)), std::memcpy(cr + ldc + L, &c11, sizeof(V));
-  std::memcpy(cr + 2 * ldc, &c20, sizeof(V)), std::memcpy(cr + 2 * ldc + L, &c21, sizeof(V));
-  std::memcpy(cr + 3 * ldc, &c30, sizeof(V)), std::memcpy(cr + 3 * ldc + L, &c31, sizeof(V));
-}
-
-// The same for the last kRows < 4 rows i .. i + kRows - 1 (M not a multiple of 4: a window's 271 keys as the rows of
-// dK += dSᵀ Q), so that they do not fall to a scalar loop over N × K.
-template <class T, int kBytes, int kRows>
-ASC_ALWAYS_INLINE void gemm_narrow_tail_tile(int64_t i, int64_t j, int64_t K, const T* A, int64_t sam, int64_t sak,
-                                             const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate) {
-  typedef T V __attribute__((vector_size(kBytes)));
-  constexpr int64_t L = kBytes / sizeof(T);
-  V c0[kRows] = {}, c1[kRows] = {};  // constant indices only: GCC keeps them in registers
+  V c0[kRows] = {}, c1[kRows] = {};
   for (int64_t c = 0; c < K; ++c) {
     V b0, b1;
     std::memcpy(&b0, B + c * ldb + j, sizeof(V));
@@ -81,25 +52,25 @@ ASC_ALWAYS_INLINE void gemm_narrow_tail_tile(int64_t i, int64_t j, int64_t K, co
   }
 }
 
-// Columns [j0, N) of the last kRows < 4 rows from row i: vector tiles as gemm_narrow's, then scalars.
+// Rows i .. i + kRows - 1 of gemm_narrow (below), every column: 512-bit tiles at x86-64-v4, 256-bit ones, one more
+// 256-bit tile in the room, then scalars.
 template <class T, CpuIsa kIsa, int kRows>
-ASC_ALWAYS_INLINE void gemm_narrow_tail_rows(int64_t i, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak,
-                                             const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate,
-                                             int64_t room) {
-  constexpr int64_t W = 64 / sizeof(T), W2 = 128 / sizeof(T);
+ASC_ALWAYS_INLINE void gemm_narrow_rows(int64_t i, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak,
+                                        const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate, int64_t room) {
+  constexpr int64_t W = 64 / sizeof(T), W2 = 128 / sizeof(T);  // columns per 256-bit and per 512-bit tile
   int64_t j = 0;
   if constexpr (kIsa == CpuIsa::x86_64_v4)
-    for (; j + W2 <= N; j += W2) gemm_narrow_tail_tile<T, 64, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
-  for (; j + W <= N; j += W) gemm_narrow_tail_tile<T, 32, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
-  if (j < N && j + W <= room) {
-    gemm_narrow_tail_tile<T, 32, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
+    for (; j + W2 <= N; j += W2) gemm_narrow_tile<T, 64, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
+  for (; j + W <= N; j += W) gemm_narrow_tile<T, 32, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
+  if (j < N && j + W <= room) {  // the tail in the room: one vector tile
+    gemm_narrow_tile<T, 32, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
     j = N;
   }
-  for (int64_t r = i; r < i + kRows; ++r)
-    for (int64_t jj = j; jj < N; ++jj) {
+  for (; j < N; ++j)  // the last < W columns
+    for (int64_t r = i; r < i + kRows; ++r) {
       T s = 0;
-      for (int64_t c = 0; c < K; ++c) s += A[r * sam + c * sak] * B[c * ldb + jj];
-      C[r * ldc + jj] = accumulate ? C[r * ldc + jj] + s : s;
+      for (int64_t c = 0; c < K; ++c) s += A[r * sam + c * sak] * B[c * ldb + j];
+      C[r * ldc + j] = accumulate ? C[r * ldc + j] + s : s;
     }
 }
 
@@ -117,28 +88,12 @@ ASC_ALWAYS_INLINE void gemm_narrow_tail_rows(int64_t i, int64_t N, int64_t K, co
 template <class T, CpuIsa kIsa = CpuIsa::baseline>
 ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B,
                                    int64_t ldb, T* C, int64_t ldc, bool accumulate = false, int64_t room = 0) {
-  constexpr int64_t W = 64 / sizeof(T), W2 = 128 / sizeof(T);  // columns per 256-bit and per 512-bit tile
   int64_t i = 0;
-  for (; i + 4 <= M; i += 4) {
-    int64_t j = 0;
-    if constexpr (kIsa == CpuIsa::x86_64_v4)
-      for (; j + W2 <= N; j += W2) gemm_narrow_tile<T, 64>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
-    for (; j + W <= N; j += W) gemm_narrow_tile<T, 32>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
-    if (j < N && j + W <= room) {  // the tail in the room: one vector tile
-      gemm_narrow_tile<T, 32>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
-      j = N;
-    }
-    for (; j < N; ++j)  // the last < W columns
-      for (int64_t r = 0; r < 4; ++r) {
-        T s = 0;
-        for (int64_t c = 0; c < K; ++c) s += A[(i + r) * sam + c * sak] * B[c * ldb + j];
-        C[(i + r) * ldc + j] = accumulate ? C[(i + r) * ldc + j] + s : s;
-      }
-  }
+  for (; i + 4 <= M; i += 4) gemm_narrow_rows<T, kIsa, 4>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
   // the last < 4 rows
-  if (M - i == 3) gemm_narrow_tail_rows<T, kIsa, 3>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
-  if (M - i == 2) gemm_narrow_tail_rows<T, kIsa, 2>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
-  if (M - i == 1) gemm_narrow_tail_rows<T, kIsa, 1>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
+  if (M - i == 3) gemm_narrow_rows<T, kIsa, 3>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
+  if (M - i == 2) gemm_narrow_rows<T, kIsa, 2>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
+  if (M - i == 1) gemm_narrow_rows<T, kIsa, 1>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
 }
 
 // A row-major (row stride lda).

@@ -552,7 +552,7 @@ ASC_ALWAYS_INLINE void ensure_keys(const Problem<T>& p, HeadTiles<T>& h, int64_t
 // must reach exactly the rows that attend it; 0 · NaN in a product would spread it to the others). The kTileRoom
 // keys after each run are made too: the score products' tail tile reads their columns.
 template <CpuIsa kIsa, class T>
-ASC_ALWAYS_INLINE bool tile_finite(const Problem<T>& p, const BlockPlan& plan, HeadTiles<T>& h) {
+ASC_ALWAYS_INLINE bool tile_keys_ready(const Problem<T>& p, const BlockPlan& plan, HeadTiles<T>& h) {
   bool finite = true;
   for (const auto& [a, len] : plan.runs) {
     ensure_keys<kIsa>(p, h, a, a + len + kTileRoom);
@@ -680,7 +680,7 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
       const BlockPlan& plan = plans.plan(bh, blk);
       if (plan.tiled) {
         if (h.head != bh) start_head(p, bh, h);
-        if (ASC_CPU_DISPATCH(tile_finite<kIsa>(p, plan, h))) {
+        if (ASC_CPU_DISPATCH(tile_keys_ready<kIsa>(p, plan, h))) {
           ASC_CPU_DISPATCH(forward_block<kIsa>(p, bh, i0, rows, plan, h, op, lse));
           continue;
         }
@@ -884,7 +884,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
         if (plan.tiled) {
           if (h.head != bh) start_head(p, bh, h);
           const int64_t at = (bh * Tq + i0) * D;
-          if (ASC_CPU_DISPATCH(tile_finite<kIsa>(p, plan, h)) && rows_finite(p.q + at, rows * D) &&
+          if (ASC_CPU_DISPATCH(tile_keys_ready<kIsa>(p, plan, h)) && rows_finite(p.q + at, rows * D) &&
               rows_finite(g + at, rows * D)) {
             ASC_CPU_DISPATCH(backward_block<kIsa>(p, bh, i0, rows, plan, h, o, g, lse, dqp, kg));
             continue;
