@@ -367,16 +367,19 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
     int64_t B, H, D;
     std::vector<int64_t> pad_keys = {};  // more padding keys of the last batch row (with padding)
   };
-  std::vector<std::vector<int64_t>> holes(static_cast<size_t>(T));  // a window of ±12 without the multiples of 5
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = std::max<int64_t>(0, i - 12); j <= std::min<int64_t>(T - 1, i + 12); ++j)
-      if (j % 5 != 0 || j == i) holes[static_cast<size_t>(i)].push_back(j);
-  // ±12 without the multiples of 7, over 2 T keys: no row sees those keys nor the second T (a chunk of keys the
-  // blocks never reach), whose dk and dv must be 0
-  std::vector<std::vector<int64_t>> unseen(static_cast<size_t>(T));
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = std::max<int64_t>(0, i - 12); j <= std::min<int64_t>(T - 1, i + 12); ++j)
-      if (j % 7 != 0) unseen[static_cast<size_t>(i)].push_back(j);
+  // A window of ±12 keys around each row, keeping the keys j with kept(i, j), over `keys` columns
+  auto window_where = [&](int64_t keys, auto kept) {
+    std::vector<std::vector<int64_t>> rows(static_cast<size_t>(T));
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = std::max<int64_t>(0, i - 12); j <= std::min<int64_t>(T - 1, i + 12); ++j)
+        if (kept(i, j)) rows[static_cast<size_t>(i)].push_back(j);
+    return SparsePattern::from_rows(1, T, keys, std::move(rows));
+  };
+  // without the multiples of 5 (each row keeps its own key)
+  const SparsePattern holes = window_where(T, [](int64_t i, int64_t j) { return j % 5 != 0 || j == i; });
+  // without the multiples of 7, over 2 T keys: no row sees those keys nor the second T (a chunk of keys the blocks
+  // never reach), whose dk and dv must be 0
+  const SparsePattern unseen = window_where(2 * T, [](int64_t, int64_t j) { return j % 7 != 0; });
   const std::vector<Case> cases = {
       {"window", local_window_pattern(T, 24, false), false, 1, 2, 20},
       {"window + global + random",
@@ -393,9 +396,9 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
        true, 2, 2, 20},
       {"hierarchical", hierarchical_pattern(T, 12, false), false, 1, 3, 20},
       {"hierarchical, padding (a summary column too)", hierarchical_pattern(T, 12, false), true, 2, 2, 20, {T + 5}},
-      {"window with holes", SparsePattern::from_rows(1, T, T, holes), false, 2, 1, 20},
-      {"window with holes, padding", SparsePattern::from_rows(1, T, T, holes), true, 2, 2, 20, {40, 41, 77}},
-      {"window, keys no row attends", SparsePattern::from_rows(1, T, 2 * T, unseen), false, 2, 2, 20},
+      {"window with holes", holes, false, 2, 1, 20},
+      {"window with holes, padding", holes, true, 2, 2, 20, {40, 41, 77}},
+      {"window, keys no row attends", unseen, false, 2, 2, 20},
       {"window, one head", local_window_pattern(T, 24, false), false, 1, 1, 20},
       // Every 8th key: a block's tile would be 1/8 full, so rows go one by one — 19 keys each, the dot products 16
       // float (8 double) keys at a time at x86-64-v4, and the weighted sums in registers.
