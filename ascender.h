@@ -11,6 +11,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"
 #include "core/cpu_isa.h"
+#include "core/cpu_peak.h"
 #include "core/determinism.h"
 #include "core/format.h"
 #include "core/generator.h"

@@ -33,10 +33,15 @@ const char* cpu_isa_name(CpuIsa isa);  // "baseline", "x86-64-v3", "x86-64-v4"
 // asc::Error for any other name.
 CpuIsa parse_cpu_isa(std::string_view name);
 
-// Which kernel the CPU's large GEMMs run, for benchmark headers: "OpenBLAS <core>" (the core OpenBLAS picked for this
-// processor, or the one OPENBLAS_CORETYPE in the environment names: "Haswell" runs AVX2 kernels, "SkylakeX" and
-// "Cooperlake" AVX-512 ones), or "built-in" without OpenBLAS. The matmul kernels are OpenBLAS's own, not ours:
-// this level is its, not cpu_isa()'s.
+// Which kernels the CPU's large float32 GEMMs run, for benchmark headers and reports: "oneDNN 2.6 <isa>" (the
+// instruction set oneDNN chose from the processor's features: "avx512_core_bf16", "avx2", ...), else "OpenBLAS
+// <core>" (the core OpenBLAS picked by the processor's model number, or the one OPENBLAS_CORETYPE names; on a
+// processor it does not know, "Prescott": SSE3 kernels), or "built-in" with neither. These kernels are the library's,
+// not ours: their level is theirs, not cpu_isa()'s. cpu_gemm_kernel_f64 names float64's (OpenBLAS or built-in).
 std::string cpu_gemm_kernel();
+std::string cpu_gemm_kernel_f64();
+// True when the float32 GEMM kernels in use run without AVX2 on a processor that has it (OpenBLAS's fallback cores,
+// or the built-in loops): every product at a fraction of the machine's speed.
+bool cpu_gemm_kernel_generic();
 
 }  // namespace asc

@@ -10,6 +10,8 @@
 #include <utility>
 
 #include "core/allocator.h"
+#include "core/cpu_isa.h"
+#include "core/cpu_peak.h"
 #include "core/error.h"
 #include "core/format.h"
 
@@ -84,7 +86,7 @@ std::string display_name(const Event& e) {
 
 namespace detail {
 
-bool begin(EventKind kind, std::string name, const char* kernel) {
+bool begin(EventKind kind, std::string name, const char* kernel, bool cpu) {
   // Acquire: the session's start (g_t0, g_session) was written before the release that set g_recording.
   if (!g_recording.load(std::memory_order_acquire)) return false;
   ThreadState& t = state();
@@ -92,6 +94,7 @@ bool begin(EventKind kind, std::string name, const char* kernel) {
   o.event.name = std::move(name);
   o.event.kernel = kernel;
   o.event.kind = kind;
+  o.event.cpu = cpu;
   o.event.thread = t.id;
   o.event.depth = static_cast<int>(t.stack.size());
   o.event.bytes = kind == EventKind::Range ? static_cast<int64_t>(thread_allocated_bytes()) : 0;
@@ -189,6 +192,14 @@ int64_t Profile::calls(const std::string& op, const std::string& kernel) const {
   });
 }
 
+GemmTime Profile::cpu_gemm() const {
+  GemmTime g;
+  for (const Event& e : events_)
+    if (e.kind == EventKind::Kernel && e.cpu && e.name == "matmul" && e.flops >= 0)
+      ++g.calls, g.flops += e.flops, g.ns += e.self_ns;
+  return g;
+}
+
 double Profile::recorded_ms() const {
   int64_t ns = 0;
   for (const Event& e : events_)
@@ -230,6 +241,14 @@ std::string Profile::table(size_t rows) const {
       "peak live CPU tensor storage {:.2f} MB; process peak resident set {:.1f} MB\n",
       wall, recorded, wall > 0 ? 100 * recorded / wall : 0.0, static_cast<double>(peak_bytes_) / (1 << 20),
       static_cast<double>(ru.ru_maxrss) / 1024);
+  if (const GemmTime g = cpu_gemm(); g.calls > 0 && g.ns > 0) {
+    const CpuPeak& peak = cpu_peak();
+    const double rate = g.flops / (static_cast<double>(g.ns) * 1e-9);
+    out += fmt::format(
+        "CPU GEMM ({} matmul kernels, {}): {:.3f} GFLOP in {:.3f} ms, {:.1f} GFLOP/s = {:.1f} % of the {}\n", g.calls,
+        cpu_gemm_kernel(), g.flops * 1e-9, static_cast<double>(g.ns) * 1e-6, rate * 1e-9,
+        peak.fp32_flops > 0 ? 100 * rate / peak.fp32_flops : 0.0, peak.describe());
+  }
   return out;
 }
 

@@ -55,6 +55,15 @@ struct Event {
   int64_t bytes = 0;
   int64_t live_bytes = 0;  // live CPU tensor storage at the event's end
   int depth = 0;           // enclosing events on the same thread
+  bool cpu = true;         // kernel events: the kernel ran on the CPU (a GPU kernel's event times its launch)
+};
+
+// The CPU's matrix products over a profile: the "matmul" kernel events on the CPU (linear layers and every op built
+// on matmul dispatch it), their FLOPs and their time.
+struct GemmTime {
+  int64_t calls = 0;
+  double flops = 0;
+  int64_t ns = 0;
 };
 
 // One row of the table: the events of one name and kind.
@@ -81,6 +90,9 @@ class Profile {
   const std::vector<Event>& events() const { return events_; }
   // Aggregated by name and kind, sorted by self time (largest first).
   std::vector<OpStats> stats() const;
+  // Σ over the CPU "matmul" kernel events. Its rate ÷ cpu_peak().fp32_flops (core/cpu_peak.h) is the GEMM
+  // efficiency the table's last line states.
+  GemmTime cpu_gemm() const;
   // Kernel events of the op `op` (any kernel), or of that op's kernel `kernel`.
   int64_t calls(const std::string& op, const std::string& kernel = "") const;
 
@@ -90,7 +102,8 @@ class Profile {
   // Peak live CPU tensor storage during the profile, in bytes (blocks above 4 KiB, core/allocator.h).
   int64_t peak_cpu_bytes() const { return peak_bytes_; }
 
-  // The table, `rows` rows (0: all), then the totals: wall time, recorded time, peak memory.
+  // The table, `rows` rows (0: all), then the totals: wall time, recorded time, peak memory, and when the CPU ran
+  // matrix products, their efficiency against the processor's fp32 peak.
   std::string table(size_t rows = 25) const;
   // Chrome trace-event JSON ("X" events, µs, one track per thread, plus the memory counter); an asc::Error naming the
   // file when it cannot be written.
@@ -118,16 +131,17 @@ class Range {
 namespace detail {
 extern std::atomic<bool> g_recording;
 inline bool recording() { return ASC_PROFILER_ENABLED && g_recording.load(std::memory_order_relaxed); }
-bool begin(EventKind kind, std::string name, const char* kernel = "");  // false: not recording after all
+// false: not recording after all
+bool begin(EventKind kind, std::string name, const char* kernel = "", bool cpu = true);
 void end(double flops);  // closes the innermost open event of this thread
 }  // namespace detail
 
 // The event of one kernel dispatch (ASC_KERNEL); flops, if known, set before it closes.
 class KernelScope {
  public:
-  KernelScope(const char* op, const char* kernel) {
+  KernelScope(const char* op, const char* kernel, bool cpu = true) {
     if (detail::recording()) [[unlikely]]
-      open_ = detail::begin(EventKind::Kernel, op, kernel);
+      open_ = detail::begin(EventKind::Kernel, op, kernel, cpu);
   }
   ~KernelScope() {
     if (open_) [[unlikely]]

@@ -1,5 +1,7 @@
 // The FLOP counter (models/flops.h): hand-counted small models, the sparse patterns' pair counts against their dense
 // masks, and the relations between modes that must hold whatever the constants.
+#include <chrono>
+
 #include "models/decoder_lm.h"
 #include "models/firing_net.h"
 #include "models/flops.h"
@@ -86,4 +88,32 @@ TEST_CASE(
   nn::Sequential with_norm{std::make_shared<nn::Linear>(4, 4),
                            std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({4}))};
   CHECK_THROWS_WITH_AS(models::count_flops(with_norm, 1), doctest::Contains("LayerNorm"), Error);
+}
+
+TEST_CASE("cpu_peak: the processor's fp32 peak is its threads × clock × lanes × FMA units × 2, and bounds what runs") {
+  const CpuPeak& p = cpu_peak();
+  MESSAGE(p.describe());
+  CHECK(&p == &cpu_peak());     // measured once per thread count
+  if (p.clock_hz == 0) return;  // not x86-64: nothing measured
+  CHECK(p.clock_hz > 0.5e9);
+  CHECK(p.clock_hz < 7e9);
+  CHECK(p.fma_units >= 1);
+  CHECK(p.fma_units <= 4);
+  CHECK(p.fp32_flops == doctest::Approx(p.threads * p.clock_hz * p.fp32_lanes * p.fma_units * 2));
+  if (cpu_isa_supported() == CpuIsa::x86_64_v4) CHECK(p.fp32_lanes == 16);
+  // Upper bound: the FMA loop cannot beat the peak it is part of (an optimiser that merges its chains did: 2x).
+  CHECK(p.fma_rate_fp32 <= 1.1 * p.fp32_flops);
+  // Lower bound: no GEMM beats the peak either. A 256^3 product through the library, best of 5.
+  Tensor a = randn({256, 256}), b = randn({256, 256});
+  double best = 1e30;
+  for (int r = 0; r < 6; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    matmul(a, b);
+    if (r > 0) best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const double gemm = 2.0 * 256 * 256 * 256 / best;
+  MESSAGE("matmul 256^3: ", gemm * 1e-9, " GFLOP/s");
+  CHECK(gemm <= 1.15 * p.fp32_flops);
+  CHECK(p.bf16_flops > 0);
+  if (!p.bf16) CHECK(p.bf16_flops == p.fp32_flops);
 }

@@ -1,4 +1,15 @@
-// matmul: 1-D/2-D/batched/broadcast shapes and transposed operands vs naive loops, gradients, errors.
+// matmul: 1-D/2-D/batched/broadcast shapes and transposed operands vs naive loops, gradients, errors; float32
+// products through the GEMM library (oneDNN or OpenBLAS) at every operand layout, NaN and inf propagation, products
+// interrupted by signals, and the library's kernels not generic on a processor with AVX2.
+#include <signal.h>
+#include <sys/time.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
 #include "testing.h"
 
 #include "ops/cpu/small_gemm.h"  // gemm_narrow, the ascender kernel's helper (last test case)
@@ -55,6 +66,95 @@ TEST_CASE("matmul forward vs naive") {
   CHECK(dot.item<double>() == doctest::Approx(sum(v * v).item<double>()));
   // K = 0 gives zeros
   check_close(matmul(zeros({2, 0}), zeros({0, 3})), {0, 0, 0, 0, 0, 0});
+}
+
+TEST_CASE("matmul float32 through the GEMM library: transposed, sliced, large and many-threaded products vs float64") {
+  // The float32 path is the library's (oneDNN's sgemm, else OpenBLAS's): every transpose combination, a column-strided
+  // operand (our own loop nest), sizes that leave each kernel's edge tiles, and products split across threads.
+  for (auto [M, K, N] : std::vector<std::array<int64_t, 3>>{
+           {1, 1, 1}, {1, 37, 5}, {17, 1, 9}, {5, 300, 1}, {33, 65, 47}, {130, 70, 129}, {700, 96, 260}}) {
+    CAPTURE(M);
+    CAPTURE(K);
+    CAPTURE(N);
+    Tensor a = randn64({M, K}, false, 11), b = randn64({K, N}, false, 12);
+    const std::vector<double> ref = naive_matmul(a, b);
+    const double tol = 2e-6 * std::sqrt(static_cast<double>(K)) + 1e-6;
+    Tensor af = a.to(kFloat32), bf = b.to(kFloat32);
+    check_close(matmul(af, bf), ref, tol, tol);
+    check_close(matmul(af.t().contiguous().t(), bf), ref, tol, tol);                       // A transposed in memory
+    check_close(matmul(af, bf.t().contiguous().t()), ref, tol, tol);                       // B transposed
+    check_close(matmul(af.t().contiguous().t(), bf.t().contiguous().t()), ref, tol, tol);  // both
+    Tensor wide = cat({af, af}, 1).slice(1, 0, 2 * K, 2);  // column stride 2: no BLAS operand
+    check_close(matmul(wide, bf), naive_matmul(wide.to(kFloat64), b), tol, tol);
+  }
+  // batched, many products per thread
+  Tensor a = randn64({6, 20, 30}, false, 13), b = randn64({6, 30, 10}, false, 14);
+  check_close(matmul(a.to(kFloat32), b.to(kFloat32)), naive_matmul(a, b), 1e-5, 1e-5);
+}
+
+TEST_CASE("matmul float32: NaN and inf propagate as in IEEE arithmetic (0 * inf is NaN; no skipped zeros)") {
+  Tensor a = randn({40, 24}), b = randn({24, 36});
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  a.data_ptr<float>()[3 * 24 + 5] = nan;  // row 3 of the product: NaN
+  b.data_ptr<float>()[7 * 36 + 2] = inf;  // column 2: ±inf, and NaN where the row holds a 0 at k = 7
+  a.data_ptr<float>()[10 * 24 + 7] = 0;   // row 10, column 2: 0 * inf
+  for (const Tensor& y : {matmul(a, b), matmul(a.t().contiguous().t(), b.t().contiguous().t())}) {
+    const float* c = y.data_ptr<float>();
+    for (int64_t j = 0; j < 36; ++j) CHECK(std::isnan(c[3 * 36 + j]));
+    CHECK(std::isnan(c[10 * 36 + 2]));
+    for (int64_t i : {0, 1, 20, 39}) CHECK(std::isinf(c[i * 36 + 2]));
+    CHECK(std::isfinite(c[0 * 36 + 0]));
+  }
+}
+
+namespace {
+std::atomic<int> g_signals{0};
+extern "C" void count_signal(int) { g_signals.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
+TEST_CASE("matmul float32: signals delivered while products run leave the results and the heap intact") {
+  // oneDNN 2.6's JIT GEMM kernels point the stack pointer into the heap while they run: a signal handler's frame
+  // then overwrote heap memory (a training run's weights turned to NaN after its SIGINT; glibc aborted with
+  // "free(): invalid next size"). With a 20 kHz timer signal, many small and large products, each checked, and the
+  // heap used between them (glibc checks its chunks on free).
+  struct sigaction sa {
+  }, old_sa{};
+  sa.sa_handler = count_signal;
+  REQUIRE(sigaction(SIGALRM, &sa, &old_sa) == 0);
+  itimerval fast{{0, 50}, {0, 50}}, off{}, old_timer{};
+  REQUIRE(setitimer(ITIMER_REAL, &fast, &old_timer) == 0);
+  Tensor a = ones({48, 100}), b = ones({100, 48}), big_a = ones({256, 256}), big_b = ones({256, 256});
+  int wrong = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(400); ++i) {
+    std::vector<float> churn(1000 + i % 500, 1.0f);  // heap traffic between products
+    Tensor y = i % 8 == 0 ? matmul(big_a, big_b) : matmul(a, b);
+    const float want = i % 8 == 0 ? 256.0f : 100.0f;
+    const float* c = y.data_ptr<float>();
+    for (int64_t j = 0; j < y.numel(); ++j) wrong += c[j] != want;
+  }
+  setitimer(ITIMER_REAL, &off, nullptr);
+  sigaction(SIGALRM, &old_sa, nullptr);
+  setitimer(ITIMER_REAL, &old_timer, nullptr);
+  MESSAGE(g_signals.load(), " signals delivered during the products");
+  CHECK(g_signals.load() > 100);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("the float32 GEMM kernels in use are not generic on a processor with AVX2 or AVX-512") {
+  // Debian's OpenBLAS picks its kernels by the processor's model number and runs its SSE3 "Prescott" kernels on one
+  // it does not know (an Intel Xeon of family 6, model 207: a fifth of the machine's speed, nothing reported). By the
+  // library's own report (oneDNN's effective ISA, OpenBLAS's core name), not by timing.
+  MESSAGE("GEMM float32: ", cpu_gemm_kernel(), "; float64: ", cpu_gemm_kernel_f64(),
+          "; processor: ", std::string(cpu_isa_name(cpu_isa_supported())));
+#if defined(ASC_HAVE_DNNL) || defined(ASC_HAVE_CBLAS)
+  CHECK_MESSAGE(!cpu_gemm_kernel_generic(),
+                "the GEMM library runs kernels without AVX2 on a processor that has it: ", cpu_gemm_kernel());
+  if (cpu_isa_supported() >= CpuIsa::x86_64_v3) CHECK(cpu_gemm_kernel().find("Prescott") == std::string::npos);
+#else
+  MESSAGE(
+      "built without a GEMM library (ASC_WITH_DNNL=OFF and ASC_WITH_BLAS=OFF): the built-in loop nest, not checked");
+#endif
 }
 
 TEST_CASE("matmul gradcheck, including broadcast batch and transposed inputs") {

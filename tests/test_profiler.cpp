@@ -95,6 +95,31 @@ TEST_CASE("profiler: a kernel event carries the bytes its op allocated and the e
   CHECK(p3.events()[0].flops == 3 * 2.0 * M * N * K);
 }
 
+TEST_CASE("profiler: the CPU GEMM time sums the matmul kernels, and the table states it against the fp32 peak") {
+  Generator gen(6);
+  Tensor a = randn({64, 32}, {}, &gen), b = randn({32, 16}, {}, &gen);
+  prof::Profile p;
+  for (int i = 0; i < 3; ++i) matmul(a, b);
+  add(a, a);  // not a GEMM
+  p.stop();
+  const prof::GemmTime g = p.cpu_gemm();
+  CHECK(g.calls == 3);
+  CHECK(g.flops == 3 * flops::gemm(1, 64, 16, 32));
+  int64_t ns = 0;
+  for (const prof::Event& e : p.events())
+    if (e.name == "matmul") ns += e.self_ns;
+  CHECK(g.ns == ns);
+  const std::string t = p.table();
+  CHECK(t.find("CPU GEMM (3 matmul kernels") != std::string::npos);
+  CHECK(t.find("of the fp32 peak") != std::string::npos);
+  // no matrix product, no GEMM line
+  prof::Profile q;
+  add(a, a);
+  q.stop();
+  CHECK(q.cpu_gemm().calls == 0);
+  CHECK(q.table().find("CPU GEMM") == std::string::npos);
+}
+
 TEST_CASE("profiler: attention kernels count 4 pairs D forward and twice that backward") {
   Generator gen(7);
   const int64_t B = 2, H = 3, T = 24, D = 16;

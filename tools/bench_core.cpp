@@ -3,8 +3,9 @@
 // --quick: 3 repetitions instead of 7. --help lists the options; a bad value exits 2 (tools/cli.h). Progress on
 // stderr, one step per row.
 // Rows:
-//   matmul fp32 N=256/512/1024: GFLOP/s of asc::matmul next to a direct cblas_sgemm on the same buffers, in the
-//     same run (interleaved repetitions, best of each), and their ratio;
+//   matmul fp32 256³, 512³, 1024³ and the training step's shapes: GFLOP/s of asc::matmul next to each GEMM library's
+//     direct call on the same buffers with its own threads (oneDNN, OpenBLAS, BLIS: those installed), in the same
+//     run (interleaved repetitions, best of each), and the ratio to the fastest;
 //   tiny add: time per asc::add of two 16-element float32 tensors (allocation of the result included);
 //   100-op chain: forward + backward of 100 small ops on a 16-element tensor that requires grad;
 //   softmax: rows/s and GB/s of asc::softmax over the last dim of (4096, 1024) float32;
@@ -22,8 +23,16 @@
 #include "ascender.h"
 #include "tools/cli.h"
 
+#include <dlfcn.h>
+
+#include <array>
+#include <thread>
+
 #ifdef ASC_HAVE_CBLAS
 #include <cblas.h>
+#endif
+#ifdef ASC_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
 #endif
 #ifdef _OPENMP
 #include <omp.h>
@@ -51,13 +60,64 @@ struct Row {
   std::string note;
 };
 
+// The GEMM libraries on this machine, each called directly with its own threading (as many threads as ours):
+// C (M, N) = A (M, K) · B (K, N), row-major. OpenBLAS and oneDNN when the build links them; BLIS when Debian's
+// libblis4 is installed, opened at run time (RTLD_LOCAL, its typed API bli_sgemm: its BLAS symbols would clash
+// with OpenBLAS's).
+struct GemmLibrary {
+  std::string name;
+  std::function<void(int threads, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C)> sgemm;
+};
+struct GemmLibraries {
+  std::vector<GemmLibrary> direct;
+  static GemmLibraries load() {
+    GemmLibraries l;
+#ifdef ASC_HAVE_DNNL
+    l.direct.push_back(
+        {"oneDNN", [](int threads, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C) {
+           const int prev = omp_get_max_threads();
+           omp_set_num_threads(threads);
+           dnnl_sgemm('N', 'N', M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+           omp_set_num_threads(prev);
+         }});
+#endif
+#ifdef ASC_HAVE_CBLAS
+    l.direct.push_back({std::string("OpenBLAS-") + openblas_get_corename(),
+                        [](int threads, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C) {
+                          openblas_set_num_threads(threads);  // asc::matmul calls it single-threaded: set back below
+                          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(M),
+                                      static_cast<int>(N), static_cast<int>(K), 1.0f, A, static_cast<int>(K), B,
+                                      static_cast<int>(N), 0.0f, C, static_cast<int>(N));
+                          openblas_set_num_threads(1);
+                        }});
+#endif
+    if (void* h = dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL)) {
+      // void bli_sgemm(trans_t, trans_t, dim_t m, n, k, float* alpha, float* a, inc_t rsa, csa, float* b, rsb, csb,
+      //                float* beta, float* c, rsc, csc); trans_t an enum (BLIS_NO_TRANSPOSE = 0), dim_t / inc_t 64-bit
+      using Sgemm = void (*)(int, int, int64_t, int64_t, int64_t, const float*, const float*, int64_t, int64_t,
+                             const float*, int64_t, int64_t, const float*, float*, int64_t, int64_t);
+      using SetThreads = void (*)(int64_t);
+      auto sg = reinterpret_cast<Sgemm>(dlsym(h, "bli_sgemm"));
+      auto st = reinterpret_cast<SetThreads>(dlsym(h, "bli_thread_set_num_threads"));
+      if (sg && st)
+        l.direct.push_back(
+            {"BLIS", [sg, st](int threads, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C) {
+               const float one = 1, zero = 0;
+               st(threads);
+               sg(0, 0, M, N, K, &one, A, K, 1, B, N, 1, &zero, C, N, 1);
+             }});
+    }
+    return l;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false;
   tools::Outputs out;
   CLI::App app{
-      "bench_core: matmul against direct BLAS, per-op overhead, a 100-op autograd chain, softmax "
+      "bench_core: matmul against each GEMM library's direct call, per-op overhead, a 100-op autograd chain, softmax "
       "throughput, fused attention against the composed ops",
       "bench_core"};
   app.add_flag("--quick", quick, "3 repetitions per row instead of 7");
@@ -67,53 +127,62 @@ int main(int argc, char** argv) {
   return tools::guarded("bench_core", [&] {
     const int reps = quick ? 3 : 7;
     std::vector<Row> rows;
-    tools::Progress progress(12, "bench_core");  // 3 matmul + add + chain + softmax + 4 levels + 2 attention rows
+    tools::Progress progress(15, "bench_core");  // 6 matmul + add + chain + softmax + 4 levels + 2 attention rows
     auto row_done = [&] { progress.update(static_cast<int64_t>(rows.size()), rows.back().name); };
 
-    // ---- matmul vs direct BLAS -----------------------------------------------------------------------------------
-    for (int64_t n : {256, 512, 1024}) {
+    // ---- matmul against each GEMM library's own direct call ---------------------------------------------------------
+    // Square products and the training step's (bench_train: 2048 tokens, width 128, FFN 512: the FFN's forward, its
+    // input gradient and its weight gradient).
+    const GemmLibraries libs = GemmLibraries::load();
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();  // asc's thread count (ops/cpu/loops.h: max_threads)
+#else
+    const int threads = 1;
+#endif
+    for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{256, 256, 256},
+                                                              {512, 512, 512},
+                                                              {1024, 1024, 1024},
+                                                              {2048, 512, 128},
+                                                              {2048, 128, 512},
+                                                              {128, 512, 2048}}) {
       Generator g(1);
-      Tensor a = randn({n, n}, {}, &g), b = randn({n, n}, {}, &g);
-      Tensor c = empty({n, n});
-      const double flops = 2.0 * n * n * n;
-      const int inner = n <= 256 ? 20 : (n <= 512 ? 5 : 1);
+      Tensor a = randn({M, K}, {}, &g), b = randn({K, N}, {}, &g);
+      Tensor c = empty({M, N}), cref = empty({M, N});
+      const double flops = 2.0 * M * N * K;
+      const int inner = std::max<int>(1, static_cast<int>(2e7 / flops));
       auto ours = [&] { c = matmul(a, b); };
-      double t_ours = 1e30, t_ref = 1e30;
-#ifdef ASC_HAVE_CBLAS
-      Tensor cref = empty({n, n});
-      // The reference is OpenBLAS with its own threads (as many as ours); asc::matmul runs OpenBLAS
-      // single-threaded inside its OpenMP threads, so the switch is made around each timed batch of calls.
-      auto ref = [&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data_ptr<float>(), n,
-                    b.data_ptr<float>(), n, 0.0f, cref.data_ptr<float>(), n);
-      };
-      // Both sides are timed the same way: after a pause, warmed for ~20 ms untimed, then the best of 3 batches.
+      double t_ours = 1e30;
+      std::vector<double> t_lib(libs.direct.size(), 1e30);
+      // Every side is timed the same way: after a pause, warmed for ~20 ms untimed, then the best of 3 batches.
       // OpenBLAS's idle threads spin for a while (OPENBLAS_THREAD_TIMEOUT, 2^28 cycles by default) before they
-      // sleep: timed at once, our matmul shared the two cores with them and measured half its speed in some runs;
-      // and a side timed straight after the pause (its threads asleep, the clock ramping up) measured up to 25 %
-      // slow at 256³, so the warm-up comes first on both.
+      // sleep: timed at once, the next side shared the two cores with them; and a side timed straight after the pause
+      // (threads asleep, the clock ramping up) measured up to 25 % slow at 256³, so the warm-up comes first.
       auto timed_after_pause = [&](const std::function<void()>& fn) {
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
         for (auto t0 = Clock::now(); Clock::now() - t0 < std::chrono::milliseconds(20);) fn();
         return best_time(fn, 3, inner);
       };
-      for (int r = 0; r < reps; ++r) {  // interleaved so both see the same machine state
+      for (int r = 0; r < reps; ++r) {  // interleaved so every side sees the same machine state
         t_ours = std::min(t_ours, timed_after_pause(ours));
-#ifdef _OPENMP
-        openblas_set_num_threads(omp_get_max_threads());
-#endif
-        t_ref = std::min(t_ref, timed_after_pause(ref));
-        openblas_set_num_threads(1);
+        for (size_t l = 0; l < libs.direct.size(); ++l)
+          t_lib[l] = std::min(t_lib[l], timed_after_pause([&] {
+                                libs.direct[l].sgemm(threads, M, N, K, a.data_ptr<float>(), b.data_ptr<float>(),
+                                                     cref.data_ptr<float>());
+                              }));
       }
-      rows.push_back({fmt::format("matmul fp32 {}x{}", n, n), "GFLOP/s", flops / t_ours / 1e9, flops / t_ref / 1e9,
-                      t_ref / t_ours, "ref: direct cblas_sgemm (OpenBLAS); target ratio >= 0.95"});
+      const std::string name =
+          M == N && N == K ? fmt::format("matmul fp32 {}^3", M) : fmt::format("matmul fp32 {}x{}x{}", M, N, K);
+      if (libs.direct.empty()) {
+        rows.push_back({name, "GFLOP/s", flops / t_ours / 1e9, 0, 0, "no GEMM library found: built-in kernel only"});
+      } else {
+        const size_t best = std::min_element(t_lib.begin(), t_lib.end()) - t_lib.begin();
+        std::string note = "direct calls, GFLOP/s:";
+        for (size_t l = 0; l < libs.direct.size(); ++l)
+          note += fmt::format(" {} {:.0f}", libs.direct[l].name, flops / t_lib[l] / 1e9);
+        rows.push_back({name, "GFLOP/s", flops / t_ours / 1e9, flops / t_lib[best] / 1e9, t_lib[best] / t_ours,
+                        note + fmt::format("; ours: {}; ref: the fastest; target ratio >= 0.95", cpu_gemm_kernel())});
+      }
       row_done();
-#else
-      t_ours = best_time(ours, reps, inner);
-      rows.push_back({fmt::format("matmul fp32 {}x{}", n, n), "GFLOP/s", flops / t_ours / 1e9, 0, 0,
-                      "no BLAS in this build: built-in kernel only"});
-      row_done();
-#endif
     }
 
     // ---- per-op overhead: tiny add --------------------------------------------------------------------------------

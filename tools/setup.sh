@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Installs what ascender needs on Debian 12 when it is missing: a C++20 compiler, CMake, Ninja, fmt, doctest and
-# OpenBLAS to build; OpenMPI for distributed training and its 2-rank tests; zlib (gzip-compressed data files), CLI11
-# and nlohmann-json (the command-line tools), matplotlib (tools/plot.py's figures), and the data the tasks read:
-# Debian's Fashion-MNIST and the manual pages of manpages / manpages-dev (data/tasks.h); Debian's python3-torch for the test
-# suite's PyTorch cross-check of ASCender attention (tools/ascender_torch_check.py) and for the benchmarks' PyTorch
-# twins; scipy and scikit-learn for the suite's independent check of the statistics (tests/stats_check.py). The CUDA
-# toolkit is optional (used when /usr/local/cuda/bin/nvcc exists).
+# Installs what ascender needs on Debian 12 when it is missing: a C++20 compiler, CMake, Ninja, fmt, doctest,
+# oneDNN (the float32 GEMMs; its CMake package needs the OpenCL headers) and OpenBLAS (float64) to build; OpenMPI
+# for distributed training and its 2-rank tests; zlib (gzip-compressed data files), CLI11 and nlohmann-json (the
+# command-line tools), matplotlib (tools/plot.py's figures), and the data the tasks read: Debian's Fashion-MNIST and
+# the manual pages of manpages / manpages-dev (data/tasks.h); Debian's python3-torch for the test suite's PyTorch
+# cross-check of ASCender attention (tools/ascender_torch_check.py) and for the benchmarks' PyTorch twins; scipy and
+# scikit-learn for the suite's independent check of the statistics (tests/stats_check.py). The CUDA toolkit is
+# optional (used when /usr/local/cuda/bin/nvcc exists).
 #   bash tools/setup.sh           # build, test and benchmark dependencies
 set -euo pipefail
-pkgs=(g++ cmake ninja-build libfmt-dev doctest-dev libopenblas-dev pkg-config libopenmpi-dev openmpi-bin zlib1g-dev
-      libcli11-dev nlohmann-json3-dev python3-matplotlib dataset-fashion-mnist manpages manpages-dev)
+pkgs=(g++ cmake ninja-build libfmt-dev doctest-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev pkg-config
+      libopenmpi-dev openmpi-bin zlib1g-dev libcli11-dev nlohmann-json3-dev python3-matplotlib dataset-fashion-mnist
+      manpages manpages-dev)
 optional=(python3-torch python3-scipy python3-sklearn)  # without them the build and the suite still run; the
                                                      # cross-checks (PyTorch, scipy / scikit-learn) report themselves skipped
 missing() {

@@ -7,7 +7,7 @@
 #   bash tools/setup_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=${ASC_TORCH_VERSION:-2.9.1}
+version=${ASC_TORCH_VERSION:-2.15.0}
 venv=.venv-bench
 bash tools/setup.sh
 missing=()

@@ -1135,7 +1135,8 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
     return n;
   }();
   const models::FlopCount flops_max = models::count_flops(*r.model, r.task.max_len);
-  const double peak = r.device.is_cuda() ? 0.0 : models::measured_gemm_peak();
+  // MFU's denominator: the processor's fp32 peak (core/cpu_peak.h); no GPU peak is known here
+  const double peak = r.device.is_cuda() ? 0.0 : cpu_peak().fp32_flops;
 
   // State carried through checkpoints.
   int64_t step = 0, best_step = -1;
@@ -1429,7 +1430,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
             {"params", n_params},
             {"flops_per_token", flops_max.forward / static_cast<double>(r.task.max_len)},
             {"attention_flops_per_token", flops_max.attention / static_cast<double>(r.task.max_len)},
-            {"gemm_peak_flops", jnum(peak)},
+            {"fp32_peak_flops", jnum(peak)},
             {"test_examples", test.count},
             {"nonfinite_steps", nonfinite_steps},
             // batches of --batch, the loader and the bookkeeping included (what a user of the model waits for)

@@ -1,10 +1,12 @@
-// CPU matmul: OpenBLAS GEMM when available (operands passed with their own leading dimensions and a
-// transpose flag, so transposed views cost no copy), else a cache-blocked kernel of our own.
+// CPU matmul. float32 products run oneDNN's GEMM when the build has it (it picks its kernels by the processor's
+// features), else OpenBLAS's; float64 ones OpenBLAS's; either without them a cache-blocked kernel of our own. The
+// operands go with their own leading dimensions and a transpose flag, so transposed views cost no copy.
 #include <algorithm>
 #include <vector>
 
 #include "core/cpu_isa.h"
 #include "core/determinism.h"
+#include "core/error.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
 #include "ops/kernels.h"
@@ -13,15 +15,71 @@
 #ifdef ASC_HAVE_CBLAS
 #include <cblas.h>
 #endif
+#ifdef ASC_HAVE_DNNL
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <signal.h>
+#endif
 
 namespace asc {
+
+#ifdef ASC_HAVE_DNNL
+namespace {
+const char* dnnl_isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "generic";
+  }
+}
+}  // namespace
+#endif
+
 std::string cpu_gemm_kernel() {
+#if defined(ASC_HAVE_DNNL)
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("oneDNN {}.{} {}", v->major, v->minor, dnnl_isa_name(dnnl_get_effective_cpu_isa()));
+#elif defined(ASC_HAVE_CBLAS)
+  return std::string("OpenBLAS ") + openblas_get_corename();
+#else
+  return "built-in";
+#endif
+}
+
+std::string cpu_gemm_kernel_f64() {
 #ifdef ASC_HAVE_CBLAS
   return std::string("OpenBLAS ") + openblas_get_corename();
 #else
   return "built-in";
 #endif
 }
+
+bool cpu_gemm_kernel_generic() {
+  // The processor's own level, not a cap set by ASC_CPU_ISA or set_cpu_isa: the GEMM libraries ignore it.
+  if (cpu_isa_supported() == CpuIsa::baseline) return false;  // nothing better to run
+#if defined(ASC_HAVE_DNNL)
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  return (isa & dnnl_cpu_isa_avx2) != dnnl_cpu_isa_avx2;  // each level's bits include those of the levels below
+#elif defined(ASC_HAVE_CBLAS)
+  // OpenBLAS's cores without AVX2 kernels: what it falls back to on a processor it does not know
+  const std::string core = openblas_get_corename();
+  for (const char* old : {"Prescott",  "Core2",      "Penryn",      "Dunnington", "Nehalem", "Sandybridge", "Atom",
+                          "Katmai",    "Coppermine", "Northwood",   "Banias",     "Opteron", "Barcelona",   "Bobcat",
+                          "Bulldozer", "Piledriver", "Steamroller", "Excavator",  "Unknown", "generic"})
+    if (core == old) return true;
+  return false;
+#else
+  return true;  // the built-in loop nest: vectorised for the x86-64 baseline only
+#endif
+}
+
 }  // namespace asc
 
 namespace asc::cpu {
@@ -35,6 +93,51 @@ const bool g_blas_single_threaded = [] {
   openblas_set_num_threads(1);
   return true;
 }();
+#endif
+
+#ifdef ASC_HAVE_DNNL
+// oneDNN's JIT float32 GEMM kernels (AVX2 and AVX-512) before 3.12 point the stack pointer at a heap buffer while they
+// run: a signal delivered to the thread then writes its frame into the heap (oneDNN issue 4845, fixed in 3.11's
+// patch releases and 3.12). Debian 12 ships 2.6. Seen here as a training run whose weights turned to NaN after a
+// SIGINT (train saves a checkpoint on it) and as "free(): invalid next size" with a 20 kHz timer signal. So the
+// asynchronous signals are blocked on the calling thread for the call's duration (two rt_sigprocmask calls, ~0.5 us):
+// one that arrives meanwhile is delivered when the call returns. The synchronous ones (a fault in the call) stay.
+#if DNNL_VERSION_MAJOR < 3 || (DNNL_VERSION_MAJOR == 3 && DNNL_VERSION_MINOR < 12)
+constexpr bool kDnnlGemmNeedsSignalsBlocked = true;
+#else
+constexpr bool kDnnlGemmNeedsSignalsBlocked = false;
+#endif
+struct AsyncSignalsBlocked {
+  sigset_t old;
+  bool blocked = false;
+  AsyncSignalsBlocked() {
+    if constexpr (kDnnlGemmNeedsSignalsBlocked) {
+      static const sigset_t async = [] {
+        sigset_t s;
+        sigfillset(&s);
+        for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS}) sigdelset(&s, sig);
+        return s;
+      }();
+      blocked = pthread_sigmask(SIG_BLOCK, &async, &old) == 0;
+    }
+  }
+  ~AsyncSignalsBlocked() {
+    if (blocked) pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+};
+
+// oneDNN threads its GEMM with OpenMP, over omp_get_max_threads() of the calling thread. Our callers already run one
+// product per thread of the pool (and deterministic mode needs each product computed on one thread, the same way at
+// every thread count), so for the call's duration the calling thread's OpenMP setting is 1 (a per-thread value).
+struct OneOmpThread {
+  int prev = omp_get_max_threads();
+  OneOmpThread() {
+    if (prev != 1) omp_set_num_threads(1);
+  }
+  ~OneOmpThread() {
+    if (prev != 1) omp_set_num_threads(prev);
+  }
+};
 #endif
 
 // Reference blocked kernel: C[M,N] (+)= A[M,K] B[K,N], all with arbitrary strides. Blocks of 64 keep the working
@@ -69,7 +172,7 @@ template <class T>
 void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B, int64_t sbk, int64_t sbn,
           T* C, int64_t ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return;
-#ifdef ASC_HAVE_CBLAS
+#if defined(ASC_HAVE_CBLAS) || defined(ASC_HAVE_DNNL)
   const GemmOperand ga = gemm_operand(M, K, sam, sak), gb = gemm_operand(K, N, sbk, sbn);
   if (ga.ok && gb.ok) {
     if (K == 0) {
@@ -77,6 +180,17 @@ void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak,
         for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, T(0));
       return;
     }
+#ifdef ASC_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+      OneOmpThread one;
+      AsyncSignalsBlocked no_signals;
+      const dnnl_status_t st = dnnl_sgemm(ga.trans ? 'T' : 'N', gb.trans ? 'T' : 'N', M, N, K, 1.0f, A, ga.ld, B, gb.ld,
+                                          accumulate ? 1.0f : 0.0f, C, ldc);
+      ASC_CHECK(st == dnnl_success, "matmul: oneDNN's GEMM failed (status {}) on M {} N {} K {}", int(st), M, N, K);
+      return;
+    }
+#endif
+#ifdef ASC_HAVE_CBLAS
     auto ta = ga.trans ? CblasTrans : CblasNoTrans, tb = gb.trans ? CblasTrans : CblasNoTrans;
     const T beta = accumulate ? T(1) : T(0);
     if constexpr (std::is_same_v<T, float>)
@@ -84,6 +198,7 @@ void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak,
     else
       cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, A, ga.ld, B, gb.ld, beta, C, ldc);
     return;
+#endif
   }
 #endif
   gemm_fallback<T>(M, N, K, A, sam, sak, B, sbk, sbn, C, ldc, 1, accumulate);
