@@ -24,6 +24,11 @@ case "${1:-}" in
 prepare)
   [ $# -eq 3 ] || { echo "usage: experiments/gpu_e5.sh prepare BUILD BIN" >&2; exit 2; }
   BUILD=$2 BIN=$(realpath -m "$3")
+  # the GPU machine has no oneDNN: a build that needs libdnnl would not load there
+  if readelf -d "$BUILD/libascender.so.0.2" 2>/dev/null | grep -q "libdnnl"; then
+    echo "gpu_e5: $BUILD links oneDNN, which the GPU machine lacks: configure it with -DASC_WITH_DNNL=OFF" >&2
+    exit 2
+  fi
   mkdir -p "$BIN"
   cp -L "$BUILD/tools/train" "$BUILD/tools/bench_asam" "$BUILD/libascender.so.0.2" \
     "$BUILD/libascender_cuda.so.0.2" "$BIN/"

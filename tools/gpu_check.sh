@@ -7,6 +7,8 @@
 #   tools/gpu_check.sh [build-dir]               # configure + build in build-dir (default build-gpu), then check
 #   tools/gpu_check.sh --prebuilt build-dir      # check a build made elsewhere (no configure, no build): e.g. one
 #                                                # configured with -DASC_LINK_SHARED=ON and copied to the GPU machine
+#                                                # (and -DASC_WITH_DNNL=OFF -DASC_WITH_BLAS=OFF -DASC_WITH_MPI=OFF: the
+#                                                # GPU machine has neither libdnnl, OpenBLAS nor MPI)
 #
 # SKIP_BENCH=1 leaves the benchmarks out (a SKIPPED row). Every step but the configure, the build and ctest (which
 # has its own per-test limits) runs under a time limit (STEP_TIMEOUT seconds, default 600); the sanitizer runs,
