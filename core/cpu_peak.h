@@ -17,19 +17,19 @@
 namespace asc {
 
 struct CpuPeak {
-  int threads = 1;             // the kernels' threads (asc's thread count when measured)
-  double clock_hz = 0;         // mean over the threads
-  const char* isa = "sse2";    // the vector instructions the peak is for: "avx512", "avx2", "sse2"
-  int fp32_lanes = 4;          // float32 lanes of one vector FMA (the baseline: of one multiply and one add)
-  int fma_units = 1;           // vector FMAs (baseline: multiply-add pairs) a core retires per cycle, rounded
-  double fma_per_cycle = 0;    // the same, as measured
-  bool bf16 = false;           // AVX512-BF16 present
-  double bf16_units = 0;       // vdpbf16ps per cycle, to the nearest half (0 without AVX512-BF16)
-  double fp32_flops = 0;       // threads × clock × lanes × units × 2
+  int threads = 1;           // the kernels' threads (asc's thread count when measured)
+  double clock_hz = 0;       // mean over the threads
+  const char* isa = "sse2";  // the vector instructions the peak is for: "avx512", "avx2", "sse2"
+  int fp32_lanes = 4;        // float32 lanes of one vector FMA (the baseline: of one multiply and one add)
+  int fma_units = 1;         // vector FMAs (baseline: multiply-add pairs) a core retires per cycle, rounded
+  double fma_per_cycle = 0;  // the same, as measured
+  bool bf16 = false;         // AVX512-BF16 present
+  double bf16_units = 0;     // vdpbf16ps per cycle, to the nearest half (0 without AVX512-BF16)
+  double fp32_flops = 0;     // threads × clock × lanes × units × 2
   // threads × clock × 2 × lanes × bf16_units × 2 with AVX512-BF16 (which may be below fp32's: Emerald Rapids issues
   // one vdpbf16ps every other cycle), else fp32_flops
   double bf16_flops = 0;
-  double fma_rate_fp32 = 0;    // FLOP/s the FMA loop reached on all threads at once (≤ fp32_flops)
+  double fma_rate_fp32 = 0;  // FLOP/s the FMA loop reached on all threads at once (≤ fp32_flops)
   std::string describe() const;
 };
 

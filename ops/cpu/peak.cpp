@@ -66,9 +66,10 @@ double vector_rate(int steps, Loop loop) {
 #define ASC_ZERO(reg) ".irp r," REGS "\n\tvpxord %%" reg "\\r, %%" reg "\\r, %%" reg "\\r\n\t.endr\n\t"
 
 __attribute__((target("avx512f"))) double rate_avx512() {
-  return vector_rate(16, [](int64_t n) __attribute__((target("avx512f"))) {
+  return vector_rate(
+      16, [](int64_t n) __attribute__((target("avx512f"))) {
 #define REGS "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"
-    asm volatile(ASC_ZERO("zmm")
+        asm volatile(ASC_ZERO("zmm")
                  "1:\n\t"
                  ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n\t"
                  "vfmadd231ps %%zmm16, %%zmm17, %%zmm\\r\n\t"
@@ -80,12 +81,13 @@ __attribute__((target("avx512f"))) double rate_avx512() {
                  : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
                    "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "cc");
 #undef REGS
-  });
+      });
 }
 __attribute__((target("avx512f,avx512bf16"))) double rate_bf16() {  // vdpbf16ps: 32 bfloat16 products per step
-  return vector_rate(16, [](int64_t n) __attribute__((target("avx512f,avx512bf16"))) {
+  return vector_rate(
+      16, [](int64_t n) __attribute__((target("avx512f,avx512bf16"))) {
 #define REGS "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"
-    asm volatile(ASC_ZERO("zmm")
+        asm volatile(ASC_ZERO("zmm")
                  "1:\n\t"
                  ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n\t"
                  "vdpbf16ps %%zmm16, %%zmm17, %%zmm\\r\n\t"
@@ -97,14 +99,15 @@ __attribute__((target("avx512f,avx512bf16"))) double rate_bf16() {  // vdpbf16ps
                  : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
                    "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "cc");
 #undef REGS
-  });
+      });
 }
 #undef ASC_ZERO
 #define ASC_ZERO(reg) ".irp r," REGS "\n\txorps %%" reg "\\r, %%" reg "\\r\n\t.endr\n\t"
 __attribute__((target("avx2,fma"))) double rate_avx2() {  // 14 accumulators in ymm0-13, operands in ymm14, 15
-  return vector_rate(14, [](int64_t n) __attribute__((target("avx2,fma"))) {
+  return vector_rate(
+      14, [](int64_t n) __attribute__((target("avx2,fma"))) {
 #define REGS "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15"
-    asm volatile(ASC_ZERO("xmm")
+        asm volatile(ASC_ZERO("xmm")
                  "vzeroall\n\t"
                  "1:\n\t"
                  ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13\n\t"
@@ -118,7 +121,7 @@ __attribute__((target("avx2,fma"))) double rate_avx2() {  // 14 accumulators in 
                  : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
                    "xmm12", "xmm13", "xmm14", "xmm15", "cc");
 #undef REGS
-  });
+      });
 }
 double rate_sse() {  // without FMA: a multiply and an add per step, the pair counted as one 4-lane "FMA"
   return vector_rate(7, [](int64_t n) {
