@@ -264,8 +264,10 @@ int main(int argc, char** argv) {
     // The roofline: the step's FLOPs at the processor's fp32 peak (its clock, vector width and FMA units, measured
     // now: core/cpu_peak.h), and the GEMMs' efficiency against that peak.
     const CpuPeak& peak = cpu_peak();
-    const double roofline_ms = best.flops / peak.fp32_flops * 1e3;
-    const double gemm_eff = best.gemm_ms > 0 ? best.gemm_flops / (best.gemm_ms * 1e-3) / peak.fp32_flops : -1;
+    // (no peak off x86-64: cpu_peak() measures nothing there, and both read -1)
+    const double roofline_ms = peak.fp32_flops > 0 ? best.flops / peak.fp32_flops * 1e3 : -1;
+    const double gemm_eff =
+        best.gemm_ms > 0 && peak.fp32_flops > 0 ? best.gemm_flops / (best.gemm_ms * 1e-3) / peak.fp32_flops : -1;
     progress.finish();
 
     std::printf(
