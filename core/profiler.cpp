@@ -86,7 +86,7 @@ std::string display_name(const Event& e) {
 
 namespace detail {
 
-bool begin(EventKind kind, std::string name, const char* kernel, bool cpu) {
+bool begin(EventKind kind, std::string name, const char* kernel) {
   // Acquire: the session's start (g_t0, g_session) was written before the release that set g_recording.
   if (!g_recording.load(std::memory_order_acquire)) return false;
   ThreadState& t = state();
@@ -94,7 +94,6 @@ bool begin(EventKind kind, std::string name, const char* kernel, bool cpu) {
   o.event.name = std::move(name);
   o.event.kernel = kernel;
   o.event.kind = kind;
-  o.event.cpu = cpu;
   o.event.thread = t.id;
   o.event.depth = static_cast<int>(t.stack.size());
   o.event.bytes = kind == EventKind::Range ? static_cast<int64_t>(thread_allocated_bytes()) : 0;
@@ -103,7 +102,7 @@ bool begin(EventKind kind, std::string name, const char* kernel, bool cpu) {
   return true;
 }
 
-void end(double flops) {
+void end(double flops, bool cpu) {
   const int64_t t_end = now_ns();
   ThreadState& t = t_state;
   if (t.session != g_session.load(std::memory_order_relaxed) || t.stack.empty())
@@ -114,6 +113,7 @@ void end(double flops) {
   e.duration_ns = t_end - e.start_ns;
   e.self_ns = e.duration_ns - o.children_ns;
   e.flops = flops;
+  e.cpu = cpu;
   const auto allocated = static_cast<int64_t>(thread_allocated_bytes());
   if (e.kind == EventKind::Kernel) {
     e.bytes = allocated - t.mark;  // the op's outputs and temporaries, allocated just before its dispatch

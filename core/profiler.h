@@ -131,29 +131,31 @@ class Range {
 namespace detail {
 extern std::atomic<bool> g_recording;
 inline bool recording() { return ASC_PROFILER_ENABLED && g_recording.load(std::memory_order_relaxed); }
-// false: not recording after all
-bool begin(EventKind kind, std::string name, const char* kernel = "", bool cpu = true);
-void end(double flops);  // closes the innermost open event of this thread
+bool begin(EventKind kind, std::string name, const char* kernel = "");  // false: not recording after all
+// closes the innermost open event of this thread; `cpu`: for a kernel event, whether the kernel ran on the CPU
+void end(double flops, bool cpu = true);
 }  // namespace detail
 
-// The event of one kernel dispatch (ASC_KERNEL); flops, if known, set before it closes.
+// The event of one kernel dispatch (ASC_KERNEL); flops, if known, and the device set before it closes.
 class KernelScope {
  public:
-  KernelScope(const char* op, const char* kernel, bool cpu = true) {
+  KernelScope(const char* op, const char* kernel) {
     if (detail::recording()) [[unlikely]]
-      open_ = detail::begin(EventKind::Kernel, op, kernel, cpu);
+      open_ = detail::begin(EventKind::Kernel, op, kernel);
   }
   ~KernelScope() {
     if (open_) [[unlikely]]
-      detail::end(flops_);
+      detail::end(flops_, cpu_);
   }
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;
   bool open() const { return open_; }
   void set_flops(double flops) { flops_ = flops; }
+  void set_cpu(bool cpu) { cpu_ = cpu; }
 
  private:
   bool open_ = false;
+  bool cpu_ = true;
   double flops_ = -1;
 };
 

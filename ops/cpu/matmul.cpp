@@ -42,22 +42,20 @@ const char* dnnl_isa_name(dnnl_cpu_isa_t isa) {
 }  // namespace
 #endif
 
-std::string cpu_gemm_kernel() {
-#if defined(ASC_HAVE_DNNL)
-  const dnnl_version_t* v = dnnl_version();
-  return fmt::format("oneDNN {}.{} {}", v->major, v->minor, dnnl_isa_name(dnnl_get_effective_cpu_isa()));
-#elif defined(ASC_HAVE_CBLAS)
+std::string cpu_gemm_kernel_f64() {
+#ifdef ASC_HAVE_CBLAS
   return std::string("OpenBLAS ") + openblas_get_corename();
 #else
   return "built-in";
 #endif
 }
 
-std::string cpu_gemm_kernel_f64() {
-#ifdef ASC_HAVE_CBLAS
-  return std::string("OpenBLAS ") + openblas_get_corename();
+std::string cpu_gemm_kernel() {
+#ifdef ASC_HAVE_DNNL
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("oneDNN {}.{} {}", v->major, v->minor, dnnl_isa_name(dnnl_get_effective_cpu_isa()));
 #else
-  return "built-in";
+  return cpu_gemm_kernel_f64();  // float32 runs where float64 does
 #endif
 }
 

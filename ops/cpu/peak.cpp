@@ -63,87 +63,72 @@ double vector_rate(int steps, Loop loop) {
   return best;
 }
 
-#define ASC_ZERO(reg) ".irp r," REGS "\n\tvpxord %%" reg "\\r, %%" reg "\\r, %%" reg "\\r\n\t.endr\n\t"
+#define ASC_CLOBBER_XMM0_15                                                                                           \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", \
+      "xmm14", "xmm15"
+// 16 independent chains `insn zmm16, zmm17, zmmN` (N = 0..15), `n` times, with zmm0-17 zeroed first.
+#define ASC_ZMM_CHAINS(insn)                                   \
+  asm volatile(                                                \
+      ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17\n\t" \
+      "vpxord %%zmm\\r, %%zmm\\r, %%zmm\\r\n\t"                \
+      ".endr\n\t"                                              \
+      "1:\n\t"                                                 \
+      ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n\t" insn  \
+      " %%zmm16, %%zmm17, %%zmm\\r\n\t"                        \
+      ".endr\n\t"                                              \
+      "dec %0\n\t"                                             \
+      "jnz 1b"                                                 \
+      : "+r"(n)                                                \
+      :                                                        \
+      : ASC_CLOBBER_XMM0_15, "xmm16", "xmm17", "cc")
 
 __attribute__((target("avx512f"))) double rate_avx512() {
   return vector_rate(
-      16, [](int64_t n) __attribute__((target("avx512f"))) {
-#define REGS "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"
-        asm volatile(ASC_ZERO("zmm")
-                 "1:\n\t"
-                 ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n\t"
-                 "vfmadd231ps %%zmm16, %%zmm17, %%zmm\\r\n\t"
-                 ".endr\n\t"
-                 "dec %0\n\t"
-                 "jnz 1b"
-                 : "+r"(n)
-                 :
-                 : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-                   "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "cc");
-#undef REGS
-      });
+      16, [](int64_t n) __attribute__((target("avx512f"))) { ASC_ZMM_CHAINS("vfmadd231ps"); });
 }
 __attribute__((target("avx512f,avx512bf16"))) double rate_bf16() {  // vdpbf16ps: 32 bfloat16 products per step
   return vector_rate(
-      16, [](int64_t n) __attribute__((target("avx512f,avx512bf16"))) {
-#define REGS "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"
-        asm volatile(ASC_ZERO("zmm")
-                 "1:\n\t"
-                 ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n\t"
-                 "vdpbf16ps %%zmm16, %%zmm17, %%zmm\\r\n\t"
-                 ".endr\n\t"
-                 "dec %0\n\t"
-                 "jnz 1b"
-                 : "+r"(n)
-                 :
-                 : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-                   "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "cc");
-#undef REGS
-      });
+      16, [](int64_t n) __attribute__((target("avx512f,avx512bf16"))) { ASC_ZMM_CHAINS("vdpbf16ps"); });
 }
-#undef ASC_ZERO
-#define ASC_ZERO(reg) ".irp r," REGS "\n\txorps %%" reg "\\r, %%" reg "\\r\n\t.endr\n\t"
+#undef ASC_ZMM_CHAINS
 __attribute__((target("avx2,fma"))) double rate_avx2() {  // 14 accumulators in ymm0-13, operands in ymm14, 15
   return vector_rate(
       14, [](int64_t n) __attribute__((target("avx2,fma"))) {
-#define REGS "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15"
-        asm volatile(ASC_ZERO("xmm")
-                 "vzeroall\n\t"
-                 "1:\n\t"
-                 ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13\n\t"
-                 "vfmadd231ps %%ymm14, %%ymm15, %%ymm\\r\n\t"
-                 ".endr\n\t"
-                 "dec %0\n\t"
-                 "jnz 1b\n\t"
-                 "vzeroupper"
-                 : "+r"(n)
-                 :
-                 : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-                   "xmm12", "xmm13", "xmm14", "xmm15", "cc");
-#undef REGS
+        asm volatile(
+            "vzeroall\n\t"  // ymm0-15 = 0
+            "1:\n\t"
+            ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13\n\t"
+            "vfmadd231ps %%ymm14, %%ymm15, %%ymm\\r\n\t"
+            ".endr\n\t"
+            "dec %0\n\t"
+            "jnz 1b\n\t"
+            "vzeroupper"
+            : "+r"(n)
+            :
+            : ASC_CLOBBER_XMM0_15, "cc");
       });
 }
 double rate_sse() {  // without FMA: a multiply and an add per step, the pair counted as one 4-lane "FMA"
   return vector_rate(7, [](int64_t n) {
-#define REGS "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15"
-    asm volatile(ASC_ZERO("xmm")
-                 "1:\n\t"
-                 ".irp r,0,1,2,3,4,5,6\n\t"  // 7 multiply chains in xmm0-6
-                 "mulps %%xmm14, %%xmm\\r\n\t"
-                 ".endr\n\t"
-                 ".irp r,7,8,9,10,11,12,13\n\t"  // 7 add chains in xmm7-13
-                 "addps %%xmm15, %%xmm\\r\n\t"
-                 ".endr\n\t"
-                 "dec %0\n\t"
-                 "jnz 1b"
-                 : "+r"(n)
-                 :
-                 : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-                   "xmm12", "xmm13", "xmm14", "xmm15", "cc");
-#undef REGS
+    asm volatile(
+        ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n\t"
+        "xorps %%xmm\\r, %%xmm\\r\n\t"
+        ".endr\n\t"
+        "1:\n\t"
+        ".irp r,0,1,2,3,4,5,6\n\t"  // 7 multiply chains in xmm0-6
+        "mulps %%xmm14, %%xmm\\r\n\t"
+        ".endr\n\t"
+        ".irp r,7,8,9,10,11,12,13\n\t"  // 7 add chains in xmm7-13
+        "addps %%xmm15, %%xmm\\r\n\t"
+        ".endr\n\t"
+        "dec %0\n\t"
+        "jnz 1b"
+        : "+r"(n)
+        :
+        : ASC_CLOBBER_XMM0_15, "cc");
   });
 }
-#undef ASC_ZERO
+#undef ASC_CLOBBER_XMM0_15
 #endif
 
 struct ThreadMeasure {
