@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/launch_kernel.cuh"
+#include "cuda/mma.cuh"
 #include "emu_testing.h"
 
 using asc::cuda::launch_kernel;
@@ -69,6 +70,16 @@ __global__ void shuffle_full_mask(int* out) {
 __global__ void shuffle_with_exited_lane(int* out) {
   if (threadIdx.x == 5) return;
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 1);
+}
+
+// A tensor-core product that half the warp skips (mma.sync is warp-collective: undefined in CUDA).
+__global__ void mma_half_warp(float* out) {
+  if (threadIdx.x >= 16) return;
+  asc::cuda::mma::FragA a{};
+  asc::cuda::mma::FragB b{};
+  asc::cuda::mma::FragC c{};
+  asc::cuda::mma::mma<asc::cuda::mma::Kind::BF16>(c, a, b);
+  out[threadIdx.x] = c.x[0];
 }
 
 // out[t] = s[t + 1]: needs the barrier between the writes and the reads.
@@ -145,6 +156,8 @@ TEST_CASE("emulator: a barrier or shuffle that not every thread reaches is an er
               "lane 5, which has exited");
   check_fails(launch_kernel(shuffle_full_mask, 1, 16, nullptr, out), cudaErrorLaunchFailure,
               "names lane 16, which does not exist");
+  check_fails(launch_kernel(mma_half_warp, 1, 32, nullptr, reinterpret_cast<float*>(out)), cudaErrorLaunchFailure,
+              "waits for lane 16, which has exited");
   const std::string what = cudaGetErrorString(cudaErrorLaunchFailure);
   CHECK(what.find("block (0,0,0)") != std::string::npos);
   cudaFree(out);

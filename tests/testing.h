@@ -38,9 +38,12 @@ struct ThreadCount {
   ThreadCount& operator=(const ThreadCount&) = delete;
 };
 
-// GPU test cases start with `if (!gpu_or_skip()) return;`: without a CUDA device they pass, saying so.
+// GPU test cases start with `if (!gpu_or_skip()) return;`: without a CUDA device they pass, saying so — unless
+// ASC_REQUIRE_GPU=1 (the GPU machine's scripts), where a missing device fails them.
 inline bool gpu_or_skip() {
   if (cuda::is_available()) return true;
+  const char* require = std::getenv("ASC_REQUIRE_GPU");
+  if (require && std::string(require) == "1") FAIL("ASC_REQUIRE_GPU=1 but no CUDA device is available");
   MESSAGE("no CUDA device: skipped");
   return false;
 }

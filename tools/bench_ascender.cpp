@@ -12,6 +12,10 @@
 // analytic count, below), tokens per second of forward + backward, and each row's time relative to dense.
 //   ./build/release/tools/bench_ascender [--n 128,512,1024,2048] [--reps 3] [--csv out.csv] [--json out.json]
 //                                        [--no-torch] [--impl dense,reference,fused,windowed,reuse] [--device cpu|cuda]
+//                                        [--dtype float32|bfloat16|float16] [--tf32]
+// --dtype sets the layer's parameters and input (GPU only for the 16-bit types, which the fused kernels compute in
+// float32); --tf32 lets float32 products use TF32 tensor cores on the GPU
+// (asc::cuda::set_allow_tf32). The TFLOP/s column divides the forward's analytic FLOPs by the forward + backward time.
 // --device cuda (a GPU build on a GPU machine) runs our rows on the GPU: times after a device synchronisation, peak
 // memory from the caching allocator's statistics, no seed-torch row (the GPU target is fused ASCender against
 // our fused dense attention at n = 4096, e.g. --device cuda --n 1024,4096,16384 --impl dense,fused,windowed).
@@ -58,7 +62,12 @@ double attention_gflop(const std::string& impl, int64_t n, int64_t window) {
   return kBatch * kHeads * pairs * per_pair / 1e9;
 }
 
+// TFLOP/s: the forward's analytic FLOPs (the GFLOP column) over the forward + backward time, the rate the GPU
+// targets are stated in (a backward's products, about twice the forward's, are not counted).
+double tflops(const Result& r) { return r.fwd_bwd_ms > 0 ? r.gflop / r.fwd_bwd_ms : 0.0; }
+
 Device g_device = Device::cpu();
+DType g_dtype = kFloat32;
 
 Result run_ours(const std::string& impl, int64_t n, int reps) {
   manual_seed(0);
@@ -72,9 +81,10 @@ Result run_ours(const std::string& impl, int64_t n, int reps) {
     attn = std::make_shared<nn::AscenderAttention>(o);
   }
   attn->eval();  // no dropout, no schedule steps
+  attn->to(g_dtype);
   attn->to(g_device);
   set_ascender_backend(impl == "reference" ? AscenderBackend::Reference : AscenderBackend::Auto);
-  Tensor x = randn({kBatch, n, kDModel}).to(g_device);
+  Tensor x = randn({kBatch, n, kDModel}).to(g_dtype).to(g_device);
   Result r{impl, n};
   r.gflop = attention_gflop(impl, n, 128);
   const bench::FwdBwd t = bench::time_forward_backward(
@@ -118,7 +128,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ns = {128, 512, 1024, 2048};
   int reps = 3;
   bool no_torch = false;
-  std::string device = "cpu";
+  std::string device = "cpu", dtype = "float32";
+  bool tf32 = false;
   tools::Outputs out;
   const std::vector<std::string> known = {"dense", "reference", "fused", "windowed", "reuse"};
   std::vector<std::string> impls = known;
@@ -133,18 +144,29 @@ int main(int argc, char** argv) {
   app.add_flag("--no-torch", no_torch, "do not run the PyTorch seed twin");
   app.add_option("--device", device, "where our rows run (cuda: a CUDA build on a GPU machine)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--dtype", dtype, "the layer's parameters and input")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  app.add_flag("--tf32", tf32, "float32 products on TF32 tensor cores (GPU)");
   tools::add_output_options(app, out);
   tools::parse_or_exit(app, argc, argv);
   bool torch = !no_torch;
   if (device == "cuda") g_device = Device::cuda();
+  g_dtype = dtype == "bfloat16" ? kBFloat16 : dtype == "float16" ? kFloat16 : kFloat32;
   tools::ProfileRun profile_run(out.profile);
   return tools::guarded("bench_ascender", [&] {
     if (g_device.is_cuda() && !cuda::is_available()) {
       std::fprintf(stderr, "bench_ascender: --device cuda needs a CUDA build on a machine with a GPU\n");
       return 2;
     }
-    if (g_device.is_cuda()) torch = false;  // the seed reference is a CPU row
-    setenv("OMP_NUM_THREADS", "2", 1);      // the PyTorch child gets the same two threads
+    if (!g_device.is_cuda() && g_dtype != kFloat32) {
+      std::fprintf(stderr, "bench_ascender: --dtype %s needs --device cuda (the CPU backend's products take float32)\n",
+                   dtype.c_str());
+      return 2;
+    }
+    if (g_device.is_cuda()) torch = false;   // the seed reference is a CPU row
+    if (g_dtype != kFloat32) torch = false;  // the seed twin runs float32
+    if (tf32) cuda::set_allow_tf32(true);
+    setenv("OMP_NUM_THREADS", "2", 1);  // the PyTorch child gets the same two threads
 #ifdef _OPENMP
     omp_set_num_threads(2);
 #endif
@@ -167,20 +189,20 @@ int main(int argc, char** argv) {
     }
     progress.finish();
 
-    std::printf("\nattention layer, B%lld, d_model %lld, %lld heads, k %lld, d_z = d_a = %lld, float32, %s\n",
-                (long long)kBatch, (long long)kDModel, (long long)kHeads, (long long)kK, (long long)kDz,
-                g_device.is_cuda() ? "CUDA device 0" : "2 threads");
+    std::printf("\nattention layer, B%lld, d_model %lld, %lld heads, k %lld, d_z = d_a = %lld, %s%s, %s\n",
+                (long long)kBatch, (long long)kDModel, (long long)kHeads, (long long)kK, (long long)kDz, dtype.c_str(),
+                tf32 ? " (TF32 allowed)" : "", g_device.is_cuda() ? "CUDA device 0" : "2 threads");
     std::printf("%s\n", tools::cpu_line().c_str());
-    std::printf("%-11s %6s %10s %10s %9s %9s %11s %9s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB", "GFLOP",
-                "tokens/s", "f+b/dense");
+    std::printf("%-11s %6s %10s %10s %9s %9s %9s %11s %9s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB", "GFLOP",
+                "TFLOP/s", "tokens/s", "f+b/dense");
     std::map<int64_t, double> dense;
     for (const Result& r : rows)
       if (r.impl == "dense") dense[r.n] = r.fwd_bwd_ms;
     for (const Result& r : rows) {
       const double tps = r.fwd_bwd_ms > 0 ? kBatch * r.n / (r.fwd_bwd_ms / 1e3) : 0;
-      std::printf("%-11s %6lld %10.2f %10.2f %9s %9.2f %11.0f %9.2f\n", r.impl.c_str(), (long long)r.n, r.fwd_ms,
+      std::printf("%-11s %6lld %10.2f %10.2f %9s %9.2f %9.3f %11.0f %9.2f\n", r.impl.c_str(), (long long)r.n, r.fwd_ms,
                   r.fwd_bwd_ms, r.peak_mb >= 0 ? std::to_string(static_cast<int>(r.peak_mb)).c_str() : "-", r.gflop,
-                  tps, dense.count(r.n) ? r.fwd_bwd_ms / dense[r.n] : 0.0);
+                  tflops(r), tps, dense.count(r.n) ? r.fwd_bwd_ms / dense[r.n] : 0.0);
     }
     std::map<int64_t, double> windowed;
     for (const Result& r : rows)
@@ -189,16 +211,20 @@ int main(int argc, char** argv) {
       if (windowed.count(4 * n))
         std::printf("windowed f+b, n = %lld vs n = %lld: %.2fx the time for 4x the tokens (linear: 4)\n",
                     (long long)(4 * n), (long long)n, windowed[4 * n] / ms);
-    tools::Table table({"impl", "n", "forward_ms", "fwd_bwd_ms", "peak_mb", "attention_gflop", "tokens_per_s",
-                        "ratio_to_dense", "note"});
+    tools::Table table({"impl", "n", "dtype", "forward_ms", "fwd_bwd_ms", "peak_mb", "attention_gflop",
+                        "fwd_bwd_tflops", "tokens_per_s", "ratio_to_dense", "note"});
     for (const Result& r : rows)
-      table.add({tools::Cell::str(r.impl), tools::Cell::integer(r.n), tools::Cell::fixed(r.fwd_ms, 3),
-                 tools::Cell::fixed(r.fwd_bwd_ms, 3), tools::Cell::fixed(r.peak_mb, 1), tools::Cell::fixed(r.gflop, 3),
+      table.add({tools::Cell::str(r.impl), tools::Cell::integer(r.n),
+                 tools::Cell::str(r.impl == "seed-torch" ? std::string("float32") : dtype),
+                 tools::Cell::fixed(r.fwd_ms, 3), tools::Cell::fixed(r.fwd_bwd_ms, 3), tools::Cell::fixed(r.peak_mb, 1),
+                 tools::Cell::fixed(r.gflop, 3), tools::Cell::fixed(tflops(r), 4),
                  tools::Cell::fixed(kBatch * r.n / (r.fwd_bwd_ms / 1e3), 0),
                  tools::Cell::fixed(dense.count(r.n) ? r.fwd_bwd_ms / dense[r.n] : 0.0, 3), tools::Cell::str(r.note)});
     auto facts = tools::run_facts("bench_ascender", argc, argv);
     facts["device"] = g_device.is_cuda() ? "cuda" : "cpu";
     facts["threads"] = 2;
+    facts["dtype"] = dtype;
+    facts["tf32"] = tf32;
     if (!tools::write_results(table, out, facts, /*announce=*/true)) return 1;
     return 0;
   });

@@ -237,7 +237,7 @@ void switch_context(Context& from, Context& to) { swapcontext(&from.uc, &to.uc);
 // ---- the kernel engine -----------------------------------------------------------------------------------------
 
 enum class St : uint8_t { Ready, AtBlock, AtWarp, Done };
-enum class WarpOp : uint8_t { Shuffle, Sync };
+enum class WarpOp : uint8_t { Shuffle, Sync, Gather };
 
 struct Fiber {
   Context ctx;
@@ -245,9 +245,10 @@ struct Fiber {
   St st;
   WarpOp op;
   unsigned mask;
-  uint32_t seq;      // warp operations completed
-  uint64_t slot[2];  // shuffle values, double-buffered by seq parity
-  int lin;           // linear thread index in the block
+  uint32_t seq;                      // warp operations completed
+  uint64_t slot[2];                  // shuffle values, double-buffered by seq parity
+  uint64_t gather[2][kGatherWords];  // warp_gather's words, double-buffered the same way
+  int lin;                           // linear thread index in the block
 };
 
 constexpr size_t kStackBytes = 128 * 1024;
@@ -591,6 +592,30 @@ uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane) {
   }
   ++f.seq;
   return r;
+}
+
+void warp_gather(unsigned mask, const uint64_t* mine, int words, uint64_t* all) {
+  Fiber& f = current_fiber("a warp-collective instruction");
+  Engine& E = engine();
+  const int lane = f.lin & 31;
+  if (words < 1 || words > kGatherWords) kernel_error(format("warp_gather of %d words (1 to %d)", words, kGatherWords));
+  if (!(mask >> lane & 1u))
+    kernel_error(format("warp-collective instruction with mask 0x%08x does not name the calling lane %d", mask, lane));
+  std::memcpy(f.gather[f.seq & 1u], mine, sizeof(uint64_t) * words);
+  f.mask = mask;
+  f.op = WarpOp::Gather;
+  f.st = St::AtWarp;
+  yield_to_scheduler();
+  // Every lane of the mask is released together and none can pass its next warp operation before this lane reaches
+  // it, so the other lanes' buffer of this parity still holds what they passed.
+  for (int m = 0; m < 32; ++m) {
+    uint64_t* out = all + m * words;
+    if (mask >> m & 1u)
+      std::memcpy(out, E.fibers[(f.lin & ~31) + m].gather[f.seq & 1u], sizeof(uint64_t) * words);
+    else
+      std::memset(out, 0, sizeof(uint64_t) * words);
+  }
+  ++f.seq;
 }
 
 int lane_id() { return current_fiber("lane_id").lin & 31; }

@@ -208,6 +208,11 @@ cudaError_t launch_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t
 void block_barrier();                                                // __syncthreads()
 void warp_barrier(unsigned mask);                                    // __syncwarp(mask)
 uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane);  // value of `bits` held by lane src_lane
+// Warp-collective all-gather for the warp instructions the emulator models in software (cuda/mma.cuh: mma.sync):
+// every lane of `mask` passes `words` (at most kGatherWords) 64-bit words; all[32 * words] receives each lane's,
+// lane by lane (zeros for lanes outside the mask).
+constexpr int kGatherWords = 4;
+void warp_gather(unsigned mask, const uint64_t* mine, int words, uint64_t* all);
 int lane_id();
 
 // Test hooks: the order a block's threads run in (the default comes from ASC_CUDA_EMU_ORDER), and what the emulator
