@@ -46,6 +46,7 @@ flash_launch::Problem problem_of(const Tensor& q, const Tensor& k, const Tensor&
                           {},           nullptr,      {},         causal,     scale};
   if (keep_mask.defined()) p.keep = keep_mask.data_ptr<bool>(), p.sm = view_of(keep_mask);
   if (bias.defined()) p.bias = bias.raw_data(), p.sb = view_of(bias);
+  p.allow_tf32 = allow_tf32();
   return p;
 }
 
@@ -61,8 +62,11 @@ void sdpa_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, const T
     return;
   }
   why = flash_why(q);
+  flash_launch::Problem shape{};
+  shape.D = q.size(3), shape.allow_tf32 = allow_tf32();
   if (why.empty())
-    engine = "CUDA flash kernel";
+    engine = flash_launch::mma_takes(shape, float_elem_of(kOp, q.dtype())) ? "CUDA flash kernel on tensor cores"
+                                                                           : "CUDA flash kernel";
   else
     why = fmt::format("{}; cuDNN: {}", why, no_cudnn);
 }

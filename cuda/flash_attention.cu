@@ -295,6 +295,7 @@ dim3 grid_of(int64_t n, int per, int64_t heads) {
 namespace flash_launch {
 
 cudaError_t forward(const Problem& p, void* o, View4 so, void* lse, FloatElem elem, cudaStream_t stream) {
+  if (mma_takes(p, elem)) return mma_forward(p, o, so, lse, elem, stream);
   return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
     if (p.T == 0 || p.B * p.H == 0) return cudaSuccess;
@@ -305,6 +306,7 @@ cudaError_t forward(const Problem& p, void* o, View4 so, void* lse, FloatElem el
 
 cudaError_t backward(const Problem& p, const void* o, View4 so, const void* dout, View4 sg, const void* lse,
                      void* delta, void* dq, void* dk, void* dv, FloatElem elem, cudaStream_t stream) {
+  if (mma_takes(p, elem)) return mma_backward(p, o, so, dout, sg, lse, delta, dq, dk, dv, elem, stream);
   return visit_float_elem(elem, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;

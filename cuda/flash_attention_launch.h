@@ -31,6 +31,7 @@ struct Problem {
   View4 sb;
   bool causal;  // query t sees keys s <= t + (S - T)
   double scale;
+  bool allow_tf32 = false;  // float32 products may run on TF32 tensor cores (asc::cuda::set_allow_tf32)
 };
 
 // The largest head dim: the tiles of a block (its query rows, a tile of 32 keys and values) stay under the 48 KiB of
@@ -42,5 +43,12 @@ cudaError_t forward(const Problem& p, void* o, View4 so, void* lse, FloatElem el
 // dq, dk, dv from the forward's o and lse; delta: workspace for the rows' dO · o.
 cudaError_t backward(const Problem& p, const void* o, View4 so, const void* dout, View4 sg, const void* lse,
                      void* delta, void* dq, void* dk, void* dv, FloatElem elem, cudaStream_t stream);
+
+// The tensor-core kernels (cuda/flash_mma.cu), which forward / backward choose when mma_takes: bfloat16 / float16,
+// or float32 with p.allow_tf32, and head dims up to 64. Same arguments and results.
+bool mma_takes(const Problem& p, FloatElem elem);
+cudaError_t mma_forward(const Problem& p, void* o, View4 so, void* lse, FloatElem elem, cudaStream_t stream);
+cudaError_t mma_backward(const Problem& p, const void* o, View4 so, const void* dout, View4 sg, const void* lse,
+                         void* delta, void* dq, void* dk, void* dv, FloatElem elem, cudaStream_t stream);
 
 }  // namespace asc::cuda::flash_launch

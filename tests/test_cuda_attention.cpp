@@ -122,10 +122,13 @@ TEST_CASE("fused attention: when the fused kernels are used, and why not") {
   CHECK(nn::sdpa_choice(q, q, q) == "fused (cuDNN)");
   CHECK(nn::sdpa_choice(q, q, q, {.causal = true}) == "fused (cuDNN)");
   // What cuDNN does not take runs the flash kernel (float32, head dims cuDNN refuses, masks, a bias, causal T != S,
-  // D not innermost) up to its head-dim limit; beyond it, the composed ops.
-  const std::string flash = "fused (CUDA flash kernel)";
+  // D not innermost) up to its head-dim limit; beyond it, the composed ops. 16-bit inputs with a head dim up to 64
+  // run its tensor-core kernels (float32 too when TF32 is allowed).
+  const std::string flash = "fused (CUDA flash kernel on tensor cores)";
   CHECK(nn::sdpa_choice(cu({2, 2, 8, 16}, kFloat32), cu({2, 2, 8, 16}, kFloat32), cu({2, 2, 8, 16}, kFloat32)) ==
-        flash);
+        "fused (CUDA flash kernel)");
+  CHECK(nn::sdpa_choice(cu({1, 1, 8, 96}), cu({1, 1, 8, 96}), cu({1, 1, 8, 96}), {.bias = cu({1, 1, 8, 8})}) ==
+        "fused (CUDA flash kernel)");  // a head dim past the tensor-core kernels' 64
   CHECK(nn::sdpa_choice(cu({1, 1, 8, 12}), cu({1, 1, 8, 12}), cu({1, 1, 8, 12})) == flash);
   CHECK(nn::sdpa_choice(cu({1, 1, 8, 136}), cu({1, 1, 8, 136}), cu({1, 1, 8, 136}))
             .starts_with("math: head dim 136 (the flash kernel takes up to 128 in bfloat16); cuDNN: head dim 136"));
@@ -186,8 +189,17 @@ namespace {
 // The CUDA flash kernel (cuda/flash_attention.cu) against float64 math on the CPU, forward and the gradients of q,
 // k, v: `mask` 0 none, 1 padding (B, 1, 1, S) with the last keys of sample 1 dropped, 2 a full random (B, H, T, S)
 // mask with one row fully masked; `bias` (1, H, T, S); heads-last operands.
+// tf32: float32 products on TF32 tensor cores (asc::cuda::set_allow_tf32); the tensor-core kernels
+// (cuda/flash_mma.cu) take that, bfloat16 and float16 up to a head dim of 64.
 void check_flash(DType dt, int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, bool causal, int mask, bool bias,
-                 bool heads_last) {
+                 bool heads_last, bool tf32 = false) {
+  CAPTURE(tf32);
+  struct Tf32Scope {
+    bool saved = cuda::allow_tf32();
+    explicit Tf32Scope(bool on) { cuda::set_allow_tf32(on); }
+    ~Tf32Scope() { cuda::set_allow_tf32(saved); }
+  } tf32_scope(tf32);
+  const bool tensor_cores = D <= 64 && (dt == kBFloat16 || dt == kFloat16 || (dt == kFloat32 && tf32));
   CAPTURE(dt);
   CAPTURE(T);
   CAPTURE(S);
@@ -220,7 +232,8 @@ void check_flash(DType dt, int64_t B, int64_t H, int64_t T, int64_t S, int64_t D
   if (keep_cpu.defined()) opts.keep_mask = keep_cpu.to(gpu);
   if (bias) opts.bias = bias_cpu.to(gpu).to(dt);
   q.set_requires_grad(true), k.set_requires_grad(true), v.set_requires_grad(true);
-  REQUIRE(nn::sdpa_choice(q, k, v, opts) == "fused (CUDA flash kernel)");
+  REQUIRE(nn::sdpa_choice(q, k, v, opts) ==
+          (tensor_cores ? "fused (CUDA flash kernel on tensor cores)" : "fused (CUDA flash kernel)"));
   Tensor y = nn::scaled_dot_product_attention(q, k, v, opts);
   CHECK(y.dtype() == dt);
   Tensor g = randn({B, H, T, D}, {.dtype = kFloat64}).to(gpu).to(dt);
@@ -234,7 +247,8 @@ void check_flash(DType dt, int64_t B, int64_t H, int64_t T, int64_t S, int64_t D
   BackendScope math(nn::SdpaBackend::Math);
   Tensor yr = nn::scaled_dot_product_attention(qr, kr, vr, ropts);
   yr.backward(g.to(kFloat64).cpu());
-  const double tol = dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 2e-5 : 2e-2;
+  // TF32 and float16 operands keep 10 fraction bits, bfloat16 7; the probabilities enter P V rounded the same way.
+  const double tol = dt == kFloat64 ? 1e-12 : dt == kFloat32 ? (tf32 ? 4e-3 : 2e-5) : dt == kFloat16 ? 4e-3 : 2e-2;
   CHECK(max_diff(y, yr) <= tol * (1 + max_abs(yr)));
   CHECK(max_diff(q.grad(), qr.grad()) <= tol * (1 + max_abs(qr.grad())));
   CHECK(max_diff(k.grad(), kr.grad()) <= tol * (1 + max_abs(kr.grad())));
@@ -257,6 +271,20 @@ TEST_CASE(
   check_flash(kFloat32, 2, 2, 37, 45, 40, true, 2, true, true);
   check_flash(kFloat32, 1, 1, 70, 70, 128, false, 0, false, false);
   check_flash(kBFloat16, 1, 2, 24, 40, 16, false, 1, false, false);  // a mask: cuDNN declines, the flash kernel runs
+}
+
+TEST_CASE(
+    "CUDA flash kernel on tensor cores: TF32, bfloat16 and float16 forward and gradients against float64 math (masks, "
+    "bias, causal with T <, =, > S; partial tiles; head dims padded to the k step; heads-last)") {
+  if (!gpu_or_skip()) return;
+  // Sizes cross the tiles: 64 query rows (forward, dq) or keys (dk, dv) per block, tiles of 32.
+  check_flash(kFloat32, 2, 2, 70, 45, 40, true, 2, true, true, /*tf32=*/true);
+  check_flash(kFloat32, 1, 1, 33, 97, 64, false, 0, false, false, true);
+  check_flash(kFloat32, 2, 1, 20, 50, 12, true, 1, true, true, true);    // T < S; D padded to 16
+  check_flash(kFloat32, 1, 2, 80, 20, 24, true, 0, false, false, true);  // T > S: the first 60 rows see no key
+  check_flash(kBFloat16, 2, 2, 70, 45, 40, true, 2, true, true);         // D padded to 48
+  check_flash(kFloat16, 1, 2, 65, 66, 64, false, 1, true, false);
+  check_flash(kFloat16, 2, 1, 31, 31, 8, true, 1, false, true);  // D padded to 16
 }
 
 TEST_CASE("CUDA flash kernel: empty inputs, and MultiHeadAttention in float32 on CUDA agrees with the Math backend") {

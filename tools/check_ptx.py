@@ -22,6 +22,7 @@ import sys
 RULES = [
     ("mma_check", r"mma_(product|chain)_kernel", True, True),
     ("flash_attention", r".", False, True),
+    ("flash_mma", r"mma_(forward|backward_dq|backward_dkv)_kernel", True, True),
     ("sparse_attention", r".", False, True),
     # The one-block-per-row kernels; their long-row forward (a global workspace, 16-bit and float64 inputs) spills a
     # few bytes, which only the rest of the file is held to.

@@ -1,0 +1,488 @@
+// Tensor-core flash attention (cuda/flash_attention_launch.h: mma_takes, mma_forward, mma_backward): the formulas and
+// the semantics (masks, bias, causal with T != S, NaN rows, rows without a kept key) of cuda/flash_attention.cu, with
+// every product on tensor cores through cuda/mma.cuh — bfloat16 / float16 operands, or float32 as TF32 when the user
+// allows it (asc::cuda::set_allow_tf32) — and float32 accumulators, softmax and statistics.
+//
+// A block has 4 warps (blockDim (32, 4)) and a warp owns 16 rows of its block's tile; operands are staged in shared
+// memory in float32 (the loaders of cuda/mma.cuh round them to the operand kind once), the owned rows' operands are
+// held as A fragments in registers, and every sum has one owner (no atomics: results do not depend on scheduling).
+//   forward     a warp owns 16 query rows. Per tile of 32 keys: S = Q Kᵀ (4 accumulator tiles of 16 × 8), scaled,
+//               masked, biased; the online softmax over the row (each row's 8 entries per lane, then the 4 lanes
+//               of its group by shuffles); O += P V with P as the next A operand (16-bit kinds: straight from the
+//               accumulators; TF32, whose A layout differs: through the warp's slice of shared memory).
+//   backward dq a warp owns 16 query rows; per key tile: P = exp(S - lse), dP = dO Vᵀ, dS = scale P (dP - delta),
+//               dq += dS K. It also stores delta = dO · o per row for the next kernel.
+//   backward dk dv  a warp owns 16 keys; per tile of 32 queries: Pᵀ = exp(K Qᵀ - lse), dv += Pᵀ dO,
+//               dPᵀ = V dOᵀ, dSᵀ = scale Pᵀ (dPᵀ - delta), dk += dSᵀ Q.
+// Head dims up to 64 (kMaxD, a multiple of the operand kind's k step); other inputs take the CUDA-core kernels.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/attention_tiles.cuh"
+#include "cuda/flash_attention_launch.h"
+#include "cuda/launch_kernel.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/row_kernels.cuh"
+
+namespace asc::cuda {
+namespace {
+
+using namespace flash_launch;
+using mma::FragA;
+using mma::FragB;
+using mma::FragC;
+using mma::Kind;
+using rows::dexp;
+using rows::dlog;
+using rows::from_acc;
+using rows::to_acc;
+using tiles::nan_max;
+using tiles::neg_inf;
+
+constexpr int kWarps = 4;                   // blockDim (32, kWarps)
+constexpr int kRows = 16;                   // rows a warp owns (one mma M)
+constexpr int kBlockRows = kWarps * kRows;  // 64 query rows (forward, dq) or keys (dk dv) per block
+constexpr int kTile = 32;                   // keys (forward, dq) or queries (dk dv) per tile: 4 accumulator tiles
+constexpr int kMaxD = 64;                   // head dims this path takes
+constexpr int kLd = kMaxD + 4;              // shared row stride: the fragment loads' 32 lanes hit distinct banks
+constexpr int kNt = kTile / 8;              // accumulator tiles across a tile (n = 8 each)
+constexpr int kDt = kMaxD / 8;              // accumulator tiles across the head dim
+
+template <class T>
+constexpr Kind kind_of() {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return Kind::BF16;
+  else if constexpr (std::is_same_v<T, __half>)
+    return Kind::F16;
+  else
+    return Kind::TF32;
+}
+
+__device__ __forceinline__ int64_t at(const View4& s, int64_t b, int64_t h, int64_t t, int64_t c) {
+  return b * s.b + h * s.h + t * s.t + c * s.c;
+}
+
+// The problem with typed pointers (as cuda/flash_attention.cu's Args, float32 compute).
+template <class T>
+struct Args {
+  int64_t B, H, Tq, S, D;
+  const T *q, *k, *v;
+  View4 sq, sk, sv;
+  const bool* keep;
+  View4 sm;
+  const T* bias;
+  View4 sb;
+  bool causal;
+  float scale;
+};
+template <class T>
+Args<T> args_of(const Problem& p) {
+  return {p.B,
+          p.H,
+          p.T,
+          p.S,
+          p.D,
+          static_cast<const T*>(p.q),
+          static_cast<const T*>(p.k),
+          static_cast<const T*>(p.v),
+          p.sq,
+          p.sk,
+          p.sv,
+          p.keep,
+          p.sm,
+          static_cast<const T*>(p.bias),
+          p.sb,
+          p.causal,
+          static_cast<float>(p.scale)};
+}
+
+// The scaled, biased, masked score of query t and key s from their dot product; -inf where t does not see s.
+template <class T>
+__device__ __forceinline__ float score(const Args<T>& p, int64_t b, int64_t h, int64_t t, int64_t s, float dot) {
+  if (t >= p.Tq || s >= p.S || (p.causal && s > t + (p.S - p.Tq))) return neg_inf<float>();
+  if (p.keep && !p.keep[at(p.sm, b, h, t, s)]) return neg_inf<float>();
+  float x = dot * p.scale;
+  if (p.bias) x += to_acc(p.bias[at(p.sb, b, h, t, s)]);
+  return x;
+}
+
+// P of a kept score from its row's log-sum-exp (0 for a masked key or a row without kept keys; NaN stays NaN).
+__device__ __forceinline__ float prob(float x, float lse) {
+  if (x == neg_inf<float>() || lse == neg_inf<float>()) return 0.0f;
+  const float z = x - lse;
+  return dexp(z > 0.0f ? 0.0f : z);
+}
+
+// Rows [r0, r0 + rows) of a (·, D) operand into dst (stride kLd) in float32, 0 past `limit` and past D.
+template <class T>
+__device__ __forceinline__ void stage(float* dst, const T* __restrict__ x, const View4& s, int64_t b, int64_t h,
+                                      int64_t r0, int rows, int64_t limit, int64_t D, int64_t Dp) {
+  const int tid = threadIdx.y * 32 + threadIdx.x;
+  for (int e = tid; e < rows * Dp; e += 32 * kWarps) {
+    const int r = e / static_cast<int>(Dp), c = e % static_cast<int>(Dp);
+    dst[r * kLd + c] = r0 + r < limit && c < D ? to_acc(x[at(s, b, h, r0 + r, c)]) : 0.0f;
+  }
+}
+
+// A fragments of the warp's 16 rows of a staged (·, kLd) tile, for products over the head dim (Dp columns).
+template <Kind K>
+__device__ __forceinline__ void load_rows(FragA (&a)[kMaxD / mma::kK<K>], const float* tile, int64_t Dp) {
+#pragma unroll
+  for (int s = 0; s < kMaxD / mma::kK<K>; ++s)
+    if (s * mma::kK<K> < Dp) mma::load_a<K>(a[s], tile + s * mma::kK<K>, kLd);
+}
+
+// acc[j] = A · (rows 8j .. 8j + 7 of the staged tile `keys`)ᵀ over the head dim: a (16 × kTile) score tile.
+template <Kind K>
+__device__ __forceinline__ void scores(FragC (&acc)[kNt], const FragA (&a)[kMaxD / mma::kK<K>], const float* keys,
+                                       int64_t Dp) {
+#pragma unroll
+  for (int j = 0; j < kNt; ++j) {
+    acc[j] = FragC{};
+#pragma unroll
+    for (int s = 0; s < kMaxD / mma::kK<K>; ++s) {
+      if (s * mma::kK<K> >= Dp) break;
+      FragB fb;
+      mma::load_b_nk<K>(fb, keys + 8 * j * kLd + s * mma::kK<K>, kLd);
+      mma::mma<K>(acc[j], a[s], fb);
+    }
+  }
+}
+
+// out[d] += P · (the staged (kTile, kLd) tile `vals`), P the (16 × kTile) accumulators p; `scratch` is this warp's
+// (16, kTile + 4) slice of shared memory, which TF32 goes through.
+template <Kind K>
+__device__ __forceinline__ void times_tile(FragC (&out)[kDt], const FragC (&p)[kNt], const float* vals, int64_t Dp,
+                                           float* scratch) {
+  constexpr int kk = mma::kK<K>;
+  FragA pa[kTile / kk];
+  if constexpr (K == Kind::TF32) {
+    constexpr int ld = kTile + 4;
+    const int g = mma::lane_g(), t = mma::lane_t();
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) scratch[(g + (i >= 2 ? 8 : 0)) * ld + 8 * j + 2 * t + (i & 1)] = p[j].x[i];
+    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < kTile / kk; ++s) mma::load_a<K>(pa[s], scratch + s * kk, ld);
+    __syncwarp();  // the slice is written again by the next call
+  } else {
+#pragma unroll
+    for (int s = 0; s < kTile / kk; ++s) pa[s] = mma::a_from_c<K>(p[2 * s], p[2 * s + 1]);
+  }
+#pragma unroll
+  for (int d = 0; d < kDt; ++d) {
+    if (8 * d >= Dp) break;
+#pragma unroll
+    for (int s = 0; s < kTile / kk; ++s) {
+      FragB fb;
+      mma::load_b_kn<K>(fb, vals + s * kk * kLd + 8 * d, kLd);
+      mma::mma<K>(out[d], pa[s], fb);
+    }
+  }
+}
+
+// The row (0: g, 1: g + 8) and column of accumulator entry i of tile j, relative to the tile's origin.
+__device__ __forceinline__ int row_of(int i) { return mma::lane_g() + (i >= 2 ? 8 : 0); }
+__device__ __forceinline__ int col_of(int j, int i) { return 8 * j + 2 * mma::lane_t() + (i & 1); }
+
+// The max and sum over a row's entries held by the 4 lanes of a group (lanes 4g .. 4g + 3).
+__device__ __forceinline__ float group_max(float v) {
+  v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return nan_max(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float group_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Keys [0, n) that query rows [t0, t0 + rows) may see: with causal, none past the last row's limit.
+template <class T>
+__device__ __forceinline__ int64_t keys_for(const Args<T>& p, int64_t t0, int64_t rows) {
+  if (!p.causal) return p.S;
+  const int64_t n = t0 + rows + (p.S - p.Tq);
+  return n < 0 ? 0 : n > p.S ? p.S : n;
+}
+
+// The head dim padded to the operand kind's k step (the staged columns past D are 0).
+template <Kind K>
+__device__ __forceinline__ int64_t padded(int64_t D) {
+  return (D + mma::kK<K> - 1) / mma::kK<K> * mma::kK<K>;
+}
+
+template <class T>
+__global__ void __launch_bounds__(32 * kWarps, 1)
+    mma_forward_kernel(Args<T> p, T* __restrict__ o, View4 so, float* __restrict__ lse) {
+  constexpr Kind K = kind_of<T>();
+  __shared__ float KV[2 * kTile * kLd];              // a key and a value tile; first the block's 64 queries
+  __shared__ float Ps[kWarps][kRows * (kTile + 4)];  // TF32's P, per warp
+  float *const Ks = KV, *const Vs = KV + kTile * kLd;
+  const int warp = threadIdx.y;
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, t0 = int64_t(blockIdx.x) * kBlockRows, D = p.D;
+  const int64_t Dp = padded<K>(D);
+  static_assert(2 * kTile == kBlockRows, "a block's rows are staged where a key and a value tile go");
+  stage(Ks, p.q, p.sq, b, h, t0, kBlockRows, p.Tq, D, Dp);
+  __syncthreads();
+  FragA qa[kMaxD / mma::kK<K>];
+  load_rows<K>(qa, Ks + warp * kRows * kLd, Dp);
+  float m[2] = {neg_inf<float>(), neg_inf<float>()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
+  FragC acc[kDt] = {};
+  const int64_t n = keys_for(p, t0, kBlockRows), tw = t0 + warp * kRows;
+  for (int64_t s0 = 0; s0 < n; s0 += kTile) {
+    __syncthreads();  // the queries are in registers; the previous tile's readers are done
+    stage(Ks, p.k, p.sk, b, h, s0, kTile, p.S, D, Dp);
+    stage(Vs, p.v, p.sv, b, h, s0, kTile, p.S, D, Dp);
+    __syncthreads();
+    FragC s[kNt];
+    scores<K>(s, qa, Ks, Dp);
+    float mx[2] = {neg_inf<float>(), neg_inf<float>()};
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[j].x[i] = score(p, b, h, tw + row_of(i), s0 + col_of(j, i), s[j].x[i]);
+        mx[i >> 1] = nan_max(mx[i >> 1], s[j].x[i]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float tile_max = group_max(mx[r]);
+      // A NaN score poisons the row: m, l and the accumulator become NaN and stay NaN (fmax would drop it).
+      const float m_new = tile_max != tile_max ? tile_max : fmaxf(m[r], tile_max);
+      corr[r] = m_new == neg_inf<float>() ? 1.0f : dexp(m[r] - m_new);  // exp(-inf) = 0 on the first kept tile
+      mx[r] = m_new;                                                    // the row's new max; m[r] still the old one
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float mr = mx[i >> 1];
+        s[j].x[i] = mr == neg_inf<float>() ? 0.0f : dexp(s[j].x[i] - mr);  // masked keys: exp(-inf) = 0
+        sum[i >> 1] += s[j].x[i];
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * corr[r] + group_sum(sum[r]), m[r] = mx[r];
+#pragma unroll
+    for (int d = 0; d < kDt; ++d)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[d].x[i] *= corr[i >> 1];
+    times_tile<K>(acc, s, Vs, Dp, Ps[warp]);
+  }
+  const int tt = mma::lane_t();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t t = tw + mma::lane_g() + 8 * r;
+    if (t >= p.Tq) continue;
+    const bool live = l[r] > 0.0f || l[r] != l[r];  // no kept key: a zero row; a NaN row stays NaN
+    const float inv = live ? 1.0f / l[r] : 0.0f;
+#pragma unroll
+    for (int d = 0; d < kDt; ++d)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t c = 8 * d + 2 * tt + e;
+        if (c < D) o[at(so, b, h, t, c)] = from_acc<T>(acc[d].x[2 * r + e] * inv);
+      }
+    if (tt == 0) lse[bh * p.Tq + t] = live ? m[r] + dlog(l[r]) : neg_inf<float>();
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(32 * kWarps, 1)
+    mma_backward_dq_kernel(Args<T> p, const T* __restrict__ o, View4 so, const T* __restrict__ dout, View4 sg,
+                           const float* __restrict__ lse, float* __restrict__ delta, T* __restrict__ dq) {
+  constexpr Kind K = kind_of<T>();
+  __shared__ float KV[2 * kTile * kLd];  // a key and a value tile; first the block's q, then its dO rows
+  __shared__ float Ps[kWarps][kRows * (kTile + 4)];
+  float *const Ks = KV, *const Vs = KV + kTile * kLd;
+  const int warp = threadIdx.y, lane = threadIdx.x;
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, t0 = int64_t(blockIdx.x) * kBlockRows, D = p.D;
+  const int64_t Dp = padded<K>(D), tw = t0 + warp * kRows;
+  FragA qa[kMaxD / mma::kK<K>], ga[kMaxD / mma::kK<K>];
+  stage(Ks, p.q, p.sq, b, h, t0, kBlockRows, p.Tq, D, Dp);
+  __syncthreads();
+  load_rows<K>(qa, Ks + warp * kRows * kLd, Dp);
+  __syncthreads();
+  stage(Ks, dout, sg, b, h, t0, kBlockRows, p.Tq, D, Dp);
+  __syncthreads();
+  load_rows<K>(ga, Ks + warp * kRows * kLd, Dp);
+  // delta = dO · o of the warp's rows (lane c's columns, then the warp's sum), and their lse.
+  float L[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t t = tw + r;
+    float part = 0.0f;
+    if (t < p.Tq)
+      for (int64_t c = lane; c < D; c += 32) part += to_acc(dout[at(sg, b, h, t, c)]) * to_acc(o[at(so, b, h, t, c)]);
+    part = tiles::warp_sum(part);
+    if (t < p.Tq && lane == 0) delta[bh * p.Tq + t] = part;
+    if (r == mma::lane_g()) dl[0] = part;
+    if (r == mma::lane_g() + 8) dl[1] = part;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t t = tw + mma::lane_g() + 8 * r;
+    L[r] = t < p.Tq ? lse[bh * p.Tq + t] : neg_inf<float>();
+  }
+  FragC acc[kDt] = {};
+  const int64_t n = keys_for(p, t0, kBlockRows);
+  for (int64_t s0 = 0; s0 < n; s0 += kTile) {
+    __syncthreads();
+    stage(Ks, p.k, p.sk, b, h, s0, kTile, p.S, D, Dp);
+    stage(Vs, p.v, p.sv, b, h, s0, kTile, p.S, D, Dp);
+    __syncthreads();
+    FragC s[kNt], dp[kNt];
+    scores<K>(s, qa, Ks, Dp);
+    scores<K>(dp, ga, Vs, Dp);  // dP = dO Vᵀ
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float pj = prob(score(p, b, h, tw + row_of(i), s0 + col_of(j, i), s[j].x[i]), L[i >> 1]);
+        s[j].x[i] = p.scale * pj * (dp[j].x[i] - dl[i >> 1]);  // dS
+      }
+    times_tile<K>(acc, s, Ks, Dp, Ps[warp]);  // dq += dS K
+  }
+  const int tt = mma::lane_t();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t t = tw + mma::lane_g() + 8 * r;
+    if (t >= p.Tq) continue;
+#pragma unroll
+    for (int d = 0; d < kDt; ++d)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t c = 8 * d + 2 * tt + e;
+        if (c < D) dq[(bh * p.Tq + t) * D + c] = from_acc<T>(acc[d].x[2 * r + e]);
+      }
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(32 * kWarps, 1)
+    mma_backward_dkv_kernel(Args<T> p, const T* __restrict__ dout, View4 sg, const float* __restrict__ lse,
+                            const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv) {
+  constexpr Kind K = kind_of<T>();
+  __shared__ float QG[2 * kTile * kLd];   // a query and a dO tile; first the block's keys, then its values
+  __shared__ float Ls[kTile], Ds[kTile];  // the query tile's lse and delta
+  __shared__ float Ps[kWarps][kRows * (kTile + 4)];
+  float *const Qs = QG, *const Gs = QG + kTile * kLd;
+  const int warp = threadIdx.y, tid = warp * 32 + threadIdx.x;
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, j0 = int64_t(blockIdx.x) * kBlockRows, D = p.D;
+  const int64_t Dp = padded<K>(D), jw = j0 + warp * kRows;
+  FragA ka[kMaxD / mma::kK<K>], va[kMaxD / mma::kK<K>];
+  stage(Qs, p.k, p.sk, b, h, j0, kBlockRows, p.S, D, Dp);
+  __syncthreads();
+  load_rows<K>(ka, Qs + warp * kRows * kLd, Dp);
+  __syncthreads();
+  stage(Qs, p.v, p.sv, b, h, j0, kBlockRows, p.S, D, Dp);
+  __syncthreads();
+  load_rows<K>(va, Qs + warp * kRows * kLd, Dp);
+  FragC dka[kDt] = {}, dva[kDt] = {};
+  // With causal, query t sees key j when t >= j - (S - T): the block's first key bounds the first query tile.
+  int64_t first = p.causal ? j0 - (p.S - p.Tq) : 0;
+  first = first < 0 ? 0 : first - first % kTile;
+  for (int64_t i0 = first; i0 < p.Tq; i0 += kTile) {
+    __syncthreads();  // the keys and values are in registers; the previous tile's readers are done
+    stage(Qs, p.q, p.sq, b, h, i0, kTile, p.Tq, D, Dp);
+    stage(Gs, dout, sg, b, h, i0, kTile, p.Tq, D, Dp);
+    if (tid < kTile) {
+      const bool in = i0 + tid < p.Tq;
+      Ls[tid] = in ? lse[bh * p.Tq + i0 + tid] : neg_inf<float>();
+      Ds[tid] = in ? delta[bh * p.Tq + i0 + tid] : 0.0f;
+    }
+    __syncthreads();
+    FragC s[kNt], dp[kNt];
+    scores<K>(s, ka, Qs, Dp);   // Sᵀ = K Qᵀ: row = key, column = query
+    scores<K>(dp, va, Gs, Dp);  // dPᵀ = V dOᵀ
+    FragC ds[kNt];
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int qi = col_of(j, i);
+        const float pi = prob(score(p, b, h, i0 + qi, jw + row_of(i), s[j].x[i]), Ls[qi]);
+        s[j].x[i] = pi;
+        ds[j].x[i] = p.scale * pi * (dp[j].x[i] - Ds[qi]);
+      }
+    times_tile<K>(dva, s, Gs, Dp, Ps[warp]);   // dv += Pᵀ dO
+    times_tile<K>(dka, ds, Qs, Dp, Ps[warp]);  // dk += dSᵀ Q
+  }
+  const int tt = mma::lane_t();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = jw + mma::lane_g() + 8 * r;
+    if (j >= p.S) continue;
+#pragma unroll
+    for (int d = 0; d < kDt; ++d)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t c = 8 * d + 2 * tt + e;
+        if (c < D) {
+          dk[(bh * p.S + j) * D + c] = from_acc<T>(dka[d].x[2 * r + e]);
+          dv[(bh * p.S + j) * D + c] = from_acc<T>(dva[d].x[2 * r + e]);
+        }
+      }
+  }
+}
+
+const dim3 kBlock(32, kWarps);
+
+dim3 grid_of(int64_t n, int64_t heads) {
+  return dim3(grid_dim((n + kBlockRows - 1) / kBlockRows), grid_dim(heads, kMaxGridYZ));
+}
+
+// f(T{}) for the element types this path takes.
+template <class F>
+cudaError_t visit_mma_elem(FloatElem e, F&& f) {
+  switch (e) {
+    case FloatElem::F32: return f(float{});
+    case FloatElem::BF16: return f(__nv_bfloat16{});
+    case FloatElem::F16: return f(__half{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+namespace flash_launch {
+
+bool mma_takes(const Problem& p, FloatElem elem) {
+  if (elem == FloatElem::F64 || (elem == FloatElem::F32 && !p.allow_tf32)) return false;
+  return p.D >= 1 && p.D <= kMaxD;
+}
+
+cudaError_t mma_forward(const Problem& p, void* o, View4 so, void* lse, FloatElem elem, cudaStream_t stream) {
+  if (p.T == 0 || p.B * p.H == 0) return cudaSuccess;
+  return visit_mma_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    return launch_kernel(mma_forward_kernel<T>, grid_of(p.T, p.B * p.H), kBlock, stream, args_of<T>(p),
+                         static_cast<T*>(o), so, static_cast<float*>(lse));
+  });
+}
+
+cudaError_t mma_backward(const Problem& p, const void* o, View4 so, const void* dout, View4 sg, const void* lse,
+                         void* delta, void* dq, void* dk, void* dv, FloatElem elem, cudaStream_t stream) {
+  if (p.B * p.H == 0) return cudaSuccess;
+  return visit_mma_elem(elem, [&](auto tag) {
+    using T = decltype(tag);
+    if (p.T > 0) {
+      const cudaError_t err =
+          launch_kernel(mma_backward_dq_kernel<T>, grid_of(p.T, p.B * p.H), kBlock, stream, args_of<T>(p),
+                        static_cast<const T*>(o), so, static_cast<const T*>(dout), sg, static_cast<const float*>(lse),
+                        static_cast<float*>(delta), static_cast<T*>(dq));
+      if (err != cudaSuccess) return err;
+    }
+    if (p.S == 0) return cudaSuccess;
+    return launch_kernel(mma_backward_dkv_kernel<T>, grid_of(p.S, p.B * p.H), kBlock, stream, args_of<T>(p),
+                         static_cast<const T*>(dout), sg, static_cast<const float*>(lse),
+                         static_cast<const float*>(delta), static_cast<T*>(dk), static_cast<T*>(dv));
+  });
+}
+
+}  // namespace flash_launch
+}  // namespace asc::cuda
