@@ -83,21 +83,36 @@ Tensor row_workspace(const AscenderKernelInputs& in, L::Params& p, int64_t share
 
 }  // namespace
 
-// The CUDA kernels keep no state between the passes (*state stays empty): the backward recomputes each row.
+// The row kernels (cuda/ascender.cu) keep no state between the passes: the backward recomputes each row. The
+// tensor-core forward (cuda/ascender_mma.cu), which runs what it takes, leaves the neighbourhoods it chose in
+// state->nbr, and the backward uses those.
 void ascender_forward(const AscenderKernelInputs& in, const AscenderConfig& cfg, Tensor& y,
-                      AscenderKernelState* /*state*/) {
+                      AscenderKernelState* state) {
   const FloatElem t = float_elem_of("ascender_attention", in.q.dtype());
   L::Params p = params(in, cfg);
-  const Tensor scratch = row_workspace(in, p, L::max_keys(t), L::kForwardArrays);
   p.y = y.raw_data();
+  if (L::mma_takes(t, p, allow_tf32())) {
+    const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);
+    const Tensor work = Tensor::empty({L::mma_workspace_floats(p)}, {kFloat32, in.q.device(), false});
+    int64_t* nbr = nullptr;
+    const int64_t kmax = *std::max_element(cfg.k.begin(), cfg.k.end());
+    if (state && cfg.use_align) {
+      state->nbr = Tensor::empty({B, H, T, kmax}, {kInt64, in.q.device(), false});
+      nbr = state->nbr.data_ptr<int64_t>();
+    }
+    ASC_CUDA_CHECK(L::mma_forward(t, p, work.raw_data(), nbr, kmax, current_stream()));
+    return;
+  }
+  const Tensor scratch = row_workspace(in, p, L::max_keys(t), L::kForwardArrays);
   ASC_CUDA_CHECK(L::forward(t, p, current_stream()));
 }
 
-void ascender_backward(const AscenderKernelInputs& in, const AscenderConfig& cfg, const AscenderKernelState& /*state*/,
+void ascender_backward(const AscenderKernelInputs& in, const AscenderConfig& cfg, const AscenderKernelState& state,
                        const Tensor& gy_in, TensorList& grads) {
   const FloatElem t = float_elem_of("ascender_attention backward", in.q.dtype());
   L::BackwardParams p{};
   p.fwd = params(in, cfg);
+  if (state.nbr.defined()) p.fwd.saved_nbr = state.nbr.data_ptr<int64_t>(), p.fwd.saved_nbr_k = state.nbr.size(3);
   const Tensor scratch = row_workspace(in, p.fwd, L::max_keys_backward(t), L::kBackwardArrays);
   const Tensor gy = gy_in.contiguous();
   const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);

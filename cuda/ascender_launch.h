@@ -47,6 +47,10 @@ struct Params {
   // Rows longer than the shared-memory kernels hold: the workspace, rows_in_flight × (B·H) × arrays × T elements.
   void* scratch;
   int64_t rows_in_flight;
+  // The backward only: the neighbourhoods the forward chose, (B, H, T, saved_nbr_k) int64 (-1 past |N(i)|; -2 first:
+  // a NaN among the row's candidates), or null to select them again.
+  const int64_t* saved_nbr;
+  int64_t saved_nbr_k;
 };
 
 // The backward's buffers, all of the compute type: the gradients (B, H, T, ·) — dq, dk, de written, dkr, dv, dz
@@ -64,5 +68,13 @@ struct BackwardParams {
 // the compute type (float32 for bfloat16 / float16, else t).
 cudaError_t forward(FloatElem t, const Params& p, cudaStream_t stream);
 cudaError_t backward(FloatElem t, const BackwardParams& p, cudaStream_t stream);
+
+// The tensor-core forward (cuda/ascender_mma.cu), for the inputs mma_takes: bfloat16 / float16, or float32 when TF32
+// is allowed; d ≤ 64, d_z and d_a ≤ 32, k ≤ 32. workspace: mma_workspace_floats(p) floats (the keys' and latents'
+// norms, the rows' u_i and c_i). nbr: where N(i) goes, (B, H, T, nbr_k) int64 as saved_nbr reads it, or null.
+bool mma_takes(FloatElem t, const Params& p, bool allow_tf32);
+int64_t mma_workspace_floats(const Params& p);
+cudaError_t mma_forward(FloatElem t, const Params& p, void* workspace, int64_t* nbr, int64_t nbr_k,
+                        cudaStream_t stream);
 
 }  // namespace asc::cuda::ascender_launch

@@ -117,9 +117,20 @@ __device__ __forceinline__ void distances_backward(const QueryRow<S>& r, const R
 // affinity a_ij — into v.topi / v.topv, best first, ties to the lower index (as the CPU). One thread streams the row,
 // keeping the best K in a sorted list. v.top_m = |N(i)|, or -1 when a candidate's score is NaN: N(i) is then
 // undefined and u_i NaN (the comparisons would skip it silently). No backward: the selection is piecewise constant.
+// With p.saved_nbr (the backward after the tensor-core forward), the neighbourhoods that forward chose.
 template <class S, class T>
 __device__ __forceinline__ void neighbourhood_forward(const QueryRow<S>& r, const RowKeys<T>& w, RowVecs<T>& v) {
   const Params& p = r.p;
+  if (p.saved_nbr) {  // the backward of the tensor-core forward: the neighbourhoods it chose
+    if (threadIdx.x == 0) {
+      const int64_t* q = p.saved_nbr + (r.batch_head() * p.T + r.i) * p.saved_nbr_k;
+      int m = 0;
+      while (m < p.saved_nbr_k && q[m] >= 0) v.topi[m] = q[m], ++m;
+      v.top_m = q[0] == -2 ? -1 : m;
+    }
+    __syncthreads();
+    return;
+  }
   if (threadIdx.x == 0) {
     const T* by = p.select_by_scores ? w.s : w.aff;
     const int K = static_cast<int>(p.k_nbr[r.head()]);

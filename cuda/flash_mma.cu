@@ -25,16 +25,23 @@
 #include "cuda/flash_attention_launch.h"
 #include "cuda/launch_kernel.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/mma_tiles.cuh"
 #include "cuda/row_kernels.cuh"
 
 namespace asc::cuda {
 namespace {
 
 using namespace flash_launch;
-using mma::FragA;
-using mma::FragB;
 using mma::FragC;
 using mma::Kind;
+using mma_tiles::col_of;
+using mma_tiles::group_max;
+using mma_tiles::group_sum;
+using mma_tiles::kNt;
+using mma_tiles::kRows;
+using mma_tiles::kTile;
+using mma_tiles::padded;
+using mma_tiles::row_of;
 using rows::dexp;
 using rows::dlog;
 using rows::from_acc;
@@ -43,13 +50,12 @@ using tiles::nan_max;
 using tiles::neg_inf;
 
 constexpr int kWarps = 4;                   // blockDim (32, kWarps)
-constexpr int kRows = 16;                   // rows a warp owns (one mma M)
 constexpr int kBlockRows = kWarps * kRows;  // 64 query rows (forward, dq) or keys (dk dv) per block
-constexpr int kTile = 32;                   // keys (forward, dq) or queries (dk dv) per tile: 4 accumulator tiles
 constexpr int kMaxD = 64;                   // head dims this path takes
 constexpr int kLd = kMaxD + 4;              // shared row stride: the fragment loads' 32 lanes hit distinct banks
-constexpr int kNt = kTile / 8;              // accumulator tiles across a tile (n = 8 each)
 constexpr int kDt = kMaxD / 8;              // accumulator tiles across the head dim
+template <Kind K>
+using Rows = mma_tiles::RowsA<K, kMaxD>;  // a warp's 16 rows over the head dim
 
 template <class T>
 constexpr Kind kind_of() {
@@ -127,79 +133,6 @@ __device__ __forceinline__ void stage(float* dst, const T* __restrict__ x, const
   }
 }
 
-// A fragments of the warp's 16 rows of a staged (·, kLd) tile, for products over the head dim (Dp columns).
-template <Kind K>
-__device__ __forceinline__ void load_rows(FragA (&a)[kMaxD / mma::kK<K>], const float* tile, int64_t Dp) {
-#pragma unroll
-  for (int s = 0; s < kMaxD / mma::kK<K>; ++s)
-    if (s * mma::kK<K> < Dp) mma::load_a<K>(a[s], tile + s * mma::kK<K>, kLd);
-}
-
-// acc[j] = A · (rows 8j .. 8j + 7 of the staged tile `keys`)ᵀ over the head dim: a (16 × kTile) score tile.
-template <Kind K>
-__device__ __forceinline__ void scores(FragC (&acc)[kNt], const FragA (&a)[kMaxD / mma::kK<K>], const float* keys,
-                                       int64_t Dp) {
-#pragma unroll
-  for (int j = 0; j < kNt; ++j) {
-    acc[j] = FragC{};
-#pragma unroll
-    for (int s = 0; s < kMaxD / mma::kK<K>; ++s) {
-      if (s * mma::kK<K> >= Dp) break;
-      FragB fb;
-      mma::load_b_nk<K>(fb, keys + 8 * j * kLd + s * mma::kK<K>, kLd);
-      mma::mma<K>(acc[j], a[s], fb);
-    }
-  }
-}
-
-// out[d] += P · (the staged (kTile, kLd) tile `vals`), P the (16 × kTile) accumulators p; `scratch` is this warp's
-// (16, kTile + 4) slice of shared memory, which TF32 goes through.
-template <Kind K>
-__device__ __forceinline__ void times_tile(FragC (&out)[kDt], const FragC (&p)[kNt], const float* vals, int64_t Dp,
-                                           float* scratch) {
-  constexpr int kk = mma::kK<K>;
-  FragA pa[kTile / kk];
-  if constexpr (K == Kind::TF32) {
-    constexpr int ld = kTile + 4;
-    const int g = mma::lane_g(), t = mma::lane_t();
-#pragma unroll
-    for (int j = 0; j < kNt; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) scratch[(g + (i >= 2 ? 8 : 0)) * ld + 8 * j + 2 * t + (i & 1)] = p[j].x[i];
-    __syncwarp();
-#pragma unroll
-    for (int s = 0; s < kTile / kk; ++s) mma::load_a<K>(pa[s], scratch + s * kk, ld);
-    __syncwarp();  // the slice is written again by the next call
-  } else {
-#pragma unroll
-    for (int s = 0; s < kTile / kk; ++s) pa[s] = mma::a_from_c<K>(p[2 * s], p[2 * s + 1]);
-  }
-#pragma unroll
-  for (int d = 0; d < kDt; ++d) {
-    if (8 * d >= Dp) break;
-#pragma unroll
-    for (int s = 0; s < kTile / kk; ++s) {
-      FragB fb;
-      mma::load_b_kn<K>(fb, vals + s * kk * kLd + 8 * d, kLd);
-      mma::mma<K>(out[d], pa[s], fb);
-    }
-  }
-}
-
-// The row (0: g, 1: g + 8) and column of accumulator entry i of tile j, relative to the tile's origin.
-__device__ __forceinline__ int row_of(int i) { return mma::lane_g() + (i >= 2 ? 8 : 0); }
-__device__ __forceinline__ int col_of(int j, int i) { return 8 * j + 2 * mma::lane_t() + (i & 1); }
-
-// The max and sum over a row's entries held by the 4 lanes of a group (lanes 4g .. 4g + 3).
-__device__ __forceinline__ float group_max(float v) {
-  v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return nan_max(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float group_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
 // Keys [0, n) that query rows [t0, t0 + rows) may see: with causal, none past the last row's limit.
 template <class T>
 __device__ __forceinline__ int64_t keys_for(const Args<T>& p, int64_t t0, int64_t rows) {
@@ -208,18 +141,12 @@ __device__ __forceinline__ int64_t keys_for(const Args<T>& p, int64_t t0, int64_
   return n < 0 ? 0 : n > p.S ? p.S : n;
 }
 
-// The head dim padded to the operand kind's k step (the staged columns past D are 0).
-template <Kind K>
-__device__ __forceinline__ int64_t padded(int64_t D) {
-  return (D + mma::kK<K> - 1) / mma::kK<K> * mma::kK<K>;
-}
-
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     mma_forward_kernel(Args<T> p, T* __restrict__ o, View4 so, float* __restrict__ lse) {
   constexpr Kind K = kind_of<T>();
-  __shared__ float KV[2 * kTile * kLd];              // a key and a value tile; first the block's 64 queries
-  __shared__ float Ps[kWarps][kRows * (kTile + 4)];  // TF32's P, per warp
+  __shared__ float KV[2 * kTile * kLd];                  // a key and a value tile; first the block's 64 queries
+  __shared__ float Ps[kWarps][kRows * mma_tiles::kPld];  // TF32's P, per warp
   float *const Ks = KV, *const Vs = KV + kTile * kLd;
   const int warp = threadIdx.y;
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, t0 = int64_t(blockIdx.x) * kBlockRows, D = p.D;
@@ -227,8 +154,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   static_assert(2 * kTile == kBlockRows, "a block's rows are staged where a key and a value tile go");
   stage(Ks, p.q, p.sq, b, h, t0, kBlockRows, p.Tq, D, Dp);
   __syncthreads();
-  FragA qa[kMaxD / mma::kK<K>];
-  load_rows<K>(qa, Ks + warp * kRows * kLd, Dp);
+  Rows<K> qa;
+  mma_tiles::load_rows(qa, Ks + warp * kRows * kLd, kLd, Dp);
   float m[2] = {neg_inf<float>(), neg_inf<float>()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
   FragC acc[kDt] = {};
   const int64_t n = keys_for(p, t0, kBlockRows), tw = t0 + warp * kRows;
@@ -238,7 +165,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     stage(Vs, p.v, p.sv, b, h, s0, kTile, p.S, D, Dp);
     __syncthreads();
     FragC s[kNt];
-    scores<K>(s, qa, Ks, Dp);
+    mma_tiles::products(s, qa, Ks, kLd, Dp);
     float mx[2] = {neg_inf<float>(), neg_inf<float>()};
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
@@ -271,7 +198,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     for (int d = 0; d < kDt; ++d)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[d].x[i] *= corr[i >> 1];
-    times_tile<K>(acc, s, Vs, Dp, Ps[warp]);
+    mma_tiles::times_tile<K, kMaxD>(acc, s, Vs, kLd, Dp, Ps[warp]);
   }
   const int tt = mma::lane_t();
 #pragma unroll
@@ -297,19 +224,19 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
                            const float* __restrict__ lse, float* __restrict__ delta, T* __restrict__ dq) {
   constexpr Kind K = kind_of<T>();
   __shared__ float KV[2 * kTile * kLd];  // a key and a value tile; first the block's q, then its dO rows
-  __shared__ float Ps[kWarps][kRows * (kTile + 4)];
+  __shared__ float Ps[kWarps][kRows * mma_tiles::kPld];
   float *const Ks = KV, *const Vs = KV + kTile * kLd;
   const int warp = threadIdx.y, lane = threadIdx.x;
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, t0 = int64_t(blockIdx.x) * kBlockRows, D = p.D;
   const int64_t Dp = padded<K>(D), tw = t0 + warp * kRows;
-  FragA qa[kMaxD / mma::kK<K>], ga[kMaxD / mma::kK<K>];
+  Rows<K> qa, ga;
   stage(Ks, p.q, p.sq, b, h, t0, kBlockRows, p.Tq, D, Dp);
   __syncthreads();
-  load_rows<K>(qa, Ks + warp * kRows * kLd, Dp);
+  mma_tiles::load_rows(qa, Ks + warp * kRows * kLd, kLd, Dp);
   __syncthreads();
   stage(Ks, dout, sg, b, h, t0, kBlockRows, p.Tq, D, Dp);
   __syncthreads();
-  load_rows<K>(ga, Ks + warp * kRows * kLd, Dp);
+  mma_tiles::load_rows(ga, Ks + warp * kRows * kLd, kLd, Dp);
   // delta = dO · o of the warp's rows (lane c's columns, then the warp's sum), and their lse.
   float L[2], dl[2];
 #pragma unroll
@@ -336,8 +263,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     stage(Vs, p.v, p.sv, b, h, s0, kTile, p.S, D, Dp);
     __syncthreads();
     FragC s[kNt], dp[kNt];
-    scores<K>(s, qa, Ks, Dp);
-    scores<K>(dp, ga, Vs, Dp);  // dP = dO Vᵀ
+    mma_tiles::products(s, qa, Ks, kLd, Dp);
+    mma_tiles::products(dp, ga, Vs, kLd, Dp);  // dP = dO Vᵀ
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
 #pragma unroll
@@ -345,7 +272,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
         const float pj = prob(score(p, b, h, tw + row_of(i), s0 + col_of(j, i), s[j].x[i]), L[i >> 1]);
         s[j].x[i] = p.scale * pj * (dp[j].x[i] - dl[i >> 1]);  // dS
       }
-    times_tile<K>(acc, s, Ks, Dp, Ps[warp]);  // dq += dS K
+    mma_tiles::times_tile<K, kMaxD>(acc, s, Ks, kLd, Dp, Ps[warp]);  // dq += dS K
   }
   const int tt = mma::lane_t();
 #pragma unroll
@@ -369,19 +296,19 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   constexpr Kind K = kind_of<T>();
   __shared__ float QG[2 * kTile * kLd];   // a query and a dO tile; first the block's keys, then its values
   __shared__ float Ls[kTile], Ds[kTile];  // the query tile's lse and delta
-  __shared__ float Ps[kWarps][kRows * (kTile + 4)];
+  __shared__ float Ps[kWarps][kRows * mma_tiles::kPld];
   float *const Qs = QG, *const Gs = QG + kTile * kLd;
   const int warp = threadIdx.y, tid = warp * 32 + threadIdx.x;
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, j0 = int64_t(blockIdx.x) * kBlockRows, D = p.D;
   const int64_t Dp = padded<K>(D), jw = j0 + warp * kRows;
-  FragA ka[kMaxD / mma::kK<K>], va[kMaxD / mma::kK<K>];
+  Rows<K> ka, va;
   stage(Qs, p.k, p.sk, b, h, j0, kBlockRows, p.S, D, Dp);
   __syncthreads();
-  load_rows<K>(ka, Qs + warp * kRows * kLd, Dp);
+  mma_tiles::load_rows(ka, Qs + warp * kRows * kLd, kLd, Dp);
   __syncthreads();
   stage(Qs, p.v, p.sv, b, h, j0, kBlockRows, p.S, D, Dp);
   __syncthreads();
-  load_rows<K>(va, Qs + warp * kRows * kLd, Dp);
+  mma_tiles::load_rows(va, Qs + warp * kRows * kLd, kLd, Dp);
   FragC dka[kDt] = {}, dva[kDt] = {};
   // With causal, query t sees key j when t >= j - (S - T): the block's first key bounds the first query tile.
   int64_t first = p.causal ? j0 - (p.S - p.Tq) : 0;
@@ -397,8 +324,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     }
     __syncthreads();
     FragC s[kNt], dp[kNt];
-    scores<K>(s, ka, Qs, Dp);   // Sᵀ = K Qᵀ: row = key, column = query
-    scores<K>(dp, va, Gs, Dp);  // dPᵀ = V dOᵀ
+    mma_tiles::products(s, ka, Qs, kLd, Dp);   // Sᵀ = K Qᵀ: row = key, column = query
+    mma_tiles::products(dp, va, Gs, kLd, Dp);  // dPᵀ = V dOᵀ
     FragC ds[kNt];
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
@@ -409,8 +336,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
         s[j].x[i] = pi;
         ds[j].x[i] = p.scale * pi * (dp[j].x[i] - Ds[qi]);
       }
-    times_tile<K>(dva, s, Gs, Dp, Ps[warp]);   // dv += Pᵀ dO
-    times_tile<K>(dka, ds, Qs, Dp, Ps[warp]);  // dk += dSᵀ Q
+    mma_tiles::times_tile<K, kMaxD>(dva, s, Gs, kLd, Dp, Ps[warp]);   // dv += Pᵀ dO
+    mma_tiles::times_tile<K, kMaxD>(dka, ds, Qs, kLd, Dp, Ps[warp]);  // dk += dSᵀ Q
   }
   const int tt = mma::lane_t();
 #pragma unroll

@@ -975,6 +975,77 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "AscenderAttention on CUDA tensor cores (cuda/ascender_mma.cu; bfloat16, float16, float32 as TF32): forward and "
+    "every gradient against the CPU kernel on the same rounded inputs, across row blocks, key tiles and windows") {
+  if (!cuda::is_available()) {
+    MESSAGE("no CUDA device: skipped (the emulator build runs it)");
+    return;
+  }
+  const Device gpu = Device::cuda();
+  struct Tf32Scope {
+    bool saved = cuda::allow_tf32();
+    explicit Tf32Scope(bool on) { cuda::set_allow_tf32(on); }
+    ~Tf32Scope() { cuda::set_allow_tf32(saved); }
+  };
+  // T = 100: two blocks of 64 query rows, four tiles of 32 keys. One-hot ê: the affinities are exactly 0 or 1 in any
+  // operand precision, so rounding cannot move a key across a neighbourhood's boundary, and the ties (about T/3 keys
+  // each) go to the lower index on both sides. By the base scores (Reuse) only where the products are exact
+  // (16-bit inputs).
+  const int64_t T = 100;
+  for (DType dt : {kBFloat16, kFloat16, kFloat32})
+    for (int kind = 0; kind < 6; ++kind) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(kind);
+      const Tf32Scope tf32(dt == kFloat32);
+      auto dev = [&](const Tensor& t) { return t.to(gpu).to(dt); };
+      auto rounded = [&](const Tensor& t) { return dev(t).to(kFloat32).to(Device::cpu()); };
+      Inputs in = make_inputs(2, 2, T, 360 + kind);
+      std::vector<double> e(2 * 2 * T * in.da, 0.0);
+      for (int64_t r = 0; r < 2 * 2 * T; ++r) e[r * in.da + (r * 7 + r / 5) % 3] = 1.0;
+      in.e = tensor(e, {2, 2, T, in.da});
+      for (Tensor* t : {&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e}) *t = rounded(*t);
+      AscenderCoreArgs p = make_args(2, 361);
+      for (Tensor* t : {&p.omega_align, &p.omega_sep, &p.omega_coh, &p.lambda_align, &p.lambda_sep, &p.lambda_coh,
+                        &p.delta, &p.kappa, &p.tau_score})
+        *t = rounded(*t);
+      p.k = {3, 6};
+      if (kind == 1) {  // after_norm, padding (batch 1 keeps 83 keys)
+        p.gate_position = GatePosition::AfterNorm;
+        p.keep_mask = batch1_padding(T, 83);
+      } else if (kind == 2) {  // causal, bias, include_self
+        p.keep_mask = causal_keep_mask(T, T, Device::cpu()).view({1, 1, T, T});
+        p.bias = rounded(randn64({1, 2, T, T}, false, 362));
+        p.include_self = true;
+      } else if (kind == 3) {  // a window and global tokens: blocks visit their band's tiles and the globals' only
+        p.window = 9, p.global_tokens = 3, p.select_by_scores = dt != kFloat32;
+      } else if (kind == 4) {  // a term off, warm-up factor
+        p.use_sep = false, p.omega_scale = 0.4;
+      } else if (kind == 5) {  // after_norm with the other terms off; fully masked rows of batch 1
+        p.gate_position = GatePosition::AfterNorm;
+        p.use_align = false, p.use_coh = false;
+        std::vector<int64_t> keep(2 * T * T, 1);
+        for (int64_t x = (T + 70) * T; x < 2 * T * T; ++x) keep[x] = 0;  // batch 1, rows 70..99
+        p.keep_mask = tensor(keep, {2, 1, T, T}).to(kBool);
+      }
+      Tensor w = rounded(randn64(in.v.shape(), false, 363));
+      TensorList cpu_out = run_core(in, p, w, AscenderBackend::Fused);
+      Inputs ind = in;
+      for (Tensor* t : {&ind.q, &ind.k_rot, &ind.k, &ind.v, &ind.z, &ind.e}) *t = dev(*t);
+      AscenderCoreArgs pd = args_to(p, gpu);
+      for (Tensor* t : {&pd.omega_align, &pd.omega_sep, &pd.omega_coh, &pd.lambda_align, &pd.lambda_sep, &pd.lambda_coh,
+                        &pd.delta, &pd.kappa, &pd.tau_score, &pd.bias})
+        if (t->defined()) *t = dev(*t);
+      TensorList gpu_out = run_core(ind, pd, dev(w), AscenderBackend::Fused, gpu);
+      // bfloat16 keeps 8 significant bits, float16 and TF32 11; the probabilities enter A V rounded as the operands.
+      const double tol = dt == kBFloat16 ? 2e-2 : 5e-3;
+      for (size_t i = 0; i < cpu_out.size(); ++i) {
+        INFO(std::string(kGradNames[i]));
+        check_close(gpu_out[i], cpu_out[i], tol, tol);
+      }
+    }
+}
+
+TEST_CASE(
     "AscenderAttention in deterministic mode on CUDA: the reference runs instead of the atomicAdd backward, "
     "and its gradients repeat bit for bit and equal the CPU's") {
   if (!cuda::is_available()) {

@@ -1,0 +1,721 @@
+// The forward of fused ASCender attention on tensor cores (cuda/ascender_launch.h: mma_takes, mma_forward): the
+// formulas of docs/ascender.md and the semantics of cuda/ascender.cu's row kernel (keep mask, window and global
+// tokens, NaN rows, constant rows, the neighbourhood's ties), with every (rows, keys) product on tensor cores through
+// cuda/mma.cuh and float32 statistics.
+//
+// A block has 4 warps (blockDim (32, 4)) and 64 query rows of one (batch, head); a warp owns 16 rows and holds their
+// operands as A fragments (cuda/mma_tiles.cuh). The block walks the keys it sees in tiles of 32 — every key, or in
+// windowed mode the tiles of its window and of the global tokens, so a head costs O(n (w + g)) — three times, each
+// pass recomputing the products it needs rather than storing (rows, keys) arrays:
+//   pass 1  a_ij = ê_i · ê_j (or S_base, AscenderMode::Reuse) into each row's top-k list (shared memory, ties to the
+//           lower index); d²_ij = |z_i|² + |z_j|² - 2 z_i · z_j; ρ_i = Σ_{kept l≠i} w^sep_il; W_i = Σ_kept w^coh and
+//           the centroid's numerator Σ_kept w^coh_ij z_j (a product of the weights with the z tile).
+//   then    per row: u_i from its neighbours' unit keys, γ_align, η, c_i = numerator / W; u_i and c_i become A
+//           fragments.
+//   pass 2  the raw rows r_ij = u_i · k̂_j, φ_ij = w^sep_ij [a_ij - δ]_+, dc_ij = |z_j - c_i|²: their statistics over
+//           the kept keys (running count, mean and M2, merged across tiles and lanes as Chan et al.), and
+//           Var^coh_i = Σ_kept w^coh dc / W.
+//   pass 3  S_ij = S_base_ij + ω' β̃ terms + bias_ij, the online softmax of S / τ and y_i = Σ_j A_ij v_j (as the flash
+//           forward, cuda/flash_mma.cu).
+// It also writes N(i) (the state's nbr, as the CPU kernel's), which the backward (cuda/ascender.cu) then uses, so
+// the gradients are those of the neighbourhoods the forward chose. Inputs: bfloat16 / float16, or float32 as TF32
+// when allowed; d ≤ 64, d_z, d_a ≤ 32, k ≤ 32 (kMax*); others run cuda/ascender.cu's forward.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/ascender_launch.h"
+#include "cuda/launch_kernel.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/mma_tiles.cuh"
+#include "cuda/row_kernels.cuh"
+#include "ops/ascender_scalars.h"
+#include "ops/math.h"
+
+namespace asc::cuda {
+namespace {
+
+using namespace ascender_launch;
+using namespace ascender;  // kOmegaA ... (ops/ascender_scalars.h), kConstantRow
+using mma::FragC;
+using mma::Kind;
+using mma_tiles::col_of;
+using mma_tiles::group_max;
+using mma_tiles::group_sum;
+using mma_tiles::kNt;
+using mma_tiles::kRows;
+using mma_tiles::kTile;
+using mma_tiles::padded;
+using mma_tiles::row_of;
+using rows::dexp;
+using rows::from_acc;
+using rows::to_acc;
+using tiles::nan_max;
+using tiles::neg_inf;
+
+constexpr int kWarps = 4;
+constexpr int kBlockRows = kWarps * kRows;         // 64 query rows per block
+constexpr int kMaxD = 64;                          // d
+constexpr int kMaxL = 32;                          // d_z, d_a
+constexpr int kMaxNbr = 32;                        // k
+constexpr int kLdD = kMaxD + 4, kLdL = kMaxL + 4;  // shared row strides (distinct banks for the fragment loads)
+
+// Shared memory: region A holds the key tiles of a pass (and the keys' |z_j|² and inverse norms), and during pass 1 and
+// the row step also the warps' top-k lists (its first kListWords; pass 1's tiles follow them); before pass 1, the
+// block's rows are staged at kUOffset. Region B is TF32's P scratch. u_i and c_i go through global memory (the
+// workspace), read back as A fragments per tile.
+constexpr int kTileD = kTile * kLdD, kTileL = kTile * kLdL;
+constexpr int kListWords = kWarps * kRows * kMaxNbr * 2;  // values and indices
+constexpr int kUOffset = kListWords;
+constexpr int kRegionA = 3 * kTileD + 2 * kTileL + 3 * kTile;  // k_rot, k, v, e, z tiles; |z_j|², 1/|k_j|, 1/|e_j|
+constexpr int kRegionB = kWarps * kRows * mma_tiles::kPld;
+static_assert(kUOffset + kBlockRows * kLdL <= kRegionA, "the block's rows fit region A beside the lists");
+static_assert(kListWords + kTileD + 2 * kTileL + 2 * kTile <= kRegionA, "pass 1's tiles fit region A beside the lists");
+
+template <class S>
+constexpr Kind kind_of() {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>)
+    return Kind::BF16;
+  else if constexpr (std::is_same_v<S, __half>)
+    return Kind::F16;
+  else
+    return Kind::TF32;
+}
+
+// One (batch, head): its (T, width) input rows, per-key norms and scalars.
+template <class S>
+struct Head {
+  const S *q, *kr, *k, *v, *z, *e, *scal;
+  const float *knorm, *enorm;  // |k_j|, |e_j|
+  int64_t b, h, bh;
+  __device__ float scalar(int s, int64_t H) const { return to_acc(scal[s * H + h]); }
+};
+
+// Rows [r0, r0 + rows) of a (n, width) input into dst (stride ld) in float32, 0 past n and past the width (up to wp
+// columns); |x_r|² into sq when given. The unit vectors k̂ and ê are never staged: the products take the inputs
+// themselves (exact operands in bfloat16 / float16) and are divided by the norms after (inv_norms).
+template <class S>
+__device__ __forceinline__ void stage(float* dst, int ld, const S* x, int64_t r0, int rows, int64_t n, int64_t width,
+                                      int64_t wp, float* sq = nullptr) {
+  const int tid = threadIdx.y * 32 + threadIdx.x;
+  for (int e = tid; e < rows * wp; e += 32 * kWarps) {
+    const int r = e / static_cast<int>(wp), c = e % static_cast<int>(wp);
+    dst[r * ld + c] = r0 + r < n && c < width ? to_acc(x[(r0 + r) * width + c]) : 0.0f;
+  }
+  if (sq)
+    for (int r = tid; r < rows; r += 32 * kWarps) {
+      float s = 0.0f;
+      for (int64_t c = 0; c < width && r0 + r < n; ++c)
+        s += to_acc(x[(r0 + r) * width + c]) * to_acc(x[(r0 + r) * width + c]);
+      sq[r] = s;
+    }
+}
+
+// 1 / max(|x_r|, eps) of rows [r0, r0 + rows) into out (0 past n).
+__device__ __forceinline__ void inv_norms(float* out, const float* norm, int64_t r0, int rows, int64_t n, float eps) {
+  for (int r = threadIdx.y * 32 + threadIdx.x; r < rows; r += 32 * kWarps)
+    out[r] = r0 + r < n ? 1.0f / fmaxf(norm[r0 + r], eps) : 0.0f;
+}
+
+// The key tiles a block of rows [t0, t0 + rows) visits: [a0, a1) then [b0, b1), tile starts step kTile. Every key,
+// or in windowed mode the tiles of the global tokens and of the window's band (a block holding a global row sees
+// every key).
+struct Visit {
+  int64_t a0, a1, b0, b1;
+};
+__device__ __forceinline__ Visit visit_of(const Params& p, int64_t t0, int64_t rows) {
+  const int64_t n = p.T, w = p.window, g = p.global_tokens < n ? p.global_tokens : n;
+  if (w <= 0 || t0 < g) return {0, n, 0, 0};
+  const int64_t lo = t0 - w + 1 > 0 ? t0 - w + 1 : 0, hi = t0 + rows - 1 + w < n ? t0 + rows - 1 + w : n;
+  const int64_t g_end = (g + kTile - 1) / kTile * kTile, lo_tile = lo / kTile * kTile;
+  return {0, g, lo_tile > g_end ? lo_tile : g_end, hi};
+}
+template <class F>
+__device__ __forceinline__ void for_tiles(const Visit& v, F&& f) {
+  for (int64_t s0 = v.a0; s0 < v.a1; s0 += kTile) f(s0);
+  for (int64_t s0 = v.b0; s0 < v.b1; s0 += kTile) f(s0);
+}
+
+// Whether row i attends to key j: inside the sequence, the window or a global token, and the keep mask.
+__device__ __forceinline__ bool kept(const Params& p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  if (i >= p.T || j >= p.T) return false;
+  const int64_t w = p.window, g = p.global_tokens;
+  bool kp = w <= 0 || (i > j ? i - j : j - i) < w || i < g || j < g;
+  if (p.keep)
+    kp = kp && p.keep[b * p.keep_stride[0] + h * p.keep_stride[1] + i * p.keep_stride[2] + j * p.keep_stride[3]];
+  return kp;
+}
+
+// The warp's 16 rows [r0, r0 + 16) of a (n, width) row-major array as A fragments over wp columns, read from global
+// memory (0 past n and the width). Used for the operands of two passes only (q, u_i, c_i): held across the others,
+// they would cost the registers the products need.
+template <Kind K, int W, class X>
+__device__ __forceinline__ void load_global(mma_tiles::RowsA<K, W>& ra, const X* x, int64_t r0, int64_t n,
+                                            int64_t width, int64_t wp) {
+  const int g = mma::lane_g(), t = mma::lane_t();
+  auto at = [&](int m, int64_t c) { return r0 + m < n && c < width ? to_acc(x[(r0 + m) * width + c]) : 0.0f; };
+#pragma unroll
+  for (int s = 0; s < mma_tiles::RowsA<K, W>::kSteps; ++s) {
+    const int64_t k0 = int64_t(s) * mma::kK<K>;
+    if (k0 >= wp) break;
+    mma::FragA& a = ra.a[s];
+    if constexpr (K == Kind::TF32) {
+      a.r[0] = mma::tf32_bits(at(g, k0 + t)), a.r[1] = mma::tf32_bits(at(g + 8, k0 + t));
+      a.r[2] = mma::tf32_bits(at(g, k0 + t + 4)), a.r[3] = mma::tf32_bits(at(g + 8, k0 + t + 4));
+    } else {
+      auto two = [&](int m, int64_t c) { return mma::pack2<K>(at(m, c), at(m, c + 1)); };
+      a.r[0] = two(g, k0 + 2 * t), a.r[1] = two(g + 8, k0 + 2 * t);
+      a.r[2] = two(g, k0 + 2 * t + 8), a.r[3] = two(g + 8, k0 + 2 * t + 8);
+    }
+  }
+}
+
+// (x, j) ranks before (y, l) in a neighbourhood: larger score, ties to the lower index.
+__device__ __forceinline__ bool better(float x, int j, float y, int l) { return x > y || (x == y && j < l); }
+
+// A running count, mean and M2 of a raw row's entries, with its largest magnitude; merged across tiles by Welford's
+// update and across the lanes of a group as Chan et al. (stable where sums of squares are not).
+struct Moments {
+  float n = 0, mean = 0, m2 = 0, big = 0;
+  __device__ void add(float x) {
+    n += 1.0f;
+    const float dlt = x - mean;
+    mean += dlt / n;
+    m2 += dlt * (x - mean);
+    const float ax = x < 0.0f ? -x : x;
+    big = ax > big ? ax : big;  // a NaN does not enter big (as the row kernel's max)
+  }
+  __device__ void merge_group() {
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      const float nb = __shfl_xor_sync(0xffffffffu, n, o), mb = __shfl_xor_sync(0xffffffffu, mean, o);
+      const float m2b = __shfl_xor_sync(0xffffffffu, m2, o), bb = __shfl_xor_sync(0xffffffffu, big, o);
+      const float nt = n + nb;
+      if (nt > 0.0f) {
+        const float dlt = mb - mean;
+        mean += dlt * nb / nt;
+        m2 += m2b + dlt * dlt * n * nb / nt;
+      }
+      n = nt;
+      big = bb > big ? bb : big;
+    }
+  }
+};
+
+// A raw row's standardisation from the moments of its source (raw = f src): β̃_j = (raw_j - mu) scale; scale 0 on a
+// constant row and on a row without kept keys. Constant: σ <= `constant` max|raw|, where `constant` is the rounding
+// level of the products' operands (constant_row), not float32's kConstantRow: a row whose entries are equal in exact
+// arithmetic (two neighbours' unit keys seen from their mean heading, say) keeps a spread of about the operands'
+// rounding, which standardising would blow up into ±1.
+template <Kind K>
+constexpr double constant_row() {
+  // 4 units of roundoff: bfloat16 keeps 8 significant bits (u = 2^-8), float16 and TF32 11 (u = 2^-11)
+  return K == Kind::BF16 ? 4 * 0x1p-8 : 4 * 0x1p-11;
+}
+struct Standardise {
+  float mu = 0, scale = 0;
+  __device__ Standardise(const Moments& m, float f, double eps, double constant_rel) {
+    if (m.n == 0.0f) return;
+    mu = f * m.mean;
+    const float af = f < 0.0f ? -f : f;
+    const double sd = double(af) * sqrt(double(m.m2 > 0.0f ? m.m2 : 0.0f) / m.n);
+    const bool constant = sd <= constant_rel * double(af * m.big);
+    scale = constant ? 0.0f : static_cast<float>(1 / (sd + eps));
+    if (m.mean != m.mean || f != f) mu = scale = NAN;  // a NaN entry or factor: the row is NaN
+  }
+};
+
+template <class S>
+__global__ void __launch_bounds__(32 * kWarps, 1)
+    ascender_mma_forward_kernel(Params p, const float* __restrict__ knorm, const float* __restrict__ enorm,
+                                float* __restrict__ u_rows, float* __restrict__ c_rows, int64_t* __restrict__ nbr_out,
+                                int64_t nbr_k) {
+  constexpr Kind K = kind_of<S>();
+  __shared__ float A_[kRegionA];
+  __shared__ float B_[kRegionB];
+  __shared__ int list_m[kWarps][kRows];
+  const int warp = threadIdx.y, lane = threadIdx.x, g = mma::lane_g(), tt = mma::lane_t();
+  const int64_t n = p.T, d = p.d, dz = p.dz, da = p.da, H = p.H;
+  const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, t0 = int64_t(blockIdx.x) * kBlockRows;
+  const int64_t tw = t0 + warp * kRows;  // the warp's first row
+  const int64_t dp = padded<K>(d), dzp = padded<K>(dz), dap = padded<K>(da);
+  const Head<S> hd{static_cast<const S*>(p.q) + bh * n * d,
+                   static_cast<const S*>(p.k_rot) + bh * n * d,
+                   static_cast<const S*>(p.k) + bh * n * d,
+                   static_cast<const S*>(p.v) + bh * n * d,
+                   static_cast<const S*>(p.z) + bh * n * dz,
+                   static_cast<const S*>(p.e) + bh * n * da,
+                   static_cast<const S*>(p.scalars),
+                   knorm + bh * n,
+                   enorm + bh * n,
+                   b,
+                   h,
+                   bh};
+  const float inv_sqrt_d = 1.0f / sqrtf(float(d)), inv_tau = 1.0f / hd.scalar(kTauScore, H);
+  const float inv_tau_s = static_cast<float>(1 / p.tau_sep[h]), inv_tau_c = static_cast<float>(1 / p.tau_coh[h]);
+  const int K_nbr = static_cast<int>(p.k_nbr[h]);
+  const bool after = p.after_norm != 0;
+  const float om = static_cast<float>(p.omega_scale);
+  const Visit vis = visit_of(p, t0, kBlockRows);
+
+  // ---- the block's own rows: e, z as A fragments, 1 / max(|e_i|, 1e-8) and |z_i|² ----------------------------
+  mma_tiles::RowsA<K, kMaxL> ea, za;
+  float zz[2], cc[2] = {0.0f, 0.0f}, einv[2];
+  int64_t row[2];  // this lane's rows: g and g + 8 of the warp's
+  row[0] = tw + g, row[1] = tw + g + 8;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) einv[r] = row[r] < n ? 1.0f / fmaxf(hd.enorm[row[r]], 1e-8f) : 0.0f;
+  {
+    float* rows = A_ + kUOffset;  // 64 rows of stride kLdL
+    stage(rows, kLdL, hd.e, t0, kBlockRows, n, da, dap);
+    __syncthreads();
+    mma_tiles::load_rows(ea, rows + warp * kRows * kLdL, kLdL, dap);
+    __syncthreads();
+    stage(rows, kLdL, hd.z, t0, kBlockRows, n, dz, dzp);
+    __syncthreads();
+    mma_tiles::load_rows(za, rows + warp * kRows * kLdL, kLdL, dzp);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float s = 0.0f;
+      for (int64_t c = 0; c < dz; ++c)
+        s += rows[(warp * kRows + g + 8 * r) * kLdL + c] * rows[(warp * kRows + g + 8 * r) * kLdL + c];
+      zz[r] = s;
+    }
+    __syncthreads();
+  }
+
+  // ---- pass 1: neighbourhoods, ρ, W and the centroids' numerators -------------------------------------------------
+  float* const tv = A_ + warp * kRows * kMaxNbr * 2;  // this warp's lists: values (16, kMaxNbr), then indices
+  int* const ti = reinterpret_cast<int*>(tv + kRows * kMaxNbr);
+  if (lane < kRows) list_m[warp][lane] = 0;
+  float rho[2] = {0.0f, 0.0f}, W[2] = {0.0f, 0.0f}, nan_sel[2] = {0.0f, 0.0f};
+  FragC cnum[kMaxL / 8] = {};
+  {
+    float* const KRs = A_ + kListWords;
+    float* const Es = KRs + kTileD;
+    float* const Zs = Es + kTileL;
+    float* const ZZs = Zs + kTileL;
+    float* const EN = ZZs + kTile;  // 1 / max(|e_j|, 1e-8)
+    for_tiles(vis, [&](int64_t s0) {
+      __syncthreads();
+      if (p.use_align && p.select_by_scores) stage(KRs, kLdD, hd.kr, s0, kTile, n, d, dp);
+      if (p.use_align && !p.select_by_scores) {
+        stage(Es, kLdL, hd.e, s0, kTile, n, da, dap);
+        inv_norms(EN, hd.enorm, s0, kTile, n, 1e-8f);
+      }
+      if (p.use_sep || p.use_coh) stage(Zs, kLdL, hd.z, s0, kTile, n, dz, dzp, ZZs);
+      __syncthreads();
+      FragC sel[kNt], zd[kNt], wgt[kNt];
+      if (p.use_align) {
+        if (p.select_by_scores) {
+          mma_tiles::RowsA<K, kMaxD> qa;
+          load_global(qa, hd.q, tw, n, d, dp);
+          mma_tiles::products(sel, qa, KRs, kLdD, dp);
+        } else
+          mma_tiles::products(sel, ea, Es, kLdL, dap);
+      }
+      if (p.use_sep || p.use_coh) mma_tiles::products(zd, za, Zs, kLdL, dzp);
+#pragma unroll
+      for (int j = 0; j < kNt; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          const int64_t i = row[r], key = s0 + col_of(j, e);
+          const bool kp = kept(p, b, h, i, key);
+          wgt[j].x[e] = 0.0f;
+          if (p.use_sep || p.use_coh) {
+            float d2 = zz[r] + ZZs[col_of(j, e)] - 2.0f * zd[j].x[e];
+            d2 = d2 < 0.0f ? 0.0f : d2;  // the expansion's rounding; a NaN stays
+            if (p.use_sep && kp && key != i) rho[r] += dexp(-d2 * inv_tau_s);
+            if (p.use_coh && kp) {
+              wgt[j].x[e] = dexp(-d2 * inv_tau_c);
+              W[r] += wgt[j].x[e];
+            }
+          }
+          if (p.use_align) {
+            const bool cand = kp && (p.include_self || key != i);
+            const float x = sel[j].x[e] * (p.select_by_scores ? inv_sqrt_d : einv[r] * EN[col_of(j, e)]);
+            if (cand && x != x) nan_sel[r] = 1.0f;
+            sel[j].x[e] = cand && x == x ? x : neg_inf<float>();  // not a candidate (or NaN): never inserted
+          }
+        }
+      if (p.use_coh) mma_tiles::times_tile<K, kMaxL>(cnum, wgt, Zs, kLdL, dzp, B_ + warp * kRows * mma_tiles::kPld);
+      if (p.use_align) {
+        // The 4 lanes of a group hold different candidates of the same two rows: they insert in turn.
+        for (int turn = 0; turn < 4; ++turn) {
+          if (tt == turn)
+#pragma unroll
+            for (int j = 0; j < kNt; ++j)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const float x = sel[j].x[e];
+                if (x == neg_inf<float>()) continue;
+                const int rr = row_of(e), key = static_cast<int>(s0 + col_of(j, e));
+                float* const vals = tv + rr * kMaxNbr;
+                int* const idx = ti + rr * kMaxNbr;
+                int m = list_m[warp][rr];
+                if (m == K_nbr && (m == 0 || !better(x, key, vals[m - 1], idx[m - 1]))) continue;
+                int q = m < K_nbr ? m++ : m - 1;
+                for (; q > 0 && better(x, key, vals[q - 1], idx[q - 1]); --q)
+                  vals[q] = vals[q - 1], idx[q] = idx[q - 1];
+                vals[q] = x, idx[q] = key;
+                list_m[warp][rr] = m;
+              }
+          __syncwarp();
+        }
+      }
+    });
+  }
+  __syncthreads();  // pass 1's tiles are read no more: region A's tail takes u_i
+
+  // ---- the rows' alignment, separation and cohesion factors; u_i and c_i as A fragments ---------------------------
+  float fa[2] = {1.0f, 1.0f}, la[2] = {0.0f, 0.0f}, ls[2] = {0.0f, 0.0f}, eta[2] = {0.0f, 0.0f};
+  float Wc[2] = {1.0f, 1.0f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rho[r] = group_sum(rho[r]), W[r] = group_sum(W[r]), nan_sel[r] = group_max(nan_sel[r]);
+    const float ratio = rho[r] / hd.scalar(kKappa, H);
+    eta[r] = ratio >= 1.0f ? 1.0f : ratio;  // min(1, ρ/κ); fmin would turn a NaN into 1
+    ls[r] = hd.scalar(kLambdaS, H) * eta[r];
+    Wc[r] = W[r] < 1e-30f ? 1e-30f : W[r];  // fmax would turn a NaN into 1e-30
+  }
+  float* const U = u_rows + bh * n * d;  // this head's u_i (n, d), read back by load_global
+  if (p.use_align) {
+    // Warp-wide per row: s = Σ_{l∈N(i)} k̂_l (lanes over the columns), |s|, γ_align, u = s / |s|.
+    const float alpha = static_cast<float>(-p.alpha_align[h]), lam = hd.scalar(kLambdaA, H);
+    for (int rr = 0; rr < kRows; ++rr) {
+      const int64_t i = tw + rr;
+      const bool nan_nbr = __shfl_sync(0xffffffffu, rr < 8 ? nan_sel[0] : nan_sel[1], 4 * (rr & 7)) != 0.0f;
+      const int m = nan_nbr ? 0 : list_m[warp][rr];
+      float s[2] = {0.0f, 0.0f};
+      for (int t = 0; t < m; ++t) {
+        const int64_t l = ti[rr * kMaxNbr + t];
+        const float kinv = 1.0f / fmaxf(hd.knorm[l], 1e-12f);
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+          if (lane + 32 * u < d) s[u] += to_acc(hd.k[l * d + lane + 32 * u]) * kinv;
+      }
+      const float s2 = tiles::warp_sum(s[0] * s[0] + s[1] * s[1]), snorm = sqrtf(s2);
+      const float cdiv = m > 0 ? float(m) : 1.0f;
+      const float var = m > 0 || nan_nbr ? 1.0f - s2 / (cdiv * cdiv) : 0.0f;
+      const float gamma = math::sigmoid(alpha * var);
+      const float uinv = snorm <= static_cast<float>(kConstantRow) * float(m) ? 0.0f : 1.0f / snorm;
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+        if (i < n && lane + 32 * u < d) U[i * d + lane + 32 * u] = nan_nbr ? NAN : s[u] * uinv;
+      if (rr == g) la[0] = lam * gamma, fa[0] = after ? 1.0f : lam * gamma;
+      if (rr == g + 8) la[1] = lam * gamma, fa[1] = after ? 1.0f : lam * gamma;
+      if (nbr_out && i < n && lane < nbr_k)
+        nbr_out[(bh * n + i) * nbr_k + lane] = nan_nbr && lane == 0 ? -2 : lane < m ? ti[rr * kMaxNbr + lane] : -1;
+    }
+  }
+  float* const Cr = c_rows + bh * n * dz;  // this head's c_i (n, d_z), read back by load_global
+  if (p.use_coh) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) cc[r] = 0.0f;
+#pragma unroll
+    for (int dd = 0; dd < kMaxL / 8; ++dd)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t c = 8 * dd + 2 * tt + (e & 1);
+        const float cv = cnum[dd].x[e] / Wc[e >> 1];
+        if (c < dz) {
+          cc[e >> 1] += cv * cv;
+          if (row[e >> 1] < n) Cr[row[e >> 1] * dz + c] = cv;
+        }
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) cc[r] = group_sum(cc[r]);  // |c_i|²
+  }
+  __syncthreads();  // u_i and c_i are written (read back by other lanes); region A takes tiles again
+
+  // The tiles of passes 2 and 3 (region A), and a tile's recomputed products.
+  float* const KRs = A_;
+  float* const KHs = KRs + kTileD;
+  float* const Vs = KHs + kTileD;
+  float* const Es = Vs + kTileD;
+  float* const Zs = Es + kTileL;
+  float* const ZZs = Zs + kTileL;
+  float* const KN = ZZs + kTile;  // 1 / max(|k_j|, 1e-12)
+  float* const EN = KN + kTile;   // 1 / max(|e_j|, 1e-8)
+  const float delta = hd.scalar(kDelta, H);
+  auto stage_keys = [&](int64_t s0, bool scores) {
+    __syncthreads();
+    if (scores) stage(KRs, kLdD, hd.kr, s0, kTile, n, d, dp), stage(Vs, kLdD, hd.v, s0, kTile, n, d, dp);
+    if (p.use_align) stage(KHs, kLdD, hd.k, s0, kTile, n, d, dp), inv_norms(KN, hd.knorm, s0, kTile, n, 1e-12f);
+    if (p.use_sep) stage(Es, kLdL, hd.e, s0, kTile, n, da, dap), inv_norms(EN, hd.enorm, s0, kTile, n, 1e-8f);
+    if (p.use_sep || p.use_coh) stage(Zs, kLdL, hd.z, s0, kTile, n, dz, dzp, ZZs);
+    __syncthreads();
+  };
+  // One tile's raw-row sources, term by term (each a (16 × kTile) tile; one at a time keeps the registers down):
+  // r = u_i · k̂_j, φ = w^sep [a - δ]_+, dc = |z_j - c_i|². d2 = |z_i - z_j|² from the z product zd.
+  auto d2_of = [&](const FragC& zd, int j, int e) {
+    const float v = zz[e >> 1] + ZZs[col_of(j, e)] - 2.0f * zd.x[e];
+    return v < 0.0f ? 0.0f : v;  // the expansion's rounding; a NaN stays
+  };
+  auto align_tile = [&](FragC(&x)[kNt]) {
+    mma_tiles::RowsA<K, kMaxD> ua;
+    load_global(ua, static_cast<const float*>(U), tw, n, d, dp);
+    mma_tiles::products(x, ua, KHs, kLdD, dp);  // u_i · k_j, then / |k_j|
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[j].x[e] *= KN[col_of(j, e)];
+  };
+  auto sep_tile = [&](FragC(&x)[kNt]) {
+    FragC zd[kNt];
+    mma_tiles::products(x, ea, Es, kLdL, dap);  // e_i · e_j, then φ
+    mma_tiles::products(zd, za, Zs, kLdL, dzp);
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float hinge = x[j].x[e] * einv[e >> 1] * EN[col_of(j, e)] - delta;             // a_ij - δ
+        x[j].x[e] = dexp(-d2_of(zd[j], j, e) * inv_tau_s) * (hinge <= 0.0f ? 0.0f : hinge);  // a NaN stays NaN
+      }
+  };
+  auto coh_tile = [&](FragC(&x)[kNt]) {
+    mma_tiles::RowsA<K, kMaxL> ca;
+    load_global(ca, static_cast<const float*>(Cr), tw, n, dz, dzp);
+    mma_tiles::products(x, ca, Zs, kLdL, dzp);
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = ZZs[col_of(j, e)] + cc[e >> 1] - 2.0f * x[j].x[e];
+        x[j].x[e] = v < 0.0f ? 0.0f : v;
+      }
+  };
+  // Bit 4 j + e: entry e of accumulator tile j is a kept (row, key) pair.
+  auto keep_bits = [&](int64_t s0) {
+    unsigned bits = 0;
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (kept(p, b, h, row[e >> 1], s0 + col_of(j, e))) bits |= 1u << (4 * j + e);
+    return bits;
+  };
+
+  // ---- pass 2: the raw rows' moments, and Var^coh ------------------------------------------------------------------
+  Moments ma[2], ms[2], mc[2];
+  float var_c[2] = {0.0f, 0.0f};
+  if (p.use_align || p.use_sep || p.use_coh)
+    for_tiles(vis, [&](int64_t s0) {
+      stage_keys(s0, false);
+      const unsigned kb = keep_bits(s0);
+      FragC x[kNt];
+      if (p.use_align) {
+        align_tile(x);
+#pragma unroll
+        for (int j = 0; j < kNt; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (kb >> (4 * j + e) & 1u) ma[e >> 1].add(x[j].x[e]);
+      }
+      if (p.use_sep) {
+        sep_tile(x);
+#pragma unroll
+        for (int j = 0; j < kNt; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (kb >> (4 * j + e) & 1u) ms[e >> 1].add(x[j].x[e]);
+      }
+      if (p.use_coh) {
+        FragC zd[kNt];
+        coh_tile(x);
+        mma_tiles::products(zd, za, Zs, kLdL, dzp);
+#pragma unroll
+        for (int j = 0; j < kNt; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (kb >> (4 * j + e) & 1u) {
+              mc[e >> 1].add(x[j].x[e]);
+              var_c[e >> 1] += dexp(-d2_of(zd[j], j, e) * inv_tau_c) * x[j].x[e];
+            }
+      }
+    });
+
+  // The terms in S: Σ_t w_t (f_t src_t - μ_t) = Σ_t k_t src_t + k0, with w_t = ω' (the gate after_norm) scale_t,
+  // k_t = w_t f_t and k0 = -Σ_t w_t μ_t (the raw row raw_t = f_t src_t, its mean μ_t and scale_t).
+  float ka[2] = {0, 0}, ks[2] = {0, 0}, kc[2] = {0, 0}, k0[2] = {0, 0};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    ma[r].merge_group(), ms[r].merge_group(), mc[r].merge_group();
+    var_c[r] = group_sum(var_c[r]) / Wc[r];
+    if (p.use_align) {
+      const Standardise st(ma[r], fa[r], p.norm_eps, constant_row<K>());
+      const float w = hd.scalar(kOmegaA, H) * om * (after ? la[r] : 1.0f) * st.scale;
+      ka[r] = w * fa[r], k0[r] -= w * st.mu;
+    }
+    if (p.use_sep) {
+      const float f = -(after ? 1.0f : ls[r]);  // raw sep = -f φ
+      const Standardise st(ms[r], f, p.norm_eps, constant_row<K>());
+      const float w = hd.scalar(kOmegaS, H) * om * (after ? ls[r] : 1.0f) * st.scale;
+      ks[r] = w * f, k0[r] -= w * st.mu;
+    }
+    if (p.use_coh) {
+      const float gamma = math::sigmoid(static_cast<float>(-p.alpha_coh[h]) * var_c[r]);
+      const float lc = hd.scalar(kLambdaC, H) * gamma;
+      const float f = -(after ? 1.0f : lc * inv_tau_c);
+      const Standardise st(mc[r], f, p.norm_eps, constant_row<K>());
+      const float w = hd.scalar(kOmegaC, H) * om * (after ? lc : 1.0f) * st.scale;
+      kc[r] = w * f, k0[r] -= w * st.mu;
+    }
+  }
+
+  // ---- pass 3: S, the online softmax and y = A V -------------------------------------------------------------------
+  float mrow[2] = {neg_inf<float>(), neg_inf<float>()}, l[2] = {0.0f, 0.0f};
+  FragC acc[kMaxD / 8] = {};
+  for_tiles(vis, [&](int64_t s0) {
+    stage_keys(s0, true);
+    const unsigned kb = keep_bits(s0);
+    FragC s[kNt], x[kNt];
+    {
+      mma_tiles::RowsA<K, kMaxD> qa;
+      load_global(qa, hd.q, tw, n, d, dp);
+      mma_tiles::products(s, qa, KRs, kLdD, dp);
+    }
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j].x[e] = s[j].x[e] * inv_sqrt_d + k0[e >> 1];
+    // S += k_t src_t, term by term
+    if (p.use_align) {
+      align_tile(x);
+#pragma unroll
+      for (int j = 0; j < kNt; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j].x[e] += ka[e >> 1] * x[j].x[e];
+    }
+    if (p.use_sep) {
+      sep_tile(x);
+#pragma unroll
+      for (int j = 0; j < kNt; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j].x[e] += ks[e >> 1] * x[j].x[e];
+    }
+    if (p.use_coh) {
+      coh_tile(x);
+#pragma unroll
+      for (int j = 0; j < kNt; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j].x[e] += kc[e >> 1] * x[j].x[e];
+    }
+    float mx[2] = {neg_inf<float>(), neg_inf<float>()};
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const bool kp = kb >> (4 * j + e) & 1u;
+        float Sj = s[j].x[e];
+        if (kp && p.bias)
+          Sj +=
+              to_acc(static_cast<const S*>(p.bias)[b * p.bias_stride[0] + h * p.bias_stride[1] +
+                                                   row[r] * p.bias_stride[2] + (s0 + col_of(j, e)) * p.bias_stride[3]]);
+        s[j].x[e] = kp ? Sj * inv_tau : neg_inf<float>();
+        mx[r] = nan_max(mx[r], s[j].x[e]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float tile_max = group_max(mx[r]);
+      const float m_new = tile_max != tile_max ? tile_max : fmaxf(mrow[r], tile_max);  // NaN poisons the row
+      corr[r] = m_new == neg_inf<float>() ? 1.0f : dexp(mrow[r] - m_new);
+      mx[r] = m_new;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float mr = mx[e >> 1];
+        s[j].x[e] = mr == neg_inf<float>() ? 0.0f : dexp(s[j].x[e] - mr);
+        sum[e >> 1] += s[j].x[e];
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * corr[r] + group_sum(sum[r]), mrow[r] = mx[r];
+#pragma unroll
+    for (int dd = 0; dd < kMaxD / 8; ++dd)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[dd].x[e] *= corr[e >> 1];
+    mma_tiles::times_tile<K, kMaxD>(acc, s, Vs, kLdD, dp, B_ + warp * kRows * mma_tiles::kPld);
+  });
+  S* const y = static_cast<S*>(p.y) + bh * n * d;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= n) continue;
+    const bool live = l[r] > 0.0f || l[r] != l[r];  // no kept key: a zero row; a NaN row stays NaN
+    const float inv = live ? 1.0f / l[r] : 0.0f;
+#pragma unroll
+    for (int dd = 0; dd < kMaxD / 8; ++dd)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t c = 8 * dd + 2 * tt + e;
+        if (c < d) y[row[r] * d + c] = from_acc<S>(acc[dd].x[2 * r + e] * inv);
+      }
+  }
+}
+
+// |x_r| of each row of a (rows, cols) matrix in float32; one warp per row.
+template <class S>
+__global__ void row_norms_kernel(const S* x, int64_t rows, int64_t cols, float* norm) {
+  const int64_t r = blockIdx.x;
+  if (r >= rows) return;
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += 32) s += to_acc(x[r * cols + c]) * to_acc(x[r * cols + c]);
+  s = tiles::warp_sum(s);
+  if (threadIdx.x == 0) norm[r] = sqrtf(s);
+}
+
+cudaError_t checked(cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); }
+
+}  // namespace
+
+namespace ascender_launch {
+
+bool mma_takes(FloatElem t, const Params& p, bool allow_tf32) {
+  if (t == FloatElem::F64 || (t == FloatElem::F32 && !allow_tf32)) return false;
+  int64_t kmax = 0;
+  for (int64_t h = 0; h < p.H && h < kMaxHeads; ++h) kmax = p.k_nbr[h] > kmax ? p.k_nbr[h] : kmax;
+  return p.d <= kMaxD && p.dz <= kMaxL && p.da <= kMaxL && kmax <= kMaxNbr;
+}
+
+int64_t mma_workspace_floats(const Params& p) { return p.B * p.H * p.T * (2 + p.d + p.dz); }
+
+cudaError_t mma_forward(FloatElem t, const Params& p, void* workspace, int64_t* nbr, int64_t nbr_k,
+                        cudaStream_t stream) {
+  if (p.B * p.H == 0 || p.T == 0) return cudaSuccess;
+  auto go = [&](auto tag) -> cudaError_t {
+    using S = decltype(tag);
+    const int64_t rows = p.B * p.H * p.T;
+    float* const knorm = static_cast<float*>(workspace);
+    float* const enorm = knorm + rows;
+    cudaError_t err = checked(launch_kernel(row_norms_kernel<S>, dim3(grid_dim(rows)), dim3(32), stream,
+                                            static_cast<const S*>(p.k), rows, p.d, knorm));
+    if (err != cudaSuccess) return err;
+    err = checked(launch_kernel(row_norms_kernel<S>, dim3(grid_dim(rows)), dim3(32), stream, static_cast<const S*>(p.e),
+                                rows, p.da, enorm));
+    if (err != cudaSuccess) return err;
+    const dim3 grid(grid_dim((p.T + kBlockRows - 1) / kBlockRows), grid_dim(p.B * p.H, kMaxGridYZ));
+    float* const u_rows = enorm + rows;
+    float* const c_rows = u_rows + rows * p.d;
+    return checked(launch_kernel(ascender_mma_forward_kernel<S>, grid, dim3(32, kWarps), stream, p,
+                                 static_cast<const float*>(knorm), static_cast<const float*>(enorm), u_rows, c_rows,
+                                 nbr, nbr_k));
+  };
+  switch (t) {
+    case FloatElem::F32: return go(float{});
+    case FloatElem::BF16: return go(__nv_bfloat16{});
+    case FloatElem::F16: return go(__half{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace ascender_launch
+}  // namespace asc::cuda
