@@ -10,6 +10,7 @@
 #include "cuda/ascender_launch.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "ops/ascender_scalars.h"
 #include "ops/kernels.h"
 
 namespace asc::cuda {
@@ -50,6 +51,7 @@ L::Params params(const AscenderKernelInputs& in, const AscenderConfig& cfg) {
   p.include_self = cfg.include_self, p.select_by_scores = cfg.select_by_scores, p.after_norm = cfg.after_norm();
   p.use_align = cfg.use_align, p.use_sep = cfg.use_sep, p.use_coh = cfg.use_coh;
   p.norm_eps = cfg.norm_eps, p.omega_scale = cfg.omega_scale;
+  p.constant_row = ascender::kConstantRow;
   for (int64_t h = 0; h < p.H; ++h) {
     p.k_nbr[h] = cfg.k[h], p.tau_sep[h] = cfg.tau_sep[h], p.tau_coh[h] = cfg.tau_coh[h];
     p.alpha_align[h] = cfg.alpha_align[h], p.alpha_coh[h] = cfg.alpha_coh[h];
@@ -92,6 +94,8 @@ void ascender_forward(const AscenderKernelInputs& in, const AscenderConfig& cfg,
   L::Params p = params(in, cfg);
   p.y = y.raw_data();
   if (L::mma_takes(t, p, allow_tf32())) {
+    p.constant_row = L::mma_constant_row(t);
+    if (state) state->constant_row = p.constant_row;  // the backward standardises with the same threshold
     const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);
     const Tensor work = Tensor::empty({L::mma_workspace_floats(p)}, {kFloat32, in.q.device(), false});
     int64_t* nbr = nullptr;
@@ -113,6 +117,7 @@ void ascender_backward(const AscenderKernelInputs& in, const AscenderConfig& cfg
   L::BackwardParams p{};
   p.fwd = params(in, cfg);
   if (state.nbr.defined()) p.fwd.saved_nbr = state.nbr.data_ptr<int64_t>(), p.fwd.saved_nbr_k = state.nbr.size(3);
+  if (state.constant_row > 0) p.fwd.constant_row = state.constant_row;
   const Tensor scratch = row_workspace(in, p.fwd, L::max_keys_backward(t), L::kBackwardArrays);
   const Tensor gy = gy_in.contiguous();
   const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);

@@ -70,9 +70,9 @@ __device__ void row_forward(const QueryRow<S>& r, const RowKeys<T>& w, RowVecs<T
   if (p.use_sep) sep_forward(r, w, v.red, st);
   if (p.use_coh) coh_forward(r, w, v, st);
   __syncthreads();  // row_stats reads every entry of the raw rows
-  if (p.use_align) st.sa = row_stats(w.r, st.fa, w.keep, p.T, p.norm_eps, v.red);
-  if (p.use_sep) st.ss = row_stats(w.rs, T(1), w.keep, p.T, p.norm_eps, v.red);
-  if (p.use_coh) st.sc = row_stats(w.dc, st.fc, w.keep, p.T, p.norm_eps, v.red);
+  if (p.use_align) st.sa = row_stats(w.r, st.fa, w.keep, p.T, p.norm_eps, p.constant_row, v.red);
+  if (p.use_sep) st.ss = row_stats(w.rs, T(1), w.keep, p.T, p.norm_eps, p.constant_row, v.red);
+  if (p.use_coh) st.sc = row_stats(w.dc, st.fc, w.keep, p.T, p.norm_eps, p.constant_row, v.red);
   softmax_forward(r, w, A, v.red, st);
 }
 

@@ -42,6 +42,7 @@ struct Params {
   int64_t window, global_tokens;  // window 0: every key
   int include_self, select_by_scores, after_norm, use_align, use_sep, use_coh;
   double norm_eps, omega_scale;
+  double constant_row;       // a raw row is constant when σ <= constant_row max|x| (docs/ascender.md §12.3)
   int64_t k_nbr[kMaxHeads];  // neighbourhood size per head
   double tau_sep[kMaxHeads], tau_coh[kMaxHeads], alpha_align[kMaxHeads], alpha_coh[kMaxHeads];
   // Rows longer than the shared-memory kernels hold: the workspace, rows_in_flight × (B·H) × arrays × T elements.
@@ -73,6 +74,8 @@ cudaError_t backward(FloatElem t, const BackwardParams& p, cudaStream_t stream);
 // is allowed; d ≤ 64, d_z and d_a ≤ 32, k ≤ 32. workspace: mma_workspace_floats(p) floats (the keys' and latents'
 // norms, the rows' u_i and c_i). nbr: where N(i) goes, (B, H, T, nbr_k) int64 as saved_nbr reads it, or null.
 bool mma_takes(FloatElem t, const Params& p, bool allow_tf32);
+// Its constant-row threshold: four units of the operands' roundoff (bfloat16 2^-8, float16 and TF32 2^-11).
+constexpr double mma_constant_row(FloatElem t) { return t == FloatElem::BF16 ? 4 * 0x1p-8 : 4 * 0x1p-11; }
 int64_t mma_workspace_floats(const Params& p);
 cudaError_t mma_forward(FloatElem t, const Params& p, void* workspace, int64_t* nbr, int64_t nbr_k,
                         cudaStream_t stream);

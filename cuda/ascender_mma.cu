@@ -26,6 +26,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/ascender_launch.h"
@@ -96,23 +97,16 @@ struct Head {
 };
 
 // Rows [r0, r0 + rows) of a (n, width) input into dst (stride ld) in float32, 0 past n and past the width (up to wp
-// columns); |x_r|² into sq when given. The unit vectors k̂ and ê are never staged: the products take the inputs
-// themselves (exact operands in bfloat16 / float16) and are divided by the norms after (inv_norms).
+// columns). The unit vectors k̂ and ê are never staged: the products take the inputs themselves (exact operands in
+// bfloat16 / float16) and are divided by the norms after (inv_norms).
 template <class S>
 __device__ __forceinline__ void stage(float* dst, int ld, const S* x, int64_t r0, int rows, int64_t n, int64_t width,
-                                      int64_t wp, float* sq = nullptr) {
+                                      int64_t wp) {
   const int tid = threadIdx.y * 32 + threadIdx.x;
   for (int e = tid; e < rows * wp; e += 32 * kWarps) {
     const int r = e / static_cast<int>(wp), c = e % static_cast<int>(wp);
     dst[r * ld + c] = r0 + r < n && c < width ? to_acc(x[(r0 + r) * width + c]) : 0.0f;
   }
-  if (sq)
-    for (int r = tid; r < rows; r += 32 * kWarps) {
-      float s = 0.0f;
-      for (int64_t c = 0; c < width && r0 + r < n; ++c)
-        s += to_acc(x[(r0 + r) * width + c]) * to_acc(x[(r0 + r) * width + c]);
-      sq[r] = s;
-    }
 }
 
 // 1 / max(|x_r|, eps) of rows [r0, r0 + rows) into out (0 past n).
@@ -174,6 +168,35 @@ __device__ __forceinline__ void load_global(mma_tiles::RowsA<K, W>& ra, const X*
   }
 }
 
+// x as the tensor core reads it as an operand of kind K (the squared norms that complete a distance's expansion must
+// be those of the same values, or |z_i - z_i|² is not 0).
+template <Kind K>
+__device__ __forceinline__ float as_operand(float x) {
+  if constexpr (K == Kind::TF32) {
+    const uint32_t u = mma::tf32_bits(x);
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  } else if constexpr (K == Kind::BF16) {
+    return __bfloat162float(__float2bfloat16(x));
+  } else {
+    return __half2float(__float2half(x));
+  }
+}
+
+// |x_r|² of rows [r0, r0 + rows) into sq, of the values as operands of kind K (0 past n).
+template <Kind K, class S>
+__device__ __forceinline__ void squares(float* sq, const S* x, int64_t r0, int rows, int64_t n, int64_t width) {
+  for (int r = threadIdx.y * 32 + threadIdx.x; r < rows; r += 32 * kWarps) {
+    float s = 0.0f;
+    for (int64_t c = 0; c < width && r0 + r < n; ++c) {
+      const float v = as_operand<K>(to_acc(x[(r0 + r) * width + c]));
+      s += v * v;
+    }
+    sq[r] = s;
+  }
+}
+
 // (x, j) ranks before (y, l) in a neighbourhood: larger score, ties to the lower index.
 __device__ __forceinline__ bool better(float x, int j, float y, int l) { return x > y || (x == y && j < l); }
 
@@ -207,15 +230,8 @@ struct Moments {
 };
 
 // A raw row's standardisation from the moments of its source (raw = f src): β̃_j = (raw_j - mu) scale; scale 0 on a
-// constant row and on a row without kept keys. Constant: σ <= `constant` max|raw|, where `constant` is the rounding
-// level of the products' operands (constant_row), not float32's kConstantRow: a row whose entries are equal in exact
-// arithmetic (two neighbours' unit keys seen from their mean heading, say) keeps a spread of about the operands'
-// rounding, which standardising would blow up into ±1.
-template <Kind K>
-constexpr double constant_row() {
-  // 4 units of roundoff: bfloat16 keeps 8 significant bits (u = 2^-8), float16 and TF32 11 (u = 2^-11)
-  return K == Kind::BF16 ? 4 * 0x1p-8 : 4 * 0x1p-11;
-}
+// constant row (σ <= constant_row max|raw|: Params::constant_row, at the operands' rounding level, mma_constant_row)
+// and on a row without kept keys.
 struct Standardise {
   float mu = 0, scale = 0;
   __device__ Standardise(const Moments& m, float f, double eps, double constant_rel) {
@@ -282,8 +298,9 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     for (int r = 0; r < 2; ++r) {
       float s = 0.0f;
       for (int64_t c = 0; c < dz; ++c)
-        s += rows[(warp * kRows + g + 8 * r) * kLdL + c] * rows[(warp * kRows + g + 8 * r) * kLdL + c];
-      zz[r] = s;
+        s += as_operand<K>(rows[(warp * kRows + g + 8 * r) * kLdL + c]) *
+             as_operand<K>(rows[(warp * kRows + g + 8 * r) * kLdL + c]);
+      zz[r] = s;  // of the operands' values, as ZZs
     }
     __syncthreads();
   }
@@ -307,7 +324,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
         stage(Es, kLdL, hd.e, s0, kTile, n, da, dap);
         inv_norms(EN, hd.enorm, s0, kTile, n, 1e-8f);
       }
-      if (p.use_sep || p.use_coh) stage(Zs, kLdL, hd.z, s0, kTile, n, dz, dzp, ZZs);
+      if (p.use_sep || p.use_coh) stage(Zs, kLdL, hd.z, s0, kTile, n, dz, dzp), squares<K>(ZZs, hd.z, s0, kTile, n, dz);
       __syncthreads();
       FragC sel[kNt], zd[kNt], wgt[kNt];
       if (p.use_align) {
@@ -332,7 +349,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
             d2 = d2 < 0.0f ? 0.0f : d2;  // the expansion's rounding; a NaN stays
             if (p.use_sep && kp && key != i) rho[r] += dexp(-d2 * inv_tau_s);
             if (p.use_coh && kp) {
-              wgt[j].x[e] = dexp(-d2 * inv_tau_c);
+              wgt[j].x[e] = as_operand<K>(dexp(-d2 * inv_tau_c));  // as the product Σ w z reads it: c_i is convex
               W[r] += wgt[j].x[e];
             }
           }
@@ -422,7 +439,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t c = 8 * dd + 2 * tt + (e & 1);
-        const float cv = cnum[dd].x[e] / Wc[e >> 1];
+        const float cv = as_operand<K>(cnum[dd].x[e] / Wc[e >> 1]);  // as the products with z read it
         if (c < dz) {
           cc[e >> 1] += cv * cv;
           if (row[e >> 1] < n) Cr[row[e >> 1] * dz + c] = cv;
@@ -448,7 +465,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     if (scores) stage(KRs, kLdD, hd.kr, s0, kTile, n, d, dp), stage(Vs, kLdD, hd.v, s0, kTile, n, d, dp);
     if (p.use_align) stage(KHs, kLdD, hd.k, s0, kTile, n, d, dp), inv_norms(KN, hd.knorm, s0, kTile, n, 1e-12f);
     if (p.use_sep) stage(Es, kLdL, hd.e, s0, kTile, n, da, dap), inv_norms(EN, hd.enorm, s0, kTile, n, 1e-8f);
-    if (p.use_sep || p.use_coh) stage(Zs, kLdL, hd.z, s0, kTile, n, dz, dzp, ZZs);
+    if (p.use_sep || p.use_coh) stage(Zs, kLdL, hd.z, s0, kTile, n, dz, dzp), squares<K>(ZZs, hd.z, s0, kTile, n, dz);
     __syncthreads();
   };
   // One tile's raw-row sources, term by term (each a (16 × kTile) tile; one at a time keeps the registers down):
@@ -548,13 +565,13 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     ma[r].merge_group(), ms[r].merge_group(), mc[r].merge_group();
     var_c[r] = group_sum(var_c[r]) / Wc[r];
     if (p.use_align) {
-      const Standardise st(ma[r], fa[r], p.norm_eps, constant_row<K>());
+      const Standardise st(ma[r], fa[r], p.norm_eps, p.constant_row);
       const float w = hd.scalar(kOmegaA, H) * om * (after ? la[r] : 1.0f) * st.scale;
       ka[r] = w * fa[r], k0[r] -= w * st.mu;
     }
     if (p.use_sep) {
       const float f = -(after ? 1.0f : ls[r]);  // raw sep = -f φ
-      const Standardise st(ms[r], f, p.norm_eps, constant_row<K>());
+      const Standardise st(ms[r], f, p.norm_eps, p.constant_row);
       const float w = hd.scalar(kOmegaS, H) * om * (after ? ls[r] : 1.0f) * st.scale;
       ks[r] = w * f, k0[r] -= w * st.mu;
     }
@@ -562,7 +579,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       const float gamma = math::sigmoid(static_cast<float>(-p.alpha_coh[h]) * var_c[r]);
       const float lc = hd.scalar(kLambdaC, H) * gamma;
       const float f = -(after ? 1.0f : lc * inv_tau_c);
-      const Standardise st(mc[r], f, p.norm_eps, constant_row<K>());
+      const Standardise st(mc[r], f, p.norm_eps, p.constant_row);
       const float w = hd.scalar(kOmegaC, H) * om * (after ? lc : 1.0f) * st.scale;
       kc[r] = w * f, k0[r] -= w * st.mu;
     }
@@ -657,7 +674,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int64_t c = 8 * dd + 2 * tt + e;
-        if (c < d) y[row[r] * d + c] = from_acc<S>(acc[dd].x[2 * r + e] * inv);
+        if (c < d) y[row[r] * d + c] = from_acc<S>(live ? acc[dd].x[2 * r + e] * inv : 0.0f);  // exact 0: no key
       }
   }
 }

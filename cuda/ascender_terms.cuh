@@ -155,9 +155,10 @@ __device__ __forceinline__ void neighbourhood_forward(const QueryRow<S>& r, cons
 // ==== standardisation of a raw bias row ============================================================================
 
 // The statistics of the raw row x_j = f src_j over its kept entries (two passes, so a constant row is recognised as
-// on the CPU).
+// on the CPU): constant when σ <= constant_row max|x| (Params::constant_row).
 template <class T>
-__device__ __forceinline__ RowStats<T> row_stats(const T* src, T f, const T* keep, int64_t n, double eps, T* red) {
+__device__ __forceinline__ RowStats<T> row_stats(const T* src, T f, const T* keep, int64_t n, double eps,
+                                                 double constant_row, T* red) {
   T sum = 0, count = 0, big = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
     if (keep[j] != T(0)) {
@@ -179,7 +180,7 @@ __device__ __forceinline__ RowStats<T> row_stats(const T* src, T f, const T* kee
   var = block_sum(var, red);
   st.sd = sqrt(double(var) / double(count));
   st.s = st.sd + eps;
-  st.constant = st.sd <= kConstantRow * double(big);
+  st.constant = st.sd <= constant_row * double(big);
   st.scale = st.constant ? T(0) : static_cast<T>(1 / st.s);
   return st;
 }

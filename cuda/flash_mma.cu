@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int64_t c = 8 * d + 2 * tt + e;
-        if (c < D) o[at(so, b, h, t, c)] = from_acc<T>(acc[d].x[2 * r + e] * inv);
+        if (c < D) o[at(so, b, h, t, c)] = from_acc<T>(live ? acc[d].x[2 * r + e] * inv : 0.0f);  // exact 0: no key
       }
     if (tt == 0) lse[bh * p.Tq + t] = live ? m[r] + dlog(l[r]) : neg_inf<float>();
   }
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int64_t c = 8 * d + 2 * tt + e;
-        if (c < D) dq[(bh * p.Tq + t) * D + c] = from_acc<T>(acc[d].x[2 * r + e]);
+        if (c < D) dq[(bh * p.Tq + t) * D + c] = from_acc<T>(L[r] == neg_inf<float>() ? 0.0f : acc[d].x[2 * r + e]);
       }
   }
 }

@@ -48,8 +48,8 @@ struct FragC {
 
 // ---- operand conversion ------------------------------------------------------------------------------------------
 
-__host__ __device__ __forceinline__ float to_float(float x) { return x; }
-__host__ __device__ __forceinline__ float to_float(double x) { return static_cast<float>(x); }
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(double x) { return static_cast<float>(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 

@@ -83,9 +83,11 @@ using AscenderKernelConfig [[deprecated("renamed AscenderConfig in 0.2.0")]] = A
 
 // What a backend's forward keeps for its backward besides the inputs, when asked to (undefined: the backward
 // recomputes everything). The CPU kernel's per-row statistics (ops/cpu/ascender.cpp, RowState): rows (B, H, T, ·)
-// float64, nbr (B, H, T, k_max) int64. O(T (k + d_z)) per head, never (T, T).
+// float64, nbr (B, H, T, k_max) int64. O(T (k + d_z)) per head, never (T, T). The CUDA tensor-core forward: nbr,
+// and the constant-row threshold it applied (docs/ascender.md §12.3; 0: the float32 one).
 struct AscenderKernelState {
   Tensor rows, nbr;
+  double constant_row = 0;
 };
 
 // ---- sparse attention over a CSR pattern (ops/sparse_attention.h: SparsePattern) --------------------------------
