@@ -77,16 +77,6 @@ constexpr int kRegionB = kWarps * kRows * mma_tiles::kPld;
 static_assert(kUOffset + kBlockRows * kLdL <= kRegionA, "the block's rows fit region A beside the lists");
 static_assert(kListWords + kTileD + 2 * kTileL + 2 * kTile <= kRegionA, "pass 1's tiles fit region A beside the lists");
 
-template <class S>
-constexpr Kind kind_of() {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>)
-    return Kind::BF16;
-  else if constexpr (std::is_same_v<S, __half>)
-    return Kind::F16;
-  else
-    return Kind::TF32;
-}
-
 // One (batch, head): its (T, width) input rows, per-key norms and scalars.
 template <class S>
 struct Head {
@@ -250,7 +240,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     ascender_mma_forward_kernel(Params p, const float* __restrict__ knorm, const float* __restrict__ enorm,
                                 float* __restrict__ u_rows, float* __restrict__ c_rows, int64_t* __restrict__ nbr_out,
                                 int64_t nbr_k) {
-  constexpr Kind K = kind_of<S>();
+  constexpr Kind K = mma::kind_of<S>();
   __shared__ float A_[kRegionA];
   __shared__ float B_[kRegionB];
   __shared__ int list_m[kWarps][kRows];

@@ -21,6 +21,7 @@
 
 #include "cuda/attention_tiles.cuh"
 #include "cuda/flash_attention_launch.h"
+#include "cuda/flash_common.cuh"
 #include "cuda/launch_kernel.cuh"
 #include "cuda/row_kernels.cuh"
 
@@ -28,6 +29,7 @@ namespace asc::cuda {
 namespace {
 
 using namespace flash_launch;
+using namespace flash_common;  // Args, args_of, at, score, keys_for, prob
 using rows::acc_t;
 using rows::dexp;
 using rows::dlog;
@@ -46,63 +48,6 @@ constexpr int kDqRows = 2;   // backward dq: query rows per warp (8 per block)
 constexpr int kDkKeys = 2;   // backward dk dv: keys per warp (8 per block)
 static_assert(kMaxD<double> == max_head_dim(FloatElem::F64) && kMaxD<float> == max_head_dim(FloatElem::F32),
               "the tiles' head-dimension bound is the launcher's");
-
-__device__ __forceinline__ int64_t at(const View4& s, int64_t b, int64_t h, int64_t t, int64_t c) {
-  return b * s.b + h * s.h + t * s.t + c * s.c;
-}
-
-// The problem with typed pointers.
-template <class T>
-struct Args {
-  int64_t B, H, Tq, S, D;  // Tq: the template parameter is T
-  const T *q, *k, *v;
-  View4 sq, sk, sv;
-  const bool* keep;
-  View4 sm;
-  const T* bias;
-  View4 sb;
-  bool causal;
-  acc_t<T> scale;
-};
-template <class T>
-Args<T> args_of(const Problem& p) {
-  return {p.B,
-          p.H,
-          p.T,
-          p.S,
-          p.D,
-          static_cast<const T*>(p.q),
-          static_cast<const T*>(p.k),
-          static_cast<const T*>(p.v),
-          p.sq,
-          p.sk,
-          p.sv,
-          p.keep,
-          p.sm,
-          static_cast<const T*>(p.bias),
-          p.sb,
-          p.causal,
-          static_cast<acc_t<T>>(p.scale)};
-}
-
-// The scaled, biased, masked score of query t and key s from their dot product; -inf for a key t does not see.
-template <class T>
-__device__ __forceinline__ acc_t<T> score(const Args<T>& p, int64_t b, int64_t h, int64_t t, int64_t s, acc_t<T> dot) {
-  using A = acc_t<T>;
-  if (t >= p.Tq || s >= p.S || (p.causal && s > t + (p.S - p.Tq))) return neg_inf<A>();
-  if (p.keep && !p.keep[at(p.sm, b, h, t, s)]) return neg_inf<A>();
-  A x = dot * p.scale;
-  if (p.bias) x += to_acc(p.bias[at(p.sb, b, h, t, s)]);
-  return x;
-}
-
-// Keys [0, n) that query rows [t0, t0 + rows) may see: with causal, none past the last row's limit.
-template <class T>
-__device__ __forceinline__ int64_t keys_for(const Args<T>& p, int64_t t0, int64_t rows) {
-  if (!p.causal) return p.S;
-  const int64_t n = t0 + rows + (p.S - p.Tq);
-  return n < 0 ? 0 : n > p.S ? p.S : n;
-}
 
 // Loads rows [r0, r0 + rows) of a (·, D) operand of head (b, h) into dst (stride ld), 0 past `limit`.
 template <class T, class A>
@@ -165,15 +110,6 @@ __global__ void flash_forward_kernel(Args<T> p, T* __restrict__ o, View4 so, acc
     if (lane == 0) lse[bh * p.Tq + t] = live ? m[r] + dlog(l[r]) : neg_inf<A>();
   }
 }
-
-// P of a kept score from the row's log-sum-exp (0 for a masked key or a row without kept keys).
-template <class A>
-__device__ __forceinline__ A prob(A x, A lse) {
-  if (x == neg_inf<A>() || lse == neg_inf<A>()) return A(0);
-  const A z = x - lse;  // <= 0 up to rounding; NaN (a NaN row's lse) stays NaN
-  return dexp(z > A(0) ? A(0) : z);
-}
-
 template <class T>
 __global__ void flash_backward_dq_kernel(Args<T> p, const T* __restrict__ o, View4 so, const T* __restrict__ dout,
                                          View4 sg, const acc_t<T>* __restrict__ lse, acc_t<T>* __restrict__ delta,

@@ -23,6 +23,7 @@
 
 #include "cuda/attention_tiles.cuh"
 #include "cuda/flash_attention_launch.h"
+#include "cuda/flash_common.cuh"
 #include "cuda/launch_kernel.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/mma_tiles.cuh"
@@ -32,6 +33,7 @@ namespace asc::cuda {
 namespace {
 
 using namespace flash_launch;
+using namespace flash_common;  // Args, args_of, at, score, keys_for, prob: cuda/flash_attention.cu's semantics
 using mma::FragC;
 using mma::Kind;
 using mma_tiles::col_of;
@@ -57,71 +59,6 @@ constexpr int kDt = kMaxD / 8;              // accumulator tiles across the head
 template <Kind K>
 using Rows = mma_tiles::RowsA<K, kMaxD>;  // a warp's 16 rows over the head dim
 
-template <class T>
-constexpr Kind kind_of() {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return Kind::BF16;
-  else if constexpr (std::is_same_v<T, __half>)
-    return Kind::F16;
-  else
-    return Kind::TF32;
-}
-
-__device__ __forceinline__ int64_t at(const View4& s, int64_t b, int64_t h, int64_t t, int64_t c) {
-  return b * s.b + h * s.h + t * s.t + c * s.c;
-}
-
-// The problem with typed pointers (as cuda/flash_attention.cu's Args, float32 compute).
-template <class T>
-struct Args {
-  int64_t B, H, Tq, S, D;
-  const T *q, *k, *v;
-  View4 sq, sk, sv;
-  const bool* keep;
-  View4 sm;
-  const T* bias;
-  View4 sb;
-  bool causal;
-  float scale;
-};
-template <class T>
-Args<T> args_of(const Problem& p) {
-  return {p.B,
-          p.H,
-          p.T,
-          p.S,
-          p.D,
-          static_cast<const T*>(p.q),
-          static_cast<const T*>(p.k),
-          static_cast<const T*>(p.v),
-          p.sq,
-          p.sk,
-          p.sv,
-          p.keep,
-          p.sm,
-          static_cast<const T*>(p.bias),
-          p.sb,
-          p.causal,
-          static_cast<float>(p.scale)};
-}
-
-// The scaled, biased, masked score of query t and key s from their dot product; -inf where t does not see s.
-template <class T>
-__device__ __forceinline__ float score(const Args<T>& p, int64_t b, int64_t h, int64_t t, int64_t s, float dot) {
-  if (t >= p.Tq || s >= p.S || (p.causal && s > t + (p.S - p.Tq))) return neg_inf<float>();
-  if (p.keep && !p.keep[at(p.sm, b, h, t, s)]) return neg_inf<float>();
-  float x = dot * p.scale;
-  if (p.bias) x += to_acc(p.bias[at(p.sb, b, h, t, s)]);
-  return x;
-}
-
-// P of a kept score from its row's log-sum-exp (0 for a masked key or a row without kept keys; NaN stays NaN).
-__device__ __forceinline__ float prob(float x, float lse) {
-  if (x == neg_inf<float>() || lse == neg_inf<float>()) return 0.0f;
-  const float z = x - lse;
-  return dexp(z > 0.0f ? 0.0f : z);
-}
-
 // Rows [r0, r0 + rows) of a (·, D) operand into dst (stride kLd) in float32, 0 past `limit` and past D.
 template <class T>
 __device__ __forceinline__ void stage(float* dst, const T* __restrict__ x, const View4& s, int64_t b, int64_t h,
@@ -133,18 +70,10 @@ __device__ __forceinline__ void stage(float* dst, const T* __restrict__ x, const
   }
 }
 
-// Keys [0, n) that query rows [t0, t0 + rows) may see: with causal, none past the last row's limit.
-template <class T>
-__device__ __forceinline__ int64_t keys_for(const Args<T>& p, int64_t t0, int64_t rows) {
-  if (!p.causal) return p.S;
-  const int64_t n = t0 + rows + (p.S - p.Tq);
-  return n < 0 ? 0 : n > p.S ? p.S : n;
-}
-
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     mma_forward_kernel(Args<T> p, T* __restrict__ o, View4 so, float* __restrict__ lse) {
-  constexpr Kind K = kind_of<T>();
+  constexpr Kind K = mma::kind_of<T>();
   __shared__ float KV[2 * kTile * kLd];                  // a key and a value tile; first the block's 64 queries
   __shared__ float Ps[kWarps][kRows * mma_tiles::kPld];  // TF32's P, per warp
   float *const Ks = KV, *const Vs = KV + kTile * kLd;
@@ -222,7 +151,7 @@ template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     mma_backward_dq_kernel(Args<T> p, const T* __restrict__ o, View4 so, const T* __restrict__ dout, View4 sg,
                            const float* __restrict__ lse, float* __restrict__ delta, T* __restrict__ dq) {
-  constexpr Kind K = kind_of<T>();
+  constexpr Kind K = mma::kind_of<T>();
   __shared__ float KV[2 * kTile * kLd];  // a key and a value tile; first the block's q, then its dO rows
   __shared__ float Ps[kWarps][kRows * mma_tiles::kPld];
   float *const Ks = KV, *const Vs = KV + kTile * kLd;
@@ -293,7 +222,7 @@ template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     mma_backward_dkv_kernel(Args<T> p, const T* __restrict__ dout, View4 sg, const float* __restrict__ lse,
                             const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv) {
-  constexpr Kind K = kind_of<T>();
+  constexpr Kind K = mma::kind_of<T>();
   __shared__ float QG[2 * kTile * kLd];   // a query and a dO tile; first the block's keys, then its values
   __shared__ float Ls[kTile], Ds[kTile];  // the query tile's lse and delta
   __shared__ float Ps[kWarps][kRows * mma_tiles::kPld];

@@ -27,10 +27,22 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace asc::cuda::mma {
 
 enum class Kind { BF16, F16, TF32 };
+
+// The operand kind of a storage type: __nv_bfloat16 → BF16, __half → F16, float → TF32.
+template <class T>
+constexpr Kind kind_of() {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return Kind::BF16;
+  else if constexpr (std::is_same_v<T, __half>)
+    return Kind::F16;
+  else
+    return Kind::TF32;
+}
 
 // K of one instruction: 16 for the 16-bit kinds, 8 for TF32. M = 16, N = 8 always.
 template <Kind K>

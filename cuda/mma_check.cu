@@ -18,22 +18,11 @@ namespace {
 
 constexpr int kWarps = 4;  // warps per block, one output tile each
 
-// The operand kind of a storage type: float → TF32, __nv_bfloat16 → BF16, __half → F16.
-template <class T>
-constexpr mma::Kind kind_of() {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return mma::Kind::BF16;
-  else if constexpr (std::is_same_v<T, __half>)
-    return mma::Kind::F16;
-  else
-    return mma::Kind::TF32;
-}
-
 // c (M, N) = a (M, K) B; warp w of block b owns the (16 × 8) tile number b·kWarps + w, row-major over the tiles.
 template <class T, bool kBnk>
 __global__ void __launch_bounds__(32 * kWarps)
     mma_product_kernel(const T* a, const T* b, float* c, int64_t M, int64_t N, int64_t K) {
-  constexpr mma::Kind kind = kind_of<T>();
+  constexpr mma::Kind kind = mma::kind_of<T>();
   const int64_t tile = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32, tiles_n = N / 8;
   if (tile >= (M / 16) * tiles_n) return;  // a whole warp leaves together
   const int64_t m0 = tile / tiles_n * 16, n0 = tile % tiles_n * 8;
@@ -57,7 +46,7 @@ constexpr int kMaxP = 64;
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps)
     mma_chain_kernel(const T* a, const T* b, const T* w, float* d, int64_t M, int64_t N, int64_t K, int64_t P) {
-  constexpr mma::Kind kind = kind_of<T>();
+  constexpr mma::Kind kind = mma::kind_of<T>();
   const int64_t m0 = (int64_t(blockIdx.x) * kWarps + threadIdx.x / 32) * 16;
   if (m0 >= M) return;
   mma::FragC out[kMaxP / 8] = {};
