@@ -716,12 +716,7 @@ cudaError_t mma_forward(FloatElem t, const Params& p, void* workspace, int64_t* 
                                  static_cast<const float*>(knorm), static_cast<const float*>(enorm), u_rows, c_rows,
                                  nbr, nbr_k));
   };
-  switch (t) {
-    case FloatElem::F32: return go(float{});
-    case FloatElem::BF16: return go(__nv_bfloat16{});
-    case FloatElem::F16: return go(__half{});
-    default: return cudaErrorInvalidValue;
-  }
+  return visit_mma_elem(t, go);
 }
 
 }  // namespace ascender_launch

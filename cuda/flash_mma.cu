@@ -292,17 +292,6 @@ dim3 grid_of(int64_t n, int64_t heads) {
   return dim3(grid_dim((n + kBlockRows - 1) / kBlockRows), grid_dim(heads, kMaxGridYZ));
 }
 
-// f(T{}) for the element types this path takes.
-template <class F>
-cudaError_t visit_mma_elem(FloatElem e, F&& f) {
-  switch (e) {
-    case FloatElem::F32: return f(float{});
-    case FloatElem::BF16: return f(__nv_bfloat16{});
-    case FloatElem::F16: return f(__half{});
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 namespace flash_launch {

@@ -28,4 +28,17 @@ cudaError_t visit_float_elem(FloatElem t, F&& f) {
   return cudaErrorInvalidValue;
 }
 
+// The same for the storage types the tensor-core kernels take (cuda/mma.cuh): float (as TF32), __nv_bfloat16 and
+// __half; cudaErrorInvalidValue for float64.
+template <class F>
+cudaError_t visit_mma_elem(FloatElem t, F&& f) {
+  switch (t) {
+    case FloatElem::F32: return f(float{});
+    case FloatElem::BF16: return f(__nv_bfloat16{});
+    case FloatElem::F16: return f(__half{});
+    case FloatElem::F64: break;
+  }
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace asc::cuda

@@ -96,12 +96,7 @@ cudaError_t product(FloatElem elem, bool b_nk, int64_t M, int64_t N, int64_t K, 
             ? launch_kernel(mma_product_kernel<T, true>, dim3(blocks), dim3(32 * kWarps), stream, pa, pb, c, M, N, K)
             : launch_kernel(mma_product_kernel<T, false>, dim3(blocks), dim3(32 * kWarps), stream, pa, pb, c, M, N, K));
   };
-  switch (elem) {
-    case FloatElem::F32: return go(float{});
-    case FloatElem::BF16: return go(__nv_bfloat16{});
-    case FloatElem::F16: return go(__half{});
-    default: return cudaErrorInvalidValue;
-  }
+  return visit_mma_elem(elem, go);
 }
 
 cudaError_t chain(FloatElem elem, int64_t M, int64_t N, int64_t K, int64_t P, const void* a, const void* b,

@@ -1,6 +1,7 @@
 // CUDA entry points of sparse attention (ops/sparse_attention.h): allocate, pass raw pointers to the launchers of
-// cuda/sparse_attention.cu, turn a failed launch into an asc::Error. The op has validated shapes, dtypes, devices
-// and moved the pattern to the inputs' device.
+// cuda/sparse_attention.cu (CUDA cores) or cuda/sparse_mma.cu (tensor cores: bfloat16, float16, and float32 when
+// TF32 is allowed; head dims up to 64), turn a failed launch into an asc::Error. The op has validated shapes, dtypes,
+// devices and moved the pattern to the inputs' device.
 #include "core/error.h"
 #include "core/format.h"
 #include "cuda/check.h"
@@ -40,8 +41,11 @@ void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& key_keep, double scale, Tensor& o, Tensor& lse) {
   const sparse_launch::Dims d = dims_of(q, k);
   const sparse_launch::Pattern p = pattern_of(pattern);
-  ASC_CUDA_CHECK(sparse_launch::forward(q.raw_data(), k.raw_data(), v.raw_data(), p, keep_of(key_keep), d, scale,
-                                        o.raw_data(), lse.raw_data(), float_elem_of(kOp, q.dtype()), current_stream()));
+  const FloatElem elem = float_elem_of(kOp, q.dtype());
+  const auto launch =
+      sparse_launch::mma_takes(d, elem, allow_tf32()) ? sparse_launch::mma_forward : sparse_launch::forward;
+  ASC_CUDA_CHECK(launch(q.raw_data(), k.raw_data(), v.raw_data(), p, keep_of(key_keep), d, scale, o.raw_data(),
+                        lse.raw_data(), elem, current_stream()));
 }
 
 void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePatternView& pattern,
@@ -50,10 +54,12 @@ void sparse_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
   const sparse_launch::Dims d = dims_of(q, k);
   const sparse_launch::Pattern p = pattern_of(pattern);
   const Tensor delta = Tensor::empty({d.B, d.H, d.T}, {acc_of(q.dtype()), q.device(), false});  // the rows' dO · o
-  ASC_CUDA_CHECK(sparse_launch::backward(q.raw_data(), k.raw_data(), v.raw_data(), p, keep_of(key_keep), d, scale,
-                                         o.raw_data(), dout.raw_data(), lse.raw_data(), delta.raw_data(), dq.raw_data(),
-                                         dk.raw_data(), dv.raw_data(), float_elem_of(kOp, q.dtype()),
-                                         current_stream()));
+  const FloatElem elem = float_elem_of(kOp, q.dtype());
+  const auto launch =
+      sparse_launch::mma_takes(d, elem, allow_tf32()) ? sparse_launch::mma_backward : sparse_launch::backward;
+  ASC_CUDA_CHECK(launch(q.raw_data(), k.raw_data(), v.raw_data(), p, keep_of(key_keep), d, scale, o.raw_data(),
+                        dout.raw_data(), lse.raw_data(), delta.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),
+                        elem, current_stream()));
 }
 
 }  // namespace asc::cuda

@@ -10,7 +10,7 @@
 //                  exp(m_old - m_new)). A tile none of a warp's rows attends is skipped by that warp.
 //   backward dq    a block per half query block (8 rows, 2 per warp), the same walk: P = exp(s - lse) recomputed,
 //                  dS = scale · P (dO · v - delta), dq = Σ_j dS_j k_j by warp shuffles; it stores delta = dO · o.
-//   backward dk dv a block per key block (8 keys, 2 per warp) walks the union of the queries that see its keys in
+//   backward dk dv a block per half key block (8 keys, 2 per warp) walks the union of the queries that see its keys in
 //                  tiles of 32, q and dO gathered into shared memory: lane i recomputes P and dS of query i, then
 //                  dv_j = Σ_i P_ij dO_i and dk_j = Σ_i dS_ij q_i.
 // Every sum has one owner: no atomics, and the result does not depend on scheduling. Shared rows that lanes read
@@ -25,11 +25,13 @@
 #include "cuda/launch_kernel.cuh"
 #include "cuda/row_kernels.cuh"
 #include "cuda/sparse_attention_launch.h"
+#include "cuda/sparse_common.cuh"
 
 namespace asc::cuda {
 namespace {
 
 using namespace sparse_launch;
+using namespace sparse_common;  // Args, args_of, Span, span_of, warp_or, lanes_with, prob
 using rows::acc_t;
 using rows::dexp;
 using rows::dlog;
@@ -47,44 +49,10 @@ using tiles::warp_sum;
 constexpr int kFwdRows = kRowBlock / kWarps;  // forward: 4 query rows per warp
 constexpr int kDqBlock = kRowBlock / 2;       // backward dq: half a query block per thread block
 constexpr int kDqRows = kDqBlock / kWarps;    // 2 rows per warp
-constexpr int kDkKeys = kKeyBlock / kWarps;   // backward dk dv: 2 keys per warp
+constexpr int kDkBlock = kKeyBlock / 2;       // backward dk dv: half a key block per thread block
+constexpr int kDkKeys = kDkBlock / kWarps;    // 2 keys per warp
 static_assert(kMaxD<double> == max_head_dim(FloatElem::F64) && kMaxD<float> == max_head_dim(FloatElem::F32),
               "the tiles' head-dimension bound is the launcher's");
-
-__device__ __forceinline__ unsigned warp_or(unsigned v) {
-  for (int o = 16; o > 0; o >>= 1) v |= __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-// The lanes whose `bits` have bit b: which entries of a tile a row (or key) attends. The sums over a tile skip the
-// other entries instead of adding 0 times them, so that a NaN in a key, value or query that the row does not attend
-// (another row's, or padding) never reaches it (0 · NaN is NaN).
-__device__ __forceinline__ unsigned lanes_with(unsigned bits, int b) {
-  return warp_or(((bits >> b) & 1u) << threadIdx.x);
-}
-
-// The problem with typed pointers; q, k, v (and keep) already at (b, h) are computed per block.
-template <class T>
-struct Args {
-  int64_t B, H, Tq, S, D;  // Tq: the template parameter is T
-  const T *q, *k, *v;
-  const bool* keep;  // (B, S) or nullptr
-  Pattern p;
-  acc_t<T> scale;
-};
-template <class T>
-Args<T> args_of(const void* q, const void* k, const void* v, const bool* keep, Pattern p, Dims d, double scale) {
-  return {d.B,
-          d.H,
-          d.T,
-          d.S,
-          d.D,
-          static_cast<const T*>(q),
-          static_cast<const T*>(k),
-          static_cast<const T*>(v),
-          keep,
-          p,
-          static_cast<acc_t<T>>(scale)};
-}
 
 // Rows [r0, r0 + rows) of a contiguous (·, D) matrix into dst (stride ld), 0 past `limit`.
 template <class T, class A>
@@ -102,16 +70,6 @@ __device__ __forceinline__ void gather(A* dst, int ld, const T* __restrict__ x, 
     const int64_t c = e % D;
     dst[r * ld + c] = r < n ? to_acc(x[idx[r] * D + c]) : A(0);
   }
-}
-
-// A group's block `m` of the view (blocks_per_group per group): its union is entries [first, last).
-struct Span {
-  int64_t first, last;
-};
-__device__ __forceinline__ Span span_of(const int64_t* ptr, int64_t groups, int64_t bh, int64_t blocks_per_group,
-                                        int64_t m) {
-  const int64_t x = (groups == 1 ? 0 : bh) * blocks_per_group + m;
-  return {ptr[x], ptr[x + 1]};
 }
 
 template <class T>
@@ -181,14 +139,6 @@ __global__ void sparse_forward_kernel(Args<T> a, T* __restrict__ o, acc_t<T>* __
     if (lane == 0)
       lse[bh * a.Tq + t] = !seen[r] ? neg_inf<A>() : l[r] > A(0) ? mx[r] + dlog(l[r]) : static_cast<A>(NAN);
   }
-}
-
-// P of an attended score from its row's log-sum-exp (0 for a row without kept keys).
-template <class A>
-__device__ __forceinline__ A prob(A x, A lse) {
-  if (lse == neg_inf<A>()) return A(0);
-  const A z = x - lse;  // <= 0 up to rounding; NaN (a NaN row) stays NaN, so its gradients are NaN too
-  return dexp(z > A(0) ? A(0) : z);
 }
 
 template <class T>
@@ -261,16 +211,19 @@ __global__ void sparse_backward_dkv_kernel(Args<T> a, const T* __restrict__ dout
                                            const acc_t<T>* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv) {
   using A = acc_t<T>;
   constexpr int DM = kMaxD<A>, PER = kPer<A>, KK = kDkKeys;
-  __shared__ A Ks[kKeyBlock][DM], Vs[kKeyBlock][DM];  // the block's keys and values (read broadcast)
+  __shared__ A Ks[kDkBlock][DM], Vs[kDkBlock][DM];    // the half block's keys and values (read broadcast)
   __shared__ A Qs[kTile][DM + 1], Gs[kTile][DM + 1];  // a tile of the union's queries: lane i reads row i
   const int lane = threadIdx.x, warp = threadIdx.y;
-  const int64_t bh = blockIdx.y, m = blockIdx.x, j0 = m * kKeyBlock, D = a.D;
+  const int64_t bh = blockIdx.y, m = blockIdx.x / 2, D = a.D;
+  const int half = blockIdx.x % 2, shift = half * kDkBlock;  // the half's keys are bits shift .. shift + 8
+  const int64_t j0 = m * kKeyBlock + shift;
+  if (j0 >= a.S) return;  // the empty second half of the last block (the whole block returns)
   const T* qb = a.q + bh * a.Tq * D;
   const T* gb = dout + bh * a.Tq * D;
   const bool* keep = a.keep ? a.keep + (bh / a.H) * a.S : nullptr;
   const Span sp = span_of(a.p.kblk_ptr, a.p.groups, bh, (a.S + kKeyBlock - 1) / kKeyBlock, m);
-  stage(&Ks[0][0], DM, a.k + bh * a.S * D, j0, kKeyBlock, a.S, D);
-  stage(&Vs[0][0], DM, a.v + bh * a.S * D, j0, kKeyBlock, a.S, D);
+  stage(&Ks[0][0], DM, a.k + bh * a.S * D, j0, kDkBlock, a.S, D);
+  stage(&Vs[0][0], DM, a.v + bh * a.S * D, j0, kDkBlock, a.S, D);
   // The warp's keys that exist and are not padding (a padding key's dk and dv are 0).
   unsigned live = 0;
 #pragma unroll
@@ -291,7 +244,7 @@ __global__ void sparse_backward_dkv_kernel(Args<T> a, const T* __restrict__ dout
     gather(&Gs[0][0], DM + 1, gb, rows_, n, D);
     __syncthreads();
     // Lane i's query: which of the block's keys it attends, its lse and delta.
-    const unsigned bits = lane < n ? unsigned(a.p.kblk_bits[s0 + lane]) & live : 0u;
+    const unsigned bits = lane < n ? unsigned(a.p.kblk_bits[s0 + lane]) >> shift & live : 0u;
     const unsigned any = warp_or(bits);
     const A Li = lane < n ? lse[bh * a.Tq + rows_[lane]] : neg_inf<A>();
     const A Di = lane < n ? delta[bh * a.Tq + rows_[lane]] : A(0);
@@ -355,8 +308,8 @@ cudaError_t backward(const void* q, const void* k, const void* v, Pattern p, con
                       stream, a, static_cast<const T*>(o), static_cast<const T*>(dout), static_cast<const A*>(lse),
                       static_cast<A*>(delta), static_cast<T*>(dq));
     if (err != cudaSuccess) return err;
-    return launch_kernel(sparse_backward_dkv_kernel<T>, grid_of((d.S + kKeyBlock - 1) / kKeyBlock, d.B * d.H), kBlock,
-                         stream, a, static_cast<const T*>(dout), static_cast<const A*>(lse),
+    return launch_kernel(sparse_backward_dkv_kernel<T>, grid_of(2 * ((d.S + kKeyBlock - 1) / kKeyBlock), d.B * d.H),
+                         kBlock, stream, a, static_cast<const T*>(dout), static_cast<const A*>(lse),
                          static_cast<const A*>(delta), static_cast<T*>(dk), static_cast<T*>(dv));
   });
 }

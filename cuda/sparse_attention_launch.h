@@ -13,7 +13,7 @@
 namespace asc::cuda::sparse_launch {
 
 // The block sizes of the pattern's block view (SparsePattern::kRowBlock / kKeyBlock; checked where both are seen).
-constexpr int64_t kRowBlock = 16, kKeyBlock = 8;
+constexpr int64_t kRowBlock = 16, kKeyBlock = 16;
 
 struct Pattern {
   int64_t groups;                                   // 1 or B·H
@@ -32,10 +32,19 @@ constexpr int64_t max_head_dim(FloatElem e) { return e == FloatElem::F64 ? 64 : 
 // without a kept key). A block per query block, key tiles of the block's union in shared memory, online softmax.
 cudaError_t forward(const void* q, const void* k, const void* v, Pattern p, const bool* keep, Dims d, double scale,
                     void* o, void* lse, FloatElem elem, cudaStream_t stream);
-// dq (a block per half query block), then dk, dv (a block per key block, query tiles of its union): P recomputed
+// dq (a block per half query block), then dk, dv (a block per half key block, query tiles of its union): P recomputed
 // from lse, no atomics. delta: (B, H, T) workspace in the compute type for the rows' dO · o.
 cudaError_t backward(const void* q, const void* k, const void* v, Pattern p, const bool* keep, Dims d, double scale,
                      const void* o, const void* dout, const void* lse, void* delta, void* dq, void* dk, void* dv,
                      FloatElem elem, cudaStream_t stream);
+
+// The same on tensor cores (cuda/sparse_mma.cu), for bfloat16 / float16 and, when allow_tf32, float32 as TF32, head
+// dims up to 64: a warp per block of the view; lse and delta in float32. mma_takes says whether they take a problem.
+bool mma_takes(Dims d, FloatElem elem, bool allow_tf32);
+cudaError_t mma_forward(const void* q, const void* k, const void* v, Pattern p, const bool* keep, Dims d, double scale,
+                        void* o, void* lse, FloatElem elem, cudaStream_t stream);
+cudaError_t mma_backward(const void* q, const void* k, const void* v, Pattern p, const bool* keep, Dims d, double scale,
+                         const void* o, const void* dout, const void* lse, void* delta, void* dq, void* dk, void* dv,
+                         FloatElem elem, cudaStream_t stream);
 
 }  // namespace asc::cuda::sparse_launch

@@ -111,7 +111,7 @@ struct SparsePatternCache {
 };
 // What the kernels read of a pattern: its sizes and lists (SparsePattern::view()), and its cache.
 struct SparsePatternView {
-  static constexpr int64_t kRowBlock = 16, kKeyBlock = 8;  // the block view's row and key blocks
+  static constexpr int64_t kRowBlock = 16, kKeyBlock = 16;  // the block view's row and key blocks
   int64_t groups = 0, queries = 0, keys = 0, nnz = 0, max_row = 0;
   SparsePatternLists lists{};
   SparsePatternBlocks blocks{};         // null pointers without a block view

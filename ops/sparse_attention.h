@@ -46,8 +46,8 @@ class SparsePattern {
   // (`to`); absent on the CPU, whose kernels walk the rows.
   //   query blocks  rows [16 m, 16 m + 16) of a group: the ascending union of their keys, and per union key a bit
   //                 per row of the block (bit r: row 16 m + r attends the key)
-  //   key blocks    keys [8 m, 8 m + 8) of a group: the ascending union of the queries that see them, and per union
-  //                 query a bit per key of the block (bit c: the query attends key 8 m + c)
+  //   key blocks    keys [16 m, 16 m + 16) of a group: the ascending union of the queries that see them, and per
+  //                 union query a bit per key of the block (bit c: the query attends key 16 m + c)
   static constexpr int64_t kRowBlock = SparsePatternView::kRowBlock, kKeyBlock = SparsePatternView::kKeyBlock;
   // The largest key count (the block view's and the CUDA kernels' indices are 32-bit safe below it).
   static constexpr int64_t kMaxKeys = (int64_t{1} << 31) - 1;

@@ -982,11 +982,6 @@ TEST_CASE(
     return;
   }
   const Device gpu = Device::cuda();
-  struct Tf32Scope {
-    bool saved = cuda::allow_tf32();
-    explicit Tf32Scope(bool on) { cuda::set_allow_tf32(on); }
-    ~Tf32Scope() { cuda::set_allow_tf32(saved); }
-  };
   // T = 100: two blocks of 64 query rows, four tiles of 32 keys. One-hot ê: the affinities are exactly 0 or 1 in any
   // operand precision, so rounding cannot move a key across a neighbourhood's boundary, and the ties (about T/3 keys
   // each) go to the lower index on both sides. By the base scores (Reuse) only where the products are exact

@@ -11,6 +11,7 @@
 
 using namespace asc;
 using asc::testing::gpu_or_skip;
+using asc::testing::Tf32Scope;
 
 namespace {
 
@@ -194,11 +195,7 @@ namespace {
 void check_flash(DType dt, int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, bool causal, int mask, bool bias,
                  bool heads_last, bool tf32 = false) {
   CAPTURE(tf32);
-  struct Tf32Scope {
-    bool saved = cuda::allow_tf32();
-    explicit Tf32Scope(bool on) { cuda::set_allow_tf32(on); }
-    ~Tf32Scope() { cuda::set_allow_tf32(saved); }
-  } tf32_scope(tf32);
+  const Tf32Scope tf32_scope(tf32);
   const bool tensor_cores = D <= 64 && (dt == kBFloat16 || dt == kFloat16 || (dt == kFloat32 && tf32));
   CAPTURE(dt);
   CAPTURE(T);

@@ -595,17 +595,129 @@ TEST_CASE("sparse_attention CUDA kernels equal the CPU kernel (float64, float32,
       check_close(g.dk, c.dk, tol, tol);
       check_close(g.dv, c.dv, tol, tol);
     }
-    // bfloat16 / float16 on the device against float32 on the CPU on the same rounded values.
-    for (DType half : {kBFloat16, kFloat16}) {
-      CAPTURE(dtype_name(half));
-      auto rounded = [&](const Tensor& t) { return t.to(gpu).to(half).to(kFloat64).to(Device::cpu()); };
-      Tensor qr = rounded(q), kr = rounded(k), vr = rounded(v), gr = rounded(dout);
-      OpRun c = run_sparse(qr, kr, vr, p, keep, gr, kFloat32), g = run_sparse(qr, kr, vr, p, keep, gr, half, gpu);
-      const double tol = half == kBFloat16 ? 1.0 : 0.125;  // the output's rounding: 2^-8 against 2^-11
+    // bfloat16 / float16 on the device against float32 on the CPU on the same rounded values: head dim 40 on tensor
+    // cores (cuda/sparse_mma.cu), 96 on the CUDA-core kernel.
+    for (int64_t Dh : {D, int64_t{96}})
+      for (DType half : {kBFloat16, kFloat16}) {
+        CAPTURE(Dh);
+        CAPTURE(dtype_name(half));
+        auto rounded = [&](const Tensor& t, uint64_t seed) {
+          const Tensor x = Dh == D ? t : randn64({B, H, t.size(2), Dh}, false, seed);
+          return x.to(gpu).to(half).to(kFloat64).to(Device::cpu());
+        };
+        Tensor qr = rounded(q, 5), kr = rounded(k, 6), vr = rounded(v, 7), gr = rounded(dout, 8);
+        OpRun c = run_sparse(qr, kr, vr, p, keep, gr, kFloat32), g = run_sparse(qr, kr, vr, p, keep, gr, half, gpu);
+        const double tol = half == kBFloat16 ? 1.0 : 0.125;  // the output's rounding: 2^-8 against 2^-11
+        check_close(g.o, c.o, 2e-2 * tol, 2e-2 * tol);
+        check_close(g.dq, c.dq, 5e-2 * tol, 3e-2 * tol);
+        check_close(g.dk, c.dk, 5e-2 * tol, 3e-2 * tol);
+        check_close(g.dv, c.dv, 5e-2 * tol, 3e-2 * tol);
+      }
+  }
+}
+
+// The tensor-core kernels (cuda/sparse_mma.cu) take bfloat16, float16 and float32 when TF32 is allowed, head dims
+// up to 64: each against the CPU kernel in float64 on the same (rounded) values, for a pattern per kind of union —
+// window + global + random (one list for every head), clustered + strided per head (unions over several tiles),
+// hierarchical (summary columns past T) — with padding. T = 70: five row blocks, so the last thread block has a warp
+// without one.
+TEST_CASE("sparse_attention on tensor cores: bfloat16, float16, TF32 against float64, every kind of pattern") {
+  if (!gpu_or_skip()) return;
+  const Device gpu = Device::cuda();
+  const int64_t B = 2, H = 2, T = 70;
+  Generator gen(21);
+  Tensor a = softmax(randn({B, H, T, 3}, {.dtype = kFloat64}, &gen) * 2.0, -1);
+  const std::vector<SparsePattern> patterns = {
+      pattern_union(
+          {local_window_pattern(T, 16, true), global_tokens_pattern(T, 2, true), random_keys_pattern(T, 3, 5, true)}),
+      pattern_union({clustered_pattern(a, 0.4, false), strided_pattern(T, 3, false)}),
+      hierarchical_pattern(T, 8, false)};
+  for (size_t pi = 0; pi < patterns.size(); ++pi) {
+    const SparsePattern& p = patterns[pi];
+    const int64_t S = p.keys();
+    Tensor keep = ones({B, S}, {.dtype = kBool});
+    for (int64_t j = T - 6; j < T; ++j) keep.data_ptr<bool>()[S + j] = false;
+    for (int64_t D : {16, 40, 64}) {
+      const uint64_t seed = 40 + 4 * D + 100 * pi;
+      Tensor q = randn64({B, H, T, D}, false, seed), k = randn64({B, H, S, D}, false, seed + 1),
+             v = randn64({B, H, S, D}, false, seed + 2), dout = randn64({B, H, T, D}, false, seed + 3);
+      for (DType dt : {kBFloat16, kFloat16, kFloat32}) {
+        CAPTURE(pi);
+        CAPTURE(D);
+        CAPTURE(dtype_name(dt));
+        const Tf32Scope tf32(dt == kFloat32);
+        auto rounded = [&](const Tensor& t) { return t.to(dt).to(kFloat64); };  // float32: TF32 rounds in-kernel
+        Tensor qr = rounded(q), kr = rounded(k), vr = rounded(v), gr = rounded(dout);
+        OpRun c = run_sparse(qr, kr, vr, p, keep, gr, kFloat64), g = run_sparse(qr, kr, vr, p, keep, gr, dt, gpu);
+        // P (and dS) enter the second product rounded to the operand kind: 2^-8 bfloat16, 2^-11 float16 and TF32
+        // (whose inputs are also rounded in the kernel).
+        const double tol = dt == kBFloat16 ? 1.0 : dt == kFloat16 ? 0.125 : 0.25;
+        check_close(g.o, c.o, 2e-2 * tol, 2e-2 * tol);
+        check_close(g.dq, c.dq, 5e-2 * tol, 3e-2 * tol);
+        check_close(g.dk, c.dk, 5e-2 * tol, 3e-2 * tol);
+        check_close(g.dv, c.dv, 5e-2 * tol, 3e-2 * tol);
+      }
+    }
+  }
+  // float32 takes the tensor cores only where TF32 is allowed: otherwise the CUDA-core kernel, exact to float32.
+  const SparsePattern& p = patterns[0];
+  Tensor q = randn64({1, 1, T, 32}, false, 90), k = randn64({1, 1, T, 32}, false, 91),
+         v = randn64({1, 1, T, 32}, false, 92);
+  Tensor o64 = sparse_attention(q, k, v, p);
+  auto run32 = [&](bool allow) {
+    const Tf32Scope tf32(allow);
+    return sparse_attention(q.to(gpu).to(kFloat32), k.to(gpu).to(kFloat32), v.to(gpu).to(kFloat32), p)
+        .to(Device::cpu())
+        .to(kFloat64);
+  };
+  const double err32 = amax((run32(false) - o64).abs()).item<double>(),
+               err_tf32 = amax((run32(true) - o64).abs()).item<double>();
+  CHECK(err32 < 1e-5);
+  CHECK(err_tf32 > 1e-5);  // TF32 keeps 10 fraction bits: the tensor cores ran
+  CHECK(err_tf32 < 1e-2);
+}
+
+// A masked pair has P = 0, but a tensor core still adds 0 · x for it: a tile whose gathered values hold a NaN or an
+// infinity takes that product on CUDA cores over the attended pairs only, so the NaN reaches exactly the rows that
+// attend it — the CPU kernel's semantics, compared here NaN for NaN (check_close equates NaN with NaN only).
+TEST_CASE("sparse_attention on tensor cores: a NaN or infinite key, value, query or gradient reaches only its rows") {
+  if (!gpu_or_skip()) return;
+  const Device gpu = Device::cuda();
+  const int64_t B = 2, H = 1, T = 64, D = 16;
+  // A causal window of 4: key j is attended by rows j .. j + 3 only, so rows of the same 16-row block (and tile) do
+  // not attend it. Batch 1 pads its last 5 keys.
+  const SparsePattern p = pattern_union({local_window_pattern(T, 4, true), global_tokens_pattern(T, 1, true)});
+  Tensor keep = ones({B, T}, {.dtype = kBool});
+  for (int64_t j = T - 5; j < T; ++j) keep.data_ptr<bool>()[T + j] = false;
+  struct Poison {
+    const char* what;
+    int which;  // 0 q, 1 k, 2 v, 3 dO
+    int64_t b, t, c;
+    double value;
+  };
+  for (const Poison& x :
+       {Poison{"NaN value", 2, 0, 20, 3, NAN}, Poison{"infinite key", 1, 0, 37, 0, INFINITY},
+        Poison{"NaN query", 0, 0, 41, 5, NAN}, Poison{"NaN gradient", 3, 0, 50, 1, NAN},
+        Poison{"NaN value of a padding key", 2, 1, T - 2, 2, NAN}, Poison{"infinite value", 2, 1, 9, 7, -INFINITY}}) {
+    const std::string what = x.what;
+    CAPTURE(what);
+    Tensor t[4] = {randn64({B, H, T, D}, false, 61), randn64({B, H, T, D}, false, 62), randn64({B, H, T, D}, false, 63),
+                   randn64({B, H, T, D}, false, 64)};
+    for (Tensor& u : t) u = u.to(kBFloat16).to(kFloat64);
+    t[x.which].data_ptr<double>()[((x.b * H) * T + x.t) * D + x.c] = x.value;
+    for (DType dt : {kBFloat16, kFloat32}) {
+      CAPTURE(dtype_name(dt));
+      const Tf32Scope tf32(dt == kFloat32);
+      OpRun c = run_sparse(t[0], t[1], t[2], p, keep, t[3], kFloat64),
+            g = run_sparse(t[0], t[1], t[2], p, keep, t[3], dt, gpu);
+      const double tol = dt == kBFloat16 ? 1.0 : 0.25;
       check_close(g.o, c.o, 2e-2 * tol, 2e-2 * tol);
       check_close(g.dq, c.dq, 5e-2 * tol, 3e-2 * tol);
       check_close(g.dk, c.dk, 5e-2 * tol, 3e-2 * tol);
       check_close(g.dv, c.dv, 5e-2 * tol, 3e-2 * tol);
+      // The poison stays local: most of the output is finite.
+      const std::vector<double> ov = g.o.to_vector<double>();
+      CHECK(std::count_if(ov.begin(), ov.end(), [](double x) { return !std::isfinite(x); }) < B * T * D / 8);
     }
   }
 }
@@ -622,7 +734,7 @@ TEST_CASE("the block view of a pattern on a CUDA device holds exactly the patter
     auto vec = [](const Tensor& t) { return t.to(Device::cpu()).to_vector<int64_t>(); };
     const auto rp = vec(d.rblk_ptr()), rk = vec(d.rblk_keys()), rb = vec(d.rblk_bits());
     const auto kp = vec(d.kblk_ptr()), kr = vec(d.kblk_rows()), kb = vec(d.kblk_bits());
-    const int64_t G = p.groups(), T = p.queries(), S = p.keys(), nr = (T + 15) / 16, nk = (S + 7) / 8;
+    const int64_t G = p.groups(), T = p.queries(), S = p.keys(), nr = (T + 15) / 16, nk = (S + 15) / 16;
     REQUIRE(rp.size() == size_t(G * nr + 1));
     REQUIRE(kp.size() == size_t(G * nk + 1));
     // Rebuild the (G, T, S) mask from each view: both must equal the pattern's, unions ascending, no empty entry.
@@ -640,8 +752,8 @@ TEST_CASE("the block view of a pattern on a CUDA device holds exactly the patter
         for (int64_t e = kp[g * nk + m]; e < kp[g * nk + m + 1]; ++e) {
           CHECK(kb[e] != 0);
           if (e > kp[g * nk + m]) CHECK(kr[e] > kr[e - 1]);
-          for (int64_t c = 0; c < 8; ++c)
-            if (kb[e] >> c & 1) from_keys[(g * T + kr[e]) * S + m * 8 + c] = true;
+          for (int64_t c = 0; c < 16; ++c)
+            if (kb[e] >> c & 1) from_keys[(g * T + kr[e]) * S + m * 16 + c] = true;
         }
     }
     CHECK(from_rows == mask);

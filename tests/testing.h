@@ -40,6 +40,15 @@ struct ThreadCount {
 
 // GPU test cases start with `if (!gpu_or_skip()) return;`: without a CUDA device they pass, saying so — unless
 // ASC_REQUIRE_GPU=1 (the GPU machine's scripts), where a missing device fails them.
+// TF32 tensor cores for float32 (asc::cuda::set_allow_tf32) while the scope lives; the previous setting after.
+struct Tf32Scope {
+  bool saved = cuda::allow_tf32();
+  explicit Tf32Scope(bool on) { cuda::set_allow_tf32(on); }
+  ~Tf32Scope() { cuda::set_allow_tf32(saved); }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+};
+
 inline bool gpu_or_skip() {
   if (cuda::is_available()) return true;
   const char* require = std::getenv("ASC_REQUIRE_GPU");

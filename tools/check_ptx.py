@@ -25,6 +25,7 @@ RULES = [
     ("flash_attention", r".", False, True),
     ("flash_mma", r"mma_(forward|backward_dq|backward_dkv)_kernel", True, True),
     ("sparse_attention", r".", False, True),
+    ("sparse_mma", r"sparse_mma_(forward|backward_dq|backward_dkv)_kernel", True, True),
     # The one-block-per-row kernels; their long-row forward (a global workspace, 16-bit and float64 inputs) spills a
     # few bytes, which only the rest of the file is held to.
     ("ascender", r"ascender_backward_kernel|row_norms_kernel|unit_rows_backward_kernel", False, True),
