@@ -1,5 +1,5 @@
-// ASAM benchmark (not a test): attention on projected heads, B1, 4 heads of 64, float32, forward and forward +
-// backward (gradient of the output's sum), peak memory, in one run per n:
+// ASAM benchmark (not a test): attention on projected heads, B1 (--batch), 4 heads of 64, float32, forward and forward
+// + backward (gradient of the output's sum), peak memory, in one run per n:
 //   naive        dense attention through the composed ops: the (B, H, n, n) scores and probabilities materialised
 //                (the seed's "standard attention"); skipped where its buffers would not fit in --naive-gb
 //   chunked      our fused dense kernel (ops/cpu/attention.cpp: a (64, n) tile per block of query rows)
@@ -24,10 +24,13 @@
 // each pattern's rate per attended pair, forward and forward + backward, ≥ 70 % of chunked's at the same n).
 //   ./build/release/tools/bench_asam [--n 512,1024,2048,4096,8192,16384] [--reps 3] [--csv out.csv] [--json out.json]
 //                                    [--impl naive,chunked,window,...] [--naive-gb 6] [--device cpu|cuda]
-// --device cuda (a GPU build on a GPU machine) runs every row on the GPU in bfloat16 (the fused dense path there is
-// cuDNN's, which takes bf16/f16): times after a device synchronisation, peak memory from the caching allocator, and a
-// TFLOP/s column counted on attended pairs (4 D FLOPs per pair forward) for the GPU target: window attention
-// at n = 16384 at >= 70% of the dense kernel's rate, e.g. --device cuda --n 4096,16384 --impl chunked,window.
+//                                    [--dtype float32|bfloat16|float16] [--tf32] [--batch 1]
+// --device cuda (a GPU build on a GPU machine) runs every row on the GPU, in bfloat16 unless --dtype says otherwise
+// (the fused dense path is then cuDNN's, which takes bf16/f16; sparse attention runs on tensor cores for bf16 / f16,
+// and for float32 with --tf32); --batch B sets the batch (B·H = 32 at --batch 8): times after a device synchronisation,
+// peak memory from the caching allocator, and a TFLOP/s column counted on attended pairs (4 D FLOPs per pair forward)
+// for the GPU target: window attention at n = 16384 at >= 70% of the dense kernel's rate, e.g. --device cuda
+// --n 4096,16384 --impl chunked,window.
 // --help lists the options; a bad value exits 2 (tools/cli.h). Progress on stderr, one step per row.
 #include <algorithm>
 #include <cmath>
@@ -51,7 +54,9 @@ using namespace asc;
 
 namespace {
 
-constexpr int64_t kBatch = 1, kHeads = 4, kDHead = 64, kWindow = 256;
+constexpr int64_t kHeads = 4, kDHead = 64, kWindow = 256;
+
+int64_t g_batch = 1;  // --batch
 
 Device g_device = Device::cpu();
 DType g_dtype = kFloat32;
@@ -98,7 +103,7 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
     if (impl == "asam-skip") layer->eval();
     layer->to(g_device);
     layer->to(g_dtype);
-    Tensor x = leaf({kBatch, n, D}, false);
+    Tensor x = leaf({g_batch, n, D}, false);
     Result r = measure(
         impl, n, reps, [&] { return layer->attend(x, {}); }, [&] { layer->zero_grad(); }, impl != "asam-skip");
     if (auto a = std::dynamic_pointer_cast<nn::AsamAttention>(layer))
@@ -110,13 +115,13 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
                            std::dynamic_pointer_cast<nn::AsamAttention>(layer)->dense_considered());
     return r;
   }
-  Tensor q = leaf({kBatch, kHeads, n, kDHead}), k = leaf({kBatch, kHeads, n, kDHead}),
-         v = leaf({kBatch, kHeads, n, kDHead});
+  Tensor q = leaf({g_batch, kHeads, n, kDHead}), k = leaf({g_batch, kHeads, n, kDHead}),
+         v = leaf({g_batch, kHeads, n, kDHead});
   auto zero = [&] {
     for (Tensor* t : {&q, &k, &v}) t->set_grad(Tensor());
   };
   if (impl == "naive" || impl == "chunked") {
-    const double need_gb = 5.0 * kBatch * kHeads * double(n) * n * 4 / 1e9;  // scores, probs, and their gradients
+    const double need_gb = 5.0 * g_batch * kHeads * double(n) * n * 4 / 1e9;  // scores, probs, and their gradients
     if (impl == "naive" && need_gb > naive_gb) {
       Result r{impl, n};
       r.note = fmt::format("skipped: needs about {:.0f} GB of (n, n) buffers (--naive-gb {})", need_gb, naive_gb);
@@ -189,8 +194,14 @@ int main(int argc, char** argv) {
       ->check(tools::int_range(1, 1000));
   app.add_option("--naive-gb", naive_gb, "skip naive where its (n, n) buffers would need more GB")
       ->check(tools::real_range(0, 1e6));
-  app.add_option("--device", device, "where the rows run (cuda: bfloat16, a CUDA build on a GPU machine)")
+  app.add_option("--device", device, "where the rows run (cuda: a CUDA build on a GPU machine)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  std::string dtype;
+  bool tf32 = false;
+  app.add_option("--dtype", dtype, "the heads' dtype (default: float32 on the CPU, bfloat16 on CUDA)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  app.add_flag("--tf32", tf32, "CUDA float32: products on TF32 tensor cores (asc::cuda::set_allow_tf32)");
+  app.add_option("--batch", g_batch, "batch size B (heads: 4 of 64)")->check(tools::int_range(1, 4096));
   tools::add_output_options(app, out);
   tools::parse_or_exit(app, argc, argv);
   if (device == "cuda") {
@@ -198,7 +209,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_asam: --device cuda needs a CUDA build and a GPU\n");
       return 2;
     }
-    g_device = Device::cuda(), g_dtype = kBFloat16;
+    g_device = Device::cuda(), g_dtype = dtype == "float32" ? kFloat32 : dtype == "float16" ? kFloat16 : kBFloat16;
+    cuda::set_allow_tf32(tf32);
+  } else if ((!dtype.empty() && dtype != "float32") || tf32) {
+    std::fprintf(stderr, "bench_asam: --dtype other than float32 and --tf32 need --device cuda\n%s",
+                 app.help().c_str());
+    return 2;
   }
   tools::ProfileRun profile_run(out.profile);
   return tools::guarded("bench_asam", [&] {
@@ -206,9 +222,9 @@ int main(int argc, char** argv) {
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    std::printf("bench_asam: B%lld, %lld heads of %lld, %s, %s, %d threads, best of %d\n", (long long)kBatch,
+    std::printf("bench_asam: B%lld, %lld heads of %lld, %s%s, %s, %d threads, best of %d\n", (long long)g_batch,
                 (long long)kHeads, (long long)kDHead, std::string(dtype_name(g_dtype)).c_str(),
-                g_device.is_cuda() ? "CUDA" : "CPU", threads, reps);
+                tf32 ? " (TF32 allowed)" : "", g_device.is_cuda() ? "CUDA" : "CPU", threads, reps);
     std::printf("%s\n", tools::cpu_line().c_str());
     std::printf("%-12s %6s %10s %10s %9s %12s %9s %8s  %s\n", "impl", "n", "fwd ms", "f+b ms", "peak MB", "pairs/head",
                 "vs chunk", "fwd TF/s", "note");
@@ -225,7 +241,7 @@ int main(int argc, char** argv) {
         const double c = chunked_ms.count(n) ? chunked_ms[n] : -1;
         const std::string ratio = (c > 0 && r.fwd_bwd_ms > 0) ? fmt::format("{:.2f}x", c / r.fwd_bwd_ms) : "-";
         // FLOPs counted on attended pairs: q·k and p·v, 2 D each, per pair and head.
-        const double tflops = r.fwd_ms > 0 ? kBatch * kHeads * r.pairs * 4.0 * kDHead / (r.fwd_ms * 1e-3) / 1e12 : 0;
+        const double tflops = r.fwd_ms > 0 ? g_batch * kHeads * r.pairs * 4.0 * kDHead / (r.fwd_ms * 1e-3) / 1e12 : 0;
         std::printf("%-12s %6lld %10s %10s %9s %12.0f %9s %8.3f  %s\n", impl.c_str(), (long long)n,
                     r.fwd_ms >= 0 ? fmt::format("{:.2f}", r.fwd_ms).c_str() : "-",
                     r.fwd_bwd_ms >= 0 ? fmt::format("{:.2f}", r.fwd_bwd_ms).c_str() : "-",
@@ -299,6 +315,8 @@ int main(int argc, char** argv) {
     auto facts = tools::run_facts("bench_asam", argc, argv);
     facts["device"] = g_device.is_cuda() ? "cuda" : "cpu";
     facts["dtype"] = std::string(dtype_name(g_dtype));
+    facts["tf32"] = tf32;
+    facts["batch"] = g_batch;
     facts["threads"] = threads;
     if (!tools::write_results(table, out, facts, /*announce=*/true)) return 1;
     return 0;

@@ -17,7 +17,9 @@
 #   4. bench_ascender, dense attention alone in float32 (our flash kernel) and bfloat16 (cuDNN) at 1024-16384, with
 #      warm-up and 3 repetitions: whether f+b grows smoothly with n.
 #   5. bench_gpu --quick: GEMM against cuBLAS, elementwise and softmax bandwidth, allocator and copies.
-#   6. bench_asam on the device: dense, chunked, the sparse patterns and the ASAM layer at 1024-16384 (bfloat16).
+#   6. bench_asam on the device, bfloat16 (sparse attention on tensor cores): the kernels at B·H = 32 (--batch 8),
+#      n = 4096 and 16384 — dense (cuDNN), window, hierarchical, window + global + random, random alone, clustered;
+#      then the layers (ASAM, ASAM with the dense branch skipped, multi-head attention) at B 1, 1024-16384.
 set -uo pipefail
 
 EXES=(test_cuda_mma bench_ascender bench_gpu bench_asam)
@@ -70,9 +72,10 @@ step() {
   log "$name: exit $rc$([ $rc -eq 124 ] && echo " (timed out after $tmo s)")"
 }
 if [ "$QUICK" = 1 ]; then
-  N_ASC=128,256 N_TF32=128 N_DENSE=128,256 N_ASAM=256
+  N_ASC=128,256 N_TF32=128 N_DENSE=128,256 N_ASAM_K=256 N_ASAM=256 B_ASAM=1
 else
-  N_ASC=1024,4096,16384 N_TF32=1024,4096 N_DENSE=1024,2048,4096,8192,16384 N_ASAM=1024,2048,4096,8192,16384
+  N_ASC=1024,4096,16384 N_TF32=1024,4096 N_DENSE=1024,2048,4096,8192,16384 N_ASAM_K=4096,16384
+  N_ASAM=1024,4096,16384 B_ASAM=8
 fi
 
 {
@@ -93,8 +96,11 @@ step 3-ascender-f32 40 "${A[@]}" --dtype float32 --n "$N_TF32" --impl dense,fuse
 step 4-dense-f32 30 "${A[@]}" --dtype float32 --n "$N_DENSE" --impl dense --json "$OUT/dense_f32.json"
 step 4-dense-bf16 30 "${A[@]}" --dtype bfloat16 --n "$N_DENSE" --impl dense --json "$OUT/dense_bf16.json"
 [ "$DEVICE" = cuda ] && step 5-bench_gpu 40 "$BIN/bench_gpu" --quick --json "$OUT/bench_gpu.json"
-step 6-bench_asam 60 "$BIN/bench_asam" --device "$DEVICE" --n "$N_ASAM" --impl chunked,mha,window,w+g+r,asam \
-  --json "$OUT/bench_asam.json"
+ASAM=("$BIN/bench_asam" --device "$DEVICE")
+[ "$DEVICE" = cuda ] && ASAM+=(--dtype bfloat16)
+step 6-asam-kernels 60 "${ASAM[@]}" --batch "$B_ASAM" --n "$N_ASAM_K" \
+  --impl chunked,window,hier-kernel,w+g+r,random,clustered --json "$OUT/asam_kernels.json"
+step 6-asam-layers 45 "${ASAM[@]}" --n "$N_ASAM" --impl chunked,mha,asam,asam-skip --json "$OUT/asam_layers.json"
 log "done"
 
 # One report: the facts, each step's table as the tool printed it (its lines from the header row on).
