@@ -33,6 +33,20 @@ std::vector<Event> g_events;         // guarded by g_mu
 int g_threads = 0;                   // threads seen this session (guarded by g_mu)
 std::atomic<int64_t> g_peak{0};      // the largest live CPU storage sampled at an event's end
 
+// Device time (core/profiler.h): the registered timer, each CUDA kernel event's pair of marks (by its index in
+// g_events), and per device the profile's first mark with the host time it was queued at (the device was idle).
+const detail::DeviceTimer* g_timer = nullptr;
+struct MarkPair {
+  size_t event;
+  void *from, *to;
+};
+std::vector<MarkPair> g_marks;  // guarded by g_mu
+struct Origin {
+  void* mark;
+  int64_t host_ns;
+};
+std::map<int, Origin> g_origins;  // guarded by g_mu
+
 int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - g_t0).count(); }
 int64_t live_cpu_bytes() { return static_cast<int64_t>(cpu_memory_stats().allocated); }
 
@@ -102,11 +116,33 @@ bool begin(EventKind kind, std::string name, const char* kernel) {
   return true;
 }
 
-void end(double flops, bool cpu) {
+void register_device_timer(const DeviceTimer* timer) { g_timer = timer; }
+
+void* device_mark(int device) {
+  if (!g_timer || !g_recording.load(std::memory_order_acquire)) return nullptr;
+  {
+    std::lock_guard lock(g_mu);
+    if (!g_origins.count(device)) {
+      void* origin = g_timer->mark(device, /*wait_first=*/true);
+      if (!origin) return nullptr;
+      g_origins[device] = {origin, now_ns()};
+    }
+  }
+  return g_timer->mark(device, false);
+}
+
+void end(double flops, bool cpu, int device, void* mark) {
+  void* to = mark ? g_timer->mark(device, false) : nullptr;  // after the dispatch's launches
   const int64_t t_end = now_ns();
   ThreadState& t = t_state;
-  if (t.session != g_session.load(std::memory_order_relaxed) || t.stack.empty())
+  auto drop_marks = [&] {
+    for (void* m : {mark, to})
+      if (m) g_timer->release(m);
+  };
+  if (t.session != g_session.load(std::memory_order_relaxed) || t.stack.empty()) {
+    drop_marks();
     return;  // opened in an earlier session
+  }
   Open o = std::move(t.stack.back());
   t.stack.pop_back();
   Event& e = o.event;
@@ -114,6 +150,7 @@ void end(double flops, bool cpu) {
   e.self_ns = e.duration_ns - o.children_ns;
   e.flops = flops;
   e.cpu = cpu;
+  e.device = device;
   const auto allocated = static_cast<int64_t>(thread_allocated_bytes());
   if (e.kind == EventKind::Kernel) {
     e.bytes = allocated - t.mark;  // the op's outputs and temporaries, allocated just before its dispatch
@@ -127,7 +164,16 @@ void end(double flops, bool cpu) {
   }
   if (!t.stack.empty()) t.stack.back().children_ns += e.duration_ns;
   std::lock_guard lock(g_mu);
-  if (g_recording.load(std::memory_order_relaxed)) g_events.push_back(std::move(e));  // not stopped meanwhile
+  if (!g_recording.load(std::memory_order_relaxed)) {  // stopped meanwhile
+    drop_marks();
+    return;
+  }
+  if (mark && to) {
+    g_marks.push_back({g_events.size(), mark, to});
+  } else {
+    drop_marks();
+  }
+  g_events.push_back(std::move(e));
 }
 
 }  // namespace detail
@@ -139,6 +185,8 @@ Profile::Profile() {
   ASC_CHECK(!detail::g_recording.load(), "profiler: a Profile is already recording in this process (one at a time)");
   g_session.fetch_add(1);
   g_events.clear();
+  g_marks.clear();
+  g_origins.clear();
   // This thread is track 0, and what it allocates from now on is counted (other threads: from their first event).
   t_state = ThreadState{};
   t_state.session = g_session.load();
@@ -162,6 +210,20 @@ void Profile::stop() {
   wall_ns_ = now_ns();
   events_ = std::move(g_events);
   g_events.clear();
+  // The device times: each pair waits for its end mark (the device finishes the profiled work here), then every
+  // mark is released.
+  for (const MarkPair& m : g_marks) {
+    Event& e = events_[m.event];
+    const double ms = g_timer->elapsed_ms(m.from, m.to);
+    const auto origin = g_origins.find(e.device);
+    const double since = origin == g_origins.end() ? -1 : g_timer->elapsed_ms(origin->second.mark, m.from);
+    if (ms >= 0) e.device_ns = static_cast<int64_t>(ms * 1e6);
+    if (ms >= 0 && since >= 0) e.device_start_ns = origin->second.host_ns + static_cast<int64_t>(since * 1e6);
+  }
+  for (const MarkPair& m : g_marks) g_timer->release(m.from), g_timer->release(m.to);
+  for (const auto& [device, origin] : g_origins) g_timer->release(origin.mark);
+  g_marks.clear();
+  g_origins.clear();
   // The allocator's peak since the start, unless a benchmark reset it meanwhile: then the sampled peak still holds.
   peak_bytes_ = std::max(g_peak.load(), static_cast<int64_t>(cpu_memory_stats().peak_allocated));
   std::sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) { return a.start_ns < b.start_ns; });
@@ -178,6 +240,7 @@ std::vector<OpStats> Profile::stats() const {
     r.total_ns += e.duration_ns;
     r.bytes += e.bytes;
     if (e.flops >= 0) r.flops += e.flops, ++r.counted;
+    if (e.device_ns >= 0) r.device_ns += e.device_ns, ++r.device_calls;
   }
   std::vector<OpStats> out;
   out.reserve(rows.size());
@@ -200,6 +263,20 @@ GemmTime Profile::cpu_gemm() const {
   return g;
 }
 
+double Profile::device_ms() const {
+  int64_t ns = 0;
+  for (const Event& e : events_)
+    if (e.device_ns > 0) ns += e.device_ns;
+  return static_cast<double>(ns) * 1e-6;
+}
+
+double Profile::device_wait_ms() const {
+  int64_t ns = 0;
+  for (const Event& e : events_)
+    if (e.thread == 0 && e.kind == EventKind::Range && e.name == kDeviceWait) ns += e.duration_ns;
+  return static_cast<double>(ns) * 1e-6;
+}
+
 double Profile::recorded_ms() const {
   int64_t ns = 0;
   for (const Event& e : events_)
@@ -211,8 +288,11 @@ std::string Profile::table(size_t rows) const {
   const std::vector<OpStats> st = stats();
   int64_t self_all = 0;
   for (const OpStats& r : st) self_all += r.self_ns;
-  std::string out = fmt::format("{:<40} {:>6} {:>8} {:>10} {:>7} {:>10} {:>10} {:>9} {:>10}\n", "name", "kind", "calls",
+  // The device column only where a kernel ran on a device (a CPU profile's table is unchanged).
+  const bool devices = std::any_of(st.begin(), st.end(), [](const OpStats& r) { return r.device_calls > 0; });
+  std::string out = fmt::format("{:<40} {:>6} {:>8} {:>10} {:>7} {:>10} {:>10} {:>9} {:>10}", "name", "kind", "calls",
                                 "self ms", "self %", "total ms", "avg us", "GFLOP/s", "alloc MB");
+  out += devices ? fmt::format(" {:>10}\n", "device ms") : "\n";
   const size_t n = rows == 0 ? st.size() : std::min(rows, st.size());
   for (size_t i = 0; i < n; ++i) {
     const OpStats& r = st[i];
@@ -225,11 +305,16 @@ std::string Profile::table(size_t rows) const {
       gflops = fmt::format("{:.1f}", r.flops / known_s * 1e-9);
     }
     out += fmt::format(
-        "{:<40} {:>6} {:>8} {:>10.3f} {:>7.1f} {:>10.3f} {:>10.1f} {:>9} {:>10.2f}\n",
+        "{:<40} {:>6} {:>8} {:>10.3f} {:>7.1f} {:>10.3f} {:>10.1f} {:>9} {:>10.2f}",
         r.name.size() > 40 ? r.name.substr(0, 37) + "..." : r.name, r.kind == EventKind::Kernel ? "kernel" : "range",
         r.calls, self_ms, self_all > 0 ? 100.0 * static_cast<double>(r.self_ns) / static_cast<double>(self_all) : 0.0,
         static_cast<double>(r.total_ns) * 1e-6, static_cast<double>(r.total_ns) * 1e-3 / static_cast<double>(r.calls),
         gflops, static_cast<double>(r.bytes) / (1 << 20));
+    if (devices)
+      out += r.device_calls > 0 ? fmt::format(" {:>10.3f}\n", static_cast<double>(r.device_ns) * 1e-6)
+                                : fmt::format(" {:>10}\n", "");
+    else
+      out += "\n";
   }
   if (n < st.size()) out += fmt::format("... {} more rows\n", st.size() - n);
   rusage ru{};
@@ -241,6 +326,16 @@ std::string Profile::table(size_t rows) const {
       "peak live CPU tensor storage {:.2f} MB; process peak resident set {:.1f} MB\n",
       wall, recorded, wall > 0 ? 100 * recorded / wall : 0.0, static_cast<double>(peak_bytes_) / (1 << 20),
       static_cast<double>(ru.ru_maxrss) / 1024);
+  if (devices) {
+    // Host work: the profiling thread's recorded time less its waits; the device's busy time is the sum of its
+    // kernels' (one stream: they do not overlap).
+    const double dev = device_ms(), wait = device_wait_ms();
+    out += fmt::format(
+        "device: kernels ran {:.3f} ms ({:.1f} % of wall); the host waited for the device {:.3f} ms ({:.1f} %) and "
+        "worked {:.3f} ms ({:.1f} %)\n",
+        dev, wall > 0 ? 100 * dev / wall : 0.0, wait, wall > 0 ? 100 * wait / wall : 0.0, wall - wait,
+        wall > 0 ? 100 * (wall - wait) / wall : 0.0);
+  }
   if (const GemmTime g = cpu_gemm(); g.calls > 0 && g.ns > 0) {
     const CpuPeak& peak = cpu_peak();
     const double rate = g.flops / (static_cast<double>(g.ns) * 1e-9);
@@ -279,6 +374,24 @@ void Profile::write_chrome_trace(const std::string& path) const {
           static_cast<double>(e.start_ns + e.duration_ns) * 1e-3, e.thread,
           static_cast<double>(e.live_bytes) / (1 << 20));
     }
+  }
+  // Each device's kernels on a track of its own (tid 1000 + device), where the device ran them.
+  std::map<int, bool> tracks;
+  for (const Event& e : events_) {
+    if (e.device_ns < 0 || e.device_start_ns < 0) continue;
+    if (!tracks[e.device]) {
+      tracks[e.device] = true;
+      sep();
+      f << fmt::format(
+          "{{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": {}, \"args\": {{\"name\": \"cuda:{}\"}}}}",
+          1000 + e.device, e.device);
+    }
+    sep();
+    f << fmt::format(
+        "{{\"name\": \"{}\", \"cat\": \"device\", \"ph\": \"X\", \"ts\": {:.3f}, \"dur\": {:.3f}, \"pid\": 1, "
+        "\"tid\": {}, \"args\": {{\"kernel\": \"{}\"}}}}",
+        json_escape(e.name), static_cast<double>(e.device_start_ns) * 1e-3, static_cast<double>(e.device_ns) * 1e-3,
+        1000 + e.device, json_escape(e.kernel));
   }
   f << "\n]}\n";
   f.close();

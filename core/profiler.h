@@ -22,8 +22,13 @@
 //   ran as children: a range's self time is its time outside its children (the glue: autograd, views, checks).
 // - memory: the peak of live CPU tensor storage over the profile (core/allocator.h: cpu_memory_stats), and a
 //   "CPU memory" counter track in the trace.
-// Times are host wall-clock times: on CUDA a kernel event measures its launch, not its run on the device (profile
-// with ASC_CUDA_LAUNCH_BLOCKING=1 to make them agree).
+// - device time: a kernel event on a CUDA tensor also gets the time its kernels ran on the device (device_ns), from a
+//   pair of CUDA events queued around its launches on the device's stream and read when the profile stops, and its
+//   device start on the profile's clock (device_start_ns). The host's time stays what it measures there: the launch.
+//   The CUDA backend records the host's blocking waits for the device (a stream synchronisation, a copy to the host)
+//   as "device wait" ranges (kDeviceWait), so a step splits into host work, device work and waiting (the table's
+//   last lines; the trace shows each device as a track of its own).
+// Times are wall-clock: host times on the host's clock, device times from the device's event timer.
 //
 // Off (no Profile alive), each dispatch pays one relaxed atomic load and a predictable branch; built with
 // -DASC_WITH_PROFILER=OFF, nothing (ASC_PROFILER_ENABLED is 0 and the hooks compile away). One Profile at a time
@@ -56,7 +61,14 @@ struct Event {
   int64_t live_bytes = 0;  // live CPU tensor storage at the event's end
   int depth = 0;           // enclosing events on the same thread
   bool cpu = true;         // kernel events: the kernel ran on the CPU (a GPU kernel's event times its launch)
+  int device = -1;         // kernel events on a CUDA tensor: the device's index; else -1
+  // CUDA kernel events: the time the dispatch's kernels took on the device, from its start there to its end (-1:
+  // not measured), and that start on the profile's clock (aligned at the device's first event of the profile).
+  int64_t device_ns = -1, device_start_ns = -1;
 };
+
+// The name of the ranges in which the host blocked on a device (core/profiler.h, "device time").
+inline constexpr const char* kDeviceWait = "device wait";
 
 // The CPU's matrix products over a profile: the "matmul" kernel events on the CPU (linear layers and every op built
 // on matmul dispatch it), their FLOPs and their time.
@@ -75,6 +87,8 @@ struct OpStats {
   double flops = 0;     // of the calls whose FLOPs are known
   int64_t counted = 0;  // calls with known FLOPs
   int64_t bytes = 0;
+  int64_t device_ns = 0;  // Σ device time of the calls that have one
+  int64_t device_calls = 0;
 };
 
 class Profile {
@@ -99,6 +113,10 @@ class Profile {
   double wall_ms() const { return static_cast<double>(wall_ns_) * 1e-6; }
   // Σ of every event's self time on the profile's first thread: the time its recorded scopes account for.
   double recorded_ms() const;
+  // Σ of the device times of the CUDA kernel events (0 without any), and of the host's waits for a device: the
+  // durations of the kDeviceWait ranges on the profile's first thread.
+  double device_ms() const;
+  double device_wait_ms() const;
   // Peak live CPU tensor storage during the profile, in bytes (blocks above 4 KiB, core/allocator.h).
   int64_t peak_cpu_bytes() const { return peak_bytes_; }
 
@@ -132,8 +150,21 @@ namespace detail {
 extern std::atomic<bool> g_recording;
 inline bool recording() { return ASC_PROFILER_ENABLED && g_recording.load(std::memory_order_relaxed); }
 bool begin(EventKind kind, std::string name, const char* kernel = "");  // false: not recording after all
-// closes the innermost open event of this thread; `cpu`: for a kernel event, whether the kernel ran on the CPU
-void end(double flops, bool cpu = true);
+// Closes the innermost open event of this thread; `cpu`: for a kernel event, whether the kernel ran on the CPU;
+// `device` and `mark`: a CUDA kernel event's device and the device mark queued before its launches (or null).
+void end(double flops, bool cpu = true, int device = -1, void* mark = nullptr);
+
+// How a backend times work on its devices (the CUDA backend registers one as it loads): marks are events queued on
+// a device's current stream, opaque here. Called only while a profile records, and to resolve its marks at stop.
+struct DeviceTimer {
+  void* (*mark)(int device, bool wait_first);  // null on failure; wait_first: the device is idle before it
+  double (*elapsed_ms)(void* from, void* to);  // waits for `to`; -1 on failure
+  void (*release)(void* mark);
+};
+void register_device_timer(const DeviceTimer* timer);
+// A mark queued now on `device` (the profile's first on that device waits for the device first, so that the device's
+// clock and the host's share an origin); null without a timer or when not recording.
+void* device_mark(int device);
 }  // namespace detail
 
 // The event of one kernel dispatch (ASC_KERNEL); flops, if known, and the device set before it closes.
@@ -145,17 +176,24 @@ class KernelScope {
   }
   ~KernelScope() {
     if (open_) [[unlikely]]
-      detail::end(flops_, cpu_);
+      detail::end(flops_, cpu_, device_, mark_);
   }
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;
   bool open() const { return open_; }
   void set_flops(double flops) { flops_ = flops; }
   void set_cpu(bool cpu) { cpu_ = cpu; }
+  // The kernel runs on CUDA device `index`: its device time is measured from a mark queued here, before the launch.
+  void set_cuda_device(int index) {
+    cpu_ = false, device_ = index;
+    mark_ = detail::device_mark(index);
+  }
 
  private:
   bool open_ = false;
   bool cpu_ = true;
+  int device_ = -1;
+  void* mark_ = nullptr;
   double flops_ = -1;
 };
 

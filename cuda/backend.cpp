@@ -2,6 +2,7 @@
 // the public API's Runtime and the table of every kernel of ops/kernel_list.inc. Nothing in the CPU library names a
 // symbol of this library, so a linker keeps it only when told to: ascender::cuda links the static library
 // whole-archive and the shared one with --no-as-needed (cmake/cuda.cmake).
+#include "core/profiler.h"
 #include "cuda/context.h"
 #include "cuda/runtime_api.h"
 #include "ops/kernels.h"
@@ -35,8 +36,11 @@ KernelTable make_kernel_table() {
 }
 const KernelTable g_kernels = make_kernel_table();
 
+const profiler::detail::DeviceTimer g_timer{DeviceTimerFns::mark, DeviceTimerFns::elapsed_ms, DeviceTimerFns::release};
+
 const bool g_registered = [] {
   register_runtime(&g_runtime);
+  profiler::detail::register_device_timer(&g_timer);
   register_cuda_kernels(&g_kernels);
   return true;
 }();

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/format.h"
+#include "core/profiler.h"
 #include "cuda/check.h"
 #include "cuda/cuda.h"
 #include "ops/kernel_types.h"
@@ -97,6 +98,7 @@ void restore_device(int index) noexcept { cudaSetDevice(index); }
 
 void synchronize() {
   ASC_CHECK(device_count() > 0, "cuda::synchronize: no CUDA device available");
+  const WaitScope wait;
   ASC_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -128,5 +130,46 @@ cublasHandle_t cublas_handle() {
   ASC_CUBLAS_CHECK(cublasSetMathMode(h, static_cast<cublasMath_t>(mode)));
   return h;
 }
+
+WaitScope::WaitScope() {
+  if (profiler::detail::recording()) [[unlikely]]
+    open_ = profiler::detail::begin(profiler::EventKind::Range, profiler::kDeviceWait);
+}
+WaitScope::~WaitScope() {
+  if (open_) [[unlikely]]
+    profiler::detail::end(-1);
+}
+
+// The profiler's marks are CUDA events on the device's current stream. Failures answer null / -1 (the profile then
+// lacks that device time) and clear CUDA's last error, which the next launch check would otherwise report.
+void* DeviceTimerFns::mark(int device, bool wait_first) {
+  const int prev = impl::current_device_or_none();
+  if (cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  const cudaStream_t stream = current_stream();
+  cudaEvent_t e = nullptr;
+  bool ok = !wait_first || cudaStreamSynchronize(stream) == cudaSuccess;
+  ok = ok && cudaEventCreate(&e) == cudaSuccess;
+  ok = ok && cudaEventRecord(e, stream) == cudaSuccess;
+  if (!ok) {
+    if (e) cudaEventDestroy(e);
+    cudaGetLastError();
+    e = nullptr;
+  }
+  if (prev >= 0) impl::restore_device(prev);
+  return e;
+}
+double DeviceTimerFns::elapsed_ms(void* from, void* to) {
+  float ms = 0;
+  if (cudaEventSynchronize(static_cast<cudaEvent_t>(to)) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return ms;
+}
+void DeviceTimerFns::release(void* mark) { cudaEventDestroy(static_cast<cudaEvent_t>(mark)); }
 
 }  // namespace asc::cuda

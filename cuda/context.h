@@ -63,4 +63,23 @@ PinnedStats pinned_memory_stats();  // cuda/host_allocator.cpp
 void empty_pinned_cache();
 }  // namespace impl
 
+// While a profile records (core/profiler.h), the host's time inside this scope is a "device wait" range: put one
+// around every call that blocks the host on a device (a stream synchronisation, a copy to the host).
+class WaitScope {
+ public:
+  WaitScope();
+  ~WaitScope();
+  WaitScope(const WaitScope&) = delete;
+  WaitScope& operator=(const WaitScope&) = delete;
+
+ private:
+  bool open_ = false;
+};
+// The profiler's device timer (core/profiler.h: DeviceTimer) on CUDA events; cuda/backend.cpp registers it.
+struct DeviceTimerFns {
+  static void* mark(int device, bool wait_first);
+  static double elapsed_ms(void* from, void* to);
+  static void release(void* mark);
+};
+
 }  // namespace asc::cuda

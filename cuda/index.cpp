@@ -59,6 +59,7 @@ void index_minmax(const Tensor& index, int64_t& lo, int64_t& hi) {
   ASC_CHECK(index.numel() > 0, "index_minmax (CUDA): empty index tensor");
   Tensor scratch = Tensor::empty({2}, {kInt64, index.device()});
   const IdxLayout L = layout_of(index.shape(), {&index.strides()});
+  const WaitScope wait;  // the bounds come back to the host
   ASC_CUDA_CHECK(launch_index_minmax(static_cast<const int64_t*>(index.raw_data()), L, index.numel(),
                                      static_cast<int64_t*>(scratch.raw_data()), &lo, &hi, current_stream()));
 }

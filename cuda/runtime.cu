@@ -51,6 +51,7 @@ class CudaDeviceMemory final : public DeviceMemory {
   }
   void synchronize(uintptr_t stream) override {
     Guard g(device_);
+    const WaitScope wait;
     ASC_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
   }
 
@@ -131,6 +132,7 @@ class CudaAllocator final : public Allocator {
   // kernels that produce the source and before those that reuse the destination's block, then waited for.
   void copy(void* dst, const void* src, size_t nbytes) override {
     if (!nbytes) return;
+    const WaitScope wait;
     const int ddev = owner(dst), sdev = owner(src);
     if (ddev >= 0 && sdev >= 0 && ddev != sdev) {
       {

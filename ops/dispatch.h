@@ -42,14 +42,15 @@
 // (ops/flops.h), for a kernel whose FLOPs the op knows, is evaluated only while a profile records (-1: not known).
 #define ASC_KERNEL(DEVICE, OPNAME, FN, ...) ASC_KERNEL_COUNTED(DEVICE, OPNAME, -1.0, FN, __VA_ARGS__)
 
-#define ASC_KERNEL_COUNTED(DEVICE, OPNAME, FLOPS, FN, ...) \
-  do {                                                     \
-    ::asc::profiler::KernelScope asc_event_(OPNAME, #FN);  \
-    if (asc_event_.open()) {                               \
-      asc_event_.set_flops(FLOPS);                         \
-      asc_event_.set_cpu((DEVICE).is_cpu());               \
-    }                                                      \
-    ASC_KERNEL_DISPATCH_(DEVICE, OPNAME, FN, __VA_ARGS__); \
+#define ASC_KERNEL_COUNTED(DEVICE, OPNAME, FLOPS, FN, ...)                            \
+  do {                                                                                \
+    ::asc::profiler::KernelScope asc_event_(OPNAME, #FN);                             \
+    if (asc_event_.open()) {                                                          \
+      asc_event_.set_flops(FLOPS);                                                    \
+      const ::asc::Device asc_event_dev_ = (DEVICE);                                  \
+      if (asc_event_dev_.is_cuda()) asc_event_.set_cuda_device(asc_event_dev_.index); \
+    }                                                                                 \
+    ASC_KERNEL_DISPATCH_(DEVICE, OPNAME, FN, __VA_ARGS__);                            \
   } while (0)
 
 #define ASC_KERNEL_DISPATCH_(DEVICE, OPNAME, FN, ...)                           \

@@ -272,3 +272,64 @@ TEST_CASE("profiler: one profile at a time; nothing is recorded outside one; bad
   CHECK_THROWS_WITH_AS(q.write_chrome_trace("/nonexistent-dir/trace.json"), doctest::Contains("cannot write"),
                        asc::Error);
 }
+
+// On CUDA (the emulator in CI) every kernel event also gets its device time from CUDA events around its launches,
+// the host's blocking waits are "device wait" ranges, and the table and the trace show both.
+TEST_CASE("profiler: CUDA kernel events carry device time; the host's waits are ranges; each device has a track") {
+  if (!testing::gpu_or_skip()) return;
+  Generator gen(16);
+  Tensor x = randn({64, 64}, {}, &gen).to(Device::cuda()).set_requires_grad(true);
+  prof::Profile p;
+  sum(relu(matmul(x, x))).backward();
+  const double total = sum(x.grad()).item<double>();  // a copy to the host: the host waits
+  p.stop();
+  CHECK(std::isfinite(total));
+  int64_t cuda_kernels = 0, timed = 0, waits = 0;
+  for (const prof::Event& e : p.events()) {
+    if (e.kind == prof::EventKind::Range && e.name == prof::kDeviceWait) ++waits;
+    if (e.kind != prof::EventKind::Kernel) continue;
+    CAPTURE(e.name);
+    if (e.cpu) {
+      CHECK(e.device == -1);
+      CHECK(e.device_ns == -1);
+      continue;
+    }
+    ++cuda_kernels;
+    CHECK(e.device == 0);
+    if (e.device_ns >= 0) {
+      ++timed;
+      CHECK(e.device_start_ns >= 0);
+      CHECK(e.device_start_ns <= p.wall_ms() * 1e6);
+    }
+  }
+  CHECK(cuda_kernels >= 5);      // matmul, relu, sum, their backward, and the last sum
+  CHECK(timed == cuda_kernels);  // every CUDA kernel event was timed on the device
+  CHECK(waits >= 1);             // the item() copy
+  CHECK(p.device_wait_ms() >= 0);
+  CHECK(p.device_ms() >= 0);
+  const std::string table = p.table();
+  CHECK(table.find("device ms") != std::string::npos);
+  CHECK(table.find("device: kernels ran") != std::string::npos);
+  CHECK(table.find(prof::kDeviceWait) != std::string::npos);
+  const auto path = std::filesystem::temp_directory_path() / "asc_test_profiler_cuda_trace.json";
+  p.write_chrome_trace(path.string());
+  std::ifstream f(path);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::filesystem::remove(path);
+  int64_t device_events = 0;
+  bool named = false;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] == "device") {
+      ++device_events;
+      CHECK(e["tid"] == 1000);
+    }
+    named |= e["ph"] == "M" && e["args"]["name"] == "cuda:0";
+  }
+  CHECK(device_events == timed);
+  CHECK(named);
+  // A CPU profile keeps the table it had: no device column.
+  prof::Profile q;
+  matmul(x.detach().to(Device::cpu()), x.detach().to(Device::cpu()));
+  q.stop();
+  CHECK(q.table().find("device ms") == std::string::npos);
+}
