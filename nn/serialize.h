@@ -1,7 +1,7 @@
 #pragma once
 // Whole-training checkpoints in one safetensors file: model parameters and buffers ("model."), optimizer state
-// ("optim."), scheduler step ("sched.") and generator state ("rng."). Resuming from one continues training
-// bit-identically to never having stopped.
+// ("optim."), scheduler step ("sched."), generator state ("rng.") and float32 master weights ("master."). Resuming from
+// one continues training bit-identically to never having stopped.
 //
 //   asc::save_checkpoint("run.safetensors", {.model = model.get(), .optimizer = &opt, .scheduler = &sched,
 //                                            .generator = &asc::default_generator()});
@@ -22,14 +22,17 @@ namespace asc {
 namespace optim {
 class Optimizer;
 class LRScheduler;
+class MasterWeights;
 }  // namespace optim
 
-// The pieces of a training run; null members are neither saved nor loaded.
+// The pieces of a training run; null members are neither saved nor loaded. master: the float32 master weights of a
+// model trained in a lower precision (optim/amp.h), "master." entries, loaded after the model (they round into it).
 struct TrainingState {
   nn::Module* model = nullptr;
   optim::Optimizer* optimizer = nullptr;
   optim::LRScheduler* scheduler = nullptr;
   Generator* generator = nullptr;
+  optim::MasterWeights* master = nullptr;
 };
 
 void save_checkpoint(const std::string& path, const TrainingState& state,

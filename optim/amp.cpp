@@ -109,4 +109,27 @@ void MasterWeights::copy_master_to_model() {
   for (size_t i = 0; i < model_.size(); ++i) model_[i].copy_(master_[i]);
 }
 
+StateDict MasterWeights::state_dict() const {
+  StateDict sd;
+  for (size_t i = 0; i < master_.size(); ++i) sd.set(std::to_string(i), master_[i]);
+  return sd;
+}
+
+void MasterWeights::load_state_dict(const StateDict& sd) {
+  ASC_CHECK(sd.size() == master_.size(), "MasterWeights::load_state_dict: {} entries for {} master parameters",
+            sd.size(), master_.size());
+  std::vector<Tensor> values;
+  for (size_t i = 0; i < master_.size(); ++i) {
+    const Tensor* t = sd.find(std::to_string(i));
+    ASC_CHECK(t != nullptr, "MasterWeights::load_state_dict: no entry '{}'", i);
+    ASC_CHECK(t->shape() == master_[i].shape() && is_floating(t->dtype()),
+              "MasterWeights::load_state_dict: entry '{}' is {} {}, the master parameter is {} {}", i, t->dtype(),
+              t->shape(), master_[i].dtype(), master_[i].shape());
+    values.push_back(*t);
+  }
+  NoGradGuard g;
+  for (size_t i = 0; i < master_.size(); ++i) master_[i].copy_(values[i]);
+  copy_master_to_model();
+}
+
 }  // namespace asc::optim

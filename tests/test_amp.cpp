@@ -1,5 +1,7 @@
 // Mixed precision: the dynamic loss scaler (torch.cuda.amp.GradScaler semantics) and float32 master weights.
 // Device-agnostic logic, tested on the CPU; the bf16/f16-on-GPU run is in test_cuda_training.cpp.
+#include <filesystem>
+
 #include "ascender.h"
 #include "testing.h"
 
@@ -115,4 +117,62 @@ TEST_CASE("MasterWeights: float64 masters for a float32 model train like float32
   // The model holds exactly its master values rounded to float32.
   for (size_t i = 0; i < master.parameters().size(); ++i)
     CHECK(same_bits(mixed->parameters()[i].detach(), master.parameters()[i].detach().to(kFloat32)));
+}
+
+// A run in lower precision resumes from its float64 (here) / float32 master copies, not from the model's rounded
+// values: the checkpoint keeps them as "master.*" (nn/serialize.h), and loading them rounds them into the model.
+TEST_CASE("MasterWeights: a checkpoint keeps the masters; a bad one changes nothing") {
+  auto make = [] {
+    manual_seed(6);
+    return std::make_shared<nn::MLP>(nn::MLPOptions({3, 8, 2}));
+  };
+  auto model = make();
+  optim::MasterWeights master(model->parameters(), kFloat64);
+  optim::AdamW opt(master.parameters(), {.lr = 1e-2});
+  Generator g(7);
+  Tensor x = randn({16, 3}, {}, &g);
+  Tensor y = randint(0, 2, {16}, {.dtype = kInt64}, &g);
+  auto train_step = [&](nn::MLP& m, optim::MasterWeights& w, optim::AdamW& o) {
+    m.zero_grad();
+    cross_entropy(m(x), y).backward();
+    w.copy_grads_to_master();
+    o.step();
+    w.copy_master_to_model();
+  };
+  for (int s = 0; s < 3; ++s) train_step(*model, master, opt);
+  const auto path = (std::filesystem::temp_directory_path() / "asc_test_amp_master.safetensors").string();
+  save_checkpoint(path, {.model = model.get(), .optimizer = &opt, .master = &master});
+  // The masters carry more than the model: below float32's rounding, a reload from the model alone would lose it.
+  bool finer = false;
+  for (const Tensor& m : master.parameters()) finer |= !same_bits(m.detach(), m.detach().to(kFloat32).to(kFloat64));
+  CHECK(finer);
+
+  auto model2 = make();
+  optim::MasterWeights master2(model2->parameters(), kFloat64);
+  optim::AdamW opt2(master2.parameters(), {.lr = 1e-2});
+  load_checkpoint(path, {.model = model2.get(), .optimizer = &opt2, .master = &master2});
+  for (size_t i = 0; i < master.parameters().size(); ++i) {
+    CHECK(same_bits(master2.parameters()[i].detach(), master.parameters()[i].detach()));
+    CHECK(same_bits(model2->parameters()[i].detach(), model->parameters()[i].detach()));
+  }
+  // The resumed run continues bit-identically.
+  train_step(*model, master, opt);
+  train_step(*model2, master2, opt2);
+  for (size_t i = 0; i < master.parameters().size(); ++i)
+    CHECK(same_bits(master2.parameters()[i].detach(), master.parameters()[i].detach()));
+
+  // A checkpoint without masters, asked for them: an error naming the part, and nothing changed.
+  const auto bare = (std::filesystem::temp_directory_path() / "asc_test_amp_bare.safetensors").string();
+  save_checkpoint(bare, {.model = model.get(), .optimizer = &opt});
+  const Tensor before = master2.parameters()[0].detach().clone();
+  check_error([&] { load_checkpoint(bare, {.model = model2.get(), .optimizer = &opt2, .master = &master2}); },
+              {"master.", "no"});
+  CHECK(same_bits(master2.parameters()[0].detach(), before));
+  // Masters of another model: refused by shape before anything changes (the model part, loaded first, rolls back).
+  auto other = std::make_shared<nn::MLP>(nn::MLPOptions({3, 4, 2}));
+  optim::MasterWeights wrong(other->parameters(), kFloat64);
+  check_error([&] { wrong.load_state_dict(master.state_dict()); }, {"MasterWeights::load_state_dict", "entry"});
+  check_error([&] { master2.load_state_dict(StateDict{}); }, {"0 entries"});
+  std::filesystem::remove(path);
+  std::filesystem::remove(bare);
 }

@@ -20,9 +20,12 @@
 #   6. bench_asam on the device, bfloat16 (sparse attention on tensor cores): the kernels at B·H = 32 (--batch 8),
 #      n = 4096 and 16384 — dense (cuDNN), window, hierarchical, window + global + random, random alone, clustered;
 #      then the layers (ASAM, ASAM with the dense branch skipped, multi-head attention) at B 1, 1024-16384.
+#   7. train: experiment 5's ListOps runs of ASAM and of dense attention (its flags, experiments/e5_asam.py) with
+#      --dtype bfloat16, 40 steps, the profiler on 2 of them: tokens/s, and how much of a step is the device's work,
+#      the host's waiting and the host's own work (the profile's last line).
 set -uo pipefail
 
-EXES=(test_cuda_mma bench_ascender bench_gpu bench_asam)
+EXES=(test_cuda_mma bench_ascender bench_gpu bench_asam train)
 case "${1:-}" in
 prepare)
   [ $# -eq 3 ] || { echo "usage: tools/gpu_bench.sh prepare BUILD BIN" >&2; exit 2; }
@@ -37,7 +40,15 @@ prepare)
   fi
   mkdir -p "$BIN"
   cp -L "$BUILD/tests/test_cuda_mma" "$BUILD/tools/bench_ascender" "$BUILD/tools/bench_gpu" "$BUILD/tools/bench_asam" \
-    "$BUILD/libascender.so.0.2" "$BUILD/libascender_cuda.so.0.2" "$BIN/" || exit 2
+    "$BUILD/tools/train" "$BUILD/libascender.so.0.2" "$BUILD/libascender_cuda.so.0.2" "$BIN/" || exit 2
+  # experiment 5's ListOps flags of its ASAM and dense arms, for step 7
+  (cd "$(dirname "$0")/../experiments" && python3 - "$BIN" <<'EOF'
+import sys, e5_asam
+arms = e5_asam.arm_flags("listops", "full")
+for name in ("asam", "dense"):
+    open(f"{sys.argv[1]}/flags_{name}.txt", "w").write(" ".join(map(str, arms[name])) + "\n")
+EOF
+  ) || exit 2
   strip --strip-unneeded "$BIN"/* 2>/dev/null
   mb=$(du -sm "$BIN" | cut -f1)
   echo "gpu_bench: $BIN holds $mb MiB"
@@ -101,6 +112,13 @@ ASAM=("$BIN/bench_asam" --device "$DEVICE")
 step 6-asam-kernels 60 "${ASAM[@]}" --batch "$B_ASAM" --n "$N_ASAM_K" \
   --impl chunked,window,hier-kernel,w+g+r,random,clustered --json "$OUT/asam_kernels.json"
 step 6-asam-layers 45 "${ASAM[@]}" --n "$N_ASAM" --impl chunked,mha,asam,asam-skip --json "$OUT/asam_layers.json"
+read -r -a E5_ASAM <"$BIN/flags_asam.txt"
+read -r -a E5_DENSE <"$BIN/flags_dense.txt"
+TRAIN=(--device "$DEVICE" --steps "$([ "$QUICK" = 1 ] && echo 4 || echo 40)" --profile 2 --progress none)
+[ "$QUICK" = 1 ] && TRAIN+=(--train-size 64 --val-size 32 --test-size 32 --batch 8)
+[ "$DEVICE" = cuda ] && TRAIN+=(--dtype bfloat16)
+step 7-train-asam 45 "$BIN/train" "${E5_ASAM[@]}" "${TRAIN[@]}" --out "$OUT/train_asam"
+step 7-train-dense 30 "$BIN/train" "${E5_DENSE[@]}" "${TRAIN[@]}" --out "$OUT/train_dense"
 log "done"
 
 # One report: the facts, each step's table as the tool printed it (its lines from the header row on).

@@ -66,6 +66,8 @@ struct Config {
   uint64_t data_seed = 0;
   // model
   std::string model = "ascender", positional = "learned";
+  std::string dtype = "float32";  // the model's compute dtype; bfloat16 keeps float32 master weights
+  bool tf32 = false;
   int64_t d_model = 64, heads = 4, layers = 2, ffn = 128;
   double dropout = 0.1, attn_dropout = 0.0;
   bool norm_first = true;
@@ -301,6 +303,11 @@ void define_options(Options& o, Config& c) {
   o.add("prefetch", c.prefetch, "batches the loader builds ahead on its thread (0: none)")->check(CLI::Range(0, 64));
   o.add("ckpt_every", c.ckpt_every, "steps between checkpoints (0: at every validation)")->check(nonneg);
   o.add("device", c.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  o.add("dtype", c.dtype,
+        "the model's parameters and activations: float32 | bfloat16 (the optimizer updates float32 master copies "
+        "of the parameters, optim/amp.h; on CUDA the products run on tensor cores)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  o.add("tf32", c.tf32, "CUDA: float32 products on TF32 tensor cores (10 fraction bits), as PyTorch's allow_tf32");
   o.add("out", c.out, "output directory");
   o.add("progress", c.progress, "auto (a line redrawn on a terminal, plain lines otherwise) | none")
       ->check(CLI::IsMember({"auto", "none"}));
@@ -363,6 +370,7 @@ struct Run {
   std::shared_ptr<nn::MLP> mlp;  // the baseline of the firing network: Linear -> ReLU -> ... -> Linear
   std::vector<std::shared_ptr<nn::Attention>> attention;  // per block
   Device device = Device::cpu();
+  DType dtype = kFloat32;  // --dtype: the model's parameters, and the float inputs it reads
   bool is_lm() const { return lm != nullptr; }
 };
 
@@ -483,6 +491,7 @@ void build_model(Run& r) {
     }
   }
   if (r.device.is_cuda()) r.model->to(r.device);
+  if (r.dtype != kFloat32) r.model->to(r.dtype);
 }
 
 // Mechanism statistics of the model now (parameters) and of the batches seen since the last reset (gates, rates).
@@ -596,6 +605,7 @@ struct BatchResult {
 BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
   BatchResult out;
   Tensor input = b.input.to(r.device), valid = b.valid.defined() ? b.valid.to(r.device) : Tensor();
+  if (is_floating(input.dtype()) && input.dtype() != r.dtype) input = input.to(r.dtype);  // images: --dtype
   if (r.is_lm()) {
     const int64_t T = input.size(1);
     ASC_CHECK(T >= 2, "the LM needs sequences of at least 2 tokens, got a batch of length {}", T);
@@ -1006,6 +1016,14 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   ASC_CHECK(c.device != "cuda" || cuda::is_available(), "--device cuda, but {}",
             cuda::is_available() ? "" : "no CUDA device is available in this build / machine");
   r.device = c.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  r.dtype = c.dtype == "bfloat16" ? kBFloat16 : kFloat32;
+  ASC_CHECK(!c.tf32 || r.device.is_cuda(), "--tf32 applies to --device cuda (TF32 is a GPU tensor-core format)");
+  ASC_CHECK(r.dtype == kFloat32 || r.device.is_cuda(),
+            "--dtype {} needs --device cuda (the CPU kernels compute in float32 / float64)", c.dtype);
+  ASC_CHECK(r.dtype == kFloat32 || c.model != "firing",
+            "--dtype {}: the firing network's local rules and gate update float32 parameters; use --dtype float32",
+            c.dtype);
+  if (c.tf32) cuda::set_allow_tf32(true);
   const fs::path out = c.out;
   const fs::path last_ckpt = out / "ckpt" / "last.safetensors";
   if (!params_only) fs::create_directories(out / "ckpt");
@@ -1073,6 +1091,13 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   // ... and get no gradient at all: a parameter without a .grad is skipped by the optimizer whatever its group's
   // learning rate becomes (a schedule's --min-lr would otherwise move them).
   for (Tensor& p : local) p.set_requires_grad(false);
+  // --dtype bfloat16: the optimizer (and the gradient clipping) work on float32 master copies; after each update the
+  // masters are rounded into the model (optim/amp.h). bfloat16 has float32's range, so no loss scaling is needed.
+  std::optional<optim::MasterWeights> master;
+  if (r.dtype != kFloat32) {
+    master.emplace(params);
+    params = master->parameters();
+  }
   std::unique_ptr<optim::Optimizer> opt;
   if (c.optimizer == "adamw") {
     auto o = std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
@@ -1157,10 +1182,13 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
                                             {"mech.train", train_mech.state()}};
     m["wall_s"] = num(wall_before);
     m["nonfinite_steps"] = std::to_string(nonfinite_steps);
-    save_checkpoint(
-        last_ckpt.string(),
-        {.model = r.model.get(), .optimizer = opt.get(), .scheduler = sched.get(), .generator = &default_generator()},
-        m);
+    save_checkpoint(last_ckpt.string(),
+                    {.model = r.model.get(),
+                     .optimizer = opt.get(),
+                     .scheduler = sched.get(),
+                     .generator = &default_generator(),
+                     .master = master ? &*master : nullptr},
+                    m);
   };
 
   if (!eval_only.empty()) {
@@ -1168,10 +1196,13 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
   } else if (resume) {
     ASC_CHECK(fs::exists(last_ckpt), "--resume, but {} has no checkpoint ({})", out.string(), last_ckpt.string());
     std::map<std::string, std::string> m;
-    load_checkpoint(
-        last_ckpt.string(),
-        {.model = r.model.get(), .optimizer = opt.get(), .scheduler = sched.get(), .generator = &default_generator()},
-        &m);
+    load_checkpoint(last_ckpt.string(),
+                    {.model = r.model.get(),
+                     .optimizer = opt.get(),
+                     .scheduler = sched.get(),
+                     .generator = &default_generator(),
+                     .master = master ? &*master : nullptr},
+                    &m);
     auto get = [&](const std::string& k) {
       ASC_CHECK(m.count(k), "checkpoint {} lacks '{}' (not written by train?)", last_ckpt.string(), k);
       return m.at(k);
@@ -1251,6 +1282,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       BatchResult br = run_batch(r, b, true);
       train_mech.observe();
       br.loss.backward();
+      if (master) master->copy_grads_to_master();
       // The gradient norm (clipped to --clip when it is set; --clip 0 only measures it): a NaN or infinite loss or
       // norm stops the run, or with --on-nonfinite skip leaves the parameters as they were and is counted.
       const double grad_norm = optim::clip_grad_norm(
@@ -1258,6 +1290,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       lr_used = opt->lr(0);  // the rows report the lr this step ran with, not the next one's
       if (std::isfinite(br.task_loss_sum) && std::isfinite(grad_norm)) {
         opt->step();
+        if (master) master->copy_master_to_model();
       } else {
         ++nonfinite_steps;
         ASC_CHECK(c.on_nonfinite == "skip",
