@@ -423,7 +423,8 @@ TEST_CASE("train: the command-line contract") {
   CHECK(run("--help", log) == 0);
   CHECK(read(log).find("--dump-decomposition") != std::string::npos);
   for (const std::string bad : {"--steps -1", "--batch 0", "--model bogus", "--lr abc", "--task", "--bogus 1",
-                                "--k 4,x", "--dropout 1.5", "--config /nonexistent.json", "--profile -1"}) {
+                                "--k 4,x", "--dropout 1.5", "--config /nonexistent.json", "--profile -1",
+                                "--dtype float16", "--tf32 maybe"}) {
     CAPTURE(bad);
     CHECK(run(bad + " --out " + d.string(), log) == 2);
   }
@@ -434,6 +435,13 @@ TEST_CASE("train: the command-line contract") {
   CHECK(run(kTiny + " --steps 2 --task nosuchtask --out " + d.string(), log) == 1);
   CHECK(read(log).find("unknown task") != std::string::npos);
   fs::remove_all(d);
+  // bfloat16 and TF32 are GPU settings: refused on the CPU before anything is written
+  CHECK(run(kTiny + " --steps 2 --dtype bfloat16 --out " + d.string(), log) == 1);
+  CHECK(read(log).find("--dtype bfloat16 needs --device cuda") != std::string::npos);
+  CHECK_FALSE(fs::exists(d));
+  CHECK(run(kTiny + " --steps 2 --tf32 true --out " + d.string(), log) == 1);
+  CHECK(read(log).find("--tf32 applies to --device cuda") != std::string::npos);
+  CHECK_FALSE(fs::exists(d));
 }
 
 #else
