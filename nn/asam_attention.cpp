@@ -9,6 +9,7 @@
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "core/profiler.h"
 #include "ops/ops.h"
 
 namespace asc::nn {
@@ -192,6 +193,7 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
     const Tensor C = centroids.to(x.dtype());  // (H, c, Dh)
     const Tensor qd = q.detach();
     const Tensor a = softmax(matmul(qd, C.unsqueeze(0).transpose(-2, -1)) / options.cluster_tau(), -1);  // (B,H,T,c)
+    const profiler::Range building("asam clustered pattern");  // host work the profile should name
     p = pattern_union({p, clustered_part(a, options.cluster_theta(), args.causal)});
     if (options.cluster_loss_weight() > 0) {
       // Σ_m a_im |q_i − C_m|², averaged over the real tokens of every (b, h): the soft k-means objective of the

@@ -14,6 +14,7 @@
 #include "core/generator.h"
 #include "ops/attention.h"
 #include "ops/checks.h"
+#include "ops/cpu/loops.h"  // parallel_for: the builders are host work
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/flops.h"
@@ -423,24 +424,86 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
     s_max = std::max(s_max, s_row);
   }
   const double bucket_min = theta / (2 * s_max);
-  std::vector<std::vector<int64_t>> rows(B * H * T);
-  std::vector<std::vector<int64_t>> buckets(c);
-  for (int64_t g = 0; g < B * H; ++g) {
-    const double* ag = ap + g * T * c;
-    for (auto& bk : buckets) bk.clear();
-    for (int64_t i = 0; i < T; ++i)
-      for (int64_t m = 0; m < c; ++m)
-        if (ag[i * c + m] > bucket_min) buckets[m].push_back(static_cast<int64_t>(i));
-    for (const auto& bk : buckets)
-      for (int64_t i : bk)
-        for (int64_t j : bk) {
-          if (causal && j > i) break;  // bucket lists ascend
-          double dot = 0;
-          for (int64_t m = 0; m < c; ++m) dot += ag[i * c + m] * ag[j * c + m];
-          if (dot > theta) rows[g * T + i].push_back(j);  // duplicates (several shared buckets) go in from_rows
+  // Per group (in parallel): the buckets as ascending lists; row i's keys are the j of its buckets (causal: j <= i)
+  // with a_i · a_j > θ, each tested once (a stamp per key), ascending (a row in several buckets is sorted). A row
+  // whose buckets hold more than a quarter of the keys (few clusters, soft assignments) tests every key instead, in
+  // one vectorisable pass over the group's transposed assignments: the same products (the same sum, in the same
+  // order), so the same keys, without the bucket walk's branches. Each group's rows go into a list of its own,
+  // copied into the CSR arrays after: no list per row.
+  const int64_t G = B * H;
+  std::vector<std::vector<int64_t>> keys_of(G), len_of(G);
+  const int64_t cost = T * std::max<int64_t>(1, T / 4) * c;  // about a quarter of the pairs share a bucket
+  cpu::parallel_for(G, cost, [&](int64_t g0, int64_t g1) {
+    std::vector<int64_t> bucket_ptr(c + 1), items, stamp(T), row;
+    std::vector<double> at(static_cast<size_t>(T * c)), dots(T);  // the group's a transposed: at[m T + j] = a_jm
+    for (int64_t g = g0; g < g1; ++g) {
+      const double* ag = ap + g * T * c;
+      for (int64_t j = 0; j < T; ++j)
+        for (int64_t m = 0; m < c; ++m) at[m * T + j] = ag[j * c + m];
+      std::fill(bucket_ptr.begin(), bucket_ptr.end(), int64_t{0});
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t m = 0; m < c; ++m) bucket_ptr[m + 1] += ag[i * c + m] > bucket_min;
+      for (int64_t m = 0; m < c; ++m) bucket_ptr[m + 1] += bucket_ptr[m];
+      items.resize(static_cast<size_t>(bucket_ptr[c]));
+      std::vector<int64_t> fill(bucket_ptr.begin(), bucket_ptr.end() - 1);
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t m = 0; m < c; ++m)
+          if (ag[i * c + m] > bucket_min) items[fill[m]++] = i;
+      std::fill(stamp.begin(), stamp.end(), int64_t{-1});
+      std::vector<int64_t>& keys = keys_of[g];
+      std::vector<int64_t>& lens = len_of[g];
+      lens.assign(T, 0);
+      for (int64_t i = 0; i < T; ++i) {
+        row.clear();
+        int64_t candidates = 0;
+        for (int64_t m = 0; m < c; ++m)
+          if (ag[i * c + m] > bucket_min) candidates += bucket_ptr[m + 1] - bucket_ptr[m];
+        if (4 * candidates > T) {  // every key j <= n, dot as below: Σ over m in order
+          const int64_t n = causal ? i + 1 : T;
+          std::fill(dots.begin(), dots.begin() + n, 0.0);
+          for (int64_t m = 0; m < c; ++m) {
+            const double aim = ag[i * c + m];
+            const double* col = at.data() + m * T;
+            for (int64_t j = 0; j < n; ++j) dots[j] += aim * col[j];
+          }
+          for (int64_t j = 0; j < n; ++j)
+            if (dots[j] > theta) row.push_back(j);
+          keys.insert(keys.end(), row.begin(), row.end());
+          lens[i] = static_cast<int64_t>(row.size());
+          continue;
         }
-  }
-  return SparsePattern::from_rows(B * H, T, T, std::move(rows));
+        int buckets = 0;
+        for (int64_t m = 0; m < c; ++m) {
+          if (!(ag[i * c + m] > bucket_min)) continue;
+          ++buckets;
+          for (int64_t e = bucket_ptr[m]; e < bucket_ptr[m + 1]; ++e) {
+            const int64_t j = items[e];
+            if (causal && j > i) break;  // bucket lists ascend
+            if (stamp[j] == i) continue;
+            stamp[j] = i;
+            double dot = 0;
+            for (int64_t mm = 0; mm < c; ++mm) dot += ag[i * c + mm] * ag[j * c + mm];
+            if (dot > theta) row.push_back(j);
+          }
+        }
+        if (buckets > 1) std::sort(row.begin(), row.end());
+        keys.insert(keys.end(), row.begin(), row.end());
+        lens[i] = static_cast<int64_t>(row.size());
+      }
+    }
+  });
+  const int64_t n_rows = checked_mul(G, T, who, "groups x queries");
+  Tensor row_ptr = int64_buffer(n_rows + 1);
+  int64_t* rp = row_ptr.data_ptr<int64_t>();
+  rp[0] = 0;
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t i = 0; i < T; ++i) rp[g * T + i + 1] = rp[g * T + i] + len_of[g][i];
+  Tensor cols_t = int64_buffer(rp[n_rows]);
+  int64_t* cols = cols_t.data_ptr<int64_t>();
+  cpu::parallel_for(G, T * 8, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) std::copy(keys_of[g].begin(), keys_of[g].end(), cols + rp[g * T]);
+  });
+  return SparsePattern::from_csr(G, T, T, std::move(row_ptr), std::move(cols_t));
 }
 
 SparsePattern pattern_union(const std::vector<SparsePattern>& patterns) {
@@ -463,9 +526,8 @@ SparsePattern pattern_union(const std::vector<SparsePattern>& patterns) {
   for (const auto& p : patterns) cpu.push_back(p.to(Device::cpu()));
   for (const auto& p : cpu) lists.push_back(p.lists());
   const size_t k = lists.size();
-  std::vector<const int64_t*> at(k), end(k);
-  // Visits row (g, i)'s merged keys in ascending order, each once.
-  auto merge_row = [&](int64_t g, int64_t i, auto&& emit) {
+  // Visits row (g, i)'s merged keys in ascending order, each once; at / end: the caller's cursors (one per input).
+  auto merge_row = [&](int64_t g, int64_t i, const int64_t** at, const int64_t** end, auto&& emit) {
     for (size_t x = 0; x < k; ++x) {
       const int64_t r = (cpu[x].groups() == 1 ? 0 : g) * T + i;
       at[x] = lists[x].cols + lists[x].row_ptr[r], end[x] = lists[x].cols + lists[x].row_ptr[r + 1];
@@ -492,19 +554,28 @@ SparsePattern pattern_union(const std::vector<SparsePattern>& patterns) {
   Tensor row_ptr = int64_buffer(n_rows + 1);
   int64_t* rp = row_ptr.data_ptr<int64_t>();
   rp[0] = 0;
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t i = 0; i < T; ++i) {
+  // Two passes over the rows, in parallel (each row's length, then its keys), with the offsets' prefix sum between.
+  int64_t in_entries = 0;
+  for (const auto& p : cpu) in_entries += p.nnz();
+  const int64_t per_row = std::max<int64_t>(1, in_entries / std::max<int64_t>(1, n_rows));
+  cpu::parallel_for(n_rows, per_row, [&](int64_t r0, int64_t r1) {
+    std::vector<const int64_t*> at(k), end(k);
+    for (int64_t r = r0; r < r1; ++r) {
       int64_t len = 0;
-      merge_row(g, i, [&](int64_t) { ++len; });
-      rp[g * T + i + 1] = rp[g * T + i] + len;  // <= the inputs' total entries: no overflow
+      merge_row(r / T, r % T, at.data(), end.data(), [&](int64_t) { ++len; });
+      rp[r + 1] = len;
     }
+  });
+  for (int64_t r = 0; r < n_rows; ++r) rp[r + 1] += rp[r];  // <= the inputs' total entries: no overflow
   Tensor cols_t = int64_buffer(rp[n_rows]);
   int64_t* cols = cols_t.data_ptr<int64_t>();
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t i = 0; i < T; ++i) {
-      int64_t e = rp[g * T + i];
-      merge_row(g, i, [&](int64_t j) { cols[e++] = j; });
+  cpu::parallel_for(n_rows, per_row, [&](int64_t r0, int64_t r1) {
+    std::vector<const int64_t*> at(k), end(k);
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t e = rp[r];
+      merge_row(r / T, r % T, at.data(), end.data(), [&](int64_t j) { cols[e++] = j; });
     }
+  });
   return SparsePattern::from_csr(groups, T, keys, std::move(row_ptr), std::move(cols_t));
 }
 

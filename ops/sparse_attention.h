@@ -107,6 +107,7 @@ class SparsePattern {
   // (from_rows, pattern_union): counts the entries (the transpose is made when first asked for).
   static SparsePattern from_csr(int64_t groups, int64_t queries, int64_t keys, Tensor row_ptr, Tensor cols);
   friend SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
+  friend SparsePattern clustered_pattern(const Tensor& a, double theta, bool causal);
   // The transpose, shared by copies: made once (from the CPU lists), or given by `to` on a device.
   struct Transpose {
     std::once_flag once;

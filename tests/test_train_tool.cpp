@@ -422,9 +422,9 @@ TEST_CASE("train: the command-line contract") {
   const std::string log = d.string() + ".log";
   CHECK(run("--help", log) == 0);
   CHECK(read(log).find("--dump-decomposition") != std::string::npos);
-  for (const std::string bad : {"--steps -1", "--batch 0", "--model bogus", "--lr abc", "--task", "--bogus 1",
-                                "--k 4,x", "--dropout 1.5", "--config /nonexistent.json", "--profile -1",
-                                "--dtype float16", "--tf32 maybe"}) {
+  for (const std::string bad :
+       {"--steps -1", "--batch 0", "--model bogus", "--lr abc", "--task", "--bogus 1", "--k 4,x", "--dropout 1.5",
+        "--config /nonexistent.json", "--profile -1", "--dtype float16", "--tf32 maybe"}) {
     CAPTURE(bad);
     CHECK(run(bad + " --out " + d.string(), log) == 2);
   }

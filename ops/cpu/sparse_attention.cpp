@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/format.h"
+#include "core/profiler.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/scratch.h"
 #include "ops/kernels.h"
@@ -433,6 +434,7 @@ inline int64_t plan_owner(const PatternRows& p, int64_t bh) {
 
 // Plans every block of every owner (a plan that is not tiled keeps nothing but its flag).
 std::shared_ptr<PlanTable> plan_table(const PatternRows& p, int64_t blocks, int64_t block_cost) {
+  const profiler::Range planning("sparse_attention plans");  // host work the profile names (a new pattern's)
   auto t = std::make_shared<PlanTable>();
   const int64_t owners = p.keep != nullptr && p.G == 1 ? p.B : p.G;
   t->plans.resize(static_cast<size_t>(owners * blocks));
