@@ -120,12 +120,23 @@ void register_device_timer(const DeviceTimer* timer) { g_timer = timer; }
 
 void* device_mark(int device) {
   if (!g_timer || !g_recording.load(std::memory_order_acquire)) return nullptr;
+  bool has_origin = false;
   {
     std::lock_guard lock(g_mu);
-    if (!g_origins.count(device)) {
-      void* origin = g_timer->mark(device, /*wait_first=*/true);
-      if (!origin) return nullptr;
-      g_origins[device] = {origin, now_ns()};
+    has_origin = g_origins.count(device) != 0;
+  }
+  if (!has_origin) {
+    // The device's origin, made outside the lock (it waits for the device); kept unless another thread's came first
+    // or the profile stopped meanwhile.
+    void* origin = g_timer->mark(device, /*wait_first=*/true);
+    if (!origin) return nullptr;
+    const int64_t host_ns = now_ns();
+    std::lock_guard lock(g_mu);
+    if (g_recording.load(std::memory_order_relaxed) && !g_origins.count(device)) {
+      g_origins[device] = {origin, host_ns};
+    } else {
+      g_timer->release(origin);
+      if (!g_recording.load(std::memory_order_relaxed)) return nullptr;
     }
   }
   return g_timer->mark(device, false);
@@ -205,25 +216,29 @@ Profile::~Profile() { stop(); }
 void Profile::stop() {
   if (!recording_) return;
   recording_ = false;
-  std::lock_guard lock(g_mu);
-  detail::g_recording.store(false);
-  wall_ns_ = now_ns();
-  events_ = std::move(g_events);
-  g_events.clear();
-  // The device times: each pair waits for its end mark (the device finishes the profiled work here), then every
-  // mark is released.
-  for (const MarkPair& m : g_marks) {
+  std::vector<MarkPair> marks;
+  std::map<int, Origin> origins;
+  {
+    std::lock_guard lock(g_mu);
+    detail::g_recording.store(false);
+    wall_ns_ = now_ns();
+    events_ = std::move(g_events);
+    g_events.clear();
+    marks = std::move(g_marks), origins = std::move(g_origins);
+    g_marks.clear(), g_origins.clear();
+  }
+  // The device times, outside the lock: each pair waits for its end mark (the device finishes the profiled work
+  // here), then every mark is released.
+  for (const MarkPair& m : marks) {
     Event& e = events_[m.event];
     const double ms = g_timer->elapsed_ms(m.from, m.to);
-    const auto origin = g_origins.find(e.device);
-    const double since = origin == g_origins.end() ? -1 : g_timer->elapsed_ms(origin->second.mark, m.from);
+    const auto origin = origins.find(e.device);
+    const double since = origin == origins.end() ? -1 : g_timer->elapsed_ms(origin->second.mark, m.from);
     if (ms >= 0) e.device_ns = static_cast<int64_t>(ms * 1e6);
     if (ms >= 0 && since >= 0) e.device_start_ns = origin->second.host_ns + static_cast<int64_t>(since * 1e6);
   }
-  for (const MarkPair& m : g_marks) g_timer->release(m.from), g_timer->release(m.to);
-  for (const auto& [device, origin] : g_origins) g_timer->release(origin.mark);
-  g_marks.clear();
-  g_origins.clear();
+  for (const MarkPair& m : marks) g_timer->release(m.from), g_timer->release(m.to);
+  for (const auto& [device, origin] : origins) g_timer->release(origin.mark);
   // The allocator's peak since the start, unless a benchmark reset it meanwhile: then the sampled peak still holds.
   peak_bytes_ = std::max(g_peak.load(), static_cast<int64_t>(cpu_memory_stats().peak_allocated));
   std::sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) { return a.start_ns < b.start_ns; });

@@ -150,7 +150,11 @@ void* DeviceTimerFns::mark(int device, bool wait_first) {
   }
   const cudaStream_t stream = current_stream();
   cudaEvent_t e = nullptr;
-  bool ok = !wait_first || cudaStreamSynchronize(stream) == cudaSuccess;
+  bool ok = true;
+  if (wait_first) {
+    const WaitScope wait;  // the profile's one wait for an idle device
+    ok = cudaStreamSynchronize(stream) == cudaSuccess;
+  }
   ok = ok && cudaEventCreate(&e) == cudaSuccess;
   ok = ok && cudaEventRecord(e, stream) == cudaSuccess;
   if (!ok) {

@@ -406,6 +406,7 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
             a_in.shape());
   ASC_CHECK(std::isfinite(theta) && theta >= 0, "{}: theta must be finite and >= 0, got {}", who, theta);
   const int64_t B = a_in.size(0), H = a_in.size(1), T = a_in.size(2), c = a_in.size(3);
+  ASC_CHECK(B >= 1 && H >= 1, "{}: needs B, H >= 1 (one list per (batch, head)); got a of shape {}", who, a_in.shape());
   check_length(who, T);
   const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
   const double* ap = a.data_ptr<double>();

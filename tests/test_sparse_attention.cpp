@@ -283,6 +283,11 @@ TEST_CASE("pattern builders reject bad arguments with clear errors") {
   Tensor nan_a = full({1, 1, 3, 2}, std::nan(""), {.dtype = kFloat64});
   check_error([&] { clustered_pattern(nan_a, 0.5, false); }, {"clustered_pattern", "non-finite"});
   check_error(
+      [&] {
+        clustered_pattern(zeros({0, 2, 4, 3}, {.dtype = kFloat64}), 0.5, false);
+      },
+      {"clustered_pattern", "B, H >= 1"});
+  check_error(
       [] {
         pattern_union({local_window_pattern(8, 3, false), local_window_pattern(9, 3, false)});
       },

@@ -1279,6 +1279,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       if (prof) step_range.emplace("train_step");
       data::Batch b = loader.next();
       opt->zero_grad();
+      if (master) r.model->zero_grad();  // the optimizer's parameters are the masters: the model's own .grad too
       BatchResult br = run_batch(r, b, true);
       train_mech.observe();
       br.loss.backward();
