@@ -435,7 +435,7 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
   std::vector<std::vector<int64_t>> keys_of(G), len_of(G);
   const int64_t cost = T * std::max<int64_t>(1, T / 4) * c;  // about a quarter of the pairs share a bucket
   cpu::parallel_for(G, cost, [&](int64_t g0, int64_t g1) {
-    std::vector<int64_t> bucket_ptr(c + 1), items, stamp(T), row;
+    std::vector<int64_t> bucket_ptr(c + 1), items, stamp(T);
     std::vector<double> at(static_cast<size_t>(T * c)), dots(T);  // the group's a transposed: at[m T + j] = a_jm
     for (int64_t g = g0; g < g1; ++g) {
       const double* ag = ap + g * T * c;
@@ -455,7 +455,7 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
       std::vector<int64_t>& lens = len_of[g];
       lens.assign(T, 0);
       for (int64_t i = 0; i < T; ++i) {
-        row.clear();
+        const size_t start = keys.size();  // row i's keys are appended to the group's list
         int64_t candidates = 0;
         for (int64_t m = 0; m < c; ++m)
           if (ag[i * c + m] > bucket_min) candidates += bucket_ptr[m + 1] - bucket_ptr[m];
@@ -468,28 +468,25 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
             for (int64_t j = 0; j < n; ++j) dots[j] += aim * col[j];
           }
           for (int64_t j = 0; j < n; ++j)
-            if (dots[j] > theta) row.push_back(j);
-          keys.insert(keys.end(), row.begin(), row.end());
-          lens[i] = static_cast<int64_t>(row.size());
-          continue;
-        }
-        int buckets = 0;
-        for (int64_t m = 0; m < c; ++m) {
-          if (!(ag[i * c + m] > bucket_min)) continue;
-          ++buckets;
-          for (int64_t e = bucket_ptr[m]; e < bucket_ptr[m + 1]; ++e) {
-            const int64_t j = items[e];
-            if (causal && j > i) break;  // bucket lists ascend
-            if (stamp[j] == i) continue;
-            stamp[j] = i;
-            double dot = 0;
-            for (int64_t mm = 0; mm < c; ++mm) dot += ag[i * c + mm] * ag[j * c + mm];
-            if (dot > theta) row.push_back(j);
+            if (dots[j] > theta) keys.push_back(j);
+        } else {
+          int buckets = 0;
+          for (int64_t m = 0; m < c; ++m) {
+            if (!(ag[i * c + m] > bucket_min)) continue;
+            ++buckets;
+            for (int64_t e = bucket_ptr[m]; e < bucket_ptr[m + 1]; ++e) {
+              const int64_t j = items[e];
+              if (causal && j > i) break;  // bucket lists ascend
+              if (stamp[j] == i) continue;
+              stamp[j] = i;
+              double dot = 0;
+              for (int64_t mm = 0; mm < c; ++mm) dot += ag[i * c + mm] * ag[j * c + mm];
+              if (dot > theta) keys.push_back(j);
+            }
           }
+          if (buckets > 1) std::sort(keys.begin() + static_cast<std::ptrdiff_t>(start), keys.end());
         }
-        if (buckets > 1) std::sort(row.begin(), row.end());
-        keys.insert(keys.end(), row.begin(), row.end());
-        lens[i] = static_cast<int64_t>(row.size());
+        lens[i] = static_cast<int64_t>(keys.size() - start);
       }
     }
   });
