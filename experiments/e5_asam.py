@@ -90,6 +90,15 @@ def arm_flags(task, scale) -> dict[str, list]:
             "window": flags(task, "window", scale), "window-global": flags(task, "window-global", scale)}
 
 
+def write_arm_flags(directory, task="listops", scale="full", names=("asam", "dense")):
+    """flags_<arm>.txt in `directory`: each arm's train flags on one line, for the prepared GPU runs
+    (experiments/gpu_e5.sh, tools/gpu_bench.sh)."""
+    arms_ = arm_flags(task, scale)
+    for name in names:
+        with open(f"{directory}/flags_{name}.txt", "w") as f:
+            f.write(" ".join(map(str, arms_[name])) + "\n")
+
+
 def arms(task, scale):
     """The main table's runs on one task (arm_flags), SEEDS[scale] seeds each."""
     arm_flags_ = arm_flags(task, scale)

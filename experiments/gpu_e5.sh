@@ -32,12 +32,7 @@ prepare)
   mkdir -p "$BIN"
   cp -L "$BUILD/tools/train" "$BUILD/tools/bench_asam" "$BUILD/libascender.so.0.2" \
     "$BUILD/libascender_cuda.so.0.2" "$BIN/"
-  cd "$(dirname "$0")" && python3 - "$BIN" <<'EOF'
-import sys, e5_asam
-arms = e5_asam.arm_flags("listops", "full")
-for name in ("asam", "dense"):
-    open(f"{sys.argv[1]}/flags_{name}.txt", "w").write(" ".join(map(str, arms[name])) + "\n")
-EOF
+  cd "$(dirname "$0")" && python3 -c 'import sys, e5_asam; e5_asam.write_arm_flags(sys.argv[1])' "$BIN"
   exit ;;
 -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
 run) [ $# -eq 3 ] || { echo "usage: experiments/gpu_e5.sh run BIN OUT" >&2; exit 2; } ;;

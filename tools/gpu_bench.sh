@@ -42,13 +42,8 @@ prepare)
   cp -L "$BUILD/tests/test_cuda_mma" "$BUILD/tools/bench_ascender" "$BUILD/tools/bench_gpu" "$BUILD/tools/bench_asam" \
     "$BUILD/tools/train" "$BUILD/libascender.so.0.2" "$BUILD/libascender_cuda.so.0.2" "$BIN/" || exit 2
   # experiment 5's ListOps flags of its ASAM and dense arms, for step 7
-  (cd "$(dirname "$0")/../experiments" && python3 - "$BIN" <<'EOF'
-import sys, e5_asam
-arms = e5_asam.arm_flags("listops", "full")
-for name in ("asam", "dense"):
-    open(f"{sys.argv[1]}/flags_{name}.txt", "w").write(" ".join(map(str, arms[name])) + "\n")
-EOF
-  ) || exit 2
+  (cd "$(dirname "$0")/../experiments" && python3 -c 'import sys, e5_asam; e5_asam.write_arm_flags(sys.argv[1])' "$BIN") ||
+    exit 2
   strip --strip-unneeded "$BIN"/* 2>/dev/null
   mb=$(du -sm "$BIN" | cut -f1)
   echo "gpu_bench: $BIN holds $mb MiB"
