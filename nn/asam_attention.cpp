@@ -26,32 +26,6 @@ int64_t hierarchical_block(const AsamAttentionOptions& o, int64_t T) {
   return std::clamp<int64_t>(b, 1, T);
 }
 
-// The clustered part of the pattern from the assignments a (B, H, T, c). A query whose assignment row is not finite
-// (its q holds a NaN or an infinity) joins no bucket and attends itself only: its NaN reaches its own output, as in
-// the composed attention, instead of aborting the call (clustered_pattern refuses non-finite input) or leaking into
-// the rows of other tokens.
-SparsePattern clustered_part(const Tensor& a_in, double theta, bool causal) {
-  const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
-  const int64_t G = a.size(0) * a.size(1), T = a.size(2), c = a.size(3);
-  const double* ap = a.data_ptr<double>();
-  std::vector<int64_t> bad;  // flat rows g · T + i with a non-finite entry
-  for (int64_t r = 0; r < G * T; ++r)
-    for (int64_t m = 0; m < c; ++m)
-      if (!std::isfinite(ap[r * c + m])) {
-        bad.push_back(r);
-        break;
-      }
-  if (bad.empty()) return clustered_pattern(a, theta, causal);
-  const Tensor clean = a.clone();
-  double* cp = clean.data_ptr<double>();
-  std::vector<std::vector<int64_t>> self(G * T);
-  for (int64_t r : bad) {
-    std::fill(cp + r * c, cp + (r + 1) * c, 0.0);
-    self[r] = {r % T};
-  }
-  return pattern_union({clustered_pattern(clean, theta, causal), SparsePattern::from_rows(G, T, T, std::move(self))});
-}
-
 // Checks a finite option value (NaN and ±inf refused with the option's name).
 void check_finite(const char* option, double v) {
   ASC_CHECK(std::isfinite(v), "{}: {} must be finite, got {}", kName, option, v);
@@ -186,15 +160,28 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
   auto heads = [&](const Tensor& t) { return t.view({B, T, H, Dh}).permute({0, 2, 1, 3}).contiguous(); };
   const Tensor q = heads((*q_proj)(x)), k = heads((*k_proj)(x)), v = heads((*v_proj)(x));
 
-  // The sparse branch: the data-independent pattern (cached), the clustered part, the hierarchical summaries.
+  // The sparse branch: the data-independent pattern (cached, and its copy on x's device), the clustered part, the
+  // hierarchical summaries.
   SparsePattern p = pattern(T, args.causal);
+  if (!x.device().is_cpu()) {  // keep the device copy, so a step does not copy the lists again
+    std::lock_guard lock(pattern_mu_);
+    if (cached_T_ != T || cached_causal_ != args.causal) {  // another thread's call replaced the cache meanwhile
+      p = p.to(x.device());
+    } else {
+      if (!device_pattern_.defined() || device_pattern_.device() != x.device()) device_pattern_ = p.to(x.device());
+      p = device_pattern_;
+    }
+  }
   Tensor aux_loss;
   if (has("clustered")) {
     const Tensor C = centroids.to(x.dtype());  // (H, c, Dh)
     const Tensor qd = q.detach();
     const Tensor a = softmax(matmul(qd, C.unsqueeze(0).transpose(-2, -1)) / options.cluster_tau(), -1);  // (B,H,T,c)
-    const profiler::Range building("asam clustered pattern");  // host work the profile should name
-    p = pattern_union({p, clustered_part(a, options.cluster_theta(), args.causal)});
+    // A query whose assignment row is not finite (its q holds a NaN or an infinity) attends itself only: its NaN
+    // reaches its own output, as in the composed attention, not the rows of other tokens. On CUDA the union is built
+    // by kernels (no copy of a to the host); on the CPU by the bucket walk.
+    const profiler::Range building("asam clustered pattern");
+    p = clustered_union(p, a, options.cluster_theta(), args.causal);
     if (options.cluster_loss_weight() > 0) {
       // Σ_m a_im |q_i − C_m|², averaged over the real tokens of every (b, h): the soft k-means objective of the
       // centroids. Padding tokens are left out (where, not a product: a padding token's NaN must not leak in), so
@@ -207,10 +194,12 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
       const Tensor d2 = sum(pow(ql.unsqueeze(3) - C.view({1, H, options.clusters(), Dh}).unsqueeze(2), 2.0), {-1});
       const Tensor per_token = sum(al * d2, {-1});  // (B, H, T)
       if (valid.defined()) {
+        // the count of real (token, head) pairs stays on the device (no read back), in float32 / float64: exact
         const Tensor real = valid.view({B, 1, T});
-        const double n_real = static_cast<double>(sum(valid.to(kInt64)).item<int64_t>()) * static_cast<double>(H);
-        aux_loss =
-            sum(where(real.expand({B, H, T}), per_token, 0.0)) / std::max(n_real, 1.0) * options.cluster_loss_weight();
+        const DType acc = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+        const Tensor n_real = clamp(sum(valid.to(acc)) * static_cast<double>(H), 1.0, std::nullopt);
+        aux_loss = (sum(where(real.expand({B, H, T}), per_token, 0.0)).to(acc) / n_real).to(x.dtype()) *
+                   options.cluster_loss_weight();
       } else {
         aux_loss = mean(per_token) * options.cluster_loss_weight();
       }
@@ -222,15 +211,6 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
     const BlockMeans km = hierarchical_summaries(k, b, valid), vm = hierarchical_summaries(v, b, valid);
     ks = cat({k, km.means}, 2), vs = cat({v, vm.means}, 2);
     keep_s = valid.defined() ? cat({valid, km.kept}, 1) : Tensor();
-  }
-  if (!x.device().is_cpu() && !has("clustered")) {  // keep the device copy, so a step does not copy the lists again
-    std::lock_guard lock(pattern_mu_);
-    if (cached_T_ != T || cached_causal_ != args.causal) {  // another thread's call replaced the cache meanwhile
-      p = p.to(x.device());
-    } else {
-      if (!device_pattern_.defined() || device_pattern_.device() != x.device()) device_pattern_ = p.to(x.device());
-      p = device_pattern_;
-    }
   }
   const Tensor sparse = sparse_attention(q, ks, vs, p, keep_s);  // (B, H, T, Dh)
 

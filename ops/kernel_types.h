@@ -119,4 +119,16 @@ struct SparsePatternView {
   bool has_blocks() const { return blocks.rblk_ptr != nullptr; }
 };
 
+// What the kernels that build a clustered union's block view read (ops/sparse_attention.h: clustered_union): the
+// shared pattern `base` (its block view, on the kernels' device; base_groups 1 or groups), the sizes of the result
+// (groups = B·H, queries T, keys S >= T), θ and causality. The pair (i, j) joins when j < T, (causal) j <= i, and
+// Σ_m a_im a_jm > θ summed in float64 in the order m = 0, 1, …, each product and sum rounded (no fused multiply-add:
+// the host's clustered_pattern makes the same sums); a row of a with a non-finite entry joins only (i, i).
+struct ClusteredBlocksArgs {
+  SparsePatternBlocks base;
+  int64_t base_groups = 1, groups = 0, queries = 0, keys = 0;
+  double theta = 0;
+  bool causal = false;
+};
+
 }  // namespace asc

@@ -184,11 +184,25 @@ namespace {
 Tensor copy_of(const Tensor& t) { return t.defined() ? t.clone() : Tensor(); }
 }  // namespace
 
-Tensor SparsePattern::row_ptr() const { return copy_of(row_ptr_); }
-Tensor SparsePattern::cols() const { return copy_of(cols_); }
-Tensor SparsePattern::col_ptr() const { return defined() ? copy_of(transposed().col_ptr) : Tensor(); }
-Tensor SparsePattern::col_rows() const { return defined() ? copy_of(transposed().col_rows) : Tensor(); }
-Tensor SparsePattern::col_pos() const { return defined() ? copy_of(transposed().col_pos) : Tensor(); }
+// A pattern without lists answers with its lists derived on the host, moved to its device.
+Tensor SparsePattern::row_ptr() const {
+  return defined() && !has_lists() ? lists_from_view().row_ptr_.to(device()) : copy_of(row_ptr_);
+}
+Tensor SparsePattern::cols() const {
+  return defined() && !has_lists() ? lists_from_view().cols_.to(device()) : copy_of(cols_);
+}
+Tensor SparsePattern::col_ptr() const {
+  if (defined() && !has_lists()) return lists_from_view().col_ptr().to(device());
+  return defined() ? copy_of(transposed().col_ptr) : Tensor();
+}
+Tensor SparsePattern::col_rows() const {
+  if (defined() && !has_lists()) return lists_from_view().col_rows().to(device());
+  return defined() ? copy_of(transposed().col_rows) : Tensor();
+}
+Tensor SparsePattern::col_pos() const {
+  if (defined() && !has_lists()) return lists_from_view().col_pos().to(device());
+  return defined() ? copy_of(transposed().col_pos) : Tensor();
+}
 Tensor SparsePattern::rblk_ptr() const { return copy_of(rblk_ptr_); }
 Tensor SparsePattern::rblk_keys() const { return copy_of(rblk_keys_); }
 Tensor SparsePattern::rblk_bits() const { return copy_of(rblk_bits_); }
@@ -198,6 +212,10 @@ Tensor SparsePattern::kblk_bits() const { return copy_of(kblk_bits_); }
 
 SparsePattern::Lists SparsePattern::lists(bool transpose) const {
   ASC_CHECK(defined(), "SparsePattern: the pattern is empty (build it with a *_pattern function)");
+  ASC_CHECK(has_lists(),
+            "SparsePattern: this pattern holds only its block view on {} (clustered_union built it there); "
+            "to(Device::cpu()) derives its lists",
+            device());
   Lists l{row_ptr_.data_ptr<int64_t>(), cols_.data_ptr<int64_t>(), nullptr, nullptr, nullptr};
   if (transpose) {
     const Transpose& t = transposed();
@@ -214,12 +232,9 @@ SparsePattern::BlockView SparsePattern::block_view() const {
 }
 
 SparsePatternView SparsePattern::view(bool transpose) const {
-  SparsePatternView v{.groups = groups_,
-                      .queries = queries_,
-                      .keys = keys_,
-                      .nnz = nnz_,
-                      .max_row = max_row_,
-                      .lists = lists(transpose)};
+  SparsePatternView v{.groups = groups_, .queries = queries_, .keys = keys_, .nnz = nnz_, .max_row = max_row_};
+  ASC_CHECK(defined(), "SparsePattern: the pattern is empty (build it with a *_pattern function)");
+  if (has_lists()) v.lists = lists(transpose);
   if (has_block_view()) v.blocks = block_view();
   v.cache = cache_.get();
   return v;
@@ -260,8 +275,80 @@ void block_union(int64_t groups, int64_t n_lists, int64_t n_items, int64_t block
 
 }  // namespace
 
+SparsePattern SparsePattern::from_block_view(int64_t groups, int64_t queries, int64_t keys, int64_t nnz,
+                                             int64_t max_row, Tensor rblk_ptr, Tensor rblk_keys, Tensor rblk_bits,
+                                             Tensor kblk_ptr, Tensor kblk_rows, Tensor kblk_bits) {
+  SparsePattern p;
+  p.groups_ = groups, p.queries_ = queries, p.keys_ = keys, p.nnz_ = nnz, p.max_row_ = max_row;
+  p.rblk_ptr_ = std::move(rblk_ptr), p.rblk_keys_ = std::move(rblk_keys), p.rblk_bits_ = std::move(rblk_bits);
+  p.kblk_ptr_ = std::move(kblk_ptr), p.kblk_rows_ = std::move(kblk_rows), p.kblk_bits_ = std::move(kblk_bits);
+  p.cache_ = std::make_shared<SparsePatternCache>();
+  p.transpose_ = std::make_shared<Transpose>();
+  return p;
+}
+
+SparsePattern SparsePattern::lists_from_view() const {
+  constexpr const char* who = "SparsePattern (lists from the block view)";
+  const Tensor ptr_t = rblk_ptr_.to(Device::cpu()), keys_t = rblk_keys_.to(Device::cpu());
+  const Tensor bits_t = rblk_bits_.to(Device::cpu());
+  const int64_t nqb = queries_ / kRowBlock + (queries_ % kRowBlock != 0), n_rows = groups_ * queries_;
+  const int64_t* ptr = ptr_t.data_ptr<int64_t>();
+  const int64_t* keys = keys_t.data_ptr<int64_t>();
+  const int64_t* bits = bits_t.data_ptr<int64_t>();
+  ASC_CHECK(ptr_t.numel() == groups_ * nqb + 1 && ptr[0] == 0 && ptr[groups_ * nqb] == keys_t.numel() &&
+                bits_t.numel() == keys_t.numel(),
+            "{}: corrupt block view (list ends)", who);
+  // Each row's length, then its keys in the view's order: a block's union ascends, so every row's keys do.
+  Tensor row_ptr = int64_buffer(n_rows + 1);
+  int64_t* rp = row_ptr.data_ptr<int64_t>();
+  std::fill(rp, rp + n_rows + 1, int64_t{0});
+  for (int64_t x = 0; x < groups_ * nqb; ++x) {
+    const int64_t i0 = (x / nqb) * queries_ + (x % nqb) * kRowBlock;
+    const int64_t lanes = std::min(kRowBlock, queries_ - (x % nqb) * kRowBlock);
+    ASC_CHECK(ptr[x] <= ptr[x + 1], "{}: corrupt block view (block {})", who, x);
+    for (int64_t e = ptr[x]; e < ptr[x + 1]; ++e) {
+      ASC_CHECK(bits[e] != 0 && (bits[e] >> lanes) == 0, "{}: corrupt block view (entry {})", who, e);
+      for (int64_t r = 0; r < lanes; ++r) rp[i0 + r + 1] += bits[e] >> r & 1;
+    }
+  }
+  for (int64_t r = 0; r < n_rows; ++r) rp[r + 1] += rp[r];
+  Tensor cols_t = int64_buffer(rp[n_rows]);
+  int64_t* cols = cols_t.data_ptr<int64_t>();
+  std::vector<int64_t> fill(rp, rp + n_rows);
+  for (int64_t x = 0; x < groups_ * nqb; ++x) {
+    const int64_t i0 = (x / nqb) * queries_ + (x % nqb) * kRowBlock;
+    const int64_t lanes = std::min(kRowBlock, queries_ - (x % nqb) * kRowBlock);
+    for (int64_t e = ptr[x]; e < ptr[x + 1]; ++e)
+      for (int64_t r = 0; r < lanes; ++r)
+        if (bits[e] >> r & 1) cols[fill[i0 + r]++] = keys[e];
+  }
+  SparsePattern p = from_csr(groups_, queries_, keys_, std::move(row_ptr), std::move(cols_t));
+  ASC_CHECK(p.nnz_ == nnz_ && p.max_row_ == max_row_,
+            "{}: corrupt block view ({} pairs and a longest row of {}; {} and {} counted)", who, p.nnz_, p.max_row_,
+            nnz_, max_row_);
+  const Transpose& t = p.transposed();
+  p.check_lists(who, t.col_ptr, t.col_rows, t.col_pos);  // keys in range and ascending, the longest row
+  return p;
+}
+
+void SparsePattern::build_block_view(const Tensor& col_ptr, const Tensor& col_rows) {
+  block_union(groups_, queries_, keys_, kRowBlock, row_ptr_.data_ptr<int64_t>(), cols_.data_ptr<int64_t>(), rblk_ptr_,
+              rblk_keys_, rblk_bits_);
+  block_union(groups_, keys_, queries_, kKeyBlock, col_ptr.data_ptr<int64_t>(), col_rows.data_ptr<int64_t>(), kblk_ptr_,
+              kblk_rows_, kblk_bits_);
+}
+
 SparsePattern SparsePattern::to(Device device) const {
   if (!defined()) return *this;  // the empty pattern is empty everywhere (the op refuses it)
+  if (!has_lists()) {
+    if (device.is_cpu()) return lists_from_view();
+    if (device == this->device()) return *this;
+    SparsePattern p = *this;  // the view alone, to another CUDA device
+    for (Tensor* x : {&p.rblk_ptr_, &p.rblk_keys_, &p.rblk_bits_, &p.kblk_ptr_, &p.kblk_rows_, &p.kblk_bits_})
+      *x = x->to(device);
+    p.cache_ = std::make_shared<SparsePatternCache>();
+    return p;
+  }
   if (row_ptr_.device() == device) return *this;
   SparsePattern p = *this;
   // The transpose moves too (made here on the host if it was not yet); the copy gets a holder of its own.
@@ -275,12 +362,7 @@ SparsePattern SparsePattern::to(Device device) const {
   if (!p.row_ptr_.device().is_cpu()) move_all(Device::cpu());  // from a device: by way of the host
   // O(nnz + groups · keys), as cheap as the copy itself
   p.check_lists("SparsePattern::to", col_ptr, col_rows, col_pos);
-  if (device.is_cuda() && !p.has_block_view()) {
-    block_union(p.groups_, p.queries_, p.keys_, kRowBlock, p.row_ptr_.data_ptr<int64_t>(), p.cols_.data_ptr<int64_t>(),
-                p.rblk_ptr_, p.rblk_keys_, p.rblk_bits_);
-    block_union(p.groups_, p.keys_, p.queries_, kKeyBlock, col_ptr.data_ptr<int64_t>(), col_rows.data_ptr<int64_t>(),
-                p.kblk_ptr_, p.kblk_rows_, p.kblk_bits_);
-  }
+  if (device.is_cuda() && !p.has_block_view()) p.build_block_view(col_ptr, col_rows);
   if (!device.is_cpu()) move_all(device);
   p.transpose_ = std::make_shared<Transpose>();
   std::call_once(p.transpose_->once, [&] {
@@ -575,6 +657,96 @@ SparsePattern pattern_union(const std::vector<SparsePattern>& patterns) {
     }
   });
   return SparsePattern::from_csr(groups, T, keys, std::move(row_ptr), std::move(cols_t));
+}
+
+SparsePattern clustered_union(const SparsePattern& base, const Tensor& a_in, double theta, bool causal,
+                              bool with_block_view) {
+  constexpr const char* who = "clustered_union";
+  ASC_CHECK(base.defined(), "{}: the base pattern is empty (build it with a *_pattern function)", who);
+  check_defined(who, a_in, "a");
+  check_float(who, a_in, "a");
+  ASC_CHECK(a_in.dim() == 4 && a_in.size(3) >= 1, "{}: expects soft assignments a (B, H, T, c), got {}", who,
+            a_in.shape());
+  ASC_CHECK(std::isfinite(theta) && theta >= 0, "{}: theta must be finite and >= 0, got {}", who, theta);
+  const int64_t B = a_in.size(0), H = a_in.size(1), T = a_in.size(2), c = a_in.size(3);
+  ASC_CHECK(B >= 1 && H >= 1, "{}: needs B, H >= 1 (one list per (batch, head)); got a of shape {}", who, a_in.shape());
+  check_length(who, T);
+  const int64_t G = checked_mul(B, H, who, "B x H"), S = base.keys();
+  ASC_CHECK(base.queries() == T && S >= T,
+            "{}: the base pattern is for {} queries and {} keys; a has T = {} (needs T queries and >= T keys)", who,
+            base.queries(), S, T);
+  ASC_CHECK(base.groups() == 1 || base.groups() == G, "{}: the base pattern has {} groups; expected 1 or B·H = {}", who,
+            base.groups(), G);
+  const Device dev = a_in.device();
+
+  if (dev.is_cpu() && !with_block_view) {
+    // The bucket walk over CSR lists. A row with a non-finite entry is zeroed (so it joins no bucket and no pair:
+    // θ >= 0) and given its own key.
+    const Tensor a = a_in.detach().to(kFloat64).contiguous();
+    const double* ap = a.data_ptr<double>();
+    std::vector<int64_t> bad;  // flat rows g · T + i
+    for (int64_t r = 0; r < G * T; ++r) {
+      bool finite = true;
+      for (int64_t m = 0; m < c; ++m) {
+        const double x = ap[r * c + m];
+        finite = finite && std::isfinite(x);
+        ASC_CHECK(!(x < 0) || !std::isfinite(x),
+                  "{}: the assignments must be >= 0 (softmax rows); got a negative entry {} at flat index {}", who, x,
+                  r * c + m);
+      }
+      if (!finite) bad.push_back(r);
+    }
+    if (bad.empty()) return pattern_union({base, clustered_pattern(a, theta, causal)});
+    const Tensor clean = a.clone();
+    double* cp = clean.data_ptr<double>();
+    std::vector<std::vector<int64_t>> self(G * T);
+    for (int64_t r : bad) {
+      std::fill(cp + r * c, cp + (r + 1) * c, 0.0);
+      self[r] = {r % T};
+    }
+    return pattern_union(
+        {base, clustered_pattern(clean, theta, causal), SparsePattern::from_rows(G, T, T, std::move(self))});
+  }
+
+  // Kernels (ops/kernel_list.inc): count each block's entries, their offsets, fill. The CPU kernels read float32 /
+  // float64 (a bfloat16 / float16 a converts exactly).
+  ASC_CHECK(!dev.is_cuda() || G <= 65535, "{} (CUDA): B·H = {} exceeds the kernels' 65535 (batch, head) pairs", who, G);
+  Tensor a = a_in.detach().contiguous().view({G, T, c});
+  if (dev.is_cpu() && a.dtype() != kFloat32 && a.dtype() != kFloat64) a = a.to(kFloat64);
+  SparsePattern bp = base.to(dev);
+  if (!bp.has_block_view()) {  // a CPU base: its view made here
+    const auto& t = bp.transposed();
+    bp.build_block_view(t.col_ptr, t.col_rows);
+  }
+  const ClusteredBlocksArgs args{.base = bp.block_view(),
+                                 .base_groups = bp.groups(),
+                                 .groups = G,
+                                 .queries = T,
+                                 .keys = S,
+                                 .theta = theta,
+                                 .causal = causal};
+  constexpr int64_t kR = SparsePattern::kRowBlock, kK = SparsePattern::kKeyBlock;
+  const int64_t nqb = T / kR + (T % kR != 0), nkb = S / kK + (S % kK != 0);
+  const TensorOptions i64{.dtype = kInt64, .device = dev};
+  Tensor rcount = Tensor::empty({G * nqb}, i64), kcount = Tensor::empty({G * nkb}, i64);
+  Tensor row_len = Tensor::empty({G * T}, i64);
+  ASC_KERNEL(dev, who, clustered_blocks_count, args, a, rcount, kcount, row_len);
+  Tensor rptr = Tensor::empty({G * nqb + 1}, i64), kptr = Tensor::empty({G * nkb + 1}, i64);
+  ASC_KERNEL(dev, who, exclusive_offsets, rcount, rptr);
+  ASC_KERNEL(dev, who, exclusive_offsets, kcount, kptr);
+  // The one read back: the view's two sizes, the pairs, the longest row, and a's negative (finite) entries.
+  const Tensor negative = sum(logical_and(lt(a, 0.0), gt(a, -INFINITY)).to(kInt64));
+  const Tensor sizes_t = cat({rptr.narrow(0, G * nqb, 1), kptr.narrow(0, G * nkb, 1), sum(row_len).view({1}),
+                              amax(row_len).view({1}), negative.view({1})},
+                             0)
+                             .to(Device::cpu());
+  const int64_t* sz = sizes_t.data_ptr<int64_t>();
+  ASC_CHECK(sz[4] == 0, "{}: the assignments must be >= 0 (softmax rows); {} entries are negative", who, sz[4]);
+  Tensor rkeys = Tensor::empty({sz[0]}, i64), rbits = Tensor::empty({sz[0]}, i64);
+  Tensor krows = Tensor::empty({sz[1]}, i64), kbits = Tensor::empty({sz[1]}, i64);
+  ASC_KERNEL(dev, who, clustered_blocks_fill, args, a, rptr, kptr, rkeys, rbits, krows, kbits);
+  return SparsePattern::from_block_view(G, T, S, sz[2], sz[3], std::move(rptr), std::move(rkeys), std::move(rbits),
+                                        std::move(kptr), std::move(krows), std::move(kbits));
 }
 
 // ---- the op ------------------------------------------------------------------------------------------------------

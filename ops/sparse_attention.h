@@ -17,6 +17,7 @@
 //   hierarchical_pattern   the query's own block of b tokens, plus one summary column per other block (keys T + m)
 //   clustered_pattern      a_i · a_j > θ for soft assignments a (B, H, T, c), found by bucketing; one list per
 //                          (batch, head)
+//   clustered_union        a pattern united with the clustered one, built on a's device (on CUDA by kernels)
 //   pattern_union          the union of patterns: a key allowed by several counts once
 #include <cstdint>
 #include <memory>
@@ -39,6 +40,10 @@ namespace asc {
 // on the first call without padding (1-1.5 bytes per attended pair of a group for the built-in patterns, beside the
 // lists' 24), and the last ones made with padding, with the key_keep they are for (the same per batch row). The
 // default-constructed pattern is the empty one (defined() false): the op refuses it with a clear error.
+//
+// A pattern built on a CUDA device by clustered_union holds the block view only (has_lists() false): the CUDA
+// kernels read nothing else. Whatever asks for its lists (row, dense_mask, row_ptr, cols, the transpose, to(cpu))
+// gets them derived on the host from the view, checked as `to` checks lists.
 class SparsePattern {
  public:
   // The block view the CUDA kernels tile by: the same pairs, grouped so that a thread block loads a tile of keys (or
@@ -59,23 +64,28 @@ class SparsePattern {
   // queries, or an index lies outside [0, keys).
   static SparsePattern from_rows(int64_t groups, int64_t queries, int64_t keys, std::vector<std::vector<int64_t>> rows);
 
-  bool defined() const { return row_ptr_.defined(); }
+  bool defined() const { return row_ptr_.defined() || rblk_ptr_.defined(); }
+  bool has_lists() const { return row_ptr_.defined(); }
   int64_t groups() const { return groups_; }    // 0 for the empty pattern
   int64_t queries() const { return queries_; }  // T
   int64_t keys() const { return keys_; }        // S: T, plus summary columns for hierarchical patterns
   int64_t nnz() const { return nnz_; }          // allowed (query, key) pairs over all groups
   int64_t max_row() const { return max_row_; }  // the longest row
-  Device device() const { return defined() ? row_ptr_.device() : Device::cpu(); }
+  Device device() const {
+    return has_lists() ? row_ptr_.device() : rblk_ptr_.defined() ? rblk_ptr_.device() : Device::cpu();
+  }
   bool has_block_view() const { return rblk_ptr_.defined(); }
   std::vector<int64_t> row(int64_t group, int64_t i) const;
   // The pattern as a bool mask (groups, T, S), for tests and small n only: this is the n × n matrix the kernels avoid.
   Tensor dense_mask() const;
   // The same pattern on another device (the CSR tensors copied, and to a CUDA device with the block view built;
   // a pattern already there is returned as is). The lists are checked again on the way (they are being copied
-  // anyway), so no path builds a pattern that was not checked.
+  // anyway), so no path builds a pattern that was not checked. A pattern without lists gets them on the CPU
+  // (derived from its block view), and keeps only its view on another CUDA device.
   SparsePattern to(Device device) const;
 
-  // Copies of the lists, on the pattern's device (int64): editing one cannot change the pattern.
+  // Copies of the lists, on the pattern's device (int64): editing one cannot change the pattern. (A pattern without
+  // lists derives them on the host first.)
   Tensor row_ptr() const;   // (groups · T + 1)
   Tensor cols() const;      // (nnz)
   Tensor col_ptr() const;   // (groups · S + 1): the transpose
@@ -89,11 +99,11 @@ class SparsePattern {
   Tensor kblk_bits() const;
 
   // For the kernels (ops/kernel_types.h): read-only pointers into the pattern's own lists, on its device (valid while
-  // a copy of the pattern lives). lists() and view() refuse the empty pattern, block_view() a pattern without a block
-  // view; view() carries the block view when the pattern has one. The transpose (col_*) is made the first time
-  // something asks for it — lists() with transpose = true, col_ptr() and the others, a move to a device — and kept
-  // for every copy: only the single-(batch, head) CPU backward and the CUDA block view read it, so a pattern made
-  // per call (ASAM's clustered part) need not build it. Without it, lists' col_* pointers are null.
+  // a copy of the pattern lives). lists() and view() refuse the empty pattern, lists() a pattern without lists,
+  // block_view() a pattern without a block view; view() carries what the pattern has of both. The transpose (col_*) is
+  // made the first time something asks for it — lists() with transpose = true, col_ptr() and the others, a move to a
+  // device — and kept for every copy: only the single-(batch, head) CPU backward and the CUDA block view read it, so a
+  // pattern made per call (ASAM's clustered part) need not build it. Without it, lists' col_* pointers are null.
   using Lists = SparsePatternLists;
   using BlockView = SparsePatternBlocks;
   Lists lists(bool transpose = false) const;
@@ -106,8 +116,18 @@ class SparsePattern {
   // The pattern of CSR lists whose rows are already sorted, free of repeats and within [0, keys), sizes checked
   // (from_rows, pattern_union): counts the entries (the transpose is made when first asked for).
   static SparsePattern from_csr(int64_t groups, int64_t queries, int64_t keys, Tensor row_ptr, Tensor cols);
+  // A pattern of its block view alone (clustered_union's kernels made it; nnz and max_row counted with it).
+  static SparsePattern from_block_view(int64_t groups, int64_t queries, int64_t keys, int64_t nnz, int64_t max_row,
+                                       Tensor rblk_ptr, Tensor rblk_keys, Tensor rblk_bits, Tensor kblk_ptr,
+                                       Tensor kblk_rows, Tensor kblk_bits);
+  // The lists of a pattern that has only its block view, on the CPU, derived and checked there.
+  SparsePattern lists_from_view() const;
+  // Builds the block view from CPU lists and their transpose (to a CUDA device, or for clustered_union's CPU kernels).
+  void build_block_view(const Tensor& col_ptr, const Tensor& col_rows);
   friend SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
   friend SparsePattern clustered_pattern(const Tensor& a, double theta, bool causal);
+  friend SparsePattern clustered_union(const SparsePattern& base, const Tensor& a, double theta, bool causal,
+                                       bool with_block_view);
   // The transpose, shared by copies: made once (from the CPU lists), or given by `to` on a device.
   struct Transpose {
     std::once_flag once;
@@ -154,6 +174,20 @@ BlockMeans hierarchical_summaries(const Tensor& x, int64_t b, const Tensor& key_
 SparsePattern clustered_pattern(const Tensor& a, double theta, bool causal);
 // Same T for all; keys = the largest; groups 1 and B·H mix (a shared pattern joins every group).
 SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
+// base ∪ the clustered pattern of a (B, H, T, c), on a's device: the pairs (i, j), j < T, with Σ_m a_im a_jm > θ
+// (causal: j <= i), the sums made as clustered_pattern makes them, and every pair of base. A row of a with a
+// non-finite entry joins only (i, i), so its NaN reaches its own output, no other row's list. base: T queries,
+// keys >= T (a hierarchical base's summary columns stay base-only), 1 or B·H groups; the result has B·H groups and
+// base's keys. a >= 0 (softmax rows), θ finite >= 0, else asc::Error.
+//   CPU: clustered_pattern's bucket walk and pattern_union, CSR lists.
+//   CUDA: kernels (ops/kernel_list.inc: clustered_blocks_count, exclusive_offsets, clustered_blocks_fill) test every
+//   pair and write the block view straight away — no copy of a to the host, no lists, no block view built on the
+//   host; one read of five numbers (the view's sizes, the pair count, the longest row, a's negative entries) sizes
+//   the allocation. O(B · H · T · S · c) pair tests on the device.
+//   with_block_view (CPU tensors): the CPU kernels of the same walk build the block view instead (the CUDA kernels'
+//   reference; lists are derived from the view when asked for).
+SparsePattern clustered_union(const SparsePattern& base, const Tensor& a, double theta, bool causal,
+                              bool with_block_view = false);
 
 // o_i = Σ_{j ∈ P(i), kept} softmax_j(q_i · k_j · scale) v_j;  q (B, H, T, D), k and v (B, H, S, D), S = pattern.keys,
 // one float dtype and device; key_keep (B, S) bool (false = padding) or undefined; scale 0 means 1/√D. A query

@@ -727,6 +727,41 @@ TEST_CASE("sparse_attention on tensor cores: a NaN or infinite key, value, query
   }
 }
 
+namespace {
+
+// The (G, T, S) mask rebuilt from each side of d's block view equals `mask`; unions ascend, no entry without bits.
+void check_view_holds(const SparsePattern& d, const std::vector<bool>& mask) {
+  REQUIRE(d.has_block_view());
+  auto vec = [](const Tensor& t) { return t.to(Device::cpu()).to_vector<int64_t>(); };
+  const auto rp = vec(d.rblk_ptr()), rk = vec(d.rblk_keys()), rb = vec(d.rblk_bits());
+  const auto kp = vec(d.kblk_ptr()), kr = vec(d.kblk_rows()), kb = vec(d.kblk_bits());
+  const int64_t G = d.groups(), T = d.queries(), S = d.keys(), nr = (T + 15) / 16, nk = (S + 15) / 16;
+  REQUIRE(rp.size() == size_t(G * nr + 1));
+  REQUIRE(kp.size() == size_t(G * nk + 1));
+  REQUIRE(mask.size() == size_t(G * T * S));
+  std::vector<bool> from_rows(mask.size(), false), from_keys(mask.size(), false);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t m = 0; m < nr; ++m)
+      for (int64_t e = rp[g * nr + m]; e < rp[g * nr + m + 1]; ++e) {
+        CHECK(rb[e] != 0);
+        if (e > rp[g * nr + m]) CHECK(rk[e] > rk[e - 1]);
+        for (int64_t r = 0; r < 16; ++r)
+          if (rb[e] >> r & 1) from_rows[(g * T + m * 16 + r) * S + rk[e]] = true;
+      }
+    for (int64_t m = 0; m < nk; ++m)
+      for (int64_t e = kp[g * nk + m]; e < kp[g * nk + m + 1]; ++e) {
+        CHECK(kb[e] != 0);
+        if (e > kp[g * nk + m]) CHECK(kr[e] > kr[e - 1]);
+        for (int64_t c = 0; c < 16; ++c)
+          if (kb[e] >> c & 1) from_keys[(g * T + kr[e]) * S + m * 16 + c] = true;
+      }
+  }
+  CHECK(from_rows == mask);
+  CHECK(from_keys == mask);
+}
+
+}  // namespace
+
 TEST_CASE("the block view of a pattern on a CUDA device holds exactly the pattern's pairs") {
   if (!gpu_or_skip()) return;
   Generator gen(9);
@@ -734,38 +769,156 @@ TEST_CASE("the block view of a pattern on a CUDA device holds exactly the patter
   for (const SparsePattern& p : {pattern_union({local_window_pattern(37, 5, true), strided_pattern(37, 3, true)}),
                                  hierarchical_pattern(37, 6, false), clustered_pattern(a, 0.4, true)}) {
     const SparsePattern d = p.to(Device::cuda());
-    REQUIRE(d.has_block_view());
     CHECK_FALSE(p.has_block_view());  // the CPU pattern is untouched
-    auto vec = [](const Tensor& t) { return t.to(Device::cpu()).to_vector<int64_t>(); };
-    const auto rp = vec(d.rblk_ptr()), rk = vec(d.rblk_keys()), rb = vec(d.rblk_bits());
-    const auto kp = vec(d.kblk_ptr()), kr = vec(d.kblk_rows()), kb = vec(d.kblk_bits());
-    const int64_t G = p.groups(), T = p.queries(), S = p.keys(), nr = (T + 15) / 16, nk = (S + 15) / 16;
-    REQUIRE(rp.size() == size_t(G * nr + 1));
-    REQUIRE(kp.size() == size_t(G * nk + 1));
-    // Rebuild the (G, T, S) mask from each view: both must equal the pattern's, unions ascending, no empty entry.
-    auto mask = p.dense_mask().to_vector<bool>();
-    std::vector<bool> from_rows(mask.size(), false), from_keys(mask.size(), false);
-    for (int64_t g = 0; g < G; ++g) {
-      for (int64_t m = 0; m < nr; ++m)
-        for (int64_t e = rp[g * nr + m]; e < rp[g * nr + m + 1]; ++e) {
-          CHECK(rb[e] != 0);
-          if (e > rp[g * nr + m]) CHECK(rk[e] > rk[e - 1]);
-          for (int64_t r = 0; r < 16; ++r)
-            if (rb[e] >> r & 1) from_rows[(g * T + m * 16 + r) * S + rk[e]] = true;
-        }
-      for (int64_t m = 0; m < nk; ++m)
-        for (int64_t e = kp[g * nk + m]; e < kp[g * nk + m + 1]; ++e) {
-          CHECK(kb[e] != 0);
-          if (e > kp[g * nk + m]) CHECK(kr[e] > kr[e - 1]);
-          for (int64_t c = 0; c < 16; ++c)
-            if (kb[e] >> c & 1) from_keys[(g * T + kr[e]) * S + m * 16 + c] = true;
-        }
-    }
-    CHECK(from_rows == mask);
-    CHECK(from_keys == mask);
+    check_view_holds(d, p.dense_mask().to_vector<bool>());
     // Back on the CPU: the same lists.
-    CHECK(d.to(Device::cpu()).row(G - 1, T - 1) == p.row(G - 1, T - 1));
+    CHECK(d.to(Device::cpu()).row(p.groups() - 1, p.queries() - 1) == p.row(p.groups() - 1, p.queries() - 1));
   }
+}
+
+namespace {
+
+// clustered_union's pairs by their definition (ops/sparse_attention.h), from the base's dense mask and a's rows.
+std::vector<bool> clustered_union_mask(const SparsePattern& base, const Tensor& a, double theta, bool causal) {
+  const int64_t B = a.size(0), H = a.size(1), T = a.size(2), c = a.size(3), G = B * H, S = base.keys();
+  const auto bm = base.dense_mask().to_vector<bool>();
+  const auto av = a.to(kFloat64).to_vector<double>();
+  auto finite_row = [&](int64_t g, int64_t i) {
+    for (int64_t m = 0; m < c; ++m)
+      if (!std::isfinite(av[(g * T + i) * c + m])) return false;
+    return true;
+  };
+  std::vector<bool> mask(G * T * S);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < S; ++j) {
+        bool in = bm[((base.groups() == 1 ? 0 : g) * T + i) * S + j];
+        if (j < T && (!causal || j <= i)) {
+          if (!finite_row(g, i)) {
+            in = in || i == j;
+          } else if (finite_row(g, j)) {
+            double d = 0;
+            for (int64_t m = 0; m < c; ++m) d += av[(g * T + i) * c + m] * av[(g * T + j) * c + m];
+            in = in || d > theta;
+          }
+        }
+        mask[(g * T + i) * S + j] = in;
+      }
+  return mask;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "clustered_union: base ∪ {a_i · a_j > θ} as lists (CPU), as the CPU kernels' block view, and by CUDA kernels") {
+  const int64_t B = 2, H = 2, T = 37, c = 3, G = B * H;  // T: two full query blocks and a partial one
+  Generator gen(31);
+  Tensor a = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen) * 2.5, -1);
+  a.data_ptr<double>()[(1 * T + 5) * c + 1] = std::nan("");  // a NaN row (group 1, row 5) and an infinite one
+  a.data_ptr<double>()[(2 * T + 36) * c + 0] = INFINITY;
+  Tensor a_other = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen), -1);
+  for (bool causal : {false, true}) {
+    for (const SparsePattern& base :
+         {pattern_union({local_window_pattern(T, 4, causal), global_tokens_pattern(T, 2, causal)}),
+          hierarchical_pattern(T, 6, causal),          // keys T + 7: summary columns stay base-only
+          clustered_pattern(a_other, 0.6, causal)}) {  // a base of B·H groups
+      for (double theta : {0.0, 0.35, 0.8}) {
+        CAPTURE(causal);
+        CAPTURE(base.keys());
+        CAPTURE(base.groups());
+        CAPTURE(theta);
+        const auto want = clustered_union_mask(base, a, theta, causal);
+        const SparsePattern lists = clustered_union(base, a, theta, causal);
+        CHECK(lists.has_lists());
+        CHECK(lists.groups() == G);
+        CHECK(lists.keys() == base.keys());
+        CHECK(lists.dense_mask().to_vector<bool>() == want);
+        // The CPU kernels: the block view alone; its lists derived on demand are the same lists.
+        const SparsePattern view = clustered_union(base, a, theta, causal, /*with_block_view=*/true);
+        CHECK_FALSE(view.has_lists());
+        CHECK(view.nnz() == lists.nnz());
+        CHECK(view.max_row() == lists.max_row());
+        check_view_holds(view, want);
+        CHECK(same_bits(view.row_ptr(), lists.row_ptr()));
+        CHECK(same_bits(view.cols(), lists.cols()));
+        CHECK(same_bits(view.col_pos(), lists.col_pos()));
+        CHECK(view.row(1, 5) == lists.row(1, 5));
+        if (!cuda::is_available()) continue;
+        // The CUDA kernels: the same view, entry for entry, for every dtype of a; no lists on the device.
+        for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+          CAPTURE(dtype_name(dt));
+          const SparsePattern ref = clustered_union(base, a.to(dt).to(kFloat64), theta, causal, true);  // exact
+          const SparsePattern d = clustered_union(base.to(Device::cuda()), a.to(dt).to(Device::cuda()), theta, causal);
+          CHECK_FALSE(d.has_lists());
+          CHECK(d.device() == Device::cuda());
+          CHECK(d.nnz() == ref.nnz());
+          CHECK(d.max_row() == ref.max_row());
+          for (auto part : {&SparsePattern::rblk_ptr, &SparsePattern::rblk_keys, &SparsePattern::rblk_bits,
+                            &SparsePattern::kblk_ptr, &SparsePattern::kblk_rows, &SparsePattern::kblk_bits})
+            CHECK(same_bits((d.*part)().to(Device::cpu()), (ref.*part)()));
+          if (dt == kFloat64) CHECK(d.dense_mask().to_vector<bool>() == want);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("clustered_union on CUDA: sparse attention over the device-built pattern equals the CPU's over the lists") {
+  if (!gpu_or_skip()) return;
+  const int64_t B = 2, H = 2, T = 29, D = 16;
+  Generator gen(32);
+  Tensor a = softmax(randn({B, H, T, 4}, {.dtype = kFloat64}, &gen) * 2.0, -1);
+  const SparsePattern base = pattern_union({local_window_pattern(T, 6, true), hierarchical_pattern(T, 5, true)});
+  const SparsePattern lists = clustered_union(base, a, 0.4, true);
+  const SparsePattern d = clustered_union(base.to(Device::cuda()), a.to(Device::cuda()), 0.4, true);
+  const int64_t S = base.keys();
+  Tensor q = randn64({B, H, T, D}, true, 1), k = randn64({B, H, S, D}, true, 2), v = randn64({B, H, S, D}, true, 3);
+  Tensor qd = q.detach().to(Device::cuda()), kd = k.detach().to(Device::cuda()), vd = v.detach().to(Device::cuda());
+  for (Tensor* t : {&qd, &kd, &vd}) t->set_requires_grad(true);
+  Tensor o = sparse_attention(q, k, v, lists), od = sparse_attention(qd, kd, vd, d);
+  check_close(od.to(Device::cpu()), o, 1e-12, 1e-12);
+  (o * o).sum().backward();
+  (od * od).sum().backward();
+  check_close(qd.grad().to(Device::cpu()), q.grad(), 1e-11, 1e-11);
+  check_close(kd.grad().to(Device::cpu()), k.grad(), 1e-11, 1e-11);
+  check_close(vd.grad().to(Device::cpu()), v.grad(), 1e-11, 1e-11);
+  // The device pattern's lists, derived on the host, are the CPU's.
+  CHECK(same_bits(d.to(Device::cpu()).cols(), lists.cols()));
+}
+
+TEST_CASE("clustered_union rejects bad inputs with clear errors, on every path") {
+  const SparsePattern base = local_window_pattern(8, 3, false);
+  Tensor a = softmax(randn64({1, 2, 8, 3}), -1);
+  Tensor neg = a.clone();
+  neg.data_ptr<double>()[4] = -0.25;
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda::is_available()) devices.push_back(Device::cuda());
+  for (Device dev : devices)
+    for (bool view : {false, true}) {
+      if (dev.is_cuda() && view) continue;  // the option is for CPU tensors; CUDA builds the view anyway
+      CAPTURE(dev);
+      CAPTURE(view);
+      const Tensor ad = a.to(dev), nd = neg.to(dev);
+      check_error([&] { clustered_union(base, nd, 0.5, false, view); }, {"clustered_union", ">= 0", "negative"});
+      check_error([&] { clustered_union(base, ad, std::nan(""), false, view); }, {"clustered_union", "theta"});
+      check_error([&] { clustered_union(base, ad, -0.1, false, view); }, {"clustered_union", "theta", ">= 0"});
+      check_error([&] { clustered_union(local_window_pattern(9, 3, false), ad, 0.5, false, view); },
+                  {"clustered_union", "9 queries", "T = 8"});
+      check_error(
+          [&] {
+            clustered_union(clustered_pattern(softmax(randn64({3, 1, 8, 2}), -1), 0.5, false), ad, 0.5, false, view);
+          },
+          {"clustered_union", "3 groups", "B·H = 2"});
+      check_error([&] { clustered_union(SparsePattern{}, ad, 0.5, false, view); }, {"clustered_union", "empty"});
+      check_error(
+          [&] {
+            clustered_union(base, ad.view({2, 8, 3}), 0.5, false, view);
+          },
+          {"clustered_union", "(B, H, T, c)"});
+    }
+  // A pattern that holds only its block view says how to get its lists.
+  const SparsePattern v = clustered_union(base, a, 0.5, false, true);
+  check_error([&] { v.lists(); }, {"SparsePattern", "block view", "to(Device::cpu())"});
 }
 
 TEST_CASE("sparse_attention CUDA kernels: unions over several tiles, rows without a kept key, head dims") {

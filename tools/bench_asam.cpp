@@ -8,7 +8,8 @@
 //   random       32 random keys per query
 //   global       16 global tokens
 //   clustered    n / 256 centroids per head (at least 8), θ 0.5, τ 1: buckets of about 256 tokens; the pattern is
-//                built from q on every call (the assignments and the bucketing are included in the time)
+//                built from q on every call, as the layer builds it (clustered_union: the bucket walk on the CPU,
+//                kernels on CUDA; the assignments and the construction are included in the time)
 //   hierarchical blocks of round(√n) tokens plus one mean-pooled summary per other block (pooling included)
 //   hier-kernel  the same pattern with the summaries pooled once beforehand: the sparse kernel alone
 //   w+g+r        window 256 + 16 global + 16 random
@@ -147,9 +148,11 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
     fwd = [&] { return sparse_attention(q, k, v, p); };
   } else if (impl == "clustered") {
     const Tensor C = randn({kHeads, std::max<int64_t>(8, n / 256), kDHead}).to(g_device).to(g_dtype);
-    fwd = [&, C] {
+    // As the layer builds it: united with a (here empty) shared pattern by clustered_union, on CUDA by kernels.
+    const SparsePattern none = SparsePattern::from_rows(1, n, n, std::vector<std::vector<int64_t>>(n));
+    fwd = [&, C, none] {
       const Tensor a = softmax(matmul(q.detach(), C.unsqueeze(0).transpose(-2, -1)), -1);
-      p = clustered_pattern(a, 0.5, false);
+      p = clustered_union(none, a, 0.5, false);
       return sparse_attention(q, k, v, p);
     };
   } else if (impl == "hierarchical" || impl == "hier-kernel") {
