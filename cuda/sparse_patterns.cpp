@@ -21,17 +21,26 @@ patterns_launch::Blocks blocks_of(const ClusteredBlocksArgs& s, const Tensor& a)
 }
 }  // namespace
 
-void clustered_blocks_count(const ClusteredBlocksArgs& s, const Tensor& a, Tensor& rblk_count, Tensor& kblk_count,
-                            Tensor& row_len) {
-  ASC_CUDA_CHECK(patterns_launch::count(blocks_of(s, a), a.raw_data(), float_elem_of(kOp, a.dtype()),
+namespace {
+const uint64_t* masks_of(const Tensor& masks) { return reinterpret_cast<const uint64_t*>(masks.data_ptr<int64_t>()); }
+}  // namespace
+
+void clustered_bucket_masks(const ClusteredBlocksArgs& s, const Tensor& a, Tensor& masks) {
+  ASC_CUDA_CHECK(patterns_launch::masks(blocks_of(s, a), a.raw_data(), float_elem_of(kOp, a.dtype()),
+                                        reinterpret_cast<uint64_t*>(masks.data_ptr<int64_t>()), current_stream()));
+}
+
+void clustered_blocks_count(const ClusteredBlocksArgs& s, const Tensor& a, const Tensor& masks, Tensor& rblk_count,
+                            Tensor& kblk_count, Tensor& row_len) {
+  ASC_CUDA_CHECK(patterns_launch::count(blocks_of(s, a), a.raw_data(), float_elem_of(kOp, a.dtype()), masks_of(masks),
                                         rblk_count.data_ptr<int64_t>(), kblk_count.data_ptr<int64_t>(),
                                         row_len.data_ptr<int64_t>(), current_stream()));
 }
 
-void clustered_blocks_fill(const ClusteredBlocksArgs& s, const Tensor& a, const Tensor& rblk_ptr,
+void clustered_blocks_fill(const ClusteredBlocksArgs& s, const Tensor& a, const Tensor& masks, const Tensor& rblk_ptr,
                            const Tensor& kblk_ptr, Tensor& rblk_keys, Tensor& rblk_bits, Tensor& kblk_rows,
                            Tensor& kblk_bits) {
-  ASC_CUDA_CHECK(patterns_launch::fill(blocks_of(s, a), a.raw_data(), float_elem_of(kOp, a.dtype()),
+  ASC_CUDA_CHECK(patterns_launch::fill(blocks_of(s, a), a.raw_data(), float_elem_of(kOp, a.dtype()), masks_of(masks),
                                        rblk_ptr.data_ptr<int64_t>(), kblk_ptr.data_ptr<int64_t>(),
                                        rblk_keys.data_ptr<int64_t>(), rblk_bits.data_ptr<int64_t>(),
                                        kblk_rows.data_ptr<int64_t>(), kblk_bits.data_ptr<int64_t>(), current_stream()));

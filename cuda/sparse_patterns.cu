@@ -3,7 +3,8 @@
 //
 // Query block m of group g (rows 16 m ..): the keys j < S in chunks of 128, a thread per key; its bits are the base
 // pattern's for that key in the block (a binary search of the base's union) | bit r where row 16 m + r joins j
-// (ops/clustered_pairs.h; causal: j <= i). Key block m likewise over the queries. The count pass adds up the keys with
+// (ops/clustered_pairs.h; causal: j <= i; tested only where the two share a bucket, by the masks a first kernel makes
+// per group). Key block m likewise over the queries. The count pass adds up the keys with
 // bits (and each row's keys); the fill pass writes them in ascending order at the block's offset, each chunk's
 // positions from a scan over the block's threads — so the lists come out as the CPU kernels make them, entry for
 // entry. No atomics on the outputs: counts are summed in shared memory.
@@ -32,8 +33,8 @@ __host__ __device__ int64_t blocks_of(int64_t n) { return n / kBlock + (n % kBlo
 // kFill: write the entries at out_ptr's offsets; else count them (and, for query blocks, each row's keys).
 template <class A, bool kRows, bool kFill>
 __global__ void __launch_bounds__(kThreads)
-    blocks_kernel(Blocks b, const A* a, int64_t* count, int64_t* row_len, const int64_t* out_ptr, int64_t* out_items,
-                  int64_t* out_bits) {
+    blocks_kernel(Blocks b, const A* a, const uint64_t* masks, int64_t* count, int64_t* row_len, const int64_t* out_ptr,
+                  int64_t* out_items, int64_t* out_bits) {
   const int64_t m = blockIdx.x, g = blockIdx.y;
   const int64_t n_items = kRows ? b.S : b.T, n_blocks = blocks_of(kRows ? b.T : b.S);
   const int64_t lane_end = (kRows ? b.T : b.S) - kBlock * m;
@@ -44,6 +45,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t xb = (b.base_groups == 1 ? 0 : g) * n_blocks + m, x = g * n_blocks + m;
   const int64_t e0 = bptr[xb], e1 = bptr[xb + 1];
   const A* const ag = a + g * b.T * b.c;
+  const uint64_t* const mg = masks + g * b.T;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   auto at = [](A v) { return static_cast<double>(rows::to_acc(v)); };
 
@@ -71,7 +73,8 @@ __global__ void __launch_bounds__(kThreads)
       if (lo < e1 && bitems[lo] == t) bits = bbits[lo];
       for (int r = 0; r < lanes; ++r) {
         const int64_t i = kRows ? kBlock * m + r : t, j = kRows ? t : kBlock * m + r;
-        if (j < b.T && (!b.causal || j <= i) && clustered::joins(ag + i * b.c, ag + j * b.c, b.c, i == j, b.theta, at))
+        if (j < b.T && (!b.causal || j <= i) &&
+            clustered::joins(ag + i * b.c, ag + j * b.c, b.c, mg[i], mg[j], i == j, b.theta, at))
           bits |= int64_t{1} << r;
       }
     }
@@ -114,6 +117,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The bucket masks of group blockIdx.x: the largest sum of its finite rows (a max over the threads), then each row's.
+template <class A>
+__global__ void __launch_bounds__(kThreads) masks_kernel(Blocks b, const A* a, uint64_t* masks) {
+  const int64_t g = blockIdx.x;
+  const A* const ag = a + g * b.T * b.c;
+  auto at = [](A v) { return static_cast<double>(rows::to_acc(v)); };
+  __shared__ double s_max[kThreads];
+  double largest = 0.0;
+  for (int64_t i = threadIdx.x; i < b.T; i += kThreads)
+    if (clustered::finite_row(ag + i * b.c, b.c, at)) {
+      const double s = clustered::row_sum(ag + i * b.c, b.c, at);
+      largest = s > largest ? s : largest;
+    }
+  s_max[threadIdx.x] = largest;
+  __syncthreads();
+  for (int o = kThreads / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o && s_max[threadIdx.x + o] > s_max[threadIdx.x]) s_max[threadIdx.x] = s_max[threadIdx.x + o];
+    __syncthreads();
+  }
+  const double bmin = clustered::bucket_min(b.theta, s_max[0]);
+  for (int64_t i = threadIdx.x; i < b.T; i += kThreads)
+    masks[g * b.T + i] = clustered::bucket_mask(ag + i * b.c, b.c, bmin, at);
+}
+
 // ptr (n + 1): a thread block of 256 threads, each summing a contiguous slice, the slices' sums scanned by one thread.
 __global__ void __launch_bounds__(256) offsets_kernel(const int64_t* counts, int64_t n, int64_t* ptr) {
   const int64_t per = (n + 255) / 256, lo = threadIdx.x * per, hi = lo + per < n ? lo + per : n;
@@ -141,8 +168,17 @@ cudaError_t checked(cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastEr
 
 namespace patterns_launch {
 
-cudaError_t count(const Blocks& b, const void* a, FloatElem elem, int64_t* rblk_count, int64_t* kblk_count,
-                  int64_t* row_len, cudaStream_t stream) {
+cudaError_t masks(const Blocks& b, const void* a, FloatElem elem, uint64_t* masks, cudaStream_t stream) {
+  if (b.groups == 0) return cudaSuccess;
+  return visit_float_elem(elem, [&](auto tag) -> cudaError_t {
+    using A = decltype(tag);
+    return checked(launch_kernel(masks_kernel<A>, dim3(grid_dim(b.groups)), dim3(kThreads), stream, b,
+                                 static_cast<const A*>(a), masks));
+  });
+}
+
+cudaError_t count(const Blocks& b, const void* a, FloatElem elem, const uint64_t* masks, int64_t* rblk_count,
+                  int64_t* kblk_count, int64_t* row_len, cudaStream_t stream) {
   if (b.groups == 0) return cudaSuccess;
   return visit_float_elem(elem, [&](auto tag) -> cudaError_t {
     using A = decltype(tag);
@@ -150,15 +186,16 @@ cudaError_t count(const Blocks& b, const void* a, FloatElem elem, int64_t* rblk_
     const unsigned gy = grid_dim(b.groups, kMaxGridYZ);
     cudaError_t e =
         checked(launch_kernel(blocks_kernel<A, true, false>, dim3(grid_dim(blocks_of(b.T)), gy), dim3(kThreads), stream,
-                              b, ap, rblk_count, row_len, nullptr, nullptr, nullptr));
+                              b, ap, masks, rblk_count, row_len, nullptr, nullptr, nullptr));
     if (e != cudaSuccess) return e;
     return checked(launch_kernel(blocks_kernel<A, false, false>, dim3(grid_dim(blocks_of(b.S)), gy), dim3(kThreads),
-                                 stream, b, ap, kblk_count, nullptr, nullptr, nullptr, nullptr));
+                                 stream, b, ap, masks, kblk_count, nullptr, nullptr, nullptr, nullptr));
   });
 }
 
-cudaError_t fill(const Blocks& b, const void* a, FloatElem elem, const int64_t* rblk_ptr, const int64_t* kblk_ptr,
-                 int64_t* rblk_keys, int64_t* rblk_bits, int64_t* kblk_rows, int64_t* kblk_bits, cudaStream_t stream) {
+cudaError_t fill(const Blocks& b, const void* a, FloatElem elem, const uint64_t* masks, const int64_t* rblk_ptr,
+                 const int64_t* kblk_ptr, int64_t* rblk_keys, int64_t* rblk_bits, int64_t* kblk_rows,
+                 int64_t* kblk_bits, cudaStream_t stream) {
   if (b.groups == 0) return cudaSuccess;
   return visit_float_elem(elem, [&](auto tag) -> cudaError_t {
     using A = decltype(tag);
@@ -166,10 +203,10 @@ cudaError_t fill(const Blocks& b, const void* a, FloatElem elem, const int64_t* 
     const unsigned gy = grid_dim(b.groups, kMaxGridYZ);
     cudaError_t e =
         checked(launch_kernel(blocks_kernel<A, true, true>, dim3(grid_dim(blocks_of(b.T)), gy), dim3(kThreads), stream,
-                              b, ap, nullptr, nullptr, rblk_ptr, rblk_keys, rblk_bits));
+                              b, ap, masks, nullptr, nullptr, rblk_ptr, rblk_keys, rblk_bits));
     if (e != cudaSuccess) return e;
     return checked(launch_kernel(blocks_kernel<A, false, true>, dim3(grid_dim(blocks_of(b.S)), gy), dim3(kThreads),
-                                 stream, b, ap, nullptr, nullptr, kblk_ptr, kblk_rows, kblk_bits));
+                                 stream, b, ap, masks, nullptr, nullptr, kblk_ptr, kblk_rows, kblk_bits));
   });
 }
 

@@ -19,12 +19,15 @@ struct Blocks {
   bool causal;
 };
 
+// masks (groups · T): each token's buckets (ops/clustered_pairs.h), a thread block per group.
+cudaError_t masks(const Blocks& b, const void* a, FloatElem elem, uint64_t* masks, cudaStream_t stream);
 // rblk_count (groups · ceil(T / 16)), kblk_count (groups · ceil(S / 16)), row_len (groups · T).
-cudaError_t count(const Blocks& b, const void* a, FloatElem elem, int64_t* rblk_count, int64_t* kblk_count,
-                  int64_t* row_len, cudaStream_t stream);
+cudaError_t count(const Blocks& b, const void* a, FloatElem elem, const uint64_t* masks, int64_t* rblk_count,
+                  int64_t* kblk_count, int64_t* row_len, cudaStream_t stream);
 // The blocks' entries at the offsets rblk_ptr, kblk_ptr (exclusive sums of the counts).
-cudaError_t fill(const Blocks& b, const void* a, FloatElem elem, const int64_t* rblk_ptr, const int64_t* kblk_ptr,
-                 int64_t* rblk_keys, int64_t* rblk_bits, int64_t* kblk_rows, int64_t* kblk_bits, cudaStream_t stream);
+cudaError_t fill(const Blocks& b, const void* a, FloatElem elem, const uint64_t* masks, const int64_t* rblk_ptr,
+                 const int64_t* kblk_ptr, int64_t* rblk_keys, int64_t* rblk_bits, int64_t* kblk_rows,
+                 int64_t* kblk_bits, cudaStream_t stream);
 // ptr (n + 1) = the exclusive prefix sums of counts (n).
 cudaError_t exclusive_offsets(const int64_t* counts, int64_t n, int64_t* ptr, cudaStream_t stream);
 

@@ -6,7 +6,8 @@
 //   (i, j) joins  when  Σ_m a_im a_jm > θ,  summed in float64 over m = 0, 1, …, c − 1 in order, every product and
 //                       every sum rounded on its own (no fused multiply-add: nvcc would fuse a * b + s unless told);
 //   a row with a non-finite entry joins only itself: its NaN then reaches its own output (the attention of that row),
-//   never another row's list.
+//   never another row's list;
+//   a pair that shares no bucket (bucket_mask) is not tested: it cannot exceed θ.
 // C++17 and CUDA headers only.
 #include <cstdint>
 
@@ -30,18 +31,45 @@ ASC_HD double add_rn(double a, double b) {
 }
 ASC_HD bool finite(double x) { return x - x == 0.0; }  // inf - inf and NaN - NaN are NaN
 
-// Whether (i, j) joins, for rows ai, aj of c values read through `at` (an element to double, exactly); same: i == j.
 template <class A, class At>
-ASC_HD bool joins(const A* ai, const A* aj, int64_t c, bool same, double theta, At at) {
+ASC_HD bool finite_row(const A* ai, int64_t c, At at) {
+  bool f = true;
+  for (int64_t m = 0; m < c; ++m) f = f && finite(at(ai[m]));
+  return f;
+}
+
+// The buckets (the host's bound, ops/sparse_attention.h: clustered_pattern): token i is in bucket m when
+// a_im > θ / (2 s), s the largest row sum of its group (at least 1, each sum made in order, rounded). A pair above θ
+// shares a bucket, so a pair that shares none is never tested. As a mask: bit m for c <= 64; every bit for c > 64
+// (every pair is tested); 0 for a row with a non-finite entry.
+template <class A, class At>
+ASC_HD double row_sum(const A* ai, int64_t c, At at) {
+  double s = 0.0;
+  for (int64_t m = 0; m < c; ++m) s = add_rn(s, at(ai[m]));
+  return s;
+}
+template <class A, class At>
+ASC_HD uint64_t bucket_mask(const A* ai, int64_t c, double bucket_min, At at) {
+  if (!finite_row(ai, c, at)) return 0;
+  if (c > 64) return ~uint64_t{0};
+  uint64_t bits = 0;
+  for (int64_t m = 0; m < c; ++m)
+    if (at(ai[m]) > bucket_min) bits |= uint64_t{1} << m;
+  return bits;
+}
+// θ / (2 s) for the largest row sum s of a group's finite rows (at least 1), as the host computes it.
+ASC_HD double bucket_min(double theta, double largest_sum) {
+  return theta / (2 * (largest_sum > 1.0 ? largest_sum : 1.0));
+}
+
+// Whether (i, j) joins, for rows ai, aj of c values read through `at` (an element to double, exactly), their bucket
+// masks mi, mj; same: i == j. Rows that share no bucket do not join — but a non-finite row (mask 0) joins itself.
+template <class A, class At>
+ASC_HD bool joins(const A* ai, const A* aj, int64_t c, uint64_t mi, uint64_t mj, bool same, double theta, At at) {
+  if ((mi & mj) == 0) return same && !finite_row(ai, c, at);
   double dot = 0.0;
   for (int64_t m = 0; m < c; ++m) dot = add_rn(dot, mul_rn(at(ai[m]), at(aj[m])));
-  if (finite(dot)) return dot > theta;
-  // A non-finite entry makes the sum NaN or infinite (so does an overflow of finite rows): look at the rows.
-  bool fi = true, fj = true;
-  for (int64_t m = 0; m < c; ++m) fi = fi && finite(at(ai[m])), fj = fj && finite(at(aj[m]));
-  if (!fi) return same;
-  if (!fj) return false;
-  return dot > theta;  // finite rows whose sum overflowed: +inf joins, NaN (inf - inf) does not, as on the host
+  return dot > theta;  // finite rows (a sum that overflowed: +inf joins, NaN does not, as on the host)
 }
 
 }  // namespace asc::clustered

@@ -708,8 +708,8 @@ SparsePattern clustered_union(const SparsePattern& base, const Tensor& a_in, dou
         {base, clustered_pattern(clean, theta, causal), SparsePattern::from_rows(G, T, T, std::move(self))});
   }
 
-  // Kernels (ops/kernel_list.inc): count each block's entries, their offsets, fill. The CPU kernels read float32 /
-  // float64 (a bfloat16 / float16 a converts exactly).
+  // Kernels (ops/kernel_list.inc): each token's buckets, each block's entries counted, their offsets, the fill. The
+  // CPU kernels read float32 / float64 (a bfloat16 / float16 a converts exactly).
   ASC_CHECK(!dev.is_cuda() || G <= 65535, "{} (CUDA): B·H = {} exceeds the kernels' 65535 (batch, head) pairs", who, G);
   Tensor a = a_in.detach().contiguous().view({G, T, c});
   if (dev.is_cpu() && a.dtype() != kFloat32 && a.dtype() != kFloat64) a = a.to(kFloat64);
@@ -729,8 +729,9 @@ SparsePattern clustered_union(const SparsePattern& base, const Tensor& a_in, dou
   const int64_t nqb = T / kR + (T % kR != 0), nkb = S / kK + (S % kK != 0);
   const TensorOptions i64{.dtype = kInt64, .device = dev};
   Tensor rcount = Tensor::empty({G * nqb}, i64), kcount = Tensor::empty({G * nkb}, i64);
-  Tensor row_len = Tensor::empty({G * T}, i64);
-  ASC_KERNEL(dev, who, clustered_blocks_count, args, a, rcount, kcount, row_len);
+  Tensor row_len = Tensor::empty({G * T}, i64), masks = Tensor::empty({G * T}, i64);
+  ASC_KERNEL(dev, who, clustered_bucket_masks, args, a, masks);
+  ASC_KERNEL(dev, who, clustered_blocks_count, args, a, masks, rcount, kcount, row_len);
   Tensor rptr = Tensor::empty({G * nqb + 1}, i64), kptr = Tensor::empty({G * nkb + 1}, i64);
   ASC_KERNEL(dev, who, exclusive_offsets, rcount, rptr);
   ASC_KERNEL(dev, who, exclusive_offsets, kcount, kptr);
@@ -744,7 +745,7 @@ SparsePattern clustered_union(const SparsePattern& base, const Tensor& a_in, dou
   ASC_CHECK(sz[4] == 0, "{}: the assignments must be >= 0 (softmax rows); {} entries are negative", who, sz[4]);
   Tensor rkeys = Tensor::empty({sz[0]}, i64), rbits = Tensor::empty({sz[0]}, i64);
   Tensor krows = Tensor::empty({sz[1]}, i64), kbits = Tensor::empty({sz[1]}, i64);
-  ASC_KERNEL(dev, who, clustered_blocks_fill, args, a, rptr, kptr, rkeys, rbits, krows, kbits);
+  ASC_KERNEL(dev, who, clustered_blocks_fill, args, a, masks, rptr, kptr, rkeys, rbits, krows, kbits);
   return SparsePattern::from_block_view(G, T, S, sz[2], sz[3], std::move(rptr), std::move(rkeys), std::move(rbits),
                                         std::move(kptr), std::move(krows), std::move(kbits));
 }

@@ -180,10 +180,11 @@ SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
 // keys >= T (a hierarchical base's summary columns stay base-only), 1 or B·H groups; the result has B·H groups and
 // base's keys. a >= 0 (softmax rows), θ finite >= 0, else asc::Error.
 //   CPU: clustered_pattern's bucket walk and pattern_union, CSR lists.
-//   CUDA: kernels (ops/kernel_list.inc: clustered_blocks_count, exclusive_offsets, clustered_blocks_fill) test every
-//   pair and write the block view straight away — no copy of a to the host, no lists, no block view built on the
-//   host; one read of five numbers (the view's sizes, the pair count, the longest row, a's negative entries) sizes
-//   the allocation. O(B · H · T · S · c) pair tests on the device.
+//   CUDA: kernels (ops/kernel_list.inc: clustered_bucket_masks, clustered_blocks_count, exclusive_offsets,
+//   clustered_blocks_fill) look at every pair, test those that share a bucket, and write the block view straight away
+//   — no copy of a to the host, no lists, no block view built on the host; one read of five numbers (the view's
+//   sizes, the pair count, the longest row, a's negative entries) sizes the allocation. O(B · H · T · S) mask tests
+//   and O(pairs sharing a bucket · c) sums on the device.
 //   with_block_view (CPU tensors): the CPU kernels of the same walk build the block view instead (the CUDA kernels'
 //   reference; lists are derived from the view when asked for).
 SparsePattern clustered_union(const SparsePattern& base, const Tensor& a, double theta, bool causal,

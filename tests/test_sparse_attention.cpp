@@ -811,52 +811,59 @@ std::vector<bool> clustered_union_mask(const SparsePattern& base, const Tensor& 
 
 TEST_CASE(
     "clustered_union: base ∪ {a_i · a_j > θ} as lists (CPU), as the CPU kernels' block view, and by CUDA kernels") {
-  const int64_t B = 2, H = 2, T = 37, c = 3, G = B * H;  // T: two full query blocks and a partial one
+  const int64_t B = 2, H = 2, T = 37, G = B * H;  // T: two full query blocks and a partial one
   Generator gen(31);
-  Tensor a = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen) * 2.5, -1);
-  a.data_ptr<double>()[(1 * T + 5) * c + 1] = std::nan("");  // a NaN row (group 1, row 5) and an infinite one
-  a.data_ptr<double>()[(2 * T + 36) * c + 0] = INFINITY;
-  Tensor a_other = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen), -1);
-  for (bool causal : {false, true}) {
-    for (const SparsePattern& base :
-         {pattern_union({local_window_pattern(T, 4, causal), global_tokens_pattern(T, 2, causal)}),
-          hierarchical_pattern(T, 6, causal),          // keys T + 7: summary columns stay base-only
-          clustered_pattern(a_other, 0.6, causal)}) {  // a base of B·H groups
-      for (double theta : {0.0, 0.35, 0.8}) {
-        CAPTURE(causal);
-        CAPTURE(base.keys());
-        CAPTURE(base.groups());
-        CAPTURE(theta);
-        const auto want = clustered_union_mask(base, a, theta, causal);
-        const SparsePattern lists = clustered_union(base, a, theta, causal);
-        CHECK(lists.has_lists());
-        CHECK(lists.groups() == G);
-        CHECK(lists.keys() == base.keys());
-        CHECK(lists.dense_mask().to_vector<bool>() == want);
-        // The CPU kernels: the block view alone; its lists derived on demand are the same lists.
-        const SparsePattern view = clustered_union(base, a, theta, causal, /*with_block_view=*/true);
-        CHECK_FALSE(view.has_lists());
-        CHECK(view.nnz() == lists.nnz());
-        CHECK(view.max_row() == lists.max_row());
-        check_view_holds(view, want);
-        CHECK(same_bits(view.row_ptr(), lists.row_ptr()));
-        CHECK(same_bits(view.cols(), lists.cols()));
-        CHECK(same_bits(view.col_pos(), lists.col_pos()));
-        CHECK(view.row(1, 5) == lists.row(1, 5));
-        if (!cuda::is_available()) continue;
-        // The CUDA kernels: the same view, entry for entry, for every dtype of a; no lists on the device.
-        for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
-          CAPTURE(dtype_name(dt));
-          const SparsePattern ref = clustered_union(base, a.to(dt).to(kFloat64), theta, causal, true);  // exact
-          const SparsePattern d = clustered_union(base.to(Device::cuda()), a.to(dt).to(Device::cuda()), theta, causal);
-          CHECK_FALSE(d.has_lists());
-          CHECK(d.device() == Device::cuda());
-          CHECK(d.nnz() == ref.nnz());
-          CHECK(d.max_row() == ref.max_row());
-          for (auto part : {&SparsePattern::rblk_ptr, &SparsePattern::rblk_keys, &SparsePattern::rblk_bits,
-                            &SparsePattern::kblk_ptr, &SparsePattern::kblk_rows, &SparsePattern::kblk_bits})
-            CHECK(same_bits((d.*part)().to(Device::cpu()), (ref.*part)()));
-          if (dt == kFloat64) CHECK(d.dense_mask().to_vector<bool>() == want);
+  // c 3; 8 with uniform rows (every entry 1/8 <= θ/2 at θ 0.35, 0.8: in no bucket); 70 (> 64: no bucket masks)
+  for (int64_t c : {3, 8, 70}) {
+    CAPTURE(c);
+    Tensor a = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen) * 2.5, -1);
+    a.data_ptr<double>()[(1 * T + 5) * c + 1] = std::nan("");  // a NaN row (group 1, row 5) and an infinite one
+    a.data_ptr<double>()[(2 * T + 36) * c + 0] = INFINITY;
+    if (c == 8)
+      for (int64_t x = 0; x < 4 * c; ++x) a.data_ptr<double>()[(3 * T + 10) * c + x] = 1.0 / 8;  // group 3, rows 10-13
+    Tensor a_other = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen), -1);
+    for (bool causal : {false, true}) {
+      for (const SparsePattern& base :
+           {pattern_union({local_window_pattern(T, 4, causal), global_tokens_pattern(T, 2, causal)}),
+            hierarchical_pattern(T, 6, causal),          // keys T + 7: summary columns stay base-only
+            clustered_pattern(a_other, 0.6, causal)}) {  // a base of B·H groups
+        for (double theta : {0.0, 0.35, 0.8}) {
+          CAPTURE(causal);
+          CAPTURE(base.keys());
+          CAPTURE(base.groups());
+          CAPTURE(theta);
+          const auto want = clustered_union_mask(base, a, theta, causal);
+          const SparsePattern lists = clustered_union(base, a, theta, causal);
+          CHECK(lists.has_lists());
+          CHECK(lists.groups() == G);
+          CHECK(lists.keys() == base.keys());
+          CHECK(lists.dense_mask().to_vector<bool>() == want);
+          // The CPU kernels: the block view alone; its lists derived on demand are the same lists.
+          const SparsePattern view = clustered_union(base, a, theta, causal, /*with_block_view=*/true);
+          CHECK_FALSE(view.has_lists());
+          CHECK(view.nnz() == lists.nnz());
+          CHECK(view.max_row() == lists.max_row());
+          check_view_holds(view, want);
+          CHECK(same_bits(view.row_ptr(), lists.row_ptr()));
+          CHECK(same_bits(view.cols(), lists.cols()));
+          CHECK(same_bits(view.col_pos(), lists.col_pos()));
+          CHECK(view.row(1, 5) == lists.row(1, 5));
+          if (!cuda::is_available()) continue;
+          // The CUDA kernels: the same view, entry for entry, for every dtype of a; no lists on the device.
+          for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+            CAPTURE(dtype_name(dt));
+            const SparsePattern ref = clustered_union(base, a.to(dt).to(kFloat64), theta, causal, true);  // exact
+            const SparsePattern d =
+                clustered_union(base.to(Device::cuda()), a.to(dt).to(Device::cuda()), theta, causal);
+            CHECK_FALSE(d.has_lists());
+            CHECK(d.device() == Device::cuda());
+            CHECK(d.nnz() == ref.nnz());
+            CHECK(d.max_row() == ref.max_row());
+            for (auto part : {&SparsePattern::rblk_ptr, &SparsePattern::rblk_keys, &SparsePattern::rblk_bits,
+                              &SparsePattern::kblk_ptr, &SparsePattern::kblk_rows, &SparsePattern::kblk_bits})
+              CHECK(same_bits((d.*part)().to(Device::cpu()), (ref.*part)()));
+            if (dt == kFloat64) CHECK(d.dense_mask().to_vector<bool>() == want);
+          }
         }
       }
     }

@@ -1,11 +1,13 @@
-// CPU kernels that build a clustered union's block view (ops/kernel_list.inc: clustered_blocks_count,
-// clustered_blocks_fill, exclusive_offsets): the same walk as cuda/sparse_patterns.cu, pair for pair, so that the
-// CUDA kernels have a reference on the CPU (ops/sparse_attention.h: clustered_union, with_block_view).
+// CPU kernels that build a clustered union's block view (ops/kernel_list.inc: clustered_bucket_masks,
+// clustered_blocks_count, clustered_blocks_fill, exclusive_offsets): the same walk as cuda/sparse_patterns.cu, pair for
+// pair, so that the CUDA kernels have a reference on the CPU (ops/sparse_attention.h: clustered_union,
+// with_block_view).
 //
 // Query block m of group g (rows 16 m .. 16 m + 15): every key j < S in ascending order, its bits = the base pattern's
 // bits for j in that block (the base's own block view) | bit r where row 16 m + r joins j (ops/clustered_pairs.h;
 // causal: j <= i). A key with bits is in the block's union. Key block m (keys 16 m ..): every query i < T, bits over
-// the block's keys likewise. O(groups · T · S · c) pair tests: no bucket index, every pair is tested.
+// the block's keys likewise. Every pair is looked at, but only pairs that share a bucket (a mask per token, made first
+// per group) are tested: O(groups · T · S) mask tests and O(pairs sharing a bucket · c) sums.
 #include <algorithm>
 #include <cstdint>
 
@@ -27,12 +29,15 @@ int64_t blocks_of(int64_t n) { return n / kBlock + (n % kBlock != 0); }
 template <class T>
 struct Walk {
   const ClusteredBlocksArgs& s;
-  const T* a;  // (groups, queries, c)
+  const T* a;             // (groups, queries, c)
+  const uint64_t* masks;  // (groups, queries)
   int64_t c;
 
   bool joins(int64_t g, int64_t i, int64_t j) const {
     const T* ag = a + g * s.queries * c;
-    return clustered::joins(ag + i * c, ag + j * c, c, i == j, s.theta, [](T x) { return static_cast<double>(x); });
+    const uint64_t* mg = masks + g * s.queries;
+    return clustered::joins(ag + i * c, ag + j * c, c, mg[i], mg[j], i == j, s.theta,
+                            [](T x) { return static_cast<double>(x); });
   }
   // The base's list of block m (ptr, items, bits of its query or key side).
   template <class F>
@@ -67,19 +72,42 @@ struct Walk {
 };
 
 template <class F>
-void dispatch(const Tensor& a, const ClusteredBlocksArgs& s, F&& f) {
-  ASC_DISPATCH_FLOAT(a.dtype(), "clustered_blocks", [&] { f(Walk<scalar_t>{s, a.data_ptr<scalar_t>(), a.size(2)}); });
+void dispatch(const Tensor& a, const Tensor& masks, const ClusteredBlocksArgs& s, F&& f) {
+  const auto* m = reinterpret_cast<const uint64_t*>(masks.data_ptr<int64_t>());
+  ASC_DISPATCH_FLOAT(a.dtype(), "clustered_blocks", [&] {
+    f(Walk<scalar_t>{s, a.data_ptr<scalar_t>(), m, a.size(2)});
+  });
 }
 
 }  // namespace
 
-void clustered_blocks_count(const ClusteredBlocksArgs& s, const Tensor& a, Tensor& rblk_count, Tensor& kblk_count,
-                            Tensor& row_len) {
+void clustered_bucket_masks(const ClusteredBlocksArgs& s, const Tensor& a, Tensor& masks) {
+  const int64_t T = s.queries, c = a.size(2);
+  auto* out = reinterpret_cast<uint64_t*>(masks.data_ptr<int64_t>());
+  ASC_DISPATCH_FLOAT(a.dtype(), "clustered_bucket_masks", [&] {
+    const scalar_t* ap = a.data_ptr<scalar_t>();
+    auto at = [](scalar_t x) { return static_cast<double>(x); };
+    parallel_for(s.groups, T * c, [&](int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g) {
+        const scalar_t* ag = ap + g * T * c;
+        double largest = 0;
+        for (int64_t i = 0; i < T; ++i)
+          if (clustered::finite_row(ag + i * c, c, at))
+            largest = std::max(largest, clustered::row_sum(ag + i * c, c, at));
+        const double bmin = clustered::bucket_min(s.theta, largest);
+        for (int64_t i = 0; i < T; ++i) out[g * T + i] = clustered::bucket_mask(ag + i * c, c, bmin, at);
+      }
+    });
+  });
+}
+
+void clustered_blocks_count(const ClusteredBlocksArgs& s, const Tensor& a, const Tensor& masks, Tensor& rblk_count,
+                            Tensor& kblk_count, Tensor& row_len) {
   const int64_t nqb = blocks_of(s.queries), nkb = blocks_of(s.keys), c = a.size(2);
   int64_t* rc = rblk_count.data_ptr<int64_t>();
   int64_t* kc = kblk_count.data_ptr<int64_t>();
   int64_t* rl = row_len.data_ptr<int64_t>();
-  dispatch(a, s, [&](const auto& walk) {
+  dispatch(a, masks, s, [&](const auto& walk) {
     parallel_for(s.groups * nqb, kBlock * s.keys * c, [&](int64_t x0, int64_t x1) {
       for (int64_t x = x0; x < x1; ++x) {
         const int64_t g = x / nqb, m = x % nqb, i0 = kBlock * m, lanes = std::min(kBlock, s.queries - i0);
@@ -102,7 +130,7 @@ void clustered_blocks_count(const ClusteredBlocksArgs& s, const Tensor& a, Tenso
   });
 }
 
-void clustered_blocks_fill(const ClusteredBlocksArgs& s, const Tensor& a, const Tensor& rblk_ptr,
+void clustered_blocks_fill(const ClusteredBlocksArgs& s, const Tensor& a, const Tensor& masks, const Tensor& rblk_ptr,
                            const Tensor& kblk_ptr, Tensor& rblk_keys, Tensor& rblk_bits, Tensor& kblk_rows,
                            Tensor& kblk_bits) {
   const int64_t nqb = blocks_of(s.queries), nkb = blocks_of(s.keys), c = a.size(2);
@@ -112,7 +140,7 @@ void clustered_blocks_fill(const ClusteredBlocksArgs& s, const Tensor& a, const 
   int64_t* rb = rblk_bits.data_ptr<int64_t>();
   int64_t* kr = kblk_rows.data_ptr<int64_t>();
   int64_t* kb = kblk_bits.data_ptr<int64_t>();
-  dispatch(a, s, [&](const auto& walk) {
+  dispatch(a, masks, s, [&](const auto& walk) {
     parallel_for(s.groups * nqb, kBlock * s.keys * c, [&](int64_t x0, int64_t x1) {
       for (int64_t x = x0; x < x1; ++x) {
         int64_t e = rp[x];
