@@ -117,28 +117,36 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The bucket masks of group blockIdx.x: the largest sum of its finite rows (a max over the threads), then each row's.
+// The bucket masks of group blockIdx.x: the largest sum of its finite rows and whether an entry is negative (reduced
+// over the threads), then each row's.
 template <class A>
 __global__ void __launch_bounds__(kThreads) masks_kernel(Blocks b, const A* a, uint64_t* masks) {
   const int64_t g = blockIdx.x;
   const A* const ag = a + g * b.T * b.c;
   auto at = [](A v) { return static_cast<double>(rows::to_acc(v)); };
   __shared__ double s_max[kThreads];
+  __shared__ int s_neg[kThreads];
   double largest = 0.0;
-  for (int64_t i = threadIdx.x; i < b.T; i += kThreads)
+  int negative = 0;
+  for (int64_t i = threadIdx.x; i < b.T; i += kThreads) {
+    negative |= clustered::has_negative(ag + i * b.c, b.c, at) ? 1 : 0;
     if (clustered::finite_row(ag + i * b.c, b.c, at)) {
       const double s = clustered::row_sum(ag + i * b.c, b.c, at);
       largest = s > largest ? s : largest;
     }
-  s_max[threadIdx.x] = largest;
+  }
+  s_max[threadIdx.x] = largest, s_neg[threadIdx.x] = negative;
   __syncthreads();
   for (int o = kThreads / 2; o > 0; o >>= 1) {
-    if (threadIdx.x < o && s_max[threadIdx.x + o] > s_max[threadIdx.x]) s_max[threadIdx.x] = s_max[threadIdx.x + o];
+    if (threadIdx.x < o) {
+      if (s_max[threadIdx.x + o] > s_max[threadIdx.x]) s_max[threadIdx.x] = s_max[threadIdx.x + o];
+      s_neg[threadIdx.x] |= s_neg[threadIdx.x + o];
+    }
     __syncthreads();
   }
   const double bmin = clustered::bucket_min(b.theta, s_max[0]);
   for (int64_t i = threadIdx.x; i < b.T; i += kThreads)
-    masks[g * b.T + i] = clustered::bucket_mask(ag + i * b.c, b.c, bmin, at);
+    masks[g * b.T + i] = clustered::bucket_mask(ag + i * b.c, b.c, bmin, s_neg[0] != 0, at);
 }
 
 // ptr (n + 1): a thread block of 256 threads, each summing a contiguous slice, the slices' sums scanned by one thread.

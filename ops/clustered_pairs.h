@@ -41,7 +41,7 @@ ASC_HD bool finite_row(const A* ai, int64_t c, At at) {
 // The buckets (the host's bound, ops/sparse_attention.h: clustered_pattern): token i is in bucket m when
 // a_im > θ / (2 s), s the largest row sum of its group (at least 1, each sum made in order, rounded). A pair above θ
 // shares a bucket, so a pair that shares none is never tested. As a mask: bit m for c <= 64; every bit for c > 64
-// (every pair is tested); 0 for a row with a non-finite entry.
+// or in a group with a negative entry (every pair is tested); 0 for a row with a non-finite entry.
 template <class A, class At>
 ASC_HD double row_sum(const A* ai, int64_t c, At at) {
   double s = 0.0;
@@ -49,13 +49,20 @@ ASC_HD double row_sum(const A* ai, int64_t c, At at) {
   return s;
 }
 template <class A, class At>
-ASC_HD uint64_t bucket_mask(const A* ai, int64_t c, double bucket_min, At at) {
+ASC_HD uint64_t bucket_mask(const A* ai, int64_t c, double bucket_min, bool negative_group, At at) {
   if (!finite_row(ai, c, at)) return 0;
-  if (c > 64) return ~uint64_t{0};
+  if (c > 64 || negative_group) return ~uint64_t{0};
   uint64_t bits = 0;
   for (int64_t m = 0; m < c; ++m)
     if (at(ai[m]) > bucket_min) bits |= uint64_t{1} << m;
   return bits;
+}
+// Whether a finite entry of the row is below 0 (the bucket bound needs entries >= 0: such a group gets every bit).
+template <class A, class At>
+ASC_HD bool has_negative(const A* ai, int64_t c, At at) {
+  bool neg = false;
+  for (int64_t m = 0; m < c; ++m) neg = neg || (at(ai[m]) < 0.0 && finite(at(ai[m])));
+  return neg;
 }
 // θ / (2 s) for the largest row sum s of a group's finite rows (at least 1), as the host computes it.
 ASC_HD double bucket_min(double theta, double largest_sum) {

@@ -3,6 +3,7 @@
 #include "ops/sparse_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 #include <unordered_set>
@@ -203,12 +204,29 @@ Tensor SparsePattern::col_pos() const {
   if (defined() && !has_lists()) return lists_from_view().col_pos().to(device());
   return defined() ? copy_of(transposed().col_pos) : Tensor();
 }
+const SparsePattern::DeviceCounts* SparsePattern::device_counts() const {
+  if (!counts_) return nullptr;
+  std::call_once(counts_->once, [c = counts_.get()] {
+    const Tensor host = c->counts.to(Device::cpu());
+    const int64_t* v = host.data_ptr<int64_t>();
+    c->rblk_used = v[0], c->kblk_used = v[1], c->nnz = v[2], c->max_row = v[3];
+  });
+  return counts_.get();
+}
+int64_t SparsePattern::nnz() const { return counts_ ? device_counts()->nnz : nnz_; }
+int64_t SparsePattern::max_row() const { return counts_ ? device_counts()->max_row : max_row_; }
+
+namespace {
+// The first n entries of a view's list (n >= 0: a view built without a read back may hold more, unwritten).
+Tensor used(const Tensor& t, int64_t n) { return t.defined() && n >= 0 ? t.narrow(0, 0, n).clone() : copy_of(t); }
+}  // namespace
+
 Tensor SparsePattern::rblk_ptr() const { return copy_of(rblk_ptr_); }
-Tensor SparsePattern::rblk_keys() const { return copy_of(rblk_keys_); }
-Tensor SparsePattern::rblk_bits() const { return copy_of(rblk_bits_); }
+Tensor SparsePattern::rblk_keys() const { return used(rblk_keys_, counts_ ? device_counts()->rblk_used : -1); }
+Tensor SparsePattern::rblk_bits() const { return used(rblk_bits_, counts_ ? device_counts()->rblk_used : -1); }
 Tensor SparsePattern::kblk_ptr() const { return copy_of(kblk_ptr_); }
-Tensor SparsePattern::kblk_rows() const { return copy_of(kblk_rows_); }
-Tensor SparsePattern::kblk_bits() const { return copy_of(kblk_bits_); }
+Tensor SparsePattern::kblk_rows() const { return used(kblk_rows_, counts_ ? device_counts()->kblk_used : -1); }
+Tensor SparsePattern::kblk_bits() const { return used(kblk_bits_, counts_ ? device_counts()->kblk_used : -1); }
 
 SparsePattern::Lists SparsePattern::lists(bool transpose) const {
   ASC_CHECK(defined(), "SparsePattern: the pattern is empty (build it with a *_pattern function)");
@@ -232,7 +250,12 @@ SparsePattern::BlockView SparsePattern::block_view() const {
 }
 
 SparsePatternView SparsePattern::view(bool transpose) const {
-  SparsePatternView v{.groups = groups_, .queries = queries_, .keys = keys_, .nnz = nnz_, .max_row = max_row_};
+  // nnz and max_row -1 where only the device knows them (the CUDA kernels read neither; nothing is read back here)
+  SparsePatternView v{.groups = groups_,
+                      .queries = queries_,
+                      .keys = keys_,
+                      .nnz = counts_ ? -1 : nnz_,
+                      .max_row = counts_ ? -1 : max_row_};
   ASC_CHECK(defined(), "SparsePattern: the pattern is empty (build it with a *_pattern function)");
   if (has_lists()) v.lists = lists(transpose);
   if (has_block_view()) v.blocks = block_view();
@@ -289,8 +312,8 @@ SparsePattern SparsePattern::from_block_view(int64_t groups, int64_t queries, in
 
 SparsePattern SparsePattern::lists_from_view() const {
   constexpr const char* who = "SparsePattern (lists from the block view)";
-  const Tensor ptr_t = rblk_ptr_.to(Device::cpu()), keys_t = rblk_keys_.to(Device::cpu());
-  const Tensor bits_t = rblk_bits_.to(Device::cpu());
+  const Tensor ptr_t = rblk_ptr().to(Device::cpu()), keys_t = rblk_keys().to(Device::cpu());
+  const Tensor bits_t = rblk_bits().to(Device::cpu());
   const int64_t nqb = queries_ / kRowBlock + (queries_ % kRowBlock != 0), n_rows = groups_ * queries_;
   const int64_t* ptr = ptr_t.data_ptr<int64_t>();
   const int64_t* keys = keys_t.data_ptr<int64_t>();
@@ -323,9 +346,9 @@ SparsePattern SparsePattern::lists_from_view() const {
         if (bits[e] >> r & 1) cols[fill[i0 + r]++] = keys[e];
   }
   SparsePattern p = from_csr(groups_, queries_, keys_, std::move(row_ptr), std::move(cols_t));
-  ASC_CHECK(p.nnz_ == nnz_ && p.max_row_ == max_row_,
+  ASC_CHECK(p.nnz_ == nnz() && p.max_row_ == max_row(),
             "{}: corrupt block view ({} pairs and a longest row of {}; {} and {} counted)", who, p.nnz_, p.max_row_,
-            nnz_, max_row_);
+            nnz(), max_row());
   const Transpose& t = p.transposed();
   p.check_lists(who, t.col_ptr, t.col_rows, t.col_pos);  // keys in range and ascending, the longest row
   return p;
@@ -343,10 +366,10 @@ SparsePattern SparsePattern::to(Device device) const {
   if (!has_lists()) {
     if (device.is_cpu()) return lists_from_view();
     if (device == this->device()) return *this;
-    SparsePattern p = *this;  // the view alone, to another CUDA device
-    for (Tensor* x : {&p.rblk_ptr_, &p.rblk_keys_, &p.rblk_bits_, &p.kblk_ptr_, &p.kblk_rows_, &p.kblk_bits_})
-      *x = x->to(device);
-    p.cache_ = std::make_shared<SparsePatternCache>();
+    // The view alone, to another CUDA device, with its sizes read (the lists cut to their entries).
+    SparsePattern p =
+        from_block_view(groups_, queries_, keys_, nnz(), max_row(), rblk_ptr_.to(device), rblk_keys().to(device),
+                        rblk_bits().to(device), kblk_ptr_.to(device), kblk_rows().to(device), kblk_bits().to(device));
     return p;
   }
   if (row_ptr_.device() == device) return *this;
@@ -679,23 +702,25 @@ SparsePattern clustered_union(const SparsePattern& base, const Tensor& a_in, dou
             base.groups(), G);
   const Device dev = a_in.device();
 
-  if (dev.is_cpu() && !with_block_view) {
-    // The bucket walk over CSR lists. A row with a non-finite entry is zeroed (so it joins no bucket and no pair:
-    // θ >= 0) and given its own key.
-    const Tensor a = a_in.detach().to(kFloat64).contiguous();
-    const double* ap = a.data_ptr<double>();
-    std::vector<int64_t> bad;  // flat rows g · T + i
+  const Tensor a64 = dev.is_cpu() && !with_block_view ? a_in.detach().to(kFloat64).contiguous() : Tensor();
+  bool negative = false;     // a finite entry below 0: the bucket walk's bound does not hold
+  std::vector<int64_t> bad;  // flat rows g · T + i with a non-finite entry
+  if (a64.defined()) {
+    const double* ap = a64.data_ptr<double>();
     for (int64_t r = 0; r < G * T; ++r) {
       bool finite = true;
       for (int64_t m = 0; m < c; ++m) {
         const double x = ap[r * c + m];
         finite = finite && std::isfinite(x);
-        ASC_CHECK(!(x < 0) || !std::isfinite(x),
-                  "{}: the assignments must be >= 0 (softmax rows); got a negative entry {} at flat index {}", who, x,
-                  r * c + m);
+        negative = negative || (x < 0 && std::isfinite(x));
       }
       if (!finite) bad.push_back(r);
     }
+  }
+  if (a64.defined() && !negative) {
+    // The bucket walk over CSR lists. A row with a non-finite entry is zeroed (so it joins no bucket and no pair:
+    // θ >= 0) and given its own key.
+    const Tensor& a = a64;
     if (bad.empty()) return pattern_union({base, clustered_pattern(a, theta, causal)});
     const Tensor clean = a.clone();
     double* cp = clean.data_ptr<double>();
@@ -709,7 +734,9 @@ SparsePattern clustered_union(const SparsePattern& base, const Tensor& a_in, dou
   }
 
   // Kernels (ops/kernel_list.inc): each token's buckets, each block's entries counted, their offsets, the fill. The
-  // CPU kernels read float32 / float64 (a bfloat16 / float16 a converts exactly).
+  // CPU kernels read float32 / float64 (a bfloat16 / float16 a converts exactly). On the CPU with a negative entry
+  // they test every pair of its group, and the lists are derived from their view.
+  if (a64.defined()) return clustered_union(base, a64, theta, causal, /*with_block_view=*/true).to(Device::cpu());
   ASC_CHECK(!dev.is_cuda() || G <= 65535, "{} (CUDA): B·H = {} exceeds the kernels' 65535 (batch, head) pairs", who, G);
   Tensor a = a_in.detach().contiguous().view({G, T, c});
   if (dev.is_cpu() && a.dtype() != kFloat32 && a.dtype() != kFloat64) a = a.to(kFloat64);
@@ -735,20 +762,42 @@ SparsePattern clustered_union(const SparsePattern& base, const Tensor& a_in, dou
   Tensor rptr = Tensor::empty({G * nqb + 1}, i64), kptr = Tensor::empty({G * nkb + 1}, i64);
   ASC_KERNEL(dev, who, exclusive_offsets, rcount, rptr);
   ASC_KERNEL(dev, who, exclusive_offsets, kcount, kptr);
-  // The one read back: the view's two sizes, the pairs, the longest row, and a's negative (finite) entries.
-  const Tensor negative = sum(logical_and(lt(a, 0.0), gt(a, -INFINITY)).to(kInt64));
-  const Tensor sizes_t = cat({rptr.narrow(0, G * nqb, 1), kptr.narrow(0, G * nkb, 1), sum(row_len).view({1}),
-                              amax(row_len).view({1}), negative.view({1})},
-                             0)
-                             .to(Device::cpu());
-  const int64_t* sz = sizes_t.data_ptr<int64_t>();
-  ASC_CHECK(sz[4] == 0, "{}: the assignments must be >= 0 (softmax rows); {} entries are negative", who, sz[4]);
-  Tensor rkeys = Tensor::empty({sz[0]}, i64), rbits = Tensor::empty({sz[0]}, i64);
-  Tensor krows = Tensor::empty({sz[1]}, i64), kbits = Tensor::empty({sz[1]}, i64);
+  // The view's sizes, the pairs and the longest row, on the device.
+  const Tensor counts =
+      cat({rptr.narrow(0, G * nqb, 1), kptr.narrow(0, G * nkb, 1), sum(row_len).view({1}), amax(row_len).view({1})}, 0);
+  // On CUDA, where the most entries the view can have (every candidate of every block) fit the budget, the lists
+  // are allocated for that many and nothing is read back: the step goes on without waiting for the device, and
+  // nnz() / max_row() / the view's accessors read the counts when first asked. Otherwise one read sizes them.
+  const __int128 r_most = static_cast<__int128>(G) * nqb * S, k_most = static_cast<__int128>(G) * nkb * T;
+  const bool no_read = dev.is_cuda() && (r_most + k_most) * 2 * 8 <= detail::clustered_view_budget();
+  int64_t r_n = 0, k_n = 0, nnz = 0, max_row = 0;
+  if (no_read) {
+    r_n = static_cast<int64_t>(r_most), k_n = static_cast<int64_t>(k_most);
+  } else {
+    const Tensor host = counts.to(Device::cpu());
+    const int64_t* v = host.data_ptr<int64_t>();
+    r_n = v[0], k_n = v[1], nnz = v[2], max_row = v[3];
+  }
+  Tensor rkeys = Tensor::empty({r_n}, i64), rbits = Tensor::empty({r_n}, i64);
+  Tensor krows = Tensor::empty({k_n}, i64), kbits = Tensor::empty({k_n}, i64);
   ASC_KERNEL(dev, who, clustered_blocks_fill, args, a, masks, rptr, kptr, rkeys, rbits, krows, kbits);
-  return SparsePattern::from_block_view(G, T, S, sz[2], sz[3], std::move(rptr), std::move(rkeys), std::move(rbits),
-                                        std::move(kptr), std::move(krows), std::move(kbits));
+  SparsePattern out =
+      SparsePattern::from_block_view(G, T, S, nnz, max_row, std::move(rptr), std::move(rkeys), std::move(rbits),
+                                     std::move(kptr), std::move(krows), std::move(kbits));
+  if (no_read) {
+    out.counts_ = std::make_shared<SparsePattern::DeviceCounts>();
+    out.counts_->counts = counts;
+  }
+  return out;
 }
+
+namespace detail {
+namespace {
+std::atomic<int64_t> g_view_budget{int64_t{256} << 20};
+}  // namespace
+int64_t clustered_view_budget() { return g_view_budget.load(); }
+void set_clustered_view_budget(int64_t bytes) { g_view_budget.store(bytes); }
+}  // namespace detail
 
 // ---- the op ------------------------------------------------------------------------------------------------------
 

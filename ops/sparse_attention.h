@@ -69,8 +69,11 @@ class SparsePattern {
   int64_t groups() const { return groups_; }    // 0 for the empty pattern
   int64_t queries() const { return queries_; }  // T
   int64_t keys() const { return keys_; }        // S: T, plus summary columns for hierarchical patterns
-  int64_t nnz() const { return nnz_; }          // allowed (query, key) pairs over all groups
-  int64_t max_row() const { return max_row_; }  // the longest row
+  // Allowed (query, key) pairs over all groups, and the longest row. A pattern that clustered_union built on a device
+  // without reading anything back counted both there: the first call reads them (a synchronisation), later ones
+  // do not.
+  int64_t nnz() const;
+  int64_t max_row() const;
   Device device() const {
     return has_lists() ? row_ptr_.device() : rblk_ptr_.defined() ? rblk_ptr_.device() : Device::cpu();
   }
@@ -120,6 +123,14 @@ class SparsePattern {
   static SparsePattern from_block_view(int64_t groups, int64_t queries, int64_t keys, int64_t nnz, int64_t max_row,
                                        Tensor rblk_ptr, Tensor rblk_keys, Tensor rblk_bits, Tensor kblk_ptr,
                                        Tensor kblk_rows, Tensor kblk_bits);
+  // What a view built on a device without a read back knows only there: (4) int64 = the query and key sides' entries
+  // (the view's tensors may be longer: allocated for the most there can be), the pairs, the longest row. Read once.
+  struct DeviceCounts {
+    std::once_flag once;
+    Tensor counts;
+    int64_t rblk_used = 0, kblk_used = 0, nnz = 0, max_row = 0;
+  };
+  const DeviceCounts* device_counts() const;  // null when the sizes are known on the host; else read (once)
   // The lists of a pattern that has only its block view, on the CPU, derived and checked there.
   SparsePattern lists_from_view() const;
   // Builds the block view from CPU lists and their transpose (to a CUDA device, or for clustered_union's CPU kernels).
@@ -138,6 +149,7 @@ class SparsePattern {
   int64_t groups_ = 0, queries_ = 0, keys_ = 0, nnz_ = 0, max_row_ = 0;
   Tensor row_ptr_, cols_;
   std::shared_ptr<Transpose> transpose_;
+  std::shared_ptr<DeviceCounts> counts_;  // set only while the sizes live on the device
   Tensor rblk_ptr_, rblk_keys_, rblk_bits_, kblk_ptr_, kblk_rows_, kblk_bits_;
   // What the kernels derive from the lists and keep (the CPU tile plans), shared by copies: the lists never change.
   std::shared_ptr<SparsePatternCache> cache_;
@@ -178,17 +190,26 @@ SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
 // (causal: j <= i), the sums made as clustered_pattern makes them, and every pair of base. A row of a with a
 // non-finite entry joins only (i, i), so its NaN reaches its own output, no other row's list. base: T queries,
 // keys >= T (a hierarchical base's summary columns stay base-only), 1 or B·H groups; the result has B·H groups and
-// base's keys. a >= 0 (softmax rows), θ finite >= 0, else asc::Error.
-//   CPU: clustered_pattern's bucket walk and pattern_union, CSR lists.
+// base's keys; θ finite >= 0, else asc::Error. a may hold any values; its buckets (clustered_pattern's bound) assume
+// entries >= 0, as softmax rows are: a (sample, head) with a negative entry has every pair tested.
+//   CPU: clustered_pattern's bucket walk and pattern_union, CSR lists (with a negative entry: the CPU kernels below,
+//   the lists derived from their view).
 //   CUDA: kernels (ops/kernel_list.inc: clustered_bucket_masks, clustered_blocks_count, exclusive_offsets,
 //   clustered_blocks_fill) look at every pair, test those that share a bucket, and write the block view straight away
-//   — no copy of a to the host, no lists, no block view built on the host; one read of five numbers (the view's
-//   sizes, the pair count, the longest row, a's negative entries) sizes the allocation. O(B · H · T · S) mask tests
-//   and O(pairs sharing a bucket · c) sums on the device.
+//   — no copy of a to the host, no lists, no block view built on the host. Nothing is read back where the most
+//   entries the view can have (B·H · ceil(T / 16) · S per side, 16 bytes each) fit 256 MiB: the view's lists are
+//   allocated for that many, and nnz(), max_row() and the view's accessors read the counts when first asked; else
+//   one read of four numbers sizes them. O(B · H · T · S) mask tests and O(pairs sharing a bucket · c) sums.
 //   with_block_view (CPU tensors): the CPU kernels of the same walk build the block view instead (the CUDA kernels'
 //   reference; lists are derived from the view when asked for).
 SparsePattern clustered_union(const SparsePattern& base, const Tensor& a, double theta, bool causal,
                               bool with_block_view = false);
+namespace detail {
+// The most bytes clustered_union may allocate on CUDA for a view it does not size by a read back (default 256 MiB);
+// tests set 0 to take the read-back path.
+int64_t clustered_view_budget();
+void set_clustered_view_budget(int64_t bytes);
+}  // namespace detail
 
 // o_i = Σ_{j ∈ P(i), kept} softmax_j(q_i · k_j · scale) v_j;  q (B, H, T, D), k and v (B, H, S, D), S = pattern.keys,
 // one float dtype and device; key_keep (B, S) bool (false = padding) or undefined; scale 0 means 1/√D. A query

@@ -812,6 +812,7 @@ std::vector<bool> clustered_union_mask(const SparsePattern& base, const Tensor& 
 TEST_CASE(
     "clustered_union: base ∪ {a_i · a_j > θ} as lists (CPU), as the CPU kernels' block view, and by CUDA kernels") {
   const int64_t B = 2, H = 2, T = 37, G = B * H;  // T: two full query blocks and a partial one
+  const int64_t default_budget = detail::clustered_view_budget();
   Generator gen(31);
   // c 3; 8 with uniform rows (every entry 1/8 <= θ/2 at θ 0.35, 0.8: in no bucket); 70 (> 64: no bucket masks)
   for (int64_t c : {3, 8, 70}) {
@@ -821,6 +822,7 @@ TEST_CASE(
     a.data_ptr<double>()[(2 * T + 36) * c + 0] = INFINITY;
     if (c == 8)
       for (int64_t x = 0; x < 4 * c; ++x) a.data_ptr<double>()[(3 * T + 10) * c + x] = 1.0 / 8;  // group 3, rows 10-13
+    if (c == 3) a.data_ptr<double>()[(0 * T + 3) * c + 2] = -0.5;  // a negative entry: group 0 has every pair tested
     Tensor a_other = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen), -1);
     for (bool causal : {false, true}) {
       for (const SparsePattern& base :
@@ -850,11 +852,16 @@ TEST_CASE(
           CHECK(view.row(1, 5) == lists.row(1, 5));
           if (!cuda::is_available()) continue;
           // The CUDA kernels: the same view, entry for entry, for every dtype of a; no lists on the device.
-          for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+          // Both ways of sizing the view: without a read back (the default budget), and read back (budget 0).
+          for (auto [dt, budget] : {std::pair{kFloat64, default_budget}, std::pair{kFloat64, int64_t{0}},
+                                    std::pair{kFloat32, default_budget}, std::pair{kBFloat16, int64_t{0}}}) {
             CAPTURE(dtype_name(dt));
+            CAPTURE(budget);
             const SparsePattern ref = clustered_union(base, a.to(dt).to(kFloat64), theta, causal, true);  // exact
+            detail::set_clustered_view_budget(budget);
             const SparsePattern d =
                 clustered_union(base.to(Device::cuda()), a.to(dt).to(Device::cuda()), theta, causal);
+            detail::set_clustered_view_budget(default_budget);
             CHECK_FALSE(d.has_lists());
             CHECK(d.device() == Device::cuda());
             CHECK(d.nnz() == ref.nnz());
@@ -877,27 +884,33 @@ TEST_CASE("clustered_union on CUDA: sparse attention over the device-built patte
   Tensor a = softmax(randn({B, H, T, 4}, {.dtype = kFloat64}, &gen) * 2.0, -1);
   const SparsePattern base = pattern_union({local_window_pattern(T, 6, true), hierarchical_pattern(T, 5, true)});
   const SparsePattern lists = clustered_union(base, a, 0.4, true);
-  const SparsePattern d = clustered_union(base.to(Device::cuda()), a.to(Device::cuda()), 0.4, true);
-  const int64_t S = base.keys();
-  Tensor q = randn64({B, H, T, D}, true, 1), k = randn64({B, H, S, D}, true, 2), v = randn64({B, H, S, D}, true, 3);
-  Tensor qd = q.detach().to(Device::cuda()), kd = k.detach().to(Device::cuda()), vd = v.detach().to(Device::cuda());
-  for (Tensor* t : {&qd, &kd, &vd}) t->set_requires_grad(true);
-  Tensor o = sparse_attention(q, k, v, lists), od = sparse_attention(qd, kd, vd, d);
-  check_close(od.to(Device::cpu()), o, 1e-12, 1e-12);
-  (o * o).sum().backward();
-  (od * od).sum().backward();
-  check_close(qd.grad().to(Device::cpu()), q.grad(), 1e-11, 1e-11);
-  check_close(kd.grad().to(Device::cpu()), k.grad(), 1e-11, 1e-11);
-  check_close(vd.grad().to(Device::cpu()), v.grad(), 1e-11, 1e-11);
-  // The device pattern's lists, derived on the host, are the CPU's.
-  CHECK(same_bits(d.to(Device::cpu()).cols(), lists.cols()));
+  const int64_t default_budget = detail::clustered_view_budget();
+  for (int64_t budget : {default_budget, int64_t{0}}) {  // the view sized on the device, and by a read back
+    CAPTURE(budget);
+    detail::set_clustered_view_budget(budget);
+    const SparsePattern d = clustered_union(base.to(Device::cuda()), a.to(Device::cuda()), 0.4, true);
+    detail::set_clustered_view_budget(default_budget);
+    const int64_t S = base.keys();
+    Tensor q = randn64({B, H, T, D}, true, 1), k = randn64({B, H, S, D}, true, 2), v = randn64({B, H, S, D}, true, 3);
+    Tensor qd = q.detach().to(Device::cuda()), kd = k.detach().to(Device::cuda()), vd = v.detach().to(Device::cuda());
+    for (Tensor* t : {&qd, &kd, &vd}) t->set_requires_grad(true);
+    Tensor o = sparse_attention(q, k, v, lists), od = sparse_attention(qd, kd, vd, d);
+    check_close(od.to(Device::cpu()), o, 1e-12, 1e-12);
+    (o * o).sum().backward();
+    (od * od).sum().backward();
+    check_close(qd.grad().to(Device::cpu()), q.grad(), 1e-11, 1e-11);
+    check_close(kd.grad().to(Device::cpu()), k.grad(), 1e-11, 1e-11);
+    check_close(vd.grad().to(Device::cpu()), v.grad(), 1e-11, 1e-11);
+    // The device pattern's lists, derived on the host, are the CPU's; so are its counts, read when asked.
+    CHECK(same_bits(d.to(Device::cpu()).cols(), lists.cols()));
+    CHECK(d.nnz() == lists.nnz());
+    CHECK(d.max_row() == lists.max_row());
+  }
 }
 
 TEST_CASE("clustered_union rejects bad inputs with clear errors, on every path") {
   const SparsePattern base = local_window_pattern(8, 3, false);
   Tensor a = softmax(randn64({1, 2, 8, 3}), -1);
-  Tensor neg = a.clone();
-  neg.data_ptr<double>()[4] = -0.25;
   std::vector<Device> devices{Device::cpu()};
   if (cuda::is_available()) devices.push_back(Device::cuda());
   for (Device dev : devices)
@@ -905,8 +918,7 @@ TEST_CASE("clustered_union rejects bad inputs with clear errors, on every path")
       if (dev.is_cuda() && view) continue;  // the option is for CPU tensors; CUDA builds the view anyway
       CAPTURE(dev);
       CAPTURE(view);
-      const Tensor ad = a.to(dev), nd = neg.to(dev);
-      check_error([&] { clustered_union(base, nd, 0.5, false, view); }, {"clustered_union", ">= 0", "negative"});
+      const Tensor ad = a.to(dev);
       check_error([&] { clustered_union(base, ad, std::nan(""), false, view); }, {"clustered_union", "theta"});
       check_error([&] { clustered_union(base, ad, -0.1, false, view); }, {"clustered_union", "theta", ">= 0"});
       check_error([&] { clustered_union(local_window_pattern(9, 3, false), ad, 0.5, false, view); },

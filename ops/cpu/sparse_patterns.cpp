@@ -91,11 +91,14 @@ void clustered_bucket_masks(const ClusteredBlocksArgs& s, const Tensor& a, Tenso
       for (int64_t g = g0; g < g1; ++g) {
         const scalar_t* ag = ap + g * T * c;
         double largest = 0;
-        for (int64_t i = 0; i < T; ++i)
+        bool negative = false;
+        for (int64_t i = 0; i < T; ++i) {
+          negative = negative || clustered::has_negative(ag + i * c, c, at);
           if (clustered::finite_row(ag + i * c, c, at))
             largest = std::max(largest, clustered::row_sum(ag + i * c, c, at));
+        }
         const double bmin = clustered::bucket_min(s.theta, largest);
-        for (int64_t i = 0; i < T; ++i) out[g * T + i] = clustered::bucket_mask(ag + i * c, c, bmin, at);
+        for (int64_t i = 0; i < T; ++i) out[g * T + i] = clustered::bucket_mask(ag + i * c, c, bmin, negative, at);
       }
     });
   });
