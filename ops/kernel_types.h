@@ -115,7 +115,7 @@ struct SparsePatternView {
   // nnz and max_row are -1 for a pattern whose counts are still on its device (clustered_union's view on CUDA; only
   // the CPU kernels read them, and a CPU pattern always knows them)
   int64_t groups = 0, queries = 0, keys = 0, nnz = 0, max_row = 0;
-  SparsePatternLists lists{};  // null pointers for a pattern without lists (a view built on a device)
+  SparsePatternLists lists{};           // null pointers for a pattern without lists (a view built on a device)
   SparsePatternBlocks blocks{};         // null pointers without a block view
   SparsePatternCache* cache = nullptr;  // null: nothing is kept between calls
   bool has_blocks() const { return blocks.rblk_ptr != nullptr; }

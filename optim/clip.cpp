@@ -1,7 +1,9 @@
 #include "optim/clip.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
@@ -23,24 +25,26 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
     grads.push_back(g);
   }
   if (grads.empty()) return 0.0;
+  // One partial per gradient in float64 on its device, read by the host in one copy (not one read per gradient,
+  // which on a GPU waits for the device once per parameter). A NaN anywhere makes the total NaN, else an infinity
+  // makes it inf.
   const bool inf_norm = std::isinf(norm_type);
-  double acc = 0;
-  double nonfinite = 0;  // inf when some gradient holds inf, NaN when some holds NaN (NaN wins)
+  TensorList parts;
   for (const auto& g : grads) {
     if (g.numel() == 0) continue;
-    Tensor a = abs(g.detach().to(kFloat64));
-    if (has_non_finite(a)) {
-      const double s = sum(a).item<double>();  // NaN if any NaN, else inf
-      if (!std::isnan(nonfinite)) nonfinite = s;
-      continue;
-    }
-    if (inf_norm)
-      acc = std::max(acc, amax(a).item<double>());
-    else
-      acc += sum(norm_type == 2.0 ? a * a : pow(a, norm_type)).item<double>();
+    const Tensor a = abs(g.detach().to(kFloat64));
+    const Tensor part = inf_norm ? amax(a) : sum(norm_type == 2.0 ? a * a : pow(a, norm_type));
+    parts.push_back(part.view({1}).to(grads.front().device()));
   }
-  double total = inf_norm ? acc : (norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type));
-  if (nonfinite != 0) total = nonfinite;
+  double acc = 0;
+  bool nan = false;
+  // the partials summed on the host in parameter order, as one read
+  for (double x : parts.empty() ? std::vector<double>{} : cat(parts, 0).to_vector<double>()) {
+    nan = nan || std::isnan(x);
+    acc = inf_norm ? std::max(acc, x) : acc + x;
+  }
+  if (nan) acc = std::numeric_limits<double>::quiet_NaN();
+  const double total = inf_norm ? acc : (norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type));
   ASC_CHECK(!error_if_nonfinite || std::isfinite(total),
             "clip_grad_norm: the total norm of order {} of the gradients is non-finite ({}); pass "
             "error_if_nonfinite = false to clip anyway",

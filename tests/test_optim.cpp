@@ -726,6 +726,16 @@ TEST_CASE("clip_grad_norm: non-finite totals and bad arguments") {
   CHECK(std::isnan(a.grad().to_vector<double>()[0]));  // scaled by NaN, as torch does
   check_error([&] { clip_grad_norm({a}, -1.0); }, {"clip_grad_norm", "max_norm"});
   check_error([&] { clip_grad_norm({a}, 1.0, 0.0); }, {"clip_grad_norm", "norm_type"});
+  // Every norm type: NaN anywhere gives NaN (even beside an infinity), an infinity alone gives inf.
+  for (double p : {1.0, 2.0, 3.0, std::numeric_limits<double>::infinity()}) {
+    CAPTURE(p);
+    Tensor x = param(), y = param();
+    x.set_grad(tensor({1.0, std::numeric_limits<double>::infinity(), 0, 0, 0, 0}, {2, 3}, {.dtype = kFloat64}));
+    y.set_grad(grad_at(0));
+    CHECK(std::isinf(clip_grad_norm({x, y}, 1.0, p, false)));
+    y.grad().fill_(std::nan(""));
+    CHECK(std::isnan(clip_grad_norm({x, y}, 1.0, p, false)));
+  }
 }
 
 TEST_CASE("clip_grad_value matches plain loops") {

@@ -600,6 +600,15 @@ struct BatchResult {
   Tensor prediction;         // (B) classifiers, or (B, T-1) the LM's next-byte guesses
   double task_loss_sum = 0;  // summed over the examples (classifier) or the predicted bytes (LM)
   double correct = 0, count = 0;
+  // The three above as (3) float64 on the model's device until read(): a training step reads them once, after its
+  // backward is queued, so the host does not wait for the forward before queueing the backward.
+  Tensor sums;
+  void read() {
+    if (!sums.defined()) return;
+    const std::vector<double> v = sums.to_vector<double>();
+    task_loss_sum = v[0], correct = v[1], count = v[2];
+    sums = Tensor();
+  }
 };
 
 BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
@@ -616,13 +625,13 @@ BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
     Tensor flat_t = target.reshape({-1});
     Tensor per = cross_entropy(logits.reshape({-1, V}), flat_t, {.reduction = Reduction::None});  // 0 at ignored
     Tensor kept = ne(flat_t, -100.0).to(per.dtype());
-    const double n = sum(kept).item<double>();
-    out.loss = sum(per) / std::max(1.0, n);
+    const Tensor n = sum(kept);  // the predicted bytes, exact in per's dtype
+    out.loss = sum(per) / clamp(n, 1.0, std::nullopt);
     out.prediction = argmax(logits, -1);
     NoGradGuard ng;
-    out.task_loss_sum = sum(per).item<double>();
-    out.correct = sum(eq(out.prediction.reshape({-1}), flat_t).to(kFloat64)).item<double>();
-    out.count = n;
+    out.sums = cat({sum(per).to(kFloat64).view({1}),
+                    sum(eq(out.prediction.reshape({-1}), flat_t).to(kFloat64)).view({1}), n.to(kFloat64).view({1})},
+                   0);
   } else {
     Tensor logits = r.firing ? r.firing->forward(input.reshape({input.size(0), -1}))
                     : r.mlp  ? r.mlp->forward(input.reshape({input.size(0), -1}))
@@ -636,10 +645,12 @@ BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
     }
     out.prediction = argmax(logits, -1);
     NoGradGuard ng;
-    out.task_loss_sum = sum(out.example_loss).item<double>();
-    out.correct = sum(eq(out.prediction, labels).to(kFloat64)).item<double>();
-    out.count = static_cast<double>(b.size());
+    out.sums =
+        cat({sum(out.example_loss).to(kFloat64).view({1}), sum(eq(out.prediction, labels).to(kFloat64)).view({1}),
+             full({1}, static_cast<double>(b.size()), {.dtype = kFloat64, .device = r.device})},
+            0);
   }
+  if (!training) out.read();  // evaluation reads at once
   return out;
 }
 
@@ -1283,6 +1294,7 @@ int train_main(Config c, const Options& options, bool resume, const std::string&
       BatchResult br = run_batch(r, b, true);
       train_mech.observe();
       br.loss.backward();
+      br.read();  // the step's one read of its figures, with the backward queued
       if (master) master->copy_grads_to_master();
       // The gradient norm (clipped to --clip when it is set; --clip 0 only measures it): a NaN or infinite loss or
       // norm stops the run, or with --on-nonfinite skip leaves the parameters as they were and is counted.
