@@ -1,7 +1,7 @@
 // CUDA entry points of the kernels that build a clustered union's block view (ops/kernel_list.inc:
-// clustered_blocks_count, clustered_blocks_fill, exclusive_offsets): raw pointers to the launchers of
-// cuda/sparse_patterns.cu, a failed launch as an asc::Error. The op (ops/sparse_attention.cpp: clustered_union) has
-// validated the sizes and moved the base pattern to the device.
+// clustered_bucket_masks, clustered_blocks_count, clustered_blocks_fill, exclusive_offsets): raw pointers to the
+// launchers of cuda/sparse_patterns.cu, a failed launch as an asc::Error. The op (ops/sparse_attention.cpp:
+// clustered_union) has validated the sizes and moved the base pattern to the device.
 #include "core/error.h"
 #include "core/format.h"
 #include "cuda/check.h"

@@ -38,7 +38,8 @@ ASC_HD bool finite_row(const A* ai, int64_t c, At at) {
   return f;
 }
 
-// The buckets (the host's bound, ops/sparse_attention.h: clustered_pattern): token i is in bucket m when
+// The buckets (the bound of clustered_pattern, ops/sparse_attention.h, taken per (sample, head) here — the host takes
+// the largest sum over all of them; both are sound, as a pair's rows share their group): token i is in bucket m when
 // a_im > θ / (2 s), s the largest row sum of its group (at least 1, each sum made in order, rounded). A pair above θ
 // shares a bucket, so a pair that shares none is never tested. As a mask: bit m for c <= 64; every bit for c > 64
 // or in a group with a negative entry (every pair is tested); 0 for a row with a non-finite entry.

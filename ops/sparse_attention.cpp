@@ -321,6 +321,8 @@ SparsePattern SparsePattern::lists_from_view() const {
   ASC_CHECK(ptr_t.numel() == groups_ * nqb + 1 && ptr[0] == 0 && ptr[groups_ * nqb] == keys_t.numel() &&
                 bits_t.numel() == keys_t.numel(),
             "{}: corrupt block view (list ends)", who);
+  for (int64_t x = 0; x < groups_ * nqb; ++x)  // every offset first: no entry is read past the lists
+    ASC_CHECK(ptr[x] <= ptr[x + 1], "{}: corrupt block view (block {})", who, x);
   // Each row's length, then its keys in the view's order: a block's union ascends, so every row's keys do.
   Tensor row_ptr = int64_buffer(n_rows + 1);
   int64_t* rp = row_ptr.data_ptr<int64_t>();
@@ -328,7 +330,6 @@ SparsePattern SparsePattern::lists_from_view() const {
   for (int64_t x = 0; x < groups_ * nqb; ++x) {
     const int64_t i0 = (x / nqb) * queries_ + (x % nqb) * kRowBlock;
     const int64_t lanes = std::min(kRowBlock, queries_ - (x % nqb) * kRowBlock);
-    ASC_CHECK(ptr[x] <= ptr[x + 1], "{}: corrupt block view (block {})", who, x);
     for (int64_t e = ptr[x]; e < ptr[x + 1]; ++e) {
       ASC_CHECK(bits[e] != 0 && (bits[e] >> lanes) == 0, "{}: corrupt block view (entry {})", who, e);
       for (int64_t r = 0; r < lanes; ++r) rp[i0 + r + 1] += bits[e] >> r & 1;
@@ -793,7 +794,7 @@ SparsePattern clustered_union(const SparsePattern& base, const Tensor& a_in, dou
 
 namespace detail {
 namespace {
-std::atomic<int64_t> g_view_budget{int64_t{256} << 20};
+std::atomic<int64_t> g_view_budget{int64_t{64} << 20};
 }  // namespace
 int64_t clustered_view_budget() { return g_view_budget.load(); }
 void set_clustered_view_budget(int64_t bytes) { g_view_budget.store(bytes); }

@@ -84,7 +84,7 @@ class SparsePattern {
   // The same pattern on another device (the CSR tensors copied, and to a CUDA device with the block view built;
   // a pattern already there is returned as is). The lists are checked again on the way (they are being copied
   // anyway), so no path builds a pattern that was not checked. A pattern without lists gets them on the CPU
-  // (derived from its block view), and keeps only its view on another CUDA device.
+  // (derived from its block view, at every call: keep the result), and keeps only its view on another CUDA device.
   SparsePattern to(Device device) const;
 
   // Copies of the lists, on the pattern's device (int64): editing one cannot change the pattern. (A pattern without
@@ -197,15 +197,17 @@ SparsePattern pattern_union(const std::vector<SparsePattern>& patterns);
 //   CUDA: kernels (ops/kernel_list.inc: clustered_bucket_masks, clustered_blocks_count, exclusive_offsets,
 //   clustered_blocks_fill) look at every pair, test those that share a bucket, and write the block view straight away
 //   — no copy of a to the host, no lists, no block view built on the host. Nothing is read back where the most
-//   entries the view can have (B·H · ceil(T / 16) · S per side, 16 bytes each) fit 256 MiB: the view's lists are
-//   allocated for that many, and nnz(), max_row() and the view's accessors read the counts when first asked; else
-//   one read of four numbers sizes them. O(B · H · T · S) mask tests and O(pairs sharing a bucket · c) sums.
+//   entries the view can have (B·H · (ceil(T / 16) · S + ceil(S / 16) · T), 16 bytes each) fit 64 MiB: the view's
+//   lists are allocated for that many (held while the pattern lives: a layer's until its backward), and nnz(),
+//   max_row() and the view's accessors read the counts when first asked — on the calling thread's current stream,
+//   as any read of a tensor; else one read of four numbers sizes them. O(B · H · T · S) mask tests and
+//   O(pairs sharing a bucket · c) sums.
 //   with_block_view (CPU tensors): the CPU kernels of the same walk build the block view instead (the CUDA kernels'
 //   reference; lists are derived from the view when asked for).
 SparsePattern clustered_union(const SparsePattern& base, const Tensor& a, double theta, bool causal,
                               bool with_block_view = false);
 namespace detail {
-// The most bytes clustered_union may allocate on CUDA for a view it does not size by a read back (default 256 MiB);
+// The most bytes clustered_union may allocate on CUDA for a view it does not size by a read back (default 64 MiB);
 // tests set 0 to take the read-back path.
 int64_t clustered_view_budget();
 void set_clustered_view_budget(int64_t bytes);

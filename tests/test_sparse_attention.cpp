@@ -778,6 +778,15 @@ TEST_CASE("the block view of a pattern on a CUDA device holds exactly the patter
 
 namespace {
 
+// clustered_union's budget for a view it does not size by a read back, while the scope lives.
+struct ViewBudget {
+  int64_t saved = detail::clustered_view_budget();
+  explicit ViewBudget(int64_t bytes) { detail::set_clustered_view_budget(bytes); }
+  ~ViewBudget() { detail::set_clustered_view_budget(saved); }
+  ViewBudget(const ViewBudget&) = delete;
+  ViewBudget& operator=(const ViewBudget&) = delete;
+};
+
 // clustered_union's pairs by their definition (ops/sparse_attention.h), from the base's dense mask and a's rows.
 std::vector<bool> clustered_union_mask(const SparsePattern& base, const Tensor& a, double theta, bool causal) {
   const int64_t B = a.size(0), H = a.size(1), T = a.size(2), c = a.size(3), G = B * H, S = base.keys();
@@ -858,10 +867,10 @@ TEST_CASE(
             CAPTURE(dtype_name(dt));
             CAPTURE(budget);
             const SparsePattern ref = clustered_union(base, a.to(dt).to(kFloat64), theta, causal, true);  // exact
-            detail::set_clustered_view_budget(budget);
-            const SparsePattern d =
-                clustered_union(base.to(Device::cuda()), a.to(dt).to(Device::cuda()), theta, causal);
-            detail::set_clustered_view_budget(default_budget);
+            const SparsePattern d = [&] {
+              const ViewBudget scope(budget);
+              return clustered_union(base.to(Device::cuda()), a.to(dt).to(Device::cuda()), theta, causal);
+            }();
             CHECK_FALSE(d.has_lists());
             CHECK(d.device() == Device::cuda());
             CHECK(d.nnz() == ref.nnz());
@@ -887,9 +896,10 @@ TEST_CASE("clustered_union on CUDA: sparse attention over the device-built patte
   const int64_t default_budget = detail::clustered_view_budget();
   for (int64_t budget : {default_budget, int64_t{0}}) {  // the view sized on the device, and by a read back
     CAPTURE(budget);
-    detail::set_clustered_view_budget(budget);
-    const SparsePattern d = clustered_union(base.to(Device::cuda()), a.to(Device::cuda()), 0.4, true);
-    detail::set_clustered_view_budget(default_budget);
+    const SparsePattern d = [&] {
+      const ViewBudget scope(budget);
+      return clustered_union(base.to(Device::cuda()), a.to(Device::cuda()), 0.4, true);
+    }();
     const int64_t S = base.keys();
     Tensor q = randn64({B, H, T, D}, true, 1), k = randn64({B, H, S, D}, true, 2), v = randn64({B, H, S, D}, true, 3);
     Tensor qd = q.detach().to(Device::cuda()), kd = k.detach().to(Device::cuda()), vd = v.detach().to(Device::cuda());

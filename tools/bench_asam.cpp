@@ -149,7 +149,8 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
   } else if (impl == "clustered") {
     const Tensor C = randn({kHeads, std::max<int64_t>(8, n / 256), kDHead}).to(g_device).to(g_dtype);
     // As the layer builds it: united with a (here empty) shared pattern by clustered_union, on CUDA by kernels.
-    const SparsePattern none = SparsePattern::from_rows(1, n, n, std::vector<std::vector<int64_t>>(n));
+    const SparsePattern none =
+        SparsePattern::from_rows(1, n, n, std::vector<std::vector<int64_t>>(n)).to(g_device);  // moved once
     fwd = [&, C, none] {
       const Tensor a = softmax(matmul(q.detach(), C.unsqueeze(0).transpose(-2, -1)), -1);
       p = clustered_union(none, a, 0.5, false);

@@ -624,9 +624,10 @@ BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
     const int64_t V = logits.size(2);
     Tensor flat_t = target.reshape({-1});
     Tensor per = cross_entropy(logits.reshape({-1, V}), flat_t, {.reduction = Reduction::None});  // 0 at ignored
-    Tensor kept = ne(flat_t, -100.0).to(per.dtype());
-    const Tensor n = sum(kept);  // the predicted bytes, exact in per's dtype
-    out.loss = sum(per) / clamp(n, 1.0, std::nullopt);
+    // the predicted bytes, counted in float32 / float64 (exact; bfloat16 is not past 256), the loss divided there
+    const DType acc = per.dtype() == kFloat64 ? kFloat64 : kFloat32;
+    const Tensor n = sum(ne(flat_t, -100.0).to(acc));
+    out.loss = (sum(per).to(acc) / clamp(n, 1.0, std::nullopt)).to(per.dtype());
     out.prediction = argmax(logits, -1);
     NoGradGuard ng;
     out.sums = cat({sum(per).to(kFloat64).view({1}),
