@@ -48,6 +48,8 @@ __global__ void __launch_bounds__(kThreads)
   const uint64_t* const mg = masks + g * b.T;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   auto at = [](A v) { return static_cast<double>(rows::to_acc(v)); };
+  uint64_t lane_or = 0;  // the buckets of the block's own tokens: a candidate that meets none joins no lane
+  for (int r = 0; r < lanes && kBlock * m + r < b.T; ++r) lane_or |= mg[kBlock * m + r];
 
   __shared__ int64_t s_warp[kWarps];
   __shared__ int64_t s_done;  // fill: the block's entries written so far
@@ -71,12 +73,14 @@ __global__ void __launch_bounds__(kThreads)
           hi = mid;
       }
       if (lo < e1 && bitems[lo] == t) bits = bbits[lo];
-      for (int r = 0; r < lanes; ++r) {
-        const int64_t i = kRows ? kBlock * m + r : t, j = kRows ? t : kBlock * m + r;
-        if (j < b.T && (!b.causal || j <= i) &&
-            clustered::joins(ag + i * b.c, ag + j * b.c, b.c, mg[i], mg[j], i == j, b.theta, at))
-          bits |= int64_t{1} << r;
-      }
+      const bool own = t >= kBlock * m && t < kBlock * m + lanes;  // a lane's own token (a non-finite row joins it)
+      if (t < b.T && (own || (mg[t] & lane_or) != 0))
+        for (int r = 0; r < lanes; ++r) {
+          const int64_t i = kRows ? kBlock * m + r : t, j = kRows ? t : kBlock * m + r;
+          if (j < b.T && (!b.causal || j <= i) &&
+              clustered::joins(ag + i * b.c, ag + j * b.c, b.c, mg[i], mg[j], i == j, b.theta, at))
+            bits |= int64_t{1} << r;
+        }
     }
     if constexpr (kFill) {
       const int flag = bits != 0;

@@ -46,16 +46,21 @@ struct Walk {
     const int64_t x = (s.base_groups == 1 ? 0 : g) * blocks + m;
     int64_t e = ptr[x];
     const int64_t e_end = ptr[x + 1];
+    const uint64_t* mg = masks + g * s.queries;
+    uint64_t lane_or = 0;  // the buckets of the block's own tokens: a candidate that meets none joins no lane
+    for (int64_t r = 0; r < lanes && kBlock * m + r < s.queries; ++r) lane_or |= mg[kBlock * m + r];
     for (int64_t t = 0; t < n_items; ++t) {
       int64_t b = 0;
       for (; e < e_end && items[e] < t; ++e) {
       }
       if (e < e_end && items[e] == t) b = bits[e];
-      for (int64_t r = 0; r < lanes; ++r) {
-        // rows side: row 16 m + r against key t; keys side: query t against key 16 m + r
-        const int64_t i = rows_side ? kBlock * m + r : t, j = rows_side ? t : kBlock * m + r;
-        if (j < s.queries && (!s.causal || j <= i) && joins(g, i, j)) b |= int64_t{1} << r;
-      }
+      const bool own = t >= kBlock * m && t < kBlock * m + lanes;  // a lane's own token (a non-finite row joins it)
+      if (t < s.queries && (own || (mg[t] & lane_or) != 0))
+        for (int64_t r = 0; r < lanes; ++r) {
+          // rows side: row 16 m + r against key t; keys side: query t against key 16 m + r
+          const int64_t i = rows_side ? kBlock * m + r : t, j = rows_side ? t : kBlock * m + r;
+          if (j < s.queries && (!s.causal || j <= i) && joins(g, i, j)) b |= int64_t{1} << r;
+        }
       if (b != 0) emit(t, b);
     }
   }
