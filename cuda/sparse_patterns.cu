@@ -176,6 +176,31 @@ __global__ void __launch_bounds__(256) offsets_kernel(const int64_t* counts, int
 
 cudaError_t checked(cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); }
 
+// One side's outputs of blocks_kernel: counts (and row lengths), or the offsets and the lists to fill.
+struct Side {
+  int64_t *count, *row_len;
+  const int64_t* ptr;
+  int64_t *items, *bits;
+};
+
+// blocks_kernel over the query blocks, then over the key blocks.
+template <bool kFill>
+cudaError_t both_sides(const Blocks& b, const void* a, FloatElem elem, const uint64_t* masks, Side rows, Side keys,
+                       cudaStream_t stream) {
+  if (b.groups == 0) return cudaSuccess;
+  return visit_float_elem(elem, [&](auto tag) -> cudaError_t {
+    using A = decltype(tag);
+    const A* ap = static_cast<const A*>(a);
+    const unsigned gy = grid_dim(b.groups, kMaxGridYZ);
+    cudaError_t e =
+        checked(launch_kernel(blocks_kernel<A, true, kFill>, dim3(grid_dim(blocks_of(b.T)), gy), dim3(kThreads), stream,
+                              b, ap, masks, rows.count, rows.row_len, rows.ptr, rows.items, rows.bits));
+    if (e != cudaSuccess) return e;
+    return checked(launch_kernel(blocks_kernel<A, false, kFill>, dim3(grid_dim(blocks_of(b.S)), gy), dim3(kThreads),
+                                 stream, b, ap, masks, keys.count, keys.row_len, keys.ptr, keys.items, keys.bits));
+  });
+}
+
 }  // namespace
 
 namespace patterns_launch {
@@ -191,35 +216,15 @@ cudaError_t masks(const Blocks& b, const void* a, FloatElem elem, uint64_t* mask
 
 cudaError_t count(const Blocks& b, const void* a, FloatElem elem, const uint64_t* masks, int64_t* rblk_count,
                   int64_t* kblk_count, int64_t* row_len, cudaStream_t stream) {
-  if (b.groups == 0) return cudaSuccess;
-  return visit_float_elem(elem, [&](auto tag) -> cudaError_t {
-    using A = decltype(tag);
-    const A* ap = static_cast<const A*>(a);
-    const unsigned gy = grid_dim(b.groups, kMaxGridYZ);
-    cudaError_t e =
-        checked(launch_kernel(blocks_kernel<A, true, false>, dim3(grid_dim(blocks_of(b.T)), gy), dim3(kThreads), stream,
-                              b, ap, masks, rblk_count, row_len, nullptr, nullptr, nullptr));
-    if (e != cudaSuccess) return e;
-    return checked(launch_kernel(blocks_kernel<A, false, false>, dim3(grid_dim(blocks_of(b.S)), gy), dim3(kThreads),
-                                 stream, b, ap, masks, kblk_count, nullptr, nullptr, nullptr, nullptr));
-  });
+  return both_sides<false>(b, a, elem, masks, {rblk_count, row_len, nullptr, nullptr, nullptr},
+                           {kblk_count, nullptr, nullptr, nullptr, nullptr}, stream);
 }
 
 cudaError_t fill(const Blocks& b, const void* a, FloatElem elem, const uint64_t* masks, const int64_t* rblk_ptr,
                  const int64_t* kblk_ptr, int64_t* rblk_keys, int64_t* rblk_bits, int64_t* kblk_rows,
                  int64_t* kblk_bits, cudaStream_t stream) {
-  if (b.groups == 0) return cudaSuccess;
-  return visit_float_elem(elem, [&](auto tag) -> cudaError_t {
-    using A = decltype(tag);
-    const A* ap = static_cast<const A*>(a);
-    const unsigned gy = grid_dim(b.groups, kMaxGridYZ);
-    cudaError_t e =
-        checked(launch_kernel(blocks_kernel<A, true, true>, dim3(grid_dim(blocks_of(b.T)), gy), dim3(kThreads), stream,
-                              b, ap, masks, nullptr, nullptr, rblk_ptr, rblk_keys, rblk_bits));
-    if (e != cudaSuccess) return e;
-    return checked(launch_kernel(blocks_kernel<A, false, true>, dim3(grid_dim(blocks_of(b.S)), gy), dim3(kThreads),
-                                 stream, b, ap, masks, nullptr, nullptr, kblk_ptr, kblk_rows, kblk_bits));
-  });
+  return both_sides<true>(b, a, elem, masks, {nullptr, nullptr, rblk_ptr, rblk_keys, rblk_bits},
+                          {nullptr, nullptr, kblk_ptr, kblk_rows, kblk_bits}, stream);
 }
 
 cudaError_t exclusive_offsets(const int64_t* counts, int64_t n, int64_t* ptr, cudaStream_t stream) {

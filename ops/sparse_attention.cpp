@@ -323,29 +323,28 @@ SparsePattern SparsePattern::lists_from_view() const {
             "{}: corrupt block view (list ends)", who);
   for (int64_t x = 0; x < groups_ * nqb; ++x)  // every offset first: no entry is read past the lists
     ASC_CHECK(ptr[x] <= ptr[x + 1], "{}: corrupt block view (block {})", who, x);
-  // Each row's length, then its keys in the view's order: a block's union ascends, so every row's keys do.
+  // Visits the view's (row, entry) pairs in its order: a block's union ascends, so every row's keys do.
+  auto each_pair = [&](auto&& visit) {
+    for (int64_t x = 0; x < groups_ * nqb; ++x) {
+      const int64_t i0 = (x / nqb) * queries_ + (x % nqb) * kRowBlock;
+      const int64_t lanes = std::min(kRowBlock, queries_ - (x % nqb) * kRowBlock);
+      for (int64_t e = ptr[x]; e < ptr[x + 1]; ++e) {
+        ASC_CHECK(bits[e] != 0 && (bits[e] >> lanes) == 0, "{}: corrupt block view (entry {})", who, e);
+        for (int64_t r = 0; r < lanes; ++r)
+          if (bits[e] >> r & 1) visit(i0 + r, e);
+      }
+    }
+  };
+  // Each row's length, then its keys.
   Tensor row_ptr = int64_buffer(n_rows + 1);
   int64_t* rp = row_ptr.data_ptr<int64_t>();
   std::fill(rp, rp + n_rows + 1, int64_t{0});
-  for (int64_t x = 0; x < groups_ * nqb; ++x) {
-    const int64_t i0 = (x / nqb) * queries_ + (x % nqb) * kRowBlock;
-    const int64_t lanes = std::min(kRowBlock, queries_ - (x % nqb) * kRowBlock);
-    for (int64_t e = ptr[x]; e < ptr[x + 1]; ++e) {
-      ASC_CHECK(bits[e] != 0 && (bits[e] >> lanes) == 0, "{}: corrupt block view (entry {})", who, e);
-      for (int64_t r = 0; r < lanes; ++r) rp[i0 + r + 1] += bits[e] >> r & 1;
-    }
-  }
+  each_pair([&](int64_t row, int64_t) { ++rp[row + 1]; });
   for (int64_t r = 0; r < n_rows; ++r) rp[r + 1] += rp[r];
   Tensor cols_t = int64_buffer(rp[n_rows]);
   int64_t* cols = cols_t.data_ptr<int64_t>();
   std::vector<int64_t> fill(rp, rp + n_rows);
-  for (int64_t x = 0; x < groups_ * nqb; ++x) {
-    const int64_t i0 = (x / nqb) * queries_ + (x % nqb) * kRowBlock;
-    const int64_t lanes = std::min(kRowBlock, queries_ - (x % nqb) * kRowBlock);
-    for (int64_t e = ptr[x]; e < ptr[x + 1]; ++e)
-      for (int64_t r = 0; r < lanes; ++r)
-        if (bits[e] >> r & 1) cols[fill[i0 + r]++] = keys[e];
-  }
+  each_pair([&](int64_t row, int64_t e) { cols[fill[row]++] = keys[e]; });
   SparsePattern p = from_csr(groups_, queries_, keys_, std::move(row_ptr), std::move(cols_t));
   ASC_CHECK(p.nnz_ == nnz() && p.max_row_ == max_row(),
             "{}: corrupt block view ({} pairs and a longest row of {}; {} and {} counted)", who, p.nnz_, p.max_row_,
@@ -504,16 +503,24 @@ BlockMeans hierarchical_summaries(const Tensor& x, int64_t b_in, const Tensor& k
   return {sum(xw.view({B, H, nb, b, d}), {3}) / clamp(count, 1.0, std::nullopt), gt(count.view({B, nb}), 0.0)};
 }
 
+namespace {
+// The clustered builders' arguments: soft assignments a (B, H, T, c) of a float dtype with B, H, c >= 1 and a length
+// the builders accept; θ finite and >= 0.
+void check_assignments(const char* who, const Tensor& a, double theta) {
+  check_defined(who, a, "a");
+  check_float(who, a, "a");
+  ASC_CHECK(a.dim() == 4 && a.size(3) >= 1, "{}: expects soft assignments a (B, H, T, c), got {}", who, a.shape());
+  ASC_CHECK(std::isfinite(theta) && theta >= 0, "{}: theta must be finite and >= 0, got {}", who, theta);
+  ASC_CHECK(a.size(0) >= 1 && a.size(1) >= 1, "{}: needs B, H >= 1 (one list per (batch, head)); got a of shape {}",
+            who, a.shape());
+  check_length(who, a.size(2));
+}
+}  // namespace
+
 SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
   constexpr const char* who = "clustered_pattern";
-  check_defined(who, a_in, "a");
-  check_float(who, a_in, "a");
-  ASC_CHECK(a_in.dim() == 4 && a_in.size(3) >= 1, "{}: expects soft assignments a (B, H, T, c), got {}", who,
-            a_in.shape());
-  ASC_CHECK(std::isfinite(theta) && theta >= 0, "{}: theta must be finite and >= 0, got {}", who, theta);
+  check_assignments(who, a_in, theta);
   const int64_t B = a_in.size(0), H = a_in.size(1), T = a_in.size(2), c = a_in.size(3);
-  ASC_CHECK(B >= 1 && H >= 1, "{}: needs B, H >= 1 (one list per (batch, head)); got a of shape {}", who, a_in.shape());
-  check_length(who, T);
   const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
   const double* ap = a.data_ptr<double>();
   for (int64_t x = 0; x < a.numel(); ++x) {
@@ -687,14 +694,8 @@ SparsePattern clustered_union(const SparsePattern& base, const Tensor& a_in, dou
                               bool with_block_view) {
   constexpr const char* who = "clustered_union";
   ASC_CHECK(base.defined(), "{}: the base pattern is empty (build it with a *_pattern function)", who);
-  check_defined(who, a_in, "a");
-  check_float(who, a_in, "a");
-  ASC_CHECK(a_in.dim() == 4 && a_in.size(3) >= 1, "{}: expects soft assignments a (B, H, T, c), got {}", who,
-            a_in.shape());
-  ASC_CHECK(std::isfinite(theta) && theta >= 0, "{}: theta must be finite and >= 0, got {}", who, theta);
+  check_assignments(who, a_in, theta);
   const int64_t B = a_in.size(0), H = a_in.size(1), T = a_in.size(2), c = a_in.size(3);
-  ASC_CHECK(B >= 1 && H >= 1, "{}: needs B, H >= 1 (one list per (batch, head)); got a of shape {}", who, a_in.shape());
-  check_length(who, T);
   const int64_t G = checked_mul(B, H, who, "B x H"), S = base.keys();
   ASC_CHECK(base.queries() == T && S >= T,
             "{}: the base pattern is for {} queries and {} keys; a has T = {} (needs T queries and >= T keys)", who,
