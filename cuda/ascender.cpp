@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "autograd/node.h"
+#include "core/determinism.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "cuda/ascender_launch.h"
@@ -17,6 +19,18 @@ namespace asc::cuda {
 
 namespace L = ascender_launch;
 
+namespace {
+
+// Whether the tensor-core kernels (cuda/ascender_mma.cu, cuda/ascender_mma_backward.cu) take these inputs.
+bool takes_mma(const AscenderKernelInputs& in, const AscenderConfig& cfg) {
+  L::Params p{};
+  p.H = in.q.size(1), p.d = in.q.size(3), p.dz = in.z.size(3), p.da = in.e.size(3);
+  for (int64_t h = 0; h < p.H && h < L::kMaxHeads; ++h) p.k_nbr[h] = cfg.k[h];
+  return L::mma_takes(float_elem_of("ascender_attention", in.q.dtype()), p, allow_tf32());
+}
+
+}  // namespace
+
 void ascender_unsupported(const AscenderKernelInputs& in, const AscenderConfig& cfg, std::string& why) {
   why.clear();
   const int64_t B = in.q.size(0), H = in.q.size(1);
@@ -25,6 +39,13 @@ void ascender_unsupported(const AscenderKernelInputs& in, const AscenderConfig& 
   if (H > L::kMaxHeads || kmax > L::kMaxK || dims > L::kMaxDim || B * H > 65535)
     why = fmt::format("heads {}, k {}, head dims {} or batch x heads {} beyond the CUDA kernel's {}, {}, {}, 65535", H,
                       kmax, dims, B * H, L::kMaxHeads, L::kMaxK, L::kMaxDim);
+  // The row kernels' backward sums the gradients of k, v, z, e and the scalars over rows with atomicAdd; the
+  // tensor-core backward writes each once, in a fixed order.
+  else if (deterministic_algorithms_enabled() && !takes_mma(in, cfg) &&
+           autograd::needs_grad({&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e, &in.scalars}))
+    why =
+        "deterministic mode: the CUDA row kernel's backward accumulates with atomicAdd (the tensor-core kernels', "
+        "for bfloat16, float16 and float32 as TF32, does not)";
 }
 
 namespace {
@@ -87,7 +108,8 @@ Tensor row_workspace(const AscenderKernelInputs& in, L::Params& p, int64_t share
 
 // The row kernels (cuda/ascender.cu) keep no state between the passes: the backward recomputes each row. The
 // tensor-core forward (cuda/ascender_mma.cu), which runs what it takes, leaves the neighbourhoods it chose in
-// state->nbr, and the backward uses those.
+// state->nbr and its workspace with the rows' records in state->rows, and the tensor-core backward
+// (cuda/ascender_mma_backward.cu) runs on those.
 void ascender_forward(const AscenderKernelInputs& in, const AscenderConfig& cfg, Tensor& y,
                       AscenderKernelState* state) {
   const FloatElem t = float_elem_of("ascender_attention", in.q.dtype());
@@ -97,14 +119,16 @@ void ascender_forward(const AscenderKernelInputs& in, const AscenderConfig& cfg,
     p.constant_row = L::mma_constant_row(t);
     if (state) state->constant_row = p.constant_row;  // the backward standardises with the same threshold
     const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);
-    const Tensor work = Tensor::empty({L::mma_workspace_floats(p)}, {kFloat32, in.q.device(), false});
+    const bool records = state != nullptr;  // training: keep what the backward needs
+    const Tensor work = Tensor::empty({L::mma_workspace_floats(p, records)}, {kFloat32, in.q.device(), false});
+    if (state) state->rows = work;
     int64_t* nbr = nullptr;
     const int64_t kmax = *std::max_element(cfg.k.begin(), cfg.k.end());
     if (state && cfg.use_align) {
       state->nbr = Tensor::empty({B, H, T, kmax}, {kInt64, in.q.device(), false});
       nbr = state->nbr.data_ptr<int64_t>();
     }
-    ASC_CUDA_CHECK(L::mma_forward(t, p, work.raw_data(), nbr, kmax, current_stream()));
+    ASC_CUDA_CHECK(L::mma_forward(t, p, work.raw_data(), records, nbr, kmax, current_stream()));
     return;
   }
   const Tensor scratch = row_workspace(in, p, L::max_keys(t), L::kForwardArrays);
@@ -118,34 +142,44 @@ void ascender_backward(const AscenderKernelInputs& in, const AscenderConfig& cfg
   p.fwd = params(in, cfg);
   if (state.nbr.defined()) p.fwd.saved_nbr = state.nbr.data_ptr<int64_t>(), p.fwd.saved_nbr_k = state.nbr.size(3);
   if (state.constant_row > 0) p.fwd.constant_row = state.constant_row;
-  const Tensor scratch = row_workspace(in, p.fwd, L::max_keys_backward(t), L::kBackwardArrays);
   const Tensor gy = gy_in.contiguous();
-  const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);
-  // Gradients accumulate (atomics) in the compute type: into the op's gradients (ops/kernel_list.inc) when they have
-  // it, else (bfloat16 / float16) into float32 accumulators converted into them at the end.
-  const DType acc = in.q.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  const DType acc = in.q.dtype() == kFloat64 ? kFloat64 : kFloat32;  // the kernels' compute type
   const TensorOptions opt{acc, in.q.device(), false};
-  auto zeroed = [&](const Shape& shape) {
-    Tensor t = Tensor::empty(shape, opt);
-    cuda::fill(t, 0.0);  // this backend's fill kernel (a leaf, not the op)
-    return t;
-  };
+  // Gradients in the compute type: the op's own where they have it, else (bfloat16 / float16) float32 sums converted
+  // into them at the end.
   TensorList sums = grads;
   for (Tensor& s : sums) {
-    if (acc != in.q.dtype()) s = Tensor::empty(s.shape(), opt);  // float32 sums for bfloat16 / float16 gradients
-    cuda::fill(s, 0.0);
+    if (acc != in.q.dtype()) s = Tensor::empty(s.shape(), opt);
+    cuda::fill(s, 0.0);  // this backend's fill kernel (a leaf, not the op)
   }
   Tensor &dq = sums[0], &dkr = sums[1], &dk = sums[2], &dv = sums[3], &dz = sums[4], &de = sums[5];
   Tensor& dscalars = sums[6];
-  Tensor dkhat = zeroed(in.q.shape()), dehat = zeroed(in.e.shape());  // workspace
-  Tensor knorm = Tensor::empty({B, H, T}, opt), enorm = Tensor::empty({B, H, T}, opt);
   p.gy = gy.raw_data();
   p.dq = dq.raw_data(), p.dkr = dkr.raw_data(), p.dk = dk.raw_data(), p.dv = dv.raw_data();
   p.dz = dz.raw_data(), p.de = de.raw_data(), p.dscalars = dscalars.raw_data();
+  auto finish = [&] {
+    if (acc != in.q.dtype())
+      for (size_t i = 0; i < grads.size(); ++i) cuda::copy(sums[i], grads[i]);  // this backend's casting copy kernel
+  };
+  if (state.rows.defined()) {  // after the tensor-core forward: its backward, every gradient written once
+    Tensor work = Tensor::empty({L::mma_backward_floats(p.fwd)}, opt);
+    cuda::fill(work, 0.0);
+    ASC_CUDA_CHECK(L::mma_backward(t, p, state.rows.raw_data(), work.raw_data(), current_stream()));
+    finish();
+    return;
+  }
+  const Tensor scratch = row_workspace(in, p.fwd, L::max_keys_backward(t), L::kBackwardArrays);
+  const int64_t B = in.q.size(0), H = in.q.size(1), T = in.q.size(2);
+  auto zeroed = [&](const Shape& shape) {
+    Tensor t = Tensor::empty(shape, opt);
+    cuda::fill(t, 0.0);
+    return t;
+  };
+  Tensor dkhat = zeroed(in.q.shape()), dehat = zeroed(in.e.shape());  // workspace
+  Tensor knorm = Tensor::empty({B, H, T}, opt), enorm = Tensor::empty({B, H, T}, opt);
   p.dkhat = dkhat.raw_data(), p.dehat = dehat.raw_data(), p.knorm = knorm.raw_data(), p.enorm = enorm.raw_data();
-  ASC_CUDA_CHECK(L::backward(t, p, current_stream()));
-  if (acc != in.q.dtype())
-    for (size_t i = 0; i < grads.size(); ++i) cuda::copy(sums[i], grads[i]);  // this backend's casting copy kernel
+  ASC_CUDA_CHECK(L::backward(t, p, current_stream()));  // the row kernels: accumulated with atomicAdd
+  finish();
 }
 
 }  // namespace asc::cuda

@@ -207,6 +207,19 @@ cudaError_t forward(FloatElem t, const Params& p, cudaStream_t stream) {
   });
 }
 
+cudaError_t unit_rows_backward(FloatElem t, const void* x, const void* norm, const void* dy, int64_t rows, int64_t cols,
+                               double eps, void* dx, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  return visit_float_elem(t, [&](auto tag) {
+    using S = decltype(tag);
+    using T = rows::acc_t<S>;
+    const cudaError_t err =
+        launch_kernel(unit_rows_backward_kernel<S, T>, dim3(grid_dim(rows)), dim3(32), stream, in<S>(x, 0),
+                      static_cast<const T*>(norm), static_cast<const T*>(dy), rows, cols, eps, static_cast<T*>(dx));
+    return err != cudaSuccess ? err : cudaGetLastError();
+  });
+}
+
 cudaError_t backward(FloatElem t, const BackwardParams& p, cudaStream_t stream) {
   if (p.fwd.B * p.fwd.H == 0 || p.fwd.T == 0) return cudaSuccess;
   return visit_float_elem(t, [&](auto tag) { return backward_for<decltype(tag)>(p, stream); });

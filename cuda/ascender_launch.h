@@ -70,14 +70,28 @@ struct BackwardParams {
 cudaError_t forward(FloatElem t, const Params& p, cudaStream_t stream);
 cudaError_t backward(FloatElem t, const BackwardParams& p, cudaStream_t stream);
 
+// The backward of the unit maps y = x / max(|x|, eps), row by row: dx = (dy - y (y·dy)) / |x| (dy / eps below eps).
+// x (rows, cols) of element type t; norm (rows), dy and dx (rows, cols) of its compute type.
+cudaError_t unit_rows_backward(FloatElem t, const void* x, const void* norm, const void* dy, int64_t rows, int64_t cols,
+                               double eps, void* dx, cudaStream_t stream);
+
 // The tensor-core forward (cuda/ascender_mma.cu), for the inputs mma_takes: bfloat16 / float16, or float32 when TF32
-// is allowed; d ≤ 64, d_z and d_a ≤ 32, k ≤ 32. workspace: mma_workspace_floats(p) floats (the keys' and latents'
-// norms, the rows' u_i and c_i). nbr: where N(i) goes, (B, H, T, nbr_k) int64 as saved_nbr reads it, or null.
+// is allowed; d ≤ 64, d_z and d_a ≤ 32, k ≤ 32. workspace: mma_workspace_floats(p, records) floats (the keys' and
+// latents' norms, the rows' u_i and c_i, and with `records` what the backward needs of each row). nbr: where N(i)
+// goes, (B, H, T, nbr_k) int64 as saved_nbr reads it, or null.
 bool mma_takes(FloatElem t, const Params& p, bool allow_tf32);
 // Its constant-row threshold: four units of the operands' roundoff (bfloat16 2^-8, float16 and TF32 2^-11).
 constexpr double mma_constant_row(FloatElem t) { return t == FloatElem::BF16 ? 4 * 0x1p-8 : 4 * 0x1p-11; }
-int64_t mma_workspace_floats(const Params& p);
-cudaError_t mma_forward(FloatElem t, const Params& p, void* workspace, int64_t* nbr, int64_t nbr_k,
+int64_t mma_workspace_floats(const Params& p, bool records);
+cudaError_t mma_forward(FloatElem t, const Params& p, void* workspace, bool records, int64_t* nbr, int64_t nbr_k,
                         cudaStream_t stream);
+
+// The tensor-core backward (cuda/ascender_mma_backward.cu), after mma_forward with records (forward_ws) and, when
+// alignment is on, N(i) in p.fwd.saved_nbr. Every gradient is written (none accumulated), by one block in a fixed
+// order: float32 results repeat bit for bit. The gradients (p.dq ... p.dscalars) are float32; p.dkhat, p.dehat,
+// p.knorm, p.enorm are not used. workspace: mma_backward_floats(p.fwd) floats, zero on entry.
+int64_t mma_backward_floats(const Params& p);
+cudaError_t mma_backward(FloatElem t, const BackwardParams& p, const void* forward_ws, void* workspace,
+                         cudaStream_t stream);
 
 }  // namespace asc::cuda::ascender_launch

@@ -30,6 +30,7 @@
 #include <type_traits>
 
 #include "cuda/ascender_launch.h"
+#include "cuda/ascender_mma_common.cuh"
 #include "cuda/launch_kernel.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/mma_tiles.cuh"
@@ -41,7 +42,8 @@ namespace asc::cuda {
 namespace {
 
 using namespace ascender_launch;
-using namespace ascender;  // kOmegaA ... (ops/ascender_scalars.h), kConstantRow
+using namespace ascender_mma;  // the limits, staging, tiles visited, moments, Rec
+using namespace ascender;      // kOmegaA ... (ops/ascender_scalars.h), kConstantRow
 using mma::FragC;
 using mma::Kind;
 using mma_tiles::col_of;
@@ -59,17 +61,12 @@ using tiles::nan_max;
 using tiles::neg_inf;
 
 constexpr int kWarps = 4;
-constexpr int kBlockRows = kWarps * kRows;         // 64 query rows per block
-constexpr int kMaxD = 64;                          // d
-constexpr int kMaxL = 32;                          // d_z, d_a
-constexpr int kMaxNbr = 32;                        // k
-constexpr int kLdD = kMaxD + 4, kLdL = kMaxL + 4;  // shared row strides (distinct banks for the fragment loads)
+constexpr int kBlockRows = kWarps * kRows;  // 64 query rows per block
 
 // Shared memory: region A holds the key tiles of a pass (and the keys' |z_j|² and inverse norms), and during pass 1 and
 // the row step also the warps' top-k lists (its first kListWords; pass 1's tiles follow them); before pass 1, the
 // block's rows are staged at kUOffset. Region B is TF32's P scratch. u_i and c_i go through global memory (the
 // workspace), read back as A fragments per tile.
-constexpr int kTileD = kTile * kLdD, kTileL = kTile * kLdL;
 constexpr int kListWords = kWarps * kRows * kMaxNbr * 2;  // values and indices
 constexpr int kUOffset = kListWords;
 constexpr int kRegionA = 3 * kTileD + 2 * kTileL + 3 * kTile;  // k_rot, k, v, e, z tiles; |z_j|², 1/|k_j|, 1/|e_j|
@@ -77,169 +74,11 @@ constexpr int kRegionB = kWarps * kRows * mma_tiles::kPld;
 static_assert(kUOffset + kBlockRows * kLdL <= kRegionA, "the block's rows fit region A beside the lists");
 static_assert(kListWords + kTileD + 2 * kTileL + 2 * kTile <= kRegionA, "pass 1's tiles fit region A beside the lists");
 
-// One (batch, head): its (T, width) input rows, per-key norms and scalars.
-template <class S>
-struct Head {
-  const S *q, *kr, *k, *v, *z, *e, *scal;
-  const float *knorm, *enorm;  // |k_j|, |e_j|
-  int64_t b, h, bh;
-  __device__ float scalar(int s, int64_t H) const { return to_acc(scal[s * H + h]); }
-};
-
-// Rows [r0, r0 + rows) of a (n, width) input into dst (stride ld) in float32, 0 past n and past the width (up to wp
-// columns). The unit vectors k̂ and ê are never staged: the products take the inputs themselves (exact operands in
-// bfloat16 / float16) and are divided by the norms after (inv_norms).
-template <class S>
-__device__ __forceinline__ void stage(float* dst, int ld, const S* x, int64_t r0, int rows, int64_t n, int64_t width,
-                                      int64_t wp) {
-  const int tid = threadIdx.y * 32 + threadIdx.x;
-  for (int e = tid; e < rows * wp; e += 32 * kWarps) {
-    const int r = e / static_cast<int>(wp), c = e % static_cast<int>(wp);
-    dst[r * ld + c] = r0 + r < n && c < width ? to_acc(x[(r0 + r) * width + c]) : 0.0f;
-  }
-}
-
-// 1 / max(|x_r|, eps) of rows [r0, r0 + rows) into out (0 past n).
-__device__ __forceinline__ void inv_norms(float* out, const float* norm, int64_t r0, int rows, int64_t n, float eps) {
-  for (int r = threadIdx.y * 32 + threadIdx.x; r < rows; r += 32 * kWarps)
-    out[r] = r0 + r < n ? 1.0f / fmaxf(norm[r0 + r], eps) : 0.0f;
-}
-
-// The key tiles a block of rows [t0, t0 + rows) visits: [a0, a1) then [b0, b1), tile starts step kTile. Every key,
-// or in windowed mode the tiles of the global tokens and of the window's band (a block holding a global row sees
-// every key).
-struct Visit {
-  int64_t a0, a1, b0, b1;
-};
-__device__ __forceinline__ Visit visit_of(const Params& p, int64_t t0, int64_t rows) {
-  const int64_t n = p.T, w = p.window, g = p.global_tokens < n ? p.global_tokens : n;
-  if (w <= 0 || t0 < g) return {0, n, 0, 0};
-  const int64_t lo = t0 - w + 1 > 0 ? t0 - w + 1 : 0, hi = t0 + rows - 1 + w < n ? t0 + rows - 1 + w : n;
-  const int64_t g_end = (g + kTile - 1) / kTile * kTile, lo_tile = lo / kTile * kTile;
-  return {0, g, lo_tile > g_end ? lo_tile : g_end, hi};
-}
-template <class F>
-__device__ __forceinline__ void for_tiles(const Visit& v, F&& f) {
-  for (int64_t s0 = v.a0; s0 < v.a1; s0 += kTile) f(s0);
-  for (int64_t s0 = v.b0; s0 < v.b1; s0 += kTile) f(s0);
-}
-
-// Whether row i attends to key j: inside the sequence, the window or a global token, and the keep mask.
-__device__ __forceinline__ bool kept(const Params& p, int64_t b, int64_t h, int64_t i, int64_t j) {
-  if (i >= p.T || j >= p.T) return false;
-  const int64_t w = p.window, g = p.global_tokens;
-  bool kp = w <= 0 || (i > j ? i - j : j - i) < w || i < g || j < g;
-  if (p.keep)
-    kp = kp && p.keep[b * p.keep_stride[0] + h * p.keep_stride[1] + i * p.keep_stride[2] + j * p.keep_stride[3]];
-  return kp;
-}
-
-// The warp's 16 rows [r0, r0 + 16) of a (n, width) row-major array as A fragments over wp columns, read from global
-// memory (0 past n and the width). Used for the operands of two passes only (q, u_i, c_i): held across the others,
-// they would cost the registers the products need.
-template <Kind K, int W, class X>
-__device__ __forceinline__ void load_global(mma_tiles::RowsA<K, W>& ra, const X* x, int64_t r0, int64_t n,
-                                            int64_t width, int64_t wp) {
-  const int g = mma::lane_g(), t = mma::lane_t();
-  auto at = [&](int m, int64_t c) { return r0 + m < n && c < width ? to_acc(x[(r0 + m) * width + c]) : 0.0f; };
-#pragma unroll
-  for (int s = 0; s < mma_tiles::RowsA<K, W>::kSteps; ++s) {
-    const int64_t k0 = int64_t(s) * mma::kK<K>;
-    if (k0 >= wp) break;
-    mma::FragA& a = ra.a[s];
-    if constexpr (K == Kind::TF32) {
-      a.r[0] = mma::tf32_bits(at(g, k0 + t)), a.r[1] = mma::tf32_bits(at(g + 8, k0 + t));
-      a.r[2] = mma::tf32_bits(at(g, k0 + t + 4)), a.r[3] = mma::tf32_bits(at(g + 8, k0 + t + 4));
-    } else {
-      auto two = [&](int m, int64_t c) { return mma::pack2<K>(at(m, c), at(m, c + 1)); };
-      a.r[0] = two(g, k0 + 2 * t), a.r[1] = two(g + 8, k0 + 2 * t);
-      a.r[2] = two(g, k0 + 2 * t + 8), a.r[3] = two(g + 8, k0 + 2 * t + 8);
-    }
-  }
-}
-
-// x as the tensor core reads it as an operand of kind K (the squared norms that complete a distance's expansion must
-// be those of the same values, or |z_i - z_i|² is not 0).
-template <Kind K>
-__device__ __forceinline__ float as_operand(float x) {
-  if constexpr (K == Kind::TF32) {
-    const uint32_t u = mma::tf32_bits(x);
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  } else if constexpr (K == Kind::BF16) {
-    return __bfloat162float(__float2bfloat16(x));
-  } else {
-    return __half2float(__float2half(x));
-  }
-}
-
-// |x_r|² of rows [r0, r0 + rows) into sq, of the values as operands of kind K (0 past n).
-template <Kind K, class S>
-__device__ __forceinline__ void squares(float* sq, const S* x, int64_t r0, int rows, int64_t n, int64_t width) {
-  for (int r = threadIdx.y * 32 + threadIdx.x; r < rows; r += 32 * kWarps) {
-    float s = 0.0f;
-    for (int64_t c = 0; c < width && r0 + r < n; ++c) {
-      const float v = as_operand<K>(to_acc(x[(r0 + r) * width + c]));
-      s += v * v;
-    }
-    sq[r] = s;
-  }
-}
-
-// (x, j) ranks before (y, l) in a neighbourhood: larger score, ties to the lower index.
-__device__ __forceinline__ bool better(float x, int j, float y, int l) { return x > y || (x == y && j < l); }
-
-// A running count, mean and M2 of a raw row's entries, with its largest magnitude; merged across tiles by Welford's
-// update and across the lanes of a group as Chan et al. (stable where sums of squares are not).
-struct Moments {
-  float n = 0, mean = 0, m2 = 0, big = 0;
-  __device__ void add(float x) {
-    n += 1.0f;
-    const float dlt = x - mean;
-    mean += dlt / n;
-    m2 += dlt * (x - mean);
-    const float ax = x < 0.0f ? -x : x;
-    big = ax > big ? ax : big;  // a NaN does not enter big (as the row kernel's max)
-  }
-  __device__ void merge_group() {
-#pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      const float nb = __shfl_xor_sync(0xffffffffu, n, o), mb = __shfl_xor_sync(0xffffffffu, mean, o);
-      const float m2b = __shfl_xor_sync(0xffffffffu, m2, o), bb = __shfl_xor_sync(0xffffffffu, big, o);
-      const float nt = n + nb;
-      if (nt > 0.0f) {
-        const float dlt = mb - mean;
-        mean += dlt * nb / nt;
-        m2 += m2b + dlt * dlt * n * nb / nt;
-      }
-      n = nt;
-      big = bb > big ? bb : big;
-    }
-  }
-};
-
-// A raw row's standardisation from the moments of its source (raw = f src): β̃_j = (raw_j - mu) scale; scale 0 on a
-// constant row (σ <= constant_row max|raw|: Params::constant_row, at the operands' rounding level, mma_constant_row)
-// and on a row without kept keys.
-struct Standardise {
-  float mu = 0, scale = 0;
-  __device__ Standardise(const Moments& m, float f, double eps, double constant_rel) {
-    if (m.n == 0.0f) return;
-    mu = f * m.mean;
-    const float af = f < 0.0f ? -f : f;
-    const double sd = double(af) * sqrt(double(m.m2 > 0.0f ? m.m2 : 0.0f) / m.n);
-    const bool constant = sd <= constant_rel * double(af * m.big);
-    scale = constant ? 0.0f : static_cast<float>(1 / (sd + eps));
-    if (m.mean != m.mean || f != f) mu = scale = NAN;  // a NaN entry or factor: the row is NaN
-  }
-};
-
 template <class S>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     ascender_mma_forward_kernel(Params p, const float* __restrict__ knorm, const float* __restrict__ enorm,
                                 float* __restrict__ u_rows, float* __restrict__ c_rows, int64_t* __restrict__ nbr_out,
-                                int64_t nbr_k) {
+                                int64_t nbr_k, float* __restrict__ rec) {
   constexpr Kind K = mma::kind_of<S>();
   __shared__ float A_[kRegionA];
   __shared__ float B_[kRegionB];
@@ -381,6 +220,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
   // ---- the rows' alignment, separation and cohesion factors; u_i and c_i as A fragments ---------------------------
   float fa[2] = {1.0f, 1.0f}, la[2] = {0.0f, 0.0f}, ls[2] = {0.0f, 0.0f}, eta[2] = {0.0f, 0.0f};
+  float gam_a[2] = {0.0f, 0.0f}, snorm_a[2] = {0.0f, 0.0f}, nbr_m[2] = {0.0f, 0.0f};  // for the record
   float Wc[2] = {1.0f, 1.0f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -414,8 +254,12 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 #pragma unroll
       for (int u = 0; u < 2; ++u)
         if (i < n && lane + 32 * u < d) U[i * d + lane + 32 * u] = nan_nbr ? NAN : s[u] * uinv;
-      if (rr == g) la[0] = lam * gamma, fa[0] = after ? 1.0f : lam * gamma;
-      if (rr == g + 8) la[1] = lam * gamma, fa[1] = after ? 1.0f : lam * gamma;
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (rr == g + 8 * r) {
+          la[r] = lam * gamma, fa[r] = after ? 1.0f : lam * gamma;
+          gam_a[r] = gamma, snorm_a[r] = snorm, nbr_m[r] = nan_nbr ? -1.0f : float(m);
+        }
       if (nbr_out && i < n && lane < nbr_k)
         nbr_out[(bh * n + i) * nbr_k + lane] = nan_nbr && lane == 0 ? -2 : lane < m ? ti[rr * kMaxNbr + lane] : -1;
     }
@@ -550,27 +394,32 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // The terms in S: Σ_t w_t (f_t src_t - μ_t) = Σ_t k_t src_t + k0, with w_t = ω' (the gate after_norm) scale_t,
   // k_t = w_t f_t and k0 = -Σ_t w_t μ_t (the raw row raw_t = f_t src_t, its mean μ_t and scale_t).
   float ka[2] = {0, 0}, ks[2] = {0, 0}, kc[2] = {0, 0}, k0[2] = {0, 0};
+  float gam_c[2] = {0, 0}, lc[2] = {0, 0};
+  Standardise sa[2], ss[2], sc[2];  // for the record
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     ma[r].merge_group(), ms[r].merge_group(), mc[r].merge_group();
     var_c[r] = group_sum(var_c[r]) / Wc[r];
     if (p.use_align) {
       const Standardise st(ma[r], fa[r], p.norm_eps, p.constant_row);
+      sa[r] = st;
       const float w = hd.scalar(kOmegaA, H) * om * (after ? la[r] : 1.0f) * st.scale;
       ka[r] = w * fa[r], k0[r] -= w * st.mu;
     }
     if (p.use_sep) {
       const float f = -(after ? 1.0f : ls[r]);  // raw sep = -f φ
       const Standardise st(ms[r], f, p.norm_eps, p.constant_row);
+      ss[r] = st;
       const float w = hd.scalar(kOmegaS, H) * om * (after ? ls[r] : 1.0f) * st.scale;
       ks[r] = w * f, k0[r] -= w * st.mu;
     }
     if (p.use_coh) {
-      const float gamma = math::sigmoid(static_cast<float>(-p.alpha_coh[h]) * var_c[r]);
-      const float lc = hd.scalar(kLambdaC, H) * gamma;
-      const float f = -(after ? 1.0f : lc * inv_tau_c);
+      gam_c[r] = math::sigmoid(static_cast<float>(-p.alpha_coh[h]) * var_c[r]);
+      lc[r] = hd.scalar(kLambdaC, H) * gam_c[r];
+      const float f = -(after ? 1.0f : lc[r] * inv_tau_c);
       const Standardise st(mc[r], f, p.norm_eps, p.constant_row);
-      const float w = hd.scalar(kOmegaC, H) * om * (after ? lc : 1.0f) * st.scale;
+      sc[r] = st;
+      const float w = hd.scalar(kOmegaC, H) * om * (after ? lc[r] : 1.0f) * st.scale;
       kc[r] = w * f, k0[r] -= w * st.mu;
     }
   }
@@ -657,6 +506,19 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (row[r] >= n) continue;
+    if (rec && tt == 0) {  // the record of this row (Rec), by one lane of its group
+      float* const o = rec + (bh * n + row[r]) * kRec;
+      o[rMax] = mrow[r], o[rSum] = l[r], o[rK0] = k0[r], o[rKa] = ka[r], o[rKs] = ks[r], o[rKc] = kc[r];
+      o[rFa] = fa[r], o[rLa] = la[r], o[rGammaA] = gam_a[r], o[rSnorm] = snorm_a[r], o[rNbr] = nbr_m[r];
+      o[rLs] = ls[r], o[rEta] = eta[r], o[rRho] = rho[r];
+      o[rLc] = lc[r], o[rGammaC] = gam_c[r], o[rVarC] = var_c[r], o[rW] = Wc[r];
+      const Moments* mom[3] = {&ma[r], &ms[r], &mc[r]};
+      const Standardise* sd[3] = {&sa[r], &ss[r], &sc[r]};
+      for (int t = 0; t < 3; ++t) {
+        o[rec_stat(t, sCount)] = mom[t]->n, o[rec_stat(t, sMean)] = mom[t]->mean, o[rec_stat(t, sM2)] = mom[t]->m2;
+        o[rec_stat(t, sSd)] = sd[t]->sd, o[rec_stat(t, sScale)] = sd[t]->scale;
+      }
+    }
     const bool live = l[r] > 0.0f || l[r] != l[r];  // no kept key: a zero row; a NaN row stays NaN
     const float inv = live ? 1.0f / l[r] : 0.0f;
 #pragma unroll
@@ -693,28 +555,26 @@ bool mma_takes(FloatElem t, const Params& p, bool allow_tf32) {
   return p.d <= kMaxD && p.dz <= kMaxL && p.da <= kMaxL && kmax <= kMaxNbr;
 }
 
-int64_t mma_workspace_floats(const Params& p) { return p.B * p.H * p.T * (2 + p.d + p.dz); }
+int64_t mma_workspace_floats(const Params& p, bool records) {
+  return p.B * p.H * p.T * (2 + p.d + p.dz + (records ? kRec : 0));
+}
 
-cudaError_t mma_forward(FloatElem t, const Params& p, void* workspace, int64_t* nbr, int64_t nbr_k,
+cudaError_t mma_forward(FloatElem t, const Params& p, void* workspace, bool records, int64_t* nbr, int64_t nbr_k,
                         cudaStream_t stream) {
   if (p.B * p.H == 0 || p.T == 0) return cudaSuccess;
   auto go = [&](auto tag) -> cudaError_t {
     using S = decltype(tag);
-    const int64_t rows = p.B * p.H * p.T;
-    float* const knorm = static_cast<float*>(workspace);
-    float* const enorm = knorm + rows;
-    cudaError_t err = checked(launch_kernel(row_norms_kernel<S>, dim3(grid_dim(rows)), dim3(32), stream,
-                                            static_cast<const S*>(p.k), rows, p.d, knorm));
+    const MmaWorkspace w(p, workspace);
+    cudaError_t err = checked(launch_kernel(row_norms_kernel<S>, dim3(grid_dim(w.rows)), dim3(32), stream,
+                                            static_cast<const S*>(p.k), w.rows, p.d, w.knorm));
     if (err != cudaSuccess) return err;
-    err = checked(launch_kernel(row_norms_kernel<S>, dim3(grid_dim(rows)), dim3(32), stream, static_cast<const S*>(p.e),
-                                rows, p.da, enorm));
+    err = checked(launch_kernel(row_norms_kernel<S>, dim3(grid_dim(w.rows)), dim3(32), stream,
+                                static_cast<const S*>(p.e), w.rows, p.da, w.enorm));
     if (err != cudaSuccess) return err;
     const dim3 grid(grid_dim((p.T + kBlockRows - 1) / kBlockRows), grid_dim(p.B * p.H, kMaxGridYZ));
-    float* const u_rows = enorm + rows;
-    float* const c_rows = u_rows + rows * p.d;
     return checked(launch_kernel(ascender_mma_forward_kernel<S>, grid, dim3(32, kWarps), stream, p,
-                                 static_cast<const float*>(knorm), static_cast<const float*>(enorm), u_rows, c_rows,
-                                 nbr, nbr_k));
+                                 static_cast<const float*>(w.knorm), static_cast<const float*>(w.enorm), w.u, w.c, nbr,
+                                 nbr_k, records ? w.rec : nullptr));
   };
   return visit_mma_elem(t, go);
 }

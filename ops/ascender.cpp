@@ -117,10 +117,6 @@ std::string op_unsupported(const AscenderCoreArgs& a, bool want_out, bool want_a
 }
 
 std::string kernel_unsupported(const AscenderKernelInputs& in, const AscenderConfig& cfg) {
-  // The CUDA kernel's backward sums the gradients of k, v, z, e and the scalars over rows with atomicAdd.
-  if (deterministic_algorithms_enabled() && in.q.device().is_cuda() &&
-      autograd::needs_grad({&in.q, &in.k_rot, &in.k, &in.v, &in.z, &in.e, &in.scalars}))
-    return "deterministic mode: the CUDA kernel's backward accumulates with atomicAdd";
   std::string why;
   ASC_KERNEL(in.q.device(), kOp, ascender_unsupported, in, cfg, why);
   return why;

@@ -1,0 +1,237 @@
+#pragma once
+// What the tensor-core kernels of fused ASCender attention share — the forward (cuda/ascender_mma.cu) and the
+// backward (cuda/ascender_mma_backward.cu): the size limits, one head's inputs, staging rows into shared memory, the
+// key tiles a block of rows visits (windowed mode), the keep test, A fragments read from global memory, the raw
+// rows' moments and standardisation, and the per-row record the forward leaves for the backward (Rec).
+// C++17 and CUDA headers only (included from .cu files, which the CUDA emulator also compiles as C++).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "cuda/ascender_launch.h"
+#include "cuda/mma.cuh"
+#include "cuda/mma_tiles.cuh"
+#include "cuda/row_kernels.cuh"
+
+namespace asc::cuda::ascender_mma {
+
+using ascender_launch::Params;
+using mma::FragC;
+using mma::Kind;
+using mma_tiles::kRows;
+using mma_tiles::kTile;
+using rows::to_acc;
+
+constexpr int kMaxD = 64;                          // d
+constexpr int kMaxL = 32;                          // d_z, d_a
+constexpr int kMaxNbr = 32;                        // k
+constexpr int kLdD = kMaxD + 4, kLdL = kMaxL + 4;  // shared row strides (distinct banks for the fragment loads)
+constexpr int kTileD = kTile * kLdD, kTileL = kTile * kLdL;
+
+// The block's linear thread index and size (blockDim (32, warps)).
+__device__ __forceinline__ int thread() { return threadIdx.y * 32 + threadIdx.x; }
+__device__ __forceinline__ int threads() { return blockDim.x * blockDim.y; }
+
+// What the forward leaves per query row for the backward, float32 at (bh·T + i)·kRec + field: the row's softmax
+// (max of S / τ over kept keys, and its sum l), the coefficients of S (S = q k_rotᵀ / √d + k0 + ka r + ks φ + kc dc +
+// bias), the gates' factors, and per raw row (align r, sep φ, coh dc) the moments of its kept entries with the
+// standardisation's σ and scale (0: a constant row, or none kept).
+enum Rec : int {
+  rMax,
+  rSum,
+  rK0,
+  rKa,
+  rKs,
+  rKc,
+  rFa,
+  rLa,
+  rGammaA,
+  rSnorm,
+  rNbr,  // align: fa, λ_a γ, γ, |s|, |N(i)| (-1: a NaN candidate)
+  rLs,
+  rEta,
+  rRho,  // sep: λ_s η, η, ρ
+  rLc,
+  rGammaC,
+  rVarC,
+  rW,     // coh: λ_c γ, γ, Var, W
+  rStat,  // 3 × {count, mean, M2, σ, scale}: align, sep, coh
+  kRec = rStat + 15
+};
+enum StatField : int { sCount, sMean, sM2, sSd, sScale };
+__host__ __device__ constexpr int rec_stat(int term, int field) { return rStat + 5 * term + field; }
+
+// The forward's workspace (mma_workspace_floats), float32: the keys' and latents' norms |k_j|, |e_j| (rows), u_i
+// (rows, d), c_i (rows, d_z), and — when the forward keeps them for the backward — the records (rows, kRec).
+struct MmaWorkspace {
+  float *knorm, *enorm, *u, *c, *rec;
+  int64_t rows;
+  __host__ __device__ MmaWorkspace(const Params& p, void* base) : rows(p.B * p.H * p.T) {
+    knorm = static_cast<float*>(base), enorm = knorm + rows, u = enorm + rows, c = u + rows * p.d;
+    rec = c + rows * p.dz;
+  }
+};
+
+// One (batch, head): its (T, width) input rows, per-key norms and scalars.
+template <class S>
+struct Head {
+  const S *q, *kr, *k, *v, *z, *e, *scal;
+  const float *knorm, *enorm;  // |k_j|, |e_j|
+  int64_t b, h, bh;
+  __device__ float scalar(int s, int64_t H) const { return to_acc(scal[s * H + h]); }
+};
+
+// Rows [r0, r0 + rows) of a (n, width) input into dst (stride ld) in float32, 0 past n and past the width (up to wp
+// columns). The unit vectors k̂ and ê are never staged: the products take the inputs themselves (exact operands in
+// bfloat16 / float16) and are divided by the norms after (inv_norms).
+template <class S>
+__device__ __forceinline__ void stage(float* dst, int ld, const S* x, int64_t r0, int rows, int64_t n, int64_t width,
+                                      int64_t wp) {
+  for (int e = thread(); e < rows * wp; e += threads()) {
+    const int r = e / static_cast<int>(wp), c = e % static_cast<int>(wp);
+    dst[r * ld + c] = r0 + r < n && c < width ? to_acc(x[(r0 + r) * width + c]) : 0.0f;
+  }
+}
+
+// 1 / max(|x_r|, eps) of rows [r0, r0 + rows) into out (0 past n).
+__device__ __forceinline__ void inv_norms(float* out, const float* norm, int64_t r0, int rows, int64_t n, float eps) {
+  for (int r = thread(); r < rows; r += threads()) out[r] = r0 + r < n ? 1.0f / fmaxf(norm[r0 + r], eps) : 0.0f;
+}
+
+// The key tiles a block of rows [t0, t0 + rows) visits: [a0, a1) then [b0, b1), tile starts step kTile. Every key,
+// or in windowed mode the tiles of the global tokens and of the window's band (a block holding a global row sees
+// every key).
+struct Visit {
+  int64_t a0, a1, b0, b1;
+};
+__device__ __forceinline__ Visit visit_of(const Params& p, int64_t t0, int64_t rows) {
+  const int64_t n = p.T, w = p.window, g = p.global_tokens < n ? p.global_tokens : n;
+  if (w <= 0 || t0 < g) return {0, n, 0, 0};
+  const int64_t lo = t0 - w + 1 > 0 ? t0 - w + 1 : 0, hi = t0 + rows - 1 + w < n ? t0 + rows - 1 + w : n;
+  const int64_t g_end = (g + kTile - 1) / kTile * kTile, lo_tile = lo / kTile * kTile;
+  return {0, g, lo_tile > g_end ? lo_tile : g_end, hi};
+}
+template <class F>
+__device__ __forceinline__ void for_tiles(const Visit& v, F&& f) {
+  for (int64_t s0 = v.a0; s0 < v.a1; s0 += kTile) f(s0);
+  for (int64_t s0 = v.b0; s0 < v.b1; s0 += kTile) f(s0);
+}
+
+// Whether row i attends to key j: inside the sequence, the window or a global token, and the keep mask.
+__device__ __forceinline__ bool kept(const Params& p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  if (i >= p.T || j >= p.T) return false;
+  const int64_t w = p.window, g = p.global_tokens;
+  bool kp = w <= 0 || (i > j ? i - j : j - i) < w || i < g || j < g;
+  if (p.keep)
+    kp = kp && p.keep[b * p.keep_stride[0] + h * p.keep_stride[1] + i * p.keep_stride[2] + j * p.keep_stride[3]];
+  return kp;
+}
+
+// The warp's 16 rows [r0, r0 + 16) of a (n, width) row-major array as A fragments over wp columns, read from global
+// memory (0 past n and the width). Used for the operands of two passes only (q, u_i, c_i): held across the others,
+// they would cost the registers the products need.
+template <Kind K, int W, class X>
+__device__ __forceinline__ void load_global(mma_tiles::RowsA<K, W>& ra, const X* x, int64_t r0, int64_t n,
+                                            int64_t width, int64_t wp) {
+  const int g = mma::lane_g(), t = mma::lane_t();
+  auto at = [&](int m, int64_t c) { return r0 + m < n && c < width ? to_acc(x[(r0 + m) * width + c]) : 0.0f; };
+#pragma unroll
+  for (int s = 0; s < mma_tiles::RowsA<K, W>::kSteps; ++s) {
+    const int64_t k0 = int64_t(s) * mma::kK<K>;
+    if (k0 >= wp) break;
+    mma::FragA& a = ra.a[s];
+    if constexpr (K == Kind::TF32) {
+      a.r[0] = mma::tf32_bits(at(g, k0 + t)), a.r[1] = mma::tf32_bits(at(g + 8, k0 + t));
+      a.r[2] = mma::tf32_bits(at(g, k0 + t + 4)), a.r[3] = mma::tf32_bits(at(g + 8, k0 + t + 4));
+    } else {
+      auto two = [&](int m, int64_t c) { return mma::pack2<K>(at(m, c), at(m, c + 1)); };
+      a.r[0] = two(g, k0 + 2 * t), a.r[1] = two(g + 8, k0 + 2 * t);
+      a.r[2] = two(g, k0 + 2 * t + 8), a.r[3] = two(g + 8, k0 + 2 * t + 8);
+    }
+  }
+}
+
+// x as the tensor core reads it as an operand of kind K (the squared norms that complete a distance's expansion must
+// be those of the same values, or |z_i - z_i|² is not 0).
+template <Kind K>
+__device__ __forceinline__ float as_operand(float x) {
+  if constexpr (K == Kind::TF32) {
+    const uint32_t u = mma::tf32_bits(x);
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  } else if constexpr (K == Kind::BF16) {
+    return __bfloat162float(__float2bfloat16(x));
+  } else {
+    return __half2float(__float2half(x));
+  }
+}
+
+// |x_r|² of rows [r0, r0 + rows) into sq, of the values as operands of kind K (0 past n).
+template <Kind K, class S>
+__device__ __forceinline__ void squares(float* sq, const S* x, int64_t r0, int rows, int64_t n, int64_t width) {
+  for (int r = thread(); r < rows; r += threads()) {
+    float s = 0.0f;
+    for (int64_t c = 0; c < width && r0 + r < n; ++c) {
+      const float v = as_operand<K>(to_acc(x[(r0 + r) * width + c]));
+      s += v * v;
+    }
+    sq[r] = s;
+  }
+}
+
+// (x, j) ranks before (y, l) in a neighbourhood: larger score, ties to the lower index.
+__device__ __forceinline__ bool better(float x, int j, float y, int l) { return x > y || (x == y && j < l); }
+
+// A running count, mean and M2 of a raw row's entries, with its largest magnitude; merged across tiles by Welford's
+// update and across the lanes of a group as Chan et al. (stable where sums of squares are not).
+struct Moments {
+  float n = 0, mean = 0, m2 = 0, big = 0;
+  __device__ void add(float x) {
+    n += 1.0f;
+    const float dlt = x - mean;
+    mean += dlt / n;
+    m2 += dlt * (x - mean);
+    const float ax = x < 0.0f ? -x : x;
+    big = ax > big ? ax : big;  // a NaN does not enter big (as the row kernel's max)
+  }
+  __device__ void merge_group() {
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      const float nb = __shfl_xor_sync(0xffffffffu, n, o), mb = __shfl_xor_sync(0xffffffffu, mean, o);
+      const float m2b = __shfl_xor_sync(0xffffffffu, m2, o), bb = __shfl_xor_sync(0xffffffffu, big, o);
+      const float nt = n + nb;
+      if (nt > 0.0f) {
+        const float dlt = mb - mean;
+        mean += dlt * nb / nt;
+        m2 += m2b + dlt * dlt * n * nb / nt;
+      }
+      n = nt;
+      big = bb > big ? bb : big;
+    }
+  }
+};
+
+// A raw row's standardisation from the moments of its source (raw = f src): β̃_j = (raw_j - mu) scale; scale 0 on a
+// constant row (σ <= constant_row max|raw|: Params::constant_row, at the operands' rounding level, mma_constant_row)
+// and on a row without kept keys.
+struct Standardise {
+  float mu = 0, scale = 0, sd = 0;  // sd: σ of the raw row (the backward's standardisation needs it)
+  Standardise() = default;
+  __device__ Standardise(const Moments& m, float f, double eps, double constant_rel) {
+    if (m.n == 0.0f) return;
+    mu = f * m.mean;
+    const float af = f < 0.0f ? -f : f;
+    const double sdd = double(af) * sqrt(double(m.m2 > 0.0f ? m.m2 : 0.0f) / m.n);
+    const bool constant = sdd <= constant_rel * double(af * m.big);
+    scale = constant ? 0.0f : static_cast<float>(1 / (sdd + eps));
+    sd = static_cast<float>(sdd);
+    if (m.mean != m.mean || f != f) mu = scale = NAN;  // a NaN entry or factor: the row is NaN
+  }
+};
+
+}  // namespace asc::cuda::ascender_mma
