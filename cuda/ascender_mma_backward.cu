@@ -165,7 +165,8 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
       zz[r] += zv * zv, cc[r] += cv * cv;  // of the operands' values, as the forward (c_i exists with cohesion)
     }
   }
-  RowsA<K, kMaxL> ea, za;
+
+  RowsA<K, kMaxL> ea, za;  // the rows' e and z as A fragments, held
   load_global(ea, E, tw, n, da, dap);
   load_global(za, Z, tw, n, dz, dzp);
 
@@ -863,6 +864,8 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
       const unsigned kb = keep_bits(s0);
       FragC pp[kNt], ds[kNt], x[kNt];
       probabilities(s0, kb, pp, ds, x);
+      times_tile<K, kMaxD>(dv, pp, DYs, kLdD, dp, scratch);
+      times_tile<K, kMaxD>(dkr, ds, Qs, kLdD, dp, scratch);
       if (p.use_align) {
         r_tile(x);
 #pragma unroll
@@ -876,8 +879,6 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
       __syncthreads();  // the latent tiles are read no more: the ds rows take their place
       if (p.use_align) stage(DSs, kLdD, ws.ds + bh * n * d, s0, kTile, n, d, dp);
       __syncthreads();
-      times_tile<K, kMaxD>(dv, pp, DYs, kLdD, dp, scratch);
-      times_tile<K, kMaxD>(dkr, ds, Qs, kLdD, dp, scratch);
       if (p.use_align) {
         times_tile<K, kMaxD>(dkh, x, Us, kLdD, dp, scratch);
         // The neighbourhoods' share, summed in float32 in the order of the rows (a product would round ds_i to the

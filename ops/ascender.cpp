@@ -9,7 +9,6 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
-#include "core/determinism.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "ops/ascender_scalars.h"
