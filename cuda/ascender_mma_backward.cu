@@ -93,6 +93,21 @@ __device__ __forceinline__ float dist2(float zz_i, float zz_j, float zd) {
 }
 __device__ __forceinline__ float hinge_pos(float h) { return h <= 0.0f ? 0.0f : h; }  // a NaN stays NaN
 
+// |c_i|² of a centroid row (d_z ≤ kMaxL) summed as the forward sums it: per lane of a group over its accumulator
+// columns, then the group's butterfly — so the recomputed dc_ij are the forward's.
+__device__ __forceinline__ float centroid_sq(const float* c, int64_t dz) {
+  float part[4];
+  for (int t = 0; t < 4; ++t) {
+    part[t] = 0.0f;
+    for (int dd = 0; dd < kMaxL / 8; ++dd)
+      for (int e = 0; e < 2; ++e) {
+        const int64_t cl = 8 * dd + 2 * t + e;
+        if (cl < dz) part[t] += c[cl] * c[cl];
+      }
+  }
+  return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
 // P_ij from S_ij / τ (-inf on keys not kept) and the row's max and sum; 0 for a row without a kept key.
 __device__ __forceinline__ float prob(float s_tau, float m, float l) { return l == 0.0f ? 0.0f : dexp(s_tau - m) / l; }
 
@@ -161,9 +176,10 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
     coef[r] = ws.coef + (bh * n + i) * kCoef;
     einv[r] = 1.0f / fmaxf(enorm[i], 1e-8f);
     for (int64_t c = 0; c < dz; ++c) {
-      const float zv = as_operand<K>(to_acc(Z[i * dz + c])), cv = p.use_coh ? Cr[i * dz + c] : 0.0f;
-      zz[r] += zv * zv, cc[r] += cv * cv;  // of the operands' values, as the forward (c_i exists with cohesion)
+      const float zv = as_operand<K>(to_acc(Z[i * dz + c]));
+      zz[r] += zv * zv;  // of the operands' values, as the forward
     }
+    if (p.use_coh) cc[r] = centroid_sq(Cr + i * dz, dz);  // c_i exists with cohesion
   }
 
   RowsA<K, kMaxL> ea, za;  // the rows' e and z as A fragments, held
@@ -372,14 +388,14 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
           ds[omega] += dsn * gate * om;
           dl = after ? w * dsn : 0.0f;
           P[0] = P[1] = P[2] = 0.0f;
-          if (scale != 0.0f) {  // else constant, or nothing kept: no gradient through the term
-            const float inv_s = scale, omf = w * gate;
-            const float a_ = omf * sdS / cnt, mgx = omf * (f * sdSx - mu * sdS);
-            const float cf_ = sd > 0.0f ? mgx / cnt * scale / sd : 0.0f;  // mean(g xc) / (σ s)
-            P[0] = omf * inv_s, P[1] = -f * cf_ * inv_s, P[2] = (mu * cf_ - a_) * inv_s;
-          }
-          const float sx = cnt * mean, sx2 = m2 + cnt * mean * mean;  // Σ_kept src, Σ_kept src²
-          return P[0] * sdSx + P[1] * sx2 + P[2] * sx;
+          if (scale == 0.0f) return 0.0f;  // constant, or nothing kept: no gradient through the term
+          const float inv_s = scale, omf = w * gate;
+          const float a_ = omf * sdS / cnt, mgx = omf * (f * sdSx - mu * sdS);
+          const float cf_ = sd > 0.0f ? mgx / cnt * scale / sd : 0.0f;  // mean(g xc) / (σ s)
+          P[0] = omf * inv_s, P[1] = -f * cf_ * inv_s, P[2] = (mu * cf_ - a_) * inv_s;
+          // Σ_kept d(raw) src = P1 Σ dS src + P2 Σ src² + P3 Σ src, with Σ src² = M2 + n mean², in the form without
+          // the cancellation of n mean² (P2 mean + P3 = -a inv_s)
+          return P[0] * sdSx + P[1] * m2 - a_ * inv_s * cnt * mean;
         };
         if (p.use_align) {
           const float fa = o[rFa], la = o[rLa], gam = o[rGammaA];
@@ -471,7 +487,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int64_t cl = 8 * dd + 2 * tt + e;
-          if (cl < d) dot += U[i * d + cl] * du[dd].x[2 * r + e];
+          if (cl < d && p.use_align) dot += U[i * d + cl] * du[dd].x[2 * r + e];
         }
       dot = group_sum(dot);
       if (row[r] >= n) continue;
@@ -519,9 +535,12 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
             const float dphi = affine(kp, cr[cS1], cr[cS2], cr[cS3], pp[j].x[e], phi);
             const SepGrad sg =
                 sep_grad(kp, row[e >> 1] == s0 + col_of(j, e), dphi, hg[j].x[e], w[j].x[e], cr[cDrho], inv_tau_s);
-            sum_dd2[e >> 1] += sg.dd2;
+            // The products read their A operands rounded (as_operand): the sums beside them take the same values, or
+            // z_i Σ dd² - Σ dd² z_j would not cancel where it should.
+            const float dd2 = as_operand<K>(sg.dd2);
+            sum_dd2[e >> 1] += dd2;
             hg[j].x[e] = sg.da * EN[col_of(j, e)];  // da / |e_j|, times the raw e_j
-            w[j].x[e] = sg.dd2;
+            w[j].x[e] = dd2;
           }
         times_tile<K, kMaxL>(de, hg, Es, kLdL, dap, scratch);
         times_tile<K, kMaxL>(dzz, w, Zs, kLdL, dzp, scratch);
@@ -538,7 +557,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
             const bool kp = kb >> (4 * j + e) & 1u;
             const float w = kp ? dexp(-wc[j].x[e] * inv_tau_c) : 0.0f;
             const float fcg = affine(kp, cr[cC1], cr[cC2], cr[cC3], pp[j].x[e], dc[j].x[e]);
-            dc[j].x[e] = coh_ddc(kp, fcg, cr[cDvw], w);
+            dc[j].x[e] = as_operand<K>(coh_ddc(kp, fcg, cr[cDvw], w));  // as the product reads it
             sum_ddc[e >> 1] += dc[j].x[e];
           }
         times_tile<K, kMaxL>(dcz, dc, Zs, kLdL, dzp, scratch);
@@ -557,7 +576,8 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int64_t cl = 8 * dd + 2 * tt + e;
-          if (cl < dz) cdot += -2.0f * (dcz[dd].x[2 * r + e] - Cr[i * dz + cl] * sum_ddc[r]) * Cr[i * dz + cl];
+          if (cl < dz && p.use_coh)
+            cdot += -2.0f * (dcz[dd].x[2 * r + e] - Cr[i * dz + cl] * sum_ddc[r]) * Cr[i * dz + cl];
         }
       cdot = group_sum(cdot);
       if (row[r] >= n) continue;
@@ -569,8 +589,9 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
           const int64_t cl = 8 * dd + 2 * tt + e;
           if (cl < da) deo[i * da + cl] = de[dd].x[2 * r + e];
           if (cl < dz) {
-            dco[i * dz + cl] = -2.0f * (dcz[dd].x[2 * r + e] - Cr[i * dz + cl] * sum_ddc[r]);
-            dzo[i * dz + cl] = 2.0f * (to_acc(Z[i * dz + cl]) * sum_dd2[r] - dzz[dd].x[2 * r + e]);
+            const float c_i = p.use_coh ? Cr[i * dz + cl] : 0.0f;
+            dco[i * dz + cl] = -2.0f * (dcz[dd].x[2 * r + e] - c_i * sum_ddc[r]);
+            dzo[i * dz + cl] = 2.0f * (as_operand<K>(to_acc(Z[i * dz + cl])) * sum_dd2[r] - dzz[dd].x[2 * r + e]);
           }
         }
     }
@@ -600,7 +621,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
           const int r = e >> 1;
           const bool kp = kb >> (4 * j + e) & 1u;
           const float w = kp ? dexp(-wc[j].x[e] * inv_tau_c) : 0.0f;
-          dc[j].x[e] = coh_dd2(kp, dvw[r], dc[j].x[e], dcz[j].x[e], inv_w[r], dW[r], w, inv_tau_c);
+          dc[j].x[e] = as_operand<K>(coh_dd2(kp, dvw[r], dc[j].x[e], dcz[j].x[e], inv_w[r], dW[r], w, inv_tau_c));
           sum_dd2[r] += dc[j].x[e];
         }
       times_tile<K, kMaxL>(dzz, dc, Zs, kLdL, dzp, scratch);
@@ -616,7 +637,8 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
         for (int e = 0; e < 2; ++e) {
           const int64_t cl = 8 * dd + 2 * tt + e;
           if (cl < dz)
-            dzo[row[r] * dz + cl] += 2.0f * (to_acc(Z[row[r] * dz + cl]) * sum_dd2[r] - dzz[dd].x[2 * r + e]);
+            dzo[row[r] * dz + cl] +=
+                2.0f * (as_operand<K>(to_acc(Z[row[r] * dz + cl])) * sum_dd2[r] - dzz[dd].x[2 * r + e]);
         }
     }
   }
@@ -717,11 +739,12 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
       const int64_t i = s0 + q < n ? s0 + q : n - 1;
       const float* const o = fw.rec + (bh * n + i) * kRec;
       const float* const c = ws.coef + (bh * n + i) * kCoef;
-      float zq = 0.0f, cq = 0.0f;
+      float zq = 0.0f;
       for (int64_t x = 0; x < dz; ++x) {
-        const float zv = as_operand<K>(to_acc(Z[i * dz + x])), cv = p.use_coh ? Cr[i * dz + x] : 0.0f;
-        zq += zv * zv, cq += cv * cv;
+        const float zv = as_operand<K>(to_acc(Z[i * dz + x]));
+        zq += zv * zv;
       }
+      const float cq = p.use_coh ? centroid_sq(Cr + i * dz, dz) : 0.0f;
       const float vals[kQF] = {o[rMax],
                                s0 + q < n ? o[rSum] : 0.0f,
                                o[rK0],
@@ -957,7 +980,7 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
             const bool kp = kb >> (4 * j + e) & 1u;
             const float w = kp ? dexp(-wc[j].x[e] * inv_tau_c) : 0.0f;
             const float fcg = affine(kp, F(qC1, q), F(qC2, q), F(qC3, q), ds[j].x[e], dc[j].x[e]);
-            const float ddc = coh_ddc(kp, fcg, F(qDvw, q), w);
+            const float ddc = as_operand<K>(coh_ddc(kp, fcg, F(qDvw, q), w));  // as the product reads it
             dd2[j].x[e] += coh_dd2(kp, F(qDvw, q), dc[j].x[e], x[j].x[e], F(qInvW, q), F(qDW, q), w, inv_tau_c);
             sum_z[e >> 1] += ddc;
             wc[j].x[e] = w * F(qInvW, q);  // w' / W, times the dc rows
@@ -969,7 +992,10 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
 #pragma unroll
       for (int j = 0; j < kNt; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sum_z[e >> 1] += dd2[j].x[e], dd2[j].x[e] *= -2.0f;
+        for (int e = 0; e < 4; ++e) {
+          dd2[j].x[e] = as_operand<K>(dd2[j].x[e]);  // the sum takes what the product reads
+          sum_z[e >> 1] += dd2[j].x[e], dd2[j].x[e] *= -2.0f;
+        }
       times_tile<K, kMaxL>(dzk, dd2, Zs, kLdL, dzp, scratch);
     });
     float* const dzo = static_cast<float*>(bp.dz) + bh * n * dz;
@@ -987,7 +1013,8 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
           const int64_t cl = 8 * dd + 2 * tt + e;
           if (cl < da) deo[j * da + cl] = deq[j * da + cl] + de[dd].x[2 * r + e];
           if (cl < dz)
-            dzo[j * dz + cl] = dzq[j * dz + cl] + (2.0f * to_acc(Z[j * dz + cl]) * sum_z[r] + dzk[dd].x[2 * r + e]);
+            dzo[j * dz + cl] =
+                dzq[j * dz + cl] + (2.0f * as_operand<K>(to_acc(Z[j * dz + cl])) * sum_z[r] + dzk[dd].x[2 * r + e]);
         }
     }
   }

@@ -32,7 +32,7 @@ RULES = [
     ("ascender_mma", r"ascender_mma_forward_kernel<(__nv_bfloat16|__half)>", True, True),
     # TF32 operands take twice the registers of the 16-bit kinds; that instantiation still spills.
     ("ascender_mma", r"ascender_mma_forward_kernel<float>", True, False),
-    # The tensor-core backward's passes: mma everywhere; they still spill (16-bit kinds 80-392 bytes, TF32 more).
+    # The tensor-core backward's passes: mma everywhere; they still spill (16-bit kinds a few hundred bytes, TF32 kilobytes).
     ("ascender_mma_backward", r"ascender_mma_(query|key)_kernel", True, False),
 ]
 
