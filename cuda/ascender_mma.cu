@@ -220,7 +220,6 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
   // ---- the rows' alignment, separation and cohesion factors; u_i and c_i as A fragments ---------------------------
   float fa[2] = {1.0f, 1.0f}, la[2] = {0.0f, 0.0f}, ls[2] = {0.0f, 0.0f}, eta[2] = {0.0f, 0.0f};
-  float gam_a[2] = {0.0f, 0.0f}, snorm_a[2] = {0.0f, 0.0f}, nbr_m[2] = {0.0f, 0.0f};  // for the record
   float Wc[2] = {1.0f, 1.0f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -254,12 +253,12 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 #pragma unroll
       for (int u = 0; u < 2; ++u)
         if (i < n && lane + 32 * u < d) U[i * d + lane + 32 * u] = nan_nbr ? NAN : s[u] * uinv;
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (rr == g + 8 * r) {
-          la[r] = lam * gamma, fa[r] = after ? 1.0f : lam * gamma;
-          gam_a[r] = gamma, snorm_a[r] = snorm, nbr_m[r] = nan_nbr ? -1.0f : float(m);
-        }
+      if (rr == g) la[0] = lam * gamma, fa[0] = after ? 1.0f : lam * gamma;
+      if (rr == g + 8) la[1] = lam * gamma, fa[1] = after ? 1.0f : lam * gamma;
+      if (rec && lane == 0 && i < n) {  // the record's alignment fields (Rec), written here: nothing stays live
+        float* const o = rec + (bh * n + i) * kRec;
+        o[rGammaA] = gamma, o[rSnorm] = snorm, o[rNbr] = nan_nbr ? -1.0f : float(m);
+      }
       if (nbr_out && i < n && lane < nbr_k)
         nbr_out[(bh * n + i) * nbr_k + lane] = nan_nbr && lane == 0 ? -2 : lane < m ? ti[rr * kMaxNbr + lane] : -1;
     }
@@ -394,33 +393,48 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // The terms in S: Σ_t w_t (f_t src_t - μ_t) = Σ_t k_t src_t + k0, with w_t = ω' (the gate after_norm) scale_t,
   // k_t = w_t f_t and k0 = -Σ_t w_t μ_t (the raw row raw_t = f_t src_t, its mean μ_t and scale_t).
   float ka[2] = {0, 0}, ks[2] = {0, 0}, kc[2] = {0, 0}, k0[2] = {0, 0};
-  float gam_c[2] = {0, 0}, lc[2] = {0, 0};
-  Standardise sa[2], ss[2], sc[2];  // for the record
+  // The record (Rec) of row r's raw row `t`, by one lane of its group, as soon as it is known: nothing of it stays
+  // live through pass 3.
+  auto record_stat = [&](int r, int t, const Moments& m, const Standardise& st) {
+    if (!rec || tt != 0 || row[r] >= n) return;
+    float* const o = rec + (bh * n + row[r]) * kRec;
+    o[rec_stat(t, sCount)] = m.n, o[rec_stat(t, sMean)] = m.mean, o[rec_stat(t, sM2)] = m.m2;
+    o[rec_stat(t, sSd)] = st.sd, o[rec_stat(t, sScale)] = st.scale;
+  };
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     ma[r].merge_group(), ms[r].merge_group(), mc[r].merge_group();
     var_c[r] = group_sum(var_c[r]) / Wc[r];
     if (p.use_align) {
       const Standardise st(ma[r], fa[r], p.norm_eps, p.constant_row);
-      sa[r] = st;
+      record_stat(r, 0, ma[r], st);
       const float w = hd.scalar(kOmegaA, H) * om * (after ? la[r] : 1.0f) * st.scale;
       ka[r] = w * fa[r], k0[r] -= w * st.mu;
     }
     if (p.use_sep) {
       const float f = -(after ? 1.0f : ls[r]);  // raw sep = -f φ
       const Standardise st(ms[r], f, p.norm_eps, p.constant_row);
-      ss[r] = st;
+      record_stat(r, 1, ms[r], st);
       const float w = hd.scalar(kOmegaS, H) * om * (after ? ls[r] : 1.0f) * st.scale;
       ks[r] = w * f, k0[r] -= w * st.mu;
     }
     if (p.use_coh) {
-      gam_c[r] = math::sigmoid(static_cast<float>(-p.alpha_coh[h]) * var_c[r]);
-      lc[r] = hd.scalar(kLambdaC, H) * gam_c[r];
-      const float f = -(after ? 1.0f : lc[r] * inv_tau_c);
+      const float gamma = math::sigmoid(static_cast<float>(-p.alpha_coh[h]) * var_c[r]);
+      const float lc = hd.scalar(kLambdaC, H) * gamma;
+      const float f = -(after ? 1.0f : lc * inv_tau_c);
       const Standardise st(mc[r], f, p.norm_eps, p.constant_row);
-      sc[r] = st;
-      const float w = hd.scalar(kOmegaC, H) * om * (after ? lc[r] : 1.0f) * st.scale;
+      record_stat(r, 2, mc[r], st);
+      if (rec && tt == 0 && row[r] < n) {
+        float* const o = rec + (bh * n + row[r]) * kRec;
+        o[rLc] = lc, o[rGammaC] = gamma, o[rVarC] = var_c[r];
+      }
+      const float w = hd.scalar(kOmegaC, H) * om * (after ? lc : 1.0f) * st.scale;
       kc[r] = w * f, k0[r] -= w * st.mu;
+    }
+    if (rec && tt == 0 && row[r] < n) {  // the rest of the record but the softmax's max and sum
+      float* const o = rec + (bh * n + row[r]) * kRec;
+      o[rK0] = k0[r], o[rKa] = ka[r], o[rKs] = ks[r], o[rKc] = kc[r], o[rFa] = fa[r], o[rLa] = la[r];
+      o[rLs] = ls[r], o[rEta] = eta[r], o[rRho] = rho[r], o[rW] = Wc[r];
     }
   }
 
@@ -506,19 +520,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (row[r] >= n) continue;
-    if (rec && tt == 0) {  // the record of this row (Rec), by one lane of its group
-      float* const o = rec + (bh * n + row[r]) * kRec;
-      o[rMax] = mrow[r], o[rSum] = l[r], o[rK0] = k0[r], o[rKa] = ka[r], o[rKs] = ks[r], o[rKc] = kc[r];
-      o[rFa] = fa[r], o[rLa] = la[r], o[rGammaA] = gam_a[r], o[rSnorm] = snorm_a[r], o[rNbr] = nbr_m[r];
-      o[rLs] = ls[r], o[rEta] = eta[r], o[rRho] = rho[r];
-      o[rLc] = lc[r], o[rGammaC] = gam_c[r], o[rVarC] = var_c[r], o[rW] = Wc[r];
-      const Moments* mom[3] = {&ma[r], &ms[r], &mc[r]};
-      const Standardise* sd[3] = {&sa[r], &ss[r], &sc[r]};
-      for (int t = 0; t < 3; ++t) {
-        o[rec_stat(t, sCount)] = mom[t]->n, o[rec_stat(t, sMean)] = mom[t]->mean, o[rec_stat(t, sM2)] = mom[t]->m2;
-        o[rec_stat(t, sSd)] = sd[t]->sd, o[rec_stat(t, sScale)] = sd[t]->scale;
-      }
-    }
+    if (rec && tt == 0) rec[(bh * n + row[r]) * kRec + rMax] = mrow[r], rec[(bh * n + row[r]) * kRec + rSum] = l[r];
     const bool live = l[r] > 0.0f || l[r] != l[r];  // no kept key: a zero row; a NaN row stays NaN
     const float inv = live ? 1.0f / l[r] : 0.0f;
 #pragma unroll

@@ -735,7 +735,7 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
     if (p.use_sep) stage(Es, kLdL, E, s0, kTile, n, da, dap);
     if (p.use_sep || p.use_coh) stage(Zs, kLdL, Z, s0, kTile, n, dz, dzp);
     if (p.use_coh) stage(Cs, kLdL, Cr, s0, kTile, n, dz, dzp);
-    for (int q = thread(); q < kTile; q += threads()) {
+    for (int q = block_thread(); q < kTile; q += block_threads()) {
       const int64_t i = s0 + q < n ? s0 + q : n - 1;
       const float* const o = fw.rec + (bh * n + i) * kRec;
       const float* const c = ws.coef + (bh * n + i) * kCoef;

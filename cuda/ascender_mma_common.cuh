@@ -33,8 +33,8 @@ constexpr int kLdD = kMaxD + 4, kLdL = kMaxL + 4;  // shared row strides (distin
 constexpr int kTileD = kTile * kLdD, kTileL = kTile * kLdL;
 
 // The block's linear thread index and size (blockDim (32, warps)).
-__device__ __forceinline__ int thread() { return threadIdx.y * 32 + threadIdx.x; }
-__device__ __forceinline__ int threads() { return blockDim.x * blockDim.y; }
+__device__ __forceinline__ int block_thread() { return threadIdx.y * 32 + threadIdx.x; }
+__device__ __forceinline__ int block_threads() { return blockDim.x * blockDim.y; }
 
 // What the forward leaves per query row for the backward, float32 at (bh·T + i)·kRec + field: the row's softmax
 // (max of S / τ over kept keys, and its sum l), the coefficients of S (S = q k_rotᵀ / √d + k0 + ka r + ks φ + kc dc +
@@ -91,7 +91,7 @@ struct Head {
 template <class S>
 __device__ __forceinline__ void stage(float* dst, int ld, const S* x, int64_t r0, int rows, int64_t n, int64_t width,
                                       int64_t wp) {
-  for (int e = thread(); e < rows * wp; e += threads()) {
+  for (int e = block_thread(); e < rows * wp; e += block_threads()) {
     const int r = e / static_cast<int>(wp), c = e % static_cast<int>(wp);
     dst[r * ld + c] = r0 + r < n && c < width ? to_acc(x[(r0 + r) * width + c]) : 0.0f;
   }
@@ -99,7 +99,8 @@ __device__ __forceinline__ void stage(float* dst, int ld, const S* x, int64_t r0
 
 // 1 / max(|x_r|, eps) of rows [r0, r0 + rows) into out (0 past n).
 __device__ __forceinline__ void inv_norms(float* out, const float* norm, int64_t r0, int rows, int64_t n, float eps) {
-  for (int r = thread(); r < rows; r += threads()) out[r] = r0 + r < n ? 1.0f / fmaxf(norm[r0 + r], eps) : 0.0f;
+  for (int r = block_thread(); r < rows; r += block_threads())
+    out[r] = r0 + r < n ? 1.0f / fmaxf(norm[r0 + r], eps) : 0.0f;
 }
 
 // The key tiles a block of rows [t0, t0 + rows) visits: [a0, a1) then [b0, b1), tile starts step kTile. Every key,
@@ -174,7 +175,7 @@ __device__ __forceinline__ float as_operand(float x) {
 // |x_r|² of rows [r0, r0 + rows) into sq, of the values as operands of kind K (0 past n).
 template <Kind K, class S>
 __device__ __forceinline__ void squares(float* sq, const S* x, int64_t r0, int rows, int64_t n, int64_t width) {
-  for (int r = thread(); r < rows; r += threads()) {
+  for (int r = block_thread(); r < rows; r += block_threads()) {
     float s = 0.0f;
     for (int64_t c = 0; c < width && r0 + r < n; ++c) {
       const float v = as_operand<K>(to_acc(x[(r0 + r) * width + c]));
