@@ -174,8 +174,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
           const bool kp = kept(p, b, h, i, key);
           wgt[j].x[e] = 0.0f;
           if (p.use_sep || p.use_coh) {
-            float d2 = zz[r] + ZZs[col_of(j, e)] - 2.0f * zd[j].x[e];
-            d2 = d2 < 0.0f ? 0.0f : d2;  // the expansion's rounding; a NaN stays
+            const float d2 = dist2(zz[r], ZZs[col_of(j, e)], zd[j].x[e]);
             if (p.use_sep && kp && key != i) rho[r] += dexp(-d2 * inv_tau_s);
             if (p.use_coh && kp) {
               wgt[j].x[e] = as_operand<K>(dexp(-d2 * inv_tau_c));  // as the product Σ w z reads it: c_i is convex
@@ -303,19 +302,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   };
   // One tile's raw-row sources, term by term (each a (16 × kTile) tile; one at a time keeps the registers down):
   // r = u_i · k̂_j, φ = w^sep [a - δ]_+, dc = |z_j - c_i|². d2 = |z_i - z_j|² from the z product zd.
-  auto d2_of = [&](const FragC& zd, int j, int e) {
-    const float v = zz[e >> 1] + ZZs[col_of(j, e)] - 2.0f * zd.x[e];
-    return v < 0.0f ? 0.0f : v;  // the expansion's rounding; a NaN stays
-  };
-  auto align_tile = [&](FragC(&x)[kNt]) {
-    mma_tiles::RowsA<K, kMaxD> ua;
-    load_global(ua, static_cast<const float*>(U), tw, n, d, dp);
-    mma_tiles::products(x, ua, KHs, kLdD, dp);  // u_i · k_j, then / |k_j|
-#pragma unroll
-    for (int j = 0; j < kNt; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[j].x[e] *= KN[col_of(j, e)];
-  };
+  auto d2_of = [&](const FragC& zd, int j, int e) { return dist2(zz[e >> 1], ZZs[col_of(j, e)], zd.x[e]); };
+  auto align_tile = [&](FragC(&x)[kNt]) { ascender_mma::align_tile<K>(x, U, tw, n, d, dp, KHs, KN); };
   auto sep_tile = [&](FragC(&x)[kNt]) {
     FragC zd[kNt];
     mma_tiles::products(x, ea, Es, kLdL, dap);  // e_i · e_j, then φ
@@ -328,28 +316,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
         x[j].x[e] = dexp(-d2_of(zd[j], j, e) * inv_tau_s) * (hinge <= 0.0f ? 0.0f : hinge);  // a NaN stays NaN
       }
   };
-  auto coh_tile = [&](FragC(&x)[kNt]) {
-    mma_tiles::RowsA<K, kMaxL> ca;
-    load_global(ca, static_cast<const float*>(Cr), tw, n, dz, dzp);
-    mma_tiles::products(x, ca, Zs, kLdL, dzp);
-#pragma unroll
-    for (int j = 0; j < kNt; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float v = ZZs[col_of(j, e)] + cc[e >> 1] - 2.0f * x[j].x[e];
-        x[j].x[e] = v < 0.0f ? 0.0f : v;
-      }
-  };
-  // Bit 4 j + e: entry e of accumulator tile j is a kept (row, key) pair.
-  auto keep_bits = [&](int64_t s0) {
-    unsigned bits = 0;
-#pragma unroll
-    for (int j = 0; j < kNt; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (kept(p, b, h, row[e >> 1], s0 + col_of(j, e))) bits |= 1u << (4 * j + e);
-    return bits;
-  };
+  auto coh_tile = [&](FragC(&x)[kNt]) { ascender_mma::coh_tile<K>(x, Cr, tw, n, dz, dzp, Zs, ZZs, cc); };
+  auto keep_bits = [&](int64_t s0) { return ascender_mma::keep_bits(p, b, h, row, s0); };
 
   // ---- pass 2: the raw rows' moments, and Var^coh ------------------------------------------------------------------
   Moments ma[2], ms[2], mc[2];
@@ -484,10 +452,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
         const int r = e >> 1;
         const bool kp = kb >> (4 * j + e) & 1u;
         float Sj = s[j].x[e];
-        if (kp && p.bias)
-          Sj +=
-              to_acc(static_cast<const S*>(p.bias)[b * p.bias_stride[0] + h * p.bias_stride[1] +
-                                                   row[r] * p.bias_stride[2] + (s0 + col_of(j, e)) * p.bias_stride[3]]);
+        if (kp && p.bias) Sj += bias_at<S>(p, b, h, row[r], s0 + col_of(j, e));
         s[j].x[e] = kp ? Sj * inv_tau : neg_inf<float>();
         mx[r] = nan_max(mx[r], s[j].x[e]);
       }

@@ -87,10 +87,6 @@ struct BackWs {
 // The formulas both kernels evaluate per pair, from the pair's products; `kp` is the keep test. Separation's pieces:
 // the hinge a_ij - δ and the weight w_ij = exp(-d²_ij / τ_sep), φ = w [hinge]_+.
 
-__device__ __forceinline__ float dist2(float zz_i, float zz_j, float zd) {
-  const float v = zz_i + zz_j - 2.0f * zd;
-  return v < 0.0f ? 0.0f : v;  // the expansion's rounding; a NaN stays
-}
 __device__ __forceinline__ float hinge_pos(float h) { return h <= 0.0f ? 0.0f : h; }  // a NaN stays NaN
 
 // |c_i|² of a centroid row (d_z ≤ kMaxL) summed as the forward sums it: per lane of a group over its accumulator
@@ -206,15 +202,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
   };
   // The terms' sources over a tile, as the forward's: r = u_i · k̂_j; separation's hinge and weight; dc = |z_j - c_i|²;
   // d² from the z product.
-  auto align_tile = [&](FragC(&x)[kNt]) {
-    RowsA<K, kMaxD> ua;
-    load_global(ua, U, tw, n, d, dp);
-    mma_tiles::products(x, ua, KHs, kLdD, dp);
-#pragma unroll
-    for (int j = 0; j < kNt; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[j].x[e] *= KN[col_of(j, e)];
-  };
+  auto align_tile = [&](FragC(&x)[kNt]) { ascender_mma::align_tile<K>(x, U, tw, n, d, dp, KHs, KN); };
   auto sep_tile = [&](FragC(&hinge)[kNt], FragC(&w)[kNt]) {  // then φ = w [hinge]_+
     mma_tiles::products(hinge, ea, Es, kLdL, dap);
     mma_tiles::products(w, za, Zs, kLdL, dzp);
@@ -226,15 +214,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
         w[j].x[e] = dexp(-dist2(zz[e >> 1], ZZs[col_of(j, e)], w[j].x[e]) * inv_tau_s);
       }
   };
-  auto coh_tile = [&](FragC(&x)[kNt]) {
-    RowsA<K, kMaxL> ca;
-    load_global(ca, Cr, tw, n, dz, dzp);
-    mma_tiles::products(x, ca, Zs, kLdL, dzp);
-#pragma unroll
-    for (int j = 0; j < kNt; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[j].x[e] = dist2(ZZs[col_of(j, e)], cc[e >> 1], x[j].x[e]);
-  };
+  auto coh_tile = [&](FragC(&x)[kNt]) { ascender_mma::coh_tile<K>(x, Cr, tw, n, dz, dzp, Zs, ZZs, cc); };
   auto d2_tile = [&](FragC(&x)[kNt]) {
     mma_tiles::products(x, za, Zs, kLdL, dzp);
 #pragma unroll
@@ -242,15 +222,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) x[j].x[e] = dist2(zz[e >> 1], ZZs[col_of(j, e)], x[j].x[e]);
   };
-  auto keep_bits = [&](int64_t s0) {
-    unsigned bits = 0;
-#pragma unroll
-    for (int j = 0; j < kNt; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (kept(p, b, h, row[e >> 1], s0 + col_of(j, e))) bits |= 1u << (4 * j + e);
-    return bits;
-  };
+  auto keep_bits = [&](int64_t s0) { return ascender_mma::keep_bits(p, b, h, row, s0); };
   // S / τ (-inf off the kept keys) of a tile, as the forward's pass 3, then P and dP: p_ holds P, dp_ dP.
   auto probabilities = [&](int64_t s0, unsigned kb, FragC(&s)[kNt], FragC(&pp)[kNt], FragC(&dpp)[kNt]) {
     {
@@ -295,10 +267,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
         const int r = e >> 1;
         const bool kp = kb >> (4 * j + e) & 1u;
         float Sj = s[j].x[e];
-        if (kp && p.bias)
-          Sj +=
-              to_acc(static_cast<const S*>(p.bias)[b * p.bias_stride[0] + h * p.bias_stride[1] +
-                                                   row[r] * p.bias_stride[2] + (s0 + col_of(j, e)) * p.bias_stride[3]]);
+        if (kp && p.bias) Sj += bias_at<S>(p, b, h, row[r], s0 + col_of(j, e));
         s[j].x[e] = kp ? Sj * inv_tau : neg_inf<float>();
         pp[j].x[e] = kp ? prob(s[j].x[e], rec[r][rMax], rec[r][rSum]) : 0.0f;
       }
@@ -781,15 +750,7 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
     __syncthreads();
   };
   // Entry e of accumulator tile jt: key row key[e >> 1], query column s0 + col_of(jt, e).
-  auto keep_bits = [&](int64_t s0) {
-    unsigned bits = 0;
-#pragma unroll
-    for (int j = 0; j < kNt; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (kept(p, b, h, s0 + col_of(j, e), key[e >> 1])) bits |= 1u << (4 * j + e);
-    return bits;
-  };
+  auto keep_bits = [&](int64_t s0) { return ascender_mma::keep_bits<true>(p, b, h, key, s0); };
   // The transposed products: key rows (A, from global memory) times a staged query tile (B).
   auto products_d = [&](FragC(&x)[kNt], const S* src, const float* tile) {
     RowsA<K, kMaxD> a;
@@ -870,9 +831,7 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
         const int q = col_of(j, e);
         const bool kp = kb >> (4 * j + e) & 1u;
         float Sj = ds[j].x[e];
-        if (kp && p.bias)
-          Sj += to_acc(static_cast<const S*>(p.bias)[b * p.bias_stride[0] + h * p.bias_stride[1] +
-                                                     (s0 + q) * p.bias_stride[2] + key[e >> 1] * p.bias_stride[3]]);
+        if (kp && p.bias) Sj += bias_at<S>(p, b, h, s0 + q, key[e >> 1]);
         const float P = kp ? prob(Sj * inv_tau, F(qMax, q), F(qSum, q)) : 0.0f;
         pp[j].x[e] = P;
         ds[j].x[e] = P * (x[j].x[e] - F(qD, q)) * inv_tau;

@@ -156,6 +156,36 @@ __device__ __forceinline__ void load_global(mma_tiles::RowsA<K, W>& ra, const X*
   }
 }
 
+// Bit 4 j + e: entry e of accumulator tile j is a kept pair — the lane's rows own[0], own[1] (g and g + 8 of the
+// warp's) against the tile's columns s0 + col_of(j, e). kOwnKeys: the rows are keys and the columns queries (the
+// backward's key blocks).
+template <bool kOwnKeys = false>
+__device__ __forceinline__ unsigned keep_bits(const Params& p, int64_t b, int64_t h, const int64_t (&own)[2],
+                                              int64_t s0) {
+  unsigned bits = 0;
+#pragma unroll
+  for (int j = 0; j < mma_tiles::kNt; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t other = s0 + mma_tiles::col_of(j, e);
+      if (kOwnKeys ? kept(p, b, h, other, own[e >> 1]) : kept(p, b, h, own[e >> 1], other)) bits |= 1u << (4 * j + e);
+    }
+  return bits;
+}
+
+// The additive bias of (row i, key j), of element type S (p.bias set).
+template <class S>
+__device__ __forceinline__ float bias_at(const Params& p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  return to_acc(static_cast<const S*>(
+      p.bias)[b * p.bias_stride[0] + h * p.bias_stride[1] + i * p.bias_stride[2] + j * p.bias_stride[3]]);
+}
+
+// A squared distance from its expansion |x|² + |y|² - 2 x·y (the product's value), clamped at 0 against rounding.
+__device__ __forceinline__ float dist2(float xx, float yy, float xy) {
+  const float v = xx + yy - 2.0f * xy;
+  return v < 0.0f ? 0.0f : v;  // a NaN stays
+}
+
 // x as the tensor core reads it as an operand of kind K (the squared norms that complete a distance's expansion must
 // be those of the same values, or |z_i - z_i|² is not 0).
 template <Kind K>
@@ -234,5 +264,33 @@ struct Standardise {
     if (m.mean != m.mean || f != f) mu = scale = NAN;  // a NaN entry or factor: the row is NaN
   }
 };
+
+// Two raw rows of a warp's 16 query rows over a staged tile of 32 keys, as the forward and the backward's query
+// blocks compute them:
+//   align_tile  r_ij = u_i · k̂_j: the rows of u (n, d) times the raw keys KHs, over |k_j| (KN = 1 / max(|k_j|, ε));
+//   coh_tile    dc_ij = |z_j - c_i|²: the rows of c (n, d_z) times the keys' z (Zs), with ZZs = |z_j|² and cc the
+//               lane's rows' |c_i|².
+template <Kind K>
+__device__ __forceinline__ void align_tile(FragC (&x)[mma_tiles::kNt], const float* U, int64_t tw, int64_t n, int64_t d,
+                                           int64_t dp, const float* KHs, const float* KN) {
+  mma_tiles::RowsA<K, kMaxD> ua;
+  load_global(ua, U, tw, n, d, dp);
+  mma_tiles::products(x, ua, KHs, kLdD, dp);
+#pragma unroll
+  for (int j = 0; j < mma_tiles::kNt; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[j].x[e] *= KN[mma_tiles::col_of(j, e)];
+}
+template <Kind K>
+__device__ __forceinline__ void coh_tile(FragC (&x)[mma_tiles::kNt], const float* C, int64_t tw, int64_t n, int64_t dz,
+                                         int64_t dzp, const float* Zs, const float* ZZs, const float (&cc)[2]) {
+  mma_tiles::RowsA<K, kMaxL> ca;
+  load_global(ca, C, tw, n, dz, dzp);
+  mma_tiles::products(x, ca, Zs, kLdL, dzp);
+#pragma unroll
+  for (int j = 0; j < mma_tiles::kNt; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[j].x[e] = dist2(ZZs[mma_tiles::col_of(j, e)], cc[e >> 1], x[j].x[e]);
+}
 
 }  // namespace asc::cuda::ascender_mma
