@@ -76,13 +76,13 @@ elseif(ASC_WITH_CUDA)
 endif()
 
 if(ASC_HAVE_CUDA AND NOT ASC_CUDA_EMULATION)
-  # NCCL (the "nccl" process group, nn/process_group_nccl.cpp) when its header and library are present and MPI,
-  # which starts the ranks and hands them NCCL's id, was found too. Its source sits beside the MPI group; it is
-  # compiled here because it links CUDA.
+  # NCCL (the "nccl" process group, cuda/process_group_nccl.cpp) when its header and library are present and MPI,
+  # which starts the ranks and hands them NCCL's id, was found too. It implements the process-group interface of the
+  # trainer library (train/process_group.h) and lives with the CUDA sources because it links CUDA.
   find_path(ASC_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
   find_library(ASC_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
   if(ASC_NCCL_INCLUDE AND ASC_NCCL_LIBRARY AND MPI_CXX_FOUND)
-    list(APPEND ASC_CUDA_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/nn/process_group_nccl.cpp)
+    list(APPEND ASC_CUDA_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cuda/process_group_nccl.cpp)
     set(ASC_HAVE_NCCL ON)
   endif()
   asc_add_cuda_library()

@@ -64,7 +64,7 @@ endif()
 # ---- headers, libraries, the exported targets -------------------------------------------------------------------
 # Public headers: every header of the library's folders except the kernels' own (ops/cpu/, and cuda/ but cuda.h).
 install(FILES ${PROJECT_SOURCE_DIR}/ascender.h DESTINATION ${ASC_INSTALL_INCLUDEDIR})
-install(DIRECTORY core autograd ops nn optim models data stats DESTINATION ${ASC_INSTALL_INCLUDEDIR}
+install(DIRECTORY core autograd ops nn optim models data stats train DESTINATION ${ASC_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h" PATTERN "*.inc" PATTERN "cpu" EXCLUDE)
 install(FILES ${PROJECT_SOURCE_DIR}/cuda/cuda.h DESTINATION ${ASC_INSTALL_INCLUDEDIR}/cuda)
 install(TARGETS ${ASC_EXPORTED_TARGETS} EXPORT ascenderTargets

@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/format.h"
-#include "nn/distributed.h"
+#include "data/sampler.h"
 
 namespace asc::data {
 

@@ -13,7 +13,7 @@
 // Evaluation reads a dataset once, in order, on the caller's thread:
 //   asc::data::for_each_batch(*task.val, 64, task.pad_id, [&](const asc::data::Batch& b) { ... });
 //
-// The order of epoch e is the permutation DistributedSampler (nn/distributed.h) draws from seed + e: a pure function
+// The order of epoch e is the permutation DistributedSampler (data/sampler.h) draws from seed + e: a pure function
 // of (seed, e), so resuming needs only (epoch, position, seed). With world_size > 1 each rank reads its share of that
 // permutation, which the sampler pads (by repeating its start) to a multiple of world_size: every rank then has the
 // same number of batches per epoch, and the first (world_size - size % world_size) % world_size examples of the

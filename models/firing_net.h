@@ -8,7 +8,7 @@
 //
 //   auto net = std::make_shared<asc::models::FiringClassifier>(asc::models::FiringClassifierOptions(784, 10));
 //   asc::Tensor logits = net->forward(x);                                    // (B, 10)
-//   opt.add_local_rule(net->hidden->rule_b({.eta_w = 1e-6, .r_target = 0.1, .w_min = -1}));
+//   opt.add_local_rule(asc::optim::rule_b(*net->hidden, {.eta_w = 1e-6, .r_target = 0.1, .w_min = -1}));
 #include "nn/nn.h"
 
 namespace asc::models {

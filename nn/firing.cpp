@@ -104,21 +104,23 @@ std::string CrossPathSSM::extra_repr() const {
                      options.a_min, options.a_max, options.scale_input, options.rms_norm, options.learn_s0);
 }
 
-std::shared_ptr<optim::FiringRuleB> FiringLayer::rule_b(const optim::RuleBOptions& o) {
-  if (o.fuse_sgd) {
-    ASC_CHECK(type_name() == "FiringLinear" && !options.channels(),
-              "{}: rule B's fuse_sgd folds W's gradient dZᵀX into the Oja product; it needs a FiringLinear with "
-              "dense input (not channels, not the index path)",
-              type_name());
-    ASC_CHECK(fused_rule_ == nullptr,
-              "{}: a rule B with fuse_sgd is already attached; W's SGD step can be taken "
-              "by one rule only",
-              type_name());
-  }
-  auto rule = std::make_shared<optim::FiringRuleB>(tensors(), o);
+void FiringLayer::check_rule(bool takes_w_step) const {
+  if (!takes_w_step) return;
+  ASC_CHECK(type_name() == "FiringLinear" && !options.channels(),
+            "{}: rule B's fuse_sgd folds W's gradient dZᵀX into the Oja product; it needs a FiringLinear with "
+            "dense input (not channels, not the index path)",
+            type_name());
+  ASC_CHECK(fused_rule_ == nullptr,
+            "{}: a rule B with fuse_sgd is already attached; W's SGD step can be taken "
+            "by one rule only",
+            type_name());
+}
+
+void FiringLayer::attach_rule(std::shared_ptr<FiringObserver> rule, bool takes_w_step) {
+  ASC_CHECK(rule != nullptr, "{}: attach_rule: no rule", type_name());
+  check_rule(takes_w_step);
   rules_.push_back(rule);
-  if (o.fuse_sgd) fused_rule_ = rule;
-  return rule;
+  if (takes_w_step) fused_rule_ = std::move(rule);
 }
 
 void FiringLayer::check_state(const StateDict& incoming) const {
@@ -144,13 +146,7 @@ void FiringLayer::check_state(const StateDict& incoming) const {
 }
 
 void FiringLayer::on_zero_grad() {
-  for (const auto& rule : rules_) rule->zero_grad();
-}
-
-std::shared_ptr<optim::FiringRuleA> FiringLayer::rule_a(const optim::RuleAOptions& o) {
-  auto rule = std::make_shared<optim::FiringRuleA>(tensors(), o);
-  rules_.push_back(rule);
-  return rule;
+  for (const auto& rule : rules_) rule->drop_deferred_gradient();
 }
 
 Tensor FiringLayer::fire(const Tensor& Z, const Shape& lead, const Tensor& X, const Tensor& tok,
@@ -176,13 +172,13 @@ Tensor FiringLayer::fire(const Tensor& Z, const Shape& lead, const Tensor& X, co
   last_F_.set(F);
   if (is_training() && !rules_.empty()) {
     // Copies of f and SP: the optimizer moves them before the rule reads the snapshot.
-    optim::FiringSnapshot s{X.defined() ? X.detach() : Tensor(),
-                            tok,
-                            Z.detach(),
-                            F,
-                            f.detach().clone(),
-                            SP.detach().clone(),
-                            std::move(dZ)};
+    FiringSnapshot s{X.defined() ? X.detach() : Tensor(),
+                     tok,
+                     Z.detach(),
+                     F,
+                     f.detach().clone(),
+                     SP.detach().clone(),
+                     std::move(dZ)};
     for (const auto& rule : rules_) rule->observe(s);
   }
   Shape out = lead;

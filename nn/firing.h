@@ -10,12 +10,13 @@
 // Output (..., P, α), or (..., P) when α = 1; with ssm_rank(R) > 0 the output is the cross-path SSM's F f t̃ over
 // the time axis of a (B, T, ·) input (CrossPathSSM, below), while the rules still read the local Y = F f Z.
 // The gate's backward is exact (SP gets no gradient) or straight-through
-// / a surrogate of the registry (ops/geometry.h). The local learning rules attach in one line (optim/firing_rules.h):
+// / a surrogate of the registry (ops/geometry.h). The local learning rules (optim/firing_rules.h) are built from a
+// layer's tensors and attach to it in one line (the layer is their FiringRuleHost, ops/firing_rule_link.h):
 //
 //   auto layer = std::make_shared<asc::nn::FiringLinear>(asc::nn::FiringOptions(64, 128).threshold(0.1));
 //   asc::optim::SGD opt(layer->parameters(), {.lr = 1e-2});
-//   opt.add_local_rule(layer->rule_b({.eta_w = 1e-6, .r_target = 0.1, .w_min = -1, .mask_w =
-//   asc::optim::UpdateMask::Active}));
+//   opt.add_local_rule(asc::optim::rule_b(*layer, {.eta_w = 1e-6, .r_target = 0.1, .w_min = -1,
+//                                                  .mask_w = asc::optim::UpdateMask::Active}));
 // (a signed range for the signed default initialisation; or FiringOptions::init(FiringInit::NonNegative) with the
 // rule's default range [0, 1]: a rule whose range does not hold the layer is refused when attached)
 //   auto net = std::make_shared<asc::nn::FiringStack>(std::vector<int64_t>{64, 128, 32});  // (.., 64) -> (.., 32)
@@ -24,8 +25,15 @@
 #include <vector>
 
 #include "nn/module.h"
+#include "ops/firing_rule_link.h"
 #include "ops/geometry.h"
-#include "optim/firing_rules.h"
+
+namespace asc::optim {  // the deprecated FiringLayer::rule_a / rule_b below (defined in train/deprecated.cpp)
+struct RuleAOptions;
+struct RuleBOptions;
+class FiringRuleA;
+class FiringRuleB;
+}  // namespace asc::optim
 
 namespace asc::nn {
 
@@ -80,16 +88,22 @@ class CrossPathSSM : public Module {
 // What FiringLinear and FiringEmbedding share: the parameters W (P, ·), SP (P), f (P, α) — f initialised to 1, so
 // with α = 1 the output is F ⊙ Z —, the rules' state buffers r_bar, m_bar, f_bar (P, float32; float64 in a float64
 // layer; saved with the state_dict), and the rules fed by the forward pass.
-class FiringLayer : public Module {
+class FiringLayer : public Module, public FiringRuleHost {
  public:
   FiringOptions options;
   Tensor W, SP, f;
   Tensor r_bar, m_bar, f_bar;
 
-  // Learning rule B / A bound to this layer; it receives a snapshot from every training-mode forward pass. Hand the
-  // result to an optimizer's add_local_rule().
-  std::shared_ptr<optim::FiringRuleB> rule_b(const optim::RuleBOptions& o = {});
-  std::shared_ptr<optim::FiringRuleA> rule_a(const optim::RuleAOptions& o = {});
+  // The local rules' side (optim::rule_b / rule_a build a rule from these tensors and attach it): every attached
+  // rule receives a snapshot from each training-mode forward pass.
+  FiringTensors firing_tensors() const override { return {W, f, SP, r_bar, m_bar, f_bar}; }
+  void check_rule(bool takes_w_step) const override;
+  void attach_rule(std::shared_ptr<FiringObserver> rule, bool takes_w_step) override;
+  // Deprecated (0.2): asc::optim::rule_b(layer, o) / rule_a(layer, o). Kept for one minor version.
+  [[deprecated("use asc::optim::rule_b(layer, options)")]] std::shared_ptr<optim::FiringRuleB> rule_b(
+      const optim::RuleBOptions& o);
+  [[deprecated("use asc::optim::rule_a(layer, options)")]] std::shared_ptr<optim::FiringRuleA> rule_a(
+      const optim::RuleAOptions& o);
   // The gate of the last forward pass, (N, P) with the batch axes flattened (detached; undefined before any).
   Tensor last_gate() const { return last_F_.get(); }
   std::string extra_repr() const override;
@@ -107,11 +121,10 @@ class FiringLayer : public Module {
               std::shared_ptr<Tensor> dZ = nullptr);
   // True when a rule_b(fuse_sgd) takes W's SGD step: the training forward defers W's gradient to it.
   bool defers_w_grad() const { return fused_rule_ != nullptr; }
-  std::shared_ptr<optim::FiringRuleB> fused_rule_;  // the rule B with fuse_sgd, if any
+  std::shared_ptr<FiringObserver> fused_rule_;  // the rule B with fuse_sgd, if any
 
  private:
-  optim::FiringTensors tensors() const { return {W, f, SP, r_bar, m_bar, f_bar}; }
-  std::vector<std::shared_ptr<optim::FiringRule>> rules_;
+  std::vector<std::shared_ptr<FiringObserver>> rules_;
   LastForward<Tensor> last_F_;
 };
 

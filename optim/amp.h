@@ -71,7 +71,7 @@ class MasterWeights {
   // model parameter = master value rounded to the model's dtype (in place: the model's handles stay valid).
   void copy_master_to_model();
   // The master copies, "0", "1", ... in the order of parameters() (handles; a checkpoint saves them as
-  // "master.*", nn/serialize.h). load_state_dict checks every entry (names, shapes; values converted to the master
+  // "master.*", train/checkpoint.h). load_state_dict checks every entry (names, shapes; values converted to the master
   // dtype) before it changes anything, then sets the masters and rounds them into the model.
   StateDict state_dict() const;
   void load_state_dict(const StateDict& sd);

@@ -455,4 +455,20 @@ void FiringRuleA::apply() {
   add_into(t_.SP, st_.dSP);
 }
 
+// ---- building a rule from a layer -------------------------------------------------------------------------------
+
+std::shared_ptr<FiringRuleB> rule_b(FiringRuleHost& layer, const RuleBOptions& o) {
+  layer.check_rule(o.fuse_sgd);  // what the layer refuses is named before the rule's own checks
+  auto rule = std::make_shared<FiringRuleB>(layer.firing_tensors(), o);
+  layer.attach_rule(rule, o.fuse_sgd);
+  return rule;
+}
+
+std::shared_ptr<FiringRuleA> rule_a(FiringRuleHost& layer, const RuleAOptions& o) {
+  layer.check_rule(false);
+  auto rule = std::make_shared<FiringRuleA>(layer.firing_tensors(), o);
+  layer.attach_rule(rule, false);
+  return rule;
+}
+
 }  // namespace asc::optim

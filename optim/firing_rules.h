@@ -6,45 +6,28 @@
 // hands it a detached snapshot (inputs, Z, F, f, the thresholds); Optimizer::step() then runs the gradient update
 // (with the rule's row masks), the rule's apply() and the clips. The rule's running state (r̄, m̄ or F̄) lives in
 // buffers of the layer, so it is saved with the model's state_dict and a resumed run continues bit-identically.
-// One line beside any optimizer (nn/firing.h):
+// One line beside any optimizer (the layers: nn/firing.h):
 //
 //   asc::optim::Adam opt(model->parameters(), {.lr = 1e-3});
-//   opt.add_local_rule(layer->rule_b({.eta_w = 1e-6, .eta_f = 1e-6, .eta_sp = 1e-2, .r_target = 0.1}));
+//   opt.add_local_rule(asc::optim::rule_b(*layer, {.eta_w = 1e-6, .eta_f = 1e-6, .eta_sp = 1e-2, .r_target = 0.1}));
 //
 // All of a rule's arithmetic runs in float32, or float64 for a float64 layer, whatever the model dtype.
 #include <memory>
 
+#include "ops/firing_rule_link.h"
 #include "optim/local_rule.h"
 
 namespace asc::optim {
 
-// What a firing layer hands its rules after a training-mode forward pass: detached, batch and time axes flattened
-// into N rows. Exactly one of X and tok is defined.
-struct FiringSnapshot {
-  Tensor X;     // dense (N, d), or (N, d, P) when neuron p reads channel p of its input (stacked layers)
-  Tensor tok;   // index path: (N) int64, the columns of W (P, V) looked up
-  Tensor Z, F;  // (N, P)
-  Tensor f;     // (P, α): the output weights of the forward pass, so the local output Y = F f Z need not be stored
-  Tensor SP;    // (P), the thresholds the forward pass compared with
-  // With rule B's fuse_sgd: the layer's backward pass leaves dL/dZ (N, P) here instead of forming W's gradient.
-  std::shared_ptr<Tensor> dZ;
-};
-
-// The tensors of the layer a rule acts on (the layer's own parameters and buffers, updated in place).
-struct FiringTensors {
-  Tensor W;      // (P, d) or (P, V) (index path)
-  Tensor f;      // (P, α)
-  Tensor SP;     // (P)
-  Tensor r_bar;  // (P) float32/float64 buffer: rule B's EMA of the firing rate
-  Tensor m_bar;  // (P): rule B's EMA of the firing margin
-  Tensor f_bar;  // (P): rule A's EMA of the firing rate
-};
+// The snapshot a layer hands its rules and the layer's tensors they act on: ops/firing_rule_link.h.
+using asc::FiringSnapshot;
+using asc::FiringTensors;
 
 // The rules' shared part: the snapshot, its validation, fired() for the masks, the deferred gradient of fuse_sgd.
-class FiringRule : public LocalRule {
+class FiringRule : public LocalRule, public FiringObserver {
  public:
   explicit FiringRule(FiringTensors t) : t_(std::move(t)) {}
-  void observe(FiringSnapshot s) { snap_ = std::move(s); }
+  void observe(FiringSnapshot s) override { snap_ = std::move(s); }
   bool has_snapshot() const { return snap_.Z.defined(); }
   // Rows of W and f whose neuron fired at least once in the snapshot's batch.
   Tensor fired(const Tensor&) const override { return has_snapshot() ? active_rows(snap_.F) : Tensor(); }
@@ -56,8 +39,9 @@ class FiringRule : public LocalRule {
   // of the snapshot stays: a step then runs the local terms without W's SGD step, like a step without fuse_sgd
   // whose gradients were zeroed.
   void zero_grad() override;
+  void drop_deferred_gradient() override { zero_grad(); }
   // True when a backward pass left W's deferred gradient (fuse_sgd) that no step or zero_grad() has used yet.
-  bool holds_deferred_gradient() const { return snap_.dZ && snap_.dZ->defined(); }
+  bool holds_deferred_gradient() const override { return snap_.dZ && snap_.dZ->defined(); }
 
  protected:
   FiringTensors t_;
@@ -160,5 +144,12 @@ class FiringRuleA : public FiringRule {
     Tensor dW, df, f_bar, dSP;
   } st_;
 };
+
+// Rule B / A built from a firing layer's tensors (nn::FiringLinear, nn::FiringEmbedding, or any FiringRuleHost) and
+// attached to it: it receives a snapshot from every training-mode forward pass of the layer. Hand the result to an
+// optimizer's add_local_rule(). A rule whose options or range do not hold the layer is refused (asc::Error) and
+// nothing is attached.
+std::shared_ptr<FiringRuleB> rule_b(FiringRuleHost& layer, const RuleBOptions& o = {});
+std::shared_ptr<FiringRuleA> rule_a(FiringRuleHost& layer, const RuleAOptions& o = {});
 
 }  // namespace asc::optim

@@ -120,7 +120,7 @@ TEST_CASE("MasterWeights: float64 masters for a float32 model train like float32
 }
 
 // A run in lower precision resumes from its float64 (here) / float32 master copies, not from the model's rounded
-// values: the checkpoint keeps them as "master.*" (nn/serialize.h), and loading them rounds them into the model.
+// values: the checkpoint keeps them as "master.*" (train/checkpoint.h), and loading them rounds them into the model.
 TEST_CASE("MasterWeights: a checkpoint keeps the masters; a bad one changes nothing") {
   auto make = [] {
     manual_seed(6);

@@ -6,9 +6,9 @@
 
 #include "models/transformer_classifier.h"
 #include "nn/safetensors.h"
-#include "nn/serialize.h"
 #include "optim/optim.h"
 #include "testing.h"
+#include "train/checkpoint.h"
 
 using namespace asc;
 using namespace asc::testing;

@@ -1,5 +1,5 @@
-// Distributed training over the MPI process group (nn/process_group.h, nn/distributed.h). CTest runs this file twice:
-// as one process (a world of size 1) and under `mpirun -np 2 --oversubscribe` (tests/CMakeLists.txt). Every rank
+// Distributed training over the MPI process group (train/process_group.h, train/distributed.h). CTest runs this file
+// twice: as one process (a world of size 1) and under `mpirun -np 2 --oversubscribe` (tests/CMakeLists.txt). Every rank
 // runs every test case in the same order, so the collectives pair up; the expected values are written for any size.
 #include <unistd.h>
 
@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "nn/distributed.h"
 #include "testing.h"
+#include "train/distributed.h"
 
 using namespace asc;
 using namespace asc::distributed;

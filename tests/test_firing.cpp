@@ -706,13 +706,13 @@ TEST_CASE("firing layers: bad input and options give clear errors") {
   check_error([&] { nn::FiringLinear(nn::FiringOptions(5, 3).backward(GateBackward::Surrogate).surrogate("x")); },
               {"unknown surrogate 'x'"});
   check_error([&] { nn::FiringStack({5}); }, {"FiringStack", "{d, P1}"});
-  check_error([&] { lin->rule_b({.beta_r = 0}); }, {"FiringRuleB", "beta_r 0"});
-  check_error([&] { lin->rule_b({.w_min = 2, .w_max = 1}); }, {"FiringRuleB", "w_min <= w_max"});
-  check_error([&] { lin->rule_a({.w_max = 0}); }, {"FiringRuleA", "w_max 0"});
+  check_error([&] { optim::rule_b(*lin, {.beta_r = 0}); }, {"FiringRuleB", "beta_r 0"});
+  check_error([&] { optim::rule_b(*lin, {.w_min = 2, .w_max = 1}); }, {"FiringRuleB", "w_min <= w_max"});
+  check_error([&] { optim::rule_a(*lin, {.w_max = 0}); }, {"FiringRuleA", "w_max 0"});
   check_error([&] { nn::FiringLinear(nn::FiringOptions(5, 3).fan_out(0)); }, {"FiringLinear", "fan_out 0"});
-  check_error([&] { lin->rule_b({.f_min = 1, .f_max = 0}); }, {"FiringRuleB", "f_min <= f_max (1, 0)"});
-  check_error([&] { lin->rule_b({.sp_min = 1, .sp_max = 1}); }, {"FiringRuleB", "sp_min < sp_max (1, 1)"});
-  check_error([&] { lin->rule_a({.sp_min = 2, .sp_max = -2}); }, {"FiringRuleA", "sp_min < sp_max (2, -2)"});
+  check_error([&] { optim::rule_b(*lin, {.f_min = 1, .f_max = 0}); }, {"FiringRuleB", "f_min <= f_max (1, 0)"});
+  check_error([&] { optim::rule_b(*lin, {.sp_min = 1, .sp_max = 1}); }, {"FiringRuleB", "sp_min < sp_max (1, 1)"});
+  check_error([&] { optim::rule_a(*lin, {.sp_min = 2, .sp_max = -2}); }, {"FiringRuleA", "sp_min < sp_max (2, -2)"});
 }
 
 // ---- learning rules -------------------------------------------------------------------------------------------------
@@ -857,7 +857,7 @@ TEST_CASE("learning rule B, one step: SGD on the masked rows, Oja on W and f, ho
       }
       const double lr = 0.1;
       optim::SGD opt(b.layer->parameters(), {.lr = lr});
-      opt.add_local_rule(b.layer->rule_b(o));
+      opt.add_local_rule(optim::rule_b(*b.layer, o));
       const Tensor G = randn64({n.N, n.P, n.A}, false, 71);
       sum(b.layer->forward(b.input) * G).backward();
       opt.step();
@@ -896,7 +896,7 @@ TEST_CASE(
                                   .fuse_sgd = true};
       const double lr = 0.1;
       optim::SGD opt(b.layer->parameters(), {.lr = lr, .weight_decay = wd});
-      opt.add_local_rule(b.layer->rule_b(o));
+      opt.add_local_rule(optim::rule_b(*b.layer, o));
       const Tensor G = randn64({n.N, n.P, n.A}, false, 73);
       const Tensor x = b.input.detach().set_requires_grad(true);
       sum(b.layer->forward(x) * G).backward();
@@ -927,15 +927,15 @@ TEST_CASE("rule B fuse_sgd: several float32 steps track the unfused layer; what 
     manual_seed(7);
     auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(12, 16).fan_out(3).threshold(0.1));
     auto opt = std::make_shared<optim::SGD>(layer->parameters(), so);
-    opt->add_local_rule(layer->rule_b({.eta_w = 1e-2,
-                                       .eta_f = 1e-2,
-                                       .eta_sp = 1e-2,
-                                       .w_min = -1,
-                                       .w_max = 1,
-                                       .f_min = -2,
-                                       .f_max = 2,
-                                       .mask_w = optim::UpdateMask::Active,
-                                       .fuse_sgd = fused}));
+    opt->add_local_rule(optim::rule_b(*layer, {.eta_w = 1e-2,
+                                               .eta_f = 1e-2,
+                                               .eta_sp = 1e-2,
+                                               .w_min = -1,
+                                               .w_max = 1,
+                                               .f_min = -2,
+                                               .f_max = 2,
+                                               .mask_w = optim::UpdateMask::Active,
+                                               .fuse_sgd = fused}));
     return std::make_pair(layer, opt);
   };
   auto max_abs_diff = [](const Tensor& u, const Tensor& v) {
@@ -975,14 +975,15 @@ TEST_CASE("rule B fuse_sgd: several float32 steps track the unfused layer; what 
     manual_seed(7);
     auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(12, 16));
     optim::Adam adam(layer->parameters(), {.lr = 1e-3});
-    adam.add_local_rule(layer->rule_b({.w_min = -1, .fuse_sgd = true}));
+    adam.add_local_rule(optim::rule_b(*layer, {.w_min = -1, .fuse_sgd = true}));
     refuses(adam, layer, "W is in a Adam group");
   }
   {
     auto [layer, opt] = make(true, {.lr = 0.05});
     optim::SGD other(layer->parameters(), {.lr = 0.05});
-    other.add_local_rule(layer->rule_b({.w_min = -1}));  // not the fused rule's optimizer: it runs nothing fused
-    auto extra = layer->rule_b({.w_min = -1, .mask_w = optim::UpdateMask::Inactive});
+    other.add_local_rule(
+        optim::rule_b(*layer, {.w_min = -1}));  // not the fused rule's optimizer: it runs nothing fused
+    auto extra = optim::rule_b(*layer, {.w_min = -1, .mask_w = optim::UpdateMask::Inactive});
     opt->add_local_rule(extra);
     refuses(*opt, layer, "also masks W");
   }
@@ -1001,11 +1002,11 @@ TEST_CASE("rule B fuse_sgd: several float32 steps track the unfused layer; what 
   }
   {
     auto [layer, opt] = make(true, {.lr = 0.05});
-    CHECK_THROWS_WITH_AS(layer->rule_b({.fuse_sgd = true}), doctest::Contains("already attached"), asc::Error);
+    CHECK_THROWS_WITH_AS(optim::rule_b(*layer, {.fuse_sgd = true}), doctest::Contains("already attached"), asc::Error);
     auto emb = std::make_shared<nn::FiringEmbedding>(nn::FiringOptions(6, 4));
-    CHECK_THROWS_WITH_AS(emb->rule_b({.fuse_sgd = true}), doctest::Contains("dense input"), asc::Error);
+    CHECK_THROWS_WITH_AS(optim::rule_b(*emb, {.fuse_sgd = true}), doctest::Contains("dense input"), asc::Error);
     auto ch = std::make_shared<nn::FiringLinear>(nn::FiringOptions(3, 4).channels(true));
-    CHECK_THROWS_WITH_AS(ch->rule_b({.fuse_sgd = true}), doctest::Contains("dense input"), asc::Error);
+    CHECK_THROWS_WITH_AS(optim::rule_b(*ch, {.fuse_sgd = true}), doctest::Contains("dense input"), asc::Error);
   }
   {
     // Eval mode defers nothing: W gets its .grad and the optimizer steps it as usual.
@@ -1040,7 +1041,7 @@ TEST_CASE("learning rule A, one step: potentiation / depression with soft bounds
       b.layer->f_bar.copy_(tensor(fb0, {4}));
     }
     optim::SGD opt(b.layer->parameters(), {.lr = 0.0});
-    opt.add_local_rule(b.layer->rule_a(o));
+    opt.add_local_rule(optim::rule_a(*b.layer, o));
     b.layer->forward(b.input);  // rule A needs no backward pass
     opt.step();
     RuleState r = naive_rule_a_step(n, o, fb0);
@@ -1058,18 +1059,18 @@ TEST_CASE("rule B alone on linear-Gaussian inputs: firing rate to r* (within 0.0
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(d, P));
   optim::SGD opt(layer->parameters(), {.lr = 0.0});  // η_bp = 0: the local terms alone
   const double r_target = 0.3, z_ref = 1.2;
-  opt.add_local_rule(layer->rule_b({.eta_w = 0.02,
-                                    .eta_f = 0.0,
-                                    .eta_sp = 0.05,
-                                    .z_ref = z_ref,
-                                    .beta_r = 0.2,
-                                    .r_target = r_target,
-                                    .lambda_r = 1.0,
-                                    .lambda_m = 0.0,
-                                    .w_min = -5,
-                                    .w_max = 5,
-                                    .f_min = -5,
-                                    .f_max = 5}));
+  opt.add_local_rule(optim::rule_b(*layer, {.eta_w = 0.02,
+                                            .eta_f = 0.0,
+                                            .eta_sp = 0.05,
+                                            .z_ref = z_ref,
+                                            .beta_r = 0.2,
+                                            .r_target = r_target,
+                                            .lambda_r = 1.0,
+                                            .lambda_m = 0.0,
+                                            .w_min = -5,
+                                            .w_max = 5,
+                                            .f_min = -5,
+                                            .f_max = 5}));
   Generator g(91);
   Vec rate(P, 0.0);
   const int steps = 1500, tail = 300;
@@ -1099,14 +1100,14 @@ TEST_CASE("rule B with mask = active: a silent neuron's rows stay bit-identical 
     layer->SP.copy_(tensor(Vec{-0.5, -0.5, 1e6, -0.5}, {4}, {.dtype = kFloat32}));  // neuron 2 never fires
   }
   optim::SGD opt(layer->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
-  opt.add_local_rule(layer->rule_b({.eta_w = 0.01,
-                                    .eta_f = 0.01,
-                                    .w_min = -1,
-                                    .w_max = 1,
-                                    .f_min = -2,
-                                    .f_max = 2,
-                                    .mask_w = optim::UpdateMask::Active,
-                                    .mask_f = optim::UpdateMask::Active}));
+  opt.add_local_rule(optim::rule_b(*layer, {.eta_w = 0.01,
+                                            .eta_f = 0.01,
+                                            .w_min = -1,
+                                            .w_max = 1,
+                                            .f_min = -2,
+                                            .f_max = 2,
+                                            .mask_w = optim::UpdateMask::Active,
+                                            .mask_f = optim::UpdateMask::Active}));
   const Tensor W0 = layer->W.clone(), f0 = layer->f.clone();
   for (int step = 0; step < 5; ++step) {
     Tensor y = layer->forward(randn({16, 5}));
@@ -1139,7 +1140,7 @@ TEST_CASE("firing rules: no adaptation in eval mode; the rule state checkpoints,
   {
     auto layer = make();
     optim::SGD opt(layer->parameters(), {.lr = 0.0});
-    opt.add_local_rule(layer->rule_b(o));
+    opt.add_local_rule(optim::rule_b(*layer, o));
     StateDict before;  // copies: state_dict() hands out the live tensors
     for (const auto& [name, t] : layer->state_dict()) before.set(name, t.detach().clone());
     layer->eval();
@@ -1156,7 +1157,7 @@ TEST_CASE("firing rules: no adaptation in eval mode; the rule state checkpoints,
   for (int i = 0; i < 6; ++i) batches.push_back(randn({12, 5}, {}, &g)), targets.push_back(randn({12, 4, 2}, {}, &g));
   auto run = [&](nn::FiringLinear& layer, int from, int to) {
     optim::SGD opt(layer.parameters(), {.lr = 0.05});
-    opt.add_local_rule(layer.rule_b(o));
+    opt.add_local_rule(optim::rule_b(layer, o));
     for (int i = from; i < to; ++i) {
       layer.zero_grad();
       sum(layer.forward(batches[i]) * targets[i]).backward();
@@ -1328,16 +1329,16 @@ TEST_CASE("rule B on CUDA (plain and fuse_sgd, mask active, weight decay) equals
       layer->to(kFloat64);
       layer->to(dev);
       optim::SGD opt(layer->parameters(), {.lr = 0.05, .weight_decay = 0.01});
-      opt.add_local_rule(layer->rule_b({.eta_w = 0.02,
-                                        .eta_f = 0.02,
-                                        .eta_sp = 0.05,
-                                        .lambda_m = 0.5,
-                                        .w_min = -1,
-                                        .w_max = 1,
-                                        .f_min = -2,
-                                        .f_max = 2,
-                                        .mask_w = optim::UpdateMask::Active,
-                                        .fuse_sgd = fused}));
+      opt.add_local_rule(optim::rule_b(*layer, {.eta_w = 0.02,
+                                                .eta_f = 0.02,
+                                                .eta_sp = 0.05,
+                                                .lambda_m = 0.5,
+                                                .w_min = -1,
+                                                .w_max = 1,
+                                                .f_min = -2,
+                                                .f_max = 2,
+                                                .mask_w = optim::UpdateMask::Active,
+                                                .fuse_sgd = fused}));
       for (int step = 0; step < 3; ++step) {
         const Tensor x = randn64({40, 9}, false, 300 + step).to(dev), G = randn64({40, 37, 3}, false, 400 + step);
         sum(layer->forward(x) * G.to(dev)).backward();

@@ -169,7 +169,7 @@ Out run_step(const Case& c, optim::RuleBOptions o, Opt kind, double lr, double w
   auto layer = build(c);
   o.fuse_sgd = kind == Opt::FusedSGD;
   auto opt = make_opt(kind, layer->parameters(), lr, wd);
-  opt->add_local_rule(layer->rule_b(o));
+  opt->add_local_rule(optim::rule_b(*layer, o));
   sum(layer->forward(tensor(c.X, {c.N, c.D})) * tensor(c.G, {c.N, c.P, c.A})).backward();
   opt->step();
   return {layer->W.to_vector<double>(), layer->f.to_vector<double>(), layer->SP.to_vector<double>(),
@@ -275,7 +275,7 @@ TEST_CASE("rule A reads the pre-step W and f when an optimizer moves them in the
                               .r_target = 0.25};
   const double lr = 0.3;
   optim::SGD opt(layer->parameters(), {.lr = lr});
-  opt.add_local_rule(layer->rule_a(o));
+  opt.add_local_rule(optim::rule_a(*layer, o));
   sum(layer->forward(x) * G).backward();
   const Vec dW = layer->W.grad().to_vector<double>(), df = layer->f.grad().to_vector<double>();
   opt.step();
@@ -390,7 +390,7 @@ TEST_CASE(
     manual_seed(20);
     auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(D, P).threshold(-0.2));
     optim::SGD opt(layer->parameters(), {.lr = 0.1, .momentum = 0.9});
-    auto rule = layer->rule_b({.w_min = -1});
+    auto rule = optim::rule_b(*layer, {.w_min = -1});
     opt.add_local_rule(rule);
     sum(layer->forward(x)).backward();
     opt.step();  // a good step: the momentum buffer and r̄ exist
@@ -412,7 +412,7 @@ TEST_CASE(
   // The index path: a token outside [0, V).
   auto emb = std::make_shared<nn::FiringEmbedding>(nn::FiringOptions(6, P));
   optim::SGD opt(emb->parameters(), {.lr = 0.1, .momentum = 0.9});
-  auto rule = emb->rule_b({.w_min = -1});
+  auto rule = optim::rule_b(*emb, {.w_min = -1});
   opt.add_local_rule(rule);
   sum(emb->forward(tok)).backward();
   rule->observe({Tensor(), tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 6}, {N}), randn({N, P}), ones({N, P}),
@@ -430,7 +430,7 @@ TEST_CASE("a step that fails on a gradient or on another rule leaves every layer
   std::vector<Tensor> params = a->parameters();
   for (const Tensor& p : b->parameters()) params.push_back(p);
   optim::SGD opt(params, {.lr = 0.1, .momentum = 0.9});
-  auto ra = a->rule_b({.w_min = -1}), rb = b->rule_b({.w_min = -1});
+  auto ra = optim::rule_b(*a, {.w_min = -1}), rb = optim::rule_b(*b, {.w_min = -1});
   opt.add_local_rule(ra);
   opt.add_local_rule(rb);
   (sum(a->forward(x)) + sum(b->forward(x))).backward();
@@ -474,7 +474,7 @@ TEST_CASE(
         std::make_shared<optim::SGD>(stack->layers[0]->parameters(), optim::SGDOptions{.lr = 0.2, .weight_decay = 0.1});
     optim::RuleBOptions o = base;
     o.fuse_sgd = fused;
-    auto rule = stack->layers[0]->rule_b(o);
+    auto rule = optim::rule_b(*stack->layers[0], o);
     opt->add_local_rule(rule);
     return std::make_tuple(stack, opt, rule);
   };
@@ -518,39 +518,39 @@ TEST_CASE(
     "non-negative initialisation") {
   // The default rule B range [0, 1] on the default (signed) layer: refused before anything is attached.
   auto lin = std::make_shared<nn::FiringLinear>(nn::FiringOptions(64, 128).threshold(0.1));
-  check_error([&] { lin->rule_b({.eta_w = 1e-3, .r_target = 0.1}); },
+  check_error([&] { optim::rule_b(*lin, {.eta_w = 1e-3, .r_target = 0.1}); },
               {"FiringRuleB", "W lie outside the rule's clip range [0, 1]", "signed range", "w_min = -1",
                "FiringInit::NonNegative"});
-  check_error([&] { lin->rule_b({.fuse_sgd = true}); }, {"FiringRuleB", "signed range"});
-  CHECK_NOTHROW(lin->rule_b({.w_min = -1, .fuse_sgd = true}));  // the refused fused rule was not attached
-  check_error([&] { lin->rule_a({}); }, {"FiringRuleA", "W lie outside", "FiringInit::NonNegative"});
+  check_error([&] { optim::rule_b(*lin, {.fuse_sgd = true}); }, {"FiringRuleB", "signed range"});
+  CHECK_NOTHROW(optim::rule_b(*lin, {.w_min = -1, .fuse_sgd = true}));  // the refused fused rule was not attached
+  check_error([&] { optim::rule_a(*lin, {}); }, {"FiringRuleA", "W lie outside", "FiringInit::NonNegative"});
   // Fix 1: a signed range. Fix 2: the non-negative initialisation, U[0, 1/√d).
-  CHECK_NOTHROW(lin->rule_b({.w_min = -1}));
+  CHECK_NOTHROW(optim::rule_b(*lin, {.w_min = -1}));
   auto pos = std::make_shared<nn::FiringLinear>(nn::FiringOptions(64, 128).init(nn::FiringInit::NonNegative));
   const Vec w = pos->W.to_vector<double>();
   CHECK(*std::min_element(w.begin(), w.end()) >= 0.0);
   CHECK(*std::max_element(w.begin(), w.end()) < 1.0 / 8.0);
   CHECK(*std::max_element(w.begin(), w.end()) > 0.9 / 8.0);
-  CHECK_NOTHROW(pos->rule_b({}));
-  CHECK_NOTHROW(pos->rule_a({}));
+  CHECK_NOTHROW(optim::rule_b(*pos, {}));
+  CHECK_NOTHROW(optim::rule_a(*pos, {}));
   auto emb = std::make_shared<nn::FiringEmbedding>(nn::FiringOptions(10, 3).init(nn::FiringInit::NonNegative));
-  CHECK_NOTHROW(emb->rule_b({}));
+  CHECK_NOTHROW(optim::rule_b(*emb, {}));
   check_error([&] { nn::FiringLinear(nn::FiringOptions(4, 2).init(static_cast<nn::FiringInit>(5))); },
               {"FiringLinear", "unknown FiringInit 5"});
   // f (starts at 1) must lie in its range too.
-  check_error([&] { pos->rule_b({.f_max = 0.5}); }, {"FiringRuleB", "output weights f", "[0, 0.5]", "f_min"});
-  check_error([&] { pos->rule_a({.f_max = 0.5}); }, {"FiringRuleA", "output weights f", "f_max >= 1"});
+  check_error([&] { optim::rule_b(*pos, {.f_max = 0.5}); }, {"FiringRuleB", "output weights f", "[0, 0.5]", "f_min"});
+  check_error([&] { optim::rule_a(*pos, {.f_max = 0.5}); }, {"FiringRuleA", "output weights f", "f_max >= 1"});
   // SP is not: a threshold outside [sp_min, sp_max] is moved into it at the first step, by design.
   auto high =
       std::make_shared<nn::FiringLinear>(nn::FiringOptions(4, 2).threshold(5).init(nn::FiringInit::NonNegative));
-  CHECK_NOTHROW(high->rule_b({.sp_max = 1}));
-  CHECK_NOTHROW(high->rule_a({.sp_min = 6, .sp_max = 7}));
+  CHECK_NOTHROW(optim::rule_b(*high, {.sp_max = 1}));
+  CHECK_NOTHROW(optim::rule_a(*high, {.sp_min = 6, .sp_max = 7}));
   // A NaN weight is not "outside": it stays visible (NaN in, NaN out).
   {
     NoGradGuard ng;
     pos->W.narrow(0, 0, 1).narrow(1, 0, 1).fill_(kNaN);
   }
-  CHECK_NOTHROW(pos->rule_b({}));
+  CHECK_NOTHROW(optim::rule_b(*pos, {}));
 }
 
 // ---- the "Accepted options" table of docs/firing.md -------------------------------------------------------------
@@ -571,7 +571,7 @@ void accepts_b(const SetB& set) {
   set(o);
   auto layer = table_layer();
   optim::SGD opt(layer->parameters(), {.lr = 0.01});
-  opt.add_local_rule(layer->rule_b(o));
+  opt.add_local_rule(optim::rule_b(*layer, o));
   sum(layer->forward(randn({6, 5}))).backward();
   opt.step();
   for (const Tensor& t : {layer->W, layer->f, layer->SP, layer->r_bar, layer->m_bar}) CHECK(!has_non_finite(t));
@@ -580,7 +580,7 @@ void refuses_b(const SetB& set, std::initializer_list<const char*> fragments) {
   optim::RuleBOptions o{.w_min = -1};
   set(o);
   auto layer = table_layer();
-  check_error([&] { layer->rule_b(o); }, fragments);
+  check_error([&] { optim::rule_b(*layer, o); }, fragments);
 }
 void accepts_a(const SetA& set) {
   optim::RuleAOptions o;
@@ -588,7 +588,7 @@ void accepts_a(const SetA& set) {
   manual_seed(41);
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(5, 4).init(nn::FiringInit::NonNegative));
   optim::SGD opt(layer->parameters(), {.lr = 0.0});
-  opt.add_local_rule(layer->rule_a(o));
+  opt.add_local_rule(optim::rule_a(*layer, o));
   layer->forward(rand({6, 5}));
   opt.step();
   for (const Tensor& t : {layer->W, layer->f, layer->SP, layer->f_bar}) CHECK(!has_non_finite(t));
@@ -597,7 +597,7 @@ void refuses_a(const SetA& set, std::initializer_list<const char*> fragments) {
   optim::RuleAOptions o;
   set(o);
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(5, 4).init(nn::FiringInit::NonNegative));
-  check_error([&] { layer->rule_a(o); }, fragments);
+  check_error([&] { optim::rule_a(*layer, o); }, fragments);
 }
 
 }  // namespace
@@ -773,8 +773,7 @@ TEST_CASE("docs/firing.md's Accepted options table names every option this file 
   }
 }
 
-TEST_CASE(
-    "examples/firing_fmnist builds the layer, the optimizer and the rule exactly as the README's firing snippet") {
+TEST_CASE("examples/firing_fmnist builds the layer, the optimizer and the rule exactly as docs/firing.md's snippet") {
   const std::filesystem::path root = std::filesystem::path(__FILE__).parent_path().parent_path();
   auto read = [](const std::filesystem::path& p) {
     std::ifstream in(p);
@@ -782,12 +781,12 @@ TEST_CASE(
     ss << in.rdbuf();
     return ss.str();
   };
-  const std::string readme = read(root / "README.md"), example = read(root / "examples/firing_fmnist/main.cpp");
+  const std::string readme = read(root / "docs/firing.md"), example = read(root / "examples/firing_fmnist/main.cpp");
   if (readme.empty() || example.empty()) {
-    MESSAGE("README.md or the example not found next to the test source: skipped");
+    MESSAGE("docs/firing.md or the example not found next to the test source: skipped");
     return;
   }
-  const size_t section = readme.find("## Firing-threshold perceptron");
+  const size_t section = readme.find("## Using it");
   REQUIRE(section != std::string::npos);
   const size_t begin = readme.find("```cpp\n", section), end = readme.find("```\n", begin + 7);
   REQUIRE(begin != std::string::npos);
@@ -804,3 +803,21 @@ TEST_CASE(
   }
   CHECK(found == 3);
 }
+
+// The names of 0.2 kept for one minor version (CHANGELOG.md): the layer's own rule_b / rule_a.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_CASE("deprecated FiringLayer::rule_b / rule_a attach the rules optim::rule_b / rule_a build") {
+  auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(4, 3).init(nn::FiringInit::NonNegative));
+  auto b = layer->rule_b({.r_target = 0.2});
+  auto a = layer->rule_a({.r_target = 0.3});
+  CHECK(b->options().r_target == 0.2);
+  CHECK(a->options().r_target == 0.3);
+  CHECK_FALSE(b->has_snapshot());
+  (*layer)(randn({5, 4}));  // a training-mode forward feeds every attached rule
+  CHECK(b->has_snapshot());
+  CHECK(a->has_snapshot());
+  layer->rule_b({.fuse_sgd = true});
+  check_error([&] { layer->rule_b({.fuse_sgd = true}); }, {"FiringLinear", "already attached"});
+}
+#pragma GCC diagnostic pop

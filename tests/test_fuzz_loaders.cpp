@@ -31,9 +31,9 @@
 #endif
 
 #include "nn/safetensors.h"
-#include "nn/serialize.h"
 #include "optim/optim.h"
 #include "testing.h"
+#include "train/checkpoint.h"
 using namespace asc;
 using namespace asc::testing;
 

@@ -1,4 +1,4 @@
-// A fuzzer of the op API (issue #15): random op sequences over random shapes (0, 1, small, negative, and sizes near
+// A fuzzer of the op API: random op sequences over random shapes (0, 1, small, negative, and sizes near
 // the 64-bit limits), dtypes, broadcasting, non-contiguous views and devices (CPU, and CUDA where a device is present:
 // the emulator in CI). Every call must either throw asc::Error or return a result that an independent float64
 // recomputation on the host confirms; anything else (another exception type, a wrong value, a sanitizer report) fails

@@ -3,7 +3,7 @@
 // calls). The `tsan` preset also runs it under ThreadSanitizer, which reports a data race even when the numbers come
 // out right.
 //
-// What is promised (README, "Reliability"):
+// What is promised (docs/reliability.md):
 //   - separate modules: built and trained (forward, backward, optimizer step) on several threads at once;
 //   - one module shared by several threads, forward in no-grad mode (inference). The state a forward pass leaves
 //     behind (attention weights, gates, auxiliary losses, ASAM's pattern cache) is locked; with concurrent calls it

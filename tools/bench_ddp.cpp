@@ -15,9 +15,9 @@
 #include <optional>
 #include <thread>
 
-#include "nn/distributed.h"
 #include "tools/bench_util.h"
 #include "tools/cli.h"
+#include "train/distributed.h"
 
 #if defined(ASC_HAVE_OPENMP)
 #include <omp.h>

@@ -58,16 +58,16 @@ std::map<double, double> run_ours(const std::vector<double>& rates, int reps, bo
   manual_seed(0);
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(kD, kP).fan_out(kA));
   optim::SGD opt(layer->parameters(), {.lr = 1e-3});
-  opt.add_local_rule(layer->rule_b({.eta_w = 1e-3,
-                                    .eta_f = 1e-3,
-                                    .eta_sp = 1e-2,
-                                    .r_target = 0.1,
-                                    .w_min = -1,
-                                    .w_max = 1,
-                                    .f_min = -1,
-                                    .f_max = 1,
-                                    .fuse_sgd = fuse_sgd,
-                                    .sequential = sequential}));
+  opt.add_local_rule(optim::rule_b(*layer, {.eta_w = 1e-3,
+                                            .eta_f = 1e-3,
+                                            .eta_sp = 1e-2,
+                                            .r_target = 0.1,
+                                            .w_min = -1,
+                                            .w_max = 1,
+                                            .f_min = -1,
+                                            .f_max = 1,
+                                            .fuse_sgd = fuse_sgd,
+                                            .sequential = sequential}));
   Tensor x = randn({kBatch, kD}), G = randn({kBatch, kP, kA});
   std::map<double, double> out;
   for (double rate : rates) {

@@ -1,5 +1,5 @@
-// The README's firing-perceptron snippet as a program: the layer and the learning rule exactly as README.md writes
-// them ("Firing-threshold perceptron"), with a linear readout and a training loop added, trained on Fashion-MNIST.
+// docs/firing.md's firing-perceptron snippet as a program: the layer and the learning rule exactly as that page writes
+// them ("Using it"), with a linear readout and a training loop added, trained on Fashion-MNIST.
 //
 //   firing_fmnist [--data DIR] [--epochs 3] [--limit N] [--test-limit N] [--expect ACC]
 //
@@ -104,11 +104,11 @@ int run(int argc, char** argv) {
       data::make_task("fashion-mnist", {.train_size = limit, .test_size = test_limit, .data_dir = dir});
   manual_seed(0);
 
-  // ---- as README.md writes them ----
+  // ---- as docs/firing.md writes them ----
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(784, 128).threshold(0.1));  // W (128, 784)
   optim::Adam opt(layer->parameters(), {.lr = 1e-3});
   // + rule B: Oja and homeostasis beside backprop
-  opt.add_local_rule(layer->rule_b({.eta_w = 1e-5, .z_ref = 0.3, .r_target = 0.3, .w_min = -1}));
+  opt.add_local_rule(optim::rule_b(*layer, {.eta_w = 1e-5, .z_ref = 0.3, .r_target = 0.3, .w_min = -1}));
   // ---- added: a linear readout of the 128 neurons, trained with them, and the loop ----
   auto readout = std::make_shared<nn::Linear>(128, 10);
   opt.add_param_group(readout->parameters(), {.lr = 1e-3});

@@ -1,4 +1,4 @@
-#include "nn/serialize.h"
+#include "train/checkpoint.h"
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
@@ -32,7 +32,13 @@ void save_checkpoint(const std::string& path, const TrainingState& s,
 void load_checkpoint(const std::string& path, const TrainingState& s, std::map<std::string, std::string>* metadata) {
   ASC_CHECK(s.model || s.optimizer || s.scheduler || s.generator || s.master,
             "load_checkpoint: '{}': nothing to load into", path);
-  StateDict all = load_safetensors(path, metadata);  // a corrupt or truncated file fails here, before any change
+  const StateDict all = load_safetensors(path, metadata);  // a corrupt or truncated file fails here, before any change
+  load_checkpoint(all, s, path);
+}
+
+void load_checkpoint(const StateDict& all, const TrainingState& s, const std::string& path) {
+  ASC_CHECK(s.model || s.optimizer || s.scheduler || s.generator || s.master,
+            "load_checkpoint: '{}': nothing to load into", path);
   // save_checkpoint writes nothing else: an entry outside the five parts is a corrupt name (found by fuzzing:
   // "optim.state.0.0.exp_avg_sq" with one byte dropped fell through every part and the optimizer silently resumed
   // without that buffer).

@@ -1,7 +1,7 @@
-// The "nccl" process group (nn/process_group.h): collectives on CUDA tensors with NCCL, one GPU per rank. Beside
+// The "nccl" process group (train/process_group.h): collectives on CUDA tensors with NCCL, one GPU per rank. Beside
 // the MPI group in source, but compiled into the CUDA backend library (it links CUDA and NCCL) when the CUDA backend,
 // NCCL and MPI are all found (ASC_HAVE_NCCL); it registers its factory as that library loads. MPI starts the job and
-// hands every rank NCCL's id (nn/process_group.cpp). The communicator is non-blocking (ncclConfig_t::blocking = 0):
+// hands every rank NCCL's id (train/process_group.cpp). The communicator is non-blocking (ncclConfig_t::blocking = 0):
 // every call is followed by polling ncclCommGetAsyncError, and every collective by polling an event on the stream it
 // was queued on, until done or the group's timeout, when the communicator is aborted (ncclCommAbort) and the group
 // breaks.
@@ -24,8 +24,8 @@
 #include "core/format.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
-#include "nn/collective_signature.h"
-#include "nn/process_group.h"
+#include "train/collective_signature.h"
+#include "train/process_group.h"
 
 namespace asc::distributed {
 namespace {

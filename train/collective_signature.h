@@ -1,5 +1,5 @@
 #pragma once
-// For the process-group backends (nn/process_group.cpp, cuda/process_group_nccl.cpp), not for users: what a rank
+// For the process-group backends (train/process_group.cpp, cuda/process_group_nccl.cpp), not for users: what a rank
 // passes to a collective, as 4 int64 the ranks all-gather before it, and the comparison that makes every rank throw
 // the same asc::Error when they differ (instead of the transport reading past a buffer).
 #include <array>

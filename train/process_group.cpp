@@ -1,7 +1,7 @@
-// Process groups (nn/process_group.h): the MPI backend. Every collective is started non-blocking (MPI_I*) and then
+// Process groups (train/process_group.h): the MPI backend. Every collective is started non-blocking (MPI_I*) and then
 // polled with MPI_Test until it completes or the group's timeout passes, which is what turns a missing rank into an
 // asc::Error instead of a hang.
-#include "nn/process_group.h"
+#include "train/process_group.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/format.h"
-#include "nn/collective_signature.h"
+#include "train/collective_signature.h"
 
 #if defined(ASC_HAVE_MPI)
 #include <mpi.h>

@@ -1,0 +1,194 @@
+// The trainer library (train/trainer.h) from C++: the typed, versioned checkpoint state (round trip, older and newer
+// versions, refusals that change nothing), the option table (config.json written and read back, unknown keys and bad
+// values refused), callbacks (the order of events, a stop that leaves a checkpoint to resume from, bit-identical to
+// an unbroken run), and a run rebuilt from its directory. The `train` tool's own contract: test_train_tool.cpp.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "nn/safetensors.h"
+#include "testing.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+using namespace asc;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / fmt::format("asc_trainer_{}_{}", name, ::getpid());
+  fs::remove_all(p);
+  return p;
+}
+
+train::Config tiny(const fs::path& out) {
+  train::Config c;
+  c.task = "grouping", c.train_size = 256, c.val_size = 64, c.test_size = 64;
+  c.model = "ascender", c.d_model = 16, c.heads = 2, c.layers = 1, c.ffn = 32, c.k = {4};
+  c.batch = 16, c.steps = 24, c.eval_every = 8, c.progress = "none", c.out = out.string();
+  return c;
+}
+
+// Records the events it sees, and stops after `stop_at` steps (0: never).
+struct Recorder : train::Callback {
+  explicit Recorder(int64_t stop_at = 0) : stop_at(stop_at) {}
+  void on_train_begin(train::Trainer&) override { events.push_back("begin"); }
+  void on_step_begin(train::Trainer& t) override { events.push_back(fmt::format("step{}", t.state().step + 1)); }
+  void on_row(train::Trainer&, const train::Row& r) override {
+    events.push_back(fmt::format("{}@{}", r.split, r.step));
+  }
+  bool should_stop(train::Trainer& t) override { return stop_at > 0 && t.state().step >= stop_at; }
+  void on_train_end(train::Trainer&, bool stopped) override { events.push_back(stopped ? "stopped" : "end"); }
+  int64_t stop_at;
+  std::vector<std::string> events;
+};
+
+}  // namespace
+
+TEST_CASE("LoopState: exact round trip through checkpoint metadata; version 1 reads, a newer version is refused") {
+  train::LoopState s;
+  s.step = 17, s.best_step = 8, s.best_val = 0.1 + 0.2, s.wall_s = 12.5, s.nonfinite_steps = 2;
+  s.acc_loss = 1.0 / 3.0, s.acc_correct = 5, s.acc_count = 16, s.acc_tokens = 1e10 + 1;
+  s.loader = {.epoch = 3, .position = 5, .seed = 18446744073709551615ull};
+  s.mech_train = {0.25, 1.0 / 7.0, 3, 4};
+  std::map<std::string, std::string> m = train::to_metadata(s);
+  CHECK(m.at("format_version") == std::to_string(train::kCheckpointFormatVersion));
+  const train::LoopState r = train::loop_state_from_metadata(m, "ckpt");
+  CHECK(r.step == 17);
+  CHECK(r.best_step == 8);
+  CHECK(r.best_val == s.best_val);  // bit for bit: hex floats
+  CHECK(r.acc_loss == s.acc_loss);
+  CHECK(r.acc_tokens == s.acc_tokens);
+  CHECK(r.loader.seed == s.loader.seed);
+  CHECK(r.loader.epoch == 3);
+  CHECK(r.loader.position == 5);
+  CHECK(r.mech_train == s.mech_train);
+  CHECK(r.nonfinite_steps == 2);
+
+  auto version1 = m;  // written before the version key existed, and before nonfinite_steps
+  version1.erase("format_version"), version1.erase("nonfinite_steps");
+  CHECK(train::loop_state_from_metadata(version1, "old").nonfinite_steps == 0);
+  auto newer = m;
+  newer["format_version"] = std::to_string(train::kCheckpointFormatVersion + 1);
+  CHECK_THROWS_WITH_AS(train::loop_state_from_metadata(newer, "new.safetensors"), doctest::Contains("format version"),
+                       Error);
+  for (const auto& [key, bad] : std::vector<std::pair<std::string, std::string>>{
+           {"step", "12x"}, {"best_val", ""}, {"loader.seed", "-1"}, {"mech.train", "1,,2"}, {"step", "-3"}}) {
+    auto broken = m;
+    broken[key] = bad;
+    CAPTURE(key);
+    CHECK_THROWS_AS(train::loop_state_from_metadata(broken, "x"), Error);
+  }
+  auto missing = m;
+  missing.erase("acc.count");
+  CHECK_THROWS_WITH_AS(train::loop_state_from_metadata(missing, "x"), doctest::Contains("acc.count"), Error);
+}
+
+TEST_CASE("Options: config.json written from a Config reads back to it; unknown keys and bad values are refused") {
+  const fs::path dir = temp_dir("config");
+  fs::create_directories(dir);
+  train::Config c = tiny(dir);
+  c.k = {4, 8}, c.tau_sep = {0.5, 2}, c.lr = 1.0 / 3.0, c.asam_patterns = {"window", "clustered"}, c.seed = 42;
+  std::ofstream(dir / "config.json") << train::config_json(c, {{"git_commit", "abc"}, {"command", "train ..."}});
+  const train::Config r = train::read_config((dir / "config.json").string());
+  CHECK(r.k == c.k);
+  CHECK(r.tau_sep == c.tau_sep);
+  CHECK(r.lr == c.lr);  // 17 significant digits
+  CHECK(r.asam_patterns == c.asam_patterns);
+  CHECK(r.seed == 42);
+  CHECK(train::config_json(r) == train::config_json(c));
+
+  std::ofstream(dir / "typo.json") << R"({"lerning_rate": 0.1})";
+  CHECK_THROWS_WITH_AS(train::read_config((dir / "typo.json").string()), doctest::Contains("lerning_rate"), Error);
+  std::ofstream(dir / "bad.json") << R"({"heads": 0})";
+  CHECK_THROWS_WITH_AS(train::read_config((dir / "bad.json").string()), doctest::Contains("heads"), Error);
+  std::ofstream(dir / "choice.json") << R"({"model": "transformer"})";
+  CHECK_THROWS_AS(train::read_config((dir / "choice.json").string()), Error);
+  std::ofstream(dir / "broken.json") << R"({"heads": )";
+  CHECK_THROWS_WITH_AS(train::read_config((dir / "broken.json").string()), doctest::Contains("not valid JSON"), Error);
+  CHECK_THROWS_AS(train::read_config((dir / "absent.json").string()), Error);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Trainer: callbacks in order; a stop leaves a checkpoint; resumed, the run ends bit-identical") {
+  const fs::path whole = temp_dir("whole"), parts = temp_dir("parts");
+  std::string best_whole;
+  {
+    train::Trainer t(tiny(whole));
+    auto rec = std::make_shared<Recorder>();
+    t.add_callback(rec);
+    CHECK(t.fit());
+    CHECK(t.state().step == 24);
+    const std::vector<std::string>& e = rec->events;
+    REQUIRE(e.size() > 4);
+    CHECK(e.front() == "begin");
+    CHECK(e[1] == "step1");
+    CHECK(e.back() == "end");
+    // the val row of step 8 comes after step 8 began and before step 9 did
+    const auto at = [&](const std::string& x) { return std::find(e.begin(), e.end(), x) - e.begin(); };
+    CHECK(at("step8") < at("val@8"));
+    CHECK(at("val@8") < at("step9"));
+    t.write_summary(t.test());
+    std::ifstream f(whole / "best.safetensors", std::ios::binary);
+    best_whole.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  {
+    train::Trainer t(tiny(parts));
+    auto rec = std::make_shared<Recorder>(10);
+    t.add_callback(rec);
+    CHECK_FALSE(t.fit());  // stopped after step 10, with a checkpoint of it
+    CHECK(t.state().step == 10);
+    CHECK(rec->events.back() == "stopped");
+  }
+  {
+    train::TrainerFlags resume;
+    resume.resume = true;
+    train::Trainer t(tiny(parts), resume);
+    CHECK(t.state().step == 10);
+    CHECK(t.fit());
+    t.write_summary(t.test());
+  }
+  std::ifstream f(parts / "best.safetensors", std::ios::binary);
+  const std::string best_parts(std::istreambuf_iterator<char>(f), {});
+  CHECK(best_parts == best_whole);  // the model, bit for bit
+  // a checkpoint whose counters cannot be read changes nothing
+  {
+    train::TrainerFlags resume;
+    resume.resume = true;
+    const fs::path ckpt = parts / "ckpt" / "last.safetensors";
+    std::map<std::string, std::string> meta;
+    StateDict entries = load_safetensors(ckpt.string(), &meta);
+    meta["step"] = "oops";
+    save_safetensors(ckpt.string(), entries, meta);
+    train::Run r = train::make_run(tiny(parts));
+    train::Optimization o = train::make_optimization(r, 24);
+    const StateDict before = r.model->state_dict();
+    std::vector<Tensor> copies;
+    for (const auto& [name, t] : before) copies.push_back(t.clone());
+    CHECK_THROWS_WITH_AS(train::load_training_state(ckpt.string(), r, o), doctest::Contains("'step'"), Error);
+    size_t i = 0;
+    for (const auto& [name, t] : r.model->state_dict()) CHECK(testing::same_bits(t, copies[i++]));
+  }
+  fs::remove_all(whole), fs::remove_all(parts);
+}
+
+TEST_CASE("load_run: a finished run's model rebuilt from its directory scores as its test pass did") {
+  const fs::path dir = temp_dir("load");
+  train::Config c = tiny(dir);
+  c.steps = 8;
+  double test_accuracy = 0;
+  {
+    train::Trainer t(c);
+    CHECK(t.fit());
+    test_accuracy = t.test().test.accuracy;
+  }
+  train::Run r = train::load_run(dir.string());
+  train::MechStats mech(r);
+  CHECK(train::evaluate(r, *r.task.test, 0, mech, false).accuracy == test_accuracy);
+  CHECK_THROWS_WITH_AS(train::load_run((dir / "nowhere").string()), doctest::Contains("config.json"), Error);
+  CHECK_THROWS_WITH_AS(train::load_run(dir.string(), "absent.safetensors"), doctest::Contains("absent"), Error);
+  fs::remove_all(dir);
+}

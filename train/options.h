@@ -1,0 +1,106 @@
+#pragma once
+// The trainer's options (train/trainer.h): every option once, in one table that the command line's flags and a run's
+// config.json are both parsed and validated against — a value out of range, a name that is not one of the choices,
+// 32.7 for an integer, an unknown key in a config file: all refused the same way.
+//
+//   asc::train::Config c = asc::train::read_config("runs/a/config.json");  // a finished run's options
+//   c.seed = 2;                                                              // then change what you like
+//
+// tools/train.cpp binds the same table to its flags (--image-size for image_size, lists comma-separated).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace asc::train {
+
+struct Config {
+  // task
+  std::string task = "fashion-mnist-seq";
+  int64_t image_size = 0, train_size = 0, val_size = 0, test_size = 0, min_len = 0, max_len = 0;
+  std::string data_dir;
+  uint64_t data_seed = 0;
+  // model
+  std::string model = "ascender", positional = "learned";
+  std::string dtype = "float32";  // the model's compute dtype; bfloat16 keeps float32 master weights
+  bool tf32 = false;
+  int64_t d_model = 64, heads = 4, layers = 2, ffn = 128;
+  double dropout = 0.1, attn_dropout = 0.0;
+  bool norm_first = true;
+  // ASCender
+  std::vector<int64_t> k = {8};
+  std::vector<double> tau_sep = {1.0}, tau_coh = {1.0}, alpha_align = {1.0}, alpha_coh = {1.0};
+  std::string gate_position = "before", asc_mode = "full";
+  int64_t asc_window = 128, asc_global = 4;
+  bool use_align = true, use_sep = true, use_coh = true, include_self = false;
+  double omega_init = 0.1, aux_coh = 0, aux_sep = 0, aux_align = 0;
+  int64_t omega_warmup = 0, sep_start = 0, aux_start = -1;
+  // ASAM
+  std::vector<std::string> asam_patterns = {"window", "global", "random"};
+  int64_t asam_window = 64, asam_stride = 16, asam_global = 2, asam_random = 4, asam_clusters = 4;
+  double fixed_gate = -1, gate_tau = 1, cluster_loss = 1;
+  // firing
+  int64_t firing_hidden = 256, fan_out = 4;
+  std::vector<int64_t> mlp_hidden = {256};
+  std::string firing_backward = "surrogate", surrogate = "sigmoid", firing_init = "signed", rule = "none";
+  double surrogate_width = 4, threshold = 0;
+  // eta_w, eta_f: -1 = the rule's own defaults (optim/firing_rules.h: RuleBOptions, RuleAOptions), resolved before the
+  // run starts and written to config.json as used.
+  double eta_w = -1, eta_f = -1, eta_sp = 1e-2, r_target = 0.1, w_min = -1, w_max = 1, f_min = 0, f_max = 1;
+  // language model
+  std::string lm_attention = "dense";
+  // optimisation
+  std::string optimizer = "adamw", schedule = "cosine";
+  double lr = 1e-3, weight_decay = 0.01, momentum = 0.9, clip = 1.0, min_lr = 0;
+  int64_t warmup = 0, batch = 32, steps = 0, epochs = 1, eval_every = 0, eval_batches = 0, log_every = 0;
+  uint64_t seed = 0;
+  // run
+  int64_t threads = 0, prefetch = 2, ckpt_every = 0;
+  int64_t stop_after = 0;  // this process only: not written to config.json
+  int64_t profile = 0;     // this process only: steps to profile (--profile)
+  std::string device = "cpu", out = "runs/latest", progress = "auto";
+  double progress_every = 10;
+  std::vector<int64_t> dump_decomposition;
+  int64_t cluster_metrics = 0, robustness_examples = 500, robustness_max_len = 4096;
+  bool robustness = false;
+  std::string on_nonfinite = "error";
+};
+
+// The table: binds every option of `c` to a flag of `app` (with its help text, default and validation). Built once
+// per Config; `app` and `c` must outlive it.
+class OptionTable {
+ public:
+  OptionTable(CLI::App& app, Config& c);
+  ~OptionTable();
+  OptionTable(const OptionTable&) = delete;
+  OptionTable& operator=(const OptionTable&) = delete;
+  // The options' current values as config.json text (in the table's order), with provenance keys added after them
+  // (git_commit, command), which parsing skips.
+  std::string to_json(const std::vector<std::pair<std::string, std::string>>& provenance = {}) const;
+  // A config.json's options as command-line arguments (--key=value, lists comma-separated), so that the flags'
+  // parser validates them; an unknown key throws asc::Error.
+  std::vector<std::string> args_from_json(const std::string& text) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The Config as config.json text: every option of the table in its order, then the provenance keys (git_commit,
+// command), which reading skips.
+std::string config_json(const Config& c, const std::vector<std::pair<std::string, std::string>>& provenance = {});
+// The flags' -1 defaults resolved: eta_w / eta_f become the chosen rule's own rates (optim/firing_rules.h), so that
+// config.json records the rates used.
+void resolve_defaults(Config& c);
+
+// config.json (the file a run writes, or one written by hand) -> Config, through the table: the defaults, then the
+// file. asc::Error names the file and the key or value it refuses.
+Config read_config(const std::string& path);
+// The git commit of the source tree this library was built from ("unknown" outside a checkout).
+std::string git_commit();
+
+}  // namespace asc::train

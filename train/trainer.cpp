@@ -1,0 +1,444 @@
+// The trainer (train/trainer.h): the set-up, the loop and its callbacks (metrics rows, validation, checkpoints,
+// profiling), the test pass, the summary and the analyses.
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include "core/cpu_peak.h"
+#include "core/profiler.h"
+#include "cuda/cuda.h"
+#include "nn/safetensors.h"
+#include "train/analyses.h"
+
+namespace asc::train {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// What the loop and the trainer's callbacks share beside the LoopState.
+struct Trainer::Internals {
+  Internals(const Run& r) : mech(r), train_mech(r) {}
+  MechStats mech, train_mech;  // validation's, and the training batches' since the last log row
+  std::unique_ptr<MetricsWriter> metrics;
+  int64_t eval_every = 1, log_every = 1, ckpt_every = 1, n_params = 0;
+  models::FlopCount flops_max;
+  double peak = 0;            // MFU's denominator: the CPU's fp32 peak (no GPU peak is known here)
+  Clock::time_point t_start;  // elapsed() = s_.wall_s + the time since t_start
+  int64_t saved_step = -1;    // the step ckpt/last.safetensors holds (-1: none written by this process)
+  double lr_used = 0;         // the lr the last step ran with (the rows report it, not the next one's)
+  // Throughput windows run from one log row to the next, less the time spent validating and checkpointing.
+  double tokens_per_s = 0, flops_done = 0, window_t0 = 0, window_tokens = 0, paused = 0;
+  double epoch(int64_t step, const data::DataLoader& l) const {
+    return static_cast<double>(step) / static_cast<double>(l.batches_per_epoch());
+  }
+};
+
+namespace {
+
+// ---- the trainer's own callbacks -------------------------------------------------------------------------------
+
+// A train row of metrics.csv every log_every steps (and at the last): the training batches' loss and accuracy since
+// the last row, the lr, throughput, MFU and the mechanisms' statistics.
+class LogRows : public Callback {
+ public:
+  explicit LogRows(std::function<void(const Row&)> emit) : emit_(std::move(emit)) {}
+  void on_step_end(Trainer& t) override {
+    auto& in = t.internals();
+    LoopState& s = t.state();
+    if (s.step % in.log_every != 0 && s.step != t.total_steps()) return;
+    const double now = t.elapsed();
+    const double dt = std::max(1e-9, now - in.window_t0 - in.paused);
+    in.tokens_per_s = in.window_tokens / dt;
+    const double mfu = in.peak > 0 ? in.flops_done / dt / in.peak : std::nan("");
+    in.window_t0 = now, in.window_tokens = 0, in.flops_done = 0, in.paused = 0;
+    json mj;
+    std::map<std::string, double> flat;
+    in.train_mech.values(mj, flat);
+    in.train_mech.reset();
+    const double loss = s.acc_loss / std::max(1.0, s.acc_count), acc = s.acc_correct / std::max(1.0, s.acc_count);
+    in.metrics->row(s.step, in.epoch(s.step, t.loader()), "train", loss, acc, in.lr_used, in.tokens_per_s, now, mj,
+                    flat);
+    s.acc_loss = s.acc_correct = s.acc_count = s.acc_tokens = 0;
+    emit_(
+        {.step = s.step, .split = "train", .loss = loss, .accuracy = acc, .tokens_per_s = in.tokens_per_s, .mfu = mfu});
+  }
+
+ private:
+  std::function<void(const Row&)> emit_;
+};
+
+// Validation every eval_every steps (and at the last): a val row, and best.safetensors when the score improves
+// (accuracy; a language model's minus loss).
+class Validation : public Callback {
+ public:
+  explicit Validation(std::function<void(const Row&)> emit) : emit_(std::move(emit)) {}
+  void on_step_end(Trainer& t) override {
+    auto& in = t.internals();
+    LoopState& s = t.state();
+    if (s.step % in.eval_every != 0 && s.step != t.total_steps()) return;
+    const double t0 = t.elapsed();
+    Run& r = t.run();
+    EvalResult v = evaluate(r, *r.task.val, r.c.eval_batches, in.mech, false);
+    json mj;
+    std::map<std::string, double> flat;
+    in.mech.values(mj, flat);
+    in.metrics->row(s.step, in.epoch(s.step, t.loader()), "val", v.loss, v.accuracy, in.lr_used, std::nan(""),
+                    t.elapsed(), mj, flat);
+    const double score = r.is_lm() ? -v.loss : v.accuracy;
+    if (s.best_step < 0 || score > s.best_val) {
+      s.best_val = score, s.best_step = s.step;
+      save_safetensors(
+          (t.out() / "best.safetensors").string(), r.model->state_dict(),
+          {{"step", std::to_string(s.step)}, {"val_accuracy", num(v.accuracy)}, {"val_loss", num(v.loss)}});
+    }
+    in.paused += t.elapsed() - t0;
+    emit_({.step = s.step, .split = "val", .loss = v.loss, .accuracy = v.accuracy, .best_step = s.best_step});
+  }
+
+ private:
+  std::function<void(const Row&)> emit_;
+};
+
+// ckpt/last.safetensors every ckpt_every steps, at the last, and before stopping: on a stop request (a signal), or
+// after stop_after steps of this process (a long run in parts).
+class Checkpoints : public Callback {
+ public:
+  explicit Checkpoints(std::function<bool()> stop_requested) : stop_requested_(std::move(stop_requested)) {}
+  void on_train_begin(Trainer& t) override { first_step_ = t.state().step; }
+  void on_step_end(Trainer& t) override {
+    auto& in = t.internals();
+    const int64_t step = t.state().step, stop_after = t.config().stop_after;
+    const bool part_done = stop_after > 0 && step - first_step_ >= stop_after && step < t.total_steps();
+    stop_ = (stop_requested_ && stop_requested_()) || part_done;
+    if (step % in.ckpt_every == 0 || step == t.total_steps() || stop_) t.checkpoint();
+  }
+  bool should_stop(Trainer&) override { return stop_; }
+
+ private:
+  std::function<bool()> stop_requested_;
+  int64_t first_step_ = 0;
+  bool stop_ = false;
+};
+
+// --profile N: steps [from, from + N) after this process's first (warm-up) step when the run has room for it; the
+// table goes to OUT/profile.txt and the trainer's print, the Chrome trace to OUT/profile_trace.json.
+class Profiling : public Callback {
+ public:
+  void on_train_begin(Trainer& t) override {
+    const int64_t first = t.state().step, n = t.config().profile;
+    from_ = t.total_steps() - first > n ? first + 1 : first;
+  }
+  void on_step_begin(Trainer& t) override {
+    if (t.config().profile > 0 && t.state().step == from_) prof_.emplace();
+    if (prof_) range_.emplace("train_step");
+  }
+  void on_step_end(Trainer& t) override {
+    range_.reset();
+    if (prof_ && t.state().step == from_ + t.config().profile) finish(t);
+  }
+  void on_train_end(Trainer& t, bool) override {
+    if (prof_) finish(t);  // the run ended before N steps: what was recorded
+  }
+
+ private:
+  void finish(Trainer& t) {
+    prof_->stop();
+    const int64_t steps = std::min(t.state().step, from_ + t.config().profile) - from_;
+    const std::string table = fmt::format("train --profile: {} step(s) from step {} ({})\n{}", steps, from_ + 1,
+                                          t.out().string(), prof_->table(30));
+    std::ofstream(t.out() / "profile.txt") << table;
+    prof_->write_chrome_trace((t.out() / "profile_trace.json").string());
+    t.print(fmt::format("{}profile: {} and {}\n", table, (t.out() / "profile.txt").string(),
+                        (t.out() / "profile_trace.json").string()));
+    prof_.reset();
+  }
+  int64_t from_ = 0;
+  std::optional<profiler::Profile> prof_;
+  std::optional<profiler::Range> range_;
+};
+
+}  // namespace
+
+// ---- set-up -------------------------------------------------------------------------------------------------------
+
+Trainer::Trainer(const Config& c, TrainerFlags flags) : flags_(std::move(flags)), out_(c.out) {
+  if (!flags_.print) flags_.print = [](const std::string& s) { fmt::print("{}", s); };
+  r_ = make_run(c);
+  if (c.tf32) cuda::set_allow_tf32(true);
+  in_ = std::make_unique<Internals>(r_);
+  check_options();
+  loader_ = std::make_unique<data::DataLoader>(r_.task.train, data::LoaderOptions{.batch_size = c.batch,
+                                                                                  .shuffle = true,
+                                                                                  .seed = c.seed,
+                                                                                  .drop_last = true,
+                                                                                  .prefetch = c.prefetch,
+                                                                                  .pad_id = r_.task.pad_id});
+  total_ = c.steps > 0 ? c.steps : c.epochs * loader_->batches_per_epoch();
+  in_->eval_every = c.eval_every > 0 ? c.eval_every : std::max<int64_t>(1, total_ / 10);
+  in_->log_every = c.log_every > 0 ? c.log_every : std::max<int64_t>(1, std::min(in_->eval_every, total_ / 50));
+  in_->ckpt_every = c.ckpt_every > 0 ? c.ckpt_every : in_->eval_every;
+  o_ = make_optimization(r_, total_);
+  for (const Tensor& p : r_.model->parameters()) in_->n_params += p.numel();
+  in_->flops_max = models::count_flops(*r_.model, r_.task.max_len);
+  in_->peak = r_.device.is_cuda() ? 0.0 : cpu_peak().fp32_flops;
+  prepare_outputs();
+  add_callback(std::make_shared<Profiling>());
+  auto emit = [this](const Row& row) {
+    for (auto& cb : callbacks_) cb->on_row(*this, row);
+  };
+  add_callback(std::make_shared<LogRows>(emit));
+  add_callback(std::make_shared<Validation>(emit));
+  add_callback(std::make_shared<Checkpoints>(flags_.stop_requested));
+}
+
+Trainer::~Trainer() = default;
+
+// What the options ask of the task and model, checked before any training it would follow.
+void Trainer::check_options() const {
+  const Config& c = r_.c;
+  for (int64_t i : c.dump_decomposition)
+    ASC_CHECK(i >= 0 && i < r_.task.test->size(), "--dump-decomposition {}: the test split has {} examples", i,
+              r_.task.test->size());
+  ASC_CHECK(c.cluster_metrics == 0 ||
+                (r_.classifier && c.model != "asam" && c.model != "window" && c.model != "window-global"),
+            "--cluster-metrics needs the attention classifier with dense or ASCender attention (--model dense or "
+            "ascender)");
+  ASC_CHECK(!c.robustness || r_.classifier,
+            "--robustness needs an attention classifier (--model dense, ascender, asam, "
+            "window or window-global)");
+  ASC_CHECK(!c.robustness || (c.robustness_max_len & (c.robustness_max_len - 1)) == 0,
+            "--robustness-max-len must be a power of two, got {}", c.robustness_max_len);
+  ASC_CHECK(c.cluster_metrics == 0 || r_.task.test->get(0).groups.defined(),
+            "--cluster-metrics needs a task whose examples carry their tokens' true groups (--task grouping)");
+  ASC_CHECK(
+      c.dump_decomposition.empty() ||
+          std::any_of(r_.attention.begin(), r_.attention.end(),
+                      [](const auto& a) { return std::dynamic_pointer_cast<nn::AscenderAttention>(a) != nullptr; }),
+      "--dump-decomposition needs ASCender attention (--model ascender, or --model lm --lm-attention ascender)");
+}
+
+// The run directory: a fresh one (refusing one that holds a run), the resumed one (its checkpoint loaded, its
+// metrics cut back to it), or with eval_only the model file loaded; config.json written; the clock started.
+void Trainer::prepare_outputs() {
+  const fs::path last_ckpt = out_ / "ckpt" / "last.safetensors";
+  fs::create_directories(out_ / "ckpt");
+  if (!flags_.resume)
+    ASC_CHECK(!fs::exists(out_ / "metrics.csv"),
+              "{} already holds a run (metrics.csv); continue it with --resume or choose another --out", out_.string());
+  if (!flags_.eval_only.empty()) {
+    r_.model->load_state_dict(load_safetensors(flags_.eval_only));
+  } else if (flags_.resume) {
+    ASC_CHECK(fs::exists(last_ckpt), "--resume, but {} has no checkpoint ({})", out_.string(), last_ckpt.string());
+    s_ = load_training_state(last_ckpt.string(), r_, o_);
+    in_->train_mech.set_state(s_.mech_train);
+    loader_->set_state(s_.loader);
+    truncate_metrics(out_, s_.step);
+  }
+  if (flags_.eval_only.empty()) {
+    std::ofstream f(out_ / "config.json.tmp", std::ios::trunc);
+    f << config_json(r_.c, {{"git_commit", git_commit()}, {"command", flags_.command}});
+    f.close();
+    ASC_CHECK(f.good(), "cannot write {}", (out_ / "config.json").string());
+    fs::rename(out_ / "config.json.tmp", out_ / "config.json");
+  }
+  in_->metrics = std::make_unique<MetricsWriter>(out_, in_->mech.columns(), r_.is_lm(),
+                                                 flags_.resume || !flags_.eval_only.empty());
+  in_->t_start = Clock::now();
+  const auto& sched = *o_.scheduler;
+  in_->lr_used = s_.step > 0 && sched.last_step() > 0 ? sched.lr_at(0, sched.last_step() - 1) : o_.optimizer->lr(0);
+  in_->window_t0 = elapsed();
+  reset_cpu_peak_memory();
+}
+
+void Trainer::checkpoint() {
+  if (in_->saved_step == s_.step) return;
+  const double t0 = elapsed();
+  // wall_s in the checkpoint: the time so far, so that a resumed run's clock goes on from it
+  s_.wall_s = t0, in_->t_start = Clock::now();
+  s_.loader = loader_->state();
+  s_.mech_train = in_->train_mech.state();
+  save_training_state((out_ / "ckpt" / "last.safetensors").string(), r_, o_, s_);
+  in_->saved_step = s_.step;
+  in_->paused += elapsed() - t0;
+}
+
+double Trainer::elapsed() const {
+  return s_.wall_s + std::chrono::duration<double>(Clock::now() - in_->t_start).count();
+}
+
+void Trainer::print(const std::string& text) const { flags_.print(text); }
+
+int64_t Trainer::model_parameters() const { return in_->n_params; }
+
+// ---- the loop -----------------------------------------------------------------------------------------------------
+
+bool Trainer::fit() {
+  if (!flags_.eval_only.empty()) return true;  // nothing to train
+  r_.model->train();
+  for (auto& cb : callbacks_) cb->on_train_begin(*this);
+  bool stopped = false;
+  while (s_.step < total_ && !stopped) {
+    for (auto& cb : callbacks_) cb->on_step_begin(*this);
+    train_step(loader_->next());
+    for (auto& cb : callbacks_) cb->on_step_end(*this);
+    for (auto& cb : callbacks_) stopped = cb->should_stop(*this) || stopped;
+  }
+  if (stopped) checkpoint();  // a callback's stop: the state to resume from (the trainer's own wrote it already)
+  for (auto& cb : callbacks_) cb->on_train_end(*this, stopped);
+  return !stopped;
+}
+
+// One optimizer step: forward, backward, the gradient norm (clipped to --clip when it is set; --clip 0 only measures
+// it), the update — or, for a NaN or infinite loss or norm, an error or with --on-nonfinite skip no update, counted —
+// the scheduler, and the step's sums for the next log row.
+void Trainer::train_step(const data::Batch& b) {
+  const Config& c = r_.c;
+  optim::Optimizer& opt = *o_.optimizer;
+  opt.zero_grad();
+  if (o_.master) r_.model->zero_grad();  // the optimizer's parameters are the masters: the model's own .grad too
+  BatchResult br = run_batch(r_, b, true);
+  in_->train_mech.observe();
+  br.loss.backward();
+  br.read();  // the step's one read of its figures, with the backward queued
+  if (o_.master) o_.master->copy_grads_to_master();
+  const double grad_norm = optim::clip_grad_norm(
+      o_.params, c.clip > 0 ? c.clip : std::numeric_limits<double>::infinity(), 2.0, /*error_if_nonfinite=*/false);
+  in_->lr_used = opt.lr(0);
+  if (std::isfinite(br.task_loss_sum) && std::isfinite(grad_norm)) {
+    opt.step();
+    if (o_.master) o_.master->copy_master_to_model();
+  } else {
+    ++s_.nonfinite_steps;
+    ASC_CHECK(c.on_nonfinite == "skip",
+              "step {}: the loss ({}) or the gradient norm ({}) is not finite; "
+              "--on-nonfinite skip skips such steps and counts them",
+              s_.step + 1, br.task_loss_sum, grad_norm);
+  }
+  o_.scheduler->step();
+  ++s_.step;
+  const int64_t T = b.input.dim() >= 2 ? b.input.size(1) : 1;
+  in_->flops_done += models::count_flops(*r_.model, T).training() * static_cast<double>(b.size());
+  if (std::isfinite(br.task_loss_sum))  // a skipped non-finite step is counted, not averaged into the loss
+    s_.acc_loss += br.task_loss_sum, s_.acc_correct += br.correct, s_.acc_count += br.count;
+  s_.acc_tokens += static_cast<double>(b.tokens), in_->window_tokens += static_cast<double>(b.tokens);
+}
+
+// ---- after training -----------------------------------------------------------------------------------------------
+
+TestResult Trainer::test() {
+  if (flags_.eval_only.empty() && fs::exists(out_ / "best.safetensors"))
+    r_.model->load_state_dict(load_safetensors((out_ / "best.safetensors").string()));
+  std::vector<std::vector<Tensor>> asam_gates(r_.attention.size());
+  std::vector<Tensor> firing_sum(2);
+  double firing_n = 0;
+  TestResult t;
+  t.val = evaluate(r_, *r_.task.val, 0, in_->mech, false);
+  const auto t0 = Clock::now();  // inference latency: the whole test pass, per example
+  t.test = evaluate(r_, *r_.task.test, 0, in_->mech, true, [&](const data::Batch& b) {
+    for (size_t l = 0; l < r_.attention.size(); ++l)
+      if (auto a = std::dynamic_pointer_cast<nn::AsamAttention>(r_.attention[l]))
+        asam_gates[l].push_back(a->last_gate().to(Device::cpu()));
+    if (r_.firing) {
+      int l = 0;
+      for (auto* layer : {r_.firing->hidden.get(), r_.firing->second.get()}) {
+        Tensor F = layer->last_gate().to(Device::cpu()).to(kFloat32);
+        Tensor s = sum(F.reshape({F.size(0), -1}), {0});
+        firing_sum[l] = firing_sum[l].defined() ? firing_sum[l] + s : s;
+        ++l;
+      }
+      firing_n += static_cast<double>(b.size());
+    }
+  });
+  t.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  json mj;
+  std::map<std::string, double> flat;
+  in_->mech.values(mj, flat);
+  in_->metrics->row(s_.step, in_->epoch(s_.step, *loader_), "test", t.test.loss, t.test.accuracy, in_->lr_used,
+                    std::nan(""), elapsed(), mj, flat);
+  std::ofstream p(out_ / "predictions.csv", std::ios::trunc);
+  p << "index,label,prediction,correct,loss\n";
+  for (const auto& row : t.test.predictions)
+    p << static_cast<int64_t>(row[0]) << "," << static_cast<int64_t>(row[1]) << "," << static_cast<int64_t>(row[2])
+      << "," << static_cast<int64_t>(row[3]) << "," << num(row[4]) << "\n";
+  p.close();
+  dumps(asam_gates, firing_sum, firing_n);
+  return t;
+}
+
+// dumps/: the ASAM gate per test sample and head, firing rates per neuron, the ASCender decompositions asked for.
+void Trainer::dumps(const std::vector<std::vector<Tensor>>& asam_gates, const std::vector<Tensor>& firing_sum,
+                    double firing_n) {
+  fs::create_directories(out_ / "dumps");
+  StateDict g;
+  for (size_t l = 0; l < asam_gates.size(); ++l)
+    if (!asam_gates[l].empty()) g.set(fmt::format("L{}.gate", l), cat(asam_gates[l], 0).to(kFloat32));
+  if (g.size() > 0) save_safetensors((out_ / "dumps" / "asam_gate.safetensors").string(), g);
+  StateDict f;
+  for (size_t l = 0; l < firing_sum.size(); ++l)
+    if (firing_sum[l].defined()) f.set(fmt::format("L{}.rate", l), firing_sum[l] / std::max(1.0, firing_n));
+  if (f.size() > 0) save_safetensors((out_ / "dumps" / "firing_rates.safetensors").string(), f);
+  for (int64_t i : r_.c.dump_decomposition)
+    dump_decomposition(r_, i, (out_ / "dumps" / fmt::format("decomposition_{}.safetensors", i)).string());
+}
+
+void Trainer::write_summary(const TestResult& t) {
+  const Config& c = r_.c;
+  const double len = static_cast<double>(r_.task.max_len);
+  json s = {{"task", c.task},
+            {"model", c.model},
+            {"seed", c.seed},
+            {"best_step", s_.best_step},
+            {"val_accuracy", jnum(t.val.accuracy)},
+            {"val_loss", jnum(t.val.loss)},
+            {"test_accuracy", jnum(t.test.accuracy)},
+            {"test_loss", jnum(t.test.loss)},
+            {"steps", s_.step},
+            {"wall_s", elapsed()},
+            {"peak_mem_mb", static_cast<double>(cpu_memory_stats().peak_allocated) / (1 << 20)},
+            {"tokens_per_s", jnum(in_->tokens_per_s)},
+            {"params", in_->n_params},
+            {"flops_per_token", in_->flops_max.forward / len},
+            {"attention_flops_per_token", in_->flops_max.attention / len},
+            {"fp32_peak_flops", jnum(in_->peak)},
+            {"test_examples", t.test.count},
+            {"nonfinite_steps", s_.nonfinite_steps},
+            // batches of --batch, the loader and the bookkeeping included (what a user of the model waits for)
+            {"test_ms_per_example", jnum(1000 * t.seconds / std::max(1.0, t.test.count))}};
+  if (r_.is_lm()) s["test_bits_per_byte"] = t.test.loss / std::log(2.0);
+  write_json(out_ / "summary.json", s);
+}
+
+// After the summary (its peak memory is training's; a finished run stays finished): an analysis that fails writes
+// its error into its file and a warning, not a failed run.
+void Trainer::analyses() {
+  auto analysis = [&](const char* file, const std::function<json()>& f) {
+    json j;
+    try {
+      j = f();
+    } catch (const std::exception& e) {
+      j = {{"error", e.what()}};
+      fmt::print(stderr, "train: warning: {} failed: {}\n", file, e.what());
+      r_.model->train();
+    }
+    write_json(out_ / file, j);
+  };
+  if (r_.c.cluster_metrics > 0)
+    analysis("cluster_metrics.json", [&] { return cluster_metrics(r_, r_.c.cluster_metrics); });
+  if (r_.c.robustness) analysis("robustness.json", [&] { return robustness(r_); });
+}
+
+json model_size(Run& r) {
+  int64_t n = 0;
+  for (const Tensor& p : r.model->parameters()) n += p.numel();
+  const models::FlopCount f = models::count_flops(*r.model, r.task.max_len);
+  const double len = static_cast<double>(r.task.max_len);
+  return {{"params", n},
+          {"max_len", r.task.max_len},
+          {"flops_per_token", f.forward / len},
+          {"attention_flops_per_token", f.attention / len}};
+}
+
+}  // namespace asc::train
