@@ -13,6 +13,9 @@ SEEDS = {"full": 5, "quick": 2, "tiny": 2}
 MODELS = ["dense", "ascender"]
 CLAIM_ACC = 8.3     # points, "up to"
 CLAIM_FLOPS = -21   # percent attention FLOPs against dense
+# Experiment 4 evaluates each model: git keeps it as a file, with the config.json that train --eval-only builds the
+# model from (it reads the one beside the model file).
+KEEP = ["best.safetensors", "config.json"]
 
 
 def runs(scale):
@@ -28,7 +31,7 @@ def runs(scale):
             for seed in range(SEEDS[scale]):
                 out.append(lib.Run(id=f"{task}/{model}/s{seed}", arm=f"{task}/{model}", seed=seed, args=flags[model],
                                    steps=budget.steps(scale), cost=budget.cost(task, model, scale),
-                                   keep=["best.safetensors"]))  # experiment 4 evaluates it
+                                   keep=KEEP))
     return out
 
 

@@ -43,9 +43,11 @@ def runs(scale):
         f = flags(name, scale)
         if name == "dense":  # widened to ASCender's parameter count
             f = budget.match_params(f, budget.params_of([a for a in asc if a not in ("--dump-decomposition", "0,1")]))
+        # Fig. 1 draws ASCender's dumps: git keeps them as files beside the tables
+        keep = [f"dumps/decomposition_{i}.safetensors" for i in (0, 1)] if name == "ascender" else []
         for seed in range(SEEDS[scale]):
             out.append(lib.Run(id=f"{name}/s{seed}", arm=name, seed=seed, args=f, steps=STEPS[scale],
-                               cost=0.05 if name == "dense" else 0.12))
+                               cost=0.05 if name == "dense" else 0.12, keep=keep))
     return out
 
 
@@ -61,7 +63,7 @@ def report(rep: lib.Report) -> str:
         acc = []
         for d in rep.done(name):
             acc.append(rep.summary(d).get("test_accuracy"))
-            cm = lib.read_json(d / "cluster_metrics.json") or {}
+            cm = lib.run_json(d, "cluster_metrics.json") or {}
             for space, v in (cm.get("spaces") or {}).items():
                 mean = v["mean_over_heads"]
                 best = max((h for layer in v["layers"] for h in layer), key=lambda h: h.get("nmi") or -1)
@@ -87,7 +89,7 @@ def report(rep: lib.Report) -> str:
         vals = {arm: [] for arm in (a, b)}
         for arm in (a, b):
             for d in rep.done(arm):
-                cm = lib.read_json(d / "cluster_metrics.json") or {}
+                cm = lib.run_json(d, "cluster_metrics.json") or {}
                 nmi = ((cm.get("spaces") or {}).get("A") or {}).get("mean_over_heads", {}).get("nmi")
                 if nmi is not None:
                     vals[arm].append(nmi)

@@ -58,11 +58,11 @@ class Point(NamedTuple):
 
 
 def _arm_points(rep, exp_name, arms_by_task) -> list[Point]:
-    """The finished runs of another experiment, read from its run directories under the same root."""
+    """The finished runs of another experiment under the same root (its tables, or its run folders here)."""
     pts = []
     for task, arms in arms_by_task.items():
         for arm in arms:
-            done = [(d, lib.read_json(d / "summary.json")) for d in sorted((rep.root / exp_name / task / arm).glob("s*"))
+            done = [(d, lib.run_json(d, "summary.json")) for d in lib.run_dirs(rep.root / exp_name, f"{task}/{arm}/s*")
                     if lib.state_of(d) == "done"]
             done = [(d, s) for d, s in done if s]
             if not done:
@@ -207,11 +207,10 @@ def report(rep: lib.Report) -> str:
     # ---- Fig. 4: final ω per layer and head, mean over the seeds of experiment 1
     task = e1.TASKS[scale][0]
     omegas = {}
-    for d in sorted((rep.root / "e1_ascender_dense" / task / "ascender").glob("s*")):
+    for d in lib.run_dirs(rep.root / "e1_ascender_dense", f"{task}/ascender/s*"):
         if lib.state_of(d) != "done":
             continue
-        with open(d / "metrics.csv") as f:
-            rows = [r for r in csv.DictReader(f) if r.get("split") == "val"]
+        rows = [r for r in lib.run_metrics(d) if r.get("split") == "val"]
         if rows:
             for k, v in rows[-1].items():
                 if ".omega_" in k and v not in ("", None):

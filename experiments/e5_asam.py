@@ -102,10 +102,13 @@ def write_arm_flags(directory, task="listops", scale="full", names=("asam", "den
 def arms(task, scale):
     """The main table's runs on one task (arm_flags), SEEDS[scale] seeds each."""
     arm_flags_ = arm_flags(task, scale)
-    keep = task == TASKS[scale][0]  # the robustness runs evaluate the first task's models
+    # The robustness runs evaluate the first task's models: git keeps each as a file, with the config.json that
+    # train --eval-only builds the model from.
+    keep = task == TASKS[scale][0]
     return [lib.Run(id=f"{task}/{model}/s{seed}", arm=f"{task}/{model}", seed=seed, args=arm_flags_[model],
                     steps=STEPS[scale], cost=budget.cost(task, model, scale),
-                    keep=["best.safetensors"] if keep and model in ROBUST_ARMS and seed < SIDE_SEEDS[scale] else [])
+                    keep=["best.safetensors", "config.json"]
+                    if keep and model in ROBUST_ARMS and seed < SIDE_SEEDS[scale] else [])
             for model in ARMS for seed in range(SEEDS[scale])]
 
 
@@ -196,7 +199,7 @@ def robustness_section(rep, task) -> tuple[str, list[str]]:
     for model in ROBUST_ARMS:
         nan_rates = [rep.summary(d).get("nonfinite_steps", 0) / max(1, rep.summary(d).get("steps", 1))
                      for d in rep.done(f"{task}/{model}")]
-        robust = [lib.read_json(d / "robustness.json") or {} for d in rep.done(f"{task}/robust-{model}")]
+        robust = [lib.run_json(d, "robustness.json") or {} for d in rep.done(f"{task}/robust-{model}")]
         if not robust:
             continue
         def col(key):

@@ -8,8 +8,6 @@ rates at r*; rule A learns with local signals only.
 
     python3 experiments/queue.py run e6_firing && python3 experiments/queue.py report e6_firing
 """
-import csv
-
 import lib
 import report_util as ru
 
@@ -54,9 +52,10 @@ ARMS = {  # name -> (flags, what, main arm)
 TINY = ["ste", "rule-b", "rule-a", "mlp"]
 
 
-def firing_runs(arms, tiny, scale, seeds=SEEDS, variant_seeds=VARIANT_SEEDS):
+def firing_runs(arms, tiny, scale, seeds=SEEDS, variant_seeds=VARIANT_SEEDS, keep=None):
     """The runs of ARMS-like arms (name -> (flags, what, main arm)) on this experiment's setup; experiment 7 uses it
-    too. An arm's flags come after COMMON, so a flag of both (--schedule) takes the arm's value: train keeps the last."""
+    too. An arm's flags come after COMMON, so a flag of both (--schedule) takes the arm's value: train keeps the last.
+    keep: arm -> the files its runs keep (Run.keep)."""
     out = []
     for name, (flags, _, main) in arms.items():
         if scale == "tiny" and name not in tiny:
@@ -65,17 +64,18 @@ def firing_runs(arms, tiny, scale, seeds=SEEDS, variant_seeds=VARIANT_SEEDS):
         args = [*COMMON, *DATA[scale], *flags, "--steps", str(n), "--warmup", str(max(1, n // 20))]
         for seed in range((seeds if main else variant_seeds)[scale]):
             out.append(lib.Run(id=f"{name}/s{seed}", arm=name, seed=seed, args=args, steps=n, cost=0.004,
-                               after=weight_summary))
+                               after=weight_summary, keep=(keep or {}).get(name, [])))
     return out
 
 
 def runs(scale):
-    return firing_runs(ARMS, TINY, scale)
+    # the report's firing figure draws rule B's firing rates over the test set, which train dumps: git keeps the dump
+    return firing_runs(ARMS, TINY, scale, keep={"rule-b": ["dumps/firing_rates.safetensors"]})
 
 
 def weight_values(dirs, key):
     """One value of each run's weights.json (weight_summary; None where it is missing)."""
-    return [(lib.read_json(d / "weights.json") or {}).get(key) for d in dirs]
+    return [(lib.run_json(d, "weights.json") or {}).get(key) for d in dirs]
 
 
 def weight_summary(run_dir):
@@ -110,22 +110,15 @@ def weight_summary(run_dir):
 def final_train_accuracy(run_dir, last=5):
     """Mean training accuracy of the last `last` logged training rows (the final model, where test accuracy is the
     best-validation model's): a gap between the two shows training that got worse late."""
-    try:
-        with open(run_dir / "metrics.csv") as f:
-            rows = [float(r["accuracy"]) for r in csv.DictReader(f) if r.get("split") == "train" and r.get("accuracy")]
-        return sum(rows[-last:]) / len(rows[-last:]) if rows else None
-    except OSError:
-        return None
+    rows = [float(r["accuracy"]) for r in lib.run_metrics(run_dir)
+            if r.get("split") == "train" and r.get("accuracy") is not None]
+    return sum(rows[-last:]) / len(rows[-last:]) if rows else None
 
 
 def last_value(run_dir, column, split="val"):
     """The column's value in the last metrics.csv row of a split (None when absent)."""
-    try:
-        with open(run_dir / "metrics.csv") as f:
-            rows = [r for r in csv.DictReader(f) if r.get("split") == split and r.get(column) not in (None, "")]
-        return float(rows[-1][column]) if rows else None
-    except OSError:
-        return None
+    rows = [r for r in lib.run_metrics(run_dir) if r.get("split") == split and r.get(column) is not None]
+    return float(rows[-1][column]) if rows else None
 
 
 def report(rep: lib.Report) -> str:
@@ -189,7 +182,7 @@ def report(rep: lib.Report) -> str:
     acc_a = [rep.summary(d).get("test_accuracy") for d in rep.done("rule-a")]
     if acc_a:
         mean_a = sum(acc_a) / len(acc_a)
-        weights_a = [lib.read_json(d / "weights.json") or {} for d in rep.done("rule-a")]
+        weights_a = [lib.run_json(d, "weights.json") or {} for d in rep.done("rule-a")]
         clip_a = [w["w_at_clip"] for w in weights_a if w.get("w_at_clip") is not None]
         verdicts.append(f"- **Rule A learns with local signals only** (claim) — its first layer moved by the rule alone, "
                         f"the network reaches {lib.fmt_mean_std(acc_a)} % (chance: 10 %; backprop still trains the "

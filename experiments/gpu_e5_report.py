@@ -83,8 +83,9 @@ def main(report, command, *outs):
     gpu = {arm: [runs[f"{arm}-s{s}"]["test_accuracy"] for s in range(3) if f"{arm}-s{s}" in runs]
            for arm in ("asam", "dense")}
     steps = {runs[k]["steps"] for k in runs if not k.startswith("probe")}
-    cpu_dir = HERE / "results" / "full" / "e5_asam" / "listops"
-    cpu = {arm: [json.loads(p.read_text())["test_accuracy"] for p in sorted(cpu_dir.glob(f"{arm}/s*/summary.json"))]
+    cpu_dir = HERE / "results" / "full" / "e5_asam"  # its tables, or its run folders here
+    cpu = {arm: [s["test_accuracy"] for s in (lib.run_json(d, "summary.json") for d in
+                                              lib.run_dirs(cpu_dir, f"listops/{arm}/s*")) if s]
            for arm in ("asam", "dense")}
     parts.append("## 3. ListOps test accuracy % (mean ± std over seeds)\n")
     if gpu["asam"] or gpu["dense"]:

@@ -1,5 +1,6 @@
 """What the experiments share: a run (train flags + seed), an experiment (its runs at each scale and its report), the
-resumable run queue, and the report helpers (the stats tool, plot.py, markdown tables).
+results as data (each experiment's runs packed into two tables, and the readers of a run that take it from its folder
+or from those tables), the resumable run queue, and the report helpers (the stats tool, plot.py, markdown tables).
 
 Standard library only, so Debian's /usr/bin/python3 runs it as is; figures go through tools/plot.py (matplotlib).
 experiments/README.md explains how to use the queue.
@@ -7,17 +8,24 @@ experiments/README.md explains how to use the queue.
 from __future__ import annotations
 
 import array
+import atexit
+import csv
 import dataclasses
+import fnmatch
 import functools
 import datetime
 import gzip
+import io
 import json
+import math
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -27,8 +35,8 @@ SCALES = ("tiny", "quick", "full")
 # The directories whose last commit is "the version of the code" a result was produced with (results and docs
 # commits do not change it). The queue refuses to mix versions inside one experiment unless told to.
 # tools/plot.py is left out: it draws the results and cannot change them.
-CODE_DIRS = ["core", "autograd", "ops", "cuda", "nn", "optim", "models", "data", "stats", "tools", "CMakeLists.txt",
-             ":(exclude)tools/plot.py"]
+CODE_DIRS = ["core", "autograd", "ops", "cuda", "nn", "optim", "models", "data", "stats", "train", "tools",
+             "CMakeLists.txt", ":(exclude)tools/plot.py"]
 
 
 @dataclasses.dataclass
@@ -42,9 +50,10 @@ class Run:
     cost: float = 0.0      # estimated seconds per step on this machine (0: unknown)
     needs: list[str] = dataclasses.field(default_factory=list)  # files (relative to the root) it reads, made by
                                                                 # other runs: it waits until they exist
-    keep: list[str] = dataclasses.field(default_factory=list)  # files of the run that .gitignore leaves out and git
-                                                                # keeps all the same: a model other runs evaluate
-    after: Callable[[Path], None] | None = None  # called on the run's directory when it is done, before the commit:
+    keep: list[str] = dataclasses.field(default_factory=list)  # files of the run that git keeps as files beside
+                                                                # the tables: a model other runs evaluate, a dump a
+                                                                # figure draws
+    after: Callable[[Path], None] | None = None  # called on the run's directory when it is done, before it is packed:
                                                  # writes what the report needs of its model (which git does not keep)
 
 
@@ -88,6 +97,323 @@ def cpu_model() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
+# ---- results as data ---------------------------------------------------------------------------------------------
+# A study's results (experiments/README.md, "What is kept") are two tables per experiment, written by pack() from the
+# run folders and read back here:
+#   runs.jsonl.gz       one JSON object per finished run, sorted by run id: "run" (the id: its folder under the
+#                       experiment's), one key per JSON file of the folder, named by its stem ("config", "summary",
+#                       "queue", "weights", "cluster_metrics", "robustness": the file's object), "metrics"
+#                       (metrics.csv's columns and rows as {"columns": [...], "rows": [[...], ...]}: numbers as numbers,
+#                       an empty cell null; from metrics.jsonl where the folder has it, at full precision) and "log"
+#                       (train.log without its progress bars)
+#   predictions.csv.gz  every run's test predictions: "run", "seed", then predictions.csv's own columns (index, label,
+#                       prediction, correct, loss), sorted by run and example
+# Both are deterministic (sorted, gzip without a timestamp): packing the same runs again gives the same bytes. What
+# a run keeps as files (Run.keep: models other runs evaluate, dumps a figure draws) stays at its place in the run's
+# folder. Readers go through holds_run / run_json / run_metrics / run_dirs / state_of: a run's folder when it holds
+# the run (it has the queue's queue.json: the run is under way, or finished on this machine), its experiment's
+# tables otherwise. The tools that read run folders (stats compare, tools/plot.py) get one written from the tables
+# (materialise).
+
+RUNS_TABLE, PREDICTIONS_TABLE = "runs.jsonl.gz", "predictions.csv.gz"
+PROGRESS_BAR = re.compile(r"\s\[[#-]+\]\s")  # train's progress lines: the log keeps the rest
+LOG_LINES = 40                                # at most this many (the last) of them
+
+
+def holds_run(d: Path) -> bool:
+    """Whether the run's folder holds the run itself (the queue's record), not only the files it keeps."""
+    return (d / "queue.json").exists()
+
+
+def _cell(text: str):
+    """A metrics.csv cell as data: an int, a finite float, None for an empty cell, else the text (the split)."""
+    if text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text  # nan / inf stay text: the table is strict JSON
+
+
+def _cell_text(value) -> str:
+    """_cell's inverse for a metrics.csv written back: the same number (repr round-trips a float exactly)."""
+    return "" if value is None else repr(value) if isinstance(value, float) else str(value)
+
+
+def read_metrics(d: Path) -> dict | None:
+    """A run folder's metrics as {"columns": [...], "rows": [[...], ...]}, metrics.csv's columns and rows: from
+    metrics.jsonl where the folder has it (the same rows at full precision, which tools/plot.py reads first; a
+    per-head list becomes the columns "<name>.h<i>", as in the CSV), else from metrics.csv (ten significant digits)."""
+    if (d / "metrics.jsonl").exists():
+        columns, rows = {}, []
+        with open(d / "metrics.jsonl") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                raw = json.loads(line)
+                row = {k: v for k, v in raw.items() if k != "mech"}
+                for name, v in (raw.get("mech") or {}).items():
+                    row.update({f"{name}.h{i}": x for i, x in enumerate(v)} if isinstance(v, list) else {name: v})
+                row = {k: repr(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+                columns.update(dict.fromkeys(row))
+                rows.append(row)
+        return {"columns": list(columns), "rows": [[row.get(c) for c in columns] for row in rows]} if rows else None
+    try:
+        with open(d / "metrics.csv", newline="") as f:
+            rows = list(csv.reader(f))
+    except OSError:
+        return None
+    return {"columns": rows[0], "rows": [[_cell(c) for c in row] for row in rows[1:]]} if rows else None
+
+
+def _read_predictions(d: Path) -> tuple[list[str], list[list[str]]] | None:
+    """(columns, rows as text) of a run folder's predictions.csv(.gz); None without one (an LM run)."""
+    for name, opener in (("predictions.csv.gz", gzip.open), ("predictions.csv", open)):
+        if (d / name).exists():
+            with opener(d / name, "rt", newline="") as f:
+                rows = [row for row in csv.reader(f) if row]
+            return (rows[0], rows[1:]) if rows else None
+    return None
+
+
+class Tables:
+    """An experiment's two tables, read: records (run id -> its runs.jsonl record) and, parsed on first use,
+    predictions() (run id -> (columns, rows as text), the run's part of predictions.csv.gz)."""
+
+    def __init__(self, exp_dir: Path):
+        self.exp_dir = exp_dir
+        self.records: dict[str, dict] = {}
+        if (exp_dir / RUNS_TABLE).exists():
+            with gzip.open(exp_dir / RUNS_TABLE, "rt", encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        record = json.loads(line)
+                        self.records[record["run"]] = record
+        self._predictions = None
+
+    def predictions(self) -> dict[str, tuple[list[str], list[list[str]]]]:
+        if self._predictions is None:
+            self._predictions = {}
+            if (self.exp_dir / PREDICTIONS_TABLE).exists():
+                with gzip.open(self.exp_dir / PREDICTIONS_TABLE, "rt", encoding="utf-8", newline="") as f:
+                    reader = csv.reader(f)
+                    header = next(reader, ["run", "seed"])
+                    columns = header[2:]
+                    for row in reader:
+                        if row:
+                            self._predictions.setdefault(row[0], (columns, []))[1].append(row[2:])
+        return self._predictions
+
+
+_TABLES: dict[Path, tuple[tuple, Tables]] = {}
+
+
+def tables(exp_dir: Path) -> Tables:
+    """The experiment's tables, read once per version of their files (the queue rewrites them as runs finish)."""
+    key = tuple((p.stat().st_mtime_ns, p.stat().st_size) if p.exists() else None
+                for p in (exp_dir / RUNS_TABLE, exp_dir / PREDICTIONS_TABLE))
+    cached = _TABLES.get(exp_dir)
+    if cached is None or cached[0] != key:
+        cached = _TABLES[exp_dir] = (key, Tables(exp_dir))
+    return cached[1]
+
+
+def _table_of(d: Path) -> tuple[Path, str] | None:
+    """(experiment folder, run id) of the tables that record the run whose folder is d: the nearest folder above d
+    that has a runs table, when that table has the run."""
+    for exp_dir in d.parents:
+        if (exp_dir / RUNS_TABLE).exists():
+            run_id = d.relative_to(exp_dir).as_posix()
+            return (exp_dir, run_id) if run_id in tables(exp_dir).records else None
+    return None
+
+
+def table_record(d: Path) -> dict | None:
+    """The runs-table record of the run whose folder is d (None when no table records it)."""
+    found = _table_of(d)
+    return tables(found[0]).records[found[1]] if found else None
+
+
+def run_json(d: Path, name: str):
+    """One of a run's JSON files by its name (summary.json, config.json, queue.json, weights.json,
+    cluster_metrics.json, robustness.json): from the run's folder when that holds the run, else from its experiment's
+    runs table; None when the run has no such file."""
+    if holds_run(d):
+        return read_json(d / name)
+    record = table_record(d)
+    return None if record is None or not name.endswith(".json") else record.get(name[:-len(".json")])
+
+
+def run_metrics(d: Path) -> list[dict]:
+    """The run's metrics.csv rows as {column: value}: numbers as numbers, an empty cell None (from its folder or
+    its experiment's runs table, as run_json)."""
+    metrics = read_metrics(d) if holds_run(d) else (table_record(d) or {}).get("metrics")
+    return [dict(zip(metrics["columns"], row)) for row in metrics["rows"]] if metrics else []
+
+
+def has_run_file(path: Path) -> bool:
+    """A file that exists, or one of a run's JSON files that its experiment's runs table holds (a run's `needs`)."""
+    return path.exists() or (path.suffix == ".json" and run_json(path.parent, path.name) is not None)
+
+
+def run_dirs(exp_dir: Path, pattern: str) -> list[Path]:
+    """The folders (whether or not they are on this machine) of the experiment's runs whose ids match a glob pattern
+    segment by segment ("listops/dense/s*"): the run folders here and the runs its tables record, sorted."""
+    parts = pattern.split("/")
+
+    def match(run_id):
+        ids = run_id.split("/")
+        return len(ids) == len(parts) and all(fnmatch.fnmatchcase(i, p) for i, p in zip(ids, parts))
+    found = {d.relative_to(exp_dir).as_posix() for d in exp_dir.glob(pattern) if holds_run(d)}
+    found |= {run_id for run_id in tables(exp_dir).records if match(run_id)}
+    return sorted(exp_dir / run_id for run_id in found)
+
+
+def code_versions(exp_dir: Path) -> set:
+    """The code versions the experiment's runs were made with (their queue records: folders and tables)."""
+    records = [read_json(p) for p in exp_dir.glob("**/queue.json")]
+    records += [r.get("queue") for r in tables(exp_dir).records.values()]
+    return {r.get("code_version") for r in records if r}
+
+
+def pack_run(d: Path, run_id: str) -> tuple[dict, tuple[list[str], list[list[str]]] | None]:
+    """A finished run folder as its runs-table record and its predictions (columns, rows)."""
+    record = {"run": run_id}
+    first = ("config", "summary", "queue", "weights", "cluster_metrics", "robustness")  # a fixed order, the rest after
+    for f in sorted(d.glob("*.json"), key=lambda f: (first.index(f.stem) if f.stem in first else len(first), f.stem)):
+        record[f.stem] = read_json(f)
+    metrics = read_metrics(d)
+    if metrics:
+        record["metrics"] = metrics
+    if (d / "train.log").exists():
+        # the progress bars are the bulk of a log and say nothing the metrics do not; the paths are made relative to
+        # the repository, so that the record does not depend on where the clone lies
+        lines = [line.replace(f"{REPO}/", "") for line in (d / "train.log").read_text(errors="replace").splitlines()
+                 if line.strip() and not PROGRESS_BAR.search(line)]
+        record["log"] = lines[-LOG_LINES:]
+    return record, _read_predictions(d)
+
+
+def _gzip(data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as f:  # no name, no time
+        f.write(data)
+    return buf.getvalue()
+
+
+def _write_if_changed(path: Path, data: bytes) -> bool:
+    if path.exists() and path.read_bytes() == data:
+        return False
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return True
+
+
+def pack(exp_dir: Path, drop: tuple[str, ...] = ()) -> bool:
+    """(Re)writes an experiment's two tables from the runs they record and the finished run folders under exp_dir (a
+    folder replaces the table's record of its run: it is what the queue just ran), less the runs `drop` names (ids).
+    Returns whether a table changed. Deterministic: the same runs give the same bytes, whether packed at once or one
+    finished run at a time."""
+    old = tables(exp_dir)
+    records = {run_id: r for run_id, r in old.records.items() if run_id not in drop}
+    predictions = {run_id: old.predictions().get(run_id) for run_id in records}
+    for queue_file in exp_dir.glob("**/queue.json"):
+        d = queue_file.parent
+        run_id = d.relative_to(exp_dir).as_posix()
+        if state_of(d) == "done" and run_id not in drop:
+            records[run_id], predictions[run_id] = pack_run(d, run_id)
+    if not records:
+        changed = False
+        for name in (RUNS_TABLE, PREDICTIONS_TABLE):
+            if (exp_dir / name).exists() and old.records:  # every run dropped
+                (exp_dir / name).unlink()
+                changed = True
+        _TABLES.pop(exp_dir, None)
+        return changed
+    lines = "".join(json.dumps(records[run_id], ensure_ascii=False, separators=(",", ":")) + "\n"
+                    for run_id in sorted(records))
+    changed = _write_if_changed(exp_dir / RUNS_TABLE, _gzip(lines.encode()))
+    columns = []  # every run's columns, in the order they first appear (the runs of one experiment share them)
+    for run_id in sorted(records):
+        for c in (predictions.get(run_id) or ([], []))[0]:
+            if c not in columns:
+                columns.append(c)
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["run", "seed", *columns])
+    for run_id in sorted(records):
+        if not predictions.get(run_id):
+            continue
+        cols, rows = predictions[run_id]
+        at = {c: i for i, c in enumerate(cols)}
+        seed = (records[run_id].get("summary") or {}).get("seed", "")
+        if "index" in at:
+            rows = sorted(rows, key=lambda r: int(r[at["index"]]))
+        if cols != columns:  # a run without a column the others have: an empty cell
+            rows = [[row[at[c]] if c in at and at[c] < len(row) else "" for c in columns] for row in rows]
+        w.writerows([run_id, seed, *row] for row in rows)
+    changed |= _write_if_changed(exp_dir / PREDICTIONS_TABLE, _gzip(out.getvalue().encode()))
+    _TABLES.pop(exp_dir, None)  # read again on next use, whatever the file system's time resolution
+    return changed
+
+
+def unpack_run(record: dict, predictions: tuple[list[str], list[list[str]]] | None, out: Path) -> Path:
+    """A runs-table record (and its predictions) written back as a run folder: the JSON files, metrics.csv,
+    predictions.csv.gz and the log's short form; what stats compare and tools/plot.py read of a run."""
+    out.mkdir(parents=True, exist_ok=True)
+    for key, value in record.items():
+        if key == "metrics":
+            with open(out / "metrics.csv", "w", newline="") as f:
+                w = csv.writer(f, lineterminator="\n")
+                w.writerow(value["columns"])
+                w.writerows([[_cell_text(v) for v in row] for row in value["rows"]])
+        elif key == "log":
+            (out / "train.log").write_text("".join(line + "\n" for line in value))
+        elif key != "run":
+            write_json(out / f"{key}.json", value)
+    if predictions:
+        with gzip.open(out / "predictions.csv.gz", "wt", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows([predictions[0], *predictions[1]])
+    return out
+
+
+_SCRATCH: list[Path] = []
+_MATERIALISED: dict[tuple, Path] = {}
+
+
+def materialise(path: Path) -> Path:
+    """A run folder for the tools that read folders (stats compare, tools/plot.py): the folder itself when it holds
+    the run's files (or a plain file: plot.py's other inputs), else one written from its experiment's tables into a
+    temporary directory (removed at exit), under the run's own id, so its folder name is the original's, with links
+    to the files the run keeps."""
+    if path.is_file() or (path / "summary.json").exists():
+        return path
+    found = _table_of(path)
+    if not found:
+        return path
+    exp_dir, run_id = found
+    t = tables(exp_dir)
+    key = (exp_dir, run_id, _TABLES[exp_dir][0])
+    if key not in _MATERIALISED:
+        if not _SCRATCH:
+            _SCRATCH.append(Path(tempfile.mkdtemp(prefix="experiments-runs-")))
+            atexit.register(shutil.rmtree, _SCRATCH[0], True)
+        out = unpack_run(t.records[run_id], t.predictions().get(run_id),
+                         _SCRATCH[0] / str(len(_MATERIALISED)) / run_id)
+        for f in path.rglob("*") if path.is_dir() else []:  # the files the run keeps (plot.py firing reads its dump)
+            if f.is_file() and not (out / f.relative_to(path)).exists():
+                (out / f.relative_to(path)).parent.mkdir(parents=True, exist_ok=True)
+                (out / f.relative_to(path)).symlink_to(f.resolve())
+        _MATERIALISED[key] = out
+    return _MATERIALISED[key]
+
+
 # ---- the run queue ---------------------------------------------------------------------------------------------
 
 def run_dir(root: Path, exp: Experiment, run: Run) -> Path:
@@ -95,7 +421,10 @@ def run_dir(root: Path, exp: Experiment, run: Run) -> Path:
 
 
 def state_of(d: Path) -> str:
-    """done (summary.json and the queue's record), partial (a checkpoint to resume), failed, or pending."""
+    """done (summary.json and the queue's record), partial (a checkpoint to resume), failed, or pending. A run its
+    folder does not hold is as its experiment's runs table records it (done, or not there: pending)."""
+    if not holds_run(d) and table_record(d) is not None:
+        return "done"  # the tables hold finished runs only (pack)
     record = read_json(d / "queue.json") or {}
     if (d / "summary.json").exists() and record.get("state") == "done":
         return "done"
@@ -115,7 +444,7 @@ def estimate(root: Path, exp: Experiment, run: Run, all_runs: list[Run]) -> floa
     for other in all_runs:  # the experiment's runs at the scale being run
         if not other.steps:
             continue
-        rec = read_json(run_dir(root, exp, other) / "queue.json") or {}
+        rec = run_json(run_dir(root, exp, other), "queue.json") or {}
         if rec.get("state") != "done" or not rec.get("wall_s"):
             continue
         if other.arm == run.arm:
@@ -170,8 +499,8 @@ class Queue:
     """Runs the pending and partial runs of some experiments in order, each resumable, until a deadline.
 
     At the deadline the running `train` gets SIGINT: it finishes its step, writes its checkpoint and exits 130; the
-    next `run` resumes it bit-identically. A finished run's light files (config, metrics, summary, predictions
-    gzipped) can be committed at once (commit=True), so a session that ends loses nothing finished."""
+    next `run` resumes it bit-identically. A finished run is packed into its experiment's tables (pack), which can be
+    committed at once with the files the run keeps (commit=True), so a session that ends loses nothing finished."""
 
     def __init__(self, root: Path, scale: str, threads: int = 0, commit: bool = False, allow_mixed: bool = False,
                  log=print, progress_every: float = 0):
@@ -194,9 +523,7 @@ class Queue:
         return self._runs_of[exp.name]
 
     def check_version(self, exp: Experiment) -> None:
-        versions = {r.get("code_version") for r in (read_json(p) for p in (self.root / exp.name).glob("**/queue.json"))
-                    if r}
-        other = versions - {self.version, None}
+        other = code_versions(self.root / exp.name) - {self.version, None}
         if other and not self.allow_mixed:
             raise SystemExit(f"queue: {exp.name} has runs made with code version {', '.join(sorted(other))} and the "
                              f"code is now at {self.version}; one experiment runs on one version of the code. Rerun "
@@ -216,7 +543,7 @@ class Queue:
                 d = run_dir(self.root, exp, run)
                 if state_of(d) in ("done", "failed"):
                     continue
-                if not all((self.root / n).exists() for n in run.needs):
+                if not all(has_run_file(self.root / n) for n in run.needs):
                     waiting.append(f"{exp.name}/{run.id}")
                     continue
                 if self.interrupted or time.time() >= deadline:
@@ -315,6 +642,7 @@ class Queue:
             if run.after:
                 run.after(d)
             write_json(d / "queue.json", record)
+            pack(self.root / exp.name)
             self.log(f"queue: {exp.name}/{run.id}: done in {fmt_duration(elapsed)}")
             if self.commit:
                 self._commit(exp, run, d)
@@ -337,7 +665,7 @@ class Queue:
 
     @staticmethod
     def _finish(d: Path) -> None:
-        """predictions.csv -> predictions.csv.gz (what the stats tool reads and git keeps)."""
+        """predictions.csv -> predictions.csv.gz (the folder's form of it; pack reads either)."""
         p = d / "predictions.csv"
         if p.exists():
             with open(p, "rb") as src, gzip.open(str(p) + ".gz", "wb", compresslevel=9) as dst:
@@ -345,38 +673,51 @@ class Queue:
             p.unlink()
 
     def _commit(self, exp: Experiment, run: Run, d: Path, partial: bool = False) -> None:
-        # In the repository that holds the run. The directory, not its files one by one: git then leaves out what
-        # .gitignore names (checkpoints, models). --only: just this run's files, whatever else is staged. A run that
-        # git ignores (the tiny and quick scales) or that lies outside a repository is not committed: a warning.
-        # A run stopped at the deadline (partial) is committed whole, checkpoint and models included (git add -f,
-        # about 1.5 MB for the study's models): the next session may be another machine, which resumes it from the
-        # clone. When it is done, those files leave the tree again (they stay in the history), except the ones the
-        # run keeps (run.keep: a model that other runs evaluate, which another machine needs as well).
-        git = lambda *a: subprocess.run(["git", "-C", str(d), *a], capture_output=True, text=True)  # noqa: E731
-        if git("check-ignore", "-q", ".").returncode == 0:
-            self.log(f"queue: {exp.name}/{run.id}: not committed: git ignores {d}")
+        # In the repository that holds the results, one commit of just this run's changes, whatever else is staged.
+        # A done run: its experiment's tables and the files it keeps (run.keep: a model that other runs evaluate, a
+        # dump a figure draws; .gitignore leaves them out, so they are added with -f); what an earlier partial commit
+        # brought of its folder leaves the tree (it stays on the disk: the folder is the full form of the tables).
+        # A run stopped at the deadline (partial) is committed whole, checkpoint and models included (about 1.5 MB for
+        # the study's models): the next session may be another machine, which resumes it from the clone.
+        # The commit is built in a temporary index (git commit --only cannot record a file that leaves the index but
+        # stays on the disk); the real index then takes these paths as committed and keeps the rest as it was. Runs
+        # whose tables git ignores (the tiny and quick scales) or that lie outside a repository are not committed.
+        exp_dir = self.root / exp.name
+
+        def git(*a, env=None):
+            return subprocess.run(["git", "-C", str(exp_dir), *a], capture_output=True, text=True, env=env)
+        top = git("rev-parse", "--show-toplevel").stdout.strip()
+        if not top or git("check-ignore", "-q", str(exp_dir / RUNS_TABLE)).returncode == 0:
+            self.log(f"queue: {exp.name}/{run.id}: not committed: {exp_dir} is "
+                     + ("ignored by git" if top else "outside a git repository"))
             return
-        steps = [("add", "-f", "--", ".") if partial else ("add", "--", ".")]
-        if not partial:
-            kept = [f for f in run.keep if (d / f).exists()]
-            if kept:
-                steps.append(("add", "-f", "--", *kept))
-            # What a partial commit brought in and a done run does not keep (its checkpoint): out of the tree and
-            # off the disk (a done run is not resumed), so that the commit below records its removal.
-            dropped = [f for f in git("ls-files", "-ci", "--exclude-standard", "--", ".").stdout.split()
-                       if f not in run.keep]
-            if dropped:
-                steps.append(("rm", "-q", "-f", "--", *dropped))
+        rel = lambda p: os.path.relpath(Path(p).resolve(), Path(top).resolve())  # noqa: E731
+        if partial:
+            add, remove = [rel(d)], []
+        else:
+            add = [rel(exp_dir / name) for name in (RUNS_TABLE, PREDICTIONS_TABLE) if (exp_dir / name).exists()]
+            add += [rel(d / f) for f in run.keep if (d / f).exists()]
+            kept = {rel(d / f) for f in run.keep}
+            remove = [f for f in git("-C", top, "ls-files", "--", rel(d)).stdout.splitlines() if f not in kept]
         what = "partial: its checkpoint, to resume" if partial else "done"
-        steps.append(("commit", "-q", "--only", "-m", f"experiments: {exp.name}/{run.id} ({self.scale}) {what}", "--",
-                      "."))
-        for step in steps:
-            if step[0] == "commit" and not git("diff", "--cached", "--name-only", "--", ".").stdout.split():
-                return
-            r = git(*step)
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            steps = [("read-tree", "HEAD"), ("add", "-f", "--", *add)]
+            if remove:
+                steps.append(("rm", "-q", "--cached", "--ignore-unmatch", "--", *remove))
+            for step in steps:
+                r = git("-C", top, *step, env=env)
+                if r.returncode != 0:
+                    self.log(f"queue: {exp.name}/{run.id}: not committed: git {step[0]}: {r.stderr.strip()}")
+                    return
+            if git("-C", top, "diff", "--cached", "--quiet", "HEAD", env=env).returncode == 0:
+                return  # nothing of this run's changed
+            r = git("-C", top, "commit", "-q", "-m", f"experiments: {exp.name}/{run.id} ({self.scale}) {what}",
+                    env=env)
             if r.returncode != 0:
-                self.log(f"queue: {exp.name}/{run.id}: not committed: git {step[0]}: {r.stderr.strip()}")
+                self.log(f"queue: {exp.name}/{run.id}: not committed: git commit: {r.stderr.strip()}")
                 return
+        git("-C", top, "reset", "-q", "HEAD", "--", *add, *remove)
 
 
 # ---- reports -----------------------------------------------------------------------------------------------------
@@ -401,7 +742,7 @@ class Report:
         return list(dict.fromkeys(r.arm for r in self.runs))
 
     def summary(self, d: Path) -> dict:
-        return read_json(d / "summary.json") or {}
+        return run_json(d, "summary.json") or {}
 
     def by_seed(self, arm: str, key: str) -> dict:
         """{seed directory ("s0", …): its summary's key} over the arm's finished runs, in seed order: the view to set
@@ -428,6 +769,7 @@ class Report:
             return None
         out = self.fig_dir / f"compare_{a}_vs_{b}.json".replace("/", "-")
         self.fig_dir.mkdir(parents=True, exist_ok=True)
+        da, db = [materialise(d) for d in da], [materialise(d) for d in db]  # stats reads run folders
         cmd = [str(tool("stats")), "compare", "--a", *map(str, da), "--b", *map(str, db), "--metric", metric,
                "--a-name", a, "--b-name", b, "--json", str(out)]
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -451,8 +793,8 @@ class Report:
             return None
         self.fig_dir.mkdir(parents=True, exist_ok=True)
         png = self.fig_dir / f"{name}.png"
-        cmd = [python_with_matplotlib(), str(REPO / "tools" / "plot.py"), kind, *map(str, run_dirs), "--out", str(png),
-               *extra]
+        runs = [str(materialise(d)) for d in run_dirs]  # plot.py reads run folders
+        cmd = [python_with_matplotlib(), str(REPO / "tools" / "plot.py"), kind, *runs, "--out", str(png), *extra]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode == 77:
             return None

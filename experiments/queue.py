@@ -5,13 +5,17 @@
     python3 experiments/queue.py run --budget-min 150 --commit   # run (and commit each finished run) for 150 minutes
     python3 experiments/queue.py run e1_ascender_dense --scale quick
     python3 experiments/queue.py report e1_ascender_dense   # bench/results/experiments/e1_ascender_dense.md + PNGs
+    python3 experiments/queue.py pack                       # each experiment's tables from its run folders here
+    python3 experiments/queue.py unpack --to /tmp/runs e5_asam   # run folders written back from the tables
 
 Runs are resumable: a run stopped by the budget (or Ctrl-C) keeps its checkpoint and continues bit-identically at the
-next `run`, in this session or a later one. experiments/README.md describes the experiments and the files.
+next `run`, in this session or a later one. A finished run is packed into its experiment's two tables (runs.jsonl.gz,
+predictions.csv.gz), which are what git keeps. experiments/README.md describes the experiments and the files.
 """
 import argparse
 import importlib
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -100,6 +104,38 @@ Every task is scaled down from the Long Range Arena to fit a 2-core machine; the
 """
 
 
+def cmd_pack(args) -> int:
+    root = args.root or default_root(args.scale)
+    for name in args.experiments or EXPERIMENTS:
+        if name not in EXPERIMENTS:
+            raise SystemExit(f"queue: unknown experiment '{name}' ({', '.join(EXPERIMENTS)})")
+        exp_dir = root / name
+        drop = tuple(args.drop or ())
+        unknown = [run_id for run_id in drop if run_id not in lib.tables(exp_dir).records
+                   and not lib.holds_run(exp_dir / run_id)]
+        if drop and len(args.experiments) != 1 or unknown:
+            raise SystemExit(f"queue: --drop takes the ids of one experiment's runs (unknown here: {unknown})")
+        for run_id in drop:  # its folder would come back at the next pack: the run is to be rerun
+            if (exp_dir / run_id).is_dir():
+                shutil.rmtree(exp_dir / run_id)
+        changed = lib.pack(exp_dir, drop) if exp_dir.is_dir() else False
+        runs = len(lib.tables(exp_dir).records)
+        print(f"pack: {exp_dir}: {runs} runs" + (" (tables written)" if changed else " (tables unchanged)"))
+    return 0
+
+
+def cmd_unpack(args) -> int:
+    root = args.root or default_root(args.scale)
+    for name in args.experiments or EXPERIMENTS:
+        if name not in EXPERIMENTS:
+            raise SystemExit(f"queue: unknown experiment '{name}' ({', '.join(EXPERIMENTS)})")
+        t = lib.tables(root / name)
+        for run_id, record in t.records.items():
+            lib.unpack_run(record, t.predictions().get(run_id), args.to / name / run_id)
+        print(f"unpack: {len(t.records)} runs of {name} into {args.to / name}")
+    return 0
+
+
 def relink(markdown: str, prefix: str) -> str:
     """Relative links of a report (relative to its folder) made relative to another page: PREFIX/link. Absolute
     links, web addresses, anchors and links that already climb (../) are left alone."""
@@ -146,10 +182,20 @@ def main() -> int:
                    help="continue an experiment whose runs were made by another version of the code")
     rp = sub.add_parser("report", parents=[common], help="tables and figures from the finished runs")
     rp.add_argument("--out-dir", type=Path, help="default bench/results/experiments (a subfolder per scale)")
+    pk = sub.add_parser("pack", parents=[common],
+                        help="write each experiment's tables (runs.jsonl.gz, predictions.csv.gz) from its finished run "
+                             "folders and what the tables held")
+    pk.add_argument("--drop", action="append", metavar="RUN",
+                    help="a run id of the one experiment named, to rerun: its record leaves the tables and its folder "
+                         "(kept files included) is deleted (repeatable)")
+    up = sub.add_parser("unpack", parents=[common],
+                        help="write run folders back from the tables (to read them with stats compare or plot.py)")
+    up.add_argument("--to", type=Path, required=True, help="the folder to write DIR/<experiment>/<run>/ in")
     args = p.parse_args()
     if getattr(args, "budget_min", 0) < 0 or getattr(args, "threads", 0) < 0 or getattr(args, "progress_every", 0) < 0:
         p.error("--budget-min, --threads and --progress-every must be >= 0")
-    return {"status": cmd_status, "run": cmd_run, "report": cmd_report}[args.command](args)
+    return {"status": cmd_status, "run": cmd_run, "report": cmd_report, "pack": cmd_pack,
+            "unpack": cmd_unpack}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import lib
 
 
 def header(rep: lib.Report, title: str, budget_text: str) -> str:
-    versions = sorted({(lib.read_json(rep.dir(r) / "queue.json") or {}).get("code_version", "?")
+    versions = sorted({(lib.run_json(rep.dir(r), "queue.json") or {}).get("code_version", "?")
                        for r in rep.runs if lib.state_of(rep.dir(r)) == "done"})
     done = sum(lib.state_of(rep.dir(r)) == "done" for r in rep.runs)
     mixed = "" if len(versions) <= 1 else " — **runs from several code versions: rerun before drawing conclusions**"
@@ -23,7 +23,7 @@ def header(rep: lib.Report, title: str, budget_text: str) -> str:
 
 
 def footer(rep: lib.Report) -> str:
-    example = next((lib.read_json(rep.dir(r) / "queue.json") for r in rep.runs
+    example = next((lib.run_json(rep.dir(r), "queue.json") for r in rep.runs
                     if lib.state_of(rep.dir(r)) == "done"), None) or {}
     scale = "" if rep.scale == "full" else f" --scale {rep.scale}"
     return ("\n## How this was made\n\n```sh\n"

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """The experiments and their run queue (experiments/): every experiment script runs end to end at the tiny scale
 (a few steps per run) and writes its report; the queue stops a run at its deadline with a checkpoint and resumes it,
-records failures and goes on, waits for the runs another depends on, and refuses to mix code versions.
+records failures and goes on, waits for the runs another depends on, and refuses to mix code versions; the results
+packed into their tables give the reports that the run folders give.
 
     ASC_BUILD_DIR=build/release /usr/bin/python3 tests/experiments_test.py      (ctest: experiments_smoke)
 """
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -84,6 +87,84 @@ def tiny_end_to_end(tmp: Path):
     check((lib.read_json(d / "queue.json") or {}).get("state") == "done", "queue.json records done")
 
 
+EXPERIMENTS = ["e1_ascender_dense", "e2_ablations", "e3_interpretability", "e4_pareto_length", "e5_asam", "e6_firing",
+               "e7_rule_b_rates"]
+
+
+def without_date(markdown: str) -> str:
+    return re.sub(r"report written \d{4}-\d{2}-\d{2}", "report written DATE", markdown)
+
+
+def packed_results(tmp: Path):
+    """The results as data (lib.pack): the queue packs each finished run into its experiment's tables; with the run
+    folders gone but for the files the runs keep, the reports and figures are those the folders gave; packing is
+    deterministic (the queue's run-by-run tables are byte for byte one packing of every folder, and packing the
+    tables alone changes nothing); a run that needs another's model runs from the kept files and the tables."""
+    import importlib
+    root, rep = tmp / "runs", tmp / "reports"  # tiny_end_to_end's runs and reports
+    packed = tmp / "packed"
+    shutil.copytree(root, packed, symlinks=True)
+    for name in EXPERIMENTS:
+        check(all((root / name / t).exists() for t in (lib.RUNS_TABLE, lib.PREDICTIONS_TABLE)),
+              f"{name}: the queue packed its finished runs into the tables")
+        for run in importlib.import_module(name).EXPERIMENT.runs("tiny"):  # what git would hold of the run folders
+            d = packed / name / run.id
+            for f in sorted(d.rglob("*"), reverse=True):  # deepest first: a folder after its files
+                if f.is_file() and f.relative_to(d).as_posix() not in run.keep:
+                    f.unlink()
+                elif f.is_dir() and not any(f.iterdir()):
+                    f.rmdir()
+    check(not lib.holds_run(packed / "e1_ascender_dense" / "image" / "dense" / "s0")
+          and (packed / "e1_ascender_dense" / "image" / "dense" / "s0" / "best.safetensors").exists()
+          and (packed / "e3_interpretability" / "ascender" / "s0" / "dumps" / "decomposition_0.safetensors").exists(),
+          "the packed tree: tables, experiment 1's models (experiment 4 evaluates them) and experiment 3's dumps")
+    s = queue("status", "--scale", "tiny", "--root", str(packed))
+    lines = [l for l in s.stdout.splitlines() if " runs:" in l]
+    check(len(lines) == 7 and all(" 0 pending" in l and " 0 failed" in l for l in lines),
+          f"status from the tables: every run done: {s.stdout.strip()[-300:]}")
+    out = tmp / "packed_reports"
+    r = queue("report", "--scale", "tiny", "--root", str(packed), "--out-dir", str(out))
+    check(r.returncode == 0, f"report from the tables: exit {r.returncode} {r.stderr.strip()[-300:]}")
+    for name in EXPERIMENTS:
+        a, b = rep / f"{name}.md", out / f"{name}.md"
+        check(b.exists() and without_date(a.read_text()) == without_date(b.read_text()),
+              f"{name}: the report from the tables is the one from the run folders")
+    figures = sorted(p.relative_to(rep) for p in rep.rglob("*") if p.is_file() and p.suffix in (".png", ".csv"))
+    same = [f for f in figures if (out / f).exists() and (out / f).read_bytes() == (rep / f).read_bytes()]
+    check(figures and same == figures and sorted(p.relative_to(out) for p in out.rglob("*")
+                                                 if p.is_file() and p.suffix in (".png", ".csv")) == figures,
+          f"the figures (and the data they draw) from the tables are the folders': {len(same)} of {len(figures)}")
+    # deterministic bytes
+    repacked = tmp / "repacked"
+    shutil.copytree(root, repacked, symlinks=True)
+    for name in EXPERIMENTS:
+        for t in (lib.RUNS_TABLE, lib.PREDICTIONS_TABLE):
+            (repacked / name / t).unlink()
+        lib.pack(repacked / name)
+        changed = lib.pack(packed / name)
+        check(not changed and all((repacked / name / t).read_bytes() == (root / name / t).read_bytes()
+                                  == (packed / name / t).read_bytes() for t in (lib.RUNS_TABLE, lib.PREDICTIONS_TABLE)),
+              f"{name}: packing again gives the same bytes (at once, run by run, from the tables alone)")
+    # the study's records: each run's predictions are its folder's, and a statistic computed from the tables
+    rec = lib.tables(packed / "e6_firing").records["rule-b/s0"]
+    folder = root / "e6_firing" / "rule-b" / "s0"
+    check(rec["summary"] == lib.read_json(folder / "summary.json") and rec["weights"] == lib.read_json(
+          folder / "weights.json") and rec["metrics"]["columns"][:3] == ["step", "epoch", "split"],
+          "runs.jsonl.gz: a run's summary, weights and curve")
+    import csv
+    import gzip
+    with gzip.open(packed / "e6_firing" / lib.PREDICTIONS_TABLE, "rt", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["run"] == "rule-b/s0"]
+    check(rows and abs(sum(int(r["correct"]) for r in rows) / len(rows) - rec["summary"]["test_accuracy"]) < 1e-9,
+          "predictions.csv.gz: a run's test accuracy recomputed from its rows")
+    # a fresh clone: experiment 4 evaluates experiment 1's kept models, their summaries in the tables only
+    shutil.rmtree(packed / "e4_pareto_length")
+    r = queue("run", "e4_pareto_length", "--scale", "tiny", "--root", str(packed))
+    check(r.returncode == 0 and len(lib.tables(packed / "e4_pareto_length").records) == len(
+          importlib.import_module("e4_pareto_length").runs("tiny")),
+          f"e4 runs from experiment 1's kept models and tables: exit {r.returncode} {r.stdout.strip()[-300:]}")
+
+
 def mechanics(tmp: Path):
     root = tmp / "mech"
     base = ["--task", "grouping", "--train-size", "256", "--val-size", "32", "--test-size", "32", "--d-model", "16",
@@ -135,7 +216,8 @@ def commits(tmp: Path):
     git("init", "-q")
     git("config", "user.email", "test@example.com")
     git("config", "user.name", "test")
-    (repo / ".gitignore").write_text("*.safetensors\nckpt/\nmetrics.jsonl\n")
+    # as experiments/.gitignore: the run folders stay out (their data is in the tables), and what they hold besides
+    (repo / ".gitignore").write_text("results/*/*/\n*.safetensors\nckpt/\nmetrics.jsonl\n")
     git("add", ".gitignore")
     git("commit", "-q", "-m", "what git leaves out")
     (repo / "staged.txt").write_text("not part of the run\n")
@@ -147,7 +229,9 @@ def commits(tmp: Path):
                          runs=lambda scale: [lib.Run(id="r/s0", arm="r", seed=0, args=base, steps=2)])
     lib.Queue(repo / "results", "tiny", commit=True, log=lambda *_: None).run([exp], deadline=float("inf"))
     files = git("show", "--name-only", "--format=%s", "HEAD").stdout.split()
-    check("summary.json" in " ".join(files) and "predictions.csv.gz" in " ".join(files), f"the run committed: {files}")
+    check("results/c/runs.jsonl.gz" in files and "results/c/predictions.csv.gz" in files,
+          f"the run committed: its experiment's tables: {files}")
+    check(not any("/r/s0/" in f for f in files), f"not its folder: {files}")
     check(not any(f.endswith(".safetensors") for f in files), "no checkpoint committed")
     check("staged.txt" not in files and "staged.txt" in git("diff", "--cached", "--name-only").stdout,
           "what else was staged stays staged, out of the run's commit")
@@ -173,10 +257,12 @@ def commits(tmp: Path):
     check(lib.state_of(d) == "done" and len(rec["parts"]) == 2, f"the clone resumed it to the end: {rec}")
     check(lib.read_json(d / "summary.json")["steps"] == 3000, "all its steps")
     tracked = cgit("ls-files", "results/p").stdout.split()
-    check("results/p/r/s0/summary.json" in tracked and "results/p/r/s0/best.safetensors" in tracked and
-          not any("ckpt/" in f or f.endswith("metrics.jsonl") for f in tracked),
-          f"done: summary and the kept model committed, the checkpoint out of the tree: {tracked}")
+    check("results/p/runs.jsonl.gz" in tracked and "results/p/r/s0/best.safetensors" in tracked and
+          not any("ckpt/" in f or f.endswith("metrics.jsonl") or f.endswith("summary.json") for f in tracked),
+          f"done: the tables and the kept model committed, the rest of the folder out of the tree: {tracked}")
+    check((d / "summary.json").exists() and (d / "config.json").exists(), "the run folder itself stays on the disk")
     check(cgit("status", "--porcelain", "results/p").stdout.strip() == "", "nothing of the run left uncommitted")
+    check(cgit("diff", "--cached", "--name-only").stdout.strip() == "", "the index as the commit left it")
     # A new run whose estimate does not fit the budget left is not started.
     logged = []
     exp = lib.Experiment(name="q", title="budget", report=lambda rep: "",
@@ -515,6 +601,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         tiny_end_to_end(tmp)
+        packed_results(tmp)
         model_summary(tmp)
         mechanics(tmp)
         commits(tmp)
