@@ -64,8 +64,11 @@ endif()
 # ---- headers, libraries, the exported targets -------------------------------------------------------------------
 # Public headers: every header of the library's folders except the kernels' own (ops/cpu/, and cuda/ but cuda.h).
 install(FILES ${PROJECT_SOURCE_DIR}/ascender.h DESTINATION ${ASC_INSTALL_INCLUDEDIR})
+# train/: the checkpoint, process-group and DDP headers (libascender); the trainer library's own headers stay out with
+# it (built in the source tree only, train/CMakeLists.txt).
 install(DIRECTORY core autograd ops nn optim models data stats train DESTINATION ${ASC_INSTALL_INCLUDEDIR}
-        FILES_MATCHING PATTERN "*.h" PATTERN "*.inc" PATTERN "cpu" EXCLUDE)
+        FILES_MATCHING PATTERN "*.h" PATTERN "*.inc" PATTERN "cpu" EXCLUDE
+        REGEX "train/(analyses|metrics|options|run|state|step|trainer)\\.h$" EXCLUDE)
 install(FILES ${PROJECT_SOURCE_DIR}/cuda/cuda.h DESTINATION ${ASC_INSTALL_INCLUDEDIR}/cuda)
 install(TARGETS ${ASC_EXPORTED_TARGETS} EXPORT ascenderTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
