@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "op_table.h"
 #include "testing.h"
 
 using namespace asc;
@@ -466,4 +467,44 @@ TEST_CASE("cpu_isa: max / min along a dim return the first extreme's own element
       CHECK_FALSE(std::signbit(mn.values.to(kFloat64).item<double>()));
     }
   }
+}
+
+// ---- the op table (tests/op_table.h) at every level ---------------------------------------------------------------
+
+TEST_CASE("cpu_isa: every op-table entry at every level, forward and backward") {
+  int entries = 0;
+  for (const optable::Family& f : optable::op_table())
+    for (const optable::OpCase& c : f.cases) {
+      if (c.isa_tol <= 0) continue;  // random draws: float32 and float64 draw different numbers
+      // The inputs drawn once in float64 and cast, so both dtypes see the same values; outputs, then the gradients
+      // of Σ out·w for fixed random weights w.
+      const Workload run = [&c](DType dt) {
+        const TensorList drawn = optable::inputs(c, kFloat64, 21);
+        TensorList in, leaves;
+        for (size_t i = 0; i < drawn.size(); ++i) {
+          Tensor t = is_floating(drawn[i].dtype()) ? drawn[i].to(dt) : drawn[i];
+          if (c.backward && c.inputs[i].grad && optable::is_float_input(c.inputs[i])) {
+            t.set_requires_grad(true);
+            leaves.push_back(t);
+          }
+          in.push_back(t);
+        }
+        TensorList out;
+        Tensor loss;
+        uint64_t seed = 100;
+        for (const Tensor& o : c.fn(in)) {
+          out.push_back(o.detach().to(kFloat64));
+          if (!c.backward || !o.requires_grad()) continue;
+          Tensor term = sum(mul(o, rand_like_seeded(o.shape(), kFloat64, seed++).to(o.dtype())));
+          loss = loss.defined() ? add(loss, term) : term;
+        }
+        if (loss.defined()) loss.backward();
+        for (const Tensor& l : leaves)
+          if (l.grad().defined()) out.push_back(l.grad().to(kFloat64));
+        return out;
+      };
+      check_levels(f.name + ": " + c.op, run, c.isa_tol);
+      ++entries;
+    }
+  MESSAGE(fmt::format("{} op-table entries at every level", entries));
 }
