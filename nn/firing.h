@@ -104,6 +104,8 @@ class FiringLayer : public Module, public FiringRuleHost {
       const optim::RuleBOptions& o);
   [[deprecated("use asc::optim::rule_a(layer, options)")]] std::shared_ptr<optim::FiringRuleA> rule_a(
       const optim::RuleAOptions& o);
+  [[deprecated("use asc::optim::rule_b(layer)")]] std::shared_ptr<optim::FiringRuleB> rule_b();
+  [[deprecated("use asc::optim::rule_a(layer)")]] std::shared_ptr<optim::FiringRuleA> rule_a();
   // The gate of the last forward pass, (N, P) with the batch axes flattened (detached; undefined before any).
   Tensor last_gate() const { return last_F_.get(); }
   std::string extra_repr() const override;

@@ -811,6 +811,8 @@ TEST_CASE("deprecated FiringLayer::rule_b / rule_a attach the rules optim::rule_
   auto layer = std::make_shared<nn::FiringLinear>(nn::FiringOptions(4, 3).init(nn::FiringInit::NonNegative));
   auto b = layer->rule_b({.r_target = 0.2});
   auto a = layer->rule_a({.r_target = 0.3});
+  CHECK(layer->rule_b()->options().r_target == optim::RuleBOptions{}.r_target);  // 0.1's defaults too
+  CHECK(layer->rule_a()->options().r_target == optim::RuleAOptions{}.r_target);
   CHECK(b->options().r_target == 0.2);
   CHECK(a->options().r_target == 0.3);
   CHECK_FALSE(b->has_snapshot());

@@ -175,6 +175,33 @@ TEST_CASE("Trainer: callbacks in order; a stop leaves a checkpoint; resumed, the
   fs::remove_all(whole), fs::remove_all(parts);
 }
 
+TEST_CASE("Trainer: a checkpoint before the first step resumes; counters the run cannot take are refused first") {
+  const fs::path dir = temp_dir("step0");
+  train::Config c = tiny(dir);
+  c.model = "asam";  // mechanism sums in the checkpoint (the gate's)
+  c.steps = 6;
+  {
+    train::Trainer t(c);
+    t.checkpoint();  // step 0: nothing observed yet
+  }
+  train::TrainerFlags resume;
+  resume.resume = true;
+  {
+    train::Trainer t(c, resume);
+    CHECK(t.state().step == 0);
+    CHECK(t.fit());
+    CHECK(t.state().step == 6);
+  }
+  // a loader position beyond the epoch: refused (before the tensors are loaded: load_training_state's accept)
+  const fs::path ckpt = dir / "ckpt" / "last.safetensors";
+  std::map<std::string, std::string> meta;
+  StateDict entries = load_safetensors(ckpt.string(), &meta);
+  meta["loader.position"] = "999999";
+  save_safetensors(ckpt.string(), entries, meta);
+  CHECK_THROWS_WITH_AS(train::Trainer(c, resume), doctest::Contains("position 999999"), Error);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("load_run: a finished run's model rebuilt from its directory scores as its test pass did") {
   const fs::path dir = temp_dir("load");
   train::Config c = tiny(dir);

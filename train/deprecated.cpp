@@ -12,5 +12,7 @@ std::shared_ptr<optim::FiringRuleB> FiringLayer::rule_b(const optim::RuleBOption
 std::shared_ptr<optim::FiringRuleA> FiringLayer::rule_a(const optim::RuleAOptions& o) {
   return optim::rule_a(*this, o);
 }
+std::shared_ptr<optim::FiringRuleB> FiringLayer::rule_b() { return optim::rule_b(*this); }
+std::shared_ptr<optim::FiringRuleA> FiringLayer::rule_a() { return optim::rule_a(*this); }
 
 }  // namespace asc::nn

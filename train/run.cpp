@@ -130,20 +130,25 @@ void build_model(Run& r) {
   if (r.dtype != kFloat32) r.model->to(r.dtype);
 }
 
+void check_device_and_dtype(const Config& c) {
+  const bool on_cuda = c.device == "cuda";
+  ASC_CHECK(c.device != "cuda" || cuda::is_available(), "--device cuda, but {}",
+            cuda::is_available() ? "" : "no CUDA device is available in this build / machine");
+  ASC_CHECK(!c.tf32 || on_cuda, "--tf32 applies to --device cuda (TF32 is a GPU tensor-core format)");
+  ASC_CHECK(c.dtype == "float32" || on_cuda,
+            "--dtype {} needs --device cuda (the CPU kernels compute in float32 / float64)", c.dtype);
+  ASC_CHECK(c.dtype == "float32" || c.model != "firing",
+            "--dtype {}: the firing network's local rules and gate update float32 parameters; use --dtype float32",
+            c.dtype);
+}
+
 Run make_run(const Config& c) {
   Run r;
   r.c = c;
   resolve_defaults(r.c);  // the rules' -1 rates: their own defaults
-  ASC_CHECK(c.device != "cuda" || cuda::is_available(), "--device cuda, but {}",
-            cuda::is_available() ? "" : "no CUDA device is available in this build / machine");
+  check_device_and_dtype(c);
   r.device = c.device == "cuda" ? Device::cuda(0) : Device::cpu();
   r.dtype = c.dtype == "bfloat16" ? kBFloat16 : kFloat32;
-  ASC_CHECK(!c.tf32 || r.device.is_cuda(), "--tf32 applies to --device cuda (TF32 is a GPU tensor-core format)");
-  ASC_CHECK(r.dtype == kFloat32 || r.device.is_cuda(),
-            "--dtype {} needs --device cuda (the CPU kernels compute in float32 / float64)", c.dtype);
-  ASC_CHECK(r.dtype == kFloat32 || c.model != "firing",
-            "--dtype {}: the firing network's local rules and gate update float32 parameters; use --dtype float32",
-            c.dtype);
   manual_seed(c.seed);
   r.task = data::make_task(c.task, {.seed = c.data_seed,
                                     .train_size = c.train_size,

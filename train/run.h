@@ -40,6 +40,10 @@ Run make_run(const Config& c);
 // validation), in evaluation mode. The task's data are built too (the same splits the run used).
 Run load_run(const std::string& dir, const std::string& weights = "best.safetensors");
 
+// The device and dtype a Config asks for are available here and fit together (asc::Error otherwise; make_run checks
+// them first, and the trainer before it writes anything).
+void check_device_and_dtype(const Config& c);
+
 // The layer options a Config describes (also for building models outside a Run).
 nn::AscenderAttentionOptions ascender_options(const Config& c);
 nn::AsamAttentionOptions asam_options(const Config& c);

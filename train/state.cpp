@@ -2,6 +2,8 @@
 #include "train/state.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
@@ -21,7 +23,7 @@ struct MetadataReader {
   const std::string& path;
   const std::string& get(const std::string& k) const {
     auto it = m.find(k);
-    ASC_CHECK(it != m.end(), "checkpoint {} lacks '{}' (not written by the trainer?)", path, k);
+    ASC_CHECK(it != m.end(), "checkpoint {} lacks '{}' (not written by train?)", path, k);
     return it->second;
   }
   int64_t integer(const std::string& k) const {
@@ -67,7 +69,10 @@ TrainingState parts(Run& r, Optimization& o) {
 
 std::map<std::string, std::string> to_metadata(const LoopState& s) {
   std::string mech;
-  for (size_t i = 0; i < s.mech_train.size(); ++i) mech += (i ? "," : "") + hex(s.mech_train[i]);
+  for (size_t i = 0; i < s.mech_train.size(); ++i) {
+    if (i > 0) mech += ',';
+    mech += hex(s.mech_train[i]);
+  }
   return {{"format_version", std::to_string(kCheckpointFormatVersion)},
           {"step", std::to_string(s.step)},
           {"best_step", std::to_string(s.best_step)},
@@ -99,9 +104,10 @@ LoopState loop_state_from_metadata(const std::map<std::string, std::string>& m, 
   s.loader.epoch = in.integer("loader.epoch"), s.loader.position = in.integer("loader.position");
   const std::string& seed = in.get("loader.seed");
   char* end = nullptr;
+  errno = 0;
   s.loader.seed = std::strtoull(seed.c_str(), &end, 10);
-  ASC_CHECK(!seed.empty() && *end == '\0' && seed[0] != '-', "checkpoint {}: 'loader.seed' is not a seed ('{}')", path,
-            seed);
+  ASC_CHECK(!seed.empty() && std::isdigit(static_cast<unsigned char>(seed[0])) && *end == '\0' && errno == 0,
+            "checkpoint {}: 'loader.seed' is not a seed ('{}')", path, seed);
   s.mech_train = in.reals("mech.train");
   ASC_CHECK(s.step >= 0 && s.best_step >= -1 && s.nonfinite_steps >= 0 && s.loader.epoch >= 0 && s.loader.position >= 0,
             "checkpoint {}: negative counters (step {}, best_step {}, loader {}/{})", path, s.step, s.best_step,
@@ -184,11 +190,13 @@ void save_training_state(const std::string& path, Run& r, Optimization& o, const
   save_checkpoint(path, parts(r, o), to_metadata(s));
 }
 
-LoopState load_training_state(const std::string& path, Run& r, Optimization& o) {
+LoopState load_training_state(const std::string& path, Run& r, Optimization& o,
+                              const std::function<void(const LoopState&)>& accept) {
   std::map<std::string, std::string> m;
   const StateDict entries = load_safetensors(path, &m);  // a corrupt or truncated file fails here
   LoopState s = loop_state_from_metadata(m, path);       // then the counters, before anything changes
-  load_checkpoint(entries, parts(r, o), path);           // all-or-nothing itself
+  if (accept) accept(s);
+  load_checkpoint(entries, parts(r, o), path);  // all-or-nothing itself
   return s;
 }
 

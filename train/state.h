@@ -11,6 +11,7 @@
 // under fixed keys and `format_version`. Version 1 (written before the version key existed) has the same keys and
 // loads; a version newer than this library's is refused. Loading is all-or-nothing: every key is parsed before
 // anything changes.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +53,9 @@ struct Optimization {
 Optimization make_optimization(Run& r, int64_t total_steps);
 
 void save_training_state(const std::string& path, Run& r, Optimization& o, const LoopState& s);
-LoopState load_training_state(const std::string& path, Run& r, Optimization& o);
+// `accept` sees the parsed counters before anything is loaded: it may refuse them (asc::Error: a loader position or a
+// number of mechanism sums this run cannot take), and the model, optimizer and generator are untouched then.
+LoopState load_training_state(const std::string& path, Run& r, Optimization& o,
+                              const std::function<void(const LoopState&)>& accept = {});
 
 }  // namespace asc::train

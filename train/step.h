@@ -26,7 +26,7 @@ inline json jnum(double v) { return std::isfinite(v) ? json(v) : json(nullptr); 
 // Mechanism statistics of the model now (parameters) and of the batches seen since the last reset (gates, rates).
 class MechStats {
  public:
-  explicit MechStats(const Run& r) : r_(r) {}
+  explicit MechStats(const Run& r) : r_(r) { reset(); }
   // Column names, fixed for the run (the CSV header).
   std::vector<std::string> columns() const {
     std::vector<std::string> cols;

@@ -166,8 +166,15 @@ class Profiling : public Callback {
 
 Trainer::Trainer(const Config& c, TrainerFlags flags) : flags_(std::move(flags)), out_(c.out) {
   if (!flags_.print) flags_.print = [](const std::string& s) { fmt::print("{}", s); };
+  // First, before anything is written or built: the device and dtype, then a directory that holds a run is refused
+  // without resume.
+  check_device_and_dtype(c);
+  fs::create_directories(out_ / "ckpt");
+  if (!flags_.resume)
+    ASC_CHECK(!fs::exists(out_ / "metrics.csv"),
+              "{} already holds a run (metrics.csv); continue it with --resume or choose another --out", out_.string());
   r_ = make_run(c);
-  if (c.tf32) cuda::set_allow_tf32(true);
+  if (r_.device.is_cuda()) cuda::set_allow_tf32(c.tf32);  // this run's setting, whatever an earlier run set
   in_ = std::make_unique<Internals>(r_);
   check_options();
   loader_ = std::make_unique<data::DataLoader>(r_.task.train, data::LoaderOptions{.batch_size = c.batch,
@@ -187,7 +194,7 @@ Trainer::Trainer(const Config& c, TrainerFlags flags) : flags_(std::move(flags))
   prepare_outputs();
   add_callback(std::make_shared<Profiling>());
   auto emit = [this](const Row& row) {
-    for (auto& cb : callbacks_) cb->on_row(*this, row);
+    for (size_t i = 0; i < callbacks_.size(); ++i) callbacks_[i]->on_row(*this, row);  // a hook may add callbacks
   };
   add_callback(std::make_shared<LogRows>(emit));
   add_callback(std::make_shared<Validation>(emit));
@@ -224,17 +231,15 @@ void Trainer::check_options() const {
 // metrics cut back to it), or with eval_only the model file loaded; config.json written; the clock started.
 void Trainer::prepare_outputs() {
   const fs::path last_ckpt = out_ / "ckpt" / "last.safetensors";
-  fs::create_directories(out_ / "ckpt");
-  if (!flags_.resume)
-    ASC_CHECK(!fs::exists(out_ / "metrics.csv"),
-              "{} already holds a run (metrics.csv); continue it with --resume or choose another --out", out_.string());
   if (!flags_.eval_only.empty()) {
     r_.model->load_state_dict(load_safetensors(flags_.eval_only));
   } else if (flags_.resume) {
     ASC_CHECK(fs::exists(last_ckpt), "--resume, but {} has no checkpoint ({})", out_.string(), last_ckpt.string());
-    s_ = load_training_state(last_ckpt.string(), r_, o_);
-    in_->train_mech.set_state(s_.mech_train);
-    loader_->set_state(s_.loader);
+    // the loader's position and the mechanism sums are set (or refused) before the tensors are loaded
+    s_ = load_training_state(last_ckpt.string(), r_, o_, [this](const LoopState& s) {
+      in_->train_mech.set_state(s.mech_train);
+      loader_->set_state(s.loader);
+    });
     truncate_metrics(out_, s_.step);
   }
   if (flags_.eval_only.empty()) {
@@ -254,7 +259,6 @@ void Trainer::prepare_outputs() {
 }
 
 void Trainer::checkpoint() {
-  if (in_->saved_step == s_.step) return;
   const double t0 = elapsed();
   // wall_s in the checkpoint: the time so far, so that a resumed run's clock goes on from it
   s_.wall_s = t0, in_->t_start = Clock::now();
@@ -278,16 +282,21 @@ int64_t Trainer::model_parameters() const { return in_->n_params; }
 bool Trainer::fit() {
   if (!flags_.eval_only.empty()) return true;  // nothing to train
   r_.model->train();
-  for (auto& cb : callbacks_) cb->on_train_begin(*this);
+  // By index: a hook may add callbacks, which join from the next event on.
+  auto each = [this](const auto& f) {
+    for (size_t i = 0; i < callbacks_.size(); ++i) f(*callbacks_[i]);
+  };
+  each([this](Callback& cb) { cb.on_train_begin(*this); });
   bool stopped = false;
   while (s_.step < total_ && !stopped) {
-    for (auto& cb : callbacks_) cb->on_step_begin(*this);
+    each([this](Callback& cb) { cb.on_step_begin(*this); });
     train_step(loader_->next());
-    for (auto& cb : callbacks_) cb->on_step_end(*this);
-    for (auto& cb : callbacks_) stopped = cb->should_stop(*this) || stopped;
+    each([this](Callback& cb) { cb.on_step_end(*this); });
+    each([&](Callback& cb) { stopped = cb.should_stop(*this) || stopped; });
   }
-  if (stopped) checkpoint();  // a callback's stop: the state to resume from (the trainer's own wrote it already)
-  for (auto& cb : callbacks_) cb->on_train_end(*this, stopped);
+  // A callback's stop: the state to resume from, unless the trainer's own checkpoint of this step came last.
+  if (stopped && in_->saved_step != s_.step) checkpoint();
+  each([&](Callback& cb) { cb.on_train_end(*this, stopped); });
   return !stopped;
 }
 

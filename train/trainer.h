@@ -89,8 +89,8 @@ class Trainer {
   void write_summary(const TestResult& t);
   // cluster_metrics.json / robustness.json when the Config asks for them; a failed analysis writes its error there.
   void analyses();
-  // ckpt/last.safetensors now (nothing when it already holds this step); the trainer's checkpoint callback calls it
-  // every ckpt_every steps, at the last, and before a stop.
+  // ckpt/last.safetensors now; the trainer's checkpoint callback calls it every ckpt_every steps, at the last, and
+  // before a stop.
   void checkpoint();
 
   Run& run() { return r_; }
