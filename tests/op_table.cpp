@@ -31,13 +31,13 @@ Tensor view_of(const Tensor& leaf, const In& in, View view) {
 
 bool is_float_input(const In& in) { return in.kind == Kind::Normal || in.kind == Kind::Positive; }
 
-TensorList inputs(const OpCase& c, DType dt, uint64_t seed, Device device, bool grad) {
+TensorList inputs(const OpCase& c, DType dt, uint64_t seed, Device device, bool grad, View view) {
   Generator gen(seed);
   TensorList out;
   for (const In& in : c.inputs) {
-    Tensor t = make_leaf(in, View::Contig, dt, gen).to(device);
-    if (grad && c.backward && in.grad && is_float_input(in)) t.set_requires_grad(true);
-    out.push_back(t);
+    Tensor leaf = make_leaf(in, view, dt, gen).to(device);
+    if (grad && c.backward && in.grad && is_float_input(in)) leaf.set_requires_grad(true);
+    out.push_back(view_of(leaf, in, view));
   }
   return out;
 }

@@ -67,9 +67,10 @@ Tensor make_leaf(const In& in, View view, DType dt, Generator& gen);
 // The logical input (in.shape) read from the leaf through the view.
 Tensor view_of(const Tensor& leaf, const In& in, View view);
 bool is_float_input(const In& in);
-// The entry's inputs, contiguous, at dtype dt (float inputs; indices and masks keep theirs) on `device`, drawn from
-// `seed`; float inputs that the backward checks require grad when `grad`.
-TensorList inputs(const OpCase& c, DType dt, uint64_t seed = 1, Device device = Device::cpu(), bool grad = false);
+// The entry's inputs at dtype dt (float inputs; indices and masks keep theirs) on `device`, drawn from `seed` and read
+// through `view`; the leaves of float inputs that the backward checks require grad when `grad`.
+TensorList inputs(const OpCase& c, DType dt, uint64_t seed = 1, Device device = Device::cpu(), bool grad = false,
+                  View view = View::Contig);
 
 inline TensorList one(Tensor t) { return {t}; }
 

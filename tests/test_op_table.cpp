@@ -78,12 +78,9 @@ TEST_CASE("op table: every entry with a reference against it, float32 and float6
       for (DType dt : {kFloat32, kFloat64})
         for (optable::View view : c.views) {
           INFO(f.name << ": " << c.op << " [" << dtype_name(dt) << ", view " << static_cast<int>(view) << "]");
-          Generator gen(31);
-          TensorList in, in64;
-          for (const optable::In& i : c.inputs) {
-            in.push_back(optable::view_of(optable::make_leaf(i, view, dt, gen), i, view));
-            in64.push_back(is_floating(in.back().dtype()) ? in.back().to(kFloat64) : in.back());
-          }
+          const TensorList in = optable::inputs(c, dt, 31, Device::cpu(), /*grad=*/false, view);
+          TensorList in64;
+          for (const Tensor& t : in) in64.push_back(is_floating(t.dtype()) ? t.to(kFloat64) : t);
           const TensorList out = c.fn(in), ref = c.reference(in64);
           REQUIRE(out.size() == ref.size());
           for (size_t k = 0; k < out.size(); ++k) {

@@ -22,10 +22,8 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -102,16 +100,8 @@ void parse_config_files(CLI::App& app, const train::OptionTable& table, const st
   if (!config.empty()) files.push_back(config);
   for (const std::string& path : files) {
     try {
-      std::ifstream f(path);
-      ASC_CHECK(f.good(), "cannot read it");
-      std::stringstream text;
-      text << f.rdbuf();
-      std::vector<std::string> args = table.args_from_json(text.str());
-      std::reverse(args.begin(), args.end());  // CLI11's vector form takes the arguments last first
-      app.parse(args);
+      table.parse_file(path);
     } catch (const Error& e) {
-      tools::usage_error(app, fmt::format("config file '{}': {}", path, e.what()));
-    } catch (const CLI::ParseError& e) {
       tools::usage_error(app, fmt::format("config file '{}': {}", path, e.what()));
     }
   }

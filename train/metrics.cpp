@@ -45,12 +45,14 @@ void truncate_metrics(const fs::path& dir, int64_t step) {
   }
 }
 
-void write_json(const fs::path& p, const json& j) {
+void write_file_atomic(const fs::path& p, const std::string& text) {
   std::ofstream f(p.string() + ".tmp", std::ios::trunc);
-  f << j.dump(2) << "\n";
+  f << text;
   f.close();
   ASC_CHECK(f.good(), "cannot write {}", p.string());
   fs::rename(p.string() + ".tmp", p);
 }
+
+void write_json(const fs::path& p, const json& j) { write_file_atomic(p, j.dump(2) + "\n"); }
 
 }  // namespace asc::train

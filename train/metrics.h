@@ -62,7 +62,9 @@ class MetricsWriter {
 // checkpoint, and its own test row replaces any earlier one. A line cut short (a run killed mid-write) is dropped.
 void truncate_metrics(const std::filesystem::path& dir, int64_t step);
 
-// JSON to `p` through a temporary file renamed into place: a reader sees the old file or the new one, never half.
+// Text to `p` through a temporary file renamed into place: a reader sees the old file or the new one, never half.
+void write_file_atomic(const std::filesystem::path& p, const std::string& text);
+// JSON (indented, a final newline) the same way.
 void write_json(const std::filesystem::path& p, const json& j);
 
 }  // namespace asc::train

@@ -269,7 +269,8 @@ void define_options(Options& o, Config& c) {
 }  // namespace
 
 struct OptionTable::Impl {
-  explicit Impl(CLI::App& app) : options(app) {}
+  explicit Impl(CLI::App& app) : app(app), options(app) {}
+  CLI::App& app;
   Options options;
 };
 
@@ -306,21 +307,27 @@ void resolve_defaults(Config& c) {
   if (c.eta_f < 0) c.eta_f = c.rule == "A" ? optim::RuleAOptions{}.rho_plus : optim::RuleBOptions{}.eta_f;
 }
 
+void OptionTable::parse_file(const std::string& path) const {
+  std::ifstream f(path);
+  ASC_CHECK(f.good(), "cannot read it");
+  std::stringstream text;
+  text << f.rdbuf();
+  std::vector<std::string> args = args_from_json(text.str());
+  std::reverse(args.begin(), args.end());  // CLI11's vector form takes the arguments last first
+  try {
+    impl_->app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    ASC_THROW("{}", e.what());
+  }
+}
+
 Config read_config(const std::string& path) {
   Config c;
   CLI::App app;
-  OptionTable table(app, c);
-  std::ifstream f(path);
-  ASC_CHECK(f.good(), "read_config: cannot read '{}'", path);
-  std::stringstream text;
-  text << f.rdbuf();
+  const OptionTable table(app, c);
   try {
-    std::vector<std::string> args = table.args_from_json(text.str());
-    std::reverse(args.begin(), args.end());  // CLI11's vector form takes the arguments last first
-    app.parse(args);
+    table.parse_file(path);
   } catch (const Error& e) {
-    ASC_THROW("read_config: '{}': {}", path, e.what());
-  } catch (const CLI::ParseError& e) {
     ASC_THROW("read_config: '{}': {}", path, e.what());
   }
   return c;

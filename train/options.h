@@ -84,6 +84,9 @@ class OptionTable {
   // A config.json's options as command-line arguments (--key=value, lists comma-separated), so that the flags'
   // parser validates them; an unknown key throws asc::Error.
   std::vector<std::string> args_from_json(const std::string& text) const;
+  // Reads a config.json into the app the table is bound to, as if its options were flags given there; asc::Error
+  // (naming what is wrong, not the file) for a file that cannot be read, is not JSON or holds a bad key or value.
+  void parse_file(const std::string& path) const;
 
  private:
   struct Impl;

@@ -193,9 +193,7 @@ Trainer::Trainer(const Config& c, TrainerFlags flags) : flags_(std::move(flags))
   in_->peak = r_.device.is_cuda() ? 0.0 : cpu_peak().fp32_flops;
   prepare_outputs();
   add_callback(std::make_shared<Profiling>());
-  auto emit = [this](const Row& row) {
-    for (size_t i = 0; i < callbacks_.size(); ++i) callbacks_[i]->on_row(*this, row);  // a hook may add callbacks
-  };
+  auto emit = [this](const Row& row) { each_callback([&](Callback& cb) { cb.on_row(*this, row); }); };
   add_callback(std::make_shared<LogRows>(emit));
   add_callback(std::make_shared<Validation>(emit));
   add_callback(std::make_shared<Checkpoints>(flags_.stop_requested));
@@ -242,13 +240,9 @@ void Trainer::prepare_outputs() {
     });
     truncate_metrics(out_, s_.step);
   }
-  if (flags_.eval_only.empty()) {
-    std::ofstream f(out_ / "config.json.tmp", std::ios::trunc);
-    f << config_json(r_.c, {{"git_commit", git_commit()}, {"command", flags_.command}});
-    f.close();
-    ASC_CHECK(f.good(), "cannot write {}", (out_ / "config.json").string());
-    fs::rename(out_ / "config.json.tmp", out_ / "config.json");
-  }
+  if (flags_.eval_only.empty())
+    write_file_atomic(out_ / "config.json",
+                      config_json(r_.c, {{"git_commit", git_commit()}, {"command", flags_.command}}));
   in_->metrics = std::make_unique<MetricsWriter>(out_, in_->mech.columns(), r_.is_lm(),
                                                  flags_.resume || !flags_.eval_only.empty());
   in_->t_start = Clock::now();
@@ -282,21 +276,17 @@ int64_t Trainer::model_parameters() const { return in_->n_params; }
 bool Trainer::fit() {
   if (!flags_.eval_only.empty()) return true;  // nothing to train
   r_.model->train();
-  // By index: a hook may add callbacks, which join from the next event on.
-  auto each = [this](const auto& f) {
-    for (size_t i = 0; i < callbacks_.size(); ++i) f(*callbacks_[i]);
-  };
-  each([this](Callback& cb) { cb.on_train_begin(*this); });
+  each_callback([this](Callback& cb) { cb.on_train_begin(*this); });
   bool stopped = false;
   while (s_.step < total_ && !stopped) {
-    each([this](Callback& cb) { cb.on_step_begin(*this); });
+    each_callback([this](Callback& cb) { cb.on_step_begin(*this); });
     train_step(loader_->next());
-    each([this](Callback& cb) { cb.on_step_end(*this); });
-    each([&](Callback& cb) { stopped = cb.should_stop(*this) || stopped; });
+    each_callback([this](Callback& cb) { cb.on_step_end(*this); });
+    each_callback([&](Callback& cb) { stopped = cb.should_stop(*this) || stopped; });
   }
   // A callback's stop: the state to resume from, unless the trainer's own checkpoint of this step came last.
   if (stopped && in_->saved_step != s_.step) checkpoint();
-  each([&](Callback& cb) { cb.on_train_end(*this, stopped); });
+  each_callback([&](Callback& cb) { cb.on_train_end(*this, stopped); });
   return !stopped;
 }
 

@@ -111,6 +111,11 @@ class Trainer {
   Internals& internals() { return *in_; }
 
  private:
+  // f(cb) for every callback, by index: a hook may add callbacks, which join from the next event on.
+  template <class F>
+  void each_callback(const F& f) {
+    for (size_t i = 0; i < callbacks_.size(); ++i) f(*callbacks_[i]);
+  }
   void check_options() const;
   void prepare_outputs();
   void train_step(const data::Batch& b);
