@@ -2,7 +2,6 @@
 #include "data/fashion_mnist.h"
 
 #include <fmt/ranges.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +10,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/gzip.h"
 #include "data/tasks.h"
 
 namespace asc::data {
@@ -19,34 +19,9 @@ namespace {
 
 constexpr int64_t kValCount = 5000;  // the last 5000 training images are the validation split (fixed)
 
-// Closes the gzFile on every path out of read_idx, exceptions included.
-struct GzCloser {
-  gzFile f = nullptr;
-  ~GzCloser() {
-    if (f) gzclose(f);
-  }
-};
-
-// Reads up to n bytes; returns how many arrived before the end of the data. A zlib error is an asc::Error.
-size_t read_up_to(gzFile f, uint8_t* dst, size_t n, const std::string& path) {
-  size_t got = 0;
-  while (got < n) {
-    const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - got, size_t{1} << 30));  // gzread takes unsigned
-    const int r = gzread(f, dst + got, chunk);
-    if (r < 0) {
-      int code = 0;
-      const char* msg = gzerror(f, &code);
-      ASC_THROW("read_idx: {}: the gzip stream is corrupt or truncated ({})", path, msg ? msg : "unknown zlib error");
-    }
-    if (r == 0) break;
-    got += static_cast<size_t>(r);
-  }
-  return got;
-}
-
-uint32_t read_be32(gzFile f, const std::string& path, const char* what) {
+uint32_t read_be32(CompressedReader& f, const std::string& path, const char* what) {
   uint8_t b[4];
-  ASC_CHECK(read_up_to(f, b, 4, path) == 4, "read_idx: {} is truncated: it ends inside the header ({})", path, what);
+  ASC_CHECK(f.read(b, 4) == 4, "read_idx: {} is truncated: it ends inside the header ({})", path, what);
   return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | uint32_t{b[3]};
 }
 
@@ -134,14 +109,10 @@ int64_t split_count(int64_t requested, int64_t available, const char* split) {
 }  // namespace
 
 IdxArray read_idx(const std::string& path) {
-  std::error_code ec;
-  ASC_CHECK(std::filesystem::is_regular_file(path, ec), "read_idx: {} not found (or not a regular file)", path);
-  GzCloser gz{gzopen(path.c_str(), "rb")};  // reads gzip and plain files alike
-  ASC_CHECK(gz.f != nullptr, "read_idx: cannot open {}: {}", path, std::strerror(errno));
-  gzbuffer(gz.f, 1 << 18);
+  CompressedReader in(path, "read_idx");  // gzip (truncation and trailing garbage refused) or plain
 
   // 1. Header: magic 0x0000 TT NN (TT = 0x08 unsigned byte, NN = ndims), then NN big-endian sizes.
-  const uint32_t magic = read_be32(gz.f, path, "magic");
+  const uint32_t magic = read_be32(in, path, "magic");
   ASC_CHECK((magic >> 16) == 0 && ((magic >> 8) & 0xFF) != 0,
             "read_idx: {} is not an IDX file: magic 0x{:08x} (expected 0x000008NN, NN = the number of dimensions)",
             path, magic);
@@ -153,7 +124,7 @@ IdxArray read_idx(const std::string& path) {
   IdxArray out;
   int64_t total = 1;
   for (int d = 0; d < ndims; ++d) {
-    const int64_t size = read_be32(gz.f, path, "dimension sizes");
+    const int64_t size = read_be32(in, path, "dimension sizes");
     ASC_CHECK(size > 0, "read_idx: {}: dimension {} has size 0 (every size must be > 0)", path, d);
     ASC_CHECK(total <= kMaxIdxBytes / size,  // checked before multiplying: no overflow
               "read_idx: {}: dimension {} of size {} (after [{}]) takes the payload past the {} byte limit", path, d,
@@ -168,14 +139,14 @@ IdxArray read_idx(const std::string& path) {
   while (got < total) {
     const int64_t next = std::min(total, got + kChunk);
     out.data.resize(static_cast<size_t>(next));
-    const size_t r = read_up_to(gz.f, out.data.data() + got, static_cast<size_t>(next - got), path);
+    const size_t r = in.read(out.data.data() + got, static_cast<size_t>(next - got));
     got += static_cast<int64_t>(r);
     if (got < next) break;
   }
   ASC_CHECK(got == total, "read_idx: {} is truncated: its header [{}] promises {} bytes, it holds {}", path,
             fmt::join(out.dims, ", "), total, got);
   uint8_t extra = 0;
-  ASC_CHECK(read_up_to(gz.f, &extra, 1, path) == 0,
+  ASC_CHECK(in.read(&extra, 1) == 0,
             "read_idx: {} has trailing bytes after the {} payload bytes its header [{}] declares", path, total,
             fmt::join(out.dims, ", "));
   return out;

@@ -2,7 +2,6 @@
 #include "data/text.h"
 
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cctype>
@@ -86,13 +85,6 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-struct GzCloser {
-  gzFile f = nullptr;
-  ~GzCloser() {
-    if (f) gzclose(f);
-  }
-};
-
 // ---------------------------------------------------------------------------------------------------------------
 // text: the man pages of `manpages` and `manpages-dev`.
 
@@ -154,27 +146,6 @@ std::vector<std::string> listed_pages(const std::string& pkg) {
 }
 
 }  // namespace
-
-std::string read_file_maybe_gzip(const std::string& path) {
-  std::error_code ec;
-  ASC_CHECK(fs::is_regular_file(path, ec), "read_file: {} not found (or not a regular file)", path);
-  GzCloser gz{gzopen(path.c_str(), "rb")};
-  ASC_CHECK(gz.f != nullptr, "read_file: cannot open {}: {}", path, std::strerror(errno));
-  gzbuffer(gz.f, 1 << 17);
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const int r = gzread(gz.f, buf, sizeof buf);
-    if (r < 0) {
-      int code = 0;
-      const char* msg = gzerror(gz.f, &code);
-      ASC_THROW("read_file: {}: the gzip stream is corrupt or truncated ({})", path, msg ? msg : "unknown zlib error");
-    }
-    if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
-  }
-  return out;
-}
 
 const std::vector<std::string>& man_page_class_names() {
   static const std::vector<std::string> names = {"2: system calls", "3: library functions",

@@ -39,6 +39,8 @@
 #include <string>
 #include <vector>
 
+#include "data/gzip.h"  // read_file_maybe_gzip
+
 namespace asc::data {
 
 // The largest vocabulary a token-id file may declare (its largest id + 1): a typo like 10000000000 is an error,
@@ -46,10 +48,6 @@ namespace asc::data {
 inline constexpr int64_t kMaxFileVocab = int64_t{1} << 24;
 // The largest class id a file may use (classes = largest id + 1).
 inline constexpr int64_t kMaxFileClasses = 100000;
-
-// The whole content of a file, gunzipped when it is gzip-compressed (zlib's gzopen reads plain files unchanged).
-// A missing file or a corrupt gzip stream is an asc::Error naming the file.
-std::string read_file_maybe_gzip(const std::string& path);
 
 // The text task's class names, in label order (see above).
 const std::vector<std::string>& man_page_class_names();

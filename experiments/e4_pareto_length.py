@@ -183,7 +183,7 @@ def report(rep: lib.Report) -> str:
         for xcol, name, xlabel in ((4, "pareto_flops", "attention FLOPs per token"), (5, "pareto_speed",
                                                                                        "training tokens / s")):
             path = rep.fig_dir / f"{name}.csv"
-            with open(path, "w", newline="") as f:
+            with lib.atomic_open(path, "w", newline="") as f:
                 w = csv.writer(f)
                 w.writerow(["x", "y", "yerr", "group"])
                 for task, arm, m, sd, flops, tps, *_ in pts:
@@ -241,7 +241,7 @@ def report(rep: lib.Report) -> str:
     if csv_rows:
         path = rep.fig_dir / "length.csv"
         rep.fig_dir.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", newline="") as f:
+        with lib.atomic_open(path, "w", newline="") as f:
             csv.writer(f).writerows([["x", "y", "yerr", "group"], *csv_rows])
         fig = rep.plot("xy", [path], "length", "--lines", "--logx", "--xlabel", "sequence length (bucket centre)",
                        "--ylabel", "test accuracy %", "--title", "trained on 128–256 tokens; evaluated per bucket")

@@ -95,8 +95,7 @@ def write_arm_flags(directory, task="listops", scale="full", names=("asam", "den
     (experiments/gpu_e5.sh, tools/gpu_bench.sh)."""
     arms_ = arm_flags(task, scale)
     for name in names:
-        with open(f"{directory}/flags_{name}.txt", "w") as f:
-            f.write(" ".join(map(str, arms_[name])) + "\n")
+        lib.write_atomic(f"{directory}/flags_{name}.txt", " ".join(map(str, arms_[name])) + "\n")
 
 
 def arms(task, scale):

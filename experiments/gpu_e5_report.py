@@ -32,7 +32,8 @@ def main(report, command, *outs):
                 if m.name.endswith("/summary.json"):
                     runs[m.name.split("/")[-2]] = json.load(tar.extractfile(m))
                 elif m.name.endswith("/metrics.jsonl"):
-                    rows = [json.loads(line) for line in tar.extractfile(m).read().decode().splitlines() if line]
+                    # a run stopped by the time limit may end on a line cut short: dropped
+                    rows = lib.jsonl_rows(tar.extractfile(m).read().decode())
                     val = [r["accuracy"] for r in rows if r.get("split") == "val"]
                     unfinished[m.name.split("/")[-2]] = (max((r["step"] for r in rows), default=0),
                                                          val[-1] if val else None)
@@ -125,7 +126,7 @@ def main(report, command, *outs):
         parts.append("```\n" + "\n".join(lines[:6] + [l for l in lines if l.startswith(("wall", "peak"))]) + "\n```\n")
     parts.append("## Log\n\n```\n" + "\n".join((o / "log.txt").read_text().strip() for o in outs
                                                     if (o / "log.txt").exists()) + "\n```\n")
-    pathlib.Path(report).write_text("\n".join(parts))
+    lib.write_atomic(report, "\n".join(parts))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import array
 import atexit
+import contextlib
 import csv
 import dataclasses
 import fnmatch
@@ -97,6 +98,119 @@ def cpu_model() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
+# ---- files written whole -----------------------------------------------------------------------------------------
+# Every file the workbench writes goes through write_atomic / atomic_open (write_json, the tables, the run folders
+# written back, the queue's records and lock, the reports): the bytes go to <name>.tmp.<pid> in the file's own folder,
+# are flushed and fsync'd, and that file is renamed over the name (os.replace: atomic on POSIX), then the folder is
+# fsync'd. A reader, or a queue resumed after kill -9 or a power cut, finds the old file or the whole new one, never
+# part of one. A write that fails (an exception, KeyboardInterrupt) removes its temporary file; one that kill -9
+# leaves behind is removed by sweep_tmp (the queue sweeps a run's folder before running it). tools/plot.py, which
+# runs without this module, has its own copy for its figures.
+
+TMP_NAME = re.compile(r"\.tmp\.(\d+)$")  # <name>.tmp.<pid>
+
+
+def tmp_path(path: Path) -> Path:
+    """The temporary file that path is written to before it is renamed into place: same folder, this process's."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.tmp.{os.getpid()}")
+
+
+def _fsync_dir(folder: Path) -> None:
+    """The rename itself made durable (best effort: not every file system syncs a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_open(path, mode: str = "w", *, gzip_level: int | None = None, mtime: int | None = None, **kw):
+    """open(path, mode, **kw) for writing a whole file ("w", "wt" or "wb": appending cannot be atomic): the file
+    appears under path, complete, only when the with-block ends without an exception; until then path keeps what it
+    held. gzip_level: the file is gzip-compressed as gzip.open(path, mode, compresslevel=gzip_level, **kw) writes it
+    (the header names path, not the temporary file; mtime None: now, as gzip.open; 0: no time, deterministic)."""
+    if mode not in ("w", "wt", "wb"):
+        raise ValueError(f"atomic_open: mode {mode!r} (only a whole file is written atomically: w, wt or wb)")
+    path = Path(path)
+    tmp = tmp_path(path)
+    try:
+        with open(tmp, "wb" if gzip_level is not None else mode, **({} if gzip_level is not None else kw)) as raw:
+            if gzip_level is None:
+                yield raw
+            else:
+                with gzip.GzipFile(filename=str(path), mode="wb", compresslevel=gzip_level, fileobj=raw,
+                                   mtime=mtime) as gz:
+                    if mode == "wb":
+                        yield gz
+                    else:
+                        with io.TextIOWrapper(gz, encoding=io.text_encoding(kw.get("encoding")),
+                                              errors=kw.get("errors"), newline=kw.get("newline")) as text:
+                            yield text
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_atomic(path, data: bytes | str, encoding: str | None = None) -> None:
+    """path's content replaced by data, whole or not at all (atomic_open); text in `encoding` (None: the locale's,
+    as Path.write_text)."""
+    if isinstance(data, str):
+        with atomic_open(path, "w", encoding=encoding) as f:
+            f.write(data)
+    else:
+        with atomic_open(path, "wb") as f:
+            f.write(data)
+
+
+def sweep_tmp(folder: Path) -> list[Path]:
+    """Removes the temporary files (<name>.tmp.<pid>) that processes killed mid-write left in folder (not
+    recursive); those of live processes stay. Returns what it removed."""
+    removed = []
+    for f in Path(folder).glob("*.tmp.*"):
+        m = TMP_NAME.search(f.name)
+        if not m or not f.is_file() or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # its writer is alive (or another user's process: left alone)
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError):
+            continue
+        f.unlink(missing_ok=True)
+        removed.append(f)
+    return removed
+
+
+def jsonl_rows(text: str) -> list:
+    """The objects of a JSON-lines text (metrics.jsonl, which train appends to and a resumed run continues), one per
+    non-blank line. A last line cut short (no line end and not valid JSON: its writer was killed mid-write) is
+    dropped, as train drops it when it resumes; a malformed line elsewhere raises json.JSONDecodeError."""
+    lines = text.splitlines(keepends=True)
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1 and not line.endswith(("\n", "\r")):
+                break
+            raise
+    return rows
+
+
 # ---- results as data ---------------------------------------------------------------------------------------------
 # A study's results (experiments/README.md, "What is kept") are two tables per experiment, written by pack() from the
 # run folders and read back here:
@@ -152,16 +266,14 @@ def read_metrics(d: Path) -> dict | None:
     if (d / "metrics.jsonl").exists():
         columns, rows = {}, []
         with open(d / "metrics.jsonl") as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                raw = json.loads(line)
-                row = {k: v for k, v in raw.items() if k != "mech"}
-                for name, v in (raw.get("mech") or {}).items():
-                    row.update({f"{name}.h{i}": x for i, x in enumerate(v)} if isinstance(v, list) else {name: v})
-                row = {k: repr(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
-                columns.update(dict.fromkeys(row))
-                rows.append(row)
+            records = jsonl_rows(f.read())  # without a last line cut short (train killed mid-write)
+        for raw in records:
+            row = {k: v for k, v in raw.items() if k != "mech"}
+            for name, v in (raw.get("mech") or {}).items():
+                row.update({f"{name}.h{i}": x for i, x in enumerate(v)} if isinstance(v, list) else {name: v})
+            row = {k: repr(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+            columns.update(dict.fromkeys(row))
+            rows.append(row)
         return {"columns": list(columns), "rows": [[row.get(c) for c in columns] for row in rows]} if rows else None
     try:
         with open(d / "metrics.csv", newline="") as f:
@@ -309,9 +421,7 @@ def _gzip(data: bytes) -> bytes:
 def _write_if_changed(path: Path, data: bytes) -> bool:
     if path.exists() and path.read_bytes() == data:
         return False
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    write_atomic(path, data)
     return True
 
 
@@ -320,6 +430,7 @@ def pack(exp_dir: Path, drop: tuple[str, ...] = ()) -> bool:
     folder replaces the table's record of its run: it is what the queue just ran), less the runs `drop` names (ids).
     Returns whether a table changed. Deterministic: the same runs give the same bytes, whether packed at once or one
     finished run at a time."""
+    sweep_tmp(exp_dir)  # a table half-written by a pack that kill -9 stopped
     old = tables(exp_dir)
     records = {run_id: r for run_id, r in old.records.items() if run_id not in drop}
     predictions = {run_id: old.predictions().get(run_id) for run_id in records}
@@ -369,16 +480,16 @@ def unpack_run(record: dict, predictions: tuple[list[str], list[list[str]]] | No
     out.mkdir(parents=True, exist_ok=True)
     for key, value in record.items():
         if key == "metrics":
-            with open(out / "metrics.csv", "w", newline="") as f:
+            with atomic_open(out / "metrics.csv", "w", newline="") as f:
                 w = csv.writer(f, lineterminator="\n")
                 w.writerow(value["columns"])
                 w.writerows([[_cell_text(v) for v in row] for row in value["rows"]])
         elif key == "log":
-            (out / "train.log").write_text("".join(line + "\n" for line in value))
+            write_atomic(out / "train.log", "".join(line + "\n" for line in value))
         elif key != "run":
             write_json(out / f"{key}.json", value)
     if predictions:
-        with gzip.open(out / "predictions.csv.gz", "wt", newline="") as f:
+        with atomic_open(out / "predictions.csv.gz", "wt", gzip_level=9, newline="") as f:  # as gzip.open
             csv.writer(f, lineterminator="\n").writerows([predictions[0], *predictions[1]])
     return out
 
@@ -483,9 +594,21 @@ def read_safetensors(path: Path) -> dict[str, tuple[list[int], array.array]]:
 
 
 def write_json(path: Path, value) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value, indent=1) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(value, indent=1) + "\n")
+
+
+def _end_torn_line(path: Path) -> None:
+    """A log that a resumed run appends to, ended with a line end first when a killed run left its last line cut
+    short (train was killed mid-write): the resumed run's first line is not glued to the fragment."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) not in (b"\n", b"\r")
+    except OSError:  # no log yet, or an empty one
+        return
+    if torn:
+        with open(path, "ab") as f:
+            f.write(b"\n")
 
 
 def fmt_duration(s: float) -> str:
@@ -599,10 +722,12 @@ class Queue:
                 return True
             except (ValueError, IndexError, ProcessLookupError, PermissionError):
                 pass  # a stale lock: its queue is gone
-        lock.write_text(f"{os.getpid()}\n")
+        write_atomic(lock, f"{os.getpid()}\n")  # never an empty lock: the pid or no file
+        sweep_tmp(d)  # what a queue killed mid-write left (a partial run's folder is committed whole)
+        _end_torn_line(d / "train.log")
         stopping = False
         try:
-            with open(d / "train.log", "a") as log:
+            with open(d / "train.log", "a") as log:  # train's output, continued by a resumed run
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
                 shown = log.tell()
                 try:
@@ -668,7 +793,7 @@ class Queue:
         """predictions.csv -> predictions.csv.gz (the folder's form of it; pack reads either)."""
         p = d / "predictions.csv"
         if p.exists():
-            with open(p, "rb") as src, gzip.open(str(p) + ".gz", "wb", compresslevel=9) as dst:
+            with open(p, "rb") as src, atomic_open(str(p) + ".gz", "wb", gzip_level=9) as dst:  # as gzip.open
                 shutil.copyfileobj(src, dst)
             p.unlink()
 

@@ -84,7 +84,7 @@ def cmd_report(args) -> int:
         rep = lib.Report(exp, root, args.scale, out_dir)
         body = exp.report(rep)
         md = out_dir / f"{exp.name}.md"
-        md.write_text(body.rstrip() + "\n")
+        lib.write_atomic(md, body.rstrip() + "\n")
         print(f"report: {md}" + (f" and {len(rep.figures)} figure(s) in {rep.fig_dir}" if rep.figures else ""))
     if args.scale == "full" and not args.out_dir and not args.experiments:
         write_results_page(exps, root, out_dir)
@@ -158,7 +158,7 @@ def write_results_page(exps, root, out_dir):
                      + (verdicts if done and verdicts and verdicts != "_none yet_"
                         else "_Not run at full scale yet: no verdict._") + "\n")
     page = lib.REPO / "docs" / "results.md"
-    page.write_text("\n".join(parts))
+    lib.write_atomic(page, "\n".join(parts))
     print(f"report: {page}")
 
 

@@ -1,5 +1,6 @@
 // safetensors reader / writer: the header parsed by the strict JSON subset parser (nn/json.h), validation of every
-// field against the data size before anything is allocated, and an atomic (tmp + fsync + rename) file writer.
+// field against the data size before anything is allocated, CRC-32 checksums of every tensor's bytes and of the
+// metadata (written into the metadata, checked on reading), and an atomic (tmp + fsync + rename) file writer.
 #include "nn/safetensors.h"
 
 #include <fcntl.h>
@@ -13,8 +14,12 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <string_view>
 
+#include <zlib.h>
+
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "nn/json.h"
@@ -28,6 +33,85 @@ namespace {
 // The Rust library's limit; it also keeps a corrupt length field from causing a huge allocation.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kMetadataKey = "__metadata__";
+// The checksums ride in the metadata (other readers see two more kinds of string entries and load the file as
+// before): "crc32:NAME" is the CRC-32 of tensor NAME's data bytes, "crc32" that of the other metadata entries (each
+// key and value followed by a 0 byte, in key order), all as 8 lowercase hex digits.
+constexpr std::string_view kCrcPrefix = "crc32:";
+constexpr std::string_view kCrcMetadataKey = "crc32";
+
+bool is_checksum_key(std::string_view k) { return k == kCrcMetadataKey || k.starts_with(kCrcPrefix); }
+
+uint32_t crc_of(const void* p, size_t n, uint32_t crc = 0) {
+  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(p), n));
+}
+
+std::string crc_hex(uint32_t c) { return fmt::format("{:08x}", c); }
+
+// The checksum of the metadata entries that are not checksums.
+uint32_t metadata_crc(const std::map<std::string, std::string>& meta) {
+  uint32_t c = 0;
+  const char zero = 0;
+  for (const auto& [k, v] : meta) {
+    if (is_checksum_key(k)) continue;
+    c = crc_of(k.data(), k.size(), c), c = crc_of(&zero, 1, c);
+    c = crc_of(v.data(), v.size(), c), c = crc_of(&zero, 1, c);
+  }
+  return c;
+}
+
+// What a file's checksums promise: checked per tensor as its bytes arrive, then as a whole.
+class ChecksumCheck {
+ public:
+  // Takes the checksum entries out of `meta` (the caller sees only its own metadata) and checks the metadata's.
+  ChecksumCheck(std::map<std::string, std::string>& meta, const std::string& ctx) : ctx_(ctx) {
+    for (auto it = meta.begin(); it != meta.end();) {
+      if (!is_checksum_key(it->first)) {
+        ++it;
+        continue;
+      }
+      uint32_t v = 0;
+      const std::string& hex = it->second;
+      ASC_CHECK(hex.size() == 8 && hex.find_first_not_of("0123456789abcdef") == std::string::npos,
+                "{}: metadata '{}' is not a CRC-32 (8 hex digits): '{}'", ctx, it->first, hex);
+      v = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+      if (it->first == kCrcMetadataKey)
+        has_meta_ = true, meta_crc_ = v;
+      else
+        tensors_.emplace(it->first.substr(kCrcPrefix.size()), v);
+      it = meta.erase(it);
+    }
+    if (has_meta_) {
+      const uint32_t got = metadata_crc(meta);
+      ASC_CHECK(got == meta_crc_,
+                "{}: the metadata's checksum does not match (stored {}, computed {}): the header is corrupt", ctx,
+                crc_hex(meta_crc_), crc_hex(got));
+    }
+  }
+  // One tensor's bytes as read. A file that checksums its metadata checksums every tensor.
+  void tensor(const std::string& name, const void* p, size_t n) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) {
+      ASC_CHECK(!has_meta_, "{}: tensor '{}' has no checksum, though the file carries them (a corrupt name?)", ctx_,
+                name);
+      return;
+    }
+    const uint32_t got = crc_of(p, n);
+    ASC_CHECK(got == it->second, "{}: tensor '{}' is corrupt: the CRC-32 of its {} bytes is {}, the file recorded {}",
+              ctx_, name, n, crc_hex(got), crc_hex(it->second));
+    tensors_.erase(it);
+  }
+  // After every tensor: a checksum left names a tensor the file does not hold.
+  void finish() const {
+    ASC_CHECK(tensors_.empty(), "{}: a checksum names tensor '{}', which the file does not hold (a corrupt name?)",
+              ctx_, tensors_.empty() ? "" : tensors_.begin()->first);
+  }
+
+ private:
+  const std::string& ctx_;
+  bool has_meta_ = false;
+  uint32_t meta_crc_ = 0;
+  std::map<std::string, uint32_t> tensors_;
+};
 
 // ---- dtypes ------------------------------------------------------------------------------------------------
 
@@ -216,25 +300,44 @@ void encode(const char* op, const StateDict& tensors, const std::map<std::string
     ASC_CHECK(st_dtype_name(t.dtype()) != nullptr, "{}: tensor '{}' has dtype {} which safetensors cannot store", op,
               name, dtype_name(t.dtype()));
   }
-  for (const auto& [k, v] : metadata)
+  for (const auto& [k, v] : metadata) {
     ASC_CHECK(json::invalid_utf8_at(k) == std::string_view::npos && json::invalid_utf8_at(v) == std::string_view::npos,
               "{}: metadata entry '{}' is not valid UTF-8", op, k);
+    ASC_CHECK(!is_checksum_key(k), "{}: metadata key '{}' is reserved for the file's checksums", op, k);
+  }
+  // Every tensor's bytes on the host, contiguous (a CUDA tensor copied once; a strided one packed), and its checksum.
+  std::vector<Tensor> hosts;
+  std::vector<std::vector<uint8_t>> packed(tensors.size());
+  std::vector<std::pair<const void*, size_t>> bytes;
+  std::map<std::string, std::string> meta = metadata;
+  for (const auto& [name, t] : tensors) {
+    Tensor host = t.device().is_cpu() ? t : t.detach().to(Device::cpu());
+    const size_t n = static_cast<size_t>(host.numel()) * host.element_size();
+    const void* p = n == 0 ? nullptr : host.raw_data();
+    if (n > 0 && !host.is_contiguous()) {
+      std::vector<uint8_t>& buf = packed[hosts.size()];
+      buf.resize(n);
+      gather_bytes(host, buf.data());
+      p = buf.data();
+    }
+    hosts.push_back(host);
+    bytes.emplace_back(p, n);
+    meta[std::string(kCrcPrefix) + name] = crc_hex(crc_of(p, n));
+  }
+  meta[std::string(kCrcMetadataKey)] = crc_hex(metadata_crc(meta));
 
   std::string h = "{";
   bool first = true;
-  if (!metadata.empty()) {
-    json::write_string(h, kMetadataKey);
-    h += ":{";
-    for (const auto& [k, v] : metadata) {
-      if (!first) h += ',';
-      first = false;
-      json::write_string(h, k);
-      h += ':';
-      json::write_string(h, v);
-    }
-    h += '}';
+  json::write_string(h, kMetadataKey);
+  h += ":{";
+  for (const auto& [k, v] : meta) {
+    if (!first) h += ',';
     first = false;
+    json::write_string(h, k);
+    h += ':';
+    json::write_string(h, v);
   }
+  h += '}';
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
@@ -255,22 +358,15 @@ void encode(const char* op, const StateDict& tensors, const std::map<std::string
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
   sink(len, 8);
   sink(h.data(), h.size());
-  std::vector<uint8_t> buf;
-  for (const auto& [name, t] : tensors) {
-    if (t.numel() == 0) continue;
-    Tensor host = t.device().is_cpu() ? t : t.detach().to(Device::cpu());
-    if (host.is_contiguous()) {
-      sink(host.raw_data(), static_cast<size_t>(host.numel()) * host.element_size());
-    } else {
-      buf.resize(static_cast<size_t>(host.numel()) * host.element_size());
-      gather_bytes(host, buf.data());
-      sink(buf.data(), buf.size());
-    }
-  }
+  for (const auto& [p, n] : bytes)
+    if (n > 0) sink(p, n);
 }
 
 // Builds the tensors of `entries` from a data section starting at `data`.
-StateDict build_tensors(const std::vector<Entry>& entries, const uint8_t* data, const std::string& ctx) {
+StateDict build_tensors(const std::vector<Entry>& entries, const uint8_t* data, const std::string& ctx,
+                        ChecksumCheck& sums) {
+  for (const Entry& e : entries) sums.tensor(e.name, data + e.begin, e.end - e.begin);
+  sums.finish();
   for (const Entry& e : entries)
     if (e.dtype == kBool) check_bool_bytes(e, data + e.begin, ctx);
   StateDict out;
@@ -324,42 +420,27 @@ StateDict deserialize_safetensors(std::span<const uint8_t> bytes, std::map<std::
   std::string_view header(reinterpret_cast<const char*>(bytes.data() + 8), static_cast<size_t>(n));
   std::map<std::string, std::string> meta;
   std::vector<Entry> entries = parse_header(header, bytes.size() - 8 - n, ctx, &meta);
-  StateDict out = build_tensors(entries, bytes.data() + 8 + n, ctx);
+  ChecksumCheck sums(meta, ctx);
+  StateDict out = build_tensors(entries, bytes.data() + 8 + n, ctx, sums);
   if (metadata) *metadata = std::move(meta);
   return out;
 }
 
 void save_safetensors(const std::string& path, const StateDict& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  const std::string tmp = path + ".tmp";
-  Fd f;
-  bool started = false;
+  std::optional<AtomicFile> f;  // created at the first byte: after every check has passed
+  encode("save_safetensors", tensors, metadata, [&](const void* p, size_t n) {
+    try {
+      if (!f) f.emplace(path);
+      f->write(p, n);
+    } catch (const Error& e) {
+      ASC_THROW("save_safetensors: {}", e.what());
+    }
+  });
   try {
-    encode("save_safetensors", tensors, metadata, [&](const void* p, size_t n) {
-      if (!started) {  // first byte: everything is validated, only now create the file
-        started = true;
-        f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        ASC_CHECK(f.fd >= 0, "save_safetensors: cannot open '{}' for writing: {}", tmp, std::strerror(errno));
-      }
-      auto* b = static_cast<const uint8_t*>(p);
-      while (n > 0) {
-        ssize_t w = ::write(f.fd, b, n);
-        if (w < 0 && errno == EINTR) continue;
-        ASC_CHECK(w > 0, "save_safetensors: writing '{}' failed: {}", tmp, std::strerror(errno));
-        b += w;
-        n -= static_cast<size_t>(w);
-      }
-    });
-    // fsync before the rename so that after a crash `path` holds either the old or the complete new file.
-    ASC_CHECK(::fsync(f.fd) == 0, "save_safetensors: fsync of '{}' failed: {}", tmp, std::strerror(errno));
-    int fd = f.fd;
-    f.fd = -1;
-    ASC_CHECK(::close(fd) == 0, "save_safetensors: closing '{}' failed: {}", tmp, std::strerror(errno));
-    ASC_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "save_safetensors: renaming '{}' to '{}' failed: {}", tmp,
-              path, std::strerror(errno));
-  } catch (...) {
-    if (started) std::remove(tmp.c_str());
-    throw;
+    f->commit();  // fsync, then the rename: a crash leaves the old file or the complete new one under `path`
+  } catch (const Error& e) {
+    ASC_THROW("save_safetensors: {}", e.what());
   }
 }
 
@@ -394,6 +475,7 @@ StateDict load_safetensors(const std::string& path, std::map<std::string, std::s
   read_exact(header.data(), n);
   std::map<std::string, std::string> meta;
   std::vector<Entry> entries = parse_header(header, total - 8 - n, ctx, &meta);
+  ChecksumCheck sums(meta, ctx);
 
   // Every allocation is now bounded by the file size; read each tensor straight into its storage (entries are
   // in offset order and cover the data exactly, so this is one sequential pass).
@@ -402,10 +484,14 @@ StateDict load_safetensors(const std::string& path, std::map<std::string, std::s
     Tensor t = Tensor::empty(e.shape, {.dtype = e.dtype});
     if (e.end > e.begin) {
       read_exact(t.raw_data(), e.end - e.begin);
+      sums.tensor(e.name, t.raw_data(), e.end - e.begin);  // before the bool check: a flipped byte is corruption
       if (e.dtype == kBool) check_bool_bytes(e, static_cast<const uint8_t*>(t.raw_data()), ctx);
+    } else {
+      sums.tensor(e.name, nullptr, 0);
     }
     out.set(e.name, std::move(t));
   }
+  sums.finish();
   if (metadata) *metadata = std::move(meta);
   return out;
 }

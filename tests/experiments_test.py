@@ -5,6 +5,7 @@ records failures and goes on, waits for the runs another depends on, and refuses
 packed into their tables give the reports that the run folders give.
 
     ASC_BUILD_DIR=build/release /usr/bin/python3 tests/experiments_test.py      (ctest: experiments_smoke)
+    /usr/bin/python3 tests/experiments_test.py atomic_writes                     (one check that needs no build)
 """
 import os
 import re
@@ -76,7 +77,7 @@ def tiny_end_to_end(tmp: Path):
     (bad / "predictions.csv.gz").write_bytes(data[: len(data) // 2])
     r = subprocess.run([str(lib.tool("stats")), "compare", "--a", str(e1 / "dense" / "s0"), "--b", str(bad)],
                        capture_output=True, text=True)
-    check(r.returncode == 1 and "corrupt or truncated" in r.stderr, f"truncated gzip refused: {r.stderr.strip()}")
+    check(r.returncode == 1 and "truncated" in r.stderr, f"truncated gzip refused: {r.stderr.strip()}")
     e5 = (rep / "e5_asam.md").read_text()
     check("## Robustness" in e5, "e5: the robustness table")
     e3 = (rep / "e3_interpretability.md").read_text()
@@ -594,7 +595,124 @@ def gpu_e5(tmp: Path):
               f"e5_gpu.md regenerates from bench/results/experiments/e5_gpu ({r.stderr[-300:]})")
 
 
+def atomic_writes(tmp: Path):
+    """lib.write_atomic / atomic_open: a file is replaced whole through <name>.tmp.<pid> beside it (fsync'd, then
+    os.replace), never left half-written: an exception inside the writer, a failing rename or kill -9 leave the old
+    file as it was; no temporary file stays (sweep_tmp removes one that kill -9 left). The gzip form writes the bytes
+    gzip.open writes. A metrics.jsonl whose last line was cut short is read without it."""
+    import gzip
+    d = tmp / "atomic"
+    d.mkdir()
+    target = d / "state.json"
+    lib.write_atomic(target, "old\n")
+    check(target.read_text() == "old\n" and sorted(os.listdir(d)) == ["state.json"], "write_atomic: new file, no tmp")
+    seen, real_replace, real_fsync, synced = [], os.replace, os.fsync, []
+
+    def replace(src, dst):  # at the rename: the old file untouched, the new one whole beside it, already synced
+        seen.append((Path(src).parent == Path(dst).parent, Path(src).name, Path(dst).read_bytes(),
+                     Path(src).read_bytes(), bool(synced)))
+        real_replace(src, dst)
+    os.replace, os.fsync = replace, lambda fd: (synced.append(fd), real_fsync(fd))
+    try:
+        lib.write_atomic(target, b"new\n")
+    finally:
+        os.replace, os.fsync = real_replace, real_fsync
+    check(seen == [(True, f"state.json.tmp.{os.getpid()}", b"old\n", b"new\n", True)]
+          and target.read_bytes() == b"new\n" and sorted(os.listdir(d)) == ["state.json"],
+          f"write_atomic: fsync'd, renamed over the old file from its own folder, no tmp left: {seen}")
+    # a crash mid-write: an exception inside the writer, then a failing rename
+    try:
+        with lib.atomic_open(target, "w") as f:
+            f.write("half of a new")
+            f.flush()
+            raise KeyboardInterrupt  # BaseException too
+    except KeyboardInterrupt:
+        pass
+    check(target.read_bytes() == b"new\n" and sorted(os.listdir(d)) == ["state.json"],
+          "atomic_open: an exception mid-write leaves the old file and no tmp")
+
+    def failing(src, dst):
+        raise OSError(5, "simulated crash at the rename")
+    os.replace = failing
+    try:
+        lib.write_json(target, {"a": 1})
+        check(False, "write_json: the failed rename is raised")
+    except OSError:
+        pass
+    finally:
+        os.replace = real_replace
+    check(target.read_bytes() == b"new\n" and sorted(os.listdir(d)) == ["state.json"],
+          "write_json: a failed rename leaves the old file and no tmp")
+    try:
+        lib.atomic_open(target, "a").__enter__()
+        check(False, "atomic_open refuses append mode")
+    except ValueError:
+        pass
+    # gzip: the bytes gzip.open writes (the header names the file, not its tmp); mtime=0 the packed tables' form
+    (d / "a").mkdir()
+    (d / "b").mkdir()
+    with gzip.open(d / "a" / "p.csv.gz", "wt", newline="") as f:
+        f.write("x,y\r\n1,2\n")
+    header = (d / "a" / "p.csv.gz").read_bytes()
+    with lib.atomic_open(d / "b" / "p.csv.gz", "wt", gzip_level=9, mtime=int.from_bytes(header[4:8], "little"),
+                         newline="") as f:
+        f.write("x,y\r\n1,2\n")
+    check((d / "b" / "p.csv.gz").read_bytes() == header and os.listdir(d / "b") == ["p.csv.gz"],
+          "atomic_open gzip: gzip.open's bytes, no tmp")
+    with lib.atomic_open(d / "t.gz", "wb", gzip_level=9, mtime=0) as f:
+        f.write(b"table\n")
+    check((d / "t.gz").read_bytes()[4:8] == b"\0\0\0\0" and gzip.decompress((d / "t.gz").read_bytes()) == b"table\n",
+          "atomic_open gzip, mtime 0: no time in the header")
+    # kill -9 in the middle of a large write: the old file or the whole new one, then the dead writer's tmp swept
+    big = d / "big.bin"
+    lib.write_atomic(big, b"o" * 100)
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys; sys.path.insert(0, sys.argv[1]); import lib\n"
+        "print('go', flush=True)\n"
+        "while True: lib.write_atomic(lib.Path(sys.argv[2]), b'n' * (8 << 20))"), str(REPO / "experiments"),
+        str(big)], stdout=subprocess.PIPE, text=True)
+    child.stdout.readline()
+    time.sleep(0.3)
+    child.kill()
+    child.wait()
+    child.stdout.close()
+    data = big.read_bytes()
+    check(data in (b"o" * 100, b"n" * (8 << 20)), f"kill -9 mid-write: the old or the whole new file ({len(data)} B)")
+    stale = d / f"big.bin.tmp.{child.pid}"
+    stale.write_bytes(b"n")  # whether or not the kill fell inside a write, as it would have left it
+    mine = lib.tmp_path(d / "mine")
+    mine.write_bytes(b"")
+    check(lib.sweep_tmp(d) == [stale] and mine.exists() and not stale.exists(),
+          "sweep_tmp: a dead writer's tmp removed, a live one's kept")
+    mine.unlink()
+    # a torn last line of an appended JSON-lines file is dropped; a malformed one inside is not
+    run = d / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 1.5}\n{"step": 2, "spl')
+    m = lib.read_metrics(run)
+    check(m == {"columns": ["step", "split", "loss"], "rows": [[1, "train", 1.5]]},
+          f"read_metrics: a torn last line dropped: {m}")
+    try:
+        lib.jsonl_rows('{"a": 1}\n{"a": \n{"a": 2}\n')
+        check(False, "jsonl_rows: a malformed line inside is an error")
+    except ValueError:
+        pass
+
+
+ALONE = {"atomic_writes": atomic_writes}  # checks that need no build: `experiments_test.py NAME` runs one
+
+
 def main():
+    if sys.argv[1:]:
+        unknown = [n for n in sys.argv[1:] if n not in ALONE]
+        if unknown:
+            print(f"experiments_test: {unknown}: not a check that runs alone ({', '.join(ALONE)})")
+            return 2
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in sys.argv[1:]:
+                ALONE[name](Path(tmp))
+        print(f"experiments_test: {len(failures)} failure(s)" if failures else "experiments_test: all checks passed")
+        return 1 if failures else 0
     if not (lib.REPO / "build").exists() and not os.environ.get("ASC_BUILD_DIR"):
         print("experiments_test: no build directory")
         return 1
@@ -615,6 +733,7 @@ def main():
         cli(tmp)
         gpu_e5(tmp)
         e7_choice()
+        atomic_writes(tmp)
     if failures:
         print(f"experiments_test: {len(failures)} failure(s)")
         return 1

@@ -177,6 +177,67 @@ struct FakeFmnist {
 };
 }  // namespace
 
+TEST_CASE("gzip: truncated streams, trailing garbage and corrupt members refused; concatenated members read") {
+  TempDir dir("gzip");
+  std::string text;
+  for (int i = 0; i < 3000; ++i)
+    text += fmt::format("{}\tline {} of a file long enough for several blocks\n", i % 3, i);
+  const Bytes content(text.begin(), text.end());
+  write_gz(dir / "a.gz", content);
+  const Bytes gz = read_plain(dir / "a.gz");
+  CHECK(read_file_maybe_gzip(dir / "a.gz") == text);
+  // cut anywhere: inside the header, the data, the CRC-32 / length trailer
+  for (size_t len = 2; len < gz.size(); len += len < 40 ? 1 : 97) {
+    write_plain(dir / "cut.gz", Bytes(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(len)));
+    CAPTURE(len);
+    CHECK_THROWS_WITH_AS(read_file_maybe_gzip(dir / "cut.gz"), has(dir / "cut.gz" + ": the gzip stream is truncated"),
+                         Error);
+  }
+  write_plain(dir / "cut.gz", Bytes(gz.end() - 1, gz.end()));  // the last byte only: not gzip (plain, one byte)
+  CHECK(read_file_maybe_gzip(dir / "cut.gz").size() == 1);
+  write_plain(dir / "one.gz", Bytes{0x1f});
+  CHECK_THROWS_WITH_AS(read_file_maybe_gzip(dir / "one.gz"), has("one byte long"), Error);
+  // trailing garbage, zero padding included
+  for (const Bytes& tail : {Bytes{'x', 'y', 'z'}, Bytes{0, 0, 0, 0}, Bytes{0x1f}}) {
+    Bytes b = gz;
+    b.insert(b.end(), tail.begin(), tail.end());
+    write_plain(dir / "tail.gz", b);
+    CHECK_THROWS_WITH_AS(read_file_maybe_gzip(dir / "tail.gz"), has("trailing garbage after gzip member 1"), Error);
+  }
+  // a flipped byte in the trailer's CRC-32 or in the deflate data
+  for (size_t at : {gz.size() - 6, gz.size() / 2}) {
+    Bytes b = gz;
+    b[at] ^= 0x55;
+    write_plain(dir / "flip.gz", b);
+    CAPTURE(at);
+    CHECK_THROWS_WITH_AS(read_file_maybe_gzip(dir / "flip.gz"), has("the gzip stream is corrupt in member 1"), Error);
+  }
+  // `cat a.gz b.gz`: both members, in order; the second one truncated is refused
+  write_gz(dir / "b.gz", Bytes{'e', 'n', 'd', '\n'});
+  Bytes two = gz, b = read_plain(dir / "b.gz");
+  two.insert(two.end(), b.begin(), b.end());
+  write_plain(dir / "two.gz", two);
+  CHECK(read_file_maybe_gzip(dir / "two.gz") == text + "end\n");
+  two.resize(two.size() - 3);
+  write_plain(dir / "two.gz", two);
+  CHECK_THROWS_WITH_AS(read_file_maybe_gzip(dir / "two.gz"), has("truncated: the file ends inside member 2"), Error);
+  // the readers built on it: read_idx, and a file: task (TSV) — no silent partial data
+  const Bytes idx = idx_ubyte({100, 7}, iota_bytes(700));
+  write_gz(dir / "x.idx.gz", idx);
+  Bytes idx_gz = read_plain(dir / "x.idx.gz");
+  idx_gz.resize(idx_gz.size() - 5);
+  write_plain(dir / "x.idx.gz", idx_gz);
+  CHECK_THROWS_WITH_AS(read_idx(dir / "x.idx.gz"),
+                       has("read_idx: " + (dir / "x.idx.gz") + ": the gzip stream is truncated"), Error);
+  Bytes tsv = gz;
+  tsv.resize(tsv.size() * 2 / 3);
+  write_plain(dir / "task.tsv.gz", tsv);
+  CHECK_THROWS_WITH_AS(make_task("file:" + (dir / "task.tsv.gz"), {}), has("truncated"), Error);
+  // a plain file that merely starts like nothing in particular reads as it is
+  write_text(dir / "plain.tsv", "a\tb\n");
+  CHECK(read_file_maybe_gzip(dir / "plain.tsv") == "a\tb\n");
+}
+
 TEST_CASE("fashion-mnist: splits, pixels and labels of a generated set match the files") {
   TempDir dir("fmnist_fake");
   const uint32_t n_train = 5006, n_test = 9, rows = 2, cols = 3;

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <random>
 
+#include <zlib.h>
+
 #include "nn/safetensors.h"
 #include "testing.h"
 using namespace asc;
@@ -175,22 +177,87 @@ TEST_CASE("safetensors: the writer's exact bytes") {
   sd.set("w", tensor(std::vector<float>{1.0f, 2.0f}, {2}));
   sd.set("q\"\n", tensor(std::vector<int64_t>{-1}, Shape{}));
   Bytes got = serialize_safetensors(sd, {{"k", "v"}});
-  std::string h =
-      "{\"__metadata__\":{\"k\":\"v\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-      "\"q\\\"\\u000a\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[8,16]}}";
-  h.append((8 - h.size() % 8) % 8, ' ');
   Bytes data;
   append<float>(data, {1.0f, 2.0f});
   append<int64_t>(data, {-1});
+  // The checksums, computed here with zlib: each tensor's bytes; the metadata as "key\0value\0" in key order.
+  auto crc = [](const void* p, size_t n) { return fmt::format("{:08x}", crc32_z(0, static_cast<const Bytef*>(p), n)); };
+  const std::string crc_w = crc(data.data(), 8), crc_q = crc(data.data() + 8, 8);
+  const std::string crc_meta = crc("k\0v\0", 4);  // the checksum entries themselves are not in it
+  std::string h = "{\"__metadata__\":{\"crc32\":\"" + crc_meta + "\",\"crc32:q\\\"\\u000a\":\"" + crc_q +
+                  "\",\"crc32:w\":\"" + crc_w +
+                  "\",\"k\":\"v\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                  "\"q\\\"\\u000a\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[8,16]}}";
+  h.append((8 - h.size() % 8) % 8, ' ');
   Bytes want = make_file(h, data);
-  CHECK(got == want);
+  CHECK(std::string(got.begin(), got.end()) == std::string(want.begin(), want.end()));
   CHECK((got.size() - data.size()) % 8 == 0);  // data section 8-byte aligned
-  // Without metadata, no "__metadata__" key is written.
-  Bytes plain = serialize_safetensors(sd);
-  std::string ph(plain.begin() + 8, plain.end() - 16);
-  CHECK(ph.find("__metadata__") == std::string::npos);
+  // The checksums are not part of the metadata a reader gets back.
+  Meta meta;
+  deserialize_safetensors(got, &meta);
+  CHECK(meta == Meta{{"k", "v"}});
   // An empty dict is a valid file too.
   CHECK(deserialize_safetensors(serialize_safetensors({})).empty());
+}
+
+TEST_CASE("safetensors: checksums find a flipped byte anywhere, and files without them still load") {
+  StateDict sd;
+  sd.set("model.w", tensor(std::vector<float>{1.0f, 2.0f, 3.0f}, {3}));
+  sd.set("model.b", tensor(std::vector<int64_t>{7, 8}, {2}));
+  sd.set("empty", Tensor::empty({0, 4}));
+  const Bytes good = serialize_safetensors(sd, {{"step", "12"}});
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | good[static_cast<size_t>(i)];
+  const size_t data = 8 + static_cast<size_t>(n);
+  // every byte of the data: the error names the tensor it belongs to
+  for (size_t i = data; i < good.size(); ++i) {
+    Bytes bad = good;
+    bad[i] ^= 0x10;
+    const char* name = i < data + 12 ? "'model.w'" : "'model.b'";
+    check_error([&] { deserialize_safetensors(bad, nullptr, "ckpt"); }, {"ckpt", name, "corrupt", "CRC-32"});
+  }
+  // a metadata value changed (same length, so the header still parses)
+  std::string text(good.begin(), good.end());
+  Bytes bad(good);
+  const size_t at = text.find("\"12\"");
+  REQUIRE(at != std::string::npos);
+  bad[at + 1] = '9';
+  check_error([&] { deserialize_safetensors(bad, nullptr, "ckpt"); }, {"ckpt", "metadata's checksum"});
+  // a tensor's name changed: no checksum for it, and one for a tensor the file does not hold
+  Bytes renamed(good);
+  const size_t nm = text.find("\"model.b\":{");
+  REQUIRE(nm != std::string::npos);
+  renamed[nm + 7] = 'c';
+  check_error([&] { deserialize_safetensors(renamed, nullptr, "ckpt"); }, {"ckpt", "'model.c'", "no checksum"});
+  // a checksum that is not one
+  Bytes garbled(good);
+  const size_t c = text.find("\"crc32:model.w\":\"") + 17;
+  garbled[c] = 'z';
+  check_error([&] { deserialize_safetensors(garbled, nullptr, "ckpt"); }, {"ckpt", "'crc32:model.w'", "8 hex digits"});
+  // the same through a file, and the loaded values when nothing is wrong
+  const fs::path p = fs::temp_directory_path() / fmt::format("asc_st_crc_{}.safetensors", ::getpid());
+  save_safetensors(p.string(), sd, {{"step", "12"}});
+  Meta meta;
+  StateDict back = load_safetensors(p.string(), &meta);
+  CHECK(meta == Meta{{"step", "12"}});
+  CHECK(back.at("model.w").to_vector<float>() == std::vector<float>{1.0f, 2.0f, 3.0f});
+  {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(data + 4));
+    f.put(static_cast<char>(good[data + 4] ^ 1));
+  }
+  const std::string file = p.string();
+  check_error([&] { load_safetensors(file); }, {file.c_str(), "'model.w'", "corrupt"});
+  fs::remove(p);
+  // a file written without checksums (by another writer) loads; the names are reserved for the writer
+  const std::string plain = "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+  Bytes four;
+  append<float>(four, {5.0f});
+  CHECK(deserialize_safetensors(make_file(plain + std::string((8 - plain.size() % 8) % 8, ' '), four))
+            .at("x")
+            .item<float>() == 5.0f);
+  check_error([&] { serialize_safetensors(sd, {{"crc32:model.w", "0"}}); }, {"reserved", "checksums"});
+  check_error([&] { serialize_safetensors(sd, {{"crc32", "0"}}); }, {"reserved", "checksums"});
 }
 
 TEST_CASE("safetensors: round trip of every dtype, 0-d, empty and non-contiguous tensors") {

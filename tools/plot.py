@@ -12,10 +12,10 @@ and the exact commands: docs/figures.md.
     python3 tools/plot.py xy points.csv --out p.png [--lines] [--logx] # x, y[, yerr, group] columns: Pareto fronts
     python3 tools/plot.py all RUN --out-dir figs/          # every figure the run's files allow
 
-Each writes a PNG (a PDF when --out ends in .pdf) of a fixed pixel size (docs/figures.md) and prints its path. Exit
-status: 0 written; 1 a missing or malformed input file (a one-line message naming it) or data the figure needs is
-absent; 2 bad arguments (argparse); 77 matplotlib is not installed (nothing else is needed: numpy and the standard
-library; the run's files are read, never written).
+Each writes a PNG (a PDF when --out ends in .pdf) of a fixed pixel size (docs/figures.md), whole or not at all
+(write_whole), and prints its path. Exit status: 0 written; 1 a missing or malformed input file (a one-line message
+naming it) or data the figure needs is absent; 2 bad arguments (argparse); 77 matplotlib is not installed (nothing
+else is needed: numpy and the standard library; the run's files are read, never written).
 """
 import argparse
 import csv
@@ -137,6 +137,8 @@ def read_metrics(run):
                         try:
                             raw = json.loads(line)
                         except json.JSONDecodeError as e:
+                            if not line.endswith("\n"):  # the last line, cut short: train killed mid-write
+                                break                   # (train drops it too when it resumes)
                             raise PlotError(f"{jsonl}:{i}: malformed JSON ({e.msg})")
                         rows.append(normalise_row(raw, f"{jsonl}:{i}"))
         except (OSError, UnicodeDecodeError) as e:
@@ -229,11 +231,41 @@ def new_figure(args, w, h, **kw):
     return plt.subplots(figsize=(inches(w), inches(h)), dpi=args.dpi, layout="constrained", **kw)
 
 
+def write_whole(path, write):
+    """write(f) into a temporary file beside path (<name>.tmp.<pid>), flushed and fsync'd, then renamed over path
+    (os.replace): a reader, or a report run killed with kill -9, finds the old figure or the whole new one, never
+    half a file; on an error the temporary file is removed. plot.py runs on its own (standard library, numpy,
+    matplotlib), so this is a small copy of experiments/lib.py's atomic_open rather than an import of it."""
+    parent = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(parent, f"{os.path.basename(path)}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # the rename made durable too (best effort)
+        fd = os.open(parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def save(fig, path):
     parent = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(parent, exist_ok=True)
-        fig.savefig(path, format="pdf" if path.lower().endswith(".pdf") else "png")
+        # the format said, not guessed from the temporary file's name
+        write_whole(path, lambda f: fig.savefig(f, format="pdf" if path.lower().endswith(".pdf") else "png"))
     except OSError as e:
         raise PlotError(f"{path}: cannot write ({e.strerror})")
     finally:

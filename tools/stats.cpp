@@ -19,9 +19,8 @@
 #include <type_traits>
 #include <vector>
 
-#include <zlib.h>
-
 #include "core/error.h"
+#include "data/gzip.h"
 #include "stats/cluster.h"
 #include "stats/stats.h"
 #include "tools/cli.h"
@@ -208,20 +207,11 @@ struct RunResult {
   std::map<int64_t, std::pair<int64_t, double>> correct;  // test index -> (label, correct 0/1)
 };
 
-// The lines of a text file, gzip-compressed or not (zlib reads both); false when it does not exist.
+// The lines of a text file, gzip-compressed or not (data/gzip.h: truncation and trailing garbage refused); false
+// when it does not exist.
 bool read_lines(const fs::path& path, std::vector<std::string>& lines) {
   if (!fs::exists(path)) return false;
-  gzFile f = gzopen(path.c_str(), "rb");
-  ASC_CHECK(f != nullptr, "stats compare: cannot open {}", path.string());
-  std::string text;
-  char buf[1 << 16];
-  int n;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
-  int err = Z_OK;
-  gzerror(f, &err);  // a truncated stream ends with n == 0 and Z_BUF_ERROR
-  const bool ok = n == 0 && (err == Z_OK || err == Z_STREAM_END);
-  gzclose(f);
-  ASC_CHECK(ok, "stats compare: {} is corrupt or truncated", path.string());
+  const std::string text = asc::data::read_file_maybe_gzip(path.string(), "stats compare");
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);

@@ -1,8 +1,12 @@
 #pragma once
 // The files a run writes as it goes (train/trainer.h): metrics.csv and metrics.jsonl (one row per log, validation and
 // test), and JSON files written whole or not at all.
+//
+// Crash consistency: the metrics files are appended one whole record at a time (one write() each), the CSV header is
+// written with the file, and a checkpoint records both files' sizes (bytes()), after sync(). A resumed run cuts the
+// files back to those sizes (cut_metrics) — whatever a killed process appended after its last checkpoint, a row cut
+// short included, goes — and appends from there. Every other file goes through core/atomic_file.h.
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,53 +20,43 @@ std::string num(double v);
 
 class MetricsWriter {
  public:
-  MetricsWriter(const std::filesystem::path& dir, std::vector<std::string> mech_columns, bool lm, bool append)
-      : mech_(std::move(mech_columns)), lm_(lm) {
-    const bool fresh = !append || !std::filesystem::exists(dir / "metrics.csv");
-    csv_.open(dir / "metrics.csv", fresh ? std::ios::trunc : std::ios::app);
-    jsonl_.open(dir / "metrics.jsonl", fresh ? std::ios::trunc : std::ios::app);
-    ASC_CHECK(csv_ && jsonl_, "cannot write metrics files in {}", dir.string());
-    if (fresh) {
-      csv_ << "step,epoch,split,loss,accuracy,lr,tokens_per_s,time_s" << (lm_ ? ",bits_per_byte" : "");
-      for (const auto& m : mech_) csv_ << "," << m;
-      csv_ << "\n";
-    }
-  }
+  // fresh: both files created (emptied) and the CSV header written; otherwise appended to (created, with the header,
+  // when metrics.csv does not exist).
+  MetricsWriter(const std::filesystem::path& dir, std::vector<std::string> mech_columns, bool lm, bool fresh);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
   void row(int64_t step, double epoch, const std::string& split, double loss, double acc, double lr, double tps,
-           double time_s, const json& mech, const std::map<std::string, double>& flat) {
-    csv_ << step << "," << num(epoch) << "," << split << "," << num(loss) << "," << num(acc) << "," << num(lr) << ","
-         << num(tps) << "," << num(time_s);
-    if (lm_) csv_ << "," << num(loss / std::log(2.0));
-    for (const auto& m : mech_) {
-      auto it = flat.find(m);
-      csv_ << "," << (it == flat.end() ? "" : num(it->second));
-    }
-    csv_ << "\n";
-    json j = {{"step", step},
-              {"epoch", epoch},
-              {"split", split},
-              {"loss", jnum(loss)},
-              {"accuracy", jnum(acc)},
-              {"lr", lr},
-              {"tokens_per_s", jnum(tps)},
-              {"time_s", time_s}};
-    if (lm_) j["bits_per_byte"] = jnum(loss / std::log(2.0));
-    j["mech"] = mech.is_null() ? json::object() : mech;
-    jsonl_ << j.dump() << "\n";
-    csv_.flush(), jsonl_.flush();
-  }
+           double time_s, const json& mech, const std::map<std::string, double>& flat);
+  // The files' sizes in bytes: what a checkpoint records as the resume point.
+  int64_t csv_bytes() const { return csv_.bytes; }
+  int64_t jsonl_bytes() const { return jsonl_.bytes; }
+  // fsync both files (before a checkpoint records their sizes).
+  void sync();
 
  private:
-  std::ofstream csv_, jsonl_;
+  struct File {
+    int fd = -1;
+    int64_t bytes = 0;
+    std::string path;
+  };
+  void append(File& f, const std::string& record);
+  File csv_, jsonl_;
   std::vector<std::string> mech_;
   bool lm_;
 };
 
-// Keeps the train and val rows of metrics.csv / metrics.jsonl up to `step`: a resumed run rewrites what came after its
-// checkpoint, and its own test row replaces any earlier one. A line cut short (a run killed mid-write) is dropped.
+// A resumed run's metrics cut back to the sizes its checkpoint recorded (MetricsWriter::csv_bytes / jsonl_bytes).
+// asc::Error (naming the file) when a file is missing or shorter than recorded: the directory was changed after the
+// checkpoint, and appending to it would not make the run's file.
+void cut_metrics(const std::filesystem::path& dir, int64_t csv_bytes, int64_t jsonl_bytes);
+
+// The same for a checkpoint written before the sizes were recorded (format version 1 and 2): keeps the train and val
+// rows up to `step` and the CSV header, drops a line cut short, and rewrites each file atomically.
 void truncate_metrics(const std::filesystem::path& dir, int64_t step);
 
-// Text to `p` through a temporary file renamed into place: a reader sees the old file or the new one, never half.
+// Text to `p` whole or not at all (core/atomic_file.h).
 void write_file_atomic(const std::filesystem::path& p, const std::string& text);
 // JSON (indented, a final newline) the same way.
 void write_json(const std::filesystem::path& p, const json& j);

@@ -86,7 +86,9 @@ std::map<std::string, std::string> to_metadata(const LoopState& s) {
           {"loader.epoch", std::to_string(s.loader.epoch)},
           {"loader.position", std::to_string(s.loader.position)},
           {"loader.seed", std::to_string(s.loader.seed)},
-          {"mech.train", mech}};
+          {"mech.train", mech},
+          {"metrics.csv_bytes", std::to_string(s.metrics_csv_bytes)},
+          {"metrics.jsonl_bytes", std::to_string(s.metrics_jsonl_bytes)}};
 }
 
 LoopState loop_state_from_metadata(const std::map<std::string, std::string>& m, const std::string& path) {
@@ -109,9 +111,25 @@ LoopState loop_state_from_metadata(const std::map<std::string, std::string>& m, 
   ASC_CHECK(!seed.empty() && std::isdigit(static_cast<unsigned char>(seed[0])) && *end == '\0' && errno == 0,
             "checkpoint {}: 'loader.seed' is not a seed ('{}')", path, seed);
   s.mech_train = in.reals("mech.train");
-  ASC_CHECK(s.step >= 0 && s.best_step >= -1 && s.nonfinite_steps >= 0 && s.loader.epoch >= 0 && s.loader.position >= 0,
-            "checkpoint {}: negative counters (step {}, best_step {}, loader {}/{})", path, s.step, s.best_step,
-            s.loader.epoch, s.loader.position);
+  if (version >= 3)
+    s.metrics_csv_bytes = in.integer("metrics.csv_bytes"), s.metrics_jsonl_bytes = in.integer("metrics.jsonl_bytes");
+  // The counters as the loop keeps them (the loader's position and the mechanism sums are checked against the run
+  // by load_training_state's `accept`).
+  ASC_CHECK(
+      s.step >= 0 && s.best_step >= -1 && s.best_step <= s.step && s.nonfinite_steps >= 0 &&
+          s.nonfinite_steps <= s.step && s.loader.epoch >= 0 && s.loader.position >= 0,
+      "checkpoint {}: inconsistent counters (step {} must be >= 0, best_step {} in [-1, step], nonfinite_steps {} "
+      "in [0, step], loader epoch {} and position {} >= 0)",
+      path, s.step, s.best_step, s.nonfinite_steps, s.loader.epoch, s.loader.position);
+  ASC_CHECK(std::isfinite(s.wall_s) && s.wall_s >= 0, "checkpoint {}: wall_s {} is not a time (>= 0)", path, s.wall_s);
+  ASC_CHECK(std::isfinite(s.acc_count) && s.acc_count >= 0 && s.acc_correct >= 0 && s.acc_correct <= s.acc_count &&
+                std::isfinite(s.acc_tokens) && s.acc_tokens >= 0,
+            "checkpoint {}: inconsistent sums of the training batches (count {}, correct {}, tokens {})", path,
+            s.acc_count, s.acc_correct, s.acc_tokens);
+  ASC_CHECK(s.metrics_csv_bytes >= -1 &&
+                s.metrics_jsonl_bytes >= -1,  // -1: not recorded (a checkpoint saved outside the trainer)
+            "checkpoint {}: metrics file sizes {} and {} (must be >= 0, or -1: not recorded)", path,
+            s.metrics_csv_bytes, s.metrics_jsonl_bytes);
   return s;
 }
 

@@ -8,8 +8,10 @@
 //   asc::train::LoopState s = asc::train::load_training_state("ckpt/last.safetensors", run, o);
 //
 // A checkpoint is one safetensors file (train/checkpoint.h: the tensors' parts) whose metadata hold the LoopState
-// under fixed keys and `format_version`. Version 1 (written before the version key existed) has the same keys and
-// loads; a version newer than this library's is refused. Loading is all-or-nothing: every key is parsed before
+// under fixed keys and `format_version`. Version 3 adds the metrics files' sizes (the resume point of metrics.csv and
+// metrics.jsonl); versions 1 (written before the version key existed) and 2 lack them and load; a version newer than
+// this library's is refused. The tensors' bytes and the metadata carry CRC-32 checksums (nn/safetensors.h), checked
+// on loading. Loading is all-or-nothing: every key is parsed before
 // anything changes.
 #include <functional>
 #include <map>
@@ -23,7 +25,7 @@
 
 namespace asc::train {
 
-inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kCheckpointFormatVersion = 3;
 
 // The loop's counters, saved with every checkpoint.
 struct LoopState {
@@ -35,6 +37,8 @@ struct LoopState {
   // The training batches' sums since the last log row (a log row averages them).
   double acc_loss = 0, acc_correct = 0, acc_count = 0, acc_tokens = 0;
   data::LoaderState loader;
+  // metrics.csv's and metrics.jsonl's sizes when the checkpoint was written (-1: not recorded, versions 1 and 2)
+  int64_t metrics_csv_bytes = -1, metrics_jsonl_bytes = -1;
   std::vector<double> mech_train;  // MechStats::state() of the training batches since the last log row
 };
 

@@ -149,7 +149,7 @@ class Profiling : public Callback {
     const int64_t steps = std::min(t.state().step, from_ + t.config().profile) - from_;
     const std::string table = fmt::format("train --profile: {} step(s) from step {} ({})\n{}", steps, from_ + 1,
                                           t.out().string(), prof_->table(30));
-    std::ofstream(t.out() / "profile.txt") << table;
+    write_file_atomic(t.out() / "profile.txt", table);
     prof_->write_chrome_trace((t.out() / "profile_trace.json").string());
     t.print(fmt::format("{}profile: {} and {}\n", table, (t.out() / "profile.txt").string(),
                         (t.out() / "profile_trace.json").string()));
@@ -169,10 +169,15 @@ Trainer::Trainer(const Config& c, TrainerFlags flags) : flags_(std::move(flags))
   // First, before anything is written or built: the device and dtype, then a directory that holds a run is refused
   // without resume.
   check_device_and_dtype(c);
-  fs::create_directories(out_ / "ckpt");
-  if (!flags_.resume)
+  if (flags_.resume)
+    ASC_CHECK(fs::exists(out_ / "config.json"),
+              "--resume: {} has no config.json, so no run was started there (a run killed before writing it is started "
+              "again without --resume)",
+              out_.string());
+  else
     ASC_CHECK(!fs::exists(out_ / "metrics.csv"),
               "{} already holds a run (metrics.csv); continue it with --resume or choose another --out", out_.string());
+  fs::create_directories(out_ / "ckpt");
   r_ = make_run(c);
   if (r_.device.is_cuda()) cuda::set_allow_tf32(c.tf32);  // this run's setting, whatever an earlier run set
   in_ = std::make_unique<Internals>(r_);
@@ -229,22 +234,45 @@ void Trainer::check_options() const {
 // metrics cut back to it), or with eval_only the model file loaded; config.json written; the clock started.
 void Trainer::prepare_outputs() {
   const fs::path last_ckpt = out_ / "ckpt" / "last.safetensors";
+  // A temporary file is a write a killed process never finished (core/atomic_file.h): the file it would have
+  // replaced is intact, and this process writes it again.
+  for (const fs::path& d : {out_, out_ / "ckpt", out_ / "dumps"})
+    if (fs::is_directory(d))
+      for (const auto& e : fs::directory_iterator(d))
+        if (e.is_regular_file() && e.path().extension() == ".tmp") fs::remove(e.path());
+  bool fresh = flags_.eval_only.empty();
   if (!flags_.eval_only.empty()) {
     r_.model->load_state_dict(load_safetensors(flags_.eval_only));
-  } else if (flags_.resume) {
-    ASC_CHECK(fs::exists(last_ckpt), "--resume, but {} has no checkpoint ({})", out_.string(), last_ckpt.string());
+  } else if (flags_.resume && fs::exists(last_ckpt)) {
     // the loader's position and the mechanism sums are set (or refused) before the tensors are loaded
     s_ = load_training_state(last_ckpt.string(), r_, o_, [this](const LoopState& s) {
       in_->train_mech.set_state(s.mech_train);
       loader_->set_state(s.loader);
     });
-    truncate_metrics(out_, s_.step);
+    if (s_.metrics_csv_bytes >= 0)
+      cut_metrics(out_, s_.metrics_csv_bytes, s_.metrics_jsonl_bytes);
+    else
+      truncate_metrics(out_, s_.step);  // a checkpoint of an older version: by step
+    fresh = false;
   }
-  if (flags_.eval_only.empty())
-    write_file_atomic(out_ / "config.json",
-                      config_json(r_.c, {{"git_commit", git_commit()}, {"command", flags_.command}}));
-  in_->metrics = std::make_unique<MetricsWriter>(out_, in_->mech.columns(), r_.is_lm(),
-                                                 flags_.resume || !flags_.eval_only.empty());
+  // (--resume before the first checkpoint: the run starts again from step 0, its files from the beginning.)
+  if (flags_.eval_only.empty()) {
+    // A resumed run whose options are unchanged keeps its config.json (and the command that started it).
+    const std::string opts = config_json(r_.c);
+    bool same = false;
+    if (flags_.resume) try {
+        std::ifstream f(out_ / "config.json");
+        json old = json::parse(f);
+        old.erase("git_commit"), old.erase("command");
+        same = old.dump(2) + "\n" == opts;
+      } catch (const std::exception&) {
+        same = false;
+      }
+    if (!same)
+      write_file_atomic(out_ / "config.json",
+                        config_json(r_.c, {{"git_commit", git_commit()}, {"command", flags_.command}}));
+  }
+  in_->metrics = std::make_unique<MetricsWriter>(out_, in_->mech.columns(), r_.is_lm(), fresh);
   in_->t_start = Clock::now();
   const auto& sched = *o_.scheduler;
   in_->lr_used = s_.step > 0 && sched.last_step() > 0 ? sched.lr_at(0, sched.last_step() - 1) : o_.optimizer->lr(0);
@@ -258,6 +286,8 @@ void Trainer::checkpoint() {
   s_.wall_s = t0, in_->t_start = Clock::now();
   s_.loader = loader_->state();
   s_.mech_train = in_->train_mech.state();
+  in_->metrics->sync();  // the rows up to this step on disk before the checkpoint records where they end
+  s_.metrics_csv_bytes = in_->metrics->csv_bytes(), s_.metrics_jsonl_bytes = in_->metrics->jsonl_bytes();
   save_training_state((out_ / "ckpt" / "last.safetensors").string(), r_, o_, s_);
   in_->saved_step = s_.step;
   in_->paused += elapsed() - t0;
@@ -357,12 +387,11 @@ TestResult Trainer::test() {
   in_->mech.values(mj, flat);
   in_->metrics->row(s_.step, in_->epoch(s_.step, *loader_), "test", t.test.loss, t.test.accuracy, in_->lr_used,
                     std::nan(""), elapsed(), mj, flat);
-  std::ofstream p(out_ / "predictions.csv", std::ios::trunc);
-  p << "index,label,prediction,correct,loss\n";
+  std::string p = "index,label,prediction,correct,loss\n";
   for (const auto& row : t.test.predictions)
-    p << static_cast<int64_t>(row[0]) << "," << static_cast<int64_t>(row[1]) << "," << static_cast<int64_t>(row[2])
-      << "," << static_cast<int64_t>(row[3]) << "," << num(row[4]) << "\n";
-  p.close();
+    p += fmt::format("{},{},{},{},{}\n", static_cast<int64_t>(row[0]), static_cast<int64_t>(row[1]),
+                     static_cast<int64_t>(row[2]), static_cast<int64_t>(row[3]), num(row[4]));
+  write_file_atomic(out_ / "predictions.csv", p);
   dumps(asam_gates, firing_sum, firing_n);
   return t;
 }
