@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/fault.h"
@@ -46,6 +47,14 @@ void AtomicFile::commit() {
   ASC_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, "renaming '{}' to '{}' failed: {}", tmp_, path_,
             std::strerror(errno));
   committed_ = true;
+  // The rename itself durable too (a power cut after it must not bring the old file back): fsync the directory.
+  // Best effort: a file system that cannot sync a directory still has the rename.
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
   fault::write_point();  // the new file in place
 }
 

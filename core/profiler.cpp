@@ -1,5 +1,7 @@
 #include "core/profiler.h"
 
+#include "core/atomic_file.h"
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <utility>
 
 #include "core/allocator.h"
@@ -363,8 +366,7 @@ std::string Profile::table(size_t rows) const {
 }
 
 void Profile::write_chrome_trace(const std::string& path) const {
-  std::ofstream f(path);
-  ASC_CHECK(f.good(), "profiler: cannot write the trace to '{}'", path);
+  std::ostringstream f;  // written whole at the end (core/atomic_file.h)
   f << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   bool first = true;
   auto sep = [&] {
@@ -409,8 +411,11 @@ void Profile::write_chrome_trace(const std::string& path) const {
         1000 + e.device, json_escape(e.kernel));
   }
   f << "\n]}\n";
-  f.close();
-  ASC_CHECK(!f.fail(), "profiler: writing the trace to '{}' failed", path);
+  try {
+    write_file_atomic(path, f.str());
+  } catch (const Error& e) {
+    ASC_THROW("profiler: cannot write the trace: {}", e.what());
+  }
 }
 
 // ---- Range ------------------------------------------------------------------------------------------------------

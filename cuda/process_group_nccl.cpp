@@ -235,8 +235,11 @@ void NcclWork::wait() {
 std::shared_ptr<ProcessGroup> make_nccl_group(int rank, int size, const ProcessGroupOptions& options,
                                               const std::function<void(void*, size_t)>& share) {
   int devices = 0;
-  ASC_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  ASC_CHECK(devices > 0, "init_process_group(\"nccl\"): rank {} sees no CUDA device", rank);
+  const cudaError_t st = cudaGetDeviceCount(&devices);
+  ASC_CHECK(st == cudaSuccess && devices > 0,
+            "init_process_group(\"nccl\"): NCCL needs a CUDA GPU for every rank, and rank {} sees none ({}); on a "
+            "machine without a GPU use the \"mpi\" backend with CPU tensors",
+            rank, st == cudaSuccess ? "0 devices" : cudaGetErrorString(st));
   // One GPU per rank: the local rank (mpirun's OMPI_COMM_WORLD_LOCAL_RANK) picks it, else the global rank.
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   const int device = (local ? std::atoi(local) : rank) % devices;

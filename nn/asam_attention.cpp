@@ -290,4 +290,6 @@ AttentionFactory asam_attention_factory(const AsamAttentionOptions& options) {
   };
 }
 
+const std::vector<std::string>& asam_pattern_names() { return kPatterns; }
+
 }  // namespace asc::nn

@@ -37,6 +37,9 @@ namespace asc::nn {
 // Every option's accepted range, and what 0, negative, NaN / ±inf and INT64_MAX get: docs/asam.md, "Accepted
 // options". Integers past what a sequence can use are clamped by the pattern builders (never overflowed); floats
 // must be finite; each refusal is an asc::Error at construction.
+// The sparse patterns' names (above), in that order.
+const std::vector<std::string>& asam_pattern_names();
+
 struct AsamAttentionOptions {
   AsamAttentionOptions(int64_t d_model, int64_t heads) : d_model_(d_model), heads_(heads) {}
   ASC_ARG(int64_t, d_model);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "cuda/cuda.h"
 #include "testing.h"
 #include "train/distributed.h"
 
@@ -94,6 +95,10 @@ TEST_CASE("collectives refuse bad input with a clear error on every rank, and ra
   expect_error([&] { pg->broadcast(zeros({4}), pg->size()); }, "is not a rank");
   expect_error([] { (void)init_process_group("gloo"); }, "unknown backend 'gloo'");
   if (!backend_available("nccl")) expect_error([] { (void)init_process_group("nccl"); }, "not in this build");
+  // a build with NCCL on a machine without a GPU: the error names NCCL, the device count and the fix
+  if (backend_available("nccl") && cuda::device_count() == 0)
+    expect_error([] { (void)init_process_group("nccl"); },
+                 "NCCL needs a CUDA GPU for every rank, and this machine has 0");
   if (pg->size() > 1) {
     // Rank 0 passes 4 elements, the others 5: every rank sees every signature and throws the same error.
     Tensor t = zeros({pg->rank() == 0 ? 4 : 5});

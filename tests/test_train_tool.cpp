@@ -302,7 +302,8 @@ TEST_CASE("train: --robustness measures noise, FGSM, float32 vs float64 and leng
   CHECK(j["float32_vs_float64_max_relative"].get<double>() < 1e-4);
   REQUIRE(j["lengths"].size() == 3);  // 16, 32, 64
   for (const auto& row : j["lengths"]) CHECK(row["ok"].get<bool>());
-  CHECK(run(kTiny + " --steps 2 --robustness 1 --robustness-max-len 100 --out " + d.string() + "x", log_of(d)) == 1);
+  CHECK(run(kTiny + " --steps 2 --robustness 1 --robustness-max-len 100 --out " + d.string() + "x", log_of(d)) == 2);
+  CHECK(read(log_of(d)).find("'robustness_max_len' must be a power of two, got 100") != std::string::npos);
   fs::remove_all(d);
   // An absurd learning rate overflows the weights within a few steps: the default stops with a message, skip counts.
   const std::string blowup = kTiny + " --model dense --steps 6 --lr 1e38 --clip 0";
@@ -417,6 +418,94 @@ TEST_CASE("train: --profile N records N steps after a warm-up step: the table an
   fs::remove_all(d), fs::remove_all(d2);
 }
 
+TEST_CASE(
+    "train: every option is checked like a flag, in flags and config files: exit 2 naming the key, nothing read") {
+  const fs::path d = temp_dir("validate");
+  const std::string log = d.string() + ".log";
+  // flags: nothing clamped, wrapped or coerced; names from their lists; the options together
+  const std::pair<std::string, std::string> flags[] = {
+      {"--steps 9223372036854775808", "--steps: must be an integer in [0, 1000000000000]"},
+      {"--seed -1", "--seed: must be an integer in [0, 2^64 - 1]"},
+      {"--norm-first 2", "--norm-first: must be true or false, got '2'"},
+      {"--threads 1000000000", "--threads: must be an integer in [0, 4096]"},
+      {"--lr 1e400", "--lr: must be a number > 0, got '1e400'"},
+      {"--asam-patterns window,foo", "--asam-patterns: must be one of window | strided"},
+      {"--surrogate foo", "--surrogate: must be one of"},
+      {"--task file:", "--task: must be one of"},
+      {"--fixed-gate -0.5", "--fixed-gate: must be -1 or a number in [0, 1]"},
+      {"--k -1", "--k: must be an integer in [1, "},
+      {"--heads 3", "'d_model' 16 must be a multiple of 'heads' 3"},
+      {"--k 4,4,4", "'k' has 4 values: give one (every head) or one per head ('heads' 2)"},  // kTiny's --k 4 too
+      {"--min-len 9 --max-len 8", "'min_len' 9 exceeds 'max_len' 8"},
+      {"--batch 1048576 --max-len 1000000", "this run needs at least"},
+  };
+  for (const auto& [bad, says] : flags) {
+    CAPTURE(bad);
+    CHECK(run(kTiny + " --steps 2 " + bad + " --out " + d.string(), log) == 2);
+    CHECK(read(log).find(says) != std::string::npos);
+    CHECK_FALSE(fs::exists(d));  // refused before anything is read or written
+  }
+  // config files: each key's JSON type, its range, named as the file names it
+  const std::pair<std::string, std::string> files[] = {
+      {R"({"steps": 9223372036854775808})", "'steps': must be an integer in [0, 1000000000000]"},
+      {R"({"seed": -1})", "'seed': must be an integer in [0, 2^64 - 1]"},
+      {R"({"norm_first": 2})", "'norm_first' must be true or false, got 2"},
+      {R"({"steps": 5.0})", "'steps' must be an integer, got 5.0"},
+      {R"({"steps": "5"})", "'steps' must be an integer, got \"5\""},
+      {R"({"lr": null})", "'lr' must be a number, got null"},
+      {R"({"lr": {"a": 1}})", "'lr' must be a number, got {\"a\":1}"},
+      {R"({"threads": 1000000000})", "'threads': must be an integer in [0, 4096]"},
+      {R"({"tau_sep": [1, 2, 3]})", "'tau_sep' has 3 values"},
+      {std::string(100000, '[') + std::string(100000, ']'), "JSON nested deeper than 32 levels"},
+  };
+  const fs::path cfg = fs::path(d.string() + "_cfg.json");
+  for (const auto& [text, says] : files) {
+    CAPTURE(text.substr(0, 60));
+    std::ofstream(cfg) << text;
+    CHECK(run(kTiny + " --steps 2 --config " + cfg.string() + " --out " + d.string(), log) == 2);
+    CHECK(read(log).find(says) != std::string::npos);
+    CHECK_FALSE(fs::exists(d));
+  }
+  fs::remove(cfg);
+  // a directory or a missing path as the config file: one line saying so
+  CHECK(run("--config " + fs::temp_directory_path().string() + " --out " + d.string(), log) == 2);
+  CHECK(read(log).find("a directory, not a config file") != std::string::npos);
+  // --resume in a directory where no run was started: one line, exit 1
+  fs::create_directories(d);
+  CHECK(run(kTiny + " --steps 2 --resume --out " + d.string(), log) == 1);
+  CHECK(read(log).find("has no config.json, so no run was started there") != std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST_CASE("train: a corrupt checkpoint is refused on --resume, naming the tensor or the counter") {
+  const fs::path d = temp_dir("corrupt");
+  const std::string log = d.string() + ".log";
+  REQUIRE(run(kTiny + " --steps 8 --stop-after 4 --out " + d.string(), log) == 130);
+  const fs::path ckpt = d / "ckpt" / "last.safetensors";
+  const std::string good = read(ckpt);
+  // one flipped byte of the first model weight (the data section starts after the 8-byte length and the header)
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(good[static_cast<size_t>(i)]);
+  std::string bad = good;
+  bad[8 + n + 3] ^= 0x01;
+  std::ofstream(ckpt, std::ios::binary) << bad;
+  CHECK(run(kTiny + " --steps 8 --resume --out " + d.string(), log) == 1);
+  CHECK(read(log).find("is corrupt: the CRC-32 of its") != std::string::npos);
+  // a counter that no run could have written: refused even with the checksums rewritten
+  std::ofstream(ckpt, std::ios::binary) << good;
+  std::map<std::string, std::string> meta;
+  StateDict sd = load_safetensors(ckpt.string(), &meta);
+  meta["step"] = "-5";
+  save_safetensors(ckpt.string(), sd, meta);
+  CHECK(run(kTiny + " --steps 8 --resume --out " + d.string(), log) == 1);
+  CHECK(read(log).find("step -5 must be >= 0") != std::string::npos);
+  // the good one resumes
+  meta["step"] = "4";
+  save_safetensors(ckpt.string(), sd, meta);
+  CHECK(run(kTiny + " --steps 8 --resume --out " + d.string(), log) == 0);
+  fs::remove_all(d);
+}
+
 TEST_CASE("train: the command-line contract") {
   const fs::path d = temp_dir("cli");
   const std::string log = d.string() + ".log";
@@ -432,9 +521,9 @@ TEST_CASE("train: the command-line contract") {
   CHECK(run(kTiny + " --steps 2 --model firing --out " + d.string(), log) == 1);
   CHECK(read(log).find("firing network reads fixed-size float inputs") != std::string::npos);
   fs::remove_all(d);
-  CHECK(run(kTiny + " --steps 2 --task nosuchtask --out " + d.string(), log) == 1);
-  CHECK(read(log).find("unknown task") != std::string::npos);
-  fs::remove_all(d);
+  CHECK(run(kTiny + " --steps 2 --task nosuchtask --out " + d.string(), log) == 2);
+  CHECK(read(log).find("--task: must be one of") != std::string::npos);
+  CHECK_FALSE(fs::exists(d));
   // bfloat16 and TF32 are GPU settings: refused on the CPU before anything is written
   CHECK(run(kTiny + " --steps 2 --dtype bfloat16 --out " + d.string(), log) == 1);
   CHECK(read(log).find("--dtype bfloat16 needs --device cuda") != std::string::npos);

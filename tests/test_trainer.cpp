@@ -82,6 +82,22 @@ TEST_CASE("LoopState: exact round trip through checkpoint metadata; version 1 re
     CAPTURE(key);
     CHECK_THROWS_AS(train::loop_state_from_metadata(broken, "x"), Error);
   }
+  // counters no run writes: best_step after step, more skipped steps than steps, a negative or non-finite time,
+  // more correct answers than examples, a metrics size below -1
+  for (const auto& [key, bad] : std::vector<std::pair<std::string, std::string>>{{"best_step", "18"},
+                                                                                 {"nonfinite_steps", "18"},
+                                                                                 {"wall_s", "-1"},
+                                                                                 {"wall_s", "inf"},
+                                                                                 {"acc.correct", "0x1.1p+4"},
+                                                                                 {"metrics.csv_bytes", "-2"}}) {
+    auto broken = m;
+    broken[key] = bad;
+    CAPTURE(key);
+    CHECK_THROWS_AS(train::loop_state_from_metadata(broken, "x"), Error);
+  }
+  auto version2 = m;  // before the metrics sizes: not recorded
+  version2["format_version"] = "2", version2.erase("metrics.csv_bytes"), version2.erase("metrics.jsonl_bytes");
+  CHECK(train::loop_state_from_metadata(version2, "v2").metrics_csv_bytes == -1);
   auto missing = m;
   missing.erase("acc.count");
   CHECK_THROWS_WITH_AS(train::loop_state_from_metadata(missing, "x"), doctest::Contains("acc.count"), Error);
@@ -110,7 +126,35 @@ TEST_CASE("Options: config.json written from a Config reads back to it; unknown 
   std::ofstream(dir / "broken.json") << R"({"heads": )";
   CHECK_THROWS_WITH_AS(train::read_config((dir / "broken.json").string()), doctest::Contains("not valid JSON"), Error);
   CHECK_THROWS_AS(train::read_config((dir / "absent.json").string()), Error);
+  CHECK_THROWS_WITH_AS(train::read_config(dir.string()), doctest::Contains("a directory, not a config file"), Error);
   fs::remove_all(dir);
+}
+
+TEST_CASE("validate_config: the options together, and a memory lower bound against the machine's memory") {
+  train::Config c;
+  CHECK_NOTHROW(train::validate_config(c));
+  CHECK(train::memory_lower_bound(c).bytes > 0);  // fashion-mnist-seq: 784 tokens
+  auto refused = [](train::Config bad, const char* says) {
+    CAPTURE(says);
+    CHECK_THROWS_WITH_AS(train::validate_config(bad), doctest::Contains(says), Error);
+    CHECK_THROWS_WITH_AS(train::make_run(bad), doctest::Contains(says), Error);  // before any data is read
+  };
+  train::Config h = c;
+  h.heads = 3;
+  refused(h, "'d_model' 64 must be a multiple of 'heads' 3");
+  h = c, h.alpha_coh = {1, 2};
+  refused(h, "'alpha_coh' has 2 values");
+  h = c, h.min_len = 10, h.max_len = 5;
+  refused(h, "'min_len' 10 exceeds 'max_len' 5");
+  h = c, h.w_min = 1, h.w_max = 1;
+  refused(h, "'w_min' 1 must be below 'w_max' 1");
+  h = c, h.batch = 1 << 20, h.max_len = 1 << 20;
+  refused(h, "this run needs at least");
+  // what is not an attention model, or of unknown length, or on another device, has no bound
+  h.model = "mlp";
+  CHECK(train::memory_lower_bound(h).bytes == 0);
+  h = c, h.task = "file:/x.tsv";
+  CHECK(train::memory_lower_bound(h).bytes == 0);
 }
 
 TEST_CASE("Trainer: callbacks in order; a stop leaves a checkpoint; resumed, the run ends bit-identical") {

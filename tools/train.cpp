@@ -16,7 +16,8 @@
 // (the whole training state: model, optimizer, scheduler, generator, data order, counters) and dumps/ (ASCender's
 // decomposition for --dump-decomposition examples, the ASAM gate per test sample and head, firing rates per neuron).
 // SIGINT / SIGTERM finish the step, save ckpt/last.safetensors and exit 130; --resume continues from it.
-// Exit codes: 0 done, 1 a runtime error (message on stderr), 2 a bad command line, 130 interrupted.
+// Exit codes: 0 done, 1 a runtime error (message on stderr), 2 a bad command line or config file (a value out of its
+// range, a wrong type, options that do not fit together: refused before any data is read), 130 interrupted.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -170,17 +171,6 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_file, "a config.json of options (flags given here override it)");
   app.add_flag("--resume", flags.resume,
                "continue the run in --out from its last checkpoint (its config.json, then these flags)");
-  app.add_option("--stop-after", c.stop_after,
-                 "train at most this many steps in this process, then checkpoint and exit "
-                 "130: a long run in parts that fit a time budget, each continued with --resume (0: no limit)")
-      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))
-      ->capture_default_str();
-  app.add_option("--profile", c.profile,
-                 "profile this many training steps, after this process's first (warm-up) step: a table of the ops by "
-                 "self time on stdout and in OUT/profile.txt, a Chrome trace in OUT/profile_trace.json (Perfetto "
-                 "opens it); 0: off")
-      ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
-      ->capture_default_str();
   app.add_option("--eval-only", flags.eval_only,
                  "evaluate this model file (best.safetensors) on validation and test, no training");
   app.add_flag("--params-only", params_only,
@@ -188,6 +178,11 @@ int main(int argc, char** argv) {
                "length as one JSON line, train nothing, write nothing");
   parse_config_files(app, table, c.out, argc, argv);
   tools::parse_or_exit(app, argc, argv);  // --help: exit 0; a bad flag or value: error + usage, exit 2
+  try {
+    train::validate_config(c);  // what the options ask together: exit 2 as well, before any data is read
+  } catch (const Error& e) {
+    tools::usage_error(app, e.what());
+  }
   flags.command.clear();
   for (int i = 0; i < argc; ++i) flags.command += (i ? " " : "") + std::string(argv[i]);
   try {

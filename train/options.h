@@ -100,6 +100,21 @@ std::string config_json(const Config& c, const std::vector<std::pair<std::string
 // config.json records the rates used.
 void resolve_defaults(Config& c);
 
+// What the options ask together, checked once the flags and files are read (the train tool exits 2 on it; make_run
+// checks it too): the width a multiple of the heads, per-head lists of one value or one per head, min_len <= max_len,
+// the rules' ranges ordered, and no run whose memory (memory_lower_bound) exceeds the machine's. asc::Error naming
+// the options and what they may be.
+void validate_config(const Config& c);
+
+// A lower bound of the bytes a CPU run of `c` holds (0 where none is known: another device, a file task of unknown
+// length, the firing and MLP models), and how it was counted: the activations an attention model keeps for the
+// backward (layers x batch x tokens x (4 x d_model + ffn) values) and its parameters with their gradients.
+struct MemoryBound {
+  double bytes = 0;
+  std::string how;
+};
+MemoryBound memory_lower_bound(const Config& c);
+
 // config.json (the file a run writes, or one written by hand) -> Config, through the table: the defaults, then the
 // file. asc::Error names the file and the key or value it refuses.
 Config read_config(const std::string& path);

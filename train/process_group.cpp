@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "cuda/cuda.h"
 #include "train/collective_signature.h"
 
 #if defined(ASC_HAVE_MPI)
@@ -345,6 +346,13 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
   ASC_CHECK(backend_available(backend), "init_process_group: the '{}' backend is not in this build ({})", backend,
             backend == "mpi" ? "MPI was not found at configure time: apt-get install libopenmpi-dev"
                              : "it needs MPI, and a program linking the CUDA backend built with NCCL");
+  // NCCL runs on GPUs only; without one, CUDA's own error ("no CUDA-capable device is detected") would not say what
+  // to do.
+  ASC_CHECK(backend != "nccl" || cuda::device_count() > 0,
+            "init_process_group(\"nccl\"): NCCL needs a CUDA GPU for every rank, and this machine has {} CUDA "
+            "devices (cuda::device_count()); on a machine without a GPU use the \"mpi\" backend with CPU tensors "
+            "(init_process_group(\"mpi\"))",
+            cuda::device_count());
 #if defined(ASC_HAVE_MPI)
   ensure_mpi_initialized();
   if (backend == "nccl") {
