@@ -477,6 +477,30 @@ TEST_CASE(
   fs::remove_all(d);
 }
 
+TEST_CASE(
+    "train: --resume of a finished run changes nothing (more --steps extend it); a refused run leaves no directory") {
+  const fs::path d = temp_dir("finished");
+  const std::string log = d.string() + ".log";
+  REQUIRE(run(kTiny + " --steps 4 --out " + d.string(), log) == 0);
+  const std::string summary = read(d / "summary.json"), metrics = read(d / "metrics.csv");
+  CHECK(run(kTiny + " --steps 4 --resume --out " + d.string(), log) == 0);
+  CHECK(read(log).find("holds a finished run") != std::string::npos);
+  CHECK(read(d / "summary.json") == summary);
+  CHECK(read(d / "metrics.csv") == metrics);
+  REQUIRE(run(kTiny + " --steps 6 --resume --out " + d.string(), log) == 0);
+  CHECK(nlohmann::json::parse(read(d / "summary.json"))["steps"] == 6);
+  fs::remove_all(d);
+  // the data cannot be read: refused after the options, before anything is written
+  CHECK(run(kTiny + " --steps 2 --task file:/nonexistent/x.tsv --out " + d.string(), log) == 1);
+  CHECK_FALSE(fs::exists(d));
+  // an interrupted run's last progress line says where it stopped, not 100 %
+  REQUIRE(run(kTiny + " --steps 8 --stop-after 3 --progress auto --progress-every 1000 --out " + d.string(), log) ==
+          130);
+  CHECK(read(log).find("3/8") != std::string::npos);
+  CHECK(read(log).find("8/8") == std::string::npos);
+  fs::remove_all(d);
+}
+
 TEST_CASE("train: a corrupt checkpoint is refused on --resume, naming the tensor or the counter") {
   const fs::path d = temp_dir("corrupt");
   const std::string log = d.string() + ".log";

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The command-line contract of every tool in tools/ (tools/cli.h), without running a benchmark: for each tool,
 #   --help            exits 0 and prints the usage (and --csv / --json on the benchmarks) on stdout
-#   each bad value    exits 2 with one line "<tool>: error: ..." and the usage on stderr
-#   an unknown flag   the same
+#   each bad value    exits 2 with one line "<tool>: error: ..." and one line pointing to --help on stderr
+#   an unknown flag   the same; a misspelt flag (two letters of a real one swapped) names the real one
 #   a missing value   the same (an option that takes a value, given last without one)
+#   --help            options in groups, no line wider than 100 columns
 # Every call runs under a 10 s timeout: a bad value that were accepted would start a real run and fail here.
 #   bash tests/tools_cli_test.sh build/release/tools/demo build/release/tools/bench_core ...   (ctest: tools_cli)
 set -u
@@ -55,7 +56,7 @@ trap 'rm -rf "$tmp"' EXIT
 # libraries); a line "FAIL ..." for each broken promise.
 fail() { echo "FAIL $*"; }
 
-# Runs tool with the given arguments; expects exit 2, one error line first, then the usage, on stderr.
+# Runs tool with the given arguments; expects exit 2, one error line first, then the pointer to --help, on stderr.
 expect_usage_error() {
   local tool=$1 name=$2 out=$3
   shift 3
@@ -68,7 +69,8 @@ expect_usage_error() {
   fi
   head -1 "$out.err" | grep -q "^$name: error: ." || fail "$name $*: first line on stderr is not '$name: error: ...'"
   [ "$(grep -c 'error:' "$out.err")" -eq 1 ] || fail "$name $*: not exactly one error line"
-  grep -q '^Usage:' "$out.err" || fail "$name $*: no usage on stderr"
+  grep -q "^Run '$name --help'" "$out.err" || fail "$name $*: no pointer to --help on stderr"
+  [ "$(wc -l <"$out.err")" -eq 2 ] || fail "$name $*: $(wc -l <"$out.err") lines on stderr, expected 2"
   [ -s "$out.out" ] && fail "$name $*: printed on stdout"
   echo "ok   $name $*  ->  $(head -1 "$out.err")"
 }
@@ -91,6 +93,9 @@ check_tool() {
     grep -q -- '--csv' "$out.out" && grep -q -- '--json' "$out.out" || fail "$name --help: no --csv / --json"
   fi
   [ -s "$out.err" ] && fail "$name --help: wrote on stderr"
+  local wide
+  wide=$(awk 'length > 100' "$out.out" | head -1)
+  [ -z "$wide" ] || fail "$name --help: a line wider than 100 columns: $wide"
   echo "ok   $name --help ($(wc -l <"$out.out") lines)"
   while IFS= read -r args; do
     # shellcheck disable=SC2086  # each case is a list of words
@@ -100,6 +105,15 @@ check_tool() {
   expect_usage_error "$tool" "$name" "$out" $(required_args "$name") --no-such-flag
   # shellcheck disable=SC2046
   expect_usage_error "$tool" "$name" "$out" $(required_args "$name") "$(value_option "$name")"
+  # a misspelt flag: its third and fourth letters swapped ("--steps" -> "--setps"), answered with the real one
+  local real misspelt
+  real=$(value_option "$name")
+  if [ ${#real} -ge 5 ]; then  # "--n" has no letters to swap
+    misspelt="${real:0:3}${real:4:1}${real:3:1}${real:5}"
+    # shellcheck disable=SC2046
+    expect_usage_error "$tool" "$name" "$out" $(required_args "$name") "$misspelt"
+    grep -q -- "did you mean .*$real" "$out.err" || fail "$name $misspelt: the real flag $real not suggested"
+  fi
 }
 
 [ $# -gt 0 ] || { echo "usage: tools_cli_test.sh TOOL..."; exit 2; }

@@ -216,9 +216,7 @@ int main(int argc, char** argv) {
     g_device = Device::cuda(), g_dtype = dtype == "float32" ? kFloat32 : dtype == "float16" ? kFloat16 : kBFloat16;
     cuda::set_allow_tf32(tf32);
   } else if ((!dtype.empty() && dtype != "float32") || tf32) {
-    std::fprintf(stderr, "bench_asam: --dtype other than float32 and --tf32 need --device cuda\n%s",
-                 app.help().c_str());
-    return 2;
+    tools::usage_error(app, "--dtype other than float32 and --tf32 need --device cuda");
   }
   tools::ProfileRun profile_run(out.profile);
   return tools::guarded("bench_asam", [&] {

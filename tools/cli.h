@@ -15,7 +15,8 @@
 //
 // The contract every tool keeps: `--help` prints the usage (every option with its default) on stdout and exits 0
 // without running anything; a bad argument (a value out of range, a value that is not a number, an unknown name in
-// a list, a missing value, an unknown flag) prints one line "tool: error: ..." and the usage on stderr and exits 2;
+// a list, a missing value, an unknown flag — with the nearest known flags) prints one line "tool: error: ..." and one
+// line pointing to --help on stderr and exits 2;
 // a failure while running (a file that cannot be written, an error thrown by the library) exits 1 with a message.
 // Progress goes to stderr, so what a tool prints on stdout (its tables) stays clean when redirected.
 #include <unistd.h>
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -52,18 +54,139 @@ using Json = nlohmann::ordered_json;
 
 // ---- parsing --------------------------------------------------------------------------------------------------------
 
-// A usage error found after parsing (two options that do not fit together): the same output and exit code as a
-// parse error.
+// The help every tool prints: the options in their groups, each as "  --flag TYPE=default" and its description wrapped
+// to 100 columns, what the option accepts (its validators' descriptions) in brackets after it.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  static constexpr size_t kWidth = 100, kColumn = 30, kLongDefault = 40;
+  HelpFormatter() { column_width(kColumn); }
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    if (opt->get_type_size() == 0) return "";  // a flag without a value
+    std::string type = opt->get_type_name();
+    type = type.substr(0, type.find(':'));  // "INT:an integer in [0, 4096]" -> "INT"
+    if (opt->get_expected_max() > 1) type += ",...";
+    std::string out = type.empty() ? "" : " " + type;
+    const std::string def = opt->get_default_str();
+    if (!def.empty() && def.size() <= kLongDefault) out += "=" + def;  // a longer one goes with the description
+    return out;
+  }
+  std::string make_option_desc(const CLI::Option* opt) const override {
+    std::string desc = opt->get_description();
+    const std::string type = opt->get_type_name();
+    const size_t colon = type.find(':');
+    if (colon != std::string::npos) desc += " (" + type.substr(colon + 1) + ")";
+    const std::string def = opt->get_default_str();
+    if (def.size() > kLongDefault) desc += " Default: " + def;
+    return desc;
+  }
+  std::string make_description(const CLI::App* app) const override {
+    std::string out, line;
+    std::istringstream words(app->get_description());
+    for (std::string w; words >> w;) {
+      if (!line.empty() && line.size() + 1 + w.size() > kWidth) out += line + "\n", line.clear();
+      line += (line.empty() ? "" : " ") + w;
+    }
+    return out + line + (line.empty() ? "" : "\n");
+  }
+  std::string make_subcommand(const CLI::App* sub) const override {
+    return lay_out("  " + sub->get_name(), sub->get_description());
+  }
+  std::string make_option(const CLI::Option* opt, bool positional) const override {
+    if (opt->get_group().empty()) return "";
+    const std::string left = "  " + make_option_name(opt, positional) + make_option_opts(opt);
+    return lay_out(left, make_option_desc(opt));
+  }
+  // `left` in the first column, `text` wrapped beside it (below it when `left` is too wide).
+  static std::string lay_out(const std::string& left, const std::string& text) {
+    std::string out = left;
+    size_t col = left.size();
+    if (col + 1 >= kColumn) out += "\n", col = 0;
+    out.append(kColumn - col, ' ');
+    col = kColumn;
+    // the words, a list too long for a line broken after its commas
+    std::vector<std::string> ws;
+    std::istringstream in(text);
+    for (std::string w; in >> w;) {
+      while (w.size() > kWidth - kColumn && w.find(',') != std::string::npos) {
+        size_t cut = w.rfind(',', kWidth - kColumn - 1);
+        if (cut == std::string::npos) cut = w.find(',');
+        ws.push_back(w.substr(0, cut + 1)), w = w.substr(cut + 1);
+      }
+      ws.push_back(w);
+    }
+    bool first = true;
+    for (const std::string& w : ws) {
+      if (!first && col + 1 + w.size() > kWidth) out += "\n" + std::string(kColumn, ' '), col = kColumn, first = true;
+      if (!first) out += ' ', ++col;
+      out += w, col += w.size(), first = false;
+    }
+    return out + "\n";
+  }
+};
+
+// Every option name of `app` and its subcommands ("--model", "-h", "compare"), for suggestions.
+inline void known_names(const CLI::App& app, std::vector<std::string>& out) {
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& l : o->get_lnames()) out.push_back("--" + l);
+    for (const std::string& s : o->get_snames()) out.push_back("-" + s);
+  }
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    out.push_back(sub->get_name());
+    known_names(*sub, out);
+  }
+}
+
+inline size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The known names nearest to `word` (at most 3; none when nothing is close): "--modle" -> {"--model"}.
+inline std::vector<std::string> nearest_names(const std::string& word, const std::vector<std::string>& known) {
+  const std::string w = word.substr(0, word.find('='));
+  std::vector<std::pair<size_t, std::string>> scored;
+  for (const std::string& k : known) {
+    const size_t d = edit_distance(w, k);
+    const bool close = d <= std::max<size_t>(2, k.size() / 4) || (w.size() >= 4 && k.find(w) != std::string::npos);
+    if (close) scored.emplace_back(d, k);
+  }
+  std::sort(scored.begin(), scored.end());
+  scored.erase(std::unique(scored.begin(), scored.end()), scored.end());
+  std::vector<std::string> out;
+  for (size_t i = 0; i < scored.size() && i < 3; ++i) out.push_back(scored[i].second);
+  return out;
+}
+
+// A usage error (a bad value, an unknown flag, two options that do not fit together): one line "tool: error: ...",
+// one line pointing to --help, exit 2. (The help is not printed: a long list would bury the line that matters.)
 [[noreturn]] inline void usage_error(const CLI::App& app, const std::string& message) {
   std::string line = message;
   std::replace(line.begin(), line.end(), '\n', ' ');  // one line, whatever CLI11's message looked like
-  std::cerr << app.get_name() << ": error: " << line << "\n\n" << app.help();
+  std::cerr << app.get_name() << ": error: " << line << "\n"
+            << "Run '" << app.get_name() << " --help' for every option and the values it accepts.\n";
   std::exit(2);
+}
+
+inline void use_help_formatter(CLI::App& app) {
+  app.formatter(std::make_shared<HelpFormatter>());
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) use_help_formatter(*sub);
 }
 
 // app.parse under the tools' contract. CLI11's own app.exit() uses a different code per error kind (106 for a
 // validation error, 109 for an extra argument...); scripts only need "usage" vs "ran", so every parse error is 2.
+// An unknown flag names the nearest known ones.
 inline void parse_or_exit(CLI::App& app, int argc, char** argv) {
+  use_help_formatter(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -73,7 +196,18 @@ inline void parse_or_exit(CLI::App& app, int argc, char** argv) {
     std::cout << app.help("", CLI::AppFormatMode::All);
     std::exit(0);
   } catch (const CLI::ParseError& e) {
-    usage_error(app, e.what());
+    // An unknown flag explains the rest (a required option "missing", a value taken as a positional): it comes first.
+    std::vector<std::string> extras = app.remaining();
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+      for (const std::string& r : sub->remaining()) extras.push_back(r);
+    const auto unknown =
+        std::find_if(extras.begin(), extras.end(), [](const std::string& a) { return a.size() > 1 && a[0] == '-'; });
+    if (unknown == extras.end()) usage_error(app, e.what());
+    std::vector<std::string> known;
+    known_names(app, known);
+    const std::vector<std::string> near = nearest_names(*unknown, known);
+    usage_error(app, fmt::format("unknown option '{}'{}", *unknown,
+                                 near.empty() ? "" : fmt::format("; did you mean {}?", fmt::join(near, " or "))));
   }
 }
 
@@ -84,7 +218,11 @@ inline int guarded(const std::string& tool, const std::function<int()>& body) {
     return body();
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "%s: %s\n", tool.c_str(), e.what());
+    const std::string msg = e.what();
+    if (msg.starts_with(tool + " ") || msg.starts_with(tool + ":"))  // "stats compare: ..." names the tool already
+      std::fprintf(stderr, "%s\n", msg.c_str());
+    else
+      std::fprintf(stderr, "%s: %s\n", tool.c_str(), msg.c_str());
     return 1;
   }
 }
@@ -335,6 +473,8 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void set_plain_every(double seconds) { plain_every_ = seconds; }
+  // Where this process starts counting (a resumed run's first step): the ETA comes from the steps done since.
+  void set_first(int64_t done) { first_ = done_ = done; }
 
   void update(int64_t done, const std::string& fields = "") {
     done_ = done;
@@ -360,16 +500,17 @@ class Progress {
     drawn_ = false;
   }
 
-  void finish(const std::string& fields = "") {
+  // The last line: the bar full, or with `reached_end` false (an interrupted run) where it stopped.
+  void finish(const std::string& fields = "", bool reached_end = true) {
     if (terminal_) std::fputs("\r", out_);
-    std::fprintf(out_, "%s%s\n", line(total_ ? std::max(done_, total_) : done_, fields).c_str(),
-                 terminal_ ? "\033[K" : "");
+    const int64_t done = total_ && reached_end ? std::max(done_, total_) : done_;
+    std::fprintf(out_, "%s%s\n", line(done, fields, /*eta=*/false).c_str(), terminal_ ? "\033[K" : "");
     std::fflush(out_);
     drawn_ = false;
   }
 
   // The line as drawn (without \r or newline).
-  std::string line(int64_t done, const std::string& fields) const {
+  std::string line(int64_t done, const std::string& fields, bool eta = true) const {
     const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
     std::string s = label_ + "  ";
     if (total_ > 0) {
@@ -382,14 +523,15 @@ class Progress {
     }
     if (!fields.empty()) s += "  " + fields;
     s += "  " + format_duration(elapsed);
-    if (total_ > 0 && done > 0 && done < total_)
-      s += "  ETA " + format_duration(elapsed / static_cast<double>(done) * static_cast<double>(total_ - done));
+    if (eta && total_ > 0 && done > first_ && done < total_)  // the rate of this process's own steps
+      s +=
+          "  ETA " + format_duration(elapsed / static_cast<double>(done - first_) * static_cast<double>(total_ - done));
     return s;
   }
 
  private:
   using Clock = std::chrono::steady_clock;
-  int64_t total_, done_ = 0;
+  int64_t total_, done_ = 0, first_ = 0;
   std::string label_;
   std::FILE* out_;
   bool terminal_, drawn_ = false;

@@ -21,9 +21,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,27 +50,51 @@ extern "C" void on_signal(int) {
   g_stop = 1;
 }
 
-// The progress line: redrawn on a terminal, plain lines otherwise (tools/cli.h).
+// The progress line: redrawn on a terminal, plain lines otherwise (tools/cli.h) — after every step (at most every
+// --progress-every seconds when plain), with the last row's figures; and once, after this process's second step, the
+// time the run will take when that is more than two minutes.
 class ProgressDisplay : public train::Callback {
  public:
   ProgressDisplay(tools::Progress& p) : p_(p) {}
+  void on_train_begin(train::Trainer& t) override {
+    p_.set_first(t.state().step);
+    first_ = t.state().step;
+  }
   void on_row(train::Trainer&, const train::Row& r) override {
     if (r.split == "train")
-      p_.update(r.step,
-                fmt::format("loss {:.4f}  acc {:.1f}%  {:.0f} tok/s  MFU {}", r.loss, 100 * r.accuracy, r.tokens_per_s,
-                            std::isfinite(r.mfu) ? fmt::format("{:.1f}%", 100 * r.mfu) : "n/a"));
+      fields_ = fmt::format("loss {:.4f}  acc {:.1f}%  {:.0f} tok/s  MFU {}", r.loss, 100 * r.accuracy, r.tokens_per_s,
+                            std::isfinite(r.mfu) ? fmt::format("{:.1f}%", 100 * r.mfu) : "n/a");
     else
-      p_.update(r.step, fmt::format("val loss {:.4f}  val acc {:.1f}%  (best at step {})", r.loss, 100 * r.accuracy,
-                                    r.best_step));
+      fields_ =
+          fmt::format("val loss {:.4f}  val acc {:.1f}%  (best at step {})", r.loss, 100 * r.accuracy, r.best_step);
+  }
+  void on_step_end(train::Trainer& t) override {
+    const int64_t step = t.state().step;
+    const auto now = std::chrono::steady_clock::now();
+    if (step == first_ + 1) t1_ = now;  // the first step warms up: the estimate uses the second
+    if (step == first_ + 2 && step < t.total_steps()) {
+      const double per_step = std::chrono::duration<double>(now - t1_).count();
+      const double left = per_step * static_cast<double>(t.total_steps() - step);
+      if (left > 120) {
+        p_.clear();
+        fmt::print(stderr, "train: about {} for the {} steps left ({:.2f} s per step here; --steps sets how many)\n",
+                   tools::format_duration(left), t.total_steps() - step, per_step);
+      }
+    }
+    p_.update(step, fields_);
   }
   void on_train_end(train::Trainer& t, bool stopped) override {
     p_.finish(stopped ? fmt::format("interrupted at step {}: saved {}", t.state().step,
                                     (t.out() / "ckpt" / "last.safetensors").string())
-                      : fmt::format("done: best validation at step {}", t.state().best_step));
+                      : fmt::format("done: best validation at step {}", t.state().best_step),
+              !stopped);
   }
 
  private:
   tools::Progress& p_;
+  std::string fields_;
+  int64_t first_ = 0;
+  std::chrono::steady_clock::time_point t1_;
 };
 
 // Options come from, in order (each overriding the one before): the defaults; with --resume, the run's own
@@ -108,6 +136,18 @@ void parse_config_files(CLI::App& app, const train::OptionTable& table, const st
   }
 }
 
+// The steps of the finished run in `out` (its summary.json), or -1.
+int64_t finished_steps(const std::string& out) {
+  const fs::path p = fs::path(out) / "summary.json";
+  if (!fs::exists(p)) return -1;
+  try {
+    std::ifstream f(p);
+    return nlohmann::json::parse(f).at("steps").get<int64_t>();
+  } catch (const std::exception&) {
+    return 0;  // unreadable: finished at an unknown step (it is only ever written whole)
+  }
+}
+
 // The run: exit 0 done, 130 stopped (a signal or --stop-after) with a checkpoint to resume from.
 int run(const train::Config& c, train::TrainerFlags flags, bool params_only) {
 #ifdef _OPENMP
@@ -124,6 +164,16 @@ int run(const train::Config& c, train::TrainerFlags flags, bool params_only) {
     if (progress) progress->clear();
     fmt::print("{}", s);
   };
+  // A finished run (summary.json is its last file) is left as it is, unless --steps asks for more than it took.
+  if (flags.resume && finished_steps(c.out) >= 0 && !(c.steps > finished_steps(c.out))) {
+    fmt::print(
+        "train: {} holds a finished run (summary.json): nothing to resume; --out another directory to train "
+        "again\n",
+        c.out);
+    return 0;
+  }
+  const bool eval_only = !flags.eval_only.empty();
+  const std::string model_file = flags.eval_only;
   train::Trainer t(c, std::move(flags));
   progress.emplace(t.total_steps(), fmt::format("train {} {}", c.model, c.task));
   progress->set_plain_every(c.progress_every);
@@ -135,10 +185,16 @@ int run(const train::Config& c, train::TrainerFlags flags, bool params_only) {
     return 130;
   }
   const train::TestResult r = t.test();
-  t.write_summary(r);
   t.analyses();
+  t.write_summary(r);  // last: its existence marks the run finished
   const auto& [val, test, seconds] = r;
-  if (t.run().is_lm())
+  if (eval_only && t.run().is_lm())
+    fmt::print("{}: {} scores test {:.4f} bits per byte, validation {:.4f}; wrote {}\n", c.task, model_file,
+               test.loss / std::log(2.0), val.loss / std::log(2.0), c.out);
+  else if (eval_only)
+    fmt::print("{}: {} scores test accuracy {:.2f}%, validation {:.2f}%; wrote {}\n", c.task, model_file,
+               100 * test.accuracy, 100 * val.accuracy, c.out);
+  else if (t.run().is_lm())
     fmt::print(
         "{}: test {:.4f} bits per byte (next-byte accuracy {:.2f}%; best validation at step {}), {} parameters, "
         "{:.1f} s; wrote {}\n",
@@ -168,16 +224,20 @@ int main(int argc, char** argv) {
   train::TrainerFlags flags;
   std::string config_file;  // read by parse_config_files' first pass
   bool params_only = false;
-  app.add_option("--config", config_file, "a config.json of options (flags given here override it)");
+  app.add_option("--config", config_file, "a config.json of options (flags given here override it)")
+      ->group("Run and output");
   app.add_flag("--resume", flags.resume,
-               "continue the run in --out from its last checkpoint (its config.json, then these flags)");
+               "continue the run in --out from its last checkpoint (its config.json, then these flags)")
+      ->group("Run and output");
   app.add_option("--eval-only", flags.eval_only,
-                 "evaluate this model file (best.safetensors) on validation and test, no training");
+                 "evaluate this model file (best.safetensors) on validation and test, no training")
+      ->group("Run and output");
   app.add_flag("--params-only", params_only,
                "print the model's parameter count and FLOPs per token at the task's "
-               "length as one JSON line, train nothing, write nothing");
+               "length as one JSON line, train nothing, write nothing")
+      ->group("Run and output");
   parse_config_files(app, table, c.out, argc, argv);
-  tools::parse_or_exit(app, argc, argv);  // --help: exit 0; a bad flag or value: error + usage, exit 2
+  tools::parse_or_exit(app, argc, argv);  // --help: exit 0; a bad flag or value: one error line, exit 2
   try {
     train::validate_config(c);  // what the options ask together: exit 2 as well, before any data is read
   } catch (const Error& e) {

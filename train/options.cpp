@@ -152,6 +152,8 @@ std::string flag_of(const std::string& key) {
 class Options {
  public:
   explicit Options(CLI::App& app) : app_(app) {}
+  // The help's heading of the options added from now on.
+  void group(std::string name) { group_ = std::move(name); }
   CLI::Option* add(const std::string& key, int64_t& f, const std::string& help, IntRange r) {
     return bind(key, f, help, Kind::Int)->check(int_check(r));
   }
@@ -222,7 +224,7 @@ class Options {
   template <class T>
   CLI::Option* bind(const std::string& key, T& field, const std::string& help, Kind kind) {
     io_.push_back({key, kind, [key, &field](json& j) { j[key] = field; }});
-    CLI::Option* o = app_.add_option(flag_of(key), field, help)->capture_default_str();
+    CLI::Option* o = app_.add_option(flag_of(key), field, help)->capture_default_str()->group(group_);
     if constexpr (requires { field.begin(); } && !std::is_same_v<T, std::string>)
       o->delimiter(',');
     else
@@ -254,6 +256,7 @@ class Options {
   }
   CLI::App& app_;
   std::vector<OptionIO> io_;
+  std::string group_ = "Options";
 };
 
 // The ranges the options share.
@@ -271,8 +274,8 @@ Choices named_tasks() {
 }
 
 void define_task_and_model(Options& o, Config& c) {
-  // task
-  o.add("task", c.task, "fashion-mnist | fashion-mnist-seq | listops | text | pathfinder | grouping | file:PATH")
+  o.group("Task and data");
+  o.add("task", c.task, "the task (docs/data.md); file:PATH a TSV / CSV file of your own")
       ->check(choice_check(named_tasks(), /*file_task=*/true));
   o.add("image_size", c.image_size,
         "image tasks: side after average pooling (fashion-mnist 28 -> 14: 196 tokens); 0 native", IntRange{0, 4096});
@@ -283,10 +286,10 @@ void define_task_and_model(Options& o, Config& c) {
   o.add("max_len", c.max_len, "maximum length (0: the task's default)", kLen);
   o.add("data_dir", c.data_dir, "where a file task's data lives (empty: its default)");
   o.add("data_seed", c.data_seed, "seed of generated data and file splits (kept apart from --seed)");
-  // model
-  o.add("model", c.model, "dense | ascender | asam | window | window-global | firing | mlp | lm",
+  o.group("Model");
+  o.add("model", c.model, "the model: attention classifiers, the firing network and its MLP baseline, a byte-level LM",
         {"dense", "ascender", "asam", "window", "window-global", "firing", "mlp", "lm"});
-  o.add("positional", c.positional, "learned | sinusoidal | none | rope | alibi (lm: rope only)",
+  o.add("positional", c.positional, "positional encoding of the classifiers (the LM: rope, which its default becomes)",
         {"learned", "sinusoidal", "none", "rope", "alibi"});
   o.add("d_model", c.d_model, "model width (a multiple of --heads)", IntRange{1, 65536});
   o.add("heads", c.heads, "attention heads", IntRange{1, 1024});
@@ -301,14 +304,16 @@ void define_task_and_model(Options& o, Config& c) {
 }
 
 void define_mechanisms(Options& o, Config& c) {
-  // ASCender
+  o.group("ASCender attention (--model ascender, --lm-attention ascender)");
   o.add("k", c.k, "ASCender: neighbourhood size per head (one value: every head), e.g. 4,8,16,32", kPositiveLen);
   o.add("tau_sep", c.tau_sep, "ASCender: separation kernel temperature per head", kPositiveReal);
   o.add("tau_coh", c.tau_coh, "ASCender: cohesion kernel temperature per head", kPositiveReal);
   o.add("alpha_align", c.alpha_align, "ASCender: alignment gate sharpness per head", kNonnegReal);
   o.add("alpha_coh", c.alpha_coh, "ASCender: cohesion gate sharpness per head", kNonnegReal);
   o.add("gate_position", c.gate_position, "ASCender: gates before or after the row normalisation", {"before", "after"});
-  o.add("asc_mode", c.asc_mode, "ASCender: full | windowed | reuse", {"full", "windowed", "reuse"});
+  o.add("asc_mode", c.asc_mode,
+        "ASCender: every pair, a window and global tokens, or the first layer's neighbours reused",
+        {"full", "windowed", "reuse"});
   o.add("asc_window", c.asc_window, "ASCender windowed mode: window", kPositiveLen);
   o.add("asc_global", c.asc_global, "ASCender windowed mode: global tokens", kLen);
   o.add("use_align", c.use_align, "ASCender: the alignment term (ablation switch)");
@@ -324,7 +329,7 @@ void define_mechanisms(Options& o, Config& c) {
   o.add("aux_start", c.aux_start,
         "ASCender: step from which the auxiliary losses count (-1: from the end of --omega-warmup)",
         IntRange{-1, kMaxSteps});
-  // ASAM
+  o.group("ASAM attention (--model asam / window / window-global, --lm-attention asam)");
   o.add("asam_patterns", c.asam_patterns,
         "ASAM: sparse patterns, from window,strided,global,random,clustered,hierarchical", nn::asam_pattern_names());
   o.add("asam_window", c.asam_window, "ASAM: local window w (also the window models')", kPositiveLen);
@@ -336,19 +341,19 @@ void define_mechanisms(Options& o, Config& c) {
         RealRange{0, 1, false, true});
   o.add("gate_tau", c.gate_tau, "ASAM: gate temperature", kPositiveReal);
   o.add("cluster_loss", c.cluster_loss, "ASAM: weight of the centroids' k-means loss", kNonnegReal);
-  // firing
+  o.group("Firing network and its baseline (--model firing / mlp)");
   o.add("firing_hidden", c.firing_hidden, "firing: neurons of the first layer", IntRange{1, 1 << 20});
   o.add("fan_out", c.fan_out, "firing: outputs per neuron (the second layer's neurons)", IntRange{1, 1024});
   o.add("mlp_hidden", c.mlp_hidden,
         "mlp: hidden widths (ReLU between), e.g. 256 (about the firing network's size) "
         "or 512,128",
         IntRange{1, 1 << 20});
-  o.add("firing_backward", c.firing_backward, "firing: exact | ste | surrogate", {"exact", "ste", "surrogate"});
+  o.add("firing_backward", c.firing_backward, "firing: the hard gate's backward", {"exact", "ste", "surrogate"});
   o.add("surrogate", c.surrogate, "firing: surrogate derivative", surrogate_names());
   o.add("surrogate_width", c.surrogate_width, "firing: surrogate width", kPositiveReal);
   o.add("threshold", c.threshold, "firing: initial threshold SP", kAnyReal);
-  o.add("firing_init", c.firing_init, "firing: signed | nonnegative weights", {"signed", "nonnegative"});
-  o.add("rule", c.rule, "firing: local rule on the first layer: none | A | B", {"none", "A", "B"});
+  o.add("firing_init", c.firing_init, "firing: the sign of the initial weights", {"signed", "nonnegative"});
+  o.add("rule", c.rule, "firing: local rule on the first layer", {"none", "A", "B"});
   // -1 (the default): the rule's own rate, from optim/firing_rules.h
   const RealRange rule_rate{0, kHuge, false, true};
   o.add("eta_w", c.eta_w, "rule B: Oja rate on W (rule A: eta+ and eta-); -1: the rule's default", rule_rate);
@@ -359,17 +364,18 @@ void define_mechanisms(Options& o, Config& c) {
   o.add("w_max", c.w_max, "rules: W range high", kPositiveReal);
   o.add("f_min", c.f_min, "rule B: f range low", kAnyReal);
   o.add("f_max", c.f_max, "rules: f range high", kPositiveReal);
-  // lm
-  o.add("lm_attention", c.lm_attention, "lm: dense | ascender | asam", {"dense", "ascender", "asam"});
+  o.group("Language model (--model lm)");
+  o.add("lm_attention", c.lm_attention, "lm: the attention of its blocks", {"dense", "ascender", "asam"});
 }
 
 void define_training(Options& o, Config& c) {
-  // optimisation
-  o.add("optimizer", c.optimizer, "adamw | adam | sgd", {"adamw", "adam", "sgd"});
+  o.group("Optimisation");
+  o.add("optimizer", c.optimizer, "the optimizer", {"adamw", "adam", "sgd"});
   o.add("lr", c.lr, "learning rate", kPositiveReal);
   o.add("weight_decay", c.weight_decay, "weight decay", kNonnegReal);
   o.add("momentum", c.momentum, "sgd: momentum", RealRange{0, 0.999});
-  o.add("schedule", c.schedule, "constant | cosine (linear warmup, then cosine to --min-lr)", {"constant", "cosine"});
+  o.add("schedule", c.schedule, "learning-rate schedule (cosine: linear warmup, then cosine to --min-lr)",
+        {"constant", "cosine"});
   o.add("warmup", c.warmup, "warmup steps", kSteps);
   o.add("min_lr", c.min_lr, "cosine: final learning rate", kNonnegReal);
   o.add("clip", c.clip, "gradient-norm clipping (0: off)", kNonnegReal);
@@ -380,20 +386,21 @@ void define_training(Options& o, Config& c) {
   o.add("eval_batches", c.eval_batches, "validation batches per evaluation (0: the whole split)", kSize);
   o.add("log_every", c.log_every, "steps between training-metric rows (0: 50 per run)", kSteps);
   o.add("seed", c.seed, "seed of the initialisation, data order and dropout");
-  // run
+  o.group("Run and output");
   o.add("threads", c.threads, "CPU threads (0: OpenMP's default)", IntRange{0, 4096});
   o.add("prefetch", c.prefetch, "batches the loader builds ahead on its thread (0: none)", IntRange{0, 64});
   o.add("ckpt_every", c.ckpt_every, "steps between checkpoints (0: at every validation)", kSteps);
-  o.add("device", c.device, "cpu | cuda", {"cpu", "cuda"});
+  o.add("device", c.device, "where the run computes", {"cpu", "cuda"});
   o.add("dtype", c.dtype,
-        "the model's parameters and activations: float32 | bfloat16 (the optimizer updates float32 master copies "
+        "the model's parameters and activations (bfloat16: the optimizer updates float32 master copies "
         "of the parameters, optim/amp.h; on CUDA the products run on tensor cores)",
         {"float32", "bfloat16"});
   o.add("tf32", c.tf32, "CUDA: float32 products on TF32 tensor cores (10 fraction bits), as PyTorch's allow_tf32");
   o.add("out", c.out, "output directory");
-  o.add("progress", c.progress, "auto (a line redrawn on a terminal, plain lines otherwise) | none", {"auto", "none"});
+  o.add("progress", c.progress, "auto: a line redrawn on a terminal, plain lines otherwise", {"auto", "none"});
   o.add("progress_every", c.progress_every, "seconds between plain progress lines when stderr is not a terminal",
         RealRange{0, 1e6, true});
+  o.group("Analyses");
   o.add("dump_decomposition", c.dump_decomposition, "test examples whose ASCender decomposition is written to dumps/",
         IntRange{0, kMaxCount});
   o.add("robustness", c.robustness,
@@ -403,9 +410,10 @@ void define_training(Options& o, Config& c) {
   o.add("robustness_examples", c.robustness_examples, "test examples the noise and FGSM measures use", kPositive);
   o.add("robustness_max_len", c.robustness_max_len, "longest sequence of the length sweep (a power of two)",
         IntRange{16, int64_t{1} << 20});
+  o.group("Run and output");
   o.add("on_nonfinite", c.on_nonfinite,
-        "a training step whose loss or gradient is not finite: error (stop with a "
-        "message) | skip (no update; counted in summary.json's nonfinite_steps)",
+        "a training step whose loss or gradient is not finite: error stops with a message, skip makes no update "
+        "and counts it in summary.json's nonfinite_steps",
         {"error", "skip"});
   o.add_process_option("stop_after", c.stop_after,
                        "train at most this many steps in this process, then checkpoint and exit 130: a long run in "
@@ -416,6 +424,7 @@ void define_training(Options& o, Config& c) {
                        "ops by self time on stdout and in OUT/profile.txt, a Chrome trace in OUT/profile_trace.json "
                        "(Perfetto opens it); 0: off",
                        IntRange{0, 1'000'000});
+  o.group("Analyses");
   o.add("cluster_metrics", c.cluster_metrics,
         "grouping task: cluster the tokens of this many test examples by k-means "
         "on each head's attention rows (and ASCender's latent z); NMI / ARI against the true groups, silhouette and "
@@ -488,6 +497,7 @@ std::string config_json(const Config& c, const std::vector<std::pair<std::string
 }
 
 void resolve_defaults(Config& c) {
+  if (c.model == "lm" && c.positional == "learned") c.positional = "rope";  // the default: the LM's rotary positions
   if (c.eta_w < 0) c.eta_w = c.rule == "A" ? optim::RuleAOptions{}.eta_plus : optim::RuleBOptions{}.eta_w;
   if (c.eta_f < 0) c.eta_f = c.rule == "A" ? optim::RuleAOptions{}.rho_plus : optim::RuleBOptions{}.eta_f;
 }
@@ -569,6 +579,9 @@ void validate_config(const Config& c) {
   };
   per_head("k", c.k.size()), per_head("tau_sep", c.tau_sep.size()), per_head("tau_coh", c.tau_coh.size());
   per_head("alpha_align", c.alpha_align.size()), per_head("alpha_coh", c.alpha_coh.size());
+  ASC_CHECK(c.model != "lm" || c.positional == "rope" || c.positional == "learned",
+            "'positional' {} is not available to the language model (--model lm): it uses rotary positions (rope)",
+            c.positional);
   ASC_CHECK(c.min_len == 0 || c.max_len == 0 || c.min_len <= c.max_len, "'min_len' {} exceeds 'max_len' {}", c.min_len,
             c.max_len);
   ASC_CHECK(c.w_min < c.w_max, "'w_min' {} must be below 'w_max' {}", c.w_min, c.w_max);

@@ -96,8 +96,8 @@ class OptionTable {
 // The Config as config.json text: every option of the table in its order, then the provenance keys (git_commit,
 // command), which reading skips.
 std::string config_json(const Config& c, const std::vector<std::pair<std::string, std::string>>& provenance = {});
-// The flags' -1 defaults resolved: eta_w / eta_f become the chosen rule's own rates (optim/firing_rules.h), so that
-// config.json records the rates used.
+// The defaults that depend on other options resolved, so that config.json records what the run uses: eta_w / eta_f
+// (-1) become the chosen rule's own rates (optim/firing_rules.h); the language model's positional encoding is rope.
 void resolve_defaults(Config& c);
 
 // What the options ask together, checked once the flags and files are read (the train tool exits 2 on it; make_run

@@ -29,6 +29,7 @@ struct Trainer::Internals {
   Clock::time_point t_start;  // elapsed() = s_.wall_s + the time since t_start
   int64_t saved_step = -1;    // the step ckpt/last.safetensors holds (-1: none written by this process)
   double lr_used = 0;         // the lr the last step ran with (the rows report it, not the next one's)
+  double peak_mb = 0;         // peak CPU memory of training and the test pass (the summary's; not the analyses')
   // Throughput windows run from one log row to the next, less the time spent validating and checkpointing.
   double tokens_per_s = 0, flops_done = 0, window_t0 = 0, window_tokens = 0, paused = 0;
   double epoch(int64_t step, const data::DataLoader& l) const {
@@ -177,7 +178,6 @@ Trainer::Trainer(const Config& c, TrainerFlags flags) : flags_(std::move(flags))
   else
     ASC_CHECK(!fs::exists(out_ / "metrics.csv"),
               "{} already holds a run (metrics.csv); continue it with --resume or choose another --out", out_.string());
-  fs::create_directories(out_ / "ckpt");
   r_ = make_run(c);
   if (r_.device.is_cuda()) cuda::set_allow_tf32(c.tf32);  // this run's setting, whatever an earlier run set
   in_ = std::make_unique<Internals>(r_);
@@ -234,6 +234,8 @@ void Trainer::check_options() const {
 // metrics cut back to it), or with eval_only the model file loaded; config.json written; the clock started.
 void Trainer::prepare_outputs() {
   const fs::path last_ckpt = out_ / "ckpt" / "last.safetensors";
+  if (!flags_.eval_only.empty()) r_.model->load_state_dict(load_safetensors(flags_.eval_only));
+  fs::create_directories(out_ / "ckpt");  // only now: a run refused while it was set up leaves nothing on disk
   // A temporary file is a write a killed process never finished (core/atomic_file.h): the file it would have
   // replaced is intact, and this process writes it again.
   for (const fs::path& d : {out_, out_ / "ckpt", out_ / "dumps"})
@@ -241,9 +243,7 @@ void Trainer::prepare_outputs() {
       for (const auto& e : fs::directory_iterator(d))
         if (e.is_regular_file() && e.path().extension() == ".tmp") fs::remove(e.path());
   bool fresh = flags_.eval_only.empty();
-  if (!flags_.eval_only.empty()) {
-    r_.model->load_state_dict(load_safetensors(flags_.eval_only));
-  } else if (flags_.resume && fs::exists(last_ckpt)) {
+  if (flags_.eval_only.empty() && flags_.resume && fs::exists(last_ckpt)) {
     // the loader's position and the mechanism sums are set (or refused) before the tensors are loaded
     s_ = load_training_state(last_ckpt.string(), r_, o_, [this](const LoopState& s) {
       in_->train_mech.set_state(s.mech_train);
@@ -393,6 +393,7 @@ TestResult Trainer::test() {
                      static_cast<int64_t>(row[2]), static_cast<int64_t>(row[3]), num(row[4]));
   write_file_atomic(out_ / "predictions.csv", p);
   dumps(asam_gates, firing_sum, firing_n);
+  in_->peak_mb = static_cast<double>(cpu_memory_stats().peak_allocated) / (1 << 20);
   return t;
 }
 
@@ -425,7 +426,7 @@ void Trainer::write_summary(const TestResult& t) {
             {"test_loss", jnum(t.test.loss)},
             {"steps", s_.step},
             {"wall_s", elapsed()},
-            {"peak_mem_mb", static_cast<double>(cpu_memory_stats().peak_allocated) / (1 << 20)},
+            {"peak_mem_mb", in_->peak_mb},
             {"tokens_per_s", jnum(in_->tokens_per_s)},
             {"params", in_->n_params},
             {"flops_per_token", in_->flops_max.forward / len},
@@ -439,8 +440,8 @@ void Trainer::write_summary(const TestResult& t) {
   write_json(out_ / "summary.json", s);
 }
 
-// After the summary (its peak memory is training's; a finished run stays finished): an analysis that fails writes
-// its error into its file and a warning, not a failed run.
+// After the test pass and before the summary, whose existence marks a finished run (its peak memory is the one
+// test() measured): an analysis that fails writes its error into its file and a warning, not a failed run.
 void Trainer::analyses() {
   auto analysis = [&](const char* file, const std::function<json()>& f) {
     json j;
