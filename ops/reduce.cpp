@@ -189,6 +189,17 @@ ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) { return max_min(x
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) { return max_min(x, dim, keepdim, false, "min"); }
 Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) { return amax_amin(x, dims, keepdim, true, "amax"); }
 Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) { return amax_amin(x, dims, keepdim, false, "amin"); }
+Tensor max(const Tensor& x) { return amax_amin(x, {}, false, true, "max"); }
+Tensor min(const Tensor& x) { return amax_amin(x, {}, false, false, "min"); }
+// The flattened tensor's extreme (a copy when x is strided: indices count in row-major order, as PyTorch's do).
+Tensor argmax(const Tensor& x) {
+  check_defined("argmax", x);
+  return arg_max_min(x.reshape({-1}), 0, false, true, "argmax");
+}
+Tensor argmin(const Tensor& x) {
+  check_defined("argmin", x);
+  return arg_max_min(x.reshape({-1}), 0, false, false, "argmin");
+}
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_max_min(x, dim, keepdim, true, "argmax"); }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_max_min(x, dim, keepdim, false, "argmin"); }
 

@@ -4,6 +4,7 @@
 //
 //   Tensor m = asc::mean(x, {-1}, /*keepdim=*/true);      // (B, T, 1)
 //   auto [v, i] = asc::max(x, 1);                         // values and int64 indices along dim 1
+//   Tensor top = asc::max(x);                              // the largest element, 0-d (PyTorch's x.max())
 #include "core/tensor.h"
 
 namespace asc {
@@ -29,6 +30,13 @@ Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+// Over every element, as PyTorch's torch.max(x) / x.min() without a dimension: a 0-d tensor (amax / amin over all
+// axes: NaN anywhere gives NaN, ties share the gradient equally); argmax / argmin: the 0-d int64 index of the first
+// extreme in the flattened tensor (row-major, whatever its strides; NaN counts as the extreme). Error when empty.
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+Tensor argmax(const Tensor& x);
+Tensor argmin(const Tensor& x);
 // log(sum(exp(x))) computed stably (max-shifted); rows of all -inf (or empty rows) give -inf with gradient 0; a
 // row containing +inf gives +inf, its gradient split equally among the +inf entries.
 Tensor logsumexp(const Tensor& x, const Dims& dims = {}, bool keepdim = false);

@@ -267,6 +267,17 @@ std::vector<OpCase> reductions_cases() {
          return one(amax(a[0], {0, 1}));
        }},
       {"amin", {x}, [](const TensorList& a) { return one(amin(a[0])); }},
+      {"max/min of all",
+       {x},
+       [](const TensorList& a) {
+         return TensorList{max(a[0]), min(a[0])};
+       }},
+      {"argmax/argmin of all",
+       {x},
+       [](const TensorList& a) {
+         return TensorList{argmax(a[0]), argmin(a[0])};
+       },
+       false},
       {"argmax/argmin",
        {x},
        [](const TensorList& a) {

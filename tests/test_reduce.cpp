@@ -314,6 +314,45 @@ TEST_CASE("max/min/argmax/argmin: errors") {
   CHECK(max(zeros({0, 3}), 1).values.shape() == Shape{0});
 }
 
+TEST_CASE("max / min / argmax / argmin without a dimension: over every element, as PyTorch's") {
+  // against a naive loop over the row-major elements, strided views included
+  const Tensor base = randn64({4, 5, 3}, false, 64);
+  for (const Tensor& x :
+       {base, base.transpose(0, 2), base.select(1, 2), base.narrow(2, 1, 2), tensor({2.5}, Shape{})}) {
+    const std::vector<double> v = x.contiguous().to_vector<double>();
+    const auto hi = std::max_element(v.begin(), v.end()), lo = std::min_element(v.begin(), v.end());
+    CHECK(max(x).dim() == 0);
+    CHECK(max(x).item<double>() == *hi);
+    CHECK(min(x).item<double>() == *lo);
+    CHECK(argmax(x).dtype() == kInt64);
+    CHECK(argmax(x).dim() == 0);
+    CHECK(argmax(x).item<int64_t>() == hi - v.begin());
+    CHECK(argmin(x).item<int64_t>() == lo - v.begin());
+  }
+  // the first of tied extremes; NaN is the extreme; integers keep their dtype
+  CHECK(argmax(tensor({1, 7, 3, 7}, {2, 2})).item<int64_t>() == 1);
+  CHECK(argmin(tensor({4, 0, 0, 9}, {4})).item<int64_t>() == 1);
+  const Tensor nan = tensor({1, NAN, 3, NAN}, {4}, {.dtype = kFloat64});
+  CHECK(std::isnan(max(nan).item<double>()));
+  CHECK(std::isnan(min(nan).item<double>()));
+  CHECK(argmax(nan).item<int64_t>() == 1);
+  CHECK(argmin(nan).item<int64_t>() == 1);
+  Generator g(65);
+  const Tensor xi = randint(-9, 9, {3, 4}, {.dtype = kInt64}, &g);
+  CHECK(max(xi).dtype() == kInt64);
+  CHECK(max(xi).item<int64_t>() == amax(xi).item<int64_t>());
+  // gradient: ties share it (PyTorch's evenly distributed backward), float64 gradcheck elsewhere
+  Tensor t = tensor({5, 1, 5, 2}, {2, 2}, {.dtype = kFloat64, .requires_grad = true});
+  max(t).backward();
+  check_close(t.grad(), {0.5, 0, 0.5, 0}, 1e-15, 0);
+  check_grad([](const TensorList& in) { return TensorList{max(in[0]), min(in[0])}; }, {randn64({3, 4}, true, 66)});
+  // errors
+  check_error([] { max(zeros({0, 3})); }, {"max", "size 0"});
+  check_error([] { argmin(zeros({2, 0})); }, {"argmin", "size 0"});
+  check_error([] { max(Tensor()); }, {"max"});
+  check_error([] { argmax(Tensor()); }, {"argmax"});
+}
+
 // ---- amax / amin -------------------------------------------------------------------------------------------------
 
 TEST_CASE("amax and amin: forward vs naive over axes") {
