@@ -3,7 +3,10 @@
 #include "models/checks.h"
 #include "ops/ops.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "autograd/grad_mode.h"
 
@@ -52,18 +55,135 @@ Tensor DecoderLM::loss(const Tensor& tokens) {
 }
 
 Tensor DecoderLM::generate(const Tensor& prompt, int64_t steps) {
-  ASC_CHECK(prompt.defined() && prompt.dim() == 2 && prompt.size(1) >= 1 && steps >= 0,
-            "DecoderLM.generate: expected a prompt (B, T >= 1) and steps >= 0, got {} and {}",
-            prompt.defined() ? prompt.shape() : Shape{}, steps);
-  // The sequence grows to T + steps tokens: that length must fit in int64.
-  ASC_CHECK(steps <= std::numeric_limits<int64_t>::max() - prompt.size(1),
-            "DecoderLM.generate: a prompt of {} tokens plus {} steps overflows int64", prompt.size(1), steps);
-  NoGradGuard g;
-  Tensor seq = prompt;
-  for (int64_t s = 0; s < steps; ++s) {
-    Tensor last = forward(seq).select(1, seq.size(1) - 1);  // (B, V)
-    seq = cat({seq, argmax(last, -1, /*keepdim=*/true)}, 1);
+  GenerateOptions o;
+  o.max_new_tokens = steps, o.temperature = 0.0;
+  return generate(prompt, o);
+}
+
+bool DecoderLM::supports_kv_cache() const {
+  for (const auto& b : *blocks)
+    if (!std::static_pointer_cast<nn::TransformerDecoderBlock>(b)->attn->supports_kv_cache()) return false;
+  return true;
+}
+
+Tensor DecoderLM::forward_incremental(const Tensor& x_new, std::vector<nn::KVCache>& caches) {
+  ASC_CHECK(x_new.defined() && x_new.dim() == 2 && x_new.size(1) >= 1,
+            "DecoderLM.forward_incremental: expected tokens (B, t >= 1), got {}",
+            x_new.defined() ? x_new.shape() : Shape{});
+  caches.resize(static_cast<size_t>(options.layers()));
+  Tensor x = (*tok_emb)(x_new);  // (B, t, D)
+  size_t l = 0;
+  for (auto& b : *blocks)
+    x = std::static_pointer_cast<nn::TransformerDecoderBlock>(b)->forward_incremental(x, caches[l++]);
+  x = (*norm)(x.select(1, x.size(1) - 1));                // (B, D): the last position
+  return head ? (*head)(x) : linear(x, tok_emb->weight);  // (B, V)
+}
+
+namespace {
+
+// The next token of each row of logits (B, V), as `o` says; uniform numbers from `gen`, one Philox block per row.
+Tensor pick_next(const Tensor& logits, const GenerateOptions& o, Generator& gen) {
+  const Tensor host = logits.detach().to(Device::cpu()).to(kFloat64).contiguous();
+  const int64_t B = host.size(0), V = host.size(1);
+  const std::vector<double> all = host.to_vector<double>();
+  std::vector<int64_t> next(static_cast<size_t>(B));
+  const Generator::State draw = o.temperature > 0 ? gen.draw(static_cast<uint64_t>(B)) : Generator::State{0, 0};
+  for (int64_t b = 0; b < B; ++b) {
+    const double* row = all.data() + b * V;
+    if (o.temperature <= 0) {  // greedy: the first largest (NaN counts as largest, as argmax)
+      next[static_cast<size_t>(b)] =
+          std::max_element(row, row + V,
+                           [](double x, double y) { return !std::isnan(x) && (std::isnan(y) || x < y); }) -
+          row;
+      continue;
+    }
+    // candidates by logit, largest first (ties: the smaller id first); top-k, then the softmax, then top-p
+    std::vector<int64_t> ids(static_cast<size_t>(V));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::stable_sort(ids.begin(), ids.end(), [&](int64_t x, int64_t y) { return row[x] > row[y]; });
+    ASC_CHECK(std::isfinite(row[ids[0]]), "DecoderLM.generate: row {} of the logits is not finite", b);
+    size_t keep = o.top_k > 0 ? std::min<size_t>(static_cast<size_t>(o.top_k), ids.size()) : ids.size();
+    std::vector<double> p(keep);
+    double z = 0;
+    for (size_t i = 0; i < keep; ++i) z += p[i] = std::exp((row[ids[i]] - row[ids[0]]) / o.temperature);
+    double cum = 0;
+    size_t nucleus = keep;
+    for (size_t i = 0; i < keep; ++i) {
+      cum += p[i] / z;
+      if (cum >= o.top_p) {
+        nucleus = i + 1;
+        break;
+      }
+    }
+    double mass = 0;
+    for (size_t i = 0; i < nucleus; ++i) mass += p[i];
+    const auto w = philox4x32(draw.seed, draw.offset + static_cast<uint64_t>(b));
+    const double u = uint_to_unit_double(w[0], w[1]) * mass;
+    size_t pick = nucleus - 1;
+    double acc = 0;
+    for (size_t i = 0; i < nucleus; ++i)
+      if ((acc += p[i]) > u) {
+        pick = i;
+        break;
+      }
+    next[static_cast<size_t>(b)] = ids[pick];
   }
+  return tensor(next, {B, 1});
+}
+
+}  // namespace
+
+Tensor DecoderLM::generate(const Tensor& prompt, const GenerateOptions& o) {
+  ASC_CHECK(prompt.defined() && prompt.dim() == 2 && prompt.size(1) >= 1 && prompt.dtype() == kInt64,
+            "DecoderLM.generate: expected an int64 prompt (B, T >= 1), got {} {}",
+            prompt.defined() ? dtype_name(prompt.dtype()) : "undefined", prompt.defined() ? prompt.shape() : Shape{});
+  ASC_CHECK(o.max_new_tokens >= 0, "DecoderLM.generate: max_new_tokens must be >= 0, got {}", o.max_new_tokens);
+  ASC_CHECK(o.max_new_tokens <= std::numeric_limits<int64_t>::max() - prompt.size(1),
+            "DecoderLM.generate: a prompt of {} tokens plus {} steps overflows int64", prompt.size(1),
+            o.max_new_tokens);
+  ASC_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
+            "DecoderLM.generate: temperature must be a finite number >= 0, got {}", o.temperature);
+  ASC_CHECK(o.top_k >= 0, "DecoderLM.generate: top_k must be >= 0, got {}", o.top_k);
+  ASC_CHECK(o.top_p > 0 && o.top_p <= 1, "DecoderLM.generate: top_p must be in (0, 1], got {}", o.top_p);
+  for (int64_t t : o.stop_tokens)
+    ASC_CHECK(t >= 0 && t < options.vocab(), "DecoderLM.generate: stop token {} is not in the vocabulary [0, {})", t,
+              options.vocab());
+  if (o.max_new_tokens == 0) return prompt;
+  NoGradGuard g;
+  const bool was_training = is_training();
+  eval();
+  Generator& gen = o.generator ? *o.generator : default_generator();
+  const bool cached = o.use_cache && supports_kv_cache();
+  const int64_t B = prompt.size(0);
+  std::vector<nn::KVCache> caches;
+  std::vector<int64_t> stopped(static_cast<size_t>(B), -1);  // the stop token a row ended with
+  Tensor seq = prompt;
+  try {
+    Tensor logits = cached ? forward_incremental(prompt, caches) : forward(prompt).select(1, prompt.size(1) - 1);
+    for (int64_t s = 0; s < o.max_new_tokens; ++s) {
+      Tensor next = pick_next(logits, o, gen);  // (B, 1) int64 on the CPU
+      std::vector<int64_t> ids = next.to_vector<int64_t>();
+      bool all_stopped = true;
+      for (int64_t b = 0; b < B; ++b) {
+        auto& id = ids[static_cast<size_t>(b)];
+        if (stopped[static_cast<size_t>(b)] >= 0)
+          id = stopped[static_cast<size_t>(b)];
+        else if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), id) != o.stop_tokens.end())
+          stopped[static_cast<size_t>(b)] = id;
+        all_stopped = all_stopped && stopped[static_cast<size_t>(b)] >= 0;
+      }
+      next = tensor(ids, {B, 1});
+      if (o.on_token) o.on_token(next.reshape({B}));
+      const Tensor dev = next.to(prompt.device());
+      seq = cat({seq, dev}, 1);
+      if (all_stopped || s + 1 == o.max_new_tokens || (o.stop_when && o.stop_when(seq))) break;
+      logits = cached ? forward_incremental(dev, caches) : forward(seq).select(1, seq.size(1) - 1);
+    }
+  } catch (...) {
+    if (was_training) train();
+    throw;
+  }
+  if (was_training) train();
   return seq;
 }
 

@@ -76,6 +76,31 @@ Tensor MultiHeadAttention::attend(const Tensor& x, const AttentionArgs& args) {
   return (*out_proj)(y.permute({0, 2, 1, 3}).reshape({B, T, D}));  // (B, T, D)
 }
 
+Tensor Attention::attend_incremental(const Tensor&, KVCache&) {
+  ASC_THROW("{}: no incremental (KV-cached) attention: it attends over the whole sequence each time", type_name());
+}
+
+Tensor MultiHeadAttention::attend_incremental(const Tensor& x, KVCache& cache) {
+  const int64_t D = options.d_model(), H = options.heads(), Dh = D / H;
+  ASC_CHECK(x.defined() && x.dim() == 3 && x.size(2) == D && x.size(1) >= 1,
+            "MultiHeadAttention.attend_incremental: expected x (B, t >= 1, {}), got {}", D,
+            x.defined() ? x.shape() : Shape{});
+  const int64_t B = x.size(0), t = x.size(1), past = cache.length();
+  ASC_CHECK(past == 0 || (cache.k.dim() == 4 && cache.k.size(0) == B && cache.k.size(1) == H && cache.k.size(3) == Dh &&
+                          cache.v.defined() && cache.v.shape() == cache.k.shape()),
+            "MultiHeadAttention.attend_incremental: a cache of keys {} for x {} (expected (B={}, H={}, S, {}))",
+            cache.k.shape(), x.shape(), B, H, Dh);
+  auto heads = [&](const Tensor& u) { return u.view({B, t, H, Dh}).permute({0, 2, 1, 3}); };  // (B, H, t, Dh)
+  Tensor q = heads((*q_proj)(x)), k = heads((*k_proj)(x)), v = heads((*v_proj)(x));
+  if (rope) q = rope->forward(q, past), k = rope->forward(k, past);  // positions past .. past + t - 1
+  cache.k = past == 0 ? k.contiguous() : cat({cache.k, k}, 2);       // (B, H, past + t, Dh)
+  cache.v = past == 0 ? v.contiguous() : cat({cache.v, v}, 2);
+  // causal with the offset S - t: new query i sees keys 0 .. past + i
+  Tensor y = scaled_dot_product_attention(q, cache.k, cache.v,
+                                          {.causal = true, .dropout = options.dropout(), .training = is_training()});
+  return (*out_proj)(y.permute({0, 2, 1, 3}).reshape({B, t, D}));  // (B, t, D)
+}
+
 std::string MultiHeadAttention::extra_repr() const {
   return fmt::format("d_model={}, heads={}, dropout={}, rope={}", options.d_model(), options.heads(), options.dropout(),
                      options.rope());

@@ -21,11 +21,25 @@ struct AttentionArgs {
   bool need_weights = false;     // keep the attention probabilities for attention_weights()
 };
 
+// One attention layer's memory of the keys and values it has seen, for incremental decoding (models::DecoderLM's
+// generate): k, v (B, H, S, Dh) each, after RoPE; undefined before the first call.
+struct KVCache {
+  Tensor k, v;
+  int64_t length() const { return k.defined() ? k.size(2) : 0; }
+};
+
 class Attention : public Module {
  public:
   using Module::Module;
   // x (B, T, D) -> (B, T, D).
   virtual Tensor attend(const Tensor& x, const AttentionArgs& args) = 0;
+  // Incremental causal self-attention: x_new (B, t, D) are the t positions after the cache's S; they attend to the
+  // cached keys and values and, causally, to their own, whose keys and values are appended to `cache`. The result
+  // equals the last t rows of attend(x_all, {.causal = true}). Only where supports_kv_cache(): ASCender's
+  // neighbourhoods and row normalisation and ASAM's clusters and gate are computed over the whole sequence, so a
+  // decoder recomputes it for them (DecoderLM::generate does).
+  virtual bool supports_kv_cache() const { return false; }
+  virtual Tensor attend_incremental(const Tensor& x_new, KVCache& cache);
   // Self-attention with no mask, through the forward hooks.
   Tensor forward(const Tensor& x) override { return attend(x, {}); }
   // attend() through the forward hooks (hooks see x as the input).
@@ -64,6 +78,8 @@ class MultiHeadAttention : public Attention {
  public:
   explicit MultiHeadAttention(const MultiHeadAttentionOptions& options);
   Tensor attend(const Tensor& x, const AttentionArgs& args) override;
+  bool supports_kv_cache() const override { return true; }
+  Tensor attend_incremental(const Tensor& x_new, KVCache& cache) override;
   std::string extra_repr() const override;
 
   MultiHeadAttentionOptions options;

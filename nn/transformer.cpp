@@ -72,6 +72,17 @@ Tensor TransformerEncoderBlock::forward(const Tensor& x, const AttentionArgs& ar
   return (*norm2)(h + (*dropout)(ffn(h)));
 }
 
+Tensor TransformerEncoderBlock::forward_incremental(const Tensor& x, KVCache& cache) {
+  ASC_CHECK(x.defined() && x.dim() == 3 && x.size(2) == options.d_model(), "{}: expected x (B, t, {}), got {}",
+            type_name(), options.d_model(), x.defined() ? x.shape() : Shape{});
+  if (options.norm_first()) {
+    Tensor h = x + (*dropout)(attn->attend_incremental((*norm1)(x), cache));
+    return h + (*dropout)(ffn((*norm2)(h)));
+  }
+  Tensor h = (*norm1)(x + (*dropout)(attn->attend_incremental(x, cache)));
+  return (*norm2)(h + (*dropout)(ffn(h)));
+}
+
 std::string TransformerEncoderBlock::extra_repr() const {
   return fmt::format("d_model={}, heads={}, ffn={}, dropout={}, attention_dropout={}, activation={}, norm_first={}",
                      options.d_model(), options.heads(), options.ffn(), options.dropout(), options.attention_dropout(),

@@ -60,6 +60,9 @@ class TransformerEncoderBlock : public Module {
   // x (B, T, D) -> (B, T, D).
   Tensor forward(const Tensor& x, const AttentionArgs& args);
   Tensor forward(const Tensor& x) override { return forward(x, AttentionArgs{}); }
+  // The block on the next positions of a causal sequence, its attention incremental (Attention::attend_incremental):
+  // x_new (B, t, D) -> (B, t, D), the last t rows of forward(x_all, {.causal = true}).
+  Tensor forward_incremental(const Tensor& x_new, KVCache& cache);
   std::string extra_repr() const override;
 
   TransformerBlockOptions options;

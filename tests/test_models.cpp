@@ -169,6 +169,114 @@ TEST_CASE("Decoder-only LM learns a counting language and continues it greedily"
   }
 }
 
+TEST_CASE("DecoderLM: KV-cached logits equal the full recomputation's; sampling by temperature, top-k, top-p, stops") {
+  manual_seed(4);
+  const int64_t V = 17;
+  {
+    // an untrained model of random weights: every logit matters, nothing is saturated
+    auto lm = std::make_shared<models::DecoderLM>(models::DecoderLMOptions(V).d_model(24).heads(3).layers(2).ffn(40));
+    lm->to(kFloat64);
+    lm->eval();
+    REQUIRE(lm->supports_kv_cache());
+    Generator g(5);
+    const Tensor tokens = randint(0, V, {2, 13}, {.dtype = kInt64}, &g);
+    const Tensor full = lm->forward(tokens);  // (2, 13, V)
+    // the prompt in one call, then one position at a time, then three at once: every step's last row matches
+    std::vector<nn::KVCache> caches;
+    NoGradGuard ng;
+    Tensor l = lm->forward_incremental(tokens.narrow(1, 0, 5), caches);
+    testing::check_close(l, full.select(1, 4), 1e-12, 1e-12);
+    for (int64_t t = 5; t < 10; ++t) {
+      l = lm->forward_incremental(tokens.narrow(1, t, 1), caches);
+      testing::check_close(l, full.select(1, t), 1e-12, 1e-12);
+    }
+    l = lm->forward_incremental(tokens.narrow(1, 10, 3), caches);
+    testing::check_close(l, full.select(1, 12), 1e-12, 1e-12);
+    CHECK(caches[0].length() == 13);
+    // generate: the same tokens with and without the cache (greedy and sampled with one seed)
+    const Tensor prompt = tokens.narrow(1, 0, 4).contiguous();
+    for (double temperature : {0.0, 1.0}) {
+      Generator a(9), b(9);
+      const Tensor x = lm->generate(prompt, {.max_new_tokens = 12, .temperature = temperature, .generator = &a});
+      const Tensor y =
+          lm->generate(prompt, {.max_new_tokens = 12, .temperature = temperature, .use_cache = false, .generator = &b});
+      CHECK(x.shape() == Shape{2, 16});
+      CHECK(x.to_vector<int64_t>() == y.to_vector<int64_t>());
+    }
+  }
+  // a post-norm block (the LM's are pre-norm) by itself: incremental rows equal the causal forward's
+  {
+    nn::TransformerDecoderBlock block(nn::TransformerBlockOptions(12, 2).ffn(16).norm_first(false).rope(true));
+    block.to(kFloat64);
+    block.eval();
+    const Tensor x = randn({2, 7, 12}, {.dtype = kFloat64});
+    NoGradGuard ng;
+    const Tensor full = block.forward(x);
+    nn::KVCache cache;
+    const Tensor a = block.forward_incremental(x.narrow(1, 0, 4), cache),
+                 b = block.forward_incremental(x.narrow(1, 4, 3), cache);
+    testing::check_close(cat({a, b}, 1), full, 1e-12, 1e-12);
+  }
+  // the sampler's distribution: a 1-layer model's first-step logits, 4000 draws per setting, against the softmax
+  auto lm = std::make_shared<models::DecoderLM>(models::DecoderLMOptions(5).d_model(8).heads(2).layers(1).ffn(8));
+  lm->eval();
+  const Tensor prompt = tensor(std::vector<int64_t>{1, 2}, {1, 2});
+  std::vector<double> logit;
+  {
+    NoGradGuard ng;
+    logit = lm->forward(prompt).select(1, 1).reshape({5}).to(kFloat64).to_vector<double>();
+  }
+  // exaggerate the differences (the random init's logits are close together)
+  auto draw = [&](const models::GenerateOptions& o0, int n) {
+    std::vector<double> freq(5);
+    Generator gen(11);
+    models::GenerateOptions o = o0;
+    o.generator = &gen, o.max_new_tokens = 1;
+    const Tensor many = prompt.expand({n, 2}).contiguous();
+    for (int64_t v : lm->generate(many, o).select(1, 2).to_vector<int64_t>()) freq[static_cast<size_t>(v)] += 1.0 / n;
+    return freq;
+  };
+  std::vector<int64_t> order = {0, 1, 2, 3, 4};
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logit[a] > logit[b]; });
+  for (double temperature : {1.0, 0.05}) {
+    const std::vector<double> f = draw({.temperature = temperature}, 4000);
+    double z = 0;
+    for (double v : logit) z += std::exp((v - logit[order[0]]) / temperature);
+    for (int64_t v = 0; v < 5; ++v) {
+      const double p = std::exp((logit[v] - logit[order[0]]) / temperature) / z;
+      CAPTURE(v);
+      CHECK(std::abs(f[v] - p) < 4 * std::sqrt(p * (1 - p) / 4000) + 1e-3);  // 4 standard errors
+    }
+  }
+  // top-k 2: only the two most likely; top-k 1 and temperature 0: greedy; top-p 1e-9: the most likely
+  std::vector<double> f = draw({.temperature = 1.0, .top_k = 2}, 2000);
+  CHECK(f[order[0]] + f[order[1]] == doctest::Approx(1.0));
+  CHECK(draw({.temperature = 1.0, .top_k = 1}, 200)[order[0]] == doctest::Approx(1.0));
+  CHECK(draw({.temperature = 0.0}, 50)[order[0]] == doctest::Approx(1.0));
+  CHECK(draw({.temperature = 3.0, .top_p = 1e-9}, 200)[order[0]] == doctest::Approx(1.0));
+  // a stop token: every row ends there (its later positions repeat it), and generation ends when all have stopped
+  const Tensor stopped = lm->generate(prompt.expand({3, 2}).contiguous(),
+                                      {.max_new_tokens = 50, .temperature = 0.0, .stop_tokens = {order[0]}});
+  CHECK(stopped.size(1) == 3);
+  // streaming: one call per step with the new tokens
+  int calls = 0;
+  lm->generate(prompt, {.max_new_tokens = 4, .on_token = [&](const Tensor& next) { calls += next.numel() == 1; }});
+  CHECK(calls == 4);
+  // bad options
+  CHECK_THROWS_WITH_AS(lm->generate(prompt, {.temperature = -1}), doctest::Contains("temperature"), Error);
+  CHECK_THROWS_WITH_AS(lm->generate(prompt, {.top_p = 0}), doctest::Contains("top_p"), Error);
+  CHECK_THROWS_WITH_AS(lm->generate(prompt, {.top_k = -2}), doctest::Contains("top_k"), Error);
+  CHECK_THROWS_WITH_AS(lm->generate(prompt, {.stop_tokens = {5}}), doctest::Contains("stop token 5"), Error);
+  CHECK_THROWS_WITH_AS(lm->generate(prompt.to(kFloat32), {}), doctest::Contains("int64 prompt"), Error);
+  // an attention that cannot cache (ASCender) decodes by recomputation, the same tokens either way
+  auto asc_lm = std::make_shared<models::DecoderLM>(
+      models::DecoderLMOptions(5).d_model(8).heads(2).layers(1).ffn(8),
+      nn::ascender_attention_factory(nn::AscenderAttentionOptions(0, 0).k(std::vector<int64_t>{2})));
+  CHECK_FALSE(asc_lm->supports_kv_cache());
+  CHECK(asc_lm->generate(prompt, 6).to_vector<int64_t>() ==
+        asc_lm->generate(prompt, {.max_new_tokens = 6, .temperature = 0, .use_cache = false}).to_vector<int64_t>());
+}
+
 TEST_CASE("TransformerClassifier: positional options — only 'none' is blind to the token order") {
   // Without positions, attention and masked mean pooling are permutation-equivariant / invariant: swapping two
   // tokens leaves the logits unchanged. Every positional option must break that symmetry. (Not a reversal: the

@@ -27,6 +27,7 @@ bad_values() {
     bench_loader) printf '%s\n' "--tasks bogus" "--batch 0" "--steps abc" "--d-model 6" ;;
     stats) printf '%s\n' "bogus" "compare --a /nonexistent-dir --b /nonexistent-dir" "compare --resamples 0" \
                          "compare --a . --b . --resamples abc" "json a.json b.json" ;;
+    sample) printf '%s\n' "--temperature -1" "--top-p 0" "--top-k x" "--max-new-tokens 0" "--device tpu" "--seed -1" ;;
     *) return 1 ;;
   esac
 }
@@ -35,6 +36,7 @@ required_args() {
   case $1 in
     cudnn_sdpa_check) echo "$(dirname "$0")/../tools/cudnn_devices/a100.json" ;;
     stats) echo compare ;;
+    sample) echo --run . --prompt x ;;
   esac
 }
 value_option() {
@@ -43,6 +45,7 @@ value_option() {
     train) echo --heads ;;
     bench_loader) echo --batch ;;
     stats) echo --resamples ;;
+    sample) echo --temperature ;;
     bench_ascender | bench_asam) echo --n ;;
     bench_firing) echo --rates ;;
     *) echo --csv ;;
