@@ -46,19 +46,8 @@ class FashionMnistDataset : public Dataset {
     ASC_CHECK(i >= 0 && i < count_, "FashionMnist.get: index {} is out of range for {} examples (0 <= i < {})", i,
               count_, count_);
     const int64_t n = rows_ * cols_;
-    const uint8_t* px = pixels_->data() + (begin_ + i) * n;
-    Example ex;
-    ex.label = (*labels_)[static_cast<size_t>(begin_ + i)];
-    if (as_sequence_) {
-      ex.input = empty({n}, {.dtype = kInt64});  // (R*C) pixel tokens 0..255, row-major
-      int64_t* dst = ex.input.data_ptr<int64_t>();
-      for (int64_t k = 0; k < n; ++k) dst[k] = px[k];
-    } else {
-      ex.input = empty({rows_, cols_}, {.dtype = kFloat32});  // (R, C) in [0, 1]
-      float* dst = ex.input.data_ptr<float>();
-      for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<float>(px[k]) / 255.0f;
-    }
-    return ex;
+    return image_example(pixels_->data() + (begin_ + i) * n, rows_, cols_, (*labels_)[static_cast<size_t>(begin_ + i)],
+                         as_sequence_);
   }
 
  private:
@@ -150,6 +139,22 @@ IdxArray read_idx(const std::string& path) {
             "read_idx: {} has trailing bytes after the {} payload bytes its header [{}] declares", path, total,
             fmt::join(out.dims, ", "));
   return out;
+}
+
+Example image_example(const uint8_t* px, int64_t rows, int64_t cols, int64_t label, bool as_sequence) {
+  const int64_t n = rows * cols;
+  Example ex;
+  ex.label = label;
+  if (as_sequence) {
+    ex.input = empty({n}, {.dtype = kInt64});  // (R*C) pixel tokens 0..255, row-major
+    int64_t* dst = ex.input.data_ptr<int64_t>();
+    for (int64_t k = 0; k < n; ++k) dst[k] = px[k];
+  } else {
+    ex.input = empty({rows, cols}, {.dtype = kFloat32});  // (R, C) in [0, 1]
+    float* dst = ex.input.data_ptr<float>();
+    for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<float>(px[k]) / 255.0f;
+  }
+  return ex;
 }
 
 const std::vector<std::string>& fashion_mnist_class_names() {

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset.h"
+
 namespace asc::data {
 
 // An IDX array of unsigned bytes: dims (each > 0) and the row-major payload, prod(dims) bytes.
@@ -32,6 +34,10 @@ inline constexpr int64_t kMaxIdxBytes = int64_t{1} << 32;
 // A missing or unreadable file, a bad magic, a zero or oversized dimension, a truncated payload, trailing bytes or a
 // corrupt gzip stream is an asc::Error naming the file; nothing is returned then.
 IdxArray read_idx(const std::string& path);
+
+// One grey image of rows x cols bytes as the image tasks' example: (R*C) int64 pixel tokens 0..255 (as_sequence) or
+// an (R, C) float32 image in [0, 1].
+Example image_example(const uint8_t* pixels, int64_t rows, int64_t cols, int64_t label, bool as_sequence);
 
 // The ten Fashion-MNIST classes in label order: T-shirt/top, Trouser, ..., Ankle boot.
 const std::vector<std::string>& fashion_mnist_class_names();

@@ -1,9 +1,12 @@
 // make_task: the task names of data/tasks.h, dispatched to each task's builder (data/<task>.cpp).
 #include "data/tasks.h"
 
+#include <charconv>
 #include <cmath>
+#include <string_view>
 
 #include "core/error.h"
+#include "data/gzip.h"
 
 namespace asc::data {
 
@@ -68,6 +71,96 @@ Task pooled(Task task, int64_t size) {
 }
 
 }  // namespace
+
+Inputs image_inputs(const IdxArray& images, bool as_sequence, int64_t image_size) {
+  ASC_CHECK(images.dims.size() == 3, "image inputs: expected images (N, rows, cols), got {} dimensions",
+            images.dims.size());
+  const int64_t N = images.dims[0], R = images.dims[1], C = images.dims[2];
+  ASC_CHECK(image_size == 0 || R == C, "image inputs: image_size needs square images, got {} x {}", R, C);
+  Inputs in;
+  auto all = std::make_shared<InMemoryDataset>();
+  for (int64_t i = 0; i < N; ++i) {
+    all->push_back(image_example(images.data.data() + i * R * C, R, C, -1, as_sequence));
+    in.lines.push_back(i + 1);
+  }
+  in.examples = all;
+  if (image_size > 0 && image_size != R) {
+    ASC_CHECK(image_size < R && R % image_size == 0,
+              "image inputs: the model reads {} x {} images, pooled from a side it divides; these are {} x {}",
+              image_size, image_size, R, C);
+    in.examples = std::make_shared<PooledImages>(in.examples, R, R / image_size);
+  }
+  return in;
+}
+
+namespace {
+
+template <class F>
+Inputs line_inputs(const std::string& path, const char* who, F&& tokens) {
+  const std::string text = read_file_maybe_gzip(path, who);
+  Inputs in;
+  auto all = std::make_shared<InMemoryDataset>();
+  int64_t line = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view l(text.data() + start, end - start);
+    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    ++line;
+    start = end + 1;
+    if (l.find_first_not_of(" \t") == std::string_view::npos) continue;  // a blank line
+    std::vector<int64_t> ids = tokens(l, line);
+    ASC_CHECK(!ids.empty(), "{}: {}:{}: no input on the line", who, path, line);
+    Example ex;
+    ex.input = tensor(ids, {static_cast<int64_t>(ids.size())});
+    all->push_back(std::move(ex));
+    in.lines.push_back(line);
+  }
+  ASC_CHECK(all->size() > 0, "{}: {} holds no input (one example per line)", who, path);
+  in.examples = all;
+  return in;
+}
+
+}  // namespace
+
+Inputs text_inputs(const std::string& path, bool tsv, int64_t max_len) {
+  return line_inputs(path, "text inputs", [&](std::string_view l, int64_t line) {
+    if (tsv) {
+      const size_t tab = l.find('\t');
+      ASC_CHECK(tab != std::string_view::npos, "text inputs: {}:{}: no tab (a TSV line is <label or id><TAB>text)",
+                path, line);
+      l = l.substr(tab + 1);
+    }
+    if (max_len > 0 && static_cast<int64_t>(l.size()) > max_len) l = l.substr(0, static_cast<size_t>(max_len));
+    std::vector<int64_t> ids;
+    for (char ch : l) ids.push_back(static_cast<uint8_t>(ch));
+    return ids;
+  });
+}
+
+Inputs id_inputs(const std::string& path, int64_t vocab, int64_t max_len) {
+  return line_inputs(path, "token-id inputs", [&](std::string_view l, int64_t line) {
+    std::vector<int64_t> ids;
+    size_t i = 0;
+    while (i < l.size()) {
+      if (l[i] == ' ' || l[i] == '\t' || l[i] == ',') {
+        ++i;
+        continue;
+      }
+      int64_t v = 0;
+      const auto r = std::from_chars(l.data() + i, l.data() + l.size(), v);
+      ASC_CHECK(
+          r.ec == std::errc() && (r.ptr == l.data() + l.size() || *r.ptr == ' ' || *r.ptr == '\t' || *r.ptr == ','),
+          "token-id inputs: {}:{}: '{}' is not a token id", path, line, l.substr(i, 20));
+      ASC_CHECK(v >= 0 && v < vocab, "token-id inputs: {}:{}: token {} is outside the model's vocabulary [0, {})", path,
+                line, v, vocab);
+      ids.push_back(v);
+      i = static_cast<size_t>(r.ptr - l.data());
+    }
+    if (max_len > 0 && static_cast<int64_t>(ids.size()) > max_len) ids.resize(static_cast<size_t>(max_len));
+    return ids;
+  });
+}
 
 std::vector<std::string> task_names() {
   return {"fashion-mnist", "fashion-mnist-seq", "listops", "text", "pathfinder", "grouping", "file:PATH"};

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/fashion_mnist.h"  // IdxArray
 
 namespace asc::data {
 
@@ -52,6 +53,23 @@ struct Task {
 Task make_task(const std::string& name, const TaskOptions& options = {});
 // The names make_task accepts (file:PATH listed as "file:PATH").
 std::vector<std::string> task_names();
+
+// New inputs for a model trained on a task, prepared as the task prepared its own examples (the predict tool), each
+// unlabelled (label -1); `lines` holds each example's 1-based line in its file (images: its index, from 1).
+struct Inputs {
+  std::shared_ptr<const Dataset> examples;
+  std::vector<int64_t> lines;
+};
+// Grey images (N, R, C) of bytes (an IDX file: read_idx), as the image tasks': pixel tokens 0..255 (as_sequence:
+// fashion-mnist-seq, pathfinder) or [0, 1] floats (fashion-mnist), average-pooled to image_size x image_size as
+// make_task does (0: as they are).
+Inputs image_inputs(const IdxArray& images, bool as_sequence, int64_t image_size);
+// One example per non-empty line of a text file (gzip or plain): its bytes (tsv: those after the first tab), cut at
+// max_len (0: no cut), as the text and file: tasks read theirs.
+Inputs text_inputs(const std::string& path, bool tsv, int64_t max_len);
+// One example per non-empty line of token ids (separated by spaces, tabs or commas), each in [0, vocab), cut at
+// max_len.
+Inputs id_inputs(const std::string& path, int64_t vocab, int64_t max_len);
 
 // Each task's builder (make_task dispatches to these; data/<task>.cpp).
 Task fashion_mnist_task(const TaskOptions& options, bool as_sequence);

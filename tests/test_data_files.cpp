@@ -238,6 +238,60 @@ TEST_CASE("gzip: truncated streams, trailing garbage and corrupt members refused
   CHECK(read_file_maybe_gzip(dir / "plain.tsv") == "a\tb\n");
 }
 
+TEST_CASE("inputs for predict: prepared as the tasks prepare theirs (images pooled, text bytes, token ids)") {
+  TempDir dir("inputs");
+  // text lines: bytes, blank lines skipped (their numbers kept), CRLF, --tsv takes the text after the first tab, cut
+  write_text(dir / "t.txt", "ab\tc\r\n\n  \nxyz\n");
+  Inputs t = text_inputs(dir / "t.txt", false, 0);
+  REQUIRE(t.examples->size() == 2);
+  CHECK(t.lines == std::vector<int64_t>{1, 4});
+  CHECK(t.examples->get(0).input.to_vector<int64_t>() == std::vector<int64_t>{'a', 'b', '\t', 'c'});
+  CHECK(t.examples->get(0).label == -1);
+  write_text(dir / "t.tsv", "ab\tc\td\n");
+  CHECK(text_inputs(dir / "t.tsv", true, 0).examples->get(0).input.to_vector<int64_t>() ==
+        std::vector<int64_t>{'c', '\t', 'd'});
+  CHECK_THROWS_WITH_AS(text_inputs(dir / "t.txt", true, 0), has("t.txt:4: no tab"), Error);
+  CHECK(text_inputs(dir / "t.txt", false, 2).examples->get(1).input.to_vector<int64_t>() ==
+        std::vector<int64_t>{'x', 'y'});
+  // bytes above 127 stay 128..255
+  write_text(dir / "u.txt", "\xc3\xbc\n");
+  CHECK(text_inputs(dir / "u.txt", false, 0).examples->get(0).input.to_vector<int64_t>() ==
+        std::vector<int64_t>{0xc3, 0xbc});
+  // token ids: spaces, tabs or commas; checked against the vocabulary
+  write_text(dir / "i.txt", "1 2,3\t4\n\n5\n");
+  Inputs ids = id_inputs(dir / "i.txt", 6, 3);
+  CHECK(ids.lines == std::vector<int64_t>{1, 3});
+  CHECK(ids.examples->get(0).input.to_vector<int64_t>() == std::vector<int64_t>{1, 2, 3});
+  CHECK_THROWS_WITH_AS(id_inputs(dir / "i.txt", 5, 0), has("i.txt:3: token 5 is outside the model's vocabulary [0, 5)"),
+                       Error);
+  write_text(dir / "bad.txt", "1 x 3\n");
+  CHECK_THROWS_WITH_AS(id_inputs(dir / "bad.txt", 10, 0), has("bad.txt:1: 'x 3' is not a token id"), Error);
+  write_text(dir / "empty.txt", "\n\n");
+  CHECK_THROWS_WITH_AS(text_inputs(dir / "empty.txt", false, 0), has("holds no input"), Error);
+  // images: the task's own preparation — pixel tokens or floats, pooled as make_task pools
+  const Bytes px = iota_bytes(2 * 4 * 4);
+  IdxArray imgs;
+  imgs.dims = {2, 4, 4};
+  imgs.data = px;
+  Inputs im = image_inputs(imgs, true, 2);
+  REQUIRE(im.examples->size() == 2);
+  CHECK(im.lines == std::vector<int64_t>{1, 2});
+  const std::vector<int64_t> pooled = im.examples->get(1).input.to_vector<int64_t>();
+  REQUIRE(pooled.size() == 4);
+  const uint8_t* b = px.data() + 16;  // image 1, top-left 2 x 2 block: the rounded mean
+  CHECK(pooled[0] == static_cast<int64_t>(std::floor((b[0] + b[1] + b[4] + b[5]) / 4.0 + 0.5)));
+  CHECK(image_inputs(imgs, false, 0).examples->get(0).input.shape() == Shape{4, 4});
+  CHECK_THROWS_WITH_AS(image_inputs(imgs, true, 3), has("pooled from a side it divides"), Error);
+  // the real Fashion-MNIST test images: identical to the fashion-mnist-seq task's test split at image_size 14
+  const std::string t10k = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+  if (fs::exists(t10k)) {
+    const Task task = make_task("fashion-mnist-seq", {.test_size = 50, .image_size = 14});
+    const Inputs real = image_inputs(read_idx(t10k), true, 14);
+    for (int64_t i : {0, 7, 49})
+      CHECK(real.examples->get(i).input.to_vector<int64_t>() == task.test->get(i).input.to_vector<int64_t>());
+  }
+}
+
 TEST_CASE("fashion-mnist: splits, pixels and labels of a generated set match the files") {
   TempDir dir("fmnist_fake");
   const uint32_t n_train = 5006, n_test = 9, rows = 2, cols = 3;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -572,6 +573,62 @@ TEST_CASE("sample: text from a trained byte-level LM — streamed, batched, seed
   CHECK(stopped.substr(3).find(' ') == stopped.size() - 5);  // ends at its first space (then the newline)
   // not a language model, or no prompt: refused
   CHECK(sample("--prompt-ids 300").first == 1);
+  fs::remove_all(d), fs::remove_all(d.string() + "_data");
+}
+
+TEST_CASE("predict: a trained classifier on new text lines and token ids, CSV and JSON lines") {
+  const fs::path d = temp_dir("predict");
+  const std::string log = d.string() + ".log";
+  fs::create_directories(d.string() + "_data");
+  const fs::path tsv = fs::path(d.string() + "_data") / "reviews.tsv";
+  {
+    std::ofstream f(tsv);
+    for (int i = 0; i < 60; ++i)
+      f << (i % 2 ? "good" : "bad") << "\t" << (i % 2 ? "a fine film " : "a dull film ") << i << "\n";
+  }
+  REQUIRE(run("--task file:" + tsv.string() +
+                  " --model dense --d-model 16 --heads 2 --layers 1 --ffn 32 --batch 8 --steps 4 --progress none "
+                  "--threads 1 --out " +
+                  d.string(),
+              log) == 0);
+  auto predict = [&](const std::string& args) {
+    const std::string cmd =
+        std::string(ASC_PREDICT_BIN) + " --run " + d.string() + " " + args + " > " + log + ".out 2> " + log;
+    const int rc = std::system(cmd.c_str());
+    return std::make_pair(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read(log + ".out"));
+  };
+  // the TSV's own lines (text after the tab), CSV on stdout: one row per line, probabilities summing to 1
+  auto [rc, csv] = predict("--tsv " + tsv.string() + " --progress none");
+  REQUIRE(rc == 0);
+  std::istringstream rows(csv);
+  std::string header, line;
+  std::getline(rows, header);
+  CHECK(header == "line,prediction,class,p_0,p_1");
+  int n = 0;
+  while (std::getline(rows, line)) {
+    ++n;
+    std::vector<std::string> cols;
+    size_t s = 0;
+    for (size_t e; (e = line.find(',', s)) != std::string::npos; s = e + 1) cols.push_back(line.substr(s, e - s));
+    cols.push_back(line.substr(s));
+    REQUIRE(cols.size() == 5);
+    CHECK(std::stoll(cols[0]) == n);
+    CHECK((cols[2] == "bad" || cols[2] == "good"));
+    CHECK(std::stod(cols[3]) + std::stod(cols[4]) == doctest::Approx(1.0).epsilon(1e-5));
+  }
+  CHECK(n == 60);
+  // a text file of new inputs, to JSON lines, a blank line skipped
+  const fs::path txt = fs::path(d.string() + "_data") / "new.txt";
+  std::ofstream(txt) << "a fine film\n\na dull film\n";
+  const fs::path out = fs::path(d.string() + "_data") / "p.jsonl";
+  REQUIRE(predict("--text " + txt.string() + " --out " + out.string()).first == 0);
+  const std::string jl = read(out);
+  CHECK(jl.find("{\"line\":1,") == 0);
+  CHECK(jl.find("{\"line\":3,") != std::string::npos);
+  // the wrong kind of input, two kinds at once, an LM run: refused
+  CHECK(predict("--images " + tsv.string()).first == 1);
+  CHECK(predict("--text " + txt.string() + " --ids " + txt.string()).first == 2);
+  CHECK(predict("--text " + txt.string() + " --out p.txt").first == 2);
   fs::remove_all(d), fs::remove_all(d.string() + "_data");
 }
 

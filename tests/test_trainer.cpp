@@ -263,3 +263,40 @@ TEST_CASE("load_run: a finished run's model rebuilt from its directory scores as
   CHECK_THROWS_WITH_AS(train::load_run(dir.string(), "absent.safetensors"), doctest::Contains("absent"), Error);
   fs::remove_all(dir);
 }
+
+TEST_CASE("load_run for every model kind: the rebuilt model scores as the run did; predict agrees with evaluate") {
+  const bool fmnist = fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+  for (const std::string kind : {"dense", "ascender", "asam", "window", "window-global", "lm", "firing", "mlp"}) {
+    CAPTURE(kind);
+    if ((kind == "firing" || kind == "mlp") && !fmnist) continue;  // image models: Debian's dataset-fashion-mnist
+    const fs::path dir = temp_dir("kind_" + kind);
+    train::Config c = tiny(dir);
+    c.model = kind, c.steps = 3, c.asam_window = 4;
+    if (kind == "firing" || kind == "mlp")
+      c.task = "fashion-mnist", c.image_size = 7, c.train_size = 64, c.val_size = 32, c.test_size = 32,
+      c.firing_hidden = 16, c.mlp_hidden = {16};
+    train::TestResult first;
+    {
+      train::Trainer t(c);
+      REQUIRE(t.fit());
+      first = t.test();
+    }
+    train::Run r = train::load_run(dir.string());
+    train::MechStats mech(r);
+    const train::EvalResult again = train::evaluate(r, *r.task.test, 0, mech, true);
+    CHECK(again.loss == first.test.loss);
+    CHECK(again.accuracy == first.test.accuracy);
+    if (kind != "lm") {  // predict: the class of highest probability is evaluate's prediction, rows sum to 1
+      const Tensor p = train::predict_probabilities(r, *r.task.test, 5);
+      REQUIRE(p.shape() == Shape{r.task.test->size(), r.task.classes});
+      const std::vector<int64_t> best = argmax(p, 1).to_vector<int64_t>();
+      for (const auto& row : again.predictions)
+        CHECK(best[static_cast<size_t>(row[0])] == static_cast<int64_t>(row[2]));
+      testing::check_close(sum(p, {1}), std::vector<double>(static_cast<size_t>(p.size(0)), 1.0), 1e-12, 0);
+    } else {
+      CHECK_THROWS_WITH_AS(train::predict_probabilities(r, *r.task.test, 5), doctest::Contains("language model"),
+                           Error);
+    }
+    fs::remove_all(dir);
+  }
+}

@@ -27,6 +27,8 @@ bad_values() {
     bench_loader) printf '%s\n' "--tasks bogus" "--batch 0" "--steps abc" "--d-model 6" ;;
     stats) printf '%s\n' "bogus" "compare --a /nonexistent-dir --b /nonexistent-dir" "compare --resamples 0" \
                          "compare --a . --b . --resamples abc" "json a.json b.json" ;;
+    predict) printf '%s\n' "--batch 0" "--progress loud" "--device tpu" "--images /nonexistent.idx" \
+                           "--out x.txt" ;;
     sample) printf '%s\n' "--temperature -1" "--top-p 0" "--top-k x" "--max-new-tokens 0" "--device tpu" "--seed -1" ;;
     *) return 1 ;;
   esac
@@ -37,6 +39,7 @@ required_args() {
     cudnn_sdpa_check) echo "$(dirname "$0")/../tools/cudnn_devices/a100.json" ;;
     stats) echo compare ;;
     sample) echo --run . --prompt x ;;
+    predict) echo --run . --ids /dev/null ;;
   esac
 }
 value_option() {
@@ -46,6 +49,7 @@ value_option() {
     bench_loader) echo --batch ;;
     stats) echo --resamples ;;
     sample) echo --temperature ;;
+    predict) echo --batch ;;
     bench_ascender | bench_asam) echo --n ;;
     bench_firing) echo --rates ;;
     *) echo --csv ;;

@@ -25,7 +25,7 @@ else
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then preset=release bin=build/release; fi
   cmake --preset "$preset" >/dev/null
   # the libraries too (static and shared), so that `cmake --install build/cpu --prefix P` works after the demo
-  cmake --build --preset "$preset" -j "$(nproc)" --target train stats sample ascender ascender_shared
+  cmake --build --preset "$preset" -j "$(nproc)" --target train stats sample predict ascender ascender_shared
 fi
 export ASC_BUILD_DIR=$bin
 rm -rf "$root"

@@ -5,6 +5,34 @@
 
 namespace asc::train {
 
+Tensor classifier_logits(Run& r, const Tensor& input, const Tensor& valid) {
+  ASC_CHECK(!r.is_lm(), "classifier_logits: the run's model is a language model (sample continues its text)");
+  return r.firing ? r.firing->forward(input.reshape({input.size(0), -1}))
+         : r.mlp  ? r.mlp->forward(input.reshape({input.size(0), -1}))
+                  : r.classifier->forward(input, valid);  // (B, classes)
+}
+
+Tensor predict_probabilities(Run& r, const data::Dataset& inputs, int64_t batch,
+                             const std::function<void(int64_t)>& progress) {
+  ASC_CHECK(!r.is_lm(), "predict: the run's model is a language model (sample continues its text)");
+  ASC_CHECK(batch >= 1, "predict: batch must be >= 1, got {}", batch);
+  NoGradGuard ng;
+  const bool was_training = r.model->is_training();
+  r.model->eval();
+  std::vector<Tensor> parts;
+  int64_t done = 0;
+  data::for_each_batch(inputs, batch, r.task.pad_id, [&](const data::Batch& b) {
+    Tensor input = b.input.to(r.device), valid = b.valid.defined() ? b.valid.to(r.device) : Tensor();
+    if (is_floating(input.dtype()) && input.dtype() != r.dtype) input = input.to(r.dtype);
+    parts.push_back(softmax(classifier_logits(r, input, valid).to(kFloat64), -1).to(Device::cpu()));
+    done += b.size();
+    if (progress) progress(done);
+  });
+  if (was_training) r.model->train();
+  ASC_CHECK(!parts.empty(), "predict: no inputs");
+  return cat(parts, 0);  // (N, classes)
+}
+
 BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
   BatchResult out;
   Tensor input = b.input.to(r.device), valid = b.valid.defined() ? b.valid.to(r.device) : Tensor();
@@ -28,9 +56,7 @@ BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
                     sum(eq(out.prediction.reshape({-1}), flat_t).to(kFloat64)).view({1}), n.to(kFloat64).view({1})},
                    0);
   } else {
-    Tensor logits = r.firing ? r.firing->forward(input.reshape({input.size(0), -1}))
-                    : r.mlp  ? r.mlp->forward(input.reshape({input.size(0), -1}))
-                             : r.classifier->forward(input, valid);  // (B, classes)
+    Tensor logits = classifier_logits(r, input, valid);  // (B, classes)
     Tensor labels = b.labels.to(r.device);
     out.example_loss = cross_entropy(logits, labels, {.reduction = Reduction::None});  // (B)
     out.loss = mean(out.example_loss);

@@ -138,6 +138,15 @@ struct BatchResult {
 // reads its figures with read(), after its backward is queued.
 BatchResult run_batch(Run& r, const data::Batch& b, bool training);
 
+// A classifier's logits (B, classes) of a batch's input (on the run's device, in its dtype): the attention
+// classifier, the firing network or the MLP, as training computed them.
+Tensor classifier_logits(Run& r, const Tensor& input, const Tensor& valid);
+// The class probabilities (N, classes), float64 on the CPU, of every example of `inputs` in order (evaluation mode,
+// batches of `batch`, padded as the task's); `progress` after each batch with the examples done. A classifier's run
+// only (asc::Error for a language model).
+Tensor predict_probabilities(Run& r, const data::Dataset& inputs, int64_t batch,
+                             const std::function<void(int64_t done)>& progress = {});
+
 struct EvalResult {
   double loss = 0, accuracy = 0, count = 0;
   std::vector<std::array<double, 5>> predictions;  // index, label, prediction, correct, loss
