@@ -14,6 +14,18 @@
 
 namespace asc {
 
+namespace {
+// fsync of the directory holding `path`. Best effort: a file system that cannot sync a directory still has the entry.
+void sync_directory_of(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+}  // namespace
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ASC_CHECK(fd_ >= 0, "cannot open '{}' for writing: {}", tmp_, std::strerror(errno));
@@ -47,15 +59,18 @@ void AtomicFile::commit() {
   ASC_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, "renaming '{}' to '{}' failed: {}", tmp_, path_,
             std::strerror(errno));
   committed_ = true;
-  // The rename itself durable too (a power cut after it must not bring the old file back): fsync the directory.
-  // Best effort: a file system that cannot sync a directory still has the rename.
-  const std::string dir = std::filesystem::path(path_).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
+  // The rename itself durable too (a power cut after it must not bring the old file back).
+  sync_directory_of(path_);
   fault::write_point();  // the new file in place
+}
+
+void remove_durably(const std::string& path) {
+  if (std::remove(path.c_str()) != 0) {
+    ASC_CHECK(errno == ENOENT, "cannot remove '{}': {}", path, std::strerror(errno));
+    return;
+  }
+  sync_directory_of(path);
+  fault::write_point();
 }
 
 void write_file_atomic(const std::string& path, std::string_view text) {

@@ -35,5 +35,7 @@ class AtomicFile {
 
 // `text` to `path` through AtomicFile.
 void write_file_atomic(const std::string& path, std::string_view text);
+// Removes `path` (if it exists) and fsyncs its directory, so that the removal survives a crash of the machine too.
+void remove_durably(const std::string& path);
 
 }  // namespace asc

@@ -28,6 +28,17 @@ CompressedReader::CompressedReader(const std::string& path, std::string who)
   ASC_CHECK(std::filesystem::is_regular_file(path, ec), "{}: {} not found (or not a regular file)", who_, path);
   f_ = std::fopen(path.c_str(), "rb");
   ASC_CHECK(f_ != nullptr, "{}: cannot open {}: {}", who_, path, std::strerror(errno));
+  try {
+    start();
+  } catch (...) {  // the destructor does not run for a constructor that throws
+    std::fclose(f_);
+    f_ = nullptr;
+    throw;
+  }
+}
+
+void CompressedReader::start() {
+  const std::string& path = path_;
   refill();
   z_stream& s = z_->s;
   gzip_ = s.avail_in >= 2 && s.next_in[0] == 0x1f && s.next_in[1] == 0x8b;

@@ -35,6 +35,7 @@ class CompressedReader {
 
  private:
   bool refill();  // more input; false at the end of the file
+  void start();   // the first bytes: gzip or plain
   struct Stream;
   std::string path_, who_;
   std::FILE* f_ = nullptr;

@@ -98,10 +98,12 @@ Tensor pick_next(const Tensor& logits, const GenerateOptions& o, Generator& gen)
       continue;
     }
     // candidates by logit, largest first (ties: the smaller id first); top-k, then the softmax, then top-p
-    std::vector<int64_t> ids(static_cast<size_t>(V));
+    ASC_CHECK(std::all_of(row, row + V, [](double v) { return !std::isnan(v) && v != INFINITY; }) &&
+                  std::any_of(row, row + V, [](double v) { return std::isfinite(v); }),
+              "DecoderLM.generate: row {} of the logits holds NaN or +inf (or nothing finite): nothing to sample", b);
+    std::vector<int64_t> ids(static_cast<size_t>(V));  // a strict order now: no NaN
     std::iota(ids.begin(), ids.end(), 0);
     std::stable_sort(ids.begin(), ids.end(), [&](int64_t x, int64_t y) { return row[x] > row[y]; });
-    ASC_CHECK(std::isfinite(row[ids[0]]), "DecoderLM.generate: row {} of the logits is not finite", b);
     size_t keep = o.top_k > 0 ? std::min<size_t>(static_cast<size_t>(o.top_k), ids.size()) : ids.size();
     std::vector<double> p(keep);
     double z = 0;
@@ -149,6 +151,15 @@ Tensor DecoderLM::generate(const Tensor& prompt, const GenerateOptions& o) {
     ASC_CHECK(t >= 0 && t < options.vocab(), "DecoderLM.generate: stop token {} is not in the vocabulary [0, {})", t,
               options.vocab());
   if (o.max_new_tokens == 0) return prompt;
+  // RoPE's tables cover a fixed number of positions: a sequence past them is refused before anything is generated
+  for (const auto& b : *blocks)
+    if (auto mha = std::dynamic_pointer_cast<nn::MultiHeadAttention>(
+            std::static_pointer_cast<nn::TransformerDecoderBlock>(b)->attn);
+        mha && mha->options.rope())
+      ASC_CHECK(prompt.size(1) + o.max_new_tokens <= mha->options.rope_max_len(),
+                "DecoderLM.generate: a prompt of {} tokens plus {} new ones passes the {} positions of the model's "
+                "rotary tables",
+                prompt.size(1), o.max_new_tokens, mha->options.rope_max_len());
   NoGradGuard g;
   const bool was_training = is_training();
   eval();

@@ -268,6 +268,8 @@ TEST_CASE("DecoderLM: KV-cached logits equal the full recomputation's; sampling 
   CHECK_THROWS_WITH_AS(lm->generate(prompt, {.top_k = -2}), doctest::Contains("top_k"), Error);
   CHECK_THROWS_WITH_AS(lm->generate(prompt, {.stop_tokens = {5}}), doctest::Contains("stop token 5"), Error);
   CHECK_THROWS_WITH_AS(lm->generate(prompt.to(kFloat32), {}), doctest::Contains("int64 prompt"), Error);
+  // past the rotary tables (4096 positions): refused before anything is generated
+  CHECK_THROWS_WITH_AS(lm->generate(prompt, {.max_new_tokens = 4095}), doctest::Contains("rotary tables"), Error);
   // an attention that cannot cache (ASCender) decodes by recomputation, the same tokens either way
   auto asc_lm = std::make_shared<models::DecoderLM>(
       models::DecoderLMOptions(5).d_model(8).heads(2).layers(1).ffn(8),

@@ -38,7 +38,7 @@ fs::path temp_dir(const std::string& name) {
 
 // Runs train with `args`; returns its exit code (stdout/stderr into DIR/../name.log).
 int run(const std::string& args, const std::string& log) {
-  const std::string cmd = std::string(ASC_TRAIN_BIN) + " " + args + " > " + log + " 2>&1";
+  const std::string cmd = fmt::format("{} {} > {} 2>&1", ASC_TRAIN_BIN, args, log);
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
@@ -488,6 +488,9 @@ TEST_CASE(
   CHECK(read(log).find("holds a finished run") != std::string::npos);
   CHECK(read(d / "summary.json") == summary);
   CHECK(read(d / "metrics.csv") == metrics);
+  // extended and interrupted: unfinished again (no summary.json), then finished by the next resume
+  REQUIRE(run(kTiny + " --steps 6 --stop-after 1 --resume --out " + d.string(), log) == 130);
+  CHECK_FALSE(fs::exists(d / "summary.json"));
   REQUIRE(run(kTiny + " --steps 6 --resume --out " + d.string(), log) == 0);
   CHECK(nlohmann::json::parse(read(d / "summary.json"))["steps"] == 6);
   fs::remove_all(d);

@@ -84,12 +84,14 @@ TEST_CASE("LoopState: exact round trip through checkpoint metadata; version 1 re
   }
   // counters no run writes: best_step after step, more skipped steps than steps, a negative or non-finite time,
   // more correct answers than examples, a metrics size below -1
-  for (const auto& [key, bad] : std::vector<std::pair<std::string, std::string>>{{"best_step", "18"},
-                                                                                 {"nonfinite_steps", "18"},
-                                                                                 {"wall_s", "-1"},
-                                                                                 {"wall_s", "inf"},
-                                                                                 {"acc.correct", "0x1.1p+4"},
-                                                                                 {"metrics.csv_bytes", "-2"}}) {
+  for (const auto& [key, bad] :
+       std::vector<std::pair<std::string, std::string>>{{"best_step", "18"},
+                                                        {"nonfinite_steps", "18"},
+                                                        {"wall_s", "-1"},
+                                                        {"wall_s", "inf"},
+                                                        {"acc.correct", "0x1.1p+4"},
+                                                        {"metrics.csv_bytes", "-2"},
+                                                        {"metrics.csv_bytes", "5"}}) {  // one of two
     auto broken = m;
     broken[key] = bad;
     CAPTURE(key);
@@ -137,7 +139,8 @@ TEST_CASE("validate_config: the options together, and a memory lower bound again
   auto refused = [](train::Config bad, const char* says) {
     CAPTURE(says);
     CHECK_THROWS_WITH_AS(train::validate_config(bad), doctest::Contains(says), Error);
-    CHECK_THROWS_WITH_AS(train::make_run(bad), doctest::Contains(says), Error);  // before any data is read
+    if (std::string(says).find("needs at least") == std::string::npos)  // make_run: no memory bound (inference)
+      CHECK_THROWS_WITH_AS(train::make_run(bad), doctest::Contains(says), Error);  // before any data is read
   };
   train::Config h = c;
   h.heads = 3;

@@ -65,6 +65,11 @@ int run(const Flags& f) {
     in = data::id_inputs(f.ids, task.vocab, task.max_len);
   }
   const int64_t n = in.examples->size(), C = task.classes;
+  if (!f.images.empty())  // the images' size, after the pooling, must be the one the model was trained on
+    ASC_CHECK(in.examples->get(0).input.numel() == task.max_len,
+              "--images: {} images give {} values an input; the run's model reads {} (its task's images, pooled to "
+              "--image-size {})",
+              f.images, in.examples->get(0).input.numel(), task.max_len, c.image_size);
 
   tools::Progress progress(n, "predict");
   const Tensor probs = train::predict_probabilities(r, *in.examples, f.batch, [&](int64_t done) {

@@ -42,8 +42,10 @@ std::vector<std::vector<int64_t>> read_prompts(const Flags& f, int64_t vocab) {
   if (!f.prompt_file.empty()) {
     std::ifstream in(f.prompt_file);
     ASC_CHECK(in.good(), "cannot read --prompt-file {}", f.prompt_file);
-    for (std::string line; std::getline(in, line);)
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
       if (!line.empty()) texts.push_back(line);
+    }
   }
   std::vector<std::vector<int64_t>> out;
   for (const std::string& t : texts) {

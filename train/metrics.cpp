@@ -23,7 +23,11 @@ MetricsWriter::MetricsWriter(const fs::path& dir, std::vector<std::string> mech_
   for (File* f : {&csv_, &jsonl_}) {
     f->path = (dir / (f == &csv_ ? "metrics.csv" : "metrics.jsonl")).string();
     f->fd = ::open(f->path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (create ? O_TRUNC : 0), 0644);
-    ASC_CHECK(f->fd >= 0, "cannot write {}: {}", f->path, std::strerror(errno));
+    if (f->fd < 0) {
+      const int err = errno;
+      if (csv_.fd >= 0) ::close(csv_.fd);  // the destructor does not run for a constructor that throws
+      ASC_THROW("cannot write {}: {}", f->path, std::strerror(err));
+    }
     const off_t end = ::lseek(f->fd, 0, SEEK_END);
     ASC_CHECK(end >= 0, "cannot seek in {}: {}", f->path, std::strerror(errno));
     f->bytes = end;

@@ -101,10 +101,10 @@ std::string config_json(const Config& c, const std::vector<std::pair<std::string
 void resolve_defaults(Config& c);
 
 // What the options ask together, checked once the flags and files are read (the train tool exits 2 on it; make_run
-// checks it too): the width a multiple of the heads, per-head lists of one value or one per head, min_len <= max_len,
-// the rules' ranges ordered, and no run whose memory (memory_lower_bound) exceeds the machine's. asc::Error naming
-// the options and what they may be.
-void validate_config(const Config& c);
+// checks it too, without the memory bound: a model rebuilt for inference needs far less): the width a multiple of the
+// heads, per-head lists of one value or one per head, min_len <= max_len, the rules' ranges ordered, and (check_memory)
+// no training run whose memory (memory_lower_bound) exceeds the machine's. asc::Error naming the options.
+void validate_config(const Config& c, bool check_memory = true);
 
 // A lower bound of the bytes a CPU run of `c` holds (0 where none is known: another device, a file task of unknown
 // length, the firing and MLP models), and how it was counted: the activations an attention model keeps for the

@@ -143,7 +143,7 @@ void check_device_and_dtype(const Config& c) {
 }
 
 Run make_run(const Config& c) {
-  validate_config(c);  // what the options ask together, before any data is read
+  validate_config(c, /*check_memory=*/false);  // what the options ask together, before any data is read
   Run r;
   r.c = c;
   resolve_defaults(r.c);  // the rules' -1 rates: their own defaults

@@ -126,9 +126,10 @@ LoopState loop_state_from_metadata(const std::map<std::string, std::string>& m, 
                 std::isfinite(s.acc_tokens) && s.acc_tokens >= 0,
             "checkpoint {}: inconsistent sums of the training batches (count {}, correct {}, tokens {})", path,
             s.acc_count, s.acc_correct, s.acc_tokens);
-  ASC_CHECK(s.metrics_csv_bytes >= -1 &&
-                s.metrics_jsonl_bytes >= -1,  // -1: not recorded (a checkpoint saved outside the trainer)
-            "checkpoint {}: metrics file sizes {} and {} (must be >= 0, or -1: not recorded)", path,
+  // both sizes, or neither (-1: not recorded, a checkpoint saved outside the trainer)
+  ASC_CHECK((s.metrics_csv_bytes == -1 && s.metrics_jsonl_bytes == -1) ||
+                (s.metrics_csv_bytes >= 0 && s.metrics_jsonl_bytes >= 0),
+            "checkpoint {}: metrics file sizes {} and {} (both >= 0, or both -1: not recorded)", path,
             s.metrics_csv_bytes, s.metrics_jsonl_bytes);
   return s;
 }

@@ -21,13 +21,18 @@ Tensor predict_probabilities(Run& r, const data::Dataset& inputs, int64_t batch,
   r.model->eval();
   std::vector<Tensor> parts;
   int64_t done = 0;
-  data::for_each_batch(inputs, batch, r.task.pad_id, [&](const data::Batch& b) {
-    Tensor input = b.input.to(r.device), valid = b.valid.defined() ? b.valid.to(r.device) : Tensor();
-    if (is_floating(input.dtype()) && input.dtype() != r.dtype) input = input.to(r.dtype);
-    parts.push_back(softmax(classifier_logits(r, input, valid).to(kFloat64), -1).to(Device::cpu()));
-    done += b.size();
-    if (progress) progress(done);
-  });
+  try {
+    data::for_each_batch(inputs, batch, r.task.pad_id, [&](const data::Batch& b) {
+      Tensor input = b.input.to(r.device), valid = b.valid.defined() ? b.valid.to(r.device) : Tensor();
+      if (is_floating(input.dtype()) && input.dtype() != r.dtype) input = input.to(r.dtype);
+      parts.push_back(softmax(classifier_logits(r, input, valid).to(kFloat64), -1).to(Device::cpu()));
+      done += b.size();
+      if (progress) progress(done);
+    });
+  } catch (...) {
+    if (was_training) r.model->train();  // the mode as it was
+    throw;
+  }
   if (was_training) r.model->train();
   ASC_CHECK(!parts.empty(), "predict: no inputs");
   return cat(parts, 0);  // (N, classes)

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 
+#include "core/atomic_file.h"
 #include "core/cpu_peak.h"
 #include "core/profiler.h"
 #include "cuda/cuda.h"
@@ -170,6 +171,7 @@ Trainer::Trainer(const Config& c, TrainerFlags flags) : flags_(std::move(flags))
   // First, before anything is written or built: the device and dtype, then a directory that holds a run is refused
   // without resume.
   check_device_and_dtype(c);
+  validate_config(c);  // with the memory a training run needs
   if (flags_.resume)
     ASC_CHECK(fs::exists(out_ / "config.json"),
               "--resume: {} has no config.json, so no run was started there (a run killed before writing it is started "
@@ -238,10 +240,13 @@ void Trainer::prepare_outputs() {
   fs::create_directories(out_ / "ckpt");  // only now: a run refused while it was set up leaves nothing on disk
   // A temporary file is a write a killed process never finished (core/atomic_file.h): the file it would have
   // replaced is intact, and this process writes it again.
-  for (const fs::path& d : {out_, out_ / "ckpt", out_ / "dumps"})
-    if (fs::is_directory(d))
-      for (const auto& e : fs::directory_iterator(d))
-        if (e.is_regular_file() && e.path().extension() == ".tmp") fs::remove(e.path());
+  // Only the trainer's own: an --out directory may hold other files.
+  for (const char* name : {"config.json", "summary.json", "predictions.csv", "best.safetensors", "cluster_metrics.json",
+                           "robustness.json", "profile.txt", "profile_trace.json", "ckpt/last.safetensors"})
+    fs::remove(out_ / (std::string(name) + ".tmp"));
+  if (fs::is_directory(out_ / "dumps"))
+    for (const auto& e : fs::directory_iterator(out_ / "dumps"))
+      if (e.is_regular_file() && e.path().string().ends_with(".safetensors.tmp")) fs::remove(e.path());
   bool fresh = flags_.eval_only.empty();
   if (flags_.eval_only.empty() && flags_.resume && fs::exists(last_ckpt)) {
     // the loader's position and the mechanism sums are set (or refused) before the tensors are loaded
@@ -249,6 +254,9 @@ void Trainer::prepare_outputs() {
       in_->train_mech.set_state(s.mech_train);
       loader_->set_state(s.loader);
     });
+    // A finished run extended (--steps past its end) is unfinished again: its summary goes first, so that a kill
+    // from here on leaves a run that resumes rather than one that looks finished.
+    if (s_.step < total_ && fs::exists(out_ / "summary.json")) asc::remove_durably((out_ / "summary.json").string());
     if (s_.metrics_csv_bytes >= 0)
       cut_metrics(out_, s_.metrics_csv_bytes, s_.metrics_jsonl_bytes);
     else

@@ -8,7 +8,8 @@
 //   t.add_callback(std::make_shared<MyCallback>());
 //   t.fit();                                    // training with validation and checkpoints
 //   asc::train::TestResult r = t.test();        // best.safetensors on the test split; predictions, dumps
-//   t.write_summary(r);                         // summary.json; then t.analyses() when asked for
+//   t.analyses();                               // cluster_metrics.json / robustness.json when asked for
+//   t.write_summary(r);                         // summary.json, last: its existence marks the run finished
 //
 // The run directory: config.json (every option, the git commit), metrics.csv and metrics.jsonl (one row per log,
 // validation and test), summary.json, predictions.csv, best.safetensors (the model selected on validation),
@@ -86,9 +87,10 @@ class Trainer {
   // The best validation model (or the eval_only file) on validation and test: the test row of metrics.csv,
   // predictions.csv, and dumps/ (ASAM gates, firing rates, ASCender decompositions).
   TestResult test();
-  void write_summary(const TestResult& t);
   // cluster_metrics.json / robustness.json when the Config asks for them; a failed analysis writes its error there.
   void analyses();
+  // summary.json: written last (after the analyses), since `train --resume` takes it for a finished run.
+  void write_summary(const TestResult& t);
   // ckpt/last.safetensors now; the trainer's checkpoint callback calls it every ckpt_every steps, at the last, and
   // before a stop.
   void checkpoint();
