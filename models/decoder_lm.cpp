@@ -139,7 +139,8 @@ Tensor DecoderLM::generate(const Tensor& prompt, const GenerateOptions& o) {
   ASC_CHECK(prompt.defined() && prompt.dim() == 2 && prompt.size(1) >= 1 && prompt.dtype() == kInt64,
             "DecoderLM.generate: expected an int64 prompt (B, T >= 1), got {} {}",
             prompt.defined() ? dtype_name(prompt.dtype()) : "undefined", prompt.defined() ? prompt.shape() : Shape{});
-  ASC_CHECK(o.max_new_tokens >= 0, "DecoderLM.generate: max_new_tokens must be >= 0, got {}", o.max_new_tokens);
+  ASC_CHECK(o.max_new_tokens >= 0, "DecoderLM.generate: expected steps >= 0 (max_new_tokens), got {}",
+            o.max_new_tokens);
   ASC_CHECK(o.max_new_tokens <= std::numeric_limits<int64_t>::max() - prompt.size(1),
             "DecoderLM.generate: a prompt of {} tokens plus {} steps overflows int64", prompt.size(1),
             o.max_new_tokens);
