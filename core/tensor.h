@@ -159,6 +159,7 @@ class Tensor {
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
   Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& add_(double value);  // every element += value (PyTorch's x.add_(number))
   Tensor& mul_(double value);
 
   // ---- common ops as methods (the free functions in ops/ are the full API) -----------------------------------
@@ -223,11 +224,21 @@ Tensor scalar_tensor(double value, TensorOptions opts = {});
 Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = {.dtype = kInt64});
 Tensor arange(int64_t end, TensorOptions opts = {.dtype = kInt64});
 Tensor eye(int64_t n, TensorOptions opts = {});
+Tensor eye(int64_t n, int64_t m, TensorOptions opts = {});  // (n, m): ones where i == j
 // Random tensors from `gen` (the default generator when null); see core/generator.h.
 Tensor rand(const Shape& shape, TensorOptions opts = {}, Generator* gen = nullptr);   // U[0, 1)
 Tensor randn(const Shape& shape, TensorOptions opts = {}, Generator* gen = nullptr);  // N(0, 1)
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts = {.dtype = kInt64},
                Generator* gen = nullptr);  // integers in [low, high)
+// rand / randn of t's shape, dtype and device (t must be floating point).
+Tensor rand_like(const Tensor& t, Generator* gen = nullptr);
+Tensor randn_like(const Tensor& t, Generator* gen = nullptr);
+// torch.multinomial: `num_samples` category indices per row of `weights` ((C) or (N, C); non-negative, finite, not
+// all zero in a row; they need not sum to 1), each drawn with probability proportional to its weight. Without
+// replacement a row's samples are distinct and num_samples may not exceed its non-zero weights. int64 (num_samples)
+// or (N, num_samples) on weights' device; not differentiable. The draws are made on the host from `gen`.
+//   asc::Tensor next = asc::multinomial(asc::softmax(logits / 0.8, -1), 1);  // (B, 1): one token per row
+Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement = false, Generator* gen = nullptr);
 // From host data in row-major order: asc::tensor({1, 2, 3, 4}, {2, 2}).
 Tensor tensor(std::span<const double> values, const Shape& shape, TensorOptions opts = {});
 Tensor tensor(std::initializer_list<double> values, const Shape& shape, TensorOptions opts = {});

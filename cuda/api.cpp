@@ -24,6 +24,9 @@ bool is_built() { return g_runtime != nullptr; }
 bool is_available() { return device_count() > 0; }
 int device_count() { return g_runtime ? g_runtime->device_count() : 0; }
 std::string device_name(int index) { return linked("cuda::device_name").device_name(index); }
+bool is_bf16_supported(int index) {
+  return index >= 0 && index < device_count() && g_runtime->compute_capability_major(index) >= 8;
+}
 void synchronize() { linked("cuda::synchronize").synchronize(); }
 void set_allow_tf32(bool allow) {
   if (g_runtime) g_runtime->set_allow_tf32(allow);

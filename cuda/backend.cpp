@@ -13,6 +13,7 @@ namespace {
 const Runtime g_runtime{
     .device_count = impl::device_count,
     .device_name = impl::device_name,
+    .compute_capability_major = impl::compute_capability_major,
     .current_device_or_none = impl::current_device_or_none,
     .set_device = impl::set_device,
     .restore_device = impl::restore_device,

@@ -49,6 +49,7 @@ math::SurrogateKind surrogate_kind_of(const char* op, const GateSpec& gate);
 namespace impl {
 int device_count();  // cuda/runtime.cu
 std::string device_name(int index);
+int compute_capability_major(int index);
 MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 void empty_cache();

@@ -17,6 +17,10 @@ int device_count();
 // Name of device `index` (e.g. "NVIDIA H100 80GB HBM3"); error when unavailable.
 std::string device_name(int index = 0);
 
+// Whether device `index` computes in bfloat16 natively (compute capability 8.0 and later; torch.cuda.is_bf16_supported
+// with including_emulation=False); false when no device is available.
+bool is_bf16_supported(int index = 0);
+
 // Waits for all work queued on the current device (error when no device).
 void synchronize();
 // TF32 tensor-core math for float32 matmuls (off by default: results then match float32 GEMM to ~1e-6 rel.).

@@ -135,6 +135,24 @@ void scatter_add(Tensor& out, int dim, const Tensor& index, const Tensor& src) {
                                     idx_dtype(out.dtype()), L, index.numel(), ostep, current_stream()));
 }
 
+void scatter(Tensor& out, int dim, const Tensor& index, const Tensor& src) {
+  check_cuda("scatter", out, "out");
+  check_cuda("scatter", src, "src");
+  check_index("scatter", index);
+  ASC_CHECK(src.dtype() == out.dtype(), "scatter (CUDA): src ({}) must have out's dtype ({})", src.dtype(),
+            out.dtype());
+  Strides os = out.strides();
+  const int64_t ostep = os[dim];
+  os[dim] = 0;
+  Shape fibre_shape = index.shape();  // one thread per fibre along dim: its writes in order, the last one winning
+  const int64_t len = fibre_shape[dim];
+  fibre_shape[dim] = 1;
+  const IdxLayout F = layout_of(fibre_shape, {&os, &index.strides(), &src.strides()});
+  ASC_CUDA_CHECK(launch_scatter_fibres(out.raw_data(), static_cast<const int64_t*>(index.raw_data()), src.raw_data(),
+                                       out.element_size(), F, numel_of(fibre_shape), len, index.stride(dim),
+                                       src.stride(dim), ostep, current_stream()));
+}
+
 void one_hot(const Tensor& index, Tensor& out) {
   check_index("one_hot", index);
   check_cuda("one_hot", out, "out");

@@ -224,6 +224,27 @@ void scatter_add_as(void* out, const int64_t* index, const void* src, const IdxL
                 static_cast<const T*>(src), L, numel, out_step);
 }
 
+// scatter: as scatter_add_fibres, writing instead of adding (raw words: every dtype of that size).
+template <class U>
+__global__ void scatter_fibres_kernel(U* __restrict__ out, const int64_t* __restrict__ index, const U* __restrict__ src,
+                                      IdxLayout L, int64_t fibres, int64_t len, int64_t index_step, int64_t src_step,
+                                      int64_t out_step) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < fibres;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t off[3];
+    offsets_of<3>(L, i, off);
+    for (int64_t j = 0; j < len; ++j)
+      out[off[0] + index[off[1] + j * index_step] * out_step] = src[off[2] + j * src_step];
+  }
+}
+
+template <class U>
+void scatter_fibres_as(void* out, const int64_t* index, const void* src, const IdxLayout& L, int64_t fibres,
+                       int64_t len, int64_t index_step, int64_t src_step, int64_t out_step, cudaStream_t s) {
+  launch_kernel(scatter_fibres_kernel<U>, grid_for(fibres, kThreads), kThreads, s, static_cast<U*>(out), index,
+                static_cast<const U*>(src), L, fibres, len, index_step, src_step, out_step);
+}
+
 template <class U>
 __global__ void one_hot_kernel(const int64_t* __restrict__ index, IdxLayout L, int64_t numel, U* __restrict__ out,
                                int64_t C, U one) {
@@ -311,6 +332,28 @@ cudaError_t launch_gather(const void* x, const int64_t* index, void* out, size_t
     case 4: gather_as<uint32_t>(x, index, out, layout, numel, x_step, stream); break;
     case 2: gather_as<uint16_t>(x, index, out, layout, numel, x_step, stream); break;
     case 1: gather_as<uint8_t>(x, index, out, layout, numel, x_step, stream); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scatter_fibres(void* out, const int64_t* index, const void* src, size_t elem_size,
+                                  const IdxLayout& layout, int64_t fibres, int64_t len, int64_t index_step,
+                                  int64_t src_step, int64_t out_step, cudaStream_t stream) {
+  if (fibres == 0 || len == 0) return cudaSuccess;
+  switch (elem_size) {
+    case 8:
+      scatter_fibres_as<uint64_t>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
+      break;
+    case 4:
+      scatter_fibres_as<uint32_t>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
+      break;
+    case 2:
+      scatter_fibres_as<uint16_t>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
+      break;
+    case 1:
+      scatter_fibres_as<uint8_t>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
+      break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -53,6 +53,13 @@ cudaError_t launch_scatter_add_fibres(void* out, const int64_t* index, const voi
                                       const IdxLayout& layout, int64_t fibres, int64_t len, int64_t index_step,
                                       int64_t src_step, int64_t out_step, cudaStream_t stream);
 
+// out[.., index, ..] = src, one thread per fibre of the index along dim writing its `len` sources in order (the last
+// write of a repeated index wins; no other thread touches the fibre's outputs). Layout as launch_scatter_add_fibres;
+// any element of elem_size bytes.
+cudaError_t launch_scatter_fibres(void* out, const int64_t* index, const void* src, size_t elem_size,
+                                  const IdxLayout& layout, int64_t fibres, int64_t len, int64_t index_step,
+                                  int64_t src_step, int64_t out_step, cudaStream_t stream);
+
 // out (numel, C) contiguous and already zero; out[i, index[i]] = 1 (layout operand 0 = index strides).
 cudaError_t launch_one_hot(const int64_t* index, const IdxLayout& layout, int64_t numel, void* out, IdxDtype dtype,
                            int64_t C, cudaStream_t stream);

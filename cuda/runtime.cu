@@ -201,6 +201,14 @@ std::string device_name(int index) {
   return prop.name;
 }
 
+int compute_capability_major(int index) {
+  ASC_CHECK(index >= 0 && index < device_count(), "cuda::is_bf16_supported: no CUDA device {} ({} available)", index,
+            device_count());
+  int major = 0;
+  ASC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index));
+  return major;
+}
+
 MemoryStats memory_stats(int device) {
   if (device_count() == 0) return {};
   return allocator_of(device).stats();

@@ -17,6 +17,7 @@ namespace asc::cuda {
 struct Runtime {
   int (*device_count)();
   std::string (*device_name)(int index);
+  int (*compute_capability_major)(int index);
   // The current device of this thread, or -1 when no device is usable.
   int (*current_device_or_none)();
   void (*set_device)(int index);

@@ -170,10 +170,12 @@ Task make_task(const std::string& name, const TaskOptions& options) {
   ASC_CHECK(options.train_size >= 0 && options.val_size >= 0 && options.test_size >= 0,
             "make_task: split sizes must be >= 0 (0: the task's default), got train {} val {} test {}",
             options.train_size, options.val_size, options.test_size);
-  ASC_CHECK(
-      options.min_len >= 0 && options.max_len >= 0 && (options.max_len == 0 || options.min_len <= options.max_len),
-      "make_task: need 0 <= min_len <= max_len (0: the task's default), got min_len {} max_len {}", options.min_len,
-      options.max_len);
+  ASC_CHECK(options.min_len >= 0 && options.max_len >= 0 &&
+                (options.max_len == 0 || options.windows || options.min_len <= options.max_len),
+            "make_task: need 0 <= min_len <= max_len (0: the task's default), got min_len {} max_len {}",
+            options.min_len, options.max_len);
+  ASC_CHECK(!options.windows || name == "text" || name.rfind("file:", 0) == 0,
+            "make_task: windows apply to the text and file: tasks (texts a language model reads), not '{}'", name);
   ASC_CHECK(options.image_size >= 0, "make_task: image_size must be >= 0 (0: native), got {}", options.image_size);
   const bool image_task = name == "fashion-mnist" || name == "fashion-mnist-seq" || name == "pathfinder";
   ASC_CHECK(options.image_size == 0 || image_task,

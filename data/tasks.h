@@ -36,6 +36,10 @@ struct TaskOptions {
   std::string data_dir;    // "": the task's default location (e.g. /usr/share/datasets/fashion-mnist)
   int64_t image_size = 0;  // image tasks (fashion-mnist*, pathfinder): side after average pooling by a whole factor
                            // (fashion-mnist 28 -> 14 or 7: 196 or 49 pixel tokens); 0: the native size
+  // text and file: tasks: every text split into windows of max_len tokens (max_len >= 2 required) that overlap by one
+  // token, instead of cut at max_len — a language model's contexts, in which every token after a text's first is a
+  // target exactly once; each window keeps its text's label and split. min_len still applies to the whole text.
+  bool windows = false;
 };
 
 struct Task {

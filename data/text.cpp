@@ -64,6 +64,30 @@ struct Split {
   }
 };
 
+// A text as the task's examples: cut at max_len (0: whole), or (windows) split into windows of max_len tokens that
+// overlap by one, so that a language model predicts each token after the text's first exactly once. A last window
+// of one token would predict nothing and is left out (so is a text of one token).
+template <typename T>
+std::vector<std::vector<T>> examples_of(std::vector<T> seq, const TaskOptions& options) {
+  const size_t L = static_cast<size_t>(options.max_len);
+  if (options.windows && seq.size() < 2) return {};  // nothing to predict
+  if (L == 0 || seq.size() <= L) return {std::move(seq)};
+  if (!options.windows) {
+    seq.resize(L);
+    return {std::move(seq)};
+  }
+  std::vector<std::vector<T>> out;
+  for (size_t start = 0; start + 1 < seq.size(); start += L - 1)
+    out.emplace_back(seq.begin() + static_cast<std::ptrdiff_t>(start),
+                     seq.begin() + static_cast<std::ptrdiff_t>(std::min(seq.size(), start + L)));
+  return out;
+}
+
+void check_windows(const TaskOptions& options, const char* task) {
+  ASC_CHECK(!options.windows || options.max_len >= 2,
+            "{}: windows need max_len >= 2 (the window's length), got max_len {}", task, options.max_len);
+}
+
 int64_t longest(const auto*... splits) {
   size_t m = 0;
   for (const auto* s : {splits...})
@@ -160,7 +184,10 @@ Task text_task(const TaskOptions& options) {
             options.data_dir);
   const int64_t max_len = options.max_len > 0 ? options.max_len : 4096;
   const int64_t min_len = options.min_len;
-  ASC_CHECK(min_len <= max_len, "text: min_len {} exceeds max_len {}", min_len, max_len);
+  ASC_CHECK(options.windows || min_len <= max_len, "text: min_len {} exceeds max_len {}", min_len, max_len);
+  TaskOptions cut = options;
+  cut.max_len = max_len;
+  check_windows(cut, "text");
 
   std::vector<std::string> pages = listed_pages("manpages");
   for (std::string& p : listed_pages("manpages-dev")) pages.push_back(std::move(p));
@@ -192,15 +219,18 @@ Task text_task(const TaskOptions& options) {
       ++stubs;
       continue;
     }
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(body.size()), max_len);
+    const int64_t n = options.windows ? static_cast<int64_t>(body.size())
+                                      : std::min<int64_t>(static_cast<int64_t>(body.size()), max_len);
     if (n < min_len || n == 0) {
       ++too_short;
       continue;
     }
     const uint64_t bucket = fnv1a(rel) % 10;
     Split<uint8_t>& s = bucket == 0 ? test : bucket == 1 ? val : train;
-    s.seqs.emplace_back(body.begin(), body.begin() + n);
-    s.labels.push_back(cls);
+    for (std::vector<uint8_t>& e : examples_of(std::vector<uint8_t>(body.begin(), body.end()), cut)) {
+      s.seqs.push_back(std::move(e));
+      s.labels.push_back(cls);
+    }
   }
   ASC_CHECK(missing == 0,
             "text: {} of the {} man pages dpkg lists are missing (first: {}); a dpkg path-exclude (see "
@@ -220,10 +250,10 @@ Task text_task(const TaskOptions& options) {
   task.class_names = man_page_class_names();
   task.description = fmt::format(
       "man pages of Debian's manpages + manpages-dev as bytes, labelled by section (2 / 3 / 4+5 / 7): {} train / {} "
-      "val / {} test pages (split by file-name hash), cut to {} bytes; skipped: {} symlinks, {} .so stubs, {} in "
+      "val / {} test {} (split by file-name hash), {} {} bytes; skipped: {} symlinks, {} .so stubs, {} in "
       "sections 1/6/8, {} shorter than min_len {}",
-      task.train->size(), task.val->size(), task.test->size(), max_len, links, stubs, dropped_section, too_short,
-      min_len);
+      task.train->size(), task.val->size(), task.test->size(), options.windows ? "windows" : "pages",
+      options.windows ? "pages in windows of" : "cut to", max_len, links, stubs, dropped_section, too_short, min_len);
   return task;
 }
 
@@ -464,13 +494,15 @@ Task build_file_task(const std::string& path, const TaskOptions& options, std::v
       } else {
         seq.assign(r.text.begin(), r.text.end());
       }
-      if (options.max_len > 0 && static_cast<int64_t>(seq.size()) > options.max_len)
-        seq.resize(static_cast<size_t>(options.max_len));
-      if (static_cast<int64_t>(seq.size()) < options.min_len) {
+      const int64_t n = options.windows || options.max_len == 0
+                            ? static_cast<int64_t>(seq.size())
+                            : std::min<int64_t>(static_cast<int64_t>(seq.size()), options.max_len);
+      if (n < options.min_len) {
         ++too_short;
         continue;
       }
-      items.push_back({std::move(seq), label, file_split[fi]});
+      items.push_back(
+          {std::move(seq), label, file_split[fi]});  // cut or split into windows below, once its split is known
     }
   }
   // 3. Splits missing a sibling file are cut from the main file by a permutation drawn from the seed.
@@ -497,10 +529,11 @@ Task build_file_task(const std::string& path, const TaskOptions& options, std::v
   for (; k < perm.size(); ++k) items[perm[k]].split = 0;
 
   Split<T> splits[3];
-  for (Item& it : items) {
-    splits[it.split].seqs.push_back(std::move(it.seq));
-    splits[it.split].labels.push_back(it.label);
-  }
+  for (Item& it : items)  // a text's windows all go where the text goes: none of them leaks into another split
+    for (std::vector<T>& e : examples_of(std::move(it.seq), options)) {
+      splits[it.split].seqs.push_back(std::move(e));
+      splits[it.split].labels.push_back(it.label);
+    }
   Task task;
   task.name = "file:" + path;
   task.max_len = longest(&splits[0], &splits[1], &splits[2]);
@@ -519,11 +552,11 @@ Task build_file_task(const std::string& path, const TaskOptions& options, std::v
   std::string from;
   for (size_t fi = 1; fi < files.size(); ++fi) from += ", " + files[fi].path;
   task.description = fmt::format(
-      "{}{}: {} train / {} val / {} test examples{}, {} classes ({}), {}; longest {}{}", path, from, task.train->size(),
-      task.val->size(), task.test->size(), need_val || need_test ? fmt::format(" (cut by seed {})", options.seed) : "",
-      task.classes, first_name ? "names" : "ids",
-      ids_mode ? fmt::format("token ids (vocab {})", task.vocab) : "bytes (vocab 256)", task.max_len,
-      too_short ? fmt::format("; {} shorter than min_len skipped", too_short) : "");
+      "{}{}: {} train / {} val / {} test {}{}, {} classes ({}), {}; longest {}{}", path, from, task.train->size(),
+      task.val->size(), task.test->size(), options.windows ? "windows" : "examples",
+      need_val || need_test ? fmt::format(" (cut by seed {})", options.seed) : "", task.classes,
+      first_name ? "names" : "ids", ids_mode ? fmt::format("token ids (vocab {})", task.vocab) : "bytes (vocab 256)",
+      task.max_len, too_short ? fmt::format("; {} shorter than min_len skipped", too_short) : "");
   return task;
 }
 
@@ -535,6 +568,7 @@ Task file_task(const std::string& path, const TaskOptions& options) {
   std::error_code ec;
   ASC_CHECK(fs::is_regular_file(path, ec), "file: {} not found (expected a .tsv / .csv file of label<SEP>text lines)",
             path);
+  check_windows(options, "file");
   std::vector<TableFile> files{parse_table(path)};
   std::vector<int> file_split{-1};  // the main file: train, and any split without a sibling
   for (const auto& [split, id] : {std::pair<const char*, int>{"val", 1}, {"test", 2}}) {

@@ -1,5 +1,6 @@
 #include "nn/layers.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -132,6 +133,20 @@ Tensor SiLU::forward(const Tensor& x) { return silu(x); }
 Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
 Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
 
+// ---- Flatten, Softmax, LogSoftmax ---------------------------------------------------------------------------------
+
+Flatten::Flatten(int64_t start, int64_t end) : Module("Flatten"), start_dim(start), end_dim(end) {}
+Tensor Flatten::forward(const Tensor& x) { return x.flatten(start_dim, end_dim); }
+std::string Flatten::extra_repr() const { return fmt::format("start_dim={}, end_dim={}", start_dim, end_dim); }
+
+Softmax::Softmax(int64_t d) : Module("Softmax"), dim(d) {}
+Tensor Softmax::forward(const Tensor& x) { return softmax(x, dim); }
+std::string Softmax::extra_repr() const { return fmt::format("dim={}", dim); }
+
+LogSoftmax::LogSoftmax(int64_t d) : Module("LogSoftmax"), dim(d) {}
+Tensor LogSoftmax::forward(const Tensor& x) { return log_softmax(x, dim); }
+std::string LogSoftmax::extra_repr() const { return fmt::format("dim={}", dim); }
+
 GELU::GELU(const std::string& approximate) : Module("GELU") {
   ASC_CHECK(approximate == "none" || approximate == "tanh", "GELU: approximate must be 'none' or 'tanh', got '{}'",
             approximate);
@@ -207,6 +222,41 @@ void ModuleList::push_back(std::shared_ptr<Module> module) {
 const std::shared_ptr<Module>& ModuleList::operator[](size_t i) const {
   ASC_CHECK(i < modules_.size(), "ModuleList[{}]: index out of range (size {})", i, modules_.size());
   return modules_[i];
+}
+
+// ---- ModuleDict -------------------------------------------------------------------------------------------------
+
+ModuleDict::ModuleDict(std::initializer_list<Item> items) : Module("ModuleDict") {
+  for (const auto& [key, m] : items) insert(key, m);
+}
+
+void ModuleDict::insert(const std::string& key, std::shared_ptr<Module> module) {
+  ASC_CHECK(module != nullptr, "ModuleDict.insert: null module for key '{}'", key);
+  ASC_CHECK(!contains(key), "ModuleDict.insert: key '{}' is already in the dict", key);
+  register_module(key, module);  // checks the name (non-empty, no '.')
+  items_.emplace_back(key, std::move(module));
+}
+
+bool ModuleDict::contains(const std::string& key) const {
+  return std::any_of(items_.begin(), items_.end(), [&](const Item& it) { return it.first == key; });
+}
+
+const std::shared_ptr<Module>& ModuleDict::operator[](const std::string& key) const {
+  for (const Item& it : items_)
+    if (it.first == key) return it.second;
+  std::string known;
+  for (const Item& it : items_) known += (known.empty() ? "" : ", ") + it.first;
+  ASC_THROW("ModuleDict['{}']: no such key (keys: {})", key, known.empty() ? "none" : known);
+}
+
+std::vector<std::string> ModuleDict::keys() const {
+  std::vector<std::string> out;
+  for (const Item& it : items_) out.push_back(it.first);
+  return out;
+}
+
+void ModuleDict::check_cast(bool ok, const std::string& key) const {
+  ASC_CHECK(ok, "ModuleDict.at('{}'): the module is a {}, not the requested type", key, (*this)[key]->type_name());
 }
 
 // ---- MLP --------------------------------------------------------------------------------------------------------

@@ -135,6 +135,31 @@ class Sigmoid : public Module {
   Tensor forward(const Tensor& x) override;
 };
 
+// x.flatten(start_dim, end_dim) as a module (PyTorch's nn.Flatten: by default every dim after the batch's).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  int64_t start_dim, end_dim;
+};
+
+// asc::softmax / asc::log_softmax along `dim` as modules (dim required, as PyTorch's nn.Softmax(dim) advises).
+class Softmax : public Module {
+ public:
+  explicit Softmax(int64_t dim);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  int64_t dim;
+};
+class LogSoftmax : public Module {
+ public:
+  explicit LogSoftmax(int64_t dim);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  int64_t dim;
+};
+
 // An activation module by name: "relu", "gelu", "gelu_tanh", "silu", "tanh", "sigmoid", "identity" (error else).
 std::shared_ptr<Module> make_activation(const std::string& name);
 
@@ -183,6 +208,36 @@ class ModuleList : public Module {
 
  private:
   std::vector<std::shared_ptr<Module>> modules_;
+};
+
+// Named child modules in insertion order (PyTorch's nn.ModuleDict), each registered under its key, so state-dict
+// names read "<key>.<parameter>"; no forward of its own. Keys follow the registration rules (unique, no '.').
+//   auto heads = std::make_shared<asc::nn::ModuleDict>();
+//   heads->insert("wte", std::make_shared<asc::nn::Embedding>(V, D));
+//   asc::Tensor e = heads->at<asc::nn::Embedding>("wte")->forward(ids);
+class ModuleDict : public Module {
+ public:
+  using Item = std::pair<std::string, std::shared_ptr<Module>>;
+  ModuleDict() : Module("ModuleDict") {}
+  ModuleDict(std::initializer_list<Item> items);
+  void insert(const std::string& key, std::shared_ptr<Module> module);  // error when the key exists
+  bool contains(const std::string& key) const;
+  const std::shared_ptr<Module>& operator[](const std::string& key) const;  // error naming the keys when absent
+  template <class T>
+  std::shared_ptr<T> at(const std::string& key) const {
+    auto p = std::dynamic_pointer_cast<T>((*this)[key]);
+    check_cast(p != nullptr, key);
+    return p;
+  }
+  std::vector<std::string> keys() const;
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  auto begin() const { return items_.begin(); }  // (key, module) pairs in insertion order
+  auto end() const { return items_.end(); }
+
+ private:
+  void check_cast(bool ok, const std::string& key) const;
+  std::vector<Item> items_;
 };
 
 struct MLPOptions {

@@ -58,6 +58,31 @@ std::string CrossEntropyLoss::extra_repr() const {
                      options.label_smoothing(), reduction_name(options.reduction()));
 }
 
+// ---- NLLLoss ------------------------------------------------------------------------------------------------------
+
+NLLLoss::NLLLoss(const NLLLossOptions& o) : Module("NLLLoss"), options(o) {
+  if (o.weight().defined()) {
+    ASC_CHECK(is_floating(o.weight().dtype()) && o.weight().dim() == 1,
+              "NLLLoss: weight must be a floating (C) tensor, got {} {}", o.weight().dtype(), o.weight().shape());
+    weight = register_buffer("weight", o.weight());
+  }
+}
+
+Tensor NLLLoss::forward(const Tensor& log_probs, const Tensor& target) {
+  ASC_CHECK(log_probs.defined() && target.defined(), "NLLLoss: undefined input or target");
+  return call_with_hooks(log_probs, [&](const Tensor& in) {
+    return nll_loss(in, target,
+                    {.weight = weight, .ignore_index = options.ignore_index(), .reduction = options.reduction()});
+  });
+}
+
+std::string NLLLoss::extra_repr() const {
+  std::string s =
+      fmt::format("ignore_index={}, reduction={}", options.ignore_index(), reduction_name(options.reduction()));
+  if (weight.defined()) s += fmt::format(", weight={}", weight.shape());
+  return s;
+}
+
 // ---- MSELoss ------------------------------------------------------------------------------------------------------
 
 MSELoss::MSELoss(Reduction r) : Module("MSELoss"), reduction(r) {}

@@ -28,6 +28,23 @@ class CrossEntropyLoss : public Module {
   CrossEntropyLossOptions options;
 };
 
+struct NLLLossOptions {
+  ASC_ARG(Tensor, weight);  // (C) per-class weights; undefined: every class 1
+  ASC_ARG(int64_t, ignore_index) = -100;
+  ASC_ARG(Reduction, reduction) = Reduction::Mean;
+};
+
+// asc::nll_loss as a module, on log-probabilities (a LogSoftmax's output). The class weights are a buffer.
+class NLLLoss : public Module {
+ public:
+  explicit NLLLoss(const NLLLossOptions& options = {});
+  Tensor forward(const Tensor& log_probs, const Tensor& target);
+  Tensor operator()(const Tensor& log_probs, const Tensor& target) { return forward(log_probs, target); }
+  std::string extra_repr() const override;
+  NLLLossOptions options;
+  Tensor weight;  // a buffer when given
+};
+
 // (input - target)^2, reduced.
 class MSELoss : public Module {
  public:

@@ -179,6 +179,13 @@ std::string Module::to_string() const {
 
 // ---- mode, device, gradients ----------------------------------------------------------------------------------
 
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  ASC_CHECK(static_cast<bool>(fn), "{}.apply: empty function", type_name_);
+  for (auto& [n, m] : children_) m->apply(fn);
+  fn(*this);
+  return *this;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [n, m] : children_) m->train(on);

@@ -119,6 +119,10 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::shared_ptr<Module>> children() const;
   // This module ("") and every descendant, depth first, with dotted names.
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
+  // PyTorch's Module.apply: calls fn on every child's subtree first (depth first, in registration order), then on
+  // this module; returns *this. The usual way to run an initialisation over a whole model:
+  //   model->apply([](asc::nn::Module& m) { if (auto* l = dynamic_cast<asc::nn::Linear*>(&m)) init(*l); });
+  Module& apply(const std::function<void(Module&)>& fn);
   // Number of parameter elements (a parameter shared by two modules counts once).
   int64_t num_parameters(bool trainable_only = false) const;
 

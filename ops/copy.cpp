@@ -1,5 +1,7 @@
 // Tensor's copying methods (core/tensor.h): contiguous, clone, to (a dtype, a device), pin_memory, and the in-place
 // copy_, fill_, add_, mul_. Ops like any other: they allocate, dispatch the copy / fill kernels and record.
+#include <cmath>
+
 #include "autograd/node.h"
 #include "core/format.h"
 #include "core/overlap.h"
@@ -110,6 +112,15 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   Tensor r = alpha == 1.0 ? asc::add(*this, other) : asc::add(*this, asc::mul(other, alpha));
   ASC_CHECK(r.shape() == shape(), "add_: result shape {} differs from the destination shape {}", r.shape(), shape());
   return copy_(r);
+}
+
+Tensor& Tensor::add_(double value) {
+  check_inplace(*this, "add_");
+  check_no_internal_overlap(*this, "add_");
+  ASC_CHECK(is_floating(dtype()) || (dtype() != kBool && std::trunc(value) == value),
+            "add_: {} added to a {} tensor (an integer tensor takes whole numbers)", value, dtype());
+  // the number as a 0-d tensor of this dtype: an int64 tensor adds exactly (a double scalar would go through float)
+  return copy_(asc::add(*this, full({}, value, {.dtype = dtype(), .device = device()})));
 }
 
 Tensor& Tensor::mul_(double value) {

@@ -1,6 +1,8 @@
 // The creation functions declared in core/tensor.h: empty, full / zeros / ones (and *_like), arange, eye, rand, randn,
 // randint and tensor(values). Filled by the fill / random kernels, or on the host and copied to the device.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/format.h"
 #include "core/generator.h"
@@ -66,6 +68,16 @@ Tensor eye(int64_t n, TensorOptions opts) {
   });
 }
 
+Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
+  ASC_CHECK(n >= 0 && m >= 0, "eye: negative size ({}, {})", n, m);
+  checked_nbytes(checked_numel({n, m}, "eye"), dtype_size(opts.dtype), "eye");
+  return host_filled("eye", {n, m}, opts, [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    std::fill(p, p + n * m, T(0));
+    for (int64_t i = 0; i < std::min(n, m); ++i) p[i * m + i] = T(1);
+  });
+}
+
 namespace {
 template <class Fill>
 Tensor random_tensor(const Shape& shape, TensorOptions opts, Generator* gen, uint64_t per_block, Fill fill) {
@@ -102,6 +114,69 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
   return random_tensor(shape, opts, gen, 2, [&](Tensor& t, uint64_t seed, uint64_t off) {
     ASC_KERNEL(t.device(), "randint", randint, t, seed, off, low, high);
   });
+}
+
+Tensor rand_like(const Tensor& t, Generator* gen) {
+  ASC_CHECK(t.defined(), "rand_like: undefined tensor");
+  return rand(t.shape(), {.dtype = t.dtype(), .device = t.device()}, gen);
+}
+Tensor randn_like(const Tensor& t, Generator* gen) {
+  ASC_CHECK(t.defined(), "randn_like: undefined tensor");
+  return randn(t.shape(), {.dtype = t.dtype(), .device = t.device()}, gen);
+}
+
+// Inverse-CDF draws on the host from float64 uniforms of `gen`: one uniform per sample. Without replacement each
+// draw zeroes the chosen weight and searches the rest (num_samples x C per row: sampling a few tokens from a
+// vocabulary, as sampling does, not a permutation of a large one).
+Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement, Generator* gen) {
+  ASC_CHECK(weights.defined() && (weights.dim() == 1 || weights.dim() == 2) && is_floating(weights.dtype()),
+            "multinomial: expected floating-point weights (C) or (N, C), got {} {}",
+            weights.defined() ? dtype_name(weights.dtype()) : "undefined",
+            weights.defined() ? weights.shape() : Shape{});
+  const int64_t C = weights.size(-1), N = weights.dim() == 2 ? weights.size(0) : 1;
+  ASC_CHECK(C > 0, "multinomial: no categories (the last dim is 0)");
+  ASC_CHECK(num_samples > 0, "multinomial: num_samples must be > 0, got {}", num_samples);
+  ASC_CHECK(replacement || num_samples <= C,
+            "multinomial: {} samples without replacement from {} categories (set replacement)", num_samples, C);
+  const std::vector<double> w = weights.detach().to(kFloat64).cpu().contiguous().to_vector<double>();
+  for (int64_t r = 0; r < N; ++r) {
+    int64_t nonzero = 0;
+    double total = 0;
+    for (int64_t j = 0; j < C; ++j) {
+      const double v = w[static_cast<size_t>(r * C + j)];
+      ASC_CHECK(std::isfinite(v) && v >= 0, "multinomial: weights must be finite and >= 0, got {} (row {}, column {})",
+                v, r, j);
+      nonzero += v > 0, total += v;
+    }
+    ASC_CHECK(total > 0, "multinomial: row {} has no non-zero weight", r);
+    ASC_CHECK(replacement || num_samples <= nonzero,
+              "multinomial: {} samples without replacement, but row {} has only {} non-zero weights", num_samples, r,
+              nonzero);
+  }
+  const std::vector<double> u = rand({N, num_samples}, {.dtype = kFloat64}, gen).to_vector<double>();
+  std::vector<int64_t> out(static_cast<size_t>(N * num_samples));
+  std::vector<double> row(static_cast<size_t>(C));
+  for (int64_t r = 0; r < N; ++r) {
+    std::copy(w.begin() + r * C, w.begin() + (r + 1) * C, row.begin());
+    for (int64_t s = 0; s < num_samples; ++s) {
+      double total = 0;
+      for (double v : row) total += v;
+      const double target = u[static_cast<size_t>(r * num_samples + s)] * total;
+      int64_t pick = -1;  // the first category whose running sum passes the target; never one of weight 0
+      double acc = 0;
+      for (int64_t j = 0; j < C && pick < 0; ++j) {
+        acc += row[static_cast<size_t>(j)];
+        if (row[static_cast<size_t>(j)] > 0 && acc > target) pick = j;
+      }
+      if (pick < 0)  // rounding left the target at the total: the last category of non-zero weight
+        for (int64_t j = C - 1; j >= 0 && pick < 0; --j)
+          if (row[static_cast<size_t>(j)] > 0) pick = j;
+      out[static_cast<size_t>(r * num_samples + s)] = pick;
+      if (!replacement) row[static_cast<size_t>(pick)] = 0;
+    }
+  }
+  Shape shape = weights.dim() == 2 ? Shape{N, num_samples} : Shape{num_samples};
+  return tensor(out, shape, {.dtype = kInt64, .device = weights.device()});
 }
 
 namespace {

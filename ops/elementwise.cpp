@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "ops/dispatch.h"
 #include "ops/reduce.h"
@@ -303,6 +304,31 @@ Tensor where(const Tensor& cond, const Tensor& a, double b) {
   check_defined("where", a);
   return where(cond, a, scalar_tensor(b, a.options()));
 }
+
+// ---- tril / triu ----------------------------------------------------------------------------------------------------
+
+namespace {
+// (R, C) bool on `device`: j - i <= diagonal (lower) or >= diagonal (upper).
+Tensor triangle_keep(int64_t R, int64_t C, int64_t diagonal, bool lower, Device device) {
+  NoGradGuard ng;
+  const Tensor i = arange(R, {.dtype = kInt64, .device = device}).unsqueeze(1);  // (R, 1)
+  const Tensor j = arange(C, {.dtype = kInt64, .device = device}).unsqueeze(0);  // (1, C)
+  const Tensor offset = sub(j, i);                                               // (R, C): j - i
+  return lower ? le(offset, static_cast<double>(diagonal)) : ge(offset, static_cast<double>(diagonal));
+}
+
+Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
+  check_defined(op, x);
+  ASC_CHECK(x.dim() >= 2, "{}: expected a tensor of at least 2 dimensions (the last two are the matrix), got shape {}",
+            op, x.shape());
+  // where() with a 0-d zero of x's dtype: the gradient flows through where's, masked alike
+  return where(triangle_keep(x.size(-2), x.size(-1), diagonal, lower, x.device()), x,
+               zeros({}, {.dtype = x.dtype(), .device = x.device()}));
+}
+}  // namespace
+
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, true, "tril"); }
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, false, "triu"); }
 
 Tensor where(const Tensor& cond, double a, const Tensor& b) {
   check_defined("where", b);

@@ -69,6 +69,11 @@ Tensor where(const Tensor& cond, double a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 // True where x is NaN.
 Tensor isnan(const Tensor& x);
+// torch.tril / torch.triu over the last two dims (batch dims kept, any dtype): tril keeps x[..., i, j] where
+// j - i <= diagonal and zeroes the rest, triu keeps j - i >= diagonal. Differentiable (the gradient masked alike).
+//   asc::Tensor causal = asc::tril(asc::ones({T, T}));  // nanoGPT's bias buffer
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
 // True when any element of x is NaN or infinite (floating dtypes).
 bool has_non_finite(const Tensor& x);
 

@@ -7,6 +7,7 @@
 #include "autograd/node.h"
 #include "core/format.h"
 #include "ops/dispatch.h"
+#include "ops/elementwise.h"
 #include "ops/kernels.h"
 
 namespace asc {
@@ -147,6 +148,67 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
                      });
   }
   return out;
+}
+
+// ---- scatter -----------------------------------------------------------------------------------------------------
+
+namespace {
+// x with src written at index along d (the kernel's write order: the last along each fibre wins); no autograd.
+Tensor scatter_into(const Tensor& x, int d, const Tensor& index, const Tensor& src) {
+  NoGradGuard no_grad;
+  Tensor out = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  ASC_KERNEL(x.device(), "scatter", copy, x, out);
+  Tensor out1 = as_1d(out);
+  ASC_KERNEL(x.device(), "scatter", scatter, out1, d, as_1d(index), as_1d(src));
+  return out;
+}
+}  // namespace
+
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_defined("scatter", x);
+  check_defined("scatter", src, "src");
+  check_index_dtype("scatter", index);
+  check_same_device("scatter", {&x, &index, &src});
+  ASC_CHECK(src.dtype() == x.dtype(), "scatter: src has dtype {} but x has dtype {}", src.dtype(), x.dtype());
+  const int d = wrap_dim(dim, x.dim(), "scatter");
+  check_gather_shapes("scatter", x, d, index);
+  ASC_CHECK(src.shape() == index.shape(), "scatter: src shape {} must equal index shape {}", src.shape(),
+            index.shape());
+  const int64_t n = x.dim() == 0 ? 1 : x.size(d);
+  check_bounds("scatter", index, n, "dimension {} of size {} (x shape {})", d, n, x.shape());
+  Tensor out = scatter_into(x, d, index, src);
+  if (autograd::needs_grad(x, src)) {
+    const bool gx = x.requires_grad(), gs = src.requires_grad();
+    autograd::record(
+        "scatter", {x, src}, {out}, [d, gx, gs, is = SavedTensor(index, "scatter")](const TensorList& g) -> TensorList {
+          const Tensor index = is.get();
+          const Device dev = g[0].device();
+          const TensorOptions i64{.dtype = kInt64, .device = dev}, b{.dtype = kBool, .device = dev};
+          const Tensor zero = zeros({}, {.dtype = g[0].dtype(), .device = dev});
+          Tensor gxv, gsv;
+          if (gx) {  // x's gradient, zero where something was written
+            const Tensor written = scatter_into(zeros(g[0].shape(), b), d, index, ones(index.shape(), b));
+            gxv = where(written, zero, g[0]);
+          }
+          if (gs) {      // src's gradient at the winning writes: each target records the position along d
+                         // of the write that stayed, and a source whose own position it is won
+            Shape line;  // (1, .., len along d, .., 1)
+            for (int k = 0; k < index.dim(); ++k) line.push_back(k == d ? index.size(d) : 1);
+            const Tensor pos = arange(index.dim() > 0 ? index.size(d) : 1, i64).reshape(line).expand(index.shape());
+            const Tensor winner = scatter_into(full(g[0].shape(), -1.0, i64), d, index, pos);
+            const Tensor won = eq(gather(winner, d, index), pos);
+            gsv = where(won, gather(g[0], d, index), zero);
+          }
+          return {gxv, gsv};
+        });
+  }
+  return out;
+}
+
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, double value) {
+  check_defined("scatter", x);
+  check_defined("scatter", index, "index");
+  return scatter(x, dim, index, full(index.shape(), value, {.dtype = x.dtype(), .device = x.device()}));
 }
 
 // ---- cat / stack ------------------------------------------------------------------------------------------------

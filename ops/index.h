@@ -18,6 +18,15 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // index_select and embedding). On CUDA the additions run as atomics (embedding's backward too, when few columns
 // meet many indices), so floating sums may differ in the last bits from run to run; the CPU order is fixed.
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// torch.scatter (out of place): out = x, then out[index[i][j]][j] = src[i][j] (dim 0), and so on; index has x's
+// rank and sizes <= x's on the other dims, bounds-checked; src has exactly index's shape (PyTorch also allows a larger
+// src; here that is an error, as in scatter_add). Where an index repeats along dim, the last write along dim wins, on
+// every device (PyTorch leaves it unspecified). Differentiable in x (zero gradient at the written places) and in src
+// (the gradient gathered at index, zero for the writes that lost). The value form writes `value` wherever index
+// points.
+//   asc::Tensor mask = asc::scatter(asc::zeros({B, V}), 1, top_ids, 1.0);  // (B, V): 1 at each row's top ids
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, double value);
 // Joins along an existing dim (cat) or a new one (stack). All inputs share dtype, device, and other sizes.
 Tensor cat(const TensorList& xs, int64_t dim);
 Tensor stack(const TensorList& xs, int64_t dim);

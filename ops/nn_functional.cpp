@@ -10,6 +10,7 @@
 #include "core/generator.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/kernels.h"
 #include "ops/linalg.h"
 #include "ops/reduce.h"
@@ -241,6 +242,57 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
                      });
   }
   return out;
+}
+
+// ---- nll_loss --------------------------------------------------------------------------------------------------
+
+// Composed of gather and elementwise ops (their backwards give the gradient: -weight[t] at each target's place).
+Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions& opts) {
+  const char* name = "nll_loss";
+  check_defined(name, input, "input");
+  check_defined(name, target, "target");
+  check_floating(name, input);
+  check_same_device(name, {&input, &target});
+  ASC_CHECK(target.dtype() == kInt64, "nll_loss: target must hold int64 class indices, got dtype {}", target.dtype());
+  ASC_CHECK(input.dim() >= 2, "nll_loss: input must be log-probabilities (N, C) or (N, C, d...), got shape {}",
+            input.shape());
+  Shape tshape = input.shape();  // input's shape without the class dim
+  tshape.erase(1);
+  ASC_CHECK(target.shape() == tshape, "nll_loss: target shape {} does not match input shape {} (expected {})",
+            target.shape(), input.shape(), tshape);
+  const int64_t C = input.size(1);
+  if (opts.weight.defined()) {
+    ASC_CHECK(is_floating(opts.weight.dtype()) && opts.weight.dim() == 1 && opts.weight.size(0) == C,
+              "nll_loss: weight must be a floating (C) = ({}) tensor, got {} {}", C, opts.weight.dtype(),
+              opts.weight.shape());
+    check_same_device(name, {&input, &opts.weight});
+  }
+  int64_t counted = 0;
+  {  // targets validated before anything is computed
+    const std::vector<int64_t> t = target.detach().cpu().contiguous().to_vector<int64_t>();
+    for (int64_t v : t) {
+      ASC_CHECK(v == opts.ignore_index || (v >= 0 && v < C),
+                "nll_loss: target value {} is out of range for {} classes (valid: [0, {}) or ignore_index {})", v, C, C,
+                opts.ignore_index);
+      counted += v != opts.ignore_index;
+    }
+  }
+  const Tensor valid = ne(target, static_cast<double>(opts.ignore_index));  // (N, d...) bool
+  const Tensor t = where(valid, target, zeros({}, {.dtype = kInt64, .device = target.device()}));
+  const Tensor picked = gather(input, 1, t.unsqueeze(1)).squeeze(1);  // (N, d...): input[n, t_n, ...]
+  const TensorOptions fo{.dtype = input.dtype(), .device = input.device()};
+  const Tensor zero = zeros({}, fo);
+  const Tensor w = where(valid,
+                         opts.weight.defined()
+                             ? index_select(opts.weight.detach().to(input.dtype()), 0, t.reshape({-1})).reshape(tshape)
+                             : ones(tshape, fo),
+                         zero);
+  // where(), not w * input: an ignored place may hold -inf (a log-probability of 0), and 0 * -inf is NaN
+  const Tensor loss = where(valid, neg(mul(picked, w)), zero);
+  if (opts.reduction == Reduction::None) return loss;
+  if (opts.reduction == Reduction::Sum) return sum(loss);
+  // Mean: divided by the counted targets' weights, as PyTorch does (also when they sum to 0); all ignored: the sum, 0
+  return counted > 0 ? div(sum(loss), sum(w)) : sum(loss);
 }
 
 // ---- mse_loss --------------------------------------------------------------------------------------------------

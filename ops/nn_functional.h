@@ -28,6 +28,18 @@ struct CrossEntropyOptions {
 // Mean over non-ignored targets; all ignored gives 0.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions opts = {});
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+struct NLLLossOptions {
+  Tensor weight;                // (C) per-class weights, floating; undefined: every class 1
+  int64_t ignore_index = -100;  // targets equal to this contribute nothing
+  Reduction reduction = Reduction::Mean;
+};
+// torch.nn.functional.nll_loss: input log-probabilities (N, C) or (N, C, d...), target int64 (N) / (N, d...) in
+// [0, C) or ignore_index; loss_n = -weight[target_n] * input[n, target_n]; Mean divides the sum by the sum of the
+// weights of the non-ignored targets (0 when all are ignored), Sum adds, None keeps target's shape (0 at ignored
+// places). Differentiable in input (not in weight, which is converted to input's dtype).
+// cross_entropy(x, t) == nll_loss(log_softmax(x, 1), t).
+//   asc::Tensor loss = asc::nll_loss(asc::log_softmax(logits, 1), targets);
+Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions& opts = {});
 
 // Normalises over the trailing dims `normalized_shape`; weight/bias (that shape) optional. Population variance.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},

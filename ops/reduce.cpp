@@ -9,6 +9,7 @@
 #include "autograd/node.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/kernels.h"
 #include "ops/reduce.h"
 
@@ -202,6 +203,74 @@ Tensor argmin(const Tensor& x) {
 }
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return arg_max_min(x, dim, keepdim, true, "argmax"); }
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_max_min(x, dim, keepdim, false, "argmin"); }
+
+// ---- prod, any, all ----------------------------------------------------------------------------------------------
+
+namespace {
+
+// The products of the rows of r (rows, n >= 1) -> (rows, 1): halves the row with one elementwise product per level
+// (the odd element carried), so autograd's chain rule gives d prod / d x_i as the product of the other elements —
+// exact where some are zero, where prod / x_i would divide by zero.
+Tensor prod_rows(Tensor r) {
+  while (r.size(1) > 1) {
+    const int64_t n = r.size(1), h = n / 2;
+    Tensor p = mul(r.narrow(1, 0, h), r.narrow(1, h, h));
+    r = n % 2 ? cat({p, r.narrow(1, 2 * h, 1)}, 1) : p;
+  }
+  return r;
+}
+
+Tensor as_product_dtype(const Tensor& x) { return is_floating(x.dtype()) ? x : x.to(kInt64); }
+
+// The rows' truth, as int64 0 / 1: x != 0 (NaN is true).
+Tensor nonzero_int(const Tensor& x) { return (x.dtype() == kBool ? x : ne(x, 0.0)).to(kInt64); }
+
+}  // namespace
+
+Tensor prod(const Tensor& x_in, int64_t dim, bool keepdim) {
+  check_defined("prod", x_in);
+  const Tensor x0 = as_product_dtype(x_in);
+  const Tensor x = x0.dim() == 0 ? x0.reshape({1}) : x0;  // a 0-d tensor is its own product along dim 0 / -1
+  const int d = wrap_dim(dim, x.dim(), "prod");
+  const int64_t n = x.size(d);
+  const Tensor moved = x.transpose(d, x.dim() - 1);  // (..., n): the reduced dim last
+  Shape kept = moved.shape();
+  kept[kept.size() - 1] = 1;
+  Tensor r = n == 0 ? ones(kept, {.dtype = x.dtype(), .device = x.device()})
+                    : prod_rows(moved.contiguous().reshape({-1, n})).reshape(kept);
+  r = r.transpose(d, x.dim() - 1);  // (.., 1 at d, ..)
+  if (x0.dim() == 0) return r.reshape({});
+  return keepdim ? r.contiguous() : r.squeeze(d);
+}
+
+Tensor prod(const Tensor& x) {
+  check_defined("prod", x);
+  if (x.numel() == 0) return ones({}, {.dtype = as_product_dtype(x).dtype(), .device = x.device()});
+  return prod(x.reshape({-1}), 0);
+}
+
+Tensor any(const Tensor& x, int64_t dim, bool keepdim) {
+  check_defined("any", x);
+  if (x.dim() > 0) wrap_dim(dim, x.dim(), "any");  // the error names any, not the sum below
+  NoGradGuard ng;
+  return gt(sum(nonzero_int(x), {dim}, keepdim), 0.0);
+}
+Tensor all(const Tensor& x, int64_t dim, bool keepdim) {
+  check_defined("all", x);
+  NoGradGuard ng;
+  const int64_t n = x.dim() == 0 ? 1 : x.size(wrap_dim(dim, x.dim(), "all"));
+  return eq(sum(nonzero_int(x), {dim}, keepdim), static_cast<double>(n));  // every element non-zero
+}
+Tensor any(const Tensor& x) {
+  check_defined("any", x);
+  NoGradGuard ng;
+  return gt(sum(nonzero_int(x)), 0.0);
+}
+Tensor all(const Tensor& x) {
+  check_defined("all", x);
+  NoGradGuard ng;
+  return eq(sum(nonzero_int(x)), static_cast<double>(x.numel()));
+}
 
 // ---- logsumexp ---------------------------------------------------------------------------------------------------
 

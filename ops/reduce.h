@@ -37,6 +37,18 @@ Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
 Tensor argmax(const Tensor& x);
 Tensor argmin(const Tensor& x);
+// Product of every element (a 0-d tensor; 1 for an empty tensor) or along one dim, as torch.prod. Bool and integer
+// inputs give int64. Computed as a tree of elementwise products, so the gradient of each element is exactly the
+// product of the others, also where the input holds zeros (no division by x).
+//   asc::Tensor p = asc::prod(x, 1);  // (B, T) -> (B,)
+Tensor prod(const Tensor& x);
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false);
+// Whether any / every element is non-zero (NaN counts as non-zero), over all elements (0-d) or along one dim: bool,
+// not differentiable. Over zero elements any is false and all is true, as in PyTorch.
+Tensor any(const Tensor& x);
+Tensor any(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor all(const Tensor& x);
+Tensor all(const Tensor& x, int64_t dim, bool keepdim = false);
 // log(sum(exp(x))) computed stably (max-shifted); rows of all -inf (or empty rows) give -inf with gradient 0; a
 // row containing +inf gives +inf, its gradient split equally among the +inf entries.
 Tensor logsumexp(const Tensor& x, const Dims& dims = {}, bool keepdim = false);

@@ -85,6 +85,133 @@ Fn binary_reference(std::function<double(double, double)> f) {
 
 double sigm(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// f over the elements of t along `dim` (every element when dim is nullopt) in float64, each group in order along dim;
+// keepdim keeps the reduced dim as size 1. Any dtype (bool and int64 read as 0 / 1 and integers).
+Tensor reduce_reference(const Tensor& t, std::optional<int64_t> dim, bool keepdim,
+                        const std::function<double(const std::vector<double>&)>& f) {
+  const Tensor x = t.to(kFloat64).cpu().contiguous();
+  const std::vector<double> v = x.to_vector<double>();
+  if (!dim) return scalar_tensor(f(v), {.dtype = kFloat64});
+  const Shape s = x.shape();
+  const int d = static_cast<int>(*dim < 0 ? *dim + s.size() : *dim);
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < d; ++i) outer *= s[i];
+  for (int i = d + 1; i < s.size(); ++i) inner *= s[i];
+  const int64_t n = s[d];
+  std::vector<double> out, group(static_cast<size_t>(n));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < inner; ++k) {
+      for (int64_t j = 0; j < n; ++j) group[static_cast<size_t>(j)] = v[static_cast<size_t>((o * n + j) * inner + k)];
+      out.push_back(f(group));
+    }
+  Shape os;
+  for (int i = 0; i < s.size(); ++i) {
+    if (i != d)
+      os.push_back(s[i]);
+    else if (keepdim)
+      os.push_back(1);
+  }
+  return tensor(std::span<const double>(out), os, {.dtype = kFloat64});
+}
+
+double product(const std::vector<double>& v) {
+  double p = 1;
+  for (double a : v) p *= a;
+  return p;
+}
+// NaN counts as non-zero (true), as in torch.any / torch.all.
+double any_nonzero(const std::vector<double>& v) {
+  for (double a : v)
+    if (a != 0) return 1;
+  return 0;
+}
+double all_nonzero(const std::vector<double>& v) {
+  for (double a : v)
+    if (a == 0) return 0;
+  return 1;
+}
+
+// tril (lower) or triu of t over its last two dims: x[..., i, j] kept where j - i <= diagonal (tril) or >= diagonal
+// (triu), 0 elsewhere, whatever x holds there.
+Tensor tri_reference(const Tensor& t, int64_t diagonal, bool lower) {
+  const Tensor x = t.to(kFloat64).cpu().contiguous();
+  std::vector<double> v = x.to_vector<double>();
+  const int64_t rows = x.size(-2), cols = x.size(-1);
+  for (size_t f = 0; f < v.size(); ++f) {
+    const int64_t i = static_cast<int64_t>(f) / cols % rows, j = static_cast<int64_t>(f) % cols;
+    if (lower ? j - i > diagonal : j - i < diagonal) v[f] = 0.0;
+  }
+  return tensor(std::span<const double>(v), x.shape(), {.dtype = kFloat64});
+}
+
+// The scatter entry's fixed indices into a (5, 6) x, distinct along the scatter dim so that the result does not
+// depend on which of repeated writes wins: dim 0, (3, 6), (2i + j) mod 5; dim 1, (5, 3), (i + 2j) mod 6.
+Tensor scatter_index(int dim, Device device) {
+  const int64_t rows = dim == 0 ? 3 : 5, cols = dim == 0 ? 6 : 3;
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) v.push_back(dim == 0 ? (2 * i + j) % 5 : (i + 2 * j) % 6);
+  return tensor(v, {rows, cols}, {.dtype = kInt64, .device = device});
+}
+
+// out = x, then out[index[i][j]][j] (dim 0) or out[i][index[i][j]] (dim 1) = src[i][j] (or value): plain loops.
+Tensor scatter_reference(const Tensor& x_in, int dim, const Tensor& src_in, double value = 0) {
+  const Tensor x = x_in.to(kFloat64).cpu().contiguous();
+  const Tensor src = src_in.defined() ? src_in.to(kFloat64).cpu().contiguous() : Tensor();
+  const Tensor index = scatter_index(dim, Device::cpu());
+  std::vector<double> out = x.to_vector<double>();
+  const std::vector<double> sv = src.defined() ? src.to_vector<double>() : std::vector<double>();
+  const std::vector<int64_t> iv = index.to_vector<int64_t>();
+  const int64_t xc = x.size(1), ic = index.size(1);
+  for (int64_t i = 0; i < index.size(0); ++i)
+    for (int64_t j = 0; j < ic; ++j) {
+      const int64_t k = iv[static_cast<size_t>(i * ic + j)];
+      const int64_t to = dim == 0 ? k * xc + j : i * xc + k;
+      out[static_cast<size_t>(to)] = src.defined() ? sv[static_cast<size_t>(i * src.size(1) + j)] : value;
+    }
+  return tensor(std::span<const double>(out), x.shape(), {.dtype = kFloat64});
+}
+
+// The nll_loss entries' class weights: constants, so that the fuzz test's hostile values reach the input only (a
+// zero weight sum is a case of its own).
+const std::vector<double> kNllWeights = {0.5, 1.0, 2.0, 0.25, 3.0};
+
+// nll_loss with plain loops: input (N, C, d...), target (N, d...) int64; weight empty: every class 1. The
+// per-position losses (0 where target == ignore), or their sum, or their sum over the counted weights.
+Tensor nll_reference(const Tensor& input, const Tensor& target, const std::vector<double>& weight, int64_t ignore,
+                     Reduction reduction) {
+  const Tensor x = input.to(kFloat64).cpu().contiguous();
+  const std::vector<double> xv = x.to_vector<double>();
+  const std::vector<int64_t> tv = target.cpu().contiguous().to_vector<int64_t>();
+  const int64_t n = x.size(0), c = x.size(1), inner = x.numel() / (n * c);
+  std::vector<double> per(tv.size(), 0.0);
+  double sum = 0, weights = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < inner; ++k) {
+      const int64_t t = tv[static_cast<size_t>(i * inner + k)];
+      if (t == ignore) continue;
+      const double w = weight.empty() ? 1.0 : weight[static_cast<size_t>(t)];
+      const double l = -w * xv[static_cast<size_t>((i * c + t) * inner + k)];
+      per[static_cast<size_t>(i * inner + k)] = l;
+      sum += l;
+      weights += w;
+    }
+  if (reduction == Reduction::None) return tensor(std::span<const double>(per), target.shape(), {.dtype = kFloat64});
+  if (reduction == Reduction::Sum) return scalar_tensor(sum, {.dtype = kFloat64});
+  return scalar_tensor(weights == 0 ? 0.0 : sum / weights, {.dtype = kFloat64});
+}
+
+// The nll_loss entry's second target: the first two of the six kept, the others ignored (-100).
+Tensor first_two_targets(const Tensor& target) {
+  const Tensor position = arange(0, 6, 1, {.dtype = kInt64, .device = target.device()});
+  return where(ge(position, 2.0), full({6}, -100.0, {.dtype = kInt64, .device = target.device()}), target);
+}
+
+OpCase with_reference(OpCase c, Fn reference) {
+  c.reference = std::move(reference);
+  return c;
+}
+
 // ---- families moved from the CUDA parity test: elementwise, reductions, matmul / nn functional, geometry / index --
 
 std::vector<OpCase> unary_cases() {
@@ -130,6 +257,16 @@ std::vector<OpCase> unary_cases() {
       {"contiguous", {x}, [](const TensorList& a) { return one(a[0].contiguous()); }},
       {"clone", {x}, [](const TensorList& a) { return one(a[0].clone()); }},
       {"isnan", {x}, [](const TensorList& a) { return one(isnan(log(a[0]))); }, false},
+      // tril / triu (ops/elementwise.h): a batched, non-square input; diagonal offsets above and below
+      with_reference({"tril/triu",
+                      {In{{2, 4, 5}}},
+                      [](const TensorList& a) {
+                        return TensorList{tril(a[0]), tril(a[0], 1), triu(a[0], -1), triu(a[0], 2)};
+                      }},
+                     [](const TensorList& a) {
+                       return TensorList{tri_reference(a[0], 0, true), tri_reference(a[0], 1, true),
+                                         tri_reference(a[0], -1, false), tri_reference(a[0], 2, false)};
+                     }),
   };
   const std::map<std::string, std::function<double(double)>> refs = {
       {"neg", [](double v) { return -v; }},
@@ -302,6 +439,38 @@ std::vector<OpCase> reductions_cases() {
          return TensorList{r.values, r.indices};
        }},
       {"logsumexp large", {In{{3, 2000}}}, [](const TensorList& a) { return one(logsumexp(a[0], {-1})); }},
+      // prod: few elements per product. On the fuzz test's values (NaN, ±inf, ±1e300, subnormals) a product of many
+      // depends on the order of its multiplications (1e300 · 1e300 · 4e-320 is inf or 4e280), which no reference can
+      // follow; with two elements there is one multiplication, and several products rarely meet three such values.
+      with_reference({"prod all", {In{{2, 1}}}, [](const TensorList& a) { return one(prod(a[0])); }},
+                     [](const TensorList& a) { return one(reduce_reference(a[0], std::nullopt, false, product)); }),
+      with_reference({"prod dim 1", {In{{6, 3, 5}}}, [](const TensorList& a) { return one(prod(a[0], 1)); }},
+                     [](const TensorList& a) { return one(reduce_reference(a[0], 1, false, product)); }),
+      with_reference(
+          {"prod dim -1 keepdim", {In{{30, 4}}}, [](const TensorList& a) { return one(prod(a[0], -1, true)); }},
+          [](const TensorList& a) { return one(reduce_reference(a[0], -1, true, product)); }),
+      // any / all: floating (NaN counts as true), bool and int64 inputs; the bool results as the first input's dtype
+      // (the table's outputs are compared in it).
+      with_reference({"any/all",
+                      {In{{4, 3, 5}, Kind::Normal, 0, false}, In{{4, 3, 5}, Kind::Mask}, In{{4, 3, 5}, Kind::Int, 2}},
+                      [](const TensorList& a) {
+                        const DType dt = a[0].dtype();
+                        return TensorList{any(a[0], 1).to(dt),       all(a[0], -1, true).to(dt), all(a[1], 1).to(dt),
+                                          any(a[1], 0, true).to(dt), any(a[2], 1).to(dt),        all(a[2], 0).to(dt),
+                                          any(a[0]).to(dt),          all(a[1]).to(dt),           any(a[2]).to(dt)};
+                      },
+                      false},
+                     [](const TensorList& a) {
+                       return TensorList{reduce_reference(a[0], 1, false, any_nonzero),
+                                         reduce_reference(a[0], -1, true, all_nonzero),
+                                         reduce_reference(a[1], 1, false, all_nonzero),
+                                         reduce_reference(a[1], 0, true, any_nonzero),
+                                         reduce_reference(a[2], 1, false, any_nonzero),
+                                         reduce_reference(a[2], 0, false, all_nonzero),
+                                         reduce_reference(a[0], std::nullopt, false, any_nonzero),
+                                         reduce_reference(a[1], std::nullopt, false, all_nonzero),
+                                         reduce_reference(a[2], std::nullopt, false, any_nonzero)};
+                     }),
   };
   return cases;
 }
@@ -336,6 +505,31 @@ std::vector<OpCase> matmul_nn_cases() {
          Tensor t = where(eq(a[1], 2.0), full({6}, -100.0, {.dtype = kInt64, .device = a[1].device()}), a[1]);
          return one(cross_entropy(a[0], t, {.label_smoothing = 0.1, .reduction = Reduction::Sum}));
        }},
+      // nll_loss reads its input as given (log-probabilities in use; any values here). The mean and the sum count
+      // two targets (the others ignored), whose two terms add alike in any order, also for the fuzz test's ±1e300.
+      with_reference({"nll_loss",
+                      {In{{6, 5}}, In{{6}, Kind::Index, 5}},
+                      [](const TensorList& a) {
+                        const Tensor w = tensor(kNllWeights, {5}).to(a[0].dtype()).to(a[0].device());
+                        const Tensor two = first_two_targets(a[1]);
+                        return TensorList{nll_loss(a[0], a[1], {.reduction = Reduction::None}),
+                                          nll_loss(a[0], two, {.weight = w}),
+                                          nll_loss(a[0], two, {.reduction = Reduction::Sum})};
+                      }},
+                     [](const TensorList& a) {
+                       const Tensor two = first_two_targets(a[1]);
+                       return TensorList{nll_reference(a[0], a[1], {}, -100, Reduction::None),
+                                         nll_reference(a[0], two, kNllWeights, -100, Reduction::Mean),
+                                         nll_reference(a[0], two, {}, -100, Reduction::Sum)};
+                     }),
+      with_reference(
+          {"nll_loss (N, C, d) weighted, ignore_index, none",
+           {In{{2, 5, 3}}, In{{2, 3}, Kind::Index, 5}},
+           [](const TensorList& a) {
+             const Tensor w = tensor(kNllWeights, {5}).to(a[0].dtype()).to(a[0].device());
+             return one(nll_loss(a[0], a[1], {.weight = w, .ignore_index = 2, .reduction = Reduction::None}));
+           }},
+          [](const TensorList& a) { return one(nll_reference(a[0], a[1], kNllWeights, 2, Reduction::None)); }),
       {"mse_loss", {In{{4, 6}}, In{{4, 6}}}, [](const TensorList& a) { return one(mse_loss(a[0], a[1])); }},
       {"layer_norm",
        {In{{4, 8}}, In{{8}}, In{{8}}},
@@ -440,6 +634,19 @@ std::vector<OpCase> geometry_index_cases() {
       {"scatter_add",
        {In{{5, 6}}, In{{5, 3}, Kind::Index, 6}, In{{5, 3}}},
        [](const TensorList& a) { return one(scatter_add(a[0], 1, a[1], a[2])); }},
+      // scatter (out of place), both forms, along both dims; src of the index's shape, the index smaller than x.
+      with_reference({"scatter",
+                      {In{{5, 6}}, In{{3, 6}}, In{{5, 3}}},
+                      [](const TensorList& a) {
+                        const Device dev = a[0].device();
+                        return TensorList{scatter(a[0], 0, scatter_index(0, dev), a[1]),
+                                          scatter(a[0], 1, scatter_index(1, dev), a[2]),
+                                          scatter(a[0], 1, scatter_index(1, dev), -1.5)};
+                      }},
+                     [](const TensorList& a) {
+                       return TensorList{scatter_reference(a[0], 0, a[1]), scatter_reference(a[0], 1, a[2]),
+                                         scatter_reference(a[0], 1, Tensor(), -1.5)};
+                     }),
       {"embedding",
        {In{{7, 4}}, In{{3, 2}, Kind::Index, 7}},
        [](const TensorList& a) { return one(embedding(a[0], a[1])); }},

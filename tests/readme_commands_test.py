@@ -84,7 +84,7 @@ def main() -> int:
             else:
                 cmd_run = cmd
             r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", cmd_run], cwd=work, env=run_env,
-                               capture_output=True, text=True, timeout=600)
+                               capture_output=True, text=True, errors="replace", timeout=600)  # sample: any bytes
             if r.returncode == 0:
                 print(f"ok   {cmd}")
             else:

@@ -141,8 +141,12 @@ std::string compare_gradients(const TensorList& out_cpu, const TensorList& out_g
     if (!gc.defined() && !gg.defined()) continue;
     if (!gg.defined()) return fmt::format("input {}: no gradient on the GPU", i);
     if (!gc.defined()) return fmt::format("input {}: gradient on the GPU only", i);
-    std::string m = compare(half ? gg.to(gc.dtype()).cpu() : gg.cpu(), gc, tol);
-    if (!m.empty()) return fmt::format("grad of input {}: {}", i, m);
+    // 16-bit: a backward's rounding errors scale with the largest terms it sums, not with each element's own size
+    // (a gradient element near 0 is a difference of terms as large as the rest), so atol scales with max |gradient|
+    Tol t = tol;
+    if (half) t.atol *= std::max(1.0, amax(abs(gc)).item<double>());
+    std::string m = compare(half ? gg.to(gc.dtype()).cpu() : gg.cpu(), gc, t);
+    if (!m.empty()) return fmt::format("grad of input {}: {} (atol {:.3g})", i, m, t.atol);
   }
   return "";
 }
@@ -231,7 +235,13 @@ void run_family(const char* family, const std::vector<Case>& cases) {
     FAIL("ASC_PARITY_DEVICE=" << gpu().index << " but only " << asc::cuda::device_count() << " CUDA devices exist");
   const size_t dev0_before = asc::cuda::memory_stats(0).allocated;
   std::map<std::string, std::string> first_failure;  // op (+ " (16-bit)") -> first error
-  uint64_t seed = 1000;
+  // Each run's inputs are drawn from a seed of its own (op, dtype, view), so that adding an entry to the table does not
+  // redraw every later entry's inputs.
+  auto seed_of = [](const std::string& op, DType dt, View v) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (unsigned char ch : fmt::format("{}|{}|{}", op, dtype_name(dt), view_name(v))) h = (h ^ ch) * 1099511628211ull;
+    return h;
+  };
   // The whole table in float32 / float64, then again in bfloat16 / float16.
   auto run_dtypes = [&](std::initializer_list<DType> dtypes, const char* tag, int& passed, int& failed) {
     for (const Case& c : cases) {
@@ -240,7 +250,7 @@ void run_family(const char* family, const std::vector<Case>& cases) {
         for (View v : c.views) {
           std::string err;
           try {
-            err = run_one(c, dt, v, ++seed);
+            err = run_one(c, dt, v, seed_of(c.op, dt, v));
           } catch (const Error& e) {
             err = fmt::format("CPU reference failed: {}", e.what());
           }

@@ -503,6 +503,60 @@ TEST_CASE("text: man pages by section, counts match the packages, inputs in rang
   CHECK(longer.train->size() < t.train->size());
   for (int64_t i = 0; i < longer.test->size(); ++i) CHECK(longer.test->get(i).input.numel() == 4096);
   CHECK_THROWS_WITH_AS(make_task("text", {.data_dir = "/tmp"}), has("data_dir '/tmp' is not used"), Error);
+
+  // windows (the language model's reading): every page whole, in windows of max_len bytes overlapping by one, in
+  // the page's split; the bytes a model predicts (all but each window's first) are every page's bytes after its first
+  const Task full = make_task("text", {.max_len = 1 << 20});  // no page is cut: each page whole, in order
+  const Task win = make_task("text", {.max_len = 256, .windows = true});
+  CHECK(win.max_len == 256);
+  for (const auto& [whole, windows] : {std::pair{full.val.get(), win.val.get()}, {full.test.get(), win.test.get()}}) {
+    std::vector<std::pair<int64_t, std::string>> want, got;
+    int64_t page_targets = 0, predicted = 0;
+    for (const Example& e : all_of(*whole)) {
+      const std::string b = bytes_of(e.input);
+      page_targets += e.input.numel() - 1;
+      for (size_t start = 0; start + 1 < b.size(); start += 255) want.emplace_back(e.label, b.substr(start, 256));
+    }
+    for (const Example& e : all_of(*windows))
+      got.emplace_back(e.label, bytes_of(e.input)), predicted += e.input.numel() - 1;
+    CHECK(got == want);
+    CHECK(predicted == page_targets);  // every byte after a page's first is a target exactly once
+  }
+  CHECK(win.train->size() > 10 * t.train->size() / 2);  // pages average ~4 kB: many windows each
+  CHECK_THROWS_WITH_AS(make_task("text", {.max_len = 1, .windows = true}), has("windows need max_len >= 2"), Error);
+  CHECK_THROWS_WITH_AS(make_task("listops", {.windows = true}), has("windows apply to the text and file: tasks"),
+                       Error);
+}
+
+TEST_CASE("file: windows split each text into overlapping windows of max_len in its text's split") {
+  TempDir dir("file_windows");
+  std::string content;
+  for (int i = 0; i < 30; ++i)
+    content += fmt::format("{}	{}\n", i % 2 ? "b" : "a",
+                           std::string(static_cast<size_t>(5 + i), static_cast<char>('a' + i % 26)));
+  write_text(dir / "w.tsv", content);
+  const Task whole = make_task("file:" + (dir / "w.tsv"), {.seed = 2});
+  const Task win = make_task("file:" + (dir / "w.tsv"), {.seed = 2, .max_len = 8, .windows = true});
+  CHECK(win.max_len == 8);
+  for (const auto& [w, d] : {std::pair{whole.train.get(), win.train.get()},
+                             {whole.val.get(), win.val.get()},
+                             {whole.test.get(), win.test.get()}}) {
+    // expected: each text of the split (in order) as windows [0, 8), [7, 15), ... of at least 2 bytes
+    std::vector<std::pair<int64_t, std::string>> want, got;
+    for (const Example& e : all_of(*w)) {
+      const std::string b = bytes_of(e.input);
+      for (size_t start = 0; start + 1 < b.size(); start += 7) want.emplace_back(e.label, b.substr(start, 8));
+    }
+    for (const Example& e : all_of(*d)) got.emplace_back(e.label, bytes_of(e.input));
+    CHECK(got == want);
+  }
+  // min_len bounds the whole text, and may exceed max_len with windows
+  const Task longer = make_task("file:" + (dir / "w.tsv"), {.seed = 2, .min_len = 30, .max_len = 8, .windows = true});
+  CHECK(longer.train->size() + longer.val->size() + longer.test->size() > 0);
+  for (const Dataset* d : {longer.train.get(), longer.val.get(), longer.test.get()})
+    for (const Example& e : all_of(*d)) CHECK(e.input.numel() >= 2);
+  CHECK_THROWS_WITH_AS(make_task("file:" + (dir / "w.tsv"), {.windows = true}), has("windows need max_len >= 2"),
+                       Error);
 }
 
 // ---- file:PATH ----------------------------------------------------------------------------------------------------

@@ -169,6 +169,87 @@ TEST_CASE("DDP: N steps on every rank's share of the batch give the parameters o
   }
 }
 
+TEST_CASE("DDP no_sync: no all-reduce under the guard, each rank keeps its gradient; the next backward reduces both") {
+  auto pg = world();
+  const int r = pg->rank(), n = pg->size();
+  Generator data(13);
+  const int64_t share = 3;  // each rank's micro-batch
+  // Two micro-batches per rank; every rank draws all of them, so that any rank can compute every rank's reference.
+  const TensorOptions f64{.dtype = kFloat64};
+  const Tensor X1 = randn({n * share, 6}, f64, &data), Y1 = randn({n * share, 3}, f64, &data);
+  const Tensor X2 = randn({n * share, 6}, f64, &data), Y2 = randn({n * share, 3}, f64, &data);
+  auto rows = [&](const Tensor& t, int k) { return t.narrow(0, k * share, share); };
+  // Rank k's gradient without DDP, from a model with the same weights: of micro-batch 1, or of 1 and 2 accumulated.
+  auto reference_grads = [&](int k, bool both) {
+    auto ref = make_mlp(7);
+    mse(ref->forward(rows(X1, k)), rows(Y1, k)).backward();
+    if (both) mse(ref->forward(rows(X2, k)), rows(Y2, k)).backward();
+    std::vector<Tensor> g;
+    for (const Tensor& p : ref->parameters()) g.push_back(p.grad());
+    return g;
+  };
+
+  auto local = make_mlp(7);
+  auto ddp = std::make_shared<DistributedDataParallel>(local, pg, DDPOptions{.bucket_cap_bytes = 64});
+  const auto buckets = static_cast<int64_t>(ddp->bucket_layout().size());
+  const auto params = local->parameters();
+  CHECK(ddp->require_backward_grad_sync());
+  const int64_t before = ddp->reductions();
+  {
+    auto guard = ddp->no_sync();
+    CHECK_FALSE(ddp->require_backward_grad_sync());
+    mse(ddp->forward(rows(X1, r)), rows(Y1, r)).backward();
+    CHECK(ddp->reductions() == before);  // no all-reduce started
+    const auto mine = reference_grads(r, false);
+    REQUIRE(mine.size() == params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!mine[i].defined()) continue;  // the layer forward never reads
+      REQUIRE(params[i].grad().defined());
+      testing::check_close(params[i].grad(), mine[i], 1e-12, 1e-10);  // this rank's own, not averaged
+    }
+  }
+  CHECK(ddp->require_backward_grad_sync());  // restored when the guard ends
+  mse(ddp->forward(rows(X2, r)), rows(Y2, r)).backward();
+  CHECK(ddp->reductions() == before + buckets);  // one all-reduce per bucket, for both micro-batches
+  // The average over the ranks of each rank's two micro-batch gradients, the same on every rank.
+  std::vector<Tensor> want(params.size());
+  for (int k = 0; k < n; ++k) {
+    const auto g = reference_grads(k, true);
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g[i].defined()) want[i] = want[i].defined() ? add(want[i], g[i]) : g[i];
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    INFO("parameter " << i);
+    REQUIRE(params[i].grad().defined());
+    if (want[i].defined())
+      testing::check_close(params[i].grad(), want[i] / static_cast<double>(n), 1e-12, 1e-10);
+    else  // the unused layer: zeros from every rank
+      testing::check_close(params[i].grad(), std::vector<double>(static_cast<size_t>(params[i].numel()), 0.0), 0, 0);
+  }
+
+  // Guards nest, each restoring the setting it found; set_require_backward_grad_sync switches the same thing.
+  {
+    auto outer = ddp->no_sync();
+    {
+      auto inner = ddp->no_sync();
+      CHECK_FALSE(ddp->require_backward_grad_sync());
+    }
+    CHECK_FALSE(ddp->require_backward_grad_sync());
+  }
+  CHECK(ddp->require_backward_grad_sync());
+  ddp->zero_grad();
+  const int64_t mid = ddp->reductions();
+  ddp->set_require_backward_grad_sync(false);
+  mse(ddp->forward(rows(X1, r)), rows(Y1, r)).backward();
+  CHECK(ddp->reductions() == mid);
+  ddp->set_require_backward_grad_sync(true);
+  mse(ddp->forward(rows(X2, r)), rows(Y2, r)).backward();
+  CHECK(ddp->reductions() == mid + buckets);
+  for (size_t i = 0; i < params.size(); ++i)
+    if (want[i].defined()) testing::check_close(params[i].grad(), want[i] / static_cast<double>(n), 1e-12, 1e-10);
+  pg->barrier();
+}
+
 TEST_CASE("DDP refuses ranks whose models differ, on every rank") {
   auto pg = world();
   if (pg->size() < 2) return;

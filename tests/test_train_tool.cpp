@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cctype>
 
 #include <chrono>
 #include <cstdlib>
@@ -226,6 +227,9 @@ TEST_CASE("train: every model kind trains a few steps and logs its mechanism's s
     const std::string m = read(d / "metrics.csv");
     CHECK(m.substr(0, m.find('\n')).find(c.column) != std::string::npos);
     if (!c.dump.empty()) CHECK(fs::exists(d / c.dump));
+    const auto cfg = nlohmann::json::parse(read(d / "config.json"));  // the model's default rate, as used
+    CHECK(cfg["lr"] == (c.args.find("model lm") != std::string::npos ? 3e-3 : 1e-3));
+    CHECK(cfg["epochs"] == 1);  // a generated task: one epoch, also for the language model
     fs::remove_all(d);
   }
   // The firing network on Fashion-MNIST images with rule B (skipped without the dataset).
@@ -429,7 +433,7 @@ TEST_CASE(
       {"--seed -1", "--seed: must be an integer in [0, 2^64 - 1]"},
       {"--norm-first 2", "--norm-first: must be true or false, got '2'"},
       {"--threads 1000000000", "--threads: must be an integer in [0, 4096]"},
-      {"--lr 1e400", "--lr: must be a number > 0, got '1e400'"},
+      {"--lr 1e400", "--lr: must be -1 or a number > 0, got '1e400'"},
       {"--asam-patterns window,foo", "--asam-patterns: must be one of window | strided"},
       {"--surrogate foo", "--surrogate: must be one of"},
       {"--task file:", "--task: must be one of"},
@@ -549,6 +553,13 @@ TEST_CASE("sample: text from a trained byte-level LM — streamed, batched, seed
                   "--threads 1 --out " +
                   d.string(),
               log) == 0);
+  {  // the language model's own defaults, written to config.json as used: windows of 256 bytes, lr 3e-3, 4 epochs
+    const auto cfg = nlohmann::json::parse(read(d / "config.json"));
+    CHECK(cfg["max_len"] == 256);
+    CHECK(cfg["lr"] == 3e-3);
+    CHECK(cfg["epochs"] == 4);
+    CHECK(cfg["positional"] == "rope");
+  }
   auto sample = [&](const std::string& args) {
     const std::string cmd =
         std::string(ASC_SAMPLE_BIN) + " --run " + d.string() + " " + args + " > " + log + ".out 2> " + log;
@@ -570,10 +581,27 @@ TEST_CASE("sample: text from a trained byte-level LM — streamed, batched, seed
   CHECK(rc2 == 0);
   CHECK(many.find("---") != std::string::npos);
   CHECK(many.find("number") != std::string::npos);
-  auto [rc3, stopped] = sample("--prompt 'the' --max-new-tokens 200 --temperature 1 --seed 1 --stop ' '");
-  CHECK(rc3 == 0);
-  CHECK(stopped.size() < 3 + 200);
-  CHECK(stopped.substr(3).find(' ') == stopped.size() - 5);  // ends at its first space (then the newline)
+  // the stop string: the continuation's first letter, digit or space (so the shell passes it as it is); the same
+  // seeded draws with --stop end right after it
+  const std::string draws = "--prompt 'the' --max-new-tokens 200 --temperature 1 --seed 1";
+  auto [rc3, full] = sample(draws);
+  REQUIRE(rc3 == 0);
+  size_t at = 3;
+  while (at < full.size() - 1 && !std::isalnum(static_cast<unsigned char>(full[at])) && full[at] != ' ') ++at;
+  REQUIRE(at < full.size() - 1);
+  auto [rc4, stopped] = sample(draws + " --stop '" + full.substr(at, 1) + "'");
+  CHECK(rc4 == 0);
+  CHECK(stopped == full.substr(0, at + 1) + "\n");
+  // on a GPU (the GPU machine's suite): decoding there, cached and recomputed, makes as many bytes
+  if (gpu_or_skip()) {
+    for (const std::string cache : {"", " --no-cache"}) {
+      auto [rc_gpu, gpu_text] = sample("--prompt 'the c' --max-new-tokens 20 --seed 3 --device cuda" + cache);
+      CHECK(rc_gpu == 0);
+      CHECK(gpu_text.starts_with("the c"));
+      CHECK(gpu_text.size() == text.size());
+      CHECK(read(log).find("cuda") != std::string::npos);
+    }
+  }
   // not a language model, or no prompt: refused
   CHECK(sample("--prompt-ids 300").first == 1);
   fs::remove_all(d), fs::remove_all(d.string() + "_data");
@@ -628,6 +656,18 @@ TEST_CASE("predict: a trained classifier on new text lines and token ids, CSV an
   const std::string jl = read(out);
   CHECK(jl.find("{\"line\":1,") == 0);
   CHECK(jl.find("{\"line\":3,") != std::string::npos);
+  // on a GPU (the GPU machine's suite): the same probabilities from the model rebuilt there
+  if (gpu_or_skip()) {
+    auto [rc_gpu, csv_gpu] = predict("--tsv " + tsv.string() + " --progress none --device cuda");
+    REQUIRE(rc_gpu == 0);
+    std::istringstream a(csv), b(csv_gpu);
+    std::string la, lb;
+    while (std::getline(a, la) && std::getline(b, lb)) {
+      const size_t pa = la.rfind(','), pb = lb.rfind(',');  // the last class's probability
+      if (la.starts_with("line")) continue;
+      CHECK(std::stod(la.substr(pa + 1)) == doctest::Approx(std::stod(lb.substr(pb + 1))).epsilon(1e-4));
+    }
+  }
   // the wrong kind of input, two kinds at once, an LM run: refused
   CHECK(predict("--images " + tsv.string()).first == 1);
   CHECK(predict("--text " + txt.string() + " --ids " + txt.string()).first == 2);

@@ -42,6 +42,16 @@ required_args() {
     predict) echo --run . --ids /dev/null ;;
   esac
 }
+# The option groups a tool's --help shows (each a heading line "NAME:"), '|'-separated; stats: its compare subcommand's.
+help_groups() {
+  case $1 in
+    train) echo "Task and data|Model|Optimisation|Run and output|Language model (--model lm)" ;;
+    predict) echo "Model|Inputs (one of)|Output" ;;
+    sample) echo "Model|Prompts|Decoding" ;;
+    stats) echo "Runs|Statistics|Output" ;;
+    demo) echo "Model|Optimisation|Data and seed" ;;
+  esac
+}
 value_option() {
   case $1 in
     demo | bench_train | bench_ddp) echo --steps ;;
@@ -104,6 +114,16 @@ check_tool() {
   wide=$(awk 'length > 100' "$out.out" | head -1)
   [ -z "$wide" ] || fail "$name --help: a line wider than 100 columns: $wide"
   echo "ok   $name --help ($(wc -l <"$out.out") lines)"
+  local groups group
+  groups=$(help_groups "$name")
+  if [ -n "$groups" ]; then
+    if [ "$name" = stats ]; then timeout 10 "$tool" compare --help >"$out.out" 2>/dev/null; fi
+    IFS='|' read -r -a group_list <<<"$groups"
+    for group in "${group_list[@]}"; do
+      grep -qxF "$group:" "$out.out" || fail "$name --help: no option group '$group'"
+    done
+    echo "ok   $name --help groups: $groups"
+  fi
   while IFS= read -r args; do
     # shellcheck disable=SC2086  # each case is a list of words
     expect_usage_error "$tool" "$name" "$out" $args

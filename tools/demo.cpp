@@ -63,9 +63,9 @@ int main(int argc, char** argv) {
   uint64_t seed = 2026;
   CLI::App app{"demo: a 2-H-H-1 tanh MLP learns two moons with SGD + momentum; exit 1 if test accuracy < 0.95", "demo"};
   app.option_defaults()->always_capture_default();
-  app.add_option("--steps", steps, "full-batch SGD steps")->check(tools::int_range(1, 1000000));
-  app.add_option("--hidden", hidden, "hidden width H")->check(tools::int_range(1, 4096));
-  app.add_option("--seed", seed, "seed of the data and the initialisation");
+  app.add_option("--hidden", hidden, "hidden width H")->check(tools::int_range(1, 4096))->group("Model");
+  app.add_option("--steps", steps, "full-batch SGD steps")->check(tools::int_range(1, 1000000))->group("Optimisation");
+  app.add_option("--seed", seed, "seed of the data and the initialisation")->group("Data and seed");
   tools::parse_or_exit(app, argc, argv);
   return tools::guarded("demo", [&] {
     Generator gen(seed);

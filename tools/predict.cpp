@@ -43,11 +43,9 @@ int run(const Flags& f) {
   ASC_CHECK(fs::exists(config), "--run {}: no config.json there (a directory written by train)", f.run);
   train::Config c = train::read_config(config.string());
   ASC_CHECK(c.model != "lm", "--run {}: a language model; sample continues its text", f.run);
-  if (!f.device.empty()) c.device = f.device;
   const fs::path weights = fs::path(f.run) / f.weights;
   ASC_CHECK(fs::exists(weights), "--run {}: no {} (--weights names the file in the run directory)", f.run, f.weights);
-  train::Run r = train::make_run(c);
-  r.model->load_state_dict(load_safetensors(weights.string()));
+  train::Run r = train::load_run(f.run, f.weights, f.device);
   const data::Task& task = r.task;
 
   // the inputs, prepared as the run's task prepared its examples

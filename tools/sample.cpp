@@ -10,6 +10,7 @@
 // ASAM recompute the sequence at every step (docs/train.md, "Sampling"). The speed goes to stderr.
 // Exit codes: 0 done, 1 a runtime error, 2 a bad command line.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -80,17 +81,22 @@ int run(const Flags& f) {
   train::Config c = train::read_config(config.string());
   ASC_CHECK(c.model == "lm", "--run {}: a --model {} run; sample needs a language model (train --model lm)", f.run,
             c.model);
-  if (!f.device.empty()) c.device = f.device;
   const fs::path weights = fs::path(f.run) / f.weights;
   ASC_CHECK(fs::exists(weights), "--run {}: no {} (--weights names the file in the run directory)", f.run, f.weights);
-  train::Run r = train::make_run(c);
-  r.model->load_state_dict(load_safetensors(weights.string()));
-  r.model->eval();
+  train::Run r = train::load_run(f.run, f.weights, f.device);
   models::DecoderLM& lm = *r.lm;
   const int64_t vocab = lm.options.vocab();
   const bool bytes = f.prompt_ids.empty();
   const std::vector<std::vector<int64_t>> prompts = read_prompts(f, vocab);
   ASC_CHECK(!prompts.empty(), "no prompt: give --prompt TEXT, --prompt-file FILE or --prompt-ids IDS");
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  // The model learnt from windows of max_len tokens: past that many, it continues at distances it never saw
+  if (const int64_t context = r.c.max_len; context > 0 && static_cast<int64_t>(longest) + f.max_new_tokens > context)
+    fmt::print(stderr,
+               "sample: note: a prompt of {} tokens plus {} new ones passes the {} tokens of context the model trained "
+               "on (max_len); what comes after that is extrapolated\n",
+               longest, f.max_new_tokens, context);
 
   // Prompts of one length decode together (the LM has no padding mask); each group in its own call.
   std::map<size_t, std::vector<size_t>> by_len;
@@ -140,9 +146,10 @@ int run(const Flags& f) {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (stream)
-    fmt::print("\n");
+    fmt::print("\n"), std::fflush(stdout);  // the text ends before the speed line on a shared terminal
   else
     for (size_t i = 0; i < done.size(); ++i) fmt::print("{}{}\n", i ? "\n---\n" : "", done[i]);
+  std::fflush(stdout);
   fmt::print(stderr, "sample: {} tokens in {:.2f} s ({:.0f} tokens/s; {}, {}, {})\n", made, s,
              static_cast<double>(made) / std::max(s, 1e-9),
              !f.no_cache && lm.supports_kv_cache() ? "KV cache" : "recomputed each step", r.device,

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/gzip.h"
 #include "stats/cluster.h"
@@ -368,10 +369,11 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
         n_examples, fmt_num(pb.p), 100 * bo.level, interval_text({pb.delta, pb.low, pb.high, bo.level}), fmt_num(ar.p),
         bo.resamples, bo.seed, fmt_num(mde_examples));
   if (!json_path.empty()) {
-    std::ofstream f(json_path, std::ios::trunc);
-    ASC_CHECK(f, "stats compare: cannot write {}", json_path);
-    f << out.dump(1) << "\n";
-    ASC_CHECK(f.good(), "stats compare: writing {} failed", json_path);
+    try {  // whole or not at all (core/atomic_file.h)
+      asc::write_file_atomic(json_path, out.dump(1) + "\n");
+    } catch (const asc::Error& e) {
+      ASC_THROW("stats compare: cannot write {}: {}", json_path, e.what());
+    }
   }
   return 0;
 }
@@ -393,18 +395,26 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   compare->add_option("--a", a_dirs, "run directories of model A (one per seed)")
       ->required()
-      ->check(CLI::ExistingDirectory);
-  compare->add_option("--b", b_dirs, "run directories of model B")->required()->check(CLI::ExistingDirectory);
-  compare->add_option("--a-name", a_name, "A's name in the table")->capture_default_str();
-  compare->add_option("--b-name", b_name, "B's name in the table")->capture_default_str();
-  compare->add_option("--metric", metric, "summary.json field compared over seeds")->capture_default_str();
+      ->check(CLI::ExistingDirectory)
+      ->group("Runs");
+  compare->add_option("--b", b_dirs, "run directories of model B")
+      ->required()
+      ->check(CLI::ExistingDirectory)
+      ->group("Runs");
+  compare->add_option("--a-name", a_name, "A's name in the table")->capture_default_str()->group("Runs");
+  compare->add_option("--b-name", b_name, "B's name in the table")->capture_default_str()->group("Runs");
+  compare->add_option("--metric", metric, "summary.json field compared over seeds")
+      ->capture_default_str()
+      ->group("Statistics");
   compare->add_option("--resamples", resamples, "bootstrap resamples and randomisation rounds")
       ->check(asc::tools::int_range(1, int64_t(1) << 32))
-      ->capture_default_str();
-  compare->add_option("--seed", seed, "seed of the resampling")->capture_default_str();
+      ->capture_default_str()
+      ->group("Statistics");
+  compare->add_option("--seed", seed, "seed of the resampling")->capture_default_str()->group("Statistics");
   compare->add_option("--json", json_path, "also write every figure as JSON to FILE")
       ->check(asc::tools::output_file())
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->group("Output");
   CLI::App* json = app.add_subcommand("json",
                                       "answer statistics requests given as JSON (one object or a list): "
                                       "{\"op\": \"paired_bootstrap\", \"a\": [...], \"b\": [...]}");

@@ -59,14 +59,23 @@ class ProgressDisplay : public train::Callback {
   void on_train_begin(train::Trainer& t) override {
     p_.set_first(t.state().step);
     first_ = t.state().step;
+    // A run of a few steps learns next to nothing; the usual cause is one epoch of a small file
+    if (t.config().steps == 0 && t.total_steps() < kFewSteps && t.state().step == 0)
+      fmt::print(stderr,
+                 "train: note: {} optimizer steps in all ({} epoch(s) of {} training examples in batches of {}): too "
+                 "few to learn much; --epochs N or --steps N trains longer\n",
+                 t.total_steps(), t.run().c.epochs, t.run().task.train->size(), t.config().batch);
   }
-  void on_row(train::Trainer&, const train::Row& r) override {
+  static constexpr int64_t kFewSteps = 100;
+  void on_row(train::Trainer& t, const train::Row& r) override {
+    // the language model's loss in bits per byte (its summary's unit), a classifier's as the cross-entropy in nats
+    const std::string loss =
+        t.run().is_lm() ? fmt::format("{:.3f} bits/byte", r.loss / std::log(2.0)) : fmt::format("{:.4f}", r.loss);
     if (r.split == "train")
-      fields_ = fmt::format("loss {:.4f}  acc {:.1f}%  {:.0f} tok/s  MFU {}", r.loss, 100 * r.accuracy, r.tokens_per_s,
+      fields_ = fmt::format("loss {}  acc {:.1f}%  {:.0f} tok/s  MFU {}", loss, 100 * r.accuracy, r.tokens_per_s,
                             std::isfinite(r.mfu) ? fmt::format("{:.1f}%", 100 * r.mfu) : "n/a");
     else
-      fields_ =
-          fmt::format("val loss {:.4f}  val acc {:.1f}%  (best at step {})", r.loss, 100 * r.accuracy, r.best_step);
+      fields_ = fmt::format("val loss {}  val acc {:.1f}%  (best at step {})", loss, 100 * r.accuracy, r.best_step);
   }
   void on_step_end(train::Trainer& t) override {
     const int64_t step = t.state().step;

@@ -34,6 +34,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
   std::vector<Bucket> buckets;    // in launch order
   size_t next_launch = 0;         // buckets [0, next_launch) have started
   bool in_backward = false;
+  bool sync = true;        // false under no_sync(): the hooks leave the gradients where backward accumulates them
   int64_t reductions = 0;  // all-reduces started since construction
 
   Tensor slice(const Bucket& b, size_t j) const {
@@ -53,6 +54,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
 
   // Hook: parameter i's .grad was just updated by backward.
   void on_grad(size_t i) {
+    if (!sync) return;   // no_sync(): .grad keeps accumulating; the next synchronised backward reduces all of it
     if (!in_backward) {  // the first gradient of this backward: finish() runs when the whole graph is done
       in_backward = true;
       auto end = std::make_shared<EndOfBackward>();
@@ -212,6 +214,18 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> m, 
 DistributedDataParallel::~DistributedDataParallel() = default;
 
 int64_t DistributedDataParallel::reductions() const { return reducer_->reductions; }
+
+bool DistributedDataParallel::require_backward_grad_sync() const { return reducer_->sync; }
+void DistributedDataParallel::set_require_backward_grad_sync(bool sync) {
+  ASC_CHECK(!reducer_->in_backward, "DistributedDataParallel: gradient sync switched during a backward");
+  reducer_->sync = sync;
+}
+
+DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)
+    : ddp_(ddp), previous_(ddp.require_backward_grad_sync()) {
+  ddp_.set_require_backward_grad_sync(false);
+}
+DistributedDataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.reducer_->sync = previous_; }
 
 std::vector<std::vector<size_t>> DistributedDataParallel::bucket_layout() const {
   std::vector<std::vector<size_t>> out;

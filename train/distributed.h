@@ -49,6 +49,26 @@ class DistributedDataParallel : public nn::Module {
   std::vector<std::vector<size_t>> bucket_layout() const;
   // Bucket all-reduces started since construction: one per bucket per backward.
   int64_t reductions() const;
+  // PyTorch's no_sync(): while the returned guard lives, backward accumulates each rank's local gradients in .grad
+  // and starts no all-reduce; the first backward after it reduces everything accumulated (gradient accumulation:
+  // N - 1 micro-batches under the guard, the last one outside it). Every rank must use it alike.
+  //   { auto guard = ddp->no_sync(); loss(ddp->forward(x1)).backward(); }
+  //   loss(ddp->forward(x2)).backward();  // the gradients of x1 and x2 averaged over the ranks
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+  // What no_sync() switches (nanoGPT sets PyTorch's attribute of this name directly): false, backward only accumulates.
+  bool require_backward_grad_sync() const;
+  void set_require_backward_grad_sync(bool sync);
 
  private:
   struct Reducer;

@@ -371,7 +371,8 @@ void define_mechanisms(Options& o, Config& c) {
 void define_training(Options& o, Config& c) {
   o.group("Optimisation");
   o.add("optimizer", c.optimizer, "the optimizer", {"adamw", "adam", "sgd"});
-  o.add("lr", c.lr, "learning rate", kPositiveReal);
+  o.add("lr", c.lr, "learning rate; -1: the model's default (3e-3 for lm, 1e-3 otherwise)",
+        RealRange{0, kHuge, true, true});
   o.add("weight_decay", c.weight_decay, "weight decay", kNonnegReal);
   o.add("momentum", c.momentum, "sgd: momentum", RealRange{0, 0.999});
   o.add("schedule", c.schedule, "learning-rate schedule (cosine: linear warmup, then cosine to --min-lr)",
@@ -381,7 +382,8 @@ void define_training(Options& o, Config& c) {
   o.add("clip", c.clip, "gradient-norm clipping (0: off)", kNonnegReal);
   o.add("batch", c.batch, "batch size", IntRange{1, int64_t{1} << 20});
   o.add("steps", c.steps, "optimizer steps (0: --epochs of the training split)", kSteps);
-  o.add("epochs", c.epochs, "epochs when --steps is 0", IntRange{1, 1'000'000});
+  o.add("epochs", c.epochs, "epochs when --steps is 0; 0: the model's default (4 for lm on text / file:, else 1)",
+        IntRange{0, 1'000'000});
   o.add("eval_every", c.eval_every, "steps between validations (0: 10 per run)", kSteps);
   o.add("eval_batches", c.eval_batches, "validation batches per evaluation (0: the whole split)", kSize);
   o.add("log_every", c.log_every, "steps between training-metric rows (0: 50 per run)", kSteps);
@@ -496,8 +498,13 @@ std::string config_json(const Config& c, const std::vector<std::pair<std::string
   return table.to_json(provenance);
 }
 
+bool lm_reads_windows(const Config& c) { return c.model == "lm" && (c.task == "text" || c.task.starts_with("file:")); }
+
 void resolve_defaults(Config& c) {
   if (c.model == "lm" && c.positional == "learned") c.positional = "rope";  // the default: the LM's rotary positions
+  if (lm_reads_windows(c) && c.max_len == 0) c.max_len = kLMContext;
+  if (c.lr < 0) c.lr = c.model == "lm" ? kLMLearningRate : kLearningRate;
+  if (c.epochs == 0) c.epochs = lm_reads_windows(c) ? kLMEpochs : 1;
   if (c.eta_w < 0) c.eta_w = c.rule == "A" ? optim::RuleAOptions{}.eta_plus : optim::RuleBOptions{}.eta_w;
   if (c.eta_f < 0) c.eta_f = c.rule == "A" ? optim::RuleAOptions{}.rho_plus : optim::RuleBOptions{}.eta_f;
 }
@@ -537,6 +544,7 @@ namespace {
 // The tokens of the task's longest sequence, as far as the options tell without reading any data (0: unknown).
 int64_t expected_len(const Config& c) {
   if (c.max_len > 0) return c.max_len;
+  if (lm_reads_windows(c)) return kLMContext;
   const int64_t side = c.image_size;
   if (c.task == "fashion-mnist-seq") return side > 0 ? side * side : 28 * 28;
   if (c.task == "pathfinder") return side > 0 ? side * side : 32 * 32;
@@ -582,8 +590,8 @@ void validate_config(const Config& c, bool check_memory) {
   ASC_CHECK(c.model != "lm" || c.positional == "rope" || c.positional == "learned",
             "'positional' {} is not available to the language model (--model lm): it uses rotary positions (rope)",
             c.positional);
-  ASC_CHECK(c.min_len == 0 || c.max_len == 0 || c.min_len <= c.max_len, "'min_len' {} exceeds 'max_len' {}", c.min_len,
-            c.max_len);
+  ASC_CHECK(c.min_len == 0 || c.max_len == 0 || lm_reads_windows(c) || c.min_len <= c.max_len,
+            "'min_len' {} exceeds 'max_len' {}", c.min_len, c.max_len);  // windows: min_len bounds the whole text
   ASC_CHECK(c.w_min < c.w_max, "'w_min' {} must be below 'w_max' {}", c.w_min, c.w_max);
   ASC_CHECK(c.f_min < c.f_max, "'f_min' {} must be below 'f_max' {}", c.f_min, c.f_max);
   ASC_CHECK((c.robustness_max_len & (c.robustness_max_len - 1)) == 0,

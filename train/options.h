@@ -55,8 +55,9 @@ struct Config {
   std::string lm_attention = "dense";
   // optimisation
   std::string optimizer = "adamw", schedule = "cosine";
-  double lr = 1e-3, weight_decay = 0.01, momentum = 0.9, clip = 1.0, min_lr = 0;
-  int64_t warmup = 0, batch = 32, steps = 0, epochs = 1, eval_every = 0, eval_batches = 0, log_every = 0;
+  // lr -1 and epochs 0: the model's own defaults (resolve_defaults), written to config.json as used
+  double lr = -1, weight_decay = 0.01, momentum = 0.9, clip = 1.0, min_lr = 0;
+  int64_t warmup = 0, batch = 32, steps = 0, epochs = 0, eval_every = 0, eval_batches = 0, log_every = 0;
   uint64_t seed = 0;
   // run
   int64_t threads = 0, prefetch = 2, ckpt_every = 0;
@@ -97,8 +98,22 @@ class OptionTable {
 // command), which reading skips.
 std::string config_json(const Config& c, const std::vector<std::pair<std::string, std::string>>& provenance = {});
 // The defaults that depend on other options resolved, so that config.json records what the run uses: eta_w / eta_f
-// (-1) become the chosen rule's own rates (optim/firing_rules.h); the language model's positional encoding is rope.
+// (-1) become the chosen rule's own rates (optim/firing_rules.h); the language model's positional encoding is rope,
+// its context (max_len) on the text and file: tasks kLMContext, and the learning rate (-1) and epochs (0) the model's
+// own: kLearningRate and 1 epoch, or for the language model kLMLearningRate and (on the text and file: tasks)
+// kLMEpochs.
 void resolve_defaults(Config& c);
+// The defaults of the language model on the text and file: tasks, sized so that `train --model lm --task text` reaches
+// about 2.2 bits per byte in under 4 minutes on two CPU cores (docs/train.md): a context long enough for a man page's
+// paragraph, a learning rate three times the classifiers' (a small byte-level model learns faster with it), and the
+// epochs that take it there.
+inline constexpr int64_t kLMContext = 256;
+inline constexpr double kLMLearningRate = 3e-3;
+inline constexpr int64_t kLMEpochs = 4;
+inline constexpr double kLearningRate = 1e-3;  // every other model's
+// Whether the run's model reads its task's texts in windows of max_len bytes (data::TaskOptions::windows): the
+// language model on the text and file: tasks, which learns from every byte of a text instead of its first max_len.
+bool lm_reads_windows(const Config& c);
 
 // What the options ask together, checked once the flags and files are read (the train tool exits 2 on it; make_run
 // checks it too, without the memory bound: a model rebuilt for inference needs far less): the width a multiple of the

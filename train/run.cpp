@@ -151,14 +151,15 @@ Run make_run(const Config& c) {
   r.device = c.device == "cuda" ? Device::cuda(0) : Device::cpu();
   r.dtype = c.dtype == "bfloat16" ? kBFloat16 : kFloat32;
   manual_seed(c.seed);
-  r.task = data::make_task(c.task, {.seed = c.data_seed,
-                                    .train_size = c.train_size,
-                                    .val_size = c.val_size,
-                                    .test_size = c.test_size,
-                                    .min_len = c.min_len,
-                                    .max_len = c.max_len,
-                                    .data_dir = c.data_dir,
-                                    .image_size = c.image_size});
+  r.task = data::make_task(r.c.task, {.seed = r.c.data_seed,
+                                      .train_size = r.c.train_size,
+                                      .val_size = r.c.val_size,
+                                      .test_size = r.c.test_size,
+                                      .min_len = r.c.min_len,
+                                      .max_len = r.c.max_len,
+                                      .data_dir = r.c.data_dir,
+                                      .image_size = r.c.image_size,
+                                      .windows = lm_reads_windows(r.c)});
   ASC_CHECK(r.task.train->size() > 0 && r.task.val->size() > 0 && r.task.test->size() > 0,
             "task {} has an empty split (train {}, val {}, test {})", c.task, r.task.train->size(), r.task.val->size(),
             r.task.test->size());
@@ -167,11 +168,15 @@ Run make_run(const Config& c) {
   return r;
 }
 
-Run load_run(const std::string& dir, const std::string& weights) {
+Run load_run(const std::string& dir, const std::string& weights, const std::string& device) {
   const fs::path config = fs::path(dir) / "config.json", file = fs::path(dir) / weights;
   ASC_CHECK(fs::exists(config), "load_run: '{}' has no config.json", dir);
   ASC_CHECK(fs::exists(file), "load_run: '{}' has no {}", dir, weights);
-  Run r = make_run(read_config(config.string()));
+  Config c = read_config(config.string());
+  ASC_CHECK(device.empty() || device == "cpu" || device == "cuda", "load_run: device must be cpu or cuda, got '{}'",
+            device);
+  if (!device.empty()) c.device = device;
+  Run r = make_run(c);
   r.model->load_state_dict(load_safetensors(file.string()));
   r.model->eval();
   return r;

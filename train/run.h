@@ -37,8 +37,10 @@ struct Run {
 // names; asc::Error for a model that cannot read the task, a device or dtype that is not available.
 Run make_run(const Config& c);
 // A finished run's model: DIR/config.json's options, DIR/<weights> loaded (best.safetensors: the model selected on
-// validation), in evaluation mode. The task's data are built too (the same splits the run used).
-Run load_run(const std::string& dir, const std::string& weights = "best.safetensors");
+// validation; last.safetensors ... any file the run wrote, or an absolute path), in evaluation mode, on `device`
+// ("cpu", "cuda"; "": the run's own). The task's data are built too (the same splits the run used). A weights file
+// that does not fit the model is an asc::Error naming the first key that differs.
+Run load_run(const std::string& dir, const std::string& weights = "best.safetensors", const std::string& device = "");
 
 // The device and dtype a Config asks for are available here and fit together (asc::Error otherwise; make_run checks
 // them first, and the trainer before it writes anything).

@@ -190,7 +190,7 @@ Trainer::Trainer(const Config& c, TrainerFlags flags) : flags_(std::move(flags))
                                                                                   .drop_last = true,
                                                                                   .prefetch = c.prefetch,
                                                                                   .pad_id = r_.task.pad_id});
-  total_ = c.steps > 0 ? c.steps : c.epochs * loader_->batches_per_epoch();
+  total_ = c.steps > 0 ? c.steps : r_.c.epochs * loader_->batches_per_epoch();  // r_.c: the model's default resolved
   in_->eval_every = c.eval_every > 0 ? c.eval_every : std::max<int64_t>(1, total_ / 10);
   in_->log_every = c.log_every > 0 ? c.log_every : std::max<int64_t>(1, std::min(in_->eval_every, total_ / 50));
   in_->ckpt_every = c.ckpt_every > 0 ? c.ckpt_every : in_->eval_every;

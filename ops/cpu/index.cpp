@@ -130,6 +130,27 @@ void scatter_add(Tensor& out, int dim, const Tensor& index, const Tensor& src) {
   });
 }
 
+void scatter(Tensor& out, int dim, const Tensor& index, const Tensor& src) {
+  Strides os = out.strides();
+  const int64_t ostep = os[dim];
+  os[dim] = 0;
+  const int64_t* ip = index.data_ptr<int64_t>();
+  ASC_DISPATCH_ALL(out.dtype(), "scatter", [&] {
+    scalar_t* op = out.data_ptr<scalar_t>();
+    const scalar_t* sp = src.data_ptr<scalar_t>();
+    // Serial, in row-major order: along each fibre the later write wins, as the CUDA kernel's fibre loop does.
+    for_each_strided<3>(
+        index.shape(), {os, index.strides(), src.strides()},
+        [&](auto off, int64_t n, auto st) {
+          scalar_t* ob = op + off[0];
+          const int64_t* q = ip + off[1];
+          const scalar_t* s = sp + off[2];
+          for (int64_t i = 0; i < n; ++i) ob[i * st[0] + q[i * st[1]] * ostep] = s[i * st[2]];
+        },
+        /*parallel=*/false);
+  });
+}
+
 void one_hot(const Tensor& index, Tensor& out) {
   const std::vector<int64_t> idx = index.to_vector<int64_t>();
   const int64_t c = out.size(-1);
