@@ -593,7 +593,7 @@ TEST_CASE("sample: text from a trained byte-level LM — streamed, batched, seed
   CHECK(rc4 == 0);
   CHECK(stopped == full.substr(0, at + 1) + "\n");
   // on a GPU (the GPU machine's suite): decoding there, cached and recomputed, makes as many bytes
-  if (gpu_or_skip()) {
+  if (testing::gpu_or_skip()) {
     for (const std::string cache : {"", " --no-cache"}) {
       auto [rc_gpu, gpu_text] = sample("--prompt 'the c' --max-new-tokens 20 --seed 3 --device cuda" + cache);
       CHECK(rc_gpu == 0);
@@ -657,7 +657,7 @@ TEST_CASE("predict: a trained classifier on new text lines and token ids, CSV an
   CHECK(jl.find("{\"line\":1,") == 0);
   CHECK(jl.find("{\"line\":3,") != std::string::npos);
   // on a GPU (the GPU machine's suite): the same probabilities from the model rebuilt there
-  if (gpu_or_skip()) {
+  if (testing::gpu_or_skip()) {
     auto [rc_gpu, csv_gpu] = predict("--tsv " + tsv.string() + " --progress none --device cuda");
     REQUIRE(rc_gpu == 0);
     std::istringstream a(csv), b(csv_gpu);
