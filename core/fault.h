@@ -25,4 +25,9 @@ void write_point(const std::function<void()>& tear = {});
 // The write points this process has passed.
 int64_t write_points();
 
+// A step of a training job ended (train/trainer.h). With ASC_FAULT_KILL_STEP=S (and ASC_FAULT_KILL_RANK=R, default 0)
+// in the environment, the process of rank R dies by SIGKILL when step S ends: a rank of an mpirun job lost mid-run, for
+// the test of what the job and its last checkpoint make of it.
+void step_point(int rank, int64_t step);
+
 }  // namespace asc::fault

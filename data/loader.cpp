@@ -143,8 +143,12 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, LoaderOptions opt
   ASC_CHECK(options_.rank >= 0 && options_.rank < options_.world_size,
             "DataLoader: rank {} is not in a world of size {} (0 <= rank < {})", options_.rank, options_.world_size,
             options_.world_size);
-  // The sampler validates the rest of (size, rank, world) and gives this rank's share: ceil(n / world) examples.
-  samples_ = distributed::DistributedSampler(n, options_.rank, options_.world_size, {.shuffle = options_.shuffle})
+  // The sampler validates the rest of (size, rank, world) and gives this rank's share: ceil(n / world) examples, or
+  // with drop_last floor(n / world) — the tail no rank reads is dropped rather than padded with repeats, so that the
+  // ranks' batches k together are the batch k of one process reading batch_size x world_size (the global batches
+  // of one process and of any number of ranks are the same examples).
+  samples_ = distributed::DistributedSampler(n, options_.rank, options_.world_size,
+                                             {.shuffle = options_.shuffle, .drop_last = options_.drop_last})
                  .num_samples();
   ASC_CHECK(!options_.drop_last || samples_ >= options_.batch_size,
             "DataLoader: drop_last with batch_size {} but only {} examples per epoch{} leaves no batch",
@@ -160,7 +164,7 @@ DataLoader::~DataLoader() { stop(); }
 std::vector<int64_t> DataLoader::epoch_order(int64_t epoch, uint64_t seed) const {
   // The sampler shuffles with seed + epoch: the same permutation for the same (seed, epoch) on every rank and run.
   distributed::DistributedSampler sampler(dataset_->size(), options_.rank, options_.world_size,
-                                          {.shuffle = options_.shuffle, .seed = seed});
+                                          {.shuffle = options_.shuffle, .seed = seed, .drop_last = options_.drop_last});
   sampler.set_epoch(epoch);
   return sampler.indices();
 }

@@ -15,9 +15,12 @@
 //
 // The order of epoch e is the permutation DistributedSampler (data/sampler.h) draws from seed + e: a pure function
 // of (seed, e), so resuming needs only (epoch, position, seed). With world_size > 1 each rank reads its share of that
-// permutation, which the sampler pads (by repeating its start) to a multiple of world_size: every rank then has the
-// same number of batches per epoch, and the first (world_size - size % world_size) % world_size examples of the
-// permutation are read twice per epoch across the ranks.
+// permutation (every world_size-th element from position rank), which the sampler pads (by repeating its start) to a
+// multiple of world_size: every rank then has the same number of batches per epoch, and the first
+// (world_size - size % world_size) % world_size examples of the permutation are read twice per epoch across the ranks.
+// With drop_last the tail is dropped instead (no example twice), and the ranks' batch k of an epoch together hold
+// exactly the examples of batch k of one loader of batch_size x world_size: how `train` under mpirun reproduces one
+// process's global batches.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>

@@ -626,9 +626,11 @@ class Queue:
     committed at once with the files the run keeps (commit=True), so a session that ends loses nothing finished."""
 
     def __init__(self, root: Path, scale: str, threads: int = 0, commit: bool = False, allow_mixed: bool = False,
-                 log=print, progress_every: float = 0):
+                 log=print, progress_every: float = 0, launcher: list[str] | None = None):
         self.root, self.scale, self.threads, self.commit = root, scale, threads, commit
         self.progress_every = progress_every  # > 0: show train's progress lines (every that many seconds) too
+        # e.g. ["mpirun", "-np", "2"]: each run a job of several processes (docs/train.md), the same run as one process
+        self.launcher = launcher or []
         self.allow_mixed, self.log = allow_mixed, log
         self.version = code_version()
         self.interrupted = False
@@ -706,8 +708,9 @@ class Queue:
         cmd += ["--progress-every", str(self.progress_every or 60)]
         if self.threads:
             cmd += ["--threads", str(self.threads)]
-        record["command"] = " ".join(["train", *args, "--seed", str(run.seed), "--out", str(d.relative_to(REPO)
-                                     if d.is_relative_to(REPO) else d)])
+        cmd = [*self.launcher, *cmd]
+        out = d.relative_to(REPO) if d.is_relative_to(REPO) else d
+        record["command"] = " ".join([*self.launcher, "train", *args, "--seed", str(run.seed), "--out", str(out)])
         left = deadline - time.time()
         self.log(f"queue: {exp.name}/{run.id}: {'resuming' if '--resume' in cmd else 'starting'} "
                  f"({run.steps} steps, ~{fmt_duration(need) if need else '?'}; "

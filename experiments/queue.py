@@ -15,6 +15,7 @@ predictions.csv.gz), which are what git keeps. experiments/README.md describes t
 import argparse
 import importlib
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -65,7 +66,7 @@ def cmd_run(args) -> int:
     root = args.root or default_root(args.scale)
     deadline = time.time() + args.budget_min * 60 if args.budget_min else float("inf")
     q = lib.Queue(root, args.scale, threads=args.threads, commit=args.commit, allow_mixed=args.allow_mixed_versions,
-                  progress_every=args.progress_every)
+                  progress_every=args.progress_every, launcher=shlex.split(args.launcher))
     finished = q.run(load(args.experiments), deadline)
     print("queue: every run is done" if finished else
           "queue: not every run is done (the budget ended, a signal stopped it, or runs wait for others); "
@@ -178,6 +179,9 @@ def main() -> int:
     r.add_argument("--commit", action="store_true", help="git-commit each finished run's files")
     r.add_argument("--progress-every", type=float, default=0, metavar="S",
                    help="show each run's progress line every S seconds (0: only its start and end)")
+    r.add_argument("--launcher", default="", metavar="CMD",
+                   help="start each run under this launcher, e.g. 'mpirun -np 2': a job of several processes that "
+                        "makes the run one process would (docs/train.md, \"Several processes and machines\")")
     r.add_argument("--allow-mixed-versions", action="store_true",
                    help="continue an experiment whose runs were made by another version of the code")
     rp = sub.add_parser("report", parents=[common], help="tables and figures from the finished runs")

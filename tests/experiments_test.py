@@ -209,6 +209,24 @@ def mechanics(tmp: Path):
     check(not any("one version" in l for l in logged), "--allow-mixed-versions continues")
 
 
+def launcher(tmp: Path):
+    """--launcher: each run started under it (a recording shell script here; mpirun in use), recorded in queue.json."""
+    root, marks = tmp / "launch", tmp / "launched.txt"
+    script = tmp / "launch.sh"
+    script.write_text(f'#!/bin/sh\necho "$@" >> "{marks}"\nexec "$@"\n')
+    script.chmod(0o755)
+    base = ["--task", "grouping", "--train-size", "64", "--val-size", "32", "--test-size", "32", "--d-model", "16",
+            "--heads", "2", "--layers", "1", "--ffn", "32", "--batch", "16", "--progress", "none", "--threads", "1",
+            "--model", "dense", "--steps", "2"]
+    runs = [lib.Run(id="r", arm="r", seed=0, args=base, steps=2)]
+    exp = lib.Experiment(name="launch", title="launcher", runs=lambda scale: runs, report=lambda rep: "")
+    finished = lib.Queue(root, "tiny", log=lambda *_: None, launcher=[str(script)]).run([exp], float("inf"))
+    rec = lib.read_json(root / "launch" / "r" / "queue.json") or {}
+    check(finished and marks.exists() and "--out" in marks.read_text() and lib.state_of(root / "launch" / "r") == "done",
+          f"--launcher starts each run under it: {marks.read_text() if marks.exists() else 'not started'}")
+    check(rec.get("command", "").startswith(str(script)), f"queue.json records the launcher: {rec.get('command')}")
+
+
 def commits(tmp: Path):
     """--commit: each finished run's light files land in a commit of their own; checkpoints stay out."""
     repo = tmp / "repo"
@@ -722,6 +740,7 @@ def main():
         packed_results(tmp)
         model_summary(tmp)
         mechanics(tmp)
+        launcher(tmp)
         commits(tmp)
         estimates(tmp)
         versions(tmp)

@@ -312,10 +312,47 @@ TEST_CASE("world_size 2: the two ranks together read every example once per epoc
   CHECK_THROWS_AS(DataLoader(ds, {.rank = 2, .world_size = 2}), Error);
   CHECK_THROWS_AS(DataLoader(ds, {.rank = -1, .world_size = 2}), Error);
   CHECK_THROWS_AS(DataLoader(ds, {.world_size = 0}), Error);
-  // drop_last needs a full batch on each rank: 6 examples per rank here.
-  CHECK_NOTHROW(DataLoader(ds, {.batch_size = 6, .drop_last = true, .rank = 1, .world_size = 2}));
-  CHECK_THROWS_WITH_AS(DataLoader(ds, {.batch_size = 7, .drop_last = true, .rank = 1, .world_size = 2}),
+  // drop_last drops the tail instead of padding (5 examples per rank here) and needs a full batch on each rank.
+  CHECK(DataLoader(ds, {.batch_size = 5, .drop_last = true, .rank = 1, .world_size = 2}).samples_per_epoch() == 5);
+  CHECK_THROWS_WITH_AS(DataLoader(ds, {.batch_size = 6, .drop_last = true, .rank = 1, .world_size = 2}),
                        doctest::Contains("rank 1 of 2"), Error);
+}
+
+TEST_CASE("drop_last over N ranks: the ranks' batches k together are batch k of one loader of batch x N") {
+  // What `train` under mpirun relies on for the same steps as one process: every epoch, any N, sizes that do not
+  // divide evenly, shuffled or not.
+  for (int64_t n : {37, 48, 50}) {
+    auto ds = sequences(n);
+    for (int world : {2, 3, 4}) {
+      for (bool shuffle : {false, true}) {
+        CAPTURE(n);
+        CAPTURE(world);
+        CAPTURE(shuffle);
+        const int64_t b = 4;
+        DataLoader one(ds, {.batch_size = b * world, .shuffle = shuffle, .seed = 9, .drop_last = true, .prefetch = 0});
+        std::vector<std::unique_ptr<DataLoader>> ranks;
+        for (int r = 0; r < world; ++r)
+          ranks.push_back(std::make_unique<DataLoader>(ds, LoaderOptions{.batch_size = b,
+                                                                         .shuffle = shuffle,
+                                                                         .seed = 9,
+                                                                         .drop_last = true,
+                                                                         .prefetch = 0,
+                                                                         .rank = r,
+                                                                         .world_size = world}));
+        REQUIRE(ranks[0]->batches_per_epoch() == one.batches_per_epoch());
+        for (int64_t k = 0; k < 2 * one.batches_per_epoch() + 1; ++k) {  // into a third epoch
+          const Batch whole = one.next();
+          std::multiset<int64_t> want(whole.indices.begin(), whole.indices.end()), got;
+          for (auto& r : ranks) {
+            const Batch part = r->next();
+            REQUIRE(part.size() == b);
+            got.insert(part.indices.begin(), part.indices.end());
+          }
+          CHECK(got == want);
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("an error in the prefetch thread is rethrown by next() after the batches before it, then retried") {

@@ -11,6 +11,7 @@
 
 #include "nn/safetensors.h"
 #include "testing.h"
+#include "train/process_group.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -302,4 +303,30 @@ TEST_CASE("load_run for every model kind: the rebuilt model scores as the run di
     }
     fs::remove_all(dir);
   }
+}
+
+TEST_CASE("launch_info: a launcher's environment read, one process without it, a bad value refused naming it") {
+  const char* names[] = {
+      "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_SIZE", "PMI_RANK",
+      "MPI_LOCALRANKID"};
+  std::vector<std::pair<std::string, std::string>> saved;  // this process's own (a test run under mpirun has them)
+  for (const char* n : names)
+    if (const char* v = std::getenv(n)) saved.emplace_back(n, v);
+  for (const char* n : names) unsetenv(n);
+  auto l = distributed::launch_info();
+  CHECK((l.size == 1 && l.rank == 0 && l.local_rank == 0));
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1), setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+  l = distributed::launch_info();
+  CHECK((l.size == 4 && l.rank == 3 && l.local_rank == 1));
+  for (const char* n : names) unsetenv(n);
+  setenv("PMI_SIZE", "2", 1), setenv("PMI_RANK", "1", 1);  // MPICH / Slurm
+  l = distributed::launch_info();
+  CHECK((l.size == 2 && l.rank == 1 && l.local_rank == 0));
+  setenv("PMI_RANK", "two", 1);
+  CHECK_THROWS_WITH_AS(distributed::launch_info(), doctest::Contains("PMI_RANK='two' is not a whole number"), Error);
+  setenv("PMI_RANK", "2", 1);
+  CHECK_THROWS_WITH_AS(distributed::launch_info(), doctest::Contains("rank 2 is not in a job of 2 processes"), Error);
+  for (const char* n : names) unsetenv(n);
+  for (const auto& [n, v] : saved) setenv(n.c_str(), v.c_str(), 1);
 }

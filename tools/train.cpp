@@ -37,6 +37,7 @@
 #endif
 
 #include "tools/cli.h"
+#include "train/process_group.h"
 #include "train/trainer.h"
 
 using namespace asc;
@@ -157,7 +158,11 @@ int64_t finished_steps(const std::string& out) {
   }
 }
 
-// The run: exit 0 done, 130 stopped (a signal or --stop-after) with a checkpoint to resume from.
+// The job's process group when a launcher started several processes (`mpirun -np N train ...`), else null.
+std::shared_ptr<distributed::ProcessGroup> g_group;
+
+// The run: exit 0 done, 130 stopped (a signal or --stop-after) with a checkpoint to resume from. In a job of several
+// processes every rank runs this; rank 0 alone prints and writes.
 int run(const train::Config& c, train::TrainerFlags flags, bool params_only) {
 #ifdef _OPENMP
   if (c.threads > 0) omp_set_num_threads(static_cast<int>(c.threads));
@@ -175,6 +180,7 @@ int run(const train::Config& c, train::TrainerFlags flags, bool params_only) {
   };
   // A finished run (summary.json is its last file) is left as it is, unless --steps asks for more than it took.
   if (flags.resume && finished_steps(c.out) >= 0 && !(c.steps > finished_steps(c.out))) {
+    if (g_group && g_group->rank() > 0) return 0;
     fmt::print(
         "train: {} holds a finished run (summary.json): nothing to resume; --out another directory to train "
         "again\n",
@@ -183,16 +189,22 @@ int run(const train::Config& c, train::TrainerFlags flags, bool params_only) {
   }
   const bool eval_only = !flags.eval_only.empty();
   const std::string model_file = flags.eval_only;
+  flags.group = g_group;
   train::Trainer t(c, std::move(flags));
   progress.emplace(t.total_steps(), fmt::format("train {} {}", c.model, c.task));
   progress->set_plain_every(c.progress_every);
-  if (c.progress != "none") t.add_callback(std::make_shared<ProgressDisplay>(*progress));
+  if (c.progress != "none" && t.lead()) t.add_callback(std::make_shared<ProgressDisplay>(*progress));
+  if (t.lead() && t.world_size() > 1 && t.state().step == 0)
+    fmt::print(stderr, "train: {} processes, each reading {} of every step's {} examples\n", t.world_size(),
+               c.batch / t.world_size(), c.batch);
   if (!t.fit()) {
-    fmt::print(stderr, "train: {} at step {} of {}; saved {} (continue with --resume --out {})\n",
-               g_stop ? "interrupted" : "stopped (--stop-after)", t.state().step, t.total_steps(),
-               (t.out() / "ckpt" / "last.safetensors").string(), c.out);
+    if (t.lead())
+      fmt::print(stderr, "train: {} at step {} of {}; saved {} (continue with --resume --out {})\n",
+                 g_stop ? "interrupted" : "stopped (--stop-after)", t.state().step, t.total_steps(),
+                 (t.out() / "ckpt" / "last.safetensors").string(), c.out);
     return 130;
   }
+  if (!t.lead()) return 0;  // the test pass, the analyses and the summary are the lead's
   const train::TestResult r = t.test();
   t.analyses();
   t.write_summary(r);  // last: its existence marks the run finished
@@ -254,10 +266,33 @@ int main(int argc, char** argv) {
   }
   flags.command.clear();
   for (int i = 0; i < argc; ++i) flags.command += (i ? " " : "") + std::string(argv[i]);
+  distributed::LaunchInfo launch;
   try {
-    return run(c, std::move(flags), params_only);
+    // Started by a launcher with several processes: one process group over them (MPI, or NCCL for --device cuda)
+    launch = distributed::launch_info();
+    if (launch.size > 1 && !params_only) {
+      const std::string backend = c.device == "cuda" ? "nccl" : "mpi";
+      ASC_CHECK(distributed::backend_available(backend),
+                "started as one of {} processes (rank {}), but this build of train has no {} process group{}",
+                launch.size, launch.rank, backend,
+                backend == "mpi" ? " (MPI was not found when it was configured: apt-get install libopenmpi-dev)"
+                                 : " (NCCL and MPI are needed: a CUDA build with libnccl-dev and libopenmpi-dev)");
+      g_group = distributed::init_process_group(backend);
+    }
   } catch (const std::exception& e) {
     fmt::print(stderr, "train: {}\n", e.what());
     return 1;
+  }
+  try {
+    return run(c, std::move(flags), params_only);
+  } catch (const std::exception& e) {
+    if (!g_group || g_group->size() == 1) {
+      fmt::print(stderr, "train: {}\n", e.what());
+      return 1;
+    }
+    // One rank's error ends the whole job (the others would wait for it in their next collective)
+    fmt::print(stderr, "train: rank {} of {}: {}\n", g_group->rank(), g_group->size(), e.what());
+    std::fflush(stderr);
+    g_group->abort(1);
   }
 }

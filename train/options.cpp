@@ -394,9 +394,10 @@ void define_training(Options& o, Config& c) {
   o.add("ckpt_every", c.ckpt_every, "steps between checkpoints (0: at every validation)", kSteps);
   o.add("device", c.device, "where the run computes", {"cpu", "cuda"});
   o.add("dtype", c.dtype,
-        "the model's parameters and activations (bfloat16: the optimizer updates float32 master copies "
-        "of the parameters, optim/amp.h; on CUDA the products run on tensor cores)",
-        {"float32", "bfloat16"});
+        "the model's parameters and activations (bfloat16, CUDA: the optimizer updates float32 master copies "
+        "of the parameters, optim/amp.h, and the products run on tensor cores; float64: every value in double "
+        "precision, to check a result's numerics)",
+        {"float32", "bfloat16", "float64"});
   o.add("tf32", c.tf32, "CUDA: float32 products on TF32 tensor cores (10 fraction bits), as PyTorch's allow_tf32");
   o.add("out", c.out, "output directory");
   o.add("progress", c.progress, "auto: a line redrawn on a terminal, plain lines otherwise", {"auto", "none"});
@@ -568,7 +569,10 @@ MemoryBound memory_lower_bound(const Config& c) {
   const int64_t T = expected_len(c);
   if (c.device != "cpu" || !attention || T <= 0) return {};
   const double L = static_cast<double>(c.layers), B = static_cast<double>(c.batch), d = static_cast<double>(c.d_model),
-               f = static_cast<double>(c.ffn), elem = c.dtype == "bfloat16" ? 2.0 : 4.0;
+               f = static_cast<double>(c.ffn),
+               elem = c.dtype == "bfloat16"  ? 2.0
+                      : c.dtype == "float64" ? 8.0
+                                             : 4.0;
   const double activations = L * B * static_cast<double>(T) * (4 * d + f) * elem;
   const double params = L * (4 * d * d + 2 * d * f) * 8.0;  // float32 weights and gradients
   return {activations + params,

@@ -4,6 +4,7 @@
 #include "train/process_group.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -58,6 +59,28 @@ void check_collective_signatures(const std::vector<int64_t>& all, const std::str
 }
 
 }  // namespace detail
+
+LaunchInfo launch_info() {
+  auto read = [](std::initializer_list<const char*> names, int fallback) {
+    for (const char* name : names)
+      if (const char* v = std::getenv(name)) {
+        int x = -1;
+        const std::string s(v);
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+        ASC_CHECK(ec == std::errc() && end == s.data() + s.size() && x >= 0,
+                  "launch_info: {}='{}' is not a whole number (set by the launcher that started this process)", name,
+                  s);
+        return x;
+      }
+    return fallback;
+  };
+  LaunchInfo l;
+  l.size = read({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1);
+  l.rank = read({"OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0);
+  l.local_rank = read({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, 0);
+  ASC_CHECK(l.size >= 1 && l.rank < l.size, "launch_info: rank {} is not in a job of {} processes", l.rank, l.size);
+  return l;
+}
 
 bool backend_available(const std::string& backend) {
 #if defined(ASC_HAVE_MPI)

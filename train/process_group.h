@@ -73,6 +73,15 @@ class ProcessGroup {
 
 // A new group of all the job's processes on `backend` ("mpi" or "nccl"); throws when the backend was not built.
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, const ProcessGroupOptions& options = {});
+// How a launcher started this process, read from the environment it sets (OpenMPI's mpirun: OMPI_COMM_WORLD_SIZE /
+// _RANK / _LOCAL_RANK; MPICH's and Slurm's PMI: PMI_SIZE / PMI_RANK / MPI_LOCALRANKID): the number of processes of the
+// job (1 when no launcher started it), this one's rank, and its rank among those on its machine (which picks its GPU).
+// Reading it needs no MPI: a program decides whether to start a process group from it. An unreadable value is an
+// asc::Error naming the variable.
+struct LaunchInfo {
+  int size = 1, rank = 0, local_rank = 0;
+};
+LaunchInfo launch_info();
 // Whether init_process_group(backend) can work in this program: "mpi" when MPI was found at configure time, "nccl"
 // when the program also links the CUDA backend (ascender::cuda) built with NCCL.
 bool backend_available(const std::string& backend);

@@ -135,21 +135,21 @@ void check_device_and_dtype(const Config& c) {
   ASC_CHECK(c.device != "cuda" || cuda::is_available(), "--device cuda, but {}",
             cuda::is_available() ? "" : "no CUDA device is available in this build / machine");
   ASC_CHECK(!c.tf32 || on_cuda, "--tf32 applies to --device cuda (TF32 is a GPU tensor-core format)");
-  ASC_CHECK(c.dtype == "float32" || on_cuda,
+  ASC_CHECK(c.dtype != "bfloat16" || on_cuda,
             "--dtype {} needs --device cuda (the CPU kernels compute in float32 / float64)", c.dtype);
   ASC_CHECK(c.dtype == "float32" || c.model != "firing",
             "--dtype {}: the firing network's local rules and gate update float32 parameters; use --dtype float32",
             c.dtype);
 }
 
-Run make_run(const Config& c) {
+Run make_run(const Config& c, int cuda_index) {
   validate_config(c, /*check_memory=*/false);  // what the options ask together, before any data is read
   Run r;
   r.c = c;
   resolve_defaults(r.c);  // the rules' -1 rates: their own defaults
   check_device_and_dtype(c);
-  r.device = c.device == "cuda" ? Device::cuda(0) : Device::cpu();
-  r.dtype = c.dtype == "bfloat16" ? kBFloat16 : kFloat32;
+  r.device = c.device == "cuda" ? Device::cuda(cuda_index) : Device::cpu();
+  r.dtype = c.dtype == "bfloat16" ? kBFloat16 : c.dtype == "float64" ? kFloat64 : kFloat32;
   manual_seed(c.seed);
   r.task = data::make_task(r.c.task, {.seed = r.c.data_seed,
                                       .train_size = r.c.train_size,

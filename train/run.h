@@ -34,8 +34,9 @@ struct Run {
 };
 
 // The task (seeded by data_seed) and the model (initialised from seed), moved to the device and dtype the Config
-// names; asc::Error for a model that cannot read the task, a device or dtype that is not available.
-Run make_run(const Config& c);
+// names (device "cuda": GPU `cuda_index`, each rank's own in a job of several processes); asc::Error for a model that
+// cannot read the task, a device or dtype that is not available.
+Run make_run(const Config& c, int cuda_index = 0);
 // A finished run's model: DIR/config.json's options, DIR/<weights> loaded (best.safetensors: the model selected on
 // validation; last.safetensors ... any file the run wrote, or an absolute path), in evaluation mode, on `device`
 // ("cpu", "cuda"; "": the run's own). The task's data are built too (the same splits the run used). A weights file

@@ -153,7 +153,7 @@ Optimization make_optimization(Run& r, int64_t total_steps) {
   for (Tensor& p : local) p.set_requires_grad(false);
   // --dtype bfloat16: the optimizer (and the gradient clipping) work on float32 master copies; after each update the
   // masters are rounded into the model (optim/amp.h). bfloat16 has float32's range, so no loss scaling is needed.
-  if (r.dtype != kFloat32) {
+  if (r.dtype == kBFloat16) {
     o.master = std::make_unique<optim::MasterWeights>(params);
     params = o.master->parameters();
   }

@@ -38,7 +38,7 @@ Tensor predict_probabilities(Run& r, const data::Dataset& inputs, int64_t batch,
   return cat(parts, 0);  // (N, classes)
 }
 
-BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
+BatchResult run_batch(Run& r, const data::Batch& b, bool training, double lm_denominator) {
   BatchResult out;
   Tensor input = b.input.to(r.device), valid = b.valid.defined() ? b.valid.to(r.device) : Tensor();
   if (is_floating(input.dtype()) && input.dtype() != r.dtype) input = input.to(r.dtype);  // images: --dtype
@@ -54,7 +54,9 @@ BatchResult run_batch(Run& r, const data::Batch& b, bool training) {
     // the predicted bytes, counted in float32 / float64 (exact; bfloat16 is not past 256), the loss divided there
     const DType acc = per.dtype() == kFloat64 ? kFloat64 : kFloat32;
     const Tensor n = sum(ne(flat_t, -100.0).to(acc));
-    out.loss = (sum(per).to(acc) / clamp(n, 1.0, std::nullopt)).to(per.dtype());
+    const Tensor denominator =
+        lm_denominator > 0 ? full({}, lm_denominator, {.dtype = acc, .device = r.device}) : clamp(n, 1.0, std::nullopt);
+    out.loss = (sum(per).to(acc) / denominator).to(per.dtype());
     out.prediction = argmax(logits, -1);
     NoGradGuard ng;
     out.sums = cat({sum(per).to(kFloat64).view({1}),

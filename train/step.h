@@ -135,8 +135,10 @@ struct BatchResult {
 };
 
 // One batch through the model: the loss (with the auxiliary losses when training) and the figures; a training batch
-// reads its figures with read(), after its backward is queued.
-BatchResult run_batch(Run& r, const data::Batch& b, bool training);
+// reads its figures with read(), after its backward is queued. lm_denominator > 0: the language model's summed loss is
+// divided by it instead of by this batch's predicted bytes (a rank of a data-parallel run divides by the whole step's
+// bytes over the ranks, so that the ranks' averaged gradients are those of the whole batch's mean).
+BatchResult run_batch(Run& r, const data::Batch& b, bool training, double lm_denominator = 0);
 
 // A classifier's logits (B, classes) of a batch's input (on the run's device, in its dtype): the attention
 // classifier, the firing network or the MLP, as training computed them.

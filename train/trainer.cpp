@@ -9,10 +9,12 @@
 
 #include "core/atomic_file.h"
 #include "core/cpu_peak.h"
+#include "core/fault.h"
 #include "core/profiler.h"
 #include "cuda/cuda.h"
 #include "nn/safetensors.h"
 #include "train/analyses.h"
+#include "train/distributed.h"
 
 namespace asc::train {
 
@@ -108,19 +110,17 @@ class Validation : public Callback {
 // after stop_after steps of this process (a long run in parts).
 class Checkpoints : public Callback {
  public:
-  explicit Checkpoints(std::function<bool()> stop_requested) : stop_requested_(std::move(stop_requested)) {}
   void on_train_begin(Trainer& t) override { first_step_ = t.state().step; }
   void on_step_end(Trainer& t) override {
     auto& in = t.internals();
     const int64_t step = t.state().step, stop_after = t.config().stop_after;
     const bool part_done = stop_after > 0 && step - first_step_ >= stop_after && step < t.total_steps();
-    stop_ = (stop_requested_ && stop_requested_()) || part_done;
+    stop_ = t.stop_requested() || part_done;
     if (step % in.ckpt_every == 0 || step == t.total_steps() || stop_) t.checkpoint();
   }
   bool should_stop(Trainer&) override { return stop_; }
 
  private:
-  std::function<bool()> stop_requested_;
   int64_t first_step_ = 0;
   bool stop_ = false;
 };
@@ -168,42 +168,71 @@ class Profiling : public Callback {
 
 Trainer::Trainer(const Config& c, TrainerFlags flags) : flags_(std::move(flags)), out_(c.out) {
   if (!flags_.print) flags_.print = [](const std::string& s) { fmt::print("{}", s); };
+  if (flags_.group) rank_ = flags_.group->rank(), world_ = flags_.group->size();
   // First, before anything is written or built: the device and dtype, then a directory that holds a run is refused
   // without resume.
   check_device_and_dtype(c);
   validate_config(c);  // with the memory a training run needs
+  if (world_ > 1) {
+    ASC_CHECK(flags_.eval_only.empty(), "--eval-only evaluates in one process, not in a job of {} processes", world_);
+    ASC_CHECK(c.batch % world_ == 0,
+              "--batch {} is not a multiple of the {} processes (each reads batch / {} examples of every step)",
+              c.batch, world_, world_);
+    ASC_CHECK(c.rule == "none",
+              "--rule {}: a firing rule learns from its own process's batch (its running rates), which the processes "
+              "do not average; run it in one process",
+              c.rule);
+  }
   if (flags_.resume)
     ASC_CHECK(fs::exists(out_ / "config.json"),
               "--resume: {} has no config.json, so no run was started there (a run killed before writing it is started "
               "again without --resume)",
               out_.string());
-  else
+  else if (lead())  // (the others would race the lead's first write; its refusal ends the job)
     ASC_CHECK(!fs::exists(out_ / "metrics.csv"),
               "{} already holds a run (metrics.csv); continue it with --resume or choose another --out", out_.string());
-  r_ = make_run(c);
+  // One GPU per process: the one its NCCL communicator uses (the local rank's, process_group_nccl.cpp)
+  const int gpus = c.device == "cuda" ? cuda::device_count() : 0;
+  r_ = make_run(c, world_ > 1 && gpus > 0 ? distributed::launch_info().local_rank % gpus : 0);
   if (r_.device.is_cuda()) cuda::set_allow_tf32(c.tf32);  // this run's setting, whatever an earlier run set
   in_ = std::make_unique<Internals>(r_);
   check_options();
-  loader_ = std::make_unique<data::DataLoader>(r_.task.train, data::LoaderOptions{.batch_size = c.batch,
+  // Each process's share of every step's batch: with drop_last the ranks' batches k are one process's batch k
+  // (data/loader.h), so the steps are the same whatever the number of processes
+  loader_ = std::make_unique<data::DataLoader>(r_.task.train, data::LoaderOptions{.batch_size = c.batch / world_,
                                                                                   .shuffle = true,
                                                                                   .seed = c.seed,
                                                                                   .drop_last = true,
                                                                                   .prefetch = c.prefetch,
-                                                                                  .pad_id = r_.task.pad_id});
+                                                                                  .pad_id = r_.task.pad_id,
+                                                                                  .rank = rank_,
+                                                                                  .world_size = world_});
   total_ = c.steps > 0 ? c.steps : r_.c.epochs * loader_->batches_per_epoch();  // r_.c: the model's default resolved
   in_->eval_every = c.eval_every > 0 ? c.eval_every : std::max<int64_t>(1, total_ / 10);
   in_->log_every = c.log_every > 0 ? c.log_every : std::max<int64_t>(1, std::min(in_->eval_every, total_ / 50));
   in_->ckpt_every = c.ckpt_every > 0 ? c.ckpt_every : in_->eval_every;
+  // The ranks' parameter lists compared and rank 0's weights everywhere, before the optimizer copies any of them
+  if (world_ > 1) ddp_ = std::make_shared<distributed::DistributedDataParallel>(r_.model, flags_.group);
   o_ = make_optimization(r_, total_);
   for (const Tensor& p : r_.model->parameters()) in_->n_params += p.numel();
   in_->flops_max = models::count_flops(*r_.model, r_.task.max_len);
   in_->peak = r_.device.is_cuda() ? 0.0 : cpu_peak().fp32_flops;
   prepare_outputs();
-  add_callback(std::make_shared<Profiling>());
+  if (rank_ >
+      0)  // dropout: each process its own masks, drawn from (seed, rank, step) so that a resumed job redraws them
+    manual_seed(c.seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank_) + static_cast<uint64_t>(s_.step)));
   auto emit = [this](const Row& row) { each_callback([&](Callback& cb) { cb.on_row(*this, row); }); };
-  add_callback(std::make_shared<LogRows>(emit));
-  add_callback(std::make_shared<Validation>(emit));
-  add_callback(std::make_shared<Checkpoints>(flags_.stop_requested));
+  if (lead()) {  // the files and the figures: the lead's alone
+    add_callback(std::make_shared<Profiling>());
+    add_callback(std::make_shared<LogRows>(emit));
+    add_callback(std::make_shared<Validation>(emit));
+  }
+  add_callback(std::make_shared<Checkpoints>());
+}
+
+bool Trainer::stop_requested() const {
+  if (world_ > 1) return stop_agreed_;
+  return flags_.stop_requested && flags_.stop_requested();
 }
 
 Trainer::~Trainer() = default;
@@ -237,6 +266,15 @@ void Trainer::check_options() const {
 void Trainer::prepare_outputs() {
   const fs::path last_ckpt = out_ / "ckpt" / "last.safetensors";
   if (!flags_.eval_only.empty()) r_.model->load_state_dict(load_safetensors(flags_.eval_only));
+  if (!lead()) {  // another rank of a job: it writes nothing, and resumes from the lead's checkpoint
+    if (flags_.resume && fs::exists(last_ckpt))
+      s_ = load_training_state(last_ckpt.string(), r_, o_, [this](const LoopState& s) {
+        in_->train_mech.set_state(s.mech_train);
+        loader_->set_state(s.loader);
+      });
+    in_->t_start = Clock::now();
+    return;
+  }
   fs::create_directories(out_ / "ckpt");  // only now: a run refused while it was set up leaves nothing on disk
   // A temporary file is a write a killed process never finished (core/atomic_file.h): the file it would have
   // replaced is intact, and this process writes it again.
@@ -289,6 +327,10 @@ void Trainer::prepare_outputs() {
 }
 
 void Trainer::checkpoint() {
+  if (!lead()) {  // the lead writes the job's checkpoint; the ranks' states are the same but for their data shards
+    in_->saved_step = s_.step;
+    return;
+  }
   const double t0 = elapsed();
   // wall_s in the checkpoint: the time so far, so that a resumed run's clock goes on from it
   s_.wall_s = t0, in_->t_start = Clock::now();
@@ -320,7 +362,13 @@ bool Trainer::fit() {
     each_callback([this](Callback& cb) { cb.on_step_begin(*this); });
     train_step(loader_->next());
     each_callback([this](Callback& cb) { cb.on_step_end(*this); });
+    fault::step_point(rank_, s_.step);  // the crash tests' lost rank (core/fault.h); nothing otherwise
     each_callback([&](Callback& cb) { stopped = cb.should_stop(*this) || stopped; });
+    if (world_ > 1) {  // a callback may see what only the lead computes (validation): every rank stops if one does
+      const Tensor v = full({1}, stopped ? 1.0 : 0.0, {.dtype = kFloat64, .device = r_.device});
+      flags_.group->all_reduce(v, distributed::ReduceOp::Max);
+      stopped = v.item<double>() > 0;
+    }
   }
   // A callback's stop: the state to resume from, unless the trainer's own checkpoint of this step came last.
   if (stopped && in_->saved_step != s_.step) checkpoint();
@@ -336,10 +384,33 @@ void Trainer::train_step(const data::Batch& b) {
   optim::Optimizer& opt = *o_.optimizer;
   opt.zero_grad();
   if (o_.master) r_.model->zero_grad();  // the optimizer's parameters are the masters: the model's own .grad too
-  BatchResult br = run_batch(r_, b, true);
+  double lm_denominator = 0;             // one process: the batch's own predicted bytes
+  if (world_ > 1 && r_.is_lm()) {
+    // The LM's loss is a mean over the step's predicted bytes, which the ranks' shares hold unequally: each rank
+    // divides its sum by (all ranks' bytes / N), and the average of the ranks' gradients is the whole batch's mean's
+    const int64_t T = b.input.size(1);
+    const double mine = b.valid.defined() ? sum(b.valid.narrow(1, 1, T - 1).to(kFloat64)).item<double>()
+                                          : static_cast<double>(b.size() * (T - 1));
+    const Tensor n = full({1}, mine, {.dtype = kFloat64, .device = r_.device});
+    flags_.group->all_reduce(n);
+    lm_denominator = n.item<double>() / world_;
+  }
+  BatchResult br = run_batch(r_, b, true, lm_denominator);
   in_->train_mech.observe();
-  br.loss.backward();
-  br.read();  // the step's one read of its figures, with the backward queued
+  br.loss.backward();  // several processes: DDP's hooks average the gradients as they come
+  br.read();           // the step's one read of its figures, with the backward queued
+  double tokens = static_cast<double>(b.tokens);
+  if (world_ > 1) {
+    // The step's figures over every rank (the whole batch's, as one process has them) and the stop request any rank
+    // saw: the same loss decides a non-finite step everywhere, and every rank stops after the same step
+    const bool stop = flags_.stop_requested && flags_.stop_requested();
+    const Tensor v =
+        tensor({br.task_loss_sum, br.correct, br.count, tokens, stop ? 1.0 : 0.0}, {.dtype = kFloat64}).to(r_.device);
+    flags_.group->all_reduce(v);
+    const std::vector<double> all = v.to(Device::cpu()).to_vector<double>();
+    br.task_loss_sum = all[0], br.correct = all[1], br.count = all[2], tokens = all[3];
+    stop_agreed_ = all[4] > 0;
+  }
   if (o_.master) o_.master->copy_grads_to_master();
   const double grad_norm = optim::clip_grad_norm(
       o_.params, c.clip > 0 ? c.clip : std::numeric_limits<double>::infinity(), 2.0, /*error_if_nonfinite=*/false);
@@ -360,12 +431,13 @@ void Trainer::train_step(const data::Batch& b) {
   in_->flops_done += models::count_flops(*r_.model, T).training() * static_cast<double>(b.size());
   if (std::isfinite(br.task_loss_sum))  // a skipped non-finite step is counted, not averaged into the loss
     s_.acc_loss += br.task_loss_sum, s_.acc_correct += br.correct, s_.acc_count += br.count;
-  s_.acc_tokens += static_cast<double>(b.tokens), in_->window_tokens += static_cast<double>(b.tokens);
+  s_.acc_tokens += tokens, in_->window_tokens += tokens;
 }
 
 // ---- after training -----------------------------------------------------------------------------------------------
 
 TestResult Trainer::test() {
+  if (!lead()) return {};  // the lead's alone (the other ranks of a job have nothing to write)
   if (flags_.eval_only.empty() && fs::exists(out_ / "best.safetensors"))
     r_.model->load_state_dict(load_safetensors((out_ / "best.safetensors").string()));
   std::vector<std::vector<Tensor>> asam_gates(r_.attention.size());
@@ -422,6 +494,7 @@ void Trainer::dumps(const std::vector<std::vector<Tensor>>& asam_gates, const st
 }
 
 void Trainer::write_summary(const TestResult& t) {
+  if (!lead()) return;
   const Config& c = r_.c;
   const double len = static_cast<double>(r_.task.max_len);
   json s = {{"task", c.task},
@@ -451,6 +524,7 @@ void Trainer::write_summary(const TestResult& t) {
 // After the test pass and before the summary, whose existence marks a finished run (its peak memory is the one
 // test() measured): an analysis that fails writes its error into its file and a warning, not a failed run.
 void Trainer::analyses() {
+  if (!lead()) return;
   auto analysis = [&](const char* file, const std::function<json()>& f) {
     json j;
     try {

@@ -32,6 +32,11 @@
 #include "train/metrics.h"
 #include "train/state.h"
 
+namespace asc::distributed {
+class ProcessGroup;
+class DistributedDataParallel;
+}  // namespace asc::distributed
+
 namespace asc::train {
 
 class Trainer;
@@ -68,6 +73,12 @@ struct TrainerFlags {
   std::function<bool()> stop_requested;
   // Where the trainer prints (the profile's table); default stdout.
   std::function<void(const std::string&)> print;
+  // A job of several processes (`mpirun -np N train ...`): this process's group. Every rank builds the same Trainer
+  // and reads its share of every step's batch (batch / N examples: batch must be a multiple of N), the gradients are
+  // averaged over the ranks (distributed::DistributedDataParallel), and rank 0 alone validates, tests and writes the
+  // run directory; the other ranks read the checkpoint to resume. The steps are those of one process reading the
+  // whole batch (docs/train.md, "Several processes"). Null, or a group of one: one process.
+  std::shared_ptr<distributed::ProcessGroup> group;
 };
 
 struct TestResult {
@@ -98,6 +109,15 @@ class Trainer {
   Run& run() { return r_; }
   Optimization& optimization() { return o_; }
   const Config& config() const { return r_.c; }
+  // This process's place in a job of several (TrainerFlags::group): rank 0 of 1 for one process. Only the lead
+  // (rank 0) writes files and runs validation, the test pass, the analyses and the summary.
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  bool lead() const { return rank_ == 0; }
+  // Whether the run stops after this step at a stop request (TrainerFlags::stop_requested): with several processes, a
+  // request seen by any rank, agreed over all of them at the end of the step (so that every rank stops at the same
+  // step).
+  bool stop_requested() const;
   // The loop's counters; callbacks may change them (the trainer's own keep the best step and the log sums here).
   LoopState& state() { return s_; }
   const LoopState& state() const { return s_; }
@@ -133,6 +153,9 @@ class Trainer {
   int64_t total_ = 0;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::unique_ptr<Internals> in_;
+  int rank_ = 0, world_ = 1;
+  std::shared_ptr<distributed::DistributedDataParallel> ddp_;  // several processes: the gradient averaging
+  bool stop_agreed_ = false;                                   // several processes: the step's agreed stop request
 };
 
 // The model's size and cost at the task's length, as JSON: params, max_len, flops_per_token,
