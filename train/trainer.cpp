@@ -218,8 +218,8 @@ Trainer::Trainer(const Config& c, TrainerFlags flags) : flags_(std::move(flags))
   in_->flops_max = models::count_flops(*r_.model, r_.task.max_len);
   in_->peak = r_.device.is_cuda() ? 0.0 : cpu_peak().fp32_flops;
   prepare_outputs();
-  if (rank_ >
-      0)  // dropout: each process its own masks, drawn from (seed, rank, step) so that a resumed job redraws them
+  // Dropout: each process its own masks, drawn from (seed, rank, step), so that a resumed job draws them again alike
+  if (rank_ > 0)
     manual_seed(c.seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank_) + static_cast<uint64_t>(s_.step)));
   auto emit = [this](const Row& row) { each_callback([&](Callback& cb) { cb.on_row(*this, row); }); };
   if (lead()) {  // the files and the figures: the lead's alone
