@@ -188,22 +188,40 @@ __device__ __forceinline__ void atomic_add(int64_t* p, int64_t v) {  // two's co
   atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
 }
 
-// Deterministic scatter_add: one thread per fibre of the index along dim (every position but dim's), adding its
-// `len` sources in index order into the output fibre no other thread touches. Layout operands as for
-// scatter_add_kernel, over the index's shape with dim's size set to 1.
-template <class T>
-__global__ void scatter_add_fibres(T* __restrict__ out, const int64_t* __restrict__ index, const T* __restrict__ src,
-                                   IdxLayout L, int64_t fibres, int64_t len, int64_t index_step, int64_t src_step,
-                                   int64_t out_step) {
+// One thread per fibre of the index along dim (every position but dim's), putting its `len` sources in index order
+// into the output fibre no other thread touches: the deterministic scatter_add (AddInOrder) and scatter (Write: the
+// last write of a repeated index wins). Layout operands as for scatter_add_kernel, over the index's shape with dim's
+// size set to 1.
+template <class T, class Put>
+__global__ void scatter_fibres_kernel(T* __restrict__ out, const int64_t* __restrict__ index, const T* __restrict__ src,
+                                      IdxLayout L, int64_t fibres, int64_t len, int64_t index_step, int64_t src_step,
+                                      int64_t out_step, Put put) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < fibres;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t off[3];
     offsets_of<3>(L, i, off);
-    for (int64_t j = 0; j < len; ++j) {
-      T* o = out + off[0] + index[off[1] + j * index_step] * out_step;
-      *o = from_acc<T>(to_acc(*o) + to_acc(src[off[2] + j * src_step]));
-    }
+    for (int64_t j = 0; j < len; ++j)
+      put(out[off[0] + index[off[1] + j * index_step] * out_step], src[off[2] + j * src_step]);
   }
+}
+struct AddInOrder {
+  template <class T>
+  __device__ void operator()(T& o, T v) const {
+    o = from_acc<T>(to_acc(o) + to_acc(v));
+  }
+};
+struct Write {  // raw words: every dtype of the word's size
+  template <class U>
+  __device__ void operator()(U& o, U v) const {
+    o = v;
+  }
+};
+
+template <class T, class Put>
+void scatter_fibres_as(void* out, const int64_t* index, const void* src, const IdxLayout& L, int64_t fibres,
+                       int64_t len, int64_t index_step, int64_t src_step, int64_t out_step, cudaStream_t s) {
+  launch_kernel(scatter_fibres_kernel<T, Put>, grid_for(fibres, kThreads), kThreads, s, static_cast<T*>(out), index,
+                static_cast<const T*>(src), L, fibres, len, index_step, src_step, out_step, Put{});
 }
 
 template <class T>
@@ -222,27 +240,6 @@ void scatter_add_as(void* out, const int64_t* index, const void* src, const IdxL
                     int64_t out_step, cudaStream_t s) {
   launch_kernel(scatter_add_kernel<T>, grid_for(numel, kThreads), kThreads, s, static_cast<T*>(out), index,
                 static_cast<const T*>(src), L, numel, out_step);
-}
-
-// scatter: as scatter_add_fibres, writing instead of adding (raw words: every dtype of that size).
-template <class U>
-__global__ void scatter_fibres_kernel(U* __restrict__ out, const int64_t* __restrict__ index, const U* __restrict__ src,
-                                      IdxLayout L, int64_t fibres, int64_t len, int64_t index_step, int64_t src_step,
-                                      int64_t out_step) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < fibres;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t off[3];
-    offsets_of<3>(L, i, off);
-    for (int64_t j = 0; j < len; ++j)
-      out[off[0] + index[off[1] + j * index_step] * out_step] = src[off[2] + j * src_step];
-  }
-}
-
-template <class U>
-void scatter_fibres_as(void* out, const int64_t* index, const void* src, const IdxLayout& L, int64_t fibres,
-                       int64_t len, int64_t index_step, int64_t src_step, int64_t out_step, cudaStream_t s) {
-  launch_kernel(scatter_fibres_kernel<U>, grid_for(fibres, kThreads), kThreads, s, static_cast<U*>(out), index,
-                static_cast<const U*>(src), L, fibres, len, index_step, src_step, out_step);
 }
 
 template <class U>
@@ -343,16 +340,16 @@ cudaError_t launch_scatter_fibres(void* out, const int64_t* index, const void* s
   if (fibres == 0 || len == 0) return cudaSuccess;
   switch (elem_size) {
     case 8:
-      scatter_fibres_as<uint64_t>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
+      scatter_fibres_as<uint64_t, Write>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
       break;
     case 4:
-      scatter_fibres_as<uint32_t>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
+      scatter_fibres_as<uint32_t, Write>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
       break;
     case 2:
-      scatter_fibres_as<uint16_t>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
+      scatter_fibres_as<uint16_t, Write>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
       break;
     case 1:
-      scatter_fibres_as<uint8_t>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
+      scatter_fibres_as<uint8_t, Write>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
       break;
     default: return cudaErrorInvalidValue;
   }
@@ -379,8 +376,7 @@ cudaError_t launch_scatter_add_fibres(void* out, const int64_t* index, const voi
   if (fibres == 0 || len == 0) return cudaSuccess;
   auto run = [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    launch_kernel(scatter_add_fibres<T>, grid_for(fibres, kThreads), kThreads, stream, static_cast<T*>(out), index,
-                  static_cast<const T*>(src), layout, fibres, len, index_step, src_step, out_step);
+    scatter_fibres_as<T, AddInOrder>(out, index, src, layout, fibres, len, index_step, src_step, out_step, stream);
   };
   switch (dtype) {
     case IdxDtype::F32: run(static_cast<float*>(nullptr)); break;

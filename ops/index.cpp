@@ -117,19 +117,27 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
-Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined("scatter_add", x);
-  check_defined("scatter_add", src, "src");
-  check_index_dtype("scatter_add", index);
-  check_same_device("scatter_add", {&x, &index, &src});
-  ASC_CHECK(src.dtype() == x.dtype(), "scatter_add: src has dtype {} but x has dtype {}", src.dtype(), x.dtype());
-  ASC_CHECK(x.dtype() != kBool, "scatter_add: dtype bool is not supported");
-  const int d = wrap_dim(dim, x.dim(), "scatter_add");
-  check_gather_shapes("scatter_add", x, d, index);
-  ASC_CHECK(src.shape() == index.shape(), "scatter_add: src shape {} must equal index shape {}", src.shape(),
-            index.shape());
+namespace {
+// scatter / scatter_add: x, src and index defined, alike in device and dtype, src of index's shape, the shapes as
+// gather's, every index in range along dim; returns dim wrapped.
+int check_scatter_args(const char* op, const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_defined(op, x);
+  check_defined(op, src, "src");
+  check_index_dtype(op, index);
+  check_same_device(op, {&x, &index, &src});
+  ASC_CHECK(src.dtype() == x.dtype(), "{}: src has dtype {} but x has dtype {}", op, src.dtype(), x.dtype());
+  const int d = wrap_dim(dim, x.dim(), op);
+  check_gather_shapes(op, x, d, index);
+  ASC_CHECK(src.shape() == index.shape(), "{}: src shape {} must equal index shape {}", op, src.shape(), index.shape());
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);
-  check_bounds("scatter_add", index, n, "dimension {} of size {} (x shape {})", d, n, x.shape());
+  check_bounds(op, index, n, "dimension {} of size {} (x shape {})", d, n, x.shape());
+  return d;
+}
+}  // namespace
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  const int d = check_scatter_args("scatter_add", x, dim, index, src);
+  ASC_CHECK(x.dtype() != kBool, "scatter_add: dtype bool is not supported");
   // 16-bit sums accumulate in float32 and are rounded once (see index_add_zeros).
   const DType acc = accumulate_dtype(x.dtype());
   Tensor out = Tensor::empty(x.shape(), {acc, x.device()});
@@ -165,17 +173,7 @@ Tensor scatter_into(const Tensor& x, int d, const Tensor& index, const Tensor& s
 }  // namespace
 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined("scatter", x);
-  check_defined("scatter", src, "src");
-  check_index_dtype("scatter", index);
-  check_same_device("scatter", {&x, &index, &src});
-  ASC_CHECK(src.dtype() == x.dtype(), "scatter: src has dtype {} but x has dtype {}", src.dtype(), x.dtype());
-  const int d = wrap_dim(dim, x.dim(), "scatter");
-  check_gather_shapes("scatter", x, d, index);
-  ASC_CHECK(src.shape() == index.shape(), "scatter: src shape {} must equal index shape {}", src.shape(),
-            index.shape());
-  const int64_t n = x.dim() == 0 ? 1 : x.size(d);
-  check_bounds("scatter", index, n, "dimension {} of size {} (x shape {})", d, n, x.shape());
+  const int d = check_scatter_args("scatter", x, dim, index, src);
   Tensor out = scatter_into(x, d, index, src);
   if (autograd::needs_grad(x, src)) {
     const bool gx = x.requires_grad(), gs = src.requires_grad();

@@ -109,46 +109,38 @@ void gather(const Tensor& x, int dim, const Tensor& index, Tensor& out) {
   });
 }
 
-void scatter_add(Tensor& out, int dim, const Tensor& index, const Tensor& src) {
+namespace {
+// The walk of scatter and scatter_add: put(out[.., index[i..], ..], src[i..]) for every position of index, serially in
+// row-major order (different positions may hit the same output element; along a fibre the later one comes last).
+template <class T, class Put>
+void scatter_walk(Tensor& out, int dim, const Tensor& index, const Tensor& src, Put put) {
   Strides os = out.strides();
   const int64_t ostep = os[dim];
   os[dim] = 0;
   const int64_t* ip = index.data_ptr<int64_t>();
-  ASC_DISPATCH_NUMERIC(out.dtype(), "scatter_add", [&] {
-    scalar_t* op = out.data_ptr<scalar_t>();
-    const scalar_t* sp = src.data_ptr<scalar_t>();
-    // Serial: different index positions may hit the same output element.
-    for_each_strided<3>(
-        index.shape(), {os, index.strides(), src.strides()},
-        [&](auto off, int64_t n, auto st) {
-          scalar_t* ob = op + off[0];
-          const int64_t* q = ip + off[1];
-          const scalar_t* s = sp + off[2];
-          for (int64_t i = 0; i < n; ++i) ob[i * st[0] + q[i * st[1]] * ostep] += s[i * st[2]];
-        },
-        /*parallel=*/false);
-  });
+  T* op = out.data_ptr<T>();
+  const T* sp = src.data_ptr<T>();
+  for_each_strided<3>(
+      index.shape(), {os, index.strides(), src.strides()},
+      [&](auto off, int64_t n, auto st) {
+        T* ob = op + off[0];
+        const int64_t* q = ip + off[1];
+        const T* s = sp + off[2];
+        for (int64_t i = 0; i < n; ++i) put(ob[i * st[0] + q[i * st[1]] * ostep], s[i * st[2]]);
+      },
+      /*parallel=*/false);
+}
+}  // namespace
+
+void scatter_add(Tensor& out, int dim, const Tensor& index, const Tensor& src) {
+  ASC_DISPATCH_NUMERIC(out.dtype(), "scatter_add",
+                       [&] { scatter_walk<scalar_t>(out, dim, index, src, [](scalar_t& o, scalar_t v) { o += v; }); });
 }
 
 void scatter(Tensor& out, int dim, const Tensor& index, const Tensor& src) {
-  Strides os = out.strides();
-  const int64_t ostep = os[dim];
-  os[dim] = 0;
-  const int64_t* ip = index.data_ptr<int64_t>();
-  ASC_DISPATCH_ALL(out.dtype(), "scatter", [&] {
-    scalar_t* op = out.data_ptr<scalar_t>();
-    const scalar_t* sp = src.data_ptr<scalar_t>();
-    // Serial, in row-major order: along each fibre the later write wins, as the CUDA kernel's fibre loop does.
-    for_each_strided<3>(
-        index.shape(), {os, index.strides(), src.strides()},
-        [&](auto off, int64_t n, auto st) {
-          scalar_t* ob = op + off[0];
-          const int64_t* q = ip + off[1];
-          const scalar_t* s = sp + off[2];
-          for (int64_t i = 0; i < n; ++i) ob[i * st[0] + q[i * st[1]] * ostep] = s[i * st[2]];
-        },
-        /*parallel=*/false);
-  });
+  // along each fibre the later write wins, as the CUDA kernel's fibre loop does
+  ASC_DISPATCH_ALL(out.dtype(), "scatter",
+                   [&] { scatter_walk<scalar_t>(out, dim, index, src, [](scalar_t& o, scalar_t v) { o = v; }); });
 }
 
 void one_hot(const Tensor& index, Tensor& out) {
