@@ -33,11 +33,11 @@ TOL = {"float32": 2e-4, "float64": 1e-9}
 
 
 def read_safetensors(path):
-    """{name: list of floats} of a safetensors file (F32 / F64 / I64 tensors)."""
+    """({name: list of numbers}, metadata) of a safetensors file (its F32 / F64 / I64 tensors)."""
     blob = Path(path).read_bytes()
     (n,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8:8 + n])
-    header.pop("__metadata__", None)
+    meta = header.pop("__metadata__", {})
     data = blob[8 + n:]
     fmt = {"F32": "f", "F64": "d", "I64": "q"}
     out = {}
@@ -47,7 +47,7 @@ def read_safetensors(path):
         a, b = v["data_offsets"]
         count = (b - a) // struct.calcsize(fmt[v["dtype"]])
         out[name] = list(struct.unpack(f"<{count}{fmt[v['dtype']]}", data[a:b]))
-    return out
+    return out, meta
 
 
 def rows(run_dir):
@@ -72,7 +72,7 @@ def differences(a_dir, b_dir, tol, files=("best.safetensors", "ckpt/last.safeten
             if not close(u, v, tol):
                 out.append(f"metrics.csv step {x[0]} {x[1]} {name}: {u} vs {v}")
     for f in files:
-        ta, tb = read_safetensors(Path(a_dir) / f), read_safetensors(Path(b_dir) / f)
+        (ta, _), (tb, _) = read_safetensors(Path(a_dir) / f), read_safetensors(Path(b_dir) / f)
         if set(ta) != set(tb):
             out.append(f"{f}: tensors {sorted(set(ta) ^ set(tb))} in one only")
             continue
@@ -161,8 +161,7 @@ def main():
         if not (d / "ckpt" / "last.safetensors").exists():
             problems.append("no checkpoint left")
         else:
-            meta = json.loads((d / "ckpt" / "last.safetensors").read_bytes()[8:8 + struct.unpack(
-                "<Q", (d / "ckpt" / "last.safetensors").read_bytes()[:8])[0]]).get("__metadata__", {})
+            _, meta = read_safetensors(d / "ckpt" / "last.safetensors")
             if meta.get("step") != "4":
                 problems.append(f"the checkpoint holds step {meta.get('step')}, expected 4")
             rc, log = r.run(base + ["--out", str(d), "--resume"])
