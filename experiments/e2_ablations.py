@@ -90,12 +90,13 @@ def report(rep: lib.Report) -> str:
                        f"{STEPS[scale]} steps of batch 32 per run, {SEEDS[scale]} seeds per variant; RoPE; "
                        f"{' '.join(budget.MODEL)}")]
     rows, verdicts, answers = [], [], []
+    family = ru.Family(rep)  # "every term contributes": one claim per term, Holm-adjusted together
     for name in rep.arms():
         if name == "full":
             continue
         cmp = rep.compare_seeds(name, "full")
         if cmp is not None and name in ("no-align", "no-sep", "no-coh", "no-terms"):
-            verdicts.append(ru.verdict_term(cmp, VARIANTS[name][1]))
+            family.add(cmp, 0, f"{VARIANTS[name][1]} lowers accuracy", direction=-1, key=name)
         if cmp is not None and name in QUESTIONS:
             answers.append(answer(rep, name, cmp))
         what = VARIANTS[name][1]
@@ -110,6 +111,7 @@ def report(rep: lib.Report) -> str:
                      f"{ru.pct((cmp.get('difference_ci') or {}).get('high'))}]",
                      per_seed_differences(rep, name), lib.fmt_p(pb),
                      ru.pct(max(cmp.get('mde_examples') or 0, cmp.get('mde_seeds') or 0))])
+    verdicts += family.lines()
     full = [rep.summary(d).get("test_accuracy") for d in rep.done("full")]
     parts.append(f"Full layer: test accuracy {lib.fmt_mean_std([v for v in full if v is not None])} % "
                  f"over {len(full)} seeds.\n")

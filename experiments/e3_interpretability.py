@@ -102,17 +102,25 @@ def report(rep: lib.Report) -> str:
                          f"[{ci['low']:+.3f}, {ci['high']:+.3f}]; Welch's t-test p {lib.fmt_p(welch['p'])}; "
                          f"Cohen's d {d:.2f}, Cliff's δ {delta:.2f}).\n")
             holds = ci["low"] > 0 and welch["p"] is not None and welch["p"] < 0.05
+            mean = {arm: sum(v) / len(v) for arm, v in vals.items()}
+            rep.fact("nmi", f"{a} vs {b}", {"a": f"{mean[a]:.3f}", "b": f"{mean[b]:.3f}", "difference":
+                                            f"{ci['estimate']:+.3f}", "welch_p": lib.fmt_p(welch["p"]),
+                                            "verdict": "holds" if holds else "not shown"})
             verdicts.append(f"- **ASCender's attention clusters match the true groups better than dense attention's** "
                             f"(seed 001, RQ3) — {'holds' if holds else 'not shown'}: NMI {ci['estimate']:+.3f} "
                             f"(95 % CI [{ci['low']:+.3f}, {ci['high']:+.3f}], Welch p {lib.fmt_p(welch['p'])}).")
     parts.append("## Verdicts\n\n" + ("\n".join(verdicts) if verdicts else "_none yet_") + "\n")
     first = rep.done("ascender")[:1]
     for i in (0, 1):
-        if first and (first[0] / "dumps" / f"decomposition_{i}.safetensors").exists():
-            fig = rep.plot("decomposition", [first[0] / "dumps" / f"decomposition_{i}.safetensors"],
-                           f"decomposition_{i}")
-            if fig:
-                parts.append(f"Fig. 1, test example {i}, ASCender seed 0, layer 0, head 0: ![decomposition]({fig})\n")
+        dump = first[0] / "dumps" / f"decomposition_{i}.safetensors" if first else None
+        fig, note = None, ""
+        if dump and dump.exists():
+            fig = rep.plot("decomposition", [dump], f"decomposition_{i}")
+        elif first:  # the study's runs predate kept dumps: the figure their machine drew
+            fig, note = rep.kept_figure(f"decomposition_{i}"), " (drawn on the machine that ran the study)"
+        if fig:
+            parts.append(f"Fig. 1, test example {i}, ASCender seed 0, layer 0, head 0{note}: "
+                         f"![decomposition]({fig})\n")
     parts.append(ru.footer(rep))
     return "\n".join(parts)
 

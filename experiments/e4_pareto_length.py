@@ -145,6 +145,8 @@ def _length_section(rep, scale, buckets, verdicts) -> str:
             welch = rep.stats([{"op": "welch_t_test", "a": acc[longest], "b": acc[train]}])[0]["p"]
             mean = {b: 100 * sum(v) / len(v) for b, v in acc.items()}
             drops[model] = (mean[train], mean[longest], welch)
+            rep.fact("length", model, {"train": f"{mean[train]:.1f}", "longest": f"{mean[longest]:.1f}",
+                                       "train_bucket": train, "longest_bucket": longest})
     if "ascender" in drops:
         t, l, w = drops["ascender"]
         kept = not (l < t and w < 0.05)

@@ -121,6 +121,7 @@ def report(rep: lib.Report) -> str:
                        f"(ASAM's sparse kernels take no RoPE); ASAM = {FULL_PATTERNS} (window 32) with the adaptive "
                        f"gate; dense widened to ASAM's parameter count; {' '.join(budget.MODEL)}")]
     rows, verdicts = [], []
+    family = ru.Family(rep)  # ASAM against dense on every task: Holm-adjusted together
     for task in TASKS[scale]:
         cells = [budget.TASKS[task]["what"]]
         for model in ARMS:
@@ -136,13 +137,14 @@ def report(rep: lib.Report) -> str:
         if cmp:
             claimed = CLAIMS[task][0] - CLAIMS[task][1]
             parts.append(f"### {task}: ASAM vs dense\n\n{ru.comparison_table(cmp, 'asam', 'dense')}\n")
-            verdicts.append(ru.verdict_accuracy(cmp, claimed, f"{task}: ASAM {CLAIMS[task][0]} vs Transformer "
-                                                              f"{CLAIMS[task][1]} (+{claimed:.1f})"))
+            family.add(cmp, claimed, f"{task}: ASAM {CLAIMS[task][0]} vs Transformer {CLAIMS[task][1]} "
+                                     f"(+{claimed:.1f})", key=task)
     table = lib.md_table(["task", "ASAM", "dense", "window", "window + global", "ASAM speed / dense",
                           "ASAM speed / window"], rows)
     parts.insert(1, "## Test accuracy % (mean ± std over seeds) and training speed (tokens/s ratio)\n\n" + table + "\n")
+    verdicts += family.lines()
     task = TASKS[scale][0]
-    ab_rows = []
+    ab_rows, ablation = [], ru.Family(rep)  # the three parts of the ablation: a family of their own
     for name, (_, what, claimed, removed) in ABLATIONS.items():
         cmp = rep.compare_seeds(f"{task}/asam", f"{task}/{name}")  # full − variant: the claim is a gain of full
         if cmp is None:
@@ -154,12 +156,17 @@ def report(rep: lib.Report) -> str:
         gain = CLAIMS["listops"][0] - claimed
         label = (f"{task}: {removed} adds {gain:.1f} points to the full model (seed 004: {CLAIMS['listops'][0]} "
                  f"with it, {claimed} without)")
-        verdicts.append(ru.verdict_accuracy(cmp, gain, label))
+        ablation.add(cmp, gain, label, key=name)
+    verdicts += ablation.lines()
     if ab_rows:
         parts.append(f"## Ablation on {task}, from the full model\n\n"
                      + lib.md_table(["variant", "test accuracy %", "Δ vs full (points)", "paired p",
                                      "seed's Δ (LRA ListOps)"], ab_rows) + "\n")
     verdicts += [v for v in (speed_verdict(rep, t) for t in TASKS[scale]) if v]
+    speeds = rep.facts.get("speed", {}).values()
+    if speeds:
+        rep.fact("speed", "range", f"{min((s['low'] for s in speeds), key=float)}–"
+                                    f"{max((s['high'] for s in speeds), key=float)}")
     section, robust_verdicts = robustness_section(rep, task)
     parts.append(section)
     verdicts += robust_verdicts
@@ -182,6 +189,7 @@ def speed_verdict(rep, task) -> str | None:
     if not ratios:
         return None
     lo, hi = min(ratios), max(ratios)
+    rep.fact("speed", task, {"low": f"{lo:.2f}", "high": f"{hi:.2f}"})
     measured = f"{lo:.2f}×" + ("" if len(ratios) == 1 else f" to {hi:.2f}× over {len(ratios)} seeds")
     v = "holds" if lo >= SPEED_CLAIM[0] else "does not hold" if hi < SPEED_CLAIM[0] else "mixed"
     return (f"- **{task}: ASAM trains {SPEED_CLAIM[0]}–{SPEED_CLAIM[1]}× faster than the standard Transformer** "

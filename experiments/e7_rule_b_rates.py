@@ -94,10 +94,18 @@ def report(rep: lib.Report) -> str:
         parts.append(f"### Homeostasis alone against backprop alone\n\n{ru.comparison_table(cmp, 'oja0', 'ste')}\n")
     verdicts = []
     if chosen is not None:
+        row = next((r for r in choice_rows if r[0] == chosen), None)
+        measured = ""
+        if row:  # what the chosen rate costs, in each test: the rule asks both to be significant to call it harm
+            _, d, p, w, _ = row
+            measured = (f": rule B at this rate − rule B at η = 0 = {d:+.2f} points (paired p {lib.fmt_p(p)}, Welch p "
+                        f"{lib.fmt_p(w)}; the rule calls a loss harm only when both tests find it)")
+            rep.fact("choice", "chosen", {"eta": chosen, "difference": f"{d:+.2f}", "paired_p": lib.fmt_p(p),
+                                          "welch_p": lib.fmt_p(w)})
         verdicts.append(f"- **Rule B's default Oja rate** (the library's choice, by a rule fixed before the runs: the "
                         f"largest rate within {CHOICE_POINTS} points of rule B at η = 0 and not significantly below "
                         f"it) — η_w = η_f = {chosen}" + (": no positive rate of the sweep does no harm, so the Oja terms are off by "
-                                       "default" if chosen == "0" else "") + ".")
+                                       "default" if chosen == "0" else measured) + ".")
     cos = {n: weight_values(rep.done(n), "w_row_cosine") for n in ("oja1e-3", "oja1e-3-constant", "ste-constant")}
     if all(cos.values()) and None not in sum(cos.values(), []):
         mean = lambda v: sum(v) / len(v)  # noqa: E731

@@ -761,7 +761,7 @@ class Queue:
         rc = proc.returncode
         elapsed = time.time() - start
         record["parts"].append({"start": datetime.datetime.fromtimestamp(start).isoformat(timespec="seconds"),
-                                "seconds": round(elapsed, 1), "exit": rc})
+                                "seconds": round(elapsed, 1), "exit": rc, "cpu": cpu_model()})
         record["code_version"] = record.get("code_version", self.version)
         if rc == 0 and (d / "summary.json").exists():
             record["state"] = "done"
@@ -858,9 +858,32 @@ class Report:
         self.runs = exp.runs(scale)
         self.fig_dir = out_dir / exp.name
         self.figures: list[str] = []
+        # The figures other pages quote, keyed (e.g. facts["verdicts"]["listops"]["verdict"]), each as the report
+        # prints it: written beside the report as <name>.json, where tests/doc_quotes_test.py reads them.
+        self.facts: dict = {}
+        self.draw = True  # False: figures are not redrawn (those already in FIG_DIR are referenced)
+
+    def fact(self, section: str, key: str, value) -> None:
+        self.facts.setdefault(section, {})[key] = value
+
+    def arm_facts(self) -> None:
+        """Every arm's test accuracy over its finished runs, under facts["arms"]: mean and sample std in % as the
+        reports print them (2 and 1 decimals), and the number of runs."""
+        for arm in self.arms():
+            acc = [v for v in (self.summary(d).get("test_accuracy") for d in self.done(arm)) if v is not None]
+            if not acc:
+                continue
+            mean = sum(acc) / len(acc)
+            std = (sum((v - mean) ** 2 for v in acc) / (len(acc) - 1)) ** 0.5 if len(acc) > 1 else None
+            self.fact("arms", arm, {"n": len(acc), "mean": _pct(mean), "mean_1": _pct(mean, 1), "std": _pct(std),
+                                    "min": _pct(min(acc)), "max": _pct(max(acc))})
 
     def dir(self, run: Run) -> Path:
         return run_dir(self.root, self.exp, run)
+
+    def report_path(self) -> Path:
+        """Where the report is written (and the one it replaces lies)."""
+        return self.out_dir / f"{self.exp.name}.md"
 
     def done(self, arm: str) -> list[Path]:
         """The finished runs of an arm."""
@@ -907,18 +930,31 @@ class Report:
             raise SystemExit(f"report: stats compare {a} vs {b} failed: {r.stderr.strip()}")
         result = json.loads(out.read_text())
         out.unlink()  # the report keeps the figures it prints; the JSON is regenerated on demand
+        self.fact("comparisons", f"{a} vs {b}", comparison_facts(result))
         return result
 
     def stats(self, requests: list[dict]) -> list:
-        out = subprocess.run([str(tool("stats")), "json"], input=json.dumps(requests), capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run([str(tool("stats")), "json"], input=json.dumps(requests), capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"report: stats json failed: {out.stderr.strip()}")
         return json.loads(out.stdout)
+
+    def kept_figure(self, name: str) -> str | None:
+        """A figure already in FIG_DIR/NAME.png, not redrawn: for figures drawn from dumps that git does not keep (the
+        machine that ran the study drew them; redrawing from the tables would lose what the dumps added)."""
+        png = self.fig_dir / f"{name}.png"
+        if not png.exists():
+            return None
+        self.figures.append(png.name)
+        return f"{self.exp.name}/{png.name}"
 
     def plot(self, kind: str, run_dirs: list[Path], name: str, *extra: str) -> str | None:
         """tools/plot.py KIND over run directories into FIG_DIR/NAME.png; the relative path, or None without matplotlib
         or without a run to draw (an experiment not run yet)."""
         if not run_dirs:
             return None
+        if not self.draw:  # report --no-figures: the figure already there, as it is
+            return self.kept_figure(name)
         self.fig_dir.mkdir(parents=True, exist_ok=True)
         png = self.fig_dir / f"{name}.png"
         runs = [str(materialise(d)) for d in run_dirs]  # plot.py reads run folders
@@ -953,7 +989,38 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _pct(v, digits=2) -> str:
+    return "—" if v is None else f"{100 * v:.{digits}f}"
+
+
+def _signed(v, digits=2) -> str:
+    return "—" if v is None else f"{100 * v:+.{digits}f}"
+
+
+def comparison_facts(cmp: dict) -> dict:
+    """The figures of a `stats compare` result as the reports print them (accuracies in %, differences in points):
+    what other pages may quote (Report.facts)."""
+    w, pb, paired = cmp.get("welch_t_test") or {}, cmp.get("paired_bootstrap") or {}, cmp.get("seed_paired_t_test") or {}
+    ga, gb = cmp["group_a"], cmp["group_b"]
+    mdes = [m for m in (cmp.get("mde_seeds"), cmp.get("mde_examples")) if m is not None]
+    bl = cmp.get("baseline_learns") or {}
+    return {"a": cmp.get("a"), "b": cmp.get("b"), "seeds_a": ga["n"], "seeds_b": gb["n"],
+            "a_mean": _pct(ga["mean"]), "a_std": _pct(ga.get("std")), "b_mean": _pct(gb["mean"]),
+            "b_std": _pct(gb.get("std")), "a_mean_1": _pct(ga["mean"], 1), "b_mean_1": _pct(gb["mean"], 1),
+            "difference": _signed(cmp.get("difference")), "difference_1": _signed(cmp.get("difference"), 1),
+            "seeds_interval": f"[{_pct(w.get('low'))}, {_pct(w.get('high'))}]", "welch_p": fmt_p(w.get("p")),
+            "seed_paired_p": fmt_p(paired.get("p")) if paired else "—",
+            "examples_interval": f"[{_pct(pb.get('low'))}, {_pct(pb.get('high'))}]" if pb else "—",
+            "paired_p": fmt_p(pb.get("p")) if pb else "—", "test_examples": cmp.get("test_examples"),
+            "mde_seeds": _pct(cmp.get("mde_seeds"), 1), "mde_examples": _pct(cmp.get("mde_examples"), 1),
+            "mde": _pct(max(mdes), 1) if mdes else "—",
+            "baseline_learns_p": fmt_p(bl.get("p")) if bl else "—",
+            "majority_rate": _pct(bl.get("majority_rate")) if bl else "—"}
+
+
 def fmt_p(p) -> str:
     if p is None:
         return "—"
+    if p == 0:
+        return "< 1e-300"  # below the smallest double the tests compute
     return f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"

@@ -14,6 +14,7 @@ predictions.csv.gz), which are what git keeps. experiments/README.md describes t
 """
 import argparse
 import importlib
+import json
 import re
 import shlex
 import shutil
@@ -83,9 +84,13 @@ def cmd_report(args) -> int:
     exps = load(args.experiments)
     for exp in exps:
         rep = lib.Report(exp, root, args.scale, out_dir)
+        rep.draw = not args.no_figures
         body = exp.report(rep)
+        rep.arm_facts()
         md = out_dir / f"{exp.name}.md"
         lib.write_atomic(md, body.rstrip() + "\n")
+        lib.write_atomic(md.with_suffix(".json"), json.dumps(rep.facts, indent=1, sort_keys=True, ensure_ascii=False)
+                         + "\n")
         print(f"report: {md}" + (f" and {len(rep.figures)} figure(s) in {rep.fig_dir}" if rep.figures else ""))
     if args.scale == "full" and not args.out_dir and not args.experiments:
         write_results_page(exps, root, out_dir)
@@ -96,11 +101,14 @@ RESULTS_HEAD = """# Results: the mechanisms' claims against our measurements
 
 Written by `python3 experiments/queue.py report` from the full-scale runs of [`experiments/`](../experiments/README.md)
 — do not edit by hand. Each section is one experiment: its report (tables with budgets, statistics, figures and the
-exact commands) and its verdicts, one line per claim, by the rule of experiments/README.md: **holds** (a significant
-gain, the claimed size within reach of its intervals), **holds in direction only** (a significant gain, smaller
-than claimed), **does not hold** (no significant gain although the budget could have detected the claimed one, or a
-significant loss), **not testable here** (the claimed effect is below what the test set and seed count can detect);
-speed and robustness claims are thresholds, read as the reports say (**mixed**: seeds on both sides of a threshold).
+exact commands) and its verdicts, one line per claim, by the rules of docs/stats.md ("Verdicts on a claim"), the first
+that applies: **not testable** (the baseline does not beat the majority class: nothing to compare), **rejected** (the
+claimed effect lies beyond both 95 % intervals of the difference, over seeds and over test examples), **smaller than
+claimed** (a significant difference in the claimed direction, one interval excluding the claim), **holds** (a
+significant difference in the claimed direction, the claim within its intervals), **inconclusive** (the rest; the MDE
+beside it). "Significant": Welch's test over seeds and the paired bootstrap over examples both at p < 0.05, each
+Holm-adjusted across the experiment's comparisons of one claim. Speed, FLOP and robustness claims are thresholds,
+read as the reports say (**mixed**: seeds on both sides of a threshold).
 Every task is scaled down from the Long Range Arena to fit a 2-core machine; the reports say how.
 """
 
@@ -143,23 +151,28 @@ def relink(markdown: str, prefix: str) -> str:
     return re.sub(r"\]\((?!https?:|/|\.\./|#)([^)]+)\)", lambda m: f"]({prefix}/{m.group(1)})", markdown)
 
 
-def write_results_page(exps, root, out_dir):
-    """docs/results.md: each experiment's verdict lines (the section "## Verdicts" of its report) and a link to it."""
+def results_page_text(exps, out_dir: Path) -> str:
+    """docs/results.md from the reports alone: each experiment's verdict lines (the section "## Verdicts" of its
+    report), how many of its runs were done (the report's header), and a link to it."""
     parts = [RESULTS_HEAD]
     for exp in exps:
-        runs = exp.runs("full")
-        done = sum(lib.state_of(lib.run_dir(root, exp, r)) == "done" for r in runs)
         text = (out_dir / f"{exp.name}.md").read_text()
+        m = re.search(r"from (\d+) of (\d+) runs", text)
+        done, total = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
         verdicts = ""
         if "## Verdicts" in text:
             verdicts = text.split("## Verdicts", 1)[1].split("\n## ", 1)[0].strip()
         rel = (out_dir / f"{exp.name}.md").relative_to(lib.REPO)
         verdicts = relink(verdicts, f"../{rel.parent}")
-        parts.append(f"## {exp.title}\n\n[report](../{rel}) — {done} of {len(runs)} runs finished.\n\n"
+        parts.append(f"## {exp.title}\n\n[report](../{rel}) — {done} of {total} runs finished.\n\n"
                      + (verdicts if done and verdicts and verdicts != "_none yet_"
                         else "_Not run at full scale yet: no verdict._") + "\n")
+    return "\n".join(parts)
+
+
+def write_results_page(exps, root, out_dir):
     page = lib.REPO / "docs" / "results.md"
-    lib.write_atomic(page, "\n".join(parts))
+    lib.write_atomic(page, results_page_text(exps, out_dir))
     print(f"report: {page}")
 
 
@@ -186,6 +199,9 @@ def main() -> int:
                    help="continue an experiment whose runs were made by another version of the code")
     rp = sub.add_parser("report", parents=[common], help="tables and figures from the finished runs")
     rp.add_argument("--out-dir", type=Path, help="default bench/results/experiments (a subfolder per scale)")
+    rp.add_argument("--no-figures", action="store_true",
+                    help="do not draw figures; reference those already in the output folder (what the test of the "
+                         "committed reports uses)")
     pk = sub.add_parser("pack", parents=[common],
                         help="write each experiment's tables (runs.jsonl.gz, predictions.csv.gz) from its finished run "
                              "folders and what the tables held")

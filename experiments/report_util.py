@@ -7,15 +7,46 @@ import datetime
 import lib
 
 
+def run_cpus(rep: lib.Report) -> list[str]:
+    """The CPUs the finished runs ran on, as the queue recorded them per part (runs made before it recorded them add
+    nothing)."""
+    cpus = set()
+    for r in rep.runs:
+        if lib.state_of(rep.dir(r)) == "done":
+            for part in (lib.run_json(rep.dir(r), "queue.json") or {}).get("parts", []):
+                if part.get("cpu"):
+                    cpus.add(part["cpu"])
+    return sorted(cpus)
+
+
+def earlier_cpu_text(rep: lib.Report) -> str | None:
+    """The CPU named by the report this one replaces, for runs made before the queue recorded it: the earlier report
+    was written on the machine that had just finished them."""
+    try:
+        text = rep.report_path().read_text()
+    except (OSError, AttributeError):
+        return None
+    for line in text.splitlines():
+        if "; CPU" in line and "; code version" in line:
+            return line.split("; CPU", 1)[1].split("; code version", 1)[0].lstrip(": ").removeprefix(
+                "of the runs: ")
+    return None
+
+
 def header(rep: lib.Report, title: str, budget_text: str) -> str:
     versions = sorted({(lib.run_json(rep.dir(r), "queue.json") or {}).get("code_version", "?")
                        for r in rep.runs if lib.state_of(rep.dir(r)) == "done"})
     done = sum(lib.state_of(rep.dir(r)) == "done" for r in rep.runs)
     mixed = "" if len(versions) <= 1 else " — **runs from several code versions: rerun before drawing conclusions**"
+    rep.fact("runs", "done", done)
+    rep.fact("runs", "total", len(rep.runs))
+    rep.fact("runs", "code_versions", [v[:7] for v in versions])
+    cpus = run_cpus(rep)
+    cpu = "; ".join(cpus) if cpus else (earlier_cpu_text(rep) or lib.cpu_model())
     return (f"# {title}\n\n"
             f"Scale **{rep.scale}**{' (a smoke test of the script: the numbers mean nothing)' if rep.scale == 'tiny' else ''}; "
             f"report written {datetime.date.today().isoformat()} from {done} of {len(rep.runs)} runs; "
-            f"CPU: {lib.cpu_model()}; code version (last commit of the library and tools): "
+            f"CPU of the runs: {cpu}; code version (last commit of the library and tools): "
             f"{', '.join(versions) or '—'}{mixed}.\n\n"
             f"**Budget**: {budget_text}. Tasks are scaled down from the Long Range Arena to fit this machine; each "
             f"section names its task's size. Equal budget = the same number of training examples seen; wall time is "
@@ -41,6 +72,10 @@ def pct(v, digits=2) -> str:
     return "—" if v is None else f"{100 * v:.{digits}f}"
 
 
+def signed(v, digits=2) -> str:
+    return "—" if v is None else f"{100 * v:+.{digits}f}"
+
+
 def comparison_table(cmp: dict, a_name: str, b_name: str) -> str:
     def row(name, g):
         ci = g.get("ci") or {}
@@ -50,19 +85,28 @@ def comparison_table(cmp: dict, a_name: str, b_name: str) -> str:
                      [row(a_name, cmp["group_a"]), row(b_name, cmp["group_b"])])
     lines = [t, ""]
     diff = f"{a_name} − {b_name}: **{pct(cmp['difference'])} points**"
-    if "difference_ci" in cmp:
-        ci = cmp["difference_ci"]
-        welch = (cmp.get("welch_t_test") or {}).get("p")
-        diff += (f" (95 % CI over seeds [{pct(ci['low'])}, {pct(ci['high'])}]; Welch's t-test p {lib.fmt_p(welch)}; "
-                 f"Cohen's d "
-                 f"{_num(cmp.get('cohens_d'))}, Cliff's δ {_num(cmp.get('cliffs_delta'))}; MDE over seeds "
-                 f"{pct(cmp.get('mde_seeds'))} points)")
+    if "welch_t_test" in cmp:
+        w, ci = cmp["welch_t_test"], cmp["difference_ci"]
+        paired = cmp.get("seed_paired_t_test")
+        diff += (f" (over seeds: Welch's t-test p {lib.fmt_p(w.get('p'))}, its 95 % interval "
+                 f"[{pct(w.get('low'))}, {pct(w.get('high'))}], bootstrap interval [{pct(ci['low'])}, "
+                 f"{pct(ci['high'])}]"
+                 + (f"; the same seeds in both arms: seed-paired t-test p {lib.fmt_p(paired.get('p'))}" if paired
+                    else "")
+                 + f"; Cohen's d {_num(cmp.get('cohens_d'))}, Cliff's δ {_num(cmp.get('cliffs_delta'))}; MDE over "
+                 f"seeds {pct(cmp.get('mde_seeds'))} points)")
     lines.append(diff + ".")
     if "paired_bootstrap" in cmp:
         pb, ar = cmp["paired_bootstrap"], cmp["approximate_randomization"]
         lines.append(f"Over the {cmp['test_examples']} test examples: paired bootstrap p = {lib.fmt_p(pb['p'])} "
                      f"(95 % CI [{pct(pb['low'])}, {pct(pb['high'])}]), approximate randomisation p = "
                      f"{lib.fmt_p(ar['p'])}; MDE at this test-set size {pct(cmp.get('mde_examples'))} points.")
+    bl = cmp.get("baseline_learns")
+    if bl:
+        learns = bl.get("p") is not None and bl["p"] < 0.01
+        lines.append(f"{b_name} {'learns' if learns else 'does **not** learn'} the task: "
+                     f"{pct(bl['correct'] / bl['examples'])} % of the test examples against a majority-class rate of "
+                     f"{pct(bl['majority_rate'])} % (one-sided binomial p {lib.fmt_p(bl.get('p'))}).")
     return "\n".join(lines)
 
 
@@ -88,55 +132,82 @@ def significant(paired, welch, paired_optional: bool = False) -> bool:
             and (paired < 0.05 if paired is not None else paired_optional))
 
 
-def verdict_accuracy(cmp: dict, claim_points: float, label: str) -> str:
-    """The rule, the same for every claim of a gain in accuracy:
-    holds          the difference is positive with p < 0.05 both in the paired test over test examples and in Welch's
-                   t-test over seeds (a t-test, not the bootstrap interval: with 2-5 seeds that interval is too narrow)
-                   and the claimed size is not above both 95 % intervals of the difference (over seeds, over examples);
-    holds in direction only
-                   such a significant gain, but the claimed size lies above both intervals: a gain, smaller than claimed;
-    does not hold  a significant loss (both tests), or the claimed gain is at least the larger MDE (examples, seeds)
-                   and the result is not a significant gain;
-    not testable   the claimed gain is below that MDE, or a statistic is missing (fewer than 2 seeds per arm, no
-                   per-example predictions): this budget could not tell."""
-    diff, p, welch, mde = tests_of(cmp)
-    if None in (diff, p, welch, mde):
-        return (f"- **{label}** (claim) — not testable here: the comparison needs at least 2 finished seeds per arm "
-                f"and per-example predictions.")
-    sig = significant(p, welch)
-    highs = [100 * c["high"] for c in (cmp.get("difference_ci"), cmp.get("paired_bootstrap")) if c and "high" in c]
-    if sig and diff > 0 and highs and claim_points > max(highs):
-        v = (f"holds in direction only: a significant gain of {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p "
-             f"{lib.fmt_p(welch)}), but the claimed {claim_points:+.1f} lies above both 95 % intervals (highest bound "
-             f"{max(highs):+.2f})")
-    elif sig and diff > 0:
-        v = f"holds: a significant gain of {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)})"
-    elif sig and diff < 0:
-        v = f"does not hold: a significant loss of {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)})"
-    elif claim_points < mde:
-        v = (f"not testable at this budget: the claimed {claim_points:+.1f} is below the MDE of {mde:.1f} points "
-             f"(measured {diff:+.2f})")
-    else:
-        v = (f"does not hold at this budget: {diff:+.2f} points, not significant (paired p {lib.fmt_p(p)}, Welch p "
-             f"{lib.fmt_p(welch)}), while a gain of {claim_points:.1f} would have been detected (MDE {mde:.1f})")
-    return f"- **{label}** (claim) — {v}."
+class Family:
+    """The comparisons of one experiment that test claims of one kind (one claim on several tasks, or each term of an
+    ablation), judged together by the rules of docs/stats.md ("Verdicts on a claim"): the Welch p-values over seeds
+    and the paired p-values over examples are each Holm-adjusted across the family, then `stats json`'s
+    claim_verdict reads the intervals and the adjusted p-values.
+
+        fam = Family(rep)
+        fam.add(cmp, claim_points=0.8, label="listops: ASAM 37.2 vs Transformer 36.4 (+0.8)")
+        lines = fam.lines()  # one markdown bullet per comparison, in the order added
+    """
+
+    def __init__(self, rep: lib.Report):
+        self.rep = rep
+        self.items = []  # (cmp, claim in points, direction, label, note)
+
+    def add(self, cmp: dict, claim_points: float, label: str, direction: int = 0, note: str = "", key: str = ""):
+        """key: the name other pages quote its figures by (default: the label)."""
+        self.items.append((cmp, claim_points, direction, label, note, key or label))
+
+    def judge(self) -> list[dict]:
+        """Per comparison: verdict, reason, and the adjusted p-values (None where a statistic is missing)."""
+        if not self.items:
+            return []
+        welch = [(c.get("welch_t_test") or {}).get("p") for c, *_ in self.items]
+        paired = [(c.get("paired_bootstrap") or {}).get("p") for c, *_ in self.items]
+        adj_w, adj_p = self.rep.stats([{"op": "holm_adjust", "p": welch}, {"op": "holm_adjust", "p": paired}])
+        requests = []
+        for (c, claim, direction, *_), pw, pp in zip(self.items, adj_w, adj_p):
+            w, pb = c.get("welch_t_test") or {}, c.get("paired_bootstrap") or {}
+            requests.append({"op": "claim_verdict", "claim": claim / 100, "direction": direction,
+                             "difference": c.get("difference"),
+                             "seeds": {"low": w.get("low"), "high": w.get("high")},
+                             "examples": {"low": pb.get("low"), "high": pb.get("high")} if pb else None,
+                             "p_seeds": pw, "p_examples": pp,
+                             "baseline_learns_p": (c.get("baseline_learns") or {}).get("p")})
+        out = []
+        for v, pw, pp in zip(self.rep.stats(requests), adj_w, adj_p):
+            out.append({**v, "p_seeds_holm": pw, "p_examples_holm": pp})
+        return out
+
+    def lines(self) -> list[str]:
+        m = len(self.items)
+        out = []
+        for (c, claim, direction, label, note, key), v in zip(self.items, self.judge()):
+            self.rep.fact("verdicts", key, {"verdict": v["verdict"], "claim": f"{claim:+.1f}",
+                                            **lib.comparison_facts(c),
+                                            "p_seeds_holm": lib.fmt_p(v["p_seeds_holm"]),
+                                            "p_examples_holm": lib.fmt_p(v["p_examples_holm"])})
+            smaller = (" The difference is significant in the claimed direction, but smaller than claimed."
+                       if v["verdict"] == "rejected" and "claimed direction" in v["reason"] else "")
+            out.append(f"- **{label}** (claim) — **{v['verdict']}**: {evidence_text(c, claim, direction, v, m)}."
+                       + smaller + (f" {note}" if note else ""))
+        return out
 
 
-def verdict_term(cmp: dict, what: str) -> str:
-    """Seed 001's Fig. 3 claims every term contributes: removing it lowers accuracy. Holds on a significant loss
-    (paired p < 0.05 and Welch p < 0.05); otherwise no effect was detected, at the stated MDE."""
-    diff, p, welch, mde = tests_of(cmp)
-    if None in (diff, p, welch, mde):
-        return f"- **{what} lowers accuracy** (claim) — not testable here: needs 2 seeds per arm and predictions."
-    sig = significant(p, welch)
-    if sig and diff < 0:
-        v = f"holds: {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)})"
-    elif sig and diff > 0:
-        v = f"does not hold: the layer is better without it, {diff:+.2f} points (paired p {lib.fmt_p(p)})"
-    else:
-        v = (f"no effect detected: {diff:+.2f} points (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)}; "
-             f"differences below {mde:.1f} go unseen)")
-    return f"- **{what} lowers accuracy** (claim) — {v}."
+def evidence_text(c: dict, claim: float, direction: int, v: dict, family: int) -> str:
+    """The numbers behind one verdict, in points."""
+    w, pb, bl = c.get("welch_t_test") or {}, c.get("paired_bootstrap") or {}, c.get("baseline_learns") or {}
+    if v["verdict"] == "not testable" and bl and bl.get("p") is not None and bl["p"] >= 0.01:
+        return (f"the baseline does not learn the task ({pct(bl['correct'] / bl['examples'])} % of the test examples "
+                f"against a majority-class rate of {pct(bl['majority_rate'])} %, binomial p "
+                f"{lib.fmt_p(bl.get('p'))}); measured {signed(c.get('difference'))} points")
+    if w.get("p") is None:
+        return "needs at least 2 finished seeds per arm"
+    claim_text = f"the claimed {claim:+.1f}" if claim else f"the claim ({'a loss' if direction < 0 else 'a gain'})"
+    holm = f", Holm over {family}" if family > 1 else ""
+    seeds = (f"seeds [{pct(w.get('low'))}, {pct(w.get('high'))}], Welch p {lib.fmt_p(w.get('p'))}"
+             + (f" (adjusted {lib.fmt_p(v['p_seeds_holm'])})" if family > 1 else ""))
+    examples = (f"examples [{pct(pb.get('low'))}, {pct(pb.get('high'))}], paired p {lib.fmt_p(pb.get('p'))}"
+                + (f" (adjusted {lib.fmt_p(v['p_examples_holm'])})" if family > 1 else "")) if pb else ""
+    paired = c.get("seed_paired_t_test")
+    extra = f"; seed-paired t-test p {lib.fmt_p(paired.get('p'))}" if paired else ""
+    mdes = [m for m in (c.get("mde_seeds"), c.get("mde_examples")) if m is not None]
+    mde = f"; MDE {pct(max(mdes), 1)} points" if mdes else ""
+    return (f"measured {signed(c.get('difference'))} points against {claim_text} (95 % intervals: "
+            f"{seeds}{'; ' + examples if examples else ''}{holm}{extra}{mde})")
 
 
 def efficiency_cells(rep: lib.Report, a: str, b: str) -> list[str]:

@@ -8,6 +8,8 @@
 #include <numbers>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/generator.h"
 
@@ -355,26 +357,89 @@ double student_t_quantile(double p, double df) {
   return lo + (hi - lo) / 2;
 }
 
-TTest welch_t_test(std::span<const double> a, std::span<const double> b) {
+namespace {
+
+// The t interval of a difference with standard error se at df degrees of freedom, and its two-sided p.
+void finish_t_test(TTest& r, double level) {
+  r.level = level;
+  if (r.se == 0) {  // no spread at all: the means are equal (p = 1) or differ for certain (p = 0)
+    r.t = r.difference == 0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), r.difference);
+    r.p = r.difference == 0 ? 1.0 : 0.0;
+    r.low = r.high = r.difference;
+    return;
+  }
+  r.t = r.difference / r.se;
+  r.p = 2 * student_t_cdf(-std::fabs(r.t), r.df);
+  const double half = student_t_quantile((1 + level) / 2, r.df) * r.se;
+  r.low = r.difference - half;
+  r.high = r.difference + half;
+}
+
+TTest nan_t_test(double level) {
+  TTest r;
+  r.t = r.df = r.p = r.difference = r.se = r.low = r.high = kNaN;
+  r.level = level;
+  return r;
+}
+
+}  // namespace
+
+TTest welch_t_test(std::span<const double> a, std::span<const double> b, double level) {
   check_size("welch_t_test", a, 2);
   check_size("welch_t_test", b, 2);
+  ASC_CHECK(level > 0 && level < 1, "welch_t_test: level must be in (0, 1), got {}", level);
+  if (has_nan(a) || has_nan(b)) return nan_t_test(level);
   TTest r;
-  if (has_nan(a) || has_nan(b)) {
-    r.t = r.df = r.p = kNaN;
-    return r;
-  }
   const double va = variance_of(a) / double(a.size()), vb = variance_of(b) / double(b.size());
-  const double diff = mean_of(a) - mean_of(b);
-  if (va + vb == 0) {  // no spread at all: the means are equal (p = 1) or differ for certain (p = 0)
-    r.t = diff == 0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), diff);
-    r.df = double(a.size() + b.size() - 2);
-    r.p = diff == 0 ? 1.0 : 0.0;
-    return r;
-  }
-  r.t = diff / std::sqrt(va + vb);
-  r.df = (va + vb) * (va + vb) / (va * va / double(a.size() - 1) + vb * vb / double(b.size() - 1));
-  r.p = 2 * student_t_cdf(-std::fabs(r.t), r.df);
+  r.difference = mean_of(a) - mean_of(b);
+  r.se = std::sqrt(va + vb);
+  // Welch-Satterthwaite; without any spread the pooled count (the interval is then a point anyway)
+  r.df = va + vb == 0 ? double(a.size() + b.size() - 2)
+                      : (va + vb) * (va + vb) / (va * va / double(a.size() - 1) + vb * vb / double(b.size() - 1));
+  finish_t_test(r, level);
   return r;
+}
+
+TTest paired_t_test(std::span<const double> a, std::span<const double> b, double level) {
+  check_size("paired_t_test", a, 2);
+  ASC_CHECK(a.size() == b.size(), "paired_t_test: a has {} values, b {} (pairs must match)", a.size(), b.size());
+  ASC_CHECK(level > 0 && level < 1, "paired_t_test: level must be in (0, 1), got {}", level);
+  if (has_nan(a) || has_nan(b)) return nan_t_test(level);
+  std::vector<double> d(a.size());
+  for (size_t i = 0; i < d.size(); ++i) d[i] = a[i] - b[i];
+  TTest r;
+  r.difference = mean_of(d);
+  r.se = std::sqrt(variance_of(d) / double(d.size()));
+  r.df = double(d.size() - 1);
+  finish_t_test(r, level);
+  return r;
+}
+
+double binomial_test_greater(int64_t k, int64_t n, double p0) {
+  ASC_CHECK(n >= 1, "binomial_test_greater: n must be >= 1, got {}", n);
+  ASC_CHECK(k >= 0 && k <= n, "binomial_test_greater: k must be in [0, n = {}], got {}", n, k);
+  if (std::isnan(p0)) return kNaN;
+  ASC_CHECK(p0 >= 0 && p0 <= 1, "binomial_test_greater: p0 must be in [0, 1], got {}", p0);
+  if (k == 0) return 1.0;
+  // P(X >= k) = I_{p0}(k, n - k + 1), the regularised incomplete beta function
+  return incomplete_beta(double(k), double(n - k + 1), p0, 1 - p0);
+}
+
+std::vector<double> holm_adjust(std::span<const double> p) {
+  for (double v : p)
+    ASC_CHECK(std::isnan(v) || (v >= 0 && v <= 1), "holm_adjust: p-values must be in [0, 1], got {}", v);
+  std::vector<size_t> order;
+  for (size_t i = 0; i < p.size(); ++i)
+    if (!std::isnan(p[i])) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return p[x] < p[y]; });
+  std::vector<double> out(p.begin(), p.end());
+  const size_t m = order.size();
+  double running = 0;  // step-down: an adjusted p never falls below the one before it
+  for (size_t j = 0; j < m; ++j) {
+    running = std::max(running, std::min(1.0, double(m - j) * p[order[j]]));
+    out[order[j]] = running;
+  }
+  return out;
 }
 
 double accuracy_difference_se(double p, int64_t n) {
@@ -387,6 +452,86 @@ double seed_difference_se(double sd, int64_t n_a, int64_t n_b) {
   ASC_CHECK(sd >= 0 || std::isnan(sd), "seed_difference_se: sd must be >= 0, got {}", sd);
   ASC_CHECK(n_a >= 1 && n_b >= 1, "seed_difference_se: seed counts must be >= 1, got {} and {}", n_a, n_b);
   return sd * std::sqrt(1.0 / double(n_a) + 1.0 / double(n_b));
+}
+
+double welch_minimum_detectable_effect(const TTest& welch, double alpha, double power) {
+  if (std::isnan(welch.se) || std::isnan(welch.df)) return kNaN;
+  return minimum_detectable_effect(welch.se, alpha, power, welch.df);
+}
+
+// ---- verdicts --------------------------------------------------------------------------------------------------
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::NotTestable: return "not testable";
+    case Verdict::Rejected: return "rejected";
+    case Verdict::SmallerThanClaimed: return "smaller than claimed";
+    case Verdict::Holds: return "holds";
+    case Verdict::Inconclusive: return "inconclusive";
+  }
+  return "?";
+}
+
+namespace {
+
+bool interval_present(const Interval& i) { return !std::isnan(i.low) && !std::isnan(i.high); }
+
+// The claim lies beyond the interval's far end, seen from the claimed direction: for a claimed gain (dir +1),
+// above its upper end; for a claimed loss, below its lower end.
+bool excludes_claim(const Interval& i, double claim, int dir) { return dir > 0 ? i.high < claim : i.low > claim; }
+
+std::string g(double v) { return fmt::format("{:.4g}", v); }
+
+}  // namespace
+
+ClaimVerdict claim_verdict(const ClaimEvidence& e) {
+  ASC_CHECK(!std::isnan(e.claim), "claim_verdict: the claim is NaN");
+  ASC_CHECK(e.direction == 0 || e.direction == 1 || e.direction == -1,
+            "claim_verdict: direction must be -1, 0 (the claim's sign) or +1, got {}", e.direction);
+  const int dir = e.direction != 0 ? e.direction : (e.claim > 0) - (e.claim < 0);
+  ASC_CHECK(dir != 0, "claim_verdict: a claim of 0 needs a direction (+1 or -1)");
+  ASC_CHECK(e.claim * dir >= 0, "claim_verdict: the claim {} points against its direction {:+d}", e.claim, dir);
+  ASC_CHECK(e.alpha > 0 && e.alpha < 1 && e.learn_alpha > 0 && e.learn_alpha < 1,
+            "claim_verdict: alpha and learn_alpha must be in (0, 1), got {} and {}", e.alpha, e.learn_alpha);
+  for (double p : {e.p_seeds, e.p_examples, e.baseline_learns_p})
+    ASC_CHECK(std::isnan(p) || (p >= 0 && p <= 1), "claim_verdict: p-values must be in [0, 1], got {}", p);
+
+  if (!std::isnan(e.baseline_learns_p) && e.baseline_learns_p >= e.learn_alpha)
+    return {Verdict::NotTestable,
+            fmt::format("the baseline does not learn the task: its accuracy is not above the majority-class rate "
+                        "(binomial p {} >= {})",
+                        g(e.baseline_learns_p), g(e.learn_alpha))};
+  if (std::isnan(e.difference) || !interval_present(e.seeds) || std::isnan(e.p_seeds))
+    return {Verdict::NotTestable, "a statistic is missing (fewer than 2 seeds per arm, or a NaN result)"};
+  std::vector<const Interval*> intervals = {&e.seeds};
+  std::vector<double> ps = {e.p_seeds};
+  if (interval_present(e.examples) && !std::isnan(e.p_examples)) {
+    intervals.push_back(&e.examples);
+    ps.push_back(e.p_examples);
+  }
+  const bool all_exclude = std::all_of(intervals.begin(), intervals.end(),
+                                       [&](const Interval* i) { return excludes_claim(*i, e.claim, dir); });
+  const bool any_exclude = std::any_of(intervals.begin(), intervals.end(),
+                                       [&](const Interval* i) { return excludes_claim(*i, e.claim, dir); });
+  const bool significant = std::all_of(ps.begin(), ps.end(), [&](double p) { return p < e.alpha; });
+  const bool in_direction = e.difference * dir > 0;
+  const char* which = intervals.size() == 2 ? "both 95 % intervals (seeds, examples)" : "the 95 % interval over seeds";
+  if (all_exclude)
+    return {Verdict::Rejected,
+            fmt::format("the claimed {} lies beyond {}{}", g(e.claim), which,
+                        significant && in_direction ? ": a significant difference in the claimed direction, smaller"
+                        : significant               ? ": a significant difference the other way"
+                                                    : "")};
+  if (significant && in_direction && any_exclude)
+    return {Verdict::SmallerThanClaimed,
+            fmt::format("a significant difference of {} in the claimed direction; one interval excludes the claimed {}",
+                        g(e.difference), g(e.claim))};
+  if (significant && in_direction)
+    return {Verdict::Holds, fmt::format("a significant difference of {} whose intervals hold the claimed {}",
+                                        g(e.difference), g(e.claim))};
+  return {Verdict::Inconclusive,
+          fmt::format("{}: the data neither exclude the claimed {} nor show a significant difference in its direction",
+                      g(e.difference), g(e.claim))};
 }
 
 }  // namespace asc::stats

@@ -28,10 +28,14 @@
 //                              p = (1 + #{|delta_perm| >= |delta|}) / (R + 1); exact (all 2^n swaps, no +1) when
 //                              2^n <= resamples — the same p as scipy.stats.permutation_test.
 #include <cstdint>
+#include <limits>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace asc::stats {
+
+inline constexpr double kNaNValue = std::numeric_limits<double>::quiet_NaN();
 
 struct Summary {
   int64_t n = 0;
@@ -91,10 +95,29 @@ double student_t_cdf(double t, double df);
 double student_t_quantile(double p, double df);
 
 struct TTest {
-  double t = 0, df = 0, p = 1;  // statistic, Welch-Satterthwaite degrees of freedom, two-sided p
+  double t = 0, df = 0, p = 1;  // statistic, degrees of freedom (Welch-Satterthwaite for Welch's test), two-sided p
+  double difference = 0;        // mean(a) - mean(b) (Welch), mean(a - b) (paired)
+  double se = 0;                // its standard error: sqrt(s_a^2 / n_a + s_b^2 / n_b), or sd(a - b) / sqrt(n)
+  double low = 0, high = 0;     // the t interval difference -+ t_{(1 + level) / 2, df} se: p < 1 - level exactly
+  double level = 0.95;          // when 0 lies outside it
 };
-// Welch's t-test of mean(a) = mean(b), unequal variances (scipy.stats.ttest_ind(a, b, equal_var=False)). Sizes >= 2.
-TTest welch_t_test(std::span<const double> a, std::span<const double> b);
+// Welch's t-test of mean(a) = mean(b), unequal variances (scipy.stats.ttest_ind(a, b, equal_var=False)), with the
+// interval of the difference that goes with it. Sizes >= 2.
+TTest welch_t_test(std::span<const double> a, std::span<const double> b, double level = 0.95);
+// The paired t-test of mean(a - b) = 0 (scipy.stats.ttest_rel(a, b)): a[i] and b[i] share something that moves
+// both, e.g. the two models trained with the same seed and the same data order. Same length >= 2.
+TTest paired_t_test(std::span<const double> a, std::span<const double> b, double level = 0.95);
+
+// The one-sided exact binomial test of "the success rate is at most p0" against "above p0", after k successes in n
+// trials: P(X >= k) for X ~ Binomial(n, p0) (scipy.stats.binomtest(k, n, p0, alternative='greater').pvalue).
+// 0 <= k <= n, n >= 1, p0 in [0, 1].
+double binomial_test_greater(int64_t k, int64_t n, double p0);
+
+// Holm's step-down adjustment of a family of p-values (Holm 1979): sort ascending, p_(i) -> max over j <= i of
+// min(1, (m - j + 1) p_(j)); returned in the order given. Rejecting where the adjusted p < alpha keeps the chance of
+// any false rejection in the family below alpha, with more power than Bonferroni. NaN entries stay NaN and do not
+// count in m.
+std::vector<double> holm_adjust(std::span<const double> p);
 
 // The standard normal: cdf and its inverse (Acklam's rational approximation refined by two Halley steps, relative
 // error near 1e-15). normal_quantile(p) for p in (0, 1).
@@ -112,5 +135,44 @@ double minimum_detectable_effect(double se, double alpha = 0.05, double power = 
 double accuracy_difference_se(double p, int64_t n);
 // The standard error of the difference of two means over n_a and n_b seeds with per-seed standard deviation sd.
 double seed_difference_se(double sd, int64_t n_a, int64_t n_b);
+// The MDE of Welch's t-test over seeds as the test is actually run: its own standard error and its
+// Welch-Satterthwaite degrees of freedom (fewer than n_a + n_b - 2 when the spreads differ, so a larger MDE than
+// the pooled formula's). minimum_detectable_effect(t.se, alpha, power, t.df).
+double welch_minimum_detectable_effect(const TTest& welch, double alpha = 0.05, double power = 0.8);
+
+// ---- verdicts on a claimed difference (docs/stats.md, "Verdicts") ---------------------------------------------
+//
+// A claim says model A differs from baseline B by `claim` (signed; e.g. +0.008 = "A is 0.8 points more accurate").
+// A claim of a direction only ("removing the term lowers accuracy") has claim 0 and direction -1 or +1. The rules,
+// the first that applies wins:
+//   not testable          the baseline does not learn the task: its accuracy is not above the majority-class rate
+//                         by a one-sided binomial test at p < learn_alpha (0.01); or a statistic is missing
+//   rejected              the claim lies beyond the far end of every available 95 % interval of the difference
+//                         (over seeds, over examples), whatever the MDE: the data exclude it
+//   smaller than claimed  a significant difference in the claimed direction, one of whose intervals excludes the claim
+//   holds                 a significant difference in the claimed direction whose intervals hold the claim
+//   inconclusive          the rest: report the MDE beside it
+// "Significant" = every available test (Welch over seeds, paired over examples) at p < alpha, the p-values Holm-
+// adjusted across the comparisons of one experiment by the caller. "Beyond the far end": for a claimed gain, above the
+// interval's upper end (an interval wholly above the claim means a larger gain than claimed, which the claim covers).
+enum class Verdict { NotTestable, Rejected, SmallerThanClaimed, Holds, Inconclusive };
+const char* verdict_name(Verdict v);  // "not testable", "rejected", "smaller than claimed", "holds", "inconclusive"
+
+struct ClaimEvidence {
+  double claim = 0;               // claimed mean(A) - mean(B), signed; 0 with direction for a claim of direction only
+  int direction = 0;              // +1 / -1; 0: the sign of claim
+  double difference = kNaNValue;  // measured mean(A) - mean(B)
+  Interval seeds{kNaNValue, kNaNValue, kNaNValue};     // interval over seeds (Welch's t interval)
+  Interval examples{kNaNValue, kNaNValue, kNaNValue};  // interval over test examples (paired bootstrap); NaN: none
+  double p_seeds = kNaNValue;                          // Welch p over seeds (Holm-adjusted across the family)
+  double p_examples = kNaNValue;         // paired p over examples (Holm-adjusted); NaN: no per-example results
+  double baseline_learns_p = kNaNValue;  // binomial_test_greater of B against the majority rate; NaN: not checked
+  double alpha = 0.05, learn_alpha = 0.01;
+};
+struct ClaimVerdict {
+  Verdict verdict = Verdict::Inconclusive;
+  std::string reason;  // one sentence, in the units of the inputs
+};
+ClaimVerdict claim_verdict(const ClaimEvidence& e);
 
 }  // namespace asc::stats

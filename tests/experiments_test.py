@@ -49,7 +49,7 @@ def tiny_end_to_end(tmp: Path):
                  "e6_firing", "e7_rule_b_rates"):
         md = rep / f"{name}.md"
         text = md.read_text() if md.exists() else ""
-        check("## How this was made" in text and "CPU:" in text and "**Budget**" in text,
+        check("## How this was made" in text and "CPU of the runs:" in text and "**Budget**" in text,
               f"{name}: report with budget, CPU and commands")
     check((root / "e6_firing" / "rule-b" / "s0" / "weights.json").exists(), "e6: the after hook wrote weights.json")
     e7 = (rep / "e7_rule_b_rates.md").read_text()
@@ -347,23 +347,52 @@ def versions(tmp: Path):
 
 
 def verdicts():
-    """The accuracy verdict's rule (report_util.verdict_accuracy) on made-up comparisons, one per branch."""
+    """The verdict rules of docs/stats.md as the reports apply them (report_util.Family: Holm across the family, then
+    stats json's claim_verdict), on made-up comparisons, one per rule."""
     import report_util as ru
 
-    def cmp(diff, p, welch, seeds_ci, pair_ci, mde=0.01):
-        return {"difference": diff, "paired_bootstrap": {"p": p, "low": pair_ci[0], "high": pair_ci[1]},
-                "welch_t_test": {"p": welch}, "difference_ci": {"low": seeds_ci[0], "high": seeds_ci[1]},
-                "mde_examples": mde, "mde_seeds": mde}
-    small = ru.verdict_accuracy(cmp(0.011, 0.001, 0.04, (0.005, 0.019), (0.005, 0.017)), 8.3, "c")
-    check("holds in direction only" in small and "+1.90" in small, f"a significant gain far below the claim: {small}")
-    full = ru.verdict_accuracy(cmp(0.07, 0.001, 0.01, (0.05, 0.09), (0.06, 0.08)), 8.3, "c")
-    check("— holds:" in full, f"a significant gain whose interval holds the claim: {full}")
-    loss = ru.verdict_accuracy(cmp(-0.03, 0.001, 0.01, (-0.05, -0.01), (-0.04, -0.02)), 8.3, "c")
-    check("significant loss" in loss, f"a significant loss: {loss}")
-    none = ru.verdict_accuracy(cmp(0.002, 0.4, 0.5, (-0.01, 0.01), (-0.01, 0.01)), 8.3, "c")
-    check("does not hold at this budget" in none, f"no significant gain, the claim detectable: {none}")
-    blind = ru.verdict_accuracy(cmp(0.002, 0.4, 0.5, (-0.1, 0.1), (-0.1, 0.1), mde=0.1), 8.3, "c")
-    check("not testable" in blind, f"the claim below the MDE: {blind}")
+    class Rep:  # what Family needs of a Report: the stats tool and the facts
+        facts = {}
+
+        def stats(self, requests):
+            return lib.Report.stats(self, requests)
+
+        def fact(self, section, key, value):
+            self.facts.setdefault(section, {})[key] = value
+
+    def cmp(diff, welch, paired, seeds_ci, pair_ci, learns=1e-9):
+        g = {"n": 5, "mean": 0.5, "std": 0.01}
+        return {"a": "A", "b": "B", "group_a": g, "group_b": g, "difference": diff,
+                "welch_t_test": {"p": welch, "low": seeds_ci[0], "high": seeds_ci[1]},
+                "paired_bootstrap": {"p": paired, "low": pair_ci[0], "high": pair_ci[1]},
+                "mde_seeds": 0.01, "mde_examples": 0.01,
+                "baseline_learns": {"p": learns, "correct": 600, "examples": 1000, "majority_rate": 0.5}}
+
+    def one(c, claim=8.3, direction=0):
+        fam = ru.Family(Rep())
+        fam.add(c, claim, "c", direction=direction)
+        return fam.lines()[0]
+    line = one(cmp(0.011, 0.04, 0.001, (0.005, 0.019), (0.005, 0.017)))
+    check("**rejected**" in line and "smaller than claimed" in line,
+          f"a significant gain far below the claim, both intervals below it: {line}")
+    line = one(cmp(0.011, 0.04, 0.001, (0.005, 0.019), (0.005, 0.017)), claim=1.8)
+    check("**smaller than claimed**" in line, f"one interval excludes the claim: {line}")
+    line = one(cmp(0.07, 0.01, 0.001, (0.05, 0.09), (0.06, 0.09)))
+    check("**holds**" in line, f"a significant gain whose intervals hold the claim: {line}")
+    line = one(cmp(0.002, 0.5, 0.4, (-0.1, 0.1), (-0.1, 0.1)))
+    check("**inconclusive**" in line, f"nothing significant, the claim within the intervals: {line}")
+    line = one(cmp(0.002, 0.5, 0.4, (-0.1, 0.1), (-0.1, 0.1), learns=0.2))
+    check("**not testable**" in line and "does not learn" in line, f"a baseline at the majority rate: {line}")
+    line = one(cmp(-0.03, 0.01, 0.001, (-0.05, -0.01), (-0.04, -0.02)), claim=0, direction=-1)
+    check("**holds**" in line, f"a claim of a loss, a significant loss: {line}")
+    # Holm: alone, p 0.04 / 0.001 makes a gain significant; in a family of three with two null results, the Welch
+    # p is adjusted to 0.12 and the same comparison is inconclusive
+    fam = ru.Family(Rep())
+    fam.add(cmp(0.07, 0.04, 0.001, (0.05, 0.09), (0.06, 0.08)), 8.3, "a")
+    fam.add(cmp(0.0, 0.9, 0.9, (-0.1, 0.1), (-0.1, 0.1)), 8.3, "b")
+    fam.add(cmp(0.0, 0.8, 0.8, (-0.1, 0.1), (-0.1, 0.1)), 8.3, "c")
+    first = fam.lines()[0]
+    check("**inconclusive**" in first and "adjusted 0.1200" in first, f"Holm across three tasks: {first}")
 
 
 def fake_run(d: Path, rng, rate: float, n: int = 500, correct=None, **summary):
@@ -451,11 +480,11 @@ def e5_verdicts(tmp: Path):
           f"e5: the ablation table gives variant − full (a harmful removal negative): {ablation}")
     verdicts = text.split("## Verdicts", 1)[-1]
     for want, what in [
-            ("listops: ASAM 37.2 vs Transformer 36.4 (+0.8)** (claim) — holds", "a significant gain over dense"),
+            ("listops: ASAM 37.2 vs Transformer 36.4 (+0.8)** (claim) — **holds**", "a significant gain over dense"),
             ("listops: the adaptive gate adds 1.4 points to the full model (seed 004: 37.2 with it, 35.8 without)** "
-             "(claim) — holds", "an ablation's significant loss holds"),
+             "(claim) — **holds**", "an ablation's significant loss holds"),
             ("listops: the hierarchical pattern adds 3.7 points to the full model (seed 004: 37.2 with it, 33.5 "
-             "without)** (claim) — does not hold: a significant loss", "a component that hurts does not"),
+             "without)** (claim) — **rejected**", "a component that hurts does not"),
             ("listops: ASAM trains 2.1–4.8× faster than the standard Transformer** (seed 004; claim) — holds: "
              "ASAM's training speed (tokens/s) over dense attention's is 3.00× to 3.00× over 5 seeds",
              "speed holds where every seed reaches 2.1×"),
@@ -717,7 +746,7 @@ def atomic_writes(tmp: Path):
         pass
 
 
-ALONE = {"atomic_writes": atomic_writes}  # checks that need no build: `experiments_test.py NAME` runs one
+ALONE = {"atomic_writes": atomic_writes, "verdicts": lambda tmp: verdicts()}  # checks that need no build: `experiments_test.py NAME` runs one
 
 
 def main():

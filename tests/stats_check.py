@@ -89,6 +89,57 @@ for (a, b), ours in zip(pairs, answers):
     close(f"welch_t_test {len(a)}/{len(b)} t", ours["t"], float(ref.statistic), rel=1e-12)
     close(f"welch_t_test {len(a)}/{len(b)} p", ours["p"], float(ref.pvalue), rel=1e-9)
 
+    # Welch's interval: difference -+ t_{0.975, df} se with scipy's Welch-Satterthwaite df (scipy 1.10 has no
+    # confidence_interval() for ttest_ind); its MDE: (t_{0.975, df} + t_{0.8, df}) se
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    close(f"welch_t_test {len(a)}/{len(b)} df", ours["df"], float(df), rel=1e-12)
+    half = float(scipy.stats.t.ppf(0.975, df)) * se
+    close(f"welch_t_test {len(a)}/{len(b)} low", ours["low"], float(np.mean(a) - np.mean(b) - half), rel=1e-8)
+    close(f"welch_t_test {len(a)}/{len(b)} high", ours["high"], float(np.mean(a) - np.mean(b) + half), rel=1e-8)
+    close(f"welch MDE {len(a)}/{len(b)}", ours["mde"],
+          float((scipy.stats.t.ppf(0.975, df) + scipy.stats.t.ppf(0.8, df)) * se), rel=1e-8)
+    # the interval goes with the test: 0 outside it exactly when p < 0.05
+    if (ours["low"] > 0 or ours["high"] < 0) != (ours["p"] < 0.05):
+        failures.append(f"welch interval and p disagree {len(a)}/{len(b)}")
+
+# The paired t-test over seeds (scipy.stats.ttest_rel, with its interval)
+seed_pairs = [(rng.normal(0.80, 0.02, n), None) for n in (2, 5, 9)]
+seed_pairs = [(a, a - rng.normal(0.01, 0.01, len(a))) for a, _ in seed_pairs]
+answers = ask([{"op": "paired_t_test", "a": a.tolist(), "b": b.tolist()} for a, b in seed_pairs])
+for (a, b), ours in zip(seed_pairs, answers):
+    ref = scipy.stats.ttest_rel(a, b)
+    ci = ref.confidence_interval()
+    close(f"paired_t_test n={len(a)} t", ours["t"], float(ref.statistic), rel=1e-10)
+    close(f"paired_t_test n={len(a)} p", ours["p"], float(ref.pvalue), rel=1e-9)
+    close(f"paired_t_test n={len(a)} low", ours["low"], float(ci.low), rel=1e-8)
+    close(f"paired_t_test n={len(a)} high", ours["high"], float(ci.high), rel=1e-8)
+
+# The one-sided binomial test of "above the majority-class rate" (scipy.stats.binomtest, alternative="greater")
+bcases = [(0, 10, 0.3), (3, 10, 0.3), (10, 10, 0.3), (600, 1000, 0.55), (560, 1000, 0.55), (1100, 2000, 0.5),
+          (70, 123, 0.41), (1, 1, 0.999), (5, 7, 0.0), (5, 7, 1.0), (1304, 2000, 0.6)]
+answers = ask([{"op": "binomial_test_greater", "k": k, "n": n, "p0": p0} for k, n, p0 in bcases])
+for (k, n, p0), ours in zip(bcases, answers):
+    close(f"binomial_test_greater({k}, {n}, {p0})", ours,
+          float(scipy.stats.binomtest(k, n, p0, alternative="greater").pvalue), rel=1e-9, abs_tol=1e-15)
+
+
+def holm_reference(p):
+    """Holm (1979) written out independently: adjusted p_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))."""
+    order = sorted(range(len(p)), key=lambda i: p[i])
+    out, running = [0.0] * len(p), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+hcases = [[0.01, 0.04, 0.03], [0.5], [0.001, 0.2, 0.04, 0.04, 0.9], rng.random(12).tolist(), [0.02, 0.02]]
+for p, ours in zip(hcases, ask([{"op": "holm_adjust", "p": p} for p in hcases])):
+    for i, (o, r) in enumerate(zip(ours, holm_reference(p))):
+        close(f"holm_adjust m={len(p)} [{i}]", o, r, rel=1e-15)
+
 
 # ---- approximate randomisation: exact mode equals scipy's exact permutation test --------------------------------
 def mean_diff(x, y, axis=-1):

@@ -303,3 +303,100 @@ TEST_CASE("Student's t: known quantiles, cdf symmetry, the normal as df grows; W
   CHECK_THROWS_AS(st::student_t_cdf(1, -1), asc::Error);
   CHECK_THROWS_AS(st::welch_t_test(std::vector<double>{1}, std::vector<double>{1, 2}), asc::Error);
 }
+
+TEST_CASE("paired t-test, binomial test, Holm's adjustment and Welch's MDE on hand-computed cases") {
+  // paired: d = {1, 2, 3}: mean 2, sd 1, se 1/sqrt(3), t = 2 sqrt(3), df 2
+  const st::TTest p = st::paired_t_test(std::vector<double>{2, 4, 6}, std::vector<double>{1, 2, 3});
+  CHECK(p.difference == doctest::Approx(2.0));
+  CHECK(p.t == doctest::Approx(2 * std::sqrt(3.0)));
+  CHECK(p.df == 2.0);
+  CHECK(p.low == doctest::Approx(2 - st::student_t_quantile(0.975, 2) / std::sqrt(3.0)));
+  CHECK_THROWS_AS(st::paired_t_test(std::vector<double>{1, 2}, std::vector<double>{1, 2, 3}), asc::Error);
+  // binomial: P(X >= 2 | n = 2, p = 0.5) = 1/4; P(X >= 9 | 10, 0.5) = 11 / 1024; k = 0: 1; p0 = 0 and k > 0: 0
+  CHECK(st::binomial_test_greater(2, 2, 0.5) == doctest::Approx(0.25).epsilon(1e-14));
+  CHECK(st::binomial_test_greater(9, 10, 0.5) == doctest::Approx(11.0 / 1024).epsilon(1e-13));
+  CHECK(st::binomial_test_greater(0, 10, 0.9) == 1.0);
+  CHECK(st::binomial_test_greater(3, 10, 0.0) == 0.0);
+  CHECK(st::binomial_test_greater(10, 10, 1.0) == 1.0);
+  CHECK(std::isnan(st::binomial_test_greater(3, 10, std::nan(""))));
+  CHECK_THROWS_AS(st::binomial_test_greater(11, 10, 0.5), asc::Error);
+  CHECK_THROWS_AS(st::binomial_test_greater(1, 10, 1.5), asc::Error);
+  // Holm: {0.01, 0.04, 0.03} -> sorted 0.01 x3, 0.03 x2, 0.04 x1 -> {0.03, 0.06, 0.06} (monotone), in the given order
+  const std::vector<double> h = st::holm_adjust(std::vector<double>{0.01, 0.04, 0.03, std::nan("")});
+  CHECK(h[0] == doctest::Approx(0.03));
+  CHECK(h[1] == doctest::Approx(0.06));
+  CHECK(h[2] == doctest::Approx(0.06));
+  CHECK(std::isnan(h[3]));
+  CHECK(st::holm_adjust(std::vector<double>{0.6, 0.5})[0] == 1.0);
+  CHECK_THROWS_AS(st::holm_adjust(std::vector<double>{1.2}), asc::Error);
+  // Welch's MDE uses Welch's df: unequal spreads give fewer degrees of freedom than n_a + n_b - 2 and a larger MDE
+  const std::vector<double> a = {0.331, 0.332, 0.330, 0.333, 0.332}, b = {0.310, 0.330, 0.315, 0.325, 0.323};
+  const st::TTest w = st::welch_t_test(a, b);
+  CHECK(w.df < 8);
+  CHECK(st::welch_minimum_detectable_effect(w) ==
+        doctest::Approx((st::student_t_quantile(0.975, w.df) + st::student_t_quantile(0.8, w.df)) * w.se));
+  CHECK(st::welch_minimum_detectable_effect(w) > st::minimum_detectable_effect(w.se, 0.05, 0.8, 8));
+}
+
+TEST_CASE("claim_verdict: each rule, in its order of precedence") {
+  auto evidence = [](double claim, double diff, st::Interval seeds, st::Interval examples, double ps, double pe) {
+    st::ClaimEvidence e;
+    e.claim = claim;
+    e.difference = diff;
+    e.seeds = seeds;
+    e.examples = examples;
+    e.p_seeds = ps;
+    e.p_examples = pe;
+    e.baseline_learns_p = 1e-6;
+    return e;
+  };
+  // experiment 5's ListOps shape: claimed +0.8, both intervals end below it, nothing significant -> rejected
+  st::ClaimEvidence e = evidence(0.8, -0.38, {-0.38, -0.95, 0.19}, {-0.38, -0.85, 0.11}, 0.2, 0.1);
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::Rejected);
+  // the baseline not above the majority rate comes first, whatever else
+  e.baseline_learns_p = 0.3;
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::NotTestable);
+  // a significant gain smaller than claimed: both intervals exclude the claim -> rejected (precedence), the reason
+  // says the gain is significant
+  e = evidence(8.3, 1.1, {1.1, 0.5, 1.7}, {1.1, 0.48, 1.71}, 0.01, 0.001);
+  const st::ClaimVerdict r = st::claim_verdict(e);
+  CHECK(r.verdict == st::Verdict::Rejected);
+  CHECK(r.reason.find("significant difference in the claimed direction") != std::string::npos);
+  // one interval holds the claim, the other excludes it, significant -> smaller than claimed
+  e = evidence(1.5, 1.1, {1.1, 0.5, 1.7}, {1.1, 0.6, 1.4}, 0.01, 0.001);
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::SmallerThanClaimed);
+  // both hold it, significant -> holds; an interval wholly above a claimed gain still holds it (a larger gain)
+  e = evidence(1.0, 1.1, {1.1, 0.5, 1.7}, {1.1, 0.6, 1.6}, 0.01, 0.001);
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::Holds);
+  e = evidence(0.2, 1.1, {1.1, 0.5, 1.7}, {1.1, 0.6, 1.6}, 0.01, 0.001);
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::Holds);
+  // significant in one test only (e.g. after Holm's adjustment) -> inconclusive
+  e = evidence(1.0, 1.1, {1.1, 0.5, 1.7}, {1.1, 0.6, 1.6}, 0.12, 0.001);
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::Inconclusive);
+  // a claimed loss: the mirror image
+  e = evidence(-2.0, -0.1, {-0.1, -0.9, 0.7}, {-0.1, -0.8, 0.6}, 0.7, 0.7);
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::Rejected);
+  e = evidence(-0.5, -0.1, {-0.1, -0.9, 0.7}, {-0.1, -0.8, 0.6}, 0.7, 0.7);
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::Inconclusive);
+  // a claim of a direction only (claim 0): a significant loss holds "lowers accuracy"; a significant gain rejects it
+  e = evidence(0, -1.0, {-1.0, -1.5, -0.5}, {-1.0, -1.4, -0.6}, 0.001, 0.001);
+  e.direction = -1;
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::Holds);
+  e = evidence(0, 1.0, {1.0, 0.5, 1.5}, {1.0, 0.6, 1.4}, 0.001, 0.001);
+  e.direction = -1;
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::Rejected);
+  // no per-example results: the seed interval alone decides
+  e = evidence(0.8, -0.38, {-0.38, -0.95, 0.19}, {std::nan(""), std::nan(""), std::nan("")}, 0.2, std::nan(""));
+  e.baseline_learns_p = std::nan("");
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::Rejected);
+  // a missing seed statistic -> not testable
+  e.p_seeds = std::nan("");
+  CHECK(st::claim_verdict(e).verdict == st::Verdict::NotTestable);
+  // bad claims are errors
+  e = evidence(0, 1.0, {1.0, 0.5, 1.5}, {1.0, 0.6, 1.4}, 0.001, 0.001);
+  CHECK_THROWS_AS(st::claim_verdict(e), asc::Error);  // 0 without a direction
+  e.claim = 1.0;
+  e.direction = -1;
+  CHECK_THROWS_AS(st::claim_verdict(e), asc::Error);  // against its direction
+  CHECK(std::string(st::verdict_name(st::Verdict::SmallerThanClaimed)) == "smaller than claimed");
+}

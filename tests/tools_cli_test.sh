@@ -26,7 +26,9 @@ bad_values() {
     train) printf '%s\n' "--model bogus" "--heads 0" "--dropout 2" "--d-model abc" "--profile x" ;;
     bench_loader) printf '%s\n' "--tasks bogus" "--batch 0" "--steps abc" "--d-model 6" ;;
     stats) printf '%s\n' "bogus" "compare --a /nonexistent-dir --b /nonexistent-dir" "compare --resamples 0" \
-                         "compare --a . --b . --resamples abc" "json a.json b.json" ;;
+                         "compare --a . --b . --resamples abc" "json a.json b.json" \
+                         "compare --a . --b . --claim 0" "compare --a . --b . --claim 0.01 --direction -1" \
+                         "compare --a . --b . --claim x" "compare --a . --b . --claim 0.01 --direction 2" ;;
     predict) printf '%s\n' "--batch 0" "--progress loud" "--device tpu" "--images /nonexistent.idx" \
                            "--out x.txt" ;;
     sample) printf '%s\n' "--temperature -1" "--top-p 0" "--top-k x" "--max-new-tokens 0" "--device tpu" "--seed -1" ;;
@@ -48,7 +50,7 @@ help_groups() {
     train) echo "Task and data|Model|Optimisation|Run and output|Language model (--model lm)" ;;
     predict) echo "Model|Inputs (one of)|Output" ;;
     sample) echo "Model|Prompts|Decoding" ;;
-    stats) echo "Runs|Statistics|Output" ;;
+    stats) echo "Runs|Statistics|Verdict|Output" ;;
     demo) echo "Model|Optimisation|Data and seed" ;;
   esac
 }

@@ -107,6 +107,49 @@ Json paired_json(const st::PairedTest& t) {
           {"p", num(t.p)},         {"resamples", t.resamples}, {"exact", t.exact}};
 }
 
+Json t_test_json(const st::TTest& t) {
+  return {{"t", num(t.t)},   {"df", num(t.df)},   {"p", num(t.p)},       {"difference", num(t.difference)},
+          {"se", num(t.se)}, {"low", num(t.low)}, {"high", num(t.high)}, {"level", t.level}};
+}
+
+double number_or_nan(const Json& r, const char* key) {
+  if (!r.contains(key) || r.at(key).is_null()) return kNaN;
+  return get_or<double>(r, key, kNaN);
+}
+
+// An interval given as {"low": x, "high": y} (null or absent: none).
+st::Interval interval_of(const Json& r, const char* key) {
+  st::Interval i{kNaN, kNaN, kNaN};
+  if (!r.contains(key) || r.at(key).is_null()) return i;
+  const Json& j = r.at(key);
+  ASC_CHECK(j.is_object(), "stats json: \"{}\" must be an object {{\"low\": x, \"high\": y}}", key);
+  i.low = number_or_nan(j, "low");
+  i.high = number_or_nan(j, "high");
+  ASC_CHECK(std::isnan(i.low) || std::isnan(i.high) || i.low <= i.high, "stats json: \"{}\" has low {} > high {}", key,
+            i.low, i.high);
+  return i;
+}
+
+st::ClaimEvidence evidence_of(const Json& r) {
+  ASC_CHECK(r.contains("claim") && r.at("claim").is_number(), "stats json: claim_verdict needs a number \"claim\"");
+  st::ClaimEvidence e;
+  e.claim = r.at("claim").get<double>();
+  e.direction = get_or<int>(r, "direction", 0);
+  e.difference = number_or_nan(r, "difference");
+  e.seeds = interval_of(r, "seeds");
+  e.examples = interval_of(r, "examples");
+  e.p_seeds = number_or_nan(r, "p_seeds");
+  e.p_examples = number_or_nan(r, "p_examples");
+  e.baseline_learns_p = number_or_nan(r, "baseline_learns_p");
+  e.alpha = get_or<double>(r, "alpha", 0.05);
+  e.learn_alpha = get_or<double>(r, "learn_alpha", 0.01);
+  return e;
+}
+
+Json verdict_json(const st::ClaimVerdict& v) {
+  return {{"verdict", st::verdict_name(v.verdict)}, {"reason", v.reason}};
+}
+
 // One request {"op": name, arguments...} -> its result.
 Json answer(const Json& r) {
   ASC_CHECK(r.is_object() && r.contains("op") && r.at("op").is_string(),
@@ -128,9 +171,23 @@ Json answer(const Json& r) {
   if (op == "cohens_d") return num(st::cohens_d(doubles(r, "a"), doubles(r, "b")));
   if (op == "cliffs_delta") return num(st::cliffs_delta(doubles(r, "a"), doubles(r, "b")));
   if (op == "welch_t_test") {
-    const st::TTest t = st::welch_t_test(doubles(r, "a"), doubles(r, "b"));
-    return {{"t", num(t.t)}, {"df", num(t.df)}, {"p", num(t.p)}};
+    const st::TTest t = st::welch_t_test(doubles(r, "a"), doubles(r, "b"), get_or<double>(r, "level", 0.95));
+    Json out = t_test_json(t);
+    out["mde"] =
+        num(st::welch_minimum_detectable_effect(t, get_or<double>(r, "alpha", 0.05), get_or<double>(r, "power", 0.8)));
+    return out;
   }
+  if (op == "paired_t_test")
+    return t_test_json(st::paired_t_test(doubles(r, "a"), doubles(r, "b"), get_or<double>(r, "level", 0.95)));
+  if (op == "binomial_test_greater")
+    return num(st::binomial_test_greater(get_or<int64_t>(r, "k", -1), get_or<int64_t>(r, "n", 0),
+                                         get_or<double>(r, "p0", kNaN)));
+  if (op == "holm_adjust") {
+    Json out = Json::array();
+    for (double v : st::holm_adjust(doubles(r, "p"))) out.push_back(num(v));
+    return out;
+  }
+  if (op == "claim_verdict") return verdict_json(st::claim_verdict(evidence_of(r)));
   if (op == "student_t_cdf") return num(st::student_t_cdf(get_or<double>(r, "t", kNaN), get_or<double>(r, "df", kNaN)));
   if (op == "student_t_quantile")
     return num(st::student_t_quantile(get_or<double>(r, "p", kNaN), get_or<double>(r, "df", kNaN)));
@@ -166,8 +223,9 @@ Json answer(const Json& r) {
   }
   ASC_THROW(
       "stats json: unknown op '{}' (describe, interquartile_mean, bootstrap_mean_ci, bootstrap_difference_ci, "
-      "paired_bootstrap, approximate_randomization, cohens_d, cliffs_delta, welch_t_test, student_t_cdf, "
-      "student_t_quantile, normal_cdf, normal_quantile, "
+      "paired_bootstrap, approximate_randomization, cohens_d, cliffs_delta, welch_t_test, paired_t_test, "
+      "binomial_test_greater, holm_adjust, claim_verdict, student_t_cdf, student_t_quantile, normal_cdf, "
+      "normal_quantile, "
       "minimum_detectable_effect, accuracy_difference_se, seed_difference_se, kmeans, normalized_mutual_info, "
       "adjusted_rand_index, silhouette_score, calinski_harabasz_score)",
       op);
@@ -277,7 +335,7 @@ std::string interval_text(const st::Interval& i) { return fmt::format("[{}, {}]"
 
 int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::string>& b_dirs,
                 const std::string& a_name, const std::string& b_name, const std::string& metric,
-                const st::BootstrapOptions& bo, const std::string& json_path) {
+                const st::BootstrapOptions& bo, double claim, int direction, const std::string& json_path) {
   std::vector<RunResult> a, b;
   for (const auto& d : a_dirs) a.push_back(read_run(d, metric));
   for (const auto& d : b_dirs) b.push_back(read_run(d, metric));
@@ -303,22 +361,35 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
   const bool seeds = a.size() >= 2 && b.size() >= 2;
   st::Interval diff_ci = none;
   double d = kNaN, delta = kNaN, mde_seeds = kNaN;
-  st::TTest welch{kNaN, kNaN, kNaN};
+  st::TTest welch = st::welch_t_test(std::vector<double>{kNaN, kNaN}, std::vector<double>{kNaN, kNaN}, bo.level);
   if (seeds) {
     diff_ci = st::bootstrap_difference_ci(am, bm, bo);
     d = st::cohens_d(am, bm);
     delta = st::cliffs_delta(am, bm);
-    welch = st::welch_t_test(am, bm);
-    const double pooled_sd =
-        std::sqrt(((sa.n - 1) * sa.std * sa.std + (sb.n - 1) * sb.std * sb.std) / double(sa.n + sb.n - 2));
-    // t quantiles at n_a + n_b - 2 degrees of freedom: with a few seeds the normal's 2.8 se would promise too much
-    mde_seeds = st::minimum_detectable_effect(st::seed_difference_se(pooled_sd, sa.n, sb.n), 0.05, 0.8,
-                                              double(sa.n + sb.n - 2));
+    welch = st::welch_t_test(am, bm, bo.level);
+    // The MDE of the test that is run, Welch's: its standard error and its Welch-Satterthwaite degrees of freedom
+    mde_seeds = st::welch_minimum_detectable_effect(welch);
     out["difference_ci"] = interval_json(diff_ci);
     out["cohens_d"] = num(d);
     out["cliffs_delta"] = num(delta);
-    out["welch_t_test"] = {{"t", num(welch.t)}, {"df", num(welch.df)}, {"p", num(welch.p)}};
+    out["welch_t_test"] = t_test_json(welch);
     out["mde_seeds"] = num(mde_seeds);
+    // Arms trained with the same seeds (and so the same data order and initial draws): the seed-paired test beside
+    std::map<int64_t, double> by_seed_a, by_seed_b;
+    for (const auto& r : a) by_seed_a[r.seed] = r.metric;
+    for (const auto& r : b) by_seed_b[r.seed] = r.metric;
+    const bool same_seeds = by_seed_a.size() == a.size() && by_seed_b.size() == b.size() && a.size() == b.size() &&
+                            !by_seed_a.contains(-1) &&
+                            std::equal(by_seed_a.begin(), by_seed_a.end(), by_seed_b.begin(),
+                                       [](const auto& x, const auto& y) { return x.first == y.first; });
+    if (same_seeds) {
+      std::vector<double> pa, pb_;
+      for (const auto& [seed, v] : by_seed_a) {
+        pa.push_back(v);
+        pb_.push_back(by_seed_b.at(seed));
+      }
+      out["seed_paired_t_test"] = t_test_json(st::paired_t_test(pa, pb_, bo.level));
+    }
   }
 
   // Over test examples (classifiers): each example's correctness averaged over a model's runs, paired between models.
@@ -326,8 +397,9 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
   const bool per_example =
       std::all_of(a.begin(), a.end(), has_predictions) && std::all_of(b.begin(), b.end(), has_predictions);
   st::PairedTest pb, ar;
-  double mde_examples = kNaN;
+  double mde_examples = kNaN, baseline_learns_p = kNaN;
   size_t n_examples = 0;
+  st::ClaimVerdict verdict;
   if (per_example) {
     std::map<int64_t, int64_t> examples;  // index -> label, from the first run; every other run must match
     for (const auto& [index, lc] : a.front().correct) examples.emplace(index, lc.first);
@@ -345,6 +417,35 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
     out["paired_bootstrap"] = paired_json(pb);
     out["approximate_randomization"] = paired_json(ar);
     out["mde_examples"] = num(mde_examples);
+    // Does the baseline (B) learn the task? Its correct answers, averaged over its runs, against the share of the
+    // most common test label (the best any constant answer scores here), by a one-sided binomial test.
+    std::map<int64_t, int64_t> label_counts;
+    for (const auto& [index, label] : examples) ++label_counts[label];
+    int64_t majority = 0;
+    for (const auto& [label, count] : label_counts) majority = std::max(majority, count);
+    double b_correct = 0;
+    for (double v : cb) b_correct += v;
+    const int64_t k = std::llround(b_correct);
+    const double majority_rate = double(majority) / double(n_examples);
+    baseline_learns_p = st::binomial_test_greater(k, int64_t(n_examples), majority_rate);
+    out["baseline_learns"] = {
+        {"majority_rate", majority_rate}, {"correct", k}, {"examples", n_examples}, {"p", num(baseline_learns_p)}};
+  }
+  if (!std::isnan(claim)) {
+    st::ClaimEvidence e;
+    e.claim = claim;
+    e.direction = direction;
+    e.difference = sa.mean - sb.mean;
+    e.seeds = {welch.difference, welch.low, welch.high, bo.level};
+    e.p_seeds = welch.p;
+    if (per_example) {
+      e.examples = {pb.delta, pb.low, pb.high, bo.level};
+      e.p_examples = pb.p;
+      e.baseline_learns_p = baseline_learns_p;
+    }
+    verdict = st::claim_verdict(e);
+    out["claim"] = {{"claim", claim}, {"direction", direction}};
+    out["verdict"] = verdict_json(verdict);
   }
 
   fmt::print("| model | runs | {} mean ± std | IQM | {:g} % CI of the mean |\n|---|---|---|---|---|\n", metric,
@@ -354,20 +455,35 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
   fmt::print("| {} | {} | {} ± {} | {} | {} |\n\n", b_name, sb.n, fmt_num(sb.mean), fmt_num(sb.std), fmt_num(sb.iqm),
              interval_text(ci_b));
   fmt::print("{} − {}: {}", a_name, b_name, fmt_num(sa.mean - sb.mean));
-  if (seeds)
+  if (seeds) {
     fmt::print(
-        " ({:g} % CI over seeds {}; Welch's t-test p {}); Cohen's d {}, Cliff's δ {}; smallest difference "
-        "{} + {} seeds detect (α 0.05, power 0.8): {}",
-        100 * bo.level, interval_text(diff_ci), fmt_num(welch.p), fmt_num(d, 2), fmt_num(delta, 2), sa.n, sb.n,
-        fmt_num(mde_seeds));
+        " (over seeds: Welch's t-test p {}, its {:g} % interval {}, bootstrap interval {}; Cohen's d {}, Cliff's δ {}; "
+        "smallest difference Welch's test on {} + {} seeds detects (α 0.05, power 0.8): {})",
+        fmt_num(welch.p), 100 * bo.level, interval_text({welch.difference, welch.low, welch.high, bo.level}),
+        interval_text(diff_ci), fmt_num(d, 2), fmt_num(delta, 2), sa.n, sb.n, fmt_num(mde_seeds));
+    if (out.contains("seed_paired_t_test"))
+      fmt::print(
+          "; the same seeds in both arms: seed-paired t-test p {}",
+          fmt_num(out["seed_paired_t_test"]["p"].is_null() ? kNaN : out["seed_paired_t_test"]["p"].get<double>()));
+  }
   fmt::print("\n");
-  if (per_example)
+  if (per_example) {
     fmt::print(
         "over {} test examples (each one's correctness averaged over a model's runs): paired bootstrap p {} "
         "({:g} % CI of the difference {}), approximate randomisation p {}; {} resamples, seed {}; smallest "
         "difference this test set detects: {}\n",
         n_examples, fmt_num(pb.p), 100 * bo.level, interval_text({pb.delta, pb.low, pb.high, bo.level}), fmt_num(ar.p),
         bo.resamples, bo.seed, fmt_num(mde_examples));
+    fmt::print(
+        "{} learns the task: {} of {} correct (mean over its runs) against a majority-class rate of {}, "
+        "one-sided binomial p {}\n",
+        b_name, out["baseline_learns"]["correct"].get<int64_t>(), n_examples,
+        fmt_num(out["baseline_learns"]["majority_rate"].get<double>()), fmt::format("{:.3g}", baseline_learns_p));
+  }
+  if (!std::isnan(claim))
+    fmt::print("verdict on the claim {} − {} = {:+g}{}: **{}** — {}\n", a_name, b_name, claim,
+               direction != 0 && claim == 0 ? (direction > 0 ? " (a gain)" : " (a loss)") : "",
+               st::verdict_name(verdict.verdict), verdict.reason);
   if (!json_path.empty()) {
     try {  // whole or not at all (core/atomic_file.h)
       asc::write_file_atomic(json_path, out.dump(1) + "\n");
@@ -393,6 +509,8 @@ int main(int argc, char** argv) {
   std::string a_name = "A", b_name = "B", metric = "test_accuracy", json_path;
   int64_t resamples = 10000;
   uint64_t seed = 0;
+  double claim = kNaN;
+  int direction = 0;
   compare->add_option("--a", a_dirs, "run directories of model A (one per seed)")
       ->required()
       ->check(CLI::ExistingDirectory)
@@ -411,6 +529,18 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->group("Statistics");
   compare->add_option("--seed", seed, "seed of the resampling")->capture_default_str()->group("Statistics");
+  compare
+      ->add_option("--claim", claim,
+                   "claimed difference A − B in the metric's units (e.g. 0.008: A 0.8 points more accurate): adds "
+                   "the verdict of docs/stats.md (one comparison: no correction across a family)")
+      ->check(CLI::Number)
+      ->group("Verdict");
+  compare
+      ->add_option("--direction", direction,
+                   "the claimed direction, +1 or -1, for a claim of a direction only (--claim 0); default: the "
+                   "claim's sign")
+      ->check(CLI::IsMember({-1, 0, 1}))
+      ->group("Verdict");
   compare->add_option("--json", json_path, "also write every figure as JSON to FILE")
       ->check(asc::tools::output_file())
       ->type_name("FILE")
@@ -421,8 +551,16 @@ int main(int argc, char** argv) {
   std::string input = "-";
   json->add_option("input", input, "request file ('-': stdin)")->capture_default_str();
   asc::tools::parse_or_exit(app, argc, argv);
+  if (compare->parsed() && !std::isnan(claim)) {
+    if (!std::isfinite(claim)) asc::tools::usage_error(app, "compare: --claim must be a finite number");
+    if (claim == 0 && direction == 0)
+      asc::tools::usage_error(app, "compare: --claim 0 claims a direction only: give --direction 1 or -1");
+    if (claim * direction < 0)
+      asc::tools::usage_error(app, fmt::format("compare: --claim {} points against --direction {}", claim, direction));
+  }
   return asc::tools::guarded("stats", [&] {
     if (json->parsed()) return run_json(input);
-    return run_compare(a_dirs, b_dirs, a_name, b_name, metric, {.resamples = resamples, .seed = seed}, json_path);
+    return run_compare(a_dirs, b_dirs, a_name, b_name, metric, {.resamples = resamples, .seed = seed}, claim, direction,
+                       json_path);
   });
 }
