@@ -205,7 +205,15 @@ Tensor pathfinder_image(const PathfinderSample& sample) {
 }
 
 Task pathfinder_task(const TaskOptions& options) {
-  const PathfinderOptions po;
+  PathfinderOptions po;
+  ASC_CHECK(options.pathfinder_size >= 0 && options.path_steps >= 0 && options.distractors >= -1,
+            "pathfinder: pathfinder_size and path_steps must be >= 0 and distractors >= -1 (0, -1: the default), got "
+            "{}, {} and {}",
+            options.pathfinder_size, options.path_steps, options.distractors);
+  if (options.pathfinder_size > 0) po.size = static_cast<int>(std::min<int64_t>(options.pathfinder_size, 1 << 20));
+  if (options.path_steps > 0) po.path_steps = static_cast<int>(std::min<int64_t>(options.path_steps, 1 << 20));
+  if (options.distractors >= 0) po.distractors = static_cast<int>(std::min<int64_t>(options.distractors, 1 << 20));
+  pathfinder_render(0, 0, po);  // bad or too crowded options: an asc::Error here, not in a loader thread
   const int64_t pixels = static_cast<int64_t>(po.size) * po.size;
   ASC_CHECK((options.min_len == 0 || options.min_len == pixels) && (options.max_len == 0 || options.max_len == pixels),
             "pathfinder: every image is {} pixel tokens; min_len / max_len must be 0 or {}, got {} and {}", pixels,
@@ -232,9 +240,9 @@ Task pathfinder_task(const TaskOptions& options) {
   task.pad_id = 0;
   task.class_names = {"disconnected", "connected"};
   task.description = fmt::format(
-      "Pathfinder-{}: generated {}x{} images of dashed random-walk paths, two dots; label 1 when one path joins "
-      "them; {} pixel tokens 0..255; {} / {} / {} examples (seed {})",
-      po.size, po.size, po.size, pixels, sizes[0], sizes[1], sizes[2], options.seed);
+      "Pathfinder-{}: generated {}x{} images of dashed random-walk paths ({} steps each, {} distractors), two dots; "
+      "label 1 when one path joins them; {} pixel tokens 0..255; {} / {} / {} examples (seed {})",
+      po.size, po.size, po.size, po.path_steps, po.distractors, pixels, sizes[0], sizes[1], sizes[2], options.seed);
   return task;
 }
 

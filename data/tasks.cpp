@@ -163,7 +163,7 @@ Inputs id_inputs(const std::string& path, int64_t vocab, int64_t max_len) {
 }
 
 std::vector<std::string> task_names() {
-  return {"fashion-mnist", "fashion-mnist-seq", "listops", "text", "pathfinder", "grouping", "file:PATH"};
+  return {"fashion-mnist", "fashion-mnist-seq", "listops", "text", "fortunes", "pathfinder", "grouping", "file:PATH"};
 }
 
 Task make_task(const std::string& name, const TaskOptions& options) {
@@ -180,11 +180,15 @@ Task make_task(const std::string& name, const TaskOptions& options) {
   const bool image_task = name == "fashion-mnist" || name == "fashion-mnist-seq" || name == "pathfinder";
   ASC_CHECK(options.image_size == 0 || image_task,
             "make_task: image_size applies to fashion-mnist, fashion-mnist-seq and pathfinder, not '{}'", name);
+  ASC_CHECK(
+      (options.pathfinder_size == 0 && options.path_steps == 0 && options.distractors == -1) || name == "pathfinder",
+      "make_task: pathfinder_size, path_steps and distractors apply to the pathfinder task, not '{}'", name);
   if (name == "fashion-mnist") return pooled(fashion_mnist_task(options, /*as_sequence=*/false), options.image_size);
   if (name == "fashion-mnist-seq") return pooled(fashion_mnist_task(options, /*as_sequence=*/true), options.image_size);
   if (name == "pathfinder") return pooled(pathfinder_task(options), options.image_size);
   if (name == "listops") return listops_task(options);
   if (name == "text") return text_task(options);
+  if (name == "fortunes") return fortunes_task(options);
   if (name == "grouping") return grouping_task(options);
   if (name.rfind("file:", 0) == 0) {
     ASC_CHECK(name.size() > 5, "make_task: file: needs a path, as in file:data/my_task.tsv");

@@ -12,6 +12,7 @@
 //   fashion-mnist-seq   the same images as pixel sequences: 784 int64 tokens 0..255 (LRA's "Image" task, in grey)
 //   listops             generated ListOps expressions (LRA rules), 10 classes
 //   text                man pages read as bytes, labelled by section                 (Debian: manpages, manpages-dev)
+//   fortunes            short texts read as bytes, labelled by topic (4 classes)     (Debian: fortunes, pinned version)
 //   pathfinder          generated 32 x 32 Pathfinder images as 1024 pixel tokens, 2 classes
 //   grouping            synthetic tokens drawn around latent cluster centres, with each token's true group
 //   file:PATH           a TSV / CSV file of `label<TAB or ,>text` (bytes) or `label<TAB or ,>id id id ...`
@@ -40,6 +41,10 @@ struct TaskOptions {
   // token, instead of cut at max_len — a language model's contexts, in which every token after a text's first is a
   // target exactly once; each window keeps its text's label and split. min_len still applies to the whole text.
   bool windows = false;
+  // pathfinder: the scene's difficulty (data/pathfinder.h, PathfinderOptions); 0 (distractors: -1) keeps its default
+  int64_t pathfinder_size = 0;  // side the scene is drawn at, before any pooling to image_size (default 32)
+  int64_t path_steps = 0;       // steps of each of the two long paths (default 12): their length
+  int64_t distractors = -1;     // short paths without dots (default 3)
 };
 
 struct Task {
@@ -79,6 +84,7 @@ Inputs id_inputs(const std::string& path, int64_t vocab, int64_t max_len);
 Task fashion_mnist_task(const TaskOptions& options, bool as_sequence);
 Task listops_task(const TaskOptions& options);
 Task text_task(const TaskOptions& options);
+Task fortunes_task(const TaskOptions& options);
 Task file_task(const std::string& path, const TaskOptions& options);
 Task pathfinder_task(const TaskOptions& options);
 Task grouping_task(const TaskOptions& options);

@@ -258,6 +258,145 @@ Task text_task(const TaskOptions& options) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// fortunes: Debian's fortune texts by topic.
+
+namespace {
+
+const char* const kFortuneRoot = "/usr/share/games/fortunes/";
+
+// The version dpkg records as installed for `pkg` ("" when it is not installed).
+std::string installed_version(const std::string& pkg) {
+  std::ifstream in("/var/lib/dpkg/status");
+  std::string line, package, version, status;
+  auto done = [&] { return package == pkg && status == "install ok installed"; };
+  while (std::getline(in, line)) {
+    if (line.empty()) {  // the end of one package's paragraph
+      if (done()) return version;
+      package.clear(), version.clear(), status.clear();
+    } else if (line.starts_with("Package: ")) {
+      package = line.substr(9);
+    } else if (line.starts_with("Version: ")) {
+      version = line.substr(9);
+    } else if (line.starts_with("Status: ")) {
+      status = line.substr(8);
+    }
+  }
+  return done() ? version : "";
+}
+
+// The texts of one fortune file: the blocks between lines that hold only "%", without their last line end.
+std::vector<std::string> fortune_texts(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ASC_CHECK(in.good(), "fortunes: cannot read {} (apt-get install fortunes={}, or bash tools/setup.sh)", path,
+            kFortunesVersion);
+  std::vector<std::string> out;
+  std::string text, line;
+  auto flush = [&] {
+    if (text.find_first_not_of(" \t\r\n") != std::string::npos) out.push_back(text.substr(0, text.size() - 1));
+    text.clear();
+  };
+  while (std::getline(in, line)) {
+    if (line == "%") {
+      flush();
+    } else {
+      text += line;
+      text += '\n';
+    }
+  }
+  flush();
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::string>& fortune_topics() {
+  static const std::vector<std::string> topics = {"computers", "definitions", "people", "politics"};
+  return topics;
+}
+
+Task fortunes_task(const TaskOptions& options) {
+  ASC_CHECK(options.data_dir.empty(),
+            "fortunes: data_dir '{}' is not used: the texts are those of the Debian package fortunes {}",
+            options.data_dir, kFortunesVersion);
+  ASC_CHECK(!options.windows, "fortunes: a classification task (no windows)");
+  const std::string version = installed_version("fortunes");
+  ASC_CHECK(!version.empty(),
+            "fortunes: the Debian package fortunes is not installed: apt-get install fortunes={} "
+            "(or bash tools/setup.sh)",
+            kFortunesVersion);
+  ASC_CHECK(version == kFortunesVersion,
+            "fortunes: the task is defined on fortunes {} (its texts make the splits), but {} is installed: apt-get "
+            "install fortunes={}",
+            kFortunesVersion, version, kFortunesVersion);
+  const int64_t max_len = options.max_len > 0 ? options.max_len : 256;
+  ASC_CHECK(options.min_len <= max_len, "fortunes: min_len {} exceeds max_len {}", options.min_len, max_len);
+
+  // Every text with its topic; a text in two topics is ambiguous and dropped from both.
+  const std::vector<std::string>& topics = fortune_topics();
+  std::map<std::string, int64_t> topic_of;  // text -> topic, or -1: ambiguous
+  for (size_t t = 0; t < topics.size(); ++t)
+    for (std::string& text : fortune_texts(kFortuneRoot + topics[t])) {
+      auto [it, fresh] = topic_of.emplace(std::move(text), static_cast<int64_t>(t));
+      if (!fresh && it->second != static_cast<int64_t>(t)) it->second = -1;
+    }
+  std::vector<std::vector<std::pair<uint64_t, const std::string*>>> by_topic(topics.size());
+  int64_t ambiguous = 0, too_short = 0;
+  for (const auto& [text, t] : topic_of) {
+    if (t < 0) {
+      ++ambiguous;
+      continue;
+    }
+    if (static_cast<int64_t>(std::min<size_t>(text.size(), static_cast<size_t>(max_len))) < options.min_len) {
+      ++too_short;
+      continue;
+    }
+    by_topic[static_cast<size_t>(t)].emplace_back(fnv1a(text), &text);
+  }
+  // Per topic in hash order: the first quarter test, the next 5 % validation, the rest train.
+  struct Item {
+    uint64_t hash;
+    const std::string* text;
+    int64_t label;
+  };
+  std::vector<Item> parts[3];  // train, val, test
+  for (size_t t = 0; t < by_topic.size(); ++t) {
+    auto& v = by_topic[t];
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : *a.second < *b.second;
+    });
+    const size_t n_test = v.size() / 4, n_val = v.size() / 20;
+    for (size_t i = 0; i < v.size(); ++i)
+      parts[i < n_test ? 2 : i < n_test + n_val ? 1 : 0].push_back({v[i].first, v[i].second, int64_t(t)});
+  }
+  Split<uint8_t> splits[3];
+  for (int k = 0; k < 3; ++k) {
+    std::sort(parts[k].begin(), parts[k].end(),
+              [](const Item& a, const Item& b) { return a.hash != b.hash ? a.hash < b.hash : *a.text < *b.text; });
+    for (const Item& item : parts[k]) {
+      const size_t n = std::min(item.text->size(), static_cast<size_t>(max_len));
+      splits[k].seqs.emplace_back(item.text->begin(), item.text->begin() + static_cast<std::ptrdiff_t>(n));
+      splits[k].labels.push_back(item.label);
+    }
+  }
+  Task task;
+  task.name = "fortunes";
+  task.max_len = longest(&splits[0], &splits[1], &splits[2]);
+  task.train = splits[0].take(options.train_size, "fortunes", "train");
+  task.val = splits[1].take(options.val_size, "fortunes", "val");
+  task.test = splits[2].take(options.test_size, "fortunes", "test");
+  task.vocab = 256;
+  task.classes = static_cast<int64_t>(topics.size());
+  task.pad_id = 0;  // the loader's valid mask marks padding
+  task.class_names = topics;
+  task.description = fmt::format(
+      "fortunes {} by topic (computers / definitions / people / politics) as bytes cut to {}: {} train / {} val / "
+      "{} test texts (split per topic by a hash of the text); skipped: {} in two topics, {} shorter than min_len {}",
+      kFortunesVersion, max_len, task.train->size(), task.val->size(), task.test->size(), ambiguous, too_short,
+      options.min_len);
+  return task;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // file:PATH — the user's own label<SEP>text table.
 
 namespace {

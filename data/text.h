@@ -1,6 +1,7 @@
 #pragma once
-// Text classification read from files: Debian's manual pages labelled by section (text_task, task "text") and the
-// user's own TSV / CSV file (file_task, task "file:PATH"). Both declared in data/tasks.h; docs/data.md has the counts.
+// Text classification read from files: Debian's manual pages labelled by section (text_task, task "text"), Debian's
+// fortunes labelled by topic (fortunes_task, task "fortunes") and the user's own TSV / CSV file (file_task, task
+// "file:PATH"). All declared in data/tasks.h; docs/data.md has the counts.
 //
 //   asc::data::Task t = asc::data::make_task("text", {.max_len = 2048});
 //   asc::data::Example ex = t.train->get(0);     // ex.input (T) int64 bytes 0..255, T <= 2048; ex.label in [0, 4)
@@ -16,6 +17,16 @@
 // max_len (default 4096); pages shorter than min_len (default 0) are skipped. Split by a hash of the file name
 // (FNV-1a 64 of e.g. "man2/access.2.gz"; % 10 == 0: test, == 1: val, else train — about 80/10/10), so that no
 // page's split depends on which other pages exist; each split in file-name order. options.data_dir is refused.
+//
+// fortunes_task — short texts of the Debian package `fortunes` (version kFortunesVersion exactly: another version
+// holds other texts, so the task refuses it), labelled by the file they come from, /usr/share/games/fortunes/NAME:
+//   0 "computers"   1 "definitions"   2 "people"   3 "politics"   (the four largest topics but the generic "cookie")
+// Each file's texts are the blocks between lines "%"; empty blocks are dropped, and a text found in two topics
+// (identical bytes) is dropped from both, its label being ambiguous (a repeat within one topic is kept once). Input:
+// the text's bytes, cut to max_len (default 256), texts shorter than min_len skipped. Split per topic by a hash of
+// the text (FNV-1a 64; ties by the text): in hash order the first quarter of each topic is test, the next 5 % val,
+// the rest train (about 1050 / 210 / 2940 texts) — stratified, and no text's split depends on the others'; each
+// split in hash order, so a smaller --test-size takes a mixed sample. options.data_dir is refused.
 //
 // file_task — PATH is a table of `label<SEP>text` records, one per line (a gzip-compressed file is read too).
 //   Separator: `.tsv` tab, `.csv` comma (a trailing `.gz` ignored), else the first line decides: tab if it holds
@@ -51,5 +62,10 @@ inline constexpr int64_t kMaxFileClasses = 100000;
 
 // The text task's class names, in label order (see above).
 const std::vector<std::string>& man_page_class_names();
+
+// The fortunes task's package version: the texts, and so every split, are those of this version.
+inline constexpr const char* kFortunesVersion = "1:1.99.1-7.3";
+// The fortunes task's topics (file names under /usr/share/games/fortunes/), in label order.
+const std::vector<std::string>& fortune_topics();
 
 }  // namespace asc::data

@@ -528,6 +528,69 @@ TEST_CASE("text: man pages by section, counts match the packages, inputs in rang
                        Error);
 }
 
+TEST_CASE("fortunes: Debian's fortunes by topic, independent of the code that reads them; pinned version; splits") {
+  if (!fs::exists("/var/lib/dpkg/info/fortunes.list")) {
+    CHECK_THROWS_WITH_AS(make_task("fortunes"), has("apt-get install fortunes="), Error);
+    MESSAGE("fortunes not installed: real-data checks skipped");
+    return;
+  }
+  const Task t = make_task("fortunes");
+  MESSAGE(t.description);
+  CHECK(t.classes == 4);
+  CHECK(t.vocab == 256);
+  CHECK(t.class_names == fortune_topics());
+  CHECK(t.max_len == 256);
+  CHECK(t.test->size() >= 1000);  // a test set that can resolve a few points
+  // An independent reading of the files: split on lines "%", drop empty texts and texts in two topics.
+  std::map<std::string, std::set<int64_t>> topics_of;
+  for (size_t c = 0; c < fortune_topics().size(); ++c) {
+    std::ifstream in("/usr/share/games/fortunes/" + fortune_topics()[c], std::ios::binary);
+    const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t start = 0;
+    while (start <= all.size()) {
+      size_t end = all.find("\n%\n", start);
+      const bool last = end == std::string::npos;
+      if (last) end = all.size();
+      std::string text = all.substr(start, end - start);
+      if (last && !text.empty() && text.back() == '\n') text.pop_back();  // the file's own last line end
+      if (text.starts_with("%\n")) text = text.substr(2);
+      if (text.find_first_not_of(" \t\r\n") != std::string::npos) topics_of[text].insert(static_cast<int64_t>(c));
+      start = end + 3;
+    }
+  }
+  std::map<std::string, int64_t> expected;  // text cut to 256 bytes -> topic, for the unambiguous ones
+  for (const auto& [text, topics] : topics_of)
+    if (topics.size() == 1) expected[text.substr(0, 256)] = *topics.begin();
+  std::map<int64_t, int64_t> per_topic[3];
+  std::set<std::string> seen;
+  int s = 0;
+  int64_t total = 0;
+  for (const Dataset* d : {t.train.get(), t.val.get(), t.test.get()}) {
+    for (const Example& e : all_of(*d)) {
+      const std::string b = bytes_of(e.input);
+      REQUIRE(expected.contains(b));
+      CHECK(expected.at(b) == e.label);
+      CHECK(seen.insert(b).second);  // each text once, in one split
+      ++per_topic[s][e.label];
+      ++total;
+    }
+    ++s;
+  }
+  CHECK(total == static_cast<int64_t>(expected.size()));
+  for (int64_t c = 0; c < 4; ++c) {  // stratified: a quarter of each topic in test, 5 % in val
+    const int64_t n = per_topic[0][c] + per_topic[1][c] + per_topic[2][c];
+    CHECK(per_topic[2][c] == n / 4);
+    CHECK(per_topic[1][c] == n / 20);
+  }
+  // deterministic; sizes and max_len apply; data_dir refused
+  const Task again = make_task("fortunes", {.test_size = 100, .max_len = 64});
+  CHECK(again.test->size() == 100);
+  CHECK(again.max_len == 64);
+  CHECK(bytes_of(again.test->get(7).input) == bytes_of(t.test->get(7).input).substr(0, 64));
+  CHECK_THROWS_WITH_AS(make_task("fortunes", {.data_dir = "/tmp"}), has("data_dir '/tmp' is not used"), Error);
+  CHECK_THROWS_WITH_AS(make_task("fortunes", {.max_len = 8, .windows = true}), has("windows apply"), Error);
+}
+
 TEST_CASE("file: windows split each text into overlapping windows of max_len in its text's split") {
   TempDir dir("file_windows");
   std::string content;

@@ -336,6 +336,50 @@ TEST_CASE("pathfinder: tokens and image forms, determinism, task fields, bad opt
   CHECK_THROWS_AS(pathfinder_render(0, 0, {.step_len = 0.1}), asc::Error);
   CHECK_THROWS_AS(pathfinder_render(0, 0, {.gap_len = 0.5}), asc::Error);
   CHECK_THROWS_AS(pathfinder_render(0, 0, {.size = 8, .path_steps = 30}), asc::Error);  // cannot fit: a clear error
+
+  // The task's difficulty options reach the generator: the same images as pathfinder_render with those options
+  const Task easy = make_task("pathfinder", {.seed = 3,
+                                             .train_size = 8,
+                                             .val_size = 2,
+                                             .test_size = 2,
+                                             .pathfinder_size = 16,
+                                             .path_steps = 5,
+                                             .distractors = 0});
+  CHECK(easy.max_len == 256);
+  CHECK(easy.description.find("5 steps each, 0 distractors") != std::string::npos);
+  const Task same = make_task("pathfinder", {.seed = 3,
+                                             .train_size = 8,
+                                             .val_size = 2,
+                                             .test_size = 2,
+                                             .pathfinder_size = 16,
+                                             .path_steps = 5,
+                                             .distractors = 0});
+  const Task other = make_task("pathfinder", {.seed = 3,
+                                              .train_size = 8,
+                                              .val_size = 2,
+                                              .test_size = 2,
+                                              .pathfinder_size = 16,
+                                              .path_steps = 5,
+                                              .distractors = 2});
+  int64_t lit_easy = 0, lit_other = 0;
+  for (int64_t i = 0; i < 8; ++i) {
+    const Example e = easy.train->get(i);
+    REQUIRE(e.input.shape() == Shape{256});
+    CHECK(same.train->get(i).input.to_vector<int64_t>() == e.input.to_vector<int64_t>());  // deterministic
+    for (int64_t v : e.input.to_vector<int64_t>()) lit_easy += v > 0;
+    for (int64_t v : other.train->get(i).input.to_vector<int64_t>()) lit_other += v > 0;
+  }
+  CHECK(lit_other > lit_easy);  // two distractors per scene light more pixels than none
+  // pooled: drawn at 32 with the options, then averaged to 16
+  const Task pooled =
+      make_task("pathfinder", {.train_size = 4, .val_size = 1, .test_size = 1, .image_size = 16, .path_steps = 8});
+  CHECK(pooled.max_len == 256);
+  CHECK_THROWS_WITH_AS(make_task("listops", {.path_steps = 4}), doctest::Contains("apply to the pathfinder task"),
+                       asc::Error);
+  CHECK_THROWS_WITH_AS(make_task("pathfinder", {.pathfinder_size = 4}), doctest::Contains("size must be in [8, 256]"),
+                       asc::Error);
+  CHECK_THROWS_AS(make_task("pathfinder", {.pathfinder_size = 8, .path_steps = 40}), asc::Error);  // cannot fit
+  CHECK_THROWS_AS(make_task("pathfinder", {.distractors = -2}), asc::Error);
 }
 
 TEST_CASE("grouping: the vocabulary's groups are balanced and its latents lie nearest their own centre") {

@@ -286,6 +286,10 @@ void define_task_and_model(Options& o, Config& c) {
   o.add("max_len", c.max_len, "maximum length (0: the task's default)", kLen);
   o.add("data_dir", c.data_dir, "where a file task's data lives (empty: its default)");
   o.add("data_seed", c.data_seed, "seed of generated data and file splits (kept apart from --seed)");
+  o.add("pathfinder_size", c.pathfinder_size,
+        "pathfinder: side the scene is drawn at, before pooling to --image-size (0: 32)", IntRange{0, 256});
+  o.add("path_steps", c.path_steps, "pathfinder: steps of each long path, its length (0: 12)", IntRange{0, 1000});
+  o.add("distractors", c.distractors, "pathfinder: short paths without dots (-1: 3)", IntRange{-1, 1000});
   o.group("Model");
   o.add("model", c.model, "the model: attention classifiers, the firing network and its MLP baseline, a byte-level LM",
         {"dense", "ascender", "asam", "window", "window-global", "firing", "mlp", "lm"});
@@ -548,7 +552,11 @@ int64_t expected_len(const Config& c) {
   if (lm_reads_windows(c)) return kLMContext;
   const int64_t side = c.image_size;
   if (c.task == "fashion-mnist-seq") return side > 0 ? side * side : 28 * 28;
-  if (c.task == "pathfinder") return side > 0 ? side * side : 32 * 32;
+  if (c.task == "pathfinder") {
+    const int64_t drawn = c.pathfinder_size > 0 ? c.pathfinder_size : 32;
+    return side > 0 ? side * side : drawn * drawn;
+  }
+  if (c.task == "fortunes") return 256;
   if (c.task == "listops") return 2000;
   if (c.task == "text") return 4096;
   if (c.task == "grouping") return 64;

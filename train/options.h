@@ -24,6 +24,7 @@ struct Config {
   int64_t image_size = 0, train_size = 0, val_size = 0, test_size = 0, min_len = 0, max_len = 0;
   std::string data_dir;
   uint64_t data_seed = 0;
+  int64_t pathfinder_size = 0, path_steps = 0, distractors = -1;  // pathfinder's scene; 0 / -1: its defaults
   // model
   std::string model = "ascender", positional = "learned";
   std::string dtype = "float32";  // the model's compute dtype; bfloat16 keeps float32 master weights

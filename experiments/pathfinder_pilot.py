@@ -1,0 +1,134 @@
+"""Which Pathfinder can the study's dense baseline learn? The pilot that chose experiment 5's Pathfinder task.
+
+At the study's first difficulty (Pathfinder-32, 12-step paths, 3 distractors, pooled to 16 x 16) no arm learnt the
+task in 400 steps, so the comparison there said nothing (its verdict: not testable). This pilot picks a difficulty by
+a rule written here before any of its runs:
+
+  Candidates, all 256 pixel tokens, from the easiest (D3) to the hardest (D0, the study's first):
+    D3  drawn at 16 x 16, two 4-step paths, no distractor
+    D2  drawn at 16 x 16, two 5-step paths, 1 distractor
+    D1  drawn at 16 x 16, two 6-step paths, 2 distractors
+    D0  drawn at 32 x 32 and pooled to 16 x 16, two 12-step paths, 3 distractors
+  (16 x 16 holds no more: 7- or 8-step paths with 2-3 distractors cannot be placed without touching.)
+  Budget: experiment 5's dense arm (its model, optimiser and learned positions; seed 0, data seed 0) for 2000 steps of
+  batch 32, at most 15 minutes of this 2-core machine for every arm of experiment 5 (ASAM, the slowest, measured
+  0.34 s per step here at 256 tokens: 11-12 minutes); 20k / 1k / 2k examples.
+  Rule: run the candidates from D3 towards D0 and stop at the first whose best validation accuracy (the whole
+  validation split, 4 evaluations) is below 75 %; the task is the last one at or above it — the hardest difficulty
+  the baseline learns. Validation, not test: the test split stays unseen until experiment 5 runs. 75 % leaves room
+  for the ≥ 70 % test accuracy asked of the baseline. If D3 itself stays below, Pathfinder is not learnable at this
+  budget and experiment 5 keeps it as not testable.
+
+    python3 experiments/pathfinder_pilot.py run       # resumable: each candidate's run in experiments/results/pilot/
+    python3 experiments/pathfinder_pilot.py report    # bench/results/experiments/pathfinder_pilot.md and .json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import budget
+import lib
+
+CANDIDATES = {  # name -> the task flags (what replaces experiment 5's Pathfinder flags)
+    "D3": ["--task", "pathfinder", "--pathfinder-size", "16", "--path-steps", "4", "--distractors", "0"],
+    "D2": ["--task", "pathfinder", "--pathfinder-size", "16", "--path-steps", "5", "--distractors", "1"],
+    "D1": ["--task", "pathfinder", "--pathfinder-size", "16", "--path-steps", "6", "--distractors", "2"],
+    "D0": ["--task", "pathfinder", "--pathfinder-size", "32", "--image-size", "16"],
+}
+ORDER = ["D3", "D2", "D1", "D0"]  # easiest first
+SIZES = ["--train-size", "20000", "--val-size", "1000", "--test-size", "2000"]
+STEPS = 2000
+THRESHOLD = 0.75  # best validation accuracy
+ROOT = lib.REPO / "experiments" / "results" / "pilot" / "pathfinder"
+OUT = lib.REPO / "bench" / "results" / "experiments" / "pathfinder_pilot"
+
+
+def flags(candidate: str) -> list[str]:
+    """Experiment 5's dense arm on Pathfinder, its task flags replaced by the candidate's and its budget the pilot's."""
+    import e5_asam as e5
+    dense = e5.arm_flags("pathfinder", "full")["dense"]
+    out, skip = [], False
+    for i, f in enumerate(dense):  # drop the task's own flags
+        if skip:
+            skip = False
+            continue
+        if f in ("--task", "--image-size", "--train-size", "--val-size", "--test-size", "--pathfinder-size",
+                 "--path-steps", "--distractors"):
+            skip = True
+            continue
+        out.append(f)
+    out = [*CANDIDATES[candidate], *SIZES, *out]
+    for name, value in (("--steps", STEPS), ("--warmup", STEPS // 10), ("--eval-every", STEPS // 4),
+                        ("--eval-batches", 0), ("--seed", 0), ("--data-seed", 0)):
+        out = budget.set_flag(out, name, value)
+    return out
+
+
+def best_val(d) -> float | None:
+    s = lib.read_json(d / "summary.json")
+    return None if not s else s.get("val_accuracy")
+
+
+def cmd_run() -> int:
+    for name in ORDER:
+        d = ROOT / name
+        if best_val(d) is None:
+            cmd = [str(lib.tool("train")), *flags(name), "--out", str(d)]
+            if (d / "metrics.csv").exists():
+                cmd.append("--resume")
+            print(f"pilot: {name}: {' '.join(cmd[1:])}", flush=True)
+            r = subprocess.run(cmd)
+            if r.returncode != 0:
+                print(f"pilot: {name} stopped (exit {r.returncode}); run again to resume")
+                return r.returncode
+        acc = best_val(d)
+        print(f"pilot: {name}: best validation accuracy {100 * acc:.2f} %", flush=True)
+        if acc < THRESHOLD:
+            break
+    return cmd_report()
+
+
+def cmd_report() -> int:
+    rows, chosen, stopped = [], None, False
+    for name in ORDER:
+        d = ROOT / name
+        s = lib.read_json(d / "summary.json") or {}
+        acc = s.get("val_accuracy")
+        verdict = "—" if acc is None or stopped else ("learnt" if acc >= THRESHOLD else "not learnt: stop")
+        rows.append([name, f"`{' '.join(CANDIDATES[name][2:])}`", "—" if acc is None else f"{100 * acc:.2f}",
+                     f"{s['wall_s'] / 60:.1f}" if s.get("wall_s") else "—", verdict])
+        if acc is not None and not stopped:
+            if acc >= THRESHOLD:
+                chosen = name
+            else:
+                stopped = True
+    cmd = " ".join(["train", *flags(ORDER[0]), "--out", "DIR"])
+    text = (f"# Pathfinder pilot: the difficulty experiment 5 runs on\n\n"
+            f"CPU of the runs: {lib.cpu_model()}; code version {lib.code_version()}. The rule (written before the "
+            f"runs, experiments/pathfinder_pilot.py): run the candidates from the easiest (D3) towards the study's "
+            f"first (D0), stop at the first whose best validation accuracy is below {100 * THRESHOLD:.0f} %; the "
+            f"task is the last at or above it. Experiment 5's dense arm, seed 0, {STEPS} steps of batch 32, the "
+            f"whole validation split (1000 examples) 4 times.\n\n"
+            + lib.md_table(["candidate", "task flags", "best validation accuracy %", "minutes", "reading"], rows)
+            + f"\n\nChosen: **{chosen or 'none: Pathfinder is not learnt at this budget'}**.\n\n"
+            f"```sh\npython3 experiments/pathfinder_pilot.py run\n# candidate D3:\n{cmd}\n```\n")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    lib.write_atomic(OUT.with_suffix(".md"), text)
+    lib.write_atomic(OUT.with_suffix(".json"), json.dumps({"chosen": chosen, "flags": CANDIDATES.get(chosen)},
+                                                          indent=1) + "\n")
+    print(f"pilot: chosen {chosen}; {OUT.with_suffix('.md')}")
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="pathfinder_pilot.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("command", choices=["run", "report"])
+    args = p.parse_args()
+    return cmd_run() if args.command == "run" else cmd_report()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
