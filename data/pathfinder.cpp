@@ -213,6 +213,7 @@ Task pathfinder_task(const TaskOptions& options) {
   if (options.pathfinder_size > 0) po.size = static_cast<int>(std::min<int64_t>(options.pathfinder_size, 1 << 20));
   if (options.path_steps > 0) po.path_steps = static_cast<int>(std::min<int64_t>(options.path_steps, 1 << 20));
   if (options.distractors >= 0) po.distractors = static_cast<int>(std::min<int64_t>(options.distractors, 1 << 20));
+  po.dashed = !options.pathfinder_solid;
   pathfinder_render(0, 0, po);  // bad or too crowded options: an asc::Error here, not in a loader thread
   const int64_t pixels = static_cast<int64_t>(po.size) * po.size;
   ASC_CHECK((options.min_len == 0 || options.min_len == pixels) && (options.max_len == 0 || options.max_len == pixels),
@@ -240,9 +241,10 @@ Task pathfinder_task(const TaskOptions& options) {
   task.pad_id = 0;
   task.class_names = {"disconnected", "connected"};
   task.description = fmt::format(
-      "Pathfinder-{}: generated {}x{} images of dashed random-walk paths ({} steps each, {} distractors), two dots; "
+      "Pathfinder-{}: generated {}x{} images of {} random-walk paths ({} steps each, {} distractors), two dots; "
       "label 1 when one path joins them; {} pixel tokens 0..255; {} / {} / {} examples (seed {})",
-      po.size, po.size, po.size, po.path_steps, po.distractors, pixels, sizes[0], sizes[1], sizes[2], options.seed);
+      po.size, po.size, po.size, po.dashed ? "dashed" : "solid", po.path_steps, po.distractors, pixels, sizes[0],
+      sizes[1], sizes[2], options.seed);
   return task;
 }
 

@@ -181,8 +181,11 @@ Task make_task(const std::string& name, const TaskOptions& options) {
   ASC_CHECK(options.image_size == 0 || image_task,
             "make_task: image_size applies to fashion-mnist, fashion-mnist-seq and pathfinder, not '{}'", name);
   ASC_CHECK(
-      (options.pathfinder_size == 0 && options.path_steps == 0 && options.distractors == -1) || name == "pathfinder",
-      "make_task: pathfinder_size, path_steps and distractors apply to the pathfinder task, not '{}'", name);
+      (options.pathfinder_size == 0 && options.path_steps == 0 && options.distractors == -1 &&
+       !options.pathfinder_solid) ||
+          name == "pathfinder",
+      "make_task: pathfinder_size, path_steps, distractors and pathfinder_solid apply to the pathfinder task, not '{}'",
+      name);
   if (name == "fashion-mnist") return pooled(fashion_mnist_task(options, /*as_sequence=*/false), options.image_size);
   if (name == "fashion-mnist-seq") return pooled(fashion_mnist_task(options, /*as_sequence=*/true), options.image_size);
   if (name == "pathfinder") return pooled(pathfinder_task(options), options.image_size);

@@ -42,9 +42,10 @@ struct TaskOptions {
   // target exactly once; each window keeps its text's label and split. min_len still applies to the whole text.
   bool windows = false;
   // pathfinder: the scene's difficulty (data/pathfinder.h, PathfinderOptions); 0 (distractors: -1) keeps its default
-  int64_t pathfinder_size = 0;  // side the scene is drawn at, before any pooling to image_size (default 32)
-  int64_t path_steps = 0;       // steps of each of the two long paths (default 12): their length
-  int64_t distractors = -1;     // short paths without dots (default 3)
+  int64_t pathfinder_size = 0;    // side the scene is drawn at, before any pooling to image_size (default 32)
+  int64_t path_steps = 0;         // steps of each of the two long paths (default 12): their length
+  int64_t distractors = -1;       // short paths without dots (default 3)
+  bool pathfinder_solid = false;  // paths drawn solid instead of dashed (an easier scene)
 };
 
 struct Task {

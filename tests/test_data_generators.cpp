@@ -370,6 +370,26 @@ TEST_CASE("pathfinder: tokens and image forms, determinism, task fields, bad opt
     for (int64_t v : other.train->get(i).input.to_vector<int64_t>()) lit_other += v > 0;
   }
   CHECK(lit_other > lit_easy);  // two distractors per scene light more pixels than none
+  // solid: the same geometry drawn without gaps (data/pathfinder.h: the dashed image is a subset of the solid one)
+  const Task solid = make_task("pathfinder", {.seed = 3,
+                                              .train_size = 8,
+                                              .val_size = 2,
+                                              .test_size = 2,
+                                              .pathfinder_size = 16,
+                                              .path_steps = 5,
+                                              .distractors = 0,
+                                              .pathfinder_solid = true});
+  CHECK(solid.description.find("solid random-walk paths") != std::string::npos);
+  int64_t lit_solid = 0;
+  for (int64_t i = 0; i < 8; ++i) {
+    const auto d = easy.train->get(i).input.to_vector<int64_t>(), s = solid.train->get(i).input.to_vector<int64_t>();
+    CHECK(easy.train->get(i).label == solid.train->get(i).label);
+    for (size_t k = 0; k < d.size(); ++k) {
+      REQUIRE((d[k] == 0 || s[k] == 255));  // every dashed pixel lit in the solid image
+      lit_solid += s[k] > 0;
+    }
+  }
+  CHECK(lit_solid > lit_easy);
   // pooled: drawn at 32 with the options, then averaged to 16
   const Task pooled =
       make_task("pathfinder", {.train_size = 4, .val_size = 1, .test_size = 1, .image_size = 16, .path_steps = 8});

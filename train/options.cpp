@@ -290,6 +290,7 @@ void define_task_and_model(Options& o, Config& c) {
         "pathfinder: side the scene is drawn at, before pooling to --image-size (0: 32)", IntRange{0, 256});
   o.add("path_steps", c.path_steps, "pathfinder: steps of each long path, its length (0: 12)", IntRange{0, 1000});
   o.add("distractors", c.distractors, "pathfinder: short paths without dots (-1: 3)", IntRange{-1, 1000});
+  o.add("pathfinder_solid", c.pathfinder_solid, "pathfinder: paths drawn solid instead of dashed (easier)");
   o.group("Model");
   o.add("model", c.model, "the model: attention classifiers, the firing network and its MLP baseline, a byte-level LM",
         {"dense", "ascender", "asam", "window", "window-global", "firing", "mlp", "lm"});

@@ -25,6 +25,7 @@ struct Config {
   std::string data_dir;
   uint64_t data_seed = 0;
   int64_t pathfinder_size = 0, path_steps = 0, distractors = -1;  // pathfinder's scene; 0 / -1: its defaults
+  bool pathfinder_solid = false;
   // model
   std::string model = "ascender", positional = "learned";
   std::string dtype = "float32";  // the model's compute dtype; bfloat16 keeps float32 master weights

@@ -162,7 +162,8 @@ Run make_run(const Config& c, int cuda_index) {
                                       .windows = lm_reads_windows(r.c),
                                       .pathfinder_size = r.c.pathfinder_size,
                                       .path_steps = r.c.path_steps,
-                                      .distractors = r.c.distractors});
+                                      .distractors = r.c.distractors,
+                                      .pathfinder_solid = r.c.pathfinder_solid});
   ASC_CHECK(r.task.train->size() > 0 && r.task.val->size() > 0 && r.task.test->size() > 0,
             "task {} has an empty split (train {}, val {}, test {})", c.task, r.task.train->size(), r.task.val->size(),
             r.task.test->size());
