@@ -30,6 +30,20 @@ geometry unchanged; the dashed image is a subset of the solid one) and adds a sm
   choice reads the dense baseline's validation accuracy only, never another arm's, so it cannot favour the
   mechanism under test. If S4 stays below, Pathfinder is not learnable by the study's model at this budget.
 
+Round 2 found S4 at 71.00 % (test 70.60 %), still rising at its last step: the budget, not the scene, stopped it.
+Round 3, written after round 2 and before any of its runs, gives each candidate the budget the 15 minutes allow: the
+steps ASAM (experiment 5's slowest arm, its flags) takes in 12 minutes at the candidate's size, measured by a 30-step
+timing run of ASAM on that scene (a timing, not a result), rounded down to a multiple of 500 and capped at 6000. A
+smaller scene costs less per step, so it gets more steps. Candidates, in this order:
+    S4  12 x 12, solid, two 3-step paths, no distractor
+    R1  12 x 12, solid, two 4-step paths, no distractor
+    R2  12 x 12, solid, two 3-step paths, 1 distractor
+    S3  16 x 16, solid, two 4-step paths, no distractor
+    S2  16 x 16, solid, two 5-step paths, 1 distractor
+    S1  16 x 16, solid, two 6-step paths, 2 distractors
+  The same rule: stop at the first below 75 % best validation accuracy, take the last at or above it (with its
+  budget). If S4 stays below, Pathfinder is not learnable by the study's model within 15 minutes a run.
+
     python3 experiments/pathfinder_pilot.py run       # resumable: each candidate's run in experiments/results/pilot/
     python3 experiments/pathfinder_pilot.py report    # bench/results/experiments/pathfinder_pilot.md and .json
 """
@@ -59,7 +73,14 @@ CANDIDATES_2 = {  # round 2
 }
 ORDER_2 = ["S4", "S3", "S2", "S1"]
 CANDIDATES.update(CANDIDATES_2)
-ROUNDS = [ORDER, ORDER_2]
+CANDIDATES.update({  # round 3's new scenes
+    "R1": ["--task", "pathfinder", "--pathfinder-size", "12", "--path-steps", "4", "--distractors", "0", *SOLID],
+    "R2": ["--task", "pathfinder", "--pathfinder-size", "12", "--path-steps", "3", "--distractors", "1", *SOLID],
+})
+ORDER_3 = ["r3-S4", "r3-R1", "r3-R2", "r3-S3", "r3-S2", "r3-S1"]  # round 3 runs: its own folders (other budgets)
+ROUNDS = [ORDER, ORDER_2, ORDER_3]
+TIME_BUDGET_S = 720  # round 3: what ASAM may take, of the 15 minutes a run
+MAX_STEPS = 6000
 SIZES = ["--train-size", "20000", "--val-size", "1000", "--test-size", "2000"]
 STEPS = 2000
 THRESHOLD = 0.75  # best validation accuracy
@@ -67,10 +88,17 @@ ROOT = lib.REPO / "experiments" / "results" / "pilot" / "pathfinder"
 OUT = lib.REPO / "bench" / "results" / "experiments" / "pathfinder_pilot"
 
 
-def flags(candidate: str) -> list[str]:
-    """Experiment 5's dense arm on Pathfinder, its task flags replaced by the candidate's and its budget the pilot's."""
+def scene(name: str) -> str:
+    return name.removeprefix("r3-")
+
+
+def flags(candidate: str, model: str = "dense", steps: int | None = None) -> list[str]:
+    """Experiment 5's arm (dense by default) on Pathfinder, its task flags replaced by the candidate's and its budget
+    the pilot's (round 3: the candidate's own, budget_steps)."""
     import e5_asam as e5
-    dense = e5.arm_flags("pathfinder", "full")["dense"]
+    if steps is None:
+        steps = budget_steps(candidate) if candidate.startswith("r3-") else STEPS
+    dense = e5.arm_flags("pathfinder", "full")[model]
     out, skip = [], False
     for i, f in enumerate(dense):  # drop the task's own flags
         if skip:
@@ -81,11 +109,26 @@ def flags(candidate: str) -> list[str]:
             skip = True
             continue
         out.append(f)
-    out = [*CANDIDATES[candidate], *SIZES, *out]
-    for name, value in (("--steps", STEPS), ("--warmup", STEPS // 10), ("--eval-every", STEPS // 4),
+    out = [*CANDIDATES[scene(candidate)], *SIZES, *out]
+    for name, value in (("--steps", steps), ("--warmup", steps // 10), ("--eval-every", steps // 4),
                         ("--eval-batches", 0), ("--seed", 0), ("--data-seed", 0)):
         out = budget.set_flag(out, name, value)
     return out
+
+
+def budget_steps(candidate: str) -> int:
+    """Round 3: the steps ASAM takes in TIME_BUDGET_S at this scene, from a 30-step timing run (kept in its folder),
+    rounded down to a multiple of 500, at most MAX_STEPS."""
+    d = ROOT / "timing" / scene(candidate)
+    if not (d / "summary.json").exists():
+        f = flags(candidate, "asam", 30)
+        f = budget.set_flag(budget.set_flag(f, "--eval-every", 1000), "--train-size", 2000)
+        subprocess.run([str(lib.tool("train")), *f, "--out", str(d), "--progress", "none"], check=True,
+                       capture_output=True)
+    s = lib.read_json(d / "summary.json")
+    tokens = 32 * int(CANDIDATES[scene(candidate)][3]) ** 2  # a batch of the scene's pixel tokens
+    seconds_per_step = tokens / s["tokens_per_s"]
+    return int(min(MAX_STEPS, (TIME_BUDGET_S / seconds_per_step) // 500 * 500))
 
 
 def best_val(d) -> float | None:
@@ -120,7 +163,9 @@ def chosen_of(order: list[str]):
         s = lib.read_json(ROOT / name / "summary.json") or {}
         acc = s.get("val_accuracy")
         reading = "—" if acc is None or stopped else ("learnt" if acc >= THRESHOLD else "not learnt: stop")
-        rows.append([name, f"`{' '.join(CANDIDATES[name][2:])}`", "—" if acc is None else f"{100 * acc:.2f}",
+        steps = s.get("steps")
+        rows.append([name, f"`{' '.join(CANDIDATES[scene(name)][2:])}`", steps or "—",
+                     "—" if acc is None else f"{100 * acc:.2f}",
                      "—" if s.get("test_accuracy") is None else f"{100 * s['test_accuracy']:.2f}",
                      f"{s['wall_s'] / 60:.1f}" if s.get("wall_s") else "—", reading])
         if acc is not None and not stopped:
@@ -145,7 +190,8 @@ def cmd_report() -> int:
     parts, chosen = [], None
     for i, order in enumerate(ROUNDS):
         c, rows = chosen_of(order)
-        parts.append(f"## Round {i + 1}\n\n" + lib.md_table(["candidate", "task flags", "best validation accuracy %",
+        parts.append(f"## Round {i + 1}\n\n" + lib.md_table(["candidate", "task flags", "steps",
+                                                              "best validation accuracy %",
                                                               "test accuracy % (not read by the rule)", "minutes",
                                                               "reading"], rows) + "\n")
         if c:
@@ -159,14 +205,18 @@ def cmd_report() -> int:
             f"examples) evaluated 4 times; the test split's accuracy is shown, the rule does not read it.\n\n"
             + "\n".join(parts)
             + f"\nChosen: **{chosen or 'none: Pathfinder is not learnt at this budget'}**"
-            + (f" (`{' '.join(CANDIDATES[chosen])}`)" if chosen else "") + ".\n\n"
+            + (f" (`{' '.join(CANDIDATES[scene(chosen)])}`, "
+               f"{(lib.read_json(ROOT / chosen / 'summary.json') or {}).get('steps')} steps)" if chosen else "")
+            + ".\n\n"
             f"```sh\npython3 experiments/pathfinder_pilot.py run      # resumable\n"
             f"# candidate D3 (the others: its task flags replaced):\n"
             f"{' '.join(['train', *flags('D3'), '--out', 'DIR'])}\n```\n")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     lib.write_atomic(OUT.with_suffix(".md"), text)
-    lib.write_atomic(OUT.with_suffix(".json"), json.dumps({"chosen": chosen, "flags": CANDIDATES.get(chosen)},
-                                                          indent=1) + "\n")
+    lib.write_atomic(OUT.with_suffix(".json"), json.dumps(
+        {"chosen": chosen, "flags": CANDIDATES.get(scene(chosen)) if chosen else None,
+         "steps": (lib.read_json(ROOT / chosen / "summary.json") or {}).get("steps") if chosen else None},
+        indent=1) + "\n")
     print(f"pilot: chosen {chosen}; {OUT.with_suffix('.md')}")
     return 0
 
