@@ -49,9 +49,10 @@ def report(rep: lib.Report) -> str:
         parts.append(f"### {budget.TASKS[task]['what']}\n" if scale == "full" else
                      f"### {task} (this scale: `{' '.join(budget.task_flags(task, scale))}`)\n")
         flags = next(r.args for r in rep.runs if r.arm == a)
-        parts.append(f"ASCender's flags: `{' '.join(flags)}`\n")
+        parts.append(f"{ru.rerun_note(task, scale)}ASCender's flags: `{' '.join(flags)}`\n")
         if cmp is None:
             parts.append("_no finished runs yet_\n")
+            family.add(None, CLAIM_ACC, f"{task}: ASCender up to +{CLAIM_ACC} points", key=task)
             continue
         parts.append(ru.comparison_table(cmp, "ascender", "dense") + "\n")
         acc_rows.append(task)

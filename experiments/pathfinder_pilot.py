@@ -201,7 +201,8 @@ def cmd_report() -> int:
             f"CPU of the runs: {lib.cpu_model()}. The rules (each written before its round's runs, "
             f"experiments/pathfinder_pilot.py): run the candidates from the easiest towards the hardest, stop at the "
             f"first whose best validation accuracy is below {100 * THRESHOLD:.0f} %; the task is the last at or "
-            f"above it. Experiment 5's dense arm, seed 0, {STEPS} steps of batch 32, the whole validation split (1000 "
+            f"above it. Experiment 5's dense arm, seed 0, batch 32, {STEPS} steps in rounds 1 and 2 and in round 3 each "
+            f"candidate's own budget (the steps column), the whole validation split (1000 "
             f"examples) evaluated 4 times; the test split's accuracy is shown, the rule does not read it.\n\n"
             + "\n".join(parts)
             + f"\nChosen: **{chosen or 'none: Pathfinder is not learnt at this budget'}**"
