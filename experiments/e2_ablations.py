@@ -76,7 +76,7 @@ def answer(rep: lib.Report, name: str, cmp: dict) -> str:
     diff, p, welch, mde = ru.tests_of(cmp)
     q = QUESTIONS[name]
     if None in (diff, p, welch, mde):
-        return f"- **{q}** — not testable here: needs 2 seeds per arm and predictions."
+        return f"- **{q}** — no answer yet: needs 2 finished seeds per arm and predictions."
     tests = f"paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(welch)}; per seed {per_seed_differences(rep, name)}"
     if ru.significant(p, welch):
         return f"- **{q}** — a difference: {diff:+.2f} points ({tests})."
@@ -127,8 +127,8 @@ def report(rep: lib.Report) -> str:
                  "layer. The seed fixes the initialisation and the data order, so one seed's runs share most of "
                  "their randomness: where the seeds differ from each other by more than the variants of one seed do "
                  "(the per-seed column), Welch's test over seeds counts that spread as noise and its MDE is large; "
-                 "the column is the paired view, shown beside the verdict rule, which stays the one stated in "
-                 "experiments/README.md.\n")
+                 "the column is the paired view, shown beside the verdict rules of docs/stats.md, which read "
+                 "Welch's test and the paired test over examples together.\n")
     parts.append("## Verdicts\n\n" + ("\n".join(verdicts) if verdicts else "_none yet_") + "\n")
     if answers:  # inside the verdicts section, which docs/results.md gathers
         parts.append("### The other variants (questions, not claims)\n\n" + "\n".join(answers) + "\n")

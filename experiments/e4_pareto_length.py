@@ -83,36 +83,68 @@ def _point_row(p: Point) -> list[str]:
     return [p.task, p.arm, f"{100 * p.mean:.2f} ± {100 * p.sd:.2f}", f"{p.flops:,.0f}", f"{p.tps:,.0f}"]
 
 
-def _pareto_verdict(rep, task, pts) -> str:
-    """Seed 001's Fig. 2: ASCender moves the accuracy–FLOPs front. A point is on the front when no other is as
-    accurate and cheaper; one that is on it only by being more accurate than the cheaper arms moves it only if that
-    gain is real: significant (paired p < 0.05 over test examples and Welch p < 0.05 over seeds; Welch alone for
-    arms evaluated on other test examples) over every cheaper arm."""
+def _cheaper_tests(rep, task, pts) -> list:
+    """ASCender against each arm of its task that costs fewer attention FLOPs: (arm point, difference in points,
+    paired p, Welch p) — what decides whether ASCender moves the front; [] when another arm dominates it."""
     asc = next(p for p in pts if p.task == task and p.arm == "ascender")
     others = [p for p in pts if p.task == task and p.arm != "ascender"]
-    label = f"- **{task}: ASCender moves the accuracy–FLOPs Pareto front** (seed 001, Fig. 2) — "
-    dominators = [p.arm for p in others if p.mean >= asc.mean and p.flops <= asc.flops]
-    if dominators:
-        return label + (f"does not hold: {', '.join(dominators)} is as accurate or more at fewer attention FLOPs "
-                        f"(means over seeds).")
-    cheaper = [p for p in others if p.flops < asc.flops]
-    if not cheaper:
-        return label + "holds: no other arm is as accurate, and none is cheaper (means over seeds)."
-    gains, weak = [], []
-    for p in cheaper:
+    if any(p.mean >= asc.mean and p.flops <= asc.flops for p in others):
+        return []
+    out = []
+    for p in (p for p in others if p.flops < asc.flops):
         cmp = rep.compare_dirs(asc.dirs, p.dirs, f"{task}/ascender", f"{task}/{p.arm}", strict=False)
         diff, paired, welch, _ = ru.tests_of(cmp) if cmp else (100 * (asc.mean - p.mean), None, None, None)
         if welch is None and len(asc.acc) > 1 and len(p.acc) > 1:
             welch = rep.stats([{"op": "welch_t_test", "a": asc.acc, "b": p.acc}])[0]["p"]
-        tests = ", ".join(f"{n} p {lib.fmt_p(v)}" for n, v in (("paired", paired), ("Welch", welch)) if v is not None)
-        text = f"{p.arm} ({diff:+.2f} points, {tests or 'untested'}; ASCender costs {asc.flops / p.flops:.2f}× its FLOPs)"
-        real = diff > 0 and ru.significant(paired, welch, paired_optional=True)
-        (gains if real else weak).append(text)
-    if weak:
-        return label + ("not shown: ASCender is on the front only by its mean accuracy; its gain over the cheaper "
-                        + "; ".join(weak) + " is not significant" + (f" (significant over {'; '.join(gains)})"
-                                                                     if gains else "") + ".")
-    return label + "holds: significantly more accurate than every cheaper arm: " + "; ".join(gains) + "."
+        out.append((p, diff, paired, welch))
+    return out
+
+
+def _pareto_verdicts(rep, tasks, pts) -> list[str]:
+    """Seed 001's Fig. 2: ASCender moves the accuracy–FLOPs front, one verdict per task. A point is on the front when
+    no other is as accurate and cheaper; one that is on it only by being more accurate than the cheaper arms moves it
+    only if that gain is real: significant (paired p < 0.05 over test examples and Welch p < 0.05 over seeds; Welch
+    alone for arms evaluated on other test examples) over every cheaper arm, the p-values Holm-adjusted across every
+    task's comparisons (one claim tested on several tasks: docs/stats.md)."""
+    tests = {task: _cheaper_tests(rep, task, pts) for task in tasks}
+    flat = [t for task in tasks for t in tests[task]]
+    adj_paired, adj_welch = ([], [])
+    if flat:
+        adj_paired, adj_welch = rep.stats([{"op": "holm_adjust", "p": [t[2] for t in flat]},
+                                           {"op": "holm_adjust", "p": [t[3] for t in flat]}])
+    adjusted = {id(t): (pp, pw) for t, pp, pw in zip(flat, adj_paired, adj_welch)}
+    out = []
+    for task in tasks:
+        asc = next(p for p in pts if p.task == task and p.arm == "ascender")
+        others = [p for p in pts if p.task == task and p.arm != "ascender"]
+        label = f"- **{task}: ASCender moves the accuracy–FLOPs Pareto front** (seed 001, Fig. 2) — "
+        dominators = [p.arm for p in others if p.mean >= asc.mean and p.flops <= asc.flops]
+        if dominators:
+            out.append(label + f"does not hold: {', '.join(dominators)} is as accurate or more at fewer attention "
+                               f"FLOPs (means over seeds).")
+            continue
+        if not tests[task]:
+            out.append(label + "holds: no other arm is as accurate, and none is cheaper (means over seeds).")
+            continue
+        gains, weak = [], []
+        for t in tests[task]:
+            p, diff, paired, welch = t
+            pp, pw = adjusted[id(t)]
+            shown = ", ".join(f"{n} p {lib.fmt_p(v)}" + (f" (adjusted {lib.fmt_p(a)})" if len(flat) > 1 else "")
+                              for n, v, a in (("paired", paired, pp), ("Welch", welch, pw)) if v is not None)
+            text = (f"{p.arm} ({diff:+.2f} points, {shown or 'untested'}; ASCender costs "
+                    f"{asc.flops / p.flops:.2f}× its FLOPs)")
+            real = diff > 0 and ru.significant(pp, pw, paired_optional=True)
+            rep.fact("pareto", task if p.arm == "dense" else f"{task}/{p.arm}",
+                     {"paired_holm": lib.fmt_p(pp), "welch_holm": lib.fmt_p(pw)})
+            (gains if real else weak).append(text)
+        if weak:
+            out.append(label + ("not shown: ASCender is on the front only by its mean accuracy; its gain over the "
+                                "cheaper " + "; ".join(weak) + " is not significant"
+                                + (f" (significant over {'; '.join(gains)})" if gains else "") + "."))
+        else:
+            out.append(label + "holds: significantly more accurate than every cheaper arm: " + "; ".join(gains) + ".")
+    return out
 
 
 def _training_bucket(scale) -> str:
@@ -127,7 +159,7 @@ def _length_section(rep, scale, buckets, verdicts) -> str:
     Welch over seeds: the buckets are different test sets), and against dense attention's in each bucket longer
     than the training lengths (paired over the bucket's test examples and Welch over seeds)."""
     train, longest = _training_bucket(scale), buckets[-1]
-    rows, longer = [], []
+    rows, longer = [], ru.Family(rep)  # ASCender − dense beyond the training lengths: one claim per bucket, Holm
     for b in buckets:
         cmp = rep.compare(f"ascender/{b}", f"dense/{b}")
         if cmp is None:
@@ -135,7 +167,8 @@ def _length_section(rep, scale, buckets, verdicts) -> str:
         diff, paired, welch, mde = ru.tests_of(cmp)
         rows.append([b, f"{diff:+.2f}", lib.fmt_p(paired), lib.fmt_p(welch), f"{mde:.1f}" if mde else "—"])
         if int(b.split("-")[0]) >= int(train.split("-")[1]):
-            longer.append((b, diff, paired, welch))
+            longer.add(cmp, 0, f"ASCender degrades less than dense attention at {b} tokens (seed 001, Fig. 5: "
+                       f"trained on {train})", direction=1, key=b)
     out = ["### ASCender − dense per bucket (points)\n", lib.md_table(["bucket", "ascender − dense", "paired p",
                                                                         "Welch p", "MDE"], rows) + "\n"]
     drops = {}
@@ -156,15 +189,7 @@ def _length_section(rep, scale, buckets, verdicts) -> str:
             f"tokens) — {'holds' if kept else 'does not hold'}: {t:.2f} % in the training lengths, {l:.2f} % at "
             f"{longest} tokens ({l - t:+.2f} points, Welch p {lib.fmt_p(w)})"
             + (f"; dense attention {d[0]:.2f} → {d[1]:.2f} % ({d[1] - d[0]:+.2f})" if d else "") + ".")
-    if longer:
-        wins = [x for x in longer if x[1] > 0 and ru.significant(x[2], x[3])]
-        losses = [x for x in longer if x[1] < 0 and ru.significant(x[2], x[3])]
-        cells = "; ".join(f"{b}: {diff:+.2f} (paired p {lib.fmt_p(p)}, Welch p {lib.fmt_p(w)})"
-                          for b, diff, p, w in longer)
-        verdicts.append(
-            "- **ASCender degrades less than dense attention beyond the training lengths** (seed 001, Fig. 5) — "
-            + ("holds" if wins and not losses else "does not hold" if losses else "not shown (no difference "
-               "significant in both tests)") + f": {cells}.")
+    verdicts += longer.lines()  # the rules of docs/stats.md: a claim of a direction (ASCender − dense > 0)
     return "\n".join(out)
 
 
@@ -195,15 +220,16 @@ def report(rep: lib.Report) -> str:
             if fig:
                 parts.append(f"![{name}]({fig})\n")
         rows = [_point_row(p) for p in pts]
-        for task in sorted({p.task for p in pts}):
-            if any(p.task == task and p.arm == "ascender" for p in pts):
-                verdicts.append(_pareto_verdict(rep, task, pts))
+        verdicts += _pareto_verdicts(rep, [t for t in sorted({p.task for p in pts})
+                                           if any(p.task == t and p.arm == "ascender" for p in pts)], pts)
         parts.insert(1, "## Fig. 2 — accuracy against attention FLOPs and speed\n\n"
                      + lib.md_table(POINT_COLUMNS, rows)
                      + "\n\nA point is on the Pareto front when no other point of its task is as accurate and cheaper; "
                        "it moves the front only if it is cheaper, or its gain over every cheaper point is "
                        "significant.\n"
-                     + (f"\nAt experiment 5's budget ({e5.STEPS[scale]} steps, learned positions; not comparable with "
+                     + (f"\nAt experiment 5's budget ({e5.STEPS[scale]} steps"
+                        + "".join(f", {t} {n}" for (t, sc), n in e5.TASK_STEPS.items() if sc == scale)
+                        + "; learned positions; not comparable with "
                         f"the points above, which had {budget.steps(scale)} steps and RoPE, so not on the front):\n\n"
                         + lib.md_table(POINT_COLUMNS, [_point_row(p) for p in apart]) + "\n" if apart else ""))
     # ---- Fig. 4: final ω per layer and head, mean over the seeds of experiment 1

@@ -99,7 +99,11 @@ QUOTES = {
         "Its attention costs {e1|flops_ratio|range}× dense attention's FLOPs",
         "no term's contribution is detected (the four claims **{e2|verdicts|no-sep|verdict}**)",
         "512–1024 ({e4|length|ascender|train} → {e4|length|ascender|longest} %; dense {e4|length|dense|train} → "
-        "{e4|length|dense|longest} %)",
+        "{e4|length|dense|longest} %); beyond the training lengths it is below dense attention (256-512: "
+        "{e4|verdicts|256-512|difference} points, **{e4|verdicts|256-512|verdict}** over seeds; at 512-1024 dense "
+        "attention itself is at the majority-class rate, so that comparison is **{e4|verdicts|512-1024|verdict}**)",
+        "(ListOps: paired p {e4|comparisons|listops/ascender vs listops/dense|paired_p}, Welch p "
+        "{e4|comparisons|listops/ascender vs listops/dense|welch_p}, adjusted {e4|pareto|listops|welch_holm})",
     ],
     "docs/firing.md": [
         "{e6|arms|rule-b|mean_1} ± 9.5 % test accuracy against {e6|arms|ste|mean_1} ± 1.0 %",
