@@ -36,13 +36,14 @@ SOURCES = {  # alias -> the facts file
 QUOTES = {
     "README.md": [
         "ASCender's claimed gain of up to {e1|verdicts|listops|claim} points over dense attention is "
-        "**{e1|verdicts|listops|verdict}** on ListOps and images (measured {e1|verdicts|listops|difference} and "
-        "{e1|verdicts|image|difference} points), at {e1|flops_ratio|range}× the attention FLOPs",
+        "**{e1|verdicts|listops|verdict}** on ListOps, images and text (measured {e1|verdicts|listops|difference}, "
+        "{e1|verdicts|image|difference} and {e1|verdicts|text|difference} points), at {e1|flops_ratio|range}× the "
+        "attention FLOPs",
         "({e6|arms|ste|mean_1} %; an MLP {e6|arms|mlp|mean_1} %)",
         "({e6|arms|rule-b|mean_1} % at the rates of then), and rule A stays at chance ({e6|arms|rule-a|mean_1} %)",
         "ASAM's claimed gain over dense attention is **{e5|verdicts|listops|verdict}** on ListOps "
-        "({e5|verdicts|listops|difference} points) and **{e5|verdicts|image|verdict}** on images; ASAM trains at "
-        "{e5|speed|range}× dense attention's speed",
+        "({e5|verdicts|listops|difference} points) and text ({e5|verdicts|text|difference} points) and "
+        "**{e5|verdicts|image|verdict}** on images; ASAM trains at {e5|speed|range}× dense attention's speed",
         "(here **{quick|verdicts|image|verdict}**: {quick|verdicts|image|difference} points, paired p "
         "{quick|verdicts|image|paired_p}, with intervals too wide at two seeds to exclude the claimed "
         "{quick|verdicts|image|claim} — the MDE is {quick|verdicts|image|mde} points;",
@@ -51,11 +52,12 @@ QUOTES = {
     ],
     "docs/status.md": [
         "ASCender's claimed gain of up to {e1|verdicts|listops|claim} points over dense attention is "
-        "**{e1|verdicts|listops|verdict}** on every task run so far — ListOps {e1|verdicts|listops|a_mean} % against "
+        "**{e1|verdicts|listops|verdict}** on every task — ListOps {e1|verdicts|listops|a_mean} % against "
         "{e1|verdicts|listops|b_mean} % ({e1|verdicts|listops|difference}; significant over the test examples, paired p "
         "{e1|verdicts|listops|paired_p}, but not over seeds once Holm's correction is applied, adjusted Welch p "
-        "{e1|verdicts|listops|p_seeds_holm}), images {e1|verdicts|image|difference} — at {e1|flops_ratio|range}× the "
-        "attention FLOPs",
+        "{e1|verdicts|listops|p_seeds_holm}), images {e1|verdicts|image|difference}, text {e1|verdicts|text|difference} "
+        "(rerun on the fortunes task: {e1|verdicts|text|test_examples} test texts, where the man pages had 123) — at "
+        "{e1|flops_ratio|range}× the attention FLOPs",
         "removing a term does not lower accuracy detectably (all four **{e2|verdicts|no-align|verdict}**;",
         "ALiBi instead of RoPE {e2|comparisons|pos-alibi vs full|difference}, learned absolute positions "
         "{e2|comparisons|pos-learned vs full|difference}",
@@ -64,8 +66,9 @@ QUOTES = {
         "({e4|length|ascender|train} → {e4|length|ascender|longest} % at {e4|length|ascender|longest_bucket} tokens; "
         "dense {e4|length|dense|train} → {e4|length|dense|longest} %)",
         "ListOps {e5|verdicts|listops|a_mean} % against dense {e5|verdicts|listops|b_mean} %, the claimed "
-        "{e5|verdicts|listops|claim} **{e5|verdicts|listops|verdict}**; images ({e5|verdicts|image|difference}) "
-        "**{e5|verdicts|image|verdict}**;",
+        "{e5|verdicts|listops|claim} **{e5|verdicts|listops|verdict}**; text (rerun on the fortunes) "
+        "{e5|verdicts|text|a_mean} % against {e5|verdicts|text|b_mean} %, **{e5|verdicts|text|verdict}** too; images "
+        "({e5|verdicts|image|difference}) **{e5|verdicts|image|verdict}**;",
         "each part of the seed's ablation **{e5|verdicts|no-clustered|verdict}**; ASAM trains at {e5|speed|range}× dense "
         "attention's speed",
         "backprop through the gate {e6|arms|ste|mean_1} %, an MLP {e6|arms|mlp|mean_1} %, rule B "
@@ -81,7 +84,9 @@ QUOTES = {
         "{e5|verdicts|listops|b_std} % ({e5|verdicts|listops|difference} points): the claimed "
         "{e5|verdicts|listops|claim} is **{e5|verdicts|listops|verdict}** (both 95 % intervals, "
         "{e5|verdicts|listops|seeds_interval} over seeds and {e5|verdicts|listops|examples_interval} over the test "
-        "examples, end below it). Images {e5|verdicts|image|difference} are **{e5|verdicts|image|verdict}** (paired p "
+        "examples, end below it). Text (Debian's fortunes by topic, {e5|verdicts|text|test_examples} test texts) "
+        "{e5|verdicts|text|a_mean} % vs {e5|verdicts|text|b_mean} % ({e5|verdicts|text|difference} points): "
+        "**{e5|verdicts|text|verdict}** as well. Images {e5|verdicts|image|difference} are **{e5|verdicts|image|verdict}** (paired p "
         "{e5|verdicts|image|paired_p} over the test examples, Welch p {e5|verdicts|image|welch_p} over seeds; MDE "
         "{e5|verdicts|image|mde} points)",
         "On images the window alone ({e5|arms|image/window|mean} %) beats both.",
@@ -90,12 +95,15 @@ QUOTES = {
     ],
     "docs/ascender.md": [
         "the claimed gain of up to {e1|verdicts|listops|claim} points is **{e1|verdicts|listops|verdict}** on every "
-        "task run so far. ListOps at 128–256 tokens {e1|verdicts|listops|a_mean} ± {e1|verdicts|listops|a_std} % against "
+        "task. ListOps at 128–256 tokens {e1|verdicts|listops|a_mean} ± {e1|verdicts|listops|a_std} % against "
         "{e1|verdicts|listops|b_mean} ± {e1|verdicts|listops|b_std} % ({e1|verdicts|listops|difference} points: "
         "significant over the test examples, paired p {e1|verdicts|listops|paired_p}, but not over seeds once Holm's "
         "correction across the three tasks is applied, adjusted Welch p {e1|verdicts|listops|p_seeds_holm}; both 95 % "
         "intervals, {e1|verdicts|listops|seeds_interval} and {e1|verdicts|listops|examples_interval}, end far below "
-        "{e1|verdicts|listops|claim}); Fashion-MNIST as pixel sequences {e1|verdicts|image|difference}.",
+        "{e1|verdicts|listops|claim}); Fashion-MNIST as pixel sequences {e1|verdicts|image|difference}; text (Debian's "
+        "fortunes by topic, {e1|verdicts|text|test_examples} test texts) {e1|verdicts|text|a_mean} % against "
+        "{e1|verdicts|text|b_mean} % ({e1|verdicts|text|difference} points; intervals "
+        "{e1|verdicts|text|seeds_interval} over seeds and {e1|verdicts|text|examples_interval} over the test examples)",
         "Its attention costs {e1|flops_ratio|range}× dense attention's FLOPs",
         "no term's contribution is detected (the four claims **{e2|verdicts|no-sep|verdict}**)",
         "512–1024 ({e4|length|ascender|train} → {e4|length|ascender|longest} %; dense {e4|length|dense|train} → "
