@@ -7,30 +7,26 @@ import datetime
 import lib
 
 
-def run_cpus(rep: lib.Report) -> list[str]:
-    """The CPUs the finished runs ran on, as the queue recorded them per part (runs made before it recorded them add
-    nothing)."""
-    cpus = set()
+# The study's runs made before the queue recorded the CPU (2026-11-29) all ran on this machine, as every report of
+# then named it.
+UNRECORDED_CPU = "AMD EPYC, 2 cores"
+
+
+def cpu_text(rep: lib.Report) -> str:
+    """The CPUs the finished runs ran on (the queue records one per run part), each with the groups of runs (the first
+    part of the run id) made on it when there are several."""
+    by_cpu: dict[str, set] = {}
     for r in rep.runs:
         if lib.state_of(rep.dir(r)) == "done":
-            for part in (lib.run_json(rep.dir(r), "queue.json") or {}).get("parts", []):
-                if part.get("cpu"):
-                    cpus.add(part["cpu"])
-    return sorted(cpus)
-
-
-def earlier_cpu_text(rep: lib.Report) -> str | None:
-    """The CPU named by the report this one replaces, for runs made before the queue recorded it: the earlier report
-    was written on the machine that had just finished them."""
-    try:
-        text = rep.report_path().read_text()
-    except (OSError, AttributeError):
-        return None
-    for line in text.splitlines():
-        if "; CPU" in line and "; code version" in line:
-            return line.split("; CPU", 1)[1].split("; code version", 1)[0].lstrip(": ").removeprefix(
-                "of the runs: ")
-    return None
+            parts = (lib.run_json(rep.dir(r), "queue.json") or {}).get("parts", [])
+            cpus = {p["cpu"] for p in parts if p.get("cpu")} or {UNRECORDED_CPU}
+            for c in cpus:
+                by_cpu.setdefault(c, set()).add(r.id.split("/")[0])
+    if not by_cpu:
+        return lib.cpu_model()
+    if len(by_cpu) == 1:
+        return next(iter(by_cpu))
+    return "; ".join(f"{c} ({', '.join(sorted(g))})" for c, g in sorted(by_cpu.items()))
 
 
 def version_text(rep: lib.Report) -> tuple[str, list[str]]:
@@ -57,8 +53,7 @@ def header(rep: lib.Report, title: str, budget_text: str) -> str:
     rep.fact("runs", "done", done)
     rep.fact("runs", "total", len(rep.runs))
     rep.fact("runs", "code_versions", [v[:7] for v in versions])
-    cpus = run_cpus(rep)
-    cpu = "; ".join(cpus) if cpus else (earlier_cpu_text(rep) or lib.cpu_model())
+    cpu = cpu_text(rep)
     return (f"# {title}\n\n"
             f"Scale **{rep.scale}**{' (a smoke test of the script: the numbers mean nothing)' if rep.scale == 'tiny' else ''}; "
             f"report written {datetime.date.today().isoformat()} from {done} of {len(rep.runs)} runs; "

@@ -23,8 +23,7 @@ DATE = re.compile(r"report written \d{4}-\d{2}-\d{2}")
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "experiments"
-        # a copy of the committed folder: the figures are referenced, not redrawn (--no-figures), and each report
-        # names the CPU its predecessor named for runs made before the queue recorded it
+        # a copy of the committed folder: the figures are referenced, not redrawn (--no-figures)
         shutil.copytree(RESULTS, out)
         r = subprocess.run([sys.executable, str(REPO / "experiments" / "queue.py"), "report", "--no-figures",
                             "--out-dir", str(out)], capture_output=True, text=True)
