@@ -12,6 +12,12 @@
 //   // one value per test example (1 = correct), the same examples in the same order for both models:
 //   auto t = asc::stats::paired_bootstrap(correct_a, correct_b);          // t.delta, t.low, t.high, t.p
 //   auto r = asc::stats::approximate_randomization(correct_a, correct_b); // r.p
+//   // a verdict on "A is 0.8 points more accurate" (docs/stats.md): Welch's interval over seeds, the paired one over
+//   // examples, their p-values (Holm-adjusted when several tasks test the claim), the baseline's binomial test
+//   auto w = asc::stats::welch_t_test(a, b);
+//   auto v = asc::stats::claim_verdict({.claim = 0.008, .difference = w.difference,
+//                                       .seeds = {w.difference, w.low, w.high}, .examples = {t.delta, t.low, t.high},
+//                                       .p_seeds = w.p, .p_examples = t.p});   // v.verdict, v.reason
 //
 // Randomness: every resampling function takes a seed, and resample r draws from its own Philox stream (seed, r),
 // so results are the same bits whatever the thread count. Inputs with a NaN give NaN results (no exception);
