@@ -83,13 +83,18 @@ def _point_row(p: Point) -> list[str]:
     return [p.task, p.arm, f"{100 * p.mean:.2f} ± {100 * p.sd:.2f}", f"{p.flops:,.0f}", f"{p.tps:,.0f}"]
 
 
+def _dominators(task, pts) -> list[str]:
+    """The arms of the task as accurate as ASCender or more, at no more attention FLOPs (means over seeds)."""
+    asc = next(p for p in pts if p.task == task and p.arm == "ascender")
+    return [p.arm for p in pts if p.task == task and p.arm != "ascender" and p.mean >= asc.mean
+            and p.flops <= asc.flops]
+
+
 def _cheaper_tests(rep, task, pts) -> list:
     """ASCender against each arm of its task that costs fewer attention FLOPs: (arm point, difference in points,
-    paired p, Welch p) — what decides whether ASCender moves the front; [] when another arm dominates it."""
+    paired p, Welch p) — what decides whether an undominated ASCender moves the front."""
     asc = next(p for p in pts if p.task == task and p.arm == "ascender")
     others = [p for p in pts if p.task == task and p.arm != "ascender"]
-    if any(p.mean >= asc.mean and p.flops <= asc.flops for p in others):
-        return []
     out = []
     for p in (p for p in others if p.flops < asc.flops):
         cmp = rep.compare_dirs(asc.dirs, p.dirs, f"{task}/ascender", f"{task}/{p.arm}", strict=False)
@@ -106,30 +111,28 @@ def _pareto_verdicts(rep, tasks, pts) -> list[str]:
     only if that gain is real: significant (paired p < 0.05 over test examples and Welch p < 0.05 over seeds; Welch
     alone for arms evaluated on other test examples) over every cheaper arm, the p-values Holm-adjusted across every
     task's comparisons (one claim tested on several tasks: docs/stats.md)."""
-    tests = {task: _cheaper_tests(rep, task, pts) for task in tasks}
+    dominators = {task: _dominators(task, pts) for task in tasks}
+    tests = {task: [] if dominators[task] else _cheaper_tests(rep, task, pts) for task in tasks}
     flat = [t for task in tasks for t in tests[task]]
     adj_paired, adj_welch = ([], [])
     if flat:
         adj_paired, adj_welch = rep.stats([{"op": "holm_adjust", "p": [t[2] for t in flat]},
                                            {"op": "holm_adjust", "p": [t[3] for t in flat]}])
-    adjusted = {id(t): (pp, pw) for t, pp, pw in zip(flat, adj_paired, adj_welch)}
+    adjusted = iter(zip(adj_paired, adj_welch))  # in flat's order, which the loop below walks
     out = []
     for task in tasks:
         asc = next(p for p in pts if p.task == task and p.arm == "ascender")
-        others = [p for p in pts if p.task == task and p.arm != "ascender"]
         label = f"- **{task}: ASCender moves the accuracy–FLOPs Pareto front** (seed 001, Fig. 2) — "
-        dominators = [p.arm for p in others if p.mean >= asc.mean and p.flops <= asc.flops]
-        if dominators:
-            out.append(label + f"does not hold: {', '.join(dominators)} is as accurate or more at fewer attention "
+        if dominators[task]:
+            out.append(label + f"does not hold: {', '.join(dominators[task])} is as accurate or more at fewer attention "
                                f"FLOPs (means over seeds).")
             continue
         if not tests[task]:
             out.append(label + "holds: no other arm is as accurate, and none is cheaper (means over seeds).")
             continue
         gains, weak = [], []
-        for t in tests[task]:
-            p, diff, paired, welch = t
-            pp, pw = adjusted[id(t)]
+        for p, diff, paired, welch in tests[task]:
+            pp, pw = next(adjusted)
             shown = ", ".join(f"{n} p {lib.fmt_p(v)}" + (f" (adjusted {lib.fmt_p(a)})" if len(flat) > 1 else "")
                               for n, v, a in (("paired", paired, pp), ("Welch", welch, pw)) if v is not None)
             text = (f"{p.arm} ({diff:+.2f} points, {shown or 'untested'}; ASCender costs "

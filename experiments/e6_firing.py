@@ -200,9 +200,10 @@ def report(rep: lib.Report) -> str:
         verdicts.append("- **α** (measured; the seed makes no claim): the second firing layer has α neurons, so α is "
                         "the width of the network's last hidden layer; under backprop alone " + ", ".join(cells) + ".")
     first = rep.done("rule-b")[:1]
-    if first and not (first[0] / "dumps" / "firing_rates.safetensors").exists() and rep.kept_figure("firing_rule_b"):
+    fig = None
+    if first and not (first[0] / "dumps" / "firing_rates.safetensors").exists():
         fig = rep.kept_figure("firing_rule_b")  # drawn with the dump on the machine that ran the study: kept
-    else:
+    if fig is None:
         fig = rep.plot("firing", first, "firing_rule_b")
     if fig:
         parts.append(f"Firing rates and thresholds of rule B, seed 0 (the first seed): ![firing]({fig})\n")

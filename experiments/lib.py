@@ -875,8 +875,8 @@ class Report:
                 continue
             mean = sum(acc) / len(acc)
             std = (sum((v - mean) ** 2 for v in acc) / (len(acc) - 1)) ** 0.5 if len(acc) > 1 else None
-            self.fact("arms", arm, {"n": len(acc), "mean": _pct(mean), "mean_1": _pct(mean, 1), "std": _pct(std),
-                                    "min": _pct(min(acc)), "max": _pct(max(acc))})
+            self.fact("arms", arm, {"n": len(acc), "mean": pct(mean), "mean_1": pct(mean, 1), "std": pct(std),
+                                    "min": pct(min(acc)), "max": pct(max(acc))})
 
     def dir(self, run: Run) -> Path:
         return run_dir(self.root, self.exp, run)
@@ -989,11 +989,12 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _pct(v, digits=2) -> str:
+def pct(v, digits=2) -> str:
+    """A fraction as a percentage (or a difference of fractions in points), as the reports print it; "—" for None."""
     return "—" if v is None else f"{100 * v:.{digits}f}"
 
 
-def _signed(v, digits=2) -> str:
+def signed(v, digits=2) -> str:
     return "—" if v is None else f"{100 * v:+.{digits}f}"
 
 
@@ -1005,17 +1006,17 @@ def comparison_facts(cmp: dict) -> dict:
     mdes = [m for m in (cmp.get("mde_seeds"), cmp.get("mde_examples")) if m is not None]
     bl = cmp.get("baseline_learns") or {}
     return {"a": cmp.get("a"), "b": cmp.get("b"), "seeds_a": ga["n"], "seeds_b": gb["n"],
-            "a_mean": _pct(ga["mean"]), "a_std": _pct(ga.get("std")), "b_mean": _pct(gb["mean"]),
-            "b_std": _pct(gb.get("std")), "a_mean_1": _pct(ga["mean"], 1), "b_mean_1": _pct(gb["mean"], 1),
-            "difference": _signed(cmp.get("difference")), "difference_1": _signed(cmp.get("difference"), 1),
-            "seeds_interval": f"[{_pct(w.get('low'))}, {_pct(w.get('high'))}]", "welch_p": fmt_p(w.get("p")),
+            "a_mean": pct(ga["mean"]), "a_std": pct(ga.get("std")), "b_mean": pct(gb["mean"]),
+            "b_std": pct(gb.get("std")), "a_mean_1": pct(ga["mean"], 1), "b_mean_1": pct(gb["mean"], 1),
+            "difference": signed(cmp.get("difference")), "difference_1": signed(cmp.get("difference"), 1),
+            "seeds_interval": f"[{pct(w.get('low'))}, {pct(w.get('high'))}]", "welch_p": fmt_p(w.get("p")),
             "seed_paired_p": fmt_p(paired.get("p")) if paired else "—",
-            "examples_interval": f"[{_pct(pb.get('low'))}, {_pct(pb.get('high'))}]" if pb else "—",
+            "examples_interval": f"[{pct(pb.get('low'))}, {pct(pb.get('high'))}]" if pb else "—",
             "paired_p": fmt_p(pb.get("p")) if pb else "—", "test_examples": cmp.get("test_examples"),
-            "mde_seeds": _pct(cmp.get("mde_seeds"), 1), "mde_examples": _pct(cmp.get("mde_examples"), 1),
-            "mde": _pct(max(mdes), 1) if mdes else "—",
+            "mde_seeds": pct(cmp.get("mde_seeds"), 1), "mde_examples": pct(cmp.get("mde_examples"), 1),
+            "mde": pct(max(mdes), 1) if mdes else "—",
             "baseline_learns_p": fmt_p(bl.get("p")) if bl else "—",
-            "majority_rate": _pct(bl.get("majority_rate")) if bl else "—"}
+            "majority_rate": pct(bl.get("majority_rate")) if bl else "—"}
 
 
 def fmt_p(p) -> str:

@@ -12,16 +12,21 @@ import lib
 UNRECORDED_CPU = "AMD EPYC, 2 cores"
 
 
-def cpu_text(rep: lib.Report) -> str:
-    """The CPUs the finished runs ran on (the queue records one per run part), each with the groups of runs (the first
-    part of the run id) made on it when there are several."""
+def done_records(rep: lib.Report) -> list[tuple[str, dict]]:
+    """(group, queue.json record) of each finished run; the group is the run id's first part (a task, an arm), within
+    which the reports compare runs."""
+    return [(r.id.split("/")[0], lib.run_json(rep.dir(r), "queue.json") or {}) for r in rep.runs
+            if lib.state_of(rep.dir(r)) == "done"]
+
+
+def cpu_text(records: list[tuple[str, dict]]) -> str:
+    """The CPUs the finished runs ran on (the queue records one per run part), each with the groups of runs made on it
+    when there are several."""
     by_cpu: dict[str, set] = {}
-    for r in rep.runs:
-        if lib.state_of(rep.dir(r)) == "done":
-            parts = (lib.run_json(rep.dir(r), "queue.json") or {}).get("parts", [])
-            cpus = {p["cpu"] for p in parts if p.get("cpu")} or {UNRECORDED_CPU}
-            for c in cpus:
-                by_cpu.setdefault(c, set()).add(r.id.split("/")[0])
+    for group, record in records:
+        cpus = {p["cpu"] for p in record.get("parts", []) if p.get("cpu")} or {UNRECORDED_CPU}
+        for c in cpus:
+            by_cpu.setdefault(c, set()).add(group)
     if not by_cpu:
         return lib.cpu_model()
     if len(by_cpu) == 1:
@@ -29,15 +34,13 @@ def cpu_text(rep: lib.Report) -> str:
     return "; ".join(f"{c} ({', '.join(sorted(g))})" for c, g in sorted(by_cpu.items()))
 
 
-def version_text(rep: lib.Report) -> tuple[str, list[str]]:
-    """The code versions of the finished runs, as text: one version, or each version with the groups of runs (the
-    first part of the run id: a task, an arm) made with it — comparisons are made within a group, so a group of one
-    version compares like with like; a group of several gets a warning. And the versions, sorted."""
+def version_text(records: list[tuple[str, dict]]) -> tuple[str, list[str]]:
+    """The code versions of the finished runs, as text: one version, or each version with the groups of runs made
+    with it — comparisons are made within a group, so a group of one version compares like with like; a group of
+    several gets a warning. And the versions, sorted."""
     by_group: dict[str, set] = {}
-    for r in rep.runs:
-        if lib.state_of(rep.dir(r)) == "done":
-            v = (lib.run_json(rep.dir(r), "queue.json") or {}).get("code_version", "?")
-            by_group.setdefault(r.id.split("/")[0], set()).add(v)
+    for group, record in records:
+        by_group.setdefault(group, set()).add(record.get("code_version", "?"))
     versions = sorted(set().union(*by_group.values())) if by_group else []
     if len(versions) <= 1:
         return ", ".join(versions) or "—", versions
@@ -48,12 +51,13 @@ def version_text(rep: lib.Report) -> tuple[str, list[str]]:
 
 
 def header(rep: lib.Report, title: str, budget_text: str) -> str:
-    text, versions = version_text(rep)
-    done = sum(lib.state_of(rep.dir(r)) == "done" for r in rep.runs)
+    records = done_records(rep)
+    text, versions = version_text(records)
+    done = len(records)
     rep.fact("runs", "done", done)
     rep.fact("runs", "total", len(rep.runs))
     rep.fact("runs", "code_versions", [v[:7] for v in versions])
-    cpu = cpu_text(rep)
+    cpu = cpu_text(records)
     return (f"# {title}\n\n"
             f"Scale **{rep.scale}**{' (a smoke test of the script: the numbers mean nothing)' if rep.scale == 'tiny' else ''}; "
             f"report written {datetime.date.today().isoformat()} from {done} of {len(rep.runs)} runs; "
@@ -94,12 +98,7 @@ def rerun_note(task: str, scale: str) -> str:
     return f"{RERUNS[task]}\n\n" if scale == "full" and task in RERUNS else ""
 
 
-def pct(v, digits=2) -> str:
-    return "—" if v is None else f"{100 * v:.{digits}f}"
-
-
-def signed(v, digits=2) -> str:
-    return "—" if v is None else f"{100 * v:+.{digits}f}"
+pct, signed = lib.pct, lib.signed  # the reports' number formats, one definition (lib: the facts use them too)
 
 
 def comparison_table(cmp: dict, a_name: str, b_name: str) -> str:
@@ -171,7 +170,7 @@ class Family:
 
     def __init__(self, rep: lib.Report):
         self.rep = rep
-        self.items = []  # (cmp, claim in points, direction, label, note)
+        self.items = []  # (cmp or None, claim in points, direction, label, note, key)
 
     def add(self, cmp: dict | None, claim_points: float, label: str, direction: int = 0, note: str = "",
             key: str = ""):
@@ -181,7 +180,7 @@ class Family:
         self.items.append((cmp, claim_points, direction, label, note, key or label))
 
     def judge(self) -> list[dict]:
-        """Per comparison: verdict, reason, and the adjusted p-values (None where a statistic is missing)."""
+        """Per comparison: claim_verdict's answer and the adjusted p-values (None for a comparison without runs)."""
         if not self.items:
             return []
         welch = [(c.get("welch_t_test") or {}).get("p") if c else 1.0 for c, *_ in self.items]
@@ -215,7 +214,7 @@ class Family:
                                             "p_seeds_holm": lib.fmt_p(v["p_seeds_holm"]),
                                             "p_examples_holm": lib.fmt_p(v["p_examples_holm"])})
             smaller = (" The difference is significant in the claimed direction, but smaller than claimed."
-                       if v["verdict"] == "rejected" and "claimed direction" in v["reason"] else "")
+                       if v["verdict"] == "rejected" and v["significant_in_direction"] else "")
             out.append(f"- **{label}** (claim) — **{v['verdict']}**: {evidence_text(c, claim, direction, v, m)}."
                        + smaller + (f" {note}" if note else ""))
         return out

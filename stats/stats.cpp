@@ -509,29 +509,33 @@ ClaimVerdict claim_verdict(const ClaimEvidence& e) {
     intervals.push_back(&e.examples);
     ps.push_back(e.p_examples);
   }
-  const bool all_exclude = std::all_of(intervals.begin(), intervals.end(),
-                                       [&](const Interval* i) { return excludes_claim(*i, e.claim, dir); });
-  const bool any_exclude = std::any_of(intervals.begin(), intervals.end(),
-                                       [&](const Interval* i) { return excludes_claim(*i, e.claim, dir); });
+  const auto excludes = [&](const Interval* i) { return excludes_claim(*i, e.claim, dir); };
+  const bool all_exclude = std::all_of(intervals.begin(), intervals.end(), excludes);
+  const bool any_exclude = std::any_of(intervals.begin(), intervals.end(), excludes);
   const bool significant = std::all_of(ps.begin(), ps.end(), [&](double p) { return p < e.alpha; });
-  const bool in_direction = e.difference * dir > 0;
+  const bool sig_dir = significant && e.difference * dir > 0;
   const char* which = intervals.size() == 2 ? "both 95 % intervals (seeds, examples)" : "the 95 % interval over seeds";
   if (all_exclude)
     return {Verdict::Rejected,
             fmt::format("the claimed {} lies beyond {}{}", g(e.claim), which,
-                        significant && in_direction ? ": a significant difference in the claimed direction, smaller"
-                        : significant               ? ": a significant difference the other way"
-                                                    : "")};
-  if (significant && in_direction && any_exclude)
+                        sig_dir       ? ": a significant difference in the claimed direction, smaller"
+                        : significant ? ": a significant difference the other way"
+                                      : ""),
+            sig_dir};
+  if (sig_dir && any_exclude)
     return {Verdict::SmallerThanClaimed,
             fmt::format("a significant difference of {} in the claimed direction; one interval excludes the claimed {}",
-                        g(e.difference), g(e.claim))};
-  if (significant && in_direction)
-    return {Verdict::Holds, fmt::format("a significant difference of {} whose intervals hold the claimed {}",
-                                        g(e.difference), g(e.claim))};
+                        g(e.difference), g(e.claim)),
+            sig_dir};
+  if (sig_dir)
+    return {
+        Verdict::Holds,
+        fmt::format("a significant difference of {} whose intervals hold the claimed {}", g(e.difference), g(e.claim)),
+        sig_dir};
   return {Verdict::Inconclusive,
           fmt::format("{}: the data neither exclude the claimed {} nor show a significant difference in its direction",
-                      g(e.difference), g(e.claim))};
+                      g(e.difference), g(e.claim)),
+          sig_dir};
 }
 
 }  // namespace asc::stats

@@ -177,7 +177,8 @@ struct ClaimEvidence {
 };
 struct ClaimVerdict {
   Verdict verdict = Verdict::Inconclusive;
-  std::string reason;  // one sentence, in the units of the inputs
+  std::string reason;                     // one sentence, in the units of the inputs
+  bool significant_in_direction = false;  // every available test at p < alpha, the difference the claim's way
 };
 ClaimVerdict claim_verdict(const ClaimEvidence& e);
 

@@ -337,30 +337,21 @@ TEST_CASE("pathfinder: tokens and image forms, determinism, task fields, bad opt
   CHECK_THROWS_AS(pathfinder_render(0, 0, {.gap_len = 0.5}), asc::Error);
   CHECK_THROWS_AS(pathfinder_render(0, 0, {.size = 8, .path_steps = 30}), asc::Error);  // cannot fit: a clear error
 
-  // The task's difficulty options reach the generator: the same images as pathfinder_render with those options
-  const Task easy = make_task("pathfinder", {.seed = 3,
-                                             .train_size = 8,
-                                             .val_size = 2,
-                                             .test_size = 2,
-                                             .pathfinder_size = 16,
-                                             .path_steps = 5,
-                                             .distractors = 0});
+  // The task's difficulty options reach the generator: a 16 x 16 scene of 5-step paths, with or without distractors,
+  // dashed or solid
+  const auto scene = [](int64_t distractors, bool solid) {
+    return make_task("pathfinder", {.seed = 3,
+                                    .train_size = 8,
+                                    .val_size = 2,
+                                    .test_size = 2,
+                                    .pathfinder_size = 16,
+                                    .path_steps = 5,
+                                    .distractors = distractors,
+                                    .pathfinder_solid = solid});
+  };
+  const Task easy = scene(0, false), same = scene(0, false), other = scene(2, false), solid = scene(0, true);
   CHECK(easy.max_len == 256);
   CHECK(easy.description.find("5 steps each, 0 distractors") != std::string::npos);
-  const Task same = make_task("pathfinder", {.seed = 3,
-                                             .train_size = 8,
-                                             .val_size = 2,
-                                             .test_size = 2,
-                                             .pathfinder_size = 16,
-                                             .path_steps = 5,
-                                             .distractors = 0});
-  const Task other = make_task("pathfinder", {.seed = 3,
-                                              .train_size = 8,
-                                              .val_size = 2,
-                                              .test_size = 2,
-                                              .pathfinder_size = 16,
-                                              .path_steps = 5,
-                                              .distractors = 2});
   int64_t lit_easy = 0, lit_other = 0;
   for (int64_t i = 0; i < 8; ++i) {
     const Example e = easy.train->get(i);
@@ -371,14 +362,6 @@ TEST_CASE("pathfinder: tokens and image forms, determinism, task fields, bad opt
   }
   CHECK(lit_other > lit_easy);  // two distractors per scene light more pixels than none
   // solid: the same geometry drawn without gaps (data/pathfinder.h: the dashed image is a subset of the solid one)
-  const Task solid = make_task("pathfinder", {.seed = 3,
-                                              .train_size = 8,
-                                              .val_size = 2,
-                                              .test_size = 2,
-                                              .pathfinder_size = 16,
-                                              .path_steps = 5,
-                                              .distractors = 0,
-                                              .pathfinder_solid = true});
   CHECK(solid.description.find("solid random-walk paths") != std::string::npos);
   int64_t lit_solid = 0;
   for (int64_t i = 0; i < 8; ++i) {

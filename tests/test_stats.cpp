@@ -353,6 +353,7 @@ TEST_CASE("claim_verdict: each rule, in its order of precedence") {
   // experiment 5's ListOps shape: claimed +0.8, both intervals end below it, nothing significant -> rejected
   st::ClaimEvidence e = evidence(0.8, -0.38, {-0.38, -0.95, 0.19}, {-0.38, -0.85, 0.11}, 0.2, 0.1);
   CHECK(st::claim_verdict(e).verdict == st::Verdict::Rejected);
+  CHECK_FALSE(st::claim_verdict(e).significant_in_direction);
   // the baseline not above the majority rate comes first, whatever else
   e.baseline_learns_p = 0.3;
   CHECK(st::claim_verdict(e).verdict == st::Verdict::NotTestable);
@@ -362,6 +363,7 @@ TEST_CASE("claim_verdict: each rule, in its order of precedence") {
   const st::ClaimVerdict r = st::claim_verdict(e);
   CHECK(r.verdict == st::Verdict::Rejected);
   CHECK(r.reason.find("significant difference in the claimed direction") != std::string::npos);
+  CHECK(r.significant_in_direction);
   // one interval holds the claim, the other excludes it, significant -> smaller than claimed
   e = evidence(1.5, 1.1, {1.1, 0.5, 1.7}, {1.1, 0.6, 1.4}, 0.01, 0.001);
   CHECK(st::claim_verdict(e).verdict == st::Verdict::SmallerThanClaimed);

@@ -15,6 +15,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -147,7 +148,9 @@ st::ClaimEvidence evidence_of(const Json& r) {
 }
 
 Json verdict_json(const st::ClaimVerdict& v) {
-  return {{"verdict", st::verdict_name(v.verdict)}, {"reason", v.reason}};
+  return {{"verdict", st::verdict_name(v.verdict)},
+          {"reason", v.reason},
+          {"significant_in_direction", v.significant_in_direction}};
 }
 
 // One request {"op": name, arguments...} -> its result.
@@ -361,7 +364,8 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
   const bool seeds = a.size() >= 2 && b.size() >= 2;
   st::Interval diff_ci = none;
   double d = kNaN, delta = kNaN, mde_seeds = kNaN;
-  st::TTest welch = st::welch_t_test(std::vector<double>{kNaN, kNaN}, std::vector<double>{kNaN, kNaN}, bo.level);
+  st::TTest welch;  // read only when there are seeds
+  std::optional<st::TTest> seed_paired;
   if (seeds) {
     diff_ci = st::bootstrap_difference_ci(am, bm, bo);
     d = st::cohens_d(am, bm);
@@ -388,7 +392,8 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
         pa.push_back(v);
         pb_.push_back(by_seed_b.at(seed));
       }
-      out["seed_paired_t_test"] = t_test_json(st::paired_t_test(pa, pb_, bo.level));
+      seed_paired = st::paired_t_test(pa, pb_, bo.level);
+      out["seed_paired_t_test"] = t_test_json(*seed_paired);
     }
   }
 
@@ -397,7 +402,8 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
   const bool per_example =
       std::all_of(a.begin(), a.end(), has_predictions) && std::all_of(b.begin(), b.end(), has_predictions);
   st::PairedTest pb, ar;
-  double mde_examples = kNaN, baseline_learns_p = kNaN;
+  double mde_examples = kNaN, baseline_learns_p = kNaN, majority_rate = kNaN;
+  int64_t baseline_correct = 0;
   size_t n_examples = 0;
   st::ClaimVerdict verdict;
   if (per_example) {
@@ -425,19 +431,23 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
     for (const auto& [label, count] : label_counts) majority = std::max(majority, count);
     double b_correct = 0;
     for (double v : cb) b_correct += v;
-    const int64_t k = std::llround(b_correct);
-    const double majority_rate = double(majority) / double(n_examples);
-    baseline_learns_p = st::binomial_test_greater(k, int64_t(n_examples), majority_rate);
-    out["baseline_learns"] = {
-        {"majority_rate", majority_rate}, {"correct", k}, {"examples", n_examples}, {"p", num(baseline_learns_p)}};
+    baseline_correct = std::llround(b_correct);
+    majority_rate = double(majority) / double(n_examples);
+    baseline_learns_p = st::binomial_test_greater(baseline_correct, int64_t(n_examples), majority_rate);
+    out["baseline_learns"] = {{"majority_rate", majority_rate},
+                              {"correct", baseline_correct},
+                              {"examples", n_examples},
+                              {"p", num(baseline_learns_p)}};
   }
   if (!std::isnan(claim)) {
     st::ClaimEvidence e;
     e.claim = claim;
     e.direction = direction;
     e.difference = sa.mean - sb.mean;
-    e.seeds = {welch.difference, welch.low, welch.high, bo.level};
-    e.p_seeds = welch.p;
+    if (seeds) {
+      e.seeds = {welch.difference, welch.low, welch.high, bo.level};
+      e.p_seeds = welch.p;
+    }
     if (per_example) {
       e.examples = {pb.delta, pb.low, pb.high, bo.level};
       e.p_examples = pb.p;
@@ -461,10 +471,7 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
         "smallest difference Welch's test on {} + {} seeds detects (α 0.05, power 0.8): {})",
         fmt_num(welch.p), 100 * bo.level, interval_text({welch.difference, welch.low, welch.high, bo.level}),
         interval_text(diff_ci), fmt_num(d, 2), fmt_num(delta, 2), sa.n, sb.n, fmt_num(mde_seeds));
-    if (out.contains("seed_paired_t_test"))
-      fmt::print(
-          "; the same seeds in both arms: seed-paired t-test p {}",
-          fmt_num(out["seed_paired_t_test"]["p"].is_null() ? kNaN : out["seed_paired_t_test"]["p"].get<double>()));
+    if (seed_paired) fmt::print("; the same seeds in both arms: seed-paired t-test p {}", fmt_num(seed_paired->p));
   }
   fmt::print("\n");
   if (per_example) {
@@ -477,8 +484,7 @@ int run_compare(const std::vector<std::string>& a_dirs, const std::vector<std::s
     fmt::print(
         "{} learns the task: {} of {} correct (mean over its runs) against a majority-class rate of {}, "
         "one-sided binomial p {}\n",
-        b_name, out["baseline_learns"]["correct"].get<int64_t>(), n_examples,
-        fmt_num(out["baseline_learns"]["majority_rate"].get<double>()), fmt::format("{:.3g}", baseline_learns_p));
+        b_name, baseline_correct, n_examples, fmt_num(majority_rate), fmt::format("{:.3g}", baseline_learns_p));
   }
   if (!std::isnan(claim))
     fmt::print("verdict on the claim {} − {} = {:+g}{}: **{}** — {}\n", a_name, b_name, claim,
