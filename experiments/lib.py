@@ -710,7 +710,9 @@ class Queue:
             cmd += ["--threads", str(self.threads)]
         cmd = [*self.launcher, *cmd]
         out = d.relative_to(REPO) if d.is_relative_to(REPO) else d
-        record["command"] = " ".join([*self.launcher, "train", *args, "--seed", str(run.seed), "--out", str(out)])
+        # the record names paths inside the repository relative to it, so that a report reads the same in any checkout
+        shown = [a.replace("{root}/", "") for a in run.args]
+        record["command"] = " ".join([*self.launcher, "train", *shown, "--seed", str(run.seed), "--out", str(out)])
         left = deadline - time.time()
         self.log(f"queue: {exp.name}/{run.id}: {'resuming' if '--resume' in cmd else 'starting'} "
                  f"({run.steps} steps, ~{fmt_duration(need) if need else '?'}; "

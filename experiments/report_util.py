@@ -3,6 +3,7 @@ comparison tables from `stats compare`, the verdict rule against a claim, effici
 from __future__ import annotations
 
 import datetime
+import re
 
 import lib
 
@@ -67,6 +68,12 @@ def header(rep: lib.Report, title: str, budget_text: str) -> str:
             f"reported beside, not equalised.\n")
 
 
+def repo_relative(command: str) -> str:
+    """A recorded command with the absolute checkout prefix of its run's paths dropped (runs recorded before the
+    queue wrote them relative named the checkout they ran in, which differs from this one)."""
+    return re.sub(r"(?<!\S)/\S*?/(?=experiments/results/)", "", command.replace(str(lib.REPO) + "/", ""))
+
+
 def footer(rep: lib.Report) -> str:
     example = next((lib.run_json(rep.dir(r), "queue.json") for r in rep.runs
                     if lib.state_of(rep.dir(r)) == "done"), None) or {}
@@ -74,7 +81,7 @@ def footer(rep: lib.Report) -> str:
     return ("\n## How this was made\n\n```sh\n"
             f"python3 experiments/queue.py run {rep.exp.name}{scale}      # resumable; --budget-min N to stop in time\n"
             f"python3 experiments/queue.py report {rep.exp.name}{scale}\n"
-            + (f"# one of its runs:\n{example['command'].replace(str(lib.REPO) + '/', '')}\n"
+            + (f"# one of its runs:\n{repo_relative(example['command'])}\n"
                if example.get("command") else "")
             + "```\n\nStatistics (docs/stats.md): mean ± sample std over seeds; 95 % percentile-bootstrap intervals "
             "(10 000 resamples, seed 0); paired bootstrap and approximate randomisation over test examples (each "
