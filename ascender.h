@@ -10,6 +10,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/node.h"
+#include "core/autocast.h"
 #include "core/cpu_isa.h"
 #include "core/cpu_peak.h"
 #include "core/determinism.h"

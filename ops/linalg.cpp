@@ -1,6 +1,10 @@
 #include "ops/linalg.h"
 
+#include <optional>
+
 #include "autograd/node.h"
+#include "core/autocast.h"
+#include "ops/cpu/gemm.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/flops.h"
@@ -9,8 +13,12 @@ namespace asc {
 
 namespace {
 
-// (..., M, K) @ (..., K, N) for operands of at least 2 dims, batch dims broadcast. No autograd.
-Tensor matmul_nd(const Tensor& a, const Tensor& b) {
+// (..., M, K) @ (..., K, N) for operands of at least 2 dims, batch dims broadcast; with bf16, products in bfloat16
+// (matmul_bf16). No autograd.
+Tensor matmul_nd(const Tensor& a, const Tensor& b, bool bf16 = false) {
+  std::optional<cpu::Bf16ProductsScope> bf16_scope;  // read by the CPU matmul kernel on this thread
+  if (bf16) bf16_scope.emplace();
+  const char* name = bf16 ? "matmul_bf16" : "matmul";
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   Shape ba(std::span<const int64_t>(a.shape().data(), a.dim() - 2));
   Shape bb(std::span<const int64_t>(b.shape().data(), b.dim() - 2));
@@ -23,7 +31,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return out;  // nothing to compute (and a loop over a huge batch of empty matrices to skip)
   if (K == 0) return out.zero_();
   if (batch.empty()) {
-    ASC_KERNEL_COUNTED(a.device(), "matmul", flops::gemm(1, M, N, K), matmul, a, b, out);
+    ASC_KERNEL_COUNTED(a.device(), name, flops::gemm(1, M, N, K), matmul, a, b, out);
     return out;
   }
   // Collapse the batch dims to one: a view when the operand's batch dims are mergeable (always for expand of a
@@ -38,29 +46,37 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   };
   Tensor a3 = as3(a, M, K), b3 = as3(b, K, N);
   Tensor o3 = out.view({nb, M, N});
-  ASC_KERNEL_COUNTED(a.device(), "matmul", flops::gemm(nb, M, N, K), matmul, a3, b3, o3);
+  ASC_KERNEL_COUNTED(a.device(), name, flops::gemm(nb, M, N, K), matmul, a3, b3, o3);
   return out;
 }
 
-}  // namespace
-
-Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  check_defined("matmul", a_in, "first input");
-  check_defined("matmul", b_in, "second input");
-  check_same_device("matmul", {&a_in, &b_in});
-  ASC_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: both operands need at least 1 dimension, got {} and {}",
+Tensor matmul_impl(const Tensor& a_in, const Tensor& b_in, bool bf16) {
+  const char* op = bf16 ? "matmul_bf16" : "matmul";
+  check_defined(op, a_in, "first input");
+  check_defined(op, b_in, "second input");
+  check_same_device(op, {&a_in, &b_in});
+  ASC_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "{}: both operands need at least 1 dimension, got {} and {}", op,
             a_in.shape(), b_in.shape());
   ASC_CHECK(is_floating(a_in.dtype()) && a_in.dtype() == b_in.dtype(),
-            "matmul: operands must share a floating dtype, got {} and {}", a_in.dtype(), b_in.dtype());
+            "{}: operands must share a floating dtype, got {} and {}", op, a_in.dtype(), b_in.dtype());
+  if (bf16) {
+    ASC_CHECK(a_in.device().is_cpu() && a_in.dtype() == kFloat32,
+              "matmul_bf16: float32 CPU tensors only, got {} on {} (on CUDA, a model in bfloat16 runs its products "
+              "on tensor cores)",
+              a_in.dtype(), a_in.device());
+    ASC_CHECK(cpu_bf16_supported(),
+              "matmul_bf16: this processor has no bfloat16 products (AVX512-BF16 or AMX-BF16), or the build has no "
+              "oneDNN");
+  }
   const bool a_vec = a_in.dim() == 1, b_vec = b_in.dim() == 1;
   Tensor a = a_vec ? a_in.unsqueeze(0) : a_in;   // (K) -> (1, K)
   Tensor b = b_vec ? b_in.unsqueeze(-1) : b_in;  // (K) -> (K, 1)
-  ASC_CHECK(a.size(-1) == b.size(-2), "matmul: inner dimensions differ: {} @ {} ({} vs {})", a_in.shape(), b_in.shape(),
+  ASC_CHECK(a.size(-1) == b.size(-2), "{}: inner dimensions differ: {} @ {} ({} vs {})", op, a_in.shape(), b_in.shape(),
             a.size(-1), b.size(-2));
   Tensor out;
   {
     NoGradGuard ng;  // the views above are recorded by autograd on their own; the product node is recorded below
-    out = matmul_nd(a.detach(), b.detach());
+    out = matmul_nd(a.detach(), b.detach(), bf16);
   }
   if (autograd::needs_grad(a, b)) {
     bool ga = a.requires_grad(), gb = b.requires_grad();
@@ -72,18 +88,18 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     };
     const bool plain = a.dim() == 2 && b.dim() == 2;  // no batch dims to broadcast or sum over
     const bool at = plain && transposed(a), bt = plain && transposed(b);
-    autograd::record("matmul", {a, b}, {out},
+    autograd::record(op, {a, b}, {out},
                      [=, as = autograd::SavedTensor(a, "matmul"),
                       bs = autograd::SavedTensor(b, "matmul")](const TensorList& g) -> TensorList {
                        // dA = dC B^T (summed over broadcast batch dims), dB = A^T dC; for a transposed operand
-                       // dA = (B dCᵀ)ᵀ, dB = (dCᵀ A)ᵀ.
+                       // dA = (B dCᵀ)ᵀ, dB = (dCᵀ A)ᵀ. matmul_bf16's in bfloat16 products too.
                        Tensor da, db;
                        if (ga)
-                         da = at ? matmul_nd(bs.get(), g[0].transpose(-1, -2)).transpose(-1, -2)
-                                 : sum_to(matmul_nd(g[0], bs.get().transpose(-1, -2)), sa);
+                         da = at ? matmul_nd(bs.get(), g[0].transpose(-1, -2), bf16).transpose(-1, -2)
+                                 : sum_to(matmul_nd(g[0], bs.get().transpose(-1, -2), bf16), sa);
                        if (gb)
-                         db = bt ? matmul_nd(g[0].transpose(-1, -2), as.get()).transpose(-1, -2)
-                                 : sum_to(matmul_nd(as.get().transpose(-1, -2), g[0]), sb);
+                         db = bt ? matmul_nd(g[0].transpose(-1, -2), as.get(), bf16).transpose(-1, -2)
+                                 : sum_to(matmul_nd(as.get().transpose(-1, -2), g[0], bf16), sb);
                        return {da, db};
                      });
   }
@@ -91,5 +107,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (b_vec) out = out.squeeze(-1);
   return out;
 }
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return matmul_impl(a, b, false); }
+Tensor matmul_bf16(const Tensor& a, const Tensor& b) { return matmul_impl(a, b, true); }
 
 }  // namespace asc

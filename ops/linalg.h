@@ -9,4 +9,11 @@ namespace asc {
 // GEMM through OpenBLAS when available; transposed views are passed to BLAS without a copy.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// matmul of float32 CPU tensors with its products in bfloat16: both operands rounded to bfloat16 (to nearest even;
+// NaN stays NaN), multiplied with float32 accumulation into a float32 result; the products of its backward likewise
+// (dA = dC Bᵀ and dB = Aᵀ dC, each operand rounded). What linear() runs under CpuAutocast (core/autocast.h). Throws
+// asc::Error for other dtypes or devices, and where asc::cpu_bf16_supported() is false.
+//   Tensor y = asc::matmul_bf16(x, w.t());   // (N, K) @ (K, M) -> (N, M), float32
+Tensor matmul_bf16(const Tensor& a, const Tensor& b);
+
 }  // namespace asc

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "autograd/node.h"
+#include "core/autocast.h"
 #include "core/generator.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
@@ -374,7 +375,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = out;
   Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, in});
-  Tensor y = matmul(x2, weight.t());
+  // under CpuAutocast (core/autocast.h), float32 CPU products in bfloat16, as torch.autocast("cpu") runs linear
+  const bool autocast = cpu_autocast_enabled() && x.device().is_cpu() && x.dtype() == kFloat32;
+  Tensor y = autocast ? matmul_bf16(x2, weight.t()) : matmul(x2, weight.t());
   if (bias.defined()) y = add(y, bias);
   return x.dim() == 2 ? y : y.reshape(out_shape);
 }

@@ -9,7 +9,8 @@
 // --memory measures each framework's peak resident set in a fresh process running only the steps. The twin is found
 // beside an installed binary
 // (<prefix>/share/ascender/) or in the source tree (tools/cli.h: twin_path). --help lists the options; a bad value
-// exits 2 (tools/cli.h). Progress on stderr, one step per round of each framework.
+// exits 2 (tools/cli.h). Progress on stderr, one step per round of each framework. --bf16 also times both with their
+// linear layers' products in bfloat16 (ours under CpuAutocast, core/autocast.h; PyTorch under torch.autocast("cpu")).
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,7 +44,7 @@ struct Config {
   int64_t batch = 16, length = 128, width = 128, layers = 2, heads = 4, ffn = 512, vocab = 64, classes = 2;
   double dropout = 0.1;
   int steps = 20, rounds = 2, threads = 2, busy = 0;
-  bool torch = true, torch_compile = false, memory = false, rss_child = false;
+  bool torch = true, torch_compile = false, memory = false, rss_child = false, bf16 = false;
   tools::Outputs out;
 };
 
@@ -61,7 +63,9 @@ struct Timing {
   double gemm_flops = 0, gemm_ms = 0;
 };
 
-Timing run_ours(const Config& c) {
+Timing run_ours(const Config& c, bool bf16 = false) {
+  std::optional<CpuAutocast> autocast;  // the linear layers' products in bfloat16, forward and backward
+  if (bf16) autocast.emplace();
   manual_seed(0);
   auto model =
       std::make_shared<models::TransformerClassifier>(models::TransformerClassifierOptions(c.vocab, c.length, c.classes)
@@ -98,7 +102,7 @@ Timing run_ours(const Config& c) {
       opt.step();
     }
     prof.stop();
-    const profiler::GemmTime g = prof.cpu_gemm();
+    const profiler::GemmTime g = prof.cpu_gemm(bf16 ? "matmul_bf16" : "matmul");
     t.gemm_flops = g.flops / kProfiled;
     t.gemm_ms = static_cast<double>(g.ns) * 1e-6 / kProfiled;
   }
@@ -159,13 +163,13 @@ struct TorchResult {
 };
 
 // Runs the PyTorch twin; ms < 0 when it cannot run.
-TorchResult run_torch(const Config& c, std::string& version, bool compiled) {
+TorchResult run_torch(const Config& c, std::string& version, bool compiled, bool autocast = false) {
   const std::string twin = tools::twin_path("bench_train_torch.py");
   if (twin.empty()) return {};
-  const nlohmann::json j = json_line(
-      tools::run_command(tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + model_flags(c) +
-                         " --vocab " + std::to_string(c.vocab) + " --classes " + std::to_string(c.classes) +
-                         " --dropout " + std::to_string(c.dropout) + (compiled ? " --compile" : "") + " 2>/dev/null"));
+  const nlohmann::json j = json_line(tools::run_command(
+      tools::shell_quote(tools::torch_python()) + " " + tools::shell_quote(twin) + model_flags(c) + " --vocab " +
+      std::to_string(c.vocab) + " --classes " + std::to_string(c.classes) + " --dropout " + std::to_string(c.dropout) +
+      (compiled ? " --compile" : "") + (autocast ? " --autocast" : "") + " 2>/dev/null"));
   version = j.value("version", std::string());
   return {j.value("ms_median", -1.0), j.value("peak_rss_mb", -1.0)};
 }
@@ -196,6 +200,9 @@ int main(int argc, char** argv) {
                  "spinning processes running during every measurement (1 on a 2-core machine: one core taken)")
       ->check(tools::int_range(0, 1024));
   app.add_flag("--torch-compile", c.torch_compile, "also time the PyTorch twin under torch.compile");
+  app.add_flag("--bf16", c.bf16,
+               "also time both frameworks with the linear layers' products in bfloat16 (CPU autocast; needs "
+               "AVX512-BF16 or AMX-BF16)");
   app.add_flag("--memory", c.memory,
                "also measure each framework's peak resident set (getrusage) in a fresh process running only the "
                "steps");
@@ -206,6 +213,9 @@ int main(int argc, char** argv) {
   c.torch = !no_torch;
   if (c.width % c.heads != 0)
     tools::usage_error(app, fmt::format("--heads {} does not divide --width {}", c.heads, c.width));
+  if (c.bf16 && !cpu_bf16_supported())
+    tools::usage_error(
+        app, fmt::format("--bf16: this processor or build has no bfloat16 products (GEMM: {})", cpu_gemm_kernel()));
   tools::ProfileRun profile_run(c.out.profile);
   return tools::guarded("bench_train", [&] {
     // Both frameworks get the same thread count (OpenMP loops and OpenBLAS read these at start-up).
@@ -223,10 +233,10 @@ int main(int argc, char** argv) {
       std::printf("{\"peak_rss_mb\": %.1f}\n", static_cast<double>(ru.ru_maxrss) / 1024);
       return 0;
     }
-    Timing best{1e30, 0, 0, 0};
-    double torch_ms = 1e30, compiled_ms = 1e30, torch_rss = -1;
+    Timing best{1e30, 0, 0, 0}, best_bf16{1e30, 0, 0, 0};
+    double torch_ms = 1e30, compiled_ms = 1e30, torch_rss = -1, torch_bf16_ms = 1e30;
     std::string torch_version;
-    tools::Progress progress(c.rounds * (1 + (c.torch ? 1 + c.torch_compile : 0)), "bench_train");
+    tools::Progress progress(c.rounds * (1 + c.bf16) * (1 + (c.torch ? 1 + c.torch_compile : 0)), "bench_train");
     int64_t done = 0;
     auto twin_failed = [&] {
       progress.clear();
@@ -241,6 +251,14 @@ int main(int argc, char** argv) {
       }
       if (t.step < best.step) best = t;
       progress.update(++done, fmt::format("round {} ascender {:.2f} ms/step", r + 1, t.step));
+      if (c.bf16) {
+        {
+          Spinners busy(c.busy);
+          t = run_ours(c, /*bf16=*/true);
+        }
+        if (t.step < best_bf16.step) best_bf16 = t;
+        progress.update(++done, fmt::format("round {} ascender bf16 {:.2f} ms/step", r + 1, t.step));
+      }
       for (bool compiled : {false, true}) {
         if (!c.torch || (compiled && !c.torch_compile)) continue;
         TorchResult tr;
@@ -257,6 +275,18 @@ int main(int argc, char** argv) {
           compiled_ms = std::min(compiled_ms, tr.ms);
         } else {
           torch_ms = std::min(torch_ms, tr.ms), torch_rss = tr.peak_rss_mb;
+        }
+        if (c.bf16 && !compiled && c.torch) {
+          {
+            Spinners busy(c.busy);
+            tr = run_torch(c, torch_version, false, /*autocast=*/true);
+          }
+          progress.update(++done, tr.ms < 0 ? fmt::format("round {} pytorch bf16 failed", r + 1)
+                                            : fmt::format("round {} pytorch bf16 {:.2f} ms/step", r + 1, tr.ms));
+          if (tr.ms < 0)
+            twin_failed();
+          else
+            torch_bf16_ms = std::min(torch_bf16_ms, tr.ms);
         }
       }
     }
@@ -294,12 +324,33 @@ int main(int argc, char** argv) {
           "peak, target >= 60 %%; GEMM %s)\n",
           "GEMM time", best.gemm_ms, best.gemm_flops / 1e9, best.gemm_ms, best.gemm_flops / best.gemm_ms * 1e-6,
           100 * gemm_eff, cpu_gemm_kernel().c_str());
+    if (c.bf16) {
+      std::printf("%-28s %12.2f   (forward %.2f, backward %.2f, optimizer %.2f; linear products in bfloat16)\n",
+                  "ascender bf16", best_bf16.step, best_bf16.fwd, best_bf16.bwd, best_bf16.opt);
+      if (c.torch) {
+        std::printf("%-28s %12.2f   (torch.autocast cpu bfloat16)\n", "pytorch bf16", torch_bf16_ms);
+        std::printf("%-28s %12.3f\n", "ratio bf16 ascender/pytorch", best_bf16.step / torch_bf16_ms);
+      }
+      std::printf("%-28s %12.3f   (target <= 0.75; pytorch %.3f)\n", "ratio bf16 / fp32 step",
+                  best_bf16.step / best.step, c.torch ? torch_bf16_ms / torch_ms : -1.0);
+      if (best_bf16.gemm_ms > 0)
+        std::printf("%-28s %12.2f   (%.3f GFLOP of bfloat16 products per step: %.1f GFLOP/s, %s)\n", "bf16 GEMM time",
+                    best_bf16.gemm_ms, best_bf16.gemm_flops / 1e9, best_bf16.gemm_flops / best_bf16.gemm_ms * 1e-6,
+                    cpu_bf16_amx() ? "AMX" : "AVX512-BF16");
+    }
     if (c.memory)
       std::printf("%-28s %12.1f MB (pytorch %.1f MB)\n", "peak resident set", our_rss, c.torch ? torch_rss : -1.0);
     tools::Table table({"framework", "ms_per_step", "forward_ms", "backward_ms", "optimizer_ms", "peak_rss_mb"});
     auto rss_cell = [&](double mb) { return mb >= 0 ? tools::Cell::fixed(mb, 1) : tools::Cell::blank(); };
     table.add({tools::Cell::str("ascender"), tools::Cell::fixed(best.step, 3), tools::Cell::fixed(best.fwd, 3),
                tools::Cell::fixed(best.bwd, 3), tools::Cell::fixed(best.opt, 3), rss_cell(our_rss)});
+    if (c.bf16)
+      table.add({tools::Cell::str("ascender_bf16"), tools::Cell::fixed(best_bf16.step, 3),
+                 tools::Cell::fixed(best_bf16.fwd, 3), tools::Cell::fixed(best_bf16.bwd, 3),
+                 tools::Cell::fixed(best_bf16.opt, 3), tools::Cell::blank()});
+    if (c.torch && c.bf16)
+      table.add({tools::Cell::str("pytorch_bf16"), tools::Cell::fixed(torch_bf16_ms, 3), tools::Cell::blank(),
+                 tools::Cell::blank(), tools::Cell::blank(), tools::Cell::blank()});
     if (c.torch) {
       table.add({tools::Cell::str("pytorch"), tools::Cell::fixed(torch_ms, 3), tools::Cell::blank(),
                  tools::Cell::blank(), tools::Cell::blank(), rss_cell(c.memory ? torch_rss : -1)});
@@ -319,6 +370,10 @@ int main(int argc, char** argv) {
     facts["gemm_gflop_per_step"] = best.gemm_flops / 1e9;
     facts["gemm_efficiency"] = gemm_eff;
     if (c.torch) facts["torch_version"] = torch_version;
+    if (c.bf16) {
+      facts["bf16_amx"] = cpu_bf16_amx();
+      facts["bf16_gemm_ms_per_step"] = best_bf16.gemm_ms;
+    }
     if (!tools::write_results(table, c.out, facts, /*announce=*/false)) return 1;
     return 0;
   });

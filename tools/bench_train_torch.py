@@ -3,7 +3,8 @@
 embeddings, pre-norm encoder blocks with GELU, final LayerNorm, mean pool, linear head), one AdamW training
 step timed the same way. Prints one JSON line with the median step time and the process's peak resident set
 (getrusage, as bench_train measures its own). --compile times the model under torch.compile (the compilation runs
-in the warm-up steps, not timed). Run with any PyTorch: bench_train picks $ASC_TORCH_PYTHON, .venv-bench or
+in the warm-up steps, not timed); --autocast runs forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
+(the linear layers' products in bfloat16 through oneDNN). Run with any PyTorch: bench_train picks $ASC_TORCH_PYTHON, .venv-bench or
 Debian's python3-torch."""
 import argparse, json, resource, statistics, time
 import torch
@@ -23,6 +24,7 @@ p.add_argument("--steps", type=int, default=20)
 p.add_argument("--warmup", type=int, default=3)
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--compile", action="store_true", help="torch.compile the model (default mode)")
+p.add_argument("--autocast", action="store_true", help="forward and loss under CPU autocast to bfloat16")
 a = p.parse_args()
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
@@ -55,7 +57,8 @@ labels = torch.randint(0, a.classes, (a.batch,))
 
 def step():
     opt.zero_grad(set_to_none=True)
-    loss = nn.functional.cross_entropy(forward(tokens), labels)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast):
+        loss = nn.functional.cross_entropy(forward(tokens), labels)
     loss.backward()
     opt.step()
     return loss.item()
@@ -69,6 +72,6 @@ for _ in range(a.steps):
     step()
     times.append((time.perf_counter() - t0) * 1e3)
 print(json.dumps({"framework": "pytorch", "version": torch.__version__, "threads": torch.get_num_threads(),
-                  "compiled": a.compile, "ms_median": statistics.median(times), "ms_min": min(times),
+                  "compiled": a.compile, "autocast": a.autocast, "ms_median": statistics.median(times), "ms_min": min(times),
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                   "params": sum(p.numel() for p in model.parameters())}))

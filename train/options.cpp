@@ -400,8 +400,9 @@ void define_training(Options& o, Config& c) {
   o.add("device", c.device, "where the run computes", {"cpu", "cuda"});
   o.add("dtype", c.dtype,
         "the model's parameters and activations (bfloat16, CUDA: the optimizer updates float32 master copies "
-        "of the parameters, optim/amp.h, and the products run on tensor cores; float64: every value in double "
-        "precision, to check a result's numerics)",
+        "of the parameters, optim/amp.h, and the products run on tensor cores; bfloat16, CPU: autocast, the "
+        "parameters and activations stay float32 and the linear layers' products run in bfloat16, core/autocast.h; "
+        "float64: every value in double precision, to check a result's numerics)",
         {"float32", "bfloat16", "float64"});
   o.add("tf32", c.tf32, "CUDA: float32 products on TF32 tensor cores (10 fraction bits), as PyTorch's allow_tf32");
   o.add("out", c.out, "output directory");
@@ -579,9 +580,7 @@ MemoryBound memory_lower_bound(const Config& c) {
   if (c.device != "cpu" || !attention || T <= 0) return {};
   const double L = static_cast<double>(c.layers), B = static_cast<double>(c.batch), d = static_cast<double>(c.d_model),
                f = static_cast<double>(c.ffn),
-               elem = c.dtype == "bfloat16"  ? 2.0
-                      : c.dtype == "float64" ? 8.0
-                                             : 4.0;
+               elem = c.dtype == "float64" ? 8.0 : 4.0;  // bfloat16 on the CPU keeps float32 activations (autocast)
   const double activations = L * B * static_cast<double>(T) * (4 * d + f) * elem;
   const double params = L * (4 * d * d + 2 * d * f) * 8.0;  // float32 weights and gradients
   return {activations + params,

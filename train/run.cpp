@@ -3,6 +3,8 @@
 
 #include <filesystem>
 
+#include "core/autocast.h"
+#include "core/cpu_isa.h"
 #include "cuda/cuda.h"
 #include "nn/safetensors.h"
 
@@ -135,11 +137,14 @@ void check_device_and_dtype(const Config& c) {
   ASC_CHECK(c.device != "cuda" || cuda::is_available(), "--device cuda, but {}",
             cuda::is_available() ? "" : "no CUDA device is available in this build / machine");
   ASC_CHECK(!c.tf32 || on_cuda, "--tf32 applies to --device cuda (TF32 is a GPU tensor-core format)");
-  ASC_CHECK(c.dtype != "bfloat16" || on_cuda,
-            "--dtype {} needs --device cuda (the CPU kernels compute in float32 / float64)", c.dtype);
-  ASC_CHECK(c.dtype == "float32" || c.model != "firing",
-            "--dtype {}: the firing network's local rules and gate update float32 parameters; use --dtype float32",
-            c.dtype);
+  // On the CPU, bfloat16 is autocast (core/autocast.h): float32 parameters, the linear layers' products in bfloat16.
+  ASC_CHECK(c.dtype != "bfloat16" || on_cuda || cpu_bf16_supported(),
+            "--dtype bfloat16 on the CPU needs bfloat16 products (AVX512-BF16 or AMX-BF16) and a build with oneDNN; "
+            "this machine's GEMM: {}",
+            cpu_gemm_kernel());
+  ASC_CHECK(c.dtype == "float32" || c.model != "firing" || (c.dtype == "bfloat16" && !on_cuda),
+            "--dtype {}: the firing network's local rules and gate update float32 parameters; use --dtype float32{}",
+            c.dtype, c.dtype == "bfloat16" ? " (or bfloat16 on the CPU, which keeps them float32)" : "");
 }
 
 Run make_run(const Config& c, int cuda_index) {
@@ -149,7 +154,8 @@ Run make_run(const Config& c, int cuda_index) {
   resolve_defaults(r.c);  // the rules' -1 rates: their own defaults
   check_device_and_dtype(c);
   r.device = c.device == "cuda" ? Device::cuda(cuda_index) : Device::cpu();
-  r.dtype = c.dtype == "bfloat16" ? kBFloat16 : c.dtype == "float64" ? kFloat64 : kFloat32;
+  r.cpu_autocast = c.dtype == "bfloat16" && !r.device.is_cuda();
+  r.dtype = c.dtype == "bfloat16" && !r.cpu_autocast ? kBFloat16 : c.dtype == "float64" ? kFloat64 : kFloat32;
   manual_seed(c.seed);
   r.task = data::make_task(r.c.task, {.seed = r.c.data_seed,
                                       .train_size = r.c.train_size,

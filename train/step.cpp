@@ -1,6 +1,9 @@
 // A batch's loss and figures, a split's evaluation (train/step.h).
 #include "train/step.h"
 
+#include <optional>
+
+#include "core/autocast.h"
 #include "data/loader.h"
 
 namespace asc::train {
@@ -17,6 +20,8 @@ Tensor predict_probabilities(Run& r, const data::Dataset& inputs, int64_t batch,
   ASC_CHECK(!r.is_lm(), "predict: the run's model is a language model (sample continues its text)");
   ASC_CHECK(batch >= 1, "predict: batch must be >= 1, got {}", batch);
   NoGradGuard ng;
+  std::optional<CpuAutocast> autocast;
+  if (r.cpu_autocast) autocast.emplace();
   const bool was_training = r.model->is_training();
   r.model->eval();
   std::vector<Tensor> parts;
@@ -40,6 +45,8 @@ Tensor predict_probabilities(Run& r, const data::Dataset& inputs, int64_t batch,
 
 BatchResult run_batch(Run& r, const data::Batch& b, bool training, double lm_denominator) {
   BatchResult out;
+  std::optional<CpuAutocast> autocast;  // the products recorded under it keep bfloat16 in the backward too
+  if (r.cpu_autocast) autocast.emplace();
   Tensor input = b.input.to(r.device), valid = b.valid.defined() ? b.valid.to(r.device) : Tensor();
   if (is_floating(input.dtype()) && input.dtype() != r.dtype) input = input.to(r.dtype);  // images: --dtype
   if (r.is_lm()) {

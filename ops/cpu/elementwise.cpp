@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/generator.h"
+#include "ops/cpu/bfloat16.h"
 #include "ops/cpu/loops.h"
 #include "ops/kernels.h"
 
@@ -344,20 +345,8 @@ void visit_binary(Binary op, F&& f) {
 struct BFloat16Bits {
   uint16_t bits;
 };
-inline float to_float(BFloat16Bits v) {
-  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-// Round to nearest, ties to even; a NaN stays a (quiet) NaN of the same sign instead of rounding to infinity.
-inline BFloat16Bits to_bfloat16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return {static_cast<uint16_t>(u >> 16)};
-}
+inline float to_float(BFloat16Bits v) { return bfloat16_value(v.bits); }
+inline BFloat16Bits to_bfloat16(float f) { return {bfloat16_bits(f)}; }  // to nearest even; NaN stays NaN
 // float64 -> float32 rounded to odd: truncated toward zero, the last bit set when anything was cut off. Rounding that
 // to bfloat16 (8 bits fewer than float32's 24) then equals rounding the double directly, as CUDA's __double2bfloat16
 // does: rounding to nearest twice would turn 1 + 2^-8 + 2^-30 into the tie 1 + 2^-8, and that into 1.

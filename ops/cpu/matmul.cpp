@@ -16,10 +16,9 @@
 #include <cblas.h>
 #endif
 #ifdef ASC_HAVE_DNNL
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
-#include <pthread.h>
-#include <signal.h>
+
+#include "ops/cpu/dnnl_guards.h"
 #endif
 
 namespace asc {
@@ -93,51 +92,6 @@ const bool g_blas_single_threaded = [] {
 }();
 #endif
 
-#ifdef ASC_HAVE_DNNL
-// oneDNN's JIT float32 GEMM kernels (AVX2 and AVX-512) before 3.12 point the stack pointer at a heap buffer while they
-// run: a signal delivered to the thread then writes its frame into the heap (oneDNN issue 4845, fixed in 3.11's
-// patch releases and 3.12). Debian 12 ships 2.6. Seen here as a training run whose weights turned to NaN after a
-// SIGINT (train saves a checkpoint on it) and as "free(): invalid next size" with a 20 kHz timer signal. So the
-// asynchronous signals are blocked on the calling thread for the call's duration (two rt_sigprocmask calls, ~0.5 us):
-// one that arrives meanwhile is delivered when the call returns. The synchronous ones (a fault in the call) stay.
-#if DNNL_VERSION_MAJOR < 3 || (DNNL_VERSION_MAJOR == 3 && DNNL_VERSION_MINOR < 12)
-constexpr bool kDnnlGemmNeedsSignalsBlocked = true;
-#else
-constexpr bool kDnnlGemmNeedsSignalsBlocked = false;
-#endif
-struct AsyncSignalsBlocked {
-  sigset_t old;
-  bool blocked = false;
-  AsyncSignalsBlocked() {
-    if constexpr (kDnnlGemmNeedsSignalsBlocked) {
-      static const sigset_t async = [] {
-        sigset_t s;
-        sigfillset(&s);
-        for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS}) sigdelset(&s, sig);
-        return s;
-      }();
-      blocked = pthread_sigmask(SIG_BLOCK, &async, &old) == 0;
-    }
-  }
-  ~AsyncSignalsBlocked() {
-    if (blocked) pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  }
-};
-
-// oneDNN threads its GEMM with OpenMP, over omp_get_max_threads() of the calling thread. Our callers already run one
-// product per thread of the pool (and deterministic mode needs each product computed on one thread, the same way at
-// every thread count), so for the call's duration the calling thread's OpenMP setting is 1 (a per-thread value).
-struct OneOmpThread {
-  int prev = omp_get_max_threads();
-  OneOmpThread() {
-    if (prev != 1) omp_set_num_threads(1);
-  }
-  ~OneOmpThread() {
-    if (prev != 1) omp_set_num_threads(prev);
-  }
-};
-#endif
-
 // Reference blocked kernel: C[M,N] (+)= A[M,K] B[K,N], all with arbitrary strides. Blocks of 64 keep the working
 // set in L1/L2; the inner j loop is contiguous in C and B when they are row-major, so it vectorises.
 template <class T>
@@ -208,6 +162,11 @@ template void gemm<double>(int64_t, int64_t, int64_t, const double*, int64_t, in
 
 void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
   // a: (M, K) or (Bt, M, K); b: (K, N) or (Bt, K, N) (batch stride may be 0); out: contiguous (.., M, N).
+  if (bf16_products()) {  // matmul_bf16, or linear under CpuAutocast (ops/cpu/gemm_bf16.cpp)
+    if (a.dim() == 3) return matmul_bf16_products(a, b, out);
+    Tensor o3 = out.unsqueeze(0);
+    return matmul_bf16_products(a.unsqueeze(0), b.unsqueeze(0), o3);
+  }
   ASC_DISPATCH_FLOAT(a.dtype(), "matmul", [&] {
     const bool batched = a.dim() == 3;
     const int64_t Bt = batched ? a.size(0) : 1;

@@ -1,0 +1,212 @@
+// bfloat16 products on the CPU: matmul_bf16 and linear under CpuAutocast (core/autocast.h). Forward and gradients
+// against float64 products of the bfloat16-rounded operands (exact: a product of two bfloat16 values fits in a float32,
+// so only the float32 accumulation may differ, by a few ulps of the sum of |products|); the rounding itself (to nearest
+// even, NaN kept, overflow to infinity); NaN / inf propagation; bit-identical results at every thread count in
+// deterministic mode; the scope's nesting and thread-locality; errors. On a processor without bfloat16 products the
+// cases check that everything refuses with asc::Error instead.
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "testing.h"
+
+#include "ops/cpu/bfloat16.h"
+
+using namespace asc;
+using namespace asc::testing;
+
+namespace {
+
+double round_bf16(double v) { return cpu::bfloat16_value(cpu::bfloat16_bits(static_cast<float>(v))); }
+
+// The operand as matmul_bf16 reads it: float32 values rounded to bfloat16, in float64 (contiguous (rows, cols)).
+std::vector<double> rounded(const Tensor& t) {
+  std::vector<double> v = t.contiguous().to_vector<double>();
+  for (double& e : v) e = round_bf16(e);
+  return v;
+}
+
+// y = A B for A (M, K), B (K, N) given as float32 tensors (any strides): float64 products of the rounded operands, and
+// for each entry the bound on float32 accumulation error, 2 K u Σ|a b| (u = 2^-24).
+struct Reference {
+  std::vector<double> y, bound;
+};
+Reference reference(const Tensor& A, const Tensor& B) {
+  const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
+  const std::vector<double> a = rounded(A), b = rounded(B);
+  Reference r{std::vector<double>(static_cast<size_t>(M * N)), std::vector<double>(static_cast<size_t>(M * N))};
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0, abs = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = a[static_cast<size_t>(i * K + k)] * b[static_cast<size_t>(k * N + j)];
+        s += p;
+        abs += std::fabs(p);
+      }
+      r.y[static_cast<size_t>(i * N + j)] = s;
+      r.bound[static_cast<size_t>(i * N + j)] = 2.0 * static_cast<double>(K) * std::ldexp(abs, -24) + 1e-30;
+    }
+  return r;
+}
+
+void check_against(const Tensor& y, const Reference& r) {
+  const std::vector<double> got = y.contiguous().to_vector<double>();
+  REQUIRE(got.size() == r.y.size());
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(got[i] - r.y[i]) <= r.bound[i]) && bad++ < 5)
+      FAIL_CHECK("entry " << i << ": " << got[i] << " vs " << r.y[i] << " (bound " << r.bound[i] << ")");
+  CHECK(bad == 0);
+}
+
+Tensor mat(int64_t r, int64_t c, uint64_t seed) { return randn64({r, c}, false, seed).to(kFloat32); }
+
+}  // namespace
+
+TEST_CASE("bfloat16_bits rounds to nearest even, keeps NaN a NaN, overflows to infinity") {
+  const float one = 1.0f, ulp = std::ldexp(1.0f, -7);                                 // bfloat16 keeps 7 fraction bits
+  CHECK(cpu::bfloat16_value(cpu::bfloat16_bits(one + std::ldexp(1.0f, -8))) == one);  // tie: to the even 1
+  CHECK(cpu::bfloat16_value(cpu::bfloat16_bits(one + 3 * std::ldexp(1.0f, -8))) == one + 2 * ulp);  // tie: to even
+  CHECK(cpu::bfloat16_value(cpu::bfloat16_bits(one + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20))) == one + ulp);
+  CHECK(cpu::bfloat16_value(cpu::bfloat16_bits(-2.5f)) == -2.5f);
+  CHECK(std::isnan(cpu::bfloat16_value(cpu::bfloat16_bits(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(std::isnan(cpu::bfloat16_value(cpu::bfloat16_bits(-std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(cpu::bfloat16_value(cpu::bfloat16_bits(std::numeric_limits<float>::infinity())) ==
+        std::numeric_limits<float>::infinity());
+  CHECK(std::isinf(cpu::bfloat16_value(cpu::bfloat16_bits(std::numeric_limits<float>::max()))));
+  CHECK(cpu::bfloat16_value(cpu::bfloat16_bits(std::numeric_limits<float>::denorm_min())) == 0.0f);  // rounds down
+}
+
+TEST_CASE("matmul_bf16: products of the bfloat16-rounded operands, float32 accumulation, every layout") {
+  MESSAGE(fmt::format("bfloat16 products: {}{}; GEMM: {}", cpu_bf16_supported() ? "supported" : "not supported",
+                      cpu_bf16_amx() ? " (AMX)" : "", cpu_gemm_kernel()));
+  if (!cpu_bf16_supported()) {
+    check_error([] { matmul_bf16(mat(3, 4, 1), mat(4, 5, 2)); }, {"matmul_bf16", "bfloat16 products"});
+    check_error([] { CpuAutocast on; }, {"CpuAutocast", "bfloat16"});
+    return;
+  }
+  for (auto [M, K, N] : std::vector<std::array<int64_t, 3>>{
+           {1, 1, 1}, {1, 37, 5}, {17, 1, 9}, {5, 300, 1}, {33, 65, 47}, {130, 70, 129}, {700, 96, 260}}) {
+    CAPTURE(M);
+    CAPTURE(K);
+    CAPTURE(N);
+    const Tensor a = mat(M, K, 11), b = mat(K, N, 12);
+    const Reference ref = reference(a, b);
+    check_against(matmul_bf16(a, b), ref);
+    check_against(matmul_bf16(a.t().contiguous().t(), b), ref);                       // A's rows contiguous
+    check_against(matmul_bf16(a, b.t().contiguous().t()), ref);                       // B's
+    check_against(matmul_bf16(a.t().contiguous().t(), b.t().contiguous().t()), ref);  // both
+    const Tensor wide = cat({a, a}, 1).slice(1, 0, 2 * K, 2);                         // column stride 2
+    check_against(matmul_bf16(wide, b), reference(wide, b));
+  }
+  // not the float32 product: the rounding is there (a K = 64 product of unrounded operands differs by ~2^-9 relative)
+  const Tensor a = mat(8, 64, 3), b = mat(64, 8, 4);
+  const std::vector<double> f32 = matmul(a.to(kFloat64), b.to(kFloat64)).to_vector<double>(),
+                            bf = matmul_bf16(a, b).to_vector<double>();
+  double most = 0;
+  for (size_t i = 0; i < f32.size(); ++i) most = std::max(most, std::fabs(f32[i] - bf[i]));
+  CHECK(most > 1e-3);
+  // batched and broadcast: each product as the 2-D one
+  const Tensor x = randn64({3, 6, 20}, false, 5).to(kFloat32), w = mat(20, 7, 6);
+  const Tensor y = matmul_bf16(x, w);
+  REQUIRE(y.shape() == Shape{3, 6, 7});
+  for (int64_t i = 0; i < 3; ++i) check_against(y.select(0, i), reference(x.select(0, i), w));
+  // 1-D operands and K = 0, as matmul
+  CHECK(matmul_bf16(mat(1, 5, 7).reshape({5}), mat(5, 3, 8)).shape() == Shape{3});
+  CHECK(matmul_bf16(zeros({2, 0}), zeros({0, 3})).to_vector<double>() == std::vector<double>(6, 0.0));
+}
+
+TEST_CASE("matmul_bf16: gradients are the bfloat16 products of the chain rule") {
+  if (!cpu_bf16_supported()) return;  // the refusals: the case above
+  const Tensor a0 = mat(40, 24, 21), b0 = mat(24, 36, 22), cot = mat(40, 36, 23);
+  for (const bool b_transposed : {false, true}) {  // x Wᵀ: B a transposed view (its own backward branch)
+    CAPTURE(b_transposed);
+    Tensor a = a0.clone().set_requires_grad(true);
+    Tensor bleaf = (b_transposed ? b0.t().contiguous() : b0.clone()).set_requires_grad(true);
+    const Tensor b = b_transposed ? bleaf.t() : bleaf;
+    sum(matmul_bf16(a, b) * cot).backward();
+    check_against(a.grad(), reference(cot, b0.t()));                   // dA = dC Bᵀ
+    const Tensor db = b_transposed ? bleaf.grad().t() : bleaf.grad();  // dB = Aᵀ dC
+    check_against(db.contiguous(), reference(a0.t(), cot));
+  }
+}
+
+TEST_CASE("matmul_bf16: NaN and infinity propagate as in float32 products") {
+  if (!cpu_bf16_supported()) return;
+  Tensor a = mat(40, 24, 31), b = mat(24, 36, 32);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  a.data_ptr<float>()[3 * 24 + 5] = nan;  // row 3: NaN
+  b.data_ptr<float>()[7 * 36 + 2] = inf;  // column 2: ±inf, and NaN where a row holds 0 at k = 7
+  a.data_ptr<float>()[10 * 24 + 7] = 0;
+  const Tensor y = matmul_bf16(a, b);
+  const float* c = y.data_ptr<float>();
+  for (int64_t j = 0; j < 36; ++j) CHECK(std::isnan(c[3 * 36 + j]));
+  CHECK(std::isnan(c[10 * 36 + 2]));
+  for (int64_t i : {0, 1, 20, 39}) CHECK(std::isinf(c[i * 36 + 2]));
+  CHECK(std::isfinite(c[0]));
+}
+
+TEST_CASE("matmul_bf16 in deterministic mode: the same bits at every thread count") {
+  if (!cpu_bf16_supported()) return;
+  const bool was = deterministic_algorithms_enabled();
+  use_deterministic_algorithms(true);
+  const Tensor a = mat(700, 96, 41), b = mat(96, 130, 42);
+  Tensor first;
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadCount tc(threads);
+    const Tensor y = matmul_bf16(a, b);
+    if (!first.defined()) first = y;
+    CHECK_MESSAGE(same_bits(y, first), threads, " threads");
+  }
+  use_deterministic_algorithms(was);
+}
+
+TEST_CASE("CpuAutocast: linear in bfloat16 products while it lives, on its thread only; float64 untouched") {
+  if (!cpu_bf16_supported()) return;
+  const Tensor x = mat(30, 20, 51), w = mat(12, 20, 52), bias = mat(1, 12, 53).reshape({12});
+  const Tensor f32 = linear(x, w, bias), bf = matmul_bf16(x, w.t()) + bias;
+  CHECK(!cpu_autocast_enabled());
+  {
+    CpuAutocast on;
+    CHECK(cpu_autocast_enabled());
+    CHECK(same_bits(linear(x, w, bias), bf));
+    {
+      CpuAutocast off(false);  // nests
+      CHECK(same_bits(linear(x, w, bias), f32));
+    }
+    CHECK(cpu_autocast_enabled());
+    bool other = true;
+    std::thread([&] { other = cpu_autocast_enabled(); }).join();
+    CHECK(!other);  // thread-local, as PyTorch's autocast state
+    const Tensor x64 = x.to(kFloat64), w64 = w.to(kFloat64);
+    CHECK(same_bits(linear(x64, w64), matmul(x64, w64.t())));             // autocast concerns float32 only
+    CHECK(same_bits(matmul(x, w.t()), linear(x, w, Tensor())) == false);  // matmul itself is not autocast
+  }
+  CHECK(!cpu_autocast_enabled());
+  CHECK(same_bits(linear(x, w, bias), f32));
+  // a layer's gradients under autocast: its backward products in bfloat16 too, close to float32's
+  nn::Linear layer(20, 12);
+  Tensor xg = x.clone();
+  sum(layer.forward(xg) * mat(30, 12, 54)).backward();
+  const Tensor g32 = layer.weight.grad().clone();
+  layer.zero_grad();
+  {
+    CpuAutocast on;
+    sum(layer.forward(xg) * mat(30, 12, 54)).backward();
+  }
+  check_close(layer.weight.grad(), g32, 0.05, 0.02);
+  CHECK(!same_bits(layer.weight.grad(), g32));
+}
+
+TEST_CASE("matmul_bf16 errors: dtype, device, shapes") {
+  if (cpu_bf16_supported()) {
+    check_error([] { matmul_bf16(randn64({3, 4}), randn64({4, 5})); }, {"matmul_bf16", "float32"});
+    check_error([] { matmul_bf16(mat(3, 4, 1), mat(5, 6, 2)); }, {"matmul_bf16", "inner dimensions"});
+    check_error([] { matmul_bf16(mat(3, 4, 1), randn64({4, 5})); }, {"matmul_bf16", "dtype"});
+  }
+  if (!cuda::is_available()) {
+    HostMemoryAsCuda fake;
+    const Tensor a = Tensor::empty({3, 4}, {.dtype = kFloat32, .device = Device::cuda()});
+    check_error([&] { matmul_bf16(a, a.t()); }, {"matmul_bf16", "CPU"});
+  }
+}
