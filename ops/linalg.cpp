@@ -27,7 +27,8 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, bool bf16 = false) {
   Shape out_shape = batch;
   out_shape.push_back(M);
   out_shape.push_back(N);
-  Tensor out = Tensor::empty(out_shape, a.options());
+  Tensor out =
+      Tensor::empty(out_shape, {.dtype = bf16 ? kFloat32 : a.dtype(), .device = a.device()});  // bf16: float32 sums
   if (out.numel() == 0) return out;  // nothing to compute (and a loop over a huge batch of empty matrices to skip)
   if (K == 0) return out.zero_();
   if (batch.empty()) {
@@ -73,10 +74,11 @@ Tensor matmul_impl(const Tensor& a_in, const Tensor& b_in, bool bf16) {
   Tensor b = b_vec ? b_in.unsqueeze(-1) : b_in;  // (K) -> (K, 1)
   ASC_CHECK(a.size(-1) == b.size(-2), "{}: inner dimensions differ: {} @ {} ({} vs {})", op, a_in.shape(), b_in.shape(),
             a.size(-1), b.size(-2));
-  Tensor out;
+  Tensor out, ar, br;  // ar, br: matmul_bf16's operands rounded to bfloat16, once for the forward and the backward
   {
     NoGradGuard ng;  // the views above are recorded by autograd on their own; the product node is recorded below
-    out = matmul_nd(a.detach(), b.detach(), bf16);
+    if (bf16) ar = cpu::round_to_bfloat16(a.detach()), br = cpu::round_to_bfloat16(b.detach());
+    out = bf16 ? matmul_nd(ar, br, true) : matmul_nd(a.detach(), b.detach());
   }
   if (autograd::needs_grad(a, b)) {
     bool ga = a.requires_grad(), gb = b.requires_grad();
@@ -88,20 +90,25 @@ Tensor matmul_impl(const Tensor& a_in, const Tensor& b_in, bool bf16) {
     };
     const bool plain = a.dim() == 2 && b.dim() == 2;  // no batch dims to broadcast or sum over
     const bool at = plain && transposed(a), bt = plain && transposed(b);
-    autograd::record(op, {a, b}, {out},
-                     [=, as = autograd::SavedTensor(a, "matmul"),
-                      bs = autograd::SavedTensor(b, "matmul")](const TensorList& g) -> TensorList {
-                       // dA = dC B^T (summed over broadcast batch dims), dB = A^T dC; for a transposed operand
-                       // dA = (B dCᵀ)ᵀ, dB = (dCᵀ A)ᵀ. matmul_bf16's in bfloat16 products too.
-                       Tensor da, db;
-                       if (ga)
-                         da = at ? matmul_nd(bs.get(), g[0].transpose(-1, -2), bf16).transpose(-1, -2)
-                                 : sum_to(matmul_nd(g[0], bs.get().transpose(-1, -2), bf16), sa);
-                       if (gb)
-                         db = bt ? matmul_nd(g[0].transpose(-1, -2), as.get(), bf16).transpose(-1, -2)
-                                 : sum_to(matmul_nd(as.get().transpose(-1, -2), g[0], bf16), sb);
-                       return {da, db};
-                     });
+    // matmul_bf16 keeps its rounded operands instead of the float32 ones (half the memory, no second rounding)
+    autograd::record(
+        op, {a, b}, {out},
+        [=, as = bf16 ? autograd::SavedTensor() : autograd::SavedTensor(a, "matmul"),
+         bs = bf16 ? autograd::SavedTensor() : autograd::SavedTensor(b, "matmul")](const TensorList& g) -> TensorList {
+          // dA = dC B^T (summed over broadcast batch dims), dB = A^T dC; for a transposed operand
+          // dA = (B dCᵀ)ᵀ, dB = (dCᵀ A)ᵀ. matmul_bf16: bfloat16 products of the rounded operands and
+          // of dC rounded once.
+          const Tensor A = bf16 ? ar : as.get(), B = bf16 ? br : bs.get();
+          const Tensor G = bf16 ? cpu::round_to_bfloat16(g[0]) : g[0];
+          Tensor da, db;
+          if (ga)
+            da = at ? matmul_nd(B, G.transpose(-1, -2), bf16).transpose(-1, -2)
+                    : sum_to(matmul_nd(G, B.transpose(-1, -2), bf16), sa);
+          if (gb)
+            db = bt ? matmul_nd(G.transpose(-1, -2), A, bf16).transpose(-1, -2)
+                    : sum_to(matmul_nd(A.transpose(-1, -2), G, bf16), sb);
+          return {da, db};
+        });
   }
   if (a_vec) out = out.squeeze(-2);
   if (b_vec) out = out.squeeze(-1);

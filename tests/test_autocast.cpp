@@ -11,6 +11,7 @@
 #include "testing.h"
 
 #include "ops/cpu/bfloat16.h"
+#include "ops/cpu/gemm.h"  // round_to_bfloat16
 
 using namespace asc;
 using namespace asc::testing;
@@ -114,6 +115,32 @@ TEST_CASE("matmul_bf16: products of the bfloat16-rounded operands, float32 accum
   // 1-D operands and K = 0, as matmul
   CHECK(matmul_bf16(mat(1, 5, 7).reshape({5}), mat(5, 3, 8)).shape() == Shape{3});
   CHECK(matmul_bf16(zeros({2, 0}), zeros({0, 3})).to_vector<double>() == std::vector<double>(6, 0.0));
+}
+
+TEST_CASE("round_to_bfloat16: every element rounded, a transposed view keeping its layout") {
+  if (!cpu_bf16_supported()) {
+    check_error([] { cpu::round_to_bfloat16(mat(2, 3, 1)); }, {"round_to_bfloat16", "bfloat16"});
+    return;
+  }
+  Tensor w = mat(37, 70, 61);  // 2590 elements: runs of 32 and a tail
+  w.data_ptr<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+  w.data_ptr<float>()[6] = -std::numeric_limits<float>::infinity();
+  const std::vector<double> want = rounded(w);
+  const Tensor r = cpu::round_to_bfloat16(w), rt = cpu::round_to_bfloat16(w.t());
+  CHECK(r.dtype() == kBFloat16);
+  CHECK(rt.shape() == Shape{70, 37});
+  CHECK(rt.stride(0) == 1);  // the transposed view's layout, not a copy made contiguous
+  const std::vector<double> got = r.to_vector<double>(), got_t = rt.t().contiguous().to_vector<double>();
+  int bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool same =
+        std::isnan(want[i]) ? std::isnan(got[i]) && std::isnan(got_t[i]) : got[i] == want[i] && got_t[i] == want[i];
+    bad += !same;
+  }
+  CHECK(bad == 0);
+  const Tensor sliced = cpu::round_to_bfloat16(w.slice(1, 0, 70, 3));  // neither layout: rounded contiguous
+  CHECK(sliced.is_contiguous());
+  CHECK(sliced.to_vector<double>() == rounded(w.slice(1, 0, 70, 3)));
 }
 
 TEST_CASE("matmul_bf16: gradients are the bfloat16 products of the chain rule") {

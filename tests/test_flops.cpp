@@ -2,6 +2,7 @@
 // masks, and the relations between modes that must hold whatever the constants.
 #include <chrono>
 
+#include "core/autocast.h"
 #include "models/decoder_lm.h"
 #include "models/firing_net.h"
 #include "models/flops.h"
@@ -116,4 +117,21 @@ TEST_CASE("cpu_peak: the processor's fp32 peak is its threads × clock × lanes 
   CHECK(gemm <= 1.15 * p.fp32_flops);
   CHECK(p.bf16_flops > 0);
   if (!p.bf16) CHECK(p.bf16_flops == p.fp32_flops);
+  if (p.amx) {  // Intel's figure is 16 cycles per tile product; the clock falls while AMX works
+    CHECK(p.amx_cycles >= 8);
+    CHECK(p.amx_cycles <= 64);
+    CHECK(p.bf16_flops > p.fp32_flops);
+  }
+  if (cpu_bf16_supported()) {  // no bfloat16 product beats the bfloat16 peak either
+    Tensor x = randn({512, 512}), y = randn({512, 512});
+    double best16 = 1e30;
+    for (int r = 0; r < 6; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      matmul_bf16(x, y);
+      if (r > 0)
+        best16 = std::min(best16, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    MESSAGE("matmul_bf16 512^3: ", 2.0 * 512 * 512 * 512 / best16 * 1e-9, " GFLOP/s");
+    CHECK(2.0 * 512 * 512 * 512 / best16 <= 1.15 * p.bf16_flops);
+  }
 }

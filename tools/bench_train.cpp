@@ -334,9 +334,13 @@ int main(int argc, char** argv) {
       std::printf("%-28s %12.3f   (target <= 0.75; pytorch %.3f)\n", "ratio bf16 / fp32 step",
                   best_bf16.step / best.step, c.torch ? torch_bf16_ms / torch_ms : -1.0);
       if (best_bf16.gemm_ms > 0)
-        std::printf("%-28s %12.2f   (%.3f GFLOP of bfloat16 products per step: %.1f GFLOP/s, %s)\n", "bf16 GEMM time",
-                    best_bf16.gemm_ms, best_bf16.gemm_flops / 1e9, best_bf16.gemm_flops / best_bf16.gemm_ms * 1e-6,
-                    cpu_bf16_amx() ? "AMX" : "AVX512-BF16");
+        std::printf(
+            "%-28s %12.2f   (%.3f GFLOP of bfloat16 products per step: %.1f GFLOP/s, %.0f %% of the bf16 "
+            "peak, %s)\n",
+            "bf16 GEMM time", best_bf16.gemm_ms, best_bf16.gemm_flops / 1e9,
+            best_bf16.gemm_flops / best_bf16.gemm_ms * 1e-6,
+            100 * best_bf16.gemm_flops / (best_bf16.gemm_ms * 1e-3) / cpu_peak().bf16_flops,
+            cpu_bf16_amx() ? "AMX" : "AVX512-BF16");
     }
     if (c.memory)
       std::printf("%-28s %12.1f MB (pytorch %.1f MB)\n", "peak resident set", our_rss, c.torch ? torch_rss : -1.0);

@@ -13,7 +13,8 @@ namespace asc::cpu {
 // patch releases and 3.12). Debian 12 ships 2.6. Seen here as a training run whose weights turned to NaN after a
 // SIGINT (train saves a checkpoint on it) and as "free(): invalid next size" with a 20 kHz timer signal. So the
 // asynchronous signals are blocked on the calling thread for the call's duration (two rt_sigprocmask calls, ~0.5 us):
-// one that arrives meanwhile is delivered when the call returns. The synchronous ones (a fault in the call) stay.
+// one that arrives meanwhile is delivered when the call returns. The synchronous ones (a fault in the call) stay. The
+// bfloat16 matmul primitive's calls (gemm_bf16.cpp) are guarded the same way: not known to need it, and cheap.
 #if DNNL_VERSION_MAJOR < 3 || (DNNL_VERSION_MAJOR == 3 && DNNL_VERSION_MINOR < 12)
 constexpr bool kDnnlGemmNeedsSignalsBlocked = true;
 #else

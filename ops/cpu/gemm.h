@@ -5,9 +5,7 @@
 // callers parallelise over independent products. Instantiated for float and double (ops/cpu/matmul.cpp).
 #include <cstdint>
 
-namespace asc {
-class Tensor;
-}
+#include "core/tensor.h"
 
 namespace asc::cpu {
 
@@ -15,10 +13,25 @@ template <class T>
 void gemm(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B, int64_t sbk, int64_t sbn,
           T* C, int64_t ldc, bool accumulate = false);
 
-// bfloat16 products (ops/cpu/gemm_bf16.cpp). The matmul op holds a Bf16ProductsScope around its kernel call for a
-// product recorded by matmul_bf16 (or linear under CpuAutocast); the CPU matmul kernel then hands its float32
-// operands to matmul_bf16_products: each rounded to bfloat16 once, multiplied with float32 accumulation by oneDNN.
-// Thread-local: the scope and the kernel's check are on the op's calling thread.
+// How a few large products of M rows each are split over the threads, the float32 and bfloat16 kernels alike
+// (ops/cpu/matmul.cpp, gemm_bf16.cpp). OpenBLAS's result for a row depends on how the rows are split (its edge kernels
+// sum in another order), so a split by thread count makes the bits depend on it: in deterministic mode the rows go in
+// blocks fixed by M alone (at least 128 rows, at most 8 blocks), each its own call, B packed once per block and the
+// threads' shares less even (up to a few tens of percent on mid-sized products). Otherwise one chunk per 512 rows
+// (each chunk packs all of B again: a product with a long inner dimension, like a weight gradient, spends too much of
+// a thinner chunk packing), at least one per thread, at most kChunksPerThread per thread.
+struct RowBlocks {
+  int64_t per = 0;     // rows per block (the last may have fewer)
+  int64_t count = 0;   // blocks
+  bool fixed = false;  // deterministic mode: each block is its own GEMM call, whichever thread runs it
+};
+RowBlocks gemm_row_blocks(int64_t M);
+
+// bfloat16 products (ops/cpu/gemm_bf16.cpp). matmul_bf16 rounds its float32 operands with round_to_bfloat16 (and
+// keeps the rounded copies for its backward, which rounds the incoming gradient once for both of its products), then
+// holds a Bf16ProductsScope around its kernel call: the CPU matmul kernel then hands the bfloat16 operands to
+// matmul_bf16_products, one oneDNN matmul primitive per row block with float32 accumulation. Thread-local: the scope
+// and the kernel's check are on the op's calling thread.
 struct Bf16ProductsScope {
   Bf16ProductsScope();
   ~Bf16ProductsScope();
@@ -29,7 +42,11 @@ struct Bf16ProductsScope {
   bool prev_;
 };
 bool bf16_products();
-// a (Bt, M, K), b (Bt, K, N): float32, any strides; out: contiguous float32 (Bt, M, N). Throws asc::Error where
+// A float32 CPU tensor rounded to bfloat16 (to nearest even; NaN stays NaN; AVX512-BF16's instruction, which reads a
+// denormal as zero, as the products do), in its own layout when it is contiguous or a transposed view of a contiguous
+// tensor (else contiguous). Not differentiable. Throws asc::Error where asc::cpu_bf16_supported() is false.
+Tensor round_to_bfloat16(const Tensor& t);
+// a (Bt, M, K), b (Bt, K, N): bfloat16, any strides; out: contiguous float32 (Bt, M, N). Throws asc::Error where
 // asc::cpu_bf16_supported() is false.
 void matmul_bf16_products(const Tensor& a, const Tensor& b, Tensor& out);
 

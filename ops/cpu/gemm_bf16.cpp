@@ -1,9 +1,10 @@
-// bfloat16 products on the CPU, for CPU autocast (core/autocast.h) and matmul_bf16 (ops/linalg.h): the matmul
-// kernel's float32 operands rounded to bfloat16 once per call, then one oneDNN matmul primitive per row block with
-// float32 accumulation into the float32 output (AMX tiles where the processor has them, else AVX512-BF16).
+// bfloat16 products on the CPU, for CPU autocast (core/autocast.h) and matmul_bf16 (ops/linalg.h): the op rounds its
+// float32 operands to bfloat16 (round_to_bfloat16) and keeps the rounded copies for its backward; the matmul kernel
+// then runs one oneDNN matmul primitive per row block on them, with float32 accumulation into the float32 output
+// (AMX tiles where the processor has them, else AVX512-BF16).
 #include <algorithm>
+#include <memory>
 #include <unordered_map>
-#include <vector>
 
 #include "core/autocast.h"
 #include "core/cpu_isa.h"
@@ -14,6 +15,7 @@
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
 #include "ops/kernels.h"
+#include "ops/layout.h"
 
 #ifdef ASC_HAVE_DNNL
 #include <immintrin.h>
@@ -76,22 +78,13 @@ Bf16ProductsScope::Bf16ProductsScope() : prev_(t_bf16_products) { t_bf16_product
 Bf16ProductsScope::~Bf16ProductsScope() { t_bf16_products = prev_; }
 bool bf16_products() { return t_bf16_products; }
 
-#ifdef ASC_HAVE_DNNL
 namespace {
-
-// A (rows, cols) operand rounded to bfloat16: row-major (ld = cols) or, when its rows are what is contiguous in the
-// float32 source, column-major (trans, ld = rows), so both the rounding pass and oneDNN read memory in order.
-struct Bf16Operand {
-  std::vector<uint16_t> data;
-  bool trans = false;
-  int64_t ld = 0;
-};
 
 // A contiguous run rounded to bfloat16. The processors that run these products have AVX512-BF16, whose vcvtne2ps2bf16
 // rounds 32 floats to nearest even in one instruction (4-5x the scalar loop): it treats denormal inputs as zero, as
 // the products themselves do (vdpbf16ps and AMX's tdpbf16ps read a bfloat16 denormal as zero), and keeps a NaN a
 // quiet NaN of the same sign, as bfloat16_bits does.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(ASC_HAVE_DNNL) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void round_run(const float* s, uint16_t* d, int64_t n) {
   int64_t c = 0;
   for (; c + 32 <= n; c += 32) {
@@ -106,26 +99,32 @@ void round_run(const float* s, uint16_t* d, int64_t n) {
 }
 #endif
 
-Bf16Operand round_operand(const float* src, int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  Bf16Operand o;
-  o.data.resize(static_cast<size_t>(rows * cols));
-  o.trans = rs == 1 && cs != 1;
-  const int64_t outer = o.trans ? cols : rows, inner = o.trans ? rows : cols;
-  const int64_t so = o.trans ? cs : rs, si = o.trans ? rs : cs;
-  o.ld = inner;
-  uint16_t* dst = o.data.data();
-  parallel_for(outer, inner, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const float* s = src + r * so;
-      uint16_t* d = dst + r * inner;
-      if (si == 1)
-        round_run(s, d, inner);
-      else
-        for (int64_t c = 0; c < inner; ++c) d[c] = bfloat16_bits(s[c * si]);
-    }
+}  // namespace
+
+Tensor round_to_bfloat16(const Tensor& t) {
+  ASC_CHECK(t.device().is_cpu() && t.dtype() == kFloat32, "round_to_bfloat16: a float32 CPU tensor, got {} on {}",
+            t.dtype(), t.device());
+  check_bf16_supported("round_to_bfloat16");
+  if (!t.is_contiguous()) {
+    // a transposed view of a contiguous tensor (W.t() in x Wᵀ, gᵀ in a weight gradient) keeps its layout: the
+    // rounding reads memory in order, and the product gets the same strides
+    if (t.dim() >= 2 && t.transpose(-1, -2).is_contiguous())
+      return round_to_bfloat16(t.transpose(-1, -2)).transpose(-1, -2);
+    return round_to_bfloat16(t.contiguous());
+  }
+  Tensor out = Tensor::empty(t.shape(), {.dtype = kBFloat16});
+  const float* src = t.data_ptr<float>();
+  uint16_t* dst = static_cast<uint16_t*>(out.raw_data());
+  constexpr int64_t kRun = 4096;  // elements per piece of work
+  parallel_for((t.numel() + kRun - 1) / kRun, kRun, [&](int64_t b, int64_t e) {
+    const int64_t lo = b * kRun, hi = std::min(t.numel(), e * kRun);
+    round_run(src + lo, dst + lo, hi - lo);
   });
-  return o;
+  return out;
 }
+
+#ifdef ASC_HAVE_DNNL
+namespace {
 
 // One matmul primitive per shape and layout, kept by the thread that made it (a primitive runs on one thread at a time
 // here, and making one costs far more than running a small one).
@@ -179,36 +178,53 @@ void gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t* A, bool ta, int6
   t.stream.wait();
 }
 
+// A bfloat16 (rows, cols) matrix as oneDNN reads it: in place when its rows or its columns are contiguous (what
+// round_to_bfloat16 makes), else copied row-major.
+struct Bf16Matrix {
+  std::unique_ptr<uint16_t[]> copy;
+  const uint16_t* p = nullptr;
+  bool trans = false;
+  int64_t ld = 0;
+};
+Bf16Matrix bf16_matrix(const uint16_t* p, int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  const GemmOperand g = gemm_operand(rows, cols, rs, cs);
+  if (g.ok) return {nullptr, p, g.trans, g.ld};
+  Bf16Matrix m{std::unique_ptr<uint16_t[]>(new uint16_t[static_cast<size_t>(rows * cols)]), nullptr, false, cols};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) m.copy[static_cast<size_t>(r * cols + c)] = p[r * rs + c * cs];
+  m.p = m.copy.get();
+  return m;
+}
+
 }  // namespace
 #endif
 
 void matmul_bf16_products(const Tensor& a, const Tensor& b, Tensor& out) {
-  // a: (Bt, M, K) with any strides (batch stride may be 0); b: (Bt, K, N) likewise; out: contiguous (Bt, M, N),
-  // float32.
-  ASC_CHECK(a.dtype() == kFloat32 && b.dtype() == kFloat32,
-            "matmul with bfloat16 products: float32 operands only, got {} and {}", a.dtype(), b.dtype());
+  // a: (Bt, M, K), b: (Bt, K, N), bfloat16 (the op rounds them: round_to_bfloat16), any strides, a batch stride may
+  // be 0; out: contiguous float32 (Bt, M, N).
+  ASC_CHECK(a.dtype() == kBFloat16 && b.dtype() == kBFloat16 && out.dtype() == kFloat32,
+            "matmul with bfloat16 products: bfloat16 operands and a float32 output, got {}, {} and {}", a.dtype(),
+            b.dtype(), out.dtype());
 #ifdef ASC_HAVE_DNNL
   check_bf16_supported("matmul with bfloat16 products");
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
+  const uint16_t* pa = static_cast<const uint16_t*>(a.raw_data());
+  const uint16_t* pb = static_cast<const uint16_t*>(b.raw_data());
   float* C = out.data_ptr<float>();
+  // Row blocks as the float32 matmul splits them: fixed by M alone in deterministic mode, so the bits do not depend
+  // on the thread count.
+  const RowBlocks rb = gemm_row_blocks(M);
+  const int64_t per = rb.per;
   for (int64_t i = 0; i < Bt; ++i) {
-    // each operand rounded once for all the row blocks below (a broadcast b once for the batch would save more, but
-    // the layers' products are 2-D)
-    const Bf16Operand A = round_operand(a.data_ptr<float>() + i * a.stride(0), M, K, a.stride(1), a.stride(2));
-    const Bf16Operand B = round_operand(b.data_ptr<float>() + i * b.stride(0), K, N, b.stride(1), b.stride(2));
-    // Row blocks as the float32 matmul splits them (ops/cpu/matmul.cpp): fixed by M alone in deterministic mode, so the
-    // bits do not depend on the thread count.
-    const bool fixed = deterministic_algorithms_enabled();
-    const int threads = max_threads();
-    const int64_t chunks = std::min(M, std::clamp<int64_t>(M / 512, threads, kChunksPerThread * threads));
-    const int64_t per = fixed ? std::max<int64_t>(128, (M + 7) / 8) : (M + chunks - 1) / chunks;
-    const int64_t nblocks = (M + per - 1) / per;
+    const Bf16Matrix A = bf16_matrix(pa + i * a.stride(0), M, K, a.stride(1), a.stride(2));
+    const Bf16Matrix B = bf16_matrix(pb + i * b.stride(0), K, N, b.stride(1), b.stride(2));
     float* Ci = C + i * M * N;
-    parallel_for(nblocks, per * N * K, [&](int64_t b0, int64_t b1) {
-      for (int64_t blk = b0; blk < b1; ++blk) {
-        const int64_t r0 = blk * per, rows = std::min(per, M - r0);
-        const uint16_t* Ar = A.data.data() + (A.trans ? r0 : r0 * A.ld);
-        gemm_bf16(rows, N, K, Ar, A.trans, A.ld, B.data.data(), B.trans, B.ld, Ci + r0 * N, N);
+    parallel_for(rb.count, per * N * K, [&](int64_t b0, int64_t b1) {
+      const int64_t m0 = b0 * per, m1 = std::min(M, b1 * per);
+      const int64_t step = rb.fixed ? per : m1 - m0;  // deterministic: each block its own call; else the range's rows
+      for (int64_t r0 = m0; r0 < m1; r0 += step) {
+        const int64_t rows = std::min(step, m1 - r0);
+        gemm_bf16(rows, N, K, A.p + (A.trans ? r0 : r0 * A.ld), A.trans, A.ld, B.p, B.trans, B.ld, Ci + r0 * N, N);
       }
     });
   }

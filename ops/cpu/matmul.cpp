@@ -160,6 +160,16 @@ template void gemm<float>(int64_t, int64_t, int64_t, const float*, int64_t, int6
 template void gemm<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t, const double*, int64_t, int64_t,
                            double*, int64_t, bool);
 
+RowBlocks gemm_row_blocks(int64_t M) {
+  RowBlocks rb;
+  rb.fixed = deterministic_algorithms_enabled();
+  const int threads = max_threads();
+  const int64_t chunks = std::min(M, std::clamp<int64_t>(M / 512, threads, kChunksPerThread * threads));
+  rb.per = rb.fixed ? std::max<int64_t>(128, (M + 7) / 8) : (M + chunks - 1) / chunks;
+  rb.count = (M + rb.per - 1) / rb.per;
+  return rb;
+}
+
 void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
   // a: (M, K) or (Bt, M, K); b: (K, N) or (Bt, K, N) (batch stride may be 0); out: contiguous (.., M, N).
   if (bf16_products()) {  // matmul_bf16, or linear under CpuAutocast (ops/cpu/gemm_bf16.cpp)
@@ -185,22 +195,13 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
       });
       return;
     }
-    // Few large products: split each over its rows. OpenBLAS's result for a row depends on how the rows are split
-    // (its edge kernels sum in another order), so a split by thread count makes the bits depend on it. In
-    // deterministic mode the rows go in blocks fixed by M alone (at least 128 rows, at most 8 blocks): B is packed
-    // once per block and the threads' shares are less even, which costs up to a few tens of percent on mid-sized
-    // products. Otherwise one chunk per 512 rows (each chunk packs all of B again: a product with a long inner
-    // dimension, like a weight gradient, spends too much of a thinner chunk packing), at least one per thread, at most
-    // kChunksPerThread per thread.
-    const bool fixed = deterministic_algorithms_enabled();
-    const int threads = max_threads();
-    const int64_t chunks = std::min(M, std::clamp<int64_t>(M / 512, threads, kChunksPerThread * threads));
-    const int64_t per = fixed ? std::max<int64_t>(128, (M + 7) / 8) : (M + chunks - 1) / chunks;
-    const int64_t nblocks = (M + per - 1) / per;
+    // Few large products: each split over its rows (gemm_row_blocks says how, and why).
+    const RowBlocks rb = gemm_row_blocks(M);
+    const int64_t per = rb.per;
     for (int64_t i = 0; i < Bt; ++i)
-      parallel_for(nblocks, per * N * std::max<int64_t>(K, 1), [&](int64_t b0, int64_t b1) {
+      parallel_for(rb.count, per * N * std::max<int64_t>(K, 1), [&](int64_t b0, int64_t b1) {
         const int64_t m0 = b0 * per, m1 = std::min(M, b1 * per);
-        if (!fixed) {  // the range's rows in one call
+        if (!rb.fixed) {  // the range's rows in one call
           gemm<scalar_t>(m1 - m0, N, K, A + i * sab + m0 * a.stride(d), a.stride(d), a.stride(d + 1), B + i * sbb,
                          b.stride(d), b.stride(d + 1), C + i * M * N + m0 * N, N);
           return;
