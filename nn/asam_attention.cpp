@@ -208,9 +208,8 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
   Tensor ks = k, vs = v, keep_s = valid;
   if (has("hierarchical")) {
     const int64_t b = hierarchical_block(options, T);
-    const BlockMeans km = hierarchical_summaries(k, b, valid), vm = hierarchical_summaries(v, b, valid);
-    ks = cat({k, km.means}, 2), vs = cat({v, vm.means}, 2);
-    keep_s = valid.defined() ? cat({valid, km.kept}, 1) : Tensor();
+    ks = hierarchical_keys(k, b, valid), vs = hierarchical_keys(v, b, valid);  // keys T + m: block m's mean
+    keep_s = valid.defined() ? hierarchical_keep(valid, b) : Tensor();
   }
   const Tensor sparse = sparse_attention(q, ks, vs, p, keep_s);  // (B, H, T, Dh)
 

@@ -15,6 +15,7 @@
 #include "core/generator.h"
 #include "ops/attention.h"
 #include "ops/checks.h"
+#include "ops/cpu/hierarchical_keys.h"
 #include "ops/cpu/loops.h"  // parallel_for: the builders are host work
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
@@ -501,6 +502,51 @@ BlockMeans hierarchical_summaries(const Tensor& x, int64_t b_in, const Tensor& k
   }
   const Tensor count = sum(w.view({B, 1, nb, b, 1}), {3});  // (B, 1, nb, 1)
   return {sum(xw.view({B, H, nb, b, d}), {3}) / clamp(count, 1.0, std::nullopt), gt(count.view({B, nb}), 0.0)};
+}
+
+Tensor hierarchical_keys(const Tensor& x, int64_t b_in, const Tensor& key_keep) {
+  constexpr const char* who = "hierarchical_keys";
+  const bool fused = x.defined() && x.device().is_cpu() && (x.dtype() == kFloat32 || x.dtype() == kFloat64);
+  if (!fused) return cat({x, hierarchical_summaries(x, b_in, key_keep).means}, 2);  // checks x, b, key_keep
+  ASC_CHECK(x.dim() == 4 && x.size(2) >= 1, "{}: expects x (B, H, T, d), got {}", who, x.shape());
+  ASC_CHECK(b_in >= 1, "{}: the block size b must be >= 1, got {}", who, b_in);
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), d = x.size(3);
+  const int64_t b = std::min(b_in, T), nb = hierarchical_blocks(T, b);
+  if (key_keep.defined()) {
+    ASC_CHECK(key_keep.dtype() == kBool && key_keep.dim() == 2 && key_keep.size(0) == B && key_keep.size(1) == T,
+              "{}: key_keep must be bool (B, T) = ({}, {}); got {} {}", who, B, T, key_keep.dtype(), key_keep.shape());
+    ASC_CHECK(key_keep.device() == x.device(), "{}: key_keep is on {}, x on {}", who, key_keep.device(), x.device());
+  }
+  const Tensor keep = key_keep.defined() ? key_keep.detach().contiguous() : Tensor();
+  const Tensor xd = x.detach(), xc = d > 0 && xd.stride(3) != 1 ? xd.contiguous() : xd;  // rows read in place
+  Tensor out = Tensor::empty({B, H, T + nb, d}, x.options());
+  if (out.numel() > 0) {
+    profiler::KernelScope event(who, "hierarchical_keys_forward");
+    cpu::hierarchical_keys_forward(xc, b, keep, out);
+  }
+  if (autograd::needs_grad({&x}))
+    autograd::record(who, {x}, {out}, [b, keep, shape = x.shape(), opts = x.options()](const TensorList& g) {
+      Tensor gx = Tensor::empty(shape, opts);
+      if (gx.numel() > 0) {
+        const Tensor gc = g[0].stride(3) != 1 ? g[0].contiguous() : g[0];
+        profiler::KernelScope event("hierarchical_keys backward", "hierarchical_keys_backward");
+        cpu::hierarchical_keys_backward(gc, b, keep, gx);
+      }
+      return TensorList{gx};
+    });
+  return out;
+}
+
+Tensor hierarchical_keep(const Tensor& key_keep, int64_t b_in) {
+  constexpr const char* who = "hierarchical_keep";
+  check_defined(who, key_keep, "key_keep");
+  ASC_CHECK(key_keep.dtype() == kBool && key_keep.dim() == 2 && key_keep.size(1) >= 1,
+            "{}: key_keep must be bool (B, T), got {} {}", who, key_keep.dtype(), key_keep.shape());
+  ASC_CHECK(b_in >= 1, "{}: the block size b must be >= 1, got {}", who, b_in);
+  const int64_t B = key_keep.size(0), T = key_keep.size(1), b = std::min(b_in, T), nb = hierarchical_blocks(T, b);
+  Tensor padded = key_keep;
+  if (nb * b > T) padded = cat({key_keep, zeros({B, nb * b - T}, {kBool, key_keep.device()})}, 1);
+  return cat({key_keep, any(padded.view({B, nb, b}), 2)}, 1);
 }
 
 namespace {

@@ -178,6 +178,17 @@ struct BlockMeans {
   Tensor means, kept;
 };
 BlockMeans hierarchical_summaries(const Tensor& x, int64_t b, const Tensor& key_keep = {});
+// The keys (or values) a hierarchical pattern reads: x (B, H, T, d) followed along dim 2 by its nb summary columns,
+// (B, H, T + nb, d) — cat({x, hierarchical_summaries(x, b, key_keep).means}, 2), the same values up to the last bits
+// of the means (summed in float64 here). On the CPU (float32, float64) in one pass over x and one over the gradient
+// (ops/cpu/hierarchical_keys.h) instead of the composition's seven ops, which other devices and dtypes run.
+// Differentiable in x.
+//   Tensor ks = hierarchical_keys(k, b, keep), vs = hierarchical_keys(v, b, keep);
+//   Tensor y = sparse_attention(q, ks, vs, hierarchical_pattern(T, b, false), hierarchical_keep(keep, b));
+Tensor hierarchical_keys(const Tensor& x, int64_t b, const Tensor& key_keep = {});
+// The key mask of hierarchical_keys' rows: key_keep (B, T) followed by (B, nb), a block with no real token being
+// itself padding (BlockMeans::kept).
+Tensor hierarchical_keep(const Tensor& key_keep, int64_t b);
 // a (B, H, T, c) rows summing to 1 (the soft assignments), any float dtype, on any device (read on the CPU). Query i
 // sees key j when Σ_m a_im a_jm > θ (causal: and j <= i). Bucketing: i joins bucket m when a_im > θ / 2 (so at most
 // 2 / θ buckets); only pairs sharing a bucket are tested, which misses none: the terms with a_im <= θ/2 or

@@ -763,6 +763,39 @@ std::vector<OpCase> sparse_cases() {
        },
        true,
        two},
+      // A hierarchical pattern's keys: x and its block means over the real tokens (on the CPU one fused pass, on CUDA
+      // the composition), blocks of 4 over 11 tokens (the last of 3).
+      {"hierarchical_keys, key padding",
+       {In{{2, 2, 11, 3}}, In{{2, 11}, Kind::Mask}},
+       [](const TensorList& a) { return one(hierarchical_keys(a[0], 4, a[1])); },
+       true,
+       {View::Contig, View::Transposed, View::Sliced},
+       true,
+       1e-3,
+       true,
+       [](const TensorList& a) {
+         const int64_t B = 2, H = 2, T = 11, d = 3, b = 4, nb = 3;
+         const auto x = a[0].to(kFloat64).to_vector<double>();
+         const auto keep = a[1].to_vector<bool>();
+         std::vector<double> out(static_cast<size_t>(B * H * (T + nb) * d), 0.0);
+         for (int64_t i = 0; i < B; ++i)
+           for (int64_t h = 0; h < H; ++h) {
+             const int64_t bh = i * H + h;
+             for (int64_t t = 0; t < T; ++t)
+               for (int64_t c = 0; c < d; ++c) out[(bh * (T + nb) + t) * d + c] = x[(bh * T + t) * d + c];
+             for (int64_t m = 0; m < nb; ++m) {
+               int64_t n = 0;
+               for (int64_t t = m * b; t < std::min(T, m * b + b); ++t) n += keep[i * T + t];
+               for (int64_t c = 0; c < d; ++c) {
+                 double s = 0;
+                 for (int64_t t = m * b; t < std::min(T, m * b + b); ++t)
+                   if (keep[i * T + t]) s += x[(bh * T + t) * d + c];
+                 out[(bh * (T + nb) + T + m) * d + c] = s / double(std::max<int64_t>(n, 1));
+               }
+             }
+           }
+         return one(tensor(std::span<const double>(out), {B, H, T + nb, d}, {.dtype = kFloat64}));
+       }},
       // The clustered pattern built from soft assignments (softmax rows), joined with a window: on the CPU through
       // its block-view kernels, on CUDA through the device's.
       {"sparse_attention clustered union",

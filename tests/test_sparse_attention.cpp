@@ -203,6 +203,66 @@ TEST_CASE("hierarchical_summaries: block means over real tokens (loops), a paddi
   check_error([&] { hierarchical_summaries(randn64({B, T, d}), b); }, {"hierarchical_summaries", "(B, H, T, d)"});
 }
 
+TEST_CASE("hierarchical_keys: x then its block means in one pass, as the composition; its gradient; NaN stays put") {
+  const int64_t B = 2, H = 3, T = 11, d = 5, b = 4;  // the last block has 3 tokens
+  Tensor keep = ones({B, T}, {.dtype = kBool});
+  for (int64_t t = 4; t < 8; ++t) keep.data_ptr<bool>()[T + t] = false;  // batch 1: block 1 is all padding
+  keep.data_ptr<bool>()[T + 9] = false;
+  // x a permuted view (as the layer's heads are), float64 and float32, with and without padding
+  const Tensor x64 = randn64({B, T, H, d}, false, 6).permute({0, 2, 1, 3}).detach().set_requires_grad(true);
+  for (bool masked : {false, true}) {
+    CAPTURE(masked);
+    const Tensor kp = masked ? keep : Tensor();
+    const Tensor want = cat({x64, hierarchical_summaries(x64, b, kp).means}, 2);
+    const Tensor got = hierarchical_keys(x64, b, kp);
+    CHECK(got.shape() == Shape{B, H, T + 3, d});
+    check_close(got, want, 1e-15, 1e-15);
+    const Tensor x32 = x64.detach().to(kFloat32);
+    check_close(hierarchical_keys(x32, b, kp), cat({x32, hierarchical_summaries(x32, b, kp).means}, 2), 1e-6, 1e-6);
+    // the gradient: of a random cotangent, against the composition's
+    const Tensor cot = randn64({B, H, T + 3, d}, false, 7);
+    const Tensor g_got = autograd::grad({sum(hierarchical_keys(x64, b, kp) * cot)}, {x64}, {})[0];
+    const Tensor g_want =
+        autograd::grad({sum(cat({x64, hierarchical_summaries(x64, b, kp).means}, 2) * cot)}, {x64}, {})[0];
+    check_close(g_got, g_want, 1e-15, 1e-15);
+    check_grad([&](const TensorList& in) { return TensorList{hierarchical_keys(in[0], b, kp)}; }, {x64});
+  }
+  CHECK(hierarchical_keep(keep, b).to_vector<bool>() ==
+        cat({keep, hierarchical_summaries(x64, b, keep).kept}, 1).to_vector<bool>());
+  // b >= T: one block; b == 1: every token its own summary
+  check_close(hierarchical_keys(x64, 100), cat({x64, mean(x64, {2}, true)}, 2), 1e-15, 1e-15);
+  check_close(hierarchical_keys(x64, 1), cat({x64, x64}, 2), 0, 0);
+  // A padding token's NaN reaches neither its block's mean nor, backwards, a real token's gradient; a real token's
+  // NaN reaches its block's mean only.
+  Tensor xn = randn64({B, H, T, d}, false, 8);
+  xn.data_ptr<double>()[(1 * H + 0) * T * d + 9 * d] = std::nan("");  // batch 1, token 9: padding
+  xn.data_ptr<double>()[0] = std::nan("");                            // batch 0, token 0: real, block 0
+  const Tensor out = hierarchical_keys(xn, b, keep);
+  const auto isn = isnan(out).to_vector<bool>();
+  auto at = [&](int64_t bb, int64_t h, int64_t row, int64_t c) { return isn[((bb * H + h) * (T + 3) + row) * d + c]; };
+  CHECK(at(0, 0, 0, 0));
+  CHECK(at(0, 0, T + 0, 0));   // block 0's mean of batch 0, head 0
+  CHECK(!at(0, 0, T + 1, 0));  // another block
+  CHECK(!at(0, 1, T + 0, 0));  // another head
+  CHECK(at(1, 0, 9, 0));       // the padding token is copied as it is
+  CHECK(!at(1, 0, T + 2, 0));  // but not averaged
+  Tensor xg = randn64({B, H, T, d}, true, 9);
+  Tensor gcot = zeros({B, H, T + 3, d}, {.dtype = kFloat64});
+  gcot.data_ptr<double>()[((1 * H + 0) * (T + 3) + T + 2) * d] =
+      std::nan("");  // the mean's gradient of batch 1's block 2
+  const auto gx = autograd::grad({sum(hierarchical_keys(xg, b, keep) * gcot)}, {xg}, {})[0].to_vector<double>();
+  for (int64_t t = 8; t < T; ++t) CHECK(std::isnan(gx[((1 * H + 0) * T + t) * d]) == (t != 9));  // 9 is padding
+  // errors: as hierarchical_summaries'
+  check_error([&] { hierarchical_keys(x64, 0); }, {"hierarchical_keys", "block size b must be >= 1"});
+  check_error(
+      [&] {
+        hierarchical_keys(x64, b, ones({B, T + 1}, {.dtype = kBool}));
+      },
+      {"hierarchical_keys", "key_keep", "[2, 12]"});
+  check_error([&] { hierarchical_keys(randn64({B, T, d}), b); }, {"hierarchical_keys", "(B, H, T, d)"});
+  check_error([&] { hierarchical_keep(keep, 0); }, {"hierarchical_keep", "block size b must be >= 1"});
+}
+
 TEST_CASE("pattern_union is the set union; a shared pattern joins every group of a per-head one") {
   const int64_t T = 23;
   SparsePattern u = pattern_union({local_window_pattern(T, 6, true), global_tokens_pattern(T, 2, true),

@@ -12,6 +12,8 @@
 //                kernels on CUDA; the assignments and the construction are included in the time)
 //   hierarchical blocks of round(√n) tokens plus one mean-pooled summary per other block (pooling included)
 //   hier-kernel  the same pattern with the summaries pooled once beforehand: the sparse kernel alone
+//   hier-composed  hierarchical with the summaries made by the composition hierarchical_keys replaces (cat of x and
+//                hierarchical_summaries' means), for the side-by-side comparison
 //   w+g+r        window 256 + 16 global + 16 random
 //   asam         the gated AsamAttention layer (d_model 256; window + global + random; projections, gate and both
 //                branches), training mode
@@ -156,11 +158,16 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
       p = clustered_union(none, a, 0.5, false);
       return sparse_attention(q, k, v, p);
     };
-  } else if (impl == "hierarchical" || impl == "hier-kernel") {
+  } else if (impl == "hierarchical" || impl == "hier-kernel" || impl == "hier-composed") {
     const int64_t b = std::llround(std::sqrt(double(n)));
     p = hierarchical_pattern(n, b, false);
-    auto with_summaries = [b](const Tensor& x) { return cat({x, hierarchical_summaries(x, b).means}, 2); };
-    if (impl == "hier-kernel") {  // pooled once, outside the timing: the kernel alone
+    auto with_summaries = [b](const Tensor& x) { return hierarchical_keys(x, b); };
+    if (impl == "hier-composed") {
+      fwd = [&, b] {
+        return sparse_attention(q, cat({k, hierarchical_summaries(k, b).means}, 2),
+                                cat({v, hierarchical_summaries(v, b).means}, 2), p);
+      };
+    } else if (impl == "hier-kernel") {  // pooled once, outside the timing: the kernel alone
       k = with_summaries(k).detach().set_requires_grad(true);
       v = with_summaries(v).detach().set_requires_grad(true);
       fwd = [&] { return sparse_attention(q, k, v, p); };
@@ -180,8 +187,8 @@ Result run(const std::string& impl, int64_t n, int reps, double naive_gb) {
 int main(int argc, char** argv) {
   std::vector<int64_t> ns = {512, 1024, 2048, 4096, 8192, 16384};
   const std::vector<std::string> known = {"naive",  "chunked",   "window",       "strided",     "random",
-                                          "global", "clustered", "hierarchical", "hier-kernel", "w+g+r",
-                                          "asam",   "asam-skip", "mha"};
+                                          "global", "clustered", "hierarchical", "hier-kernel", "hier-composed",
+                                          "w+g+r",  "asam",      "asam-skip",    "mha"};
   std::vector<std::string> impls = known;
   int reps = 3;
   double naive_gb = 6;
