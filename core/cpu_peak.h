@@ -28,7 +28,7 @@ struct CpuPeak {
   int fma_units = 1;         // vector FMAs (baseline: multiply-add pairs) a core retires per cycle, rounded
   double fma_per_cycle = 0;  // the same, as measured
   bool bf16 = false;         // AVX512-BF16 present
-  double bf16_units = 0;     // vdpbf16ps per cycle, to the nearest half (0 without AVX512-BF16)
+  double bf16_units = 0;     // vdpbf16ps per cycle, to the nearest half (0 without AVX512-BF16, and with AMX)
   bool amx = false;          // AMX-BF16 present and usable
   double amx_cycles = 0;     // cycles (of `clock_hz`) per tdpbf16ps, as measured on every thread at once (0: no AMX)
   double fp32_flops = 0;     // threads × clock × lanes × units × 2

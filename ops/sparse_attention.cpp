@@ -506,8 +506,8 @@ BlockMeans hierarchical_summaries(const Tensor& x, int64_t b_in, const Tensor& k
 
 Tensor hierarchical_keys(const Tensor& x, int64_t b_in, const Tensor& key_keep) {
   constexpr const char* who = "hierarchical_keys";
-  const bool fused = x.defined() && x.device().is_cpu() && (x.dtype() == kFloat32 || x.dtype() == kFloat64);
-  if (!fused) return cat({x, hierarchical_summaries(x, b_in, key_keep).means}, 2);  // checks x, b, key_keep
+  check_defined(who, x, "x");
+  check_float(who, x, "x");
   ASC_CHECK(x.dim() == 4 && x.size(2) >= 1, "{}: expects x (B, H, T, d), got {}", who, x.shape());
   ASC_CHECK(b_in >= 1, "{}: the block size b must be >= 1, got {}", who, b_in);
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), d = x.size(3);
@@ -517,7 +517,10 @@ Tensor hierarchical_keys(const Tensor& x, int64_t b_in, const Tensor& key_keep) 
               "{}: key_keep must be bool (B, T) = ({}, {}); got {} {}", who, B, T, key_keep.dtype(), key_keep.shape());
     ASC_CHECK(key_keep.device() == x.device(), "{}: key_keep is on {}, x on {}", who, key_keep.device(), x.device());
   }
-  const Tensor keep = key_keep.defined() ? key_keep.detach().contiguous() : Tensor();
+  if (!x.device().is_cpu() || (x.dtype() != kFloat32 && x.dtype() != kFloat64))  // other devices, 16-bit dtypes
+    return cat({x, hierarchical_summaries(x, b_in, key_keep).means}, 2);
+  // the mask copied (B × T bools): the backward reads it, whatever the caller does to its tensor meanwhile
+  const Tensor keep = key_keep.defined() ? key_keep.detach().clone() : Tensor();
   const Tensor xd = x.detach(), xc = d > 0 && xd.stride(3) != 1 ? xd.contiguous() : xd;  // rows read in place
   Tensor out = Tensor::empty({B, H, T + nb, d}, x.options());
   if (out.numel() > 0) {

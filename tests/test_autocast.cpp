@@ -125,7 +125,12 @@ TEST_CASE("round_to_bfloat16: every element rounded, a transposed view keeping i
   Tensor w = mat(37, 70, 61);  // 2590 elements: runs of 32 and a tail
   w.data_ptr<float>()[5] = std::numeric_limits<float>::quiet_NaN();
   w.data_ptr<float>()[6] = -std::numeric_limits<float>::infinity();
-  const std::vector<double> want = rounded(w);
+  // denormals, in a 32-float run and in the tail: zeros of their sign at every position (the products read a
+  // bfloat16 denormal as zero anyway)
+  w.data_ptr<float>()[7] = std::numeric_limits<float>::denorm_min() * 5;
+  w.data_ptr<float>()[2588] = -std::numeric_limits<float>::denorm_min() * 7;
+  std::vector<double> want = rounded(w);
+  want[7] = 0.0, want[2588] = -0.0;
   const Tensor r = cpu::round_to_bfloat16(w), rt = cpu::round_to_bfloat16(w.t());
   CHECK(r.dtype() == kBFloat16);
   CHECK(rt.shape() == Shape{70, 37});
@@ -138,6 +143,8 @@ TEST_CASE("round_to_bfloat16: every element rounded, a transposed view keeping i
     bad += !same;
   }
   CHECK(bad == 0);
+  CHECK(!std::signbit(got[7]));
+  CHECK(std::signbit(got[2588]));
   const Tensor sliced = cpu::round_to_bfloat16(w.slice(1, 0, 70, 3));  // neither layout: rounded contiguous
   CHECK(sliced.is_contiguous());
   CHECK(sliced.to_vector<double>() == rounded(w.slice(1, 0, 70, 3)));

@@ -122,7 +122,10 @@ TEST_CASE("cpu_peak: the processor's fp32 peak is its threads × clock × lanes 
     CHECK(p.amx_cycles <= 64);
     CHECK(p.bf16_flops > p.fp32_flops);
   }
-  if (cpu_bf16_supported()) {  // no bfloat16 product beats the bfloat16 peak either
+  // No bfloat16 product beats the bfloat16 peak either (where the peak saw the AMX the products use: a build without
+  // the measurement, clang or not Linux, states AVX512-BF16's; with AMX the peak is itself a measured rate, so the
+  // bound leaves room for a core busy while it was measured).
+  if (cpu_bf16_supported() && (p.amx || !cpu_bf16_amx())) {
     Tensor x = randn({512, 512}), y = randn({512, 512});
     double best16 = 1e30;
     for (int r = 0; r < 6; ++r) {
@@ -132,6 +135,6 @@ TEST_CASE("cpu_peak: the processor's fp32 peak is its threads × clock × lanes 
         best16 = std::min(best16, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     MESSAGE("matmul_bf16 512^3: ", 2.0 * 512 * 512 * 512 / best16 * 1e-9, " GFLOP/s");
-    CHECK(2.0 * 512 * 512 * 512 / best16 <= 1.15 * p.bf16_flops);
+    CHECK(2.0 * 512 * 512 * 512 / best16 <= (p.amx ? 2.0 : 1.15) * p.bf16_flops);
   }
 }

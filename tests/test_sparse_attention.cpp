@@ -261,6 +261,15 @@ TEST_CASE("hierarchical_keys: x then its block means in one pass, as the composi
       {"hierarchical_keys", "key_keep", "[2, 12]"});
   check_error([&] { hierarchical_keys(randn64({B, T, d}), b); }, {"hierarchical_keys", "(B, H, T, d)"});
   check_error([&] { hierarchical_keep(keep, 0); }, {"hierarchical_keep", "block size b must be >= 1"});
+  check_error([&] { hierarchical_keys(x64.to(kInt64), b); }, {"hierarchical_keys"});  // its own name on every path
+  // the backward reads the mask as it was at the forward
+  Tensor keep2 = keep.clone();
+  Tensor xk = randn64({B, H, T, d}, true, 10);
+  const Tensor yk = hierarchical_keys(xk, b, keep2);
+  keep2.fill_(0.0);
+  const Tensor cot2 = randn64({B, H, T + 3, d}, false, 11);
+  check_close(autograd::grad({sum(yk * cot2)}, {xk}, {})[0],
+              autograd::grad({sum(hierarchical_keys(xk, b, keep) * cot2)}, {xk}, {})[0], 0, 0);
 }
 
 TEST_CASE("pattern_union is the set union; a shared pattern joins every group of a per-head one") {

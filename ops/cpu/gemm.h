@@ -42,9 +42,10 @@ struct Bf16ProductsScope {
   bool prev_;
 };
 bool bf16_products();
-// A float32 CPU tensor rounded to bfloat16 (to nearest even; NaN stays NaN; AVX512-BF16's instruction, which reads a
-// denormal as zero, as the products do), in its own layout when it is contiguous or a transposed view of a contiguous
-// tensor (else contiguous). Not differentiable. Throws asc::Error where asc::cpu_bf16_supported() is false.
+// A float32 CPU tensor rounded to bfloat16 (to nearest even; NaN stays NaN; a denormal to a zero of its sign, as
+// AVX512-BF16's instruction reads it, and as the products read a bfloat16 denormal), in its own layout when it is
+// contiguous or a transposed view of a contiguous tensor (else contiguous). Not differentiable. Throws asc::Error where
+// asc::cpu_bf16_supported() is false.
 Tensor round_to_bfloat16(const Tensor& t);
 // a (Bt, M, K), b (Bt, K, N): bfloat16, any strides; out: contiguous float32 (Bt, M, N). Throws asc::Error where
 // asc::cpu_bf16_supported() is false.

@@ -3,6 +3,7 @@
 // then runs one oneDNN matmul primitive per row block on them, with float32 accumulation into the float32 output
 // (AMX tiles where the processor has them, else AVX512-BF16).
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <unordered_map>
 
@@ -84,6 +85,13 @@ namespace {
 // rounds 32 floats to nearest even in one instruction (4-5x the scalar loop): it treats denormal inputs as zero, as
 // the products themselves do (vdpbf16ps and AMX's tdpbf16ps read a bfloat16 denormal as zero), and keeps a NaN a
 // quiet NaN of the same sign, as bfloat16_bits does.
+// The same rounding one float at a time (the runs' tails, builds without the instruction): a denormal to a zero of
+// its sign, as the instruction does, so that every position of a tensor rounds alike.
+uint16_t bfloat16_bits_daz(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return (u & 0x7f800000u) == 0 ? static_cast<uint16_t>((u >> 16) & 0x8000u) : bfloat16_bits(f);
+}
 #if defined(ASC_HAVE_DNNL) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void round_run(const float* s, uint16_t* d, int64_t n) {
   int64_t c = 0;
@@ -91,11 +99,11 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void round_run(const floa
     const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));  // (high, low)
     _mm512_storeu_si512(reinterpret_cast<void*>(d + c), reinterpret_cast<__m512i>(v));
   }
-  for (; c < n; ++c) d[c] = bfloat16_bits(s[c]);
+  for (; c < n; ++c) d[c] = bfloat16_bits_daz(s[c]);
 }
 #else
 void round_run(const float* s, uint16_t* d, int64_t n) {
-  for (int64_t c = 0; c < n; ++c) d[c] = bfloat16_bits(s[c]);
+  for (int64_t c = 0; c < n; ++c) d[c] = bfloat16_bits_daz(s[c]);
 }
 #endif
 

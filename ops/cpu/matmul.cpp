@@ -163,6 +163,7 @@ template void gemm<double>(int64_t, int64_t, int64_t, const double*, int64_t, in
 RowBlocks gemm_row_blocks(int64_t M) {
   RowBlocks rb;
   rb.fixed = deterministic_algorithms_enabled();
+  if (M <= 0) return rb;  // no rows: no blocks
   const int threads = max_threads();
   const int64_t chunks = std::min(M, std::clamp<int64_t>(M / 512, threads, kChunksPerThread * threads));
   rb.per = rb.fixed ? std::max<int64_t>(128, (M + 7) / 8) : (M + chunks - 1) / chunks;

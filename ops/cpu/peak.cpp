@@ -1,5 +1,6 @@
 // asc::cpu_peak (core/cpu_peak.h): the clock and the vector FMA units, measured on every kernel thread at once.
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -200,12 +201,16 @@ CpuPeak measure(int threads) {
 #endif
   // Every thread measures at the same time: a core's clock falls when the others work too.
   std::vector<ThreadMeasure> m(static_cast<size_t>(threads));
+  std::barrier sync(threads);
   auto run = [&](size_t t) {
     m[t].clock = measure_clock();
     m[t].fma = avx512 ? rate_avx512() : avx2 ? rate_avx2() : rate_sse();
     if (p.bf16) m[t].bf16 = rate_bf16();
 #ifdef ASC_PEAK_AMX
-    if (p.amx) m[t].amx = rate_amx();
+    if (p.amx) {
+      sync.arrive_and_wait();  // all at once: cores that share an AMX unit (SMT siblings) must not take turns
+      m[t].amx = rate_amx();
+    }
 #endif
   };
   std::vector<std::thread> pool;
