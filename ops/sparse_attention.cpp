@@ -480,19 +480,26 @@ SparsePattern hierarchical_pattern(int64_t T, int64_t b_in, bool causal) {
   return SparsePattern::from_rows(1, T, T + nb, std::move(rows));
 }
 
-BlockMeans hierarchical_summaries(const Tensor& x, int64_t b_in, const Tensor& key_keep) {
-  constexpr const char* who = "hierarchical_summaries";
+namespace {
+// The arguments of hierarchical_summaries and hierarchical_keys: x (B, H, T >= 1, d) of a float dtype, b >= 1, key_keep
+// undefined or bool (B, T) on x's device.
+void check_block_means_args(const char* who, const Tensor& x, int64_t b, const Tensor& key_keep) {
   check_defined(who, x, "x");
   check_float(who, x, "x");
   ASC_CHECK(x.dim() == 4 && x.size(2) >= 1, "{}: expects x (B, H, T, d), got {}", who, x.shape());
-  ASC_CHECK(b_in >= 1, "{}: the block size b must be >= 1, got {}", who, b_in);
+  ASC_CHECK(b >= 1, "{}: the block size b must be >= 1, got {}", who, b);
+  if (!key_keep.defined()) return;
+  const int64_t B = x.size(0), T = x.size(2);
+  ASC_CHECK(key_keep.dtype() == kBool && key_keep.dim() == 2 && key_keep.size(0) == B && key_keep.size(1) == T,
+            "{}: key_keep must be bool (B, T) = ({}, {}); got {} {}", who, B, T, key_keep.dtype(), key_keep.shape());
+  ASC_CHECK(key_keep.device() == x.device(), "{}: key_keep is on {}, x on {}", who, key_keep.device(), x.device());
+}
+}  // namespace
+
+BlockMeans hierarchical_summaries(const Tensor& x, int64_t b_in, const Tensor& key_keep) {
+  check_block_means_args("hierarchical_summaries", x, b_in, key_keep);
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), d = x.size(3);
   const int64_t b = std::min(b_in, T), nb = hierarchical_blocks(T, b);  // as hierarchical_pattern: b >= T is one block
-  if (key_keep.defined())
-    ASC_CHECK(key_keep.dtype() == kBool && key_keep.dim() == 2 && key_keep.size(0) == B && key_keep.size(1) == T,
-              "{}: key_keep must be bool (B, T) = ({}, {}); got {} {}", who, B, T, key_keep.dtype(), key_keep.shape());
-  if (key_keep.defined())
-    ASC_CHECK(key_keep.device() == x.device(), "{}: key_keep is on {}, x on {}", who, key_keep.device(), x.device());
   Tensor w = key_keep.defined() ? key_keep.to(x.dtype()).view({B, 1, T, 1}) : ones({B, 1, T, 1}, x.options());
   // Padding tokens by `where`, not only weighted by 0: a padding token's NaN must not reach its block's mean.
   Tensor xw = key_keep.defined() ? where(key_keep.view({B, 1, T, 1}), x, 0.0) : x;
@@ -506,17 +513,9 @@ BlockMeans hierarchical_summaries(const Tensor& x, int64_t b_in, const Tensor& k
 
 Tensor hierarchical_keys(const Tensor& x, int64_t b_in, const Tensor& key_keep) {
   constexpr const char* who = "hierarchical_keys";
-  check_defined(who, x, "x");
-  check_float(who, x, "x");
-  ASC_CHECK(x.dim() == 4 && x.size(2) >= 1, "{}: expects x (B, H, T, d), got {}", who, x.shape());
-  ASC_CHECK(b_in >= 1, "{}: the block size b must be >= 1, got {}", who, b_in);
+  check_block_means_args(who, x, b_in, key_keep);
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), d = x.size(3);
   const int64_t b = std::min(b_in, T), nb = hierarchical_blocks(T, b);
-  if (key_keep.defined()) {
-    ASC_CHECK(key_keep.dtype() == kBool && key_keep.dim() == 2 && key_keep.size(0) == B && key_keep.size(1) == T,
-              "{}: key_keep must be bool (B, T) = ({}, {}); got {} {}", who, B, T, key_keep.dtype(), key_keep.shape());
-    ASC_CHECK(key_keep.device() == x.device(), "{}: key_keep is on {}, x on {}", who, key_keep.device(), x.device());
-  }
   if (!x.device().is_cpu() || (x.dtype() != kFloat32 && x.dtype() != kFloat64))  // other devices, 16-bit dtypes
     return cat({x, hierarchical_summaries(x, b_in, key_keep).means}, 2);
   // the mask copied (B × T bools): the backward reads it, whatever the caller does to its tensor meanwhile

@@ -28,6 +28,16 @@ std::vector<int64_t> block_counts(const Tensor& keep, int64_t B, int64_t T, int6
   return count;
 }
 
+// Task w of B·H·nb: block m of (batch i, head h), its token rows [lo, hi), and batch i's mask row (null: all real).
+struct BlockTask {
+  int64_t i, h, bh, m, lo, hi;
+  const bool* keep;
+};
+BlockTask block_task(int64_t w, int64_t H, int64_t T, int64_t b, int64_t nb, const Tensor& keep) {
+  const int64_t m = w % nb, bh = w / nb, i = bh / H, lo = m * b;
+  return {i, bh % H, bh, m, lo, std::min(T, lo + b), keep.defined() ? keep.data_ptr<bool>() + i * T : nullptr};
+}
+
 template <class T_>
 void forward_impl(const Tensor& x, int64_t b, const Tensor& keep, Tensor& out) {
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), d = x.size(3), nb = out.size(2) - T;
@@ -38,21 +48,18 @@ void forward_impl(const Tensor& x, int64_t b, const Tensor& keep, Tensor& out) {
   parallel_for(B * H * nb, b * d * 2, [&](int64_t w0, int64_t w1) {
     std::vector<double> sum(static_cast<size_t>(d));
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t m = w % nb, bh = w / nb, i = bh / H, h = bh % H;
-      const int64_t lo = m * b, hi = std::min(T, lo + b);
-      const T_* xs = xp + i * s0 + h * s1;
-      T_* o = op + bh * (T + nb) * d;
-      const bool* k = keep.defined() ? keep.data_ptr<bool>() + i * T : nullptr;
+      const BlockTask tk = block_task(w, H, T, b, nb, keep);
+      const T_* xs = xp + tk.i * s0 + tk.h * s1;
+      T_* o = op + tk.bh * (T + nb) * d;
       std::fill(sum.begin(), sum.end(), 0.0);
-      for (int64_t t = lo; t < hi; ++t) {
+      for (int64_t t = tk.lo; t < tk.hi; ++t) {
         const T_* row = xs + t * s2;
-        T_* dst = o + t * d;
-        std::copy_n(row, d, dst);
-        if (k && !k[t]) continue;  // a padding token: copied, not summed (its NaN stays out of the mean)
+        std::copy_n(row, d, o + t * d);
+        if (tk.keep && !tk.keep[t]) continue;  // a padding token: copied, not summed (its NaN stays out of the mean)
         for (int64_t c = 0; c < d; ++c) sum[c] += double(row[c]);
       }
-      const double inv = 1.0 / double(std::max<int64_t>(count[static_cast<size_t>(i * nb + m)], 1));
-      T_* mean = o + (T + m) * d;
+      const double inv = 1.0 / double(std::max<int64_t>(count[static_cast<size_t>(tk.i * nb + tk.m)], 1));
+      T_* mean = o + (T + tk.m) * d;
       for (int64_t c = 0; c < d; ++c) mean[c] = static_cast<T_>(sum[c] * inv);
     }
   });
@@ -68,19 +75,17 @@ void backward_impl(const Tensor& g, int64_t b, const Tensor& keep, Tensor& gx) {
   parallel_for(B * H * nb, b * d * 2, [&](int64_t w0, int64_t w1) {
     std::vector<T_> share(static_cast<size_t>(d));
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t m = w % nb, bh = w / nb, i = bh / H, h = bh % H;
-      const int64_t lo = m * b, hi = std::min(T, lo + b);
-      const T_* gs = gp + i * s0 + h * s1;
-      T_* o = xp + bh * T * d;
-      const bool* k = keep.defined() ? keep.data_ptr<bool>() + i * T : nullptr;
+      const BlockTask tk = block_task(w, H, T, b, nb, keep);
+      const T_* gs = gp + tk.i * s0 + tk.h * s1;
+      T_* o = xp + tk.bh * T * d;
       // the mean's gradient, divided as the composition's division's backward divides it
-      const T_ cnt = static_cast<T_>(std::max<int64_t>(count[static_cast<size_t>(i * nb + m)], 1));
-      const T_* gm = gs + (T + m) * s2;
+      const T_ cnt = static_cast<T_>(std::max<int64_t>(count[static_cast<size_t>(tk.i * nb + tk.m)], 1));
+      const T_* gm = gs + (T + tk.m) * s2;
       for (int64_t c = 0; c < d; ++c) share[c] = gm[c] / cnt;
-      for (int64_t t = lo; t < hi; ++t) {
+      for (int64_t t = tk.lo; t < tk.hi; ++t) {
         const T_* gr = gs + t * s2;
         T_* dst = o + t * d;
-        if (k && !k[t]) {
+        if (tk.keep && !tk.keep[t]) {
           std::copy_n(gr, d, dst);  // a padding token gets no part of the mean's gradient (not even 0 · NaN)
           continue;
         }
