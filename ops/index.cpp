@@ -318,8 +318,16 @@ TensorList split(const Tensor& x, int64_t size, int64_t dim) {
   const int d = wrap_dim(dim, x.dim(), "split");
   const int64_t n = x.size(d);
   if (n == 0) return {x.narrow(d, 0, 0)};
+  // The pieces are views recorded as one node whose backward is one cat of their gradients (the engine fills zeros
+  // for a piece that got none): a narrow per piece would give each its own node, each building an x-sized zero
+  // tensor in the backward, and the engine would add those up.
   TensorList out;
-  for (int64_t s = 0; s < n; s += size) out.push_back(x.narrow(d, s, std::min(size, n - s)));
+  {
+    NoGradGuard no_grad;
+    for (int64_t s = 0; s < n; s += size) out.push_back(x.narrow(d, s, std::min(size, n - s)));
+  }
+  if (autograd::needs_grad(x))
+    autograd::record("split", {x}, out, [d](const TensorList& g) -> TensorList { return {cat(g, d)}; });
   return out;
 }
 

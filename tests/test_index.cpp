@@ -351,6 +351,23 @@ TEST_CASE("split / chunk: piece sizes, values, views; gradcheck through the piec
   Tensor v = randn64({6}, true, 203);
   (chunk(v, 3, 0)[1] * 2.0).sum().backward();
   check_close(v.grad(), {0, 0, 2, 2, 0, 0}, 0, 0);
+  // All pieces come from one node whose backward is one cat (not a node per piece, each building an input-sized
+  // zero tensor); a piece used twice, and one used by a later piece's consumer, still sum correctly.
+  TensorList q = split(v, 4, 0);
+  REQUIRE(q.size() == 2);
+  REQUIRE(q[0].grad_fn() != nullptr);
+  CHECK(q[0].grad_fn() == q[1].grad_fn());
+  CHECK(q[0].grad_fn()->name() == "split");
+  v.zero_grad();
+  (q[0].sum() * 3.0 + q[1].sum() + q[1].select(0, 0) * 5.0).backward();
+  check_close(v.grad(), {3, 3, 3, 3, 6, 1}, 0, 0);
+  // Without grad mode no node is recorded; the pieces stay views.
+  {
+    NoGradGuard ng;
+    TensorList r = split(v, 4, 0);
+    CHECK(r[0].grad_fn() == nullptr);
+    CHECK(r[1].shares_storage(v));
+  }
 }
 
 // ---- one_hot / embedding ----------------------------------------------------------------------------------------
