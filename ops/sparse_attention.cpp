@@ -7,6 +7,8 @@
 #include <cmath>
 #include <numeric>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -15,6 +17,7 @@
 #include "core/generator.h"
 #include "ops/attention.h"
 #include "ops/checks.h"
+#include "ops/cpu/clustered_rows.h"
 #include "ops/cpu/hierarchical_keys.h"
 #include "ops/cpu/loops.h"  // parallel_for: the builders are host work
 #include "ops/dispatch.h"
@@ -565,39 +568,38 @@ void check_assignments(const char* who, const Tensor& a, double theta) {
 }
 }  // namespace
 
-SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
-  constexpr const char* who = "clustered_pattern";
-  check_assignments(who, a_in, theta);
-  const int64_t B = a_in.size(0), H = a_in.size(1), T = a_in.size(2), c = a_in.size(3);
-  const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
-  const double* ap = a.data_ptr<double>();
-  for (int64_t x = 0; x < a.numel(); ++x) {
-    ASC_CHECK(std::isfinite(ap[x]), "{}: the assignments contain a non-finite value ({}) at flat index {}", who, ap[x],
-              x);
-    ASC_CHECK(ap[x] >= 0, "{}: the assignments must be >= 0; got {} at flat index {}", who, ap[x], x);
-  }
-  // The bucket bound θ / 2 assumes rows summing to 1 (ops/sparse_attention.h). Dividing by the largest row sum
-  // keeps the proof for any non-negative rows (a softmax's sum is 1 only up to rounding): the terms with
-  // a_im <= θ / (2 s_max) add up to at most θ / (2 s_max) · Σ_m a_jm <= θ / 2, so no qualifying pair is missed.
+namespace {
+
+// The clustered pattern's rows, each united with a base pattern's row (none: base_lists null), as CSR lists: row
+// (g, i) holds the j with a_i · a_j > θ (causal: j <= i) and the base row's keys, ascending, each once. a: (G, T, c)
+// float64, finite and >= 0. The bucket bound θ / 2 assumes rows summing to 1 (ops/sparse_attention.h); dividing by
+// the largest row sum keeps the proof for any non-negative rows (a softmax's sum is 1 only up to rounding): the terms
+// with a_im <= θ / (2 s_max) add up to at most θ / (2 s_max) · Σ_m a_jm <= θ / 2, so no qualifying pair is missed.
+//
+// Per group (in parallel): the buckets as ascending lists; row i's clustered keys are the j of its buckets (causal:
+// j <= i) with a_i · a_j > θ, each tested once (a stamp per key), ascending (a row in several buckets is sorted), then
+// merged with the base row. A row whose buckets hold more than a quarter of the keys (few clusters, soft assignments)
+// tests every key instead, in one vectorisable pass over the group's transposed assignments (the same products: the
+// same sum, in the same order, so the same keys), and takes the base row's keys by marking them in the same flags:
+// one branch-free pass writes the union, no merge. Each group's rows go into a list of its own, copied into the CSR
+// arrays after: no list per row.
+// Returns (row_ptr, cols) for SparsePattern::from_csr.
+std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T, int64_t c, double theta, bool causal,
+                                         const SparsePattern::Lists* base_lists, int64_t base_groups, const char* who) {
   double s_max = 1;
-  for (int64_t row = 0; row < B * H * T; ++row) {
+  for (int64_t row = 0; row < G * T; ++row) {
     double s_row = 0;
     for (int64_t m = 0; m < c; ++m) s_row += ap[row * c + m];
     s_max = std::max(s_max, s_row);
   }
   const double bucket_min = theta / (2 * s_max);
-  // Per group (in parallel): the buckets as ascending lists; row i's keys are the j of its buckets (causal: j <= i)
-  // with a_i · a_j > θ, each tested once (a stamp per key), ascending (a row in several buckets is sorted). A row
-  // whose buckets hold more than a quarter of the keys (few clusters, soft assignments) tests every key instead, in
-  // one vectorisable pass over the group's transposed assignments: the same products (the same sum, in the same
-  // order), so the same keys, without the bucket walk's branches. Each group's rows go into a list of its own,
-  // copied into the CSR arrays after: no list per row.
-  const int64_t G = B * H;
   std::vector<std::vector<int64_t>> keys_of(G), len_of(G);
   const int64_t cost = T * std::max<int64_t>(1, T / 4) * c;  // about a quarter of the pairs share a bucket
   cpu::parallel_for(G, cost, [&](int64_t g0, int64_t g1) {
-    std::vector<int64_t> bucket_ptr(c + 1), items, stamp(T);
+    std::vector<int64_t> bucket_ptr(c + 1), items, stamp(T), found;
     std::vector<double> at(static_cast<size_t>(T * c)), dots(T);  // the group's a transposed: at[m T + j] = a_jm
+    std::vector<unsigned char> hit(static_cast<size_t>(T));
+    size_t last_size = 0;  // the previous group's entries
     for (int64_t g = g0; g < g1; ++g) {
       const double* ag = ap + g * T * c;
       for (int64_t j = 0; j < T; ++j)
@@ -615,22 +617,31 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
       std::vector<int64_t>& keys = keys_of[g];
       std::vector<int64_t>& lens = len_of[g];
       lens.assign(T, 0);
+      keys.reserve(std::max(static_cast<size_t>(T) * 8, last_size + last_size / 8));  // groups are alike in size
       for (int64_t i = 0; i < T; ++i) {
-        const size_t start = keys.size();  // row i's keys are appended to the group's list
+        const size_t start = keys.size();                // row i's keys are appended to the group's list
+        const int64_t *bk = nullptr, *bk_end = nullptr;  // the base row's keys, ascending
+        if (base_lists) {
+          const int64_t r = (base_groups == 1 ? 0 : g) * T + i;
+          bk = base_lists->cols + base_lists->row_ptr[r], bk_end = base_lists->cols + base_lists->row_ptr[r + 1];
+        }
         int64_t candidates = 0;
         for (int64_t m = 0; m < c; ++m)
           if (ag[i * c + m] > bucket_min) candidates += bucket_ptr[m + 1] - bucket_ptr[m];
-        if (4 * candidates > T) {  // every key j <= n, dot as below: Σ over m in order
+        if (4 * candidates > T) {  // every key j < n, dot as below: Σ over m in order
           const int64_t n = causal ? i + 1 : T;
-          std::fill(dots.begin(), dots.begin() + n, 0.0);
-          for (int64_t m = 0; m < c; ++m) {
-            const double aim = ag[i * c + m];
-            const double* col = at.data() + m * T;
-            for (int64_t j = 0; j < n; ++j) dots[j] += aim * col[j];
-          }
-          for (int64_t j = 0; j < n; ++j)
-            if (dots[j] > theta) keys.push_back(j);
+          unsigned char* h = hit.data();
+          cpu::clustered_row_flags(ag + i * c, at.data(), T, c, n, theta, dots.data(), h);
+          const int64_t* b = bk;
+          for (; b != bk_end && *b < n; ++b) h[*b] = 1;
+          keys.resize(start + static_cast<size_t>(n) + static_cast<size_t>(bk_end - b));
+          int64_t* out = keys.data() + start;
+          int64_t len = 0;
+          for (int64_t j = 0; j < n; ++j) out[len] = j, len += h[j];  // branch-free: the flags are unpredictable
+          for (; b != bk_end; ++b) out[len++] = *b;                   // base keys past the clustered range
+          keys.resize(start + static_cast<size_t>(len));
         } else {
+          found.clear();
           int buckets = 0;
           for (int64_t m = 0; m < c; ++m) {
             if (!(ag[i * c + m] > bucket_min)) continue;
@@ -642,13 +653,18 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
               stamp[j] = i;
               double dot = 0;
               for (int64_t mm = 0; mm < c; ++mm) dot += ag[i * c + mm] * ag[j * c + mm];
-              if (dot > theta) keys.push_back(j);
+              if (dot > theta) found.push_back(j);
             }
           }
-          if (buckets > 1) std::sort(keys.begin() + static_cast<std::ptrdiff_t>(start), keys.end());
+          if (buckets > 1) std::sort(found.begin(), found.end());
+          const int64_t *a = found.data(), *a_end = found.data() + found.size(), *b = bk;
+          while (a != a_end && b != bk_end) keys.push_back(*a < *b ? *a++ : *b < *a ? *b++ : (++b, *a++));
+          keys.insert(keys.end(), a, a_end);
+          keys.insert(keys.end(), b, bk_end);
         }
         lens[i] = static_cast<int64_t>(keys.size() - start);
       }
+      last_size = keys.size();
     }
   });
   const int64_t n_rows = checked_mul(G, T, who, "groups x queries");
@@ -662,7 +678,24 @@ SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
   cpu::parallel_for(G, T * 8, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) std::copy(keys_of[g].begin(), keys_of[g].end(), cols + rp[g * T]);
   });
-  return SparsePattern::from_csr(G, T, T, std::move(row_ptr), std::move(cols_t));
+  return {std::move(row_ptr), std::move(cols_t)};
+}
+
+}  // namespace
+
+SparsePattern clustered_pattern(const Tensor& a_in, double theta, bool causal) {
+  constexpr const char* who = "clustered_pattern";
+  check_assignments(who, a_in, theta);
+  const int64_t B = a_in.size(0), H = a_in.size(1), T = a_in.size(2), c = a_in.size(3);
+  const Tensor a = a_in.detach().to(Device::cpu()).to(kFloat64).contiguous();
+  const double* ap = a.data_ptr<double>();
+  for (int64_t x = 0; x < a.numel(); ++x) {
+    ASC_CHECK(std::isfinite(ap[x]), "{}: the assignments contain a non-finite value ({}) at flat index {}", who, ap[x],
+              x);
+    ASC_CHECK(ap[x] >= 0, "{}: the assignments must be >= 0; got {} at flat index {}", who, ap[x], x);
+  }
+  auto [row_ptr, cols] = clustered_rows(ap, B * H, T, c, theta, causal, nullptr, 1, who);
+  return SparsePattern::from_csr(B * H, T, T, std::move(row_ptr), std::move(cols));
 }
 
 SparsePattern pattern_union(const std::vector<SparsePattern>& patterns) {
@@ -771,7 +804,12 @@ SparsePattern clustered_union(const SparsePattern& base, const Tensor& a_in, dou
     // The bucket walk over CSR lists. A row with a non-finite entry is zeroed (so it joins no bucket and no pair:
     // θ >= 0) and given its own key.
     const Tensor& a = a64;
-    if (bad.empty()) return pattern_union({base, clustered_pattern(a, theta, causal)});
+    if (bad.empty()) {  // the union's rows written in one pass (clustered_rows)
+      const SparsePattern bc = base.to(Device::cpu());
+      const SparsePattern::Lists bl = bc.lists();
+      auto [row_ptr, cols] = clustered_rows(a.data_ptr<double>(), G, T, c, theta, causal, &bl, bc.groups(), who);
+      return SparsePattern::from_csr(G, T, S, std::move(row_ptr), std::move(cols));
+    }
     const Tensor clean = a.clone();
     double* cp = clean.data_ptr<double>();
     std::vector<std::vector<int64_t>> self(G * T);

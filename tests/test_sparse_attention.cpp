@@ -902,6 +902,7 @@ TEST_CASE(
       for (int64_t x = 0; x < 4 * c; ++x) a.data_ptr<double>()[(3 * T + 10) * c + x] = 1.0 / 8;  // group 3, rows 10-13
     if (c == 3) a.data_ptr<double>()[(0 * T + 3) * c + 2] = -0.5;  // a negative entry: group 0 has every pair tested
     Tensor a_other = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen), -1);
+    Tensor a_clean = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen) * 2.5, -1);
     for (bool causal : {false, true}) {
       for (const SparsePattern& base :
            {pattern_union({local_window_pattern(T, 4, causal), global_tokens_pattern(T, 2, causal)}),
@@ -928,6 +929,17 @@ TEST_CASE(
           CHECK(same_bits(view.cols(), lists.cols()));
           CHECK(same_bits(view.col_pos(), lists.col_pos()));
           CHECK(view.row(1, 5) == lists.row(1, 5));
+          // Finite, non-negative assignments: the one pass that writes the union's rows (both of its row paths: the
+          // bucket walk, and every key at once where a row's buckets hold more than a quarter of the keys).
+          {
+            const auto want_clean = clustered_union_mask(base, a_clean, theta, causal);
+            const SparsePattern u = clustered_union(base, a_clean, theta, causal);
+            CHECK(u.dense_mask().to_vector<bool>() == want_clean);
+            const SparsePattern composed = pattern_union({base, clustered_pattern(a_clean, theta, causal)});
+            CHECK(same_bits(u.row_ptr(), composed.row_ptr()));
+            CHECK(same_bits(u.cols(), composed.cols()));
+            CHECK(u.max_row() == composed.max_row());
+          }
           if (!cuda::is_available()) continue;
           // The CUDA kernels: the same view, entry for entry, for every dtype of a; no lists on the device.
           // Both ways of sizing the view: without a read back (the default budget), and read back (budget 0).

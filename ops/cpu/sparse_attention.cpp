@@ -9,9 +9,10 @@
 // beside them, in the same softmax, whose passes run over a multiple of 16 columns (no scalar remainder). A call's
 // plans are kept in the pattern (its cache): without padding they depend on the pattern alone, made on its first call
 // and read by every later one; with padding, the last table made and its key_keep, read by the backward and any call
-// with an equal key_keep. A block whose tile would be less than a third full, or whose tile keys hold a non-finite k
-// or v (NaN must reach exactly the rows that attend it, and 0 · NaN in a product would spread it), goes row by row
-// instead:
+// with an equal key_keep (plans made for one head width serve another: they decide speed, not values). A block whose
+// tile would be too sparse (less than D / (D + 128) full: a third at D = 64, a ninth at D = 16), or whose tile keys
+// hold a non-finite k or v (NaN must reach exactly the rows that attend it, and 0 · NaN in a product would spread it),
+// goes row by row instead:
 //   s_j = scale · q_i · k_j  (−inf where the key is padding),  m = max s,  p_j = exp(s_j − m),  l = Σ p
 //   o_i = Σ p_j v_j / l,  lse_i = m + log l
 // Backward: P_ij = exp(s_ij − lse_i), dS_ij = scale · P_ij (dO_i · v_j − dO_i · o_i), dq_i = Σ_j dS_ij k_j,
@@ -252,13 +253,14 @@ ASC_ALWAYS_INLINE T forward_row(const Problem<T>& p, int64_t bh, int64_t i, T* s
 
 // ---- tiles over blocks of query rows ------------------------------------------------------------------------------
 
-constexpr int64_t kBlockRows = 16;  // query rows per block
-constexpr int64_t kMaxRuns = 16;    // tile runs per block
-constexpr int64_t kMinRun = 8;      // a shorter stretch of union keys is rare: its pairs go one by one
-constexpr int64_t kMaxGap = 4;      // union keys at most this far apart join one run (the keys between: flag 0)
-constexpr int64_t kTileRoom = 16;   // columns after a tile row's last: room for the score products' tail tile
-constexpr int64_t kRowPad = 16;     // the row passes' width is a multiple of this (16 floats: one 512-bit vector)
-constexpr int64_t kChunk = 128;     // keys per chunk of a head's Kᵀ, Vᵀ (HeadTiles) and dK, dV (HeadKeyGrads)
+constexpr int64_t kBlockRows = 16;     // query rows per block
+constexpr int64_t kMaxRuns = 16;       // tile runs per block
+constexpr int64_t kMinRun = 8;         // a shorter stretch of union keys is rare: its pairs go one by one
+constexpr int64_t kMaxGap = 4;         // union keys at most this far apart join one run (the keys between: flag 0)
+constexpr int64_t kTileRoom = 16;      // columns after a tile row's last: room for the score products' tail tile
+constexpr int64_t kRowPad = 16;        // the row passes' width is a multiple of this (16 floats: one 512-bit vector)
+constexpr int64_t kChunk = 128;        // keys per chunk of a head's Kᵀ, Vᵀ (HeadTiles) and dK, dV (HeadKeyGrads)
+constexpr int64_t kRowPairCost = 128;  // a row-path pair's overhead beside a tile cell's, in head columns (plan_block)
 
 // The plan of one block of query rows, from the pattern alone (a shared pattern without padding has one plan per
 // block for every head): the runs of consecutive keys that form the tile's u columns, each row's flags over them,
@@ -274,17 +276,20 @@ struct BlockPlan {
   std::vector<int64_t> kept;                      // row r's kept keys: its allowed tile columns and its rare keys
 };
 
-// A thread's scratch for planning; `mark` (one stamp per key) only where there is padding to plan around.
+// A thread's scratch for planning: `mark` (one stamp per key) is sized where a block first needs it — with padding,
+// or a union of many short stretches; iv_of: the merged interval of each key of the union's range.
 struct PlanScratch {
-  std::vector<int64_t> mark, keys, stretch_ptr = std::vector<int64_t>(kBlockRows + 1), merged_col;
+  std::vector<int64_t> mark, keys, stretch_ptr = std::vector<int64_t>(kBlockRows + 1), merged_col, iv_of;
   std::vector<std::pair<int64_t, int64_t>> stretches, merged;  // [first key, last key + 1)
   int64_t stamp = 0;
-  explicit PlanScratch(int64_t S) : mark(static_cast<size_t>(S), -1) {}
+  void need_marks(int64_t S) {
+    if (mark.size() < static_cast<size_t>(S)) mark.assign(static_cast<size_t>(S), -1);
+  }
 };
 
 // Plans rows [i0, i0 + R) of head bh: the union of their kept keys, its runs of at least kMinRun consecutive keys as
-// the tile (at most kMaxRuns), every other kept key rare. Not tiled where the tile would be less than a third full.
-void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScratch& w, BlockPlan& plan) {
+// the tile (at most kMaxRuns), every other kept key rare. Not tiled where the tile would be too sparse for its cost.
+void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t R, PlanScratch& w, BlockPlan& plan) {
   const bool* kp = p.keep_row(bh);
   plan.tiled = false;
   plan.u = 0;
@@ -292,9 +297,13 @@ void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScr
   plan.rare.clear();
   plan.rare_ptr.assign(static_cast<size_t>(R + 1), 0);
   int64_t tile_pairs = 0;
-  // The union as intervals. Without padding, from each row's stretches of consecutive keys (a window is one, global
-  // tokens another, a random key its own) merged — no per-pair work but a comparison; with padding, from marks.
+  // The union as its maximal runs of consecutive keys, ascending. Without padding, from each row's stretches of
+  // consecutive keys (a window is one, global tokens another, a random key its own): sorted and joined where they
+  // overlap or touch — or, where the stretches are many and the union's range short (a clustered part's scattered
+  // keys), marked per key and read off by one scan of the range, with no sort. With padding, from marks.
   w.merged.clear();
+  bool by_marks = false;  // the union read off its marks over a short range: iv_of maps a key to its interval
+  int64_t lo = p.S, hi = 0;
   if (p.keep == nullptr) {
     w.stretches.clear();
     w.stretch_ptr[0] = 0;
@@ -307,25 +316,45 @@ void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScr
         w.stretches.push_back({c[x0], c[x0] + (x1 - x0)});
         x0 = x1;
       }
+      if (len > 0) lo = std::min(lo, c[0]), hi = std::max(hi, c[len - 1] + 1);
       w.stretch_ptr[r + 1] = static_cast<int64_t>(w.stretches.size());
     }
-    w.merged.assign(w.stretches.begin(), w.stretches.end());
-    std::sort(w.merged.begin(), w.merged.end());
+    const int64_t n_str = static_cast<int64_t>(w.stretches.size());
+    by_marks = n_str > 2 * R && hi - lo <= 16 * n_str;
+    if (by_marks) {
+      w.need_marks(p.S);
+      ++w.stamp;
+      for (const auto& [a, b] : w.stretches)
+        for (int64_t j = a; j < b; ++j) w.mark[j] = w.stamp;
+      for (int64_t j = lo; j < hi;) {
+        if (w.mark[j] != w.stamp) {
+          ++j;
+          continue;
+        }
+        const int64_t a = j;
+        while (j < hi && w.mark[j] == w.stamp) ++j;
+        w.merged.push_back({a, j});
+      }
+    } else {
+      w.merged.assign(w.stretches.begin(), w.stretches.end());
+      std::sort(w.merged.begin(), w.merged.end());
+    }
   } else {
+    w.need_marks(p.S);
     ++w.stamp;
     w.keys.clear();
-    int64_t lo = p.S, hi = -1;
     for (int64_t r = 0; r < R; ++r) {
       const auto [e0, len] = p.row(bh, i0 + r);
       for (int64_t x = 0; x < len; ++x) {
         const int64_t j = p.cols[e0 + x];
         if (p.padding(kp, j) || w.mark[j] == w.stamp) continue;  // padding is never read
-        w.mark[j] = w.stamp, w.keys.push_back(j), lo = std::min(lo, j), hi = std::max(hi, j);
+        w.mark[j] = w.stamp, w.keys.push_back(j), lo = std::min(lo, j), hi = std::max(hi, j + 1);
       }
     }
-    if (hi - lo + 1 <= 4 * static_cast<int64_t>(w.keys.size())) {  // key order by scanning the range, or sorting
+    if (hi - lo <= 4 * static_cast<int64_t>(w.keys.size())) {  // key order by scanning the range, or sorting
+      by_marks = true;                                         // a short range: iv_of below is cheap
       w.keys.clear();
-      for (int64_t j = lo; j <= hi; ++j)
+      for (int64_t j = lo; j < hi; ++j)
         if (w.mark[j] == w.stamp) w.keys.push_back(j);
     } else {
       std::sort(w.keys.begin(), w.keys.end());
@@ -333,21 +362,30 @@ void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScr
     for (const int64_t j : w.keys) w.merged.push_back({j, j + 1});
   }
   if (w.merged.empty()) return;
-  // Merge in place: intervals that overlap or touch become one, and so do two whose gap is short (at most kMaxGap
-  // keys and an eighth of the merged span: scattered random keys stay apart); the keys between them are tile
-  // columns no row of the block attends (flag 0), never padding (padding is never read). A hierarchical block's
-  // summary columns, say, skip the block's own summary: one run instead of two, or instead of a run and rare keys.
+  // Maximal runs: intervals that overlap or touch become one (the marks' scan made them so already).
+  size_t m = 0;
+  for (size_t x = 1; x < w.merged.size(); ++x) {
+    if (w.merged[x].first <= w.merged[m].second) {
+      w.merged[m].second = std::max(w.merged[m].second, w.merged[x].second);
+    } else {
+      w.merged[++m] = w.merged[x];
+    }
+  }
+  w.merged.resize(m + 1);
+  // Then, left to right, two runs whose gap is short (at most kMaxGap keys and an eighth of the joined span: scattered
+  // random keys stay apart) join too; the keys between them are tile columns no row of the block attends (flag 0),
+  // never padding (padding is never read). A hierarchical block's summary columns, say, skip the block's own summary:
+  // one run instead of two, or instead of a run and rare keys.
   auto bridges = [&](int64_t first, int64_t a, int64_t b, int64_t last) {  // [first, a) + gap [a, b) + [b, last)
     if (b - a > kMaxGap || 8 * (b - a) > last - first) return false;
     for (int64_t j = a; j < b; ++j)
       if (p.padding(kp, j)) return false;
     return true;
   };
-  size_t m = 0;
+  m = 0;
   for (size_t x = 1; x < w.merged.size(); ++x) {
-    if (w.merged[x].first <= w.merged[m].second ||
-        bridges(w.merged[m].first, w.merged[m].second, w.merged[x].first, w.merged[x].second)) {
-      w.merged[m].second = std::max(w.merged[m].second, w.merged[x].second);
+    if (bridges(w.merged[m].first, w.merged[m].second, w.merged[x].first, w.merged[x].second)) {
+      w.merged[m].second = w.merged[x].second;
     } else {
       w.merged[++m] = w.merged[x];
     }
@@ -365,7 +403,14 @@ void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScr
   if (plan.u == 0) return;
   plan.allowed.assign(static_cast<size_t>(R * plan.u), 0);
   int64_t most_rare = 0;
+  if (by_marks) {  // each key of the range's interval: one lookup per stretch below instead of a binary search
+    w.iv_of.resize(static_cast<size_t>(hi - lo));
+    for (size_t x = 0; x < w.merged.size(); ++x)
+      std::fill(w.iv_of.begin() + (w.merged[x].first - lo), w.iv_of.begin() + (w.merged[x].second - lo),
+                static_cast<int64_t>(x));
+  }
   auto interval_of = [&](int64_t a) {  // the merged interval holding key a: the last one starting at or before it
+    if (by_marks) return static_cast<size_t>(w.iv_of[static_cast<size_t>(a - lo)]);
     return static_cast<size_t>(
         std::upper_bound(w.merged.begin(), w.merged.end(), std::pair<int64_t, int64_t>{a, INT64_MAX}) -
         w.merged.begin() - 1);
@@ -415,7 +460,10 @@ void plan_block(const PatternRows& p, int64_t bh, int64_t i0, int64_t R, PlanScr
     std::fill(ok + plan.u, ok + plan.u + rare, static_cast<unsigned char>(1));
     std::fill(ok + plan.u + rare, ok + plan.w, static_cast<unsigned char>(0));
   }
-  plan.tiled = 3 * tile_pairs >= R * plan.u;
+  // A tile costs about D per cell, attended or not; a pair on the row path about D + kRowPairCost (the gather, the
+  // scalar softmax bookkeeping): the tile pays off from a fill of D / (D + kRowPairCost) on — a third at D = 64,
+  // a ninth at D = 16.
+  plan.tiled = tile_pairs * (D + kRowPairCost) >= R * plan.u * D;
 }
 
 // The plans of a call, for every (owner, block): owner = the group without padding; with padding (key_keep), the
@@ -433,18 +481,18 @@ inline int64_t plan_owner(const PatternRows& p, int64_t bh) {
 }
 
 // Plans every block of every owner (a plan that is not tiled keeps nothing but its flag).
-std::shared_ptr<PlanTable> plan_table(const PatternRows& p, int64_t blocks, int64_t block_cost) {
+std::shared_ptr<PlanTable> plan_table(const PatternRows& p, int64_t D, int64_t blocks, int64_t block_cost) {
   const profiler::Range planning("sparse_attention plans");  // host work the profile names (a new pattern's)
   auto t = std::make_shared<PlanTable>();
   const int64_t owners = p.keep != nullptr && p.G == 1 ? p.B : p.G;
   t->plans.resize(static_cast<size_t>(owners * blocks));
   parallel_for(owners * blocks, block_cost, [&](int64_t x0, int64_t x1) {
-    PlanScratch w(p.keep == nullptr ? 0 : p.S);
+    PlanScratch w;
     for (int64_t x = x0; x < x1; ++x) {
       const int64_t o = x / blocks, i0 = (x % blocks) * kBlockRows;
       const int64_t bh = p.keep != nullptr && p.G == 1 ? o * p.H : o;  // a head that reads owner o's plans
       BlockPlan& plan = t->plans[static_cast<size_t>(x)];
-      plan_block(p, bh, i0, std::min(kBlockRows, p.Tq - i0), w, plan);
+      plan_block(p, D, bh, i0, std::min(kBlockRows, p.Tq - i0), w, plan);
       if (!plan.tiled) plan = BlockPlan{};
     }
   });
@@ -459,13 +507,13 @@ std::shared_ptr<PlanTable> plan_table(const PatternRows& p, int64_t blocks, int6
 // same batch) reads it; any other makes a new one.
 class Plans {
  public:
-  Plans(const PatternRows& p, const SparsePatternView& pat, int64_t blocks, int64_t block_cost)
+  Plans(const PatternRows& p, int64_t D, const SparsePatternView& pat, int64_t blocks, int64_t block_cost)
       : p_(p), blocks_(blocks) {
     SparsePatternCache* cache = pat.cache;
     if (cache == nullptr) {  // a view without a cache: plans for this call only
-      table_ = plan_table(p, blocks, block_cost);
+      table_ = plan_table(p, D, blocks, block_cost);
     } else if (p.keep == nullptr) {
-      std::call_once(cache->cpu_once, [&] { cache->cpu_plans = plan_table(p, blocks, block_cost); });
+      std::call_once(cache->cpu_once, [&] { cache->cpu_plans = plan_table(p, D, blocks, block_cost); });
       table_ = std::static_pointer_cast<const PlanTable>(cache->cpu_plans);
     } else {
       {
@@ -476,7 +524,7 @@ class Plans {
                         std::equal(table_->keep.begin(), table_->keep.end(), p.keep,
                                    [](unsigned char a, bool b) { return (a != 0) == b; });
       if (!same) {
-        auto made = plan_table(p, blocks, block_cost);
+        auto made = plan_table(p, D, blocks, block_cost);
         std::lock_guard lock(cache->mu);
         cache->cpu_padded_plans = made;
         table_ = std::move(made);
@@ -672,7 +720,7 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
   T* lse = lse_t.data_ptr<T>();
   const int64_t max_row = pat.max_row;
   const int64_t blocks = (Tq + kBlockRows - 1) / kBlockRows;
-  const Plans plans(p, pat, blocks, p.cost(1) * kBlockRows);
+  const Plans plans(p, p.D, pat, blocks, p.cost(1) * kBlockRows);
   parallel_for(B * H * blocks, p.cost(2) * kBlockRows, [&](int64_t b0, int64_t b1) {
     Scratch<T> s(static_cast<size_t>(std::max<int64_t>(max_row, 1)));
     HeadTiles<T> h(p.S, D, /*backward=*/false);
@@ -873,7 +921,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
   const T* lse = lse_t.data_ptr<T>();
   T *dqp = dq.data_ptr<T>(), *dkp = dk.data_ptr<T>(), *dvp = dv.data_ptr<T>();
   const int64_t blocks = (Tq + kBlockRows - 1) / kBlockRows;
-  const Plans plans(p, pat, blocks, p.cost(1) * kBlockRows);
+  const Plans plans(p, p.D, pat, blocks, p.cost(1) * kBlockRows);
   parallel_for(B * H, p.cost(5) * Tq, [&](int64_t h0, int64_t h1) {
     Scratch<T> pr(static_cast<size_t>(std::max<int64_t>(pat.max_row, 1))), dr(pr.size());
     HeadTiles<T> h(S, D, /*backward=*/true);
