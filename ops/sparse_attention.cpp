@@ -636,9 +636,8 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
           for (; b != bk_end && *b < n; ++b) h[*b] = 1;
           keys.resize(start + static_cast<size_t>(n) + static_cast<size_t>(bk_end - b));
           int64_t* out = keys.data() + start;
-          int64_t len = 0;
-          for (int64_t j = 0; j < n; ++j) out[len] = j, len += h[j];  // branch-free: the flags are unpredictable
-          for (; b != bk_end; ++b) out[len++] = *b;                   // base keys past the clustered range
+          int64_t len = cpu::compact_flags(h, n, out);
+          for (; b != bk_end; ++b) out[len++] = *b;  // base keys past the clustered range
           keys.resize(start + static_cast<size_t>(len));
         } else {
           found.clear();
