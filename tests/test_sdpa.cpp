@@ -67,14 +67,20 @@ TEST_CASE("sdpa CPU: the fused kernel equals float64 loops and the composed ops 
           CAPTURE(causal);
           Tensor q = randn64({2, 3, T, 8}, false, 1).to(dt), k = randn64({2, 3, S, 8}, false, 2).to(dt);
           Tensor v = randn64({2, 3, S, 8}, false, 3).to(dt);
-          Tensor keep = gt(randn64({2, 1, T, S}, false, 4), -0.7);  // broadcast over heads; some rows die
-          Tensor bias = randn64({1, 3, 1, S}, false, 5).to(dt);     // broadcast over batch and queries
-          SdpaOptions o{.keep_mask = keep, .bias = bias, .causal = causal};
-          REQUIRE(sdpa_choice(q, k, v, o) == "fused (CPU)");
-          Tensor fused = scaled_dot_product_attention(q, k, v, o);
-          CHECK(max_diff(fused, naive_sdpa(q, k, v, keep, bias, causal)) < tol);
-          BackendScope math(SdpaBackend::Math);
-          CHECK(max_diff(fused, scaled_dot_product_attention(q, k, v, o)) < tol);
+          Tensor bias = randn64({1, 3, 1, S}, false, 5).to(dt);  // broadcast over batch and queries
+          // The mask broadcast over heads (some rows die), its keys consecutive, strided (a transposed view) or
+          // broadcast (one flag per query row): the kernel reads each layout its own way.
+          for (const Tensor& keep :
+               {gt(randn64({2, 1, T, S}, false, 4), -0.7), gt(randn64({2, 1, S, T}, false, 4), -0.7).transpose(-2, -1),
+                gt(randn64({2, 1, T, 1}, false, 4), -0.7)}) {
+            CAPTURE(keep.strides());
+            SdpaOptions o{.keep_mask = keep, .bias = bias, .causal = causal};
+            REQUIRE(sdpa_choice(q, k, v, o) == "fused (CPU)");
+            Tensor fused = scaled_dot_product_attention(q, k, v, o);
+            CHECK(max_diff(fused, naive_sdpa(q, k, v, keep, bias, causal)) < tol);
+            BackendScope math(SdpaBackend::Math);
+            CHECK(max_diff(fused, scaled_dot_product_attention(q, k, v, o)) < tol);
+          }
         }
   }
 }

@@ -93,7 +93,15 @@ struct Problem {
     if (mask) {
       const bool* mrow = mask + sm.at(b, h, t);
       const int64_t ms = sm.s;
-      for (int64_t s = 0; s < last; ++s) x[s] = mrow[s * ms] ? x[s] : ninf;
+      if (ms == 1) {  // a mask row of consecutive keys (key padding, a (T, S) mask): the select vectorises
+        const auto* keep = reinterpret_cast<const unsigned char*>(mrow);
+        for (int64_t s = 0; s < last; ++s) {
+          const T y = x[s];  // both operands read first: a load under the condition keeps the loop scalar
+          x[s] = keep[s] ? y : ninf;
+        }
+      } else {
+        for (int64_t s = 0; s < last; ++s) x[s] = mrow[s * ms] ? x[s] : ninf;
+      }
     }
     T m = ninf;
     ASC_SIMD_REDUCE(max, m)
