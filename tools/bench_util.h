@@ -28,6 +28,15 @@ inline double best_ms(const std::function<void()>& fn, int reps, const std::func
   return best;
 }
 
+// Untimed runs of fn ahead of a measurement: until 50 ms have passed (at least one run, at most 50). One run was not
+// always enough for a fast fn: a process's first few calls could all run at half speed (bench_asam's first row,
+// chunked dense at n = 1024: 4.6 or 10 ms from one run of the binary to the next) while its threads and clocks came up.
+inline void warm_up(const std::function<void()>& fn) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  for (int r = 0; r < 50 && (r < 1 || Clock::now() - t0 < std::chrono::milliseconds(50)); ++r) fn();
+}
+
 // Bytes live, peak reset, peak bytes and a synchronisation point of a device: the CPU allocator's counters, or the
 // CUDA caching allocator's (kernels run asynchronously there, so a timed region ends with sync).
 inline size_t live_bytes(Device d) {
@@ -46,8 +55,8 @@ inline void sync(Device d) {
   if (d.is_cuda()) cuda::synchronize();
 }
 
-// forward() timed under no-grad, then zero_grad + forward().sum().backward() timed, each after one untimed warm-up
-// run, with the latter's peak memory above what was live before it. With backward = false only the forward is measured
+// forward() timed under no-grad, then zero_grad + forward().sum().backward() timed, each after its warm_up, with the
+// latter's peak memory above what was live before it. With backward = false only the forward is measured
 // (-1 elsewhere).
 struct FwdBwd {
   double fwd_ms = -1, fwd_bwd_ms = -1, peak_mb = -1;
@@ -57,8 +66,10 @@ inline FwdBwd time_forward_backward(Device d, int reps, const std::function<Tens
   FwdBwd r;
   {
     NoGradGuard ng;
-    forward();  // warm-up: caches filled, kernels loaded, allocator blocks
-    sync(d);
+    warm_up([&] {  // caches filled, kernels loaded, allocator blocks
+      forward();
+      sync(d);
+    });
     r.fwd_ms = best_ms(
         [&] {
           forward();
@@ -72,9 +83,11 @@ inline FwdBwd time_forward_backward(Device d, int reps, const std::function<Tens
   // Warm-up, as for the forward: the backward's first run pays what every later step does not (its buffers' first
   // page faults, per-thread scratch, kept plans): timed with one repetition, as bench_asam once did above n = 4096,
   // it was a third of a fast kernel's time.
-  zero_grad();
-  forward().sum().backward();
-  sync(d);
+  warm_up([&] {
+    zero_grad();
+    forward().sum().backward();
+    sync(d);
+  });
   r.fwd_bwd_ms = best_ms(
       [&] {
         zero_grad();
