@@ -26,7 +26,12 @@ def profile(path):
 print("Experiment 5 ListOps ASAM arm, ms per training step (profiler: self time, train_step: total), per round")
 print("| row | " + " | ".join(f"old {k} | new {k}" for k in (1, 2, 3)) + " |")
 print("|---|" + "---|" * 6)
-profs = {(s, k): profile(out / f"train_{s}_{k}" / "profile.txt") for s in ("old", "new") for k in (1, 2, 3)}
+def profile_path(s, k):  # run.sh's train output folder, or the copy committed beside this script
+    p = out / f"train_{s}_{k}" / "profile.txt"
+    return p if p.exists() else out / f"train_{s}_{k}_profile.txt"
+
+
+profs = {(s, k): profile(profile_path(s, k)) for s in ("old", "new") for k in (1, 2, 3)}
 for r in rows:
     cells = []
     for k in (1, 2, 3):
