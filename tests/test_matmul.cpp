@@ -203,10 +203,11 @@ void check_narrow(int64_t M, int64_t N, int64_t K, bool accumulate) {
 
 TEST_CASE("gemm_narrow (CPU kernel helper) vs naive loops, float and double, every blocking edge") {
   // The last M % 4 rows take vector tiles of 1-3 rows; the x86-64-v4 instantiation adds 512-bit tiles (32 floats /
-  // 16 doubles; here in whatever instructions this file is compiled for: its blocking is what is checked).
+  // 16 doubles; here in whatever instructions this file is compiled for: its blocking is what is checked); 128-bit
+  // tiles take 8 floats / 4 doubles below the 256-bit ones (d_z = 8).
   using asc::CpuIsa;
   for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 9})
-    for (int64_t N : {1, 7, 8, 16, 17, 33, 40, 64})
+    for (int64_t N : {1, 4, 7, 8, 12, 16, 17, 24, 33, 40, 64})
       for (int64_t K : {1, 3, 16})
         for (bool accumulate : {false, true}) {
           check_narrow<float>(M, N, K, accumulate);

@@ -53,11 +53,12 @@ ASC_ALWAYS_INLINE void gemm_narrow_tile(int64_t i, int64_t j, int64_t K, const T
 }
 
 // Rows i .. i + kRows - 1 of gemm_narrow (below), every column: 512-bit tiles at x86-64-v4, 256-bit ones, one more
-// 256-bit tile in the room, then scalars.
+// 256-bit tile in the room, a 128-bit one (8 float or 4 double columns: d_z = 8 is a whole tile), then scalars.
 template <class T, CpuIsa kIsa, int kRows>
 ASC_ALWAYS_INLINE void gemm_narrow_rows(int64_t i, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak,
                                         const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate, int64_t room) {
-  constexpr int64_t W = 64 / sizeof(T), W2 = 128 / sizeof(T);  // columns per 256-bit and per 512-bit tile
+  // columns per 128-bit, 256-bit and 512-bit tile (a tile is two vectors wide)
+  constexpr int64_t W1 = 32 / sizeof(T), W = 64 / sizeof(T), W2 = 128 / sizeof(T);
   int64_t j = 0;
   if constexpr (kIsa == CpuIsa::x86_64_v4)
     for (; j + W2 <= N; j += W2) gemm_narrow_tile<T, 64, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
@@ -66,7 +67,10 @@ ASC_ALWAYS_INLINE void gemm_narrow_rows(int64_t i, int64_t N, int64_t K, const T
     gemm_narrow_tile<T, 32, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
     j = N;
   }
-  for (; j < N; ++j)  // the last < W columns
+  // Without it a d_z of 8 went column by column through the scalar loop below: ASCender's cohesion and latent
+  // products at d_z = 8 took 10-20x their vector time.
+  for (; j + W1 <= N; j += W1) gemm_narrow_tile<T, 16, kRows>(i, j, K, A, sam, sak, B, ldb, C, ldc, accumulate);
+  for (; j < N; ++j)  // the last < W1 columns
     for (int64_t r = i; r < i + kRows; ++r) {
       T s = 0;
       for (int64_t c = 0; c < K; ++c) s += A[r * sam + c * sak] * B[c * ldb + j];
