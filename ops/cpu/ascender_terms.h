@@ -180,7 +180,13 @@ ASC_ALWAYS_INLINE void keep_mask(const HeadData<T>& h, const Keys<T>& kt, const 
       b.kept[r] = static_cast<double>(n);
     } else {
       T* keep = b.keep.data() + r * n;
-      if (w <= 0) {
+      if (w <= 0 && r > 0 && h.mask_t == 0) {  // a mask that is the same for every query (key padding): row 0's
+        std::copy_n(b.keep.data(), n, keep);
+        b.kept[r] = b.kept[0];
+      } else if (w <= 0 && !kt.gathered && h.mask_s == 1) {  // every key, the mask row's flags consecutive
+        const auto* flags = reinterpret_cast<const unsigned char*>(m);
+        for (int64_t j = 0; j < n; ++j) keep[j] = flags[j] != 0 ? T(1) : T(0);
+      } else if (w <= 0) {
         for (int64_t j = 0; j < n; ++j) keep[j] = m[cols[j] * h.mask_s] ? T(1) : T(0);
       } else {
         for (int64_t j = 0; j < n; ++j) {
@@ -189,10 +195,12 @@ ASC_ALWAYS_INLINE void keep_mask(const HeadData<T>& h, const Keys<T>& kt, const 
           keep[j] = in_window && (!m || m[col * h.mask_s]) ? T(1) : T(0);
         }
       }
-      T kept = 0;
-      ASC_SIMD_REDUCE(+, kept)
-      for (int64_t j = 0; j < n; ++j) kept += keep[j];
-      b.kept[r] = kept;
+      if (!(w <= 0 && r > 0 && h.mask_t == 0)) {
+        T kept = 0;
+        ASC_SIMD_REDUCE(+, kept)
+        for (int64_t j = 0; j < n; ++j) kept += keep[j];
+        b.kept[r] = kept;
+      }
     }
     const auto at = std::lower_bound(kt.cols.begin(), kt.cols.end(), i);
     b.self[r] = at != kt.cols.end() && *at == i ? at - kt.cols.begin() : -1;
