@@ -570,6 +570,15 @@ void check_assignments(const char* who, const Tensor& a, double theta) {
 
 namespace {
 
+// Visits the union of two ascending lists without repeats, [a, a_end) and [b, b_end), in ascending order, each key
+// once (pattern_union's two-list case, clustered_rows' merge with the base row).
+template <class F>
+void merge_ascending(const int64_t* a, const int64_t* a_end, const int64_t* b, const int64_t* b_end, F&& emit) {
+  while (a != a_end && b != b_end) emit(*a < *b ? *a++ : *b < *a ? *b++ : (++b, *a++));
+  for (; a != a_end; ++a) emit(*a);
+  for (; b != b_end; ++b) emit(*b);
+}
+
 // The clustered pattern's rows, each united with a base pattern's row (none: base_lists null), as CSR lists: row
 // (g, i) holds the j with a_i · a_j > θ (causal: j <= i) and the base row's keys, ascending, each once. a: (G, T, c)
 // float64, finite and >= 0. The bucket bound θ / 2 assumes rows summing to 1 (ops/sparse_attention.h); dividing by
@@ -656,10 +665,7 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
             }
           }
           if (buckets > 1) std::sort(found.begin(), found.end());
-          const int64_t *a = found.data(), *a_end = found.data() + found.size(), *b = bk;
-          while (a != a_end && b != bk_end) keys.push_back(*a < *b ? *a++ : *b < *a ? *b++ : (++b, *a++));
-          keys.insert(keys.end(), a, a_end);
-          keys.insert(keys.end(), b, bk_end);
+          merge_ascending(found.data(), found.data() + found.size(), bk, bk_end, [&](int64_t j) { keys.push_back(j); });
         }
         lens[i] = static_cast<int64_t>(keys.size() - start);
       }
@@ -723,13 +729,7 @@ SparsePattern pattern_union(const std::vector<SparsePattern>& patterns) {
       const int64_t r = (cpu[x].groups() == 1 ? 0 : g) * T + i;
       at[x] = lists[x].cols + lists[x].row_ptr[r], end[x] = lists[x].cols + lists[x].row_ptr[r + 1];
     }
-    if (k == 2) {  // the common case (a layer's shared pattern and its per-call clustered part): two pointers
-      const int64_t *a = at[0], *b = at[1];
-      while (a != end[0] && b != end[1]) emit(*a < *b ? *a++ : *b < *a ? *b++ : (++b, *a++));
-      for (; a != end[0]; ++a) emit(*a);
-      for (; b != end[1]; ++b) emit(*b);
-      return;
-    }
+    if (k == 2) return merge_ascending(at[0], end[0], at[1], end[1], emit);  // the common case: two pointers
     for (;;) {
       int64_t next = -1;
       for (size_t x = 0; x < k; ++x)

@@ -183,19 +183,19 @@ ASC_ALWAYS_INLINE void keep_mask(const HeadData<T>& h, const Keys<T>& kt, const 
       if (w <= 0 && r > 0 && h.mask_t == 0) {  // a mask that is the same for every query (key padding): row 0's
         std::copy_n(b.keep.data(), n, keep);
         b.kept[r] = b.kept[0];
-      } else if (w <= 0 && !kt.gathered && h.mask_s == 1) {  // every key, the mask row's flags consecutive
-        const auto* flags = reinterpret_cast<const unsigned char*>(m);
-        for (int64_t j = 0; j < n; ++j) keep[j] = flags[j] != 0 ? T(1) : T(0);
-      } else if (w <= 0) {
-        for (int64_t j = 0; j < n; ++j) keep[j] = m[cols[j] * h.mask_s] ? T(1) : T(0);
       } else {
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t col = cols[j];
-          const bool in_window = (i > col ? i - col : col - i) < w || i < g || col < g;
-          keep[j] = in_window && (!m || m[col * h.mask_s]) ? T(1) : T(0);
+        if (w <= 0 && !kt.gathered && h.mask_s == 1) {  // every key, the mask row's flags consecutive
+          const auto* flags = reinterpret_cast<const unsigned char*>(m);
+          for (int64_t j = 0; j < n; ++j) keep[j] = flags[j] != 0 ? T(1) : T(0);
+        } else if (w <= 0) {
+          for (int64_t j = 0; j < n; ++j) keep[j] = m[cols[j] * h.mask_s] ? T(1) : T(0);
+        } else {
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t col = cols[j];
+            const bool in_window = (i > col ? i - col : col - i) < w || i < g || col < g;
+            keep[j] = in_window && (!m || m[col * h.mask_s]) ? T(1) : T(0);
+          }
         }
-      }
-      if (!(w <= 0 && r > 0 && h.mask_t == 0)) {
         T kept = 0;
         ASC_SIMD_REDUCE(+, kept)
         for (int64_t j = 0; j < n; ++j) kept += keep[j];
