@@ -11,30 +11,15 @@
 #include "ops/cpu/loops.h"
 #include "ops/kernels.h"
 
-// ---- float32 GELU, vectorised: the exact (erf) GELU has no vector libm call, so its rows run these instead --------
-#include "ops/cpu/vec_math.h"  // inside the region: gelu, gelu_grad, ASC_CPU_DISPATCH
+#include "ops/cpu/unary_rows.h"
+
+// ---- dropout and uniforms
+// ---------------------------------------------------------------------------------------------
+#include "ops/cpu/vec_math.h"  // ASC_CPU_DISPATCH, ASC_SIMD
 #include "ops/cpu/vec_region_begin.h"
 
 namespace asc::cpu {
 namespace {
-
-ASC_ALWAYS_INLINE void gelu_rows(const float* x, float* y, int64_t n) {
-  ASC_SIMD
-  for (int64_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
-}
-ASC_ALWAYS_INLINE void gelu_backward_rows(const float* g, const float* x, float* gx, int64_t n) {
-  ASC_SIMD
-  for (int64_t i = 0; i < n; ++i) gx[i] = g[i] * gelu_grad(x[i]);
-}
-// The same values on strided operands (a transposed view gets the numbers a contiguous copy would: the same level,
-// so the same FMA contractions).
-ASC_ALWAYS_INLINE void gelu_strided(const float* x, int64_t sx, float* y, int64_t sy, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i * sy] = gelu(x[i * sx]);
-}
-ASC_ALWAYS_INLINE void gelu_backward_strided(const float* g, int64_t sg, const float* x, int64_t sx, float* gx,
-                                             int64_t sgx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) gx[i * sgx] = g[i * sg] * gelu_grad(x[i * sx]);
-}
 
 // Dropout from uniforms in one pass: the mask keeps where u >= p (a vector select: the region allows it), already
 // scaled, and the output is x times it (NaN stays NaN where dropped, as x * 0 gives it).
@@ -250,16 +235,14 @@ template <Unary U, class T>
 void unary_impl(const UnaryParams& p, const Tensor& x, Tensor& out) {
   const T* xp = x.data_ptr<T>();
   T* op = out.data_ptr<T>();
+  const float pa = static_cast<float>(p.a), pb = static_cast<float>(p.b);  // vec_unary_rows' parameters
   for_each_strided<2>(x.shape(), {out.strides(), x.strides()}, [&](auto off, int64_t n, auto st) {
     T* o = op + off[0];
     const T* a = xp + off[1];
-    if (st[0] == 1 && st[1] == 1) {
-      if constexpr (U == Unary::Gelu && std::is_same_v<T, float>)
-        ASC_CPU_DISPATCH(gelu_rows(a, o, n));
-      else
-        ASC_CPU_DISPATCH(unary_rows<U, T>(a, o, n, p));
-    } else if constexpr (U == Unary::Gelu && std::is_same_v<T, float>) {
-      ASC_CPU_DISPATCH(gelu_strided(a, st[1], o, st[0], n));
+    if (vec_unary_float(U) && std::is_same_v<T, float>) {
+      vec_unary_rows(U, reinterpret_cast<const float*>(a), st[1], reinterpret_cast<float*>(o), st[0], n, pa, pb);
+    } else if (st[0] == 1 && st[1] == 1) {
+      ASC_CPU_DISPATCH(unary_rows<U, T>(a, o, n, p));
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * st[0]] = math::unary_fwd<U, T>(a[i * st[1]], p);
     }
@@ -272,22 +255,22 @@ void unary_backward_impl(const UnaryParams& p, const Tensor& g, const Tensor& x,
   const T* xp = x.data_ptr<T>();
   const T* yp = y.data_ptr<T>();
   T* op = gx.data_ptr<T>();
-  for_each_strided<4>(x.shape(), {gx.strides(), g.strides(), x.strides(), y.strides()},
-                      [&](auto off, int64_t n, auto st) {
-                        T* o = op + off[0];
-                        const T *gg = gp + off[1], *xx = xp + off[2], *yy = yp + off[3];
-                        if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {
-                          if constexpr (U == Unary::Gelu && std::is_same_v<T, float>)
-                            ASC_CPU_DISPATCH(gelu_backward_rows(gg, xx, o, n));
-                          else
-                            ASC_CPU_DISPATCH(unary_backward_rows<U, T>(gg, xx, yy, o, n, p));
-                        } else if constexpr (U == Unary::Gelu && std::is_same_v<T, float>) {
-                          ASC_CPU_DISPATCH(gelu_backward_strided(gg, st[1], xx, st[2], o, st[0], n));
-                        } else {
-                          for (int64_t i = 0; i < n; ++i)
-                            o[i * st[0]] = gg[i * st[1]] * math::unary_grad<U, T>(xx[i * st[2]], yy[i * st[3]], p);
-                        }
-                      });
+  const float pa = static_cast<float>(p.a), pb = static_cast<float>(p.b);
+  for_each_strided<4>(
+      x.shape(), {gx.strides(), g.strides(), x.strides(), y.strides()}, [&](auto off, int64_t n, auto st) {
+        T* o = op + off[0];
+        const T *gg = gp + off[1], *xx = xp + off[2], *yy = yp + off[3];
+        if (vec_unary_float(U) && std::is_same_v<T, float>) {
+          using F = const float*;
+          vec_unary_backward_rows(U, reinterpret_cast<F>(gg), st[1], reinterpret_cast<F>(xx), st[2],
+                                  reinterpret_cast<F>(yy), st[3], reinterpret_cast<float*>(o), st[0], n, pa, pb);
+        } else if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {
+          ASC_CPU_DISPATCH(unary_backward_rows<U, T>(gg, xx, yy, o, n, p));
+        } else {
+          for (int64_t i = 0; i < n; ++i)
+            o[i * st[0]] = gg[i * st[1]] * math::unary_grad<U, T>(xx[i * st[2]], yy[i * st[3]], p);
+        }
+      });
 }
 
 // Calls f.template operator()<U>() with U the compile-time value of `op`.

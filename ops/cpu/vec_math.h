@@ -158,4 +158,100 @@ ASC_ALWAYS_INLINE float gelu_grad(float x) {
   return gelu_cdf(x) + x * 0.39894228040143268f * exp_nonpos(-0.5f * x * x);
 }
 
+// ---- float32 exp, log, tanh, sigmoid over the whole range, branch-free
+// ----------------------------------------------- The elementwise ops' float32 rows (ops/cpu/elementwise.cpp) call
+// these instead of libm's expf / logf / tanhf, whose calls run one element at a time. Each is within a few ulp of the
+// correctly rounded value (tests/test_elementwise.cpp measures it against float64 libm, subnormal results included) and
+// keeps the IEEE special values: NaN -> NaN, and the infinities and zeros as libm gives them.
+
+// p 2^n for an integer n in [-150, 129] and p in [0.5, 2): 2^n as two normal factors, so the product is exact after
+// the first and rounds once after the second, to a subnormal too, or overflows to inf.
+ASC_ALWAYS_INLINE float scale_pow2(float p, int32_t n) {
+  const int32_t n1 = n >> 1, n2 = n - n1;
+  const float f1 = __builtin_bit_cast(float, static_cast<uint32_t>(n1 + 127) << 23);
+  const float f2 = __builtin_bit_cast(float, static_cast<uint32_t>(n2 + 127) << 23);
+  return p * f1 * f2;
+}
+
+// exp(x): exp_nonpos's reduction and polynomial on x clamped to [-104, 89] (exp(-104) rounds to 0, exp(89)
+// overflows), scaled by scale_pow2.
+ASC_ALWAYS_INLINE float exp_full(float x) {
+  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);  // NaN stays NaN
+  const float t = xc * 1.44269504088896341f + 12582912.0f;           // + 1.5 * 2^23 rounds to an integer
+  const float nf = t - 12582912.0f;
+  const int32_t n = static_cast<int32_t>(__builtin_bit_cast(uint32_t, t) - 0x4B400000u);
+  const float r = xc - nf * 0.693359375f - nf * -2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * z + r + 1.0f;
+  return scale_pow2(p, n);  // NaN: p is NaN, whatever n holds
+}
+
+// log(x): Cephes logf. x = m 2^e with m in [√½, √2) (a subnormal x scaled by 2^23 first), f = m - 1,
+// log x = f - f²/2 + f³ P(f) + e ln 2 with ln 2 split in two. 0 -> -inf, +inf -> +inf, x < 0 -> NaN.
+ASC_ALWAYS_INLINE float log_full(float x) {
+  const bool sub = x < 1.17549435e-38f;  // subnormal (also 0 and negatives, replaced at the end)
+  const uint32_t bits = __builtin_bit_cast(uint32_t, sub ? x * 8388608.0f : x);
+  const float m = __builtin_bit_cast(float, (bits & 0x007FFFFFu) | 0x3F000000u);  // [0.5, 1)
+  const bool low = m < 0.707106781186547524f;
+  const int32_t e = static_cast<int32_t>((bits >> 23) & 0xFFu) - 126 - (sub ? 23 : 0) - (low ? 1 : 0);
+  const float f = low ? m + m - 1.0f : m - 1.0f;
+  const float z = f * f;
+  float y = 7.0376836292E-2f;
+  y = y * f - 1.1514610310E-1f;
+  y = y * f + 1.1676998740E-1f;
+  y = y * f - 1.2420140846E-1f;
+  y = y * f + 1.4249322787E-1f;
+  y = y * f - 1.6668057665E-1f;
+  y = y * f + 2.0000714765E-1f;
+  y = y * f - 2.4999993993E-1f;
+  y = y * f + 3.3333331174E-1f;
+  const float ef = static_cast<float>(e);
+  y = y * f * z - 2.12194440e-4f * ef - 0.5f * z;
+  float res = f + y + 0.693359375f * ef;
+  res = x < __builtin_inff() ? res : x;  // +inf -> +inf, NaN -> NaN
+  res = x == 0.0f ? -__builtin_inff() : res;
+  return x < 0.0f ? __builtin_nanf("") : res;
+}
+
+// log(1 + t) for t >= 0 (softplus's exp(-|z|) in [0, 1]): log(u) with u = 1 + t, corrected by the rounding of u,
+// so a t far below float's epsilon gives t, not 0.
+ASC_ALWAYS_INLINE float log1p_nonneg(float t) {
+  const float u = 1.0f + t;
+  return log_full(u) - ((u - 1.0f) - t) / u;
+}
+
+// tanh(x): Cephes tanhf. |x| < 0.625: x + x³ P(x²); beyond, 1 - 2 / (e^{2|x|} + 1) with x's sign (±1 once e^{2|x|}
+// overflows). tanh(±0) = ±0, NaN -> NaN.
+ASC_ALWAYS_INLINE float tanh_full(float x) {
+  const float a = x < 0.0f ? -x : x;
+  const float big = 1.0f - 2.0f / (exp_full(a + a) + 1.0f);
+  const float s = x * x;
+  float p = -5.70498872745E-3f;
+  p = p * s + 2.06390887954E-2f;
+  p = p * s - 5.37397155531E-2f;
+  p = p * s + 1.33314422036E-1f;
+  p = p * s - 3.33332819422E-1f;
+  const float small = x == 0.0f ? x : p * s * x + x;
+  return a < 0.625f ? small : (x < 0.0f ? -big : big);
+}
+
+// σ(x) = 1 / (1 + e^{-x}) from e = e^{-|x|} <= 1: 1 / (1 + e) for x >= 0, e / (1 + e) below (no overflow, and the
+// small values of the left tail keep their relative precision).
+ASC_ALWAYS_INLINE float sigmoid_full(float x) {
+  const float e = exp_full(x < 0.0f ? x : -x);  // NaN stays NaN
+  return (x < 0.0f ? e : 1.0f) / (1.0f + e);
+}
+// σ(x) and its slope σ(x) (1 - σ(x)) = e / (1 + e)², the slope without the cancellation of 1 - σ where σ nears 1.
+ASC_ALWAYS_INLINE float sigmoid_slope(float x, float& slope) {
+  const float e = exp_full(x < 0.0f ? x : -x), d = 1.0f / (1.0f + e);
+  slope = e * d * d;
+  return x < 0.0f ? e * d : d;
+}
+
 }  // namespace asc::cpu

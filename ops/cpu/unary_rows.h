@@ -1,0 +1,30 @@
+#pragma once
+// The float32 rows of the transcendental unary ops on the CPU (exp, log, GELU, GELU-tanh, SiLU, sigmoid, tanh,
+// softplus), forward and backward, vectorised at every instruction set level (ops/cpu/unary_rows.cpp). libm has no
+// vector calls GCC would use: std::exp, std::log, std::tanh run one element at a time (a float32 tanh of 2^20
+// elements took 8 ms on two cores, 20x PyTorch's), so these rows run ops/cpu/vec_math.h's branch-free functions
+// instead. ops/cpu/elementwise.cpp calls them for float32; float64 keeps ops/math.h's functors (libm).
+//
+//   if (vec_unary_float(Unary::Tanh)) vec_unary_rows(Unary::Tanh, x, 1, y, 1, n, 0, 0);   // y = tanh(x), n floats
+#include <cstdint>
+
+#include "ops/math.h"
+
+namespace asc::cpu {
+
+// Whether op's float32 rows run here.
+constexpr bool vec_unary_float(math::Unary op) {
+  using math::Unary;
+  return op == Unary::Exp || op == Unary::Log || op == Unary::Gelu || op == Unary::GeluTanh || op == Unary::Silu ||
+         op == Unary::Sigmoid || op == Unary::Tanh || op == Unary::Softplus;
+}
+
+// y[i sy] = op(x[i sx]) for i < n; a, b: softplus's β and threshold (the others ignore them). A strided row gets the
+// bits a contiguous one would.
+void vec_unary_rows(math::Unary op, const float* x, int64_t sx, float* y, int64_t sy, int64_t n, float a, float b);
+
+// gx[i sgx] = g[i sg] · op'(x[i sx]), given y = op(x) (read by exp, sigmoid and tanh).
+void vec_unary_backward_rows(math::Unary op, const float* g, int64_t sg, const float* x, int64_t sx, const float* y,
+                             int64_t sy, float* gx, int64_t sgx, int64_t n, float a, float b);
+
+}  // namespace asc::cpu
