@@ -176,7 +176,9 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
   if (has("clustered")) {
     const Tensor C = centroids.to(x.dtype());  // (H, c, Dh)
     const Tensor qd = q.detach();
-    const Tensor a = softmax(matmul(qd, C.unsqueeze(0).transpose(-2, -1)) / options.cluster_tau(), -1);  // (B,H,T,c)
+    const Tensor CT = C.unsqueeze(0).transpose(-2, -1);        // (1, H, Dh, c)
+    const Tensor qc = matmul(qd, CT);                          // q_i · C_m (B, H, T, c)
+    const Tensor a = softmax(qc / options.cluster_tau(), -1);  // (B, H, T, c)
     // A query whose assignment row is not finite (its q holds a NaN or an infinity) attends itself only: its NaN
     // reaches its own output, as in the composed attention, not the rows of other tokens. On CUDA the union is built
     // by kernels (no copy of a to the host); on the CPU by the bucket walk.
@@ -189,9 +191,13 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
       // The padding tokens' queries are set to 0 first, so that their terms (masked below) are finite and pass a
       // zero gradient, not 0 · NaN, to C.
       const Tensor ql = valid.defined() ? where(valid.view({B, 1, T, 1}), qd, 0.0) : qd;
-      const Tensor al =
-          valid.defined() ? softmax(matmul(ql, C.unsqueeze(0).transpose(-2, -1)) / options.cluster_tau(), -1) : a;
-      const Tensor d2 = sum(pow(ql.unsqueeze(3) - C.view({1, H, options.clusters(), Dh}).unsqueeze(2), 2.0), {-1});
+      const Tensor qcl = valid.defined() ? matmul(ql, CT) : qc;  // (B, H, T, c)
+      const Tensor al = valid.defined() ? softmax(qcl / options.cluster_tau(), -1) : a;
+      // |q_i − C_m|² = |q_i|² − 2 q_i · C_m + |C_m|², from the products above: the difference tensor
+      // (B, H, T, c, Dh) and its square cost ~5 % of experiment 5's training step. Clamped at 0 against rounding.
+      const Tensor d2 =
+          clamp(sum(ql * ql, {-1}, true) - 2.0 * qcl + sum(C * C, {-1}).view({1, H, 1, options.clusters()}), 0.0,
+                std::nullopt);                      // (B, H, T, c)
       const Tensor per_token = sum(al * d2, {-1});  // (B, H, T)
       if (valid.defined()) {
         // the count of real (token, head) pairs stays on the device (no read back), in float32 / float64: exact

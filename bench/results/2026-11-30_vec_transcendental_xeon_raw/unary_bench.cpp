@@ -43,7 +43,10 @@ int main(int argc, char** argv) {
     Tensor x = in.detach();
     x.set_requires_grad(true);
     Tensor y;
-    const double fwd = best_ms([&] { NoGradGuard ng; y = op(in); });
+    const double fwd = best_ms([&] {
+      NoGradGuard ng;
+      y = op(in);
+    });
     const double fb = best_ms([&] {
       x.zero_grad();
       y = op(x);
