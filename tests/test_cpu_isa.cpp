@@ -155,10 +155,14 @@ TEST_CASE("cpu_isa: softmax, log_softmax (with and without a mask), forward and 
   check_levels(
       "softmax",
       [](DType dt) {
-        TensorList x = leaves({{7, 37}, {7, 37}}, dt, 1);
+        // rows of 37 (the vector loops and their remainders) and of 5 (the short rows' kernel)
+        TensorList x = leaves({{7, 37}, {7, 37}, {9, 5}, {9, 5}}, dt, 1);
         Tensor keep = gt(rand_like_seeded({7, 37}, kFloat64, 9), -0.8);
+        Tensor keep5 = gt(rand_like_seeded({9, 5}, kFloat64, 10), -0.8);
         TensorList out = with_grads(softmax(x[0], -1), {x[0]}, 3);
         for (const Tensor& t : with_grads(log_softmax(x[1], -1, keep), {x[1]}, 4)) out.push_back(t);
+        for (const Tensor& t : with_grads(softmax(x[2], -1, keep5), {x[2]}, 5)) out.push_back(t);
+        for (const Tensor& t : with_grads(log_softmax(x[3], -1), {x[3]}, 6)) out.push_back(t);
         return out;
       },
       2e-6);
