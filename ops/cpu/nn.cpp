@@ -70,9 +70,10 @@ void fill_nan_row(T* y, const uint8_t* keep, int64_t n, bool log) {
   for (int64_t j = 0; j < n; ++j) y[j] = (!keep || keep[j]) ? std::numeric_limits<T>::quiet_NaN() : masked;
 }
 
-// Softmax (or log_softmax) of rows shorter than a vector, rows [b, e) of n entries, a block of them at a time: per row
-// loops over so few entries run their vector loops' scalar remainders only (a softmax over 4 entries took 5x longer
-// per entry than one over 16), so the rows are laid end to end and the exponentials run over the whole block at once.
+// Softmax (or log_softmax) of short rows, rows [b, e) of n entries, a block of them at a time: per row loops over
+// fewer than 32 entries run mostly their vector loops' scalar remainders (a softmax over 4 entries took 5x longer per
+// entry than one over 16; over 17, 3x), so the rows are laid end to end and the exponentials run over the whole block
+// at once. softmax_forward_impl sends rows of fewer than 32 entries here, 16 aside (one whole vector).
 // Per row: the max over kept entries (NaN never wins), t = x - max (-inf where masked), e = exp(t), Σ e; then
 // y = e / Σ e, or t - log Σ e (-inf where masked). Dead rows (max -inf) and rows with a NaN (Σ e NaN) as the long
 // rows' kernel gives them.
@@ -200,7 +201,7 @@ void softmax_forward_impl(const Tensor& x, const Tensor& mask, bool log, Tensor&
       }
     }
   };
-  if (n < 16) {
+  if (n < 32 && n != 16) {
     parallel_for(rows, n * 8,
                  [&](int64_t b, int64_t e) { ASC_CPU_DISPATCH(softmax_short_rows<T>(xp, mp, yp, b, e, n, log)); });
     return;

@@ -1,5 +1,6 @@
-// softmax / log_softmax over the last dim of (rows, n) float32, 2^19 entries, n = 2 ... 16; forward alone and
-// softmax forward + backward; best of 5 batches of 50 calls; linked against the library build named on the command line.
+// softmax / log_softmax over the last dim of (rows, n) float32, 2^19 entries, n = 2 ... 33; forward alone and
+// softmax forward + backward; best of 5 batches of 50 calls; linked against the library build named on the command
+// line.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,7 +26,7 @@ static double best_ms(const std::function<void()>& f) {
 int main(int argc, char** argv) {
   const std::string label = argc > 1 ? argv[1] : "ascender";
   Generator g(1);
-  for (int64_t n : {2, 4, 5, 8, 15, 16}) {
+  for (int64_t n : {2, 4, 5, 8, 15, 16, 17, 24, 31, 32, 33}) {
     const int64_t rows = (int64_t{1} << 19) / n;
     Tensor x = randn({rows, n}, {}, &g), gy = randn({rows, n}, {}, &g), y;
     Tensor xr = x.detach();
