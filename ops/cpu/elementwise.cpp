@@ -13,8 +13,7 @@
 
 #include "ops/cpu/unary_rows.h"
 
-// ---- dropout and uniforms
-// ---------------------------------------------------------------------------------------------
+// ---- dropout and uniforms ------------------------------------------------------------------------------------------
 #include "ops/cpu/vec_math.h"  // ASC_CPU_DISPATCH, ASC_SIMD
 #include "ops/cpu/vec_region_begin.h"
 

@@ -82,6 +82,7 @@ ASC_ALWAYS_INLINE void softmax_short_rows(const T* xp, const uint8_t* mp, T* yp,
                                           bool log) {
   constexpr int64_t kBlock = 1024;  // entries per block
   alignas(64) T t[kBlock], ex[kBlock];
+  T mx[kBlock];  // the block's row maxima (at most kBlock rows)
   const int64_t per = std::max<int64_t>(1, kBlock / n);
   for (int64_t r0 = b; r0 < e; r0 += per) {
     const int64_t r1 = std::min(e, r0 + per), cnt = (r1 - r0) * n;
@@ -94,6 +95,7 @@ ASC_ALWAYS_INLINE void softmax_short_rows(const T* xp, const uint8_t* mp, T* yp,
         const T v = (!k || k[r * n + j]) ? x[r * n + j] : kNegInf<T>;
         m = v > m ? v : m;
       }
+      mx[r] = m;
       for (int64_t j = 0; j < n; ++j) t[r * n + j] = (!k || k[r * n + j]) ? x[r * n + j] - m : kNegInf<T>;
     }
     ASC_SIMD
@@ -102,13 +104,9 @@ ASC_ALWAYS_INLINE void softmax_short_rows(const T* xp, const uint8_t* mp, T* yp,
       const T* xr = x + r * n;
       const uint8_t* kr = k ? k + r * n : nullptr;
       T* yr = y + r * n;
-      T s = 0, m = kNegInf<T>;
-      for (int64_t j = 0; j < n; ++j) {
-        s += ex[r * n + j];
-        const T v = (!kr || kr[j]) ? xr[j] : kNegInf<T>;
-        m = v > m ? v : m;
-      }
-      if (m == kNegInf<T>) {  // nothing kept (or every kept entry is -inf or NaN)
+      T s = 0;
+      for (int64_t j = 0; j < n; ++j) s += ex[r * n + j];
+      if (mx[r] == kNegInf<T>) {  // nothing kept (or every kept entry is -inf or NaN)
         if (row_has_nan(xr, kr, n))
           fill_nan_row(yr, kr, n, log);
         else

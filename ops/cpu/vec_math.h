@@ -80,17 +80,13 @@ decltype(auto) dispatch_isa(F&& f) {
   return run_baseline(f);
 }
 
-// exp(x) for x <= 0 (also -inf -> 0, NaN -> NaN), branch-free so loops over it vectorise. Below the normal range
-// of the type it returns 0 (the callers add it to a sum that is >= 1, so this loses nothing).
-// float: Cephes expf range reduction and polynomial (about 1 ulp). double: degree-13 Taylor on |r| <= ln2/2
-// (truncation ~4e-18 relative).
-ASC_ALWAYS_INLINE float exp_nonpos(float x) {
-  constexpr float lo = -87.0f;
-  const float xc = x < lo ? lo : x;                         // NaN stays NaN
-  const float t = xc * 1.44269504088896341f + 12582912.0f;  // + 1.5 * 2^23 rounds to an integer
+// The Cephes expf core shared by exp_nonpos and exp_full: e^x = p 2^n for x in float's range, with n = round(x / ln 2)
+// (returned through n) and p = e^r on |r| <= ln2/2 from a degree-7 polynomial; x NaN gives p NaN.
+ASC_ALWAYS_INLINE float exp_reduced(float x, int32_t& n) {
+  const float t = x * 1.44269504088896341f + 12582912.0f;  // + 1.5 * 2^23 rounds to an integer
   const float nf = t - 12582912.0f;
-  const uint32_t n = __builtin_bit_cast(uint32_t, t) - 0x4B400000u;  // that integer, two's complement
-  const float r = xc - nf * 0.693359375f - nf * -2.12194440e-4f;
+  n = static_cast<int32_t>(__builtin_bit_cast(uint32_t, t) - 0x4B400000u);  // that integer, two's complement
+  const float r = x - nf * 0.693359375f - nf * -2.12194440e-4f;
   const float z = r * r;
   float p = 1.9875691500E-4f;
   p = p * r + 1.3981999507E-3f;
@@ -98,8 +94,18 @@ ASC_ALWAYS_INLINE float exp_nonpos(float x) {
   p = p * r + 4.1665795894E-2f;
   p = p * r + 1.6666665459E-1f;
   p = p * r + 5.0000001201E-1f;
-  p = p * z + r + 1.0f;
-  const float scale = __builtin_bit_cast(float, (n + 127u) << 23);
+  return p * z + r + 1.0f;
+}
+
+// exp(x) for x <= 0 (also -inf -> 0, NaN -> NaN), branch-free so loops over it vectorise. Below the normal range
+// of the type it returns 0 (the callers add it to a sum that is >= 1, so this loses nothing).
+// float: Cephes expf range reduction and polynomial (about 1 ulp). double: degree-13 Taylor on |r| <= ln2/2
+// (truncation ~4e-18 relative).
+ASC_ALWAYS_INLINE float exp_nonpos(float x) {
+  constexpr float lo = -87.0f;
+  int32_t n;
+  const float p = exp_reduced(x < lo ? lo : x, n);  // NaN stays NaN
+  const float scale = __builtin_bit_cast(float, static_cast<uint32_t>(n + 127) << 23);
   return p * scale * (x < lo ? 0.0f : 1.0f);  // -inf -> 0; NaN -> NaN
 }
 
@@ -158,9 +164,9 @@ ASC_ALWAYS_INLINE float gelu_grad(float x) {
   return gelu_cdf(x) + x * 0.39894228040143268f * exp_nonpos(-0.5f * x * x);
 }
 
-// ---- float32 exp, log, tanh, sigmoid over the whole range, branch-free
-// ----------------------------------------------- The elementwise ops' float32 rows (ops/cpu/elementwise.cpp) call
-// these instead of libm's expf / logf / tanhf, whose calls run one element at a time. Each is within a few ulp of the
+// ---- float32 exp, log, tanh, sigmoid over the whole range, branch-free -------------------------------------------
+// The elementwise ops' float32 rows (ops/cpu/unary_rows.cpp) call these instead of libm's expf / logf / tanhf, whose
+// calls run one element at a time. Each is within a few ulp of the
 // correctly rounded value (tests/test_elementwise.cpp measures it against float64 libm, subnormal results included) and
 // keeps the IEEE special values: NaN -> NaN, and the infinities and zeros as libm gives them.
 
@@ -173,23 +179,11 @@ ASC_ALWAYS_INLINE float scale_pow2(float p, int32_t n) {
   return p * f1 * f2;
 }
 
-// exp(x): exp_nonpos's reduction and polynomial on x clamped to [-104, 89] (exp(-104) rounds to 0, exp(89)
-// overflows), scaled by scale_pow2.
+// exp(x): exp_reduced on x clamped to [-104, 89] (exp(-104) rounds to 0, exp(89) overflows), scaled by scale_pow2.
 ASC_ALWAYS_INLINE float exp_full(float x) {
-  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);  // NaN stays NaN
-  const float t = xc * 1.44269504088896341f + 12582912.0f;           // + 1.5 * 2^23 rounds to an integer
-  const float nf = t - 12582912.0f;
-  const int32_t n = static_cast<int32_t>(__builtin_bit_cast(uint32_t, t) - 0x4B400000u);
-  const float r = xc - nf * 0.693359375f - nf * -2.12194440e-4f;
-  const float z = r * r;
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  p = p * z + r + 1.0f;
-  return scale_pow2(p, n);  // NaN: p is NaN, whatever n holds
+  int32_t n;
+  const float p = exp_reduced(x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x), n);  // NaN stays NaN
+  return scale_pow2(p, n);                                                          // NaN: p is NaN, whatever n holds
 }
 
 // log(x): Cephes logf. x = m 2^e with m in [√½, √2) (a subnormal x scaled by 2^23 first), f = m - 1,
