@@ -41,8 +41,16 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
     if (r.defined()) g = r;
   }
   if (!leaf->grad) {
-    // The incoming gradient may be shared with other nodes' buffers or the user's seed: store a private copy.
-    leaf->grad = g.detach().clone().impl_ptr();
+    // The incoming gradient becomes .grad itself when nothing else can reach it, as PyTorch's AccumulateGrad steals
+    // it: referenced only by the engine's buffer (grad_outputs) and g here, a contiguous tensor that owns its whole
+    // storage, the leaf's dtype. Anything else — a gradient another edge or a capture also holds, a view of a larger
+    // gradient, the user's seed, a hook's result — is copied.
+    const TensorImpl& gi = *g.impl();
+    const bool owned = g.impl_ptr().use_count() == 2 && grad_outputs[0].impl() == g.impl() &&
+                       gi.storage.use_count() == 1 && gi.offset == 0 && g.is_contiguous() && !gi.grad_fn &&
+                       gi.dtype == leaf->dtype &&
+                       gi.storage->nbytes() == static_cast<size_t>(g.numel()) * dtype_size(gi.dtype);
+    leaf->grad = owned ? g.detach().impl_ptr() : g.detach().clone().impl_ptr();
   } else {
     leaf->grad = (Tensor(leaf->grad) + g).impl_ptr();
   }

@@ -163,6 +163,30 @@ void dropout(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, uint64_t
                                    offset, p, scale, current_stream()));
 }
 
+void bias_act_dropout(math::Unary act, const Tensor& x, const Tensor& bias, Tensor& out, Tensor& keep, uint64_t seed,
+                      uint64_t offset, double p, double scale) {
+  check_f32_f64("bias_act_dropout", x.dtype());
+  check_contiguous("bias_act_dropout", x), check_contiguous("bias_act_dropout", out);
+  if (bias.defined()) check_contiguous("bias_act_dropout", bias);
+  if (keep.defined()) check_contiguous("bias_act_dropout", keep);
+  ASC_LAUNCH("bias_act_dropout",
+             L::bias_act_dropout(act, st(x.dtype()), x.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
+                                 out.raw_data(), keep.defined() ? static_cast<bool*>(keep.raw_data()) : nullptr,
+                                 x.numel(), x.size(-1), seed, offset, p, scale, current_stream()));
+}
+
+void bias_act_dropout_backward(math::Unary act, const Tensor& g, const Tensor& x, const Tensor& bias,
+                               const Tensor& keep, double scale, Tensor& gx) {
+  check_f32_f64("bias_act_dropout_backward", x.dtype());
+  check_contiguous("bias_act_dropout_backward", g), check_contiguous("bias_act_dropout_backward", x);
+  check_contiguous("bias_act_dropout_backward", gx);
+  ASC_LAUNCH("bias_act_dropout_backward",
+             L::bias_act_dropout_backward(act, st(x.dtype()), g.raw_data(), x.raw_data(),
+                                          bias.defined() ? bias.raw_data() : nullptr,
+                                          keep.defined() ? static_cast<const bool*>(keep.raw_data()) : nullptr,
+                                          gx.raw_data(), x.numel(), x.size(-1), scale, current_stream()));
+}
+
 void normal(Tensor& out, uint64_t seed, uint64_t offset, double mean, double stddev) {
   check_f32_f64("randn", out.dtype());
   check_contiguous("randn", out);

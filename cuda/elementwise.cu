@@ -370,6 +370,53 @@ __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, T* __
   }
 }
 
+// bias_activation_dropout's pass: y = act(x + bias) · (keep ? scale : 0), keep = u >= p with dropout's uniforms
+// (keep null: no dropout); the operations of the three composed ops in their order. bias null: none; n: x's last dim.
+template <class T, Unary U>
+__global__ void bias_act_dropout_kernel(const T* __restrict__ x, const T* __restrict__ bias, T* __restrict__ y,
+                                        bool* __restrict__ keep, int64_t total, int64_t n, int64_t blocks,
+                                        uint64_t seed, uint64_t offset, double p, double scale) {
+  const T sc = static_cast<T>(scale), pt = static_cast<T>(p);
+  const UnaryParams none{};
+  auto act = [&](int64_t i) { return math::unary_fwd<U, T>(bias ? x[i] + bias[i % n] : x[i], none); };
+  if (keep) {
+    ASC_GRID_STRIDE(blk, blocks) {
+      for_block_uniforms<T>(blk, total, seed, offset, [&](int64_t i, double u) {
+        const bool k = static_cast<T>(u) >= pt;
+        keep[i] = k;
+        y[i] = act(i) * (k ? sc : T(0));
+      });
+    }
+  } else {
+    ASC_GRID_STRIDE(i, total) { y[i] = act(i); }
+  }
+}
+
+// Its backward: gx = (g · (keep ? scale : 0)) · act'(x + bias).
+template <class T, Unary U>
+__global__ void bias_act_dropout_backward_kernel(const T* __restrict__ g, const T* __restrict__ x,
+                                                 const T* __restrict__ bias, const bool* __restrict__ keep,
+                                                 T* __restrict__ gx, int64_t total, int64_t n, double scale) {
+  const T sc = static_cast<T>(scale);
+  const UnaryParams none{};
+  ASC_GRID_STRIDE(i, total) {
+    const T gi = keep ? g[i] * (keep[i] ? sc : T(0)) : g[i];
+    gx[i] = gi * math::unary_grad<U, T>(bias ? x[i] + bias[i % n] : x[i], T(0), none);
+  }
+}
+
+// Calls f(integral_constant<Unary, U>) for the feed-forward activations; cudaErrorInvalidValue for the others.
+template <class F>
+cudaError_t visit_activation(Unary op, F&& f) {
+  switch (op) {
+    case Unary::Relu: return f(std::integral_constant<Unary, Unary::Relu>{});
+    case Unary::Gelu: return f(std::integral_constant<Unary, Unary::Gelu>{});
+    case Unary::GeluTanh: return f(std::integral_constant<Unary, Unary::GeluTanh>{});
+    case Unary::Silu: return f(std::integral_constant<Unary, Unary::Silu>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 // Box-Muller as on the CPU: the pair (2j, 2j + 1) uses block offset + j, lanes (0,1) -> u1 and (2,3) -> u2.
 template <class T>
 __global__ void normal_kernel(T* __restrict__ out, int64_t n, uint64_t seed, uint64_t offset, double mean,
@@ -606,6 +653,40 @@ cudaError_t dropout(ScalarType t, const void* x, void* y, void* mask, int64_t n,
     launch_kernel(dropout_kernel<T>, blocks_for(blocks), kThreads, stream, static_cast<const T*>(x), static_cast<T*>(y),
                   static_cast<T*>(mask), n, blocks, seed, offset, p, scale);
     return cudaGetLastError();
+  });
+}
+
+cudaError_t bias_act_dropout(Unary act, ScalarType t, const void* x, const void* bias, void* y, bool* keep,
+                             int64_t total, int64_t n, uint64_t seed, uint64_t offset, double p, double scale,
+                             cudaStream_t stream) {
+  if (total == 0) return cudaSuccess;
+  return visit_f32_f64(t, [&](auto tag) {
+    using T = decltype(tag);
+    return visit_activation(act, [&](auto u) {
+      constexpr Unary U = decltype(u)::value;
+      constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
+      const int64_t blocks = (total + per - 1) / per;
+      launch_kernel(bias_act_dropout_kernel<T, U>, blocks_for(keep ? blocks : total), kThreads, stream,
+                    static_cast<const T*>(x), static_cast<const T*>(bias), static_cast<T*>(y), keep, total, n, blocks,
+                    seed, offset, p, scale);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t bias_act_dropout_backward(Unary act, ScalarType t, const void* g, const void* x, const void* bias,
+                                      const bool* keep, void* gx, int64_t total, int64_t n, double scale,
+                                      cudaStream_t stream) {
+  if (total == 0) return cudaSuccess;
+  return visit_f32_f64(t, [&](auto tag) {
+    using T = decltype(tag);
+    return visit_activation(act, [&](auto u) {
+      constexpr Unary U = decltype(u)::value;
+      launch_kernel(bias_act_dropout_backward_kernel<T, U>, blocks_for(total), kThreads, stream,
+                    static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(bias), keep,
+                    static_cast<T*>(gx), total, n, scale);
+      return cudaGetLastError();
+    });
   });
 }
 

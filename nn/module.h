@@ -96,6 +96,8 @@ class Module : public std::enable_shared_from_this<Module> {
   int add_forward_pre_hook(PreHook hook);
   int add_forward_post_hook(PostHook hook);
   void remove_hook(int id);  // error for an unknown id
+  // Whether any forward hook is registered (a block that fuses a child's work into its own skips the fusion then).
+  bool has_forward_hooks() const { return !pre_hooks_.empty() || !post_hooks_.empty(); }
 
   // ---- registration ---------------------------------------------------------------------------------------------
   // Names are unique per module and contain no '.'; a parameter is made a leaf that requires grad (floating

@@ -1,6 +1,7 @@
 #include "nn/transformer.h"
 
 #include <cmath>
+#include <typeinfo>
 
 #include "core/error.h"
 #include "core/format.h"
@@ -55,8 +56,18 @@ TransformerEncoderBlock::TransformerEncoderBlock(const TransformerBlockOptions& 
 }
 
 Tensor TransformerEncoderBlock::ffn(const Tensor& x) {
-  Tensor h = (*linear1)(x);
   const std::string& act = options.activation();
+  // linear1's bias, the activation and the dropout in one pass (bias_activation_dropout: the same values and mask),
+  // unless a hook or a subclass of Linear / Dropout has to see those steps one by one.
+  const bool plain = typeid(*linear1) == typeid(Linear) && typeid(*dropout) == typeid(Dropout) &&
+                     !linear1->has_forward_hooks() && !dropout->has_forward_hooks();
+  if (plain) {
+    const Activation a = act == "gelu" ? Activation::Gelu : act == "relu" ? Activation::Relu : Activation::Silu;
+    Tensor h =
+        bias_activation_dropout(linear(x, linear1->weight), linear1->bias, a, dropout->p, dropout->is_training());
+    return (*linear2)(h);
+  }
+  Tensor h = (*linear1)(x);
   h = act == "gelu" ? gelu(h) : act == "relu" ? relu(h) : silu(h);
   return (*linear2)((*dropout)(h));
 }

@@ -352,6 +352,83 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   return out;
 }
 
+// ---- bias_activation_dropout -------------------------------------------------------------------------------------
+
+namespace {
+math::Unary unary_of(Activation act) {
+  switch (act) {
+    case Activation::Relu: return math::Unary::Relu;
+    case Activation::Gelu: return math::Unary::Gelu;
+    case Activation::GeluTanh: return math::Unary::GeluTanh;
+    case Activation::Silu: return math::Unary::Silu;
+  }
+  ASC_THROW("bias_activation_dropout: unknown activation {}", static_cast<int>(act));
+}
+Tensor activation(const Tensor& x, Activation act) {
+  switch (act) {
+    case Activation::Relu: return relu(x);
+    case Activation::Gelu: return gelu(x);
+    case Activation::GeluTanh: return gelu(x, true);
+    case Activation::Silu: return silu(x);
+  }
+  ASC_THROW("bias_activation_dropout: unknown activation {}", static_cast<int>(act));
+}
+}  // namespace
+
+Tensor bias_activation_dropout(const Tensor& x, const Tensor& bias, Activation act, double p, bool training,
+                               Generator* gen) {
+  static constexpr const char* kOp = "bias_activation_dropout";
+  check_defined(kOp, x);
+  check_floating(kOp, x);
+  check_same_device(kOp, {&x, &bias});
+  const math::Unary op = unary_of(act);
+  ASC_CHECK(p >= 0.0 && p <= 1.0, "{}: probability p must be in [0, 1], got {}", kOp, p);
+  ASC_CHECK(x.dim() >= 1, "{}: input must have at least 1 dimension (..., n), got shape {}", kOp, x.shape());
+  if (bias.defined()) {
+    ASC_CHECK(bias.dim() == 1 && bias.size(0) == x.size(-1), "{}: bias shape {} must be ({}) for input shape {}", kOp,
+              bias.shape(), x.size(-1), x.shape());
+    ASC_CHECK(bias.dtype() == x.dtype(), "{}: bias dtype {} differs from input dtype {}", kOp, bias.dtype(), x.dtype());
+  }
+  // The kernels take float32 and float64; other floating dtypes compose the three ops (the same values).
+  if (x.dtype() != kFloat32 && x.dtype() != kFloat64)
+    return dropout(activation(bias.defined() ? add(x, bias) : x, act), p, training, gen);
+
+  const bool drop = training && p > 0.0;
+  const Tensor xc = x.detach().contiguous();
+  const Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor out = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  Tensor keep = drop ? Tensor::empty(x.shape(), {.dtype = kBool, .device = x.device()}) : Tensor();
+  const double scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
+  // dropout's draw: the same counters, so the generator ends where dropout(...) would leave it
+  Generator::State s{};
+  if (drop) {
+    Generator& g = gen ? *gen : default_generator();
+    const uint64_t per = x.dtype() == kFloat64 ? 2 : 4, n = static_cast<uint64_t>(x.numel());
+    s = g.draw((n + per - 1) / per);
+  }
+  ASC_KERNEL(x.device(), kOp, bias_act_dropout, op, xc, bc, out, keep, s.seed, s.offset, p, scale);
+  if (autograd::needs_grad(x, bias)) {
+    const bool gb_needed = bias.defined() && bias.requires_grad();
+    autograd::record(
+        kOp, {x, bias}, {out},
+        [op, scale, gb_needed, xs = SavedTensor(xc, kOp), bs = bc.defined() ? SavedTensor(bc, kOp) : SavedTensor(),
+         ks = drop ? SavedTensor(keep, kOp) : SavedTensor()](const TensorList& g) -> TensorList {
+          const Tensor& xv = xs.get();
+          const Tensor gc = g[0].contiguous();
+          Tensor gx = Tensor::empty(xv.shape(), xv.options());
+          ASC_KERNEL(xv.device(), kOp, bias_act_dropout_backward, op, gc, xv, bs.defined() ? bs.get() : Tensor(),
+                     ks.defined() ? ks.get() : Tensor(), scale, gx);
+          Tensor gb;
+          if (gb_needed) {  // the bias's gradient: gx summed over every leading dim
+            const int64_t n = xv.size(-1);
+            gb = sum(gx.reshape({-1, n}), {0});
+          }
+          return {gx, gb};
+        });
+  }
+  return out;
+}
+
 // ---- linear ----------------------------------------------------------------------------------------------------
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {

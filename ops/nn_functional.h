@@ -50,6 +50,16 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 // from `gen` (default generator when null): same seed, same mask. Element i is kept when
 // rand(x.shape(), {x.dtype(), x.device()}, gen)[i] >= p. p = 1 gives zeros; p = 0 or !training returns x itself.
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);
+// The activations of a feed-forward block (bias_activation_dropout).
+enum class Activation { Relu, Gelu, GeluTanh, Silu };
+// dropout(act(x + bias), p, training, gen) in one pass, with a one-pass backward: a Transformer's feed-forward
+// hidden layer after its bias-free product (Megatron-LM fuses the same three). bias: (x.size(-1)) or undefined (no
+// bias). Gives what the three ops composed give with the generator in the same state — the same values and the same
+// mask, drawn as dropout draws it — and leaves the generator where they leave it; it keeps the mask as bool (a
+// quarter of dropout's) and no activation input. NaN in x stays NaN where dropped, as in dropout.
+//   Tensor h = bias_activation_dropout(matmul(x, w1.t()), b1, Activation::Gelu, 0.1);   // x (N, d), h (N, ffn)
+Tensor bias_activation_dropout(const Tensor& x, const Tensor& bias, Activation act, double p, bool training = true,
+                               Generator* gen = nullptr);
 // x (..., in) @ weight^T (out, in) + bias (out).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 

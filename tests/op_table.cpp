@@ -481,6 +481,47 @@ std::vector<OpCase> matmul_nn_cases() {
       {"matmul batched", {In{{2, 5, 7}}, In{{2, 7, 3}}}, [](const TensorList& a) { return one(matmul(a[0], a[1])); }},
       {"matmul broadcast", {In{{2, 5, 7}}, In{{7, 3}}}, [](const TensorList& a) { return one(matmul(a[0], a[1])); }},
       {"linear", {In{{4, 6}}, In{{3, 6}}, In{{3}}}, [](const TensorList& a) { return one(linear(a[0], a[1], a[2])); }},
+      // bias_activation_dropout outside training: act(x + bias) (the dropout draws are random_cases'); binary_reference
+      // broadcasts the (7) bias over x's rows
+      {"bias_activation_dropout gelu eval",
+       {In{{5, 7}}, In{{7}}},
+       [](const TensorList& a) { return one(bias_activation_dropout(a[0], a[1], Activation::Gelu, 0.3, false)); },
+       true,
+       {View::Contig, View::Transposed, View::Sliced},
+       true,
+       1e-3,
+       true,
+       binary_reference([](double x, double b) { return 0.5 * (x + b) * (1 + std::erf((x + b) / std::sqrt(2.0))); })},
+      {"bias_activation_dropout relu eval",
+       {In{{5, 7}}, In{{7}}},
+       [](const TensorList& a) { return one(bias_activation_dropout(a[0], a[1], Activation::Relu, 0.0)); },
+       true,
+       {View::Contig, View::Transposed, View::Sliced},
+       true,
+       1e-3,
+       true,
+       binary_reference([](double x, double b) { return std::isnan(x + b) || x + b > 0 ? x + b : 0.0; })},
+      {"bias_activation_dropout gelu_tanh eval",
+       {In{{5, 7}}, In{{7}}},
+       [](const TensorList& a) { return one(bias_activation_dropout(a[0], a[1], Activation::GeluTanh, 0.5, false)); },
+       true,
+       {View::Contig, View::Transposed, View::Sliced},
+       true,
+       1e-3,
+       true,
+       binary_reference([](double x, double b) {
+         const double z = x + b;
+         return 0.5 * z * (1 + std::tanh(std::sqrt(2 / M_PI) * (z + 0.044715 * z * z * z)));
+       })},
+      {"bias_activation_dropout silu no bias",
+       {In{{5, 7}}},
+       [](const TensorList& a) { return one(bias_activation_dropout(a[0], Tensor(), Activation::Silu, 0.2, false)); },
+       true,
+       {View::Contig, View::Transposed, View::Sliced},
+       true,
+       1e-3,
+       true,
+       unary_reference([](double z) { return z / (1 + std::exp(-z)); })},
       {"softmax", {In{{4, 9}}}, [](const TensorList& a) { return one(softmax(a[0], -1)); }},
       {"softmax dim 0", {In{{4, 9}}}, [](const TensorList& a) { return one(softmax(a[0], 0)); }},
       {"softmax masked",
@@ -937,6 +978,27 @@ std::vector<OpCase> random_cases() {
        [](const TensorList& a) {
          Generator g(8);
          return one(dropout(a[0], 0.3, true, &g));
+       },
+       true,
+       contig,
+       false,
+       0},
+      // dropout(gelu(x + bias)) with the same generator state is the same mask (tests/test_nn_functional.cpp)
+      {"bias_activation_dropout",
+       {In{{5, 7}}, In{{7}}},
+       [](const TensorList& a) {
+         Generator g(9);
+         return one(bias_activation_dropout(a[0], a[1], Activation::Gelu, 0.3, true, &g));
+       },
+       true,
+       contig,
+       false,
+       0},
+      {"bias_activation_dropout silu no bias",
+       {In{{5, 7}}},
+       [](const TensorList& a) {
+         Generator g(10);
+         return one(bias_activation_dropout(a[0], Tensor(), Activation::Silu, 0.5, true, &g));
        },
        true,
        contig,

@@ -1,6 +1,7 @@
 // Multi-head attention and Transformer blocks against naive float64 loops; gradchecks; masks; pluggability.
 #include <cmath>
 
+#include "core/profiler.h"
 #include "nn/nn.h"
 #include "testing.h"
 
@@ -242,6 +243,46 @@ TEST_CASE("Transformer blocks: pre-norm, post-norm and decoder blocks match a na
     dec.to(kFloat64);
     check_close(dec.forward(x), naive_block(dec, x, true), 1e-9, 1e-8);
   }
+}
+
+TEST_CASE("Transformer block in training: the fused feed-forward activation is the modules' composition") {
+  // With no hook the block runs linear1's bias, the activation and the dropout as one bias_activation_dropout; a hook
+  // on linear1 makes it call the modules one by one. Same default-generator draws, so the same masks: same numbers.
+  for (const char* act : {"gelu", "relu", "silu"})
+    for (DType dt : {kFloat32, kFloat64}) {
+      CAPTURE(act);
+      CAPTURE(dt);
+      manual_seed(21);
+      nn::TransformerEncoderBlock blk(nn::TransformerBlockOptions(16, 2).ffn(40).dropout(0.25).activation(act));
+      blk.to(dt);
+      blk.train();
+      const Tensor x = randn64({3, 6, 16}, false, 5).to(dt);
+      auto run = [&] {
+        manual_seed(22);
+        blk.zero_grad();
+        Tensor y = blk.forward(x);
+        sum(mul(y, y)).backward();
+        TensorList out{y.detach()};
+        for (auto& [name, p] : blk.named_parameters()) out.push_back(p.grad().clone());
+        return out;
+      };
+      profiler::Profile prof;
+      const TensorList fused = run();
+      prof.stop();
+      bool fused_kernel = false, activation_op = false;  // the fused kernel ran, the activation op did not
+      for (const profiler::Event& e : prof.events()) {
+        fused_kernel |= e.kind == profiler::EventKind::Kernel && e.kernel == "bias_act_dropout";
+        activation_op |= e.kind == profiler::EventKind::Kernel && e.name == act;
+      }
+      CHECK(fused_kernel);
+      CHECK_FALSE(activation_op);
+      const int id = blk.linear1->add_forward_pre_hook([](nn::Module&, const Tensor&) { return std::nullopt; });
+      const TensorList plain = run();
+      blk.linear1->remove_hook(id);
+      REQUIRE(fused.size() == plain.size());
+      const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+      for (size_t i = 0; i < fused.size(); ++i) check_close(fused[i], plain[i], tol, tol);
+    }
 }
 
 TEST_CASE("Transformer decoder block is causal: changing a later token leaves earlier outputs unchanged") {

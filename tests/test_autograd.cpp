@@ -28,6 +28,47 @@ TEST_CASE("a tensor used several times, and accumulation across backward calls")
   CHECK(!x.grad().defined());
 }
 
+TEST_CASE(".grad takes the incoming gradient without a copy only when nothing else can reach it") {
+  // a fresh gradient that only the engine holds: .grad is that buffer (no copy); the hook sees it without keeping it
+  Tensor x = randn({4, 3}, {.dtype = kFloat64, .requires_grad = true});
+  const void* seen = nullptr;
+  x.register_hook([&](const Tensor& g) {
+    seen = g.raw_data();
+    return Tensor();
+  });
+  sum(mul(x, x)).backward();
+  CHECK(x.grad().raw_data() == seen);
+  check_close(x.grad(), mul(x, 2.0).detach());
+  // the user's seed reaches a leaf through a view: .grad is a copy, changing the seed later changes nothing
+  Tensor w = randn({6}, {.dtype = kFloat64, .requires_grad = true});
+  Tensor seed = ones({2, 3}, {.dtype = kFloat64});
+  w.view({2, 3}).backward(seed);
+  seed.mul_(5.0);
+  check_close(w.grad(), std::vector<double>(6, 1.0), 0);
+  // gradients that are slices of one buffer (cat's backward): each .grad its own storage
+  Tensor a = randn({3}, {.dtype = kFloat64, .requires_grad = true}),
+         b = randn({3}, {.dtype = kFloat64, .requires_grad = true});
+  sum(mul(cat({a, b}, 0), tensor({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {.dtype = kFloat64}))).backward();
+  a.grad().mul_(0.0);
+  check_close(b.grad(), {4, 5, 6}, 0);
+  // one gradient sent to two leaves (add's backward passes it through to both): neither aliases the other
+  Tensor c = randn({3}, {.dtype = kFloat64, .requires_grad = true}),
+         d = randn({3}, {.dtype = kFloat64, .requires_grad = true});
+  sum(mul(add(c, d), 3.0)).backward();
+  c.grad().mul_(0.0);
+  check_close(d.grad(), {3, 3, 3}, 0);
+  // a hook that keeps the gradient it sees: .grad is a copy of it
+  Tensor e = randn({2}, {.dtype = kFloat64, .requires_grad = true});
+  Tensor kept;
+  e.register_hook([&](const Tensor& g) {
+    kept = g;
+    return Tensor();
+  });
+  sum(mul(e, 7.0)).backward();
+  kept.mul_(0.0);
+  check_close(e.grad(), {7, 7}, 0);
+}
+
 TEST_CASE("no-grad mode records nothing; detach cuts the graph") {
   Tensor w = ones({2}, {.requires_grad = true});
   {

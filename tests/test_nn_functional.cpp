@@ -573,6 +573,104 @@ TEST_CASE("dropout gradcheck with a fixed generator") {
   check_grad([](const TensorList& in) { return TensorList{dropout(in[0], 1.0)}; }, {randn64({3}, true, 132)});
 }
 
+// ---- bias_activation_dropout ---------------------------------------------------------------------------------------
+
+namespace {
+Tensor composed(const Tensor& x, const Tensor& b, Activation act, double p, bool training, Generator* g) {
+  Tensor z = b.defined() ? x + b : x;
+  z = act == Activation::Gelu       ? gelu(z)
+      : act == Activation::GeluTanh ? gelu(z, true)
+      : act == Activation::Relu     ? relu(z)
+                                    : silu(z);
+  return dropout(z, p, training, g);
+}
+}  // namespace
+
+TEST_CASE("bias_activation_dropout is dropout(act(x + bias)) drawn the same: values, mask, gradients, generator") {
+  const Activation acts[] = {Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Silu};
+  // long rows (vector loops and remainders), rows shorter than a chunk of uniforms, a 3-D input, one column
+  const Shape shapes[] = {{37, 129}, {3, 5, 67}, {2, 1500}, {41, 1}};
+  uint64_t seed = 300;
+  for (DType dt : {kFloat32, kFloat64})
+    for (const Shape& shape : shapes)
+      for (Activation act : acts)
+        for (double p : {0.0, 0.3, 1.0})
+          for (bool with_bias : {true, false}) {
+            const int act_id = static_cast<int>(act);
+            CAPTURE(dt);
+            CAPTURE(shape);
+            CAPTURE(act_id);
+            CAPTURE(p);
+            CAPTURE(with_bias);
+            Tensor x = randn_dt(shape, dt, ++seed).set_requires_grad();
+            Tensor b = with_bias ? randn_dt({shape.back()}, dt, ++seed).set_requires_grad() : Tensor();
+            Tensor gy = randn_dt(shape, dt, ++seed);
+            Generator g1(seed), g2(seed);
+            Tensor y1 = bias_activation_dropout(x, b, act, p, true, &g1);
+            Tensor y2 = composed(x, b, act, p, true, &g2);
+            TensorList in = with_bias ? TensorList{x, b} : TensorList{x};
+            TensorList d1 = autograd::grad({y1}, in, {gy}), d2 = autograd::grad({y2}, in, {gy});
+            // float32: the composed ops' operations in their order, so their bits; float64 within rounding (the
+            // composed rows run FMA-contracted at x86-64-v3 and above)
+            const double tol = dt == kFloat32 ? 0.0 : 1e-13;
+            check_close(y1, y2, tol, tol);
+            check_close(d1[0], d2[0], tol, tol);
+            if (with_bias) check_close(d1[1], d2[1], 1e-12, dt == kFloat32 ? 1e-6 : 1e-12);
+            // the generator is left where dropout leaves it
+            CHECK(vec(rand({3}, {}, &g1)) == vec(rand({3}, {}, &g2)));
+          }
+  // outside training (or p = 0): act(x + bias), nothing drawn
+  Tensor x = randn_dt({6, 9}, kFloat32, 401), b = randn_dt({9}, kFloat32, 402);
+  Generator g(5), h(5);
+  check_close(bias_activation_dropout(x, b, Activation::Gelu, 0.5, false, &g), gelu(x + b), 0, 0);
+  CHECK(vec(rand({2}, {}, &g)) == vec(rand({2}, {}, &h)));
+  // a transposed input gives the numbers its contiguous copy gives
+  Tensor xt = randn_dt({9, 6}, kFloat32, 403).t();
+  Generator g3(6), g4(6);
+  check_close(bias_activation_dropout(xt, b, Activation::Silu, 0.2, true, &g3),
+              bias_activation_dropout(xt.contiguous(), b, Activation::Silu, 0.2, true, &g4), 0, 0);
+}
+
+TEST_CASE("bias_activation_dropout: NaN stays NaN kept or dropped; empty input; 16-bit floats compose the ops") {
+  for (DType dt : {kFloat32, kFloat64}) {
+    CAPTURE(dt);
+    Tensor xn = full({4, 16}, std::numeric_limits<double>::quiet_NaN(), {.dtype = dt});
+    Tensor b = zeros({16}, {.dtype = dt});
+    Generator g(11);
+    for (double p : {0.5, 1.0})
+      CHECK(sum(isnan(bias_activation_dropout(xn, b, Activation::Gelu, p, true, &g)).to(kFloat64)).item<double>() ==
+            64.0);
+    Tensor e = bias_activation_dropout(zeros({0, 16}, {.dtype = dt}), b, Activation::Relu, 0.5, true, &g);
+    CHECK(e.shape() == Shape{0, 16});
+  }
+  // 16-bit floats compose the three ops (the GPU runs them; the CPU's elementwise ops refuse them clearly)
+  Tensor xb = randn_dt({4, 8}, kFloat32, 404).to(kBFloat16), bb = randn_dt({8}, kFloat32, 405).to(kBFloat16);
+  check_error([&] { bias_activation_dropout(xb, bb, Activation::Gelu, 0.25); }, {"bfloat16", "not supported"});
+}
+
+TEST_CASE("bias_activation_dropout gradcheck and errors (nothing drawn on error)") {
+  for (Activation act : {Activation::Gelu, Activation::GeluTanh, Activation::Silu})
+    check_grad(
+        [act](const TensorList& in) {
+          Generator g(77);
+          return TensorList{bias_activation_dropout(in[0], in[1], act, 0.4, true, &g)};
+        },
+        {randn64({5, 7}, true, 406), randn64({7}, true, 407)});
+  Generator g(13), h(13);
+  const Tensor x = randn64({3, 4}), b = randn64({4});
+  check_error([&] { bias_activation_dropout(x, randn64({3}), Activation::Gelu, 0.1, true, &g); }, {"bias", "[3]"});
+  check_error([&] { bias_activation_dropout(x, b.to(kFloat32), Activation::Gelu, 0.1, true, &g); }, {"dtype"});
+  check_error([&] { bias_activation_dropout(x, b, Activation::Gelu, 1.5, true, &g); }, {"1.5"});
+  check_error([&] { bias_activation_dropout(randn64({}), Tensor(), Activation::Gelu, 0.1, true, &g); }, {"at least 1"});
+  check_error([&] { bias_activation_dropout(x, b, static_cast<Activation>(9), 0.1, true, &g); }, {"activation"});
+  check_error(
+      [&] {
+        bias_activation_dropout(full({3, 4}, 1.0, {.dtype = kInt64}), b, Activation::Gelu, 0.1);
+      },
+      {"bias_activation_dropout"});
+  CHECK(vec(rand({2}, {}, &g)) == vec(rand({2}, {}, &h)));
+}
+
 // ---- linear ----------------------------------------------------------------------------------------------------
 
 TEST_CASE("linear vs naive, gradcheck, errors") {

@@ -132,6 +132,23 @@ TEST_CASE("sum and mean: forward vs naive over axes, keepdim, non-contiguous, fl
   CHECK(x.mean().item<double>() == doctest::Approx(nmean(x.to_vector<double>())).epsilon(1e-12));
 }
 
+TEST_CASE("sum over the leading dims of a large contiguous tensor (a bias's gradient: blocks of rows in parallel)") {
+  // Shapes whose reduction runs in fixed blocks of rows (2 to 64), and ones just below that; against the float64 loop.
+  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
+      {{2048, 512}, {0}}, {{3, 70000}, {0}}, {{4, 5, 8192}, {0, 1}}, {{16, 128, 64}, {0, 1}}, {{300, 40}, {0}}};
+  for (DType dt : {kFloat32, kFloat64, kInt64})
+    for (const auto& [shape, dims] : cases) {
+      CAPTURE(dt);
+      CAPTURE(shape);
+      Tensor x = dt == kInt64 ? randint(-1000, 1000, shape, {.dtype = kInt64}) : randn64(shape, false, 17).to(dt);
+      Tensor s = sum(x, Dims(dims));
+      const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+      check_close(s, naive(x, dims, nsum), dt == kInt64 ? 0 : tol, dt == kInt64 ? 0 : tol);
+      // keepdim: the same numbers
+      check_close(sum(x, Dims(dims), true).reshape(s.shape()), s, 0, 0);
+    }
+}
+
 TEST_CASE("sum of int64 and bool stays integral; mean of int64 is float32") {
   Generator g(5);
   Tensor x = randint(-50, 50, {5, 7}, {.dtype = kInt64}, &g);

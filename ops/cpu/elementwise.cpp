@@ -561,6 +561,28 @@ void sum_impl(const Tensor& x, Tensor& out) {
     op[0] = static_cast<scalar_t>(s);
     return;
   }
+  // A contiguous x summed over its leading dims into its trailing m elements (a bias's gradient: (rows, m) -> (m)):
+  // a fixed number of blocks of whole rows, each summed by one thread in one contiguous sweep (the prefetcher's
+  // pattern: threads taking column groups of every row ran no faster than one thread), then the blocks in order. The
+  // blocks depend on the shape only: the same bits at any thread count.
+  int64_t kept = x.dim();
+  while (kept > 0 && out.size(kept - 1) == x.size(kept - 1)) --kept;
+  bool leading = x.is_contiguous() && m > 1;
+  for (int64_t d = 0; d < kept && leading; ++d) leading = out.size(d) == 1;
+  const int64_t rows = m > 0 ? x.numel() / m : 0;
+  const int64_t blocks = std::min<int64_t>({rows, 64, rows * m / (4 * kSumBlock)});
+  if (leading && blocks > 1) {
+    const int64_t per = (rows + blocks - 1) / blocks;
+    std::vector<acc_t> part(static_cast<size_t>(blocks * m), acc_t(0));
+    parallel_for(blocks, per * m, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b)
+        for (int64_t r = b * per; r < std::min(rows, (b + 1) * per); ++r)
+          ASC_CPU_DISPATCH(add_into(part.data() + b * m, xp + r * m, m));
+    });
+    for (int64_t b = 1; b < blocks; ++b) ASC_CPU_DISPATCH(add_into(part.data(), part.data() + b * m, m));
+    for (int64_t c = 0; c < m; ++c) op[c] = static_cast<scalar_t>(part[static_cast<size_t>(c)]);
+    return;
+  }
   std::vector<acc_t> acc(static_cast<size_t>(m), acc_t(0));
   Strides so = broadcast_strides(out.shape(), contiguous_strides(out.shape()), x.shape());
   acc_t* ap = acc.data();
@@ -631,6 +653,105 @@ void dropout_typed(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, ui
       y[i] = xp[i] * m[i];
     });
 }
+// Calls f.template operator()<U>() for op one of the feed-forward activations (the float64 path: ops/math.h's
+// functors, as the composed ops run them).
+template <class F>
+void with_act(Unary op, F&& f) {
+  switch (op) {
+    case Unary::Relu: return f.template operator()<Unary::Relu>();
+    case Unary::Gelu: return f.template operator()<Unary::Gelu>();
+    case Unary::GeluTanh: return f.template operator()<Unary::GeluTanh>();
+    case Unary::Silu: return f.template operator()<Unary::Silu>();
+    default: ASC_THROW("bias_act_dropout: activation {} is not relu, gelu, gelu_tanh or silu", static_cast<int>(op));
+  }
+}
+
+// fn(i, c, len) for the pieces of [i0, i1) that lie within one row of n elements: i the first element, c its column.
+template <class F>
+ASC_ALWAYS_INLINE void for_row_segments(int64_t i0, int64_t i1, int64_t n, F&& fn) {
+  for (int64_t i = i0; i < i1;) {
+    const int64_t c = i % n, len = std::min(i1 - i, n - c);
+    fn(i, c, len);
+    i += len;
+  }
+}
+
+// out = act(x + bias) · mask over (rows, n): float32 by unary_rows.cpp's row segments (a chunk of uniforms may start
+// and end inside a row), float64 element by element.
+template <class T>
+void bias_act_dropout_typed(Unary act, const Tensor& x, const Tensor& bias, Tensor& out, Tensor& keep, uint64_t seed,
+                            uint64_t offset, double p, double scale) {
+  const int64_t total = x.numel(), n = x.size(-1);
+  if (total == 0) return;
+  const T* xp = x.data_ptr<T>();
+  const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
+  T* y = out.data_ptr<T>();
+  bool* kp = keep.defined() ? keep.data_ptr<bool>() : nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    const float pt = static_cast<float>(p), sc = static_cast<float>(scale);
+    if (kp) {
+      for_each_uniform_f32(total, seed, offset, [&](int64_t i0, const float* u, int64_t cnt) {
+        for_row_segments(i0, i0 + cnt, n, [&](int64_t i, int64_t c, int64_t len) {
+          vec_bias_act_rows(act, xp + i, bp ? bp + c : nullptr, u + (i - i0), pt, sc, y + i, kp + i, len);
+        });
+      });
+    } else {
+      parallel_for(total, 8, [&](int64_t i0, int64_t i1) {
+        for_row_segments(i0, i1, n, [&](int64_t i, int64_t c, int64_t len) {
+          vec_bias_act_rows(act, xp + i, bp ? bp + c : nullptr, nullptr, pt, sc, y + i, nullptr, len);
+        });
+      });
+    }
+  } else {
+    const T pt = static_cast<T>(p), sc = static_cast<T>(scale);
+    with_act(act, [&]<Unary U>() {
+      const math::UnaryParams none{};
+      auto value = [&](int64_t i) { return math::unary_fwd<U, T>(bp ? xp[i] + bp[i % n] : xp[i], none); };
+      if (kp)
+        for_each_uniform_f64(total, seed, offset, [&](int64_t i, double u) {
+          const bool k = static_cast<T>(u) >= pt;
+          kp[i] = k;
+          y[i] = value(i) * (k ? sc : T(0));
+        });
+      else
+        parallel_for(total, 64, [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i) y[i] = value(i);
+        });
+    });
+  }
+}
+
+template <class T>
+void bias_act_dropout_backward_typed(Unary act, const Tensor& g, const Tensor& x, const Tensor& bias,
+                                     const Tensor& keep, double scale, Tensor& gx) {
+  const int64_t total = x.numel(), n = x.size(-1);
+  if (total == 0) return;
+  const T *gp = g.data_ptr<T>(), *xp = x.data_ptr<T>();
+  const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
+  const bool* kp = keep.defined() ? keep.data_ptr<bool>() : nullptr;
+  T* o = gx.data_ptr<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    const float sc = static_cast<float>(scale);
+    parallel_for(total, 12, [&](int64_t i0, int64_t i1) {
+      for_row_segments(i0, i1, n, [&](int64_t i, int64_t c, int64_t len) {
+        vec_bias_act_backward_rows(act, gp + i, xp + i, bp ? bp + c : nullptr, kp ? kp + i : nullptr, sc, o + i, len);
+      });
+    });
+  } else {
+    const T sc = static_cast<T>(scale);
+    with_act(act, [&]<Unary U>() {
+      const math::UnaryParams none{};
+      parallel_for(total, 64, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const T gi = kp ? gp[i] * (kp[i] ? sc : T(0)) : gp[i];
+          const T z = bp ? xp[i] + bp[i % n] : xp[i];
+          o[i] = gi * math::unary_grad<U, T>(z, T(0), none);
+        }
+      });
+    });
+  }
+}
+
 }  // namespace
 
 void uniform(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
@@ -639,6 +760,18 @@ void uniform(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) 
 
 void dropout(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, uint64_t offset, double p, double scale) {
   ASC_DISPATCH_FLOAT(x.dtype(), "dropout", [&] { dropout_typed<scalar_t>(x, out, mask, seed, offset, p, scale); });
+}
+
+void bias_act_dropout(Unary act, const Tensor& x, const Tensor& bias, Tensor& out, Tensor& keep, uint64_t seed,
+                      uint64_t offset, double p, double scale) {
+  ASC_DISPATCH_FLOAT(x.dtype(), "bias_act_dropout",
+                     [&] { bias_act_dropout_typed<scalar_t>(act, x, bias, out, keep, seed, offset, p, scale); });
+}
+
+void bias_act_dropout_backward(Unary act, const Tensor& g, const Tensor& x, const Tensor& bias, const Tensor& keep,
+                               double scale, Tensor& gx) {
+  ASC_DISPATCH_FLOAT(x.dtype(), "bias_act_dropout_backward",
+                     [&] { bias_act_dropout_backward_typed<scalar_t>(act, g, x, bias, keep, scale, gx); });
 }
 
 void normal(Tensor& out, uint64_t seed, uint64_t offset, double mean, double stddev) {

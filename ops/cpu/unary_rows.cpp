@@ -105,6 +105,67 @@ void visit(Unary op, F&& f) {
   }
 }
 
+// The feed-forward activation (bias_act_dropout): relu as ops/math.h has it (NaN passes), the others vec_fwd's.
+template <Unary U>
+ASC_ALWAYS_INLINE float act_fwd(float z) {
+  if constexpr (U == Unary::Relu)
+    return !(z <= 0.0f) ? z : 0.0f;
+  else
+    return vec_fwd<U>(z, 0.0f, 0.0f);
+}
+template <Unary U>
+ASC_ALWAYS_INLINE float act_grad(float z) {  // none of the four reads its output
+  if constexpr (U == Unary::Relu)
+    return !(z <= 0.0f) ? 1.0f : 0.0f;
+  else
+    return vec_grad<U>(z, 0.0f, 0.0f, 0.0f);
+}
+// y = act(x + b) · m with m = (u >= p ? scale : 0), the operations of add, the activation and dropout in their
+// order, so the bits are theirs. kBias / kDrop: whether b and u are given.
+template <Unary U, bool kBias, bool kDrop>
+ASC_ALWAYS_INLINE void bias_act_rows(const float* x, const float* b, const float* u, float p, float scale, float* y,
+                                     bool* keep, int64_t n) {
+  ASC_SIMD
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = act_fwd<U>(kBias ? x[i] + b[i] : x[i]);
+    if constexpr (kDrop) {
+      const bool k = u[i] >= p;
+      keep[i] = k;
+      y[i] = a * (k ? scale : 0.0f);
+    } else {
+      y[i] = a;
+    }
+  }
+}
+// gx = (g · m) · act'(x + b): dropout's backward (a product by its mask), then the activation's.
+template <Unary U, bool kBias, bool kDrop>
+ASC_ALWAYS_INLINE void bias_act_backward_rows(const float* g, const float* x, const float* b, const bool* keep,
+                                              float scale, float* gx, int64_t n) {
+  const auto* k8 = reinterpret_cast<const uint8_t*>(keep);  // GCC 12 does not vectorise loads of bool
+  ASC_SIMD
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = kDrop ? g[i] * (k8[i] != 0 ? scale : 0.0f) : g[i];
+    gx[i] = gi * act_grad<U>(kBias ? x[i] + b[i] : x[i]);
+  }
+}
+// Calls f.template operator()<U, kBias, kDrop>() for op one of the feed-forward activations.
+template <class F>
+void visit_act(Unary op, bool bias, bool drop, F&& f) {
+  auto with = [&]<Unary U>() {
+    if (bias)
+      drop ? f.template operator()<U, true, true>() : f.template operator()<U, true, false>();
+    else
+      drop ? f.template operator()<U, false, true>() : f.template operator()<U, false, false>();
+  };
+  switch (op) {
+    case Unary::Relu: return with.template operator()<Unary::Relu>();
+    case Unary::Gelu: return with.template operator()<Unary::Gelu>();
+    case Unary::GeluTanh: return with.template operator()<Unary::GeluTanh>();
+    case Unary::Silu: return with.template operator()<Unary::Silu>();
+    default: __builtin_unreachable();  // the op checked the activation
+  }
+}
+
 }  // namespace
 
 void vec_unary_rows(Unary op, const float* x, int64_t sx, float* y, int64_t sy, int64_t n, float a, float b) {
@@ -123,6 +184,20 @@ void vec_unary_backward_rows(Unary op, const float* g, int64_t sg, const float* 
       ASC_CPU_DISPATCH(backward_rows<U>(g, x, y, gx, n, a, b));
     else
       ASC_CPU_DISPATCH(backward_strided<U>(g, sg, x, sx, y, sy, gx, sgx, n, a, b));
+  });
+}
+
+void vec_bias_act_rows(Unary act, const float* x, const float* b, const float* u, float p, float scale, float* y,
+                       bool* keep, int64_t n) {
+  visit_act(act, b != nullptr, u != nullptr, [&]<Unary U, bool kBias, bool kDrop>() {
+    ASC_CPU_DISPATCH(bias_act_rows<U, kBias, kDrop>(x, b, u, p, scale, y, keep, n));
+  });
+}
+
+void vec_bias_act_backward_rows(Unary act, const float* g, const float* x, const float* b, const bool* keep,
+                                float scale, float* gx, int64_t n) {
+  visit_act(act, b != nullptr, keep != nullptr, [&]<Unary U, bool kBias, bool kDrop>() {
+    ASC_CPU_DISPATCH(bias_act_backward_rows<U, kBias, kDrop>(g, x, b, keep, scale, gx, n));
   });
 }
 

@@ -27,4 +27,12 @@ void vec_unary_rows(math::Unary op, const float* x, int64_t sx, float* y, int64_
 void vec_unary_backward_rows(math::Unary op, const float* g, int64_t sg, const float* x, int64_t sx, const float* y,
                              int64_t sy, float* gx, int64_t sgx, int64_t n, float a, float b);
 
+// One row segment of bias_act_dropout (act: Relu, Gelu, GeluTanh or Silu): y[i] = act(x[i] + b[i]) · m[i] with
+// m[i] = (u[i] >= p ? scale : 0) and keep[i] = u[i] >= p; b null: no bias; u null: no dropout (m = 1, keep unused).
+void vec_bias_act_rows(math::Unary act, const float* x, const float* b, const float* u, float p, float scale, float* y,
+                       bool* keep, int64_t n);
+// Its backward: gx[i] = g[i] · (keep[i] ? scale : 0) · act'(x[i] + b[i]); b null: no bias; keep null: no dropout.
+void vec_bias_act_backward_rows(math::Unary act, const float* g, const float* x, const float* b, const bool* keep,
+                                float scale, float* gx, int64_t n);
+
 }  // namespace asc::cpu

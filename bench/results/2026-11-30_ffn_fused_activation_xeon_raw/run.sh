@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Side by side: bench_train before (OLD) and after (NEW) the fused feed-forward activation, the no-copy .grad and the
+# parallel column sums, alternating, 3 rounds of --no-torch; then NEW beside PyTorch 2.15 (3 rounds); then the
+# micro-benchmarks of the feed-forward layer and the column sum against OLD_LIB and NEW_LIB.
+#   bash run.sh OLD_BUILD NEW_BUILD OUT_DIR      (build dirs: tools/bench_train and libascender.a inside)
+set -euo pipefail
+old=$1 new=$2 out=$3
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+mkdir -p "$out"
+lscpu | grep -E "Model name|^CPU\(s\)" > "$out/cpu.txt"
+for round in 1 2 3; do
+  for side in old new; do
+    b=$old; [ "$side" = new ] && b=$new
+    "$b/tools/bench_train" --no-torch --rounds 3 --steps 40 > "$out/bench_train_${side}_$round.txt" 2>&1
+  done
+done
+(cd "$root" && "$new/tools/bench_train" --rounds 3) > "$out/bench_train_new_vs_torch.txt" 2>&1
+link="-lfmt -lz -lopenblas -ldnnl -ldl -L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi_cxx -lmpi"
+for side in old new; do
+  b=$old; [ "$side" = new ] && b=$new
+  # shellcheck disable=SC2086
+  g++ -O2 -std=c++20 -fopenmp -I"$root" -DASC_HAVE_DNNL=1 "$here/sum_bench.cpp" "$b/libascender.a" $link -o "$out/sum_$side"
+  "$out/sum_$side" > "$out/sum_$side.txt"
+done
+# shellcheck disable=SC2086
+g++ -O2 -std=c++20 -fopenmp -I"$root" -DASC_HAVE_DNNL=1 "$here/ffn_bench.cpp" "$new/libascender.a" $link -o "$out/ffn"
+"$out/ffn" > "$out/ffn.txt"
+rm -f "$out/sum_old" "$out/sum_new" "$out/ffn"
