@@ -420,8 +420,8 @@ Tensor bias_activation_dropout(const Tensor& x, const Tensor& bias, Activation a
                      ks.defined() ? ks.get() : Tensor(), scale, gx);
           Tensor gb;
           if (gb_needed) {  // the bias's gradient: gx summed over every leading dim
-            const int64_t n = xv.size(-1);
-            gb = sum(gx.reshape({-1, n}), {0});
+            const int64_t n = xv.size(-1), rows = n > 0 ? xv.numel() / n : 0;
+            gb = n > 0 ? sum(gx.reshape({rows, n}), {0}) : Tensor::empty({0}, xv.options());
           }
           return {gx, gb};
         });

@@ -642,6 +642,14 @@ TEST_CASE("bias_activation_dropout: NaN stays NaN kept or dropped; empty input; 
             64.0);
     Tensor e = bias_activation_dropout(zeros({0, 16}, {.dtype = dt}), b, Activation::Relu, 0.5, true, &g);
     CHECK(e.shape() == Shape{0, 16});
+    // empty rows, and rows of no columns: the backward gives empty gradients too
+    for (const Shape& shape : {Shape{0, 16}, Shape{3, 0}}) {
+      Tensor xe = zeros(shape, {.dtype = dt}).set_requires_grad();
+      Tensor be = zeros({shape.back()}, {.dtype = dt}).set_requires_grad();
+      sum(bias_activation_dropout(xe, be, Activation::Gelu, 0.5, true, &g)).backward();
+      CHECK(xe.grad().shape() == shape);
+      CHECK(be.grad().shape() == Shape{shape.back()});
+    }
   }
   // 16-bit floats compose the three ops (the GPU runs them; the CPU's elementwise ops refuse them clearly)
   Tensor xb = randn_dt({4, 8}, kFloat32, 404).to(kBFloat16), bb = randn_dt({8}, kFloat32, 405).to(kBFloat16);
