@@ -93,18 +93,22 @@ Timing run_ours(const Config& c, bool bf16 = false) {
   }
   Timing t{median(step), median(fwd), median(bwd), median(upd),
            models::count_flops(*model, c.length).training() * c.batch};
-  if (!profiler::detail::recording()) {  // the GEMMs' share: 3 more steps under the profiler
-    constexpr int kProfiled = 3;
-    profiler::Profile prof;
+  if (!profiler::detail::recording()) {  // the GEMMs' share: more steps, each under a profile of its own
+    // The median step's GEMM time: one slow step (this machine's noise) moved the mean of three past the whole
+    // step's median.
+    constexpr int kProfiled = 7;
+    std::vector<double> gemm_ms;
     for (int i = 0; i < kProfiled; ++i) {
+      profiler::Profile prof;
       opt.zero_grad();
       cross_entropy(model->forward(tokens), labels).backward();
       opt.step();
+      prof.stop();
+      const profiler::GemmTime g = prof.cpu_gemm(bf16 ? "matmul_bf16" : "matmul");
+      t.gemm_flops = g.flops;  // the same products every step
+      gemm_ms.push_back(static_cast<double>(g.ns) * 1e-6);
     }
-    prof.stop();
-    const profiler::GemmTime g = prof.cpu_gemm(bf16 ? "matmul_bf16" : "matmul");
-    t.gemm_flops = g.flops / kProfiled;
-    t.gemm_ms = static_cast<double>(g.ns) * 1e-6 / kProfiled;
+    t.gemm_ms = median(gemm_ms);
   }
   return t;
 }
