@@ -653,19 +653,6 @@ void dropout_typed(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, ui
       y[i] = xp[i] * m[i];
     });
 }
-// Calls f.template operator()<U>() for op one of the feed-forward activations (the float64 path: ops/math.h's
-// functors, as the composed ops run them).
-template <class F>
-void with_act(Unary op, F&& f) {
-  switch (op) {
-    case Unary::Relu: return f.template operator()<Unary::Relu>();
-    case Unary::Gelu: return f.template operator()<Unary::Gelu>();
-    case Unary::GeluTanh: return f.template operator()<Unary::GeluTanh>();
-    case Unary::Silu: return f.template operator()<Unary::Silu>();
-    default: ASC_THROW("bias_act_dropout: activation {} is not relu, gelu, gelu_tanh or silu", static_cast<int>(op));
-  }
-}
-
 // fn(i, c, len) for the pieces of [i0, i1) that lie within one row of n elements: i the first element, c its column.
 template <class F>
 ASC_ALWAYS_INLINE void for_row_segments(int64_t i0, int64_t i1, int64_t n, F&& fn) {
@@ -704,7 +691,7 @@ void bias_act_dropout_typed(Unary act, const Tensor& x, const Tensor& bias, Tens
     }
   } else {
     const T pt = static_cast<T>(p), sc = static_cast<T>(scale);
-    with_act(act, [&]<Unary U>() {
+    visit_ffn_activation(act, [&]<Unary U>() {  // ops/math.h's functors, as the composed ops run them
       const math::UnaryParams none{};
       auto value = [&](int64_t i) { return math::unary_fwd<U, T>(bp ? xp[i] + bp[i % n] : xp[i], none); };
       if (kp)
@@ -739,7 +726,7 @@ void bias_act_dropout_backward_typed(Unary act, const Tensor& g, const Tensor& x
     });
   } else {
     const T sc = static_cast<T>(scale);
-    with_act(act, [&]<Unary U>() {
+    visit_ffn_activation(act, [&]<Unary U>() {  // ops/math.h's functors, as the composed ops run them
       const math::UnaryParams none{};
       parallel_for(total, 64, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {

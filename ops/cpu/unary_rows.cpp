@@ -151,19 +151,12 @@ ASC_ALWAYS_INLINE void bias_act_backward_rows(const float* g, const float* x, co
 // Calls f.template operator()<U, kBias, kDrop>() for op one of the feed-forward activations.
 template <class F>
 void visit_act(Unary op, bool bias, bool drop, F&& f) {
-  auto with = [&]<Unary U>() {
+  visit_ffn_activation(op, [&]<Unary U>() {
     if (bias)
       drop ? f.template operator()<U, true, true>() : f.template operator()<U, true, false>();
     else
       drop ? f.template operator()<U, false, true>() : f.template operator()<U, false, false>();
-  };
-  switch (op) {
-    case Unary::Relu: return with.template operator()<Unary::Relu>();
-    case Unary::Gelu: return with.template operator()<Unary::Gelu>();
-    case Unary::GeluTanh: return with.template operator()<Unary::GeluTanh>();
-    case Unary::Silu: return with.template operator()<Unary::Silu>();
-    default: __builtin_unreachable();  // the op checked the activation
-  }
+  });
 }
 
 }  // namespace

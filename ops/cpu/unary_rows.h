@@ -8,6 +8,7 @@
 //   if (vec_unary_float(Unary::Tanh)) vec_unary_rows(Unary::Tanh, x, 1, y, 1, n, 0, 0);   // y = tanh(x), n floats
 #include <cstdint>
 
+#include "core/error.h"
 #include "ops/math.h"
 
 namespace asc::cpu {
@@ -26,6 +27,20 @@ void vec_unary_rows(math::Unary op, const float* x, int64_t sx, float* y, int64_
 // gx[i sgx] = g[i sg] · op'(x[i sx]), given y = op(x) (read by exp, sigmoid and tanh).
 void vec_unary_backward_rows(math::Unary op, const float* g, int64_t sg, const float* x, int64_t sx, const float* y,
                              int64_t sy, float* gx, int64_t sgx, int64_t n, float a, float b);
+
+// Calls f.template operator()<U>() with U the compile-time value of op, one of bias_act_dropout's activations (relu,
+// GELU, GELU-tanh, SiLU): the float32 rows below and ops/cpu/elementwise.cpp's float64 loop both pick U with it.
+template <class F>
+void visit_ffn_activation(math::Unary op, F&& f) {
+  using math::Unary;
+  switch (op) {
+    case Unary::Relu: return f.template operator()<Unary::Relu>();
+    case Unary::Gelu: return f.template operator()<Unary::Gelu>();
+    case Unary::GeluTanh: return f.template operator()<Unary::GeluTanh>();
+    case Unary::Silu: return f.template operator()<Unary::Silu>();
+    default: ASC_THROW("bias_act_dropout: activation {} is not relu, gelu, gelu_tanh or silu", static_cast<int>(op));
+  }
+}
 
 // One row segment of bias_act_dropout (act: Relu, Gelu, GeluTanh or Silu): y[i] = act(x[i] + b[i]) · m[i] with
 // m[i] = (u[i] >= p ? scale : 0) and keep[i] = u[i] >= p; b null: no bias; u null: no dropout (m = 1, keep unused).
