@@ -28,9 +28,16 @@ class Allocator {
 struct CpuMemoryStats {
   size_t allocated = 0;
   size_t peak_allocated = 0;
+  // Freed blocks above 4 KiB the allocator keeps mapped for the next tensor of their size class (at most an eighth
+  // of the machine's memory, at most 4 GiB): the process's resident memory beyond `allocated`.
+  size_t cached = 0;
 };
 CpuMemoryStats cpu_memory_stats();
 void reset_cpu_peak_memory();  // peak := current
+// Returns the cached blocks to the system (like asc::cuda::empty_cache for a device): after a large model has been
+// freed, or before measuring the process's resident memory.
+//   model.reset(); asc::empty_cpu_cache();
+void empty_cpu_cache();
 
 // Bytes of tensor storage (any device, every size) the calling thread has allocated since it started: the
 // profiler's per-op allocation counts (core/profiler.h).

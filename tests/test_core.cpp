@@ -1,4 +1,9 @@
 // Tensor core: storage sharing, views, creation ops, the generator, dtype promotion, printing, errors.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
 #include "testing.h"
 
 using namespace asc;
@@ -271,4 +276,80 @@ TEST_CASE("shape errors name the op and the shapes") {
       },
       {"at most 8"});
   check_error([] { ones({2}).item<float>(); }, {"item", "[2]"});
+}
+
+// The CPU allocator's cache of blocks above 4 KiB (core/storage.cpp): a freed block serves the next request of its
+// size class whatever was allocated in between, so a training loop's outputs land on memory already mapped.
+TEST_CASE("cpu allocator: blocks above 4 KiB are aligned, whole, reused after free, and released on request") {
+  Allocator* a = allocator_for(Device::cpu());
+  // Every size round a class boundary: 64-byte aligned, and all of the asked bytes writable and kept.
+  for (size_t n : {size_t{4097}, size_t{8191}, size_t{65536}, size_t{65537}, size_t{81921}, size_t{98305},
+                   size_t{(1 << 20) + 3}, size_t{(5 << 20) / 2}, size_t{(3 << 21) + 1}}) {
+    auto* p = static_cast<unsigned char*>(a->allocate(n, Device::cpu()));
+    REQUIRE(p != nullptr);
+    CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(i * 7 + n);
+    bool same = true;
+    for (size_t i = 0; i < n; ++i) same &= p[i] == static_cast<unsigned char>(i * 7 + n);
+    CHECK(same);
+    a->deallocate(p, n);
+  }
+#if !defined(ASC_SANITIZE_BUILD)  // sanitizer builds use malloc directly, so that use-after-free is caught
+  empty_cpu_cache();
+  CHECK(cpu_memory_stats().cached == 0);
+  const size_t live = cpu_memory_stats().allocated;
+  void* first = nullptr;
+  {
+    Tensor t = zeros({1024, 1024});  // 4 MiB
+    first = t.data_ptr<float>();
+    CHECK(cpu_memory_stats().allocated == live + (size_t{4} << 20));
+  }
+  CHECK(cpu_memory_stats().allocated == live);
+  const size_t cached = cpu_memory_stats().cached;
+  CHECK(cached >= (size_t{4} << 20));
+  // Small long-lived allocations in between (glibc's heap would carve them out of the freed block) ...
+  std::vector<std::unique_ptr<std::string>> small;
+  for (int i = 0; i < 200; ++i) small.push_back(std::make_unique<std::string>(100, 'x'));
+  {
+    // ... and a request of the same class (a little smaller) still gets the block back, its contents untouched.
+    Tensor t = empty({1000, 1040});
+    CHECK(static_cast<void*>(t.data_ptr<float>()) == first);
+    CHECK(cpu_memory_stats().cached == cached - (size_t{4} << 20));  // 4 MiB is a class of its own
+  }
+  empty_cpu_cache();
+  CHECK(cpu_memory_stats().cached == 0);
+  CHECK(cpu_memory_stats().allocated == live);
+#endif
+}
+
+TEST_CASE("cpu allocator: threads allocating and freeing blocks of many sizes at once each keep their own bytes") {
+  Allocator* a = allocator_for(Device::cpu());
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t s = 12345 + t;
+      std::vector<std::pair<unsigned char*, size_t>> held;
+      for (int i = 0; i < 400; ++i) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const size_t n = 4097 + (s >> 33) % (size_t{3} << 20);
+        auto* p = static_cast<unsigned char*>(a->allocate(n, Device::cpu()));
+        p[0] = static_cast<unsigned char>(t), p[n / 2] = static_cast<unsigned char>(t),
+        p[n - 1] = static_cast<unsigned char>(t);
+        held.emplace_back(p, n);
+        if (held.size() > 6) {  // free the oldest after checking nobody else wrote into it
+          auto [q, m] = held.front();
+          if (q[0] != t || q[m / 2] != t || q[m - 1] != t) ++bad;
+          a->deallocate(q, m);
+          held.erase(held.begin());
+        }
+      }
+      for (auto [q, m] : held) {
+        if (q[0] != t || q[m / 2] != t || q[m - 1] != t) ++bad;
+        a->deallocate(q, m);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(bad.load() == 0);
 }
