@@ -130,6 +130,44 @@ TEST_CASE("sdpa CPU: long keys, wide heads and strided operands — forward and 
   }
 }
 
+TEST_CASE("sdpa CPU: contiguous gradients — the row statistics in vector lanes — against the composed ops") {
+  // dO and O with contiguous head dims take the backward's 16-row (8 for float64) dot products of dO · O at
+  // x86-64-v4: T = 70 is four groups of 16 rows and a 6-row rest in the first tile and a 6-row second tile; D = 40
+  // leaves 8 columns past the vector lanes; S = 37 leaves 5 keys past the forward's row max and sum lanes. Dead rows
+  // (no key kept), a bias and a causal mask go through the same rows.
+  for (DType dt : {kFloat64, kFloat32}) {
+    const double tol = dt == kFloat64 ? 1e-11 : 3e-5;
+    for (bool causal : {false, true}) {
+      CAPTURE(dt);
+      CAPTURE(causal);
+      const int64_t B = 2, H = 2, T = 70, S = 37, D = 40;
+      Tensor q = randn64({B, H, T, D}, false, 41).to(dt).set_requires_grad();
+      Tensor k = randn64({B, H, S, D}, false, 42).to(dt).set_requires_grad();
+      Tensor v = randn64({B, H, S, D}, false, 43).to(dt).set_requires_grad();
+      Tensor bias = randn64({1, H, T, S}, false, 44).to(dt);
+      Tensor keep = gt(randn64({B, 1, T, S}, false, 45), -0.3);
+      Tensor g = randn64({B, H, T, D}, false, 46).to(dt);
+      SdpaOptions o{.keep_mask = keep, .bias = bias, .causal = causal};
+      auto run = [&](SdpaBackend backend) {
+        BackendScope scope(backend);
+        if (backend == SdpaBackend::Auto) REQUIRE(sdpa_choice(q, k, v, o) == "fused (CPU)");
+        Tensor y = scaled_dot_product_attention(q, k, v, o);
+        y.backward(g);
+        TensorList out{y.detach(), q.grad(), k.grad(), v.grad()};
+        q.zero_grad(), k.zero_grad(), v.zero_grad();
+        return out;
+      };
+      const TensorList fused = run(SdpaBackend::Auto), math = run(SdpaBackend::Math);
+      CHECK(max_diff(fused[0], naive_sdpa(q.detach(), k.detach(), v.detach(), keep, bias, causal)) < tol);
+      for (size_t i = 0; i < fused.size(); ++i) {
+        CAPTURE(i);
+        const double scale = std::max(1.0, amax(abs(math[i].to(kFloat64))).item<double>());
+        CHECK(max_diff(fused[i], math[i]) < tol * scale);
+      }
+    }
+  }
+}
+
 TEST_CASE("sdpa CPU: a row with no kept key gives zeros, no NaN, and no gradient") {
   Tensor q = randn64({1, 1, 3, 4}, true, 1), k = randn64({1, 1, 5, 4}, true, 2), v = randn64({1, 1, 5, 4}, true, 3);
   std::vector<int64_t> m(15, 1);

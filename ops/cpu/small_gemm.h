@@ -167,6 +167,84 @@ ASC_ALWAYS_INLINE void sum_lanes_round(V* r) {
   if constexpr (h > 1) sum_lanes_round<V, L, h / 2>(r);
 }
 
+// Lane x of a vector of L lanes takes lane x + h (mod L): one round of a horizontal fold.
+template <class V, int64_t L, int64_t h>
+struct FoldMask {
+  using M = typename SimdOf<std::conditional_t<sizeof(V) / L == 4, int32_t, int64_t>, sizeof(V)>::type;
+  struct Box {  // returned in a struct, as SwapMasks' pair: a bare vector return changes the ABI between levels
+    M m;
+  };
+  static constexpr M mask = []<int64_t... x>(std::integer_sequence<int64_t, x...>) {
+    return Box{M{((x + h) % L)...}};
+  }(std::make_integer_sequence<int64_t, L>{}).m;
+};
+// v's lanes folded into lane 0 (by reference: a vector passed by value across levels changes the ABI).
+template <class V, int64_t L, int64_t h>
+ASC_ALWAYS_INLINE void fold_sum(V& v) {
+  v += __builtin_shuffle(v, FoldMask<V, L, h>::mask);
+  if constexpr (h > 1) fold_sum<V, L, h / 2>(v);
+}
+template <class V, int64_t L, int64_t h>
+ASC_ALWAYS_INLINE void fold_max(V& v) {
+  const V w = __builtin_shuffle(v, FoldMask<V, L, h>::mask);
+  v = w > v ? w : v;
+  if constexpr (h > 1) fold_max<V, L, h / 2>(v);
+}
+
+// The sum and the max of a short row (the keys of one attention row), in a 64-byte vector and then log2 L rounds of
+// shuffles. Why not `omp simd reduction`: GCC ends it with L - 1 scalar operations in one chain (60 cycles for 16
+// floats), which a row of 128 keys (8 vectors) pays as much as its loop. row_max skips NaN (x > m is false), as the
+// scalar `m = x > m ? x : m` does; -inf when n = 0. The sum's order is the lanes', not the elements'.
+template <class T>
+ASC_ALWAYS_INLINE T row_sum(const T* x, int64_t n) {
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  V acc{}, t;
+  int64_t s = 0;
+  for (; s + L <= n; s += L) std::memcpy(&t, x + s, sizeof(V)), acc += t;
+  fold_sum<V, L, L / 2>(acc);
+  T sum = acc[0];
+  for (; s < n; ++s) sum += x[s];
+  return sum;
+}
+template <class T>
+ASC_ALWAYS_INLINE T row_max(const T* x, int64_t n) {
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  constexpr T ninf = -__builtin_inf();
+  V m, t;
+  for (int64_t l = 0; l < L; ++l) m[l] = ninf;
+  int64_t s = 0;
+  for (; s + L <= n; s += L) std::memcpy(&t, x + s, sizeof(V)), m = t > m ? t : m;
+  fold_max<V, L, L / 2>(m);
+  T r = m[0];
+  for (; s < n; ++s) r = x[s] > r ? x[s] : r;
+  return r;
+}
+
+// out[r] = a_r · b_r for the L = 16 float (8 double) rows r (a_r at a + r · sa, b_r at b + r · sb, D contiguous
+// columns each): a vector of partial sums per row, then all of their horizontal sums at once (sum_lanes_round),
+// which come out in row order in one vector.
+template <class T>
+ASC_ALWAYS_INLINE void row_dots_lanes(const T* a, int64_t sa, const T* b, int64_t sb, int64_t D, T* out) {
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  const int64_t Dv = D / L * L;
+  V acc[L], av, bv;
+  for (int64_t r = 0; r < L; ++r) acc[r] = V{};
+  for (int64_t c = 0; c < Dv; c += L)
+    for (int64_t r = 0; r < L; ++r) {
+      std::memcpy(&av, a + r * sa + c, sizeof(V)), std::memcpy(&bv, b + r * sb + c, sizeof(V));
+      acc[r] += av * bv;
+    }
+  sum_lanes_round<V, L, L / 2>(acc);
+  for (int64_t r = 0; r < L; ++r) {
+    T t = 0;  // the last D % L columns
+    for (int64_t c = Dv; c < D; ++c) t += a[r * sa + c] * b[r * sb + c];
+    out[r] = acc[0][r] + t;
+  }
+}
+
 // The B operand of a product over keys: a transposed copy of rows [0, n) of a (n, D) operand with strides (st, sd),
 // out (D, n) with rows ld apart (gemm_narrow reads B's rows contiguously). At x86-64-v4 (kIsa) contiguous rows
 // (sd = 1) go in tiles of 8 x 8 floats (4 x 4 doubles) transposed in registers (two-source permutes; AVX2 has none,
