@@ -174,9 +174,8 @@ struct FoldMask {
   struct Box {  // returned in a struct, as SwapMasks' pair: a bare vector return changes the ABI between levels
     M m;
   };
-  static constexpr M mask = []<int64_t... x>(std::integer_sequence<int64_t, x...>) {
-    return Box{M{((x + h) % L)...}};
-  }(std::make_integer_sequence<int64_t, L>{}).m;
+  static constexpr M mask = []<int64_t... x>(std::integer_sequence<int64_t, x...>) { return Box{M{((x + h) % L)...}}; }
+  (std::make_integer_sequence<int64_t, L>{}).m;
 };
 // v's lanes folded into lane 0 (by reference: a vector passed by value across levels changes the ABI).
 template <class V, int64_t L, int64_t h>

@@ -6,7 +6,8 @@
 using namespace asc;
 int main(int argc, char** argv) {
   int mode = argc > 1 ? atoi(argv[1]) : 0;  // 0 both, 1 fwd only loop, 2 bwd
-  Tensor xq = randn({16, 128, 128}).set_requires_grad(true), xk = randn({16, 128, 128}).set_requires_grad(true), xv = randn({16, 128, 128}).set_requires_grad(true);
+  Tensor xq = randn({16, 128, 128}).set_requires_grad(true), xk = randn({16, 128, 128}).set_requires_grad(true),
+         xv = randn({16, 128, 128}).set_requires_grad(true);
   Tensor g = randn({16, 4, 128, 32});
   for (int r = 0; r < (mode ? 10 : 3); ++r) {
     std::vector<double> tf, tb;
