@@ -1,6 +1,7 @@
 #include "core/storage.h"
 
 #include <malloc.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -38,6 +39,9 @@ size_t physical_memory() {
   return bytes;
 }
 
+class LargeBlockCache;
+LargeBlockCache& large_blocks();
+
 // Blocks above 4 KiB: page-aligned blocks from mmap, rounded up to a size class and kept after free in a
 // process-wide cache by class (up to cap() bytes), so that the next block of that class is memory already
 // mapped and touched. Why not glibc's heap: a training step frees and re-allocates the same multi-MiB outputs every
@@ -50,6 +54,13 @@ size_t physical_memory() {
 class LargeBlockCache {
  public:
   static constexpr size_t kPage = 4096, kHuge = size_t{2} << 20;
+
+  // fork() while another thread holds the lock would leave it held forever in the child (a forked child runs
+  // models too: tests/test_threads.cpp): the lock is taken around the fork and released on both sides.
+  LargeBlockCache() {
+    pthread_atfork([] { large_blocks().mu_.lock(); }, [] { large_blocks().mu_.unlock(); },
+                   [] { large_blocks().mu_.unlock(); });
+  }
 
   // The class of an n-byte request: whole pages up to 64 KiB, then four classes per power of two (a block is at
   // most 25 % larger than asked).

@@ -1,4 +1,7 @@
 // Tensor core: storage sharing, views, creation ops, the generator, dtype promotion, printing, errors.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -353,3 +356,28 @@ TEST_CASE("cpu allocator: threads allocating and freeing blocks of many sizes at
   for (auto& th : threads) th.join();
   CHECK(bad.load() == 0);
 }
+
+#if !defined(ASC_SANITIZE_BUILD)
+TEST_CASE("cpu allocator: a child forked while another thread allocates can allocate (the cache's lock is free)") {
+  Allocator* a = allocator_for(Device::cpu());
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {  // holds the cache's lock as often as it can
+    while (!stop.load()) a->deallocate(a->allocate(size_t{1} << 20, Device::cpu()), size_t{1} << 20);
+  });
+  bool all_ok = true;
+  for (int i = 0; i < 20; ++i) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      Tensor t = full({512, 512}, 2.0);  // 1 MiB: the cache's class the other thread was using
+      _exit(sum(t).item<double>() == 2.0 * 512 * 512 ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    all_ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  stop = true;
+  busy.join();
+  CHECK(all_ok);
+}
+#endif
