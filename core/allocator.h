@@ -28,8 +28,9 @@ class Allocator {
 struct CpuMemoryStats {
   size_t allocated = 0;
   size_t peak_allocated = 0;
-  // Freed blocks above 4 KiB the allocator keeps mapped for the next tensor of their size class (at most an eighth
-  // of the machine's memory, at most 4 GiB): the process's resident memory beyond `allocated`.
+  // Freed blocks above 4 KiB the allocator keeps mapped for the next tensor of their size class (at most the
+  // process's peak of live tensor memory, at least 256 MiB, at most an eighth of the machine's memory): resident
+  // memory beyond `allocated`.
   size_t cached = 0;
 };
 CpuMemoryStats cpu_memory_stats();

@@ -21,12 +21,16 @@ namespace {
 
 // cpu_memory_stats(): live bytes in blocks above the cache's 4 KiB, and their peak.
 std::atomic<size_t> g_cpu_live{0}, g_cpu_peak{0};
+std::atomic<size_t> g_cpu_high{0};    // the peak since the process started (reset_cpu_peak_memory leaves it)
 thread_local size_t t_allocated = 0;  // thread_allocated_bytes()
 
 void count_alloc(size_t bytes) {
   const size_t now = g_cpu_live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   size_t peak = g_cpu_peak.load(std::memory_order_relaxed);
   while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  size_t high = g_cpu_high.load(std::memory_order_relaxed);
+  while (now > high && !g_cpu_high.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
   }
 }
 
@@ -43,14 +47,14 @@ class LargeBlockCache;
 LargeBlockCache& large_blocks();
 
 // Blocks above 4 KiB: page-aligned blocks from mmap, rounded up to a size class and kept after free in a
-// process-wide cache by class (up to cap() bytes), so that the next block of that class is memory already
-// mapped and touched. Why not glibc's heap: a training step frees and re-allocates the same multi-MiB outputs every
-// step, and any small long-lived allocation made in between (a profiler event, a log line, the user's own objects)
-// can be carved out of a freed tensor block, so the next block of that size no longer fits the hole and the heap
-// grows instead: fresh pages, a page fault for each 4 KiB of every output (an observed 13x more faults and 3-6x
-// slower element-wise ops under the profiler). The same cure as PyTorch's CUDA caching allocator; on the CPU
-// PyTorch leaves it to jemalloc or tcmalloc. Blocks of 2 MiB and more ask for transparent huge pages
-// (MADV_HUGEPAGE): one fault and one TLB entry per 2 MiB where the kernel grants them.
+// process-wide cache by class (up to cap() bytes, about the process's peak of live tensor memory), so that the next
+// block of that class is memory already mapped and touched. Why not glibc's heap: a training step frees and
+// re-allocates the same multi-MiB outputs every step, and any small long-lived allocation made in between (a profiler
+// event, a log line, the user's own objects) can be carved out of a freed tensor block, so the next block of that size
+// no longer fits the hole and the heap grows instead: fresh pages, a page fault for each 4 KiB of every output (an
+// observed 13x more faults and 3-6x slower element-wise ops under the profiler). The same cure as PyTorch's CUDA
+// caching allocator; on the CPU PyTorch leaves it to jemalloc or tcmalloc. Blocks of 2 MiB and more ask for transparent
+// huge pages (MADV_HUGEPAGE): one fault and one TLB entry per 2 MiB where the kernel grants them.
 class LargeBlockCache {
  public:
   static constexpr size_t kPage = 4096, kHuge = size_t{2} << 20;
@@ -98,6 +102,10 @@ class LargeBlockCache {
   // Keeps the block for the next request of its class; past the cap, the largest blocks of other classes go back
   // to the system first (the workload has moved on from them), then this one.
   void put(void* p, size_t cls) {
+    if (cls > cap()) {  // larger than the cache may ever hold: the others stay
+      munmap(p, cls);
+      return;
+    }
     std::vector<std::pair<void*, size_t>> unmap;
     {
       std::lock_guard lock(mu_);
@@ -136,10 +144,12 @@ class LargeBlockCache {
   }
 
  private:
-  // At most an eighth of the machine's memory, at most 4 GiB, stays cached.
+  // The cache holds at most as much as the process's peak of live tensor memory (at least 256 MiB, at most an
+  // eighth of the machine's memory): what a training step frees and allocates again, without letting a run of
+  // ever-new sizes pile up unused blocks beyond that.
   static size_t cap() {
-    static const size_t bytes = std::min<size_t>(physical_memory() / 8, size_t{4} << 30);
-    return bytes;
+    static const size_t most = physical_memory() / 8;
+    return std::min(most, std::max(size_t{256} << 20, g_cpu_high.load(std::memory_order_relaxed)));
   }
   std::mutex mu_;
   std::map<size_t, std::vector<void*>> free_;  // class -> free blocks, most recently freed last

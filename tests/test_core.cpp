@@ -319,6 +319,13 @@ TEST_CASE("cpu allocator: blocks above 4 KiB are aligned, whole, reused after fr
     CHECK(static_cast<void*>(t.data_ptr<float>()) == first);
     CHECK(cpu_memory_stats().cached == cached - (size_t{4} << 20));  // 4 MiB is a class of its own
   }
+  // A block larger than the cache may ever hold goes back to the system without flushing the others (its pages
+  // are never touched here: only address space).
+  const size_t cached_now = cpu_memory_stats().cached;
+  const size_t huge = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGE_SIZE)) / 8 +
+                      (size_t{1} << 20);
+  a->deallocate(a->allocate(huge, Device::cpu()), huge);
+  CHECK(cpu_memory_stats().cached == cached_now);
   empty_cpu_cache();
   CHECK(cpu_memory_stats().cached == 0);
   CHECK(cpu_memory_stats().allocated == live);
