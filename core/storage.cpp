@@ -223,8 +223,8 @@ class CpuAllocator final : public Allocator {
       std::free(ptr);
       return;
     }
-    g_cpu_live.fetch_sub(rounded, std::memory_order_relaxed);
-    if (kUseCache) {
+    if (rounded > kMaxCached) g_cpu_live.fetch_sub(rounded, std::memory_order_relaxed);  // counted as allocate did
+    if (kUseCache && rounded > kMaxCached) {
       large_blocks().put(ptr, LargeBlockCache::class_bytes(rounded));
     } else {
       std::free(ptr);

@@ -285,6 +285,15 @@ TEST_CASE("shape errors name the op and the shapes") {
 // size class whatever was allocated in between, so a training loop's outputs land on memory already mapped.
 TEST_CASE("cpu allocator: blocks above 4 KiB are aligned, whole, reused after free, and released on request") {
   Allocator* a = allocator_for(Device::cpu());
+  {  // the live-bytes counter: blocks above 4 KiB counted, freed ones taken off, small ones never (every build)
+    const size_t before = cpu_memory_stats().allocated;
+    std::vector<std::pair<void*, size_t>> blocks;
+    for (size_t n : {size_t{8}, size_t{4096}, size_t{4097}, size_t{100}, size_t{1} << 20})
+      blocks.emplace_back(a->allocate(n, Device::cpu()), n);
+    CHECK(cpu_memory_stats().allocated == before + 4160 + (size_t{1} << 20));
+    for (auto [p, n] : blocks) a->deallocate(p, n);
+    CHECK(cpu_memory_stats().allocated == before);
+  }
   // Every size round a class boundary: 64-byte aligned, and all of the asked bytes writable and kept.
   for (size_t n : {size_t{4097}, size_t{8191}, size_t{65536}, size_t{65537}, size_t{81921}, size_t{98305},
                    size_t{(1 << 20) + 3}, size_t{(5 << 20) / 2}, size_t{(3 << 21) + 1}}) {
