@@ -83,7 +83,7 @@ class LargeBlockCache {
       if (it != free_.end() && !it->second.empty()) {
         void* p = it->second.back();
         it->second.pop_back();
-        cached_ -= cls;
+        cached_.fetch_sub(cls, std::memory_order_relaxed);
         return p;
       }
     }
@@ -109,20 +109,23 @@ class LargeBlockCache {
     std::vector<std::pair<void*, size_t>> unmap;
     {
       std::lock_guard lock(mu_);
-      for (auto it = free_.rbegin(); cached_ + cls > cap() && it != free_.rend(); ++it) {
+      const size_t most = cap();
+      size_t held = cached_.load(std::memory_order_relaxed);
+      for (auto it = free_.rbegin(); held + cls > most && it != free_.rend(); ++it) {
         if (it->first == cls) continue;
-        while (!it->second.empty() && cached_ + cls > cap()) {
+        while (!it->second.empty() && held + cls > most) {
           unmap.emplace_back(it->second.back(), it->first);
           it->second.pop_back();
-          cached_ -= it->first;
+          held -= it->first;
         }
       }
-      if (cached_ + cls <= cap()) {
+      if (held + cls <= most) {
         free_[cls].push_back(p);
-        cached_ += cls;
+        held += cls;
       } else {
         unmap.emplace_back(p, cls);
       }
+      cached_.store(held, std::memory_order_relaxed);
     }
     for (auto [q, n] : unmap) munmap(q, n);
   }
@@ -132,16 +135,14 @@ class LargeBlockCache {
     {
       std::lock_guard lock(mu_);
       blocks.swap(free_);
-      cached_ = 0;
+      cached_.store(0, std::memory_order_relaxed);
     }
     for (auto& [cls, ps] : blocks)
       for (void* q : ps) munmap(q, cls);
   }
 
-  size_t cached() {
-    std::lock_guard lock(mu_);
-    return cached_;
-  }
+  // Without the lock: cpu_memory_stats() is read at every profiler event.
+  size_t cached() const { return cached_.load(std::memory_order_relaxed); }
 
  private:
   // The cache holds at most as much as the process's peak of live tensor memory (at least 256 MiB, at most an
@@ -153,7 +154,7 @@ class LargeBlockCache {
   }
   std::mutex mu_;
   std::map<size_t, std::vector<void*>> free_;  // class -> free blocks, most recently freed last
-  size_t cached_ = 0;
+  std::atomic<size_t> cached_{0};              // bytes in free_; written under mu_
 };
 
 // Leaked on purpose: tensors held by static objects may be freed after every other static has been destroyed.

@@ -54,6 +54,16 @@ Tensor naive_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   return tensor(out, {B, H, T, D});
 }
 
+// Each of fused's tensors (output, gradients) against math's, within tol relative to math's largest magnitude.
+void check_close_scaled(const TensorList& fused, const TensorList& math, double tol) {
+  REQUIRE(fused.size() == math.size());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    CAPTURE(i);
+    const double scale = std::max(1.0, amax(abs(math[i].to(kFloat64))).item<double>());
+    CHECK(max_diff(fused[i], math[i]) < tol * scale);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("sdpa CPU: the fused kernel equals float64 loops and the composed ops (masks, bias, causal, T != S)") {
@@ -121,11 +131,7 @@ TEST_CASE("sdpa CPU: long keys, wide heads and strided operands — forward and 
         return out;
       };
       const TensorList fused = run(SdpaBackend::Auto), math = run(SdpaBackend::Math);
-      for (size_t i = 0; i < fused.size(); ++i) {
-        CAPTURE(i);
-        const double scale = std::max(1.0, amax(abs(math[i].to(kFloat64))).item<double>());
-        CHECK(max_diff(fused[i], math[i]) < tol * scale);
-      }
+      check_close_scaled(fused, math, tol);
     }
   }
 }
@@ -159,11 +165,7 @@ TEST_CASE("sdpa CPU: contiguous gradients — the row statistics in vector lanes
       };
       const TensorList fused = run(SdpaBackend::Auto), math = run(SdpaBackend::Math);
       CHECK(max_diff(fused[0], naive_sdpa(q.detach(), k.detach(), v.detach(), keep, bias, causal)) < tol);
-      for (size_t i = 0; i < fused.size(); ++i) {
-        CAPTURE(i);
-        const double scale = std::max(1.0, amax(abs(math[i].to(kFloat64))).item<double>());
-        CHECK(max_diff(fused[i], math[i]) < tol * scale);
-      }
+      check_close_scaled(fused, math, tol);
     }
   }
 }
