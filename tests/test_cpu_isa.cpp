@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "op_table.h"
+#include "ops/cpu/clustered_rows.h"
 #include "testing.h"
 
 using namespace asc;
@@ -309,6 +310,34 @@ TEST_CASE("cpu_isa: the clustered pattern's rows (its every-key pass) are the sa
         CHECK(alone == ref_alone);
       }
     }
+}
+
+TEST_CASE("cpu_isa: compact_flags lists the set flags in order at every level, within the n entries it may write") {
+  // The x86-64-v4 path compresses eight indices in a register and stores all eight lanes; the scalar one writes every
+  // j: both may write anything into out[len, n), nothing past it (the sentinel after n must survive).
+  Generator gen(78);
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 300}) {
+    for (double density : {0.0, 0.1, 0.5, 0.9, 1.0}) {
+      std::vector<unsigned char> flags(static_cast<size_t>(n));
+      const std::vector<double> u = rand({std::max<int64_t>(n, 1)}, {.dtype = kFloat64}, &gen).to_vector<double>();
+      std::vector<int64_t> expected;
+      for (int64_t j = 0; j < n; ++j) {
+        flags[j] = u[j] < density ? 1 : 0;
+        if (flags[j]) expected.push_back(j);
+      }
+      for (CpuIsa isa : levels()) {
+        CAPTURE(n);
+        CAPTURE(density);
+        CAPTURE(cpu_isa_name(isa));
+        IsaScope scope(isa);
+        std::vector<int64_t> out(static_cast<size_t>(n) + 1, -7);
+        const int64_t len = cpu::compact_flags(flags.data(), n, out.data());
+        REQUIRE(len == static_cast<int64_t>(expected.size()));
+        CHECK(std::equal(expected.begin(), expected.end(), out.begin()));
+        CHECK(out[n] == -7);
+      }
+    }
+  }
 }
 
 TEST_CASE("cpu_isa: the firing gate (exact, straight-through, fan-out 1, 2, 3) and rule B's passes, at every level") {

@@ -454,8 +454,18 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
   // without the multiples of 7, over 2 T keys: no row sees those keys nor the second T (a chunk of keys the blocks
   // never reach), whose dk and dv must be 0
   const SparsePattern unseen = window_where(2 * T, [](int64_t, int64_t j) { return j % 7 != 0; });
+  // i - 1, i, i + 1 and the last of 2 T keys: a block's union spans far more keys than its rows hold, so with padding
+  // the early blocks gather their keys and sort them (the later ones, with a shorter span, read them off marks)
+  std::vector<std::vector<int64_t>> far_rows(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) {
+    for (int64_t j = std::max<int64_t>(0, i - 1); j <= i + 1; ++j) far_rows[static_cast<size_t>(i)].push_back(j);
+    far_rows[static_cast<size_t>(i)].push_back(2 * T - 1);
+  }
+  const SparsePattern far = SparsePattern::from_rows(1, T, 2 * T, std::move(far_rows));
   const std::vector<Case> cases = {
       {"window", local_window_pattern(T, 24, false), false, 1, 2, 20},
+      {"three keys and a far one, padding", far, true, 2, 2, 20, {T + 10, 60}},
+      {"three keys and a far one", far, false, 2, 1, 20},
       {"window + global + random",
        pattern_union({local_window_pattern(T, 20, false), global_tokens_pattern(T, 9, false),
                       random_keys_pattern(T, 6, 3, false)}),

@@ -51,7 +51,10 @@ int64_t compact_scalar(const unsigned char* flags, int64_t j, int64_t n, int64_t
 }
 
 #ifdef ASC_CPU_MULTI_ISA
-// Eight flags as one word, their low bits gathered into a mask (pext), the eight indices stored compressed by it.
+// Eight flags as one word, their low bits gathered into a mask (pext), the eight indices compressed by it in a
+// register and stored whole: the lanes past the kept ones land in out[len + popcount, len + 8), which the next words
+// overwrite, and never past out[n) (len <= j, and j + 8 <= n). Not the compressing store to memory: AMD's Zen 4
+// microcodes it, and it took 15 % of an ASAM training step there (its rows' clustered keys).
 [[gnu::target("arch=x86-64-v4")]] int64_t compact_v4(const unsigned char* flags, int64_t n, int64_t* out) {
   int64_t len = 0, j = 0;
   __m512i idx = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
@@ -60,7 +63,7 @@ int64_t compact_scalar(const unsigned char* flags, int64_t j, int64_t n, int64_t
     uint64_t word;
     std::memcpy(&word, flags + j, sizeof(word));
     const auto mask = static_cast<__mmask8>(_pext_u64(word, 0x0101010101010101ull));
-    _mm512_mask_compressstoreu_epi64(out + len, mask, idx);
+    _mm512_storeu_si512(out + len, _mm512_maskz_compress_epi64(mask, idx));
     len += __builtin_popcount(mask);
     idx = _mm512_add_epi64(idx, eight);
   }

@@ -277,9 +277,9 @@ struct BlockPlan {
 };
 
 // A thread's scratch for planning: `mark` (one stamp per key) is sized where a block first needs it — with padding,
-// or a union of many short stretches; iv_of: the merged interval of each key of the union's range.
+// or a union of many short stretches; col_of: the tile column of each key of the union's range (plan_block).
 struct PlanScratch {
-  std::vector<int64_t> mark, keys, stretch_ptr = std::vector<int64_t>(kBlockRows + 1), merged_col, iv_of;
+  std::vector<int64_t> mark, keys, stretch_ptr = std::vector<int64_t>(kBlockRows + 1), merged_col, col_of;
   std::vector<std::pair<int64_t, int64_t>> stretches, merged;  // [first key, last key + 1)
   int64_t stamp = 0;
   void need_marks(int64_t S) {
@@ -302,7 +302,7 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
   // overlap or touch — or, where the stretches are many and the union's range short (a clustered part's scattered
   // keys), marked per key and read off by one scan of the range, with no sort. With padding, from marks.
   w.merged.clear();
-  bool by_marks = false;  // the union read off its marks over a short range: iv_of maps a key to its interval
+  bool by_marks = false;  // the union read off its marks over a short range: col_of maps a key to its column
   int64_t lo = p.S, hi = 0;
   if (p.keep == nullptr) {
     w.stretches.clear();
@@ -340,26 +340,49 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
       std::sort(w.merged.begin(), w.merged.end());
     }
   } else {
+    // Every kept key marked (padding is never read), and the range from each ascending row's first and last kept
+    // key. Then the union read off the marks by one scan of a short range (col_of below is then cheap too), or,
+    // over a long one, its keys gathered once each and sorted.
     w.need_marks(p.S);
     ++w.stamp;
-    w.keys.clear();
+    int64_t entries = 0;
     for (int64_t r = 0; r < R; ++r) {
       const auto [e0, len] = p.row(bh, i0 + r);
+      const int64_t* c = p.cols + e0;
+      int64_t first = -1, last = -1;
       for (int64_t x = 0; x < len; ++x) {
-        const int64_t j = p.cols[e0 + x];
-        if (p.padding(kp, j) || w.mark[j] == w.stamp) continue;  // padding is never read
-        w.mark[j] = w.stamp, w.keys.push_back(j), lo = std::min(lo, j), hi = std::max(hi, j + 1);
+        const int64_t j = c[x];
+        if (p.padding(kp, j)) continue;
+        w.mark[j] = w.stamp, last = j, ++entries;
+        if (first < 0) first = j;
       }
+      if (first >= 0) lo = std::min(lo, first), hi = std::max(hi, last + 1);
     }
-    if (hi - lo <= 4 * static_cast<int64_t>(w.keys.size())) {  // key order by scanning the range, or sorting
-      by_marks = true;                                         // a short range: iv_of below is cheap
-      w.keys.clear();
-      for (int64_t j = lo; j < hi; ++j)
-        if (w.mark[j] == w.stamp) w.keys.push_back(j);
+    by_marks = hi - lo <= 4 * entries;
+    if (by_marks) {
+      for (int64_t j = lo; j < hi;) {
+        if (w.mark[j] != w.stamp) {
+          ++j;
+          continue;
+        }
+        const int64_t a = j;
+        while (j < hi && w.mark[j] == w.stamp) ++j;
+        w.merged.push_back({a, j});
+      }
     } else {
+      ++w.stamp;  // a second stamp: each key taken once
+      w.keys.clear();
+      for (int64_t r = 0; r < R; ++r) {
+        const auto [e0, len] = p.row(bh, i0 + r);
+        for (int64_t x = 0; x < len; ++x) {
+          const int64_t j = p.cols[e0 + x];
+          if (p.padding(kp, j) || w.mark[j] == w.stamp) continue;
+          w.mark[j] = w.stamp, w.keys.push_back(j);
+        }
+      }
       std::sort(w.keys.begin(), w.keys.end());
+      for (const int64_t j : w.keys) w.merged.push_back({j, j + 1});
     }
-    for (const int64_t j : w.keys) w.merged.push_back({j, j + 1});
   }
   if (w.merged.empty()) return;
   // Maximal runs: intervals that overlap or touch become one (the marks' scan made them so already).
@@ -403,17 +426,23 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
   if (plan.u == 0) return;
   plan.allowed.assign(static_cast<size_t>(R * plan.u), 0);
   int64_t most_rare = 0;
-  if (by_marks) {  // each key of the range's interval: one lookup per stretch below instead of a binary search
-    w.iv_of.resize(static_cast<size_t>(hi - lo));
-    for (size_t x = 0; x < w.merged.size(); ++x)
-      std::fill(w.iv_of.begin() + (w.merged[x].first - lo), w.iv_of.begin() + (w.merged[x].second - lo),
-                static_cast<int64_t>(x));
+  // The tile column of a union key (>= 0), or -1 for a rare one (its interval is not a run). Over a short range
+  // (by_marks) a table of the range's keys answers it in one lookup, -2 for a key outside the union (padding: the
+  // union leaves it out, and no run bridges it); else a binary search for the interval holding the key.
+  if (by_marks) {
+    w.col_of.assign(static_cast<size_t>(hi - lo), -2);
+    for (size_t x = 0; x < w.merged.size(); ++x) {
+      const auto [a, b] = w.merged[x];
+      int64_t* col = w.col_of.data() + (a - lo);
+      for (int64_t j = 0; j < b - a; ++j) col[j] = w.merged_col[x] >= 0 ? w.merged_col[x] + j : -1;
+    }
   }
-  auto interval_of = [&](int64_t a) {  // the merged interval holding key a: the last one starting at or before it
-    if (by_marks) return static_cast<size_t>(w.iv_of[static_cast<size_t>(a - lo)]);
-    return static_cast<size_t>(
+  auto column_of = [&](int64_t a) {
+    if (by_marks) return w.col_of[static_cast<size_t>(a - lo)];
+    const size_t x = static_cast<size_t>(
         std::upper_bound(w.merged.begin(), w.merged.end(), std::pair<int64_t, int64_t>{a, INT64_MAX}) -
         w.merged.begin() - 1);
+    return w.merged_col[x] >= 0 ? w.merged_col[x] + (a - w.merged[x].first) : int64_t{-1};
   };
   plan.kept.assign(static_cast<size_t>(R), 0);
   for (int64_t r = 0; r < R; ++r) {
@@ -421,14 +450,26 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
     const int64_t pairs_before = tile_pairs;
     if (p.keep == nullptr) {
       for (int64_t e = w.stretch_ptr[r]; e < w.stretch_ptr[r + 1]; ++e) {
-        const auto [a, b] = w.stretches[e];
-        const size_t x = interval_of(a);
-        if (w.merged_col[x] >= 0) {
-          const int64_t c0 = w.merged_col[x] + (a - w.merged[x].first);
+        const auto [a, b] = w.stretches[e];  // a stretch lies in one interval, whose columns are consecutive
+        const int64_t c0 = column_of(a);
+        if (c0 >= 0) {
           std::fill(ok + c0, ok + c0 + (b - a), static_cast<unsigned char>(1));
           tile_pairs += b - a;
         } else {
           for (int64_t j = a; j < b; ++j) plan.rare.push_back(j);
+        }
+      }
+    } else if (by_marks) {  // every kept key lies in [lo, hi): one outside it is padding, as is one marked -2
+      const auto [e0, len] = p.row(bh, i0 + r);
+      const int64_t* col = w.col_of.data();
+      for (int64_t e = 0; e < len; ++e) {
+        const int64_t j = p.cols[e0 + e];
+        if (j < lo || j >= hi) continue;
+        const int64_t c = col[j - lo];
+        if (c >= 0) {
+          ok[c] = 1, ++tile_pairs;
+        } else if (c == -1) {
+          plan.rare.push_back(j);
         }
       }
     } else {
@@ -436,9 +477,9 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
       for (int64_t e = 0; e < len; ++e) {
         const int64_t j = p.cols[e0 + e];
         if (p.padding(kp, j)) continue;
-        const size_t x = interval_of(j);
-        if (w.merged_col[x] >= 0) {
-          ok[w.merged_col[x] + (j - w.merged[x].first)] = 1, ++tile_pairs;
+        const int64_t c = column_of(j);
+        if (c >= 0) {
+          ok[c] = 1, ++tile_pairs;
         } else {
           plan.rare.push_back(j);
         }
