@@ -585,12 +585,14 @@ void merge_ascending(const int64_t* a, const int64_t* a_end, const int64_t* b, c
 // the largest row sum keeps the proof for any non-negative rows (a softmax's sum is 1 only up to rounding): the terms
 // with a_im <= θ / (2 s_max) add up to at most θ / (2 s_max) · Σ_m a_jm <= θ / 2, so no qualifying pair is missed.
 //
-// Per group (in parallel): the buckets as ascending lists; row i's clustered keys are the j of its buckets (causal:
-// j <= i) with a_i · a_j > θ, each tested once (a stamp per key), ascending (a row in several buckets is sorted), then
-// merged with the base row. A row whose buckets hold more than a quarter of the keys (few clusters, soft assignments)
-// tests every key instead, in one vectorisable pass over the group's transposed assignments (the same products: the
-// same sum, in the same order, so the same keys), and takes the base row's keys by marking them in the same flags:
-// one branch-free pass writes the union, no merge. Each group's rows go into a list of its own, copied into the CSR
+// Per group (in parallel): the buckets as ascending lists, with their members' assignments transposed; row i's
+// clustered keys are the j of its buckets (causal: j <= i) with a_i · a_j > θ, each bucket tested in one vector pass
+// over its members (clustered_row_flags: every sum over m in order, each operation rounded on its own, so a pair
+// qualifies the same way on every path and processor), taken once (a stamp per key) and sorted when the row is in
+// several buckets, then merged with the base row. A row whose buckets hold more than a quarter of the keys (few
+// clusters, soft assignments) tests every key instead, in one pass over the group's transposed assignments (the same
+// sums), and takes the base row's keys by marking them in the same flags: one branch-free pass writes the union, no
+// merge. Each group's rows go into a list of its own, copied into the CSR
 // arrays after: no list per row.
 // Returns (row_ptr, cols) for SparsePattern::from_csr.
 std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T, int64_t c, double theta, bool causal,
@@ -606,7 +608,7 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
   const int64_t cost = T * std::max<int64_t>(1, T / 4) * c;  // about a quarter of the pairs share a bucket
   cpu::parallel_for(G, cost, [&](int64_t g0, int64_t g1) {
     std::vector<int64_t> bucket_ptr(c + 1), items, stamp(T), found;
-    std::vector<double> at(static_cast<size_t>(T * c)), dots(T);  // the group's a transposed: at[m T + j] = a_jm
+    std::vector<double> at(static_cast<size_t>(T * c)), dots(T), bt;  // the group's a transposed: at[m T + j] = a_jm
     std::vector<unsigned char> hit(static_cast<size_t>(T));
     size_t last_size = 0;  // the previous group's entries
     for (int64_t g = g0; g < g1; ++g) {
@@ -622,6 +624,15 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
       for (int64_t i = 0; i < T; ++i)
         for (int64_t m = 0; m < c; ++m)
           if (ag[i * c + m] > bucket_min) items[fill[m]++] = i;
+      // Each bucket's members' assignments transposed, (c, size) from bt + c · bucket_ptr[m]: a row tests a bucket's
+      // members in one vector pass (clustered_row_flags), as the dense pass tests every key.
+      bt.resize(static_cast<size_t>(c * bucket_ptr[c]));
+      for (int64_t m = 0; m < c; ++m) {
+        const int64_t size = bucket_ptr[m + 1] - bucket_ptr[m];
+        double* b = bt.data() + c * bucket_ptr[m];
+        for (int64_t e = 0; e < size; ++e)
+          for (int64_t mm = 0; mm < c; ++mm) b[mm * size + e] = ag[items[bucket_ptr[m] + e] * c + mm];
+      }
       std::fill(stamp.begin(), stamp.end(), int64_t{-1});
       std::vector<int64_t>& keys = keys_of[g];
       std::vector<int64_t>& lens = len_of[g];
@@ -634,9 +645,9 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
           const int64_t r = (base_groups == 1 ? 0 : g) * T + i;
           bk = base_lists->cols + base_lists->row_ptr[r], bk_end = base_lists->cols + base_lists->row_ptr[r + 1];
         }
-        int64_t candidates = 0;
+        int64_t candidates = 0, buckets = 0;
         for (int64_t m = 0; m < c; ++m)
-          if (ag[i * c + m] > bucket_min) candidates += bucket_ptr[m + 1] - bucket_ptr[m];
+          if (ag[i * c + m] > bucket_min) candidates += bucket_ptr[m + 1] - bucket_ptr[m], ++buckets;
         if (4 * candidates > T) {  // every key j < n, dot as below: Σ over m in order
           const int64_t n = causal ? i + 1 : T;
           unsigned char* h = hit.data();
@@ -649,19 +660,27 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
           for (; b != bk_end; ++b) out[len++] = *b;  // base keys past the clustered range
           keys.resize(start + static_cast<size_t>(len));
         } else {
+          // Each of the row's buckets in one vector pass over its members (causal: those <= i, a prefix of the
+          // ascending list), the same sums as above. One bucket: its members that pass, in order. Several: a key in
+          // two of them is taken once (its stamp), and the keys sorted.
           found.clear();
-          int buckets = 0;
+          unsigned char* h = hit.data();
           for (int64_t m = 0; m < c; ++m) {
             if (!(ag[i * c + m] > bucket_min)) continue;
-            ++buckets;
-            for (int64_t e = bucket_ptr[m]; e < bucket_ptr[m + 1]; ++e) {
-              const int64_t j = items[e];
-              if (causal && j > i) break;  // bucket lists ascend
-              if (stamp[j] == i) continue;
-              stamp[j] = i;
-              double dot = 0;
-              for (int64_t mm = 0; mm < c; ++mm) dot += ag[i * c + mm] * ag[j * c + mm];
-              if (dot > theta) found.push_back(j);
+            const int64_t* members = items.data() + bucket_ptr[m];
+            const int64_t size = bucket_ptr[m + 1] - bucket_ptr[m];
+            const int64_t n = causal ? std::upper_bound(members, members + size, i) - members : size;
+            cpu::clustered_row_flags(ag + i * c, bt.data() + c * bucket_ptr[m], size, c, n, theta, dots.data(), h);
+            if (buckets == 1) {
+              found.resize(static_cast<size_t>(n));
+              int64_t len = 0;
+              for (int64_t e = 0; e < n; ++e) found[len] = members[e], len += h[e];
+              found.resize(static_cast<size_t>(len));
+            } else {
+              for (int64_t e = 0; e < n; ++e) {
+                const int64_t j = members[e];
+                if (h[e] && stamp[j] != i) stamp[j] = i, found.push_back(j);
+              }
             }
           }
           if (buckets > 1) std::sort(found.begin(), found.end());

@@ -270,46 +270,50 @@ TEST_CASE("cpu_isa: ASAM's sparse attention, every pattern (tiled blocks and sin
       5e-5);
 }
 
-TEST_CASE("cpu_isa: the clustered pattern's rows (its every-key pass) are the same lists at every level") {
+TEST_CASE(
+    "cpu_isa: the clustered pattern's rows (the every-key and per-bucket passes) are the same lists at every level") {
   // c = 3 soft clusters: each row's buckets hold most keys, so every row takes the pass over all keys at once
-  // (ops/cpu/clustered_rows.h), which the levels compile apart.
-  const int64_t T = 300, c = 3;
-  Generator gen(77);
-  const Tensor a = softmax(randn({1, 2, T, c}, {.dtype = kFloat64}, &gen) * 1.5, -1);
-  const double* ap = a.data_ptr<double>();
-  // θ exactly at some pairs' sums as the builders form them (each product and each sum rounded on its own): such a
-  // pair is out (a_i · a_j > θ); a fused multiply-add would round the sum differently and could let it in.
-  std::vector<double> thetas;
-  for (int64_t i : {3, 50, 120, 299}) {
-    const int64_t j = (i * 7 + 11) % T;
-    volatile double sum = 0;  // volatile: no contraction here either
-    for (int64_t m = 0; m < c; ++m) {
-      volatile double product = ap[i * c + m] * ap[j * c + m];
-      sum = sum + product;
-    }
-    thetas.push_back(static_cast<double>(sum));
-  }
-  const SparsePattern base = pattern_union({local_window_pattern(T, 8, false), global_tokens_pattern(T, 2, false)});
-  for (bool causal : {false, true})
-    for (double theta : thetas) {
-      CAPTURE(causal);
-      CAPTURE(theta);
-      std::vector<int64_t> ref_ptr, ref_cols, ref_alone;
-      for (CpuIsa isa : levels()) {
-        CAPTURE(cpu_isa_name(isa));
-        IsaScope scope(isa);
-        const SparsePattern u = clustered_union(base, a, theta, causal);
-        const std::vector<int64_t> ptr = u.row_ptr().to_vector<int64_t>(), cols = u.cols().to_vector<int64_t>();
-        const std::vector<int64_t> alone = clustered_pattern(a, theta, causal).cols().to_vector<int64_t>();
-        if (ref_ptr.empty()) {
-          ref_ptr = ptr, ref_cols = cols, ref_alone = alone;
-          continue;
-        }
-        CHECK(ptr == ref_ptr);
-        CHECK(cols == ref_cols);
-        CHECK(alone == ref_alone);
+  // (ops/cpu/clustered_rows.h), which the levels compile apart; c = 24 sharp ones: the pass over each bucket's members.
+  const int64_t T = 300;
+  for (auto [c, temp] : {std::pair<int64_t, double>{3, 1.5}, {24, 6.0}}) {
+    CAPTURE(c);
+    Generator gen(77);
+    const Tensor a = softmax(randn({1, 2, T, c}, {.dtype = kFloat64}, &gen) * temp, -1);
+    const double* ap = a.data_ptr<double>();
+    // θ exactly at some pairs' sums as the builders form them (each product and each sum rounded on its own): such a
+    // pair is out (a_i · a_j > θ); a fused multiply-add would round the sum differently and could let it in.
+    std::vector<double> thetas;
+    for (int64_t i : {3, 50, 120, 299}) {
+      const int64_t j = (i * 7 + 11) % T;
+      volatile double sum = 0;  // volatile: no contraction here either
+      for (int64_t m = 0; m < c; ++m) {
+        volatile double product = ap[i * c + m] * ap[j * c + m];
+        sum = sum + product;
       }
+      thetas.push_back(static_cast<double>(sum));
     }
+    const SparsePattern base = pattern_union({local_window_pattern(T, 8, false), global_tokens_pattern(T, 2, false)});
+    for (bool causal : {false, true})
+      for (double theta : thetas) {
+        CAPTURE(causal);
+        CAPTURE(theta);
+        std::vector<int64_t> ref_ptr, ref_cols, ref_alone;
+        for (CpuIsa isa : levels()) {
+          CAPTURE(cpu_isa_name(isa));
+          IsaScope scope(isa);
+          const SparsePattern u = clustered_union(base, a, theta, causal);
+          const std::vector<int64_t> ptr = u.row_ptr().to_vector<int64_t>(), cols = u.cols().to_vector<int64_t>();
+          const std::vector<int64_t> alone = clustered_pattern(a, theta, causal).cols().to_vector<int64_t>();
+          if (ref_ptr.empty()) {
+            ref_ptr = ptr, ref_cols = cols, ref_alone = alone;
+            continue;
+          }
+          CHECK(ptr == ref_ptr);
+          CHECK(cols == ref_cols);
+          CHECK(alone == ref_alone);
+        }
+      }
+  }
 }
 
 TEST_CASE("cpu_isa: compact_flags lists the set flags in order at every level, within the n entries it may write") {

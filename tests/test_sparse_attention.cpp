@@ -313,28 +313,32 @@ TEST_CASE("pattern_union is the set union; a shared pattern joins every group of
 }
 
 TEST_CASE("clustered_pattern: bucketing finds exactly the pairs with a_i · a_j > θ") {
-  const int64_t B = 2, H = 3, T = 37, c = 5;
+  // T 37, c 5: soft assignments put rows in most buckets (the pass over every key), sharp ones in a few; T 300, c 24
+  // with sharp assignments: rows of one bucket and, at θ 0.05 (bucket bound 0.025), of several, tested bucket by bucket
+  const int64_t B = 2, H = 3;
   Generator gen(21);
-  for (double temp : {0.5, 3.0})  // soft and sharp assignments
-    for (double theta : {0.05, 0.3, 0.7})
-      for (bool causal : {false, true}) {
-        CAPTURE(temp);
-        CAPTURE(theta);
-        CAPTURE(causal);
-        Tensor a = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen) * temp, -1);
-        SparsePattern p = clustered_pattern(a, theta, causal);
-        CHECK(p.groups() == B * H);
-        auto av = a.to_vector<double>();
-        for (int64_t g = 0; g < B * H; ++g)
-          check_pattern(
-              p,
-              [&](int64_t i, int64_t j) {
-                double d = 0;
-                for (int64_t m = 0; m < c; ++m) d += av[(g * T + i) * c + m] * av[(g * T + j) * c + m];
-                return d > theta && (!causal || j <= i);
-              },
-              g);
-      }
+  for (auto [T, c] : {std::pair<int64_t, int64_t>{37, 5}, {300, 24}})
+    for (double temp : {0.5, 3.0, 6.0})  // soft and sharp assignments
+      for (double theta : {0.05, 0.3, 0.7})
+        for (bool causal : {false, true}) {
+          CAPTURE(T);
+          CAPTURE(temp);
+          CAPTURE(theta);
+          CAPTURE(causal);
+          Tensor a = softmax(randn({B, H, T, c}, {.dtype = kFloat64}, &gen) * temp, -1);
+          SparsePattern p = clustered_pattern(a, theta, causal);
+          CHECK(p.groups() == B * H);
+          auto av = a.to_vector<double>();
+          for (int64_t g = 0; g < B * H; ++g)
+            check_pattern(
+                p,
+                [&](int64_t i, int64_t j) {
+                  double d = 0;
+                  for (int64_t m = 0; m < c; ++m) d += av[(g * T + i) * c + m] * av[(g * T + j) * c + m];
+                  return d > theta && (!causal || j <= i);
+                },
+                g);
+        }
 }
 
 TEST_CASE("pattern builders reject bad arguments with clear errors") {

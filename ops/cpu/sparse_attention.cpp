@@ -304,6 +304,7 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
   w.merged.clear();
   bool by_marks = false;  // the union read off its marks over a short range: col_of maps a key to its column
   int64_t lo = p.S, hi = 0;
+  int64_t entries = 0;  // the rows' kept keys: at most this many pairs in any tile
   if (p.keep == nullptr) {
     w.stretches.clear();
     w.stretch_ptr[0] = 0;
@@ -317,6 +318,7 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
         x0 = x1;
       }
       if (len > 0) lo = std::min(lo, c[0]), hi = std::max(hi, c[len - 1] + 1);
+      entries += len;
       w.stretch_ptr[r + 1] = static_cast<int64_t>(w.stretches.size());
     }
     const int64_t n_str = static_cast<int64_t>(w.stretches.size());
@@ -345,7 +347,6 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
     // over a long one, its keys gathered once each and sorted.
     w.need_marks(p.S);
     ++w.stamp;
-    int64_t entries = 0;
     for (int64_t r = 0; r < R; ++r) {
       const auto [e0, len] = p.row(bh, i0 + r);
       const int64_t* c = p.cols + e0;
@@ -424,6 +425,9 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
     plan.u += b - a;
   }
   if (plan.u == 0) return;
+  // Not tiled (below) even if every kept key of the rows fell in the tile: the rows go one by one, and no flags are
+  // needed (scattered keys, a clustered part's, make a long union that few pairs fill).
+  if (entries * (D + kRowPairCost) < R * plan.u * D) return;
   plan.allowed.assign(static_cast<size_t>(R * plan.u), 0);
   int64_t most_rare = 0;
   // The tile column of a union key (>= 0), or -1 for a rare one (its interval is not a run). Over a short range
