@@ -18,6 +18,7 @@
 #include "ops/attention.h"
 #include "ops/checks.h"
 #include "ops/cpu/clustered_rows.h"
+#include "ops/cpu/compact.h"
 #include "ops/cpu/hierarchical_keys.h"
 #include "ops/cpu/loops.h"  // parallel_for: the builders are host work
 #include "ops/dispatch.h"

@@ -12,11 +12,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "op_table.h"
-#include "ops/cpu/clustered_rows.h"
+#include "ops/cpu/compact.h"
 #include "testing.h"
 
 using namespace asc;
@@ -342,6 +343,39 @@ TEST_CASE("cpu_isa: compact_flags lists the set flags in order at every level, w
       }
     }
   }
+}
+
+TEST_CASE("cpu_isa: compact_greater lists the keys above a threshold in order at every level (NaN never above)") {
+  // ASCender's top-k candidates: 16 floats / 8 doubles a vector at x86-64-v4, a scalar tail; -inf entries (masked keys)
+  // and a -inf threshold (every finite entry passes), NaN entries and a NaN threshold (nothing passes).
+  Generator gen(79);
+  auto check = [&](auto zero) {
+    using T = decltype(zero);
+    const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+    for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 256, 300}) {
+      const std::vector<double> u = rand({std::max<int64_t>(n, 1)}, {.dtype = kFloat64}, &gen).to_vector<double>();
+      std::vector<T> x(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) x[j] = j % 11 == 3 ? -inf : j % 13 == 5 ? nan : static_cast<T>(u[j]);
+      for (T thr : {T(-1), T(0.5), T(0.9), T(2), -inf, nan}) {
+        std::vector<int64_t> expected;
+        for (int64_t j = 0; j < n; ++j)
+          if (x[j] > thr) expected.push_back(j);
+        for (CpuIsa isa : levels()) {
+          CAPTURE(n);
+          CAPTURE(thr);
+          CAPTURE(cpu_isa_name(isa));
+          IsaScope scope(isa);
+          std::vector<int64_t> out(static_cast<size_t>(n) + 1, -7);
+          const int64_t len = cpu::compact_greater(x.data(), n, thr, out.data());
+          REQUIRE(len == static_cast<int64_t>(expected.size()));
+          CHECK(std::equal(expected.begin(), expected.end(), out.begin()));
+          CHECK(out[n] == -7);
+        }
+      }
+    }
+  };
+  check(0.0f);
+  check(0.0);
 }
 
 TEST_CASE("cpu_isa: the firing gate (exact, straight-through, fan-out 1, 2, 3) and rule B's passes, at every level") {

@@ -48,60 +48,50 @@ ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T
     const T* aff = b.aff.data() + r * n;
     const T* keep = b.keep_row(r, n);
     T *ws = b.ws.data() + r * n, *phi = b.phi.data() + r * n, *wc = b.wc.data() + r * n;
-    // One pass over key columns [j0, j1), adding to the row's sums. ρ_i sums over l ≠ i: the self column gets a pass
-    // of its own whose ρ is dropped, rather than subtracting w_ii = 1 from the total afterwards — for an isolated
-    // token (ρ_i << 1) that difference would keep no relative precision.
-    auto pass = [&](int64_t j0, int64_t j1, T & rho_o, T & W_o, T & psum_o, T & pbig_o) __attribute__((always_inline)) {
-      T rho = 0, W = 0, psum = 0, pbig = 0;  // φ's first statistics pass rides along (φ >= 0: |φ| = φ)
-      if (sep && coh) {
-        ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
-        for (int64_t j = j0; j < j1; ++j) {
-          const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
-          const T w = exp_nonpos(-dj * inv_ts);
-          ws[j] = w;
-          const T ph = w * (hinge <= T(0) ? T(0) : hinge);  // [a - δ]_+, a NaN stays NaN
-          phi[j] = ph;
-          const T kph = kj != T(0) ? ph : T(0);
-          rho += kj != T(0) ? w : T(0);
-          psum += kph;
-          pbig = pbig > kph ? pbig : kph;
-          const T wcj = exp_nonpos(kj != T(0) ? -dj * inv_tc : ninf);  // 0 on masked keys
-          wc[j] = wcj;
-          W += wcj;
-        }
-      } else if (sep) {
-        ASC_SIMD_SUMS_MAX(pbig, rho, psum)
-        for (int64_t j = j0; j < j1; ++j) {
-          const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
-          const T w = exp_nonpos(-dj * inv_ts);
-          ws[j] = w;
-          const T ph = w * (hinge <= T(0) ? T(0) : hinge);
-          phi[j] = ph;
-          const T kph = kj != T(0) ? ph : T(0);
-          rho += kj != T(0) ? w : T(0);
-          psum += kph;
-          pbig = pbig > kph ? pbig : kph;
-        }
-      } else {
-        ASC_SIMD_REDUCE(+, W)
-        for (int64_t j = j0; j < j1; ++j) {
-          const T wcj = exp_nonpos(keep[j] != T(0) ? -sq_dist(zi, zzk[j], zij[j]) * inv_tc : ninf);
-          wc[j] = wcj;
-          W += wcj;
-        }
+    // One pass over the row. ρ_i sums over l ≠ i: the self column is left out of its sum by its index, rather than
+    // subtracting w_ii = 1 from the total afterwards — for an isolated token (ρ_i << 1) that difference would keep no
+    // relative precision — and not by splitting the row around it, whose two scalar remainders (two exponentials
+    // per key each) cost more than the rest of the row at a few hundred keys.
+    const int64_t self = b.self[r];        // -1 when key i is not among the columns
+    T rho = 0, W = 0, psum = 0, pbig = 0;  // φ's first statistics pass rides along (φ >= 0: |φ| = φ)
+    if (sep && coh) {
+      ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
+      for (int64_t j = 0; j < n; ++j) {
+        const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
+        const T w = exp_nonpos(-dj * inv_ts);
+        ws[j] = w;
+        const T ph = w * (hinge <= T(0) ? T(0) : hinge);  // [a - δ]_+, a NaN stays NaN
+        phi[j] = ph;
+        const T kph = kj != T(0) ? ph : T(0);
+        const T kr = j == self ? T(0) : kj;  // a select: with `&&` the loop stayed scalar (4x slower)
+        rho += kr != T(0) ? w : T(0);
+        psum += kph;
+        pbig = pbig > kph ? pbig : kph;
+        const T wcj = exp_nonpos(kj != T(0) ? -dj * inv_tc : ninf);  // 0 on masked keys
+        wc[j] = wcj;
+        W += wcj;
       }
-      rho_o += rho, W_o += W, psum_o += psum;
-      pbig_o = pbig_o > pbig ? pbig_o : pbig;
-    };
-    T rho = 0, W = 0, psum = 0, pbig = 0;
-    const int64_t self = b.self[r];
-    if (sep && self >= 0 && keep[self] != T(0)) {
-      T self_rho = 0;  // w_ii: not part of ρ_i
-      pass(0, self, rho, W, psum, pbig);
-      pass(self, self + 1, self_rho, W, psum, pbig);
-      pass(self + 1, n, rho, W, psum, pbig);
+    } else if (sep) {
+      ASC_SIMD_SUMS_MAX(pbig, rho, psum)
+      for (int64_t j = 0; j < n; ++j) {
+        const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
+        const T w = exp_nonpos(-dj * inv_ts);
+        ws[j] = w;
+        const T ph = w * (hinge <= T(0) ? T(0) : hinge);
+        phi[j] = ph;
+        const T kph = kj != T(0) ? ph : T(0);
+        const T kr = j == self ? T(0) : kj;  // a select: with `&&` the loop stayed scalar (4x slower)
+        rho += kr != T(0) ? w : T(0);
+        psum += kph;
+        pbig = pbig > kph ? pbig : kph;
+      }
     } else {
-      pass(0, n, rho, W, psum, pbig);
+      ASC_SIMD_REDUCE(+, W)
+      for (int64_t j = 0; j < n; ++j) {
+        const T wcj = exp_nonpos(keep[j] != T(0) ? -sq_dist(zi, zzk[j], zij[j]) * inv_tc : ninf);
+        wc[j] = wcj;
+        W += wcj;
+      }
     }
     if (sep) {
       b.rho[r] = rho;

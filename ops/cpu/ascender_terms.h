@@ -17,6 +17,7 @@
 
 #include "ops/ascender_scalars.h"
 #include "ops/cpu/ascender_block.h"
+#include "ops/cpu/compact.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/scratch.h"
 #include "ops/kernel_types.h"
@@ -222,37 +223,38 @@ ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderConfig
                                       Block<T>& b) {
   const int64_t K = h.k, G = (2 * K + 7) / 8 * 8;
   // Plain arrays through raw pointers in the row loop: std:: members do not inline in this region.
-  std::vector<T> topv(K), cand(n), gmax_v(G), reach_v(G);
+  std::vector<T> topv(K), cand(n), gmax_v(G), gnan_v(G), reach_v(G);
   std::vector<int64_t> topi(K), cidx_v(n + 1);
   const T ninf = -std::numeric_limits<T>::infinity();
-  T *cd = cand.data(), *gmax = gmax_v.data(), *reach = reach_v.data(), *tv = topv.data();
+  T *cd = cand.data(), *gmax = gmax_v.data(), *gnan = gnan_v.data(), *reach = reach_v.data(), *tv = topv.data();
   int64_t *ti = topi.data(), *cidx = cidx_v.data();
   for (int64_t r = 0; r < R; ++r) {
     const T* by = (cfg.select_by_scores ? b.s0.data() : b.aff.data()) + r * n;
     const T* keep = b.keep_row(r, n);
-    T nans = 0;  // NaN candidates: the comparisons below would pass them over silently
-    ASC_SIMD_REDUCE(+, nans)
+    ASC_SIMD
     for (int64_t j = 0; j < n; ++j) {
       const T x = by[j];
-      const T c = keep[j] != T(0) ? x : ninf;
-      cd[j] = c;
-      nans += c != c ? T(1) : T(0);
+      cd[j] = keep[j] != T(0) ? x : ninf;
     }
-    if (!cfg.include_self && b.self[r] >= 0) {
-      if (cd[b.self[r]] != cd[b.self[r]]) nans -= T(1);
-      cd[b.self[r]] = ninf;
-    }
-    if (nans > T(0)) {  // N(i) is undefined: u_i becomes NaN below (docs §13)
-      b.nbr[r].clear();
-      b.nan_nbr[r] = 1;
-      continue;
-    }
-    for (int64_t g = 0; g < G; ++g) gmax[g] = ninf;
+    if (!cfg.include_self && b.self[r] >= 0) cd[b.self[r]] = ninf;
+    // Group maxima, and the NaN candidates per group (the comparisons below would pass them over silently), both
+    // vertical: no horizontal reduction in the pass over the row.
+    for (int64_t g = 0; g < G; ++g) gmax[g] = ninf, gnan[g] = 0;
     for (int64_t j0 = 0; j0 < n; j0 += G) {
       const T* x = cd + j0;
       const int64_t len = n - j0 < G ? n - j0 : G;
       ASC_SIMD
-      for (int64_t g = 0; g < len; ++g) gmax[g] = gmax[g] > x[g] ? gmax[g] : x[g];  // a NaN entry can only lower it
+      for (int64_t g = 0; g < len; ++g) {
+        gmax[g] = gmax[g] > x[g] ? gmax[g] : x[g];  // a NaN entry can only lower it
+        gnan[g] += x[g] != x[g] ? T(1) : T(0);
+      }
+    }
+    T nans = 0;
+    for (int64_t g = 0; g < G; ++g) nans += gnan[g];
+    if (nans > T(0)) {  // N(i) is undefined: u_i becomes NaN below (docs §13)
+      b.nbr[r].clear();
+      b.nan_nbr[r] = 1;
+      continue;
     }
     // reach[g]: the number of groups whose max is >= gmax[g] (accumulated down the columns: no reductions)
     for (int64_t g = 0; g < G; ++g) reach[g] = 0;
@@ -269,8 +271,7 @@ ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderConfig
       lo = lo > v ? lo : v;
     }
     T thr = lo == ninf ? ninf : std::nextafter(lo, ninf);  // x > thr: x >= lo, and never an unselectable -inf
-    int64_t nc = 0;
-    for (int64_t j = 0; j < n; ++j) cidx[nc] = j, nc += cd[j] > thr ? 1 : 0;
+    const int64_t nc = compact_greater(cd, n, thr, cidx);  // ops/cpu/compact.h: a vector at a time at x86-64-v4
     int64_t m = 0;
     for (int64_t c = 0; c < nc; ++c) {
       const int64_t j = cidx[c];

@@ -13,9 +13,4 @@ namespace asc::cpu {
 void clustered_row_flags(const double* ai, const double* at, int64_t ld, int64_t c, int64_t n, double theta,
                          double* dots, unsigned char* flags);
 
-// out[0 .. len) = the j < n with flags[j] != 0, ascending (flags 0 or 1); returns len. out must hold n entries: all of
-// out[0 .. n) may be written (past len with anything). At x86-64-v4 eight flags at a time, compressed in a register; a
-// branch-free scalar loop below it (the flags are unpredictable to a branch).
-int64_t compact_flags(const unsigned char* flags, int64_t n, int64_t* out);
-
 }  // namespace asc::cpu
