@@ -6,6 +6,7 @@
 // ops/cpu/ascender_terms.h.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "ops/ascender_scalars.h"
@@ -130,9 +131,27 @@ ASC_ALWAYS_INLINE void separation_backward_row(const HeadData<T>& h, const Ascen
   const T* aff = b.aff.data() + r * n;
   T* daffr = w.daff.data() + r * n;
   const T fac = static_cast<T>(after ? 1.0 : b.ls[r]);
-  T gphi = 0, dhinge = 0;  // Σ g φ, Σ dφ w 1[a > δ]
-  ASC_SIMD_REDUCE2(+, gphi, dhinge)
-  for (int64_t j = 0; j < n; ++j) {
+  // Σ g φ, Σ dφ w 1[a > δ]: in registers a vector at a time (ascender_terms.h: row_sums), then the last n % L keys
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  const V zero{}, pv = zero + rg.p, av = zero + rg.a, qv = zero + rg.q, fv = zero + rg.f, muv = zero + rg.mu;
+  const V nfac = zero - fac, deltav = zero + delta;
+  V vgp{}, vdh{}, dv, xv, kv, affv, wsv;
+  int64_t j0 = 0;
+  for (; j0 + L <= n; j0 += L) {
+    std::memcpy(&dv, dSr + j0, sizeof(V)), std::memcpy(&xv, phi + j0, sizeof(V));
+    std::memcpy(&kv, keep + j0, sizeof(V)), std::memcpy(&affv, aff + j0, sizeof(V));
+    std::memcpy(&wsv, ws + j0, sizeof(V));
+    const V g = pv * dv - av - qv * (fv * xv - muv), gj = kv != zero ? g : zero;  // RawGrad::at
+    vgp += gj * xv;
+    const V hinge = affv - deltav, dphi = nfac * gj;
+    const V da_j = hinge > zero ? dphi * wsv : zero;
+    std::memcpy(daffr + j0, &da_j, sizeof(V));
+    vdh += da_j;
+  }
+  fold_sum<V, L, L / 2>(vgp), fold_sum<V, L, L / 2>(vdh);
+  T gphi = vgp[0], dhinge = vdh[0];
+  for (int64_t j = j0; j < n; ++j) {
     const T hinge = aff[j] - delta, gj = rg.at(dSr[j], phi[j], keep[j]);  // d raw
     gphi += gj * phi[j];
     const T dphi = -fac * gj;
@@ -201,9 +220,27 @@ ASC_ALWAYS_INLINE void cohesion_forward(const HeadData<T>& h, const Keys<T>& kt,
     const T* keep = b.keep_row(r, n);
     const T ccT = static_cast<T>(cc);
     const T* zz = kt.zz;
-    T var = 0, sum = 0, big = 0;  // dc's first statistics pass rides along (dc >= 0: |dc| = dc)
-    ASC_SIMD_REDUCE3(+, var, sum, max, big)
-    for (int64_t j = 0; j < n; ++j) {
+    // dc's first statistics pass rides along (dc >= 0: |dc| = dc). In 64-byte vectors whose sums stay in registers
+    // (ascender_terms.h: row_sums), then the last n % L keys.
+    typedef T V __attribute__((vector_size(64)));
+    constexpr int64_t L = 64 / sizeof(T);
+    const V zero{}, ccv = zero + ccT;
+    V vvar{}, vsum{}, vbig{}, zv, dv, wv, kv;
+    int64_t j0 = 0;
+    for (; j0 + L <= n; j0 += L) {
+      std::memcpy(&zv, zz + j0, sizeof(V)), std::memcpy(&dv, dc + j0, sizeof(V));
+      std::memcpy(&wv, wc + j0, sizeof(V)), std::memcpy(&kv, keep + j0, sizeof(V));
+      V x = ccv + zv - T(2) * dv;
+      x = x < zero ? zero : x;  // sq_dist: a NaN stays NaN
+      std::memcpy(dc + j0, &x, sizeof(V));
+      vvar += wv * x;
+      const V kx = kv != zero ? x : zero;
+      vsum += kx;
+      vbig = vbig > kx ? vbig : kx;
+    }
+    fold_sum<V, L, L / 2>(vvar), fold_sum<V, L, L / 2>(vsum), fold_max<V, L, L / 2>(vbig);
+    T var = vvar[0], sum = vsum[0], big = vbig[0];
+    for (int64_t j = j0; j < n; ++j) {
       const T x = sq_dist(ccT, zz[j], dc[j]);
       dc[j] = x;
       var += wc[j] * x;
@@ -241,18 +278,40 @@ ASC_ALWAYS_INLINE void cohesion_backward_row(const HeadData<T>& h, const Ascende
   const T* wc = b.wc.data() + r * n;
   T* ddcr = w.ddc.data() + r * n;
   const T fac = static_cast<T>(after ? 1.0 : b.lc[r] / h.tau_coh);
-  T gdc = 0;
-  ASC_SIMD_REDUCE(+, gdc)
-  for (int64_t j = 0; j < n; ++j) gdc += rg.at(dSr[j], dc[j], keep[j]) * dc[j];
+  // Σ d raw dc, then Σ ddc: in registers a vector at a time (ascender_terms.h: row_sums), then the last n % L keys
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  const V zero{}, pv = zero + rg.p, av = zero + rg.a, qv = zero + rg.q, fv = zero + rg.f, muv = zero + rg.mu;
+  V vg{}, dv, xv, kv;
+  int64_t j0 = 0;
+  for (; j0 + L <= n; j0 += L) {
+    std::memcpy(&dv, dSr + j0, sizeof(V)), std::memcpy(&xv, dc + j0, sizeof(V)), std::memcpy(&kv, keep + j0, sizeof(V));
+    const V g = pv * dv - av - qv * (fv * xv - muv);
+    vg += (kv != zero ? g : zero) * xv;
+  }
+  fold_sum<V, L, L / 2>(vg);
+  T gdc = vg[0];
+  for (int64_t j = j0; j < n; ++j) gdc += rg.at(dSr[j], dc[j], keep[j]) * dc[j];
   if (!after) dlc -= double(gdc) / h.tau_coh;
   ds[kLambdaC] += dlc * b.gamma_c[r];
   const double dvar = dlc * h.sc[kLambdaC] * b.gamma_c[r] * (1 - b.gamma_c[r]) * (-h.alpha_c);
   w.dW[r] = -dvar * b.var_c[r] / b.W[r];
   const T dvw = static_cast<T>(dvar / b.W[r]);
   T* dwcr = w.dwc.data() + r * n;
-  T rowsum = 0;
-  ASC_SIMD_REDUCE(+, rowsum)
-  for (int64_t j = 0; j < n; ++j) {
+  const V dvwv = zero + dvw, nfac = zero - fac;
+  V vr{}, wv;
+  int64_t j1 = 0;
+  for (; j1 + L <= n; j1 += L) {
+    std::memcpy(&dv, dSr + j1, sizeof(V)), std::memcpy(&xv, dc + j1, sizeof(V));
+    std::memcpy(&kv, keep + j1, sizeof(V)), std::memcpy(&wv, wc + j1, sizeof(V));
+    const V dw = dvwv * xv, g = pv * dv - av - qv * (fv * xv - muv);
+    const V x = nfac * (kv != zero ? g : zero) + dvwv * wv;
+    std::memcpy(dwcr + j1, &dw, sizeof(V)), std::memcpy(ddcr + j1, &x, sizeof(V));
+    vr += x;
+  }
+  fold_sum<V, L, L / 2>(vr);
+  T rowsum = vr[0];
+  for (int64_t j = j1; j < n; ++j) {
     dwcr[j] = dvw * dc[j];
     const T x = -fac * rg.at(dSr[j], dc[j], keep[j]) + dvw * wc[j];
     ddcr[j] = x;

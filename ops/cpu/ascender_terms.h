@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -43,9 +44,23 @@ struct RowSums {
 };
 template <class T>
 ASC_ALWAYS_INLINE RowSums<T> row_sums(const T* x, const T* keep, int64_t n) {
-  T big = 0, sum = 0, count = 0;
-  ASC_SIMD_REDUCE3(+, sum, count, max, big)
-  for (int64_t j = 0; j < n; ++j) {
+  // In 64-byte vectors whose sums stay in registers and fold in log2 L shuffles at the end (small_gemm.h: row_sum):
+  // an `omp simd` reduction of three variables kept them in memory and ended with three scalar chains of L - 1.
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  const V zero{};
+  V vs{}, vc{}, vb{}, xv, kv;
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    std::memcpy(&xv, x + j, sizeof(V)), std::memcpy(&kv, keep + j, sizeof(V));
+    const V kx = kv != zero ? xv : zero;
+    vs += kx, vc += kv;
+    const V ax = kx < zero ? -kx : kx;
+    vb = vb > ax ? vb : ax;
+  }
+  fold_sum<V, L, L / 2>(vs), fold_sum<V, L, L / 2>(vc), fold_max<V, L, L / 2>(vb);
+  T sum = vs[0], count = vc[0], big = vb[0];
+  for (; j < n; ++j) {
     const T xj = x[j];  // loaded unconditionally: a load under the select would keep the loop scalar
     const T kx = keep[j] != T(0) ? xj : T(0);
     sum += kx;
@@ -66,9 +81,19 @@ ASC_ALWAYS_INLINE NormStats term_stats(const T* x, const T* keep, int64_t n, Row
   if (st.count == 0) return st;
   const double mu_x = double(sums.sum) / st.count;
   const T mu = static_cast<T>(mu_x);
-  T var = 0;
-  ASC_SIMD_REDUCE(+, var)
-  for (int64_t j = 0; j < n; ++j) {
+  typedef T V __attribute__((vector_size(64)));  // as row_sums: the sum in a register, folded at the end
+  constexpr int64_t L = 64 / sizeof(T);
+  const V zero{}, muv = zero + mu;
+  V vv{}, xv, kv;
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    std::memcpy(&xv, x + j, sizeof(V)), std::memcpy(&kv, keep + j, sizeof(V));
+    const V dv = kv != zero ? xv - muv : zero;
+    vv += dv * dv;
+  }
+  fold_sum<V, L, L / 2>(vv);
+  T var = vv[0];
+  for (; j < n; ++j) {
     const T xj = x[j];
     const T dv = keep[j] != T(0) ? xj - mu : T(0);
     var += dv * dv;
@@ -114,9 +139,20 @@ ASC_ALWAYS_INLINE RawGrad<T> standardise_backward(const T* x, const T* dSr, int6
                                                   double omega, double factor, double fx, const NormStats& st,
                                                   double& d_omega, double& d_factor) {
   const T mu = static_cast<T>(st.mu), fxT = static_cast<T>(fx);
-  T s1 = 0, s2 = 0;  // Σ dS_ij, Σ dS_ij rc_ij (dS = 0 on masked keys)
-  ASC_SIMD_REDUCE2(+, s1, s2)
-  for (int64_t j = 0; j < n; ++j) {
+  // Σ dS_ij, Σ dS_ij rc_ij (dS = 0 on masked keys), in registers as row_sums' sums
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  const V muv = V{} + mu, fxv = V{} + fxT;
+  V v1{}, v2{}, dv, xv;
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    std::memcpy(&dv, dSr + j, sizeof(V)), std::memcpy(&xv, x + j, sizeof(V));
+    v1 += dv;
+    v2 += dv * (fxv * xv - muv);
+  }
+  fold_sum<V, L, L / 2>(v1), fold_sum<V, L, L / 2>(v2);
+  T s1 = v1[0], s2 = v2[0];
+  for (; j < n; ++j) {
     const T dSj = dSr[j];
     s1 += dSj;
     s2 += dSj * (fxT * x[j] - mu);
@@ -348,9 +384,23 @@ ASC_ALWAYS_INLINE void alignment_backward_row(const HeadData<T>& h, const Ascend
       standardise_backward(rr, dSr, n, after, cfg.omega_scale, wa, b.la[r], b.fa[r], b.st_a[r], ds[kOmegaA], dla);
   const T fac = static_cast<T>(after ? 1.0 : b.la[r]);
   T* drr = w.dr.data() + r * n;
-  T gr = 0;
-  ASC_SIMD_REDUCE(+, gr)
-  for (int64_t j = 0; j < n; ++j) {
+  // Σ_j d raw_j r_j in a register (as row_sums' sums), d raw = RawGrad::at a vector at a time
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  const V zero{}, pv = zero + rg.p, av = zero + rg.a, qv = zero + rg.q, fv = zero + rg.f, muv = zero + rg.mu;
+  const V facv = zero + fac;
+  V vg{}, dv, xv, kv;
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    std::memcpy(&dv, dSr + j, sizeof(V)), std::memcpy(&xv, rr + j, sizeof(V)), std::memcpy(&kv, keep + j, sizeof(V));
+    const V g = pv * dv - av - qv * (fv * xv - muv);
+    const V gj = kv != zero ? g : zero, out = facv * gj;
+    vg += gj * xv;
+    std::memcpy(drr + j, &out, sizeof(V));
+  }
+  fold_sum<V, L, L / 2>(vg);
+  T gr = vg[0];
+  for (; j < n; ++j) {
     const T gj = rg.at(dSr[j], rr[j], keep[j]);  // d raw
     gr += gj * rr[j];
     drr[j] = fac * gj;
@@ -486,16 +536,31 @@ ASC_ALWAYS_INLINE void softmax_backward_row(const HeadData<T>& h, BackwardWork<T
   const T* S = b.S.data() + r * n;
   const T* dAr = w.dA.data() + r * n;
   T* dSr = w.dS.data() + r * n;
-  T D = 0;
-  ASC_SIMD_REDUCE(+, D)
-  for (int64_t j = 0; j < n; ++j) D += e[j] * dAr[j];
+  typedef T V __attribute__((vector_size(64)));  // D in a register, as row_sums' sums
+  constexpr int64_t L = 64 / sizeof(T);
+  V vd{}, ev, av;
+  int64_t j = 0;
+  for (; j + L <= n; j += L) std::memcpy(&ev, e + j, sizeof(V)), std::memcpy(&av, dAr + j, sizeof(V)), vd += ev * av;
+  fold_sum<V, L, L / 2>(vd);
+  T D = vd[0];
+  for (; j < n; ++j) D += e[j] * dAr[j];
   const T inv_tau = static_cast<T>(1 / tau), Dz = static_cast<T>(D * b.inv_z[r]);
-  T gs = 0;  // Σ g S (masked keys have e = 0, so g = 0)
-  ASC_SIMD_REDUCE(+, gs)
-  for (int64_t j = 0; j < n; ++j) {
-    const T gg = e[j] * (dAr[j] - Dz);
-    dSr[j] = gg * inv_tau;
-    gs += gg * S[j];
+  // Σ g S (masked keys have e = 0, so g = 0), likewise
+  const V Dzv = V{} + Dz, itv = V{} + inv_tau;
+  V vg{}, sv;
+  int64_t j1 = 0;
+  for (; j1 + L <= n; j1 += L) {
+    std::memcpy(&ev, e + j1, sizeof(V)), std::memcpy(&av, dAr + j1, sizeof(V)), std::memcpy(&sv, S + j1, sizeof(V));
+    const V gg = ev * (av - Dzv), ds_v = gg * itv;
+    std::memcpy(dSr + j1, &ds_v, sizeof(V));
+    vg += gg * sv;
+  }
+  fold_sum<V, L, L / 2>(vg);
+  T gs = vg[0];
+  for (; j1 < n; ++j1) {
+    const T gg = e[j1] * (dAr[j1] - Dz);
+    dSr[j1] = gg * inv_tau;
+    gs += gg * S[j1];
   }
   ds[kTauScore] += -double(gs) / (tau * tau);
 }
