@@ -593,8 +593,7 @@ void merge_ascending(const int64_t* a, const int64_t* a_end, const int64_t* b, c
 // several buckets, then merged with the base row. A row whose buckets hold more than a quarter of the keys (few
 // clusters, soft assignments) tests every key instead, in one pass over the group's transposed assignments (the same
 // sums), and takes the base row's keys by marking them in the same flags: one branch-free pass writes the union, no
-// merge. Each group's rows go into a list of its own, copied into the CSR
-// arrays after: no list per row.
+// merge. Each group's rows go into a list of its own, copied into the CSR arrays after: no list per row.
 // Returns (row_ptr, cols) for SparsePattern::from_csr.
 std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T, int64_t c, double theta, bool causal,
                                          const SparsePattern::Lists* base_lists, int64_t base_groups, const char* who) {

@@ -134,15 +134,15 @@ ASC_ALWAYS_INLINE void separation_backward_row(const HeadData<T>& h, const Ascen
   // Σ g φ, Σ dφ w 1[a > δ]: in registers a vector at a time (ascender_terms.h: row_sums), then the last n % L keys
   typedef T V __attribute__((vector_size(64)));
   constexpr int64_t L = 64 / sizeof(T);
-  const V zero{}, pv = zero + rg.p, av = zero + rg.a, qv = zero + rg.q, fv = zero + rg.f, muv = zero + rg.mu;
-  const V nfac = zero - fac, deltav = zero + delta;
-  V vgp{}, vdh{}, dv, xv, kv, affv, wsv;
+  const RawGradLanes<T> rgv(rg);
+  const V zero{}, nfac = zero - fac, deltav = zero + delta;
+  V vgp{}, vdh{}, dv, xv, kv, affv, wsv, gj;
   int64_t j0 = 0;
   for (; j0 + L <= n; j0 += L) {
     std::memcpy(&dv, dSr + j0, sizeof(V)), std::memcpy(&xv, phi + j0, sizeof(V));
     std::memcpy(&kv, keep + j0, sizeof(V)), std::memcpy(&affv, aff + j0, sizeof(V));
     std::memcpy(&wsv, ws + j0, sizeof(V));
-    const V g = pv * dv - av - qv * (fv * xv - muv), gj = kv != zero ? g : zero;  // RawGrad::at
+    rgv.at(dv, xv, kv, gj);  // d raw
     vgp += gj * xv;
     const V hinge = affv - deltav, dphi = nfac * gj;
     const V da_j = hinge > zero ? dphi * wsv : zero;
@@ -281,13 +281,13 @@ ASC_ALWAYS_INLINE void cohesion_backward_row(const HeadData<T>& h, const Ascende
   // Σ d raw dc, then Σ ddc: in registers a vector at a time (ascender_terms.h: row_sums), then the last n % L keys
   typedef T V __attribute__((vector_size(64)));
   constexpr int64_t L = 64 / sizeof(T);
-  const V zero{}, pv = zero + rg.p, av = zero + rg.a, qv = zero + rg.q, fv = zero + rg.f, muv = zero + rg.mu;
-  V vg{}, dv, xv, kv;
+  const RawGradLanes<T> rgv(rg);
+  V vg{}, dv, xv, kv, gj;
   int64_t j0 = 0;
   for (; j0 + L <= n; j0 += L) {
     std::memcpy(&dv, dSr + j0, sizeof(V)), std::memcpy(&xv, dc + j0, sizeof(V)), std::memcpy(&kv, keep + j0, sizeof(V));
-    const V g = pv * dv - av - qv * (fv * xv - muv);
-    vg += (kv != zero ? g : zero) * xv;
+    rgv.at(dv, xv, kv, gj);
+    vg += gj * xv;
   }
   fold_sum<V, L, L / 2>(vg);
   T gdc = vg[0];
@@ -298,14 +298,14 @@ ASC_ALWAYS_INLINE void cohesion_backward_row(const HeadData<T>& h, const Ascende
   w.dW[r] = -dvar * b.var_c[r] / b.W[r];
   const T dvw = static_cast<T>(dvar / b.W[r]);
   T* dwcr = w.dwc.data() + r * n;
-  const V dvwv = zero + dvw, nfac = zero - fac;
+  const V dvwv = V{} + dvw, nfac = V{} - fac;
   V vr{}, wv;
   int64_t j1 = 0;
   for (; j1 + L <= n; j1 += L) {
     std::memcpy(&dv, dSr + j1, sizeof(V)), std::memcpy(&xv, dc + j1, sizeof(V));
     std::memcpy(&kv, keep + j1, sizeof(V)), std::memcpy(&wv, wc + j1, sizeof(V));
-    const V dw = dvwv * xv, g = pv * dv - av - qv * (fv * xv - muv);
-    const V x = nfac * (kv != zero ? g : zero) + dvwv * wv;
+    rgv.at(dv, xv, kv, gj);
+    const V dw = dvwv * xv, x = nfac * gj + dvwv * wv;
     std::memcpy(dwcr + j1, &dw, sizeof(V)), std::memcpy(ddcr + j1, &x, sizeof(V));
     vr += x;
   }

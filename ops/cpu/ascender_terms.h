@@ -129,6 +129,20 @@ struct RawGrad {
     return keep != T(0) ? v : T(0);
   }
 };
+// RawGrad a vector at a time, for the row loops that keep their sums in 64-byte vector registers (row_sums): the
+// coefficients broadcast once per row; `at` writes through `out` (a vector returned by value changes the ABI between
+// the levels).
+template <class T>
+struct RawGradLanes {
+  typedef T V __attribute__((vector_size(64)));
+  V p, a, q, f, mu;
+  ASC_ALWAYS_INLINE explicit RawGradLanes(const RawGrad<T>& g)
+      : p(V{} + g.p), a(V{} + g.a), q(V{} + g.q), f(V{} + g.f), mu(V{} + g.mu) {}
+  ASC_ALWAYS_INLINE void at(const V& dS, const V& x, const V& keep, V& out) const {
+    const V v = p * dS - a - q * (f * x - mu), zero{};
+    out = keep != zero ? v : zero;
+  }
+};
 
 // One bias term's row (raw = fx x: its tile row x and row factor fx), from dβ̃ = ω' dS back to d(raw): one pass over
 // the row for the scalars' gradients and d raw's coefficients (RawGrad). β̃_ij = f nr_j (f = the term's gate factor
@@ -387,14 +401,14 @@ ASC_ALWAYS_INLINE void alignment_backward_row(const HeadData<T>& h, const Ascend
   // Σ_j d raw_j r_j in a register (as row_sums' sums), d raw = RawGrad::at a vector at a time
   typedef T V __attribute__((vector_size(64)));
   constexpr int64_t L = 64 / sizeof(T);
-  const V zero{}, pv = zero + rg.p, av = zero + rg.a, qv = zero + rg.q, fv = zero + rg.f, muv = zero + rg.mu;
-  const V facv = zero + fac;
-  V vg{}, dv, xv, kv;
+  const RawGradLanes<T> rgv(rg);
+  const V facv = V{} + fac;
+  V vg{}, dv, xv, kv, gj;
   int64_t j = 0;
   for (; j + L <= n; j += L) {
     std::memcpy(&dv, dSr + j, sizeof(V)), std::memcpy(&xv, rr + j, sizeof(V)), std::memcpy(&kv, keep + j, sizeof(V));
-    const V g = pv * dv - av - qv * (fv * xv - muv);
-    const V gj = kv != zero ? g : zero, out = facv * gj;
+    rgv.at(dv, xv, kv, gj);
+    const V out = facv * gj;
     vg += gj * xv;
     std::memcpy(drr + j, &out, sizeof(V));
   }

@@ -285,6 +285,18 @@ struct PlanScratch {
   void need_marks(int64_t S) {
     if (mark.size() < static_cast<size_t>(S)) mark.assign(static_cast<size_t>(S), -1);
   }
+  // Appends to `merged` the maximal runs of keys in [lo, hi) that carry the current stamp, ascending.
+  void runs_of_marks(int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi;) {
+      if (mark[j] != stamp) {
+        ++j;
+        continue;
+      }
+      const int64_t a = j;
+      while (j < hi && mark[j] == stamp) ++j;
+      merged.push_back({a, j});
+    }
+  }
 };
 
 // Plans rows [i0, i0 + R) of head bh: the union of their kept keys, its runs of at least kMinRun consecutive keys as
@@ -328,15 +340,7 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
       ++w.stamp;
       for (const auto& [a, b] : w.stretches)
         for (int64_t j = a; j < b; ++j) w.mark[j] = w.stamp;
-      for (int64_t j = lo; j < hi;) {
-        if (w.mark[j] != w.stamp) {
-          ++j;
-          continue;
-        }
-        const int64_t a = j;
-        while (j < hi && w.mark[j] == w.stamp) ++j;
-        w.merged.push_back({a, j});
-      }
+      w.runs_of_marks(lo, hi);
     } else {
       w.merged.assign(w.stretches.begin(), w.stretches.end());
       std::sort(w.merged.begin(), w.merged.end());
@@ -361,15 +365,7 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
     }
     by_marks = hi - lo <= 4 * entries;
     if (by_marks) {
-      for (int64_t j = lo; j < hi;) {
-        if (w.mark[j] != w.stamp) {
-          ++j;
-          continue;
-        }
-        const int64_t a = j;
-        while (j < hi && w.mark[j] == w.stamp) ++j;
-        w.merged.push_back({a, j});
-      }
+      w.runs_of_marks(lo, hi);
     } else {
       ++w.stamp;  // a second stamp: each key taken once
       w.keys.clear();
