@@ -44,11 +44,6 @@ L::Layout<N> make_layout(const Shape& shape, const std::array<Strides, N>& strid
   return out;
 }
 
-void check_f32_f64(const char* name, DType t) {
-  ASC_CHECK(t == kFloat32 || t == kFloat64, "{}: dtype {} is not supported on CUDA (float32/float64 only)", name,
-            dtype_name(t));
-}
-
 void check_contiguous(const char* name, const Tensor& t) {
   ASC_CHECK(t.is_contiguous(), "{}: the CUDA kernel expects a contiguous output (shape {})", name, t.shape());
 }
@@ -151,13 +146,13 @@ void sum(const Tensor& x, Tensor& out) {
 }
 
 void uniform(Tensor& out, uint64_t seed, uint64_t offset, double lo, double hi) {
-  check_f32_f64("rand", out.dtype());
+  check_floating("rand (CUDA)", out);
   check_contiguous("rand", out);
   ASC_LAUNCH("rand", L::uniform(st(out.dtype()), out.raw_data(), out.numel(), seed, offset, lo, hi, current_stream()));
 }
 
 void dropout(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, uint64_t offset, double p, double scale) {
-  check_f32_f64("dropout", x.dtype());
+  check_floating("dropout (CUDA)", x);
   check_contiguous("dropout", x), check_contiguous("dropout", out), check_contiguous("dropout", mask);
   ASC_LAUNCH("dropout", L::dropout(st(x.dtype()), x.raw_data(), out.raw_data(), mask.raw_data(), x.numel(), seed,
                                    offset, p, scale, current_stream()));
@@ -165,7 +160,7 @@ void dropout(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, uint64_t
 
 void bias_act_dropout(math::Unary act, const Tensor& x, const Tensor& bias, Tensor& out, Tensor& keep, uint64_t seed,
                       uint64_t offset, double p, double scale) {
-  check_f32_f64("bias_act_dropout", x.dtype());
+  check_floating("bias_act_dropout (CUDA)", x);
   check_contiguous("bias_act_dropout", x), check_contiguous("bias_act_dropout", out);
   if (bias.defined()) check_contiguous("bias_act_dropout", bias);
   if (keep.defined()) check_contiguous("bias_act_dropout", keep);
@@ -177,7 +172,7 @@ void bias_act_dropout(math::Unary act, const Tensor& x, const Tensor& bias, Tens
 
 void bias_act_dropout_backward(math::Unary act, const Tensor& g, const Tensor& x, const Tensor& bias,
                                const Tensor& keep, double scale, Tensor& gx) {
-  check_f32_f64("bias_act_dropout_backward", x.dtype());
+  check_floating("bias_act_dropout_backward (CUDA)", x);
   check_contiguous("bias_act_dropout_backward", g), check_contiguous("bias_act_dropout_backward", x);
   check_contiguous("bias_act_dropout_backward", gx);
   ASC_LAUNCH("bias_act_dropout_backward",
@@ -188,7 +183,7 @@ void bias_act_dropout_backward(math::Unary act, const Tensor& g, const Tensor& x
 }
 
 void normal(Tensor& out, uint64_t seed, uint64_t offset, double mean, double stddev) {
-  check_f32_f64("randn", out.dtype());
+  check_floating("randn (CUDA)", out);
   check_contiguous("randn", out);
   ASC_LAUNCH("randn",
              L::normal(st(out.dtype()), out.raw_data(), out.numel(), seed, offset, mean, stddev, current_stream()));

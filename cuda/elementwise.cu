@@ -330,13 +330,18 @@ __global__ void sum_finish_kernel(const acc_t<T>* __restrict__ partials, T* __re
 
 template <class T>
 __device__ __forceinline__ T affine(double lo, double scale, double u) {
-  return static_cast<T>(__dadd_rn(lo, __dmul_rn(scale, u)));
+  return convert<T>(__dadd_rn(lo, __dmul_rn(scale, u)));
 }
 
-// Thread per Philox block: float uses the 4 lanes for 4 elements (24-bit), double 2 pairs for 2 elements (53-bit).
+// Elements per Philox block: float (and the 16-bit floats, whose uniforms are float's) use the 4 lanes for 4 elements
+// (24-bit), double 2 pairs for 2 elements (53-bit).
+template <class T>
+constexpr int64_t uniforms_per_block = std::is_same_v<T, double> ? 2 : 4;
+
+// Thread per Philox block: fn(i, u) for its elements, u in [0, 1).
 template <class T, class F>
 __device__ __forceinline__ void for_block_uniforms(int64_t blk, int64_t n, uint64_t seed, uint64_t offset, F&& fn) {
-  constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
+  constexpr int64_t per = uniforms_per_block<T>;
   const auto r = philox4x32(seed, offset + static_cast<uint64_t>(blk));
   const int64_t i0 = blk * per;
 #pragma unroll
@@ -357,15 +362,18 @@ __global__ void uniform_kernel(T* __restrict__ out, int64_t n, int64_t blocks, u
   }
 }
 
+// The 16-bit floats draw float's uniforms and compare in float; the mask holds the scale rounded to T, and y = x · mask
+// (rounded once), so that the backward's g · mask is the derivative of exactly this forward.
 template <class T>
 __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, T* __restrict__ mask, int64_t n,
                                int64_t blocks, uint64_t seed, uint64_t offset, double p, double scale) {
-  const T keep = static_cast<T>(scale), pt = static_cast<T>(p);
+  using C = compute_t<T>;
+  const C keep = convert<C>(convert<T>(scale)), pt = static_cast<C>(p);
   ASC_GRID_STRIDE(blk, blocks) {
     for_block_uniforms<T>(blk, n, seed, offset, [&](int64_t i, double u) {
-      const T m = static_cast<T>(u) >= pt ? keep : T(0);
-      mask[i] = m;
-      y[i] = x[i] * m;
+      const C m = static_cast<C>(u) >= pt ? keep : C(0);
+      mask[i] = convert<T>(m);
+      y[i] = convert<T>(convert<C>(x[i]) * m);
     });
   }
 }
@@ -376,19 +384,22 @@ template <class T, Unary U>
 __global__ void bias_act_dropout_kernel(const T* __restrict__ x, const T* __restrict__ bias, T* __restrict__ y,
                                         bool* __restrict__ keep, int64_t total, int64_t n, int64_t blocks,
                                         uint64_t seed, uint64_t offset, double p, double scale) {
-  const T sc = static_cast<T>(scale), pt = static_cast<T>(p);
+  using C = compute_t<T>;  // the 16-bit floats: x + bias, the activation and the scale in float, rounded once
+  const C sc = static_cast<C>(scale), pt = static_cast<C>(p);
   const UnaryParams none{};
-  auto act = [&](int64_t i) { return math::unary_fwd<U, T>(bias ? x[i] + bias[i % n] : x[i], none); };
+  auto act = [&](int64_t i) {
+    return math::unary_fwd<U, C>(bias ? convert<C>(x[i]) + convert<C>(bias[i % n]) : convert<C>(x[i]), none);
+  };
   if (keep) {
     ASC_GRID_STRIDE(blk, blocks) {
       for_block_uniforms<T>(blk, total, seed, offset, [&](int64_t i, double u) {
-        const bool k = static_cast<T>(u) >= pt;
+        const bool k = static_cast<C>(u) >= pt;
         keep[i] = k;
-        y[i] = act(i) * (k ? sc : T(0));
+        y[i] = convert<T>(act(i) * (k ? sc : C(0)));
       });
     }
   } else {
-    ASC_GRID_STRIDE(i, total) { y[i] = act(i); }
+    ASC_GRID_STRIDE(i, total) { y[i] = convert<T>(act(i)); }
   }
 }
 
@@ -397,11 +408,13 @@ template <class T, Unary U>
 __global__ void bias_act_dropout_backward_kernel(const T* __restrict__ g, const T* __restrict__ x,
                                                  const T* __restrict__ bias, const bool* __restrict__ keep,
                                                  T* __restrict__ gx, int64_t total, int64_t n, double scale) {
-  const T sc = static_cast<T>(scale);
+  using C = compute_t<T>;
+  const C sc = static_cast<C>(scale);
   const UnaryParams none{};
   ASC_GRID_STRIDE(i, total) {
-    const T gi = keep ? g[i] * (keep[i] ? sc : T(0)) : g[i];
-    gx[i] = gi * math::unary_grad<U, T>(bias ? x[i] + bias[i % n] : x[i], T(0), none);
+    const C gi = keep ? convert<C>(g[i]) * (keep[i] ? sc : C(0)) : convert<C>(g[i]);
+    const C xi = bias ? convert<C>(x[i]) + convert<C>(bias[i % n]) : convert<C>(x[i]);
+    gx[i] = convert<T>(gi * math::unary_grad<U, C>(xi, C(0), none));
   }
 }
 
@@ -620,11 +633,14 @@ cudaError_t sum(ScalarType t, const void* x, void* out, const Layout<1>& kept, c
 }
 
 namespace {
+// The random ops' dtypes: every floating type (the 16-bit ones draw float's uniforms).
 template <class F>
-cudaError_t visit_f32_f64(ScalarType t, F&& f) {
+cudaError_t visit_random_float(ScalarType t, F&& f) {
   switch (t) {
     case ScalarType::Float32: return f(float{});
     case ScalarType::Float64: return f(double{});
+    case ScalarType::BFloat16: return f(bf16{});
+    case ScalarType::Float16: return f(f16{});
     default: return cudaErrorNotSupported;
   }
 }
@@ -633,9 +649,9 @@ cudaError_t visit_f32_f64(ScalarType t, F&& f) {
 cudaError_t uniform(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t offset, double lo, double hi,
                     cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return visit_f32_f64(t, [&](auto tag) {
+  return visit_random_float(t, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
+    constexpr int64_t per = uniforms_per_block<T>;
     const int64_t blocks = (n + per - 1) / per;
     launch_kernel(uniform_kernel<T>, blocks_for(blocks), kThreads, stream, static_cast<T*>(out), n, blocks, seed,
                   offset, lo, hi - lo);
@@ -646,9 +662,9 @@ cudaError_t uniform(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t 
 cudaError_t dropout(ScalarType t, const void* x, void* y, void* mask, int64_t n, uint64_t seed, uint64_t offset,
                     double p, double scale, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return visit_f32_f64(t, [&](auto tag) {
+  return visit_random_float(t, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
+    constexpr int64_t per = uniforms_per_block<T>;
     const int64_t blocks = (n + per - 1) / per;
     launch_kernel(dropout_kernel<T>, blocks_for(blocks), kThreads, stream, static_cast<const T*>(x), static_cast<T*>(y),
                   static_cast<T*>(mask), n, blocks, seed, offset, p, scale);
@@ -660,11 +676,11 @@ cudaError_t bias_act_dropout(Unary act, ScalarType t, const void* x, const void*
                              int64_t total, int64_t n, uint64_t seed, uint64_t offset, double p, double scale,
                              cudaStream_t stream) {
   if (total == 0) return cudaSuccess;
-  return visit_f32_f64(t, [&](auto tag) {
+  return visit_random_float(t, [&](auto tag) {
     using T = decltype(tag);
     return visit_activation(act, [&](auto u) {
       constexpr Unary U = decltype(u)::value;
-      constexpr int64_t per = std::is_same_v<T, float> ? 4 : 2;
+      constexpr int64_t per = uniforms_per_block<T>;
       const int64_t blocks = (total + per - 1) / per;
       launch_kernel(bias_act_dropout_kernel<T, U>, blocks_for(keep ? blocks : total), kThreads, stream,
                     static_cast<const T*>(x), static_cast<const T*>(bias), static_cast<T*>(y), keep, total, n, blocks,
@@ -678,7 +694,7 @@ cudaError_t bias_act_dropout_backward(Unary act, ScalarType t, const void* g, co
                                       const bool* keep, void* gx, int64_t total, int64_t n, double scale,
                                       cudaStream_t stream) {
   if (total == 0) return cudaSuccess;
-  return visit_f32_f64(t, [&](auto tag) {
+  return visit_random_float(t, [&](auto tag) {
     using T = decltype(tag);
     return visit_activation(act, [&](auto u) {
       constexpr Unary U = decltype(u)::value;
@@ -693,7 +709,7 @@ cudaError_t bias_act_dropout_backward(Unary act, ScalarType t, const void* g, co
 cudaError_t normal(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t offset, double mean, double stddev,
                    cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return visit_f32_f64(t, [&](auto tag) {
+  return visit_random_float(t, [&](auto tag) {
     using T = decltype(tag);
     launch_kernel(normal_kernel<T>, blocks_for((n + 1) / 2), kThreads, stream, static_cast<T*>(out), n, seed, offset,
                   mean, stddev);

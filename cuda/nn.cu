@@ -33,6 +33,10 @@ __device__ __forceinline__ A neg_inf() {
 
 // ---- softmax ---------------------------------------------------------------------------------------------------
 
+// Elements per thread a row kernel keeps in registers: rows up to kCached × the row's threads (all rows of the warp
+// mode, n <= 256, and up to 4096 with a block of 512) are read from memory once.
+constexpr int kCached = 8;
+
 template <class T>
 __global__ void __launch_bounds__(kMaxThreads)
     softmax_fwd_kernel(const T* __restrict__ x, const uint8_t* __restrict__ mask, bool log, T* __restrict__ y,
@@ -45,11 +49,43 @@ __global__ void __launch_bounds__(kMaxThreads)
     const uint8_t* kr = mask ? mask + r * n : nullptr;
     T* yr = y + r * n;
     A m = ninf;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      const A v = (!kr || kr[j]) ? to_acc(xr[j]) : ninf;
-      m = v > m ? v : m;
+    if (n <= static_cast<int64_t>(blockDim.x) * kCached) {
+      // The row in registers: x read once, where the loops below read it three times (max, sum, write). The same
+      // values in the same order as those loops, so the same results.
+      A v[kCached];
+      unsigned kept = 0;
+#pragma unroll
+      for (int i = 0; i < kCached; ++i) {
+        const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+        const bool k = j < n && (!kr || kr[j]);
+        v[i] = k ? to_acc(xr[j]) : ninf;
+        kept |= k ? 1u << i : 0u;
+        m = v[i] > m ? v[i] : m;
+      }
+      m = row_reduce(m, MaxOp{}, sh);
+      if (m != ninf) {  // else the NaN / dead-row handling below
+        A s = 0;
+#pragma unroll
+        for (int i = 0; i < kCached; ++i)
+          if ((kept >> i) & 1u) s += dexp(v[i] - m);
+        s = row_reduce(s, SumOp{}, sh);
+        const A inv = A(1) / s, ls = log ? dlog(s) : A(0);
+#pragma unroll
+        for (int i = 0; i < kCached; ++i) {
+          const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+          if (j >= n) break;
+          const bool k = (kept >> i) & 1u;
+          yr[j] = from_acc<T>(log ? (k ? (v[i] - m) - ls : ninf) : (k ? dexp(v[i] - m) * inv : A(0)));
+        }
+        continue;
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const A v = (!kr || kr[j]) ? to_acc(xr[j]) : ninf;
+        m = v > m ? v : m;
+      }
+      m = row_reduce(m, MaxOp{}, sh);
     }
-    m = row_reduce(m, MaxOp{}, sh);
     if (m == ninf) {
       // The max skips NaN: a row whose kept entries are all NaN (or NaN and -inf) lands here and gives NaN on
       // its kept entries, as in PyTorch; otherwise nothing is kept, or every kept entry is -inf: a dead row,
@@ -91,6 +127,24 @@ __global__ void __launch_bounds__(kMaxThreads)
     const T* yr = y + r * n;
     const uint8_t* kr = mask ? mask + r * n : nullptr;
     T* o = gx + r * n;
+    if (!log && n <= static_cast<int64_t>(blockDim.x) * kCached) {
+      // As below, with g and y read once into registers (the same sums in the same order).
+      A gv[kCached], yv[kCached], dot = 0;
+#pragma unroll
+      for (int i = 0; i < kCached; ++i) {
+        const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+        gv[i] = j < n ? to_acc(gr[j]) : A(0), yv[i] = j < n ? to_acc(yr[j]) : A(0);
+        if (j < n) dot += gv[i] * yv[i];
+      }
+      dot = row_reduce(dot, SumOp{}, sh);
+#pragma unroll
+      for (int i = 0; i < kCached; ++i) {
+        const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+        if (j >= n) break;
+        o[j] = from_acc<T>(yv[i] * (gv[i] - dot));
+      }
+      continue;
+    }
     if (!log) {
       // Masked entries and dead rows have y == 0, so they get 0 without looking at the mask.
       A dot = 0;

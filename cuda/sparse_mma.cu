@@ -28,6 +28,7 @@
 #include "cuda/row_kernels.cuh"
 #include "cuda/sparse_attention_launch.h"
 #include "cuda/sparse_common.cuh"
+#include "cuda/stage_rows.cuh"
 
 namespace asc::cuda {
 namespace {
@@ -71,11 +72,21 @@ struct WarpTiles {
 
 __device__ __forceinline__ bool finite(float v) { return v - v == 0.0f; }  // false for NaN and ±inf
 
+// Packs of 16 bytes a lane keeps in flight when the warp stages a tile: 4 (16 registers); 8 made the forward spill,
+// its accumulators being live while it stages.
+constexpr int kPacks = 4;
+
 // The warp's 16 rows [r0, r0 + 16) of a contiguous (·, D) matrix into dst (stride kLd) in float32, 0 past `limit`
 // and in the columns D .. Dp.
 template <class T>
 __device__ __forceinline__ void stage_own(float* dst, const T* __restrict__ x, int64_t r0, int64_t limit, int64_t D,
                                           int64_t Dp) {
+  if (stage_rows::packable(x, D)) {  // 16-byte loads, kPacks of them in flight at once
+    stage_rows::gather<kPacks>(
+        dst, kLd, x, D, kRows, [&](int r) { return r0 + r < limit ? r0 + r : -1; }, threadIdx.x, 32);
+    stage_rows::zero_columns(dst, kLd, kRows, D, Dp, threadIdx.x, 32);
+    return;
+  }
   for (int r = 0; r < kRows; ++r)
     for (int64_t c = threadIdx.x; c < Dp; c += 32)
       dst[r * kLd + c] = r0 + r < limit && c < D ? to_acc(x[(r0 + r) * D + c]) : 0.0f;
@@ -87,6 +98,13 @@ __device__ __forceinline__ void stage_own(float* dst, const T* __restrict__ x, i
 template <class T>
 __device__ __forceinline__ bool gather_tile(float* dst, const T* __restrict__ x, const int64_t* __restrict__ idx, int n,
                                             unsigned live, int64_t D, int64_t Dp) {
+  if (stage_rows::packable(x, D)) {  // 16-byte loads, kPacks of them in flight at once
+    const bool bad = stage_rows::gather<kPacks>(
+        dst, kLd, x, D, kTile, [&](int r) { return r < n && ((live >> r) & 1u) ? idx[r] : int64_t{-1}; }, threadIdx.x,
+        32);
+    stage_rows::zero_columns(dst, kLd, kTile, D, Dp, threadIdx.x, 32);
+    return warp_or(bad ? 1u : 0u) != 0;
+  }
   unsigned bad = 0;
   for (int r = 0; r < kTile; ++r) {
     const bool on = r < n && ((live >> r) & 1u);

@@ -35,8 +35,12 @@ namespace {
 // moved to opts.device: how creation ops with computed contents (arange, eye, tensor(values)) are made.
 template <class Fill>
 Tensor host_filled(const char* op, const Shape& shape, TensorOptions opts, Fill fill) {
-  Tensor host = Tensor::empty(shape, {opts.dtype, Device::cpu()});
-  ASC_DISPATCH_ALL(opts.dtype, op, [&] { fill(host.data_ptr<scalar_t>()); });
+  // The 16-bit floats have no host arithmetic type: filled in float32 and rounded once (a bfloat16 model on CUDA asks
+  // for eye and arange in its dtype).
+  const DType fill_dtype = is_reduced_float(opts.dtype) ? kFloat32 : opts.dtype;
+  Tensor host = Tensor::empty(shape, {fill_dtype, Device::cpu()});
+  ASC_DISPATCH_ALL(fill_dtype, op, [&] { fill(host.data_ptr<scalar_t>()); });
+  if (fill_dtype != opts.dtype) host = host.to(opts.dtype);
   Tensor t = host.to(opts.device);
   if (opts.requires_grad) t.set_requires_grad(true);
   return t;

@@ -108,6 +108,10 @@ struct SparsePatternCache {
   std::shared_ptr<const void> cpu_plans;         // without padding: made once
   std::mutex mu;                                 // guards the next
   std::shared_ptr<const void> cpu_padded_plans;  // with padding: the last ones made, and for which key_keep
+  // A CPU pattern's copy on a CUDA device (SparsePattern::to), the last one made, and its device index: a pattern
+  // reused across calls is checked, given its block view and copied once. The copy has a cache of its own.
+  std::shared_ptr<const void> device_copy;
+  int device_index = -1;
 };
 // What the kernels read of a pattern: its sizes and lists (SparsePattern::view()), and its cache.
 struct SparsePatternView {

@@ -389,8 +389,9 @@ Tensor bias_activation_dropout(const Tensor& x, const Tensor& bias, Activation a
               bias.shape(), x.size(-1), x.shape());
     ASC_CHECK(bias.dtype() == x.dtype(), "{}: bias dtype {} differs from input dtype {}", kOp, bias.dtype(), x.dtype());
   }
-  // The kernels take float32 and float64; other floating dtypes compose the three ops (the same values).
-  if (x.dtype() != kFloat32 && x.dtype() != kFloat64)
+  // The kernels take float32 and float64, and bfloat16 / float16 on CUDA (computed in float, rounded once); the CPU's
+  // 16-bit tensors compose the three ops.
+  if (x.dtype() != kFloat32 && x.dtype() != kFloat64 && !x.device().is_cuda())
     return dropout(activation(bias.defined() ? add(x, bias) : x, act), p, training, gen);
 
   const bool drop = training && p > 0.0;

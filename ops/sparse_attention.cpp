@@ -378,7 +378,14 @@ SparsePattern SparsePattern::to(Device device) const {
     return p;
   }
   if (row_ptr_.device() == device) return *this;
+  const bool keep_copy = cache_ && row_ptr_.device().is_cpu() && device.is_cuda();
+  if (keep_copy) {
+    std::lock_guard<std::mutex> lock(cache_->mu);
+    if (cache_->device_copy && cache_->device_index == device.index)
+      return *static_cast<const SparsePattern*>(cache_->device_copy.get());
+  }
   SparsePattern p = *this;
+  p.cache_ = std::make_shared<SparsePatternCache>();  // its own: sharing this one would make the kept copy a cycle
   // The transpose moves too (made here on the host if it was not yet); the copy gets a holder of its own.
   const Transpose& t = transposed();
   Tensor col_ptr = t.col_ptr, col_rows = t.col_rows, col_pos = t.col_pos;
@@ -396,6 +403,11 @@ SparsePattern SparsePattern::to(Device device) const {
   std::call_once(p.transpose_->once, [&] {
     p.transpose_->col_ptr = col_ptr, p.transpose_->col_rows = col_rows, p.transpose_->col_pos = col_pos;
   });
+  if (keep_copy) {
+    std::lock_guard<std::mutex> lock(cache_->mu);
+    cache_->device_copy = std::make_shared<const SparsePattern>(p);
+    cache_->device_index = device.index;
+  }
   return p;
 }
 

@@ -85,6 +85,8 @@ class SparsePattern {
   // a pattern already there is returned as is). The lists are checked again on the way (they are being copied
   // anyway), so no path builds a pattern that was not checked. A pattern without lists gets them on the CPU
   // (derived from its block view, at every call: keep the result), and keeps only its view on another CUDA device.
+  // A CPU pattern keeps its last CUDA copy (shared by its copies, freed with the last of them): sparse_attention on
+  // CUDA tensors with a CPU pattern moves it once, not at every call.
   SparsePattern to(Device device) const;
 
   // Copies of the lists, on the pattern's device (int64): editing one cannot change the pattern. (A pattern without

@@ -581,6 +581,10 @@ std::vector<OpCase> matmul_nn_cases() {
       // sizes are not multiples of anything.
       {"matmul odd sizes", {In{{33, 65}}, In{{65, 17}}}, [](const TensorList& a) { return one(matmul(a[0], a[1])); }},
       {"softmax long rows", {In{{3, 700}}}, [](const TensorList& a) { return one(softmax(a[0], -1)); }},
+      // past the 8 elements a thread of the CUDA row kernels keeps in registers (4096 with 512 threads)
+      {"softmax rows past the register cache",
+       {In{{1, 4200}}},
+       [](const TensorList& a) { return one(softmax(a[0], -1)); }},
       {"log_softmax masked long rows",
        {In{{3, 700}}, In{{3, 700}, Kind::Mask}},
        [](const TensorList& a) { return one(log_softmax(a[0], -1, a[1])); }},

@@ -348,6 +348,56 @@ TEST_CASE("cuda parity: random ops give the CPU's numbers") {
   CHECK(testing::same_bits(g.cpu(), c));
 }
 
+// The 16-bit floats draw float32's uniforms: the same keys as float32's dropout from the same generator state, values
+// rounded once; bias_activation_dropout computes in float and rounds once, forward and backward (a bfloat16 training
+// run on the GPU drops out its activations).
+TEST_CASE("cuda parity: 16-bit random ops and dropout keep float32's draws") {
+  ASC_GPU_GUARD();
+  for (DType half : {kBFloat16, kFloat16}) {
+    CAPTURE(dtype_name(half));
+    const Tol tol = half == kBFloat16 ? Tol{1e-2, 1e-2} : Tol{1e-3, 1e-3};
+    for (int64_t n : {1, 5, 1001}) {
+      CAPTURE(n);
+      const Shape s{n};
+      {
+        Generator a(31), b(31);
+        Tensor c = rand(s, {.dtype = kFloat32, .device = gpu()}, &a), g = rand(s, {.dtype = half, .device = gpu()}, &b);
+        CHECK(compare(g.to(kFloat32).cpu(), c.cpu(), tol) == "");
+        CHECK(a.offset() == b.offset());
+      }
+      {
+        Generator a(32), b(32);
+        Tensor x32 = add(rand(s, {.dtype = kFloat32, .device = gpu()}), 0.5);
+        Tensor xh = x32.to(half).set_requires_grad(true);
+        Tensor c = dropout(x32, 0.3, true, &a), g = dropout(xh, 0.3, true, &b);
+        CHECK(a.offset() == b.offset());
+        // dropped exactly where float32 drops (the inputs are >= 0.5: no kept value rounds to 0)
+        CHECK(testing::same_bits(eq(g.to(kFloat32), 0.0).cpu(), eq(c, 0.0).cpu()));
+        CHECK(compare(g.to(kFloat32).cpu(), c.cpu(), tol) == "");
+        g.sum().backward();
+        CHECK(testing::same_bits(eq(xh.grad().to(kFloat32), 0.0).cpu(), eq(c, 0.0).cpu()));
+      }
+      for (const double p : {0.0, 0.25}) {
+        CAPTURE(p);
+        Generator a(33), b(33);
+        Tensor x32 = rand(Shape{3, n}, {.dtype = kFloat32, .device = gpu()});
+        Tensor b32 = rand(Shape{n}, {.dtype = kFloat32, .device = gpu()});
+        Tensor xh = x32.to(half).set_requires_grad(true), bh = b32.to(half).set_requires_grad(true);
+        // float32 from the 16-bit values, so that only the rounding of the result differs
+        Tensor xr = xh.detach().to(kFloat32).set_requires_grad(true),
+               br = bh.detach().to(kFloat32).set_requires_grad(true);
+        Tensor c = bias_activation_dropout(xr, br, Activation::Gelu, p, true, &a);
+        Tensor g = bias_activation_dropout(xh, bh, Activation::Gelu, p, true, &b);
+        CHECK(a.offset() == b.offset());
+        CHECK(compare(g.to(kFloat32).cpu(), c.cpu(), tol) == "");
+        c.sum().backward(), g.sum().backward();
+        CHECK(compare(xh.grad().to(kFloat32).cpu(), xr.grad().cpu(), tol) == "");
+        CHECK(compare(bh.grad().to(kFloat32).cpu(), br.grad().cpu(), Tol{tol.atol * 4, tol.rtol}) == "");
+      }
+    }
+  }
+}
+
 // ---- dtype conversions: every pair, on strided views --------------------------------------------------------------
 
 TEST_CASE("cuda parity: copy between every dtype pair") {

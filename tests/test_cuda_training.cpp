@@ -1,10 +1,18 @@
 // Training on the GPU: the two-moons MLP of the demo trains on CUDA and follows the CPU's loss curve; the same
-// model in bfloat16 with float32 master weights (and float16 with the loss scaler) still learns. Skips, saying
-// so, where no CUDA device is present.
+// model in bfloat16 with float32 master weights (and float16 with the loss scaler) still learns; the trainer's
+// attention models take bfloat16 steps with dropout on. Skips, saying so, where no CUDA device is present.
 #include <cmath>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
 
 #include "ascender.h"
 #include "testing.h"
+#if ASC_TEST_TRAINER  // the trainer library (train/) is built: CLI11 and nlohmann-json were found
+#include "train/trainer.h"
+#endif
 
 using namespace asc;
 using asc::testing::gpu_or_skip;
@@ -25,7 +33,7 @@ std::pair<Tensor, Tensor> two_moons(int64_t n, Generator& g) {
 }
 
 // Losses of `steps` full-batch AdamW steps of a 2-32-32-2 MLP on `device`, from the seed-0 initialisation.
-std::vector<double> train(Device device, int steps, DType compute = kFloat32) {
+std::vector<double> train_mlp(Device device, int steps, DType compute = kFloat32) {
   manual_seed(0);
   auto mlp = std::make_shared<nn::MLP>(nn::MLPOptions({2, 32, 32, 2}).activation("tanh"));
   Generator g(1);
@@ -65,7 +73,7 @@ std::vector<double> train(Device device, int steps, DType compute = kFloat32) {
 
 TEST_CASE("CUDA training: the demo MLP follows the CPU loss curve") {
   if (!gpu_or_skip()) return;
-  std::vector<double> cpu = train(Device::cpu(), 200), gpu = train(Device::cuda(), 200);
+  std::vector<double> cpu = train_mlp(Device::cpu(), 200), gpu = train_mlp(Device::cuda(), 200);
   for (size_t i = 0; i < cpu.size(); ++i)
     CHECK_MESSAGE(std::abs(gpu[i] - cpu[i]) <= 1e-3 * std::max(1.0, std::abs(cpu[i])),
                   "step " << i << ": cpu " << cpu[i] << " gpu " << gpu[i]);
@@ -74,10 +82,43 @@ TEST_CASE("CUDA training: the demo MLP follows the CPU loss curve") {
 
 TEST_CASE("CUDA mixed precision: bf16 and f16 compute with float32 master weights still learn") {
   if (!gpu_or_skip()) return;
-  std::vector<double> ref = train(Device::cuda(), 200);
+  std::vector<double> ref = train_mlp(Device::cuda(), 200);
   for (DType dt : {kBFloat16, kFloat16}) {
-    std::vector<double> mp = train(Device::cuda(), 200, dt);
+    std::vector<double> mp = train_mlp(Device::cuda(), 200, dt);
     CHECK_MESSAGE(mp.back() < 2 * ref.back() + 0.05,
                   "dtype " << dtype_name(dt) << ": final loss " << mp.back() << " vs float32 " << ref.back());
   }
 }
+
+#if ASC_TEST_TRAINER
+// `train --device cuda --dtype bfloat16` runs every op of a step in bfloat16: dropout, the feed-forward's fused
+// bias-activation-dropout, the attention kernels, the optimizer on float32 masters. Each model kind that takes bfloat16
+// on CUDA trains a few steps of a tiny task with dropout on, and its losses stay finite.
+TEST_CASE("CUDA bfloat16 training: each attention model's steps run in bfloat16 with dropout") {
+  if (!gpu_or_skip()) return;
+  // per process: ctest runs this program twice at once in the emulator build (both thread orders)
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("asc_cuda_bf16_train_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  struct Rows : train::Callback {
+    std::vector<double> losses;
+    void on_row(train::Trainer&, const train::Row& r) override { losses.push_back(r.loss); }
+  };
+  for (const char* model : {"dense", "asam", "ascender"}) {
+    INFO("model ", model);
+    train::Config c;
+    c.task = "listops", c.min_len = 24, c.max_len = 32, c.train_size = 32, c.val_size = 8, c.test_size = 8;
+    c.model = model, c.d_model = 16, c.heads = 2, c.layers = 1, c.ffn = 32, c.k = {4};
+    c.dropout = 0.1, c.attn_dropout = std::string(model) == "asam" ? 0.0 : 0.1;  // ASAM has no attention dropout
+    c.batch = 8, c.steps = 3, c.eval_every = 3, c.eval_batches = 1, c.progress = "none";
+    c.device = "cuda", c.dtype = "bfloat16", c.out = (root / model).string();
+    train::Trainer t(c);
+    auto rows = std::make_shared<Rows>();
+    t.add_callback(rows);
+    CHECK(t.fit());
+    REQUIRE_FALSE(rows->losses.empty());
+    for (double l : rows->losses) CHECK(std::isfinite(l));
+  }
+  std::filesystem::remove_all(root);
+}
+#endif

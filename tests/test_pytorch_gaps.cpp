@@ -993,17 +993,19 @@ TEST_CASE("eye(n, m): vs naive for n < m, n > m, n == m and zero sizes; the dtyp
   for (auto [n, m] : std::vector<std::pair<int64_t, int64_t>>{{3, 5}, {5, 3}, {4, 4}, {1, 1}, {0, 3}, {3, 0}, {0, 0}}) {
     CAPTURE(n);
     CAPTURE(m);
-    for (DType dt : {kFloat32, kFloat64, kInt64}) {
+    // the 16-bit floats too (filled in float32 and rounded: a bfloat16 model on CUDA asks for them)
+    for (DType dt : {kFloat32, kFloat64, kInt64, kBFloat16, kFloat16}) {
       const Tensor e = eye(n, m, {.dtype = dt});
       CHECK(e.shape() == Shape({n, m}));
       CHECK(e.dtype() == dt);
       std::vector<double> want;
       for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < m; ++j) want.push_back(i == j ? 1.0 : 0.0);
-      check_close(e, want, 0, 0);
+      check_close(e.to(kFloat64), want, 0, 0);
     }
   }
   CHECK(same_bits(eye(4, 4), eye(4)));
+  CHECK(same_bits(arange(5, {.dtype = kBFloat16}).to(kFloat32), arange(5, {.dtype = kFloat32})));
   CHECK(eye(2, 3).dtype() == kFloat32);
   Tensor g = eye(4, 5, {.dtype = kFloat64, .requires_grad = true});  // torch.eye(4, 5, requires_grad=True)
   CHECK(g.requires_grad());

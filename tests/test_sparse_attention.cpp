@@ -856,7 +856,15 @@ TEST_CASE("the block view of a pattern on a CUDA device holds exactly the patter
     check_view_holds(d, p.dense_mask().to_vector<bool>());
     // Back on the CPU: the same lists.
     CHECK(d.to(Device::cpu()).row(p.groups() - 1, p.queries() - 1) == p.row(p.groups() - 1, p.queries() - 1));
+    // Moved again (as sparse_attention does at every call with a CPU pattern): the kept copy, not a new one — and a
+    // copy of the pattern shares it.
+    const SparsePattern again = p.to(Device::cuda()), via_copy = SparsePattern(p).to(Device::cuda());
+    CHECK(again.block_view().rblk_ptr == d.block_view().rblk_ptr);
+    CHECK(via_copy.block_view().kblk_bits == d.block_view().kblk_bits);
   }
+  // A pattern built afresh gets a copy of its own.
+  const SparsePattern w1 = local_window_pattern(37, 5, true), w2 = local_window_pattern(37, 5, true);
+  CHECK(w1.to(Device::cuda()).block_view().rblk_ptr != w2.to(Device::cuda()).block_view().rblk_ptr);
 }
 
 namespace {

@@ -23,6 +23,9 @@
 #   7. train: experiment 5's ListOps runs of ASAM and of dense attention (its flags, experiments/e5_asam.py) with
 #      --dtype bfloat16, 40 steps, the profiler on 2 of them: tokens/s, and how much of a step is the device's work,
 #      the host's waiting and the host's own work (the profile's last line).
+#   8. Where the time goes in the slow rows: the profiler's table (device and host time per op, --profile) of
+#      ASCender fused at n = 4096, the window kernel and the ASAM layer; then, where Nsight Compute (ncu) is
+#      installed, its per-kernel device times of the same ASCender and window rows (one repetition each).
 set -uo pipefail
 
 EXES=(test_cuda_mma bench_ascender bench_gpu bench_asam train)
@@ -114,6 +117,20 @@ TRAIN=(--device "$DEVICE" --steps "$([ "$QUICK" = 1 ] && echo 4 || echo 40)" --p
 [ "$DEVICE" = cuda ] && TRAIN+=(--dtype bfloat16)
 step 7-train-asam 45 "$BIN/train" "${E5_ASAM[@]}" "${TRAIN[@]}" --out "$OUT/train_asam"
 step 7-train-dense 30 "$BIN/train" "${E5_DENSE[@]}" "${TRAIN[@]}" --out "$OUT/train_dense"
+N_PROF=$([ "$QUICK" = 1 ] && echo 256 || echo 4096)
+ASC1=("$BIN/bench_ascender" --device "$DEVICE" --no-torch --reps 1 --n "$N_PROF" --impl fused)
+ASAM1=("$BIN/bench_asam" --device "$DEVICE" --reps 1 --n "$N_PROF")
+if [ "$DEVICE" = cuda ]; then ASC1+=(--dtype bfloat16) ASAM1+=(--dtype bfloat16); fi
+mkdir -p "$OUT/traces"
+step 8-profile-ascender 40 "${ASC1[@]}" --profile "$OUT/traces/ascender.json"
+step 8-profile-window 30 "${ASAM1[@]}" --batch "$B_ASAM" --impl window --profile "$OUT/traces/window.json"
+step 8-profile-asam-layer 30 "${ASAM1[@]}" --impl asam --profile "$OUT/traces/asam_layer.json"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+if [ "$DEVICE" = cuda ] && [ -n "$NCU" ]; then
+  NCU_ARGS=("$NCU" --metrics gpu__time_duration.sum --print-summary per-kernel)
+  step 8-ncu-ascender 90 "${NCU_ARGS[@]}" "${ASC1[@]}"
+  step 8-ncu-window 60 "${NCU_ARGS[@]}" "${ASAM1[@]}" --batch "$B_ASAM" --impl window
+fi
 log "done"
 
 # One report: the facts, each step's table as the tool printed it (its lines from the header row on).

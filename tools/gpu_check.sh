@@ -10,6 +10,9 @@
 #                                                # (and -DASC_WITH_DNNL=OFF -DASC_WITH_BLAS=OFF -DASC_WITH_MPI=OFF: the
 #                                                # GPU machine has neither libdnnl, OpenBLAS nor MPI)
 #
+# With --prebuilt and no CTEST_ARGS, ctest leaves out the tests that read the build machine's files or packages
+# (package_example, package_headers: the static libraries and development packages; cuda_host_pass, cuda_ptx_kernels:
+# nvcc's kept files and the build machine's Python); CTEST_ARGS replaces that choice.
 # SKIP_BENCH=1 leaves the benchmarks out (a SKIPPED row). Every step but the configure, the build and ctest (which
 # has its own per-test limits) runs under a time limit (STEP_TIMEOUT seconds, default 600); the sanitizer runs,
 # independent of each other, run SANITIZER_JOBS at a time (default 1; they share the GPU, and each is mostly host
@@ -157,6 +160,8 @@ if [ $BUILT -eq 1 ]; then
   step "parity suite" parity.log "test cases:|assertions:|passed, .* failed" \
     env ASC_REQUIRE_GPU=1 "$BUILD/tests/test_cuda_parity"
   # CTEST_ARGS: more ctest arguments, e.g. -E to leave out tests that need this machine's packages.
+  [ $PREBUILT -eq 1 ] && [ -z "${CTEST_ARGS:-}" ] &&
+    CTEST_ARGS='-E package_example|package_headers|cuda_host_pass$|cuda_ptx_kernels'
   # shellcheck disable=SC2086
   NO_LIMIT=1 step "ctest" ctest.log "tests passed|tests failed" \
     env ASC_REQUIRE_GPU=1 ctest --test-dir "$BUILD" --output-on-failure -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-}
