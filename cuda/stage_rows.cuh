@@ -34,8 +34,8 @@ __device__ __forceinline__ bool packable(const T* x, int64_t width) {
 // kBatch packs per thread are in flight at once. Returns whether a staged value is not finite (this thread's
 // values only). Needs packable(x, width).
 template <int kBatch, class T, class Src>
-__device__ __forceinline__ bool gather(float* dst, int ld, const T* __restrict__ x, int64_t width, int rows_n, Src&& src,
-                                     int t, int nthreads) {
+__device__ __forceinline__ bool gather(float* dst, int ld, const T* __restrict__ x, int64_t width, int rows_n,
+                                       Src&& src, int t, int nthreads) {
   constexpr int V = kVec<T>;
   const int per_row = static_cast<int>(width) / V, total = rows_n * per_row;
   bool bad = false;
