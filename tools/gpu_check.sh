@@ -12,7 +12,8 @@
 #
 # With --prebuilt and no CTEST_ARGS, ctest leaves out the tests that read the build machine's files or packages
 # (package_example, package_headers: the static libraries and development packages; cuda_host_pass, cuda_ptx_kernels:
-# nvcc's kept files and the build machine's Python); CTEST_ARGS replaces that choice.
+# nvcc's kept files and the build machine's Python), and the tests CTEST_EXCLUDE names (a regular expression, e.g.
+# 'experiments_smoke|readme_commands'); CTEST_ARGS replaces that choice.
 # SKIP_BENCH=1 leaves the benchmarks out (a SKIPPED row). Every step but the configure, the build and ctest (which
 # has its own per-test limits) runs under a time limit (STEP_TIMEOUT seconds, default 600); the sanitizer runs,
 # independent of each other, run SANITIZER_JOBS at a time (default 1; they share the GPU, and each is mostly host
@@ -161,7 +162,7 @@ if [ $BUILT -eq 1 ]; then
     env ASC_REQUIRE_GPU=1 "$BUILD/tests/test_cuda_parity"
   # CTEST_ARGS: more ctest arguments, e.g. -E to leave out tests that need this machine's packages.
   [ $PREBUILT -eq 1 ] && [ -z "${CTEST_ARGS:-}" ] &&
-    CTEST_ARGS='-E package_example|package_headers|cuda_host_pass$|cuda_ptx_kernels'
+    CTEST_ARGS="-E package_example|package_headers|cuda_host_pass\$|cuda_ptx_kernels${CTEST_EXCLUDE:+|$CTEST_EXCLUDE}"
   # shellcheck disable=SC2086
   NO_LIMIT=1 step "ctest" ctest.log "tests passed|tests failed" \
     env ASC_REQUIRE_GPU=1 ctest --test-dir "$BUILD" --output-on-failure -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-}

@@ -54,6 +54,7 @@ if [ "$1" = pack ]; then
     path="$(ldd "$BUILD/libascender.so.0.2" | awk -v l="$lib" '$1 ~ "^" l "\\.so" {print $3}')"
     [ -n "$path" ] && cp -L "$path" "$PACK/lib/"
   done
+  # experiment 5's flags, made here: experiments/ looks for a build of the machine it runs on, which the GPU one lacks
   (cd "$ROOT/experiments" && python3 -c 'import sys, e5_asam; e5_asam.write_arm_flags(sys.argv[1])' "$PACK/flags") ||
     exit 2
   pack_b=$(find "$PACK" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
@@ -91,7 +92,7 @@ log "timing run done"
 # ctest leaves out, beside what --prebuilt leaves out, the tests that need this repository's data packages
 # (experiments_smoke: Fashion-MNIST), read its reports against the build machine's runs (reports_current,
 # readme_commands: minutes of CPU work) or kill and resume CPU runs (crash_consistency): none touches the GPU.
-CTEST_ARGS="${CTEST_ARGS:--E package_example|package_headers|cuda_host_pass\$|cuda_ptx_kernels|experiments_smoke|readme_commands|reports_current|crash_consistency}" \
+CTEST_EXCLUDE="${CTEST_EXCLUDE:-experiments_smoke|readme_commands|reports_current|crash_consistency}" \
   SKIP_BENCH=1 STEP_TIMEOUT="${STEP_TIMEOUT:-150}" SANITIZER_JOBS="${SANITIZER_JOBS:-8}" CTEST_JOBS="${CTEST_JOBS:-8}" \
   timeout -k 5 "${CHECK_TIMEOUT_S:-240}" bash "$ROOT/tools/gpu_check.sh" --prebuilt "$ROOT/$REL"
 rc=$?
