@@ -77,7 +77,8 @@ cudaError_t unit_rows_backward(FloatElem t, const void* x, const void* norm, con
 
 // The tensor-core forward (cuda/ascender_mma.cu), for the inputs mma_takes: bfloat16 / float16, or float32 when TF32
 // is allowed; d ≤ 64, d_z and d_a ≤ 32, k ≤ 32. workspace: mma_workspace_floats(p, records) floats (the keys' and
-// latents' norms, the rows' u_i and c_i, and with `records` what the backward needs of each row). nbr: where N(i)
+// latents' norms and inverse norms, |z_j|², the rows' u_i and c_i, and with `records` what the backward needs of each
+// row). nbr: where N(i)
 // goes, (B, H, T, nbr_k) int64 as saved_nbr reads it, or null.
 bool mma_takes(FloatElem t, const Params& p, bool allow_tf32);
 // Its constant-row threshold: four units of the operands' roundoff (bfloat16 2^-8, float16 and TF32 2^-11).

@@ -63,25 +63,37 @@ using tiles::neg_inf;
 constexpr int kWarps = 4;
 constexpr int kBlockRows = kWarps * kRows;  // 64 query rows per block
 
-// Shared memory: region A holds the key tiles of a pass (and the keys' |z_j|² and inverse norms), and during pass 1 and
-// the row step also the warps' top-k lists (its first kListWords; pass 1's tiles follow them); before pass 1, the
-// block's rows are staged at kUOffset. Region B is TF32's P scratch. u_i and c_i go through global memory (the
-// workspace), read back as A fragments per tile.
-constexpr int kListWords = kWarps * kRows * kMaxNbr * 2;  // values and indices
-constexpr int kUOffset = kListWords;
-constexpr int kRegionA = 3 * kTileD + 2 * kTileL + 3 * kTile;  // k_rot, k, v, e, z tiles; |z_j|², 1/|k_j|, 1/|e_j|
-constexpr int kRegionB = kWarps * kRows * mma_tiles::kPld;
-static_assert(kUOffset + kBlockRows * kLdL <= kRegionA, "the block's rows fit region A beside the lists");
-static_assert(kListWords + kTileD + 2 * kTileL + 2 * kTile <= kRegionA, "pass 1's tiles fit region A beside the lists");
+// Shared memory: region A holds the key tiles of a pass (of the inputs' element type S, and the keys' |z_j|² and
+// inverse norms in float32), kSets<S> sets of them (for_tiles_pipelined), and during pass 1 and the row step also
+// the warps' top-k lists (its first kListBytes; pass 1's sets follow them); before pass 1, the block's rows are
+// staged after the lists. Region B is TF32's P scratch. u_i and c_i go through global memory (the workspace), read
+// back as A fragments per tile.
+constexpr int kListBytes = kWarps * kRows * kMaxNbr * 2 * 4;  // values (float) and indices (int)
+constexpr int kFieldBytes = kTile * 4;                        // one float per key of a tile
+template <class S>
+constexpr int kPass1Set = tile_bytes<S>(kMaxD) + 2 * tile_bytes<S>(kMaxL) + 2 * kFieldBytes;  // k_rot e z; fields
+template <class S>
+constexpr int kPass23Set = 3 * tile_bytes<S>(kMaxD) + 2 * tile_bytes<S>(kMaxL) + 3 * kFieldBytes;  // k_rot k v e z
+template <class S>
+constexpr int region_a_bytes() {
+  const int rows = kListBytes + tile_bytes<S>(kMaxL, kBlockRows);
+  const int pass1 = kListBytes + kSets<S> * kPass1Set<S>, pass23 = kSets<S> * kPass23Set<S>;
+  return rows > pass1 ? (rows > pass23 ? rows : pass23) : (pass1 > pass23 ? pass1 : pass23);
+}
+template <class S>
+constexpr int kRegionB = mma::kind_of<S>() == Kind::TF32 ? kWarps* kRows* mma_tiles::kPld : 1;
 
 template <class S>
 __global__ void __launch_bounds__(32 * kWarps, 1)
-    ascender_mma_forward_kernel(Params p, const float* __restrict__ knorm, const float* __restrict__ enorm,
-                                float* __restrict__ u_rows, float* __restrict__ c_rows, int64_t* __restrict__ nbr_out,
-                                int64_t nbr_k, float* __restrict__ rec) {
+    ascender_mma_forward_kernel(Params p, MmaWorkspace ws, int64_t* __restrict__ nbr_out, int64_t nbr_k, bool records) {
   constexpr Kind K = mma::kind_of<S>();
-  __shared__ float A_[kRegionA];
-  __shared__ float B_[kRegionB];
+  constexpr int LdD = ld_of<S>(kMaxD), LdL = ld_of<S>(kMaxL);  // the staged tiles' strides
+  float* const u_rows = ws.u;                                  // (rows, d)
+  float* const c_rows = ws.c;                                  // (rows, d_z)
+  float* const rec = records ? ws.rec : nullptr;               // (rows, kRec)
+  __shared__ Bytes16 A_words[region_a_bytes<S>() / 16];        // 16-byte aligned
+  unsigned char* const A_ = reinterpret_cast<unsigned char*>(A_words);
+  __shared__ float B_[kRegionB<S>];
   __shared__ int list_m[kWarps][kRows];
   const int warp = threadIdx.y, lane = threadIdx.x, g = mma::lane_g(), tt = mma::lane_t();
   const int64_t n = p.T, d = p.d, dz = p.dz, da = p.da, H = p.H;
@@ -95,8 +107,9 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
                    static_cast<const S*>(p.z) + bh * n * dz,
                    static_cast<const S*>(p.e) + bh * n * da,
                    static_cast<const S*>(p.scalars),
-                   knorm + bh * n,
-                   enorm + bh * n,
+                   ws.kinv + bh * n,
+                   ws.einv + bh * n,
+                   ws.zsq + bh * n,
                    b,
                    h,
                    bh};
@@ -113,58 +126,52 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   int64_t row[2];  // this lane's rows: g and g + 8 of the warp's
   row[0] = tw + g, row[1] = tw + g + 8;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) einv[r] = row[r] < n ? 1.0f / fmaxf(hd.enorm[row[r]], 1e-8f) : 0.0f;
+  for (int r = 0; r < 2; ++r) einv[r] = row[r] < n ? hd.einv[row[r]] : 0.0f, zz[r] = row[r] < n ? hd.zsq[row[r]] : 0.0f;
   {
-    float* rows = A_ + kUOffset;  // 64 rows of stride kLdL
-    stage(rows, kLdL, hd.e, t0, kBlockRows, n, da, dap);
+    S* const rows = reinterpret_cast<S*>(A_ + kListBytes);  // 64 rows of stride LdL
+    stage(rows, LdL, hd.e, t0, kBlockRows, n, da, dap);
+    staged();
+    mma_tiles::load_rows(ea, rows + warp * kRows * LdL, LdL, dap);
     __syncthreads();
-    mma_tiles::load_rows(ea, rows + warp * kRows * kLdL, kLdL, dap);
-    __syncthreads();
-    stage(rows, kLdL, hd.z, t0, kBlockRows, n, dz, dzp);
-    __syncthreads();
-    mma_tiles::load_rows(za, rows + warp * kRows * kLdL, kLdL, dzp);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float s = 0.0f;
-      for (int64_t c = 0; c < dz; ++c)
-        s += as_operand<K>(rows[(warp * kRows + g + 8 * r) * kLdL + c]) *
-             as_operand<K>(rows[(warp * kRows + g + 8 * r) * kLdL + c]);
-      zz[r] = s;  // of the operands' values, as ZZs
-    }
+    stage(rows, LdL, hd.z, t0, kBlockRows, n, dz, dzp);
+    staged();
+    mma_tiles::load_rows(za, rows + warp * kRows * LdL, LdL, dzp);
     __syncthreads();
   }
 
   // ---- pass 1: neighbourhoods, ρ, W and the centroids' numerators -------------------------------------------------
-  float* const tv = A_ + warp * kRows * kMaxNbr * 2;  // this warp's lists: values (16, kMaxNbr), then indices
+  float* const tv = reinterpret_cast<float*>(A_) + warp * kRows * kMaxNbr * 2;  // this warp's lists: values (16,
+                                                                                // kMaxNbr), then indices
   int* const ti = reinterpret_cast<int*>(tv + kRows * kMaxNbr);
   if (lane < kRows) list_m[warp][lane] = 0;
   float rho[2] = {0.0f, 0.0f}, W[2] = {0.0f, 0.0f}, nan_sel[2] = {0.0f, 0.0f};
   FragC cnum[kMaxL / 8] = {};
   {
-    float* const KRs = A_ + kListWords;
-    float* const Es = KRs + kTileD;
-    float* const Zs = Es + kTileL;
-    float* const ZZs = Zs + kTileL;
-    float* const EN = ZZs + kTile;  // 1 / max(|e_j|, 1e-8)
-    for_tiles(vis, [&](int64_t s0) {
-      __syncthreads();
-      if (p.use_align && p.select_by_scores) stage(KRs, kLdD, hd.kr, s0, kTile, n, d, dp);
-      if (p.use_align && !p.select_by_scores) {
-        stage(Es, kLdL, hd.e, s0, kTile, n, da, dap);
-        inv_norms(EN, hd.enorm, s0, kTile, n, 1e-8f);
-      }
-      if (p.use_sep || p.use_coh) stage(Zs, kLdL, hd.z, s0, kTile, n, dz, dzp), squares<K>(ZZs, hd.z, s0, kTile, n, dz);
-      __syncthreads();
+    S *KRs, *Es, *Zs;
+    float *ZZs, *EN;  // |z_j|², 1 / max(|e_j|, 1e-8)
+    auto use = [&](int set) {
+      Carve cv{A_ + kListBytes + set * kPass1Set<S>};
+      KRs = cv.tile<S>(kMaxD), Es = cv.tile<S>(kMaxL), Zs = cv.tile<S>(kMaxL);
+      ZZs = cv.take<float>(kTile), EN = cv.take<float>(kTile);
+    };
+    auto stage1 = [&](int64_t s0, int set) {
+      use(set);
+      if (p.use_align && p.select_by_scores) stage(KRs, LdD, hd.kr, s0, kTile, n, d, dp);
+      if (p.use_align && !p.select_by_scores) stage(Es, LdL, hd.e, s0, kTile, n, da, dap), fields(EN, hd.einv, s0, n);
+      if (p.use_sep || p.use_coh) stage(Zs, LdL, hd.z, s0, kTile, n, dz, dzp), fields(ZZs, hd.zsq, s0, n);
+    };
+    for_tiles_pipelined<kSets<S>>(vis, stage1, [&](int64_t s0, int set) {
+      use(set);
       FragC sel[kNt], zd[kNt], wgt[kNt];
       if (p.use_align) {
         if (p.select_by_scores) {
           mma_tiles::RowsA<K, kMaxD> qa;
           load_global(qa, hd.q, tw, n, d, dp);
-          mma_tiles::products(sel, qa, KRs, kLdD, dp);
+          mma_tiles::products(sel, qa, KRs, LdD, dp);
         } else
-          mma_tiles::products(sel, ea, Es, kLdL, dap);
+          mma_tiles::products(sel, ea, Es, LdL, dap);
       }
-      if (p.use_sep || p.use_coh) mma_tiles::products(zd, za, Zs, kLdL, dzp);
+      if (p.use_sep || p.use_coh) mma_tiles::products(zd, za, Zs, LdL, dzp);
 #pragma unroll
       for (int j = 0; j < kNt; ++j)
 #pragma unroll
@@ -188,7 +195,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
             sel[j].x[e] = cand && x == x ? x : neg_inf<float>();  // not a candidate (or NaN): never inserted
           }
         }
-      if (p.use_coh) mma_tiles::times_tile<K, kMaxL>(cnum, wgt, Zs, kLdL, dzp, B_ + warp * kRows * mma_tiles::kPld);
+      if (p.use_coh) mma_tiles::times_tile<K, kMaxL>(cnum, wgt, Zs, LdL, dzp, B_ + warp * kRows * mma_tiles::kPld);
       if (p.use_align) {
         // The 4 lanes of a group hold different candidates of the same two rows: they insert in turn.
         for (int turn = 0; turn < 4; ++turn) {
@@ -239,7 +246,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       float s[2] = {0.0f, 0.0f};
       for (int t = 0; t < m; ++t) {
         const int64_t l = ti[rr * kMaxNbr + t];
-        const float kinv = 1.0f / fmaxf(hd.knorm[l], 1e-12f);
+        const float kinv = hd.kinv[l];
 #pragma unroll
         for (int u = 0; u < 2; ++u)
           if (lane + 32 * u < d) s[u] += to_acc(hd.k[l * d + lane + 32 * u]) * kinv;
@@ -282,32 +289,32 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   }
   __syncthreads();  // u_i and c_i are written (read back by other lanes); region A takes tiles again
 
-  // The tiles of passes 2 and 3 (region A), and a tile's recomputed products.
-  float* const KRs = A_;
-  float* const KHs = KRs + kTileD;
-  float* const Vs = KHs + kTileD;
-  float* const Es = Vs + kTileD;
-  float* const Zs = Es + kTileL;
-  float* const ZZs = Zs + kTileL;
-  float* const KN = ZZs + kTile;  // 1 / max(|k_j|, 1e-12)
-  float* const EN = KN + kTile;   // 1 / max(|e_j|, 1e-8)
-  const float delta = hd.scalar(kDelta, H);
-  auto stage_keys = [&](int64_t s0, bool scores) {
-    __syncthreads();
-    if (scores) stage(KRs, kLdD, hd.kr, s0, kTile, n, d, dp), stage(Vs, kLdD, hd.v, s0, kTile, n, d, dp);
-    if (p.use_align) stage(KHs, kLdD, hd.k, s0, kTile, n, d, dp), inv_norms(KN, hd.knorm, s0, kTile, n, 1e-12f);
-    if (p.use_sep) stage(Es, kLdL, hd.e, s0, kTile, n, da, dap), inv_norms(EN, hd.enorm, s0, kTile, n, 1e-8f);
-    if (p.use_sep || p.use_coh) stage(Zs, kLdL, hd.z, s0, kTile, n, dz, dzp), squares<K>(ZZs, hd.z, s0, kTile, n, dz);
-    __syncthreads();
+  // The tiles of passes 2 and 3 (region A; set `set` after use(set)), and a tile's recomputed products.
+  S *KRs, *KHs, *Vs, *Es, *Zs;
+  float *ZZs, *KN, *EN;  // |z_j|², 1 / max(|k_j|, 1e-12), 1 / max(|e_j|, 1e-8)
+  auto use = [&](int set) {
+    Carve cv{A_ + set * kPass23Set<S>};
+    KRs = cv.tile<S>(kMaxD), KHs = cv.tile<S>(kMaxD), Vs = cv.tile<S>(kMaxD), Es = cv.tile<S>(kMaxL);
+    Zs = cv.tile<S>(kMaxL), ZZs = cv.take<float>(kTile), KN = cv.take<float>(kTile), EN = cv.take<float>(kTile);
   };
+  const float delta = hd.scalar(kDelta, H);
+  auto stage_keys = [&](int64_t s0, int set, bool scores) {
+    use(set);
+    if (scores) stage(KRs, LdD, hd.kr, s0, kTile, n, d, dp), stage(Vs, LdD, hd.v, s0, kTile, n, d, dp);
+    if (p.use_align) stage(KHs, LdD, hd.k, s0, kTile, n, d, dp), fields(KN, hd.kinv, s0, n);
+    if (p.use_sep) stage(Es, LdL, hd.e, s0, kTile, n, da, dap), fields(EN, hd.einv, s0, n);
+    if (p.use_sep || p.use_coh) stage(Zs, LdL, hd.z, s0, kTile, n, dz, dzp), fields(ZZs, hd.zsq, s0, n);
+  };
+  auto stage2 = [&](int64_t s0, int set) { stage_keys(s0, set, false); };  // pass 2 needs no k_rot, v
+  auto stage3 = [&](int64_t s0, int set) { stage_keys(s0, set, true); };
   // One tile's raw-row sources, term by term (each a (16 × kTile) tile; one at a time keeps the registers down):
   // r = u_i · k̂_j, φ = w^sep [a - δ]_+, dc = |z_j - c_i|². d2 = |z_i - z_j|² from the z product zd.
   auto d2_of = [&](const FragC& zd, int j, int e) { return dist2(zz[e >> 1], ZZs[col_of(j, e)], zd.x[e]); };
   auto align_tile = [&](FragC(&x)[kNt]) { ascender_mma::align_tile<K>(x, U, tw, n, d, dp, KHs, KN); };
   auto sep_tile = [&](FragC(&x)[kNt]) {
     FragC zd[kNt];
-    mma_tiles::products(x, ea, Es, kLdL, dap);  // e_i · e_j, then φ
-    mma_tiles::products(zd, za, Zs, kLdL, dzp);
+    mma_tiles::products(x, ea, Es, LdL, dap);  // e_i · e_j, then φ
+    mma_tiles::products(zd, za, Zs, LdL, dzp);
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
 #pragma unroll
@@ -323,8 +330,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   Moments ma[2], ms[2], mc[2];
   float var_c[2] = {0.0f, 0.0f};
   if (p.use_align || p.use_sep || p.use_coh)
-    for_tiles(vis, [&](int64_t s0) {
-      stage_keys(s0, false);
+    for_tiles_pipelined<kSets<S>>(vis, stage2, [&](int64_t s0, int set) {
+      use(set);
       const unsigned kb = keep_bits(s0);
       FragC x[kNt];
       if (p.use_align) {
@@ -346,7 +353,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       if (p.use_coh) {
         FragC zd[kNt];
         coh_tile(x);
-        mma_tiles::products(zd, za, Zs, kLdL, dzp);
+        mma_tiles::products(zd, za, Zs, LdL, dzp);
 #pragma unroll
         for (int j = 0; j < kNt; ++j)
 #pragma unroll
@@ -409,14 +416,14 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // ---- pass 3: S, the online softmax and y = A V -------------------------------------------------------------------
   float mrow[2] = {neg_inf<float>(), neg_inf<float>()}, l[2] = {0.0f, 0.0f};
   FragC acc[kMaxD / 8] = {};
-  for_tiles(vis, [&](int64_t s0) {
-    stage_keys(s0, true);
+  for_tiles_pipelined<kSets<S>>(vis, stage3, [&](int64_t s0, int set) {
+    use(set);
     const unsigned kb = keep_bits(s0);
     FragC s[kNt], x[kNt];
     {
       mma_tiles::RowsA<K, kMaxD> qa;
       load_global(qa, hd.q, tw, n, d, dp);
-      mma_tiles::products(s, qa, KRs, kLdD, dp);
+      mma_tiles::products(s, qa, KRs, LdD, dp);
     }
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
@@ -479,7 +486,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     for (int dd = 0; dd < kMaxD / 8; ++dd)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[dd].x[e] *= corr[e >> 1];
-    mma_tiles::times_tile<K, kMaxD>(acc, s, Vs, kLdD, dp, B_ + warp * kRows * mma_tiles::kPld);
+    mma_tiles::times_tile<K, kMaxD>(acc, s, Vs, LdD, dp, B_ + warp * kRows * mma_tiles::kPld);
   });
   S* const y = static_cast<S*>(p.y) + bh * n * d;
 #pragma unroll
@@ -498,15 +505,22 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   }
 }
 
-// |x_r| of each row of a (rows, cols) matrix in float32; one warp per row.
+// The per-key fields of the workspace (MmaWorkspace) of row r of every (batch, head): |k_r|, |e_r| in float32, their
+// inverses as the products use them, and |z_r|² of the operands; one warp per row.
 template <class S>
-__global__ void row_norms_kernel(const S* x, int64_t rows, int64_t cols, float* norm) {
+__global__ void key_fields_kernel(Params p, MmaWorkspace ws) {
   const int64_t r = blockIdx.x;
-  if (r >= rows) return;
-  float s = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += 32) s += to_acc(x[r * cols + c]) * to_acc(x[r * cols + c]);
-  s = tiles::warp_sum(s);
-  if (threadIdx.x == 0) norm[r] = sqrtf(s);
+  if (r >= ws.rows) return;
+  auto norm = [&](const void* base, int64_t cols) {
+    const S* const x = static_cast<const S*>(base) + r * cols;
+    float s = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += 32) s += to_acc(x[c]) * to_acc(x[c]);
+    return sqrtf(tiles::warp_sum(s));
+  };
+  const float kn = norm(p.k, p.d), en = norm(p.e, p.da);
+  if (threadIdx.x != 0) return;
+  ws.knorm[r] = kn, ws.enorm[r] = en, ws.kinv[r] = 1.0f / fmaxf(kn, 1e-12f), ws.einv[r] = 1.0f / fmaxf(en, 1e-8f);
+  ws.zsq[r] = operand_sq<mma::kind_of<S>()>(static_cast<const S*>(p.z) + r * p.dz, p.dz);
 }
 
 cudaError_t checked(cudaError_t e) { return e != cudaSuccess ? e : cudaGetLastError(); }
@@ -523,7 +537,7 @@ bool mma_takes(FloatElem t, const Params& p, bool allow_tf32) {
 }
 
 int64_t mma_workspace_floats(const Params& p, bool records) {
-  return p.B * p.H * p.T * (2 + p.d + p.dz + (records ? kRec : 0));
+  return rows16(p) * (MmaWorkspace::kKeyFields + p.d + p.dz + (records ? kRec : 0));
 }
 
 cudaError_t mma_forward(FloatElem t, const Params& p, void* workspace, bool records, int64_t* nbr, int64_t nbr_k,
@@ -532,16 +546,12 @@ cudaError_t mma_forward(FloatElem t, const Params& p, void* workspace, bool reco
   auto go = [&](auto tag) -> cudaError_t {
     using S = decltype(tag);
     const MmaWorkspace w(p, workspace);
-    cudaError_t err = checked(launch_kernel(row_norms_kernel<S>, dim3(grid_dim(w.rows)), dim3(32), stream,
-                                            static_cast<const S*>(p.k), w.rows, p.d, w.knorm));
-    if (err != cudaSuccess) return err;
-    err = checked(launch_kernel(row_norms_kernel<S>, dim3(grid_dim(w.rows)), dim3(32), stream,
-                                static_cast<const S*>(p.e), w.rows, p.da, w.enorm));
+    const cudaError_t err =
+        checked(launch_kernel(key_fields_kernel<S>, dim3(grid_dim(w.rows)), dim3(32), stream, p, w));
     if (err != cudaSuccess) return err;
     const dim3 grid(grid_dim((p.T + kBlockRows - 1) / kBlockRows), grid_dim(p.B * p.H, kMaxGridYZ));
-    return checked(launch_kernel(ascender_mma_forward_kernel<S>, grid, dim3(32, kWarps), stream, p,
-                                 static_cast<const float*>(w.knorm), static_cast<const float*>(w.enorm), w.u, w.c, nbr,
-                                 nbr_k, records ? w.rec : nullptr));
+    return checked(
+        launch_kernel(ascender_mma_forward_kernel<S>, grid, dim3(32, kWarps), stream, p, w, nbr, nbr_k, records));
   };
   return visit_mma_elem(t, go);
 }

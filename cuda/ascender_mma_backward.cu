@@ -31,6 +31,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/ascender_launch.h"
 #include "cuda/ascender_mma_common.cuh"
@@ -73,13 +74,13 @@ enum Coef : int { cD, cA1, cA2, cA3, cS1, cS2, cS3, cDrho, cC1, cC2, cC3, cDvw, 
 struct BackWs {
   float *coef, *dscal, *ds, *dc, *dzq, *deq, *dkhat, *dehat;
   __host__ __device__ BackWs(const Params& p, void* base) {
-    const int64_t rows = p.B * p.H * p.T;
+    const int64_t rows = rows16(p);
     coef = static_cast<float*>(base), dscal = coef + rows * kCoef, ds = dscal + rows * kNumScalars;
     dc = ds + rows * p.d, dzq = dc + rows * p.dz, deq = dzq + rows * p.dz, dkhat = deq + rows * p.da;
     dehat = dkhat + rows * p.d;
   }
   static int64_t floats(const Params& p) {
-    return p.B * p.H * p.T * (int64_t(kCoef) + int64_t(kNumScalars) + 2 * p.d + 2 * p.dz + 2 * p.da);
+    return rows16(p) * (int64_t(kCoef) + int64_t(kNumScalars) + 2 * p.d + 2 * p.dz + 2 * p.da);
   }
 };
 
@@ -138,9 +139,13 @@ template <class S, QPass kPass>
 __global__ void __launch_bounds__(32 * kQWarps, 1)
     ascender_mma_query_kernel(BackwardParams bp, BackWs ws, MmaWorkspace fw) {
   constexpr Kind K = mma::kind_of<S>();
-  // The key tiles (k_rot, k, v, e, z; |z_j|², 1/|k_j|, 1/|e_j|) and TF32's P scratch.
-  __shared__ float T_[3 * kTileD + 2 * kTileL + 3 * kTile];
-  __shared__ float B_[kQWarps * kRows * kPld];
+  constexpr int LdD = ld_of<S>(kMaxD), LdL = ld_of<S>(kMaxL);  // the staged tiles' strides
+  // kSets<S> sets of the key tiles (k_rot, k, v, e, z, of the inputs' type; |z_j|², 1/|k_j|, 1/|e_j|) and TF32's
+  // P scratch.
+  constexpr int kSetBytes = 3 * tile_bytes<S>(kMaxD) + 2 * tile_bytes<S>(kMaxL) + 3 * 4 * kTile;
+  __shared__ Bytes16 T_words[kSets<S> * kSetBytes / 16];
+  unsigned char* const T_ = reinterpret_cast<unsigned char*>(T_words);
+  __shared__ float B_[K == Kind::TF32 ? kQWarps * kRows * kPld : 1];
   const Params& p = bp.fwd;
   const int warp = threadIdx.y, g = mma::lane_g(), tt = mma::lane_t();
   const int64_t n = p.T, d = p.d, dz = p.dz, da = p.da, H = p.H;
@@ -154,7 +159,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
   const S* scal = static_cast<const S*>(p.scalars);
   auto scalar = [&](int s) { return to_acc(scal[s * H + h]); };
   const float *U = fw.u + bh * n * d, *Cr = fw.c + bh * n * dz;
-  const float *knorm = fw.knorm + bh * n, *enorm = fw.enorm + bh * n;
+  const float* const kinv = fw.kinv + bh * n;
   const float inv_sqrt_d = 1.0f / sqrtf(float(d)), tau = scalar(kTauScore), inv_tau = 1.0f / tau;
   const float inv_tau_s = static_cast<float>(1 / p.tau_sep[h]), inv_tau_c = static_cast<float>(1 / p.tau_coh[h]);
   const float delta = scalar(kDelta);
@@ -170,42 +175,36 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
     const int64_t i = row[r] < n ? row[r] : n - 1;  // rows past n read row n - 1 and write nothing
     rec[r] = fw.rec + (bh * n + i) * kRec;
     coef[r] = ws.coef + (bh * n + i) * kCoef;
-    einv[r] = 1.0f / fmaxf(enorm[i], 1e-8f);
-    for (int64_t c = 0; c < dz; ++c) {
-      const float zv = as_operand<K>(to_acc(Z[i * dz + c]));
-      zz[r] += zv * zv;  // of the operands' values, as the forward
-    }
-    if (p.use_coh) cc[r] = centroid_sq(Cr + i * dz, dz);  // c_i exists with cohesion
+    einv[r] = fw.einv[bh * n + i], zz[r] = fw.zsq[bh * n + i];  // as the forward's (MmaWorkspace)
+    if (p.use_coh) cc[r] = centroid_sq(Cr + i * dz, dz);        // c_i exists with cohesion
   }
 
   RowsA<K, kMaxL> ea, za;  // the rows' e and z as A fragments, held
   load_global(ea, E, tw, n, da, dap);
   load_global(za, Z, tw, n, dz, dzp);
 
-  float* const KRs = T_;
-  float* const KHs = KRs + kTileD;
-  float* const Vs = KHs + kTileD;
-  float* const Es = Vs + kTileD;
-  float* const Zs = Es + kTileL;
-  float* const ZZs = Zs + kTileL;
-  float* const KN = ZZs + kTile;  // 1 / max(|k_j|, 1e-12)
-  float* const EN = KN + kTile;   // 1 / max(|e_j|, 1e-8)
-  float* const scratch = B_ + warp * kRows * kPld;
+  S *KRs, *KHs, *Vs, *Es, *Zs;  // set `set` after use(set)
+  float *ZZs, *KN, *EN;         // |z_j|², 1 / max(|k_j|, 1e-12), 1 / max(|e_j|, 1e-8)
+  auto use = [&](int set) {
+    Carve cv{T_ + set * kSetBytes};
+    KRs = cv.tile<S>(kMaxD), KHs = cv.tile<S>(kMaxD), Vs = cv.tile<S>(kMaxD), Es = cv.tile<S>(kMaxL);
+    Zs = cv.tile<S>(kMaxL), ZZs = cv.take<float>(kTile), KN = cv.take<float>(kTile), EN = cv.take<float>(kTile);
+  };
+  float* const scratch = B_ + (K == Kind::TF32 ? warp * kRows * kPld : 0);
   constexpr bool kScores = kPass != QPass::Coh;  // every pass but Coh recomputes S, P and dS
-  auto stage_keys = [&](int64_t s0) {
-    __syncthreads();
-    if (kScores) stage(KRs, kLdD, KR, s0, kTile, n, d, dp), stage(Vs, kLdD, V, s0, kTile, n, d, dp);
-    if (kScores && p.use_align) stage(KHs, kLdD, KK, s0, kTile, n, d, dp), inv_norms(KN, knorm, s0, kTile, n, 1e-12f);
-    if (kScores && p.use_sep) stage(Es, kLdL, E, s0, kTile, n, da, dap), inv_norms(EN, enorm, s0, kTile, n, 1e-8f);
-    if (p.use_sep || p.use_coh) stage(Zs, kLdL, Z, s0, kTile, n, dz, dzp), squares<K>(ZZs, Z, s0, kTile, n, dz);
-    __syncthreads();
+  auto stage_keys = [&](int64_t s0, int set) {
+    use(set);
+    if (kScores) stage(KRs, LdD, KR, s0, kTile, n, d, dp), stage(Vs, LdD, V, s0, kTile, n, d, dp);
+    if (kScores && p.use_align) stage(KHs, LdD, KK, s0, kTile, n, d, dp), fields(KN, fw.kinv + bh * n, s0, n);
+    if (kScores && p.use_sep) stage(Es, LdL, E, s0, kTile, n, da, dap), fields(EN, fw.einv + bh * n, s0, n);
+    if (p.use_sep || p.use_coh) stage(Zs, LdL, Z, s0, kTile, n, dz, dzp), fields(ZZs, fw.zsq + bh * n, s0, n);
   };
   // The terms' sources over a tile, as the forward's: r = u_i · k̂_j; separation's hinge and weight; dc = |z_j - c_i|²;
   // d² from the z product.
   auto align_tile = [&](FragC(&x)[kNt]) { ascender_mma::align_tile<K>(x, U, tw, n, d, dp, KHs, KN); };
   auto sep_tile = [&](FragC(&hinge)[kNt], FragC(&w)[kNt]) {  // then φ = w [hinge]_+
-    mma_tiles::products(hinge, ea, Es, kLdL, dap);
-    mma_tiles::products(w, za, Zs, kLdL, dzp);
+    mma_tiles::products(hinge, ea, Es, LdL, dap);
+    mma_tiles::products(w, za, Zs, LdL, dzp);
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
 #pragma unroll
@@ -216,7 +215,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
   };
   auto coh_tile = [&](FragC(&x)[kNt]) { ascender_mma::coh_tile<K>(x, Cr, tw, n, dz, dzp, Zs, ZZs, cc); };
   auto d2_tile = [&](FragC(&x)[kNt]) {
-    mma_tiles::products(x, za, Zs, kLdL, dzp);
+    mma_tiles::products(x, za, Zs, LdL, dzp);
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
 #pragma unroll
@@ -228,7 +227,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
     {
       RowsA<K, kMaxD> qa;
       load_global(qa, Q, tw, n, d, dp);
-      mma_tiles::products(s, qa, KRs, kLdD, dp);
+      mma_tiles::products(s, qa, KRs, LdD, dp);
     }
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
@@ -258,7 +257,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
     {
       RowsA<K, kMaxD> ga;
       load_global(ga, GY, tw, n, d, dp);
-      mma_tiles::products(dpp, ga, Vs, kLdD, dp);
+      mma_tiles::products(dpp, ga, Vs, LdD, dp);
     }
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
@@ -278,8 +277,8 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
     // Σ_{h>0} w P, Σ_{h>0} w P dP, and over kept keys Σ_{h>0} w, Σ_{h>0} w φ.
     enum { kP, kD, kG, kHs, kFa, kEa, kFs, kEs, kFc, kEc, kWP, kWPdP, kW, kWphi, kSums };
     float sum[2][kSums] = {};
-    for_tiles(vis, [&](int64_t s0) {
-      stage_keys(s0);
+    for_tiles_pipelined<kSets<S>>(vis, stage_keys, [&](int64_t s0, int set) {
+      use(set);
       const unsigned kb = keep_bits(s0);
       FragC s[kNt], pp[kNt], dpp[kNt], x[kNt];
       probabilities(s0, kb, s, pp, dpp);
@@ -416,8 +415,8 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
 #pragma unroll
     for (int r = 0; r < 2; ++r)
       c[r][0] = coef[r][cD], c[r][1] = coef[r][cA1], c[r][2] = coef[r][cA2], c[r][3] = coef[r][cA3];
-    for_tiles(vis, [&](int64_t s0) {
-      stage_keys(s0);
+    for_tiles_pipelined<kSets<S>>(vis, stage_keys, [&](int64_t s0, int set) {
+      use(set);
       const unsigned kb = keep_bits(s0);
       FragC s[kNt], pp[kNt], dpp[kNt];
       probabilities(s0, kb, s, pp, dpp);
@@ -425,7 +424,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
       for (int j = 0; j < kNt; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) pp[j].x[e] = pp[j].x[e] * (dpp[j].x[e] - c[e >> 1][0]) * inv_tau;  // dS
-      times_tile<K, kMaxD>(dq, pp, KRs, kLdD, dp, scratch);
+      times_tile<K, kMaxD>(dq, pp, KRs, LdD, dp, scratch);
       if (p.use_align) {
         align_tile(s);
 #pragma unroll
@@ -435,7 +434,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
             const float* const cr = c[e >> 1];
             s[j].x[e] = affine(kb >> (4 * j + e) & 1u, cr[1], cr[2], cr[3], pp[j].x[e], s[j].x[e]) * KN[col_of(j, e)];
           }
-        times_tile<K, kMaxD>(du, s, KHs, kLdD, dp, scratch);
+        times_tile<K, kMaxD>(du, s, KHs, LdD, dp, scratch);
       }
     });
     float* const dqo = static_cast<float*>(bp.dq) + bh * n * d;
@@ -471,7 +470,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
           float sv = 0.0f;
           for (int t = 0; t < m; ++t) {
             const int64_t l = nbr[(bh * n + i) * p.saved_nbr_k + t];
-            sv += to_acc(KK[l * d + cl]) * (1.0f / fmaxf(knorm[l], 1e-12f));
+            sv += to_acc(KK[l * d + cl]) * kinv[l];
           }
           const float u = U[i * d + cl], g_u = du[dd].x[2 * r + e];
           const float dn = cancelled ? 0.0f : (g_u - u * dot) / snorm;
@@ -482,8 +481,8 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
     // dê_i = Σ_j da_ij ê_j; dc_i = -2 Σ_j ddc_ij (z_j - c_i); separation's dz_i = 2 Σ_j dd²_ij (z_i - z_j).
     FragC de[kMaxL / 8] = {}, dcz[kMaxL / 8] = {}, dzz[kMaxL / 8] = {};
     float sum_ddc[2] = {0, 0}, sum_dd2[2] = {0, 0};
-    for_tiles(vis, [&](int64_t s0) {
-      stage_keys(s0);
+    for_tiles_pipelined<kSets<S>>(vis, stage_keys, [&](int64_t s0, int set) {
+      use(set);
       const unsigned kb = keep_bits(s0);
       FragC s[kNt], pp[kNt], dpp[kNt];
       probabilities(s0, kb, s, pp, dpp);
@@ -511,8 +510,8 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
             hg[j].x[e] = sg.da * EN[col_of(j, e)];  // da / |e_j|, times the raw e_j
             w[j].x[e] = dd2;
           }
-        times_tile<K, kMaxL>(de, hg, Es, kLdL, dap, scratch);
-        times_tile<K, kMaxL>(dzz, w, Zs, kLdL, dzp, scratch);
+        times_tile<K, kMaxL>(de, hg, Es, LdL, dap, scratch);
+        times_tile<K, kMaxL>(dzz, w, Zs, LdL, dzp, scratch);
       }
       if (p.use_coh) {
         FragC dc[kNt], wc[kNt];
@@ -529,7 +528,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
             dc[j].x[e] = as_operand<K>(coh_ddc(kp, fcg, cr[cDvw], w));  // as the product reads it
             sum_ddc[e >> 1] += dc[j].x[e];
           }
-        times_tile<K, kMaxL>(dcz, dc, Zs, kLdL, dzp, scratch);
+        times_tile<K, kMaxL>(dcz, dc, Zs, LdL, dzp, scratch);
       }
     });
     float* const deo = ws.deq + bh * n * da;
@@ -572,8 +571,8 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
 #pragma unroll
     for (int r = 0; r < 2; ++r) inv_w[r] = 1.0f / rec[r][rW], dvw[r] = coef[r][cDvw], dW[r] = coef[r][cDW];
     const float* const dC = ws.dc + bh * n * dz;
-    for_tiles(vis, [&](int64_t s0) {
-      stage_keys(s0);
+    for_tiles_pipelined<kSets<S>>(vis, stage_keys, [&](int64_t s0, int set) {
+      use(set);
       const unsigned kb = keep_bits(s0);
       FragC dc[kNt], wc[kNt], dcz[kNt];
       coh_tile(dc);
@@ -581,7 +580,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
       {
         RowsA<K, kMaxL> dca;
         load_global(dca, dC, tw, n, dz, dzp);
-        mma_tiles::products(dcz, dca, Zs, kLdL, dzp);
+        mma_tiles::products(dcz, dca, Zs, LdL, dzp);
       }
 #pragma unroll
       for (int j = 0; j < kNt; ++j)
@@ -593,7 +592,7 @@ __global__ void __launch_bounds__(32 * kQWarps, 1)
           dc[j].x[e] = as_operand<K>(coh_dd2(kp, dvw[r], dc[j].x[e], dcz[j].x[e], inv_w[r], dW[r], w, inv_tau_c));
           sum_dd2[r] += dc[j].x[e];
         }
-      times_tile<K, kMaxL>(dzz, dc, Zs, kLdL, dzp, scratch);
+      times_tile<K, kMaxL>(dzz, dc, Zs, LdL, dzp, scratch);
     });
     float* const dzo = ws.dzq + bh * n * dz;
 #pragma unroll
@@ -649,13 +648,18 @@ template <class S, KPass kPass>
 __global__ void __launch_bounds__(32 * kKWarps, 1)
     ascender_mma_key_kernel(BackwardParams bp, BackWs ws, MmaWorkspace fw) {
   constexpr Kind K = mma::kind_of<S>();
-  // The query tiles: q, dy, u (d wide), e, z, c (latent wide); their fields; TF32's scratch; N(i)'s membership.
-  // Values reuses the latent tiles' space for the ds rows, Latent the q tile's for the dc rows (after the products).
-  __shared__ float T_[3 * kTileD + 3 * kTileL];
+  constexpr int LdD = ld_of<S>(kMaxD), LdL = ld_of<S>(kMaxL);  // the strides of the inputs' staged tiles
+  // The query tiles: q, dy (d wide), u (float32), e, z (latent wide), c (float32); their fields; TF32's scratch;
+  // N(i)'s membership. Values reuses the latent tiles' space for the ds rows, Latent the q tile's for the dc rows
+  // (both float32, after the products).
+  constexpr int kLatentBytes = 2 * tile_bytes<S>(kMaxL) + tile_bytes<float>(kMaxL);
+  __shared__ Bytes16 T_words[(2 * tile_bytes<S>(kMaxD) + tile_bytes<float>(kMaxD) + kLatentBytes) / 16];
+  unsigned char* const T_ = reinterpret_cast<unsigned char*>(T_words);
   __shared__ float F_[kQF * kTile];
   __shared__ float B_[kKWarps * kRows * kPld];
   __shared__ uint32_t memb[kTile];
-  static_assert(kTileD <= 3 * kTileL, "the ds rows fit the latent tiles' space");
+  static_assert(tile_bytes<float>(kMaxD) <= kLatentBytes, "the ds rows fit the latent tiles' space");
+  static_assert(tile_bytes<float>(kMaxL) <= tile_bytes<S>(kMaxD), "the dc rows fit the q tile's space");
   const Params& p = bp.fwd;
   const int warp = threadIdx.y, g = mma::lane_g(), tt = mma::lane_t();
   const int64_t n = p.T, d = p.d, dz = p.dz, da = p.da, H = p.H;
@@ -668,51 +672,43 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
   const S* GY = static_cast<const S*>(bp.gy) + bh * n * d;
   const S* scal = static_cast<const S*>(p.scalars);
   const float *U = fw.u + bh * n * d, *Cr = fw.c + bh * n * dz;
-  const float *knorm = fw.knorm + bh * n, *enorm = fw.enorm + bh * n;
   const float inv_sqrt_d = 1.0f / sqrtf(float(d)), inv_tau = 1.0f / to_acc(scal[kTauScore * H + h]);
   const float inv_tau_s = static_cast<float>(1 / p.tau_sep[h]), inv_tau_c = static_cast<float>(1 / p.tau_coh[h]);
   const float delta = to_acc(scal[kDelta * H + h]);
   const Visit vis = visit_of(p, j0, kKRows);  // the query rows that keep one of these keys (symmetric to the rows')
 
-  // This lane's keys (rows g, g + 8 of the warp's) and their own norms.
+  // This lane's keys (rows g, g + 8 of the warp's): their inverse norms and |z_j|² (MmaWorkspace).
   int64_t key[2] = {kw + g, kw + g + 8};
-  float kn[2], en[2], zz[2] = {0, 0};
+  float kn[2], en[2], zz[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t j = key[r] < n ? key[r] : n - 1;
-    kn[r] = 1.0f / fmaxf(knorm[j], 1e-12f), en[r] = 1.0f / fmaxf(enorm[j], 1e-8f);
-    for (int64_t c = 0; c < dz; ++c) {
-      const float zv = as_operand<K>(to_acc(Z[j * dz + c]));
-      zz[r] += zv * zv;
-    }
+    const int64_t j = bh * n + (key[r] < n ? key[r] : n - 1);
+    kn[r] = fw.kinv[j], en[r] = fw.einv[j], zz[r] = fw.zsq[j];
   }
-  float* const Qs = T_;
-  float* const DYs = Qs + kTileD;
-  float* const Us = DYs + kTileD;
-  float* const Es = Us + kTileD;
-  float* const Zs = Es + kTileL;
-  float* const Cs = Zs + kTileL;
-  float* const DSs = Es;  // Values: the ds rows, after the products
-  float* const DCs = Qs;  // Latent: the dc rows, after the products
+  Carve cv{T_};
+  S* const Qs = cv.tile<S>(kMaxD);
+  S* const DYs = cv.tile<S>(kMaxD);
+  float* const Us = cv.tile<float>(kMaxD);
+  S* const Es = cv.tile<S>(kMaxL);
+  S* const Zs = cv.tile<S>(kMaxL);
+  float* const Cs = cv.tile<float>(kMaxL);
+  float* const DSs = reinterpret_cast<float*>(Es);  // Values: the ds rows, after the products
+  float* const DCs = reinterpret_cast<float*>(Qs);  // Latent: the dc rows, after the products
   float* const scratch = B_ + warp * kRows * kPld;
   auto F = [&](int f, int q) { return F_[f * kTile + q]; };
 
   auto stage_queries = [&](int64_t s0) {
     __syncthreads();
-    stage(Qs, kLdD, Q, s0, kTile, n, d, dp), stage(DYs, kLdD, GY, s0, kTile, n, d, dp);
+    stage(Qs, LdD, Q, s0, kTile, n, d, dp), stage(DYs, LdD, GY, s0, kTile, n, d, dp);
     if (p.use_align) stage(Us, kLdD, U, s0, kTile, n, d, dp);
-    if (p.use_sep) stage(Es, kLdL, E, s0, kTile, n, da, dap);
-    if (p.use_sep || p.use_coh) stage(Zs, kLdL, Z, s0, kTile, n, dz, dzp);
+    if (p.use_sep) stage(Es, LdL, E, s0, kTile, n, da, dap);
+    if (p.use_sep || p.use_coh) stage(Zs, LdL, Z, s0, kTile, n, dz, dzp);
     if (p.use_coh) stage(Cs, kLdL, Cr, s0, kTile, n, dz, dzp);
     for (int q = block_thread(); q < kTile; q += block_threads()) {
       const int64_t i = s0 + q < n ? s0 + q : n - 1;
       const float* const o = fw.rec + (bh * n + i) * kRec;
       const float* const c = ws.coef + (bh * n + i) * kCoef;
-      float zq = 0.0f;
-      for (int64_t x = 0; x < dz; ++x) {
-        const float zv = as_operand<K>(to_acc(Z[i * dz + x]));
-        zq += zv * zv;
-      }
+      const float zq = fw.zsq[bh * n + i];
       const float cq = p.use_coh ? centroid_sq(Cr + i * dz, dz) : 0.0f;
       const float vals[kQF] = {o[rMax],
                                s0 + q < n ? o[rSum] : 0.0f,
@@ -722,7 +718,7 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
                                o[rKc],
                                zq,
                                cq,
-                               1.0f / fmaxf(enorm[i], 1e-8f),
+                               fw.einv[bh * n + i],
                                c[cD],
                                c[cA1],
                                c[cA2],
@@ -747,20 +743,21 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
         memb[q] = bits;
       }
     }
-    __syncthreads();
+    staged();
   };
   // Entry e of accumulator tile jt: key row key[e >> 1], query column s0 + col_of(jt, e).
   auto keep_bits = [&](int64_t s0) { return ascender_mma::keep_bits<true>(p, b, h, key, s0); };
   // The transposed products: key rows (A, from global memory) times a staged query tile (B).
-  auto products_d = [&](FragC(&x)[kNt], const S* src, const float* tile) {
+  // A tile is S (the inputs) or float (u, c, ds, dc), each with its own stride.
+  auto products_d = [&](FragC(&x)[kNt], const S* src, const auto* tile) {
     RowsA<K, kMaxD> a;
     load_global(a, src, kw, n, d, dp);
-    mma_tiles::products(x, a, tile, kLdD, dp);
+    mma_tiles::products(x, a, tile, ld_of<std::remove_cv_t<std::remove_pointer_t<decltype(tile)>>>(kMaxD), dp);
   };
-  auto products_l = [&](FragC(&x)[kNt], const S* src, int64_t width, int64_t wp, const float* tile) {
+  auto products_l = [&](FragC(&x)[kNt], const S* src, int64_t width, int64_t wp, const auto* tile) {
     RowsA<K, kMaxL> a;
     load_global(a, src, kw, n, width, wp);
-    mma_tiles::products(x, a, tile, kLdL, wp);
+    mma_tiles::products(x, a, tile, ld_of<std::remove_cv_t<std::remove_pointer_t<decltype(tile)>>>(kMaxL), wp);
   };
   auto r_tile = [&](FragC(&x)[kNt]) {  // r_ij = u_i · k̂_j
     products_d(x, KK, Us);
@@ -846,8 +843,8 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
       const unsigned kb = keep_bits(s0);
       FragC pp[kNt], ds[kNt], x[kNt];
       probabilities(s0, kb, pp, ds, x);
-      times_tile<K, kMaxD>(dv, pp, DYs, kLdD, dp, scratch);
-      times_tile<K, kMaxD>(dkr, ds, Qs, kLdD, dp, scratch);
+      times_tile<K, kMaxD>(dv, pp, DYs, LdD, dp, scratch);
+      times_tile<K, kMaxD>(dkr, ds, Qs, LdD, dp, scratch);
       if (p.use_align) {
         r_tile(x);
 #pragma unroll
@@ -860,7 +857,7 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
       }
       __syncthreads();  // the latent tiles are read no more: the ds rows take their place
       if (p.use_align) stage(DSs, kLdD, ws.ds + bh * n * d, s0, kTile, n, d, dp);
-      __syncthreads();
+      staged();
       if (p.use_align) {
         times_tile<K, kMaxD>(dkh, x, Us, kLdD, dp, scratch);
         // The neighbourhoods' share, summed in float32 in the order of the rows (a product would round ds_i to the
@@ -907,7 +904,7 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
       probabilities(s0, kb, pp, ds, x);
       __syncthreads();  // the q tile is read no more: the dc rows take its place
       if (p.use_coh) stage(DCs, kLdL, ws.dc + bh * n * dz, s0, kTile, n, dz, dzp);
-      __syncthreads();
+      staged();
       FragC dd2[kNt] = {};
       if (p.use_sep) {
         FragC hg[kNt];
@@ -924,7 +921,7 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
             dd2[j].x[e] = sg.dd2;
             hg[j].x[e] = sg.da * F(qEN, q);  // da / |e_i|, times the raw e_i
           }
-        times_tile<K, kMaxL>(de, hg, Es, kLdL, dap, scratch);
+        times_tile<K, kMaxL>(de, hg, Es, LdL, dap, scratch);
       }
       if (p.use_coh) {
         FragC dc[kNt], wc[kNt];
@@ -955,7 +952,7 @@ __global__ void __launch_bounds__(32 * kKWarps, 1)
           dd2[j].x[e] = as_operand<K>(dd2[j].x[e]);  // the sum takes what the product reads
           sum_z[e >> 1] += dd2[j].x[e], dd2[j].x[e] *= -2.0f;
         }
-      times_tile<K, kMaxL>(dzk, dd2, Zs, kLdL, dzp, scratch);
+      times_tile<K, kMaxL>(dzk, dd2, Zs, LdL, dzp, scratch);
     });
     float* const dzo = static_cast<float*>(bp.dz) + bh * n * dz;
     float* const deo = ws.dehat + bh * n * da;

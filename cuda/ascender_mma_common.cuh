@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "cuda/ascender_launch.h"
+#include "cuda/async_copy.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/mma_tiles.cuh"
 #include "cuda/row_kernels.cuh"
@@ -26,11 +27,39 @@ using mma_tiles::kRows;
 using mma_tiles::kTile;
 using rows::to_acc;
 
-constexpr int kMaxD = 64;                          // d
-constexpr int kMaxL = 32;                          // d_z, d_a
-constexpr int kMaxNbr = 32;                        // k
-constexpr int kLdD = kMaxD + 4, kLdL = kMaxL + 4;  // shared row strides (distinct banks for the fragment loads)
+constexpr int kMaxD = 64;    // d
+constexpr int kMaxL = 32;    // d_z, d_a
+constexpr int kMaxNbr = 32;  // k
+// The row stride, in elements, of a staged tile of element type T up to W columns wide: rows start on 16 bytes (the
+// pieces async_copy moves) and the fragment loads' 8 rows fall in distinct banks.
+template <class T>
+__host__ __device__ constexpr int ld_of(int W) {
+  return W + 16 / static_cast<int>(sizeof(T));
+}
+constexpr int kLdD = ld_of<float>(kMaxD), kLdL = ld_of<float>(kMaxL);  // float32 tiles
 constexpr int kTileD = kTile * kLdD, kTileL = kTile * kLdL;
+
+// Bytes rounded up to 16, and typed arrays carved one after another out of a byte region of shared memory, each on
+// 16 bytes (the kernels' tiles have the inputs' element type, their per-key fields float32).
+__host__ __device__ constexpr int bytes16(int b) { return (b + 15) / 16 * 16; }
+template <class T>
+__host__ __device__ constexpr int tile_bytes(int W, int rows = kTile) {
+  return bytes16(rows * ld_of<T>(W) * static_cast<int>(sizeof(T)));
+}
+using async_copy::Bytes16;
+struct Carve {
+  unsigned char* at;
+  template <class T>
+  __device__ T* take(int count) {
+    T* const r = reinterpret_cast<T*>(at);
+    at += bytes16(count * static_cast<int>(sizeof(T)));
+    return r;
+  }
+  template <class T>
+  __device__ T* tile(int W, int rows = kTile) {
+    return take<T>(rows * ld_of<T>(W));
+  }
+};
 
 // The block's linear thread index and size (blockDim (32, warps)).
 __device__ __forceinline__ int block_thread() { return threadIdx.y * 32 + threadIdx.x; }
@@ -65,14 +94,22 @@ enum Rec : int {
 enum StatField : int { sCount, sMean, sM2, sSd, sScale };
 __host__ __device__ constexpr int rec_stat(int term, int field) { return rStat + 5 * term + field; }
 
-// The forward's workspace (mma_workspace_floats), float32: the keys' and latents' norms |k_j|, |e_j| (rows), u_i
-// (rows, d), c_i (rows, d_z), and — when the forward keeps them for the backward — the records (rows, kRec).
+// The forward's workspace (mma_workspace_floats), float32: per row, the norms |k_j|, |e_j|, the inverses the
+// products are divided by, 1 / max(|k_j|, 1e-12) and 1 / max(|e_j|, 1e-8), and |z_j|² of z as the operands read it
+// (each (rows)); u_i (rows, d), c_i (rows, d_z), and — when the forward keeps them for the backward — the records
+// (rows, kRec). The per-key fields are made once by key_fields_kernel and copied into each key tile with it.
+// The row count B·H·T rounded up to 4: the workspaces' arrays are spaced by it, so that each starts on 16 bytes (the
+// pieces async_copy moves).
+__host__ __device__ inline int64_t rows16(const Params& p) { return (p.B * p.H * p.T + 3) / 4 * 4; }
+
 struct MmaWorkspace {
-  float *knorm, *enorm, *u, *c, *rec;
+  float *knorm, *enorm, *kinv, *einv, *zsq, *u, *c, *rec;
   int64_t rows;
+  static constexpr int kKeyFields = 5;  // knorm ... zsq
   __host__ __device__ MmaWorkspace(const Params& p, void* base) : rows(p.B * p.H * p.T) {
-    knorm = static_cast<float*>(base), enorm = knorm + rows, u = enorm + rows, c = u + rows * p.d;
-    rec = c + rows * p.dz;
+    const int64_t r = rows16(p);
+    knorm = static_cast<float*>(base), enorm = knorm + r, kinv = enorm + r, einv = kinv + r;
+    zsq = einv + r, u = zsq + r, c = u + r * p.d, rec = c + r * p.dz;
   }
 };
 
@@ -80,27 +117,30 @@ struct MmaWorkspace {
 template <class S>
 struct Head {
   const S *q, *kr, *k, *v, *z, *e, *scal;
-  const float *knorm, *enorm;  // |k_j|, |e_j|
+  const float *kinv, *einv, *zsq;  // 1 / max(|k_j|, 1e-12), 1 / max(|e_j|, 1e-8), |z_j|² (MmaWorkspace)
   int64_t b, h, bh;
   __device__ float scalar(int s, int64_t H) const { return to_acc(scal[s * H + h]); }
 };
 
-// Rows [r0, r0 + rows) of a (n, width) input into dst (stride ld) in float32, 0 past n and past the width (up to wp
-// columns). The unit vectors k̂ and ê are never staged: the products take the inputs themselves (exact operands in
-// bfloat16 / float16) and are divided by the norms after (inv_norms).
-template <class S>
-__device__ __forceinline__ void stage(float* dst, int ld, const S* x, int64_t r0, int rows, int64_t n, int64_t width,
+// Rows [r0, r0 + rows) of a (n, width) array into dst (stride ld), of its own element type, 0 past n and past the
+// width (up to wp columns): copies started by the block's threads (cuda/async_copy.cuh), complete after staged().
+// The unit vectors k̂ and ê are never staged: the products take the inputs themselves (exact operands in bfloat16 /
+// float16) and are divided by the norms after (inv_norms).
+template <class T>
+__device__ __forceinline__ void stage(T* dst, int ld, const T* x, int64_t r0, int rows, int64_t n, int64_t width,
                                       int64_t wp) {
-  for (int e = block_thread(); e < rows * wp; e += block_threads()) {
-    const int r = e / static_cast<int>(wp), c = e % static_cast<int>(wp);
-    dst[r * ld + c] = r0 + r < n && c < width ? to_acc(x[(r0 + r) * width + c]) : 0.0f;
-  }
+  async_copy::tile(dst, ld, x, r0, rows, n, width, wp, block_thread(), block_threads());
+}
+// Every copy the block started is in shared memory, and every other write before it is visible.
+__device__ __forceinline__ void staged() {
+  async_copy::wait_all();
+  __syncthreads();
 }
 
-// 1 / max(|x_r|, eps) of rows [r0, r0 + rows) into out (0 past n).
-__device__ __forceinline__ void inv_norms(float* out, const float* norm, int64_t r0, int rows, int64_t n, float eps) {
-  for (int r = block_thread(); r < rows; r += block_threads())
-    out[r] = r0 + r < n ? 1.0f / fmaxf(norm[r0 + r], eps) : 0.0f;
+// A per-key field of the workspace (MmaWorkspace: an inverse norm, |z_j|²) for keys [r0, r0 + kTile), 0 past n:
+// copies started by the block's threads, complete after staged().
+__device__ __forceinline__ void fields(float* dst, const float* x, int64_t r0, int64_t n) {
+  async_copy::floats(dst, x, r0, kTile, n, block_thread(), block_threads());
 }
 
 // The key tiles a block of rows [t0, t0 + rows) visits: [a0, a1) then [b0, b1), tile starts step kTile. Every key,
@@ -120,6 +160,43 @@ template <class F>
 __device__ __forceinline__ void for_tiles(const Visit& v, F&& f) {
   for (int64_t s0 = v.a0; s0 < v.a1; s0 += kTile) f(s0);
   for (int64_t s0 = v.b0; s0 < v.b1; s0 += kTile) f(s0);
+}
+// How many tiles v holds, and the start of tile t (in for_tiles' order).
+__device__ __forceinline__ int64_t tiles_in(const Visit& v) {
+  return (v.a1 - v.a0 + kTile - 1) / kTile + (v.b1 > v.b0 ? (v.b1 - v.b0 + kTile - 1) / kTile : 0);
+}
+__device__ __forceinline__ int64_t tile_at(const Visit& v, int64_t t) {
+  const int64_t na = (v.a1 - v.a0 + kTile - 1) / kTile;
+  return t < na ? v.a0 + t * kTile : v.b0 + (t - na) * kTile;
+}
+
+// Sets of tile buffers a kernel of element type S keeps: two for the 16-bit kinds, whose next tile is copied while
+// one is computed; one for float32 (TF32), whose tiles leave no room for a second set in 48 KiB of shared memory.
+template <class S>
+inline constexpr int kSets = sizeof(S) == 2 ? 2 : 1;
+
+// The tiles of v, as for_tiles, each copied into shared memory before it is computed:
+//   stage(s0, set)    starts the copies of tile s0 into buffer set `set` (stage(), fields());
+//   compute(s0, set)  reads them.
+// With 2 sets there is one barrier per tile: it finds tile t's copies complete and every thread done with tile
+// t - 1, whose set the copies of tile t + 1 then take while tile t is computed. With 1 set copies and products
+// alternate. It begins with a barrier (the sets may hold what the block read before) and ends without one.
+template <int kNumSets, class Stage, class Compute>
+__device__ __forceinline__ void for_tiles_pipelined(const Visit& v, Stage&& stage, Compute&& compute) {
+  const int64_t count = tiles_in(v);
+  if constexpr (kNumSets == 2) {
+    async_copy::pipeline(
+        count, [&](int64_t t, int set) { stage(tile_at(v, t), set); },
+        [&](int64_t t, int set) { compute(tile_at(v, t), set); });
+  } else {
+    for (int64_t t = 0; t < count; ++t) {
+      const int64_t s0 = tile_at(v, t);
+      __syncthreads();
+      stage(s0, 0);
+      staged();
+      compute(s0, 0);
+    }
+  }
 }
 
 // Whether row i attends to key j: inside the sequence, the window or a global token, and the keep mask.
@@ -202,17 +279,16 @@ __device__ __forceinline__ float as_operand(float x) {
   }
 }
 
-// |x_r|² of rows [r0, r0 + rows) into sq, of the values as operands of kind K (0 past n).
+// |x|² of a row of `width` values as operands of kind K, summed in column order (every |z|² of the kernels is this
+// sum, so that |z_i - z_i|² is 0).
 template <Kind K, class S>
-__device__ __forceinline__ void squares(float* sq, const S* x, int64_t r0, int rows, int64_t n, int64_t width) {
-  for (int r = block_thread(); r < rows; r += block_threads()) {
-    float s = 0.0f;
-    for (int64_t c = 0; c < width && r0 + r < n; ++c) {
-      const float v = as_operand<K>(to_acc(x[(r0 + r) * width + c]));
-      s += v * v;
-    }
-    sq[r] = s;
+__device__ __forceinline__ float operand_sq(const S* x, int64_t width) {
+  float s = 0.0f;
+  for (int64_t c = 0; c < width; ++c) {
+    const float v = as_operand<K>(to_acc(x[c]));
+    s += v * v;
   }
+  return s;
 }
 
 // (x, j) ranks before (y, l) in a neighbourhood: larger score, ties to the lower index.
@@ -270,23 +346,24 @@ struct Standardise {
 //   align_tile  r_ij = u_i · k̂_j: the rows of u (n, d) times the raw keys KHs, over |k_j| (KN = 1 / max(|k_j|, ε));
 //   coh_tile    dc_ij = |z_j - c_i|²: the rows of c (n, d_z) times the keys' z (Zs), with ZZs = |z_j|² and cc the
 //               lane's rows' |c_i|².
-template <Kind K>
+// The key tiles have the inputs' element type and stride ld_of.
+template <Kind K, class T>
 __device__ __forceinline__ void align_tile(FragC (&x)[mma_tiles::kNt], const float* U, int64_t tw, int64_t n, int64_t d,
-                                           int64_t dp, const float* KHs, const float* KN) {
+                                           int64_t dp, const T* KHs, const float* KN) {
   mma_tiles::RowsA<K, kMaxD> ua;
   load_global(ua, U, tw, n, d, dp);
-  mma_tiles::products(x, ua, KHs, kLdD, dp);
+  mma_tiles::products(x, ua, KHs, ld_of<T>(kMaxD), dp);
 #pragma unroll
   for (int j = 0; j < mma_tiles::kNt; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) x[j].x[e] *= KN[mma_tiles::col_of(j, e)];
 }
-template <Kind K>
+template <Kind K, class T>
 __device__ __forceinline__ void coh_tile(FragC (&x)[mma_tiles::kNt], const float* C, int64_t tw, int64_t n, int64_t dz,
-                                         int64_t dzp, const float* Zs, const float* ZZs, const float (&cc)[2]) {
+                                         int64_t dzp, const T* Zs, const float* ZZs, const float (&cc)[2]) {
   mma_tiles::RowsA<K, kMaxL> ca;
   load_global(ca, C, tw, n, dz, dzp);
-  mma_tiles::products(x, ca, Zs, kLdL, dzp);
+  mma_tiles::products(x, ca, Zs, ld_of<T>(kMaxL), dzp);
 #pragma unroll
   for (int j = 0; j < mma_tiles::kNt; ++j)
 #pragma unroll

@@ -3,9 +3,11 @@
 // every product on tensor cores through cuda/mma.cuh — bfloat16 / float16 operands, or float32 as TF32 when the user
 // allows it (asc::cuda::set_allow_tf32) — and float32 accumulators, softmax and statistics.
 //
-// A block has 4 warps (blockDim (32, 4)) and a warp owns 16 rows of its block's tile; operands are staged in shared
-// memory in float32 (the loaders of cuda/mma.cuh round them to the operand kind once), the owned rows' operands are
-// held as A fragments in registers, and every sum has one owner (no atomics: results do not depend on scheduling).
+// A block has 4 warps (blockDim (32, 4)) and a warp owns 16 rows of its block's tile; operands are copied into shared
+// memory as they are stored (cuda/async_copy.cuh; the loaders of cuda/mma.cuh round float32 to TF32 once), in two
+// sets of tile buffers so that the next tile's copies are in flight while a tile is computed; the owned rows'
+// operands are held as A fragments in registers, and every sum has one owner (no atomics: results do not depend on
+// scheduling).
 //   forward     a warp owns 16 query rows. Per tile of 32 keys: S = Q Kᵀ (4 accumulator tiles of 16 × 8), scaled,
 //               masked, biased; the online softmax over the row (each row's 8 entries per lane, then the 4 lanes
 //               of its group by shuffles); O += P V with P as the next A operand (16-bit kinds: straight from the
@@ -21,6 +23,7 @@
 
 #include <cstdint>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/attention_tiles.cuh"
 #include "cuda/flash_attention_launch.h"
 #include "cuda/flash_common.cuh"
@@ -54,47 +57,60 @@ using tiles::neg_inf;
 constexpr int kWarps = 4;                   // blockDim (32, kWarps)
 constexpr int kBlockRows = kWarps * kRows;  // 64 query rows (forward, dq) or keys (dk dv) per block
 constexpr int kMaxD = 64;                   // head dims this path takes
-constexpr int kLd = kMaxD + 4;              // shared row stride: the fragment loads' 32 lanes hit distinct banks
 constexpr int kDt = kMaxD / 8;              // accumulator tiles across the head dim
 template <Kind K>
 using Rows = mma_tiles::RowsA<K, kMaxD>;  // a warp's 16 rows over the head dim
-
-// Rows [r0, r0 + rows) of a (·, D) operand into dst (stride kLd) in float32, 0 past `limit` and past D.
+// The row stride of a staged tile of T: rows start on 16 bytes (the copies' pieces) and the fragment loads' 8 rows
+// fall in distinct banks; a tile's elements; the shared memory of two sets of two tiles (16-byte aligned).
 template <class T>
-__device__ __forceinline__ void stage(float* dst, const T* __restrict__ x, const View4& s, int64_t b, int64_t h,
-                                      int64_t r0, int rows, int64_t limit, int64_t D, int64_t Dp) {
-  const int tid = threadIdx.y * 32 + threadIdx.x;
-  for (int e = tid; e < rows * Dp; e += 32 * kWarps) {
-    const int r = e / static_cast<int>(Dp), c = e % static_cast<int>(Dp);
-    dst[r * kLd + c] = r0 + r < limit && c < D ? to_acc(x[at(s, b, h, r0 + r, c)]) : 0.0f;
-  }
+constexpr int kLd = kMaxD + 16 / static_cast<int>(sizeof(T));
+template <class T>
+constexpr int kTileElems = kTile* kLd<T>;
+template <class T>
+constexpr int kSetsWords = 2 * 2 * kTileElems<T>* static_cast<int>(sizeof(T)) / 16;
+
+// Rows [r0, r0 + rows) (r0 < limit) of a (·, D) operand into dst (stride kLd<T>), of its own type, 0 from `limit`
+// on and past D (to Dp): copies started by the block's threads, complete after wait_all() and a barrier.
+template <class T>
+__device__ __forceinline__ void stage(T* dst, const T* __restrict__ x, const View4& s, int64_t b, int64_t h, int64_t r0,
+                                      int rows, int64_t limit, int64_t D, int64_t Dp) {
+  async_copy::rows(dst, kLd<T>, x + at(s, b, h, r0, 0), s.t, s.c, limit - r0, rows, D, Dp,
+                   static_cast<int>(threadIdx.y * 32 + threadIdx.x), 32 * kWarps);
+}
+__device__ __forceinline__ void staged() {
+  async_copy::wait_all();
+  __syncthreads();
 }
 
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     mma_forward_kernel(Args<T> p, T* __restrict__ o, View4 so, float* __restrict__ lse) {
   constexpr Kind K = mma::kind_of<T>();
-  __shared__ float KV[2 * kTile * kLd];                  // a key and a value tile; first the block's 64 queries
+  constexpr int ld = kLd<T>;
+  __shared__ async_copy::Bytes16 KV_[kSetsWords<T>];     // 2 sets of a key and a value tile; first the block's queries
   __shared__ float Ps[kWarps][kRows * mma_tiles::kPld];  // TF32's P, per warp
-  float *const Ks = KV, *const Vs = KV + kTile * kLd;
+  T* const KV = reinterpret_cast<T*>(KV_);
   const int warp = threadIdx.y;
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, t0 = int64_t(blockIdx.x) * kBlockRows, D = p.D;
   const int64_t Dp = padded<K>(D);
   static_assert(2 * kTile == kBlockRows, "a block's rows are staged where a key and a value tile go");
-  stage(Ks, p.q, p.sq, b, h, t0, kBlockRows, p.Tq, D, Dp);
-  __syncthreads();
+  stage(KV, p.q, p.sq, b, h, t0, kBlockRows, p.Tq, D, Dp);
+  staged();
   Rows<K> qa;
-  mma_tiles::load_rows(qa, Ks + warp * kRows * kLd, kLd, Dp);
+  mma_tiles::load_rows(qa, KV + warp * kRows * ld, ld, Dp);
   float m[2] = {neg_inf<float>(), neg_inf<float>()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
   FragC acc[kDt] = {};
   const int64_t n = keys_for(p, t0, kBlockRows), tw = t0 + warp * kRows;
-  for (int64_t s0 = 0; s0 < n; s0 += kTile) {
-    __syncthreads();  // the queries are in registers; the previous tile's readers are done
-    stage(Ks, p.k, p.sk, b, h, s0, kTile, p.S, D, Dp);
-    stage(Vs, p.v, p.sv, b, h, s0, kTile, p.S, D, Dp);
-    __syncthreads();
+  auto stage_keys = [&](int64_t t, int set) {
+    T* const Ks = KV + set * 2 * kTileElems<T>;
+    stage(Ks, p.k, p.sk, b, h, t * kTile, kTile, p.S, D, Dp);
+    stage(Ks + kTileElems<T>, p.v, p.sv, b, h, t * kTile, kTile, p.S, D, Dp);
+  };
+  async_copy::pipeline((n + kTile - 1) / kTile, stage_keys, [&](int64_t t, int set) {
+    const int64_t s0 = t * kTile;
+    const T *const Ks = KV + set * 2 * kTileElems<T>, *const Vs = Ks + kTileElems<T>;
     FragC s[kNt];
-    mma_tiles::products(s, qa, Ks, kLd, Dp);
+    mma_tiles::products(s, qa, Ks, ld, Dp);
     float mx[2] = {neg_inf<float>(), neg_inf<float>()};
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
@@ -127,8 +143,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     for (int d = 0; d < kDt; ++d)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[d].x[i] *= corr[i >> 1];
-    mma_tiles::times_tile<K, kMaxD>(acc, s, Vs, kLd, Dp, Ps[warp]);
-  }
+    mma_tiles::times_tile<K, kMaxD>(acc, s, Vs, ld, Dp, Ps[warp]);
+  });
   const int tt = mma::lane_t();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -152,20 +168,19 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     mma_backward_dq_kernel(Args<T> p, const T* __restrict__ o, View4 so, const T* __restrict__ dout, View4 sg,
                            const float* __restrict__ lse, float* __restrict__ delta, T* __restrict__ dq) {
   constexpr Kind K = mma::kind_of<T>();
-  __shared__ float KV[2 * kTile * kLd];  // a key and a value tile; first the block's q, then its dO rows
+  constexpr int ld = kLd<T>;
+  __shared__ async_copy::Bytes16 KV_[kSetsWords<T>];  // 2 sets of a key and a value tile; first the block's q and dO
   __shared__ float Ps[kWarps][kRows * mma_tiles::kPld];
-  float *const Ks = KV, *const Vs = KV + kTile * kLd;
+  T* const KV = reinterpret_cast<T*>(KV_);
   const int warp = threadIdx.y, lane = threadIdx.x;
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, t0 = int64_t(blockIdx.x) * kBlockRows, D = p.D;
   const int64_t Dp = padded<K>(D), tw = t0 + warp * kRows;
   Rows<K> qa, ga;
-  stage(Ks, p.q, p.sq, b, h, t0, kBlockRows, p.Tq, D, Dp);
-  __syncthreads();
-  mma_tiles::load_rows(qa, Ks + warp * kRows * kLd, kLd, Dp);
-  __syncthreads();
-  stage(Ks, dout, sg, b, h, t0, kBlockRows, p.Tq, D, Dp);
-  __syncthreads();
-  mma_tiles::load_rows(ga, Ks + warp * kRows * kLd, kLd, Dp);
+  stage(KV, p.q, p.sq, b, h, t0, kBlockRows, p.Tq, D, Dp);
+  stage(KV + 2 * kTileElems<T>, dout, sg, b, h, t0, kBlockRows, p.Tq, D, Dp);
+  staged();
+  mma_tiles::load_rows(qa, KV + warp * kRows * ld, ld, Dp);
+  mma_tiles::load_rows(ga, KV + 2 * kTileElems<T> + warp * kRows * ld, ld, Dp);
   // delta = dO · o of the warp's rows (lane c's columns, then the warp's sum), and their lse.
   float L[2], dl[2];
 #pragma unroll
@@ -186,14 +201,17 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   }
   FragC acc[kDt] = {};
   const int64_t n = keys_for(p, t0, kBlockRows);
-  for (int64_t s0 = 0; s0 < n; s0 += kTile) {
-    __syncthreads();
-    stage(Ks, p.k, p.sk, b, h, s0, kTile, p.S, D, Dp);
-    stage(Vs, p.v, p.sv, b, h, s0, kTile, p.S, D, Dp);
-    __syncthreads();
+  auto stage_keys = [&](int64_t t, int set) {
+    T* const Ks = KV + set * 2 * kTileElems<T>;
+    stage(Ks, p.k, p.sk, b, h, t * kTile, kTile, p.S, D, Dp);
+    stage(Ks + kTileElems<T>, p.v, p.sv, b, h, t * kTile, kTile, p.S, D, Dp);
+  };
+  async_copy::pipeline((n + kTile - 1) / kTile, stage_keys, [&](int64_t t, int set) {
+    const int64_t s0 = t * kTile;
+    const T *const Ks = KV + set * 2 * kTileElems<T>, *const Vs = Ks + kTileElems<T>;
     FragC s[kNt], dp[kNt];
-    mma_tiles::products(s, qa, Ks, kLd, Dp);
-    mma_tiles::products(dp, ga, Vs, kLd, Dp);  // dP = dO Vᵀ
+    mma_tiles::products(s, qa, Ks, ld, Dp);
+    mma_tiles::products(dp, ga, Vs, ld, Dp);  // dP = dO Vᵀ
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
 #pragma unroll
@@ -201,8 +219,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
         const float pj = prob(score(p, b, h, tw + row_of(i), s0 + col_of(j, i), s[j].x[i]), L[i >> 1]);
         s[j].x[i] = p.scale * pj * (dp[j].x[i] - dl[i >> 1]);  // dS
       }
-    mma_tiles::times_tile<K, kMaxD>(acc, s, Ks, kLd, Dp, Ps[warp]);  // dq += dS K
-  }
+    mma_tiles::times_tile<K, kMaxD>(acc, s, Ks, ld, Dp, Ps[warp]);  // dq += dS K
+  });
   const int tt = mma::lane_t();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -223,38 +241,41 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     mma_backward_dkv_kernel(Args<T> p, const T* __restrict__ dout, View4 sg, const float* __restrict__ lse,
                             const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv) {
   constexpr Kind K = mma::kind_of<T>();
-  __shared__ float QG[2 * kTile * kLd];   // a query and a dO tile; first the block's keys, then its values
-  __shared__ float Ls[kTile], Ds[kTile];  // the query tile's lse and delta
+  constexpr int ld = kLd<T>;
+  __shared__ async_copy::Bytes16 QG_[kSetsWords<T>];  // 2 sets of a query and a dO tile; first the block's k and v
+  __shared__ float LD[2][2][kTile];                   // per set, the query tile's lse and delta
   __shared__ float Ps[kWarps][kRows * mma_tiles::kPld];
-  float *const Qs = QG, *const Gs = QG + kTile * kLd;
+  T* const QG = reinterpret_cast<T*>(QG_);
   const int warp = threadIdx.y, tid = warp * 32 + threadIdx.x;
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, j0 = int64_t(blockIdx.x) * kBlockRows, D = p.D;
   const int64_t Dp = padded<K>(D), jw = j0 + warp * kRows;
   Rows<K> ka, va;
-  stage(Qs, p.k, p.sk, b, h, j0, kBlockRows, p.S, D, Dp);
-  __syncthreads();
-  mma_tiles::load_rows(ka, Qs + warp * kRows * kLd, kLd, Dp);
-  __syncthreads();
-  stage(Qs, p.v, p.sv, b, h, j0, kBlockRows, p.S, D, Dp);
-  __syncthreads();
-  mma_tiles::load_rows(va, Qs + warp * kRows * kLd, kLd, Dp);
+  stage(QG, p.k, p.sk, b, h, j0, kBlockRows, p.S, D, Dp);
+  stage(QG + 2 * kTileElems<T>, p.v, p.sv, b, h, j0, kBlockRows, p.S, D, Dp);
+  staged();
+  mma_tiles::load_rows(ka, QG + warp * kRows * ld, ld, Dp);
+  mma_tiles::load_rows(va, QG + 2 * kTileElems<T> + warp * kRows * ld, ld, Dp);
   FragC dka[kDt] = {}, dva[kDt] = {};
   // With causal, query t sees key j when t >= j - (S - T): the block's first key bounds the first query tile.
   int64_t first = p.causal ? j0 - (p.S - p.Tq) : 0;
   first = first < 0 ? 0 : first - first % kTile;
-  for (int64_t i0 = first; i0 < p.Tq; i0 += kTile) {
-    __syncthreads();  // the keys and values are in registers; the previous tile's readers are done
+  const int64_t count = first < p.Tq ? (p.Tq - first + kTile - 1) / kTile : 0;
+  // The query tile's lse and delta are 0 past Tq: such a query's score is -inf, its P 0 whatever its lse.
+  auto stage_queries = [&](int64_t t, int set) {
+    const int64_t i0 = first + t * kTile;
+    T* const Qs = QG + set * 2 * kTileElems<T>;
     stage(Qs, p.q, p.sq, b, h, i0, kTile, p.Tq, D, Dp);
-    stage(Gs, dout, sg, b, h, i0, kTile, p.Tq, D, Dp);
-    if (tid < kTile) {
-      const bool in = i0 + tid < p.Tq;
-      Ls[tid] = in ? lse[bh * p.Tq + i0 + tid] : neg_inf<float>();
-      Ds[tid] = in ? delta[bh * p.Tq + i0 + tid] : 0.0f;
-    }
-    __syncthreads();
+    stage(Qs + kTileElems<T>, dout, sg, b, h, i0, kTile, p.Tq, D, Dp);
+    async_copy::floats(LD[set][0], lse + bh * p.Tq, i0, kTile, p.Tq, tid, 32 * kWarps);
+    async_copy::floats(LD[set][1], delta + bh * p.Tq, i0, kTile, p.Tq, tid, 32 * kWarps);
+  };
+  async_copy::pipeline(count, stage_queries, [&](int64_t t, int set) {
+    const int64_t i0 = first + t * kTile;
+    const T *const Qs = QG + set * 2 * kTileElems<T>, *const Gs = Qs + kTileElems<T>;
+    const float *const Ls = LD[set][0], *const Ds = LD[set][1];
     FragC s[kNt], dp[kNt];
-    mma_tiles::products(s, ka, Qs, kLd, Dp);   // Sᵀ = K Qᵀ: row = key, column = query
-    mma_tiles::products(dp, va, Gs, kLd, Dp);  // dPᵀ = V dOᵀ
+    mma_tiles::products(s, ka, Qs, ld, Dp);   // Sᵀ = K Qᵀ: row = key, column = query
+    mma_tiles::products(dp, va, Gs, ld, Dp);  // dPᵀ = V dOᵀ
     FragC ds[kNt];
 #pragma unroll
     for (int j = 0; j < kNt; ++j)
@@ -265,9 +286,9 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
         s[j].x[i] = pi;
         ds[j].x[i] = p.scale * pi * (dp[j].x[i] - Ds[qi]);
       }
-    mma_tiles::times_tile<K, kMaxD>(dva, s, Gs, kLd, Dp, Ps[warp]);   // dv += Pᵀ dO
-    mma_tiles::times_tile<K, kMaxD>(dka, ds, Qs, kLd, Dp, Ps[warp]);  // dk += dSᵀ Q
-  }
+    mma_tiles::times_tile<K, kMaxD>(dva, s, Gs, ld, Dp, Ps[warp]);   // dv += Pᵀ dO
+    mma_tiles::times_tile<K, kMaxD>(dka, ds, Qs, ld, Dp, Ps[warp]);  // dk += dSᵀ Q
+  });
   const int tt = mma::lane_t();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

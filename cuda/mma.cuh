@@ -100,9 +100,45 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return uint32_t(a) | uint32_t(b) << 16;
 }
 
+// The 16-bit storage type whose values are the operands of kind K as they are (bfloat16 for BF16, half for F16).
+template <Kind K, class T>
+inline constexpr bool kStored = (K == Kind::BF16 && std::is_same_v<T, __nv_bfloat16>) ||
+                                (K == Kind::F16 && std::is_same_v<T, __half>);
+
+// lo and hi as one register of 16-bit operands: their bits when they are stored as the operand (no conversion),
+// else rounded from float.
+template <Kind K, class T>
+__device__ __forceinline__ uint32_t two(const T& lo, const T& hi) {
+  if constexpr (kStored<K, T>) {
+    uint16_t a, b;
+    std::memcpy(&a, &lo, 2), std::memcpy(&b, &hi, 2);
+    return uint32_t(a) | uint32_t(b) << 16;
+  } else {
+    return pack2<K>(to_float(lo), to_float(hi));
+  }
+}
+
+// p[0] and p[1] as one register of 16-bit operands; stored as the operand, p 4-byte aligned, they are one load.
+template <Kind K, class T>
+__device__ __forceinline__ uint32_t adjacent(const T* p) {
+  if constexpr (kStored<K, T>) {
+#if defined(__CUDA_ARCH__) && !defined(ASC_CUDA_EMULATION_RUNTIME)
+    return *reinterpret_cast<const uint32_t*>(p);
+#else
+    uint32_t u;
+    std::memcpy(&u, p, 4);
+    return u;
+#endif
+  } else {
+    return two<K>(p[0], p[1]);
+  }
+}
+
 // ---- fragment loads ----------------------------------------------------------------------------------------------
 // From any memory (shared or global), any element type (float, double, __nv_bfloat16, __half), converted to the
 // kind's operand with one rounding. `p` points at the tile's element (0, 0), `ld` is its row stride in elements.
+// A tile stored as the operands (kStored: bfloat16 for BF16, half for F16) is read without conversion, a pair of
+// adjacent elements in one 4-byte load: then p is 4-byte aligned and ld even.
 
 // The lane: the linear thread index in the block modulo 32, as the hardware forms warps.
 __device__ __forceinline__ int lane() {
@@ -119,7 +155,7 @@ __device__ __forceinline__ void load_a(FragA& a, const T* p, int64_t ld) {
     a.r[0] = tf32_bits(to_float(p[g * ld + t])), a.r[1] = tf32_bits(to_float(p[(g + 8) * ld + t]));
     a.r[2] = tf32_bits(to_float(p[g * ld + t + 4])), a.r[3] = tf32_bits(to_float(p[(g + 8) * ld + t + 4]));
   } else {
-    auto at = [&](int m, int k) { return pack2<K>(to_float(p[m * ld + k]), to_float(p[m * ld + k + 1])); };
+    auto at = [&](int m, int k) { return adjacent<K>(p + m * ld + k); };
     a.r[0] = at(g, 2 * t), a.r[1] = at(g + 8, 2 * t), a.r[2] = at(g, 2 * t + 8), a.r[3] = at(g + 8, 2 * t + 8);
   }
 }
@@ -132,8 +168,7 @@ __device__ __forceinline__ void load_b_nk(FragB& b, const T* p, int64_t ld) {
   if constexpr (K == Kind::TF32) {
     b.r[0] = tf32_bits(to_float(p[g * ld + t])), b.r[1] = tf32_bits(to_float(p[g * ld + t + 4]));
   } else {
-    auto at = [&](int k) { return pack2<K>(to_float(p[g * ld + k]), to_float(p[g * ld + k + 1])); };
-    b.r[0] = at(2 * t), b.r[1] = at(2 * t + 8);
+    b.r[0] = adjacent<K>(p + g * ld + 2 * t), b.r[1] = adjacent<K>(p + g * ld + 2 * t + 8);
   }
 }
 
@@ -144,7 +179,7 @@ __device__ __forceinline__ void load_b_kn(FragB& b, const T* p, int64_t ld) {
   if constexpr (K == Kind::TF32) {
     b.r[0] = tf32_bits(to_float(p[t * ld + g])), b.r[1] = tf32_bits(to_float(p[(t + 4) * ld + g]));
   } else {
-    auto at = [&](int k) { return pack2<K>(to_float(p[k * ld + g]), to_float(p[(k + 1) * ld + g])); };
+    auto at = [&](int k) { return two<K>(p[k * ld + g], p[(k + 1) * ld + g]); };
     b.r[0] = at(2 * t), b.r[1] = at(2 * t + 8);
   }
 }

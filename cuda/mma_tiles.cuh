@@ -1,7 +1,7 @@
 #pragma once
 // What the tensor-core attention kernels share (cuda/flash_mma.cu, cuda/ascender_mma.cu): a warp owns 16 rows of its
 // block's tile and walks tiles of kTile = 32 keys; products over a width (the head dim, a latent dim) take the
-// warp's rows as A fragments held in registers and a staged (kTile, ld) float32 tile of shared memory as B; the
+// warp's rows as A fragments held in registers and a staged (kTile, ld) tile of shared memory as B; the
 // (16 × kTile) results are kTile / 8 accumulator tiles, whose entries a lane holds for rows g and g + 8 (cuda/mma.cuh).
 // C++17 and CUDA headers only (included from .cu files, which the CUDA emulator also compiles as C++).
 #include <cuda_runtime.h>
@@ -37,17 +37,17 @@ __host__ __device__ __forceinline__ int64_t padded(int64_t width) {
 }
 
 // The warp's 16 rows of a staged (·, ld) tile as A fragments, over wp (padded) columns.
-template <Kind K, int W>
-__device__ __forceinline__ void load_rows(RowsA<K, W>& r, const float* rows, int ld, int64_t wp) {
+template <Kind K, int W, class T>
+__device__ __forceinline__ void load_rows(RowsA<K, W>& r, const T* rows, int ld, int64_t wp) {
 #pragma unroll
   for (int s = 0; s < RowsA<K, W>::kSteps; ++s)
     if (s * mma::kK<K> < wp) mma::load_a<K>(r.a[s], rows + s * mma::kK<K>, ld);
 }
 
 // acc[j] (+)= A · (rows 8j .. 8j + 7 of the staged (kTile, ld) tile `keys`)ᵀ over wp columns: a (16 × kTile) tile
-// of products. zero: start from 0 (else accumulate).
-template <Kind K, int W>
-__device__ __forceinline__ void products(FragC (&acc)[kNt], const RowsA<K, W>& r, const float* keys, int ld, int64_t wp,
+// of products. zero: start from 0 (else accumulate). Tiles are float32, or 16-bit as the operands (mma::kStored).
+template <Kind K, int W, class T>
+__device__ __forceinline__ void products(FragC (&acc)[kNt], const RowsA<K, W>& r, const T* keys, int ld, int64_t wp,
                                          bool zero = true) {
 #pragma unroll
   for (int j = 0; j < kNt; ++j) {
@@ -65,8 +65,8 @@ __device__ __forceinline__ void products(FragC (&acc)[kNt], const RowsA<K, W>& r
 // out[d] += P · (the staged (kTile, ld) tile `vals`) over wp output columns (out covers up to W), P the (16 × kTile)
 // accumulators p; `scratch` is this warp's (16, kPld) slice of shared memory, which TF32 goes through (its A layout
 // differs from the accumulators'; the 16-bit kinds take them in registers).
-template <Kind K, int W>
-__device__ __forceinline__ void times_tile(FragC (&out)[W / 8], const FragC (&p)[kNt], const float* vals, int ld,
+template <Kind K, int W, class T>
+__device__ __forceinline__ void times_tile(FragC (&out)[W / 8], const FragC (&p)[kNt], const T* vals, int ld,
                                            int64_t wp, float* scratch) {
   constexpr int kk = mma::kK<K>;
   FragA pa[kTile / kk];

@@ -28,9 +28,10 @@ struct Inputs {
   Tensor q, k_rot, k, v, z, e;  // float64, (B, H, T, ·)
 };
 
-Inputs make_inputs(int64_t B, int64_t H, int64_t T, uint64_t seed, bool requires_grad = false) {
+Inputs make_inputs(int64_t B, int64_t H, int64_t T, uint64_t seed, bool requires_grad = false, int64_t d = 4,
+                   int64_t dl = 3) {
   Inputs in;
-  in.B = B, in.H = H, in.T = T;
+  in.B = B, in.H = H, in.T = T, in.d = d, in.dz = dl, in.da = dl;
   in.q = randn64({B, H, T, in.d}, requires_grad, seed);
   in.k_rot = randn64({B, H, T, in.d}, requires_grad, seed + 1);
   in.k = randn64({B, H, T, in.d}, requires_grad, seed + 2);
@@ -994,7 +995,10 @@ TEST_CASE(
       const Tf32Scope tf32(dt == kFloat32);
       auto dev = [&](const Tensor& t) { return t.to(gpu).to(dt); };
       auto rounded = [&](const Tensor& t) { return dev(t).to(kFloat32).to(Device::cpu()); };
-      Inputs in = make_inputs(2, 2, T, 360 + kind);
+      // Even kinds: widths of whole 16-byte pieces (d 16, d_z = d_a 8), which the tiles are copied in
+      // (cuda/async_copy.cuh); odd kinds: the narrow widths, copied element by element.
+      const bool wide = kind % 2 == 0;
+      Inputs in = make_inputs(2, 2, T, 360 + kind, false, wide ? 16 : 4, wide ? 8 : 3);
       std::vector<double> e(2 * 2 * T * in.da, 0.0);
       for (int64_t r = 0; r < 2 * 2 * T; ++r) e[r * in.da + (r * 7 + r / 5) % 3] = 1.0;
       in.e = tensor(e, {2, 2, T, in.da});
@@ -1040,11 +1044,15 @@ TEST_CASE(
       // and P recomputed from rounded operands. 1.5 times that for the sums over many rows: the learnable scalars'
       // gradients (every row of the batch, with cancellation), and dk — with one-hot ê under a causal mask the first
       // keys are in nearly every row's N(i) (ties go to the lower index), so their dk̂ sums about T rows' ds_i.
+      // A scalar's gradient can be a small remainder of its sum: then its error scales with the largest of the
+      // heads' values, not with its own (with d 16, head 1's dω_align is 0.065 beside head 0's -11.9, and moves
+      // between 0.025 and 0.090 in float64 when k changes by 0.2 %).
       const double tol = dt == kBFloat16 ? 2e-2 : 5e-3;
       for (size_t i = 0; i < cpu_out.size(); ++i) {
         INFO(std::string(kGradNames[i]));
         const double t = i == 3 || i >= 7 ? 1.5 * tol : tol;  // dk, the scalars (kGradNames)
-        check_close(gpu_out[i], cpu_out[i], t, t);
+        const double scale = i >= 7 ? std::max(1.0, max(abs(cpu_out[i])).item<double>()) : 1.0;
+        check_close(gpu_out[i], cpu_out[i], t, t * scale);
       }
     }
 }

@@ -282,6 +282,8 @@ TEST_CASE(
   check_flash(kBFloat16, 2, 2, 70, 45, 40, true, 2, true, true);         // D padded to 48
   check_flash(kFloat16, 1, 2, 65, 66, 64, false, 1, true, false);
   check_flash(kFloat16, 2, 1, 31, 31, 8, true, 1, false, true);  // D padded to 16
+  // D 20: rows are not whole 16-byte pieces, staged element by element (cuda/async_copy.cuh); 3 key tiles.
+  check_flash(kBFloat16, 1, 2, 40, 70, 20, false, 0, false, true);
 }
 
 TEST_CASE("CUDA flash kernel: empty inputs, and MultiHeadAttention in float32 on CUDA agrees with the Math backend") {
