@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "core/generator.h"
@@ -87,19 +88,50 @@ __device__ __forceinline__ void offsets(const Layout<N>& L, int64_t i, int64_t (
 #define ASC_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(blockDim.x) * gridDim.x)
 
+// The dense kernels move 16 bytes of each input per load: one element a thread per load kept too few bytes in flight
+// to reach the memory's bandwidth. kPack<T> elements of T make a 16-byte Pack; Out<R, V> is V results of type R (a
+// comparison writes bools). They need every operand 16-byte aligned (aligned16); the host sends others to the
+// strided kernels.
+template <class T>
+inline constexpr int kPack = 16 / static_cast<int>(sizeof(T));
+template <class T>
+struct alignas(16) Pack {
+  T v[kPack<T>];
+};
+template <class R, int V>
+struct alignas(V * sizeof(R)) Out {
+  R v[V];
+};
+inline bool aligned16(std::initializer_list<const void*> ps) {
+  for (const void* p : ps)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
 // ---- unary ------------------------------------------------------------------------------------------------------
 
 template <Unary U, class T, bool Dense>
 __global__ void unary_kernel(const T* __restrict__ x, T* __restrict__ out, Layout<2> L, UnaryParams p) {
   using C = compute_t<T>;
-  ASC_GRID_STRIDE(i, L.numel) {
-    if constexpr (Dense) {
-      out[i] = convert<T>(math::unary_fwd<U, C>(convert<C>(x[i]), p));
-    } else {
-      int64_t off[2];
-      offsets<2>(L, i, off);
-      out[off[0]] = convert<T>(math::unary_fwd<U, C>(convert<C>(x[off[1]]), p));
+  if constexpr (Dense) {  // 16-byte packs, then the tail element by element
+    constexpr int V = kPack<T>;
+    const int64_t packs = L.numel / V;
+    ASC_GRID_STRIDE(i, packs) {
+      Pack<T> v = reinterpret_cast<const Pack<T>*>(x)[i];
+#pragma unroll
+      for (int k = 0; k < V; ++k) v.v[k] = convert<T>(math::unary_fwd<U, C>(convert<C>(v.v[k]), p));
+      reinterpret_cast<Pack<T>*>(out)[i] = v;
     }
+    ASC_GRID_STRIDE(j, L.numel - packs * V) {
+      const int64_t i = packs * V + j;
+      out[i] = convert<T>(math::unary_fwd<U, C>(convert<C>(x[i]), p));
+    }
+    return;
+  }
+  ASC_GRID_STRIDE(i, L.numel) {
+    int64_t off[2];
+    offsets<2>(L, i, off);
+    out[off[0]] = convert<T>(math::unary_fwd<U, C>(convert<C>(x[off[1]]), p));
   }
 }
 
@@ -185,14 +217,26 @@ template <Binary B, class T, class R, bool Dense>
 __global__ void binary_kernel(const T* __restrict__ a, const T* __restrict__ b, R* __restrict__ out, Layout<3> L) {
   static_assert(std::is_same_v<R, bool> == std::is_same_v<decltype(binary_value<B, T>(T{}, T{})), bool>,
                 "binary_out_t disagrees with binary_value's type");
-  ASC_GRID_STRIDE(i, L.numel) {
-    if constexpr (Dense) {
-      out[i] = convert<R>(binary_value<B, T>(a[i], b[i]));
-    } else {
-      int64_t off[3];
-      offsets<3>(L, i, off);
-      out[off[0]] = convert<R>(binary_value<B, T>(a[off[1]], b[off[2]]));
+  if constexpr (Dense) {  // 16-byte packs, then the tail element by element
+    constexpr int V = kPack<T>;
+    const int64_t packs = L.numel / V;
+    ASC_GRID_STRIDE(i, packs) {
+      const Pack<T> x = reinterpret_cast<const Pack<T>*>(a)[i], y = reinterpret_cast<const Pack<T>*>(b)[i];
+      Out<R, V> r;
+#pragma unroll
+      for (int k = 0; k < V; ++k) r.v[k] = convert<R>(binary_value<B, T>(x.v[k], y.v[k]));
+      reinterpret_cast<Out<R, V>*>(out)[i] = r;
     }
+    ASC_GRID_STRIDE(j, L.numel - packs * V) {
+      const int64_t i = packs * V + j;
+      out[i] = convert<R>(binary_value<B, T>(a[i], b[i]));
+    }
+    return;
+  }
+  ASC_GRID_STRIDE(i, L.numel) {
+    int64_t off[3];
+    offsets<3>(L, i, off);
+    out[off[0]] = convert<R>(binary_value<B, T>(a[off[1]], b[off[2]]));
   }
 }
 
@@ -462,7 +506,7 @@ __global__ void randint_kernel(int64_t* __restrict__ out, int64_t n, uint64_t se
 cudaError_t unary(Unary op, const UnaryParams& p, ScalarType t, const void* x, void* out, const Layout<2>& L,
                   cudaStream_t stream) {
   if (L.numel == 0) return cudaSuccess;
-  const bool dense = is_dense(L);
+  const bool dense = is_dense(L) && aligned16({x, out});
   return visit_float(t, [&](auto tag) {
     using T = decltype(tag);
     return visit_unary(op, [&](auto u) {
@@ -501,7 +545,7 @@ cudaError_t unary_backward(Unary op, const UnaryParams& p, ScalarType t, const v
 cudaError_t binary(Binary op, ScalarType t, const void* a, const void* b, void* out, const Layout<3>& L,
                    cudaStream_t stream) {
   if (L.numel == 0) return cudaSuccess;
-  const bool dense = is_dense(L);
+  const bool dense = is_dense(L) && aligned16({a, b, out});
   return visit_all(t, [&](auto tag) {
     using T = decltype(tag);
     return visit_binary(op, [&](auto bop) -> cudaError_t {

@@ -303,9 +303,10 @@ std::vector<OpCase> unary_cases() {
 }
 
 std::vector<OpCase> binary_cases() {
-  // Same shapes, row broadcast, column broadcast, a 3-D outer broadcast, and a 0-d scalar.
+  // Same shapes (35 elements: whole 16-byte packs and a tail, cuda/elementwise.cu), row broadcast, column broadcast,
+  // a 3-D outer broadcast, and a 0-d scalar.
   const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{4, 6}, {4, 6}}, {{4, 6}, {1, 6}}, {{4, 6}, {4, 1}}, {{3, 1, 6}, {4, 6}}, {{}, {2, 3}}};
+      {{5, 7}, {5, 7}}, {{4, 6}, {1, 6}}, {{4, 6}, {4, 1}}, {{3, 1, 6}, {4, 6}}, {{}, {2, 3}}};
   std::vector<OpCase> cases;
   for (auto& [sa, sb] : shapes) {
     const std::string tag = fmt::format(" {}x{}", sa, sb);
