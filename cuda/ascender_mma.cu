@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   __shared__ float B_[kRegionB<S>];
   __shared__ int list_m[kWarps][kRows];
   const int warp = threadIdx.y, lane = threadIdx.x, g = mma::lane_g(), tt = mma::lane_t();
+  float* const scratch = B_ + (K == Kind::TF32 ? warp * kRows * mma_tiles::kPld : 0);  // this warp's P (TF32)
   const int64_t n = p.T, d = p.d, dz = p.dz, da = p.da, H = p.H;
   const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, t0 = int64_t(blockIdx.x) * kBlockRows;
   const int64_t tw = t0 + warp * kRows;  // the warp's first row
@@ -195,7 +196,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
             sel[j].x[e] = cand && x == x ? x : neg_inf<float>();  // not a candidate (or NaN): never inserted
           }
         }
-      if (p.use_coh) mma_tiles::times_tile<K, kMaxL>(cnum, wgt, Zs, LdL, dzp, B_ + warp * kRows * mma_tiles::kPld);
+      if (p.use_coh) mma_tiles::times_tile<K, kMaxL>(cnum, wgt, Zs, LdL, dzp, scratch);
       if (p.use_align) {
         // The 4 lanes of a group hold different candidates of the same two rows: they insert in turn.
         for (int turn = 0; turn < 4; ++turn) {
@@ -486,7 +487,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     for (int dd = 0; dd < kMaxD / 8; ++dd)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[dd].x[e] *= corr[e >> 1];
-    mma_tiles::times_tile<K, kMaxD>(acc, s, Vs, LdD, dp, B_ + warp * kRows * mma_tiles::kPld);
+    mma_tiles::times_tile<K, kMaxD>(acc, s, Vs, LdD, dp, scratch);
   });
   S* const y = static_cast<S*>(p.y) + bh * n * d;
 #pragma unroll

@@ -1,6 +1,8 @@
 // Entry points of the tensor-core check kernels (cuda/mma_check.h): validate, allocate, launch.
 #include "cuda/mma_check.h"
 
+#include <cstdint>
+
 #include "core/device.h"
 #include "core/error.h"
 #include "core/format.h"
@@ -21,6 +23,15 @@ void check_operand(const char* op, const char* name, const Tensor& t, bool chain
 
 }  // namespace
 
+namespace {
+// The operand as the kernels read it: contiguous and starting on 16 bytes (the fragment loaders read a pair of 16-bit
+// operands in one 4-byte load; a view at an odd element offset would be a misaligned address).
+Tensor aligned(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return reinterpret_cast<uintptr_t>(c.raw_data()) % 16 == 0 ? c : c.clone();
+}
+}  // namespace
+
 Tensor mma_product(const Tensor& a, const Tensor& b, bool b_nk) {
   constexpr const char* kOp = "mma_product";
   check_operand(kOp, "a", a, false);
@@ -33,7 +44,7 @@ Tensor mma_product(const Tensor& a, const Tensor& b, bool b_nk) {
   ASC_CHECK(M > 0 && N > 0 && K > 0 && M % 16 == 0 && N % 8 == 0 && K % 16 == 0,
             "{}: M {}, N {}, K {} must be positive multiples of 16, 8, 16", kOp, M, N, K);
   const DeviceScope scope(a.device());
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  const Tensor ac = aligned(a), bc = aligned(b);
   Tensor c = Tensor::empty({M, N}, {kFloat32, a.device(), false});
   ASC_CUDA_CHECK(mma_check_launch::product(float_elem_of(kOp, a.dtype()), b_nk, M, N, K, ac.raw_data(), bc.raw_data(),
                                            static_cast<float*>(c.raw_data()), current_stream()));
@@ -53,7 +64,7 @@ Tensor mma_chain(const Tensor& a, const Tensor& b, const Tensor& w) {
   ASC_CHECK(M > 0 && N > 0 && K > 0 && P > 0 && M % 16 == 0 && N % 16 == 0 && K % 16 == 0 && P % 8 == 0 && P <= 64,
             "{}: M {}, N {}, K {} must be positive multiples of 16, P {} a multiple of 8 up to 64", kOp, M, N, K, P);
   const DeviceScope scope(a.device());
-  const Tensor ac = a.contiguous(), bc = b.contiguous(), wc = w.contiguous();
+  const Tensor ac = aligned(a), bc = aligned(b), wc = aligned(w);
   Tensor d = Tensor::empty({M, P}, {kFloat32, a.device(), false});
   ASC_CUDA_CHECK(mma_check_launch::chain(float_elem_of(kOp, a.dtype()), M, N, K, P, ac.raw_data(), bc.raw_data(),
                                          wc.raw_data(), static_cast<float*>(d.raw_data()), current_stream()));

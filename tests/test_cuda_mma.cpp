@@ -94,6 +94,18 @@ TEST_CASE("mma_product: random operands within float32 accumulation of the round
   }
 }
 
+TEST_CASE("mma_product: an operand viewed at an odd element offset gives the aligned copy's product") {
+  // The fragment loaders read a pair of 16-bit operands in one 4-byte load: the entry point copies a view that does
+  // not start on 16 bytes (on a GPU it would be a misaligned address; the emulator would not notice).
+  if (!gpu_or_skip()) return;
+  for (DType dt : kKinds) {
+    CAPTURE(dtype_name(dt));
+    const Tensor whole = small_ints({16 * 32 + 1}, 5, dt), b = small_ints({8, 32}, 6, dt);
+    const Tensor a = whole.narrow(0, 1, 16 * 32).view({16, 32});  // starts one element in
+    CHECK(host(cuda::mma_product(a, b, true)) == reference(a.contiguous(), b, true).c);
+  }
+}
+
 TEST_CASE("mma_product: NaN in a row of A gives NaN in that row of C only") {
   if (!gpu_or_skip()) return;
   for (DType dt : kKinds) {
