@@ -140,7 +140,7 @@ __device__ __forceinline__ void staged() {
 // A per-key field of the workspace (MmaWorkspace: an inverse norm, |z_j|²) for keys [r0, r0 + kTile), 0 past n:
 // copies started by the block's threads, complete after staged().
 __device__ __forceinline__ void fields(float* dst, const float* x, int64_t r0, int64_t n) {
-  async_copy::floats(dst, x, r0, kTile, n, block_thread(), block_threads());
+  async_copy::float_run(dst, x, r0, kTile, n, block_thread(), block_threads());
 }
 
 // The key tiles a block of rows [t0, t0 + rows) visits: [a0, a1) then [b0, b1), tile starts step kTile. Every key,

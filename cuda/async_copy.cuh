@@ -55,8 +55,8 @@ __device__ __forceinline__ void wait_all() {
 // bytes); otherwise the same pieces element by element, synchronously (one loop for both: a second would cost the
 // registers the kernels that stage tiles do not have).
 template <class T>
-__device__ __forceinline__ void rows(T* dst, int ld, const T* x, int64_t row_stride, int64_t col_stride, int64_t avail,
-                                     int rows_n, int64_t width, int64_t wp, int t, int nthreads) {
+__device__ __forceinline__ void view_rows(T* dst, int ld, const T* x, int64_t row_stride, int64_t col_stride,
+                                          int64_t avail, int rows_n, int64_t width, int64_t wp, int t, int nthreads) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));
   const bool packed = col_stride == 1 && width % V == 0 && ld % V == 0 && (row_stride * sizeof(T)) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(x) % 16 == 0;
@@ -75,11 +75,11 @@ __device__ __forceinline__ void rows(T* dst, int ld, const T* x, int64_t row_str
   }
 }
 
-// Rows [r0, r0 + rows_n) of a (n, width) row-major array x (r0 < n) into dst, as rows().
+// Rows [r0, r0 + rows_n) of a (n, width) row-major array x (r0 < n) into dst, as view_rows().
 template <class T>
 __device__ __forceinline__ void tile(T* dst, int ld, const T* x, int64_t r0, int rows_n, int64_t n, int64_t width,
                                      int64_t wp, int t, int nthreads) {
-  rows(dst, ld, x + r0 * width, width, int64_t(1), n - r0, rows_n, width, wp, t, nthreads);
+  view_rows(dst, ld, x + r0 * width, width, int64_t(1), n - r0, rows_n, width, wp, t, nthreads);
 }
 
 // The unit of a shared-memory region that copies land in: 16-byte aligned.
@@ -106,8 +106,8 @@ __device__ __forceinline__ void pipeline(int64_t count, Stage&& stage, Compute&&
 }
 
 // Elements [r0, r0 + count) of a float array (0 past n) into dst, one 4-byte copy each.
-__device__ __forceinline__ void floats(float* dst, const float* x, int64_t r0, int count, int64_t n, int t,
-                                       int nthreads) {
+__device__ __forceinline__ void float_run(float* dst, const float* x, int64_t r0, int count, int64_t n, int t,
+                                          int nthreads) {
   for (int e = t; e < count; e += nthreads) copy<4>(dst + e, r0 + e < n ? x + r0 + e : x, r0 + e < n ? 4 : 0);
 }
 

@@ -74,8 +74,8 @@ constexpr int kSetsWords = 2 * 2 * kTileElems<T>* static_cast<int>(sizeof(T)) / 
 template <class T>
 __device__ __forceinline__ void stage(T* dst, const T* __restrict__ x, const View4& s, int64_t b, int64_t h, int64_t r0,
                                       int rows, int64_t limit, int64_t D, int64_t Dp) {
-  async_copy::rows(dst, kLd<T>, x + at(s, b, h, r0, 0), s.t, s.c, limit - r0, rows, D, Dp,
-                   static_cast<int>(threadIdx.y * 32 + threadIdx.x), 32 * kWarps);
+  async_copy::view_rows(dst, kLd<T>, x + at(s, b, h, r0, 0), s.t, s.c, limit - r0, rows, D, Dp,
+                        static_cast<int>(threadIdx.y * 32 + threadIdx.x), 32 * kWarps);
 }
 __device__ __forceinline__ void staged() {
   async_copy::wait_all();
@@ -266,8 +266,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     T* const Qs = QG + set * 2 * kTileElems<T>;
     stage(Qs, p.q, p.sq, b, h, i0, kTile, p.Tq, D, Dp);
     stage(Qs + kTileElems<T>, dout, sg, b, h, i0, kTile, p.Tq, D, Dp);
-    async_copy::floats(LD[set][0], lse + bh * p.Tq, i0, kTile, p.Tq, tid, 32 * kWarps);
-    async_copy::floats(LD[set][1], delta + bh * p.Tq, i0, kTile, p.Tq, tid, 32 * kWarps);
+    async_copy::float_run(LD[set][0], lse + bh * p.Tq, i0, kTile, p.Tq, tid, 32 * kWarps);
+    async_copy::float_run(LD[set][1], delta + bh * p.Tq, i0, kTile, p.Tq, tid, 32 * kWarps);
   };
   async_copy::pipeline(count, stage_queries, [&](int64_t t, int set) {
     const int64_t i0 = first + t * kTile;
