@@ -37,7 +37,6 @@ __host__ __device__ constexpr int ld_of(int W) {
   return W + 16 / static_cast<int>(sizeof(T));
 }
 constexpr int kLdD = ld_of<float>(kMaxD), kLdL = ld_of<float>(kMaxL);  // float32 tiles
-constexpr int kTileD = kTile * kLdD, kTileL = kTile * kLdL;
 
 // Bytes rounded up to 16, and typed arrays carved one after another out of a byte region of shared memory, each on
 // 16 bytes (the kernels' tiles have the inputs' element type, their per-key fields float32).
@@ -131,11 +130,7 @@ __device__ __forceinline__ void stage(T* dst, int ld, const T* x, int64_t r0, in
                                       int64_t wp) {
   async_copy::tile(dst, ld, x, r0, rows, n, width, wp, block_thread(), block_threads());
 }
-// Every copy the block started is in shared memory, and every other write before it is visible.
-__device__ __forceinline__ void staged() {
-  async_copy::wait_all();
-  __syncthreads();
-}
+using async_copy::staged;
 
 // A per-key field of the workspace (MmaWorkspace: an inverse norm, |z_j|²) for keys [r0, r0 + kTile), 0 past n:
 // copies started by the block's threads, complete after staged().

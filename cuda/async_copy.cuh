@@ -8,8 +8,7 @@
 //
 //   // rows [s0, s0 + 32) of K (n, 64), bfloat16, into a (32, ld) tile; rows past n and columns past 64 are 0:
 //   async_copy::tile(Ks, ld, K, s0, 32, n, 64, 64, thread, nthreads);  // s0 < n
-//   async_copy::wait_all();   // this thread's copies are done
-//   __syncthreads();          // and so everyone's
+//   async_copy::staged();     // every thread's copies are done (wait_all, then a barrier)
 //
 // On the CPU emulator (tests/cuda_emu) each copy is made at once, which is one of the orders the hardware may take.
 // C++17 and CUDA headers only (included from .cu files, which the emulator compiles as C++).
@@ -82,6 +81,13 @@ __device__ __forceinline__ void tile(T* dst, int ld, const T* x, int64_t r0, int
   view_rows(dst, ld, x + r0 * width, width, int64_t(1), n - r0, rows_n, width, wp, t, nthreads);
 }
 
+// Every copy the block's threads started is in shared memory, and every other write before it is visible: each
+// thread waits for its own copies, then the block meets at a barrier.
+__device__ __forceinline__ void staged() {
+  wait_all();
+  __syncthreads();
+}
+
 // The unit of a shared-memory region that copies land in: 16-byte aligned.
 struct alignas(16) Bytes16 {
   unsigned char b[16];
@@ -98,8 +104,7 @@ __device__ __forceinline__ void pipeline(int64_t count, Stage&& stage, Compute&&
   __syncthreads();
   if (count > 0) stage(int64_t(0), 0);
   for (int64_t t = 0; t < count; ++t) {
-    wait_all();
-    __syncthreads();
+    staged();
     if (t + 1 < count) stage(t + 1, static_cast<int>((t + 1) & 1));
     compute(t, static_cast<int>(t & 1));
   }

@@ -17,6 +17,7 @@
 #include "core/generator.h"
 #include "cuda/elementwise_launch.h"
 #include "cuda/launch_kernel.cuh"
+#include "cuda/stage_rows.cuh"
 #include "ops/math.h"
 
 namespace asc::cuda::launch {
@@ -89,15 +90,11 @@ __device__ __forceinline__ void offsets(const Layout<N>& L, int64_t i, int64_t (
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(blockDim.x) * gridDim.x)
 
 // The dense kernels move 16 bytes of each input per load: one element a thread per load kept too few bytes in flight
-// to reach the memory's bandwidth. kPack<T> elements of T make a 16-byte Pack; Out<R, V> is V results of type R (a
-// comparison writes bools). They need every operand 16-byte aligned (aligned16); the host sends others to the
-// strided kernels.
-template <class T>
-inline constexpr int kPack = 16 / static_cast<int>(sizeof(T));
-template <class T>
-struct alignas(16) Pack {
-  T v[kPack<T>];
-};
+// to reach the memory's bandwidth. kVec<T> elements of T make a 16-byte Pack (cuda/stage_rows.cuh); Out<R, V> is V
+// results of type R (a comparison writes bools). They need every operand 16-byte aligned (aligned16); the host sends
+// others to the strided kernels.
+using stage_rows::kVec;
+using stage_rows::Pack;
 template <class R, int V>
 struct alignas(V * sizeof(R)) Out {
   R v[V];
@@ -114,7 +111,7 @@ template <Unary U, class T, bool Dense>
 __global__ void unary_kernel(const T* __restrict__ x, T* __restrict__ out, Layout<2> L, UnaryParams p) {
   using C = compute_t<T>;
   if constexpr (Dense) {  // 16-byte packs, then the tail element by element
-    constexpr int V = kPack<T>;
+    constexpr int V = kVec<T>;
     const int64_t packs = L.numel / V;
     ASC_GRID_STRIDE(i, packs) {
       Pack<T> v = reinterpret_cast<const Pack<T>*>(x)[i];
@@ -218,7 +215,7 @@ __global__ void binary_kernel(const T* __restrict__ a, const T* __restrict__ b, 
   static_assert(std::is_same_v<R, bool> == std::is_same_v<decltype(binary_value<B, T>(T{}, T{})), bool>,
                 "binary_out_t disagrees with binary_value's type");
   if constexpr (Dense) {  // 16-byte packs, then the tail element by element
-    constexpr int V = kPack<T>;
+    constexpr int V = kVec<T>;
     const int64_t packs = L.numel / V;
     ASC_GRID_STRIDE(i, packs) {
       const Pack<T> x = reinterpret_cast<const Pack<T>*>(a)[i], y = reinterpret_cast<const Pack<T>*>(b)[i];

@@ -70,16 +70,22 @@ template <class T>
 constexpr int kSetsWords = 2 * 2 * kTileElems<T>* static_cast<int>(sizeof(T)) / 16;
 
 // Rows [r0, r0 + rows) (r0 < limit) of a (·, D) operand into dst (stride kLd<T>), of its own type, 0 from `limit`
-// on and past D (to Dp): copies started by the block's threads, complete after wait_all() and a barrier.
+// on and past D (to Dp): copies started by the block's threads, complete after staged().
 template <class T>
 __device__ __forceinline__ void stage(T* dst, const T* __restrict__ x, const View4& s, int64_t b, int64_t h, int64_t r0,
                                       int rows, int64_t limit, int64_t D, int64_t Dp) {
   async_copy::view_rows(dst, kLd<T>, x + at(s, b, h, r0, 0), s.t, s.c, limit - r0, rows, D, Dp,
                         static_cast<int>(threadIdx.y * 32 + threadIdx.x), 32 * kWarps);
 }
-__device__ __forceinline__ void staged() {
-  async_copy::wait_all();
-  __syncthreads();
+using async_copy::staged;
+
+// Key tile t (keys [t·kTile, +kTile)) and its value tile into buffer set `set` of KV (the forward's and dq's).
+template <class T>
+__device__ __forceinline__ void stage_keys(T* KV, const Args<T>& p, int64_t b, int64_t h, int64_t t, int set, int64_t D,
+                                           int64_t Dp) {
+  T* const Ks = KV + set * 2 * kTileElems<T>;
+  stage(Ks, p.k, p.sk, b, h, t * kTile, kTile, p.S, D, Dp);
+  stage(Ks + kTileElems<T>, p.v, p.sv, b, h, t * kTile, kTile, p.S, D, Dp);
 }
 
 template <class T>
@@ -101,12 +107,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   float m[2] = {neg_inf<float>(), neg_inf<float>()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
   FragC acc[kDt] = {};
   const int64_t n = keys_for(p, t0, kBlockRows), tw = t0 + warp * kRows;
-  auto stage_keys = [&](int64_t t, int set) {
-    T* const Ks = KV + set * 2 * kTileElems<T>;
-    stage(Ks, p.k, p.sk, b, h, t * kTile, kTile, p.S, D, Dp);
-    stage(Ks + kTileElems<T>, p.v, p.sv, b, h, t * kTile, kTile, p.S, D, Dp);
-  };
-  async_copy::pipeline((n + kTile - 1) / kTile, stage_keys, [&](int64_t t, int set) {
+  auto keys = [&](int64_t t, int set) { stage_keys(KV, p, b, h, t, set, D, Dp); };
+  async_copy::pipeline((n + kTile - 1) / kTile, keys, [&](int64_t t, int set) {
     const int64_t s0 = t * kTile;
     const T *const Ks = KV + set * 2 * kTileElems<T>, *const Vs = Ks + kTileElems<T>;
     FragC s[kNt];
@@ -201,12 +203,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   }
   FragC acc[kDt] = {};
   const int64_t n = keys_for(p, t0, kBlockRows);
-  auto stage_keys = [&](int64_t t, int set) {
-    T* const Ks = KV + set * 2 * kTileElems<T>;
-    stage(Ks, p.k, p.sk, b, h, t * kTile, kTile, p.S, D, Dp);
-    stage(Ks + kTileElems<T>, p.v, p.sv, b, h, t * kTile, kTile, p.S, D, Dp);
-  };
-  async_copy::pipeline((n + kTile - 1) / kTile, stage_keys, [&](int64_t t, int set) {
+  auto keys = [&](int64_t t, int set) { stage_keys(KV, p, b, h, t, set, D, Dp); };
+  async_copy::pipeline((n + kTile - 1) / kTile, keys, [&](int64_t t, int set) {
     const int64_t s0 = t * kTile;
     const T *const Ks = KV + set * 2 * kTileElems<T>, *const Vs = Ks + kTileElems<T>;
     FragC s[kNt], dp[kNt];

@@ -1,6 +1,6 @@
 #pragma once
 // Staging rows of a row-major (·, width) matrix into float32 shared memory, for the tensor-core kernels
-// (cuda/sparse_mma.cu, cuda/ascender_mma*.cu): 16 bytes per global load, and every load of a batch issued before the
+// (cuda/sparse_mma.cu): 16 bytes per global load, and every load of a batch issued before the
 // batch's first store. The element-wise loops this replaces waited out a whole memory round trip per element: a load
 // cannot move above an earlier store to shared memory, which the compiler must assume may alias it, so each load
 // started only when the previous element had been stored.
@@ -14,7 +14,8 @@
 
 namespace asc::cuda::stage_rows {
 
-// Elements of T in one 16-byte load, and the load's type: an aggregate of T, so that reading T through it is allowed.
+// Elements of T in one 16-byte load, and the load's type: an aggregate of T, so that reading T through it is allowed
+// (also the dense elementwise kernels' packs, cuda/elementwise.cu).
 template <class T>
 inline constexpr int kVec = 16 / static_cast<int>(sizeof(T));
 template <class T>
