@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "models/transformer_classifier.h"
+#include "ops/cpu/sparse_attention.h"
 #include "testing.h"
 
 using namespace asc;
@@ -599,6 +600,149 @@ TEST_CASE("sparse_attention CPU tiles: a NaN key and an infinite value just past
         clean_rows += !sees;
       }
     CHECK(clean_rows > 16 * B * H);  // the first block's rows at least
+  }
+}
+
+namespace {
+
+// Row i attends the keys of its class i % m (every m-th key) and the keys of extra(i): 16 consecutive rows share an
+// m-th of their union, as a clustered pattern's neighbouring tokens (which fall in different clusters) do.
+SparsePattern classes_pattern(int64_t T, int64_t m, const std::function<std::vector<int64_t>(int64_t)>& extra = {}) {
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) {
+    for (int64_t j = i % m; j < T; j += m) rows[static_cast<size_t>(i)].push_back(j);
+    if (extra)
+      for (const int64_t j : extra(i)) rows[static_cast<size_t>(i)].push_back(j);
+  }
+  return SparsePattern::from_rows(1, T, T, std::move(rows));
+}
+
+}  // namespace
+
+TEST_CASE("sparse_attention CPU row groups: a class's rows, not neighbours, on one gathered tile") {
+  // Classes of 5 over T = 150: a block's tile would be a fifth full. At D = 20 that pays (a tile pays off from
+  // D / (D + 128) full) and the blocks are tiled; at D = 72 it does not, and the rows are regrouped by their first
+  // key — a class's 30 rows in groups of 16 and 14 over a gathered tile of its 30 keys (plan_summary says which).
+  // Variants: three rows of their own two keys (too few for a group: the row path), an extra key per row (the sets
+  // differ a little), padding (in the classes' keys too), per-head classes, one head (the two-pass backward).
+  // Forward and every gradient against float64 loops over the dense mask.
+  const int64_t T = 150;
+  // two pattern objects: a pattern keeps the plans of its first call, whatever the head width of later ones
+  const SparsePattern five20 = classes_pattern(T, 5), five = classes_pattern(T, 5);
+  {
+    const auto at20 = cpu::sparse_attention_plan_summary(five20.view(), 20);
+    CHECK(at20.tiled_blocks == 10);
+    CHECK(at20.row_groups == 0);
+    const auto at72 = cpu::sparse_attention_plan_summary(five.view(), 72);
+    CHECK(at72.tiled_blocks == 0);
+    CHECK(at72.row_groups == 10);
+    CHECK(at72.grouped_rows == T);
+    CHECK(at72.row_path_rows == 0);
+  }
+  auto odd3 = [](int64_t i) { return i == 7 || i == 50 || i == 99; };
+  std::vector<std::vector<int64_t>> odd_rows(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) {
+    if (odd3(i)) {
+      odd_rows[static_cast<size_t>(i)] = {148, 149};
+    } else {
+      for (int64_t j = i % 5; j < T; j += 5) odd_rows[static_cast<size_t>(i)].push_back(j);
+    }
+  }
+  const SparsePattern odd = SparsePattern::from_rows(1, T, T, std::move(odd_rows));
+  {
+    const auto s = cpu::sparse_attention_plan_summary(odd.view(), 72);
+    CHECK(s.row_groups == 10);
+    CHECK(s.grouped_rows == T - 3);
+    CHECK(s.row_path_rows == 3);
+  }
+  const SparsePattern extra = classes_pattern(T, 5, [](int64_t i) { return std::vector<int64_t>{(7 * i + 3) % 150}; });
+  CHECK(cpu::sparse_attention_plan_summary(extra.view(), 72).grouped_rows > 100);
+  const int64_t B = 2, H = 2;
+  std::vector<std::vector<int64_t>> head_rows(static_cast<size_t>(B * H * T));  // classes of 4 + g in group g
+  for (int64_t g = 0; g < B * H; ++g)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = i % (4 + g); j < T; j += 4 + g) head_rows[static_cast<size_t>(g * T + i)].push_back(j);
+  const SparsePattern per_head = SparsePattern::from_rows(B * H, T, T, std::move(head_rows));
+  CHECK(cpu::sparse_attention_plan_summary(per_head.view(), 72).grouped_rows == B * H * T);
+  struct Case {
+    const char* name;
+    const SparsePattern* p;
+    bool padding;
+    int64_t B, H, D;
+  };
+  const std::vector<Case> cases = {
+      {"classes of 5, tiled blocks", &five20, false, B, H, 20},
+      {"classes of 5, row groups", &five, false, B, H, 72},
+      {"classes of 5, row groups, padding", &five, true, B, H, 72},
+      {"three rows of their own", &odd, false, B, H, 72},
+      {"an extra key per row", &extra, false, B, H, 72},
+      {"an extra key per row, padding", &extra, true, B, H, 72},
+      {"per-head classes", &per_head, false, B, H, 72},
+      {"per-head classes, padding", &per_head, true, B, H, 72},
+      {"classes of 5, one head", &five, false, 1, 1, 72},
+  };
+  {
+    // 33 blocks: the planner samples 8 of a group's blocks first, and plans none of them where none of those is
+    // tiled (classes of 5); a window's blocks are all tiled
+    const int64_t T2 = 520;
+    const SparsePattern many = classes_pattern(T2, 5);
+    const auto s = cpu::sparse_attention_plan_summary(many.view(), 72);
+    CHECK(s.tiled_blocks == 0);
+    CHECK(s.grouped_rows == T2);
+    CHECK(cpu::sparse_attention_plan_summary(local_window_pattern(T2, 24, false).view(), 72).tiled_blocks == 33);
+    check_against_loops(randn64({1, 2, T2, 72}, false, 41), randn64({1, 2, T2, 72}, false, 42),
+                        randn64({1, 2, T2, 72}, false, 43), many, Tensor(), randn64({1, 2, T2, 72}, false, 44));
+  }
+  for (const Case& c : cases) {
+    INFO(c.name);
+    Tensor q = randn64({c.B, c.H, T, c.D}, false, 31), k = randn64({c.B, c.H, T, c.D}, false, 32),
+           v = randn64({c.B, c.H, T, c.D}, false, 33), dout = randn64({c.B, c.H, T, c.D}, false, 34);
+    Tensor keep;
+    if (c.padding) {  // the last batch row's last 23 tokens and two of class 0's keys are padding
+      keep = ones({c.B, T}, {.dtype = kBool});
+      for (int64_t j = T - 23; j < T; ++j) keep.data_ptr<bool>()[(c.B - 1) * T + j] = false;
+      for (int64_t j : {10, 40}) keep.data_ptr<bool>()[(c.B - 1) * T + j] = false;
+    }
+    check_against_loops(q, k, v, *c.p, keep, dout);
+  }
+}
+
+TEST_CASE("sparse_attention CPU row groups: a NaN key, an infinite value or a NaN query reach only their rows") {
+  // Classes of 5 at D = 72 (row groups, as above). Key 10 (class 0) is NaN, value 21 (class 1) +inf, query row 12
+  // (class 2) NaN: the rows that attend one of them come out non-finite; every other row as with finite inputs, its
+  // dq too (a gathered tile holding a non-finite key, or a group with a non-finite query, goes row by row).
+  const int64_t T = 150, D = 72, B = 1, H = 2;
+  const SparsePattern p = classes_pattern(T, 5);
+  Tensor q = randn64({B, H, T, D}, false, 11), k = randn64({B, H, T, D}, false, 12),
+         v = randn64({B, H, T, D}, false, 13), dout = randn64({B, H, T, D}, false, 14);
+  Tensor qp = q.clone(), kp = k.clone(), vp = v.clone();
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t e = 0; e < D; ++e) {
+      kp.data_ptr<double>()[(bh * T + 10) * D + e] = std::nan("");
+      vp.data_ptr<double>()[(bh * T + 21) * D + e] = INFINITY;
+      qp.data_ptr<double>()[(bh * T + 12) * D + e] = std::nan("");
+    }
+  for (DType dt : {kFloat64, kFloat32}) {
+    CAPTURE(dt);
+    const OpRun clean = run_sparse(q, k, v, p, Tensor(), dout, dt), bad = run_sparse(qp, kp, vp, p, Tensor(), dout, dt);
+    const auto o = bad.o.to_vector<double>(), o_ref = clean.o.to_vector<double>();
+    const auto dq = bad.dq.to_vector<double>(), dq_ref = clean.dq.to_vector<double>();
+    int64_t clean_rows = 0;
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t i = 0; i < T; ++i) {
+        const bool sees = i % 5 == 0 || i % 5 == 1 || i == 12;
+        for (int64_t e = 0; e < D; ++e) {
+          const size_t x = static_cast<size_t>((bh * T + i) * D + e);
+          if (sees) {
+            CHECK_FALSE(std::isfinite(o[x]));
+          } else {
+            CHECK(o[x] == doctest::Approx(o_ref[x]).epsilon(1e-5));
+            CHECK(dq[x] == doctest::Approx(dq_ref[x]).epsilon(1e-5));
+          }
+        }
+        clean_rows += !sees;
+      }
+    CHECK(clean_rows == 2 * (T * 3 / 5 - 1));
   }
 }
 

@@ -12,12 +12,13 @@
 // with an equal key_keep (plans made for one head width serve another: they decide speed, not values). A block whose
 // tile would be too sparse (less than D / (D + 128) full: a third at D = 64, a ninth at D = 16), or whose tile keys
 // hold a non-finite k or v (NaN must reach exactly the rows that attend it, and 0 · NaN in a product would spread it),
-// goes row by row instead:
+// goes row by row instead — or, where neighbouring rows share few keys (a clustered pattern), in a row group: rows of
+// untiled blocks with the same first key, up to 16, over a tile of their union's keys gathered (plan_groups):
 //   s_j = scale · q_i · k_j  (−inf where the key is padding),  m = max s,  p_j = exp(s_j − m),  l = Σ p
 //   o_i = Σ p_j v_j / l,  lse_i = m + log l
 // Backward: P_ij = exp(s_ij − lse_i), dS_ij = scale · P_ij (dO_i · v_j − dO_i · o_i), dq_i = Σ_j dS_ij k_j,
-// dv_j = Σ_i P_ij dO_i, dk_j = Σ_i dS_ij q_i. Heads run in parallel, each head's blocks in order, so dK and dV
-// accumulate in place without atomics and the result does not depend on the thread count (tiles where the plan
+// dv_j = Σ_i P_ij dO_i, dk_j = Σ_i dS_ij q_i. Heads run in parallel, each head's blocks and groups in order, so dK and
+// dV accumulate in place without atomics and the result does not depend on the thread count (tiles where the plan
 // allows, and finite q and dO rows; else row by row, scattering into dK and dV). A single (batch, head) runs two
 // passes parallel within it instead: rows (P and dS kept per pair), then keys over the pattern's transpose.
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -34,6 +36,7 @@
 #include "core/profiler.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/scratch.h"
+#include "ops/cpu/sparse_attention.h"
 #include "ops/kernels.h"
 
 #include "ops/cpu/vec_region_fma_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
@@ -267,6 +270,9 @@ constexpr int64_t kRowPairCost = 128;  // a row-path pair's overhead beside a ti
 // and each row's rare keys — the kept keys outside the runs.
 struct BlockPlan {
   bool tiled = false;
+  int64_t i0 = 0, R = 0;      // the block's query rows: [i0, i0 + R), or `rows` where that is not empty
+  std::vector<int64_t> rows;  // a row group's rows (plan_group), or an untiled block's rows no group took
+  std::vector<int64_t> keys;  // a row group's tile: these keys, gathered (runs = {(0, u)} over the gathered copies)
   // u: tile columns; w: the row passes' width, u + the most rare keys of a row rounded up to kRowPad (the rare keys'
   // scores follow the tile columns in a row); ld: tile row stride, w + kTileRoom
   int64_t u = 0, w = 0, ld = 0;
@@ -277,11 +283,16 @@ struct BlockPlan {
 };
 
 // A thread's scratch for planning: `mark` (one stamp per key) is sized where a block first needs it — with padding,
-// or a union of many short stretches; col_of: the tile column of each key of the union's range (plan_block).
+// or a union of many short stretches; col_of: the tile column of each key of the union's range (plan_block); key_col
+// and bits: a row group's (plan_group).
 struct PlanScratch {
   std::vector<int64_t> mark, keys, stretch_ptr = std::vector<int64_t>(kBlockRows + 1), merged_col, col_of;
   std::vector<std::pair<int64_t, int64_t>> stretches, merged;  // [first key, last key + 1)
+  std::vector<int64_t> key_col;                                // plan_group: a union key's tile column
+  std::vector<uint64_t> bits;  // plan_group: a bitset of the union's keys over their range
   int64_t stamp = 0;
+  void clear_bits(int64_t lo, int64_t hi) { bits.assign(static_cast<size_t>((hi - lo + 63) / 64), 0); }
+  void set_bit(int64_t lo, int64_t j) { bits[static_cast<size_t>((j - lo) >> 6)] |= uint64_t{1} << ((j - lo) & 63); }
   void need_marks(int64_t S) {
     if (mark.size() < static_cast<size_t>(S)) mark.assign(static_cast<size_t>(S), -1);
   }
@@ -507,10 +518,137 @@ void plan_block(const PatternRows& p, int64_t D, int64_t bh, int64_t i0, int64_t
   plan.tiled = tile_pairs * (D + kRowPairCost) >= R * plan.u * D;
 }
 
-// The plans of a call, for every (owner, block): owner = the group without padding; with padding (key_keep), the
-// batch row b when the pattern is shared (its H heads see the same keys) and (b, h) when each head has its own group.
+constexpr int64_t kMinGroupRows = 4;  // a row group of fewer rows stays on the row path (plan_groups)
+
+// Plans a row group of head bh — R query rows, not consecutive, whose keys overlap (plan_groups finds them): the
+// union of their kept keys, ascending, is the tile, every key a column of copies gathered per call (forward_group),
+// so a group has no runs of the head's keys and no rare keys. Tiled by the same cost rule as a block.
+void plan_group(const PatternRows& p, int64_t D, int64_t bh, const int64_t* rows, int64_t R, PlanScratch& w,
+                BlockPlan& plan) {
+  const bool* kp = p.keep_row(bh);
+  plan = BlockPlan{};
+  plan.R = R;
+  plan.rows.assign(rows, rows + R);
+  // Rows with the same list (a cluster's, often) have it as their union: no marks, no sort.
+  const auto [f0, flen] = p.row(bh, rows[0]);
+  bool same = true;
+  for (int64_t r = 1; r < R && same; ++r) {
+    const auto [e0, len] = p.row(bh, rows[r]);
+    same = len == flen && std::equal(p.cols + e0, p.cols + e0 + len, p.cols + f0);
+  }
+  int64_t entries = 0;
+  if (same) {
+    for (int64_t x = 0; x < flen; ++x)
+      if (!p.padding(kp, p.cols[f0 + x])) plan.keys.push_back(p.cols[f0 + x]);
+    entries = R * static_cast<int64_t>(plan.keys.size());
+  } else {  // the union off a bitset of the rows' range, read in order a word at a time
+    int64_t lo = p.S, hi = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      const auto [e0, len] = p.row(bh, rows[r]);
+      if (len > 0) lo = std::min(lo, p.cols[e0]), hi = std::max(hi, p.cols[e0 + len - 1] + 1);
+    }
+    w.clear_bits(lo, hi);
+    for (int64_t r = 0; r < R; ++r) {
+      const auto [e0, len] = p.row(bh, rows[r]);
+      for (int64_t x = 0; x < len; ++x) {
+        const int64_t j = p.cols[e0 + x];
+        if (p.padding(kp, j)) continue;
+        ++entries;
+        w.set_bit(lo, j);  // keys scattered over the range: rarely two in a row in one word
+      }
+    }
+    for (size_t x = 0; x < w.bits.size(); ++x)
+      for (uint64_t word = w.bits[x]; word != 0; word &= word - 1)
+        plan.keys.push_back(lo + static_cast<int64_t>(x) * 64 + __builtin_ctzll(word));
+  }
+  if (w.key_col.size() < static_cast<size_t>(p.S)) w.key_col.resize(static_cast<size_t>(p.S));
+  plan.u = static_cast<int64_t>(plan.keys.size());
+  if (plan.u == 0 || entries * (D + kRowPairCost) < R * plan.u * D) {
+    plan.keys.clear();
+    return;
+  }
+  for (int64_t x = 0; x < plan.u; ++x) w.key_col[plan.keys[x]] = x;
+  plan.runs.push_back({0, plan.u});
+  plan.w = (plan.u + kRowPad - 1) / kRowPad * kRowPad;
+  plan.ld = plan.w + kTileRoom;
+  plan.allowed.assign(static_cast<size_t>(R * plan.w), 0);
+  plan.rare_ptr.assign(static_cast<size_t>(R + 1), 0);
+  plan.kept.assign(static_cast<size_t>(R), 0);
+  for (int64_t r = 0; r < R; ++r) {
+    const auto [e0, len] = p.row(bh, rows[r]);
+    unsigned char* ok = plan.allowed.data() + r * plan.w;
+    if (same) {
+      std::fill(ok, ok + plan.u, static_cast<unsigned char>(1));
+      plan.kept[r] = plan.u;
+      continue;
+    }
+    for (int64_t x = 0; x < len; ++x) {
+      const int64_t j = p.cols[e0 + x];
+      if (p.padding(kp, j)) continue;
+      ok[w.key_col[j]] = 1, ++plan.kept[r];
+    }
+  }
+  plan.tiled = true;
+}
+
+// The row groups of one owner (a group's rows, or a batch row's / head's with padding): the rows of its untiled
+// blocks — whose consecutive rows share too few keys, as in a clustered pattern, where neighbouring tokens fall in
+// different clusters — sorted by their first kept key and length, then cut into groups of at most kBlockRows rows,
+// a group also ending where the first key changes once it has kMinGroupRows: rows of one cluster start at the same
+// key. Appends the tiled groups to `groups` and marks their rows in `taken`.
+void plan_groups(const PatternRows& p, int64_t D, int64_t bh, const std::vector<int64_t>& candidates, PlanScratch& w,
+                 std::vector<unsigned char>& taken, std::vector<BlockPlan>& groups) {
+  const bool* kp = p.keep_row(bh);
+  struct Key {
+    int64_t first, len, row;
+  };
+  std::vector<Key> order;
+  order.reserve(candidates.size());
+  for (const int64_t i : candidates) {
+    const auto [e0, len] = p.row(bh, i);
+    int64_t first = len > 0 ? p.cols[e0] : -1, kept = len;
+    if (kp != nullptr) {
+      first = -1, kept = 0;
+      for (int64_t x = 0; x < len; ++x) {
+        if (p.padding(kp, p.cols[e0 + x])) continue;
+        if (first < 0) first = p.cols[e0 + x];
+        ++kept;
+      }
+    }
+    if (kept > 0) order.push_back({first, kept, i});
+  }
+  std::sort(order.begin(), order.end(), [](const Key& a, const Key& b) {
+    return std::tie(a.first, a.len, a.row) < std::tie(b.first, b.len, b.row);
+  });
+  std::vector<int64_t> rows;
+  BlockPlan plan;
+  auto close = [&] {
+    if (static_cast<int64_t>(rows.size()) >= kMinGroupRows) {
+      plan_group(p, D, bh, rows.data(), static_cast<int64_t>(rows.size()), w, plan);
+      if (plan.tiled) {
+        for (const int64_t i : rows) taken[static_cast<size_t>(i)] = 1;
+        groups.push_back(std::move(plan));
+      }
+    }
+    rows.clear();
+  };
+  for (size_t x = 0; x < order.size(); ++x) {
+    if (!rows.empty() &&
+        ((static_cast<int64_t>(rows.size()) >= kMinGroupRows && order[x].first != order[x - 1].first) ||
+         static_cast<int64_t>(rows.size()) == kBlockRows))
+      close();
+    rows.push_back(order[x].row);
+  }
+  close();
+}
+
+// The plans of a call, for every owner: owner = the group without padding; with padding (key_keep), the batch row b
+// when the pattern is shared (its H heads see the same keys) and (b, h) when each head has its own group. An owner's
+// units: its blocks of consecutive rows in order (an untiled one keeps only its rows: those no row group took), then
+// its row groups.
 struct PlanTable {
-  std::vector<BlockPlan> plans;     // owner o's block m at o · blocks + m
+  std::vector<BlockPlan> plans;     // owner o's units: plans[unit_ptr[o] .. unit_ptr[o + 1])
+  std::vector<int64_t> unit_ptr;    // (owners + 1)
   std::vector<unsigned char> keep;  // the key_keep (B, S) they were made for; empty without padding
   int64_t B = 0, H = 0;
 };
@@ -521,22 +659,79 @@ inline int64_t plan_owner(const PatternRows& p, int64_t bh) {
   return p.G == 1 ? bh / p.H : bh;
 }
 
-// Plans every block of every owner (a plan that is not tiled keeps nothing but its flag).
+// Plans every owner: its blocks (in parallel over all blocks), then the row groups of its untiled blocks' rows (in
+// parallel over owners). An untiled plan keeps nothing but its rows.
 std::shared_ptr<PlanTable> plan_table(const PatternRows& p, int64_t D, int64_t blocks, int64_t block_cost) {
   const profiler::Range planning("sparse_attention plans");  // host work the profile names (a new pattern's)
   auto t = std::make_shared<PlanTable>();
   const int64_t owners = p.keep != nullptr && p.G == 1 ? p.B : p.G;
-  t->plans.resize(static_cast<size_t>(owners * blocks));
+  auto head_of = [&](int64_t o) { return p.keep != nullptr && p.G == 1 ? o * p.H : o; };  // reads owner o's plans
+  std::vector<BlockPlan> block_plans(static_cast<size_t>(owners * blocks));
+  // An owner of many blocks none of whose kSampled sampled blocks is tiled is taken as scattered (a clustered
+  // pattern: neighbouring rows share few keys), and its blocks are not planned: their rows go to the row groups.
+  // Planning a block costs about as much per pair as the attention does, so this halves a clustered call's planning.
+  constexpr int64_t kSampled = 8;
+  std::vector<unsigned char> scattered(static_cast<size_t>(owners), 0);
+  if (blocks >= 4 * kSampled)
+    parallel_for(owners, block_cost * kSampled, [&](int64_t o0, int64_t o1) {
+      PlanScratch w;
+      BlockPlan probe;
+      for (int64_t o = o0; o < o1; ++o) {
+        bool tiled = false;
+        for (int64_t x = 0; x < kSampled && !tiled; ++x) {
+          const int64_t i0 = (2 * x + 1) * blocks / (2 * kSampled) * kBlockRows;
+          plan_block(p, D, head_of(o), i0, std::min(kBlockRows, p.Tq - i0), w, probe);
+          tiled = probe.tiled;
+        }
+        scattered[static_cast<size_t>(o)] = !tiled;
+      }
+    });
   parallel_for(owners * blocks, block_cost, [&](int64_t x0, int64_t x1) {
     PlanScratch w;
     for (int64_t x = x0; x < x1; ++x) {
-      const int64_t o = x / blocks, i0 = (x % blocks) * kBlockRows;
-      const int64_t bh = p.keep != nullptr && p.G == 1 ? o * p.H : o;  // a head that reads owner o's plans
-      BlockPlan& plan = t->plans[static_cast<size_t>(x)];
-      plan_block(p, D, bh, i0, std::min(kBlockRows, p.Tq - i0), w, plan);
+      const int64_t o = x / blocks, i0 = (x % blocks) * kBlockRows, R = std::min(kBlockRows, p.Tq - i0);
+      BlockPlan& plan = block_plans[static_cast<size_t>(x)];
+      if (!scattered[static_cast<size_t>(o)]) plan_block(p, D, head_of(o), i0, R, w, plan);
       if (!plan.tiled) plan = BlockPlan{};
+      plan.i0 = i0, plan.R = R;
     }
   });
+  std::vector<std::vector<BlockPlan>> units(static_cast<size_t>(owners));
+  parallel_for(owners, block_cost * blocks, [&](int64_t o0, int64_t o1) {
+    PlanScratch w;
+    std::vector<int64_t> candidates;
+    std::vector<unsigned char> taken;
+    std::vector<BlockPlan> groups;
+    for (int64_t o = o0; o < o1; ++o) {
+      BlockPlan* own = block_plans.data() + o * blocks;
+      candidates.clear();
+      for (int64_t m = 0; m < blocks; ++m)
+        if (!own[m].tiled)
+          for (int64_t i = own[m].i0; i < own[m].i0 + own[m].R; ++i) candidates.push_back(i);
+      taken.assign(static_cast<size_t>(p.Tq), 0);
+      groups.clear();
+      if (static_cast<int64_t>(candidates.size()) >= kMinGroupRows)
+        plan_groups(p, D, head_of(o), candidates, w, taken, groups);
+      std::vector<BlockPlan>& mine = units[static_cast<size_t>(o)];
+      for (int64_t m = 0; m < blocks; ++m) {
+        BlockPlan& plan = own[m];
+        if (!plan.tiled && !groups.empty()) {  // the rows no group took
+          for (int64_t i = plan.i0; i < plan.i0 + plan.R; ++i)
+            if (!taken[static_cast<size_t>(i)]) plan.rows.push_back(i);
+          if (plan.rows.empty()) continue;
+          if (static_cast<int64_t>(plan.rows.size()) == plan.R) plan.rows.clear();
+        }
+        mine.push_back(std::move(plan));
+      }
+      for (BlockPlan& g : groups) mine.push_back(std::move(g));
+    }
+  });
+  t->unit_ptr.assign(static_cast<size_t>(owners + 1), 0);
+  for (int64_t o = 0; o < owners; ++o)
+    t->unit_ptr[o + 1] = t->unit_ptr[o] + static_cast<int64_t>(units[static_cast<size_t>(o)].size());
+  t->plans.reserve(static_cast<size_t>(t->unit_ptr[owners]));
+  for (auto& u : units)
+    for (BlockPlan& plan : u) t->plans.push_back(std::move(plan));
   if (p.keep != nullptr) t->keep.assign(p.keep, p.keep + p.B * p.S), t->B = p.B, t->H = p.H;
   return t;
 }
@@ -548,8 +743,7 @@ std::shared_ptr<PlanTable> plan_table(const PatternRows& p, int64_t D, int64_t b
 // same batch) reads it; any other makes a new one.
 class Plans {
  public:
-  Plans(const PatternRows& p, int64_t D, const SparsePatternView& pat, int64_t blocks, int64_t block_cost)
-      : p_(p), blocks_(blocks) {
+  Plans(const PatternRows& p, int64_t D, const SparsePatternView& pat, int64_t blocks, int64_t block_cost) : p_(p) {
     SparsePatternCache* cache = pat.cache;
     if (cache == nullptr) {  // a view without a cache: plans for this call only
       table_ = plan_table(p, D, blocks, block_cost);
@@ -572,13 +766,18 @@ class Plans {
       }
     }
   }
-  const BlockPlan& plan(int64_t bh, int64_t block) const {
-    return table_->plans[static_cast<size_t>(plan_owner(p_, bh) * blocks_ + block)];
+  // Head bh's units: [first, last).
+  std::pair<const BlockPlan*, const BlockPlan*> units(int64_t bh) const {
+    const int64_t o = plan_owner(p_, bh);
+    return {table_->plans.data() + table_->unit_ptr[o], table_->plans.data() + table_->unit_ptr[o + 1]};
+  }
+  int64_t count(int64_t bh) const {
+    const int64_t o = plan_owner(p_, bh);
+    return table_->unit_ptr[o + 1] - table_->unit_ptr[o];
   }
 
  private:
   const PatternRows& p_;
-  int64_t blocks_;
   std::shared_ptr<const PlanTable> table_;
 };
 
@@ -696,16 +895,17 @@ ASC_ALWAYS_INLINE void block_products(const BlockPlan& plan, int64_t R, int64_t 
                       tile + r * plan.ld + plan.u);
 }
 
-// Rows [i0, i0 + R) of head bh through their tile: scores, softmax over each row's own keys, O = P V.
+// R query rows x (R, D) through their tile: scores, softmax over each row's own keys, O = P V into o (R, D) and the
+// rows' log-sum-exps into lse. kt (D, ·) with rows ldt apart holds the tile's keys transposed (a run's first key at its
+// column), vb their value rows (a run's first key at its row); kb and vb: the head's k and v rows for the rare keys.
 template <CpuIsa kIsa, class T>
-ASC_ALWAYS_INLINE void forward_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, const BlockPlan& plan,
-                                     HeadTiles<T>& h, T* o, T* lse) {
+ASC_ALWAYS_INLINE void forward_tile(const Problem<T>& p, int64_t R, const BlockPlan& plan, const T* x, const T* kt,
+                                    int64_t ldt, const T* kb, const T* vrun, const T* vb, Scratch<T>& tile_buf, T* o,
+                                    T* lse) {
   const int64_t D = p.D, u = plan.u, ld = plan.ld, n = plan.w;
-  if (h.tile.size() < static_cast<size_t>(R * ld)) h.tile.resize(static_cast<size_t>(R * ld));
-  T* tile = h.tile.data();
-  const T* kb = p.k + bh * p.S * D;
-  const T* vb = p.v + bh * p.S * D;
-  block_products<kIsa>(plan, R, D, p.q + (bh * p.Tq + i0) * D, h.kt.data(), h.ldt, kb, tile);
+  if (tile_buf.size() < static_cast<size_t>(R * ld)) tile_buf.resize(static_cast<size_t>(R * ld));
+  T* tile = tile_buf.data();
+  block_products<kIsa>(plan, R, D, x, kt, ldt, kb, tile);
   const T ninf = -std::numeric_limits<T>::infinity(), sc = p.scale;
   // Each row over the plan's w columns: its tile columns, its rare keys, then -inf (whatever the products left there).
   for (int64_t r = 0; r < R; ++r) {
@@ -714,42 +914,131 @@ ASC_ALWAYS_INLINE void forward_block(const Problem<T>& p, int64_t bh, int64_t i0
     T m = ninf, n_nan = 0;  // n_nan counts in T: an int64 count beside float compares keeps the loop narrow
     const int64_t kept = plan.kept[r];
     // Both operands of the select read first: a load under the condition keeps GCC from vectorising the loop.
-    for (int64_t x = 0; x < n; ++x) {
-      const T y = sc * s[x];
-      s[x] = ok[x] ? y : ninf;
+    for (int64_t c = 0; c < n; ++c) {
+      const T y = sc * s[c];
+      s[c] = ok[c] ? y : ninf;
     }
     ASC_SIMD_REDUCE(+, n_nan)
-    for (int64_t x = 0; x < n; ++x) n_nan += s[x] != s[x] ? T(1) : T(0);
+    for (int64_t c = 0; c < n; ++c) n_nan += s[c] != s[c] ? T(1) : T(0);
     ASC_SIMD_REDUCE(max, m)
-    for (int64_t x = 0; x < n; ++x) m = s[x] > m ? s[x] : m;
-    T* l = lse + (bh * p.Tq + i0 + r);
+    for (int64_t c = 0; c < n; ++c) m = s[c] > m ? s[c] : m;
     if (kept == 0) {  // no kept key: a zero row
       std::fill(s, s + n, T(0));
-      *l = ninf;
+      lse[r] = ninf;
       continue;
     }
     if (n_nan > T(0)) m = std::numeric_limits<T>::quiet_NaN();  // a NaN score: the row comes out NaN
     T sum = 0;
     ASC_SIMD_REDUCE(+, sum)
-    for (int64_t x = 0; x < n; ++x) {
-      const T z = s[x] - m;
+    for (int64_t c = 0; c < n; ++c) {
+      const T z = s[c] - m;
       const T e = exp_nonpos(z > T(0) ? T(0) : z);  // exp(−inf) = 0 outside the row's keys; NaN stays NaN
-      s[x] = e;
+      s[c] = e;
       sum += e;
     }
     const T inv = T(1) / sum;
-    for (int64_t x = 0; x < n; ++x) s[x] *= inv;
-    *l = m + std::log(sum);
+    for (int64_t c = 0; c < n; ++c) s[c] *= inv;
+    lse[r] = m + std::log(sum);
   }
-  // O_block (R, D) = P_tile V_runs, accumulated over the runs, then each row's rare keys (a row with no kept key has
-  // none). Every rare key's value is read, even at weight 0: 0 · NaN is NaN, as in the composed op.
-  T* ob = o + (bh * p.Tq + i0) * D;
+  // O (R, D) = P_tile V_runs, accumulated over the runs, then each row's rare keys (a row with no kept key has none).
+  // Every rare key's value is read, even at weight 0: 0 · NaN is NaN, as in the composed op.
   for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r)
-    gemm_narrow_blocked<T, kIsa>(R, D, plan.runs[r].second, tile + off, ld, 1, vb + plan.runs[r].first * D, D, ob, D,
+    gemm_narrow_blocked<T, kIsa>(R, D, plan.runs[r].second, tile + off, ld, 1, vrun + plan.runs[r].first * D, D, o, D,
                                  r > 0);
   for (int64_t r = 0; r < R; ++r)
     gather_axpys(tile + r * ld + u, vb, plan.rare.data() + plan.rare_ptr[r], plan.rare_ptr[r + 1] - plan.rare_ptr[r], D,
-                 ob + r * D);
+                 o + r * D);
+}
+
+// Rows [i0, i0 + R) of head bh through their tile of the head's keys.
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE void forward_block(const Problem<T>& p, int64_t bh, const BlockPlan& plan, HeadTiles<T>& h, T* o,
+                                     T* lse) {
+  const int64_t at = bh * p.Tq + plan.i0;
+  const T* kb = p.k + bh * p.S * p.D;
+  const T* vb = p.v + bh * p.S * p.D;
+  forward_tile<kIsa>(p, plan.R, plan, p.q + at * p.D, h.kt.data(), h.ldt, kb, vb, vb, h.tile, o + at * p.D, lse + at);
+}
+
+// A thread's gathered copies for row groups: the tile's keys K_U, V_U (u, D) and their transposes (D, ldu), kept for
+// the next group of the same head with the same keys (the groups of one cluster often are); the group's q (and dO, o)
+// rows, its outputs, and dK_U, dV_U.
+template <class T>
+struct GroupTiles {
+  int64_t head = -1, ldu = 0;
+  bool finite = false, has_vt = false;
+  std::vector<int64_t> keys;
+  Scratch<T> k, v, kt, vt, x, g, o, y, lse, dk, dv, tile, dtile;
+};
+
+template <class T>
+void gather_rows(const T* base, const int64_t* idx, int64_t n, int64_t D, Scratch<T>& out) {
+  if (out.size() < static_cast<size_t>(n * D)) out.resize(static_cast<size_t>(n * D));
+  for (int64_t x = 0; x < n; ++x)
+    std::memcpy(out.data() + x * D, base + idx[x] * D, sizeof(T) * static_cast<size_t>(D));
+}
+
+// Gathers the group's keys of head bh (unless the copies hold them), transposing V too for the backward; whether
+// every one is finite (else the group's rows go the row path: see the file's head).
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE bool gather_group_keys(const Problem<T>& p, int64_t bh, const BlockPlan& plan, GroupTiles<T>& c,
+                                         bool backward) {
+  const int64_t D = p.D, u = plan.u;
+  if (c.head != bh || c.keys != plan.keys) {
+    gather_rows(p.k + bh * p.S * D, plan.keys.data(), u, D, c.k);
+    gather_rows(p.v + bh * p.S * D, plan.keys.data(), u, D, c.v);
+    c.finite = rows_finite(c.k.data(), u * D) && rows_finite(c.v.data(), u * D);
+    c.ldu = transposed_ld(u);
+    if (c.kt.size() < static_cast<size_t>(D * c.ldu)) c.kt.resize(static_cast<size_t>(D * c.ldu));
+    transpose_rows<T, kIsa>(c.k.data(), D, 1, u, D, c.kt.data(), c.ldu);
+    c.head = bh, c.keys = plan.keys, c.has_vt = false;
+  }
+  if (backward && !c.has_vt) {
+    if (c.vt.size() < static_cast<size_t>(D * c.ldu)) c.vt.resize(static_cast<size_t>(D * c.ldu));
+    transpose_rows<T, kIsa>(c.v.data(), D, 1, u, D, c.vt.data(), c.ldu);
+    c.has_vt = true;
+  }
+  return c.finite;
+}
+
+// A row group of head bh: its q rows and the union's keys gathered, then forward_tile, then the rows' o and lse put in
+// place. False (nothing written) where a gathered key is not finite.
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE bool forward_group(const Problem<T>& p, int64_t bh, const BlockPlan& plan, GroupTiles<T>& c, T* o,
+                                     T* lse) {
+  const int64_t D = p.D, R = plan.R;
+  if (!gather_group_keys<kIsa>(p, bh, plan, c, /*backward=*/false)) return false;
+  gather_rows(p.q + bh * p.Tq * D, plan.rows.data(), R, D, c.x);
+  if (c.o.size() < static_cast<size_t>(R * D)) c.o.resize(static_cast<size_t>(R * D));
+  if (c.lse.size() < static_cast<size_t>(R)) c.lse.resize(static_cast<size_t>(R));
+  forward_tile<kIsa>(p, R, plan, c.x.data(), c.kt.data(), c.ldu, c.k.data(), c.v.data(), c.v.data(), c.tile, c.o.data(),
+                     c.lse.data());
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t at = bh * p.Tq + plan.rows[r];
+    std::memcpy(o + at * D, c.o.data() + r * D, sizeof(T) * static_cast<size_t>(D));
+    lse[at] = c.lse[r];
+  }
+  return true;
+}
+
+// Calls f(bh, plan) for the units x in [x0, x1) of a call, numbered head by head (head_ptr[bh]: head bh's first).
+template <class F>
+void for_units(const Plans& plans, const std::vector<int64_t>& head_ptr, int64_t x0, int64_t x1, F&& f) {
+  int64_t bh = static_cast<int64_t>(std::upper_bound(head_ptr.begin(), head_ptr.end(), x0) - head_ptr.begin()) - 1;
+  for (int64_t x = x0; x < x1; ++bh) {
+    const BlockPlan* first = plans.units(bh).first;
+    for (; x < x1 && x < head_ptr[bh + 1]; ++x) f(bh, first[x - head_ptr[bh]]);
+  }
+}
+
+// A unit's query rows, in order: its `rows`, or [i0, i0 + R).
+template <class F>
+ASC_ALWAYS_INLINE void for_rows(const BlockPlan& plan, F&& f) {
+  if (plan.rows.empty()) {
+    for (int64_t i = plan.i0; i < plan.i0 + plan.R; ++i) f(i);
+  } else {
+    for (const int64_t i : plan.rows) f(i);
+  }
 }
 
 template <class T>
@@ -762,23 +1051,26 @@ void forward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const Sp
   const int64_t max_row = pat.max_row;
   const int64_t blocks = (Tq + kBlockRows - 1) / kBlockRows;
   const Plans plans(p, p.D, pat, blocks, p.cost(1) * kBlockRows);
-  parallel_for(B * H * blocks, p.cost(2) * kBlockRows, [&](int64_t b0, int64_t b1) {
+  std::vector<int64_t> head_ptr(static_cast<size_t>(B * H + 1), 0);
+  for (int64_t bh = 0; bh < B * H; ++bh) head_ptr[bh + 1] = head_ptr[bh] + plans.count(bh);
+  parallel_for(head_ptr.back(), p.cost(2) * kBlockRows, [&](int64_t x0, int64_t x1) {
     Scratch<T> s(static_cast<size_t>(std::max<int64_t>(max_row, 1)));
     HeadTiles<T> h(p.S, D, /*backward=*/false);
-    for (int64_t item = b0; item < b1; ++item) {
-      const int64_t bh = item / blocks, blk = item % blocks, i0 = blk * kBlockRows;
-      const int64_t rows = std::min(kBlockRows, Tq - i0);
-      const BlockPlan& plan = plans.plan(bh, blk);
-      if (plan.tiled) {
+    GroupTiles<T> c;
+    for_units(plans, head_ptr, x0, x1, [&](int64_t bh, const BlockPlan& plan) {
+      if (plan.tiled && !plan.keys.empty()) {
+        if (ASC_CPU_DISPATCH(forward_group<kIsa>(p, bh, plan, c, op, lse))) return;
+      } else if (plan.tiled) {
         if (h.head != bh) start_head(p, bh, h);
         if (ASC_CPU_DISPATCH(tile_keys_ready<kIsa>(p, plan, h))) {
-          ASC_CPU_DISPATCH(forward_block<kIsa>(p, bh, i0, rows, plan, h, op, lse));
-          continue;
+          ASC_CPU_DISPATCH(forward_block<kIsa>(p, bh, plan, h, op, lse));
+          return;
         }
       }
-      for (int64_t i = i0; i < i0 + rows; ++i)
+      for_rows(plan, [&](int64_t i) {
         lse[bh * Tq + i] = ASC_CPU_DISPATCH(forward_row<kIsa>(p, bh, i, s.data(), op + (bh * Tq + i) * D));
-    }
+      });
+    });
   });
 }
 
@@ -827,33 +1119,30 @@ ASC_ALWAYS_INLINE void backward_key(const Problem<T>& p, const int64_t* col_rows
   }
 }
 
-// Backward of rows [i0, i0 + R) of head bh through their tile, the head's dK and dV accumulating in place (heads run
-// one per task, their blocks in order: deterministic without atomics):
+// Backward of R query rows through their tile (rows of q, dO, o: qb, gb, ob (R, D); their lse), with the keys as
+// forward_tile takes them plus the transposed values vt and the key rows krun (a run's first key at its row):
 //   P = exp(S·scale − lse) on each row's keys, 0 elsewhere;  dP = dO Vᵀ;  dS = scale · P ∘ (dP − rowsum(dO ∘ O))
 //   dQ = dS K;  dV += Pᵀ dO;  dK += dSᵀ Q   — each a product per run, rare keys pair by pair.
-// Needs finite Q and dO rows in the block (a 0 · NaN in the transposed products would spread a NaN to keys the
-// row does not attend); the caller checks.
-template <CpuIsa kIsa, class T>
-ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i0, int64_t R, const BlockPlan& plan,
-                                      HeadTiles<T>& h, const T* o, const T* g, const T* lse, T* dq,
-                                      HeadKeyGrads<T>& kg) {
+// dQ into dqb (R, D); a run's dK, dV rows added into dkrun, dvrun at the run's first key (run_grads(first, len) is
+// called before, to zero them where needed); the rare keys' into kg. Needs finite Q and dO rows (a 0 · NaN in the
+// transposed products would spread a NaN to keys the row does not attend); the caller checks.
+template <CpuIsa kIsa, class T, class RunGrads>
+ASC_ALWAYS_INLINE void backward_tile(const Problem<T>& p, int64_t R, const BlockPlan& plan, const T* qb, const T* gb,
+                                     const T* ob, const T* lse, const T* kt, const T* vt, int64_t ldt, const T* krun,
+                                     const T* kb, const T* vb, Scratch<T>& tile_buf, Scratch<T>& dtile_buf, T* dqb,
+                                     T* dkrun, T* dvrun, RunGrads&& run_grads, HeadKeyGrads<T>& kg) {
   const int64_t D = p.D, u = plan.u, ld = plan.ld, n = plan.w;
-  if (h.tile.size() < static_cast<size_t>(R * ld)) h.tile.resize(static_cast<size_t>(R * ld));
-  if (h.dtile.size() < static_cast<size_t>(R * ld)) h.dtile.resize(static_cast<size_t>(R * ld));
-  T *pt = h.tile.data(), *dt = h.dtile.data();
-  const T* kb = p.k + bh * p.S * D;
-  const T* vb = p.v + bh * p.S * D;
-  const T* qb = p.q + (bh * p.Tq + i0) * D;
-  const T* gb = g + (bh * p.Tq + i0) * D;
-  const T* ob = o + (bh * p.Tq + i0) * D;
-  block_products<kIsa>(plan, R, D, qb, h.kt.data(), h.ldt, kb, pt);  // raw scores
-  block_products<kIsa>(plan, R, D, gb, h.vt.data(), h.ldt, vb, dt);  // dP
+  if (tile_buf.size() < static_cast<size_t>(R * ld)) tile_buf.resize(static_cast<size_t>(R * ld));
+  if (dtile_buf.size() < static_cast<size_t>(R * ld)) dtile_buf.resize(static_cast<size_t>(R * ld));
+  T *pt = tile_buf.data(), *dt = dtile_buf.data();
+  block_products<kIsa>(plan, R, D, qb, kt, ldt, kb, pt);  // raw scores
+  block_products<kIsa>(plan, R, D, gb, vt, ldt, vb, dt);  // dP
   const T sc = p.scale;
   for (int64_t r = 0; r < R; ++r) {
     T* s = pt + r * ld;
     T* d = dt + r * ld;
     const unsigned char* ok = plan.allowed.data() + r * n;
-    const T l = lse[bh * p.Tq + i0 + r];
+    const T l = lse[r];
     if (l == -std::numeric_limits<T>::infinity()) {  // a row with no kept key passes no gradient
       std::fill(s, s + n, T(0));
       std::fill(d, d + n, T(0));
@@ -871,16 +1160,15 @@ ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i
     }
   }
   // dQ (R, D) = dS K: the runs, then the rare keys
-  T* dqb = dq + (bh * p.Tq + i0) * D;
   for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r)
-    gemm_narrow_blocked<T, kIsa>(R, D, plan.runs[r].second, dt + off, ld, 1, kb + plan.runs[r].first * D, D, dqb, D,
+    gemm_narrow_blocked<T, kIsa>(R, D, plan.runs[r].second, dt + off, ld, 1, krun + plan.runs[r].first * D, D, dqb, D,
                                  r > 0);
   // dV_run += P_runᵀ dO, dK_run += dS_runᵀ Q   (the tiles read down their columns: sam = 1, sak = ld)
   for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r) {
     const int64_t a = plan.runs[r].first, len = plan.runs[r].second;
-    kg.need(a, a + len);
-    gemm_narrow_blocked<T, kIsa>(len, D, R, pt + off, 1, ld, gb, D, kg.dv + a * D, D, true);
-    gemm_narrow_blocked<T, kIsa>(len, D, R, dt + off, 1, ld, qb, D, kg.dk + a * D, D, true);
+    run_grads(a, len);
+    gemm_narrow_blocked<T, kIsa>(len, D, R, pt + off, 1, ld, gb, D, dvrun + a * D, D, true);
+    gemm_narrow_blocked<T, kIsa>(len, D, R, dt + off, 1, ld, qb, D, dkrun + a * D, D, true);
   }
   for (int64_t r = 0; r < R; ++r) {
     const T* s = pt + r * ld + u - plan.rare_ptr[r];
@@ -895,6 +1183,54 @@ ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, int64_t i
       axpy(d[e], qb + r * D, kg.dk + j * D, D);
     }
   }
+}
+
+// Backward of rows [i0, i0 + R) of head bh through their tile of the head's keys, its dK and dV accumulating in place
+// (heads run one per task, their units in order: deterministic without atomics).
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, const BlockPlan& plan, HeadTiles<T>& h,
+                                      const T* o, const T* g, const T* lse, T* dq, HeadKeyGrads<T>& kg) {
+  const int64_t D = p.D, at = bh * p.Tq + plan.i0;
+  const T* kb = p.k + bh * p.S * D;
+  const T* vb = p.v + bh * p.S * D;
+  backward_tile<kIsa>(
+      p, plan.R, plan, p.q + at * D, g + at * D, o + at * D, lse + at, h.kt.data(), h.vt.data(), h.ldt, kb, kb, vb,
+      h.tile, h.dtile, dq + at * D, kg.dk, kg.dv, [&](int64_t a, int64_t len) { kg.need(a, a + len); }, kg);
+}
+
+// Backward of a row group of head bh: its rows of q, dO, o and lse gathered (false, nothing written, where one of
+// them or a key is not finite: the caller takes the row path), backward_tile into the group's dK_U, dV_U, then dq put
+// in place and dK_U, dV_U added into the head's rows of the union's keys.
+template <CpuIsa kIsa, class T>
+ASC_ALWAYS_INLINE bool backward_group(const Problem<T>& p, int64_t bh, const BlockPlan& plan, GroupTiles<T>& c,
+                                      const T* o, const T* g, const T* lse, T* dq, HeadKeyGrads<T>& kg) {
+  const int64_t D = p.D, R = plan.R, u = plan.u;
+  if (!gather_group_keys<kIsa>(p, bh, plan, c, /*backward=*/true)) return false;
+  gather_rows(p.q + bh * p.Tq * D, plan.rows.data(), R, D, c.x);
+  gather_rows(g + bh * p.Tq * D, plan.rows.data(), R, D, c.g);
+  if (!rows_finite(c.x.data(), R * D) || !rows_finite(c.g.data(), R * D)) return false;
+  gather_rows(o + bh * p.Tq * D, plan.rows.data(), R, D, c.o);
+  if (c.lse.size() < static_cast<size_t>(R)) c.lse.resize(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) c.lse[r] = lse[bh * p.Tq + plan.rows[r]];
+  for (Scratch<T>* b : {&c.y, &c.dk, &c.dv})
+    if (b->size() < static_cast<size_t>(std::max(R, u) * D)) b->resize(static_cast<size_t>(std::max(R, u) * D));
+  std::fill(c.dk.data(), c.dk.data() + u * D, T(0));
+  std::fill(c.dv.data(), c.dv.data() + u * D, T(0));
+  backward_tile<kIsa>(
+      p, R, plan, c.x.data(), c.g.data(), c.o.data(), c.lse.data(), c.kt.data(), c.vt.data(), c.ldu, c.k.data(),
+      c.k.data(), c.v.data(), c.tile, c.dtile, c.y.data(), c.dk.data(), c.dv.data(), [](int64_t, int64_t) {}, kg);
+  for (int64_t r = 0; r < R; ++r)
+    std::memcpy(dq + (bh * p.Tq + plan.rows[r]) * D, c.y.data() + r * D, sizeof(T) * static_cast<size_t>(D));
+  for (int64_t x = 0; x < u; ++x) {
+    const int64_t j = plan.keys[x];
+    kg.need_key(j);
+    T* dkj = kg.dk + j * D;
+    T* dvj = kg.dv + j * D;
+    const T* a = c.dk.data() + x * D;
+    const T* b = c.dv.data() + x * D;
+    for (int64_t e = 0; e < D; ++e) dkj[e] += a[e], dvj[e] += b[e];
+  }
+  return true;
 }
 
 // Backward of one query row pair by pair, scattering into the head's dK and dV (the blocks a tile cannot take).
@@ -966,27 +1302,29 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
   parallel_for(B * H, p.cost(5) * Tq, [&](int64_t h0, int64_t h1) {
     Scratch<T> pr(static_cast<size_t>(std::max<int64_t>(pat.max_row, 1))), dr(pr.size());
     HeadTiles<T> h(S, D, /*backward=*/true);
+    GroupTiles<T> c;
     HeadKeyGrads<T> kg;
     for (int64_t bh = h0; bh < h1; ++bh) {
       kg.start(dkp + bh * S * D, dvp + bh * S * D, S, D);
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t i0 = blk * kBlockRows, rows = std::min(kBlockRows, Tq - i0);
-        const BlockPlan& plan = plans.plan(bh, blk);
-        if (plan.tiled) {
+      const auto [first, last] = plans.units(bh);
+      for (const BlockPlan* plan = first; plan != last; ++plan) {
+        if (plan->tiled && !plan->keys.empty()) {
+          if (ASC_CPU_DISPATCH(backward_group<kIsa>(p, bh, *plan, c, o, g, lse, dqp, kg))) continue;
+        } else if (plan->tiled) {
           if (h.head != bh) start_head(p, bh, h);
-          const int64_t at = (bh * Tq + i0) * D;
-          if (ASC_CPU_DISPATCH(tile_keys_ready<kIsa>(p, plan, h)) && rows_finite(p.q + at, rows * D) &&
-              rows_finite(g + at, rows * D)) {
-            ASC_CPU_DISPATCH(backward_block<kIsa>(p, bh, i0, rows, plan, h, o, g, lse, dqp, kg));
+          const int64_t at = (bh * Tq + plan->i0) * D;
+          if (ASC_CPU_DISPATCH(tile_keys_ready<kIsa>(p, *plan, h)) && rows_finite(p.q + at, plan->R * D) &&
+              rows_finite(g + at, plan->R * D)) {
+            ASC_CPU_DISPATCH(backward_block<kIsa>(p, bh, *plan, h, o, g, lse, dqp, kg));
             continue;
           }
         }
-        for (int64_t i = i0; i < i0 + rows; ++i) {
+        for_rows(*plan, [&](int64_t i) {
           const int64_t at = (bh * Tq + i) * D;
           ASC_CPU_DISPATCH(
               backward_row<kIsa>(p, bh, i, lse[bh * Tq + i], o + at, g + at, pr.data(), dr.data(), dqp + at));
           ASC_CPU_DISPATCH(backward_row_scatter(p, bh, i, pr.data(), dr.data(), p.q + at, g + at, kg));
-        }
+        });
       }
       kg.finish();
     }
@@ -994,6 +1332,37 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
 }
 
 }  // namespace
+
+SparsePlanSummary sparse_attention_plan_summary(const SparsePatternView& pattern, int64_t head_dim) {
+  ASC_CHECK(pattern.lists.row_ptr != nullptr && head_dim >= 1,
+            "sparse_attention_plan_summary: needs a pattern with lists on the CPU and head_dim >= 1");
+  const int64_t G = pattern.groups, Tq = pattern.queries;
+  const PatternRows p{.B = 1,
+                      .H = G,
+                      .Tq = Tq,
+                      .S = pattern.keys,
+                      .G = G,
+                      .row_ptr = pattern.lists.row_ptr,
+                      .cols = pattern.lists.cols,
+                      .keep = nullptr};
+  const int64_t blocks = (Tq + kBlockRows - 1) / kBlockRows;
+  const Plans plans(p, head_dim, pattern, blocks, int64_t{1} << 20);
+  SparsePlanSummary s;
+  for (int64_t g = 0; g < G; ++g) {
+    const auto [first, last] = plans.units(g);
+    for (const BlockPlan* plan = first; plan != last; ++plan) {
+      const int64_t rows = plan->rows.empty() ? plan->R : static_cast<int64_t>(plan->rows.size());
+      if (!plan->tiled) {
+        s.row_path_rows += rows;
+      } else if (plan->keys.empty()) {
+        ++s.tiled_blocks;
+      } else {
+        ++s.row_groups, s.grouped_rows += rows;
+      }
+    }
+  }
+  return s;
+}
 
 void sparse_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePatternView& pattern,
                               const Tensor& key_keep, double scale, Tensor& o, Tensor& lse) {
