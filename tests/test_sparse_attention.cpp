@@ -373,6 +373,30 @@ namespace {
 
 // The float64 kernel to 1e-12 and the float32 one to 1e-5 (relative 1e-4) against float64 loops over the dense mask
 // of the pattern: the output and every gradient.
+// The rows that see a non-finite input (sees(bh, i)) come out non-finite; every other row's o and dq as in the clean
+// run. Returns how many rows were clean.
+int64_t check_only_bad_rows(const OpRun& clean, const OpRun& bad, int64_t BH, int64_t T, int64_t D,
+                            const std::function<bool(int64_t, int64_t)>& sees) {
+  const auto o = bad.o.to_vector<double>(), o_ref = clean.o.to_vector<double>();
+  const auto dq = bad.dq.to_vector<double>(), dq_ref = clean.dq.to_vector<double>();
+  int64_t clean_rows = 0;
+  for (int64_t bh = 0; bh < BH; ++bh)
+    for (int64_t i = 0; i < T; ++i) {
+      const bool bad_row = sees(bh, i);
+      for (int64_t e = 0; e < D; ++e) {
+        const size_t x = static_cast<size_t>((bh * T + i) * D + e);
+        if (bad_row) {
+          CHECK_FALSE(std::isfinite(o[x]));
+        } else {
+          CHECK(o[x] == doctest::Approx(o_ref[x]).epsilon(1e-5));
+          CHECK(dq[x] == doctest::Approx(dq_ref[x]).epsilon(1e-5));
+        }
+      }
+      clean_rows += !bad_row;
+    }
+  return clean_rows;
+}
+
 void check_against_loops(const Tensor& q, const Tensor& k, const Tensor& v, const SparsePattern& p, const Tensor& keep,
                          const Tensor& dout) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
@@ -581,24 +605,10 @@ TEST_CASE("sparse_attention CPU tiles: a NaN key and an infinite value just past
   for (DType dt : {kFloat64, kFloat32}) {
     CAPTURE(dt);
     const OpRun clean = run_sparse(q, k, v, p, Tensor(), dout, dt), bad = run_sparse(q, kp, vp, p, Tensor(), dout, dt);
-    const auto o = bad.o.to_vector<double>(), o_ref = clean.o.to_vector<double>();
-    const auto dq = bad.dq.to_vector<double>(), dq_ref = clean.dq.to_vector<double>();
-    int64_t clean_rows = 0;
-    for (int64_t bh = 0; bh < B * H; ++bh)
-      for (int64_t i = 0; i < T; ++i) {
-        const int64_t row = bh * T + i;
-        const bool sees = allowed[row * T + 45] || allowed[row * T + 46];
-        for (int64_t e = 0; e < D; ++e) {
-          const size_t x = static_cast<size_t>(row * D + e);
-          if (sees) {
-            CHECK_FALSE(std::isfinite(o[x]));
-          } else {
-            CHECK(o[x] == doctest::Approx(o_ref[x]).epsilon(1e-5));
-            CHECK(dq[x] == doctest::Approx(dq_ref[x]).epsilon(1e-5));
-          }
-        }
-        clean_rows += !sees;
-      }
+    const int64_t clean_rows = check_only_bad_rows(clean, bad, B * H, T, D, [&](int64_t bh, int64_t i) {
+      const int64_t row = bh * T + i;
+      return allowed[row * T + 45] || allowed[row * T + 46];
+    });
     CHECK(clean_rows > 16 * B * H);  // the first block's rows at least
   }
 }
@@ -725,23 +735,8 @@ TEST_CASE("sparse_attention CPU row groups: a NaN key, an infinite value or a Na
   for (DType dt : {kFloat64, kFloat32}) {
     CAPTURE(dt);
     const OpRun clean = run_sparse(q, k, v, p, Tensor(), dout, dt), bad = run_sparse(qp, kp, vp, p, Tensor(), dout, dt);
-    const auto o = bad.o.to_vector<double>(), o_ref = clean.o.to_vector<double>();
-    const auto dq = bad.dq.to_vector<double>(), dq_ref = clean.dq.to_vector<double>();
-    int64_t clean_rows = 0;
-    for (int64_t bh = 0; bh < B * H; ++bh)
-      for (int64_t i = 0; i < T; ++i) {
-        const bool sees = i % 5 == 0 || i % 5 == 1 || i == 12;
-        for (int64_t e = 0; e < D; ++e) {
-          const size_t x = static_cast<size_t>((bh * T + i) * D + e);
-          if (sees) {
-            CHECK_FALSE(std::isfinite(o[x]));
-          } else {
-            CHECK(o[x] == doctest::Approx(o_ref[x]).epsilon(1e-5));
-            CHECK(dq[x] == doctest::Approx(dq_ref[x]).epsilon(1e-5));
-          }
-        }
-        clean_rows += !sees;
-      }
+    const int64_t clean_rows = check_only_bad_rows(
+        clean, bad, B * H, T, D, [](int64_t, int64_t i) { return i % 5 == 0 || i % 5 == 1 || i == 12; });
     CHECK(clean_rows == 2 * (T * 3 / 5 - 1));
   }
 }

@@ -897,7 +897,7 @@ ASC_ALWAYS_INLINE void block_products(const BlockPlan& plan, int64_t R, int64_t 
 
 // R query rows x (R, D) through their tile: scores, softmax over each row's own keys, O = P V into o (R, D) and the
 // rows' log-sum-exps into lse. kt (D, ·) with rows ldt apart holds the tile's keys transposed (a run's first key at its
-// column), vb their value rows (a run's first key at its row); kb and vb: the head's k and v rows for the rare keys.
+// column), vrun their value rows (a run's first key at its row); kb and vb: the head's k and v rows for the rare keys.
 template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void forward_tile(const Problem<T>& p, int64_t R, const BlockPlan& plan, const T* x, const T* kt,
                                     int64_t ldt, const T* kb, const T* vrun, const T* vb, Scratch<T>& tile_buf, T* o,
@@ -1212,8 +1212,9 @@ ASC_ALWAYS_INLINE bool backward_group(const Problem<T>& p, int64_t bh, const Blo
   gather_rows(o + bh * p.Tq * D, plan.rows.data(), R, D, c.o);
   if (c.lse.size() < static_cast<size_t>(R)) c.lse.resize(static_cast<size_t>(R));
   for (int64_t r = 0; r < R; ++r) c.lse[r] = lse[bh * p.Tq + plan.rows[r]];
-  for (Scratch<T>* b : {&c.y, &c.dk, &c.dv})
-    if (b->size() < static_cast<size_t>(std::max(R, u) * D)) b->resize(static_cast<size_t>(std::max(R, u) * D));
+  if (c.y.size() < static_cast<size_t>(R * D)) c.y.resize(static_cast<size_t>(R * D));
+  for (Scratch<T>* b : {&c.dk, &c.dv})
+    if (b->size() < static_cast<size_t>(u * D)) b->resize(static_cast<size_t>(u * D));
   std::fill(c.dk.data(), c.dk.data() + u * D, T(0));
   std::fill(c.dv.data(), c.dv.data() + u * D, T(0));
   backward_tile<kIsa>(
@@ -1224,11 +1225,8 @@ ASC_ALWAYS_INLINE bool backward_group(const Problem<T>& p, int64_t bh, const Blo
   for (int64_t x = 0; x < u; ++x) {
     const int64_t j = plan.keys[x];
     kg.need_key(j);
-    T* dkj = kg.dk + j * D;
-    T* dvj = kg.dv + j * D;
-    const T* a = c.dk.data() + x * D;
-    const T* b = c.dv.data() + x * D;
-    for (int64_t e = 0; e < D; ++e) dkj[e] += a[e], dvj[e] += b[e];
+    axpy(T(1), c.dk.data() + x * D, kg.dk + j * D, D);
+    axpy(T(1), c.dv.data() + x * D, kg.dv + j * D, D);
   }
   return true;
 }
