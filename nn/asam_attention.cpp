@@ -158,7 +158,8 @@ Tensor AsamAttention::attend(const Tensor& x, const AttentionArgs& args) {
               valid.shape());
   // (B, T, D) -> (B, H, T, Dh), contiguous: the sparse kernel reads rows of Dh.
   auto heads = [&](const Tensor& t) { return t.view({B, T, H, Dh}).permute({0, 2, 1, 3}).contiguous(); };
-  const Tensor q = heads((*q_proj)(x)), k = heads((*k_proj)(x)), v = heads((*v_proj)(x));
+  const TensorList qkv = linear_group({q_proj.get(), k_proj.get(), v_proj.get()}, x);  // one product
+  const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
 
   // The sparse branch: the data-independent pattern (cached, and its copy on x's device), the clustered part, the
   // hierarchical summaries.

@@ -152,8 +152,11 @@ Tensor AscenderAttention::attend(const Tensor& x, const AttentionArgs& args) {
   const int64_t B = x.size(0), T = x.size(1);
   // (B, T, H·c) -> (B, H, T, c)
   auto heads = [&](const Tensor& t, int64_t c) { return t.view({B, T, H, c}).permute({0, 2, 1, 3}); };
-  Tensor q = heads((*q_proj)(x), d_head), k = heads((*k_proj)(x), d_head), v = heads((*v_proj)(x), d_head);
-  Tensor z = heads((*z_proj)(x), d_z), e = heads((*e_proj)(x), d_a);
+  // q, k, v in one product and the bias-free z, e in another (linear_group); heads() views their columns
+  const TensorList qkv = linear_group({q_proj.get(), k_proj.get(), v_proj.get()}, x);
+  const TensorList ze = linear_group({z_proj.get(), e_proj.get()}, x);
+  Tensor q = heads(qkv[0], d_head), k = heads(qkv[1], d_head), v = heads(qkv[2], d_head);
+  Tensor z = heads(ze[0], d_z), e = heads(ze[1], d_a);
   Tensor q_rot = rope ? rope->forward(q, 0) : q, k_rot = rope ? rope->forward(k, 0) : k;
 
   AscenderCoreArgs a;

@@ -57,9 +57,15 @@ Tensor MultiHeadAttention::attend(const Tensor& x, const AttentionArgs& args) {
 
   // (B, T, D) -> (B, H, T, Dh)
   auto heads = [&](const Tensor& t, int64_t len) { return t.view({B, len, H, Dh}).permute({0, 2, 1, 3}); };
-  Tensor q = heads((*q_proj)(x), T);
-  Tensor k = heads((*k_proj)(ctx), S);
-  Tensor v = heads((*v_proj)(ctx), S);
+  Tensor q, k, v;
+  if (args.context.defined()) {  // cross-attention: keys and values from the context, in one product
+    q = heads((*q_proj)(x), T);
+    TensorList kv = linear_group({k_proj.get(), v_proj.get()}, ctx);
+    k = heads(kv[0], S), v = heads(kv[1], S);
+  } else {  // self-attention: the three projections in one product
+    TensorList qkv = linear_group({q_proj.get(), k_proj.get(), v_proj.get()}, x);
+    q = heads(qkv[0], T), k = heads(qkv[1], S), v = heads(qkv[2], S);
+  }
   if (rope) {
     q = rope->forward(q, S - T);  // queries sit at the end of the key sequence
     k = rope->forward(k, 0);
@@ -91,7 +97,8 @@ Tensor MultiHeadAttention::attend_incremental(const Tensor& x, KVCache& cache) {
             "MultiHeadAttention.attend_incremental: a cache of keys {} for x {} (expected (B={}, H={}, S, {}))",
             cache.k.shape(), x.shape(), B, H, Dh);
   auto heads = [&](const Tensor& u) { return u.view({B, t, H, Dh}).permute({0, 2, 1, 3}); };  // (B, H, t, Dh)
-  Tensor q = heads((*q_proj)(x)), k = heads((*k_proj)(x)), v = heads((*v_proj)(x));
+  TensorList qkv = linear_group({q_proj.get(), k_proj.get(), v_proj.get()}, x);
+  Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
   if (rope) q = rope->forward(q, past), k = rope->forward(k, past);  // positions past .. past + t - 1
   cache.k = past == 0 ? k.contiguous() : cat({cache.k, k}, 2);       // (B, H, past + t, Dh)
   cache.v = past == 0 ? v.contiguous() : cat({cache.v, v}, 2);

@@ -1,6 +1,7 @@
 #include "nn/linear.h"
 
 #include <cmath>
+#include <typeinfo>
 
 #include "core/error.h"
 #include "core/format.h"
@@ -27,6 +28,35 @@ Tensor Linear::forward(const Tensor& x) {
   ASC_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options.in_features(),
             "Linear: expected input (..., {}), got {}", options.in_features(), x.defined() ? x.shape() : Shape{});
   return linear(x, weight, bias);
+}
+
+TensorList linear_group(const std::vector<Linear*>& layers, const Tensor& x) {
+  ASC_CHECK(!layers.empty(), "linear_group: no layers");
+  for (const Linear* l : layers) ASC_CHECK(l != nullptr, "linear_group: a null layer");
+  const Linear& first = *layers.front();
+  bool one_product = layers.size() > 1 && x.defined();
+  for (const Linear* l : layers)
+    one_product =
+        one_product && typeid(*l) == typeid(Linear) && !l->has_forward_hooks() &&
+        l->options.in_features() == first.options.in_features() && l->weight.dim() == 2 &&
+        l->weight.size(1) == first.options.in_features() && l->bias.defined() == first.bias.defined() &&
+        l->weight.dtype() == first.weight.dtype() && l->weight.device() == first.weight.device() &&
+        (!l->bias.defined() || (l->bias.dtype() == first.weight.dtype() && l->bias.device() == first.weight.device()));
+  TensorList out;
+  if (!one_product) {
+    for (Linear* l : layers) out.push_back((*l)(x));
+    return out;
+  }
+  ASC_CHECK(x.dim() >= 1 && x.size(-1) == first.options.in_features(), "Linear: expected input (..., {}), got {}",
+            first.options.in_features(), x.shape());
+  TensorList weights, biases;
+  std::vector<int64_t> sizes;
+  for (const Linear* l : layers) {
+    weights.push_back(l->weight), sizes.push_back(l->weight.size(0));
+    if (l->bias.defined()) biases.push_back(l->bias);
+  }
+  const Tensor y = linear(x, cat(weights, 0), biases.empty() ? Tensor() : cat(biases, 0));  // (..., Σ out)
+  return split(y, sizes, -1);
 }
 
 std::string Linear::extra_repr() const {

@@ -311,6 +311,25 @@ Tensor stack(const TensorList& xs, int64_t dim) {
 
 // ---- split / chunk ----------------------------------------------------------------------------------------------
 
+namespace {
+
+// The pieces [start, start + size) of x along d as views recorded as one node whose backward is one cat of their
+// gradients (the engine fills zeros for a piece that got none): a narrow per piece would give each its own node,
+// each building an x-sized zero tensor in the backward, and the engine would add those up.
+TensorList split_views(const Tensor& x, int d, const std::vector<int64_t>& sizes) {
+  TensorList out;
+  {
+    NoGradGuard no_grad;
+    int64_t start = 0;
+    for (int64_t size : sizes) out.push_back(x.narrow(d, start, size)), start += size;
+  }
+  if (autograd::needs_grad(x))
+    autograd::record("split", {x}, out, [d](const TensorList& g) -> TensorList { return {cat(g, d)}; });
+  return out;
+}
+
+}  // namespace
+
 TensorList split(const Tensor& x, int64_t size, int64_t dim) {
   check_defined("split", x);
   ASC_CHECK(x.dim() >= 1, "split: x must have at least 1 dimension, got shape {}", x.shape());
@@ -318,17 +337,24 @@ TensorList split(const Tensor& x, int64_t size, int64_t dim) {
   const int d = wrap_dim(dim, x.dim(), "split");
   const int64_t n = x.size(d);
   if (n == 0) return {x.narrow(d, 0, 0)};
-  // The pieces are views recorded as one node whose backward is one cat of their gradients (the engine fills zeros
-  // for a piece that got none): a narrow per piece would give each its own node, each building an x-sized zero
-  // tensor in the backward, and the engine would add those up.
-  TensorList out;
-  {
-    NoGradGuard no_grad;
-    for (int64_t s = 0; s < n; s += size) out.push_back(x.narrow(d, s, std::min(size, n - s)));
+  std::vector<int64_t> sizes;
+  for (int64_t s = 0; s < n; s += size) sizes.push_back(std::min(size, n - s));
+  return split_views(x, d, sizes);
+}
+
+TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  check_defined("split", x);
+  ASC_CHECK(x.dim() >= 1, "split: x must have at least 1 dimension, got shape {}", x.shape());
+  ASC_CHECK(!sizes.empty(), "split: no sizes given");
+  const int d = wrap_dim(dim, x.dim(), "split");
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    ASC_CHECK(size >= 0, "split: sizes must be non-negative, got {}", fmt::join(sizes, ", "));
+    total += size;
   }
-  if (autograd::needs_grad(x))
-    autograd::record("split", {x}, out, [d](const TensorList& g) -> TensorList { return {cat(g, d)}; });
-  return out;
+  ASC_CHECK(total == x.size(d), "split: sizes {} add up to {}, but dim {} of shape {} has {}", fmt::join(sizes, ", "),
+            total, dim, x.shape(), x.size(d));
+  return split_views(x, d, sizes);
 }
 
 TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim) {

@@ -166,6 +166,107 @@ TEST_CASE("MultiHeadAttention: float64 gradcheck w.r.t. the input and every proj
       inputs);
 }
 
+TEST_CASE("linear_group: one product, the same numbers as the layers one by one; hooks and mixed layers run apart") {
+  for (DType dt : {kFloat32, kFloat64}) {
+    CAPTURE(dt);
+    manual_seed(31);
+    nn::Linear a(12, 5), b(12, 5), c(12, 7);  // unequal widths
+    for (nn::Linear* l : {&a, &b, &c}) l->to(dt);
+    Tensor x = randn64({3, 4, 12}, true, 32).to(dt).detach().set_requires_grad(true);
+    const Tensor w = randn64({3, 4, 17}, false, 33).to(dt);  // weights each output's columns in the loss
+    auto run = [&](bool grouped, int* matmuls) {
+      for (nn::Linear* l : {&a, &b, &c}) l->zero_grad();
+      x.zero_grad();
+      profiler::Profile prof;
+      TensorList y = grouped ? nn::linear_group({&a, &b, &c}, x) : TensorList{a(x), b(x), c(x)};
+      prof.stop();
+      *matmuls = 0;
+      for (const profiler::Event& e : prof.events())
+        *matmuls += e.kind == profiler::EventKind::Kernel && e.kernel == "matmul";
+      REQUIRE(y.size() == 3);
+      CHECK(y[2].shape() == Shape{3, 4, 7});
+      sum(mul(cat(y, -1), w)).backward();
+      TensorList out{cat(y, -1).detach(), x.grad().clone()};
+      for (nn::Linear* l : {&a, &b, &c}) out.push_back(l->weight.grad().clone()), out.push_back(l->bias.grad().clone());
+      return out;
+    };
+    int grouped_products = 0, apart_products = 0;
+    const TensorList grouped = run(true, &grouped_products), apart = run(false, &apart_products);
+    CHECK(grouped_products == 1);
+    CHECK(apart_products == 3);
+    const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+    for (size_t i = 0; i < grouped.size(); ++i) check_close(grouped[i], apart[i], tol, tol);
+    // A hook on one layer, or a layer without bias beside layers with one: every layer through its own forward.
+    int calls = 0, products = 0;
+    const int id = b.add_forward_pre_hook([&](nn::Module&, const Tensor&) {
+      ++calls;
+      return std::nullopt;
+    });
+    const TensorList hooked = run(true, &products);
+    b.remove_hook(id);
+    CHECK(calls == 1);
+    CHECK(products == 3);
+    for (size_t i = 0; i < grouped.size(); ++i) check_close(hooked[i], apart[i], 0, 0);
+    nn::Linear no_bias(nn::LinearOptions(12, 5).bias(false));
+    no_bias.to(dt);
+    profiler::Profile prof;
+    const TensorList mixed = nn::linear_group({&a, &no_bias}, x);
+    prof.stop();
+    products = 0;
+    for (const profiler::Event& e : prof.events())
+      products += e.kind == profiler::EventKind::Kernel && e.kernel == "matmul";
+    CHECK(products == 2);
+    check_close(mixed[1], no_bias(x).detach(), 0, 0);
+    check_error([&] { nn::linear_group({&a, &b}, randn({2, 11}).to(dt)); }, {"Linear", "12", "11"});
+    check_error([&] { nn::linear_group({}, x); }, {"linear_group", "no layers"});
+  }
+}
+
+TEST_CASE("Attention layers project q, k, v in one product: the same numbers as with the projections one by one") {
+  // A hook on q_proj makes linear_group run the projections through their own forwards: both ways must agree, in
+  // the output and every parameter's gradient, for self- and cross-attention and the two mechanisms' layers.
+  for (DType dt : {kFloat32, kFloat64})
+    for (const char* kind : {"mha", "mha-cross", "ascender", "asam"}) {
+      CAPTURE(dt);
+      CAPTURE(kind);
+      manual_seed(41);
+      std::shared_ptr<nn::Attention> m;
+      nn::Linear* q_proj = nullptr;
+      const std::string k = kind;
+      if (k == "mha" || k == "mha-cross") {
+        auto mha = std::make_shared<nn::MultiHeadAttention>(nn::MultiHeadAttentionOptions(16, 2).rope(k == "mha"));
+        q_proj = mha->q_proj.get(), m = mha;
+      } else if (k == "ascender") {
+        auto asc = std::make_shared<nn::AscenderAttention>(nn::AscenderAttentionOptions(16, 2).k({2, 3}));
+        q_proj = asc->q_proj.get(), m = asc;
+      } else {
+        auto asam = std::make_shared<nn::AsamAttention>(nn::AsamAttentionOptions(16, 2).window(2));
+        q_proj = asam->q_proj.get(), m = asam;
+      }
+      m->to(dt);
+      const Tensor x = randn64({2, 6, 16}, false, 42).to(dt), ctx = randn64({2, 9, 16}, false, 43).to(dt);
+      nn::AttentionArgs args;
+      if (k == "mha-cross") args.context = ctx;
+      auto run = [&] {
+        manual_seed(44);  // the same draws both ways, should a layer draw any
+        m->zero_grad();
+        Tensor y = m->attend(x, args);
+        sum(mul(y, y)).backward();
+        TensorList out{y.detach()};
+        for (auto& [name, p] : m->named_parameters())
+          if (p.grad().defined()) out.push_back(p.grad().clone());
+        return out;
+      };
+      const TensorList grouped = run();
+      const int id = q_proj->add_forward_pre_hook([](nn::Module&, const Tensor&) { return std::nullopt; });
+      const TensorList apart = run();
+      q_proj->remove_hook(id);
+      REQUIRE(grouped.size() == apart.size());
+      const double tol = dt == kFloat32 ? 2e-4 : 1e-10;
+      for (size_t i = 0; i < grouped.size(); ++i) check_close(grouped[i], apart[i], tol, tol);
+    }
+}
+
 TEST_CASE("MultiHeadAttention: bad configuration and input are clear errors") {
   check_error([] { nn::MultiHeadAttention(nn::MultiHeadAttentionOptions(10, 3)); }, {"MultiHeadAttention", "10", "3"});
   check_error([] { nn::MultiHeadAttention(nn::MultiHeadAttentionOptions(6, 2).rope(true)); }, {"RoPE", "even"});

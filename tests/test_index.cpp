@@ -370,6 +370,38 @@ TEST_CASE("split / chunk: piece sizes, values, views; gradcheck through the piec
   }
 }
 
+TEST_CASE("split with sizes: unequal and empty pieces, one node, gradcheck; sizes that do not add up are errors") {
+  Tensor x = randn64({4, 9}, false, 204);
+  auto xv = x.to_vector<double>();
+  TensorList s = split(x, std::vector<int64_t>{2, 0, 4, 3}, -1);
+  REQUIRE(s.size() == 4);
+  const int64_t starts[] = {0, 2, 2, 6}, sizes[] = {2, 0, 4, 3};
+  for (size_t k = 0; k < 4; ++k) {
+    CHECK(s[k].shape() == Shape{4, sizes[k]});
+    std::vector<double> expect;
+    for (int r = 0; r < 4; ++r)
+      for (int64_t c = starts[k]; c < starts[k] + sizes[k]; ++c) expect.push_back(xv[static_cast<size_t>(r * 9 + c)]);
+    check_close(s[k], expect, 0, 0);
+    if (sizes[k] > 0) CHECK(s[k].shares_storage(x));
+  }
+  check_grad(
+      [](const TensorList& in) {
+        TensorList p = split(in[0], std::vector<int64_t>{1, 3, 1}, 0);  // rows of a (5, 7)
+        return TensorList{p[0] * p[2], p[1].exp()};
+      },
+      {randn64({5, 7}, true, 205)});
+  Tensor v = randn64({6}, true, 206);
+  TensorList q = split(v, std::vector<int64_t>{1, 2, 3}, 0);
+  REQUIRE(q[0].grad_fn() != nullptr);
+  CHECK(q[0].grad_fn() == q[2].grad_fn());
+  (q[1].sum() * 2.0 + q[2].select(0, 2) * 7.0).backward();  // q[0] unused: zero gradient
+  check_close(v.grad(), {0, 2, 2, 0, 0, 7}, 0, 0);
+  check_error([&] { split(x, std::vector<int64_t>{4, 4}, 1); }, {"split", "8", "9"});
+  check_error([&] { split(x, std::vector<int64_t>{10, -1}, 1); }, {"split", "non-negative"});
+  check_error([&] { split(x, std::vector<int64_t>{}, 1); }, {"split", "no sizes"});
+  check_error([&] { split(x, std::vector<int64_t>{4}, 2); }, {"split"});
+}
+
 // ---- one_hot / embedding ----------------------------------------------------------------------------------------
 
 TEST_CASE("one_hot: vs naive, dtypes, non-contiguous index") {

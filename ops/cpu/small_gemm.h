@@ -80,9 +80,11 @@ ASC_ALWAYS_INLINE void gemm_narrow_rows(int64_t i, int64_t N, int64_t K, const T
 
 // C (M, N) = A (M, K; element (i, c) at A[i * sam + c * sak]) · B (K, N; row stride ldb, columns contiguous), into
 // C (row stride ldc); accumulate: C += A B. A is read one scalar at a time (broadcast), so any strides cost the same:
-// sam = 1, sak = rows multiplies by a transposed tile without copying it. Tiles of 4 rows by 2 vectors: at x86-64-v4
-// (kIsa, from ASC_CPU_DISPATCH; below it 256-bit tiles only) 512-bit vectors where 32 float columns remain (16
-// doubles), then 256-bit ones (16 floats, 8 doubles: a short N such as d_z = 16 keeps its vector tile), then scalars.
+// sam = 1, sak = rows multiplies by a transposed tile without copying it. Tiles of 4 rows by 2 vectors, 8 rows at
+// x86-64-v4 (16 accumulators of its 32 vector registers: each load of B feeds twice the FMAs; each element's sum is
+// the same sum in the same order, so the same bits). At x86-64-v4 (kIsa, from ASC_CPU_DISPATCH; below it 256-bit
+// tiles only) 512-bit vectors where 32 float columns remain (16 doubles), then 256-bit ones (16 floats, 8 doubles: a
+// short N such as d_z = 16 keeps its vector tile), then scalars.
 //
 // room >= N: the columns of B's and C's rows that may be read and written, whatever they hold (a scratch tile whose
 // next columns are written later). Where the last < 16 float columns fit in it, they take one more 256-bit tile
@@ -93,6 +95,8 @@ template <class T, CpuIsa kIsa = CpuIsa::baseline>
 ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int64_t sak, const T* B,
                                    int64_t ldb, T* C, int64_t ldc, bool accumulate = false, int64_t room = 0) {
   int64_t i = 0;
+  if constexpr (kIsa == CpuIsa::x86_64_v4)
+    for (; i + 8 <= M; i += 8) gemm_narrow_rows<T, kIsa, 8>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
   for (; i + 4 <= M; i += 4) gemm_narrow_rows<T, kIsa, 4>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
   // the last < 4 rows
   if (M - i == 3) gemm_narrow_rows<T, kIsa, 3>(i, N, K, A, sam, sak, B, ldb, C, ldc, accumulate, room);
