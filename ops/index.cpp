@@ -342,18 +342,22 @@ TensorList split(const Tensor& x, int64_t size, int64_t dim) {
   return split_views(x, d, sizes);
 }
 
-TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
-  check_defined("split", x);
-  ASC_CHECK(x.dim() >= 1, "split: x must have at least 1 dimension, got shape {}", x.shape());
-  ASC_CHECK(!sizes.empty(), "split: no sizes given");
-  const int d = wrap_dim(dim, x.dim(), "split");
+TensorList split_with_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  constexpr const char* kOp = "split_with_sizes";
+  check_defined(kOp, x);
+  ASC_CHECK(x.dim() >= 1, "{}: x must have at least 1 dimension, got shape {}", kOp, x.shape());
+  ASC_CHECK(!sizes.empty(), "{}: no sizes given", kOp);
+  const int d = wrap_dim(dim, x.dim(), kOp);
+  const int64_t n = x.size(d);
   int64_t total = 0;
   for (int64_t size : sizes) {
-    ASC_CHECK(size >= 0, "split: sizes must be non-negative, got {}", fmt::join(sizes, ", "));
+    ASC_CHECK(size >= 0, "{}: sizes must be non-negative, got {}", kOp, fmt::join(sizes, ", "));
+    ASC_CHECK(size <= n - total, "{}: sizes {} add up to more than dim {} of shape {} ({})", kOp,
+              fmt::join(sizes, ", "), dim, x.shape(), n);  // checked before the sum, which could overflow
     total += size;
   }
-  ASC_CHECK(total == x.size(d), "split: sizes {} add up to {}, but dim {} of shape {} has {}", fmt::join(sizes, ", "),
-            total, dim, x.shape(), x.size(d));
+  ASC_CHECK(total == n, "{}: sizes {} add up to {}, but dim {} of shape {} has {}", kOp, fmt::join(sizes, ", "), total,
+            dim, x.shape(), n);
   return split_views(x, d, sizes);
 }
 

@@ -34,8 +34,8 @@ Tensor stack(const TensorList& xs, int64_t dim);
 TensorList split(const Tensor& x, int64_t size, int64_t dim);
 // Views of consecutive pieces of the given sizes along dim (they must add up to its length), as PyTorch's
 // split_with_sizes; one autograd node whose backward is one cat of the pieces' gradients.
-//   auto qkv = asc::split(y, std::vector<int64_t>{D, D, D}, -1);  // y (B, T, 3D) -> three (B, T, D) views
-TensorList split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
+//   auto qkv = asc::split_with_sizes(y, {D, D, D}, -1);  // y (B, T, 3D) -> three (B, T, D) views
+TensorList split_with_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
 TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim);
 // (..., ) int64 -> (..., num_classes) of dtype `dtype` (default float32). Not differentiable.
 Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype = kFloat32);

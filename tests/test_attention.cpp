@@ -172,8 +172,9 @@ TEST_CASE("linear_group: one product, the same numbers as the layers one by one;
     manual_seed(31);
     nn::Linear a(12, 5), b(12, 5), c(12, 7);  // unequal widths
     for (nn::Linear* l : {&a, &b, &c}) l->to(dt);
-    Tensor x = randn64({3, 4, 12}, true, 32).to(dt).detach().set_requires_grad(true);
-    const Tensor w = randn64({3, 4, 17}, false, 33).to(dt);  // weights each output's columns in the loss
+    // 256 rows (kGroupRows): fewer run one by one (below)
+    Tensor x = randn64({4, 64, 12}, true, 32).to(dt).detach().set_requires_grad(true);
+    const Tensor w = randn64({4, 64, 17}, false, 33).to(dt);  // weights each output's columns in the loss
     auto run = [&](bool grouped, int* matmuls) {
       for (nn::Linear* l : {&a, &b, &c}) l->zero_grad();
       x.zero_grad();
@@ -184,7 +185,7 @@ TEST_CASE("linear_group: one product, the same numbers as the layers one by one;
       for (const profiler::Event& e : prof.events())
         *matmuls += e.kind == profiler::EventKind::Kernel && e.kernel == "matmul";
       REQUIRE(y.size() == 3);
-      CHECK(y[2].shape() == Shape{3, 4, 7});
+      CHECK(y[2].shape() == Shape{4, 64, 7});
       sum(mul(cat(y, -1), w)).backward();
       TensorList out{cat(y, -1).detach(), x.grad().clone()};
       for (nn::Linear* l : {&a, &b, &c}) out.push_back(l->weight.grad().clone()), out.push_back(l->bias.grad().clone());
@@ -217,50 +218,71 @@ TEST_CASE("linear_group: one product, the same numbers as the layers one by one;
       products += e.kind == profiler::EventKind::Kernel && e.kernel == "matmul";
     CHECK(products == 2);
     check_close(mixed[1], no_bias(x).detach(), 0, 0);
+    // Fewer rows than kGroupRows (a token at a time): one product per layer, the layers' own values.
+    const Tensor few = x.narrow(1, 0, 63).detach();  // 252 rows
+    profiler::Profile prof_few;
+    const TensorList small = nn::linear_group({&a, &b, &c}, few);
+    prof_few.stop();
+    products = 0;
+    for (const profiler::Event& e : prof_few.events())
+      products += e.kind == profiler::EventKind::Kernel && e.kernel == "matmul";
+    CHECK(products == 3);
+    check_close(small[2], c(few).detach(), 0, 0);
     check_error([&] { nn::linear_group({&a, &b}, randn({2, 11}).to(dt)); }, {"Linear", "12", "11"});
     check_error([&] { nn::linear_group({}, x); }, {"linear_group", "no layers"});
   }
 }
 
 TEST_CASE("Attention layers project q, k, v in one product: the same numbers as with the projections one by one") {
-  // A hook on q_proj makes linear_group run the projections through their own forwards: both ways must agree, in
-  // the output and every parameter's gradient, for self- and cross-attention and the two mechanisms' layers.
+  // A hook on every projection makes linear_group run them through their own forwards: both ways must agree, in
+  // the output and every parameter's gradient, for self- and cross-attention and the two mechanisms' layers, and the
+  // grouped run must make fewer products. 256 rows (kGroupRows), in the context too.
   for (DType dt : {kFloat32, kFloat64})
     for (const char* kind : {"mha", "mha-cross", "ascender", "asam"}) {
       CAPTURE(dt);
       CAPTURE(kind);
       manual_seed(41);
       std::shared_ptr<nn::Attention> m;
-      nn::Linear* q_proj = nullptr;
+      std::vector<nn::Linear*> projections;
       const std::string k = kind;
       if (k == "mha" || k == "mha-cross") {
         auto mha = std::make_shared<nn::MultiHeadAttention>(nn::MultiHeadAttentionOptions(16, 2).rope(k == "mha"));
-        q_proj = mha->q_proj.get(), m = mha;
+        projections = {mha->q_proj.get(), mha->k_proj.get(), mha->v_proj.get()}, m = mha;
       } else if (k == "ascender") {
         auto asc = std::make_shared<nn::AscenderAttention>(nn::AscenderAttentionOptions(16, 2).k({2, 3}));
-        q_proj = asc->q_proj.get(), m = asc;
+        projections = {asc->q_proj.get(), asc->k_proj.get(), asc->v_proj.get(), asc->z_proj.get(), asc->e_proj.get()};
+        m = asc;
       } else {
         auto asam = std::make_shared<nn::AsamAttention>(nn::AsamAttentionOptions(16, 2).window(2));
-        q_proj = asam->q_proj.get(), m = asam;
+        projections = {asam->q_proj.get(), asam->k_proj.get(), asam->v_proj.get()}, m = asam;
       }
       m->to(dt);
-      const Tensor x = randn64({2, 6, 16}, false, 42).to(dt), ctx = randn64({2, 9, 16}, false, 43).to(dt);
+      const Tensor x = randn64({2, 128, 16}, false, 42).to(dt), ctx = randn64({2, 130, 16}, false, 43).to(dt);
       nn::AttentionArgs args;
       if (k == "mha-cross") args.context = ctx;
-      auto run = [&] {
+      auto run = [&](int* products) {
         manual_seed(44);  // the same draws both ways, should a layer draw any
         m->zero_grad();
+        profiler::Profile prof;
         Tensor y = m->attend(x, args);
         sum(mul(y, y)).backward();
+        prof.stop();
+        *products = 0;
+        for (const profiler::Event& e : prof.events())
+          *products += e.kind == profiler::EventKind::Kernel && e.kernel == "matmul";
         TensorList out{y.detach()};
         for (auto& [name, p] : m->named_parameters())
           if (p.grad().defined()) out.push_back(p.grad().clone());
         return out;
       };
-      const TensorList grouped = run();
-      const int id = q_proj->add_forward_pre_hook([](nn::Module&, const Tensor&) { return std::nullopt; });
-      const TensorList apart = run();
-      q_proj->remove_hook(id);
+      int grouped_products = 0, apart_products = 0;
+      const TensorList grouped = run(&grouped_products);
+      std::vector<int> ids;
+      for (nn::Linear* l : projections)
+        ids.push_back(l->add_forward_pre_hook([](nn::Module&, const Tensor&) { return std::nullopt; }));
+      const TensorList apart = run(&apart_products);
+      for (size_t i = 0; i < ids.size(); ++i) projections[i]->remove_hook(ids[i]);
+      CHECK(grouped_products < apart_products);
       REQUIRE(grouped.size() == apart.size());
       const double tol = dt == kFloat32 ? 2e-4 : 1e-10;
       for (size_t i = 0; i < grouped.size(); ++i) check_close(grouped[i], apart[i], tol, tol);

@@ -1,5 +1,6 @@
 // Tests of ops/index.h: forward against naive loops over std::vector (float32 and float64, non-contiguous
 // inputs and indices, repeated indices), gradchecks of every differentiable op, and the error messages.
+#include <limits>
 #include "testing.h"
 
 using namespace asc;
@@ -370,10 +371,10 @@ TEST_CASE("split / chunk: piece sizes, values, views; gradcheck through the piec
   }
 }
 
-TEST_CASE("split with sizes: unequal and empty pieces, one node, gradcheck; sizes that do not add up are errors") {
+TEST_CASE("split_with_sizes: unequal and empty pieces, one node, gradcheck; sizes that do not add up are errors") {
   Tensor x = randn64({4, 9}, false, 204);
   auto xv = x.to_vector<double>();
-  TensorList s = split(x, std::vector<int64_t>{2, 0, 4, 3}, -1);
+  TensorList s = split_with_sizes(x, {2, 0, 4, 3}, -1);
   REQUIRE(s.size() == 4);
   const int64_t starts[] = {0, 2, 2, 6}, sizes[] = {2, 0, 4, 3};
   for (size_t k = 0; k < 4; ++k) {
@@ -386,20 +387,29 @@ TEST_CASE("split with sizes: unequal and empty pieces, one node, gradcheck; size
   }
   check_grad(
       [](const TensorList& in) {
-        TensorList p = split(in[0], std::vector<int64_t>{1, 3, 1}, 0);  // rows of a (5, 7)
+        TensorList p = split_with_sizes(in[0], {1, 3, 1}, 0);  // rows of a (5, 7)
         return TensorList{p[0] * p[2], p[1].exp()};
       },
       {randn64({5, 7}, true, 205)});
   Tensor v = randn64({6}, true, 206);
-  TensorList q = split(v, std::vector<int64_t>{1, 2, 3}, 0);
+  TensorList q = split_with_sizes(v, {1, 2, 3}, 0);
   REQUIRE(q[0].grad_fn() != nullptr);
   CHECK(q[0].grad_fn() == q[2].grad_fn());
   (q[1].sum() * 2.0 + q[2].select(0, 2) * 7.0).backward();  // q[0] unused: zero gradient
   check_close(v.grad(), {0, 2, 2, 0, 0, 7}, 0, 0);
-  check_error([&] { split(x, std::vector<int64_t>{4, 4}, 1); }, {"split", "8", "9"});
-  check_error([&] { split(x, std::vector<int64_t>{10, -1}, 1); }, {"split", "non-negative"});
-  check_error([&] { split(x, std::vector<int64_t>{}, 1); }, {"split", "no sizes"});
-  check_error([&] { split(x, std::vector<int64_t>{4}, 2); }, {"split"});
+  CHECK(split_with_sizes(x, {9}, 1)[0].shape() == Shape{4, 9});  // one piece: the whole dim
+  check_error([&] { split_with_sizes(x, {4, 4}, 1); }, {"split_with_sizes", "8", "9"});
+  check_error([&] { split_with_sizes(x, {-1, 10}, 1); }, {"split_with_sizes", "non-negative"});
+  check_error([&] { split_with_sizes(x, {10}, 1); }, {"split_with_sizes", "more than", "9"});
+  check_error(
+      [&] {
+        split_with_sizes(x, {5, std::numeric_limits<int64_t>::max()}, 1);
+      },
+      {"split_with_sizes", "more than"});
+  check_error([&] { split_with_sizes(x, {}, 1); }, {"split_with_sizes", "no sizes"});
+  check_error([&] { split_with_sizes(x, {4}, 2); }, {"split_with_sizes"});
+  check_error([&] { split_with_sizes(Tensor(), {1}, 0); }, {"split_with_sizes"});
+  check_error([&] { split_with_sizes(scalar_tensor(1.0), {1}, 0); }, {"split_with_sizes", "at least 1 dimension"});
 }
 
 // ---- one_hot / embedding ----------------------------------------------------------------------------------------

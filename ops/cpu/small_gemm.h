@@ -2,9 +2,10 @@
 // C = A B (or C += A B) where the inner dimension K or the width N is short — the latent widths d_z, d_a of ASCender
 // attention, 8 to 32 — and a BLAS GEMM spends more time zeroing C (beta = 0), packing and on edge tiles than
 // multiplying: (128 x 512) x 16 runs in about half of OpenBLAS's time, (128 x 16) x 512 in two thirds.
-// Register-blocked 4 rows x 2 vectors of C, K summed in registers, C written once; no packing: B is read as it lies,
-// K x N row-major (for the (rows, keys) products, a transposed copy of the keys' rows); A is read through any
-// strides. gemm_narrow_blocked cuts a long B into blocks that stay in L2 (dense attention over long sequences).
+// Register-blocked 4 (8 at x86-64-v4) rows x 2 vectors of C, K summed in registers, C written once; no packing: B is
+// read as it lies, K x N row-major (for the (rows, keys) products, a transposed copy of the keys' rows); A is read
+// through any strides. gemm_narrow_blocked cuts a long B into blocks that stay in L2 (dense attention over long
+// sequences).
 //
 // Include it inside the caller's `#pragma GCC optimize` region and call it from a kernel that ASC_CPU_DISPATCH runs
 // (ops/cpu/vec_math.h): it is forced inline, so each level gets its own copy (GCC vector extensions lower to AVX2 +
@@ -111,7 +112,7 @@ ASC_ALWAYS_INLINE void gemm_narrow(int64_t M, int64_t N, int64_t K, const T* A, 
   gemm_narrow<T, kIsa>(M, N, K, A, lda, 1, B, ldb, C, ldc, accumulate);
 }
 
-// gemm_narrow over blocks of B of at most 256 x 256 (256 KiB of float, within L2): every 4 rows of A read all of
+// gemm_narrow over blocks of B of at most 256 x 256 (256 KiB of float, within L2): every tile of rows of A reads all of
 // the B they multiply, so a long B (the keys of a 4096-token sequence) must be cut, or it streams from L3 per row
 // block. The blocks of K accumulate into C in order, so the result does not depend on anything but the shapes.
 // room: as gemm_narrow's, for the last block of columns.
