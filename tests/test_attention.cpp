@@ -93,6 +93,13 @@ std::shared_ptr<nn::MultiHeadAttention> make_mha(int64_t D, int64_t H, bool rope
   return m;
 }
 
+// Kernel events named `kernel` in a stopped profile (which path ran: one product or one per layer).
+int kernels_named(const profiler::Profile& prof, const std::string& kernel) {
+  int n = 0;
+  for (const profiler::Event& e : prof.events()) n += e.kind == profiler::EventKind::Kernel && e.kernel == kernel;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("MultiHeadAttention: self-attention forward and weights match naive loops") {
@@ -181,9 +188,7 @@ TEST_CASE("linear_group: one product, the same numbers as the layers one by one;
       profiler::Profile prof;
       TensorList y = grouped ? nn::linear_group({&a, &b, &c}, x) : TensorList{a(x), b(x), c(x)};
       prof.stop();
-      *matmuls = 0;
-      for (const profiler::Event& e : prof.events())
-        *matmuls += e.kind == profiler::EventKind::Kernel && e.kernel == "matmul";
+      *matmuls = kernels_named(prof, "matmul");
       REQUIRE(y.size() == 3);
       CHECK(y[2].shape() == Shape{4, 64, 7});
       sum(mul(cat(y, -1), w)).backward();
@@ -213,20 +218,14 @@ TEST_CASE("linear_group: one product, the same numbers as the layers one by one;
     profiler::Profile prof;
     const TensorList mixed = nn::linear_group({&a, &no_bias}, x);
     prof.stop();
-    products = 0;
-    for (const profiler::Event& e : prof.events())
-      products += e.kind == profiler::EventKind::Kernel && e.kernel == "matmul";
-    CHECK(products == 2);
+    CHECK(kernels_named(prof, "matmul") == 2);
     check_close(mixed[1], no_bias(x).detach(), 0, 0);
     // Fewer rows than kGroupRows (a token at a time): one product per layer, the layers' own values.
     const Tensor few = x.narrow(1, 0, 63).detach();  // 252 rows
     profiler::Profile prof_few;
     const TensorList small = nn::linear_group({&a, &b, &c}, few);
     prof_few.stop();
-    products = 0;
-    for (const profiler::Event& e : prof_few.events())
-      products += e.kind == profiler::EventKind::Kernel && e.kernel == "matmul";
-    CHECK(products == 3);
+    CHECK(kernels_named(prof_few, "matmul") == 3);
     check_close(small[2], c(few).detach(), 0, 0);
     check_error([&] { nn::linear_group({&a, &b}, randn({2, 11}).to(dt)); }, {"Linear", "12", "11"});
     check_error([&] { nn::linear_group({}, x); }, {"linear_group", "no layers"});
@@ -267,9 +266,7 @@ TEST_CASE("Attention layers project q, k, v in one product: the same numbers as 
         Tensor y = m->attend(x, args);
         sum(mul(y, y)).backward();
         prof.stop();
-        *products = 0;
-        for (const profiler::Event& e : prof.events())
-          *products += e.kind == profiler::EventKind::Kernel && e.kernel == "matmul";
+        *products = kernels_named(prof, "matmul");
         TensorList out{y.detach()};
         for (auto& [name, p] : m->named_parameters())
           if (p.grad().defined()) out.push_back(p.grad().clone());
