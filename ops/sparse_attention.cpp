@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <unordered_set>
@@ -599,14 +600,16 @@ void merge_ascending(const int64_t* a, const int64_t* a_end, const int64_t* b, c
 // with a_im <= θ / (2 s_max) add up to at most θ / (2 s_max) · Σ_m a_jm <= θ / 2, so no qualifying pair is missed.
 //
 // Per group (in parallel): the buckets as ascending lists, with their members' assignments transposed; row i's
-// clustered keys are the j of its buckets (causal: j <= i) with a_i · a_j > θ, each bucket tested in one vector pass
-// over its members (clustered_row_flags: every sum over m in order, each operation rounded on its own, so a pair
-// qualifies the same way on every path and processor), taken once (a stamp per key) and sorted when the row is in
-// several buckets, then merged with the base row. A row whose buckets hold more than a quarter of the keys (few
-// clusters, soft assignments) tests every key instead, in one pass over the group's transposed assignments (the same
-// sums), and takes the base row's keys by marking them in the same flags: one branch-free pass writes the union, no
-// merge. Each group's rows go into a list of its own, copied into the CSR arrays after: no list per row.
-// Returns (row_ptr, cols) for SparsePattern::from_csr.
+// clustered keys are the j of its buckets (causal: j <= i) with a_i · a_j > θ. The tests go bucket by bucket, four
+// member rows at a time against all its members (clustered_rows_bits: every sum over m in order, each operation
+// rounded on its own, so a pair qualifies the same way on every path and processor), into a bit row per (member,
+// bucket): a bucket's assignments are read from the cache by its members in turn, where rows in token order would
+// fetch a different bucket's from memory row after row. Then each row's keys are taken from its bits, once (a stamp
+// per key) and sorted when the row is in several buckets, and merged with the base row. A row whose buckets hold more
+// than a quarter of the keys (few clusters, soft assignments) tests every key instead, in one pass over the group's
+// transposed assignments (the same sums), and takes the base row's keys by marking them in the same flags: one
+// branch-free pass writes the union, no merge. Each group's rows go into a list of its own, copied into the CSR arrays
+// after: no list per row. Returns (row_ptr, cols) for SparsePattern::from_csr.
 std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T, int64_t c, double theta, bool causal,
                                          const SparsePattern::Lists* base_lists, int64_t base_groups, const char* who) {
   double s_max = 1;
@@ -621,8 +624,9 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
   cpu::parallel_for(G, cost, [&](int64_t g0, int64_t g1) {
     std::vector<int64_t> bucket_ptr(c + 1), items, stamp(T), found;
     std::vector<double> at(static_cast<size_t>(T * c)), dots(T), bt;  // the group's a transposed: at[m T + j] = a_jm
-    std::vector<unsigned char> hit(static_cast<size_t>(T));
-    size_t last_size = 0;  // the previous group's entries
+    std::vector<unsigned char> hit(static_cast<size_t>(T)), every_key(static_cast<size_t>(T));
+    std::vector<int64_t> slot, cursor(c);  // slot: where a bucket member's bits start (-1: it tests every key)
+    std::vector<uint64_t> bits;
     for (int64_t g = g0; g < g1; ++g) {
       const double* ag = ap + g * T * c;
       for (int64_t j = 0; j < T; ++j)
@@ -636,8 +640,8 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
       for (int64_t i = 0; i < T; ++i)
         for (int64_t m = 0; m < c; ++m)
           if (ag[i * c + m] > bucket_min) items[fill[m]++] = i;
-      // Each bucket's members' assignments transposed, (c, size) from bt + c · bucket_ptr[m]: a row tests a bucket's
-      // members in one vector pass (clustered_row_flags), as the dense pass tests every key.
+      // Each bucket's members' assignments transposed, (c, size) from bt + c · bucket_ptr[m]: its members' rows are
+      // tested against them four at a time (clustered_rows_bits), as the dense pass tests every key.
       bt.resize(static_cast<size_t>(c * bucket_ptr[c]));
       for (int64_t m = 0; m < c; ++m) {
         const int64_t size = bucket_ptr[m + 1] - bucket_ptr[m];
@@ -645,11 +649,56 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
         for (int64_t e = 0; e < size; ++e)
           for (int64_t mm = 0; mm < c; ++mm) b[mm * size + e] = ag[items[bucket_ptr[m] + e] * c + mm];
       }
+      // Which rows test every key (their buckets hold more than a quarter of them), and the bucket rows' tests made
+      // bucket by bucket, four of its members at a time (clustered_rows_bits), while the bucket's transposed
+      // assignments are in the cache: a row's bits over its bucket's members at bits[slot] (causal: only members
+      // up to the four rows' last are tested; a row reads its own prefix).
+      size_t most = 0;  // the group's most entries: each row's candidates (every key: n) and its base row
+      for (int64_t i = 0; i < T; ++i) {
+        int64_t candidates = 0;
+        for (int64_t m = 0; m < c; ++m)
+          if (ag[i * c + m] > bucket_min) candidates += bucket_ptr[m + 1] - bucket_ptr[m];
+        every_key[i] = 4 * candidates > T;
+        most += static_cast<size_t>(every_key[i] ? (causal ? i + 1 : T) : candidates);
+        if (base_lists) {
+          const int64_t r = (base_groups == 1 ? 0 : g) * T + i;
+          most += static_cast<size_t>(base_lists->row_ptr[r + 1] - base_lists->row_ptr[r]);
+        }
+      }
+      slot.assign(static_cast<size_t>(bucket_ptr[c]), -1);
+      int64_t words_total = 0;
+      for (int64_t m = 0; m < c; ++m) {
+        const int64_t size = bucket_ptr[m + 1] - bucket_ptr[m];
+        for (int64_t e = 0; e < size; ++e)
+          if (!every_key[items[bucket_ptr[m] + e]])
+            slot[bucket_ptr[m] + e] = words_total, words_total += (size + 63) / 64;
+      }
+      bits.resize(static_cast<size_t>(words_total));
+      for (int64_t m = 0; m < c; ++m) {
+        const int64_t* members = items.data() + bucket_ptr[m];
+        const int64_t size = bucket_ptr[m + 1] - bucket_ptr[m], words = (size + 63) / 64;
+        const double* bm = bt.data() + c * bucket_ptr[m];
+        for (int64_t e = 0; e < size;) {
+          const double* rows[4];
+          int64_t R = 0, first = -1;
+          for (; e < size && R < 4; ++e)  // the slots of a bucket's rows are consecutive, `words` apart
+            if (slot[bucket_ptr[m] + e] >= 0) {
+              if (R == 0) first = slot[bucket_ptr[m] + e];
+              rows[R++] = ag + members[e] * c;
+            }
+          if (R == 0) continue;
+          const int64_t n = causal ? e : size;  // members up to the last row tested (members are ascending)
+          cpu::clustered_rows_bits(rows, R, bm, size, c, n, theta, bits.data() + first, words);
+        }
+      }
       std::fill(stamp.begin(), stamp.end(), int64_t{-1});
+      std::copy(bucket_ptr.begin(), bucket_ptr.end() - 1, cursor.begin());  // each bucket's next member
       std::vector<int64_t>& keys = keys_of[g];
       std::vector<int64_t>& lens = len_of[g];
       lens.assign(T, 0);
-      keys.reserve(std::max(static_cast<size_t>(T) * 8, last_size + last_size / 8));  // groups are alike in size
+      // No reallocation as the rows are appended (up to 2^24 entries reserved, 128 MiB: rows that test every key may
+      // keep few of them).
+      keys.reserve(std::min(most, size_t{1} << 24));
       for (int64_t i = 0; i < T; ++i) {
         const size_t start = keys.size();                // row i's keys are appended to the group's list
         const int64_t *bk = nullptr, *bk_end = nullptr;  // the base row's keys, ascending
@@ -657,10 +706,10 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
           const int64_t r = (base_groups == 1 ? 0 : g) * T + i;
           bk = base_lists->cols + base_lists->row_ptr[r], bk_end = base_lists->cols + base_lists->row_ptr[r + 1];
         }
-        int64_t candidates = 0, buckets = 0;
-        for (int64_t m = 0; m < c; ++m)
-          if (ag[i * c + m] > bucket_min) candidates += bucket_ptr[m + 1] - bucket_ptr[m], ++buckets;
-        if (4 * candidates > T) {  // every key j < n, dot as below: Σ over m in order
+        int64_t buckets = 0;
+        for (int64_t m = 0; m < c; ++m) buckets += ag[i * c + m] > bucket_min;
+        if (every_key[i]) {  // every key j < n, dot as below: Σ over m in order
+          for (int64_t m = 0; m < c; ++m) cursor[m] += ag[i * c + m] > bucket_min;
           const int64_t n = causal ? i + 1 : T;
           unsigned char* h = hit.data();
           cpu::clustered_row_flags(ag + i * c, at.data(), T, c, n, theta, dots.data(), h);
@@ -672,26 +721,27 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
           for (; b != bk_end; ++b) out[len++] = *b;  // base keys past the clustered range
           keys.resize(start + static_cast<size_t>(len));
         } else {
-          // Each of the row's buckets in one vector pass over its members (causal: those <= i, a prefix of the
-          // ascending list), the same sums as above. One bucket: its members that pass, in order. Several: a key in
-          // two of them is taken once (its stamp), and the keys sorted.
+          // Each of the row's buckets: its bits over the members (causal: those <= i, a prefix of the ascending
+          // list). One bucket: its members that pass, in order. Several: a key in two of them is taken once (its
+          // stamp), and the keys sorted.
           found.clear();
-          unsigned char* h = hit.data();
           for (int64_t m = 0; m < c; ++m) {
             if (!(ag[i * c + m] > bucket_min)) continue;
+            const int64_t e_i = cursor[m]++;  // row i's place among bucket m's members
             const int64_t* members = items.data() + bucket_ptr[m];
             const int64_t size = bucket_ptr[m + 1] - bucket_ptr[m];
-            const int64_t n = causal ? std::upper_bound(members, members + size, i) - members : size;
-            cpu::clustered_row_flags(ag + i * c, bt.data() + c * bucket_ptr[m], size, c, n, theta, dots.data(), h);
-            if (buckets == 1) {
-              found.resize(static_cast<size_t>(n));
-              int64_t len = 0;
-              for (int64_t e = 0; e < n; ++e) found[len] = members[e], len += h[e];
-              found.resize(static_cast<size_t>(len));
-            } else {
-              for (int64_t e = 0; e < n; ++e) {
-                const int64_t j = members[e];
-                if (h[e] && stamp[j] != i) stamp[j] = i, found.push_back(j);
+            const int64_t n = causal ? e_i - bucket_ptr[m] + 1 : size;
+            const uint64_t* row_bits = bits.data() + slot[e_i];
+            for (int64_t w = 0; w * 64 < n; ++w) {
+              uint64_t word = row_bits[w];
+              if (n - w * 64 < 64) word &= (uint64_t{1} << (n - w * 64)) - 1;
+              for (; word != 0; word &= word - 1) {
+                const int64_t j = members[w * 64 + std::countr_zero(word)];
+                if (buckets == 1) {
+                  found.push_back(j);
+                } else if (stamp[j] != i) {
+                  stamp[j] = i, found.push_back(j);
+                }
               }
             }
           }
@@ -700,7 +750,6 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
         }
         lens[i] = static_cast<int64_t>(keys.size() - start);
       }
-      last_size = keys.size();
     }
   });
   const int64_t n_rows = checked_mul(G, T, who, "groups x queries");
