@@ -606,10 +606,10 @@ void merge_ascending(const int64_t* a, const int64_t* a_end, const int64_t* b, c
 // bucket): a bucket's assignments are read from the cache by its members in turn, where rows in token order would
 // fetch a different bucket's from memory row after row. Then each row's keys are taken from its bits, once (a stamp
 // per key) and sorted when the row is in several buckets, and merged with the base row. A row whose buckets hold more
-// than a quarter of the keys (few clusters, soft assignments) tests every key instead, in one pass over the group's
-// transposed assignments (the same sums), and takes the base row's keys by marking them in the same flags: one
-// branch-free pass writes the union, no merge. Each group's rows go into a list of its own, copied into the CSR arrays
-// after: no list per row. Returns (row_ptr, cols) for SparsePattern::from_csr.
+// than a quarter of the keys (few clusters, soft assignments) tests every key instead, four such rows at a time
+// against the group's transposed assignments (clustered_rows_flags: the same sums), and takes the base row's keys by
+// marking them in its flags: one branch-free pass writes the union, no merge. Each group's rows go into a list of its
+// own, copied into the CSR arrays after: no list per row. Returns (row_ptr, cols) for SparsePattern::from_csr.
 std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T, int64_t c, double theta, bool causal,
                                          const SparsePattern::Lists* base_lists, int64_t base_groups, const char* who) {
   double s_max = 1;
@@ -623,8 +623,10 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
   const int64_t cost = T * std::max<int64_t>(1, T / 4) * c;  // about a quarter of the pairs share a bucket
   cpu::parallel_for(G, cost, [&](int64_t g0, int64_t g1) {
     std::vector<int64_t> bucket_ptr(c + 1), items, stamp(T), found;
-    std::vector<double> at(static_cast<size_t>(T * c)), dots(T), bt;  // the group's a transposed: at[m T + j] = a_jm
-    std::vector<unsigned char> hit(static_cast<size_t>(T)), every_key(static_cast<size_t>(T));
+    std::vector<double> at(static_cast<size_t>(T * c)), bt;  // the group's a transposed: at[m T + j] = a_jm
+    // every_key: the rows that test every key; hit: the flags of four of them (ek_row[0, ek_count)), row ek_at next
+    std::vector<unsigned char> hit(static_cast<size_t>(4 * T)), every_key(static_cast<size_t>(T));
+    int64_t ek_row[4] = {}, ek_count = 0, ek_at = 0;
     std::vector<int64_t> slot, cursor(c);  // slot: where a bucket member's bits start (-1: it tests every key)
     std::vector<uint64_t> bits;
     for (int64_t g = g0; g < g1; ++g) {
@@ -693,6 +695,7 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
       }
       std::fill(stamp.begin(), stamp.end(), int64_t{-1});
       std::copy(bucket_ptr.begin(), bucket_ptr.end() - 1, cursor.begin());  // each bucket's next member
+      ek_count = ek_at = 0;
       std::vector<int64_t>& keys = keys_of[g];
       std::vector<int64_t>& lens = len_of[g];
       lens.assign(T, 0);
@@ -708,11 +711,18 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
         }
         int64_t buckets = 0;
         for (int64_t m = 0; m < c; ++m) buckets += ag[i * c + m] > bucket_min;
-        if (every_key[i]) {  // every key j < n, dot as below: Σ over m in order
+        if (every_key[i]) {  // every key j < n, the same sums
           for (int64_t m = 0; m < c; ++m) cursor[m] += ag[i * c + m] > bucket_min;
           const int64_t n = causal ? i + 1 : T;
-          unsigned char* h = hit.data();
-          cpu::clustered_row_flags(ag + i * c, at.data(), T, c, n, theta, dots.data(), h);
+          if (ek_at == ek_count || ek_row[ek_at] != i) {  // the flags of the next four rows from i that test every key
+            ek_count = ek_at = 0;
+            const double* rows[4];
+            for (int64_t r = i; r < T && ek_count < 4; ++r)
+              if (every_key[r]) ek_row[ek_count] = r, rows[ek_count++] = ag + r * c;
+            const int64_t n_last = causal ? ek_row[ek_count - 1] + 1 : T;
+            cpu::clustered_rows_flags(rows, ek_count, at.data(), T, c, n_last, theta, hit.data(), T);
+          }
+          unsigned char* h = hit.data() + ek_at++ * T;
           const int64_t* b = bk;
           for (; b != bk_end && *b < n; ++b) h[*b] = 1;
           keys.resize(start + static_cast<size_t>(n) + static_cast<size_t>(bk_end - b));
