@@ -654,14 +654,16 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
       // Which rows test every key (their buckets hold more than a quarter of them), and the bucket rows' tests made
       // bucket by bucket, four of its members at a time (clustered_rows_bits), while the bucket's transposed
       // assignments are in the cache: a row's bits over its bucket's members at bits[slot] (causal: only members
-      // up to the four rows' last are tested; a row reads its own prefix).
-      size_t most = 0;  // the group's most entries: each row's candidates (every key: n) and its base row
+      // up to the four rows' last are tested; a row reads its own prefix). bits: a word per 64 members of each
+      // of a row's buckets, at most T / 4 candidates a row: about T² / 32 bytes a group (the pattern's lists take 64
+      // bytes per kept pair), reused by the thread's next group.
+      size_t most = 0;  // about the group's most entries: its bucket rows' candidates and every base row
       for (int64_t i = 0; i < T; ++i) {
         int64_t candidates = 0;
         for (int64_t m = 0; m < c; ++m)
           if (ag[i * c + m] > bucket_min) candidates += bucket_ptr[m + 1] - bucket_ptr[m];
         every_key[i] = 4 * candidates > T;
-        most += static_cast<size_t>(every_key[i] ? (causal ? i + 1 : T) : candidates);
+        most += static_cast<size_t>(every_key[i] ? 0 : candidates);  // an every-key row's count is not bounded
         if (base_lists) {
           const int64_t r = (base_groups == 1 ? 0 : g) * T + i;
           most += static_cast<size_t>(base_lists->row_ptr[r + 1] - base_lists->row_ptr[r]);
@@ -682,14 +684,14 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
         const double* bm = bt.data() + c * bucket_ptr[m];
         for (int64_t e = 0; e < size;) {
           const double* rows[4];
-          int64_t R = 0, first = -1;
+          int64_t R = 0, first = -1, last = 0;
           for (; e < size && R < 4; ++e)  // the slots of a bucket's rows are consecutive, `words` apart
             if (slot[bucket_ptr[m] + e] >= 0) {
               if (R == 0) first = slot[bucket_ptr[m] + e];
-              rows[R++] = ag + members[e] * c;
+              rows[R++] = ag + members[e] * c, last = e;
             }
           if (R == 0) continue;
-          const int64_t n = causal ? e : size;  // members up to the last row tested (members are ascending)
+          const int64_t n = causal ? last + 1 : size;  // members up to the last row tested (members are ascending)
           cpu::clustered_rows_bits(rows, R, bm, size, c, n, theta, bits.data() + first, words);
         }
       }
@@ -699,9 +701,9 @@ std::pair<Tensor, Tensor> clustered_rows(const double* ap, int64_t G, int64_t T,
       std::vector<int64_t>& keys = keys_of[g];
       std::vector<int64_t>& lens = len_of[g];
       lens.assign(T, 0);
-      // No reallocation as the rows are appended (up to 2^24 entries reserved, 128 MiB: rows that test every key may
-      // keep few of them).
-      keys.reserve(std::min(most, size_t{1} << 24));
+      // No reallocation as the bucket rows are appended (rows that test every key grow the list as they need; at
+      // most 2^22 entries reserved, 32 MiB, as every group's list lives until the copy below).
+      keys.reserve(std::min(most, size_t{1} << 22));
       for (int64_t i = 0; i < T; ++i) {
         const size_t start = keys.size();                // row i's keys are appended to the group's list
         const int64_t *bk = nullptr, *bk_end = nullptr;  // the base row's keys, ascending

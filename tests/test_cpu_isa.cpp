@@ -273,10 +273,15 @@ TEST_CASE("cpu_isa: ASAM's sparse attention, every pattern (tiled blocks and sin
 
 TEST_CASE(
     "cpu_isa: the clustered pattern's rows (the every-key and per-bucket passes) are the same lists at every level") {
-  // c = 3 soft clusters: each row's buckets hold most keys, so every row takes the pass over all keys at once
-  // (ops/cpu/clustered_rows.h), which the levels compile apart; c = 24 sharp ones: the pass over each bucket's members.
-  const int64_t T = 300;
-  for (auto [c, temp] : {std::pair<int64_t, double>{3, 1.5}, {24, 6.0}}) {
+  // c = 3 soft clusters: each row's buckets hold most keys, so every row tests every key, four such rows at a time
+  // (ops/cpu/clustered_rows.h), which the levels compile apart; c = 24 sharp ones: the tests of each bucket's members;
+  // T 700, c 6 sharp: buckets of more than 64 members (each row's bits over them in several words).
+  struct Case {
+    int64_t T, c;
+    double temp;
+  };
+  for (auto [T, c, temp] : {Case{300, 3, 1.5}, Case{300, 24, 6.0}, Case{700, 6, 6.0}}) {
+    CAPTURE(T);
     CAPTURE(c);
     Generator gen(77);
     const Tensor a = softmax(randn({1, 2, T, c}, {.dtype = kFloat64}, &gen) * temp, -1);

@@ -345,6 +345,39 @@ TEST_CASE("clustered_pattern: bucketing finds exactly the pairs with a_i · a_j 
         }
 }
 
+TEST_CASE("clustered_pattern: rows in several buckets of more than 64 members each") {
+  // T 1500, c 24, sharp: buckets of about 90-135 members (bucket bound θ / 2 = 0.025); about half the rows sit in two
+  // or more of them and still test only their members (at most T / 4 candidates): each row's bits span several words
+  // per bucket, and a key in two of its buckets is taken once. The others are in one bucket, or test every key.
+  const int64_t T = 1500, c = 24;
+  Generator gen(23);
+  const Tensor a = softmax(randn({1, 1, T, c}, {.dtype = kFloat64}, &gen) * 10.0, -1);
+  const auto av = a.to_vector<double>();
+  std::vector<int64_t> size(c);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t m = 0; m < c; ++m) size[m] += av[i * c + m] > 0.025;
+  int64_t several = 0;  // rows in several buckets that test their members only
+  for (int64_t i = 0; i < T; ++i) {
+    int64_t buckets = 0, candidates = 0;
+    for (int64_t m = 0; m < c; ++m)
+      if (av[i * c + m] > 0.025) ++buckets, candidates += size[m];
+    several += buckets > 1 && 4 * candidates <= T;
+  }
+  CHECK(*std::min_element(size.begin(), size.end()) > 64);
+  CHECK(several > T / 4);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    check_pattern(
+        clustered_pattern(a, 0.05, causal),
+        [&](int64_t i, int64_t j) {
+          double d = 0;
+          for (int64_t m = 0; m < c; ++m) d += av[i * c + m] * av[j * c + m];
+          return d > 0.05 && (!causal || j <= i);
+        },
+        0);
+  }
+}
+
 TEST_CASE("pattern builders reject bad arguments with clear errors") {
   check_error([] { local_window_pattern(8, 0, false); }, {"local_window_pattern", "w must be >= 1", "0"});
   check_error([] { strided_pattern(8, 0, false); }, {"strided_pattern", "stride"});

@@ -1,6 +1,6 @@
-// clustered_rows_flags and clustered_rows_bits (ops/cpu/clustered_rows.h). fp-contract=off: a · b + c stays a product
-// and a sum, each rounded, as the baseline build and the bucket walk compute it — the vector levels differ in speed
-// only.
+// clustered_rows_flags and clustered_rows_bits (ops/cpu/clustered_rows.h). fp-contract=off (GCC, the project's
+// compiler): a · b + c stays a product and a sum, each rounded, as the baseline build and the CPU kernels of the
+// block view (ops/cpu/sparse_patterns.cpp) compute it — the vector levels differ in speed only.
 #include "ops/cpu/clustered_rows.h"
 
 #include <algorithm>
