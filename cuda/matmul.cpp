@@ -32,17 +32,15 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-}  // namespace
-
-// a: (M, K) or (Bt, M, K); b: (K, N) or (Bt, K, N) (batch stride may be 0); out: contiguous (.., M, N).
-void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
+// out = a @ b (+ out where accumulate: cuBLAS's beta = 1).
+void gemm_into(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate) {
   const bool batched = a_in.dim() == 3;
   const int d = batched ? 1 : 0;
   const int64_t Bt = batched ? a_in.size(0) : 1;
   const int64_t M = a_in.size(d), K = a_in.size(d + 1), N = b_in.size(d + 1);
   if (M == 0 || N == 0 || Bt == 0) return;
   if (K == 0) {
-    out.fill_(0.0);
+    if (!accumulate) out.fill_(0.0);
     return;
   }
   Tensor a = a_in, b = b_in;
@@ -62,12 +60,24 @@ void matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
   const double one_d = 1.0, zero_d = 0.0;
   const float one_f = 1.0f, zero_f = 0.0f;
   const void* alpha = f64 ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f);
-  const void* beta = f64 ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f);
+  const void* beta = f64 ? static_cast<const void*>(accumulate ? &one_d : &zero_d)
+                         : static_cast<const void*>(accumulate ? &one_f : &zero_f);
   // Column-major view: C^T (N x M, ld N) = op(B^T) (N x K) * op(A^T) (K x M).
   ASC_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       cublas_handle(), op_of(ob), op_of(oa), static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), alpha,
       b.raw_data(), type, static_cast<int>(ob.ld), sb, a.raw_data(), type, static_cast<int>(oa.ld), sa, beta,
       out.raw_data(), type, static_cast<int>(N), M * N, static_cast<int>(Bt), compute, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+// a: (M, K) or (Bt, M, K); b: (K, N) or (Bt, K, N) (batch stride may be 0); out: contiguous (.., M, N).
+void matmul(const Tensor& a, const Tensor& b, Tensor& out) { gemm_into(a, b, out, false); }
+
+// a: (M, K), b: (K, N), bias: (N); out: contiguous (M, N) = the bias in every row, then += a @ b (beta = 1).
+void matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out) {
+  out.copy_(bias.expand(out.shape()));
+  gemm_into(a, b, out, true);
 }
 
 }  // namespace asc::cuda

@@ -8,6 +8,7 @@
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/flops.h"
+#include "ops/reduce.h"
 
 namespace asc {
 
@@ -51,6 +52,27 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, bool bf16 = false) {
   return out;
 }
 
+// An operand that is a transposed view of a contiguous matrix (W.t() in x Wᵀ) gets its gradient as the transpose of a
+// contiguous product, so the transpose's own backward hands W a contiguous gradient and nothing is copied.
+bool transposed(const Tensor& t) {
+  return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) == t.size(0);
+}
+
+// The gradients of C = A B from G = dC: dA = G Bᵀ (summed over broadcast batch dims to A's shape sa), dB = Aᵀ G (to
+// sb); for an operand the forward read transposed (at, bt: see transposed) dA = (B Gᵀ)ᵀ, dB = (Gᵀ A)ᵀ. Only those
+// asked for (ga, gb). bf16: the products in bfloat16 (the operands already rounded).
+TensorList product_grads(const Tensor& G, const Tensor& A, const Tensor& B, bool ga, bool gb, bool at, bool bt,
+                         const Shape& sa, const Shape& sb, bool bf16) {
+  Tensor da, db;
+  if (ga)
+    da = at ? matmul_nd(B, G.transpose(-1, -2), bf16).transpose(-1, -2)
+            : sum_to(matmul_nd(G, B.transpose(-1, -2), bf16), sa);
+  if (gb)
+    db = bt ? matmul_nd(G.transpose(-1, -2), A, bf16).transpose(-1, -2)
+            : sum_to(matmul_nd(A.transpose(-1, -2), G, bf16), sb);
+  return {da, db};
+}
+
 Tensor matmul_impl(const Tensor& a_in, const Tensor& b_in, bool bf16) {
   const char* op = bf16 ? "matmul_bf16" : "matmul";
   check_defined(op, a_in, "first input");
@@ -83,11 +105,6 @@ Tensor matmul_impl(const Tensor& a_in, const Tensor& b_in, bool bf16) {
   if (autograd::needs_grad(a, b)) {
     bool ga = a.requires_grad(), gb = b.requires_grad();
     Shape sa = a.shape(), sb = b.shape();
-    // An operand that is a transposed view of a contiguous matrix (W.t() in x Wᵀ) gets its gradient as the transpose
-    // of a contiguous product, so the transpose's own backward hands W a contiguous gradient and nothing is copied.
-    auto transposed = [](const Tensor& t) {
-      return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) == t.size(0);
-    };
     const bool plain = a.dim() == 2 && b.dim() == 2;  // no batch dims to broadcast or sum over
     const bool at = plain && transposed(a), bt = plain && transposed(b);
     // matmul_bf16 keeps its rounded operands instead of the float32 ones (half the memory, no second rounding)
@@ -100,14 +117,7 @@ Tensor matmul_impl(const Tensor& a_in, const Tensor& b_in, bool bf16) {
           // of dC rounded once.
           const Tensor A = bf16 ? ar : as.get(), B = bf16 ? br : bs.get();
           const Tensor G = bf16 ? cpu::round_to_bfloat16(g[0]) : g[0];
-          Tensor da, db;
-          if (ga)
-            da = at ? matmul_nd(B, G.transpose(-1, -2), bf16).transpose(-1, -2)
-                    : sum_to(matmul_nd(G, B.transpose(-1, -2), bf16), sa);
-          if (gb)
-            db = bt ? matmul_nd(G.transpose(-1, -2), A, bf16).transpose(-1, -2)
-                    : sum_to(matmul_nd(A.transpose(-1, -2), G, bf16), sb);
-          return {da, db};
+          return product_grads(G, A, B, ga, gb, at, bt, sa, sb, bf16);
         });
   }
   if (a_vec) out = out.squeeze(-2);
@@ -119,5 +129,40 @@ Tensor matmul_impl(const Tensor& a_in, const Tensor& b_in, bool bf16) {
 
 Tensor matmul(const Tensor& a, const Tensor& b) { return matmul_impl(a, b, false); }
 Tensor matmul_bf16(const Tensor& a, const Tensor& b) { return matmul_impl(a, b, true); }
+
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
+  check_defined("addmm", bias, "bias");
+  check_defined("addmm", a, "first input");
+  check_defined("addmm", b, "second input");
+  check_same_device("addmm", {&bias, &a, &b});
+  ASC_CHECK(is_floating(a.dtype()) && a.dtype() == b.dtype() && bias.dtype() == a.dtype(),
+            "addmm: bias and operands must share a floating dtype, got {}, {} and {}", bias.dtype(), a.dtype(),
+            b.dtype());
+  ASC_CHECK(a.dim() == 2 && b.dim() == 2, "addmm: operands must be 2-D (M, K) and (K, N), got {} and {}", a.shape(),
+            b.shape());
+  ASC_CHECK(a.size(1) == b.size(0), "addmm: inner dimensions differ: {} @ {} ({} vs {})", a.shape(), b.shape(),
+            a.size(1), b.size(0));
+  ASC_CHECK(bias.dim() == 1 && bias.size(0) == b.size(1), "addmm: bias shape {} must be ({}) for {} @ {}", bias.shape(),
+            b.size(1), a.shape(), b.shape());
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  Tensor out = Tensor::empty({M, N}, {.dtype = a.dtype(), .device = a.device()});
+  if (out.numel() > 0) {
+    NoGradGuard ng;
+    const Tensor bc = bias.detach().contiguous();
+    ASC_KERNEL_COUNTED(a.device(), "addmm", flops::gemm(1, M, N, K), matmul_bias, a.detach(), b.detach(), bc, out);
+  }
+  if (autograd::needs_grad(bias, a, b)) {
+    const bool gbias = bias.requires_grad(), ga = a.requires_grad(), gb = b.requires_grad();
+    const bool at = transposed(a), bt = transposed(b);
+    autograd::record("addmm", {bias, a, b}, {out},
+                     [=, as = autograd::SavedTensor(a, "addmm"),
+                      bs = autograd::SavedTensor(b, "addmm")](const TensorList& g) -> TensorList {
+                       TensorList d =
+                           product_grads(g[0], as.get(), bs.get(), ga, gb, at, bt, a.shape(), b.shape(), false);
+                       return {gbias ? sum(g[0], {0}) : Tensor(), d[0], d[1]};
+                     });
+  }
+  return out;
+}
 
 }  // namespace asc

@@ -16,4 +16,11 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 //   Tensor y = asc::matmul_bf16(x, w.t());   // (N, K) @ (K, M) -> (N, M), float32
 Tensor matmul_bf16(const Tensor& a, const Tensor& b);
 
+// bias + a @ b with the bias (N) broadcast over the rows of the (M, K) @ (K, N) product, as torch.addmm with a 1-D
+// input: one GEMM that writes each row as the bias plus its product, no second pass over the output. What linear()
+// runs for a layer with a bias (outside CpuAutocast). Differentiable in all three; the bias's gradient is dC summed
+// over the rows.
+//   Tensor y = asc::addmm(b, x, w.t());   // (N) + (M, K) @ (K, N) -> (M, N)
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b);
+
 }  // namespace asc

@@ -207,6 +207,22 @@ Tensor first_two_targets(const Tensor& target) {
   return where(ge(position, 2.0), full({6}, -100.0, {.dtype = kInt64, .device = target.device()}), target);
 }
 
+// bias + a @ b in float64 loops: a (M, K), b (K, N), bias (N) over the rows.
+Tensor addmm_reference(const Tensor& a, const Tensor& b, const Tensor& bias) {
+  const std::vector<double> av = a.to(kFloat64).cpu().contiguous().to_vector<double>(),
+                            bv = b.to(kFloat64).cpu().contiguous().to_vector<double>(),
+                            cv = bias.to(kFloat64).cpu().contiguous().to_vector<double>();
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  std::vector<double> out(static_cast<size_t>(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = cv[static_cast<size_t>(j)];
+      for (int64_t k = 0; k < K; ++k) acc += av[static_cast<size_t>(i * K + k)] * bv[static_cast<size_t>(k * N + j)];
+      out[static_cast<size_t>(i * N + j)] = acc;
+    }
+  return tensor(std::span<const double>(out), {M, N}, {.dtype = kFloat64});
+}
+
 OpCase with_reference(OpCase c, Fn reference) {
   c.reference = std::move(reference);
   return c;
@@ -581,6 +597,18 @@ std::vector<OpCase> matmul_nn_cases() {
       // Long rows (block per row), many rows (layer norm's weight gradient in several row chunks), a GEMM whose
       // sizes are not multiples of anything.
       {"matmul odd sizes", {In{{33, 65}}, In{{65, 17}}}, [](const TensorList& a) { return one(matmul(a[0], a[1])); }},
+      // a product with its bias (the rows start as the bias, the GEMM adds into them), sizes not multiples of
+      // anything; its reference in plain loops
+      with_reference({"addmm odd sizes",
+                      {In{{33, 65}}, In{{65, 17}}, In{{17}}},
+                      [](const TensorList& a) { return one(addmm(a[2], a[0], a[1])); }},
+                     [](const TensorList& a) { return one(addmm_reference(a[0], a[1], a[2])); }),
+      with_reference({"linear 3-d odd sizes",
+                      {In{{2, 19, 65}}, In{{17, 65}}, In{{17}}},
+                      [](const TensorList& a) { return one(linear(a[0], a[1], a[2])); }},
+                     [](const TensorList& a) {
+                       return one(addmm_reference(a[0].reshape({38, 65}), a[1].t(), a[2]).reshape({2, 19, 17}));
+                     }),
       {"softmax long rows", {In{{3, 700}}}, [](const TensorList& a) { return one(softmax(a[0], -1)); }},
       // past the 8 elements a thread of the CUDA row kernels keeps in registers (4096 with 512 threads)
       {"softmax rows past the register cache",

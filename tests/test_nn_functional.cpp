@@ -717,6 +717,17 @@ TEST_CASE("linear vs naive, gradcheck, errors") {
   check_error([&] { linear(x, randn64({4})); }, {"linear", "weight", "[4]"});
   check_error([&] { linear(x, randn64({5, 4}), randn64({4})); }, {"linear", "bias", "[4]"});
   check_error([&] { linear(x, randn32({5, 4})); }, {"linear", "float32", "float64"});
+  // addmm, what linear runs with a bias: each bad argument named, nothing computed
+  const Tensor w = randn64({4, 5}), bias = randn64({5});
+  check_error([&] { addmm(bias, x, randn64({3, 5})); }, {"addmm", "inner", "[3, 4]", "[3, 5]"});
+  check_error([&] { addmm(randn64({4}), x, w); }, {"addmm", "bias", "[4]", "(5)"});
+  check_error([&] { addmm(randn64({1, 5}), x, w); }, {"addmm", "bias", "[1, 5]"});
+  check_error([&] { addmm(bias, x.unsqueeze(0), w); }, {"addmm", "2-D", "[1, 3, 4]"});
+  check_error([&] { addmm(randn32({5}), x, w); }, {"addmm", "float32", "float64"});
+  check_error([&] { addmm(Tensor(), x, w); }, {"addmm", "bias"});
+  // empty products: no rows, or K = 0 (every row is the bias)
+  CHECK(addmm(bias, randn64({0, 4}), w).shape() == Shape{0, 5});
+  check_close(addmm(bias, randn64({3, 0}), randn64({0, 5})), bias.expand({3, 5}), 0, 0);
 }
 
 // ---- large inputs: the row-parallel paths, forward and backward, against composites of elementwise ops ----------

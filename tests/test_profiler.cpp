@@ -35,29 +35,36 @@ TEST_CASE("profiler: a 3-layer MLP's kernels are counted exactly, forward and ba
     NoGradGuard ng;
     mlp.forward(x);
     p.stop();
-    // one GEMM and one bias add per layer, one ReLU between layers
-    CHECK(p.calls("matmul") == 3);
-    CHECK(p.calls("add") == 3);
+    // one GEMM with its bias per layer (addmm), one ReLU between layers, no separate bias add
+    CHECK(p.calls("addmm", "matmul_bias") == 3);
+    CHECK(p.calls("matmul") == 0);
+    CHECK(p.calls("add") == 0);
     CHECK(p.calls("relu") == 2);
     CHECK(count_kind(p, prof::EventKind::Range) == 0);  // no backward ran
-    // The GEMMs' FLOPs, summed over the events, are the model counter's forward count (the same formula).
+    // The GEMMs' FLOPs, summed over the events, are the model counter's forward count (the same formula), and the
+    // profile's GEMM time counts them.
     double gemm_flops = 0;
     for (const auto& e : p.events())
-      if (e.name == "matmul") gemm_flops += e.flops;
+      if (e.name == "addmm") gemm_flops += e.flops;
     CHECK(gemm_flops == doctest::Approx(models::count_flops(mlp, 1).forward * batch).epsilon(1e-12));
+    CHECK(p.cpu_gemm().calls == 3);
+    CHECK(p.cpu_gemm().flops == doctest::Approx(gemm_flops).epsilon(1e-12));
   }
   {
     prof::Profile p;
     sum(mlp.forward(x)).backward();
     p.stop();
-    // forward 3 GEMMs; backward: dW for each layer, dX for the two layers whose input needs a gradient (x does not)
-    CHECK(p.calls("matmul") == 3 + 3 + 2);
+    // forward 3 GEMMs with their biases; backward: dW for each layer, dX for the two layers whose input needs a
+    // gradient (x does not), and each bias's gradient as a sum over the rows
+    CHECK(p.calls("addmm") == 3);
+    CHECK(p.calls("matmul") == 3 + 2);
+    CHECK(p.calls("sum") == 3 + 1);  // the biases' and the loss's
     CHECK(p.calls("relu", "unary") == 2);
     CHECK(p.calls("relu", "unary_backward") == 2);
     // one backward range per recorded node that ran: its kernels are its children
     int64_t matmul_ranges = 0;
     for (const auto& e : p.events())
-      if (e.kind == prof::EventKind::Range && e.name == "matmul backward") {
+      if (e.kind == prof::EventKind::Range && e.name == "addmm backward") {
         ++matmul_ranges;
         CHECK(e.self_ns >= 0);
         CHECK(e.self_ns <= e.duration_ns);
