@@ -155,10 +155,9 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
     const bool gbias = bias.requires_grad(), ga = a.requires_grad(), gb = b.requires_grad();
     const bool at = transposed(a), bt = transposed(b);
     autograd::record("addmm", {bias, a, b}, {out},
-                     [=, as = autograd::SavedTensor(a, "addmm"),
+                     [=, sa = a.shape(), sb = b.shape(), as = autograd::SavedTensor(a, "addmm"),
                       bs = autograd::SavedTensor(b, "addmm")](const TensorList& g) -> TensorList {
-                       TensorList d =
-                           product_grads(g[0], as.get(), bs.get(), ga, gb, at, bt, a.shape(), b.shape(), false);
+                       TensorList d = product_grads(g[0], as.get(), bs.get(), ga, gb, at, bt, sa, sb, false);
                        return {gbias ? sum(g[0], {0}) : Tensor(), d[0], d[1]};
                      });
   }
