@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -166,6 +167,23 @@ def packed_results(tmp: Path):
           f"e4 runs from experiment 1's kept models and tables: exit {r.returncode} {r.stdout.strip()[-300:]}")
 
 
+def run_stopped_midway(q: lib.Queue, exps: list, run_dir: Path) -> bool:
+    """q.run(exps) stopped as a deadline stops it, once the first run has trained a little (its first metrics row), not
+    after a fixed time: a fast machine trains these tiny models' 3000 steps within three seconds."""
+    metrics = run_dir / "metrics.jsonl"
+
+    def stop_once_training():
+        end = time.time() + 120
+        while time.time() < end and not (metrics.exists() and metrics.stat().st_size > 0):
+            time.sleep(0.05)
+        q.interrupted = True  # what the deadline and SIGINT set: the running train gets SIGINT
+    watcher = threading.Thread(target=stop_once_training, daemon=True)
+    watcher.start()
+    finished = q.run(exps, deadline=float("inf"))
+    watcher.join()
+    return finished
+
+
 def mechanics(tmp: Path):
     root = tmp / "mech"
     base = ["--task", "grouping", "--train-size", "256", "--val-size", "32", "--test-size", "32", "--d-model", "16",
@@ -177,10 +195,12 @@ def mechanics(tmp: Path):
             lib.Run(id="short", arm="short", seed=0, args=base + ["--steps", "2"], steps=2)]
     exp = lib.Experiment(name="mech", title="queue mechanics", runs=lambda scale: runs, report=lambda rep: "")
     q = lib.Queue(root, "tiny", log=lambda *_: None)
-    t0 = time.time()
-    finished = q.run([exp], deadline=time.time() + 3.0)
-    check(not finished and time.time() - t0 < 60, "the deadline stops the queue")
+    check(q.run([exp], deadline=time.time() - 1) is False and not (root / "mech").exists(),
+          "a deadline already past starts nothing")
     d = root / "mech" / "long"
+    t0 = time.time()
+    finished = run_stopped_midway(q, [exp], d)
+    check(not finished and time.time() - t0 < 60, "a stop (the deadline, a signal) stops the queue")
     rec = lib.read_json(d / "queue.json") or {}
     check(lib.state_of(d) == "partial" and rec["parts"][0]["exit"] == 130, f"stopped run is partial: {rec}")
     check((d / "ckpt" / "last.safetensors").exists(), "its checkpoint is saved")
@@ -260,7 +280,8 @@ def commits(tmp: Path):
     exp = lib.Experiment(name="p", title="partial", report=lambda rep: "",
                          runs=lambda scale: [lib.Run(id="r/s0", arm="r", seed=0, args=long, steps=3000,
                                                      keep=["best.safetensors"])])
-    lib.Queue(repo / "results", "tiny", commit=True, log=lambda *_: None).run([exp], deadline=time.time() + 3.0)
+    q = lib.Queue(repo / "results", "tiny", commit=True, log=lambda *_: None)
+    run_stopped_midway(q, [exp], repo / "results" / "p" / "r" / "s0")
     tracked = git("ls-files", "results/p").stdout.split()
     check("results/p/r/s0/ckpt/last.safetensors" in tracked and "results/p/r/s0/config.json" in tracked,
           f"the stopped run is committed with its checkpoint: {tracked}")
