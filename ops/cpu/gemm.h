@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "ops/cpu/loops.h"
 
 namespace asc::cpu {
 
@@ -26,6 +27,20 @@ struct RowBlocks {
   bool fixed = false;  // deterministic mode: each block is its own GEMM call, whichever thread runs it
 };
 RowBlocks gemm_row_blocks(int64_t M);
+
+// Runs fn(r0, r1) over the rows [0, M) of a product split as gemm_row_blocks(M) says, on the threads: each thread's
+// range of blocks in one call, or in deterministic mode each block in its own call (the same GEMM calls whichever
+// thread makes them). row_work: the multiply-adds of one row (parallel_for's grain).
+template <class F>
+void for_gemm_row_blocks(int64_t M, int64_t row_work, F&& fn) {
+  const RowBlocks rb = gemm_row_blocks(M);
+  const int64_t per = rb.per;
+  parallel_for(rb.count, per * std::max<int64_t>(row_work, 1), [&](int64_t b0, int64_t b1) {
+    const int64_t m0 = b0 * per, m1 = std::min(M, b1 * per);
+    const int64_t step = rb.fixed ? per : m1 - m0;
+    for (int64_t r0 = m0; r0 < m1; r0 += step) fn(r0, std::min(m1, r0 + step));
+  });
+}
 
 // bfloat16 products (ops/cpu/gemm_bf16.cpp). matmul_bf16 rounds its float32 operands with round_to_bfloat16 (and
 // keeps the rounded copies for its backward, which rounds the incoming gradient once for both of its products), then

@@ -221,19 +221,12 @@ void matmul_bf16_products(const Tensor& a, const Tensor& b, Tensor& out) {
   float* C = out.data_ptr<float>();
   // Row blocks as the float32 matmul splits them: fixed by M alone in deterministic mode, so the bits do not depend
   // on the thread count.
-  const RowBlocks rb = gemm_row_blocks(M);
-  const int64_t per = rb.per;
   for (int64_t i = 0; i < Bt; ++i) {
     const Bf16Matrix A = bf16_matrix(pa + i * a.stride(0), M, K, a.stride(1), a.stride(2));
     const Bf16Matrix B = bf16_matrix(pb + i * b.stride(0), K, N, b.stride(1), b.stride(2));
     float* Ci = C + i * M * N;
-    parallel_for(rb.count, per * N * K, [&](int64_t b0, int64_t b1) {
-      const int64_t m0 = b0 * per, m1 = std::min(M, b1 * per);
-      const int64_t step = rb.fixed ? per : m1 - m0;  // deterministic: each block its own call; else the range's rows
-      for (int64_t r0 = m0; r0 < m1; r0 += step) {
-        const int64_t rows = std::min(step, m1 - r0);
-        gemm_bf16(rows, N, K, A.p + (A.trans ? r0 : r0 * A.ld), A.trans, A.ld, B.p, B.trans, B.ld, Ci + r0 * N, N);
-      }
+    for_gemm_row_blocks(M, N * std::max<int64_t>(K, 1), [&](int64_t r0, int64_t r1) {
+      gemm_bf16(r1 - r0, N, K, A.p + (A.trans ? r0 : r0 * A.ld), A.trans, A.ld, B.p, B.trans, B.ld, Ci + r0 * N, N);
     });
   }
 #else
