@@ -158,28 +158,28 @@ void dropout(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, uint64_t
                                    offset, p, scale, current_stream()));
 }
 
-void bias_act_dropout(math::Unary act, const Tensor& x, const Tensor& bias, Tensor& out, Tensor& keep, uint64_t seed,
-                      uint64_t offset, double p, double scale) {
+void bias_act_dropout(math::Unary act, const Tensor& x, const Tensor& bias, Tensor& out, Tensor& keep, Tensor& slope,
+                      uint64_t seed, uint64_t offset, double p, double scale) {
   check_floating("bias_act_dropout (CUDA)", x);
   check_contiguous("bias_act_dropout", x), check_contiguous("bias_act_dropout", out);
   if (bias.defined()) check_contiguous("bias_act_dropout", bias);
   if (keep.defined()) check_contiguous("bias_act_dropout", keep);
+  if (slope.defined()) check_contiguous("bias_act_dropout", slope);
   ASC_LAUNCH("bias_act_dropout",
              L::bias_act_dropout(act, st(x.dtype()), x.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
                                  out.raw_data(), keep.defined() ? static_cast<bool*>(keep.raw_data()) : nullptr,
-                                 x.numel(), x.size(-1), seed, offset, p, scale, current_stream()));
+                                 slope.defined() ? slope.raw_data() : nullptr, x.numel(), x.size(-1), seed, offset, p,
+                                 scale, current_stream()));
 }
 
-void bias_act_dropout_backward(math::Unary act, const Tensor& g, const Tensor& x, const Tensor& bias,
-                               const Tensor& keep, double scale, Tensor& gx) {
-  check_floating("bias_act_dropout_backward (CUDA)", x);
-  check_contiguous("bias_act_dropout_backward", g), check_contiguous("bias_act_dropout_backward", x);
+void bias_act_dropout_backward(const Tensor& g, const Tensor& slope, const Tensor& keep, double scale, Tensor& gx) {
+  check_floating("bias_act_dropout_backward (CUDA)", g);
+  check_contiguous("bias_act_dropout_backward", g), check_contiguous("bias_act_dropout_backward", slope);
   check_contiguous("bias_act_dropout_backward", gx);
   ASC_LAUNCH("bias_act_dropout_backward",
-             L::bias_act_dropout_backward(act, st(x.dtype()), g.raw_data(), x.raw_data(),
-                                          bias.defined() ? bias.raw_data() : nullptr,
+             L::bias_act_dropout_backward(st(g.dtype()), g.raw_data(), slope.raw_data(),
                                           keep.defined() ? static_cast<const bool*>(keep.raw_data()) : nullptr,
-                                          gx.raw_data(), x.numel(), x.size(-1), scale, current_stream()));
+                                          gx.raw_data(), g.numel(), scale, current_stream()));
 }
 
 void normal(Tensor& out, uint64_t seed, uint64_t offset, double mean, double stddev) {

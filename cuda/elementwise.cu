@@ -421,15 +421,19 @@ __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, T* __
 
 // bias_activation_dropout's pass: y = act(x + bias) · (keep ? scale : 0), keep = u >= p with dropout's uniforms
 // (keep null: no dropout); the operations of the three composed ops in their order. bias null: none; n: x's last dim.
+// slope non-null: slope = act'(x + bias) in the compute type, the backward's factor.
 template <class T, Unary U>
 __global__ void bias_act_dropout_kernel(const T* __restrict__ x, const T* __restrict__ bias, T* __restrict__ y,
-                                        bool* __restrict__ keep, int64_t total, int64_t n, int64_t blocks,
-                                        uint64_t seed, uint64_t offset, double p, double scale) {
+                                        bool* __restrict__ keep, compute_t<T>* __restrict__ slope, int64_t total,
+                                        int64_t n, int64_t blocks, uint64_t seed, uint64_t offset, double p,
+                                        double scale) {
   using C = compute_t<T>;  // the 16-bit floats: x + bias, the activation and the scale in float, rounded once
   const C sc = static_cast<C>(scale), pt = static_cast<C>(p);
   const UnaryParams none{};
   auto act = [&](int64_t i) {
-    return math::unary_fwd<U, C>(bias ? convert<C>(x[i]) + convert<C>(bias[i % n]) : convert<C>(x[i]), none);
+    const C z = bias ? convert<C>(x[i]) + convert<C>(bias[i % n]) : convert<C>(x[i]);
+    if (slope) slope[i] = math::unary_grad<U, C>(z, C(0), none);
+    return math::unary_fwd<U, C>(z, none);
   };
   if (keep) {
     ASC_GRID_STRIDE(blk, blocks) {
@@ -444,18 +448,16 @@ __global__ void bias_act_dropout_kernel(const T* __restrict__ x, const T* __rest
   }
 }
 
-// Its backward: gx = (g · (keep ? scale : 0)) · act'(x + bias).
-template <class T, Unary U>
-__global__ void bias_act_dropout_backward_kernel(const T* __restrict__ g, const T* __restrict__ x,
-                                                 const T* __restrict__ bias, const bool* __restrict__ keep,
-                                                 T* __restrict__ gx, int64_t total, int64_t n, double scale) {
+// Its backward: gx = (g · (keep ? scale : 0)) · slope, in the compute type, rounded once.
+template <class T>
+__global__ void bias_act_dropout_backward_kernel(const T* __restrict__ g, const compute_t<T>* __restrict__ slope,
+                                                 const bool* __restrict__ keep, T* __restrict__ gx, int64_t total,
+                                                 double scale) {
   using C = compute_t<T>;
   const C sc = static_cast<C>(scale);
-  const UnaryParams none{};
   ASC_GRID_STRIDE(i, total) {
     const C gi = keep ? convert<C>(g[i]) * (keep[i] ? sc : C(0)) : convert<C>(g[i]);
-    const C xi = bias ? convert<C>(x[i]) + convert<C>(bias[i % n]) : convert<C>(x[i]);
-    gx[i] = convert<T>(gi * math::unary_grad<U, C>(xi, C(0), none));
+    gx[i] = convert<T>(gi * slope[i]);
   }
 }
 
@@ -713,7 +715,7 @@ cudaError_t dropout(ScalarType t, const void* x, void* y, void* mask, int64_t n,
   });
 }
 
-cudaError_t bias_act_dropout(Unary act, ScalarType t, const void* x, const void* bias, void* y, bool* keep,
+cudaError_t bias_act_dropout(Unary act, ScalarType t, const void* x, const void* bias, void* y, bool* keep, void* slope,
                              int64_t total, int64_t n, uint64_t seed, uint64_t offset, double p, double scale,
                              cudaStream_t stream) {
   if (total == 0) return cudaSuccess;
@@ -724,26 +726,21 @@ cudaError_t bias_act_dropout(Unary act, ScalarType t, const void* x, const void*
       constexpr int64_t per = uniforms_per_block<T>;
       const int64_t blocks = (total + per - 1) / per;
       launch_kernel(bias_act_dropout_kernel<T, U>, blocks_for(keep ? blocks : total), kThreads, stream,
-                    static_cast<const T*>(x), static_cast<const T*>(bias), static_cast<T*>(y), keep, total, n, blocks,
-                    seed, offset, p, scale);
+                    static_cast<const T*>(x), static_cast<const T*>(bias), static_cast<T*>(y), keep,
+                    static_cast<compute_t<T>*>(slope), total, n, blocks, seed, offset, p, scale);
       return cudaGetLastError();
     });
   });
 }
 
-cudaError_t bias_act_dropout_backward(Unary act, ScalarType t, const void* g, const void* x, const void* bias,
-                                      const bool* keep, void* gx, int64_t total, int64_t n, double scale,
-                                      cudaStream_t stream) {
+cudaError_t bias_act_dropout_backward(ScalarType t, const void* g, const void* slope, const bool* keep, void* gx,
+                                      int64_t total, double scale, cudaStream_t stream) {
   if (total == 0) return cudaSuccess;
   return visit_random_float(t, [&](auto tag) {
     using T = decltype(tag);
-    return visit_activation(act, [&](auto u) {
-      constexpr Unary U = decltype(u)::value;
-      launch_kernel(bias_act_dropout_backward_kernel<T, U>, blocks_for(total), kThreads, stream,
-                    static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(bias), keep,
-                    static_cast<T*>(gx), total, n, scale);
-      return cudaGetLastError();
-    });
+    launch_kernel(bias_act_dropout_backward_kernel<T>, blocks_for(total), kThreads, stream, static_cast<const T*>(g),
+                  static_cast<const compute_t<T>*>(slope), keep, static_cast<T*>(gx), total, scale);
+    return cudaGetLastError();
   });
 }
 

@@ -64,14 +64,14 @@ cudaError_t uniform(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t 
 cudaError_t dropout(ScalarType t, const void* x, void* y, void* mask, int64_t n, uint64_t seed, uint64_t offset,
                     double p, double scale, cudaStream_t stream);
 // y = act(x + bias) · (keep ? scale : 0), keep = (u >= p) with dropout's uniforms; keep null: no dropout, bias null:
-// none. x / y / keep contiguous (total elements, rows of n); act Relu, Gelu, GeluTanh or Silu.
+// none; slope non-null: slope = act'(x + bias) too, in the compute type (float for the 16-bit types, else T). x / y /
+// keep / slope contiguous (total elements, rows of n); act Relu, Gelu, GeluTanh or Silu.
 cudaError_t bias_act_dropout(math::Unary act, ScalarType t, const void* x, const void* bias, void* y, bool* keep,
-                             int64_t total, int64_t n, uint64_t seed, uint64_t offset, double p, double scale,
-                             cudaStream_t stream);
-// gx = g · (keep ? scale : 0) · act'(x + bias); keep / bias null as above; all contiguous.
-cudaError_t bias_act_dropout_backward(math::Unary act, ScalarType t, const void* g, const void* x, const void* bias,
-                                      const bool* keep, void* gx, int64_t total, int64_t n, double scale,
-                                      cudaStream_t stream);
+                             void* slope, int64_t total, int64_t n, uint64_t seed, uint64_t offset, double p,
+                             double scale, cudaStream_t stream);
+// gx = (g · (keep ? scale : 0)) · slope (slope in the compute type); keep null as above; all contiguous.
+cudaError_t bias_act_dropout_backward(ScalarType t, const void* g, const void* slope, const bool* keep, void* gx,
+                                      int64_t total, double scale, cudaStream_t stream);
 cudaError_t normal(ScalarType t, void* out, int64_t n, uint64_t seed, uint64_t offset, double mean, double stddev,
                    cudaStream_t stream);
 cudaError_t randint(int64_t* out, int64_t n, uint64_t seed, uint64_t offset, int64_t low, int64_t high,

@@ -407,25 +407,33 @@ Tensor bias_activation_dropout(const Tensor& x, const Tensor& bias, Activation a
     const uint64_t per = x.dtype() == kFloat64 ? 2 : 4, n = static_cast<uint64_t>(x.numel());
     s = g.draw((n + per - 1) / per);
   }
-  ASC_KERNEL(x.device(), kOp, bias_act_dropout, op, xc, bc, out, keep, s.seed, s.offset, p, scale);
-  if (autograd::needs_grad(x, bias)) {
+  // The backward's factor act'(x + bias), computed in the forward's pass (float32 for 16-bit x, whose backward
+  // computes in float): the backward is then one product per element instead of the activation's derivative again
+  // from a saved x (GELU's Φ, an erfc and two exponentials per element). It takes x's place among the saved tensors.
+  const bool grad = autograd::needs_grad(x, bias);
+  Tensor slope;
+  if (grad) {
+    const DType st = x.dtype() == kFloat32 || x.dtype() == kFloat64 ? x.dtype() : kFloat32;
+    slope = Tensor::empty(x.shape(), {.dtype = st, .device = x.device()});
+  }
+  ASC_KERNEL(x.device(), kOp, bias_act_dropout, op, xc, bc, out, keep, slope, s.seed, s.offset, p, scale);
+  if (grad) {
     const bool gb_needed = bias.defined() && bias.requires_grad();
-    autograd::record(
-        kOp, {x, bias}, {out},
-        [op, scale, gb_needed, xs = SavedTensor(xc, kOp), bs = bc.defined() ? SavedTensor(bc, kOp) : SavedTensor(),
-         ks = drop ? SavedTensor(keep, kOp) : SavedTensor()](const TensorList& g) -> TensorList {
-          const Tensor& xv = xs.get();
-          const Tensor gc = g[0].contiguous();
-          Tensor gx = Tensor::empty(xv.shape(), xv.options());
-          ASC_KERNEL(xv.device(), kOp, bias_act_dropout_backward, op, gc, xv, bs.defined() ? bs.get() : Tensor(),
-                     ks.defined() ? ks.get() : Tensor(), scale, gx);
-          Tensor gb;
-          if (gb_needed) {  // the bias's gradient: gx summed over every leading dim
-            const int64_t n = xv.size(-1), rows = n > 0 ? xv.numel() / n : 0;
-            gb = n > 0 ? sum(gx.reshape({rows, n}), {0}) : Tensor::empty({0}, xv.options());
-          }
-          return {gx, gb};
-        });
+    autograd::record(kOp, {x, bias}, {out},
+                     [scale, gb_needed, dtype = x.dtype(), ss = SavedTensor(slope, kOp),
+                      ks = drop ? SavedTensor(keep, kOp) : SavedTensor()](const TensorList& g) -> TensorList {
+                       const Tensor& sv = ss.get();
+                       const Tensor gc = g[0].contiguous();
+                       Tensor gx = Tensor::empty(sv.shape(), {.dtype = dtype, .device = sv.device()});
+                       ASC_KERNEL(sv.device(), kOp, bias_act_dropout_backward, gc, sv,
+                                  ks.defined() ? ks.get() : Tensor(), scale, gx);
+                       Tensor gb;
+                       if (gb_needed) {  // the bias's gradient: gx summed over every leading dim
+                         const int64_t n = sv.size(-1), rows = n > 0 ? sv.numel() / n : 0;
+                         gb = n > 0 ? sum(gx.reshape({rows, n}), {0}) : Tensor::empty({0}, gx.options());
+                       }
+                       return {gx, gb};
+                     });
   }
   return out;
 }

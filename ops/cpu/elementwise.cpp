@@ -699,29 +699,32 @@ ASC_ALWAYS_INLINE void for_row_segments(int64_t i0, int64_t i1, int64_t n, F&& f
   }
 }
 
-// out = act(x + bias) · mask over (rows, n): float32 by unary_rows.cpp's row segments (a chunk of uniforms may start
-// and end inside a row), float64 element by element.
+// out = act(x + bias) · mask over (rows, n), and slope = act'(x + bias) where given: float32 by unary_rows.cpp's row
+// segments (a chunk of uniforms may start and end inside a row), float64 element by element.
 template <class T>
-void bias_act_dropout_typed(Unary act, const Tensor& x, const Tensor& bias, Tensor& out, Tensor& keep, uint64_t seed,
-                            uint64_t offset, double p, double scale) {
+void bias_act_dropout_typed(Unary act, const Tensor& x, const Tensor& bias, Tensor& out, Tensor& keep, Tensor& slope,
+                            uint64_t seed, uint64_t offset, double p, double scale) {
   const int64_t total = x.numel(), n = x.size(-1);
   if (total == 0) return;
   const T* xp = x.data_ptr<T>();
   const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
   T* y = out.data_ptr<T>();
   bool* kp = keep.defined() ? keep.data_ptr<bool>() : nullptr;
+  T* sp = slope.defined() ? slope.data_ptr<T>() : nullptr;
   if constexpr (std::is_same_v<T, float>) {
     const float pt = static_cast<float>(p), sc = static_cast<float>(scale);
     if (kp) {
       for_each_uniform_f32(total, seed, offset, [&](int64_t i0, const float* u, int64_t cnt) {
         for_row_segments(i0, i0 + cnt, n, [&](int64_t i, int64_t c, int64_t len) {
-          vec_bias_act_rows(act, xp + i, bp ? bp + c : nullptr, u + (i - i0), pt, sc, y + i, kp + i, len);
+          vec_bias_act_rows(act, xp + i, bp ? bp + c : nullptr, u + (i - i0), pt, sc, y + i, kp + i,
+                            sp ? sp + i : nullptr, len);
         });
       });
     } else {
       parallel_for(total, 8, [&](int64_t i0, int64_t i1) {
         for_row_segments(i0, i1, n, [&](int64_t i, int64_t c, int64_t len) {
-          vec_bias_act_rows(act, xp + i, bp ? bp + c : nullptr, nullptr, pt, sc, y + i, nullptr, len);
+          vec_bias_act_rows(act, xp + i, bp ? bp + c : nullptr, nullptr, pt, sc, y + i, nullptr, sp ? sp + i : nullptr,
+                            len);
         });
       });
     }
@@ -729,7 +732,11 @@ void bias_act_dropout_typed(Unary act, const Tensor& x, const Tensor& bias, Tens
     const T pt = static_cast<T>(p), sc = static_cast<T>(scale);
     visit_ffn_activation(act, [&]<Unary U>() {  // ops/math.h's functors, as the composed ops run them
       const math::UnaryParams none{};
-      auto value = [&](int64_t i) { return math::unary_fwd<U, T>(bp ? xp[i] + bp[i % n] : xp[i], none); };
+      auto value = [&](int64_t i) {
+        const T z = bp ? xp[i] + bp[i % n] : xp[i];
+        if (sp) sp[i] = math::unary_grad<U, T>(z, T(0), none);
+        return math::unary_fwd<U, T>(z, none);
+      };
       if (kp)
         for_each_uniform_f64(total, seed, offset, [&](int64_t i, double u) {
           const bool k = static_cast<T>(u) >= pt;
@@ -744,33 +751,24 @@ void bias_act_dropout_typed(Unary act, const Tensor& x, const Tensor& bias, Tens
   }
 }
 
+// gx = (g · mask) · slope: dropout's backward, then the activation's.
 template <class T>
-void bias_act_dropout_backward_typed(Unary act, const Tensor& g, const Tensor& x, const Tensor& bias,
-                                     const Tensor& keep, double scale, Tensor& gx) {
-  const int64_t total = x.numel(), n = x.size(-1);
+void bias_act_dropout_backward_typed(const Tensor& g, const Tensor& slope, const Tensor& keep, double scale,
+                                     Tensor& gx) {
+  const int64_t total = g.numel();
   if (total == 0) return;
-  const T *gp = g.data_ptr<T>(), *xp = x.data_ptr<T>();
-  const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
+  const T *gp = g.data_ptr<T>(), *sp = slope.data_ptr<T>();
   const bool* kp = keep.defined() ? keep.data_ptr<bool>() : nullptr;
   T* o = gx.data_ptr<T>();
   if constexpr (std::is_same_v<T, float>) {
     const float sc = static_cast<float>(scale);
-    parallel_for(total, 12, [&](int64_t i0, int64_t i1) {
-      for_row_segments(i0, i1, n, [&](int64_t i, int64_t c, int64_t len) {
-        vec_bias_act_backward_rows(act, gp + i, xp + i, bp ? bp + c : nullptr, kp ? kp + i : nullptr, sc, o + i, len);
-      });
+    parallel_for(total, 2, [&](int64_t i0, int64_t i1) {
+      vec_bias_act_backward_rows(gp + i0, sp + i0, kp ? kp + i0 : nullptr, sc, o + i0, i1 - i0);
     });
   } else {
     const T sc = static_cast<T>(scale);
-    visit_ffn_activation(act, [&]<Unary U>() {  // ops/math.h's functors, as the composed ops run them
-      const math::UnaryParams none{};
-      parallel_for(total, 64, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          const T gi = kp ? gp[i] * (kp[i] ? sc : T(0)) : gp[i];
-          const T z = bp ? xp[i] + bp[i % n] : xp[i];
-          o[i] = gi * math::unary_grad<U, T>(z, T(0), none);
-        }
-      });
+    parallel_for(total, 4, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) o[i] = (kp ? gp[i] * (kp[i] ? sc : T(0)) : gp[i]) * sp[i];
     });
   }
 }
@@ -785,16 +783,15 @@ void dropout(const Tensor& x, Tensor& out, Tensor& mask, uint64_t seed, uint64_t
   ASC_DISPATCH_FLOAT(x.dtype(), "dropout", [&] { dropout_typed<scalar_t>(x, out, mask, seed, offset, p, scale); });
 }
 
-void bias_act_dropout(Unary act, const Tensor& x, const Tensor& bias, Tensor& out, Tensor& keep, uint64_t seed,
-                      uint64_t offset, double p, double scale) {
+void bias_act_dropout(Unary act, const Tensor& x, const Tensor& bias, Tensor& out, Tensor& keep, Tensor& slope,
+                      uint64_t seed, uint64_t offset, double p, double scale) {
   ASC_DISPATCH_FLOAT(x.dtype(), "bias_act_dropout",
-                     [&] { bias_act_dropout_typed<scalar_t>(act, x, bias, out, keep, seed, offset, p, scale); });
+                     [&] { bias_act_dropout_typed<scalar_t>(act, x, bias, out, keep, slope, seed, offset, p, scale); });
 }
 
-void bias_act_dropout_backward(Unary act, const Tensor& g, const Tensor& x, const Tensor& bias, const Tensor& keep,
-                               double scale, Tensor& gx) {
-  ASC_DISPATCH_FLOAT(x.dtype(), "bias_act_dropout_backward",
-                     [&] { bias_act_dropout_backward_typed<scalar_t>(act, g, x, bias, keep, scale, gx); });
+void bias_act_dropout_backward(const Tensor& g, const Tensor& slope, const Tensor& keep, double scale, Tensor& gx) {
+  ASC_DISPATCH_FLOAT(g.dtype(), "bias_act_dropout_backward",
+                     [&] { bias_act_dropout_backward_typed<scalar_t>(g, slope, keep, scale, gx); });
 }
 
 void normal(Tensor& out, uint64_t seed, uint64_t offset, double mean, double stddev) {

@@ -121,13 +121,16 @@ ASC_ALWAYS_INLINE float act_grad(float z) {  // none of the four reads its outpu
     return vec_grad<U>(z, 0.0f, 0.0f, 0.0f);
 }
 // y = act(x + b) · m with m = (u >= p ? scale : 0), the operations of add, the activation and dropout in their
-// order, so the bits are theirs. kBias / kDrop: whether b and u are given.
-template <Unary U, bool kBias, bool kDrop>
+// order, so the bits are theirs; with kSlope also slope = act'(x + b), the activation's backward factor (GELU's
+// Φ(z) is shared by both). kBias / kDrop: whether b and u are given.
+template <Unary U, bool kBias, bool kDrop, bool kSlope>
 ASC_ALWAYS_INLINE void bias_act_rows(const float* x, const float* b, const float* u, float p, float scale, float* y,
-                                     bool* keep, int64_t n) {
+                                     bool* keep, float* slope, int64_t n) {
   ASC_SIMD
   for (int64_t i = 0; i < n; ++i) {
-    const float a = act_fwd<U>(kBias ? x[i] + b[i] : x[i]);
+    const float z = kBias ? x[i] + b[i] : x[i];
+    const float a = act_fwd<U>(z);
+    if constexpr (kSlope) slope[i] = act_grad<U>(z);
     if constexpr (kDrop) {
       const bool k = u[i] >= p;
       keep[i] = k;
@@ -137,25 +140,28 @@ ASC_ALWAYS_INLINE void bias_act_rows(const float* x, const float* b, const float
     }
   }
 }
-// gx = (g · m) · act'(x + b): dropout's backward (a product by its mask), then the activation's.
-template <Unary U, bool kBias, bool kDrop>
-ASC_ALWAYS_INLINE void bias_act_backward_rows(const float* g, const float* x, const float* b, const bool* keep,
-                                              float scale, float* gx, int64_t n) {
+// gx = (g · m) · slope: dropout's backward (a product by its mask), then the activation's.
+template <bool kDrop>
+ASC_ALWAYS_INLINE void bias_act_backward_rows(const float* g, const float* slope, const bool* keep, float scale,
+                                              float* gx, int64_t n) {
   const auto* k8 = reinterpret_cast<const uint8_t*>(keep);  // GCC 12 does not vectorise loads of bool
   ASC_SIMD
   for (int64_t i = 0; i < n; ++i) {
     const float gi = kDrop ? g[i] * (k8[i] != 0 ? scale : 0.0f) : g[i];
-    gx[i] = gi * act_grad<U>(kBias ? x[i] + b[i] : x[i]);
+    gx[i] = gi * slope[i];
   }
 }
-// Calls f.template operator()<U, kBias, kDrop>() for op one of the feed-forward activations.
+// Calls f.template operator()<U, kBias, kDrop, kSlope>() for op one of the feed-forward activations.
 template <class F>
-void visit_act(Unary op, bool bias, bool drop, F&& f) {
+void visit_act(Unary op, bool bias, bool drop, bool slope, F&& f) {
   visit_ffn_activation(op, [&]<Unary U>() {
-    if (bias)
-      drop ? f.template operator()<U, true, true>() : f.template operator()<U, true, false>();
-    else
-      drop ? f.template operator()<U, false, true>() : f.template operator()<U, false, false>();
+    auto with = [&]<bool kBias>() {
+      if (drop)
+        slope ? f.template operator()<U, kBias, true, true>() : f.template operator()<U, kBias, true, false>();
+      else
+        slope ? f.template operator()<U, kBias, false, true>() : f.template operator()<U, kBias, false, false>();
+    };
+    bias ? with.template operator()<true>() : with.template operator()<false>();
   });
 }
 
@@ -181,17 +187,18 @@ void vec_unary_backward_rows(Unary op, const float* g, int64_t sg, const float* 
 }
 
 void vec_bias_act_rows(Unary act, const float* x, const float* b, const float* u, float p, float scale, float* y,
-                       bool* keep, int64_t n) {
-  visit_act(act, b != nullptr, u != nullptr, [&]<Unary U, bool kBias, bool kDrop>() {
-    ASC_CPU_DISPATCH(bias_act_rows<U, kBias, kDrop>(x, b, u, p, scale, y, keep, n));
+                       bool* keep, float* slope, int64_t n) {
+  visit_act(act, b != nullptr, u != nullptr, slope != nullptr, [&]<Unary U, bool kBias, bool kDrop, bool kSlope>() {
+    ASC_CPU_DISPATCH(bias_act_rows<U, kBias, kDrop, kSlope>(x, b, u, p, scale, y, keep, slope, n));
   });
 }
 
-void vec_bias_act_backward_rows(Unary act, const float* g, const float* x, const float* b, const bool* keep,
-                                float scale, float* gx, int64_t n) {
-  visit_act(act, b != nullptr, keep != nullptr, [&]<Unary U, bool kBias, bool kDrop>() {
-    ASC_CPU_DISPATCH(bias_act_backward_rows<U, kBias, kDrop>(g, x, b, keep, scale, gx, n));
-  });
+void vec_bias_act_backward_rows(const float* g, const float* slope, const bool* keep, float scale, float* gx,
+                                int64_t n) {
+  if (keep)
+    ASC_CPU_DISPATCH(bias_act_backward_rows<true>(g, slope, keep, scale, gx, n));
+  else
+    ASC_CPU_DISPATCH(bias_act_backward_rows<false>(g, slope, keep, scale, gx, n));
 }
 
 }  // namespace asc::cpu

@@ -43,11 +43,12 @@ void visit_ffn_activation(math::Unary op, F&& f) {
 }
 
 // One row segment of bias_act_dropout (act: Relu, Gelu, GeluTanh or Silu): y[i] = act(x[i] + b[i]) · m[i] with
-// m[i] = (u[i] >= p ? scale : 0) and keep[i] = u[i] >= p; b null: no bias; u null: no dropout (m = 1, keep unused).
+// m[i] = (u[i] >= p ? scale : 0) and keep[i] = u[i] >= p; b null: no bias; u null: no dropout (m = 1, keep unused);
+// slope non-null: slope[i] = act'(x[i] + b[i]) as well.
 void vec_bias_act_rows(math::Unary act, const float* x, const float* b, const float* u, float p, float scale, float* y,
-                       bool* keep, int64_t n);
-// Its backward: gx[i] = g[i] · (keep[i] ? scale : 0) · act'(x[i] + b[i]); b null: no bias; keep null: no dropout.
-void vec_bias_act_backward_rows(math::Unary act, const float* g, const float* x, const float* b, const bool* keep,
-                                float scale, float* gx, int64_t n);
+                       bool* keep, float* slope, int64_t n);
+// Its backward: gx[i] = (g[i] · (keep[i] ? scale : 0)) · slope[i]; keep null: no dropout.
+void vec_bias_act_backward_rows(const float* g, const float* slope, const bool* keep, float scale, float* gx,
+                                int64_t n);
 
 }  // namespace asc::cpu
