@@ -276,7 +276,9 @@ int64_t Profile::calls(const std::string& op, const std::string& kernel) const {
 GemmTime Profile::cpu_gemm(const std::string& op) const {
   GemmTime g;
   for (const Event& e : events_)
-    if (e.kind == EventKind::Kernel && e.cpu && (e.name == op || (op == "matmul" && e.name == "addmm")) && e.flops >= 0)
+    if (e.kind == EventKind::Kernel && e.cpu &&
+        (e.name == op || (op == "matmul" && e.name == "addmm") || (op == "matmul_bf16" && e.name == "addmm_bf16")) &&
+        e.flops >= 0)
       ++g.calls, g.flops += e.flops, g.ns += e.self_ns;
   return g;
 }

@@ -105,8 +105,8 @@ class Profile {
   // Aggregated by name and kind, sorted by self time (largest first).
   std::vector<OpStats> stats() const;
   // Σ over the CPU "matmul" kernel events (with addmm's: a product with a bias). Its rate ÷ cpu_peak().fp32_flops
-  // (core/cpu_peak.h) is the GEMM efficiency the table's last line states. op "matmul_bf16": the products run in
-  // bfloat16 (core/autocast.h).
+  // (core/cpu_peak.h) is the GEMM efficiency the table's last line states. op "matmul_bf16" (with addmm_bf16's): the
+  // products run in bfloat16 (core/autocast.h).
   GemmTime cpu_gemm(const std::string& op = "matmul") const;
   // Kernel events of the op `op` (any kernel), or of that op's kernel `kernel`.
   int64_t calls(const std::string& op, const std::string& kernel = "") const;

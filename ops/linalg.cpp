@@ -52,6 +52,16 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, bool bf16 = false) {
   return out;
 }
 
+// matmul_bf16 / addmm_bf16: float32 CPU operands, on a processor with bfloat16 products.
+void check_bf16_operands(const char* op, const Tensor& a) {
+  ASC_CHECK(a.device().is_cpu() && a.dtype() == kFloat32,
+            "{}: float32 CPU tensors only, got {} on {} (on CUDA, a model in bfloat16 runs its products on tensor "
+            "cores)",
+            op, a.dtype(), a.device());
+  ASC_CHECK(cpu_bf16_supported(),
+            "{}: this processor has no bfloat16 products (AVX512-BF16 or AMX-BF16), or the build has no oneDNN", op);
+}
+
 // An operand that is a transposed view of a contiguous matrix (W.t() in x Wᵀ) gets its gradient as the transpose of a
 // contiguous product, so the transpose's own backward hands W a contiguous gradient and nothing is copied.
 bool transposed(const Tensor& t) {
@@ -82,15 +92,7 @@ Tensor matmul_impl(const Tensor& a_in, const Tensor& b_in, bool bf16) {
             a_in.shape(), b_in.shape());
   ASC_CHECK(is_floating(a_in.dtype()) && a_in.dtype() == b_in.dtype(),
             "{}: operands must share a floating dtype, got {} and {}", op, a_in.dtype(), b_in.dtype());
-  if (bf16) {
-    ASC_CHECK(a_in.device().is_cpu() && a_in.dtype() == kFloat32,
-              "matmul_bf16: float32 CPU tensors only, got {} on {} (on CUDA, a model in bfloat16 runs its products "
-              "on tensor cores)",
-              a_in.dtype(), a_in.device());
-    ASC_CHECK(cpu_bf16_supported(),
-              "matmul_bf16: this processor has no bfloat16 products (AVX512-BF16 or AMX-BF16), or the build has no "
-              "oneDNN");
-  }
+  if (bf16) check_bf16_operands(op, a_in);
   const bool a_vec = a_in.dim() == 1, b_vec = b_in.dim() == 1;
   Tensor a = a_vec ? a_in.unsqueeze(0) : a_in;   // (K) -> (1, K)
   Tensor b = b_vec ? b_in.unsqueeze(-1) : b_in;  // (K) -> (K, 1)
@@ -130,38 +132,61 @@ Tensor matmul_impl(const Tensor& a_in, const Tensor& b_in, bool bf16) {
 Tensor matmul(const Tensor& a, const Tensor& b) { return matmul_impl(a, b, false); }
 Tensor matmul_bf16(const Tensor& a, const Tensor& b) { return matmul_impl(a, b, true); }
 
-Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) {
-  check_defined("addmm", bias, "bias");
-  check_defined("addmm", a, "first input");
-  check_defined("addmm", b, "second input");
-  check_same_device("addmm", {&bias, &a, &b});
+namespace {
+
+// addmm and addmm_bf16: bias + a @ b, the bias added to each row block of the product as it is written.
+Tensor addmm_impl(const Tensor& bias, const Tensor& a, const Tensor& b, bool bf16) {
+  const char* op = bf16 ? "addmm_bf16" : "addmm";
+  check_defined(op, bias, "bias");
+  check_defined(op, a, "first input");
+  check_defined(op, b, "second input");
+  check_same_device(op, {&bias, &a, &b});
   ASC_CHECK(is_floating(a.dtype()) && a.dtype() == b.dtype() && bias.dtype() == a.dtype(),
-            "addmm: bias and operands must share a floating dtype, got {}, {} and {}", bias.dtype(), a.dtype(),
+            "{}: bias and operands must share a floating dtype, got {}, {} and {}", op, bias.dtype(), a.dtype(),
             b.dtype());
-  ASC_CHECK(a.dim() == 2 && b.dim() == 2, "addmm: operands must be 2-D (M, K) and (K, N), got {} and {}", a.shape(),
+  if (bf16) check_bf16_operands(op, a);
+  ASC_CHECK(a.dim() == 2 && b.dim() == 2, "{}: operands must be 2-D (M, K) and (K, N), got {} and {}", op, a.shape(),
             b.shape());
-  ASC_CHECK(a.size(1) == b.size(0), "addmm: inner dimensions differ: {} @ {} ({} vs {})", a.shape(), b.shape(),
+  ASC_CHECK(a.size(1) == b.size(0), "{}: inner dimensions differ: {} @ {} ({} vs {})", op, a.shape(), b.shape(),
             a.size(1), b.size(0));
-  ASC_CHECK(bias.dim() == 1 && bias.size(0) == b.size(1), "addmm: bias shape {} must be ({}) for {} @ {}", bias.shape(),
-            b.size(1), a.shape(), b.shape());
+  ASC_CHECK(bias.dim() == 1 && bias.size(0) == b.size(1), "{}: bias shape {} must be ({}) for {} @ {}", op,
+            bias.shape(), b.size(1), a.shape(), b.shape());
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   Tensor out = Tensor::empty({M, N}, {.dtype = a.dtype(), .device = a.device()});
-  if (out.numel() > 0) {
+  Tensor ar, br;  // addmm_bf16's operands rounded to bfloat16, once for the forward and the backward
+  {
     NoGradGuard ng;
-    const Tensor bc = bias.detach().contiguous();
-    ASC_KERNEL_COUNTED(a.device(), "addmm", flops::gemm(1, M, N, K), matmul_bias, a.detach(), b.detach(), bc, out);
+    if (bf16) ar = cpu::round_to_bfloat16(a.detach()), br = cpu::round_to_bfloat16(b.detach());
+    if (out.numel() > 0 && K == 0) {
+      out.copy_(bias.detach().expand({M, N}));  // an empty sum: the bias alone
+    } else if (out.numel() > 0) {
+      std::optional<cpu::Bf16ProductsScope> bf16_scope;  // read by the CPU matmul_bias kernel on this thread
+      if (bf16) bf16_scope.emplace();
+      const Tensor bc = bias.detach().contiguous();
+      ASC_KERNEL_COUNTED(a.device(), op, flops::gemm(1, M, N, K), matmul_bias, bf16 ? ar : a.detach(),
+                         bf16 ? br : b.detach(), bc, out);
+    }
   }
   if (autograd::needs_grad(bias, a, b)) {
     const bool gbias = bias.requires_grad(), ga = a.requires_grad(), gb = b.requires_grad();
     const bool at = transposed(a), bt = transposed(b);
-    autograd::record("addmm", {bias, a, b}, {out},
-                     [=, sa = a.shape(), sb = b.shape(), as = autograd::SavedTensor(a, "addmm"),
-                      bs = autograd::SavedTensor(b, "addmm")](const TensorList& g) -> TensorList {
-                       TensorList d = product_grads(g[0], as.get(), bs.get(), ga, gb, at, bt, sa, sb, false);
-                       return {gbias ? sum(g[0], {0}) : Tensor(), d[0], d[1]};
-                     });
+    // addmm_bf16 keeps its rounded operands instead of the float32 ones, as matmul_bf16 does
+    autograd::record(
+        op, {bias, a, b}, {out},
+        [=, sa = a.shape(), sb = b.shape(), as = bf16 ? autograd::SavedTensor() : autograd::SavedTensor(a, op),
+         bs = bf16 ? autograd::SavedTensor() : autograd::SavedTensor(b, op)](const TensorList& g) -> TensorList {
+          const Tensor A = bf16 ? ar : as.get(), B = bf16 ? br : bs.get();
+          const Tensor G = bf16 && (ga || gb) ? cpu::round_to_bfloat16(g[0]) : g[0];
+          TensorList d = product_grads(G, A, B, ga, gb, at, bt, sa, sb, bf16);
+          return {gbias ? sum(g[0], {0}) : Tensor(), d[0], d[1]};  // the bias's from float32 dC
+        });
   }
   return out;
 }
+
+}  // namespace
+
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b) { return addmm_impl(bias, a, b, false); }
+Tensor addmm_bf16(const Tensor& bias, const Tensor& a, const Tensor& b) { return addmm_impl(bias, a, b, true); }
 
 }  // namespace asc

@@ -23,4 +23,11 @@ Tensor matmul_bf16(const Tensor& a, const Tensor& b);
 //   Tensor y = asc::addmm(b, x, w.t());   // (N) + (M, K) @ (K, N) -> (M, N)
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b);
 
+// addmm with matmul_bf16's products: float32 CPU operands rounded to bfloat16, float32 accumulation, the float32 bias
+// added to each row block of the product as it is written (the same bits as matmul_bf16(a, b) + bias, without the
+// second pass). What linear() runs for a layer with a bias under CpuAutocast. Its backward: matmul_bf16's products,
+// and the bias's gradient dC summed over the rows in float32. Throws asc::Error as matmul_bf16 does.
+//   Tensor y = asc::addmm_bf16(b, x, w.t());   // (N) + (M, K) @ (K, N) -> (M, N), float32
+Tensor addmm_bf16(const Tensor& bias, const Tensor& a, const Tensor& b);
+
 }  // namespace asc

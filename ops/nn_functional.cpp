@@ -463,13 +463,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, in});
   // under CpuAutocast (core/autocast.h), float32 CPU products in bfloat16, as torch.autocast("cpu") runs linear
   const bool autocast = cpu_autocast_enabled() && x.device().is_cpu() && x.dtype() == kFloat32;
-  Tensor y;
-  if (autocast) {
-    y = matmul_bf16(x2, weight.t());
-    if (bias.defined()) y = add(y, bias);
-  } else {
-    y = bias.defined() ? addmm(bias, x2, weight.t()) : matmul(x2, weight.t());  // the bias added as rows are written
-  }
+  // with a bias, addmm: the bias added as the product's rows are written
+  const Tensor y = autocast ? (bias.defined() ? addmm_bf16(bias, x2, weight.t()) : matmul_bf16(x2, weight.t()))
+                            : (bias.defined() ? addmm(bias, x2, weight.t()) : matmul(x2, weight.t()));
   return x.dim() == 2 ? y : y.reshape(out_shape);
 }
 

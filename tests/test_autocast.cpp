@@ -1,8 +1,8 @@
-// bfloat16 products on the CPU: matmul_bf16 and linear under CpuAutocast (core/autocast.h). Forward and gradients
-// against float64 products of the bfloat16-rounded operands (exact: a product of two bfloat16 values fits in a float32,
-// so only the float32 accumulation may differ, by a few ulps of the sum of |products|); the rounding itself (to nearest
-// even, NaN kept, overflow to infinity); NaN / inf propagation; bit-identical results at every thread count in
-// deterministic mode; the scope's nesting and thread-locality; errors. On a processor without bfloat16 products the
+// bfloat16 products on the CPU: matmul_bf16, addmm_bf16 and linear under CpuAutocast (core/autocast.h). Forward and
+// gradients against float64 products of the bfloat16-rounded operands (exact: a product of two bfloat16 values fits in
+// a float32, so only the float32 accumulation may differ, by a few ulps of the sum of |products|); the rounding itself
+// (to nearest even, NaN kept, overflow to infinity); NaN / inf propagation; bit-identical results at every thread count
+// in deterministic mode; the scope's nesting and thread-locality; errors. On a processor without bfloat16 products the
 // cases check that everything refuses with asc::Error instead.
 #include <cmath>
 #include <limits>
@@ -193,6 +193,62 @@ TEST_CASE("matmul_bf16 in deterministic mode: the same bits at every thread coun
     CHECK_MESSAGE(same_bits(y, first), threads, " threads");
   }
   use_deterministic_algorithms(was);
+}
+
+TEST_CASE("addmm_bf16: matmul_bf16's products plus the bias, the bits of matmul_bf16 + bias; gradients; edges") {
+  if (!cpu_bf16_supported()) {
+    check_error([] { addmm_bf16(mat(1, 5, 3).reshape({5}), mat(3, 4, 1), mat(4, 5, 2)); },
+                {"addmm_bf16", "bfloat16 products"});
+    return;
+  }
+  // rows across several row blocks and threads; B contiguous and a transposed view (x Wᵀ)
+  const Tensor a = mat(700, 96, 61), w = mat(130, 96, 62), bias = mat(1, 130, 63).reshape({130});
+  for (const bool b_transposed : {false, true}) {
+    CAPTURE(b_transposed);
+    const Tensor b = b_transposed ? w.t() : w.t().contiguous();
+    CHECK(same_bits(addmm_bf16(bias, a, b), matmul_bf16(a, b) + bias));
+    CHECK(same_bits(addmm_bf16(bias, a.t().contiguous().t(), b), matmul_bf16(a, b) + bias));  // A's rows contiguous
+  }
+  // gradients: the operands' as matmul_bf16's (its products of the rounded operands), the bias's dC summed in float32
+  const Tensor cot = mat(700, 130, 64);
+  Tensor a1 = a.clone().set_requires_grad(true), w1 = w.clone().set_requires_grad(true),
+         b1 = bias.clone().set_requires_grad(true);
+  sum(addmm_bf16(b1, a1, w1.t()) * cot).backward();
+  Tensor a2 = a.clone().set_requires_grad(true), w2 = w.clone().set_requires_grad(true),
+         b2 = bias.clone().set_requires_grad(true);
+  sum((matmul_bf16(a2, w2.t()) + b2) * cot).backward();
+  CHECK(same_bits(a1.grad(), a2.grad()));
+  CHECK(same_bits(w1.grad(), w2.grad()));
+  CHECK(same_bits(b1.grad(), sum(cot, {0})));
+  // only the bias trainable: no product in the backward, and its gradient all the same
+  Tensor b3 = bias.clone().set_requires_grad(true);
+  sum(addmm_bf16(b3, a, w.t()) * cot).backward();
+  CHECK(same_bits(b3.grad(), b1.grad()));
+  // NaN in an operand: its row NaN; K = 0: the bias alone on every row; no rows: an empty result
+  Tensor an = a.clone();
+  an.data_ptr<float>()[5 * 96 + 3] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor yn = addmm_bf16(bias, an, w.t());
+  for (int64_t j = 0; j < 130; ++j) CHECK(std::isnan(yn.data_ptr<float>()[5 * 130 + j]));
+  CHECK(std::isfinite(yn.data_ptr<float>()[4 * 130]));
+  CHECK(same_bits(addmm_bf16(bias, zeros({3, 0}), zeros({0, 130})), bias.expand({3, 130}).contiguous()));
+  CHECK(same_bits(addmm(bias, zeros({3, 0}), zeros({0, 130})), bias.expand({3, 130}).contiguous()));
+  CHECK(addmm_bf16(bias, zeros({0, 96}), w.t()).shape() == Shape{0, 130});
+  // deterministic mode: the same bits at every thread count
+  const bool was = deterministic_algorithms_enabled();
+  use_deterministic_algorithms(true);
+  Tensor first;
+  for (int threads : {1, 2, 3}) {
+    ThreadCount tc(threads);
+    const Tensor y = addmm_bf16(bias, a, w.t());
+    if (!first.defined()) first = y;
+    CHECK_MESSAGE(same_bits(y, first), threads, " threads");
+  }
+  use_deterministic_algorithms(was);
+  // errors: each argument named, as addmm's
+  check_error([&] { addmm_bf16(bias, a, mat(95, 130, 1)); }, {"addmm_bf16", "inner", "[700, 96]", "[95, 130]"});
+  check_error([&] { addmm_bf16(mat(1, 7, 1).reshape({7}), a, w.t()); }, {"addmm_bf16", "bias", "[7]", "(130)"});
+  check_error([&] { addmm_bf16(bias.to(kFloat64), a.to(kFloat64), w.t().to(kFloat64)); }, {"addmm_bf16", "float32"});
+  check_error([&] { addmm_bf16(bias, a.unsqueeze(0), w.t()); }, {"addmm_bf16", "2-D"});
 }
 
 TEST_CASE("CpuAutocast: linear in bfloat16 products while it lives, on its thread only; float64 untouched") {

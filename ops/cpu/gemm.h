@@ -62,8 +62,11 @@ bool bf16_products();
 // contiguous or a transposed view of a contiguous tensor (else contiguous). Not differentiable. Throws asc::Error where
 // asc::cpu_bf16_supported() is false.
 Tensor round_to_bfloat16(const Tensor& t);
-// a (Bt, M, K), b (Bt, K, N): bfloat16, any strides; out: contiguous float32 (Bt, M, N). Throws asc::Error where
-// asc::cpu_bf16_supported() is false.
-void matmul_bf16_products(const Tensor& a, const Tensor& b, Tensor& out);
+// a (Bt, M, K), b (Bt, K, N): bfloat16, any strides; out: contiguous float32 (Bt, M, N); bias: undefined, or a
+// contiguous float32 (N) added to every row of each row block's product while it is in cache (addmm_bf16). Throws
+// asc::Error where asc::cpu_bf16_supported() is false.
+void matmul_bf16_products(const Tensor& a, const Tensor& b, Tensor& out, const Tensor& bias = Tensor());
+// c (rows, n; contiguous) += bias (n) on every row, at the processor's vector width (ops/cpu/matmul.cpp).
+void add_bias_rows(float* c, const float* bias, int64_t rows, int64_t n);
 
 }  // namespace asc::cpu

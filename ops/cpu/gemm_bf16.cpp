@@ -12,6 +12,7 @@
 #include "core/determinism.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "core/profiler.h"
 #include "ops/cpu/bfloat16.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
@@ -120,6 +121,7 @@ Tensor round_to_bfloat16(const Tensor& t) {
       return round_to_bfloat16(t.transpose(-1, -2)).transpose(-1, -2);
     return round_to_bfloat16(t.contiguous());
   }
+  profiler::KernelScope scope("round_to_bfloat16", "round_bf16");  // the profile's share of the bfloat16 overhead
   Tensor out = Tensor::empty(t.shape(), {.dtype = kBFloat16});
   const float* src = t.data_ptr<float>();
   uint16_t* dst = static_cast<uint16_t*>(out.raw_data());
@@ -207,9 +209,9 @@ Bf16Matrix bf16_matrix(const uint16_t* p, int64_t rows, int64_t cols, int64_t rs
 }  // namespace
 #endif
 
-void matmul_bf16_products(const Tensor& a, const Tensor& b, Tensor& out) {
+void matmul_bf16_products(const Tensor& a, const Tensor& b, Tensor& out, const Tensor& bias) {
   // a: (Bt, M, K), b: (Bt, K, N), bfloat16 (the op rounds them: round_to_bfloat16), any strides, a batch stride may
-  // be 0; out: contiguous float32 (Bt, M, N).
+  // be 0; out: contiguous float32 (Bt, M, N); bias: undefined or contiguous float32 (N).
   ASC_CHECK(a.dtype() == kBFloat16 && b.dtype() == kBFloat16 && out.dtype() == kFloat32,
             "matmul with bfloat16 products: bfloat16 operands and a float32 output, got {}, {} and {}", a.dtype(),
             b.dtype(), out.dtype());
@@ -219,6 +221,7 @@ void matmul_bf16_products(const Tensor& a, const Tensor& b, Tensor& out) {
   const uint16_t* pa = static_cast<const uint16_t*>(a.raw_data());
   const uint16_t* pb = static_cast<const uint16_t*>(b.raw_data());
   float* C = out.data_ptr<float>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
   // Row blocks as the float32 matmul splits them: fixed by M alone in deterministic mode, so the bits do not depend
   // on the thread count.
   for (int64_t i = 0; i < Bt; ++i) {
@@ -227,10 +230,12 @@ void matmul_bf16_products(const Tensor& a, const Tensor& b, Tensor& out) {
     float* Ci = C + i * M * N;
     for_gemm_row_blocks(M, N * std::max<int64_t>(K, 1), [&](int64_t r0, int64_t r1) {
       gemm_bf16(r1 - r0, N, K, A.p + (A.trans ? r0 : r0 * A.ld), A.trans, A.ld, B.p, B.trans, B.ld, Ci + r0 * N, N);
+      if (bp) add_bias_rows(Ci + r0 * N, bp, r1 - r0, N);  // the product's rows, still in this thread's cache
     });
   }
 #else
   (void)out;
+  (void)bias;
   check_bf16_supported("matmul with bfloat16 products");
 #endif
 }

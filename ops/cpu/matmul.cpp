@@ -124,7 +124,7 @@ void gemm_fallback(int64_t M, int64_t N, int64_t K, const T* A, int64_t sam, int
 
 // c (rows, n) += b (n) on every row: a product's bias (matmul_bias).
 template <class T>
-ASC_ALWAYS_INLINE void add_bias_rows(T* __restrict c, const T* __restrict b, int64_t rows, int64_t n) {
+ASC_ALWAYS_INLINE void bias_rows(T* __restrict c, const T* __restrict b, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {
     T* cr = c + r * n;
     ASC_SIMD
@@ -219,7 +219,15 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
   });
 }
 
+void add_bias_rows(float* c, const float* bias, int64_t rows, int64_t n) {
+  ASC_CPU_DISPATCH(bias_rows(c, bias, rows, n));
+}
+
 void matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& out) {
+  if (bf16_products()) {  // addmm_bf16: bfloat16 operands, float32 bias and output
+    Tensor o3 = out.unsqueeze(0);
+    return matmul_bf16_products(a.unsqueeze(0), b.unsqueeze(0), o3, bias);
+  }
   // a: (M, K), b: (K, N), bias: (N) contiguous; out: contiguous (M, N). Each row block's product, then the bias
   // added to its rows while they are still in the thread's cache: a separate add read and wrote the whole output
   // again (a sixth of a q/k/v product's time at the training step's shapes). Not the bias first and the GEMM
@@ -233,7 +241,7 @@ void matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& o
       gemm<scalar_t>(r1 - r0, N, K, A + r0 * a.stride(0), a.stride(0), a.stride(1), B, b.stride(0), b.stride(1),
                      C + r0 * N, N);
       scalar_t* c = C + r0 * N;
-      ASC_CPU_DISPATCH(add_bias_rows(c, bp, r1 - r0, N));
+      ASC_CPU_DISPATCH(bias_rows(c, bp, r1 - r0, N));
     });
   });
 }
