@@ -3,21 +3,23 @@
 // ASAM's sparse attention (tiled and row paths), the firing gate and rule B's passes — run at each level the processor
 // has, forward and backward, in float32 and float64: each level's float32 results agree with float64 to float32
 // rounding, each level's float64 results agree with every other's to 1e-12, and dropout's mask is the same bits at
-// every level. The generic elementwise ops (unary with their backward, binary, contiguous and broadcast), sums and
-// max / min / logsumexp are the same bits as the baseline's at every level, NaN, ±inf and ±0 included (a few ulps
-// where an FMA may fuse a multiply and an add). The kernels themselves are checked against independent float64 loops by
-// their own test files at the best level; these tests carry that to the other levels. On a processor without AVX-512
-// the x86-64-v4 kernels are not tested, which the test reports.
+// every level. The generic elementwise ops (unary with their backward, binary, contiguous and broadcast), sums,
+// max / min / logsumexp and the optimizers' updates are the same bits as the baseline's at every level, NaN, ±inf and
+// ±0 included (a few ulps where an FMA may fuse a multiply and an add). The kernels themselves are checked against
+// independent float64 loops by their own test files at the best level; these tests carry that to the other levels. On a
+// processor without AVX-512 the x86-64-v4 kernels are not tested, which the test reports.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "op_table.h"
 #include "ops/cpu/compact.h"
+#include "optim/optim.h"
 #include "testing.h"
 
 using namespace asc;
@@ -566,6 +568,36 @@ TEST_CASE("cpu_isa: sums, max / min and logsumexp are the same bits at every lev
       auto mx = max(x, 1), mn = min(w, 1), mx3 = max(x3, 1), mn3 = min(w.reshape({37, 3, 343}), 1);
       return TensorList{mx.values,   mx.indices, mn.values,   mn.indices,        mx3.values,
                         mx3.indices, mn3.values, mn3.indices, logsumexp(x, {1}), logsumexp(w, {1})};
+    });
+}
+
+TEST_CASE("cpu_isa: the optimizers' updates (Adam, AdamW, AMSGrad, RMSprop, SGD) are the same bits at every level") {
+  for (DType dt : {kFloat32, kFloat64})
+    check_same_bits_at_every_level("optimizer steps " + std::string(dtype_name(dt)), [dt] {
+      TensorList out;
+      for (int config = 0; config < 5; ++config) {
+        Tensor p = rand_like_seeded({1037}, kFloat64, 101).to(dt).set_requires_grad(true);
+        std::unique_ptr<optim::Optimizer> opt;
+        if (config == 0) opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{.lr = 0.01});
+        if (config == 1)
+          opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p},
+                                              optim::AdamOptions{.lr = 0.02, .weight_decay = 0.1, .amsgrad = true});
+        if (config == 2)
+          opt = std::make_unique<optim::RMSprop>(
+              std::vector<Tensor>{p},
+              optim::RMSpropOptions{.lr = 0.01, .weight_decay = 0.1, .momentum = 0.7, .centered = true});
+        if (config == 3)
+          opt = std::make_unique<optim::RMSprop>(std::vector<Tensor>{p}, optim::RMSpropOptions{.lr = 0.01});
+        if (config == 4)
+          opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p},
+                                             optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
+        for (uint64_t t = 0; t < 3; ++t) {
+          p.set_grad(sub(rand_like_seeded({1037}, kFloat64, 200 + t), 0.5).to(dt));
+          opt->step();
+        }
+        out.push_back(p.detach().clone());
+      }
+      return out;
     });
 }
 

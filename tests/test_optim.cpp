@@ -247,6 +247,33 @@ TEST_CASE("optimizers match torch.optim over a fixed gradient sequence (float64 
   }
 }
 
+TEST_CASE("vectorised updates: a long parameter's elements get the bits of one-element parameters (the scalar tail)") {
+  // The update loops run as vector instructions over a parameter's body and one element at a time over its tail: the
+  // same IEEE operations lane by lane, so a 1001-element parameter and 1001 parameters of one element each must
+  // agree to the bit, for every optimizer configuration, in float32 and float64.
+  for (const auto& gold : kGolden) {
+    for (DType dt : {kFloat32, kFloat64}) {
+      CAPTURE(gold.name);
+      CAPTURE(dtype_name(dt));
+      const int64_t n = 1001;
+      const Tensor start = randn64({n}, false, 7).to(dt);
+      Tensor whole = start.clone().set_requires_grad(true);
+      std::vector<Tensor> parts;
+      for (int64_t i = 0; i < n; ++i) parts.push_back(start.slice(0, i, i + 1).clone().set_requires_grad(true));
+      auto a = make_optimizer(gold.name, {whole});
+      auto b = make_optimizer(gold.name, parts);
+      for (uint64_t t = 0; t < 3; ++t) {
+        const Tensor g = randn64({n}, false, 100 + t).to(dt);
+        whole.set_grad(g.clone());
+        for (int64_t i = 0; i < n; ++i) parts[static_cast<size_t>(i)].set_grad(g.slice(0, i, i + 1).clone());
+        a->step();
+        b->step();
+      }
+      CHECK(same_bits(whole, cat(parts, 0)));
+    }
+  }
+}
+
 TEST_CASE("torch's defaults and option accessors") {
   Tensor p = param();
   SGD sgd({p});

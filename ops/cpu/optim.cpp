@@ -2,9 +2,12 @@
 // one loop over contiguous element ranges; masked rows are skipped by splitting the range into runs of consecutive
 // unmasked rows, so the masked path runs the same per-element arithmetic as the unmasked one (bit-identical results on
 // the rows that move).
-// Note: with GCC's default -fmath-errno the sqrt in Adam / RMSprop is a guarded libm call that keeps those loops
-// scalar (SGD and the clamp vectorise); only the -fno-math-errno compile flag changes that (GCC 12 ignores it as a
-// pragma / function attribute). The AdamW step is memory-bound at the sizes trained here, and the flag showed no gain.
+// Vectorised, Adam's and RMSprop's runs at the processor's vector width (ASC_CPU_DISPATCH): this file compiles with
+// -fno-math-errno, since with GCC's default each sqrt is a guarded libm call that keeps the loop scalar (GCC 12 ignores
+// the option as a pragma or function attribute), and with -ffp-contract=off (CMakeLists.txt), so that no level fuses a
+// product into an FMA: the vector square roots, quotients, products and sums are IEEE operations lane by lane, the same
+// bits at every level and as the scalar loop. The runs take their pointers as arguments of their own (adam_run,
+// rmsprop_run): pointers captured by reference in parallel_for's lambda kept the loops scalar too.
 #include "ops/kernels.h"
 
 #include <algorithm>
@@ -13,6 +16,13 @@
 
 #include "core/dtype.h"
 #include "ops/cpu/loops.h"
+
+#include "ops/cpu/vec_region_begin.h"  // the update loops' region, closed by vec_region_end.h at the end
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-math-errno")  // the region's options replace the command line's: -fno-math-errno again
+#endif
+
+#include "ops/cpu/vec_math.h"  // inside the region: ASC_CPU_DISPATCH
 
 namespace asc::cpu {
 namespace {
@@ -58,6 +68,17 @@ T* ptr_or_null(const Tensor& t) {
   return t.defined() ? t.data_ptr<T>() : nullptr;
 }
 
+// The square root as the region compiles it (std::sqrt(float) is a function of the standard library's, compiled outside
+// the region, which the loops would call instead of vectorising it).
+ASC_ALWAYS_INLINE float root(float x) { return __builtin_sqrtf(x); }
+ASC_ALWAYS_INLINE double root(double x) { return __builtin_sqrt(x); }
+
+// Adam's per-step constants, in the parameter's type.
+template <class T>
+struct AdamScalars {
+  T b1, b2, one_minus_b1, one_minus_b2, eps, wd, decay, neg_step_size, bc2_sqrt;
+};
+
 template <class T, bool kMomentum, bool kNesterov, bool kWd, bool kInit>
 void sgd_impl(const optim::SGDKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& buf_t,
               const Tensor& row_mask) {
@@ -80,78 +101,99 @@ void sgd_impl(const optim::SGDKernelArgs& a, const Tensor& param, const Tensor& 
   });
 }
 
+// One contiguous run of Adam's update, its pointers arguments of its own: inside parallel_for's lambda, pointers
+// captured by reference kept GCC from vectorising the loop.
+template <class T, bool kAmsgrad, bool kDecoupled, bool kWd>
+ASC_ALWAYS_INLINE void adam_run(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
+                                T* __restrict vmax, int64_t n, const AdamScalars<T>& c) {
+  for (int64_t i = 0; i < n; ++i) {
+    T gi = g[i];
+    T pi = p[i];
+    if constexpr (kWd) {
+      if constexpr (kDecoupled)
+        pi = pi * c.decay;
+      else
+        gi = gi + c.wd * pi;
+    }
+    const T mi = m[i] * c.b1 + c.one_minus_b1 * gi;
+    const T vi = v[i] * c.b2 + c.one_minus_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    T vd = vi;
+    if constexpr (kAmsgrad) {
+      vd = vmax[i] < vi ? vi : vmax[i];  // std::max's choice, spelled out: a std:: call does not inline here
+      vmax[i] = vd;
+    }
+    const T denom = root(vd) / c.bc2_sqrt + c.eps;
+    p[i] = pi + c.neg_step_size * (mi / denom);
+  }
+}
+
 template <class T, bool kAmsgrad, bool kDecoupled, bool kWd>
 void adam_impl(const optim::AdamKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& m_t,
                const Tensor& v_t, const Tensor& vmax_t, const Tensor& row_mask) {
-  T* __restrict p = param.data_ptr<T>();
-  const T* __restrict g = grad.data_ptr<T>();
-  T* __restrict m = m_t.data_ptr<T>();
-  T* __restrict v = v_t.data_ptr<T>();
-  T* __restrict vmax = ptr_or_null<T>(vmax_t);
-  const T b1 = static_cast<T>(a.beta1), b2 = static_cast<T>(a.beta2);
-  const T one_minus_b1 = static_cast<T>(1.0 - a.beta1), one_minus_b2 = static_cast<T>(1.0 - a.beta2);
-  const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay);
-  const T decay = static_cast<T>(1.0 - a.lr * a.weight_decay);  // AdamW's p *= 1 - lr wd
-  const T neg_step_size = static_cast<T>(-(a.lr / a.bias_correction1));
-  const T bc2_sqrt = static_cast<T>(std::sqrt(a.bias_correction2));
+  T* p = param.data_ptr<T>();
+  const T* g = grad.data_ptr<T>();
+  T* m = m_t.data_ptr<T>();
+  T* v = v_t.data_ptr<T>();
+  T* vmax = ptr_or_null<T>(vmax_t);
+  AdamScalars<T> c;
+  c.b1 = static_cast<T>(a.beta1), c.b2 = static_cast<T>(a.beta2);
+  c.one_minus_b1 = static_cast<T>(1.0 - a.beta1), c.one_minus_b2 = static_cast<T>(1.0 - a.beta2);
+  c.eps = static_cast<T>(a.eps), c.wd = static_cast<T>(a.weight_decay);
+  c.decay = static_cast<T>(1.0 - a.lr * a.weight_decay);  // AdamW's p *= 1 - lr wd
+  c.neg_step_size = static_cast<T>(-(a.lr / a.bias_correction1));
+  c.bc2_sqrt = static_cast<T>(std::sqrt(a.bias_correction2));
   for_moving_ranges(param.numel(), row_mask, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      T gi = g[i];
-      T pi = p[i];
-      if constexpr (kWd) {
-        if constexpr (kDecoupled)
-          pi = pi * decay;
-        else
-          gi = gi + wd * pi;
-      }
-      const T mi = m[i] * b1 + one_minus_b1 * gi;
-      const T vi = v[i] * b2 + one_minus_b2 * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      T vd = vi;
-      if constexpr (kAmsgrad) {
-        vd = std::max(vmax[i], vi);
-        vmax[i] = vd;
-      }
-      const T denom = std::sqrt(vd) / bc2_sqrt + eps;
-      p[i] = pi + neg_step_size * (mi / denom);
-    }
+    T *pb = p + b, *mb = m + b, *vb = v + b, *vmaxb = vmax ? vmax + b : nullptr;
+    const T* gb = g + b;
+    ASC_CPU_DISPATCH(adam_run<T, kAmsgrad, kDecoupled, kWd>(pb, gb, mb, vb, vmaxb, e - b, c));
   });
+}
+
+// One contiguous run of RMSprop's update (its pointers arguments of its own, as adam_run's).
+template <class T, bool kCentered, bool kMomentum, bool kWd>
+ASC_ALWAYS_INLINE void rmsprop_run(T* __restrict p, const T* __restrict g, T* __restrict sq, T* __restrict buf,
+                                   T* __restrict ga, int64_t n, T alpha, T one_minus_alpha, T eps, T wd, T mom, T lr) {
+  for (int64_t i = 0; i < n; ++i) {
+    T gi = g[i];
+    if constexpr (kWd) gi = gi + wd * p[i];
+    const T si = sq[i] * alpha + one_minus_alpha * gi * gi;
+    sq[i] = si;
+    T avg;
+    if constexpr (kCentered) {
+      const T gai = ga[i] * alpha + one_minus_alpha * gi;
+      ga[i] = gai;
+      avg = root(si - gai * gai) + eps;
+    } else {
+      avg = root(si) + eps;
+    }
+    if constexpr (kMomentum) {
+      const T nb = buf[i] * mom + gi / avg;
+      buf[i] = nb;
+      p[i] = p[i] - lr * nb;
+    } else {
+      p[i] = p[i] - lr * (gi / avg);
+    }
+  }
 }
 
 template <class T, bool kCentered, bool kMomentum, bool kWd>
 void rmsprop_impl(const optim::RMSpropKernelArgs& a, const Tensor& param, const Tensor& grad, const Tensor& sq_t,
                   const Tensor& buf_t, const Tensor& ga_t, const Tensor& row_mask) {
-  T* __restrict p = param.data_ptr<T>();
-  const T* __restrict g = grad.data_ptr<T>();
-  T* __restrict sq = sq_t.data_ptr<T>();
-  T* __restrict buf = ptr_or_null<T>(buf_t);
-  T* __restrict ga = ptr_or_null<T>(ga_t);
+  T* p = param.data_ptr<T>();
+  const T* g = grad.data_ptr<T>();
+  T* sq = sq_t.data_ptr<T>();
+  T* buf = ptr_or_null<T>(buf_t);
+  T* ga = ptr_or_null<T>(ga_t);
   const T alpha = static_cast<T>(a.alpha), one_minus_alpha = static_cast<T>(1.0 - a.alpha);
   const T eps = static_cast<T>(a.eps), wd = static_cast<T>(a.weight_decay), mom = static_cast<T>(a.momentum);
   const T lr = static_cast<T>(a.lr);
   for_moving_ranges(param.numel(), row_mask, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      T gi = g[i];
-      if constexpr (kWd) gi = gi + wd * p[i];
-      const T si = sq[i] * alpha + one_minus_alpha * gi * gi;
-      sq[i] = si;
-      T avg;
-      if constexpr (kCentered) {
-        const T gai = ga[i] * alpha + one_minus_alpha * gi;
-        ga[i] = gai;
-        avg = std::sqrt(si - gai * gai) + eps;
-      } else {
-        avg = std::sqrt(si) + eps;
-      }
-      if constexpr (kMomentum) {
-        const T nb = buf[i] * mom + gi / avg;
-        buf[i] = nb;
-        p[i] = p[i] - lr * nb;
-      } else {
-        p[i] = p[i] - lr * (gi / avg);
-      }
-    }
+    T *pb = p + b, *sqb = sq + b, *bufb = buf ? buf + b : nullptr, *gab = ga ? ga + b : nullptr;
+    const T* gb = g + b;
+    ASC_CPU_DISPATCH(rmsprop_run<T, kCentered, kMomentum, kWd>(pb, gb, sqb, bufb, gab, e - b, alpha, one_minus_alpha,
+                                                               eps, wd, mom, lr));
   });
 }
 
@@ -214,3 +256,5 @@ void clamp_inplace(const Tensor& t, double lo, double hi) {
 }
 
 }  // namespace asc::cpu
+
+#include "ops/cpu/vec_region_end.h"
