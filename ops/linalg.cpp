@@ -176,9 +176,12 @@ Tensor addmm_impl(const Tensor& bias, const Tensor& a, const Tensor& b, bool bf1
         [=, sa = a.shape(), sb = b.shape(), as = bf16 ? autograd::SavedTensor() : autograd::SavedTensor(a, op),
          bs = bf16 ? autograd::SavedTensor() : autograd::SavedTensor(b, op)](const TensorList& g) -> TensorList {
           const Tensor A = bf16 ? ar : as.get(), B = bf16 ? br : bs.get();
-          const Tensor G = bf16 && (ga || gb) ? cpu::round_to_bfloat16(g[0]) : g[0];
+          // addmm_bf16: dC rounded once for both products, the bias's gradient (from float32 dC) summed in that pass
+          Tensor dbias;
+          const Tensor G = bf16 && (ga || gb) ? cpu::round_to_bfloat16(g[0], gbias ? &dbias : nullptr) : g[0];
           TensorList d = product_grads(G, A, B, ga, gb, at, bt, sa, sb, bf16);
-          return {gbias ? sum(g[0], {0}) : Tensor(), d[0], d[1]};  // the bias's from float32 dC
+          if (gbias && !dbias.defined()) dbias = sum(g[0], {0});
+          return {dbias, d[0], d[1]};
         });
   }
   return out;

@@ -5,6 +5,7 @@
 // in deterministic mode; the scope's nesting and thread-locality; errors. On a processor without bfloat16 products the
 // cases check that everything refuses with asc::Error instead.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -195,6 +196,35 @@ TEST_CASE("matmul_bf16 in deterministic mode: the same bits at every thread coun
   use_deterministic_algorithms(was);
 }
 
+TEST_CASE("round_to_bfloat16 with column sums: the rounding's bits, and sum(t, {0})'s bits in the same pass") {
+  if (!cpu_bf16_supported()) return;
+  // one block of rows (small), several (4096 x 384: sum() splits it in 24), NaN and infinity in a column
+  for (const auto& [rows, m] : {std::pair<int64_t, int64_t>{1, 2}, {5, 130}, {700, 96}, {4096, 384}, {2048, 128}}) {
+    CAPTURE(rows);
+    CAPTURE(m);
+    Tensor t = mat(rows, m, 81);
+    t.data_ptr<float>()[m - 1] = std::numeric_limits<float>::quiet_NaN();
+    if (m > 2) t.data_ptr<float>()[1] = std::numeric_limits<float>::infinity();
+    for (int threads : {1, 2, 3}) {
+      ThreadCount tc(threads);
+      Tensor sums;
+      const Tensor r = cpu::round_to_bfloat16(t, &sums);
+      REQUIRE(sums.defined());
+      CHECK(same_bits(sums, sum(t, {0})));
+      CHECK(std::memcmp(r.raw_data(), cpu::round_to_bfloat16(t).raw_data(), static_cast<size_t>(rows * m) * 2) == 0);
+    }
+  }
+  // a layout it does not sum in the pass: the sums left undefined, the rounding as without them
+  Tensor sums = ones({1});
+  const Tensor col = mat(9, 1, 82), tr = mat(6, 40, 83).t();
+  cpu::round_to_bfloat16(col, &sums);
+  CHECK(!sums.defined());
+  sums = ones({1});
+  const Tensor rt = cpu::round_to_bfloat16(tr, &sums);
+  CHECK(!sums.defined());
+  CHECK(rt.stride(0) == 1);  // the transposed view's layout kept
+}
+
 TEST_CASE("addmm_bf16: matmul_bf16's products plus the bias, the bits of matmul_bf16 + bias; gradients; edges") {
   if (!cpu_bf16_supported()) {
     check_error([] { addmm_bf16(mat(1, 5, 3).reshape({5}), mat(3, 4, 1), mat(4, 5, 2)); },
@@ -220,6 +250,13 @@ TEST_CASE("addmm_bf16: matmul_bf16's products plus the bias, the bits of matmul_
   CHECK(same_bits(a1.grad(), a2.grad()));
   CHECK(same_bits(w1.grad(), w2.grad()));
   CHECK(same_bits(b1.grad(), sum(cot, {0})));
+  // a gradient of several of sum()'s blocks of rows: the bias's gradient still sum()'s bits
+  {
+    const Tensor x = mat(4096, 64, 65), cot4 = mat(4096, 384, 66), w4 = mat(384, 64, 67);
+    Tensor b4 = mat(1, 384, 68).reshape({384}).set_requires_grad(true), w4g = w4.clone().set_requires_grad(true);
+    sum(addmm_bf16(b4, x, w4g.t()) * cot4).backward();
+    CHECK(same_bits(b4.grad(), sum(cot4, {0})));
+  }
   // only the bias trainable: no product in the backward, and its gradient all the same
   Tensor b3 = bias.clone().set_requires_grad(true);
   sum(addmm_bf16(b3, a, w.t()) * cot).backward();

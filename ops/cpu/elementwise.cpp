@@ -9,6 +9,7 @@
 #include "core/generator.h"
 #include "ops/cpu/bfloat16.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/sum_blocks.h"
 #include "ops/kernels.h"
 
 #include "ops/cpu/unary_rows.h"
@@ -549,9 +550,8 @@ ASC_ALWAYS_INLINE void add_into(acc_t* o, const scalar_t* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) o[i] += a[i];
 }
 
-// Elements per block of a full reduction. The blocks depend on the shape only, never on the thread count, and their
-// sums are added in block order: the result has the same bits at any number of threads.
-constexpr int64_t kSumBlock = 16384;
+// A full reduction's blocks of kSumBlock elements (ops/cpu/sum_blocks.h) depend on the shape only, never on the thread
+// count, and their sums are added in block order: the result has the same bits at any number of threads.
 
 template <class scalar_t>
 void sum_impl(const Tensor& x, Tensor& out) {
@@ -606,7 +606,7 @@ void sum_impl(const Tensor& x, Tensor& out) {
   bool leading = x.is_contiguous() && m > 1;
   for (int64_t d = 0; d < kept && leading; ++d) leading = out.size(d) == 1;
   const int64_t rows = m > 0 ? x.numel() / m : 0;
-  const int64_t blocks = std::min<int64_t>({rows, 64, rows * m / (4 * kSumBlock)});
+  const int64_t blocks = column_sum_blocks(rows, m);
   if (leading && blocks > 1) {
     const int64_t per = (rows + blocks - 1) / blocks;
     std::vector<acc_t> part(static_cast<size_t>(blocks * m), acc_t(0));

@@ -60,8 +60,10 @@ bool bf16_products();
 // A float32 CPU tensor rounded to bfloat16 (to nearest even; NaN stays NaN; a denormal to a zero of its sign, as
 // AVX512-BF16's instruction reads it, and as the products read a bfloat16 denormal), in its own layout when it is
 // contiguous or a transposed view of a contiguous tensor (else contiguous). Not differentiable. Throws asc::Error where
-// asc::cpu_bf16_supported() is false.
-Tensor round_to_bfloat16(const Tensor& t);
+// asc::cpu_bf16_supported() is false. With column_sums, a contiguous 2-D t of more than one column also gets its
+// float32 values summed over the rows in the same pass, with sum(t, {0})'s bits (a bias's gradient beside the rounded
+// incoming gradient of its product); otherwise *column_sums is left undefined.
+Tensor round_to_bfloat16(const Tensor& t, Tensor* column_sums = nullptr);
 // a (Bt, M, K), b (Bt, K, N): bfloat16, any strides; out: contiguous float32 (Bt, M, N); bias: undefined, or a
 // contiguous float32 (N) added to every row of each row block's product while it is in cache (addmm_bf16). Throws
 // asc::Error where asc::cpu_bf16_supported() is false.

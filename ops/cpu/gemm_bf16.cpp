@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "core/autocast.h"
 #include "core/cpu_isa.h"
@@ -16,6 +17,7 @@
 #include "ops/cpu/bfloat16.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/sum_blocks.h"
 #include "ops/kernels.h"
 #include "ops/layout.h"
 
@@ -108,12 +110,52 @@ void round_run(const float* s, uint16_t* d, int64_t n) {
 }
 #endif
 
+// acc[c] += row[c] and acc[c] += other[c] in float64: one addition per element, as sum()'s add_into.
+void add_row(double* __restrict acc, const float* __restrict row, int64_t m) {
+  for (int64_t c = 0; c < m; ++c) acc[c] += row[c];
+}
+void add_sums(double* __restrict acc, const double* __restrict other, int64_t m) {
+  for (int64_t c = 0; c < m; ++c) acc[c] += other[c];
+}
+
+// t (rows, m) contiguous, m > 1, rounded row by row, with sums = its float32 values summed over the rows: sum()'s
+// blocks of rows (ops/cpu/sum_blocks.h), each row added into its block's float64 sums as it is rounded, the blocks
+// then added in order, so the sums have sum(t, {0})'s bits.
+Tensor round_rows_with_sums(const Tensor& t, Tensor& sums) {
+  profiler::KernelScope scope("round_to_bfloat16", "round_bf16_sums");
+  const int64_t rows = t.size(0), m = t.size(1);
+  Tensor out = Tensor::empty(t.shape(), {.dtype = kBFloat16});
+  const float* src = t.data_ptr<float>();
+  uint16_t* dst = static_cast<uint16_t*>(out.raw_data());
+  const int64_t blocks = column_sum_blocks(rows, m), per = (rows + blocks - 1) / blocks;
+  std::vector<double> part(static_cast<size_t>(blocks * m), 0.0);
+  parallel_for(blocks, per * m, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      double* acc = part.data() + b * m;
+      for (int64_t r = b * per; r < std::min(rows, (b + 1) * per); ++r) {
+        round_run(src + r * m, dst + r * m, m);
+        add_row(acc, src + r * m, m);
+      }
+    }
+  });
+  for (int64_t b = 1; b < blocks; ++b) add_sums(part.data(), part.data() + b * m, m);
+  sums = Tensor::empty({m});
+  float* sp = sums.data_ptr<float>();
+  for (int64_t c = 0; c < m; ++c) sp[c] = static_cast<float>(part[static_cast<size_t>(c)]);
+  return out;
+}
+
 }  // namespace
 
-Tensor round_to_bfloat16(const Tensor& t) {
+Tensor round_to_bfloat16(const Tensor& t, Tensor* column_sums) {
   ASC_CHECK(t.device().is_cpu() && t.dtype() == kFloat32, "round_to_bfloat16: a float32 CPU tensor, got {} on {}",
             t.dtype(), t.device());
   check_bf16_supported("round_to_bfloat16");
+  if (column_sums) {
+    *column_sums = Tensor();
+    if (t.dim() == 2 && t.is_contiguous() && t.size(1) > 1 && t.size(0) > 0)
+      return round_rows_with_sums(t, *column_sums);
+  }
   if (!t.is_contiguous()) {
     // a transposed view of a contiguous tensor (W.t() in x Wᵀ, gᵀ in a weight gradient) keeps its layout: the
     // rounding reads memory in order, and the product gets the same strides
