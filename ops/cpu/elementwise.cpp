@@ -608,15 +608,9 @@ void sum_impl(const Tensor& x, Tensor& out) {
   const int64_t rows = m > 0 ? x.numel() / m : 0;
   const int64_t blocks = column_sum_blocks(rows, m);
   if (leading && blocks > 1) {
-    const int64_t per = (rows + blocks - 1) / blocks;
-    std::vector<acc_t> part(static_cast<size_t>(blocks * m), acc_t(0));
-    parallel_for(blocks, per * m, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b)
-        for (int64_t r = b * per; r < std::min(rows, (b + 1) * per); ++r)
-          ASC_CPU_DISPATCH(add_into(part.data() + b * m, xp + r * m, m));
-    });
-    for (int64_t b = 1; b < blocks; ++b) ASC_CPU_DISPATCH(add_into(part.data(), part.data() + b * m, m));
-    for (int64_t c = 0; c < m; ++c) op[c] = static_cast<scalar_t>(part[static_cast<size_t>(c)]);
+    const std::vector<acc_t> sums = column_sums_by_blocks<acc_t>(
+        rows, m, [&](acc_t* acc, int64_t r) { ASC_CPU_DISPATCH(add_into(acc, xp + r * m, m)); });
+    for (int64_t c = 0; c < m; ++c) op[c] = static_cast<scalar_t>(sums[static_cast<size_t>(c)]);
     return;
   }
   std::vector<acc_t> acc(static_cast<size_t>(m), acc_t(0));

@@ -110,35 +110,19 @@ void round_run(const float* s, uint16_t* d, int64_t n) {
 }
 #endif
 
-// acc[c] += row[c] and acc[c] += other[c] in float64: one addition per element, as sum()'s add_into.
-void add_row(double* __restrict acc, const float* __restrict row, int64_t m) {
-  for (int64_t c = 0; c < m; ++c) acc[c] += row[c];
-}
-void add_sums(double* __restrict acc, const double* __restrict other, int64_t m) {
-  for (int64_t c = 0; c < m; ++c) acc[c] += other[c];
-}
-
-// t (rows, m) contiguous, m > 1, rounded row by row, with sums = its float32 values summed over the rows: sum()'s
-// blocks of rows (ops/cpu/sum_blocks.h), each row added into its block's float64 sums as it is rounded, the blocks
-// then added in order, so the sums have sum(t, {0})'s bits.
+// t (rows, m) contiguous, m > 1, rounded row by row, with sums = its float32 values summed over the rows by sum()'s
+// blocks (column_sums_by_blocks: each row added into its block's float64 sums as it is rounded), so the sums have
+// sum(t, {0})'s bits.
 Tensor round_rows_with_sums(const Tensor& t, Tensor& sums) {
   profiler::KernelScope scope("round_to_bfloat16", "round_bf16_sums");
   const int64_t rows = t.size(0), m = t.size(1);
   Tensor out = Tensor::empty(t.shape(), {.dtype = kBFloat16});
   const float* src = t.data_ptr<float>();
   uint16_t* dst = static_cast<uint16_t*>(out.raw_data());
-  const int64_t blocks = column_sum_blocks(rows, m), per = (rows + blocks - 1) / blocks;
-  std::vector<double> part(static_cast<size_t>(blocks * m), 0.0);
-  parallel_for(blocks, per * m, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      double* acc = part.data() + b * m;
-      for (int64_t r = b * per; r < std::min(rows, (b + 1) * per); ++r) {
-        round_run(src + r * m, dst + r * m, m);
-        add_row(acc, src + r * m, m);
-      }
-    }
+  const std::vector<double> part = column_sums_by_blocks<double>(rows, m, [&](double* acc, int64_t r) {
+    round_run(src + r * m, dst + r * m, m);
+    for (int64_t c = 0; c < m; ++c) acc[c] += src[r * m + c];
   });
-  for (int64_t b = 1; b < blocks; ++b) add_sums(part.data(), part.data() + b * m, m);
   sums = Tensor::empty({m});
   float* sp = sums.data_ptr<float>();
   for (int64_t c = 0; c < m; ++c) sp[c] = static_cast<float>(part[static_cast<size_t>(c)]);

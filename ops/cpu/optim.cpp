@@ -18,9 +18,6 @@
 #include "ops/cpu/loops.h"
 
 #include "ops/cpu/vec_region_begin.h"  // the update loops' region, closed by vec_region_end.h at the end
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-math-errno")  // the region's options replace the command line's: -fno-math-errno again
-#endif
 
 #include "ops/cpu/vec_math.h"  // inside the region: ASC_CPU_DISPATCH
 
