@@ -6,10 +6,11 @@
 // through oneDNN's matmul primitive (AMX tiles, or AVX512-BF16's vdpbf16ps). The products of that op's backward run
 // the same way, whenever the backward runs. Everything else stays float32: the parameters (the optimizer updates the
 // model's own float32 weights, so there is no separate master copy and no loss scaling: bfloat16 has float32's
-// range), the activations between ops, normalisation, softmax, losses, and the products inside the fused attention
-// kernels (sdpa, ASCender, sparse attention), whose tiles are too small for a conversion per tile to pay. matmul()
-// itself is not autocast: the library's composed ops (pairwise distances, the reference attention paths) call it
-// and keep float32.
+// range), the activations between ops, normalisation, softmax, losses, and the products inside ASCender's and sparse
+// attention's fused kernels. scaled_dot_product_attention on float32 CPU tensors is autocast as PyTorch's is: its
+// products in bfloat16 with float32 sums (the fused kernel's own AVX512-BF16 tiles, ops/cpu/attention_bf16.cpp, or
+// matmul_bf16 in its composed path), its softmax in float32. matmul() itself is not autocast: the library's composed
+// ops (pairwise distances, the mechanisms' reference paths) call it and keep float32.
 //
 //   if (asc::cpu_bf16_supported()) {
 //     asc::CpuAutocast bf16;              // this thread, until the end of the scope

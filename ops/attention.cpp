@@ -5,10 +5,15 @@
 #include <atomic>
 #include <cmath>
 
+#include <optional>
+
 #include "autograd/node.h"
+#include "core/autocast.h"
 #include "core/format.h"
+#include "ops/cpu/gemm.h"
 #include "ops/dispatch.h"
 #include "ops/flops.h"
+#include "ops/linalg.h"
 #include "ops/ops.h"
 
 namespace asc {
@@ -77,6 +82,11 @@ std::string fused_unsupported(const Tensor& q, const Tensor& k, const Tensor& v,
   return why;
 }
 
+// Under CpuAutocast, float32 CPU attention multiplies in bfloat16 (float32 sums), as torch.autocast("cpu") runs
+// scaled_dot_product_attention: the fused kernel's products (ops/cpu/attention_bf16.cpp), or the composed path's two
+// products by matmul_bf16. Softmax and everything between the products stay float32.
+bool autocast_bf16(const Tensor& q) { return cpu_autocast_enabled() && q.device().is_cpu() && q.dtype() == kFloat32; }
+
 // The composed path: explicit scores, masked softmax, and the product with v.
 Tensor sdpa_math(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o) {
   const int64_t T = q.size(2), S = k.size(2);
@@ -86,12 +96,14 @@ Tensor sdpa_math(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOp
     keep = keep.defined() ? logical_and(keep, causal) : causal;
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-  Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;  // (B, H, T, S)
+  const bool bf16 = autocast_bf16(q);
+  const auto product = [bf16](const Tensor& a, const Tensor& b) { return bf16 ? matmul_bf16(a, b) : matmul(a, b); };
+  Tensor scores = product(q, k.transpose(-2, -1)) * scale;  // (B, H, T, S)
   if (o.bias.defined()) scores = scores + o.bias;
   Tensor probs = softmax(scores, -1, keep);  // masked entries 0; fully masked rows all 0
   if (o.weights) *o.weights = probs.detach();
   if (o.training && o.dropout > 0) probs = asc::dropout(probs, o.dropout, true);
-  return matmul(probs, v);  // (B, H, T, Dh)
+  return product(probs, v);  // (B, H, T, Dh)
 }
 
 // The fused path: the device's forward kernel; its backward (recorded when q, k or v needs a gradient) recomputes
@@ -106,19 +118,27 @@ Tensor sdpa_fused(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
   Tensor o = Tensor::empty({B, T, H, D}, q.options()).permute({0, 2, 1, 3});
   Tensor stats = Tensor::empty({B, H, T, 1}, {accumulate_dtype(q.dtype()), q.device()});
   const bool needs_backward = autograd::needs_grad({&q, &k, &v});
+  // Under CpuAutocast the CPU kernels multiply in bfloat16 (the scope tells them; the backward too, whenever it runs).
+  // The profiler shows those kernels under their own name.
+  const bool bf16 = autocast_bf16(q);
+  const char* event = bf16 ? "scaled_dot_product_attention_bf16" : kOp;
+  std::optional<cpu::Bf16ProductsScope> bf16_scope;
+  if (bf16) bf16_scope.emplace();
   // FLOPs over the pairs causality keeps (the kernels skip the others); a keep mask's holes are counted
   const double pairs = causal ? flops::causal_pairs(T, k.size(2)) : flops::dense_pairs(T, k.size(2));
-  ASC_KERNEL_COUNTED(q.device(), kOp, flops::attention(B * H, pairs, D), sdpa_forward, q, k, v, m.keep, m.bias, causal,
-                     needs_backward, scale, o, stats);
+  ASC_KERNEL_COUNTED(q.device(), event, flops::attention(B * H, pairs, D), sdpa_forward, q, k, v, m.keep, m.bias,
+                     causal, needs_backward, scale, o, stats);
   if (needs_backward) {
     autograd::record(kOp, {q, k, v}, {o},
                      [qs = autograd::SavedTensor(q, kOp), ks = autograd::SavedTensor(k, kOp),
                       vs = autograd::SavedTensor(v, kOp), os = autograd::SavedTensor(o, kOp), stats, m, causal, scale,
-                      fwd_flops = flops::attention(B * H, pairs, D)](const TensorList& g) -> TensorList {
+                      bf16, event, fwd_flops = flops::attention(B * H, pairs, D)](const TensorList& g) -> TensorList {
                        const Tensor q = qs.get(), k = ks.get(), v = vs.get();
                        Tensor dq = Tensor::empty(q.shape(), q.options()), dk = Tensor::empty(k.shape(), q.options()),
                               dv = Tensor::empty(v.shape(), q.options());  // the kernels write every element
-                       ASC_KERNEL_COUNTED(g[0].device(), kOp, 2 * fwd_flops, sdpa_backward, q, k, v, m.keep, m.bias,
+                       std::optional<cpu::Bf16ProductsScope> bf16_scope;
+                       if (bf16) bf16_scope.emplace();
+                       ASC_KERNEL_COUNTED(g[0].device(), event, 2 * fwd_flops, sdpa_backward, q, k, v, m.keep, m.bias,
                                           os.get(), g[0], stats, causal, scale, dq, dk, dv);
                        return {dq, dk, dv};
                      });

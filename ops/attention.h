@@ -8,7 +8,8 @@
 // a zero output. One op with a fused kernel per backend behind the one dispatch (ops/kernel_list.inc: sdpa_*):
 //   CPU  ops/cpu/attention.cpp   float32/float64, masks and a constant bias: per block of query rows, the scores
 //                                live in a (rows, S) tile, never as (T, S); the backward recomputes them from the
-//                                saved log-sum-exp (flash-attention style).
+//                                saved log-sum-exp (flash-attention style). Under CpuAutocast (core/autocast.h)
+//                                float32 runs ops/cpu/attention_bf16.cpp: the same tiles, products in bfloat16.
 //   CUDA cuda/attention.cpp      cuDNN flash attention for bfloat16/float16 (no mask or bias; causal with T == S);
 //                                everything else (float32/float64, masks, a constant bias) up to a head dim of 128
 //                                (64 in float64) by our tiled flash kernels (cuda/flash_attention.cu).

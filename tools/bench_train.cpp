@@ -10,7 +10,8 @@
 // beside an installed binary
 // (<prefix>/share/ascender/) or in the source tree (tools/cli.h: twin_path). --help lists the options; a bad value
 // exits 2 (tools/cli.h). Progress on stderr, one step per round of each framework. --bf16 also times both with their
-// linear layers' products in bfloat16 (ours under CpuAutocast, core/autocast.h; PyTorch under torch.autocast("cpu")).
+// linear layers' and attention's products in bfloat16 (ours under CpuAutocast, core/autocast.h; PyTorch under
+// torch.autocast("cpu"), which runs both the same way).
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -64,7 +65,7 @@ struct Timing {
 };
 
 Timing run_ours(const Config& c, bool bf16 = false) {
-  std::optional<CpuAutocast> autocast;  // the linear layers' products in bfloat16, forward and backward
+  std::optional<CpuAutocast> autocast;  // linear and attention products in bfloat16, forward and backward
   if (bf16) autocast.emplace();
   manual_seed(0);
   auto model =
@@ -205,8 +206,8 @@ int main(int argc, char** argv) {
       ->check(tools::int_range(0, 1024));
   app.add_flag("--torch-compile", c.torch_compile, "also time the PyTorch twin under torch.compile");
   app.add_flag("--bf16", c.bf16,
-               "also time both frameworks with the linear layers' products in bfloat16 (CPU autocast; needs "
-               "AVX512-BF16 or AMX-BF16)");
+               "also time both frameworks with the linear layers' and attention's products in bfloat16 (CPU "
+               "autocast; needs AVX512-BF16 or AMX-BF16)");
   app.add_flag("--memory", c.memory,
                "also measure each framework's peak resident set (getrusage) in a fresh process running only the "
                "steps");
@@ -329,8 +330,9 @@ int main(int argc, char** argv) {
           "GEMM time", best.gemm_ms, best.gemm_flops / 1e9, best.gemm_ms, best.gemm_flops / best.gemm_ms * 1e-6,
           100 * gemm_eff, cpu_gemm_kernel().c_str());
     if (c.bf16) {
-      std::printf("%-28s %12.2f   (forward %.2f, backward %.2f, optimizer %.2f; linear products in bfloat16)\n",
-                  "ascender bf16", best_bf16.step, best_bf16.fwd, best_bf16.bwd, best_bf16.opt);
+      std::printf(
+          "%-28s %12.2f   (forward %.2f, backward %.2f, optimizer %.2f; linear and attention products in bfloat16)\n",
+          "ascender bf16", best_bf16.step, best_bf16.fwd, best_bf16.bwd, best_bf16.opt);
       if (c.torch) {
         std::printf("%-28s %12.2f   (torch.autocast cpu bfloat16)\n", "pytorch bf16", torch_bf16_ms);
         std::printf("%-28s %12.3f\n", "ratio bf16 ascender/pytorch", best_bf16.step / torch_bf16_ms);

@@ -4,7 +4,7 @@ embeddings, pre-norm encoder blocks with GELU, final LayerNorm, mean pool, linea
 step timed the same way. Prints one JSON line with the median step time and the process's peak resident set
 (getrusage, as bench_train measures its own). --compile times the model under torch.compile (the compilation runs
 in the warm-up steps, not timed); --autocast runs forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
-(the linear layers' products in bfloat16 through oneDNN). Run with any PyTorch: bench_train picks $ASC_TORCH_PYTHON, .venv-bench or
+(the linear layers' and attention's products in bfloat16). Run with any PyTorch: bench_train picks $ASC_TORCH_PYTHON, .venv-bench or
 Debian's python3-torch."""
 import argparse, json, resource, statistics, time
 import torch

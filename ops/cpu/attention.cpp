@@ -8,13 +8,15 @@
 // are copied transposed, (D, S) per head, so that the products over keys read contiguous columns. Every product
 // is small_gemm.h's register-blocked kernel: with D the short dimension (32-64) OpenBLAS spends more time packing
 // than multiplying. The output is allocated heads-last, (B, T, H, D) viewed as (B, H, T, D), so merging the heads
-// afterwards is free.
+// afterwards is free. Under CpuAutocast (a Bf16ProductsScope around the kernel call) float32 attention runs the
+// bfloat16 kernels of ops/cpu/attention_bf16.cpp instead: the same tiles and row passes, the products in bfloat16.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/format.h"
+#include "ops/cpu/gemm.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/scratch.h"
 #include "ops/kernels.h"
@@ -22,107 +24,16 @@
 #include "ops/cpu/vec_region_begin.h"  // the row loops' region, closed by vec_region_end.h at the end
 
 #include "ops/cpu/small_gemm.h"  // inside the region: gemm_narrow, vec_math.h
+//
+#include "ops/cpu/attention_tiles.h"  // Problem and the row passes, shared with the bfloat16 kernels
 
 namespace asc::cpu {
 namespace {
 
-constexpr int64_t kRowBlock = 64;  // query rows per tile
-
-// Element offset of [b, h, t, s] in a tensor viewed as (B, H, T, S) with these strides (0 on broadcast dims).
-struct Strides4 {
-  int64_t b = 0, h = 0, t = 0, s = 0;
-  explicit Strides4(const Tensor& x) : b(x.stride(0)), h(x.stride(1)), t(x.stride(2)), s(x.stride(3)) {}
-  Strides4() = default;
-  int64_t at(int64_t ib, int64_t ih, int64_t it) const { return ib * b + ih * h + it * t; }
-};
-
-// The attention problem with raw pointers: q/k/v/o (B, H, T|S, D), mask/bias (B, H, T, S) views (either may be
-// absent), per-row log-sum-exp `lse` (B, H, T) contiguous.
-template <class T>
-struct Problem {
-  int64_t B, H, Tq, S, D;
-  const T *q, *k, *v;
-  Strides4 sq, sk, sv;
-  const bool* mask = nullptr;
-  Strides4 sm;
-  const T* bias = nullptr;
-  Strides4 sb;
-  bool causal;
-  T scale;
-
-  Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const Tensor& m, const Tensor& bi, bool c, double sc)
-      : B(q_.size(0)),
-        H(q_.size(1)),
-        Tq(q_.size(2)),
-        S(k_.size(2)),
-        D(q_.size(3)),
-        q(q_.data_ptr<T>()),
-        k(k_.data_ptr<T>()),
-        v(v_.data_ptr<T>()),
-        sq(q_),
-        sk(k_),
-        sv(v_),
-        causal(c),
-        scale(static_cast<T>(sc)) {
-    if (m.defined()) mask = m.data_ptr<bool>(), sm = Strides4(m);
-    if (bi.defined()) bias = bi.data_ptr<T>(), sb = Strides4(bi);
-  }
-
-  // Keys a block of query rows [t0, t0 + rows) can see: with `causal`, none past the last row's causal limit, so
-  // the tiles (and every GEMM) stop there.
-  int64_t keys_for(int64_t t0, int64_t rows) const {
-    return causal ? std::clamp<int64_t>(t0 + rows + (S - Tq), 0, S) : S;
-  }
-
-  // Row t of a tile of raw scores q·k over keys [0, n) becomes x = score · scale + bias, or -inf where the key is
-  // not kept. Returns the row's max (with_max; else -inf: the backward has the log-sum-exp). Each pass is a plain
-  // loop over the row (vectorised); the row is in L1.
-  ASC_ALWAYS_INLINE T prepare_row(int64_t b, int64_t h, int64_t t, T* x, int64_t n, bool with_max = true) const {
-    const T ninf = -std::numeric_limits<T>::infinity();
-    const T sc = scale;
-    for (int64_t s = 0; s < n; ++s) x[s] *= sc;
-    if (bias) {
-      const T* brow = bias + sb.at(b, h, t);
-      if (sb.s == 1) {
-        for (int64_t s = 0; s < n; ++s) x[s] += brow[s];
-      } else {
-        for (int64_t s = 0; s < n; ++s) x[s] += brow[s * sb.s];
-      }
-    }
-    const int64_t last = causal ? std::clamp<int64_t>(t + (S - Tq) + 1, 0, n) : n;  // keys s < last pass
-    for (int64_t s = last; s < n; ++s) x[s] = ninf;
-    if (mask) {
-      const bool* mrow = mask + sm.at(b, h, t);
-      const int64_t ms = sm.s;
-      if (ms == 1) {  // a mask row of consecutive keys (key padding, a (T, S) mask): the select vectorises
-        const auto* keep = reinterpret_cast<const unsigned char*>(mrow);
-        for (int64_t s = 0; s < last; ++s) {
-          const T y = x[s];  // both operands read first: a load under the condition keeps the loop scalar
-          x[s] = keep[s] ? y : ninf;
-        }
-      } else {
-        for (int64_t s = 0; s < last; ++s) x[s] = mrow[s * ms] ? x[s] : ninf;
-      }
-    }
-    return with_max ? row_max(x, n) : ninf;
-  }
-};
-
-// Rows [0, n) of a (n, D) operand with contiguous columns: x itself when it has them (ld = its row stride), else a
-// packed copy in buf, grown on first use (ld = D).
-template <class T>
-ASC_ALWAYS_INLINE const T* unit_rows(const T* x, int64_t st, int64_t sd, int64_t n, int64_t D, Scratch<T>& buf,
-                                     int64_t& ld) {
-  if (sd == 1) {
-    ld = st;
-    return x;
-  }
-  if (buf.size() < static_cast<size_t>(n * D)) buf.resize(static_cast<size_t>(n * D));
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t c = 0; c < D; ++c) buf[j * D + c] = x[j * st + c * sd];
-  ld = D;
-  return buf.data();
-}
+using sdpa::kRowBlock;
+using sdpa::Problem;
+using sdpa::Strides4;
+using sdpa::unit_rows;
 
 // One thread's tiles: scores / probabilities and their gradient (rows, S), Kᵀ and Vᵀ (D, S), and packed rows for
 // operands whose columns are not contiguous (K, V: (S, D); a block of Q, dO or O: (rows, D); empty until needed).
@@ -155,27 +66,8 @@ ASC_ALWAYS_INLINE void forward_block(const Problem<T>& p, int64_t bh, int64_t t0
   gemm_narrow_blocked<T, kIsa>(rows, n, D, p.q + p.sq.at(b, h, t0), p.sq.t, p.sq.s, w.kt.data(), ldk, tile, n);
   for (int64_t r = 0; r < rows; ++r) {
     T* x = tile + r * n;
-    const T m = p.prepare_row(b, h, t0 + r, x, n);
-    T* l = lse + (bh * p.Tq + t0 + r);
-    if (m == -std::numeric_limits<T>::infinity()) {
-      // The max skips NaN: a row of NaN scores (a NaN query, say) lands here too and must give NaN, as in
-      // PyTorch. prepare_row set every key not kept to -inf, so a NaN left in x is a kept score.
-      bool nan = false;
-      for (int64_t s = 0; s < n; ++s) nan |= x[s] != x[s];
-      if (nan) {
-        for (int64_t s = 0; s < n; ++s) x[s] = x[s] != x[s] ? x[s] : T(0);  // P·V then gives NaN
-        *l = std::numeric_limits<T>::quiet_NaN();
-      } else {  // no key kept (or all -inf): a zero row
-        std::fill(x, x + n, T(0));
-        *l = m;
-      }
-      continue;
-    }
-    for (int64_t s = 0; s < n; ++s) x[s] = exp_nonpos(x[s] - m);
-    const T sum = row_sum(x, n);  // a second pass over the row in L1 costs less than a reduction's scalar tail
-    const T inv = T(1) / sum;
+    const T inv = p.exp_row(b, h, t0 + r, x, n, lse + (bh * p.Tq + t0 + r));
     for (int64_t s = 0; s < n; ++s) x[s] *= inv;
-    *l = m + std::log(sum);
   }
   // O[b, h, t0:t0+rows] (rows, D) = P V[b, h, 0:n]
   int64_t ldv = 0;
@@ -214,7 +106,6 @@ template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void backward_head(const Problem<T>& p, int64_t bh, const T* o, const Strides4& so, const T* g,
                                      const Strides4& sg, const T* lse, T* dq, T* dk_bh, T* dv_bh, Workspace<T>& w) {
   const int64_t b = bh / p.H, h = bh % p.H, Tq = p.Tq, S = p.S, D = p.D;
-  const T ninf = -std::numeric_limits<T>::infinity();
   const T* kh = p.k + p.sk.at(b, h, 0);
   // The head's keys and values once: Kᵀ, Vᵀ (D, S) for the products over keys, K with contiguous columns for dQ.
   const int64_t ldt = transposed_ld(S);
@@ -231,47 +122,15 @@ ASC_ALWAYS_INLINE void backward_head(const Problem<T>& p, int64_t bh, const T* o
     const T* g0 = g + sg.at(b, h, t0);
     // P (rows, n), recomputed from the saved log-sum-exp; dead rows (lse = -inf) stay 0.
     gemm_narrow_blocked<T, kIsa>(rows, n, D, q0, p.sq.t, p.sq.s, w.kt.data(), ldt, prob, ldp);
-    for (int64_t r = 0; r < rows; ++r) {
-      T* x = prob + r * ldp;
-      p.prepare_row(b, h, t0 + r, x, n, /*with_max=*/false);
-      const T l = lse[bh * Tq + t0 + r];
-      if (l == ninf) {
-        std::fill(x, x + n, T(0));
-      } else {
-        for (int64_t s = 0; s < n; ++s) {
-          const T z = x[s] - l;  // <= 0 up to rounding: lse >= every kept score; NaN stays NaN
-          x[s] = exp_nonpos(z > T(0) ? T(0) : z);
-        }
-      }
-    }
-    // delta_t = rowsum(dO ∘ O): 16 float rows at a time at x86-64-v4 where both have contiguous columns (one dot per
-    // row ends in a chain of scalar adds as long as its vector: a tenth of this kernel's time at D = 32)
-    const T* o0 = o + so.at(b, h, t0);
-    int64_t r = 0;
-    if constexpr (kIsa == CpuIsa::x86_64_v4)
-      if (sg.s == 1 && so.s == 1 && D >= 64 / static_cast<int64_t>(sizeof(T)))
-        for (constexpr int64_t L = 64 / sizeof(T); r + L <= rows; r += L)
-          row_dots_lanes(g0 + r * sg.t, sg.t, o0 + r * so.t, so.t, D, w.delta.data() + r);
-    for (; r < rows; ++r) {
-      const T* orow = o0 + r * so.t;
-      const T* grow = g0 + r * sg.t;
-      T d = 0;
-      for (int64_t c = 0; c < D; ++c) d += grow[c * sg.s] * orow[c * so.s];
-      w.delta[r] = d;
-    }
+    for (int64_t r = 0; r < rows; ++r) p.probabilities_row(b, h, t0 + r, prob + r * ldp, n, lse[bh * Tq + t0 + r]);
+    sdpa::row_deltas<kIsa>(g0, sg, o + so.at(b, h, t0), so, rows, D, w.delta.data());
     // dV[0:n] (n, D) += Pᵀ dO   (Pᵀ read through strides: sam = 1, sak = ldp)
     int64_t ldg = 0;
     const T* gr = unit_rows(g0, sg.t, sg.s, rows, D, w.grows, ldg);
     gemm_narrow_blocked<T, kIsa>(n, D, rows, prob, 1, ldp, gr, ldg, dv_bh, D, true);
     // dP (rows, n) = dO Vᵀ
     gemm_narrow_blocked<T, kIsa>(rows, n, D, g0, sg.t, sg.s, w.vt.data(), ldt, dprob, ldp);
-    // dS = scale · P ∘ (dP - delta), in place of dP
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* pr = prob + r * ldp;
-      T* dr = dprob + r * ldp;
-      const T dl = w.delta[r], sc = p.scale;
-      for (int64_t s = 0; s < n; ++s) dr[s] = sc * pr[s] * (dr[s] - dl);
-    }
+    sdpa::scores_grad(prob, dprob, ldp, rows, n, w.delta.data(), p.scale);  // dS in place of dP
     // dQ (rows, D) = dS K[0:n];  dK[0:n] (n, D) += dSᵀ Q
     gemm_narrow_blocked<T, kIsa>(rows, D, n, dprob, ldp, 1, kr, ldk, dq + (bh * Tq + t0) * D, D);
     int64_t ldq = 0;
@@ -312,6 +171,8 @@ void sdpa_unsupported(const Tensor& q, const Tensor& k, const Tensor& v, const T
 
 void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask, const Tensor& bias,
                   bool causal, bool /*needs_backward*/, double scale, Tensor& o, Tensor& stats) {
+  if (bf16_products() && q.dtype() == kFloat32)  // under CpuAutocast (ops/attention.cpp)
+    return sdpa_forward_bf16(q, k, v, keep_mask, bias, causal, scale, o, stats);
   ASC_DISPATCH_FLOAT(q.dtype(), "scaled_dot_product_attention",
                      [&] { forward_impl<scalar_t>(q, k, v, keep_mask, bias, causal, scale, o, stats); });
 }
@@ -319,6 +180,8 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 void sdpa_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask, const Tensor& bias,
                    const Tensor& o, const Tensor& dout, const Tensor& stats, bool causal, double scale, Tensor& dq,
                    Tensor& dk, Tensor& dv) {
+  if (bf16_products() && q.dtype() == kFloat32)
+    return sdpa_backward_bf16(q, k, v, keep_mask, bias, o, dout, stats, causal, scale, dq, dk, dv);
   ASC_DISPATCH_FLOAT(q.dtype(), "scaled_dot_product_attention backward", [&] {
     backward_impl<scalar_t>(q, k, v, keep_mask, bias, o, dout, stats, causal, scale, dq, dk, dv);
   });
