@@ -163,6 +163,7 @@ std::string sdpa_choice(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (sdpa_backend() == SdpaBackend::Math) return "math: the Math backend is selected";
   std::string engine;
   const std::string why = fused_unsupported(q, k, v, options, &engine);
+  if (why.empty() && autocast_bf16(q)) engine += ", bfloat16 products";
   return why.empty() ? "fused (" + engine + ")" : "math: " + why;
 }
 

@@ -46,8 +46,8 @@ enum class SdpaBackend { Auto, Math, Fused };
 void set_sdpa_backend(SdpaBackend backend);  // process-wide
 SdpaBackend sdpa_backend();
 // What scaled_dot_product_attention would run for these inputs under the current backend: "fused (CPU)",
-// "fused (cuDNN)", "fused (CUDA flash kernel)", "fused (CUDA flash kernel on tensor cores)", or "math: " and the reason
-// the fused kernel was not used.
+// "fused (CPU, bfloat16 products)" (float32 under CpuAutocast), "fused (cuDNN)", "fused (CUDA flash kernel)",
+// "fused (CUDA flash kernel on tensor cores)", or "math: " and the reason the fused kernel was not used.
 std::string sdpa_choice(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& options = {});
 
 // The causal keep-mask (T, S) bool on `device`: true where key s <= t + (S - T). The one definition of causality

@@ -57,8 +57,9 @@ Result reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
                             G32 = values(g, false);
   const auto r = [round](double x) { return round ? bf(x) : x; };
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  Result out{std::vector<double>(static_cast<size_t>(B * H * T * D)), std::vector<double>(static_cast<size_t>(B * H * T * D)),
-             std::vector<double>(static_cast<size_t>(B * H * S * D)), std::vector<double>(static_cast<size_t>(B * H * S * D))};
+  Result out{
+      std::vector<double>(static_cast<size_t>(B * H * T * D)), std::vector<double>(static_cast<size_t>(B * H * T * D)),
+      std::vector<double>(static_cast<size_t>(B * H * S * D)), std::vector<double>(static_cast<size_t>(B * H * S * D))};
   std::vector<double> P(static_cast<size_t>(T * S)), dS(static_cast<size_t>(T * S));
   for (int64_t bh = 0; bh < B * H; ++bh) {
     const auto at = [&](int64_t t, int64_t s) { return static_cast<size_t>((bh * T + t) * S + s); };
@@ -183,8 +184,9 @@ TEST_CASE("sdpa under CpuAutocast: the fused kernel's bfloat16 products against 
     const Result ref = reference(q, k, v, g, keep64, bias64, c.causal, true),
                  exact = reference(q, k, v, g, keep64, bias64, c.causal, false),
                  composed = reference(q, k, v, g, keep64, bias64, c.causal, true, /*softmax_delta=*/true);
-    CpuAutocast on;
     REQUIRE(sdpa_choice(q, k, v, o) == "fused (CPU)");
+    CpuAutocast on;
+    REQUIRE(sdpa_choice(q, k, v, o) == "fused (CPU, bfloat16 products)");
     const Run f = run(q, k, v, g, o);
     check_rounded("o", f.o, ref.o, exact.o);
     check_rounded("dq", f.dq, ref.dq, exact.dq);

@@ -153,7 +153,7 @@ void backward_head(const Problem<float>& p, int64_t bh, const float* o, const St
 
 }  // namespace
 #pragma GCC pop_options  // the entry points below run on any processor: they check it first
-#endif  // ASC_SDPA_BF16
+#endif                   // ASC_SDPA_BF16
 
 namespace {
 void check_processor(const char* who) {
@@ -185,9 +185,9 @@ void sdpa_forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const 
 #endif
 }
 
-void sdpa_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask,
-                        const Tensor& bias, const Tensor& o, const Tensor& dout, const Tensor& stats, bool causal,
-                        double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+void sdpa_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask, const Tensor& bias,
+                        const Tensor& o, const Tensor& dout, const Tensor& stats, bool causal, double scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
   check_processor("scaled_dot_product_attention backward (bfloat16)");
 #ifdef ASC_SDPA_BF16
   const Problem<float> p(q, k, v, keep_mask, bias, causal, scale);

@@ -195,8 +195,8 @@ namespace asc::cpu {
 // AVX512-BF16.
 void sdpa_forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask, const Tensor& bias,
                        bool causal, double scale, Tensor& o, Tensor& stats);
-void sdpa_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask,
-                        const Tensor& bias, const Tensor& o, const Tensor& dout, const Tensor& stats, bool causal,
-                        double scale, Tensor& dq, Tensor& dk, Tensor& dv);
+void sdpa_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keep_mask, const Tensor& bias,
+                        const Tensor& o, const Tensor& dout, const Tensor& stats, bool causal, double scale, Tensor& dq,
+                        Tensor& dk, Tensor& dv);
 
 }  // namespace asc::cpu
