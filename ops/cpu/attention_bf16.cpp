@@ -16,8 +16,9 @@
 //             dP = dO Vᵀ   dO by columns (rows, ⌈D/2⌉)         Vᵀ (⌈D/2⌉, S) per head
 //             dQ = dS K    dS by columns (rows, ⌈n/2⌉)         K by pairs of keys (⌈S/2⌉, D) per head
 //             dK += dSᵀ Q  dS by pairs of rows, read as dSᵀ    Q by pairs of rows (⌈rows/2⌉, D)
-// The kernels (between the target pragmas) are compiled for x86-64-v4 with AVX512-BF16; the entry points, compiled
-// for the baseline, check the processor first.
+// The kernels (between the target pragmas) are compiled for x86-64-v4 with AVX512-BF16, whatever ASC_CPU_ISA caps the
+// float32 kernels to (as the bfloat16 linear products run oneDNN's AVX512-BF16 / AMX kernels); the entry points,
+// compiled for the baseline, check the processor first.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -158,8 +159,11 @@ void backward_head(const Problem<float>& p, int64_t bh, const float* o, const St
 namespace {
 void check_processor(const char* who) {
 #ifdef ASC_SDPA_BF16
-  ASC_CHECK(__builtin_cpu_supports("avx512bf16"), "{}: bfloat16 products need AVX512-BF16, which this processor lacks",
-            who);
+  // the kernels are compiled for x86-64-v4 with AVX512-BF16 (every processor with AVX512-BF16 has the rest)
+  const bool v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  ASC_CHECK(v4 && __builtin_cpu_supports("avx512bf16"),
+            "{}: bfloat16 products need AVX-512 with AVX512-BF16, which this processor lacks", who);
 #else
   ASC_CHECK(false, "{}: this build has no bfloat16 attention kernels (x86-64 with GCC only)", who);
 #endif

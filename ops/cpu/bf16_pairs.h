@@ -135,11 +135,12 @@ ASC_ALWAYS_INLINE void tile(int64_t i, int64_t j, int64_t P, bool half, const ui
 }
 
 // C (M, N) = A (M, K) · B (K, N) in bfloat16 products with float32 sums (accumulate: C +=), C's rows ldc apart.
-// Tiles of 8 rows × 32 columns (16 accumulators), then 4, 2, 1 rows; B in blocks of 128 pairs × 256 columns (128 KiB,
-// within L2), the K blocks summed into C in order, so the result depends on the shapes only.
+// Tiles of 8 rows × 32 columns (16 accumulators), then 4, 2, 1 rows. K in blocks of 128 pairs: every row tile of a
+// 32-column strip reads the same 128 × 32 words of B (16 KiB), which stay in L1; the K blocks are summed into C in
+// order, so the result depends on the shapes only.
 ASC_ALWAYS_INLINE void gemm_pairs(int64_t M, int64_t N, int64_t K, const uint32_t* A, int64_t sai, int64_t sap,
                                   const uint32_t* B, int64_t ldb, float* C, int64_t ldc, bool accumulate = false) {
-  constexpr int64_t kPairs = 128, kCols = 256;
+  constexpr int64_t kPairs = 128;
   const int64_t P = (K + 1) / 2;
   if (P == 0 && !accumulate)
     for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
@@ -148,15 +149,14 @@ ASC_ALWAYS_INLINE void gemm_pairs(int64_t M, int64_t N, int64_t K, const uint32_
     const bool half = K % 2 == 1 && p0 + np == P, acc = accumulate || p0 > 0;
     const uint32_t* Ap = A + p0 * sap;
     const uint32_t* Bp = B + p0 * ldb;
-    for (int64_t j0 = 0; j0 < N; j0 += kCols)
-      for (int64_t j = j0; j < std::min(N, j0 + kCols); j += 32) {
-        const __mmask16 m0 = lanes(N - j), m1 = lanes(N - j - 16);
-        int64_t i = 0;
-        for (; i + 8 <= M; i += 8) tile<8>(i, j, np, half, Ap, sai, sap, Bp, ldb, C, ldc, m0, m1, acc);
-        if (M - i >= 4) tile<4>(i, j, np, half, Ap, sai, sap, Bp, ldb, C, ldc, m0, m1, acc), i += 4;
-        if (M - i >= 2) tile<2>(i, j, np, half, Ap, sai, sap, Bp, ldb, C, ldc, m0, m1, acc), i += 2;
-        if (M - i >= 1) tile<1>(i, j, np, half, Ap, sai, sap, Bp, ldb, C, ldc, m0, m1, acc);
-      }
+    for (int64_t j = 0; j < N; j += 32) {
+      const __mmask16 m0 = lanes(N - j), m1 = lanes(N - j - 16);
+      int64_t i = 0;
+      for (; i + 8 <= M; i += 8) tile<8>(i, j, np, half, Ap, sai, sap, Bp, ldb, C, ldc, m0, m1, acc);
+      if (M - i >= 4) tile<4>(i, j, np, half, Ap, sai, sap, Bp, ldb, C, ldc, m0, m1, acc), i += 4;
+      if (M - i >= 2) tile<2>(i, j, np, half, Ap, sai, sap, Bp, ldb, C, ldc, m0, m1, acc), i += 2;
+      if (M - i >= 1) tile<1>(i, j, np, half, Ap, sai, sap, Bp, ldb, C, ldc, m0, m1, acc);
+    }
   }
 }
 
