@@ -166,9 +166,9 @@ TEST_CASE("sdpa under CpuAutocast: the fused kernel's bfloat16 products against 
   // D odd (a half pair in Q Kᵀ and dO Vᵀ), S odd (in P V and dS K), T = 80 two row blocks; causal with S = T + 1: the
   // first block's 65 keys end in a half pair whose other key it must not read.
   // S = 301: P V and dS K over more than one block of 128 pairs (the second ending in a half pair), Q Kᵀ and dO Vᵀ
-  // over ten 32-key strips, the last one partial.
+  // over ten 32-key strips, the last one partial. D = 1: the products over D are one half pair.
   for (const Case c : {Case{37, 45, 24, false, true}, Case{80, 80, 33, true, false}, Case{80, 81, 16, true, true},
-                       Case{5, 3, 64, false, false}, Case{70, 301, 24, false, true}}) {
+                       Case{5, 3, 64, false, false}, Case{70, 301, 24, false, true}, Case{9, 7, 1, true, false}}) {
     CAPTURE(c.T);
     CAPTURE(c.S);
     CAPTURE(c.D);
