@@ -401,8 +401,8 @@ void define_training(Options& o, Config& c) {
   o.add("dtype", c.dtype,
         "the model's parameters and activations (bfloat16, CUDA: the optimizer updates float32 master copies "
         "of the parameters, optim/amp.h, and the products run on tensor cores; bfloat16, CPU: autocast, the "
-        "parameters and activations stay float32 and the linear layers' products run in bfloat16, core/autocast.h; "
-        "float64: every value in double precision, to check a result's numerics)",
+        "parameters and activations stay float32 and the linear layers' and attention's products run in bfloat16, "
+        "core/autocast.h; float64: every value in double precision, to check a result's numerics)",
         {"float32", "bfloat16", "float64"});
   o.add("tf32", c.tf32, "CUDA: float32 products on TF32 tensor cores (10 fraction bits), as PyTorch's allow_tf32");
   o.add("out", c.out, "output directory");

@@ -137,7 +137,7 @@ void check_device_and_dtype(const Config& c) {
   ASC_CHECK(c.device != "cuda" || cuda::is_available(), "--device cuda, but {}",
             cuda::is_available() ? "" : "no CUDA device is available in this build / machine");
   ASC_CHECK(!c.tf32 || on_cuda, "--tf32 applies to --device cuda (TF32 is a GPU tensor-core format)");
-  // On the CPU, bfloat16 is autocast (core/autocast.h): float32 parameters, the linear layers' products in bfloat16.
+  // On the CPU, bfloat16 is autocast (core/autocast.h): float32 parameters, linear and attention products in bfloat16.
   ASC_CHECK(c.dtype != "bfloat16" || on_cuda || cpu_bf16_supported(),
             "--dtype bfloat16 on the CPU needs bfloat16 products (AVX512-BF16 or AMX-BF16) and a build with oneDNN; "
             "this machine's GEMM: {}",

@@ -31,7 +31,7 @@ struct Run {
   Device device = Device::cpu();
   DType dtype = kFloat32;  // --dtype: the model's parameters, and the float inputs it reads
   // --dtype bfloat16 on the CPU: the model stays float32 (dtype) and its forward passes run under CpuAutocast
-  // (core/autocast.h): the linear layers' products, and their backward's, in bfloat16
+  // (core/autocast.h): the linear layers' and dense attention's products, and their backward's, in bfloat16
   bool cpu_autocast = false;
   bool is_lm() const { return lm != nullptr; }
 };
