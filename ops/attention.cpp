@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cmath>
-
 #include <optional>
 
 #include "autograd/node.h"

@@ -218,8 +218,7 @@ TEST_CASE("cpu_isa: GELU (contiguous and transposed) at every level; dropout's m
 }
 
 TEST_CASE("cpu_isa: the fused dense attention kernel (causal and masked), forward and backward, at every level") {
-  const SdpaBackend prev = sdpa_backend();
-  set_sdpa_backend(SdpaBackend::Fused);
+  SdpaBackendScope fused(SdpaBackend::Fused);
   check_levels(
       "sdpa",
       [](DType dt) {
@@ -229,7 +228,6 @@ TEST_CASE("cpu_isa: the fused dense attention kernel (causal and masked), forwar
         return with_grads(scaled_dot_product_attention(x[0], x[1], x[2], o), x, 52);
       },
       2e-5);
-  set_sdpa_backend(prev);
 }
 
 TEST_CASE("cpu_isa: ASCender attention (full and windowed), forward and backward, at every level") {

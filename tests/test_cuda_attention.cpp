@@ -11,16 +11,10 @@
 
 using namespace asc;
 using asc::testing::gpu_or_skip;
+using asc::testing::SdpaBackendScope;
 using asc::testing::Tf32Scope;
 
 namespace {
-
-// Restores the process-wide backend after a test changes it.
-struct BackendScope {
-  nn::SdpaBackend prev = nn::sdpa_backend();
-  explicit BackendScope(nn::SdpaBackend b) { nn::set_sdpa_backend(b); }
-  ~BackendScope() { nn::set_sdpa_backend(prev); }
-};
 
 double max_abs(const Tensor& a) { return amax(abs(a.to(kFloat64).cpu())).item<double>(); }
 double max_diff(const Tensor& a, const Tensor& b) { return max_abs(a.to(kFloat64).cpu() - b.to(kFloat64).cpu()); }
@@ -86,12 +80,12 @@ TEST_CASE("sdpa_choice: the fused kernel on the CPU, and the Fused backend refus
   Tensor q = randn({1, 2, 4, 8});
   CHECK(nn::sdpa_choice(q, q, q) == "fused (CPU)");
   {
-    BackendScope fused(nn::SdpaBackend::Fused);
+    SdpaBackendScope fused(nn::SdpaBackend::Fused);
     CHECK_THROWS_WITH_AS(nn::scaled_dot_product_attention(q, q, q, {.dropout = 0.5, .training = true}),
                          doctest::Contains("the Fused backend cannot run q [1, 2, 4, 8] float32"), Error);
   }
   {
-    BackendScope math(nn::SdpaBackend::Math);
+    SdpaBackendScope math(nn::SdpaBackend::Math);
     CHECK(nn::sdpa_choice(q, q, q) == "math: the Math backend is selected");
   }
   CHECK_THROWS_WITH_AS(nn::sdpa_choice(q, randn({1, 2, 4, 6}), q), doctest::Contains("incompatible q"), Error);
@@ -145,7 +139,7 @@ TEST_CASE("fused attention: when the fused kernels are used, and why not") {
   CHECK(nn::sdpa_choice(qt, qt, qt) == flash);
   Tensor q64 = cu({1, 1, 8, 72}, kFloat64);
   CHECK(nn::sdpa_choice(q64, q64, q64).starts_with("math: head dim 72 (the flash kernel takes up to 64 in float64)"));
-  BackendScope fused(nn::SdpaBackend::Fused);
+  SdpaBackendScope fused(nn::SdpaBackend::Fused);
   CHECK_THROWS_WITH_AS(nn::scaled_dot_product_attention(q64, q64, q64),
                        doctest::Contains("the Fused backend cannot run q [1, 1, 8, 72] float64"), Error);
 }
@@ -171,7 +165,7 @@ TEST_CASE("fused attention: MultiHeadAttention in bf16 on CUDA uses it and agree
   Tensor y_fused = mha->attend(x, {.causal = true});
   Tensor y_math;
   {
-    BackendScope math(nn::SdpaBackend::Math);
+    SdpaBackendScope math(nn::SdpaBackend::Math);
     y_math = mha->attend(x, {.causal = true});
   }
   CHECK(max_diff(y_fused, y_math) <= 2e-2 * (1 + max_abs(y_math)));
@@ -241,7 +235,7 @@ void check_flash(DType dt, int64_t B, int64_t H, int64_t T, int64_t S, int64_t D
   nn::SdpaOptions ropts{.causal = causal};
   if (keep_cpu.defined()) ropts.keep_mask = keep_cpu;
   if (bias) ropts.bias = opts.bias.to(kFloat64).cpu();
-  BackendScope math(nn::SdpaBackend::Math);
+  SdpaBackendScope math(nn::SdpaBackend::Math);
   Tensor yr = nn::scaled_dot_product_attention(qr, kr, vr, ropts);
   yr.backward(g.to(kFloat64).cpu());
   // TF32 and float16 operands keep 10 fraction bits, bfloat16 7; the probabilities enter P V rounded the same way.
@@ -308,7 +302,7 @@ TEST_CASE("CUDA flash kernel: empty inputs, and MultiHeadAttention in float32 on
   Tensor y_fused = mha->attend(x, {.causal = true});
   Tensor y_math;
   {
-    BackendScope math(nn::SdpaBackend::Math);
+    SdpaBackendScope math(nn::SdpaBackend::Math);
     y_math = mha->attend(x, {.causal = true});
   }
   CHECK(max_diff(y_fused, y_math) <= 1e-5 * (1 + max_abs(y_math)));

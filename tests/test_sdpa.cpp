@@ -11,14 +11,9 @@ using namespace asc;
 using asc::testing::check_error;
 using asc::testing::check_grad;
 using asc::testing::randn64;
+using asc::testing::SdpaBackendScope;
 
 namespace {
-
-struct BackendScope {
-  SdpaBackend prev = sdpa_backend();
-  explicit BackendScope(SdpaBackend b) { set_sdpa_backend(b); }
-  ~BackendScope() { set_sdpa_backend(prev); }
-};
 
 double max_diff(const Tensor& a, const Tensor& b) { return amax(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>(); }
 
@@ -88,7 +83,7 @@ TEST_CASE("sdpa CPU: the fused kernel equals float64 loops and the composed ops 
             REQUIRE(sdpa_choice(q, k, v, o) == "fused (CPU)");
             Tensor fused = scaled_dot_product_attention(q, k, v, o);
             CHECK(max_diff(fused, naive_sdpa(q, k, v, keep, bias, causal)) < tol);
-            BackendScope math(SdpaBackend::Math);
+            SdpaBackendScope math(SdpaBackend::Math);
             CHECK(max_diff(fused, scaled_dot_product_attention(q, k, v, o)) < tol);
           }
         }
@@ -121,7 +116,7 @@ TEST_CASE("sdpa CPU: long keys, wide heads and strided operands — forward and 
       Tensor w = randn64({B, H, D, T}, false, 35).to(dt);
       SdpaOptions o{.keep_mask = keep, .causal = causal};
       auto run = [&](SdpaBackend backend) {
-        BackendScope scope(backend);
+        SdpaBackendScope scope(backend);
         Tensor q = xq.permute({0, 2, 1, 3}), k = xk.transpose(-2, -1), v = xv.transpose(-2, -1);
         if (backend == SdpaBackend::Auto) REQUIRE(sdpa_choice(q, k, v, o) == "fused (CPU)");
         Tensor y = scaled_dot_product_attention(q, k, v, o);
@@ -155,7 +150,7 @@ TEST_CASE("sdpa CPU: contiguous gradients — the row statistics in vector lanes
       Tensor g = randn64({B, H, T, D}, false, 46).to(dt);
       SdpaOptions o{.keep_mask = keep, .bias = bias, .causal = causal};
       auto run = [&](SdpaBackend backend) {
-        BackendScope scope(backend);
+        SdpaBackendScope scope(backend);
         if (backend == SdpaBackend::Auto) REQUIRE(sdpa_choice(q, k, v, o) == "fused (CPU)");
         Tensor y = scaled_dot_product_attention(q, k, v, o);
         y.backward(g);
@@ -212,11 +207,11 @@ TEST_CASE("sdpa CPU: what the fused kernel does not take runs the composed ops, 
   scaled_dot_product_attention(q, q, q, {.bias = bias}).sum().backward();
   CHECK(bias.grad().defined());
   {
-    BackendScope fused(SdpaBackend::Fused);
+    SdpaBackendScope fused(SdpaBackend::Fused);
     CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, q, q, {.weights = &w}),
                          doctest::Contains("the Fused backend cannot run q [1, 2, 4, 8] float64"), Error);
   }
-  BackendScope math(SdpaBackend::Math);
+  SdpaBackendScope math(SdpaBackend::Math);
   CHECK(sdpa_choice(q, q, q) == "math: the Math backend is selected");
 }
 

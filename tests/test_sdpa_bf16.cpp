@@ -22,12 +22,6 @@ using namespace asc::testing;
 
 namespace {
 
-struct BackendScope {
-  SdpaBackend prev = sdpa_backend();
-  explicit BackendScope(SdpaBackend b) { set_sdpa_backend(b); }
-  ~BackendScope() { set_sdpa_backend(prev); }
-};
-
 // float32 -> bfloat16 -> float64, a denormal to zero as the kernels' instruction rounds it (round_to_bfloat16)
 double bf(double x) {
   const float f = static_cast<float>(x);
@@ -141,7 +135,7 @@ void check_rounded(const std::string& what, const Tensor& got, const std::vector
   CHECK(median(spread) > 0);
 }
 
-// Output and gradients of q, k, v (leaves viewed through `view`) with cotangent g.
+// Output and gradients of q, k, v with cotangent g, through contiguous leaf copies of q, k, v.
 struct Run {
   Tensor o, dq, dk, dv;
 };
@@ -151,6 +145,14 @@ Run run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, cons
   Tensor y = scaled_dot_product_attention(ql, kl, vl, o);
   sum(y * g).backward();
   return {y.detach(), ql.grad(), kl.grad(), vl.grad()};
+}
+
+// Each of a run's tensors by check_rounded, labelled "o", "dq", ... plus `label`.
+void check_run(const Run& got, const Result& ref, const Result& exact, const std::string& label = "") {
+  check_rounded("o" + label, got.o, ref.o, exact.o);
+  check_rounded("dq" + label, got.dq, ref.dq, exact.dq);
+  check_rounded("dk" + label, got.dk, ref.dk, exact.dk);
+  check_rounded("dv" + label, got.dv, ref.dv, exact.dv);
 }
 
 Tensor f32(const Shape& s, uint64_t seed) { return randn64(s, false, seed).to(kFloat32); }
@@ -190,17 +192,11 @@ TEST_CASE("sdpa under CpuAutocast: the fused kernel's bfloat16 products against 
     CpuAutocast on;
     REQUIRE(sdpa_choice(q, k, v, o) == "fused (CPU, bfloat16 products)");
     const Run f = run(q, k, v, g, o);
-    check_rounded("o", f.o, ref.o, exact.o);
-    check_rounded("dq", f.dq, ref.dq, exact.dq);
-    check_rounded("dk", f.dk, ref.dk, exact.dk);
-    check_rounded("dv", f.dv, ref.dv, exact.dv);
+    check_run(f, ref, exact);
     // the composed path (matmul_bf16 for its two products) rounds at the same places
-    BackendScope math(SdpaBackend::Math);
+    SdpaBackendScope math(SdpaBackend::Math);
     const Run m = run(q, k, v, g, o);
-    check_rounded("o (composed)", m.o, composed.o, exact.o);
-    check_rounded("dq (composed)", m.dq, composed.dq, exact.dq);
-    check_rounded("dk (composed)", m.dk, composed.dk, exact.dk);
-    check_rounded("dv (composed)", m.dv, composed.dv, exact.dv);
+    check_run(m, composed, exact, " (composed)");
   }
 }
 
@@ -214,10 +210,7 @@ TEST_CASE("sdpa under CpuAutocast: strided views as the attention layers pass th
   const Result ref = reference(q, k, v, g, {}, {}, true, true), exact = reference(q, k, v, g, {}, {}, true, false);
   CpuAutocast on;
   const Run f = run(q, k, v, g, {.causal = true});
-  check_rounded("o", f.o, ref.o, exact.o);
-  check_rounded("dq", f.dq, ref.dq, exact.dq);
-  check_rounded("dk", f.dk, ref.dk, exact.dk);
-  check_rounded("dv", f.dv, ref.dv, exact.dv);
+  check_run(f, ref, exact);
 }
 
 TEST_CASE("sdpa under CpuAutocast: NaN stays in its rows, dead rows are zero, keys past a block stay unread") {

@@ -49,6 +49,16 @@ struct Tf32Scope {
   Tf32Scope& operator=(const Tf32Scope&) = delete;
 };
 
+// scaled_dot_product_attention's process-wide backend (asc::set_sdpa_backend) while the scope lives; the previous one
+// after.
+struct SdpaBackendScope {
+  SdpaBackend saved = sdpa_backend();
+  explicit SdpaBackendScope(SdpaBackend backend) { set_sdpa_backend(backend); }
+  ~SdpaBackendScope() { set_sdpa_backend(saved); }
+  SdpaBackendScope(const SdpaBackendScope&) = delete;
+  SdpaBackendScope& operator=(const SdpaBackendScope&) = delete;
+};
+
 inline bool gpu_or_skip() {
   if (cuda::is_available()) return true;
   const char* require = std::getenv("ASC_REQUIRE_GPU");
