@@ -203,14 +203,21 @@ TEST_CASE("sdpa under CpuAutocast: the fused kernel's bfloat16 products against 
 TEST_CASE("sdpa under CpuAutocast: strided views as the attention layers pass them, and packed copies") {
   if (!cpu_bf16_supported()) return;
   const int64_t B = 2, T = 70, H = 3, D = 20;
-  const Tensor x = f32({B, T, 3, H, D}, 11);  // a fused q/k/v projection, viewed per head: no copy
-  const Tensor q = x.select(2, 0).permute({0, 2, 1, 3}), v = x.select(2, 2).permute({0, 2, 1, 3});
-  const Tensor k = f32({B, H, D, T}, 12).transpose(-2, -1);  // a strided head dim: the kernels pack a copy
+  // Leaves in the layouts the kernels receive (run() would hand them contiguous copies): q and v views of a fused
+  // q/k/v projection per head (no copy), k and the cotangent with a strided head dim (the kernels pack copies).
+  Tensor x = f32({B, T, 3, H, D}, 11).set_requires_grad(), kt = f32({B, H, D, T}, 12).set_requires_grad();
+  const auto heads = [](const Tensor& t, int64_t i) { return t.select(2, i).permute({0, 2, 1, 3}); };
+  const Tensor q = heads(x, 0), v = heads(x, 2), k = kt.transpose(-2, -1);
   const Tensor g = f32({B, H, D, T}, 13).transpose(-2, -1);
+  REQUIRE(q.stride(3) == 1);
+  REQUIRE(q.stride(2) == 3 * H * D);
+  REQUIRE(k.stride(3) == T);
+  REQUIRE(g.stride(3) == T);
   const Result ref = reference(q, k, v, g, {}, {}, true, true), exact = reference(q, k, v, g, {}, {}, true, false);
   CpuAutocast on;
-  const Run f = run(q, k, v, g, {.causal = true});
-  check_run(f, ref, exact);
+  const Tensor y = scaled_dot_product_attention(q, k, v, {.causal = true});
+  sum(y * g).backward();
+  check_run({y.detach(), heads(x.grad(), 0), kt.grad().transpose(-2, -1), heads(x.grad(), 2)}, ref, exact);
 }
 
 TEST_CASE("sdpa under CpuAutocast: NaN stays in its rows, dead rows are zero, keys past a block stay unread") {
