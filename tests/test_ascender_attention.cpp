@@ -721,6 +721,15 @@ TEST_CASE("AscenderAttention fused CPU kernel: neighbourhoods with many tied aff
   p.select_by_scores = true;
   in.q = one_hot(in.d, in.d, 2), in.k_rot = one_hot(in.d, in.d, 3);
   compare_fused(in, p, 1e-9);
+  // The first T rows of a 2T-token head: at most 32 candidates a row, which the kernel ranks all at once instead of
+  // inserting them one by one (both with about a third of them tied, larger k than ties and fewer).
+  Inputs shorter = make_inputs(1, 2, 30, 232);
+  shorter.e = one_hot(in.da, 3, 4).narrow(2, 0, 30).contiguous();
+  AscenderCoreArgs q = make_args(2, 233);
+  for (std::vector<int64_t> k : {std::vector<int64_t>{3, 12}, {1, 29}}) {
+    q.k = k;
+    compare_fused(shorter, q, 1e-9);
+  }
 }
 
 TEST_CASE("AscenderAttention fused CPU kernel: rows with no kept key (zeros, no NaN, forward and backward)") {

@@ -59,6 +59,7 @@ void unit_rows(const T* x, int64_t rows, int64_t cols, double eps, std::vector<T
   norm.resize(rows);
   for (int64_t r = 0; r < rows; ++r) {
     double s = 0;
+    ASC_SIMD_REDUCE(+, s)
     for (int64_t c = 0; c < cols; ++c) s += double(x[r * cols + c]) * x[r * cols + c];
     norm[r] = std::sqrt(s);
     const double inv = 1 / std::max(norm[r], eps);
@@ -78,6 +79,7 @@ void unit_rows_backward(const std::vector<T>& y, const std::vector<double>& norm
       continue;
     }
     double dot = 0;
+    ASC_SIMD_REDUCE(+, dot)
     for (int64_t c = 0; c < cols; ++c) dot += yr[c] * g[c];
     for (int64_t c = 0; c < cols; ++c) dx[r * cols + c] = static_cast<T>((g[c] - yr[c] * dot) / norm[r]);
   }
@@ -173,6 +175,7 @@ HeadData<T> head_data(const AscenderKernelInputs& in, const AscenderConfig& cfg,
   h.zz.resize(Tn);
   for (int64_t j = 0; j < Tn; ++j) {
     double s = 0;
+    ASC_SIMD_REDUCE(+, s)
     for (int64_t c = 0; c < h.dz; ++c) s += double(h.z[j * h.dz + c]) * h.z[j * h.dz + c];
     h.zz[j] = static_cast<T>(s);
   }

@@ -260,13 +260,33 @@ ASC_ALWAYS_INLINE void keep_mask(const HeadData<T>& h, const Keys<T>& kt, const 
 
 // ==== alignment (§3): neighbourhoods, headings, gates, r = u_i · k̂_j ==============================================
 
+// out (d) = Σ_x rows[idx[x]] (rows of width d), a vector of columns at a time with its sum in a register; each column
+// sums in x's order, as a plain loop would.
+template <class T>
+ASC_ALWAYS_INLINE void gather_sum(const T* rows, int64_t d, const int64_t* idx, int64_t cnt, T* out) {
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  int64_t c = 0;
+  for (; c + L <= d; c += L) {
+    V acc{}, v;
+    for (int64_t x = 0; x < cnt; ++x) std::memcpy(&v, rows + idx[x] * d + c, sizeof(V)), acc += v;
+    std::memcpy(out + c, &acc, sizeof(V));
+  }
+  for (; c < d; ++c) {
+    T acc = 0;
+    for (int64_t x = 0; x < cnt; ++x) acc += rows[idx[x] * d + c];
+    out[c] = acc;
+  }
+}
+
 // N(i) per row (the forward only: the backward loads it), from the row's entries x_j = (by_j on selectable keys, else
 // -inf):
 //  1. group maxima over j mod G (G = 2k rounded up to 8): vertical maxima, no horizontal reductions;
 //  2. a lower bound lo: the k-th largest group max (a rank count over the G maxima) — k groups reach it, so k
 //     entries do, and every entry of N(i) is >= lo (on random rows about 1.3 k entries pass);
-//  3. the entries >= lo, gathered in index order by a branch-free pass, go into a sorted list of k: an entry
-//     enters only if it beats the current k-th (ties keep the lower index, as topk).
+//  3. the entries >= lo, gathered in index order by a branch-free pass, are ranked all at once (a larger value, or
+//     an equal one at a lower index, ranks first, as topk) and the first k kept; past 32 of them (rows of ties) they
+//     go into a sorted list of k instead, where an entry enters only if it beats the current k-th.
 // A selection has no gradient: the backward reaches the keys through s_i = Σ_{l∈N(i)} k̂_l only.
 template <class T>
 ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderConfig& cfg, int64_t n, int64_t R,
@@ -277,6 +297,10 @@ ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderConfig
   std::vector<int64_t> topi(K), cidx_v(n + 1);
   const T ninf = -std::numeric_limits<T>::infinity();
   T *cd = cand.data(), *gmax = gmax_v.data(), *gnan = gnan_v.data(), *reach = reach_v.data(), *tv = topv.data();
+  constexpr int64_t kRanked = 32;  // up to this many candidates, ranked all at once; beyond (ties), inserted
+  alignas(64) T rv[kRanked], rk[kRanked], rpos[kRanked];
+  int64_t order[kRanked];
+  for (int64_t c = 0; c < kRanked; ++c) rpos[c] = static_cast<T>(c);
   int64_t *ti = topi.data(), *cidx = cidx_v.data();
   for (int64_t r = 0; r < R; ++r) {
     const T* by = (cfg.select_by_scores ? b.s0.data() : b.aff.data()) + r * n;
@@ -322,6 +346,20 @@ ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderConfig
     }
     T thr = lo == ninf ? ninf : std::nextafter(lo, ninf);  // x > thr: x >= lo, and never an unselectable -inf
     const int64_t nc = compact_greater(cd, n, thr, cidx);  // ops/cpu/compact.h: a vector at a time at x86-64-v4
+    if (nc <= kRanked) {
+      // Few candidates (the usual case): every candidate's rank at once, a lane each — the number that beat it, a
+      // larger value or an equal one at a lower index (earlier in cidx), as topk orders them — then each goes to its
+      // place. Branch-free: inserting them one by one mispredicted about every other candidate.
+      for (int64_t c = 0; c < kRanked; ++c) rv[c] = c < nc ? cd[cidx[c]] : ninf, rk[c] = 0;  // padding: never counted
+      for (int64_t e = 0; e < nc; ++e) {
+        const T xe = rv[e], eT = static_cast<T>(e);
+        ASC_SIMD
+        for (int64_t c = 0; c < kRanked; ++c) rk[c] += ((xe > rv[c]) | ((xe == rv[c]) & (eT < rpos[c]))) ? T(1) : T(0);
+      }
+      for (int64_t c = 0; c < nc; ++c) order[static_cast<int64_t>(rk[c])] = cidx[c];  // the ranks: a permutation
+      b.nbr[r].assign(order, order + (nc < K ? nc : K));
+      continue;
+    }
     int64_t m = 0;
     for (int64_t c = 0; c < nc; ++c) {
       const int64_t j = cidx[c];
@@ -349,14 +387,11 @@ ASC_ALWAYS_INLINE void alignment_forward(const HeadData<T>& h, const Keys<T>& kt
     T* ur = b.u.data() + r * d;
     const int64_t* nb = b.nbr[r].data();
     const int64_t cnt = static_cast<int64_t>(b.nbr[r].size());
-    for (int64_t c = 0; c < d; ++c) ur[c] = T(0);
-    for (int64_t x = 0; x < cnt; ++x) {
-      const T* kl = kt.khat + nb[x] * d;
-      for (int64_t c = 0; c < d; ++c) ur[c] += kl[c];
-    }
+    gather_sum(kt.khat, d, nb, cnt, ur);
     if (b.nan_nbr[r])
       for (int64_t c = 0; c < d; ++c) ur[c] = std::numeric_limits<T>::quiet_NaN();
     double s2 = 0;
+    ASC_SIMD_REDUCE(+, s2)
     for (int64_t c = 0; c < d; ++c) s[c] = ur[c], s2 += s[c] * s[c];
     b.snorm[r] = std::sqrt(s2);
     b.cnt[r] = static_cast<double>(cnt);
@@ -445,12 +480,19 @@ ASC_ALWAYS_INLINE void alignment_backward(const HeadData<T>& h, int64_t R, Backw
     const T* dur = w.du.data() + r * d;
     if (!(b.snorm[r] <= kConstantRow * b.cnt[r])) {
       double dot = 0;
+      ASC_SIMD_REDUCE(+, dot)
       for (int64_t c = 0; c < d; ++c) dot += double(ur[c]) * dur[c];
       const double inv_norm = 1 / b.snorm[r];
       for (int64_t c = 0; c < d; ++c) dsr[c] += (dur[c] - ur[c] * dot) * inv_norm;
     }
-    for (int64_t l : b.nbr[r])
-      for (int64_t c = 0; c < d; ++c) kg.dks[l * d + c] += dsr[c];
+    // dk̂_l += ds_i over l ∈ N(i), through raw pointers (a range-for's iterators are calls in this region)
+    const int64_t* nb = b.nbr[r].data();
+    const int64_t cnt = static_cast<int64_t>(b.nbr[r].size());
+    for (int64_t x = 0; x < cnt; ++x) {
+      double* dk = kg.dks + nb[x] * d;
+      ASC_SIMD
+      for (int64_t c = 0; c < d; ++c) dk[c] += dsr[c];
+    }
   }
 }
 
