@@ -54,7 +54,7 @@ int64_t row_block(const AscenderConfig& cfg, int64_t n) {
 
 // The head's unit keys k̂ and latents ê (docs: normalize_rows): y = x / max(|x|, eps), with the norms kept.
 template <class T>
-void unit_rows(const T* x, int64_t rows, int64_t cols, double eps, std::vector<T>& out, std::vector<double>& norm) {
+void unit_rows(const T* x, int64_t rows, int64_t cols, double eps, Scratch<T>& out, std::vector<double>& norm) {
   out.resize(rows * cols);
   norm.resize(rows);
   for (int64_t r = 0; r < rows; ++r) {
@@ -69,7 +69,7 @@ void unit_rows(const T* x, int64_t rows, int64_t cols, double eps, std::vector<T
 
 // normalize_rows backward: y = x / max(|x|, eps) -> dx = (dy - y (y·dy)) / |x|, or dy / eps below eps.
 template <class T>
-void unit_rows_backward(const std::vector<T>& y, const std::vector<double>& norm, const std::vector<double>& dy,
+void unit_rows_backward(const Scratch<T>& y, const std::vector<double>& norm, const std::vector<double>& dy,
                         int64_t rows, int64_t cols, double eps, T* dx) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* yr = y.data() + r * cols;

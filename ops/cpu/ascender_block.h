@@ -30,9 +30,12 @@ template <class T>
 struct HeadData {
   int64_t T_, d, dz, da;
   const T *q, *kr, *v, *z;
-  std::vector<T> qs;              // q / √d (T, d): the base scores' GEMM reads it
-  std::vector<T> khat, ehat, zz;  // k̂ (T, d), ê (T, da), |z_j|² (T)
-  std::vector<T> zT, ehatT;       // z (dz, T) and ê (da, T) transposed: the B operands of the d_z / d_a products
+  // Scratch (ops/cpu/scratch.h), as the blocks' tiles: cache-line aligned, so the 64-byte vectors of the row loops and
+  // the latent products load whole lines (from std::vector's 16-byte alignment every load spanned two: the latent
+  // products took twice their time)
+  Scratch<T> qs;              // q / √d (T, d): the base scores' GEMM reads it
+  Scratch<T> khat, ehat, zz;  // k̂ (T, d), ê (T, da), |z_j|² (T)
+  Scratch<T> zT, ehatT;       // z (dz, T) and ê (da, T) transposed: the B operands of the d_z / d_a products
   std::vector<double> knorm, enorm;
   const bool* mask = nullptr;  // row i of the keep-mask at mask + i * mask_t, stride mask_s
   int64_t mask_t = 0, mask_s = 0;
@@ -45,7 +48,7 @@ struct HeadData {
 
 // x (rows, cols) -> out (cols, rows)
 template <class T>
-const T* transposed(const T* x, int64_t rows, int64_t cols, std::vector<T>& out) {
+const T* transposed(const T* x, int64_t rows, int64_t cols, Scratch<T>& out) {
   out.resize(rows * cols);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = x[r * cols + c];
@@ -62,8 +65,8 @@ struct Keys {
   std::vector<int64_t> cols;  // key j at column position jj is cols[jj], ascending
   bool gathered = false;
   const T *kr = nullptr, *khat = nullptr, *ehat = nullptr, *z = nullptr, *zz = nullptr, *v = nullptr;
-  const T *zT = nullptr, *ehatT = nullptr;  // (dz, m) and (da, m): row stride m
-  std::vector<T> kr_, khat_, ehat_, z_, zz_, v_, zT_, ehatT_;
+  const T *zT = nullptr, *ehatT = nullptr;                 // (dz, m) and (da, m): row stride m
+  Scratch<T> kr_, khat_, ehat_, z_, zz_, v_, zT_, ehatT_;  // the gathered rows, aligned as HeadData's
 
   void select(const HeadData<T>& h, const AscenderConfig& cfg, int64_t t0, int64_t R) {
     const int64_t n = h.T_, w = cfg.window, g = std::min(cfg.global_tokens, n);
@@ -82,7 +85,7 @@ struct Keys {
       return;
     }
     m = static_cast<int64_t>(cols.size());
-    auto gather = [&](const T* src, int64_t width, std::vector<T>& dst) {
+    auto gather = [&](const T* src, int64_t width, Scratch<T>& dst) {
       dst.resize(m * width);
       for (int64_t jj = 0; jj < m; ++jj) std::copy_n(src + cols[jj] * width, width, dst.data() + jj * width);
       return dst.data();
@@ -172,14 +175,14 @@ struct BackwardWork {
   Block<T> b;
   Keys<T> keys;
   Scratch<T> dA, dS, dr, dwc, ddc, dd2, daff, tile, du, dC, tmp_rz, tmp_nz;
-  std::vector<T> colsum;
-  std::vector<T> dv_l, dkr_l, dkhat_l, dehat_l, dz_l;  // a gathered block's key gradients, (m, ·)
+  Scratch<T> colsum;
+  Scratch<T> dv_l, dkr_l, dkhat_l, dehat_l, dz_l;  // a gathered block's key gradients, (m, ·)
   std::vector<double> dks_l, zcol_l;
   Scratch<T> gys;  // the block's rows of dy / Σ e (R, d)
   std::vector<double> dW, dsv;
   // The head's per-key accumulators: k̂ and ê gradients (GEMM-accumulated, plus the neighbour scatter), and the
   // coefficient of z_j in dz_j (from every |·|² term).
-  std::vector<T> dkhat, dehat;
+  Scratch<T> dkhat, dehat;
   std::vector<double> dkhat_scatter, zcol;
 
   // The key gradients of the block whose keys are `keys`: in place, or zeroed (m, ·) buffers when gathered.

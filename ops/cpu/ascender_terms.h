@@ -293,7 +293,8 @@ ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderConfig
                                       Block<T>& b) {
   const int64_t K = h.k, G = (2 * K + 7) / 8 * 8;
   // Plain arrays through raw pointers in the row loop: std:: members do not inline in this region.
-  std::vector<T> topv(K), cand(n), gmax_v(G), gnan_v(G), reach_v(G);
+  std::vector<T> topv(K), gmax_v(G), gnan_v(G), reach_v(G);
+  Scratch<T> cand(n);  // aligned: read a vector at a time
   std::vector<int64_t> topi(K), cidx_v(n + 1);
   const T ninf = -std::numeric_limits<T>::infinity();
   T *cd = cand.data(), *gmax = gmax_v.data(), *gnan = gnan_v.data(), *reach = reach_v.data(), *tv = topv.data();

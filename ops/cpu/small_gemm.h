@@ -249,6 +249,56 @@ ASC_ALWAYS_INLINE void row_dots_lanes(const T* a, int64_t sa, const T* b, int64_
   }
 }
 
+// C (M, N) = A (M, K) · B (K, N) with B given transposed, Bᵀ (N, K) at Bt (row stride ldbt): the products whose inner
+// dimension is long (the keys) and whose width N is short (d_z, d_a), such as the centroids Σ_j w_ij z_j — a row of C
+// is N dot products of length K. Two rows of A and G = L/2 columns of C at a time (L = lanes of a 64-byte vector):
+// L vectors of partial sums, each load of Bᵀ feeding both rows' full-width FMAs, then all L horizontal sums at once
+// (sum_lanes_round: lanes 0..G-1 the first row's, G..L-1 the second's). gemm_narrow's tiles broadcast A one scalar
+// at a time into N-wide accumulators (half-width vectors at N = 16 floats) and ran these at about half the rate. The
+// sum's order is the lanes', then the last K % L terms in order.
+template <class T>
+ASC_ALWAYS_INLINE void gemm_dots(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* Bt, int64_t ldbt,
+                                 T* C, int64_t ldc, bool accumulate = false) {
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T), G = L / 2;
+  const int64_t Kv = K / L * L;
+  for (int64_t c0 = 0; c0 < N; c0 += G) {
+    const int64_t nc = N - c0 < G ? N - c0 : G;
+    const T* B0 = Bt + c0 * ldbt;
+    for (int64_t i = 0; i < M; i += 2) {
+      const T* a0 = A + i * lda;
+      const T* a1 = i + 1 < M ? a0 + lda : a0;  // an odd last row: computed twice, stored once
+      V acc[L] = {};
+      if (nc == G) {
+        for (int64_t k = 0; k < Kv; k += L) {
+          V x0, x1, bv;
+          std::memcpy(&x0, a0 + k, sizeof(V)), std::memcpy(&x1, a1 + k, sizeof(V));
+#pragma GCC unroll 16
+          for (int64_t c = 0; c < G; ++c)
+            std::memcpy(&bv, B0 + c * ldbt + k, sizeof(V)), acc[c] += x0 * bv, acc[G + c] += x1 * bv;
+        }
+      } else {
+        for (int64_t k = 0; k < Kv; k += L) {
+          V x0, x1, bv;
+          std::memcpy(&x0, a0 + k, sizeof(V)), std::memcpy(&x1, a1 + k, sizeof(V));
+          for (int64_t c = 0; c < nc; ++c)
+            std::memcpy(&bv, B0 + c * ldbt + k, sizeof(V)), acc[c] += x0 * bv, acc[G + c] += x1 * bv;
+        }
+      }
+      sum_lanes_round<V, L, L / 2>(acc);  // lane r G + c of acc[0]: row i + r, column c0 + c, over the first Kv terms
+      for (int64_t r = 0; r < 2 && i + r < M; ++r) {
+        const T* a = r == 0 ? a0 : a1;
+        T* cr = C + (i + r) * ldc + c0;
+        for (int64_t c = 0; c < nc; ++c) {
+          T t = acc[0][r * G + c];
+          for (int64_t k = Kv; k < K; ++k) t += a[k] * B0[c * ldbt + k];
+          cr[c] = accumulate ? cr[c] + t : t;
+        }
+      }
+    }
+  }
+}
+
 // The B operand of a product over keys: a transposed copy of rows [0, n) of a (n, D) operand with strides (st, sd),
 // out (D, n) with rows ld apart (gemm_narrow reads B's rows contiguously). At x86-64-v4 (kIsa) contiguous rows
 // (sd = 1) go in tiles of 8 x 8 floats (4 x 4 doubles) transposed in registers (two-source permutes; AVX2 has none,
