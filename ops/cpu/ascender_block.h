@@ -119,6 +119,7 @@ struct Block {
   Scratch<T> s0, aff, zdot, r, ws, wc, phi, dc, S, A, u, c;
   Scratch<T> keep;  // 1 where row i attends to key column j, else 0: a float mask, so the masked passes vectorise
   Scratch<T> ones;  // without a mask or a window every row of the mask is this row of ones (no tile is written)
+  Scratch<T> col;   // the key column positions 0, 1, ..., as T (latent_kernels_forward's self test)
   bool all_kept = false;
   std::vector<std::vector<int64_t>> nbr;  // N(i) as column positions
   std::vector<char> nan_nbr;              // a NaN among row i's candidates: N(i) is undefined, u_i is NaN

@@ -43,6 +43,11 @@ ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T
   const T inv_ts = static_cast<T>(1 / h.tau_sep), inv_tc = static_cast<T>(1 / h.tau_coh);
   const T delta = static_cast<T>(h.sc[kDelta]), ninf = -std::numeric_limits<T>::infinity();
   const T* zzk = kt.zz;
+  // The column positions as T (exact below 2^24 keys): the self test below compares them in the row's own vectors;
+  // as an int64 index it took two vectors of indices per vector of keys, spilled to the stack.
+  b.col.resize(n);
+  T* col = b.col.data();
+  for (int64_t j = 0; j < n; ++j) col[j] = static_cast<T>(j);
   for (int64_t r = 0; r < R; ++r) {
     const T* zij = b.zdot.data() + r * n;
     const T zi = h.zz[t0 + r];
@@ -53,8 +58,8 @@ ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T
     // subtracting w_ii = 1 from the total afterwards — for an isolated token (ρ_i << 1) that difference would keep no
     // relative precision — and not by splitting the row around it, whose two scalar remainders (two exponentials
     // per key each) cost more than the rest of the row at a few hundred keys.
-    const int64_t self = b.self[r];        // -1 when key i is not among the columns
-    T rho = 0, W = 0, psum = 0, pbig = 0;  // φ's first statistics pass rides along (φ >= 0: |φ| = φ)
+    const T self = static_cast<T>(b.self[r]);  // -1 when key i is not among the columns
+    T rho = 0, W = 0, psum = 0, pbig = 0;      // φ's first statistics pass rides along (φ >= 0: |φ| = φ)
     if (sep && coh) {
       ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
       for (int64_t j = 0; j < n; ++j) {
@@ -64,7 +69,7 @@ ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T
         const T ph = w * (hinge <= T(0) ? T(0) : hinge);  // [a - δ]_+, a NaN stays NaN
         phi[j] = ph;
         const T kph = kj != T(0) ? ph : T(0);
-        const T kr = j == self ? T(0) : kj;  // a select: with `&&` the loop stayed scalar (4x slower)
+        const T kr = col[j] == self ? T(0) : kj;  // a select: with `&&` the loop stayed scalar (4x slower)
         rho += kr != T(0) ? w : T(0);
         psum += kph;
         pbig = pbig > kph ? pbig : kph;
@@ -81,7 +86,7 @@ ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T
         const T ph = w * (hinge <= T(0) ? T(0) : hinge);
         phi[j] = ph;
         const T kph = kj != T(0) ? ph : T(0);
-        const T kr = j == self ? T(0) : kj;  // a select: with `&&` the loop stayed scalar (4x slower)
+        const T kr = col[j] == self ? T(0) : kj;  // a select: with `&&` the loop stayed scalar (4x slower)
         rho += kr != T(0) ? w : T(0);
         psum += kph;
         pbig = pbig > kph ? pbig : kph;
