@@ -260,15 +260,15 @@ ASC_ALWAYS_INLINE void backward_block(const HeadData<T>& h, const AscenderConfig
   if (cfg.use_coh) work.dW.assign(R, 0.0), work.dC.assign(R * dz, T(0));
   work.colsum.assign(n, T(0));  // distances_backward's Σ_i (ddc_ij + dd²_ij)
   for (int64_t r = 0; r < R; ++r) {
-    softmax_backward_row(h, work, r, out.ds);                            // dS, dτ
-    if (cfg.use_align) alignment_backward_row(h, cfg, work, r, out.ds);  // dr, ds_i
+    const TermSums sums = softmax_backward_row(h, cfg, work, r, out.ds);       // dS, dτ; the terms' row sums
+    if (cfg.use_align) alignment_backward_row(h, cfg, work, r, sums, out.ds);  // dr, ds_i
     if (cfg.use_sep) {
-      separation_backward_row(h, cfg, work, r, out.ds);  // da, dd²
+      separation_backward_row(h, cfg, work, r, sums, out.ds);  // da, dd²
     } else if (cfg.use_coh) {
       T* dd2r = work.dd2.data() + r * n;  // cohesion adds to dd² after the row loop
       for (int64_t j = 0; j < n; ++j) dd2r[j] = T(0);
     }
-    if (cfg.use_coh) cohesion_backward_row(h, cfg, work, r, out.ds);  // ddc, dw', dW, dC
+    if (cfg.use_coh) cohesion_backward_row(h, cfg, work, r, sums, out.ds);  // ddc, dw', dW, dC
   }
   base_scores_backward(h, keys, t0, R, work.dS.data(), out.dq, kg.dkr);  // dQ, dKr
   if (cfg.use_align) alignment_backward(h, R, work, kg);                 // dK̂ (r's GEMM and the neighbourhoods)

@@ -129,7 +129,7 @@ struct Block {
   std::vector<double> kept;         // the number of kept keys of each row
   std::vector<double> smax, inv_z;  // the softmax's row max (of S/τ) and 1 / Σ e (0: no kept key)
   std::vector<NormStats> st_a, st_s, st_c;
-  std::vector<double> s;  // Σ_{l∈N(i)} k̂_l (R, d)
+  Scratch<double> s;  // Σ_{l∈N(i)} k̂_l (R, d)
 
   // Row r of the keep mask (n keys).
   ASC_ALWAYS_INLINE const T* keep_row(int64_t r, int64_t n) const {
@@ -178,13 +178,13 @@ struct BackwardWork {
   Scratch<T> dA, dS, dr, dwc, ddc, dd2, daff, tile, du, dC, tmp_rz, tmp_nz;
   Scratch<T> colsum;
   Scratch<T> dv_l, dkr_l, dkhat_l, dehat_l, dz_l;  // a gathered block's key gradients, (m, ·)
-  std::vector<double> dks_l, zcol_l;
+  Scratch<double> dks_l, zcol_l;
   Scratch<T> gys;  // the block's rows of dy / Σ e (R, d)
-  std::vector<double> dW, dsv;
+  Scratch<double> dW, dsv;
   // The head's per-key accumulators: k̂ and ê gradients (GEMM-accumulated, plus the neighbour scatter), and the
   // coefficient of z_j in dz_j (from every |·|² term).
   Scratch<T> dkhat, dehat;
-  std::vector<double> dkhat_scatter, zcol;
+  Scratch<double> dkhat_scatter, zcol;
 
   // The key gradients of the block whose keys are `keys`: in place, or zeroed (m, ·) buffers when gathered.
   ASC_ALWAYS_INLINE KeyGrads<T> key_grads(const HeadGrads<T>& out, int64_t d, int64_t da, int64_t dz) {

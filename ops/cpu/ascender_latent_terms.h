@@ -114,13 +114,14 @@ ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T
 
 // ==== separation ====================================================================================================
 
-// Row r of separation, from dS down to the affinities' da (w.daff) and the distances' dd² (w.dd2).
+// Row r of separation, from dS down to the affinities' da (w.daff) and the distances' dd² (w.dd2), with the row's sums
+// (TermSums), in one pass over the row.
 // raw = -(λη or 1) φ,  φ = w [a - δ]_+:  dw = dφ [a - δ]_+;  da = dφ w 1[a > δ];  dδ = -Σ dφ w 1[a > δ]
 // λη:  dλ += d(λη) η;  η = min(1, ρ / κ):  dρ = dη / κ, dκ = -dη ρ / κ² while ρ / κ < 1
 // ρ = Σ_{kept l ≠ i} w_il and w = exp(-d² / τ_sep):  dd² = -(dw + dρ) w / τ_sep (the self entry without dρ)
 template <class T>
 ASC_ALWAYS_INLINE void separation_backward_row(const HeadData<T>& h, const AscenderConfig& cfg, BackwardWork<T>& w,
-                                               int64_t r, double* ds) {
+                                               int64_t r, const TermSums& sums, double* ds) {
   const Block<T>& b = w.b;
   const int64_t n = w.keys.m;
   const bool after = cfg.after_norm();
@@ -129,43 +130,10 @@ ASC_ALWAYS_INLINE void separation_backward_row(const HeadData<T>& h, const Ascen
   const T* dSr = w.dS.data() + r * n;
   const T* keep = b.keep_row(r, n);
   const T* phi = b.phi.data() + r * n;
-  double dls = 0;
-  const RawGrad<T> rg =
-      standardise_backward(phi, dSr, n, after, cfg.omega_scale, wsep, b.ls[r], b.fs[r], b.st_s[r], ds[kOmegaS], dls);
-  const T* ws = b.ws.data() + r * n;
-  const T* aff = b.aff.data() + r * n;
-  T* daffr = w.daff.data() + r * n;
-  const T fac = static_cast<T>(after ? 1.0 : b.ls[r]);
-  // Σ g φ, Σ dφ w 1[a > δ]: in registers a vector at a time (ascender_terms.h: row_sums), then the last n % L keys
-  typedef T V __attribute__((vector_size(64)));
-  constexpr int64_t L = 64 / sizeof(T);
-  const RawGradLanes<T> rgv(rg);
-  const V zero{}, nfac = zero - fac, deltav = zero + delta;
-  V vgp{}, vdh{}, dv, xv, kv, affv, wsv, gj;
-  int64_t j0 = 0;
-  for (; j0 + L <= n; j0 += L) {
-    std::memcpy(&dv, dSr + j0, sizeof(V)), std::memcpy(&xv, phi + j0, sizeof(V));
-    std::memcpy(&kv, keep + j0, sizeof(V)), std::memcpy(&affv, aff + j0, sizeof(V));
-    std::memcpy(&wsv, ws + j0, sizeof(V));
-    rgv.at(dv, xv, kv, gj);  // d raw
-    vgp += gj * xv;
-    const V hinge = affv - deltav, dphi = nfac * gj;
-    const V da_j = hinge > zero ? dphi * wsv : zero;
-    std::memcpy(daffr + j0, &da_j, sizeof(V));
-    vdh += da_j;
-  }
-  fold_sum<V, L, L / 2>(vgp), fold_sum<V, L, L / 2>(vdh);
-  T gphi = vgp[0], dhinge = vdh[0];
-  for (int64_t j = j0; j < n; ++j) {
-    const T hinge = aff[j] - delta, gj = rg.at(dSr[j], phi[j], keep[j]);  // d raw
-    gphi += gj * phi[j];
-    const T dphi = -fac * gj;
-    const T da_j = hinge > T(0) ? dphi * ws[j] : T(0);
-    daffr[j] = da_j;
-    dhinge += da_j;
-  }
+  double dls = 0, gphi = 0;  // gphi = Σ_j d raw_j φ_j
+  const RawGrad<T> rg = standardise_backward<T>(sums.s1, sums.sx[1], after, cfg.omega_scale, wsep, b.ls[r], b.fs[r],
+                                                b.st_s[r], ds[kOmegaS], dls, gphi);
   if (!after) dls -= gphi;
-  ds[kDelta] -= dhinge;
   ds[kLambdaS] += dls * b.eta[r];
   const double deta = dls * h.sc[kLambdaS];
   double drho = 0;
@@ -173,19 +141,46 @@ ASC_ALWAYS_INLINE void separation_backward_row(const HeadData<T>& h, const Ascen
     drho = deta / h.sc[kKappa];
     ds[kKappa] += -deta * b.rho[r] / (h.sc[kKappa] * h.sc[kKappa]);
   }
-  const T drhoT = static_cast<T>(drho), inv_tau = static_cast<T>(1 / h.tau_sep);
+  const T* ws = b.ws.data() + r * n;
+  const T* aff = b.aff.data() + r * n;
+  const T* col = b.col.data();  // the self column leaves dρ out: ρ_i sums over l ≠ i (latent_kernels_forward)
+  const T self = static_cast<T>(b.self[r]);
+  T* daffr = w.daff.data() + r * n;
   T* dd2r = w.dd2.data() + r * n;
-  for (int64_t j = 0; j < n; ++j) {
-    const T hinge = aff[j] - delta;
-    const T dw = -fac * rg.at(dSr[j], phi[j], keep[j]) * (hinge <= T(0) ? T(0) : hinge);
-    dd2r[j] = -(dw + (keep[j] != T(0) ? drhoT : T(0))) * ws[j] * inv_tau;
+  const T fac = static_cast<T>(after ? 1.0 : b.ls[r]), drhoT = static_cast<T>(drho);
+  const T inv_tau = static_cast<T>(1 / h.tau_sep);
+  // Σ dφ w 1[a > δ] in a register a vector at a time (ascender_terms.h: row_sums), then the last n % L keys
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  const RawGradLanes<T> rgv(rg);
+  const V zero{}, nfac = zero - fac, deltav = zero + delta, drhov = zero + drhoT, ninv = zero - inv_tau;
+  const V selfv = zero + self;
+  V vdh{}, dv, xv, kv, affv, wsv, cv, gj;
+  int64_t j0 = 0;
+  for (; j0 + L <= n; j0 += L) {
+    std::memcpy(&dv, dSr + j0, sizeof(V)), std::memcpy(&xv, phi + j0, sizeof(V));
+    std::memcpy(&kv, keep + j0, sizeof(V)), std::memcpy(&affv, aff + j0, sizeof(V));
+    std::memcpy(&wsv, ws + j0, sizeof(V)), std::memcpy(&cv, col + j0, sizeof(V));
+    rgv.at(dv, xv, kv, gj);  // d raw
+    const V hinge = affv - deltav, dphi = nfac * gj;
+    const V da_j = hinge > zero ? dphi * wsv : zero;
+    std::memcpy(daffr + j0, &da_j, sizeof(V));
+    vdh += da_j;
+    const V dw = dphi * (hinge <= zero ? zero : hinge), kr = cv == selfv ? zero : kv;
+    const V dd2 = (dw + (kr != zero ? drhov : zero)) * wsv * ninv;
+    std::memcpy(dd2r + j0, &dd2, sizeof(V));
   }
-  const int64_t self = b.self[r];
-  if (self >= 0 && keep[self]) {  // ρ_i leaves out l = i: the self entry, recomputed without dρ (not dρ added back)
-    const T hinge = aff[self] - delta;
-    const T dw = -fac * rg.at(dSr[self], phi[self], keep[self]) * (hinge <= T(0) ? T(0) : hinge);
-    dd2r[self] = -dw * ws[self] * inv_tau;
+  fold_sum<V, L, L / 2>(vdh);
+  T dhinge = vdh[0];
+  for (int64_t j = j0; j < n; ++j) {
+    const T hinge = aff[j] - delta, dphi = -fac * rg.at(dSr[j], phi[j], keep[j]);
+    const T da_j = hinge > T(0) ? dphi * ws[j] : T(0);
+    daffr[j] = da_j;
+    dhinge += da_j;
+    const T dw = dphi * (hinge <= T(0) ? T(0) : hinge), kr = col[j] == self ? T(0) : keep[j];
+    dd2r[j] = -(dw + (kr != T(0) ? drhoT : T(0))) * ws[j] * inv_tau;
   }
+  ds[kDelta] -= dhinge;
 }
 
 // a_ij = ê_i · ê_j:  dÊ_i += (da Ê)_i;  dÊ_j += (daᵀ Ê_blk)_j (the block's rows of dÊ into w.dehat, its keys' into
@@ -262,14 +257,15 @@ ASC_ALWAYS_INLINE void cohesion_forward(const HeadData<T>& h, const Keys<T>& kt,
   }
 }
 
-// Row r of cohesion up to its centroid, from dS to ddc (w.ddc), dw' (w.dwc), dW (w.dW) and the centroid's dC (w.dC).
+// Row r of cohesion up to its centroid, from dS to ddc (w.ddc), dw' (w.dwc), dW (w.dW) and the centroid's dC (w.dC),
+// with the row's sums (TermSums), in one pass over the row.
 // raw = -(λγ / τ_coh or 1) dc:  ddc = -(..) draw;  d(λγ) += -Σ draw dc / τ_coh (before_norm)
 // λγ:  dλ += d(λγ) γ;  γ = σ(-α var):  dvar = d(λγ) λ γ (1 - γ) (-α)
 // var = Σ w' dc / W:  dw' = dvar dc / W;  ddc += dvar w' / W;  dW = -dvar var / W
 // dc = |c|² + |z_j|² - 2 c·z_j:  dc_i = 2 c_i Σ_j ddc_ij (here) - 2 Σ_j ddc_ij z_j (centroid_backward); dz_j: there
 template <class T>
 ASC_ALWAYS_INLINE void cohesion_backward_row(const HeadData<T>& h, const AscenderConfig& cfg, BackwardWork<T>& w,
-                                             int64_t r, double* ds) {
+                                             int64_t r, const TermSums& sums, double* ds) {
   const Block<T>& b = w.b;
   const int64_t n = w.keys.m, dz = h.dz;
   const bool after = cfg.after_norm();
@@ -277,27 +273,17 @@ ASC_ALWAYS_INLINE void cohesion_backward_row(const HeadData<T>& h, const Ascende
   const T* dSr = w.dS.data() + r * n;
   const T* keep = b.keep_row(r, n);
   const T* dc = b.dc.data() + r * n;
-  double dlc = 0;
-  const RawGrad<T> rg =
-      standardise_backward(dc, dSr, n, after, cfg.omega_scale, wcoh, b.lc[r], b.fc[r], b.st_c[r], ds[kOmegaC], dlc);
+  double dlc = 0, gdc = 0;  // gdc = Σ_j d raw_j dc_j
+  const RawGrad<T> rg = standardise_backward<T>(sums.s1, sums.sx[2], after, cfg.omega_scale, wcoh, b.lc[r], b.fc[r],
+                                                b.st_c[r], ds[kOmegaC], dlc, gdc);
   const T* wc = b.wc.data() + r * n;
   T* ddcr = w.ddc.data() + r * n;
   const T fac = static_cast<T>(after ? 1.0 : b.lc[r] / h.tau_coh);
-  // Σ d raw dc, then Σ ddc: in registers a vector at a time (ascender_terms.h: row_sums), then the last n % L keys
-  typedef T V __attribute__((vector_size(64)));
+  typedef T V __attribute__((vector_size(64)));  // Σ ddc in a register (ascender_terms.h: row_sums)
   constexpr int64_t L = 64 / sizeof(T);
   const RawGradLanes<T> rgv(rg);
-  V vg{}, dv, xv, kv, gj;
-  int64_t j0 = 0;
-  for (; j0 + L <= n; j0 += L) {
-    std::memcpy(&dv, dSr + j0, sizeof(V)), std::memcpy(&xv, dc + j0, sizeof(V)), std::memcpy(&kv, keep + j0, sizeof(V));
-    rgv.at(dv, xv, kv, gj);
-    vg += gj * xv;
-  }
-  fold_sum<V, L, L / 2>(vg);
-  T gdc = vg[0];
-  for (int64_t j = j0; j < n; ++j) gdc += rg.at(dSr[j], dc[j], keep[j]) * dc[j];
-  if (!after) dlc -= double(gdc) / h.tau_coh;
+  V dv, xv, kv, gj;
+  if (!after) dlc -= gdc / h.tau_coh;
   ds[kLambdaC] += dlc * b.gamma_c[r];
   const double dvar = dlc * h.sc[kLambdaC] * b.gamma_c[r] * (1 - b.gamma_c[r]) * (-h.alpha_c);
   w.dW[r] = -dvar * b.var_c[r] / b.W[r];

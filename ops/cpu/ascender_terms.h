@@ -144,42 +144,38 @@ struct RawGradLanes {
   }
 };
 
-// One bias term's row (raw = fx x: its tile row x and row factor fx), from dβ̃ = ω' dS back to d(raw): one pass over
-// the row for the scalars' gradients and d raw's coefficients (RawGrad). β̃_ij = f nr_j (f = the term's gate factor
+// The row sums a bias term's backward needs, gathered by the softmax's backward pass (softmax_backward_row), which
+// writes dS: Σ_j dS_ij (every term's) and, per term, Σ_j dS_ij (x_ij - x̄_i) with x̄_i = μ / f_x its tile's row mean
+// (centred, as the forward's variance pass is). dS = 0 on masked keys, so both sums run over the kept ones.
+struct TermSums {
+  double s1 = 0;             // Σ dS
+  double sx[3] = {0, 0, 0};  // Σ dS (x - x̄) for alignment r, separation φ, cohesion dc
+};
+// x̄ = μ / f_x, the mean of the term's tile row over kept keys (0 when f_x = 0: a constant row, whose sums are unused).
+inline double tile_mean(const NormStats& st, double fx) { return fx != 0 ? st.mu / fx : 0.0; }
+
+// One bias term's row (raw = fx x: its tile row x and row factor fx), from dβ̃ = ω' dS back to d(raw), from the row's
+// sums (TermSums: s1 = Σ dS, sx = Σ dS (x - x̄), so Σ dS rc = fx sx). β̃_ij = f nr_j (f = the term's gate factor
 // after_norm, else 1), nr_j = (fx x_j - μ) / s:  dω += Σ dS β̃ (into d_omega);  d(factor) = ω Σ dS nr after_norm (into
-// d_factor, else 0).
+// d_factor, else 0). gx: Σ_j d raw_j x_j, which the gates' gradients before_norm need. With d raw = keep (p dS - a -
+// q rc) and the sums above it is p sx (1 - σ/s) = p sx ε / s exactly (Σ d raw = 0, and Σ d raw rc = fx sx p ε / s):
+// no pass over the row, and none of the cancellation a pass summing d raw_j x_j would carry.
 template <class T>
-ASC_ALWAYS_INLINE RawGrad<T> standardise_backward(const T* x, const T* dSr, int64_t n, bool after, double omega_scale,
-                                                  double omega, double factor, double fx, const NormStats& st,
-                                                  double& d_omega, double& d_factor) {
-  const T mu = static_cast<T>(st.mu), fxT = static_cast<T>(fx);
-  // Σ dS_ij, Σ dS_ij rc_ij (dS = 0 on masked keys), in registers as row_sums' sums
-  typedef T V __attribute__((vector_size(64)));
-  constexpr int64_t L = 64 / sizeof(T);
-  const V muv = V{} + mu, fxv = V{} + fxT;
-  V v1{}, v2{}, dv, xv;
-  int64_t j = 0;
-  for (; j + L <= n; j += L) {
-    std::memcpy(&dv, dSr + j, sizeof(V)), std::memcpy(&xv, x + j, sizeof(V));
-    v1 += dv;
-    v2 += dv * (fxv * xv - muv);
-  }
-  fold_sum<V, L, L / 2>(v1), fold_sum<V, L, L / 2>(v2);
-  T s1 = v1[0], s2 = v2[0];
-  for (; j < n; ++j) {
-    const T dSj = dSr[j];
-    s1 += dSj;
-    s2 += dSj * (fxT * x[j] - mu);
-  }
-  const double f = after ? factor : 1.0, dsn = double(s2) * normalised(st).scale;  // Σ dS nr
+ASC_ALWAYS_INLINE RawGrad<T> standardise_backward(double s1, double sx, bool after, double omega_scale, double omega,
+                                                  double factor, double fx, const NormStats& st, double& d_omega,
+                                                  double& d_factor, double& gx) {
+  const double s2 = fx * sx;                                               // Σ dS rc
+  const double f = after ? factor : 1.0, dsn = s2 * normalised(st).scale;  // Σ dS nr
   d_omega += dsn * f * omega_scale;
   d_factor = after ? omega * dsn : 0.0;
+  gx = 0;
   RawGrad<T> rg;
   if (st.constant || st.count == 0) return rg;
-  const double o = omega * f, mean_g = o * double(s1) / st.count, mean_grc = o * double(s2) / st.count;
+  const double o = omega * f, mean_g = o * s1 / st.count, mean_grc = o * s2 / st.count;
   const double q = st.sd > 0 ? mean_grc / (st.sd * st.s) : 0.0;
   rg.p = static_cast<T>(o / st.s), rg.a = static_cast<T>(mean_g / st.s), rg.q = static_cast<T>(q / st.s);
-  rg.f = fxT, rg.mu = mu;
+  rg.f = static_cast<T>(fx), rg.mu = static_cast<T>(st.mu);
+  gx = o / st.s * sx * (st.s - st.sd) / st.s;
   return rg;
 }
 
@@ -416,12 +412,12 @@ ASC_ALWAYS_INLINE void alignment_forward(const HeadData<T>& h, const Keys<T>& kt
     }
 }
 
-// Row r of alignment, from dS down to dr and the heading sums' ds_i (into w.dsv).
+// Row r of alignment, from dS down to dr and the heading sums' ds_i (into w.dsv), with the row's sums (TermSums).
 // raw = λγ r (before_norm) or r:  dr = (λγ or 1) draw;  d(λγ) += Σ_j draw r (before_norm)
 // λγ:  dλ += d(λγ) γ;  γ = σ(-α var):  dvar = d(λγ) λ γ (1 - γ) (-α);  var = 1 - |s / cnt|²:  ds = -2 s / cnt² dvar
 template <class T>
 ASC_ALWAYS_INLINE void alignment_backward_row(const HeadData<T>& h, const AscenderConfig& cfg, BackwardWork<T>& w,
-                                              int64_t r, double* ds) {
+                                              int64_t r, const TermSums& sums, double* ds) {
   const Block<T>& b = w.b;
   const int64_t n = w.keys.m, d = h.d;
   const bool after = cfg.after_norm();
@@ -429,32 +425,24 @@ ASC_ALWAYS_INLINE void alignment_backward_row(const HeadData<T>& h, const Ascend
   const T* dSr = w.dS.data() + r * n;
   const T* keep = b.keep_row(r, n);
   const T* rr = b.r.data() + r * n;
-  double dla = 0;
-  const RawGrad<T> rg =
-      standardise_backward(rr, dSr, n, after, cfg.omega_scale, wa, b.la[r], b.fa[r], b.st_a[r], ds[kOmegaA], dla);
+  double dla = 0, gr = 0;  // gr = Σ_j d raw_j r_j
+  const RawGrad<T> rg = standardise_backward<T>(sums.s1, sums.sx[0], after, cfg.omega_scale, wa, b.la[r], b.fa[r],
+                                                b.st_a[r], ds[kOmegaA], dla, gr);
   const T fac = static_cast<T>(after ? 1.0 : b.la[r]);
   T* drr = w.dr.data() + r * n;
-  // Σ_j d raw_j r_j in a register (as row_sums' sums), d raw = RawGrad::at a vector at a time
-  typedef T V __attribute__((vector_size(64)));
+  typedef T V __attribute__((vector_size(64)));  // d raw = RawGrad::at a vector at a time
   constexpr int64_t L = 64 / sizeof(T);
   const RawGradLanes<T> rgv(rg);
   const V facv = V{} + fac;
-  V vg{}, dv, xv, kv, gj;
+  V dv, xv, kv, gj;
   int64_t j = 0;
   for (; j + L <= n; j += L) {
     std::memcpy(&dv, dSr + j, sizeof(V)), std::memcpy(&xv, rr + j, sizeof(V)), std::memcpy(&kv, keep + j, sizeof(V));
     rgv.at(dv, xv, kv, gj);
     const V out = facv * gj;
-    vg += gj * xv;
     std::memcpy(drr + j, &out, sizeof(V));
   }
-  fold_sum<V, L, L / 2>(vg);
-  T gr = vg[0];
-  for (; j < n; ++j) {
-    const T gj = rg.at(dSr[j], rr[j], keep[j]);  // d raw
-    gr += gj * rr[j];
-    drr[j] = fac * gj;
-  }
+  for (; j < n; ++j) drr[j] = fac * rg.at(dSr[j], rr[j], keep[j]);
   if (!after) dla += gr;
   ds[kLambdaA] += dla * b.gamma_a[r];
   const double dvar = dla * h.sc[kLambdaA] * b.gamma_a[r] * (1 - b.gamma_a[r]) * (-h.alpha_a);
@@ -584,8 +572,11 @@ ASC_ALWAYS_INLINE void scores_forward(const HeadData<T>& h, const Keys<T>& kt, c
 
 // Row r of A = softmax(S / τ) over kept keys, from dA' (w.dA: output_backward) to dS (w.dS):
 // g = A (dA - Σ A dA) = e (dA' - D / z) with D = Σ e dA';  dS = g / τ;  dτ += Σ g · (-S / τ²)
+// The pass that writes dS also gathers the bias terms' row sums (TermSums): the terms' backwards need no pass of
+// their own to sum over the row before their one pass that writes.
 template <class T>
-ASC_ALWAYS_INLINE void softmax_backward_row(const HeadData<T>& h, BackwardWork<T>& w, int64_t r, double* ds) {
+ASC_ALWAYS_INLINE TermSums softmax_backward_row(const HeadData<T>& h, const AscenderConfig& cfg, BackwardWork<T>& w,
+                                                int64_t r, double* ds) {
   const Block<T>& b = w.b;
   const int64_t n = w.keys.m;
   const double tau = h.sc[kTauScore];
@@ -602,24 +593,38 @@ ASC_ALWAYS_INLINE void softmax_backward_row(const HeadData<T>& h, BackwardWork<T
   T D = vd[0];
   for (; j < n; ++j) D += e[j] * dAr[j];
   const T inv_tau = static_cast<T>(1 / tau), Dz = static_cast<T>(D * b.inv_z[r]);
-  // Σ g S (masked keys have e = 0, so g = 0), likewise
-  const V Dzv = V{} + Dz, itv = V{} + inv_tau;
-  V vg{}, sv;
+  // The terms' tile rows and means (a term that is off reads the S row, and its sum is unused)
+  const T* xa = cfg.use_align ? b.r.data() + r * n : S;
+  const T* xs = cfg.use_sep ? b.phi.data() + r * n : S;
+  const T* xc = cfg.use_coh ? b.dc.data() + r * n : S;
+  const T ma = static_cast<T>(cfg.use_align ? tile_mean(b.st_a[r], b.fa[r]) : 0.0);
+  const T ms = static_cast<T>(cfg.use_sep ? tile_mean(b.st_s[r], b.fs[r]) : 0.0);
+  const T mc = static_cast<T>(cfg.use_coh ? tile_mean(b.st_c[r], b.fc[r]) : 0.0);
+  // Σ g S, Σ dS and Σ dS (x - x̄) per term (masked keys have e = 0, so g = 0), likewise in registers
+  const V Dzv = V{} + Dz, itv = V{} + inv_tau, mav = V{} + ma, msv = V{} + ms, mcv = V{} + mc;
+  V vg{}, v1{}, va{}, vs{}, vc{}, sv, x;
   int64_t j1 = 0;
   for (; j1 + L <= n; j1 += L) {
     std::memcpy(&ev, e + j1, sizeof(V)), std::memcpy(&av, dAr + j1, sizeof(V)), std::memcpy(&sv, S + j1, sizeof(V));
     const V gg = ev * (av - Dzv), ds_v = gg * itv;
     std::memcpy(dSr + j1, &ds_v, sizeof(V));
     vg += gg * sv;
+    v1 += ds_v;
+    std::memcpy(&x, xa + j1, sizeof(V)), va += ds_v * (x - mav);
+    std::memcpy(&x, xs + j1, sizeof(V)), vs += ds_v * (x - msv);
+    std::memcpy(&x, xc + j1, sizeof(V)), vc += ds_v * (x - mcv);
   }
-  fold_sum<V, L, L / 2>(vg);
-  T gs = vg[0];
+  fold_sum<V, L, L / 2>(vg), fold_sum<V, L, L / 2>(v1);
+  fold_sum<V, L, L / 2>(va), fold_sum<V, L, L / 2>(vs), fold_sum<V, L, L / 2>(vc);
+  T gs = vg[0], s1 = v1[0], sa = va[0], ss = vs[0], sc = vc[0];
   for (; j1 < n; ++j1) {
-    const T gg = e[j1] * (dAr[j1] - Dz);
-    dSr[j1] = gg * inv_tau;
+    const T gg = e[j1] * (dAr[j1] - Dz), dsj = gg * inv_tau;
+    dSr[j1] = dsj;
     gs += gg * S[j1];
+    s1 += dsj, sa += dsj * (xa[j1] - ma), ss += dsj * (xs[j1] - ms), sc += dsj * (xc[j1] - mc);
   }
   ds[kTauScore] += -double(gs) / (tau * tau);
+  return {double(s1), {double(sa), double(ss), double(sc)}};
 }
 
 // ==== the output ====================================================================================================
