@@ -676,6 +676,9 @@ TEST_CASE("AscenderAttention fused CPU kernel: forward and every gradient equal 
         p.keep_mask = ascender_window_mask(45, 6, 2, Device::cpu()).view({1, 1, 45, 45});
       }
       compare_fused(in, p, 1e-9);
+      // One temperature for both kernels (the layer's default): the kernel then takes w' from w on kept keys
+      p.tau_coh = p.tau_sep;
+      compare_fused(in, p, 1e-9);
     }
 }
 

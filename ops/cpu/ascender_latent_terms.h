@@ -60,7 +60,26 @@ ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T
     // per key each) cost more than the rest of the row at a few hundred keys.
     const T self = static_cast<T>(b.self[r]);  // -1 when key i is not among the columns
     T rho = 0, W = 0, psum = 0, pbig = 0;      // φ's first statistics pass rides along (φ >= 0: |φ| = φ)
-    if (sep && coh) {
+    if (sep && coh && inv_ts == inv_tc) {
+      // One temperature (the default): the cohesion kernel is the separation kernel on kept keys — one exponential
+      // per key instead of two, the same bits.
+      ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
+      for (int64_t j = 0; j < n; ++j) {
+        const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
+        const T w = exp_nonpos(-dj * inv_ts);
+        ws[j] = w;
+        const T ph = w * (hinge <= T(0) ? T(0) : hinge);
+        phi[j] = ph;
+        const T kph = kj != T(0) ? ph : T(0);
+        const T kr = col[j] == self ? T(0) : kj;
+        rho += kr != T(0) ? w : T(0);
+        psum += kph;
+        pbig = pbig > kph ? pbig : kph;
+        const T wcj = kj != T(0) ? w : T(0);
+        wc[j] = wcj;
+        W += wcj;
+      }
+    } else if (sep && coh) {
       ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
       for (int64_t j = 0; j < n; ++j) {
         const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
