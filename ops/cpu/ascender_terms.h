@@ -289,11 +289,14 @@ ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderConfig
                                       Block<T>& b) {
   const int64_t K = h.k, G = (2 * K + 7) / 8 * 8;
   // Plain arrays through raw pointers in the row loop: std:: members do not inline in this region.
-  std::vector<T> topv(K), gmax_v(G), gnan_v(G), reach_v(G);
-  Scratch<T> cand(n);  // aligned: read a vector at a time
+  typedef T V __attribute__((vector_size(64)));
+  constexpr int64_t L = 64 / sizeof(T);
+  const int64_t Gp = (G + L - 1) / L * L;  // the group maxima padded to whole vectors with -inf
+  std::vector<T> topv(K);
+  Scratch<T> cand(n), gmax_v(Gp, -std::numeric_limits<T>::infinity()), gnan_v(Gp);  // aligned, read as vectors
   std::vector<int64_t> topi(K), cidx_v(n + 1);
   const T ninf = -std::numeric_limits<T>::infinity();
-  T *cd = cand.data(), *gmax = gmax_v.data(), *gnan = gnan_v.data(), *reach = reach_v.data(), *tv = topv.data();
+  T *cd = cand.data(), *gmax = gmax_v.data(), *gnan = gnan_v.data(), *tv = topv.data();
   constexpr int64_t kRanked = 32;  // up to this many candidates, ranked all at once; beyond (ties), inserted
   alignas(64) T rv[kRanked], rk[kRanked], rpos[kRanked];
   int64_t order[kRanked];
@@ -311,7 +314,19 @@ ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderConfig
     // Group maxima, and the NaN candidates per group (the comparisons below would pass them over silently), both
     // vertical: no horizontal reduction in the pass over the row.
     for (int64_t g = 0; g < G; ++g) gmax[g] = ninf, gnan[g] = 0;
-    for (int64_t j0 = 0; j0 < n; j0 += G) {
+    int64_t jv = 0;    // the entries before jv are in the maxima
+    if (G % L == 0) {  // whole vectors of groups (k = 8, 16, 24, ...): no loop remainders per block of G entries
+      for (; jv + G <= n; jv += G)
+        for (int64_t g0 = 0; g0 < G; g0 += L) {
+          V x, m, c;
+          std::memcpy(&x, cd + jv + g0, sizeof(V)), std::memcpy(&m, gmax + g0, sizeof(V));
+          std::memcpy(&c, gnan + g0, sizeof(V));
+          m = m > x ? m : x;
+          c += x != x ? V{} + T(1) : V{};
+          std::memcpy(gmax + g0, &m, sizeof(V)), std::memcpy(gnan + g0, &c, sizeof(V));
+        }
+    }
+    for (int64_t j0 = jv; j0 < n; j0 += G) {
       const T* x = cd + j0;
       const int64_t len = n - j0 < G ? n - j0 : G;
       ASC_SIMD
@@ -327,20 +342,20 @@ ASC_ALWAYS_INLINE void neighbourhoods(const HeadData<T>& h, const AscenderConfig
       b.nan_nbr[r] = 1;
       continue;
     }
-    // reach[g]: the number of groups whose max is >= gmax[g] (accumulated down the columns: no reductions)
-    for (int64_t g = 0; g < G; ++g) reach[g] = 0;
-    for (int64_t q = 0; q < G; ++q) {
-      const T u = gmax[q];
-      ASC_SIMD
-      for (int64_t g = 0; g < G; ++g) reach[g] += u >= gmax[g] ? T(1) : T(0);
+    // lo: the largest group max that K groups reach. A vector of L maxima at a time, with the number of groups
+    // whose max is >= each counted in a register (a broadcast compare per group); the padding's -inf lanes are
+    // reached by every group and change no max.
+    const V kv = V{} + static_cast<T>(K), one = V{} + T(1), zero{}, ninfv = V{} + ninf;
+    V lov = ninfv;
+    for (int64_t g0 = 0; g0 < Gp; g0 += L) {
+      V gm, reach{};
+      std::memcpy(&gm, gmax + g0, sizeof(V));
+      for (int64_t q = 0; q < G; ++q) reach += gmax[q] >= gm ? one : zero;
+      const V v = reach >= kv ? gm : ninfv;
+      lov = lov > v ? lov : v;
     }
-    T lo = ninf;
-    const T kT = static_cast<T>(K);
-    ASC_SIMD_REDUCE(max, lo)
-    for (int64_t g = 0; g < G; ++g) {
-      const T v = reach[g] >= kT ? gmax[g] : ninf;
-      lo = lo > v ? lo : v;
-    }
+    fold_max<V, L, L / 2>(lov);
+    const T lo = lov[0];
     T thr = lo == ninf ? ninf : std::nextafter(lo, ninf);  // x > thr: x >= lo, and never an unselectable -inf
     const int64_t nc = compact_greater(cd, n, thr, cidx);  // ops/cpu/compact.h: a vector at a time at x86-64-v4
     if (nc <= kRanked) {
