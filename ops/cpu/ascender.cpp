@@ -130,9 +130,10 @@ struct RowState {
       const double* centroid = p + kFields;
       for (int64_t c = 0; c < dz; ++c) b.c[r * dz + c] = static_cast<T>(centroid[c]);
       const int64_t* q = nbr + r * kmax;
-      b.nbr[r].clear();
       b.nan_nbr[r] = q[0] == kNanNbr;
-      for (int64_t l = 0; l < kmax && q[l] >= 0; ++l) b.nbr[r].push_back(q[l]);
+      int64_t cnt = 0;  // one assign per row (push_back is a call per neighbour in this region)
+      while (cnt < kmax && q[cnt] >= 0) ++cnt;
+      b.nbr[r].assign(q, q + cnt);
     }
   }
 };
