@@ -13,6 +13,7 @@
 //
 //   gemm_narrow<float>(R, n, dz, z_rows, dz, zT, n, zdot, n);  // zdot (R, n) = z_rows (R, dz) · zT (dz, n)
 //   gemm_narrow<float>(R, dz, n, w, n, z, dz, c, dz);          // c (R, dz) = w (R, n) · z (n, dz)
+//   gemm_dots<float>(R, dz, n, w, n, zT, n, c, dz);            // the same c from zT (dz, n): faster when n is long
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
