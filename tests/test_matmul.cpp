@@ -218,16 +218,16 @@ TEST_CASE("gemm_narrow (CPU kernel helper) vs naive loops, float and double, eve
 }
 
 // gemm_dots (ops/cpu/small_gemm.h): C = A B with B given transposed, two rows of A and half a vector's lanes of
-// columns at a time — every edge (an odd last row, N past a multiple of 8 floats / 4 doubles, K past a multiple of a
-// vector and below one), strided operands, overwrite and accumulate, against naive loops.
+// columns at a time, at each level's vector width — every edge (an odd last row, N past a multiple of half a vector,
+// K past a multiple of a vector and below one), strided operands, overwrite and accumulate, against naive loops.
 namespace {
-template <class T>
+template <class T, asc::CpuIsa kIsa>
 void check_dots(int64_t M, int64_t N, int64_t K, bool accumulate) {
   const int64_t lda = K + 2, ldbt = K + 5, ldc = N + 1;
   std::vector<T> A(M * lda), Bt(N * ldbt), C(M * ldc, T(-7));
   for (size_t x = 0; x < A.size(); ++x) A[x] = static_cast<T>(std::sin(0.7 * double(x) + 0.3));
   for (size_t x = 0; x < Bt.size(); ++x) Bt[x] = static_cast<T>(std::cos(1.3 * double(x)));
-  asc::cpu::gemm_dots<T>(M, N, K, A.data(), lda, Bt.data(), ldbt, C.data(), ldc, accumulate);
+  asc::cpu::gemm_dots<T, kIsa>(M, N, K, A.data(), lda, Bt.data(), ldbt, C.data(), ldc, accumulate);
   const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < ldc; ++j) {
@@ -247,7 +247,12 @@ TEST_CASE("gemm_dots (CPU kernel helper) vs naive loops, float and double, every
     for (int64_t N : {1, 3, 4, 8, 9, 16, 17, 32})
       for (int64_t K : {1, 7, 8, 16, 17, 40, 100})
         for (bool accumulate : {false, true}) {
-          check_dots<float>(M, N, K, accumulate);
-          check_dots<double>(M, N, K, accumulate);
+          // each level's vector width (its blocking; here in whatever instructions this file is compiled for)
+          check_dots<float, asc::CpuIsa::baseline>(M, N, K, accumulate);
+          check_dots<double, asc::CpuIsa::baseline>(M, N, K, accumulate);
+          check_dots<float, asc::CpuIsa::x86_64_v3>(M, N, K, accumulate);
+          check_dots<double, asc::CpuIsa::x86_64_v3>(M, N, K, accumulate);
+          check_dots<float, asc::CpuIsa::x86_64_v4>(M, N, K, accumulate);
+          check_dots<double, asc::CpuIsa::x86_64_v4>(M, N, K, accumulate);
         }
 }

@@ -208,7 +208,7 @@ template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void affinity_backward(const HeadData<T>& h, int64_t t0, int64_t R, BackwardWork<T>& w,
                                          const KeyGrads<T>& kg) {
   const int64_t n = w.keys.m, da = h.da;
-  gemm_dots<T>(R, da, n, w.daff.data(), n, w.keys.ehatT, n, w.dehat.data() + t0 * da, da, true);
+  gemm_dots<T, kIsa>(R, da, n, w.daff.data(), n, w.keys.ehatT, n, w.dehat.data() + t0 * da, da, true);
   gemm<T>(n, da, R, w.daff.data(), 1, n, h.ehat.data() + t0 * da, da, 1, kg.dehat, da, true);
 }
 
@@ -222,7 +222,7 @@ ASC_ALWAYS_INLINE void cohesion_forward(const HeadData<T>& h, const Keys<T>& kt,
   const int64_t n = kt.m, dz = h.dz;
   const bool after = cfg.after_norm();
   if (!replay) {
-    gemm_dots<T>(R, dz, n, b.wc.data(), n, kt.zT, n, b.c.data(), dz);  // Σ_l w'_il z_l
+    gemm_dots<T, kIsa>(R, dz, n, b.wc.data(), n, kt.zT, n, b.c.data(), dz);  // Σ_l w'_il z_l
     for (int64_t r = 0; r < R; ++r) {
       T* cr = b.c.data() + r * dz;
       const double W = b.W[r];
@@ -346,7 +346,7 @@ ASC_ALWAYS_INLINE void centroid_backward(const HeadData<T>& h, int64_t R, Backwa
   for (int64_t x = 0; x < n * dz; ++x) kg.dz[x] = static_cast<T>(kg.dz[x] - 2 * tnz[x]);
   w.tmp_rz.resize(R * dz);
   T* trz = w.tmp_rz.data();
-  gemm_dots<T>(R, dz, n, w.ddc.data(), n, w.keys.zT, n, trz, dz);
+  gemm_dots<T, kIsa>(R, dz, n, w.ddc.data(), n, w.keys.zT, n, trz, dz);
   for (int64_t x = 0; x < R * dz; ++x) dCp[x] = static_cast<T>(dCp[x] - 2 * trz[x]);
   for (int64_t r = 0; r < R; ++r) {
     double dcc = 0;
@@ -404,7 +404,7 @@ ASC_ALWAYS_INLINE void distances_backward(const HeadData<T>& h, const AscenderCo
   for (int64_t j = 0; j < n; ++j) kg.zcol[j] += 2.0 * double(cs[j]);
   w.tmp_rz.resize(R * dz);
   T* trz = w.tmp_rz.data();
-  gemm_dots<T>(R, dz, n, w.dd2.data(), n, w.keys.zT, n, trz, dz);
+  gemm_dots<T, kIsa>(R, dz, n, w.dd2.data(), n, w.keys.zT, n, trz, dz);
   for (int64_t x = 0; x < R * dz; ++x) dzp[t0 * dz + x] = static_cast<T>(dzp[t0 * dz + x] - 2 * trz[x]);
   w.tmp_nz.assign(n * dz, T(0));
   T* tnz = w.tmp_nz.data();

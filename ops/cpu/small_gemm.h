@@ -13,7 +13,7 @@
 //
 //   gemm_narrow<float>(R, n, dz, z_rows, dz, zT, n, zdot, n);  // zdot (R, n) = z_rows (R, dz) · zT (dz, n)
 //   gemm_narrow<float>(R, dz, n, w, n, z, dz, c, dz);          // c (R, dz) = w (R, n) · z (n, dz)
-//   gemm_dots<float>(R, dz, n, w, n, zT, n, c, dz);            // the same c from zT (dz, n): faster when n is long
+//   gemm_dots<float, kIsa>(R, dz, n, w, n, zT, n, c, dz);      // the same c from zT (dz, n): faster when n is long
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -252,16 +252,19 @@ ASC_ALWAYS_INLINE void row_dots_lanes(const T* a, int64_t sa, const T* b, int64_
 
 // C (M, N) = A (M, K) · B (K, N) with B given transposed, Bᵀ (N, K) at Bt (row stride ldbt): the products whose inner
 // dimension is long (the keys) and whose width N is short (d_z, d_a), such as the centroids Σ_j w_ij z_j — a row of C
-// is N dot products of length K. Two rows of A and G = L/2 columns of C at a time (L = lanes of a 64-byte vector):
+// is N dot products of length K. Two rows of A and G = L/2 columns of C at a time (L = lanes of a vector):
 // L vectors of partial sums, each load of Bᵀ feeding both rows' full-width FMAs, then all L horizontal sums at once
 // (sum_lanes_round: lanes 0..G-1 the first row's, G..L-1 the second's). gemm_narrow's tiles broadcast A one scalar
 // at a time into N-wide accumulators (half-width vectors at N = 16 floats) and ran these at about half the rate. The
 // sum's order is the lanes', then the last K % L terms in order.
-template <class T>
+template <class T, CpuIsa kIsa = CpuIsa::baseline>
 ASC_ALWAYS_INLINE void gemm_dots(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* Bt, int64_t ldbt,
                                  T* C, int64_t ldc, bool accumulate = false) {
-  typedef T V __attribute__((vector_size(64)));
-  constexpr int64_t L = 64 / sizeof(T), G = L / 2;
+  // The processor's vector width (kIsa, from ASC_CPU_DISPATCH): the L accumulators and two rows of A fit its
+  // registers — 32 of 64 bytes at x86-64-v4, 16 of 32 at x86-64-v3, 16 of 16 below (wider ones spilled at v3).
+  constexpr int kBytes = kIsa == CpuIsa::x86_64_v4 ? 64 : kIsa == CpuIsa::x86_64_v3 ? 32 : 16;
+  typedef T V __attribute__((vector_size(kBytes)));
+  constexpr int64_t L = kBytes / sizeof(T), G = L / 2;
   const int64_t Kv = K / L * L;
   for (int64_t c0 = 0; c0 < N; c0 += G) {
     const int64_t nc = N - c0 < G ? N - c0 : G;
