@@ -33,6 +33,46 @@ ASC_ALWAYS_INLINE T sq_dist(T a2, T b2, T ab) {
 
 // ==== the kernels: one pass over d² = |z_i|² + |z_j|² - 2 z_i·z_j (rounding below 0 clamped) ======================
 
+// How latent_kernels_forward's separation pass forms the cohesion kernel w' beside w: not at all (cohesion off), as w
+// on kept keys (one temperature, the default: one exponential per key instead of two, the same bits), or with its own
+// exponential.
+enum class CohesionKernel { kNone, kShared, kOwn };
+
+// One row of the separation pass (latent_kernels_forward): w, φ and, per kCoh, w' over the row's n keys, with the sums
+// ρ (kept l ≠ i), Σ w' and φ's first statistics pass (the sum and max over kept keys; φ >= 0: |φ| = φ). ρ_i sums over
+// l ≠ i: the self column is left out of its sum by its position, rather than subtracting w_ii = 1 from the total
+// afterwards — for an isolated token (ρ_i << 1) that difference would keep no relative precision — and not by
+// splitting the row around it, whose two scalar remainders (two exponentials per key each) cost more than the rest of
+// the row at a few hundred keys. col holds the positions as T, so the test runs in the row's own vectors (as an int64
+// index it took two vectors of indices per vector of keys, spilled to the stack).
+template <CohesionKernel kCoh, class T>
+ASC_ALWAYS_INLINE void separation_row(int64_t n, T zi, const T* zzk, const T* zij, const T* aff, const T* keep,
+                                      const T* col, T self, T inv_ts, T inv_tc, T delta, T* ws, T* phi, T* wc,
+                                      T& rho_out, T& W_out, T& psum_out, T& pbig_out) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  T rho = 0, W = 0, psum = 0, pbig = 0;
+  ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
+  for (int64_t j = 0; j < n; ++j) {
+    const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
+    const T w = exp_nonpos(-dj * inv_ts);
+    ws[j] = w;
+    const T ph = w * (hinge <= T(0) ? T(0) : hinge);  // [a - δ]_+, a NaN stays NaN
+    phi[j] = ph;
+    const T kph = kj != T(0) ? ph : T(0);
+    const T kr = col[j] == self ? T(0) : kj;  // a select: with `&&` the loop stayed scalar (4x slower)
+    rho += kr != T(0) ? w : T(0);
+    psum += kph;
+    pbig = pbig > kph ? pbig : kph;
+    if constexpr (kCoh != CohesionKernel::kNone) {
+      const T wcj = kCoh == CohesionKernel::kShared ? (kj != T(0) ? w : T(0))
+                                                    : exp_nonpos(kj != T(0) ? -dj * inv_tc : ninf);  // 0 if masked
+      wc[j] = wcj;
+      W += wcj;
+    }
+  }
+  rho_out = rho, W_out = W, psum_out = psum, pbig_out = pbig;
+}
+
 // Separation: w = exp(-d²/τ_sep), ρ_i = Σ_{kept l ≠ i} w_il, η = min(1, ρ/κ), φ = w [a - δ]_+ and (forward only) φ's
 // statistics; the cohesion kernel: w' = exp(-d²/τ_coh) on kept keys, W = Σ w'.
 template <class T>
@@ -43,9 +83,7 @@ ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T
   const T inv_ts = static_cast<T>(1 / h.tau_sep), inv_tc = static_cast<T>(1 / h.tau_coh);
   const T delta = static_cast<T>(h.sc[kDelta]), ninf = -std::numeric_limits<T>::infinity();
   const T* zzk = kt.zz;
-  // The column positions as T (exact below 2^24 keys): the self test below compares them in the row's own vectors;
-  // as an int64 index it took two vectors of indices per vector of keys, spilled to the stack.
-  b.col.resize(n);
+  b.col.resize(n);  // the column positions as T (exact below 2^24 keys), for separation_row's self test
   T* col = b.col.data();
   for (int64_t j = 0; j < n; ++j) col[j] = static_cast<T>(j);
   for (int64_t r = 0; r < R; ++r) {
@@ -54,63 +92,18 @@ ASC_ALWAYS_INLINE void latent_kernels_forward(const HeadData<T>& h, const Keys<T
     const T* aff = b.aff.data() + r * n;
     const T* keep = b.keep_row(r, n);
     T *ws = b.ws.data() + r * n, *phi = b.phi.data() + r * n, *wc = b.wc.data() + r * n;
-    // One pass over the row. ρ_i sums over l ≠ i: the self column is left out of its sum by its index, rather than
-    // subtracting w_ii = 1 from the total afterwards — for an isolated token (ρ_i << 1) that difference would keep no
-    // relative precision — and not by splitting the row around it, whose two scalar remainders (two exponentials
-    // per key each) cost more than the rest of the row at a few hundred keys.
     const T self = static_cast<T>(b.self[r]);  // -1 when key i is not among the columns
-    T rho = 0, W = 0, psum = 0, pbig = 0;      // φ's first statistics pass rides along (φ >= 0: |φ| = φ)
-    if (sep && coh && inv_ts == inv_tc) {
-      // One temperature (the default): the cohesion kernel is the separation kernel on kept keys — one exponential
-      // per key instead of two, the same bits.
-      ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
-      for (int64_t j = 0; j < n; ++j) {
-        const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
-        const T w = exp_nonpos(-dj * inv_ts);
-        ws[j] = w;
-        const T ph = w * (hinge <= T(0) ? T(0) : hinge);
-        phi[j] = ph;
-        const T kph = kj != T(0) ? ph : T(0);
-        const T kr = col[j] == self ? T(0) : kj;
-        rho += kr != T(0) ? w : T(0);
-        psum += kph;
-        pbig = pbig > kph ? pbig : kph;
-        const T wcj = kj != T(0) ? w : T(0);
-        wc[j] = wcj;
-        W += wcj;
-      }
-    } else if (sep && coh) {
-      ASC_SIMD_SUMS_MAX(pbig, rho, W, psum)
-      for (int64_t j = 0; j < n; ++j) {
-        const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
-        const T w = exp_nonpos(-dj * inv_ts);
-        ws[j] = w;
-        const T ph = w * (hinge <= T(0) ? T(0) : hinge);  // [a - δ]_+, a NaN stays NaN
-        phi[j] = ph;
-        const T kph = kj != T(0) ? ph : T(0);
-        const T kr = col[j] == self ? T(0) : kj;  // a select: with `&&` the loop stayed scalar (4x slower)
-        rho += kr != T(0) ? w : T(0);
-        psum += kph;
-        pbig = pbig > kph ? pbig : kph;
-        const T wcj = exp_nonpos(kj != T(0) ? -dj * inv_tc : ninf);  // 0 on masked keys
-        wc[j] = wcj;
-        W += wcj;
-      }
-    } else if (sep) {
-      ASC_SIMD_SUMS_MAX(pbig, rho, psum)
-      for (int64_t j = 0; j < n; ++j) {
-        const T dj = sq_dist(zi, zzk[j], zij[j]), kj = keep[j], hinge = aff[j] - delta;
-        const T w = exp_nonpos(-dj * inv_ts);
-        ws[j] = w;
-        const T ph = w * (hinge <= T(0) ? T(0) : hinge);
-        phi[j] = ph;
-        const T kph = kj != T(0) ? ph : T(0);
-        const T kr = col[j] == self ? T(0) : kj;  // a select: with `&&` the loop stayed scalar (4x slower)
-        rho += kr != T(0) ? w : T(0);
-        psum += kph;
-        pbig = pbig > kph ? pbig : kph;
-      }
-    } else {
+    T rho = 0, W = 0, psum = 0, pbig = 0;      // one pass over the row forms them (separation_row)
+    if (sep && coh && inv_ts == inv_tc)
+      separation_row<CohesionKernel::kShared>(n, zi, zzk, zij, aff, keep, col, self, inv_ts, inv_tc, delta, ws, phi, wc,
+                                              rho, W, psum, pbig);
+    else if (sep && coh)
+      separation_row<CohesionKernel::kOwn>(n, zi, zzk, zij, aff, keep, col, self, inv_ts, inv_tc, delta, ws, phi, wc,
+                                           rho, W, psum, pbig);
+    else if (sep)
+      separation_row<CohesionKernel::kNone>(n, zi, zzk, zij, aff, keep, col, self, inv_ts, inv_tc, delta, ws, phi, wc,
+                                            rho, W, psum, pbig);
+    else {  // cohesion alone
       ASC_SIMD_REDUCE(+, W)
       for (int64_t j = 0; j < n; ++j) {
         const T wcj = exp_nonpos(keep[j] != T(0) ? -sq_dist(zi, zzk[j], zij[j]) * inv_tc : ninf);
