@@ -175,29 +175,49 @@ TEST_CASE("matmul errors") {
   check_error([] { matmul(scalar_tensor(1.0), ones({2})); }, {"matmul", "at least 1 dimension"});
 }
 
-// The ascender kernel's narrow product (ops/cpu/small_gemm.h): every edge of its 4 x 2-vector blocking (rows past a
-// multiple of 4, columns past a multiple of 16 floats / 8 doubles), strided operands, overwrite and accumulate,
-// against naive loops.
-
+// The ascender kernel's small products (ops/cpu/small_gemm.h) against naive loops: C (M, N) = A (M, K) B (K, N), or
+// += with accumulate, from strided operands; B is stored as (K, N) rows, or transposed as (N, K) rows (bt). run(A,
+// lda, B, ldb, C, ldc) calls the product. The padding of C past N must stay untouched.
 namespace {
-template <class T, asc::CpuIsa kIsa = asc::CpuIsa::baseline>
-void check_narrow(int64_t M, int64_t N, int64_t K, bool accumulate) {
-  const int64_t lda = K + 2, ldb = N + 3, ldc = N + 1;
-  std::vector<T> A(M * lda), B(K * ldb), C(M * ldc, T(-7));
+template <class T, class Run>
+void check_small_product(int64_t M, int64_t N, int64_t K, bool accumulate, bool bt, Run run) {
+  const int64_t lda = K + 2, ldb = bt ? K + 5 : N + 3, ldc = N + 1;
+  std::vector<T> A(M * lda), B((bt ? N : K) * ldb), C(M * ldc, T(-7));
   for (size_t x = 0; x < A.size(); ++x) A[x] = static_cast<T>(std::sin(0.7 * double(x) + 0.3));
   for (size_t x = 0; x < B.size(); ++x) B[x] = static_cast<T>(std::cos(1.3 * double(x)));
-  asc::cpu::gemm_narrow<T, kIsa>(M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, accumulate);
+  run(A.data(), lda, B.data(), ldb, C.data(), ldc);
   const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < ldc; ++j) {
       double want = -7;  // the padding past N stays untouched
       if (j < N) {
         want = accumulate ? -7 : 0;
-        for (int64_t c = 0; c < K; ++c) want += double(A[i * lda + c]) * double(B[c * ldb + j]);
+        for (int64_t c = 0; c < K; ++c) want += double(A[i * lda + c]) * double(bt ? B[j * ldb + c] : B[c * ldb + j]);
       }
       INFO("M " << M << " N " << N << " K " << K << " accumulate " << accumulate << " at (" << i << ", " << j << ")");
       CHECK(double(C[i * ldc + j]) == doctest::Approx(want).epsilon(tol).scale(K));
     }
+}
+
+// gemm_narrow: every edge of its 4 x 2-vector blocking (rows past a multiple of 4, columns past a multiple of 16
+// floats / 8 doubles).
+template <class T, asc::CpuIsa kIsa = asc::CpuIsa::baseline>
+void check_narrow(int64_t M, int64_t N, int64_t K, bool accumulate) {
+  check_small_product<T>(M, N, K, accumulate, false,
+                         [&](const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc) {
+                           asc::cpu::gemm_narrow<T, kIsa>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+                         });
+}
+
+// gemm_dots (B given transposed): two rows of A and half a vector's lanes of columns at a time, at each level's vector
+// width — every edge (an odd last row, N past a multiple of half a vector, K past a multiple of a vector and below
+// one).
+template <class T, asc::CpuIsa kIsa>
+void check_dots(int64_t M, int64_t N, int64_t K, bool accumulate) {
+  check_small_product<T>(M, N, K, accumulate, true,
+                         [&](const T* A, int64_t lda, const T* Bt, int64_t ldbt, T* C, int64_t ldc) {
+                           asc::cpu::gemm_dots<T, kIsa>(M, N, K, A, lda, Bt, ldbt, C, ldc, accumulate);
+                         });
 }
 }  // namespace
 
@@ -216,31 +236,6 @@ TEST_CASE("gemm_narrow (CPU kernel helper) vs naive loops, float and double, eve
           check_narrow<double, CpuIsa::x86_64_v4>(M, N, K, accumulate);
         }
 }
-
-// gemm_dots (ops/cpu/small_gemm.h): C = A B with B given transposed, two rows of A and half a vector's lanes of
-// columns at a time, at each level's vector width — every edge (an odd last row, N past a multiple of half a vector,
-// K past a multiple of a vector and below one), strided operands, overwrite and accumulate, against naive loops.
-namespace {
-template <class T, asc::CpuIsa kIsa>
-void check_dots(int64_t M, int64_t N, int64_t K, bool accumulate) {
-  const int64_t lda = K + 2, ldbt = K + 5, ldc = N + 1;
-  std::vector<T> A(M * lda), Bt(N * ldbt), C(M * ldc, T(-7));
-  for (size_t x = 0; x < A.size(); ++x) A[x] = static_cast<T>(std::sin(0.7 * double(x) + 0.3));
-  for (size_t x = 0; x < Bt.size(); ++x) Bt[x] = static_cast<T>(std::cos(1.3 * double(x)));
-  asc::cpu::gemm_dots<T, kIsa>(M, N, K, A.data(), lda, Bt.data(), ldbt, C.data(), ldc, accumulate);
-  const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < ldc; ++j) {
-      double want = -7;  // the padding past N stays untouched
-      if (j < N) {
-        want = accumulate ? -7 : 0;
-        for (int64_t c = 0; c < K; ++c) want += double(A[i * lda + c]) * double(Bt[j * ldbt + c]);
-      }
-      INFO("M " << M << " N " << N << " K " << K << " accumulate " << accumulate << " at (" << i << ", " << j << ")");
-      CHECK(double(C[i * ldc + j]) == doctest::Approx(want).epsilon(tol).scale(K));
-    }
-}
-}  // namespace
 
 TEST_CASE("gemm_dots (CPU kernel helper) vs naive loops, float and double, every blocking edge") {
   for (int64_t M : {1, 2, 3, 5, 8})
