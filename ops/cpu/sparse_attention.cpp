@@ -19,7 +19,8 @@
 // Backward: P_ij = exp(s_ij − lse_i), dS_ij = scale · P_ij (dO_i · v_j − dO_i · o_i), dq_i = Σ_j dS_ij k_j,
 // dv_j = Σ_i P_ij dO_i, dk_j = Σ_i dS_ij q_i. Heads run in parallel, each head's blocks and groups in order, so dK and
 // dV accumulate in place without atomics and the result does not depend on the thread count (tiles where the plan
-// allows, and finite q and dO rows; else row by row, scattering into dK and dV). A single (batch, head) runs two
+// allows, and finite q and dO rows; else row by row, scattering into dK and dV; a tile's rare pairs are added key by
+// key after the head's blocks, backward_rare_keys). A single (batch, head) runs two
 // passes parallel within it instead: rows (P and dS kept per pair), then keys over the pattern's transpose.
 #include <algorithm>
 #include <cmath>
@@ -71,13 +72,14 @@ ASC_ALWAYS_INLINE void dot4(const T* a, const T* x0, const T* x1, const T* x2, c
   out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
 }
 
-// out[k] = a · base[idx[k] · D] for the L = 16 float (8 double) keys k < L at once: a vector of partial sums per key,
-// then their horizontal sums all together (small_gemm.h's sum_lanes_round: two-source permutes, x86-64-v4), which
-// come out in key order in one vector — a quarter of the shuffles that one reduction per key takes.
-template <class T>
+// out[k] = a · base[idx[k] · D] for the L keys k < L at once (L lanes of a kBytes-byte vector: 16 floats at
+// x86-64-v4, 8 at v3): a vector of partial sums per key, then their horizontal sums all together (small_gemm.h's
+// sum_lanes_round: two-source permutes), which come out in key order in one vector — a quarter of the shuffles that
+// one reduction per key takes.
+template <int kBytes, class T>
 ASC_ALWAYS_INLINE void dot_lanes(const T* a, const T* base, const int64_t* idx, int64_t D, T* out) {
-  typedef T V __attribute__((vector_size(64)));
-  constexpr int64_t L = 64 / sizeof(T);
+  typedef T V __attribute__((vector_size(kBytes)));
+  constexpr int64_t L = kBytes / sizeof(T);
   const int64_t Dv = D / L * L;
   V acc[L], av, xv;
   for (int64_t k = 0; k < L; ++k) acc[k] = V{};
@@ -96,14 +98,29 @@ ASC_ALWAYS_INLINE void dot_lanes(const T* a, const T* base, const int64_t* idx, 
   }
 }
 
-// out[x] = a · base[idx[x] · D] for x < len: 16 float (8 double) rows at a time at x86-64-v4, then four at a time.
+// out[x] = a · base[idx[x] · D] for x < len: L rows at a time (dot_lanes at the level's vector width; below
+// x86-64-v3, four at a time). A tail of at least 4 rows is one more dot_lanes over its keys with the last one
+// repeated (its row is in the cache), the extra sums dropped: a row's ~15 random keys, which four dot4 and dot calls
+// each ending in their own horizontal sums took twice as long; a shorter tail goes one dot at a time.
 template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void gather_dots(const T* a, const T* base, const int64_t* idx, int64_t len, int64_t D, T* out) {
   int64_t x = 0;
-  if constexpr (kIsa == CpuIsa::x86_64_v4)
-    for (constexpr int64_t L = 64 / sizeof(T); x + L <= len; x += L) dot_lanes(a, base, idx + x, D, out + x);
-  for (; x + 4 <= len; x += 4)
-    dot4(a, base + idx[x] * D, base + idx[x + 1] * D, base + idx[x + 2] * D, base + idx[x + 3] * D, D, out + x);
+  if constexpr (kIsa == CpuIsa::x86_64_v4 || kIsa == CpuIsa::x86_64_v3) {
+    constexpr int kBytes = kIsa == CpuIsa::x86_64_v4 ? 64 : 32;
+    constexpr int64_t L = kBytes / sizeof(T);
+    for (; x + L <= len; x += L) dot_lanes<kBytes>(a, base, idx + x, D, out + x);
+    if (len - x >= 4) {
+      int64_t pad[L];
+      T sums[L];
+      for (int64_t k = 0; k < L; ++k) pad[k] = idx[std::min(x + k, len - 1)];
+      dot_lanes<kBytes>(a, base, pad, D, sums);
+      for (int64_t k = 0; x + k < len; ++k) out[x + k] = sums[k];
+      return;
+    }
+  } else {
+    for (; x + 4 <= len; x += 4)
+      dot4(a, base + idx[x] * D, base + idx[x + 1] * D, base + idx[x + 2] * D, base + idx[x + 3] * D, D, out + x);
+  }
   for (; x < len; ++x) out[x] = dot(a, base + idx[x] * D, D);
 }
 
@@ -280,6 +297,7 @@ struct BlockPlan {
   std::vector<unsigned char> allowed;             // (rows, w): row r attends column x (its rare keys: x >= u)
   std::vector<int64_t> rare, rare_ptr;            // row r's rare keys: rare[rare_ptr[r] .. rare_ptr[r + 1])
   std::vector<int64_t> kept;                      // row r's kept keys: its allowed tile columns and its rare keys
+  int64_t rare_base = 0;  // the owner-wide number of rare[0] (PlanTable's rare pairs: see there)
 };
 
 // A thread's scratch for planning: `mark` (one stamp per key) is sized where a block first needs it — with padding,
@@ -647,8 +665,17 @@ void plan_groups(const PatternRows& p, int64_t D, int64_t bh, const std::vector<
 // units: its blocks of consecutive rows in order (an untiled one keeps only its rows: those no row group took), then
 // its row groups.
 struct PlanTable {
-  std::vector<BlockPlan> plans;     // owner o's units: plans[unit_ptr[o] .. unit_ptr[o + 1])
-  std::vector<int64_t> unit_ptr;    // (owners + 1)
+  std::vector<BlockPlan> plans;   // owner o's units: plans[unit_ptr[o] .. unit_ptr[o + 1])
+  std::vector<int64_t> unit_ptr;  // (owners + 1)
+  // The rare pairs of owner o's tiled blocks, numbered g = plan.rare_base + e over its units in order, listed by key
+  // (then g): rare_by_key[rare_ptr[o] .. rare_ptr[o + 1]). The backward adds their dK and dV rows key by key from
+  // this list (backward_rare_keys) instead of scattering pair by pair.
+  struct RarePair {
+    int32_t key, row;
+    int64_t g;
+  };
+  std::vector<RarePair> rare_by_key;
+  std::vector<int64_t> rare_ptr;    // (owners + 1)
   std::vector<unsigned char> keep;  // the key_keep (B, S) they were made for; empty without padding
   int64_t B = 0, H = 0;
 };
@@ -732,6 +759,31 @@ std::shared_ptr<PlanTable> plan_table(const PatternRows& p, int64_t D, int64_t b
   t->plans.reserve(static_cast<size_t>(t->unit_ptr[owners]));
   for (auto& u : units)
     for (BlockPlan& plan : u) t->plans.push_back(std::move(plan));
+  // The rare pairs by key: numbered in unit order, then sorted by key by counting (stable: g ascending per key).
+  t->rare_ptr.assign(static_cast<size_t>(owners + 1), 0);
+  std::vector<int64_t> at(static_cast<size_t>(p.S + 1));
+  for (int64_t o = 0; o < owners; ++o) {
+    BlockPlan* first = t->plans.data() + t->unit_ptr[o];
+    BlockPlan* last = t->plans.data() + t->unit_ptr[o + 1];
+    int64_t count = 0;
+    std::fill(at.begin(), at.end(), 0);
+    for (BlockPlan* plan = first; plan != last; ++plan) {
+      plan->rare_base = count;
+      count += static_cast<int64_t>(plan->rare.size());
+      for (int64_t j : plan->rare) ++at[static_cast<size_t>(j + 1)];
+    }
+    for (int64_t j = 0; j < p.S; ++j) at[static_cast<size_t>(j + 1)] += at[static_cast<size_t>(j)];
+    const int64_t base = t->rare_ptr[o];
+    t->rare_ptr[o + 1] = base + count;
+    t->rare_by_key.resize(static_cast<size_t>(base + count));
+    for (BlockPlan* plan = first; plan != last; ++plan)
+      for (int64_t r = 0; r < static_cast<int64_t>(plan->rare_ptr.size()) - 1; ++r)
+        for (int64_t e = plan->rare_ptr[r]; e < plan->rare_ptr[r + 1]; ++e) {
+          const int64_t j = plan->rare[e];
+          t->rare_by_key[static_cast<size_t>(base + at[static_cast<size_t>(j)]++)] = {
+              static_cast<int32_t>(j), static_cast<int32_t>(plan->i0 + r), plan->rare_base + e};
+        }
+  }
   if (p.keep != nullptr) t->keep.assign(p.keep, p.keep + p.B * p.S), t->B = p.B, t->H = p.H;
   return t;
 }
@@ -774,6 +826,11 @@ class Plans {
   int64_t count(int64_t bh) const {
     const int64_t o = plan_owner(p_, bh);
     return table_->unit_ptr[o + 1] - table_->unit_ptr[o];
+  }
+  // Head bh's rare pairs by key: [first, last).
+  std::pair<const PlanTable::RarePair*, const PlanTable::RarePair*> rare_pairs(int64_t bh) const {
+    const int64_t o = plan_owner(p_, bh);
+    return {table_->rare_by_key.data() + table_->rare_ptr[o], table_->rare_by_key.data() + table_->rare_ptr[o + 1]};
   }
 
  private:
@@ -908,6 +965,9 @@ ASC_ALWAYS_INLINE void forward_tile(const Problem<T>& p, int64_t R, const BlockP
   block_products<kIsa>(plan, R, D, x, kt, ldt, kb, tile);
   const T ninf = -std::numeric_limits<T>::infinity(), sc = p.scale;
   // Each row over the plan's w columns: its tile columns, its rare keys, then -inf (whatever the products left there).
+  // Two passes a row: the scaled, masked scores with their max and NaN count, then exp and its sum. P stays
+  // unnormalised; O's rows are divided by their sums after the products (R · D divisions instead of R · w).
+  T inv[kBlockRows];
   for (int64_t r = 0; r < R; ++r) {
     T* s = tile + r * ld;
     const unsigned char* ok = plan.allowed.data() + r * n;
@@ -924,7 +984,7 @@ ASC_ALWAYS_INLINE void forward_tile(const Problem<T>& p, int64_t R, const BlockP
     for (int64_t c = 0; c < n; ++c) m = s[c] > m ? s[c] : m;
     if (kept == 0) {  // no kept key: a zero row
       std::fill(s, s + n, T(0));
-      lse[r] = ninf;
+      lse[r] = ninf, inv[r] = T(1);
       continue;
     }
     if (n_nan > T(0)) m = std::numeric_limits<T>::quiet_NaN();  // a NaN score: the row comes out NaN
@@ -936,18 +996,21 @@ ASC_ALWAYS_INLINE void forward_tile(const Problem<T>& p, int64_t R, const BlockP
       s[c] = e;
       sum += e;
     }
-    const T inv = T(1) / sum;
-    for (int64_t c = 0; c < n; ++c) s[c] *= inv;
+    inv[r] = T(1) / sum;
     lse[r] = m + std::log(sum);
   }
-  // O (R, D) = P_tile V_runs, accumulated over the runs, then each row's rare keys (a row with no kept key has none).
-  // Every rare key's value is read, even at weight 0: 0 · NaN is NaN, as in the composed op.
+  // O (R, D) = P_tile V_runs, accumulated over the runs, then each row's rare keys (a row with no kept key has none),
+  // then each row divided by its sum. Every rare key's value is read, even at weight 0: 0 · NaN is NaN, as in the
+  // composed op.
   for (size_t r = 0, off = 0; r < plan.runs.size(); off += plan.runs[r].second, ++r)
     gemm_narrow_blocked<T, kIsa>(R, D, plan.runs[r].second, tile + off, ld, 1, vrun + plan.runs[r].first * D, D, o, D,
                                  r > 0);
-  for (int64_t r = 0; r < R; ++r)
+  for (int64_t r = 0; r < R; ++r) {
     gather_axpys(tile + r * ld + u, vb, plan.rare.data() + plan.rare_ptr[r], plan.rare_ptr[r + 1] - plan.rare_ptr[r], D,
                  o + r * D);
+    const T ir = inv[r];
+    for (int64_t c = 0; c < D; ++c) o[r * D + c] *= ir;
+  }
 }
 
 // Rows [i0, i0 + R) of head bh through their tile of the head's keys.
@@ -1124,13 +1187,15 @@ ASC_ALWAYS_INLINE void backward_key(const Problem<T>& p, const int64_t* col_rows
 //   P = exp(S·scale − lse) on each row's keys, 0 elsewhere;  dP = dO Vᵀ;  dS = scale · P ∘ (dP − rowsum(dO ∘ O))
 //   dQ = dS K;  dV += Pᵀ dO;  dK += dSᵀ Q   — each a product per run, rare keys pair by pair.
 // dQ into dqb (R, D); a run's dK, dV rows added into dkrun, dvrun at the run's first key (run_grads(first, len) is
-// called before, to zero them where needed); the rare keys' into kg. Needs finite Q and dO rows (a 0 · NaN in the
-// transposed products would spread a NaN to keys the row does not attend); the caller checks.
+// called before, to zero them where needed); the rare pairs' P and dS into rare_p, rare_ds at their owner-wide
+// numbers (plan.rare_base + e), whose dK and dV rows backward_rare_keys adds key by key once the head's units are done.
+// Needs finite Q and dO rows (a 0 · NaN in the transposed products would spread a NaN to keys the row does not
+// attend); the caller checks.
 template <CpuIsa kIsa, class T, class RunGrads>
 ASC_ALWAYS_INLINE void backward_tile(const Problem<T>& p, int64_t R, const BlockPlan& plan, const T* qb, const T* gb,
                                      const T* ob, const T* lse, const T* kt, const T* vt, int64_t ldt, const T* krun,
                                      const T* kb, const T* vb, Scratch<T>& tile_buf, Scratch<T>& dtile_buf, T* dqb,
-                                     T* dkrun, T* dvrun, RunGrads&& run_grads, HeadKeyGrads<T>& kg) {
+                                     T* dkrun, T* dvrun, RunGrads&& run_grads, T* rare_p, T* rare_ds) {
   const int64_t D = p.D, u = plan.u, ld = plan.ld, n = plan.w;
   if (tile_buf.size() < static_cast<size_t>(R * ld)) tile_buf.resize(static_cast<size_t>(R * ld));
   if (dtile_buf.size() < static_cast<size_t>(R * ld)) dtile_buf.resize(static_cast<size_t>(R * ld));
@@ -1175,13 +1240,37 @@ ASC_ALWAYS_INLINE void backward_tile(const Problem<T>& p, int64_t R, const Block
     const T* d = dt + r * ld + u - plan.rare_ptr[r];
     gather_axpys(d + plan.rare_ptr[r], kb, plan.rare.data() + plan.rare_ptr[r], plan.rare_ptr[r + 1] - plan.rare_ptr[r],
                  D, dqb + r * D);
-    for (int64_t e = plan.rare_ptr[r]; e < plan.rare_ptr[r + 1]; ++e) {
-      const int64_t j = plan.rare[e];
-      if (s[e] == T(0) && d[e] == T(0)) continue;  // an exact zero (NaN passes), as the per-key pass skips it
-      kg.need_key(j);
-      axpy(s[e], gb + r * D, kg.dv + j * D, D);
-      axpy(d[e], qb + r * D, kg.dk + j * D, D);
+    for (int64_t e = plan.rare_ptr[r]; e < plan.rare_ptr[r + 1]; ++e)
+      rare_p[plan.rare_base + e] = s[e], rare_ds[plan.rare_base + e] = d[e];
+  }
+}
+
+// The rare pairs' dK and dV rows of head bh, key by key (Plans::rare_pairs: ascending keys, each key's pairs in row
+// order): dk_j += Σ_i dS_ij q_i, dv_j += Σ_i P_ij dO_i over the P and dS that the head's tiles left in rare_p and
+// rare_ds (0 for a pair whose block went row by row: its row scattered it). A rare key lies anywhere in the sequence:
+// scattered pair by pair from the rows, each pair read and wrote back two rows of dK and dV from beyond the cache;
+// here each key's rows are read and written once, in key order, and only the q and dO rows are read at random, asked
+// for kAhead pairs early (the list says which).
+template <class T>
+void backward_rare_keys(const Problem<T>& p, int64_t bh, const PlanTable::RarePair* first,
+                        const PlanTable::RarePair* last, const T* g, const T* rare_p, const T* rare_ds,
+                        HeadKeyGrads<T>& kg) {
+  const int64_t D = p.D;
+  const T* qb = p.q + bh * p.Tq * D;
+  const T* gb = g + bh * p.Tq * D;
+  constexpr int64_t kAhead = 8;  // pairs: the rows of the pair this far ahead are asked for now (their keys are known)
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  for (const PlanTable::RarePair* x = first; x != last; ++x) {
+    if (last - x > kAhead) {
+      const int64_t ia = x[kAhead].row;
+      for (int64_t c = 0; c < D; c += kLine) __builtin_prefetch(qb + ia * D + c), __builtin_prefetch(gb + ia * D + c);
     }
+    const T pij = rare_p[x->g], ds = rare_ds[x->g];
+    if (pij == T(0) && ds == T(0)) continue;  // an exact zero (NaN passes), as the per-key pass skips it
+    const int64_t j = x->key, i = x->row;
+    kg.need_key(j);
+    axpy(pij, gb + i * D, kg.dv + j * D, D);
+    axpy(ds, qb + i * D, kg.dk + j * D, D);
   }
 }
 
@@ -1189,13 +1278,15 @@ ASC_ALWAYS_INLINE void backward_tile(const Problem<T>& p, int64_t R, const Block
 // (heads run one per task, their units in order: deterministic without atomics).
 template <CpuIsa kIsa, class T>
 ASC_ALWAYS_INLINE void backward_block(const Problem<T>& p, int64_t bh, const BlockPlan& plan, HeadTiles<T>& h,
-                                      const T* o, const T* g, const T* lse, T* dq, HeadKeyGrads<T>& kg) {
+                                      const T* o, const T* g, const T* lse, T* dq, HeadKeyGrads<T>& kg, T* rare_p,
+                                      T* rare_ds) {
   const int64_t D = p.D, at = bh * p.Tq + plan.i0;
   const T* kb = p.k + bh * p.S * D;
   const T* vb = p.v + bh * p.S * D;
   backward_tile<kIsa>(
       p, plan.R, plan, p.q + at * D, g + at * D, o + at * D, lse + at, h.kt.data(), h.vt.data(), h.ldt, kb, kb, vb,
-      h.tile, h.dtile, dq + at * D, kg.dk, kg.dv, [&](int64_t a, int64_t len) { kg.need(a, a + len); }, kg);
+      h.tile, h.dtile, dq + at * D, kg.dk, kg.dv, [&](int64_t a, int64_t len) { kg.need(a, a + len); }, rare_p,
+      rare_ds);
 }
 
 // Backward of a row group of head bh: its rows of q, dO, o and lse gathered (false, nothing written, where one of
@@ -1219,7 +1310,9 @@ ASC_ALWAYS_INLINE bool backward_group(const Problem<T>& p, int64_t bh, const Blo
   std::fill(c.dv.data(), c.dv.data() + u * D, T(0));
   backward_tile<kIsa>(
       p, R, plan, c.x.data(), c.g.data(), c.o.data(), c.lse.data(), c.kt.data(), c.vt.data(), c.ldu, c.k.data(),
-      c.k.data(), c.v.data(), c.tile, c.dtile, c.y.data(), c.dk.data(), c.dv.data(), [](int64_t, int64_t) {}, kg);
+      c.k.data(), c.v.data(), c.tile, c.dtile, c.y.data(), c.dk.data(), c.dv.data(), [](int64_t, int64_t) {},
+      static_cast<T*>(nullptr),
+      static_cast<T*>(nullptr));  // a group has no rare keys
   for (int64_t r = 0; r < R; ++r)
     std::memcpy(dq + (bh * p.Tq + plan.rows[r]) * D, c.y.data() + r * D, sizeof(T) * static_cast<size_t>(D));
   for (int64_t x = 0; x < u; ++x) {
@@ -1302,9 +1395,15 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
     HeadTiles<T> h(S, D, /*backward=*/true);
     GroupTiles<T> c;
     HeadKeyGrads<T> kg;
+    Scratch<T> rare_p, rare_ds;  // the head's rare pairs' P and dS, by their owner-wide numbers
     for (int64_t bh = h0; bh < h1; ++bh) {
       kg.start(dkp + bh * S * D, dvp + bh * S * D, S, D);
       const auto [first, last] = plans.units(bh);
+      const auto [rare_first, rare_last] = plans.rare_pairs(bh);
+      const size_t rare_count = static_cast<size_t>(rare_last - rare_first);
+      if (rare_p.size() < rare_count) rare_p.resize(rare_count), rare_ds.resize(rare_count);
+      std::fill(rare_p.data(), rare_p.data() + rare_count, T(0));
+      std::fill(rare_ds.data(), rare_ds.data() + rare_count, T(0));
       for (const BlockPlan* plan = first; plan != last; ++plan) {
         if (plan->tiled && !plan->keys.empty()) {
           if (ASC_CPU_DISPATCH(backward_group<kIsa>(p, bh, *plan, c, o, g, lse, dqp, kg))) continue;
@@ -1313,7 +1412,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
           const int64_t at = (bh * Tq + plan->i0) * D;
           if (ASC_CPU_DISPATCH(tile_keys_ready<kIsa>(p, *plan, h)) && rows_finite(p.q + at, plan->R * D) &&
               rows_finite(g + at, plan->R * D)) {
-            ASC_CPU_DISPATCH(backward_block<kIsa>(p, bh, *plan, h, o, g, lse, dqp, kg));
+            ASC_CPU_DISPATCH(backward_block<kIsa>(p, bh, *plan, h, o, g, lse, dqp, kg, rare_p.data(), rare_ds.data()));
             continue;
           }
         }
@@ -1324,6 +1423,7 @@ void backward_impl(const Tensor& qt, const Tensor& kt, const Tensor& vt, const S
           ASC_CPU_DISPATCH(backward_row_scatter(p, bh, i, pr.data(), dr.data(), p.q + at, g + at, kg));
         });
       }
+      ASC_CPU_DISPATCH(backward_rare_keys(p, bh, rare_first, rare_last, g, rare_p.data(), rare_ds.data(), kg));
       kg.finish();
     }
   });
