@@ -269,19 +269,10 @@ TEST_CASE("cpu_isa: ASAM's sparse attention, every pattern (tiled blocks and sin
         return module_grads(m, x, 76);
       },
       5e-5);
-  // A window of ±5 and i % 21 keys scattered over 8 T keys: tiled blocks whose rows hold 0 to 20 rare keys, so that
-  // the rare keys' dot products end in every tail the levels compile apart (16 or 8 keys a vector, a padded vector,
-  // single dots).
+  // Tiled blocks whose rows hold 0 to 20 rare keys: their dot products end in every tail the levels compile apart
+  // (16 or 8 keys a vector, a padded vector, single dots).
   const int64_t T = 150;
-  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(T));
-  for (int64_t i = 0; i < T; ++i) {
-    auto& row = rows[static_cast<size_t>(i)];
-    for (int64_t j = std::max<int64_t>(0, i - 5); j <= std::min<int64_t>(T - 1, i + 5); ++j) row.push_back(j);
-    for (int64_t t = 0; t < i % 21; ++t) row.push_back((i * 37 + 353 * t + 11) % (8 * T));
-    std::sort(row.begin(), row.end());
-    row.erase(std::unique(row.begin(), row.end()), row.end());
-  }
-  const SparsePattern scattered = SparsePattern::from_rows(1, T, 8 * T, std::move(rows));
+  const SparsePattern scattered = scattered_rare_keys_pattern(T);
   for (int64_t D : {20, 64})
     check_levels(
         "sparse attention, 0 to 20 rare keys a row, D = " + std::to_string(D),

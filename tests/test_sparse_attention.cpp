@@ -527,17 +527,7 @@ TEST_CASE("sparse_attention CPU tiles: blocks of rows over the union of their ke
     far_rows[static_cast<size_t>(i)].push_back(2 * T - 1);
   }
   const SparsePattern far = SparsePattern::from_rows(1, T, 2 * T, std::move(far_rows));
-  // A window of ±5 and i % 21 keys scattered over 8 T: 0 to 20 rare keys a row, so that the rare keys' dot products
-  // end in every tail (a full vector of keys, a padded one of 4 or more, single dots).
-  std::vector<std::vector<int64_t>> scattered_rows(static_cast<size_t>(T));
-  for (int64_t i = 0; i < T; ++i) {
-    auto& row = scattered_rows[static_cast<size_t>(i)];
-    for (int64_t j = std::max<int64_t>(0, i - 5); j <= std::min<int64_t>(T - 1, i + 5); ++j) row.push_back(j);
-    for (int64_t t = 0; t < i % 21; ++t) row.push_back((i * 37 + 353 * t + 11) % (8 * T));
-    std::sort(row.begin(), row.end());
-    row.erase(std::unique(row.begin(), row.end()), row.end());
-  }
-  const SparsePattern scattered = SparsePattern::from_rows(1, T, 8 * T, std::move(scattered_rows));
+  const SparsePattern scattered = scattered_rare_keys_pattern(T);  // 0 to 20 rare keys a row
   for (int64_t D : {20, 64}) CHECK(cpu::sparse_attention_plan_summary(scattered.view(), D).row_path_rows == 0);
   const std::vector<Case> cases = {
       {"window", local_window_pattern(T, 24, false), false, 1, 2, 20},

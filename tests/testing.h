@@ -2,6 +2,7 @@
 // Shared test helpers: random inputs, naive reference comparisons, gradcheck wrappers, error expectations.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -65,6 +66,21 @@ inline bool gpu_or_skip() {
   if (require && std::string(require) == "1") FAIL("ASC_REQUIRE_GPU=1 but no CUDA device is available");
   MESSAGE("no CUDA device: skipped");
   return false;
+}
+
+// A pattern of T queries over 8 T keys: a window of ±5 keys and i % 21 keys scattered over the 8 T. Blocks of 16 rows
+// tile the window and each row holds 0 to 20 rare keys (outside the tile's runs), so that the CPU kernel's rare-key
+// dot products end in every tail (a full vector of keys, a padded one of 4 or more, single dots).
+inline SparsePattern scattered_rare_keys_pattern(int64_t T) {
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) {
+    auto& row = rows[static_cast<size_t>(i)];
+    for (int64_t j = std::max<int64_t>(0, i - 5); j <= std::min<int64_t>(T - 1, i + 5); ++j) row.push_back(j);
+    for (int64_t t = 0; t < i % 21; ++t) row.push_back((i * 37 + 353 * t + 11) % (8 * T));
+    std::sort(row.begin(), row.end());
+    row.erase(std::unique(row.begin(), row.end()), row.end());
+  }
+  return SparsePattern::from_rows(1, T, 8 * T, std::move(rows));
 }
 
 inline Tensor randn64(const Shape& s, bool requires_grad = false, uint64_t seed = 7) {

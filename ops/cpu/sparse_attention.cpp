@@ -932,6 +932,15 @@ struct HeadKeyGrads {
   ASC_ALWAYS_INLINE void need_key(int64_t j) {  // one key: a rare key's or the row path's, a flag test inline
     if (!zeroed[static_cast<size_t>(j / kChunk)]) need(j, j + 1);
   }
+  // One pair (i, j) outside the tiles: dv_j += p · dO_i, dk_j += ds · q_i (gi, qi: the rows dO_i, q_i). Skipped where
+  // p and ds are both exactly 0 (padding, a row with no kept key, an underflow; NaN passes), as the tiles' products
+  // would add nothing.
+  ASC_ALWAYS_INLINE void add_pair(int64_t j, T p, T ds, const T* qi, const T* gi) {
+    if (p == T(0) && ds == T(0)) return;
+    need_key(j);
+    axpy(p, gi, dv + j * D, D);
+    axpy(ds, qi, dk + j * D, D);
+  }
   void finish() { need(0, S); }
 };
 
@@ -1265,12 +1274,7 @@ void backward_rare_keys(const Problem<T>& p, int64_t bh, const PlanTable::RarePa
       const int64_t ia = x[kAhead].row;
       for (int64_t c = 0; c < D; c += kLine) __builtin_prefetch(qb + ia * D + c), __builtin_prefetch(gb + ia * D + c);
     }
-    const T pij = rare_p[x->g], ds = rare_ds[x->g];
-    if (pij == T(0) && ds == T(0)) continue;  // an exact zero (NaN passes), as the per-key pass skips it
-    const int64_t j = x->key, i = x->row;
-    kg.need_key(j);
-    axpy(pij, gb + i * D, kg.dv + j * D, D);
-    axpy(ds, qb + i * D, kg.dk + j * D, D);
+    kg.add_pair(x->key, rare_p[x->g], rare_ds[x->g], qb + x->row * D, gb + x->row * D);
   }
 }
 
@@ -1328,15 +1332,8 @@ ASC_ALWAYS_INLINE bool backward_group(const Problem<T>& p, int64_t bh, const Blo
 template <class T>
 ASC_ALWAYS_INLINE void backward_row_scatter(const Problem<T>& p, int64_t bh, int64_t i, const T* pr, const T* dr,
                                             const T* qi, const T* gi, HeadKeyGrads<T>& kg) {
-  const int64_t D = p.D;
   const auto [e0, len] = p.row(bh, i);
-  for (int64_t x = 0; x < len; ++x) {
-    if (pr[x] == T(0) && dr[x] == T(0)) continue;  // padding, an empty row, or an exact zero (NaN passes)
-    const int64_t j = p.cols[e0 + x];
-    kg.need_key(j);
-    axpy(pr[x], gi, kg.dv + j * D, D);
-    axpy(dr[x], qi, kg.dk + j * D, D);
-  }
+  for (int64_t x = 0; x < len; ++x) kg.add_pair(p.cols[e0 + x], pr[x], dr[x], qi, gi);
 }
 
 // The backward of a single (batch, head): two passes parallel within the head (rows, then keys over the transpose).
